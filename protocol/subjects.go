@@ -1,0 +1,47 @@
+package protocol
+
+import "fmt"
+
+// Subject prefix shared by every fleet subject of this protocol version.
+var prefix = fmt.Sprintf("fleet.v%d", Version)
+
+// CallSubject is where the gateway publishes tool calls for host. Agents
+// answer on the message's reply subject.
+func CallSubject(host string) string { return prefix + ".host." + host + ".call" }
+
+// CancelSubject is where the gateway publishes a Cancel for a running call
+// on host.
+func CancelSubject(host string) string { return prefix + ".host." + host + ".cancel" }
+
+// FetchSubject is where the gateway asks host for a call's state again,
+// when frames or the final result were lost on the way. The agent answers
+// on the reply subject with the same frames a call produces.
+func FetchSubject(host string) string { return prefix + ".host." + host + ".fetch" }
+
+// HostSubjects matches every subject addressed to host (for permissions and
+// for the agent's own subscription).
+func HostSubjects(host string) string { return prefix + ".host." + host + ".>" }
+
+// PresenceSubject is where host publishes its Announce, at connect and on
+// every heartbeat.
+func PresenceSubject(host string) string { return prefix + ".presence." + host }
+
+// PresenceWildcard matches the presence subjects of every host.
+func PresenceWildcard() string { return prefix + ".presence.*" }
+
+// AllPresence matches every presence subject; used for permissions.
+func AllPresence() string { return prefix + ".presence.>" }
+
+// DiscoverSubject is where a starting gateway asks every agent to announce
+// itself at once instead of at its next heartbeat.
+func DiscoverSubject() string { return prefix + ".discover" }
+
+// AllHosts matches every host-addressed subject; used for permissions.
+func AllHosts() string { return prefix + ".host.>" }
+
+// AgentInboxPrefix is the inbox prefix an agent uses for its own requests, so
+// that permissions can confine it to its own replies.
+func AgentInboxPrefix(host string) string { return "_INBOX_" + host }
+
+// GatewayInboxPrefix is the inbox prefix gateways use for call replies.
+func GatewayInboxPrefix() string { return "_INBOX_GW" }
