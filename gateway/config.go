@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Config configures a Gateway. Zero values mean the documented defaults;
+// New validates the whole struct once.
+type Config struct {
+	// Listen is the HTTP address of the MCP endpoint. Default
+	// 127.0.0.1:8080.
+	Listen string
+	// DataDir holds the embedded NATS server's state (JetStream) and its
+	// credentials. Required when NATS is embedded.
+	DataDir string
+
+	// NATSURLs, when set, connect the gateway to an external NATS cluster
+	// instead of embedding a server. Several gateways may share a cluster.
+	NATSURLs []string
+	// NATSUser and NATSPassword authenticate to an external cluster.
+	NATSUser, NATSPassword string
+	// NATSListen is where the embedded server listens for agents
+	// (host:port). Empty: it listens nowhere and only in-process clients
+	// connect. Default for the command line: 127.0.0.1:4222.
+	NATSListen string
+	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
+	NATSMaxPayload int32
+
+	// AuthDisabled turns caller authentication off. It is only allowed on
+	// a loopback listener.
+	AuthDisabled bool
+
+	// MaxRequestBytes bounds one MCP request body (a write's content
+	// travels in it). Default 64 MiB, the agents' default limit too.
+	MaxRequestBytes int64
+
+	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
+	SessionTimeout time.Duration
+	// FileCallTimeout bounds file tool calls (read, write, edit). Default
+	// 60 s.
+	FileCallTimeout time.Duration
+	// MaxCallDuration bounds any call, bash included; it is also how long an
+	// agent may answer a call on NATS. Default 1 h.
+	MaxCallDuration time.Duration
+	// Silence is how long a call may go without any frame from its agent
+	// before the gateway asks the agent for the call's state; if the agent
+	// does not answer within Silence/2 more, the call fails. Default 5 s.
+	Silence time.Duration
+	// ProgressIdle is the longest a client waits for a progress
+	// notification while a call runs silently (only clients that sent a
+	// progress token get them). Default 5 s.
+	ProgressIdle time.Duration
+	// OfflineAfter is how long after its last heartbeat a host is shown
+	// offline. Default 15 s (three missed 5 s heartbeats).
+	OfflineAfter time.Duration
+
+	// Logger receives the gateway's log. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 64 << 20
+	}
+	setDur(&c.SessionTimeout, 30*time.Minute)
+	setDur(&c.FileCallTimeout, 60*time.Second)
+	setDur(&c.MaxCallDuration, time.Hour)
+	setDur(&c.Silence, 5*time.Second)
+	setDur(&c.OfflineAfter, 15*time.Second)
+	setDur(&c.ProgressIdle, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NATSURLs == nil && c.DataDir == "" {
+		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
+	}
+	if c.AuthDisabled && !isLoopback(c.Listen) {
+		errs = append(errs, fmt.Errorf("caller authentication is off, so the MCP endpoint may only listen on loopback, not %q: use --listen 127.0.0.1:PORT", c.Listen))
+	}
+	if !c.AuthDisabled {
+		errs = append(errs, errors.New("caller authentication is not configured: this build supports only --dev or --no_auth on a loopback listener"))
+	}
+	if c.Silence < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("silence timeout %s is too short (minimum 100ms)", c.Silence))
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether addr (host:port) can only be reached from this
+// machine.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Gateway is a running control plane: the MCP endpoint, the host registry,
+// the router and, unless an external cluster is used, the NATS server.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+
+	ns     *server.Server // nil with an external cluster
+	creds  Credentials
+	nc     *nats.Conn
+	reg    *registry
+	router *router
+
+	ln   net.Listener
+	http *http.Server
+	done chan error
+}
+
+// Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
+// and serves MCP until Shutdown.
+func Start(cfg Config) (*Gateway, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1)}
+	if err := g.startNATS(); err != nil {
+		g.stopNATS()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		g.stopNATS()
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	g.ln = ln
+	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { g.done <- g.http.Serve(ln) }()
+	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "auth", !cfg.AuthDisabled)
+	return g, nil
+}
+
+func (g *Gateway) startNATS() error {
+	opts := []nats.Option{
+		nats.Name("fleet-gateway"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.PingInterval(10 * time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			g.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
+			_ = nc.Publish(protocol.DiscoverSubject(), nil)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				g.log.Warn("NATS disconnected", "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			g.log.Warn("NATS error", "err", err)
+		}),
+	}
+	var url string
+	if len(g.cfg.NATSURLs) > 0 {
+		url = strings.Join(g.cfg.NATSURLs, ",")
+		if g.cfg.NATSUser != "" {
+			opts = append(opts, nats.UserInfo(g.cfg.NATSUser, g.cfg.NATSPassword))
+		}
+	} else {
+		creds, err := loadCredentials(g.cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		g.creds = creds
+		if g.ns, err = startEmbedded(&g.cfg, creds); err != nil {
+			return err
+		}
+		opts = append(opts, nats.InProcessServer(g.ns), nats.UserInfo(gatewayUser, creds.GatewayPassword))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	g.nc = nc
+	g.reg = newRegistry(g.log, g.cfg.OfflineAfter)
+	if _, err := nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
+		return fmt.Errorf("subscribe presence: %w", err)
+	}
+	if g.router, err = newRouter(nc, g.reg, g.log, g.cfg.Silence); err != nil {
+		return err
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("NATS: %w", err)
+	}
+	// Ask every agent to announce itself now rather than at its next
+	// heartbeat.
+	return nc.Publish(protocol.DiscoverSubject(), nil)
+}
+
+func (g *Gateway) stopNATS() {
+	if g.router != nil {
+		g.router.close()
+	}
+	if g.nc != nil {
+		g.nc.Close()
+	}
+	if g.ns != nil {
+		g.ns.Shutdown()
+		g.ns.WaitForShutdown()
+	}
+}
+
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp and
+// a health check at /healthz.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.mcpHandler(g.newMCPServer()))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !g.nc.IsConnected() {
+			http.Error(w, "NATS not connected", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Addr returns the address the MCP endpoint listens on.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// MCPURL returns the URL an MCP client connects to.
+func (g *Gateway) MCPURL() string { return "http://" + g.Addr() + "/mcp" }
+
+// NATSURL returns the URL agents dial: the embedded server's client
+// address, or the external cluster's URLs.
+func (g *Gateway) NATSURL() string {
+	if g.ns == nil {
+		return strings.Join(g.cfg.NATSURLs, ",")
+	}
+	if g.cfg.NATSListen == "" {
+		return ""
+	}
+	return g.ns.ClientURL()
+}
+
+// AgentCredentials returns the NATS user and password agents use to join
+// the embedded server (empty with an external cluster, which has its own).
+func (g *Gateway) AgentCredentials() (user, password string) {
+	if g.ns == nil {
+		return "", ""
+	}
+	return agentUser, g.creds.AgentPassword
+}
+
+// InProcess returns the embedded server for in-process NATS clients (nil
+// with an external cluster).
+func (g *Gateway) InProcess() *server.Server { return g.ns }
+
+// Shutdown stops accepting requests, waits for in-flight ones until ctx
+// ends, then closes NATS.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	err := g.http.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = g.http.Close()
+	}
+	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	g.stopNATS()
+	return err
+}
+
+// Host returns what the gateway knows about host.
+func (g *Gateway) Host(host string) (HostInfo, bool) { return g.reg.get(host) }

@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// HostError is a failure to reach a host or to hear back from it. Its
+// message names the host and says what to do.
+type HostError struct {
+	Host string
+	Kind HostErrorKind
+	Msg  string
+}
+
+// HostErrorKind classifies a HostError.
+type HostErrorKind int
+
+const (
+	HostUnknown HostErrorKind = iota + 1
+	HostOffline
+	HostSilent
+	HostTimeout
+	HostUnreachable
+)
+
+func (e *HostError) Error() string { return e.Msg }
+
+// router sends calls to agents and collects their streamed replies. All
+// replies arrive on one wildcard inbox subscription and are handed to the
+// waiting call by call ID, so a call costs no subscribe round trip.
+type router struct {
+	nc      *nats.Conn
+	reg     *registry
+	log     *slog.Logger
+	silence time.Duration
+
+	inbox string
+	sub   *nats.Subscription
+
+	mu    sync.Mutex
+	calls map[string]*inflight
+}
+
+// inflight buffers the frames of one call between the NATS callback (which
+// must never block) and the goroutine waiting for the call.
+type inflight struct {
+	mu           sync.Mutex
+	frames       []protocol.Frame
+	pendingBytes int
+	dropped      int
+	noResponders bool
+	notify       chan struct{}
+}
+
+// maxPendingOutput bounds output frames buffered for a slow waiter; beyond
+// it output frames are dropped (result frames never are).
+const maxPendingOutput = 8 << 20
+
+func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration) (*router, error) {
+	r := &router{
+		nc: nc, reg: reg, log: log, silence: silence,
+		inbox: protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
+		calls: make(map[string]*inflight),
+	}
+	sub, err := nc.Subscribe(r.inbox+".*", r.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe reply inbox: %w", err)
+	}
+	// Replies are bounded per call above; give the subscription room for
+	// bursts from many agents at once.
+	if err := sub.SetPendingLimits(1<<20, 512<<20); err != nil {
+		return nil, err
+	}
+	r.sub = sub
+	return r, nil
+}
+
+func (r *router) onReply(m *nats.Msg) {
+	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	r.mu.Lock()
+	fl := r.calls[id]
+	r.mu.Unlock()
+	if fl == nil {
+		return // a late frame of a finished call
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
+		fl.noResponders = true
+	} else if f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data); err != nil {
+		r.log.Warn("dropping malformed reply frame", "call", id, "err", err)
+		return
+	} else if f.Kind == protocol.KindOutput && fl.pendingBytes+len(f.Data) > maxPendingOutput {
+		fl.dropped++
+		return
+	} else {
+		fl.frames = append(fl.frames, f)
+		fl.pendingBytes += len(f.Data)
+	}
+	select {
+	case fl.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (fl *inflight) take() ([]protocol.Frame, bool) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	frames, nr := fl.frames, fl.noResponders
+	fl.frames, fl.noResponders, fl.pendingBytes = nil, false, 0
+	return frames, nr
+}
+
+// callRequest is one tool call to route.
+type callRequest struct {
+	Host    string
+	Tool    string
+	Caller  protocol.Caller
+	Args    json.RawMessage
+	Timeout time.Duration // 0: none beyond the agent's own limits
+}
+
+// frameFunc sees a call's output, progress and keepalive frames as they
+// arrive, on the calling goroutine.
+type frameFunc func(protocol.Frame)
+
+// call routes req to its host and waits for the final result. Errors are
+// *HostError for routing failures, or ctx's error when the caller gave up
+// (the agent is then told to cancel the call).
+func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (*protocol.Result, error) {
+	if err := r.checkHost(req.Host); err != nil {
+		return nil, err
+	}
+	c := protocol.Call{
+		ID: newCallID(), Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
+		Caller: req.Caller, TimeoutMS: req.Timeout.Milliseconds(), Args: req.Args,
+	}
+	fl := &inflight{notify: make(chan struct{}, 1)}
+	r.mu.Lock()
+	r.calls[c.ID] = fl
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.calls, c.ID)
+		r.mu.Unlock()
+	}()
+	if err := r.send(&c); err != nil {
+		return nil, err
+	}
+	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame}
+	return w.wait(ctx)
+}
+
+func (r *router) checkHost(host string) error {
+	if err := protocol.ValidateHost(host); err != nil {
+		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("invalid host: %v", err)}
+	}
+	h, ok := r.reg.get(host)
+	if !ok {
+		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("unknown host %q: call the hosts tool to list the fleet", host)}
+	}
+	if !h.Online {
+		return &HostError{Host: host, Kind: HostOffline, Msg: fmt.Sprintf("host %q is offline (last seen %s ago); call hosts to see which hosts are online",
+			host, time.Since(h.LastSeen).Round(time.Second))}
+	}
+	return nil
+}
+
+// send publishes the call, split into parts that fit the server's
+// max_payload.
+func (r *router) send(c *protocol.Call) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode call: %w", err)
+	}
+	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-1024)
+	parts, err := protocol.Split(data, size)
+	if err != nil {
+		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s is too large: %v", c.Host, err)}
+	}
+	reply := r.inbox + "." + c.ID
+	for i, p := range parts {
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
+		if err := r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body}); err != nil {
+			return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("send %s call to %s: %v", c.Tool, c.Host, err)}
+		}
+	}
+	return nil
+}
+
+func (r *router) cancel(host, id, reason string) {
+	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
+	if err := r.nc.Publish(protocol.CancelSubject(host), data); err != nil {
+		r.log.Warn("send cancel failed", "host", host, "call", id, "err", err)
+	}
+}
+
+func (r *router) fetch(host, id string) {
+	data, _ := json.Marshal(protocol.Fetch{CallID: id})
+	if err := r.nc.PublishRequest(protocol.FetchSubject(host), r.inbox+"."+id, data); err != nil {
+		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
+	}
+}
+
+func (r *router) close() {
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+	}
+}
+
+func newCallID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "c" + hex.EncodeToString(b)
+}
+
+// waiter follows one call until its result arrives or it fails.
+type waiter struct {
+	r       *router
+	call    *protocol.Call
+	fl      *inflight
+	onFrame frameFunc
+
+	asm      *protocol.Assembly
+	fetching bool // a fetch is out and unanswered
+	refetch  int  // fetches sent because result parts were lost
+}
+
+// maxRefetch bounds re-fetches of a result whose parts keep getting lost.
+const maxRefetch = 3
+
+func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
+	host, id := w.call.Host, w.call.ID
+	silence := time.NewTimer(w.r.silence)
+	defer silence.Stop()
+	var deadline <-chan time.Time
+	if t := w.call.Timeout(); t > 0 {
+		timer := time.NewTimer(t + w.r.silence)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			w.r.cancel(host, id, "caller cancelled")
+			return nil, ctx.Err()
+		case <-deadline:
+			w.r.cancel(host, id, "deadline exceeded")
+			return nil, &HostError{Host: host, Kind: HostTimeout, Msg: fmt.Sprintf("%s on %s did not finish within %s", w.call.Tool, host, w.call.Timeout())}
+		case <-silence.C:
+			if w.fetching {
+				w.r.cancel(host, id, "host went silent")
+				return nil, &HostError{Host: host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
+					host, w.call.Tool, w.r.silence+w.r.silence/2)}
+			}
+			w.fetching = true
+			w.r.fetch(host, id)
+			silence.Reset(w.r.silence / 2)
+		case <-w.fl.notify:
+			frames, noResponders := w.fl.take()
+			if noResponders {
+				return nil, &HostError{Host: host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
+			}
+			if len(frames) == 0 {
+				continue
+			}
+			w.fetching = false
+			silence.Reset(w.r.silence)
+			if res, err := w.handle(frames); res != nil || err != nil {
+				return res, err
+			}
+		}
+	}
+}
+
+// handle processes frames in order; it returns the result once complete.
+func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
+	for _, f := range frames {
+		if f.Kind != protocol.KindResult {
+			if w.onFrame != nil {
+				w.onFrame(f)
+			}
+			continue
+		}
+		if f.Part == 1 {
+			w.asm = protocol.NewAssembly(0)
+		}
+		if w.asm == nil {
+			w.asm = protocol.NewAssembly(0) // Add reports the missing first part
+		}
+		done, err := w.asm.Add(f)
+		if err != nil {
+			w.asm = nil
+			if w.refetch++; w.refetch > maxRefetch {
+				return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("result of %s on %s kept arriving incomplete: %v", w.call.Tool, w.call.Host, err)}
+			}
+			w.r.log.Warn("result frames lost; fetching the result again", "host", w.call.Host, "call", w.call.ID, "err", err)
+			w.fetching = true
+			w.r.fetch(w.call.Host, w.call.ID)
+			return nil, nil
+		}
+		if !done {
+			continue
+		}
+		var res protocol.Result
+		if err := json.Unmarshal(w.asm.Bytes(), &res); err != nil {
+			return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s sent an unreadable result: %v", w.call.Host, err)}
+		}
+		if res.CallID != w.call.ID {
+			return nil, errors.New("result call id mismatch")
+		}
+		return &res, nil
+	}
+	return nil, nil
+}

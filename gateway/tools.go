@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Tool inputs. The gateway uses them for the schemas and to read "host";
+// the agent receives the caller's arguments without "host" and decodes
+// them itself.
+
+type hostsIn struct {
+	Filter string `json:"filter,omitempty" jsonschema:"optional: a host-name glob (web-*) or a label match (role=web)"`
+}
+
+type readIn struct {
+	Host   string `json:"host" jsonschema:"the host to read on (see hosts)"`
+	Path   string `json:"path" jsonschema:"file path; relative paths resolve against the host's working directory"`
+	Offset int    `json:"offset,omitempty" jsonschema:"first line to read, 1-based"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"maximum number of lines to read"`
+}
+
+type writeIn struct {
+	Host    string `json:"host" jsonschema:"the host to write on"`
+	Path    string `json:"path" jsonschema:"file path; parent directories are created"`
+	Content string `json:"content" jsonschema:"the complete new file content"`
+}
+
+type editOp struct {
+	OldString  string `json:"old_string" jsonschema:"exact text to replace; must match exactly once unless replace_all"`
+	NewString  string `json:"new_string" jsonschema:"replacement text"`
+	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence"`
+}
+
+type editIn struct {
+	Host  string   `json:"host" jsonschema:"the host to edit on"`
+	Path  string   `json:"path" jsonschema:"file path"`
+	Edits []editOp `json:"edits" jsonschema:"edits applied in order, each to the result of the previous"`
+}
+
+type bashIn struct {
+	Host    string  `json:"host" jsonschema:"the host to run on"`
+	Command string  `json:"command" jsonschema:"bash command line"`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed (default 120; capped by the host, 600 unless configured)"`
+}
+
+const (
+	descHosts = "List the fleet's hosts: name, online/offline, last seen, OS/arch, agent version, labels, working directory and shell. " +
+		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*) or a label (role=web)."
+	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
+		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files. " +
+		"Binary files are refused."
+	descWrite = "Write a file on a host, replacing it if it exists. Creates parent directories. " +
+		"The write is atomic (temporary file, then rename); an existing file keeps its permissions."
+	descEdit = "Edit a file on a host by exact string replacement. Each old_string must match exactly once (or set replace_all); " +
+		"edits apply in order. If any edit fails nothing is written and the error names the edit. Prefer this over write for changes to existing files."
+	descBash = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
+		"Output is truncated to the last 2000 lines or 50KB; the full output is then saved to a file on the host (path given, readable with read). " +
+		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
+		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running."
+)
+
+func (g *Gateway) addTools(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "hosts", Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
+	mcp.AddTool(s, &mcp.Tool{Name: "read", Description: descRead, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest, in readIn) (*mcp.CallToolResult, any, error) {
+			return g.forward(ctx, req, in.Host, "read", g.cfg.FileCallTimeout), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "write", Description: descWrite},
+		func(ctx context.Context, req *mcp.CallToolRequest, in writeIn) (*mcp.CallToolResult, any, error) {
+			return g.forward(ctx, req, in.Host, "write", g.cfg.FileCallTimeout), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "edit", Description: descEdit},
+		func(ctx context.Context, req *mcp.CallToolRequest, in editIn) (*mcp.CallToolResult, any, error) {
+			return g.forward(ctx, req, in.Host, "edit", g.cfg.FileCallTimeout), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
+		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {
+			// The agent enforces the command's own timeout; the call's
+			// budget only bounds a host that never answers at all.
+			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
+		})
+}
+
+// forward sends a per-host tool call to its agent and converts the answer.
+func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, tool string, timeout time.Duration) *mcp.CallToolResult {
+	args, err := withoutHost(req.Params.Arguments)
+	if err != nil {
+		return errorResult(fmt.Sprintf("%s: %v", tool, err))
+	}
+	p := newProgress(ctx, req, g.cfg.ProgressIdle)
+	res, err := g.router.call(ctx, callRequest{
+		Host: host, Tool: tool, Caller: callerOf(req), Args: args, Timeout: timeout,
+	}, p.onFrame)
+	if err != nil {
+		return callError(tool, host, err)
+	}
+	return toolResult(host, res)
+}
+
+// withoutHost returns the arguments object minus "host".
+func withoutHost(raw json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("arguments must be a JSON object: %v", err)
+	}
+	delete(m, "host")
+	return json.Marshal(m)
+}
+
+func callerOf(req *mcp.CallToolRequest) protocol.Caller {
+	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
+		return protocol.Caller{Subject: req.Extra.TokenInfo.UserID}
+	}
+	return protocol.Caller{Subject: "local", Name: "authentication disabled"}
+}
+
+func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in hostsIn) (*mcp.CallToolResult, any, error) {
+	hosts := g.reg.list(in.Filter)
+	var b strings.Builder
+	online := 0
+	for _, h := range hosts {
+		if h.Online {
+			online++
+		}
+	}
+	fmt.Fprintf(&b, "%d hosts, %d online", len(hosts), online)
+	if in.Filter != "" {
+		fmt.Fprintf(&b, " (filter %q)", in.Filter)
+	}
+	b.WriteString("\n")
+	now := time.Now()
+	for _, h := range hosts {
+		state := "online"
+		if !h.Online {
+			state = "offline"
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,
+			now.Sub(h.LastSeen).Round(time.Second), h.Cwd)
+		if labels := formatLabels(h.Labels); labels != "" {
+			b.WriteString("\tlabels " + labels)
+		}
+		b.WriteString("\n")
+	}
+	res := textResult(strings.TrimRight(b.String(), "\n"))
+	res.StructuredContent = map[string]any{"hosts": hosts}
+	return res, nil, nil
+}
+
+func formatLabels(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// progress relays a call's live output and keepalives to the client as
+// progress notifications, when the client asked for them with a progress
+// token. Output is coalesced to at most one notification per
+// progressEvery; a silent command still yields one at least every
+// Config.ProgressIdle, so clients with request timeouts keep waiting.
+type progress struct {
+	ctx     context.Context
+	session *mcp.ServerSession
+	token   any
+
+	idle    time.Duration
+	n       float64
+	last    time.Time
+	pending []byte
+	started time.Time
+}
+
+const (
+	progressEvery = 100 * time.Millisecond
+	// maxProgressMessage bounds the output text carried by one
+	// notification; the final result has the full (truncated) output.
+	maxProgressMessage = 8 << 10
+)
+
+func newProgress(ctx context.Context, req *mcp.CallToolRequest, idle time.Duration) *progress {
+	p := &progress{ctx: ctx, session: req.Session, started: time.Now(), idle: idle}
+	if req.Params != nil {
+		p.token = req.Params.GetProgressToken()
+	}
+	return p
+}
+
+func (p *progress) onFrame(f protocol.Frame) {
+	if p.token == nil || p.session == nil {
+		return
+	}
+	now := time.Now()
+	switch f.Kind {
+	case protocol.KindOutput: // called only from the call's own goroutine
+		p.pending = append(p.pending, f.Data...)
+		if len(p.pending) > maxProgressMessage {
+			p.pending = p.pending[len(p.pending)-maxProgressMessage:]
+		}
+		if now.Sub(p.last) >= progressEvery {
+			p.flush(now, string(p.pending))
+		}
+	case protocol.KindProgress:
+		p.flush(now, string(f.Data))
+	case protocol.KindKeepalive:
+		if len(p.pending) > 0 {
+			p.flush(now, string(p.pending))
+		} else if now.Sub(p.last) >= p.idle {
+			p.flush(now, fmt.Sprintf("still running after %s", now.Sub(p.started).Round(time.Second)))
+		}
+	}
+}
+
+func (p *progress) flush(now time.Time, msg string) {
+	p.pending = p.pending[:0]
+	p.last = now
+	p.n++
+	_ = p.session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: msg})
+}
