@@ -1,0 +1,440 @@
+package agent
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// job is one accepted call, from the moment it is queued until its result
+// is published.
+type job struct {
+	call   *protocol.Call
+	reply  string
+	tool   toolFunc
+	ctx    context.Context
+	cancel context.CancelFunc
+	seq    atomic.Uint64
+}
+
+// finished is a result kept for re-fetching.
+type finished struct {
+	id      string
+	data    []byte // JSON-encoded protocol.Result
+	expires time.Time
+}
+
+// callTable tracks running calls and recently finished results by call ID,
+// so a cancel reaches the right call, a repeated call is never run twice
+// and a lost result can be fetched again.
+type callTable struct {
+	ttl      time.Duration
+	maxBytes int
+
+	mu     sync.Mutex
+	active map[string]*job
+	done   map[string]*list.Element // of *finished, oldest at Front
+	order  *list.List
+	bytes  int
+}
+
+func newCallTable(ttl time.Duration) *callTable {
+	return &callTable{
+		ttl:      ttl,
+		maxBytes: 256 << 20,
+		active:   make(map[string]*job),
+		done:     make(map[string]*list.Element),
+		order:    list.New(),
+	}
+}
+
+// lookup returns the running job or the finished result for id.
+func (t *callTable) lookup(id string) (*job, []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.active[id]; j != nil {
+		return j, nil
+	}
+	if e := t.done[id]; e != nil {
+		return nil, e.Value.(*finished).data
+	}
+	return nil, nil
+}
+
+// start registers j unless a call with its ID is known already.
+func (t *callTable) start(j *job) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.active[j.call.ID] != nil || t.done[j.call.ID] != nil {
+		return false
+	}
+	t.active[j.call.ID] = j
+	return true
+}
+
+// abandon forgets a job that never ran.
+func (t *callTable) abandon(id string) {
+	t.mu.Lock()
+	delete(t.active, id)
+	t.mu.Unlock()
+}
+
+// finish moves id from running to finished with its encoded result.
+func (t *callTable) finish(id string, data []byte, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.active, id)
+	t.done[id] = t.order.PushBack(&finished{id: id, data: data, expires: now.Add(t.ttl)})
+	t.bytes += len(data)
+	t.pruneLocked(now)
+}
+
+func (t *callTable) prune(now time.Time) {
+	t.mu.Lock()
+	t.pruneLocked(now)
+	t.mu.Unlock()
+}
+
+func (t *callTable) pruneLocked(now time.Time) {
+	for e := t.order.Front(); e != nil; e = t.order.Front() {
+		f := e.Value.(*finished)
+		if now.Before(f.expires) && t.bytes <= t.maxBytes {
+			return
+		}
+		t.order.Remove(e)
+		delete(t.done, f.id)
+		t.bytes -= len(f.data)
+	}
+}
+
+func (t *callTable) cancel(id string) bool {
+	t.mu.Lock()
+	j := t.active[id]
+	t.mu.Unlock()
+	if j != nil {
+		j.cancel()
+	}
+	return j != nil
+}
+
+func (t *callTable) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.active)
+}
+
+func (t *callTable) snapshot() []*job {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	jobs := make([]*job, 0, len(t.active))
+	for _, j := range t.active {
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// pending is a call whose parts are still arriving.
+type pending struct {
+	asm     *protocol.Assembly
+	reply   string
+	started time.Time
+}
+
+// maxPending bounds calls being assembled at once.
+const maxPending = 64
+
+// pendingTimeout is how long the parts of one call may take to arrive.
+const pendingTimeout = 30 * time.Second
+
+type assembler struct {
+	mu    sync.Mutex
+	calls map[string]*pending
+}
+
+// onCall runs on the subscription's goroutine: it must never block. It
+// assembles the call's parts and hands the complete call to the pool.
+func (a *Agent) onCall(m *nats.Msg) {
+	f, err := protocol.DecodeFrame(m.Header, m.Data)
+	if err != nil || f.Kind != protocol.KindCall {
+		a.log.Warn("ignoring malformed call message", "err", err, "kind", f.Kind)
+		if m.Reply != "" && f.CallID != "" {
+			a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf("malformed call message: %v", err)), 0)
+		}
+		return
+	}
+	data, reply, err := a.assemble(f, m.Reply)
+	if err != nil {
+		a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), 0)
+		return
+	}
+	if data == nil {
+		return // more parts to come
+	}
+	var call protocol.Call
+	if err := json.Unmarshal(data, &call); err != nil {
+		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), 0)
+		return
+	}
+	a.accept(&call, f.CallID, reply)
+}
+
+func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo string, err error) {
+	if f.Parts == 1 {
+		if len(f.Data) > a.cfg.MaxRequestBytes {
+			return nil, reply, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
+		}
+		return f.Data, reply, nil
+	}
+	a.pend.mu.Lock()
+	defer a.pend.mu.Unlock()
+	p := a.pend.calls[f.CallID]
+	if p == nil {
+		if f.Part != 1 {
+			return nil, reply, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
+		}
+		if len(a.pend.calls) >= maxPending {
+			return nil, reply, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
+		}
+		p = &pending{asm: protocol.NewAssembly(a.cfg.MaxRequestBytes), reply: reply, started: time.Now()}
+		a.pend.calls[f.CallID] = p
+	}
+	done, err := p.asm.Add(f)
+	if err != nil || done {
+		delete(a.pend.calls, f.CallID)
+	}
+	if err != nil {
+		return nil, p.reply, err
+	}
+	if done {
+		return p.asm.Bytes(), p.reply, nil
+	}
+	return nil, p.reply, nil
+}
+
+// prunePending fails calls whose parts stopped arriving.
+func (a *Agent) prunePending(now time.Time) {
+	a.pend.mu.Lock()
+	var stale []string
+	var replies []string
+	for id, p := range a.pend.calls {
+		if now.Sub(p.started) > pendingTimeout {
+			stale = append(stale, id)
+			replies = append(replies, p.reply)
+			delete(a.pend.calls, id)
+		}
+	}
+	a.pend.mu.Unlock()
+	for i, id := range stale {
+		a.replyResult(replies[i], protocol.ErrorResult(id, protocol.CodeIncomplete,
+			fmt.Sprintf("parts of call %s stopped arriving after %s", id, pendingTimeout)), 0)
+	}
+}
+
+// accept validates a complete call and queues it.
+func (a *Agent) accept(call *protocol.Call, frameID, reply string) {
+	fail := func(code protocol.Code, format string, args ...any) {
+		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), 0)
+	}
+	switch {
+	case call.ID != frameID:
+		fail(protocol.CodeBadRequest, "call id %q does not match its frame id %q", call.ID, frameID)
+		return
+	case call.Protocol != protocol.Version:
+		fail(protocol.CodeVersion, "call uses protocol version %d; host %s speaks version %d", call.Protocol, a.cfg.Name, protocol.Version)
+		return
+	case call.Host != a.cfg.Name:
+		fail(protocol.CodeBadRequest, "call for host %q reached host %q", call.Host, a.cfg.Name)
+		return
+	}
+	if j, data := a.calls.lookup(call.ID); j != nil || data != nil {
+		// A repeated call (the gateway retried): never run it twice.
+		a.replyState(reply, call.ID)
+		return
+	}
+	tool := a.tools[call.Tool]
+	if tool == nil {
+		names := make([]string, 0, len(a.tools))
+		for n := range a.tools {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(names, ", "))
+		return
+	}
+	ctx, cancel := context.WithCancel(a.workCtx)
+	if d := call.Timeout(); d > 0 {
+		ctx, cancel = context.WithTimeout(a.workCtx, d)
+	}
+	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel}
+	if !a.calls.start(j) {
+		cancel()
+		a.replyState(reply, call.ID)
+		return
+	}
+	if err := a.enqueue(j); err != nil {
+		a.calls.abandon(call.ID)
+		cancel()
+		fail(err.code, "%s", err.msg)
+	}
+}
+
+type enqueueErr struct {
+	code protocol.Code
+	msg  string
+}
+
+func (a *Agent) enqueue(j *job) *enqueueErr {
+	a.queueMu.Lock()
+	defer a.queueMu.Unlock()
+	if a.draining.Load() {
+		return &enqueueErr{protocol.CodeShuttingDown, fmt.Sprintf("host %s is shutting down and takes no new calls", a.cfg.Name)}
+	}
+	select {
+	case a.queue <- j:
+		return nil
+	default:
+		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits; retry shortly",
+			a.cfg.Name, a.cfg.MaxConcurrent, a.cfg.MaxQueue)}
+	}
+}
+
+// stopQueue refuses further calls and lets the workers finish the queue.
+func (a *Agent) stopQueue() {
+	a.queueMu.Lock()
+	defer a.queueMu.Unlock()
+	if !a.draining.Swap(true) {
+		close(a.queue)
+	}
+}
+
+func (a *Agent) worker(ctx context.Context) {
+	for j := range a.queue {
+		a.run(j)
+	}
+}
+
+func (a *Agent) run(j *job) {
+	defer j.cancel()
+	var res *protocol.Result
+	if err := j.ctx.Err(); err != nil {
+		res = protocol.ErrorResult(j.call.ID, protocol.CodeCancelled, "call was cancelled before it started")
+	} else {
+		res = a.invoke(j)
+	}
+	res.CallID = j.call.ID
+	data, err := json.Marshal(res)
+	if err != nil {
+		data, _ = json.Marshal(protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "encode result: "+err.Error()))
+	}
+	a.calls.finish(j.call.ID, data, time.Now())
+	a.publishResult(j.reply, j.call.ID, data, &j.seq)
+}
+
+func (a *Agent) invoke(j *job) (res *protocol.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("tool panicked", "tool", j.call.Tool, "call", j.call.ID, "panic", r)
+			res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, fmt.Sprintf("tool %s failed unexpectedly: %v", j.call.Tool, r))
+		}
+	}()
+	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Output: func(p []byte) { a.output(j, p) }}
+	start := time.Now()
+	res = j.tool(j.ctx, tc)
+	if res == nil {
+		res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "tool "+j.call.Tool+" returned no result")
+	}
+	a.log.Debug("call done", "tool", j.call.Tool, "call", j.call.ID, "caller", j.call.Caller.Subject,
+		"error", res.IsError || res.Error != nil, "took", time.Since(start))
+	return res
+}
+
+// output streams live output. Output frames may be lost (the final result
+// carries what matters), so a failed publish is only logged.
+func (a *Agent) output(j *job, p []byte) {
+	for len(p) > 0 {
+		n := min(len(p), protocol.ChunkSize)
+		a.publish(j.reply, protocol.Frame{Kind: protocol.KindOutput, CallID: j.call.ID, Seq: j.seq.Add(1), Data: p[:n]})
+		p = p[n:]
+	}
+}
+
+func (a *Agent) keepalive() {
+	for _, j := range a.calls.snapshot() {
+		a.publish(j.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: j.call.ID, Seq: j.seq.Add(1)})
+	}
+}
+
+func (a *Agent) publish(subject string, f protocol.Frame) {
+	nc := a.nc.Load()
+	if nc == nil || subject == "" {
+		return
+	}
+	h, body := f.Encode()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}); err != nil {
+		a.log.Debug("publish frame failed", "kind", f.Kind, "call", f.CallID, "err", err)
+	}
+}
+
+func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64) {
+	parts, err := protocol.Split(data, protocol.ChunkSize)
+	if err != nil {
+		data, _ = json.Marshal(protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error()))
+		parts = [][]byte{data}
+	}
+	for i, p := range parts {
+		a.publish(reply, protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: seq.Add(1), Part: i + 1, Parts: len(parts), Data: p})
+	}
+}
+
+func (a *Agent) replyResult(reply string, res *protocol.Result, seq uint64) {
+	data, _ := json.Marshal(res)
+	var s atomic.Uint64
+	s.Store(seq)
+	a.publishResult(reply, res.CallID, data, &s)
+}
+
+// replyState answers with a call's current state: a keepalive while it
+// runs, its result once finished.
+func (a *Agent) replyState(reply, id string) {
+	j, data := a.calls.lookup(id)
+	switch {
+	case j != nil:
+		a.publish(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: j.seq.Add(1)})
+	case data != nil:
+		var s atomic.Uint64
+		a.publishResult(reply, id, data, &s)
+	default:
+		a.replyResult(reply, protocol.ErrorResult(id, protocol.CodeUnknownCall,
+			fmt.Sprintf("host %s has no record of call %s (results are kept for %s)", a.cfg.Name, id, a.cfg.ResultTTL)), 0)
+	}
+}
+
+func (a *Agent) onCancel(m *nats.Msg) {
+	var c protocol.Cancel
+	if err := json.Unmarshal(m.Data, &c); err != nil || protocol.ValidateCallID(c.CallID) != nil {
+		a.log.Warn("ignoring malformed cancel", "err", err)
+		return
+	}
+	if a.calls.cancel(c.CallID) {
+		a.log.Info("call cancelled", "call", c.CallID, "reason", c.Reason)
+	}
+}
+
+func (a *Agent) onFetch(m *nats.Msg) {
+	var f protocol.Fetch
+	if err := json.Unmarshal(m.Data, &f); err != nil || protocol.ValidateCallID(f.CallID) != nil || m.Reply == "" {
+		a.log.Warn("ignoring malformed fetch", "err", err)
+		return
+	}
+	a.replyState(m.Reply, f.CallID)
+}

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Version is the agent's release version, reported in every announce.
+const Version = "0.1.0"
+
+// Config configures an Agent. The zero value of every optional field means
+// the documented default; Run validates the whole struct once.
+type Config struct {
+	// Servers are the NATS URLs to dial (required).
+	Servers []string
+	// Name is this host's ID in the fleet (required; see
+	// protocol.ValidateHost).
+	Name string
+	// Labels describe the host for targeting (role=web, env=staging).
+	Labels map[string]string
+	// User and Password authenticate to NATS.
+	User, Password string
+
+	// Cwd is the working directory for bash and relative paths. Default:
+	// the process's working directory.
+	Cwd string
+	// StateDir holds the agent's own files (full bash outputs). Default:
+	// $XDG_STATE_HOME/fleetmcp-agent or ~/.local/state/fleetmcp-agent.
+	StateDir string
+	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
+	Shell string
+	// BashDefaultTimeout applies to bash calls without a timeout. Default
+	// 120 s.
+	BashDefaultTimeout time.Duration
+	// BashMaxTimeout caps any bash timeout. Default 600 s.
+	BashMaxTimeout time.Duration
+
+	// MaxConcurrent bounds calls running at once. Default 16.
+	MaxConcurrent int
+	// MaxQueue bounds calls waiting for a worker; beyond it calls are
+	// refused as busy. Default 64.
+	MaxQueue int
+	// MaxRequestBytes bounds one call's arguments. Default 64 MiB.
+	MaxRequestBytes int
+
+	// Heartbeat is how often the agent announces itself. Default 5 s.
+	Heartbeat time.Duration
+	// Keepalive is how often a running call tells the gateway it is still
+	// alive. Default 2 s.
+	Keepalive time.Duration
+	// ResultTTL is how long finished results are kept for re-fetching.
+	// Default 10 min.
+	ResultTTL time.Duration
+	// DrainTimeout bounds how long shutdown waits for in-flight calls
+	// before cancelling them. Default 30 s.
+	DrainTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered backoff between
+	// dial attempts. Defaults 500 ms and 30 s.
+	ReconnectMin, ReconnectMax time.Duration
+
+	// NATSOptions are appended to the agent's own connection options
+	// (for example nats.InProcessServer).
+	NATSOptions []nats.Option
+	// Logger receives the agent's log. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	var err error
+	if c.Cwd == "" {
+		if c.Cwd, err = os.Getwd(); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	}
+	if c.StateDir == "" {
+		if c.StateDir, err = defaultStateDir(); err != nil {
+			return err
+		}
+	}
+	if c.Shell == "" {
+		c.Shell = defaultShell()
+	}
+	setDur(&c.BashDefaultTimeout, 120*time.Second)
+	setDur(&c.BashMaxTimeout, 600*time.Second)
+	setDur(&c.Heartbeat, 5*time.Second)
+	setDur(&c.Keepalive, 2*time.Second)
+	setDur(&c.ResultTTL, 10*time.Minute)
+	setDur(&c.DrainTimeout, 30*time.Second)
+	setDur(&c.ReconnectMin, 500*time.Millisecond)
+	setDur(&c.ReconnectMax, 30*time.Second)
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 16
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = 64
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if len(c.Servers) == 0 {
+		errs = append(errs, errors.New("no NATS server given: pass --nats nats://HOST:4222"))
+	}
+	if err := protocol.ValidateHost(c.Name); err != nil {
+		errs = append(errs, fmt.Errorf("--name: %w", err))
+	}
+	for k := range c.Labels {
+		if k == "" {
+			errs = append(errs, errors.New("label with an empty key: use key=value"))
+		}
+	}
+	if !filepath.IsAbs(c.Cwd) {
+		errs = append(errs, fmt.Errorf("working directory %q must be absolute", c.Cwd))
+	}
+	if c.MaxConcurrent < 1 || c.MaxQueue < 0 {
+		errs = append(errs, fmt.Errorf("worker limits must be positive (max concurrent %d, queue %d)", c.MaxConcurrent, c.MaxQueue))
+	}
+	if c.ReconnectMin > c.ReconnectMax {
+		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
+	}
+	return errors.Join(errs...)
+}
+
+func defaultStateDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "fleetmcp-agent"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no state directory: set --state_dir (%w)", err)
+	}
+	return filepath.Join(home, ".local", "state", "fleetmcp-agent"), nil
+}
+
+func defaultShell() string {
+	if p, err := exec.LookPath("bash"); err == nil {
+		return p
+	}
+	return "/bin/sh"
+}

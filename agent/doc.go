@@ -1,0 +1,8 @@
+// Package agent is the fleet agent that runs on every machine: it dials
+// NATS (outbound only), announces itself and heartbeats, takes tool calls
+// addressed to its host, runs them in a bounded worker pool (files, bash)
+// and streams output and one final result back.
+//
+// It must not import the gateway, nats-server, go-oidc or the MCP SDK: the
+// agent binary stays small and has no server surface of its own.
+package agent

@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// toolCall is what a tool implementation receives for one call.
+type toolCall struct {
+	// ID is the gateway-generated call ID; safe to use in file names.
+	ID string
+	// Args is the tool's JSON arguments object (without "host").
+	Args json.RawMessage
+	// Output streams live output to the caller. It is never nil, must not
+	// block for long, and must not retain p after it returns.
+	Output func(p []byte)
+}
+
+// toolFunc runs one tool call. It always returns a result: failures the
+// model should see are results with IsError set; it returns a result with
+// Error only for calls that could not be carried out at all.
+type toolFunc func(ctx context.Context, tc *toolCall) *protocol.Result
+
+// toolboxConfig is what the tools need to know about their host.
+type toolboxConfig struct {
+	// Cwd is the working directory for bash and for relative paths.
+	Cwd string
+	// StateDir holds the agent's own files; bash full-output files go to
+	// StateDir/output.
+	StateDir string
+	// Shell runs bash commands as Shell -c COMMAND.
+	Shell string
+	// BashDefaultTimeout applies when a call gives no timeout (120 s).
+	BashDefaultTimeout time.Duration
+	// BashMaxTimeout caps any requested timeout (600 s).
+	BashMaxTimeout time.Duration
+}
