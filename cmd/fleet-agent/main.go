@@ -1,0 +1,121 @@
+// Command fleet-agent joins a machine to a fleetmcp fleet: it dials NATS
+// (outbound only), announces the machine and runs the tool calls the
+// gateway routes to it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// labelFlag collects repeated --label key=value flags.
+type labelFlag map[string]string
+
+func (l labelFlag) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labelFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: want key=value", s)
+	}
+	l[k] = strings.TrimSpace(v)
+	return nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	hostname, _ := os.Hostname()
+	labels := labelFlag{}
+	var (
+		servers   = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL)")
+		name      = fs.String("name", protocol.HostFromName(hostname), "this host's name in the fleet")
+		user      = fs.String("nats_user", "agent", "NATS user name")
+		passFile  = fs.String("nats_password_file", "", "file holding the NATS password (default: env FLEET_NATS_PASSWORD)")
+		cwd       = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
+		stateDir  = fs.String("state_dir", "", "directory for the agent's own files (default ~/.local/state/fleetmcp-agent)")
+		shell     = fs.String("shell", "", "shell for bash commands (default: bash from PATH)")
+		maxConc   = fs.Int("max_concurrent", 16, "calls running at once")
+		maxQueue  = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
+		bashDef   = fs.Duration("bash_timeout", 120*time.Second, "default bash timeout")
+		bashMax   = fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for")
+		drain     = fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled")
+		heartbeat = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
+		logLevel  = fs.String("log_level", "info", "debug, info, warn or error")
+	)
+	fs.Var(labels, "label", "key=value label for targeting (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	password := getenv("FLEET_NATS_PASSWORD")
+	if *passFile != "" {
+		data, err := os.ReadFile(*passFile)
+		if err != nil {
+			return fmt.Errorf("--nats_password_file: %w", err)
+		}
+		password = strings.TrimSpace(string(data))
+	}
+	if password == "" {
+		return errors.New("no NATS password: set FLEET_NATS_PASSWORD or --nats_password_file (the gateway prints it at start)")
+	}
+	a, err := agent.New(agent.Config{
+		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
+		Cwd: *cwd, StateDir: *stateDir, Shell: *shell,
+		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
+		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
+		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log_level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,165 @@
+// Command fleet-gateway runs the fleetmcp control plane: the MCP endpoint AI
+// clients connect to, and (unless --nats_url names an external cluster) an
+// embedded NATS server that agents join. With --dev it also runs an agent
+// for this machine, so one command gives a working fleet of one.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "fleet-gateway:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type options struct {
+	dev        bool
+	noAuth     bool
+	listen     string
+	dataDir    string
+	natsListen string
+	natsURL    string
+	natsUser   string
+	maxPayload int
+	sessionTTL time.Duration
+	agentName  string
+	logLevel   string
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("fleet-gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	hostname, _ := os.Hostname()
+	o := &options{}
+	fs.BoolVar(&o.dev, "dev", false, "development mode: caller auth off, loopback only, plus an agent for this machine")
+	fs.BoolVar(&o.noAuth, "no_auth", false, "turn caller authentication off (only allowed on a loopback --listen)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the MCP endpoint")
+	fs.StringVar(&o.dataDir, "data_dir", defaultDataDir(getenv), "state directory for the embedded NATS server")
+	fs.StringVar(&o.natsListen, "nats_listen", "127.0.0.1:4222", "where the embedded NATS server listens for agents")
+	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
+	fs.StringVar(&o.natsUser, "nats_user", "", "user for the external cluster (password: env FLEET_NATS_PASSWORD)")
+	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
+	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
+	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
+	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
+	}
+	return o, nil
+}
+
+func defaultDataDir(getenv func(string) string) string {
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "fleetmcp")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "fleetmcp")
+	}
+	return "fleetmcp-data"
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log_level %q: want debug, info, warn or error", o.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg := gateway.Config{
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
+		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
+		SessionTimeout: o.sessionTTL, Logger: log,
+	}
+	if o.natsURL != "" {
+		if o.dev {
+			return errors.New("--dev runs its own NATS server; drop --nats_url")
+		}
+		cfg.NATSURLs = strings.Split(o.natsURL, ",")
+		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
+	}
+	gw, err := gateway.Start(cfg)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if o.dev {
+		a, err := devAgent(gw, o, log)
+		if err != nil {
+			_ = gw.Shutdown(context.Background())
+			return err
+		}
+		g.Go(func() error { return a.Run(gctx) })
+		printDev(stdout, gw, o)
+	} else {
+		fmt.Fprintf(stdout, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return gw.Shutdown(sctx)
+	})
+	return g.Wait()
+}
+
+func devAgent(gw *gateway.Gateway, o *options, log *slog.Logger) (*agent.Agent, error) {
+	user, pass := gw.AgentCredentials()
+	return agent.New(agent.Config{
+		Servers:  []string{gw.NATSURL()},
+		Name:     o.agentName,
+		User:     user,
+		Password: pass,
+		StateDir: filepath.Join(o.dataDir, "agent"),
+		Labels:   map[string]string{"dev": "true"},
+		Logger:   log.With("component", "agent"),
+	})
+}
+
+func printDev(w io.Writer, gw *gateway.Gateway, o *options) {
+	user, pass := gw.AgentCredentials()
+	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
+
+  MCP endpoint:  %s
+  This machine:  host %q (agent running in this process)
+  Data:          %s
+
+Connect an MCP client:
+  claude mcp add --transport http fleet %s
+  npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
+
+Join another agent:
+  FLEET_NATS_PASSWORD=%s go run ./cmd/fleet-agent --nats %s --nats_user %s --name NAME
+
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), pass, gw.NATSURL(), user)
+}
