@@ -1,0 +1,366 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// Options shape an Env. Zero values give a small, fast fleet.
+type Options struct {
+	// Agents are started in-process at NewEnv (default: "alpha").
+	Agents []string
+	// MaxPayload sets the NATS server's max_payload (default 1 MiB).
+	MaxPayload int32
+	// Gateway adjusts the gateway config before start.
+	Gateway func(*gateway.Config)
+	// Agent adjusts every in-process agent's config before start.
+	Agent func(*agent.Config)
+	// Quiet drops component logs (benchmarks).
+	Quiet bool
+}
+
+// Env is a running fleet for one test.
+type Env struct {
+	t        testing.TB
+	opts     Options
+	log      *slog.Logger
+	natsPort int
+	natsPass struct{ gateway, agent string }
+
+	mu      sync.Mutex
+	nats    *server.Server
+	agents  map[string]*agentRun
+	Gateway *gateway.Gateway
+}
+
+type agentRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	cmd    *exec.Cmd // set for agents run as processes
+	dir    string
+}
+
+// NewEnv starts NATS, the gateway and the requested agents, and waits until
+// every agent is online. Everything is stopped by t.Cleanup.
+func NewEnv(t testing.TB, opts Options) *Env {
+	t.Helper()
+	if opts.Agents == nil {
+		opts.Agents = []string{"alpha"}
+	}
+	e := &Env{t: t, opts: opts, agents: make(map[string]*agentRun)}
+	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if opts.Quiet {
+		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e.natsPort = freePort(t)
+	e.natsPass.gateway, e.natsPass.agent = "gw-"+t.Name(), "agent-"+t.Name()
+	e.startNATS()
+
+	cfg := gateway.Config{
+		Listen:       "127.0.0.1:0",
+		NATSURLs:     []string{e.NATSURL()},
+		NATSUser:     "gateway",
+		NATSPassword: e.natsPass.gateway,
+		AuthDisabled: true,
+		Silence:      2 * time.Second,
+		OfflineAfter: 3 * time.Second,
+		Logger:       e.log.With("component", "gateway"),
+	}
+	if opts.Gateway != nil {
+		opts.Gateway(&cfg)
+	}
+	gw, err := gateway.Start(cfg)
+	if err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	e.Gateway = gw
+	t.Cleanup(e.close)
+	for _, name := range opts.Agents {
+		e.StartAgent(name, nil)
+	}
+	for _, name := range opts.Agents {
+		e.WaitHost(name, true)
+	}
+	return e
+}
+
+// natsOptions builds a fresh server config each time (options must not be
+// reused after NewServer).
+func (e *Env) natsOptions() *server.Options {
+	return &server.Options{
+		Host:       "127.0.0.1",
+		Port:       e.natsPort,
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: e.opts.MaxPayload,
+		Users: []*server.User{
+			{Username: "gateway", Password: e.natsPass.gateway},
+			{Username: "agent", Password: e.natsPass.agent, Permissions: gateway.AgentPermissions(time.Hour)},
+		},
+	}
+}
+
+func (e *Env) startNATS() {
+	ns, err := server.NewServer(e.natsOptions())
+	if err != nil {
+		e.t.Fatalf("nats server: %v", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		e.t.Fatalf("nats server not ready")
+	}
+	e.mu.Lock()
+	e.nats = ns
+	e.mu.Unlock()
+}
+
+// StopNATS shuts the NATS server down; RestartNATS brings it back on the
+// same port.
+func (e *Env) StopNATS() {
+	e.mu.Lock()
+	ns := e.nats
+	e.nats = nil
+	e.mu.Unlock()
+	if ns != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+}
+
+// RestartNATS stops and starts the NATS server on the same port.
+func (e *Env) RestartNATS() {
+	e.StopNATS()
+	e.startNATS()
+}
+
+// NATSURL is the server's client URL.
+func (e *Env) NATSURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort) }
+
+// AgentConfig returns the config an in-process agent called name gets.
+func (e *Env) AgentConfig(name string) agent.Config {
+	dir := e.t.TempDir()
+	cfg := agent.Config{
+		Servers:      []string{e.NATSURL()},
+		Name:         name,
+		User:         "agent",
+		Password:     e.natsPass.agent,
+		Cwd:          dir,
+		StateDir:     filepath.Join(dir, ".state"),
+		Heartbeat:    500 * time.Millisecond,
+		Keepalive:    500 * time.Millisecond,
+		ReconnectMin: 50 * time.Millisecond,
+		ReconnectMax: 500 * time.Millisecond,
+		DrainTimeout: 5 * time.Second,
+		Labels:       map[string]string{"env": "test"},
+		Logger:       e.log.With("component", "agent", "host", name),
+	}
+	if e.opts.Agent != nil {
+		e.opts.Agent(&cfg)
+	}
+	return cfg
+}
+
+// StartAgent starts an in-process agent; mod may adjust its config.
+func (e *Env) StartAgent(name string, mod func(*agent.Config)) *agent.Agent {
+	e.t.Helper()
+	cfg := e.AgentConfig(name)
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		e.t.Fatalf("agent %s: %v", name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &agentRun{cancel: cancel, done: make(chan struct{}), dir: cfg.Cwd}
+	go func() {
+		defer close(run.done)
+		_ = a.Run(ctx)
+	}()
+	e.mu.Lock()
+	e.agents[name] = run
+	e.mu.Unlock()
+	return a
+}
+
+// AgentDir returns the working directory of agent name.
+func (e *Env) AgentDir(name string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.agents[name]; r != nil {
+		return r.dir
+	}
+	e.t.Fatalf("no agent %s", name)
+	return ""
+}
+
+// StopAgent stops agent name gracefully (drain) and waits for it.
+func (e *Env) StopAgent(name string) {
+	e.mu.Lock()
+	r := e.agents[name]
+	delete(e.agents, name)
+	e.mu.Unlock()
+	if r == nil {
+		return
+	}
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	} else {
+		r.cancel()
+	}
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		e.t.Errorf("agent %s did not stop within 30s", name)
+	}
+}
+
+// StartAgentProcess runs agent name as a real fleet-agent process.
+func (e *Env) StartAgentProcess(name string, extraArgs ...string) {
+	e.t.Helper()
+	bin := agentBinary(e.t)
+	dir := e.t.TempDir()
+	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--cwd", dir,
+		"--state_dir", filepath.Join(dir, ".state"), "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "FLEET_NATS_PASSWORD="+e.natsPass.agent)
+	cmd.Stderr = testWriter{e.t}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start agent process: %v", err)
+	}
+	run := &agentRun{done: make(chan struct{}), cmd: cmd, dir: dir}
+	go func() {
+		defer close(run.done)
+		_ = cmd.Wait()
+	}()
+	e.mu.Lock()
+	e.agents[name] = run
+	e.mu.Unlock()
+}
+
+// KillAgent kills agent process name with SIGKILL: no drain, no goodbye.
+func (e *Env) KillAgent(name string) {
+	e.mu.Lock()
+	r := e.agents[name]
+	delete(e.agents, name)
+	e.mu.Unlock()
+	if r == nil || r.cmd == nil {
+		e.t.Fatalf("KillAgent: %s is not an agent process", name)
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// AgentPID returns the process ID of agent process name.
+func (e *Env) AgentPID(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.agents[name].cmd.Process.Pid
+}
+
+// WaitHost waits until the gateway sees host online (or offline).
+func (e *Env) WaitHost(host string, online bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if h, ok := e.Gateway.Host(host); ok && h.Online == online {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("host %s did not become online=%v within 20s", host, online)
+}
+
+// Client connects an MCP client speaking protocol version (empty: the
+// SDK's latest, the stateless 2026 era).
+func (e *Env) Client(version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	e.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.Gateway.MCPURL(), DisableStandaloneSSE: true},
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		e.t.Fatalf("connect MCP client (%q): %v", version, err)
+	}
+	e.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func (e *Env) close() {
+	e.mu.Lock()
+	names := make([]string, 0, len(e.agents))
+	for n := range e.agents {
+		names = append(names, n)
+	}
+	e.mu.Unlock()
+	for _, n := range names {
+		e.StopAgent(n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Gateway.Shutdown(ctx); err != nil {
+		e.t.Errorf("gateway shutdown: %v", err)
+	}
+	e.StopNATS()
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// agentBinary builds cmd/fleet-agent once per test binary.
+func agentBinary(t testing.TB) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fleet-agent-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fleet-agent")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fleetmcp/fleetmcp/cmd/fleet-agent").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build fleet-agent: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// testWriter sends log lines to the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,96 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(strings.TrimSuffix(binPath, "/fleet-agent"))
+	}
+	os.Exit(code)
+}
+
+// eras are the two MCP protocol eras the gateway serves from one URL.
+var eras = []struct{ name, version string }{
+	{"sessions-2025", "2025-11-25"},
+	{"stateless-2026", ""},
+}
+
+// call invokes tool and returns the result; a JSON-RPC error fails the test.
+func call(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return res
+}
+
+// text joins a result's text contents.
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// mustOK fails unless res is a success, and returns its text.
+func mustOK(t testing.TB, res *mcp.CallToolResult) string {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("unexpected tool error: %s", text(res))
+	}
+	return text(res)
+}
+
+// mustErr fails unless res is a tool error containing want.
+func mustErr(t testing.TB, res *mcp.CallToolResult, want string) string {
+	t.Helper()
+	if !res.IsError {
+		t.Fatalf("expected a tool error containing %q, got success: %s", want, text(res))
+	}
+	if !strings.Contains(text(res), want) {
+		t.Fatalf("tool error %q does not contain %q", text(res), want)
+	}
+	return text(res)
+}
+
+func structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("structuredContent %s: %v", data, err)
+	}
+	return m
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
