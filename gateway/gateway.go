@@ -28,6 +28,8 @@ type Gateway struct {
 	reg    *registry
 	router *router
 
+	requests requestContexts
+
 	ln   net.Listener
 	http *http.Server
 	done chan error

@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
+	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -44,8 +47,65 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 			stateless.ServeHTTP(w, r)
 			return
 		}
+		if r.Method == http.MethodPost {
+			// Always overwrite the header: a client must not name another
+			// request's context.
+			id := g.requests.add(r.Context())
+			defer g.requests.remove(id)
+			r.Header.Set(requestHeader, id)
+		}
 		stateful.ServeHTTP(w, r)
 	})
+}
+
+// requestHeader carries, inside the gateway only, the ID under which a
+// session-based POST's HTTP context is registered.
+const requestHeader = "X-Fleet-Request"
+
+// requestContexts lets a tool handler of a session-based (2025) request see
+// the HTTP request that carried it. The SDK detaches handlers from that
+// request so that streams can be resumed; the gateway keeps no event store,
+// so a client that disconnects can never collect the result, and its call is
+// cancelled instead of left running.
+type requestContexts struct {
+	mu   sync.Mutex
+	next uint64
+	ctxs map[string]context.Context
+}
+
+func (rc *requestContexts) add(ctx context.Context) string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.next++
+	id := strconv.FormatUint(rc.next, 36)
+	if rc.ctxs == nil {
+		rc.ctxs = make(map[string]context.Context)
+	}
+	rc.ctxs[id] = ctx
+	return id
+}
+
+func (rc *requestContexts) remove(id string) {
+	rc.mu.Lock()
+	delete(rc.ctxs, id)
+	rc.mu.Unlock()
+}
+
+// bind returns ctx, additionally cancelled when the HTTP request that
+// carried req ends. The returned stop function must be called.
+func (rc *requestContexts) bind(ctx context.Context, req *mcp.CallToolRequest) (context.Context, func()) {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return ctx, func() {}
+	}
+	rc.mu.Lock()
+	httpCtx := rc.ctxs[req.Extra.Header.Get(requestHeader)]
+	rc.mu.Unlock()
+	if httpCtx == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(httpCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // statelessProtocol is the first MCP version without sessions.

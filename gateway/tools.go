@@ -92,6 +92,8 @@ func (g *Gateway) addTools(s *mcp.Server) {
 
 // forward sends a per-host tool call to its agent and converts the answer.
 func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, tool string, timeout time.Duration) *mcp.CallToolResult {
+	ctx, stop := g.requests.bind(ctx, req)
+	defer stop()
 	args, err := withoutHost(req.Params.Arguments)
 	if err != nil {
 		return errorResult(fmt.Sprintf("%s: %v", tool, err))
