@@ -19,13 +19,12 @@ func ValidateHost(id string) error {
 	if len(id) > MaxHostLen {
 		return fmt.Errorf("host name %.20q... is %d characters; at most %d are allowed", id, len(id), MaxHostLen)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for i, r := range []rune(id) {
 		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case (c == '-' || c == '_') && i > 0:
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case (r == '-' || r == '_') && i > 0:
 		default:
-			return fmt.Errorf("host name %q has %q at position %d: use letters, digits, '-' and '_' only, starting with a letter or digit", id, string(rune(c)), i+1)
+			return fmt.Errorf("host name %q has %q at position %d: use letters, digits, '-' and '_' only, starting with a letter or digit", id, string(r), i+1)
 		}
 	}
 	return nil

@@ -43,5 +43,6 @@ func AllHosts() string { return prefix + ".host.>" }
 // that permissions can confine it to its own replies.
 func AgentInboxPrefix(host string) string { return "_INBOX_" + host }
 
-// GatewayInboxPrefix is the inbox prefix gateways use for call replies.
-func GatewayInboxPrefix() string { return "_INBOX_GW" }
+// GatewayInboxPrefix is the inbox prefix gateways use for call replies. Host
+// IDs never start with '_', so no agent's prefix can equal it.
+func GatewayInboxPrefix() string { return "_INBOX__gw" }

@@ -1,0 +1,457 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+const (
+	// bashGrace is how long output is still read after the shell exits.
+	// Whatever a left-behind background process writes later is not part
+	// of the result.
+	bashGrace = 200 * time.Millisecond
+	// bashReadSize is the size of the chunks read from the output pipe.
+	bashReadSize = 32 << 10
+	// spillMaxAge and spillMaxFiles bound the full-output files kept in
+	// StateDir/output.
+	spillMaxAge   = 7 * 24 * time.Hour
+	spillMaxFiles = 500
+)
+
+// bashArgs are the arguments of the bash tool.
+type bashArgs struct {
+	hostArg
+	Command string   `json:"command"`
+	Timeout *float64 `json:"timeout"` // seconds
+}
+
+// bash runs a shell command and returns its merged output, tail-truncated
+// to the output limits, with its exit status.
+func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
+	var a bashArgs
+	if r := decodeArgs(tc, "bash", &a); r != nil {
+		return r
+	}
+	if strings.TrimSpace(a.Command) == "" {
+		return toolBadArgs(tc, "bash", "command is empty; give a shell command to run")
+	}
+	timeout, r := t.bashTimeout(tc, a.Timeout)
+	if r != nil {
+		return r
+	}
+	if ctx.Err() != nil {
+		// Never start a command whose call is already over.
+		return toolFailure(tc, "(no output)\n\nCommand cancelled")
+	}
+	out := newOutputSink(tc.Output, t.spillPath(tc.ID))
+	st, err := t.runShell(ctx, a.Command, timeout, out)
+	if err != nil {
+		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
+	}
+	return bashResult(tc, out, st, timeout)
+}
+
+// bashTimeout returns the time limit for a call that asked for sec
+// seconds (nil: the default), capped at the maximum.
+func (t *toolbox) bashTimeout(tc *toolCall, sec *float64) (time.Duration, *protocol.Result) {
+	switch {
+	case sec == nil:
+		return t.cfg.BashDefaultTimeout, nil
+	case !(*sec > 0):
+		return 0, toolBadArgs(tc, "bash", "timeout must be a positive number of seconds, not %v", *sec)
+	case *sec >= t.cfg.BashMaxTimeout.Seconds():
+		return t.cfg.BashMaxTimeout, nil
+	}
+	return max(time.Duration(*sec*float64(time.Second)), 1), nil
+}
+
+// spillPath returns where the full output of call id goes.
+func (t *toolbox) spillPath(id string) string {
+	if protocol.ValidateCallID(id) != nil {
+		id = "call-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
+	return filepath.Join(t.cfg.StateDir, "output", id+".log")
+}
+
+// shellStatus is how a command ended.
+type shellStatus struct {
+	exitCode  int
+	signal    syscall.Signal // non-zero when a signal killed the shell
+	timedOut  bool
+	cancelled bool
+}
+
+// runShell runs command in its own process group with stdout and stderr
+// merged into out. It returns when the shell has exited and its output has
+// been read, or bashGrace later if something it left behind keeps the
+// output open. On timeout or cancellation it kills the whole group.
+func (t *toolbox) runShell(ctx context.Context, command string, timeout time.Duration, out *outputSink) (shellStatus, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return shellStatus{}, err
+	}
+	cmd := &exec.Cmd{
+		Path: t.shell,
+		Args: []string{t.shell, "-c", command},
+		Dir:  t.cfg.Cwd,
+		// Both are the same *os.File, so the children write to the pipe
+		// directly, in order, and exec starts no copying goroutines.
+		Stdout:      pw,
+		Stderr:      pw,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	err = cmd.Start()
+	pw.Close() // the children hold their own copies
+	if err != nil {
+		pr.Close()
+		return shellStatus{}, err
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		out.readFrom(pr)
+	}()
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- cmd.Wait() }()
+
+	st, werr := awaitShell(ctx, cmd.Process.Pid, timeout, waitDone)
+	drainOutput(pr, readDone, bashGrace)
+	pr.Close()
+	st.setExit(werr)
+	return st, nil
+}
+
+// awaitShell waits for the shell with process id pid to exit, killing its
+// process group on timeout or when ctx is done. It returns cmd.Wait's
+// error.
+func awaitShell(ctx context.Context, pid int, timeout time.Duration, waitDone <-chan error) (shellStatus, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var st shellStatus
+	select {
+	case err := <-waitDone:
+		// Background processes may keep running: they were asked for.
+		return st, err
+	case <-timer.C:
+		st.timedOut = true
+	case <-ctx.Done():
+		st.cancelled = true
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return st, <-waitDone
+}
+
+// drainOutput waits until the reader closes done, for at most grace, then
+// makes it stop reading.
+func drainOutput(pr *os.File, done <-chan struct{}, grace time.Duration) {
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	// Something the command started still holds the pipe open.
+	if err := pr.SetReadDeadline(time.Now()); err != nil {
+		pr.Close()
+	}
+	<-done
+}
+
+// setExit records how the shell ended from cmd.Wait's error.
+func (st *shellStatus) setExit(err error) {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case !errors.As(err, &ee):
+		st.exitCode = -1
+	default:
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.signal = ws.Signal()
+			return
+		}
+		st.exitCode = ee.ExitCode()
+	}
+}
+
+// bashResult renders the result of a finished command.
+func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Duration) *protocol.Result {
+	tr := out.truncation()
+	saved, saveErr := out.finish(tr.Truncated)
+	text := tr.Content
+	if text == "" {
+		text = "(no output)"
+	}
+	if tr.Truncated {
+		text += "\n\n" + spillNote(tr, out.lastLineLen(), saved, saveErr)
+	}
+	status := ""
+	switch {
+	case st.timedOut:
+		status = "Command timed out after " + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64) + " seconds"
+	case st.cancelled:
+		status = "Command cancelled"
+	case st.signal != 0:
+		status = "Command was killed by signal " + signalName(st.signal)
+	case st.exitCode != 0:
+		status = fmt.Sprintf("Command exited with code %d", st.exitCode)
+	}
+	if status != "" {
+		r := toolText(tc, text+"\n\n"+status)
+		r.IsError = true
+		return r
+	}
+	r := toolText(tc, text)
+	r.Structured = out.jsonObject()
+	return r
+}
+
+// spillNote is the note after truncated output that says what is shown
+// and where the rest is.
+func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error) string {
+	where := "Full output: " + saved
+	if saveErr != nil {
+		where = "Full output could not be saved: " + saveErr.Error()
+	}
+	switch {
+	case tr.LastLinePartial:
+		return fmt.Sprintf("[Showing last 50KB of line %d (line is %s). %s]", tr.EndLine, humanSize(lastLineLen), where)
+	case tr.By == "lines":
+		return fmt.Sprintf("[Showing lines %d-%d of %d. %s]", tr.StartLine, tr.EndLine, tr.TotalLines, where)
+	default:
+		return fmt.Sprintf("[Showing lines %d-%d of %d (50KB limit). %s]", tr.StartLine, tr.EndLine, tr.TotalLines, where)
+	}
+}
+
+// signalName returns the conventional name of sig, such as SIGKILL.
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
+		syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+		syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+	}
+	if name, ok := names[sig]; ok {
+		return name
+	}
+	return fmt.Sprintf("%d (%v)", int(sig), sig)
+}
+
+// sinkKeep is how much of the end of the output outputSink keeps once the
+// output exceeds the byte limit: enough to tail-truncate it (see cutTail).
+const sinkKeep = truncMaxBytes + 1
+
+// outputSink collects a command's output. It streams every chunk to live,
+// keeps the output in memory until it exceeds the byte limit and from
+// then on only its end, writing all of it to a full-output file instead.
+// Its methods are called by one goroutine at a time.
+type outputSink struct {
+	live      func([]byte)
+	spillPath string
+	buf       []byte   // the output, or its last sinkKeep+ bytes
+	spill     *os.File // open while the output is being saved
+	spillErr  error    // why the output could not be saved
+	spilled   bool     // the full-output file was created
+
+	total    int64 // bytes of output
+	newlines int
+	lastByte byte
+	curLine  int64 // bytes of the line being written
+	prevLine int64 // bytes of the last complete line, without '\n'
+}
+
+// newOutputSink returns a sink that streams to live and saves the full
+// output, when it must, at spillPath.
+func newOutputSink(live func([]byte), spillPath string) *outputSink {
+	if live == nil {
+		live = func([]byte) {}
+	}
+	return &outputSink{live: live, spillPath: spillPath}
+}
+
+// readFrom copies r into the sink until r fails or ends.
+func (s *outputSink) readFrom(r io.Reader) {
+	buf := make([]byte, bashReadSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			s.write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// write takes one chunk of output.
+func (s *outputSink) write(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	s.live(p)
+	s.count(p)
+	if !s.spilled && s.total > truncMaxBytes {
+		s.startSpill()
+	}
+	if s.spill != nil {
+		s.save(p)
+	}
+	s.buf = append(s.buf, p...)
+	if len(s.buf) > 2*sinkKeep {
+		n := copy(s.buf, s.buf[len(s.buf)-sinkKeep:])
+		s.buf = s.buf[:n]
+	}
+}
+
+// count updates the byte, line and line-length counts for p.
+func (s *outputSink) count(p []byte) {
+	s.total += int64(len(p))
+	s.lastByte = p[len(p)-1]
+	i := bytes.LastIndexByte(p, '\n')
+	if i < 0 {
+		s.curLine += int64(len(p))
+		return
+	}
+	s.newlines += bytes.Count(p, []byte{'\n'})
+	if j := bytes.LastIndexByte(p[:i], '\n'); j >= 0 {
+		s.prevLine = int64(i - j - 1)
+	} else {
+		s.prevLine = s.curLine + int64(i)
+	}
+	s.curLine = int64(len(p) - i - 1)
+}
+
+// startSpill creates the full-output file and saves what is buffered, the
+// whole output so far.
+func (s *outputSink) startSpill() {
+	s.spilled = true
+	dir := filepath.Dir(s.spillPath)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.spillErr = err
+		return
+	}
+	f, err := os.OpenFile(s.spillPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		s.spillErr = err
+		return
+	}
+	s.spill = f
+	pruneSpillFiles(dir, s.spillPath, time.Now(), spillMaxAge, spillMaxFiles)
+	s.save(s.buf)
+}
+
+// save appends p to the full-output file; after an error it stops saving.
+func (s *outputSink) save(p []byte) {
+	if _, err := s.spill.Write(p); err != nil {
+		s.spillErr = err
+		s.spill.Close()
+		s.spill = nil
+	}
+}
+
+// whole reports whether the buffer holds all the output.
+func (s *outputSink) whole() bool { return int64(len(s.buf)) == s.total }
+
+// lines returns the number of output lines.
+func (s *outputSink) lines() int {
+	if s.total > 0 && s.lastByte != '\n' {
+		return s.newlines + 1
+	}
+	return s.newlines
+}
+
+// lastLineLen returns the length of the last output line, without '\n'.
+func (s *outputSink) lastLineLen() int64 {
+	if s.lastByte == '\n' {
+		return s.prevLine
+	}
+	return s.curLine
+}
+
+// truncation tail-truncates the output to the output limits.
+func (s *outputSink) truncation() truncation {
+	return cutTail(string(s.buf), s.lines(), s.whole(), defaultLimits())
+}
+
+// finish closes the full-output file, first creating it when the output
+// was truncated but small enough to have stayed in memory. It returns the
+// file's path, or why there is none.
+func (s *outputSink) finish(truncated bool) (string, error) {
+	if truncated && !s.spilled {
+		s.startSpill()
+	}
+	if s.spill != nil {
+		if err := s.spill.Close(); err != nil && s.spillErr == nil {
+			s.spillErr = err
+		}
+		s.spill = nil
+	}
+	return s.spillPath, s.spillErr
+}
+
+// jsonObject returns the output when all of it, without surrounding white
+// space, is one JSON object; otherwise nil.
+func (s *outputSink) jsonObject() json.RawMessage {
+	if !s.whole() {
+		return nil
+	}
+	b := bytes.TrimSpace(s.buf)
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(bytes.Clone(b))
+}
+
+// pruneSpillFiles removes full-output files in dir older than maxAge and
+// then the oldest ones until, counting keep, at most maxFiles remain. It
+// never removes keep. Errors are ignored: another call may be pruning too.
+func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxFiles int) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type spillFile struct {
+		path string
+		mod  time.Time
+	}
+	var files []spillFile
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") || p == keep {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if now.Sub(info.ModTime()) > maxAge {
+			os.Remove(p)
+			continue
+		}
+		files = append(files, spillFile{p, info.ModTime()})
+	}
+	excess := len(files) + 1 - maxFiles
+	if excess <= 0 {
+		return
+	}
+	slices.SortFunc(files, func(a, b spillFile) int { return a.mod.Compare(b.mod) })
+	for _, f := range files[:excess] {
+		os.Remove(f.path)
+	}
+}

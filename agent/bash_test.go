@@ -1,0 +1,383 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// tbBash runs command with the bash tool and returns the result text,
+// whether it is an error and the streamed output.
+func tbBash(t *testing.T, tb *toolbox, args map[string]any) (string, bool, string) {
+	t.Helper()
+	r, live := tbCall(t, context.Background(), tb, "bash", args)
+	return tbText(t, r), r.IsError, live
+}
+
+// processGone waits up to 2 s for process pid to be gone (or a zombie
+// nobody has reaped yet) and reports whether it is.
+func processGone(pid int) bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return true
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// killLater kills process pid when the test ends.
+func killLater(t *testing.T, pid int) {
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+}
+
+// pidIn parses the process id on the first line of s.
+func pidIn(t *testing.T, s string) int {
+	t.Helper()
+	line, _, _ := strings.Cut(s, "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 1 {
+		t.Fatalf("no pid in %q", s)
+	}
+	return pid
+}
+
+func TestBashOutput(t *testing.T) {
+	tb := tbNew(t)
+	tests := []struct {
+		name    string
+		command string
+		want    string
+		isErr   bool
+	}{
+		{"merged in order", "echo a; echo b >&2; echo c", "a\nb\nc\n", false},
+		{"no output", "true", "(no output)", false},
+		{"exit code", "echo out; echo err >&2; exit 3", "out\nerr\n\n\nCommand exited with code 3", true},
+		{"exit code no output", "exit 1", "(no output)\n\nCommand exited with code 1", true},
+		{"signal", "kill -TERM $$", "(no output)\n\nCommand was killed by signal SIGTERM", true},
+		{"working directory", "pwd", tb.cfg.Cwd + "\n", false},
+		{"stdin is empty", "cat; echo done", "done\n", false},
+		{"no final newline", "printf 'a\\nb'", "a\nb", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text, isErr, live := tbBash(t, tb, map[string]any{"command": tt.command})
+			if text != tt.want || isErr != tt.isErr {
+				t.Errorf("bash %q = %q (error %v), want %q (error %v)", tt.command, text, isErr, tt.want, tt.isErr)
+			}
+			if out, _, _ := strings.Cut(tt.want, "\n\nCommand"); out != "(no output)" && live != out {
+				t.Errorf("streamed %q, want %q", live, out)
+			}
+		})
+	}
+}
+
+func TestBashArgs(t *testing.T) {
+	tb := tbNew(t)
+	tests := []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"command": ""}, "bash: invalid arguments: command is empty; give a shell command to run"},
+		{map[string]any{"command": "  \n"}, "command is empty"},
+		{map[string]any{}, "command is empty"},
+		{map[string]any{"command": "true", "timeout": 0}, "bash: invalid arguments: timeout must be a positive number of seconds, not 0"},
+		{map[string]any{"command": "true", "timeout": -2.5}, "timeout must be a positive number of seconds, not -2.5"},
+		{map[string]any{"command": "true", "timeout": "10"}, `field "timeout" must be a number, not string`},
+		{map[string]any{"command": "true", "cwd": "/"}, `unknown field "cwd"; the arguments are command, timeout`},
+	}
+	for _, tt := range tests {
+		r, _ := tbCall(t, context.Background(), tb, "bash", tt.args)
+		tbBadArgs(t, r, tt.want)
+	}
+}
+
+func TestBashTimeoutKillsGroup(t *testing.T) {
+	tb := tbNew(t)
+	start := time.Now()
+	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "sleep 30 & echo $!; wait", "timeout": 0.3})
+	pid := pidIn(t, text)
+	killLater(t, pid)
+	if want := fmt.Sprintf("%d\n\n\nCommand timed out after 0.3 seconds", pid); text != want || !isErr {
+		t.Errorf("text = %q (error %v), want %q", text, isErr, want)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if !processGone(pid) {
+		t.Errorf("background process %d survived the timeout", pid)
+	}
+}
+
+func TestBashTimeoutCapped(t *testing.T) {
+	tb := tbNew(t)
+	tb.cfg.BashMaxTimeout = 300 * time.Millisecond
+	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "sleep 10", "timeout": 1e9})
+	if want := "(no output)\n\nCommand timed out after 0.3 seconds"; text != want || !isErr {
+		t.Errorf("text = %q, want %q", text, want)
+	}
+	tb.cfg.BashDefaultTimeout = 200 * time.Millisecond
+	text, _, _ = tbBash(t, tb, map[string]any{"command": "sleep 10"})
+	if want := "(no output)\n\nCommand timed out after 0.2 seconds"; text != want {
+		t.Errorf("text = %q, want %q", text, want)
+	}
+}
+
+func TestBashCancel(t *testing.T) {
+	tb := tbNew(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// One child stays in the group, one escapes it; both hold the pipe.
+	cmd := fmt.Sprintf("sleep 30 & setsid sh -c 'echo $$ > %s; exec sleep 30' & echo started; wait", pidFile)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	var once sync.Once
+	tc := &toolCall{ID: "cancel-me", Args: []byte(`{"command":` + strconv.Quote(cmd) + `}`), Output: func(p []byte) {
+		if bytes.Contains(p, []byte("started")) {
+			once.Do(func() { close(started) })
+		}
+	}}
+	done := make(chan *protocol.Result, 1)
+	go func() { done <- tb.bash(ctx, tc) }()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("command did not start")
+	}
+	for i := 0; i < 200; i++ {
+		if b, err := os.ReadFile(pidFile); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			killLater(t, pidIn(t, string(b)))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case r := <-done:
+		if text, want := tbText(t, r), "started\n\n\nCommand cancelled"; text != want || !r.IsError {
+			t.Errorf("text = %q (error %v), want %q", text, r.IsError, want)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("bash did not return within 1 s of cancel")
+	}
+}
+
+func TestBashDaemonDoesNotHang(t *testing.T) {
+	tb := tbNew(t)
+	start := time.Now()
+	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "sleep 30 & echo $!"})
+	pid := pidIn(t, text)
+	killLater(t, pid)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("bash waited %v for a background process", d)
+	}
+	if isErr || text != fmt.Sprintf("%d\n", pid) {
+		t.Errorf("text = %q (error %v)", text, isErr)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("background process %d was killed: %v", pid, err)
+	}
+}
+
+func TestBashLargeOutput(t *testing.T) {
+	tb := tbNew(t)
+	text, isErr, live := tbBash(t, tb, map[string]any{"command": "seq 1 100000"})
+	spill := filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
+	all := numbered(100000)
+	want := strings.TrimPrefix(all, numbered(98000)) + "\n\n[Showing lines 98001-100000 of 100000. Full output: " + spill + "]"
+	if isErr || text != want {
+		t.Errorf("text = %s (error %v), want %s", abbrev(text), isErr, abbrev(want))
+	}
+	if !strings.HasSuffix(text, "\n100000\n\n\n[Showing lines 98001-100000 of 100000. Full output: "+spill+"]") {
+		t.Errorf("text ends %q", text[len(text)-120:])
+	}
+	if live != all {
+		t.Errorf("streamed %d bytes, want %d", len(live), len(all))
+	}
+	if got := tbRead(t, spill); got != all {
+		t.Errorf("full output file has %d bytes, want %d", len(got), len(all))
+	}
+	if m := tbMode(t, spill); m != 0o600 {
+		t.Errorf("full output file mode %v, want 0600", m)
+	}
+	if m := tbMode(t, filepath.Dir(spill)); m != 0o700 {
+		t.Errorf("output directory mode %v, want 0700", m)
+	}
+}
+
+func TestBashTruncationNotes(t *testing.T) {
+	tb := tbNew(t)
+	spill := filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
+	wide := strings.Repeat(strings.Repeat("0", 99)+"\n", 600)
+	tests := []struct {
+		name, command, want, full string
+	}{
+		{"lines, small output", "seq 1 3000",
+			strings.TrimPrefix(numbered(3000), numbered(1000)) + "\n\n[Showing lines 1001-3000 of 3000. Full output: " + spill + "]",
+			numbered(3000)},
+		{"bytes", `i=0; while [ $i -lt 600 ]; do printf '%099d\n' 0; i=$((i+1)); done`,
+			wide[88*100:] + "\n\n[Showing lines 89-600 of 600 (50KB limit). Full output: " + spill + "]",
+			wide},
+		{"last line partial", `head -c 60000 /dev/zero | tr '\0' x`,
+			strings.Repeat("x", truncMaxBytes) + "\n\n[Showing last 50KB of line 1 (line is 58.6KB). Full output: " + spill + "]",
+			strings.Repeat("x", 60000)},
+		{"last line partial after others", `echo first; head -c 60000 /dev/zero | tr '\0' x; echo`,
+			strings.Repeat("x", truncMaxBytes-1) + "\n\n\n[Showing last 50KB of line 2 (line is 58.6KB). Full output: " + spill + "]",
+			"first\n" + strings.Repeat("x", 60000) + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text, _, _ := tbBash(t, tb, map[string]any{"command": tt.command})
+			if text != tt.want {
+				t.Errorf("text = %s\nwant   %s", abbrev(text), abbrev(tt.want))
+				if i := strings.LastIndex(text, "\n\n"); i >= 0 {
+					t.Logf("note: %q", text[i:])
+				}
+			}
+			if got := tbRead(t, spill); got != tt.full {
+				t.Errorf("full output %s, want %s", abbrev(got), abbrev(tt.full))
+			}
+		})
+	}
+}
+
+func TestBashStructured(t *testing.T) {
+	tb := tbNew(t)
+	tests := []struct {
+		command, want string
+	}{
+		{`printf '  {"a": 1, "b": [2]}\n\n'`, `{"a": 1, "b": [2]}`},
+		{`echo '[1, 2]'`, ""},
+		{`echo '{"a": 1} {"b": 2}'`, ""},
+		{`echo '{"a": '`, ""},
+		{`echo '{"a": 1}'; exit 2`, ""},
+		{`echo 'ok'`, ""},
+	}
+	for _, tt := range tests {
+		r, _ := tbCall(t, context.Background(), tb, "bash", map[string]any{"command": tt.command})
+		if string(r.Structured) != tt.want {
+			t.Errorf("bash %q: structured = %s, want %s", tt.command, r.Structured, tt.want)
+		}
+	}
+}
+
+func TestBashOutputSinkBounded(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "output", "x.log")
+	var streamed int
+	s := newOutputSink(func(p []byte) { streamed += len(p) }, spill)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var all bytes.Buffer
+	var maxCap int
+	for all.Len() < 8<<20 {
+		var chunk []byte
+		for len(chunk) < rng.IntN(bashReadSize)+1 {
+			switch rng.IntN(4) {
+			case 0:
+				chunk = append(chunk, '\n')
+			case 1:
+				chunk = append(chunk, "€uro "...)
+			case 2:
+				chunk = append(chunk, bytes.Repeat([]byte("long"), rng.IntN(20000))...)
+			default:
+				chunk = append(chunk, "word "...)
+			}
+		}
+		all.Write(chunk)
+		s.write(chunk)
+		maxCap = max(maxCap, cap(s.buf))
+	}
+	if bound := 4*sinkKeep + 4*bashReadSize + 160000; maxCap > bound {
+		t.Errorf("buffer grew to %d bytes for %d bytes of output, want at most %d", maxCap, all.Len(), bound)
+	}
+	want := truncateTail(all.String())
+	if got := s.truncation(); got != want {
+		got.Content, want.Content = abbrev(got.Content), abbrev(want.Content)
+		t.Errorf("truncation = %+v\nwant         %+v", got, want)
+	}
+	lines := strings.Split(strings.TrimSuffix(all.String(), "\n"), "\n")
+	if got, want := s.lastLineLen(), int64(len(lines[len(lines)-1])); got != want {
+		t.Errorf("last line length %d, want %d", got, want)
+	}
+	if path, err := s.finish(true); err != nil || path != spill {
+		t.Fatalf("finish = %s, %v", path, err)
+	}
+	if got := tbRead(t, spill); got != all.String() || streamed != all.Len() {
+		t.Errorf("saved %d and streamed %d bytes, want %d", len(got), streamed, all.Len())
+	}
+}
+
+func TestBashPruneSpillFiles(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	touch := func(name string, age time.Duration) string {
+		p := tbFile(t, dir, name, "x")
+		if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for i := range 5 {
+		touch(fmt.Sprintf("ancient-%d.log", i), 8*24*time.Hour)
+	}
+	for i := range 510 {
+		// file-000 is the oldest.
+		touch(fmt.Sprintf("file-%03d.log", i), time.Duration(600-i)*time.Minute)
+	}
+	other := touch("notes.txt", 30*24*time.Hour)
+	keep := touch("current.log", 0)
+
+	pruneSpillFiles(dir, keep, now, spillMaxAge, spillMaxFiles)
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".log") {
+			logs++
+		}
+		if strings.HasPrefix(e.Name(), "ancient-") {
+			t.Errorf("%s is older than 7 days but was kept", e.Name())
+		}
+	}
+	if logs != spillMaxFiles {
+		t.Errorf("%d full-output files left, want %d", logs, spillMaxFiles)
+	}
+	for _, p := range []string{keep, other, filepath.Join(dir, "file-011.log"), filepath.Join(dir, "file-509.log")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", filepath.Base(p), err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "file-010.log")); err == nil {
+		t.Error("file-010.log, among the 11 oldest, was kept")
+	}
+}
+
+func TestBashCancelledBeforeStart(t *testing.T) {
+	tb := tbNew(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, _ := tbCall(t, ctx, tb, "bash", map[string]any{"command": "touch marker"})
+	tbWant(t, r, true, "(no output)\n\nCommand cancelled")
+	if _, err := os.Stat(filepath.Join(tb.cfg.Cwd, "marker")); err == nil {
+		t.Error("a cancelled call ran its command")
+	}
+}

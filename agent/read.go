@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// readArgs are the arguments of the read tool.
+type readArgs struct {
+	hostArg
+	Path   string `json:"path"`
+	Offset int    `json:"offset"` // first line to show, from 1; 0 means 1
+	Limit  int    `json:"limit"`  // most lines to show; 0 means no limit
+}
+
+// sniffLen is how much of a file is inspected to tell text from binary.
+const sniffLen = 8 << 10
+
+// read returns lines of a text file, head-truncated to the output limits,
+// with notes that say how to read on.
+func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
+	var a readArgs
+	if r := decodeArgs(tc, "read", &a); r != nil {
+		return r
+	}
+	switch {
+	case a.Path == "":
+		return toolFailure(tc, "path is empty; give the file to read")
+	case a.Offset < 0:
+		return toolFailure(tc, "offset %d is negative; lines are numbered from 1", a.Offset)
+	case a.Limit < 0:
+		return toolFailure(tc, "limit %d is negative; give a positive number of lines, or leave it out", a.Limit)
+	}
+	path, err := t.resolve(a.Path)
+	if err != nil {
+		return toolFailure(tc, "%v", err)
+	}
+	f, br, problem := openText(path, "read returns text only")
+	if problem != "" {
+		return toolFailure(tc, "%s", problem)
+	}
+	defer f.Close()
+	first := max(a.Offset, 1)
+	scan, err := scanLines(ctx, br, first, a.Limit)
+	if ctx.Err() != nil {
+		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "read "+path+": cancelled")
+	}
+	if err != nil {
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	switch {
+	case scan.total == 0 && first == 1:
+		return toolText(tc, "(empty file)")
+	case first > scan.total:
+		return toolFailure(tc, "offset %d is beyond the end of %s (%d lines)", a.Offset, path, scan.total)
+	}
+	return toolText(tc, readText(path, scan, first, a.Limit))
+}
+
+// openText opens path for reading and checks that it is a regular text
+// file. On failure it returns a description of the problem; refusal says
+// what the calling tool accepts.
+func openText(path, refusal string) (*os.File, *bufio.Reader, string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fsProblem(path, err)
+	}
+	fi, err := f.Stat()
+	problem := ""
+	switch {
+	case err != nil:
+		problem = fsProblem(path, err)
+	case fi.IsDir():
+		problem = path + " is a directory; use bash ls to list it"
+	case !fi.Mode().IsRegular():
+		problem = path + " is not a regular file; " + refusal
+	}
+	if problem != "" {
+		f.Close()
+		return nil, nil, problem
+	}
+	// Small files get a small buffer: reads of short files are the common
+	// case and a 64 KiB allocation each would dominate their cost.
+	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(fi.Size())+1)))
+	head, err := br.Peek(sniffLen)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.Close()
+		return nil, nil, fsProblem(path, err)
+	}
+	if looksBinary(head, len(head) < sniffLen) {
+		f.Close()
+		return nil, nil, fmt.Sprintf("%s is a binary file (%d bytes); %s", path, fi.Size(), refusal)
+	}
+	return f, br, ""
+}
+
+// looksBinary reports whether p, the start of a file, is not text: it has
+// a NUL byte or is not valid UTF-8. A multi-byte sequence cut off at the
+// end of p does not count unless atEOF says p is the whole file.
+func looksBinary(p []byte, atEOF bool) bool {
+	if bytes.IndexByte(p, 0) >= 0 {
+		return true
+	}
+	for len(p) > 0 {
+		r, n := utf8.DecodeRune(p)
+		if r == utf8.RuneError && n == 1 {
+			return atEOF || utf8.FullRune(p)
+		}
+		p = p[n:]
+	}
+	return false
+}
+
+// lineScan is what scanLines learns about a file.
+type lineScan struct {
+	// window is the start of the selected lines: all of them when whole,
+	// else enough to decide the truncation (see cutHead).
+	window []byte
+	whole  bool
+	// total is the number of lines in the file.
+	total int
+	// firstLen is the length in bytes of the first selected line, without
+	// its '\n'.
+	firstLen int64
+	// windowLines counts the complete lines in window.
+	windowLines int
+}
+
+// scanLines reads r to the end, counting its lines and keeping the start
+// of the limit lines (all when limit is 0) that begin at line first. It
+// holds at most a little more than the output limits in memory.
+func scanLines(ctx context.Context, r *bufio.Reader, first, limit int) (lineScan, error) {
+	s := lineScan{whole: true}
+	line, atLineStart := 1, true // the line the next byte belongs to
+	for n := 0; ; n++ {
+		chunk, err := r.ReadSlice('\n')
+		if len(chunk) > 0 {
+			selected := line >= first && (limit == 0 || line < first+limit)
+			if selected {
+				s.collect(chunk)
+			}
+			atLineStart = chunk[len(chunk)-1] == '\n'
+			if line == first {
+				s.firstLen += int64(len(chunk))
+				if atLineStart {
+					s.firstLen--
+				}
+			}
+			if atLineStart {
+				line++
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return s, err
+		}
+		if n%64 == 0 && ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+	}
+	s.total = line - 1
+	if !atLineStart {
+		s.total++
+	}
+	return s, nil
+}
+
+// collect appends chunk, a piece of a selected line, to the window while
+// the window is within the output limits, and notes when it stops.
+func (s *lineScan) collect(chunk []byte) {
+	if !s.whole {
+		return
+	}
+	room := truncMaxBytes + 1 - len(s.window)
+	if room <= 0 || s.windowLines > truncMaxLines {
+		s.whole = false
+		return
+	}
+	if len(chunk) > room {
+		chunk, s.whole = chunk[:room], false
+	}
+	s.window = append(s.window, chunk...)
+	if chunk[len(chunk)-1] == '\n' {
+		s.windowLines++
+	}
+}
+
+// readText renders the selected lines of the file at path and the note
+// that says how to continue.
+func readText(path string, scan lineScan, first, limit int) string {
+	selected := scan.total - first + 1
+	if limit > 0 {
+		selected = min(selected, limit)
+	}
+	tr := cutHead(string(scan.window), selected, scan.whole, defaultLimits())
+	last := first + tr.OutputLines - 1
+	var note string
+	switch {
+	case tr.FirstLineTooLong:
+		return fmt.Sprintf("[Line %d is %s, exceeds 50KB limit. Use bash: sed -n '%dp' %s | head -c %d]",
+			first, humanSize(scan.firstLen), first, shellQuote(path), truncMaxBytes)
+	case tr.Truncated && tr.By == "lines":
+		note = fmt.Sprintf("[Showing lines %d-%d of %d. Use offset=%d to continue.]", first, last, scan.total, last+1)
+	case tr.Truncated:
+		note = fmt.Sprintf("[Showing lines %d-%d of %d (50KB limit). Use offset=%d to continue.]", first, last, scan.total, last+1)
+	case last < scan.total:
+		note = fmt.Sprintf("[%d more lines in file. Use offset=%d to continue.]", scan.total-last, last+1)
+	default:
+		return tr.Content
+	}
+	return strings.TrimSuffix(tr.Content, "\n") + "\n\n" + note
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_./@%+=:,-", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,290 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// toolbox runs the file and shell tools of one host. It is safe for
+// concurrent use.
+type toolbox struct {
+	cfg   toolboxConfig
+	shell string // cfg.Shell resolved to an executable path
+	home  string // the user's home directory; empty if unknown
+	locks pathLocks
+}
+
+// newToolbox validates cfg and returns a toolbox for it. It creates
+// cfg.StateDir (mode 0700) if it does not exist.
+func newToolbox(cfg toolboxConfig) (*toolbox, error) {
+	if err := checkCwd(cfg.Cwd); err != nil {
+		return nil, err
+	}
+	if cfg.Shell == "" {
+		return nil, errors.New("toolbox: shell is empty; set it to a shell such as /bin/bash")
+	}
+	shell, err := exec.LookPath(cfg.Shell)
+	if err == nil {
+		// Commands run in Cwd: a relative shell path must not move with it.
+		shell, err = filepath.Abs(shell)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: shell %q is not an executable file (%v); set it to a shell such as /bin/bash", cfg.Shell, err)
+	}
+	if cfg.BashDefaultTimeout <= 0 || cfg.BashMaxTimeout <= 0 {
+		return nil, fmt.Errorf("toolbox: bash timeouts must be positive (default %v, max %v); use e.g. 120s and 600s", cfg.BashDefaultTimeout, cfg.BashMaxTimeout)
+	}
+	if cfg.BashDefaultTimeout > cfg.BashMaxTimeout {
+		return nil, fmt.Errorf("toolbox: default bash timeout %v exceeds the maximum %v; lower the default or raise the maximum", cfg.BashDefaultTimeout, cfg.BashMaxTimeout)
+	}
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("toolbox: state directory %q is not an absolute path; give one such as /var/lib/fleet-agent", cfg.StateDir)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("toolbox: create state directory: %w; make its parent writable or choose another directory", err)
+	}
+	return &toolbox{cfg: cfg, shell: shell, home: homeDir()}, nil
+}
+
+// checkCwd reports whether dir can serve as the working directory.
+func checkCwd(dir string) error {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return fmt.Errorf("toolbox: working directory %q is not an absolute path; give one such as /home/user", dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("toolbox: working directory: %w; create it or choose another", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("toolbox: working directory %s is not a directory; choose a directory", dir)
+	}
+	return nil
+}
+
+// homeDir returns the home directory of the user the agent runs as, or ""
+// when there is none.
+func homeDir() string {
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return h
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		return u.HomeDir
+	}
+	return ""
+}
+
+// tools returns the toolbox's tools by name.
+func (t *toolbox) tools() map[string]toolFunc {
+	return map[string]toolFunc{
+		"read":  t.read,
+		"write": t.write,
+		"edit":  t.edit,
+		"bash":  t.bash,
+	}
+}
+
+// resolve turns a path given by a caller into a clean absolute path: "~"
+// and "~/..." are relative to the user's home, other relative paths to the
+// working directory.
+func (t *toolbox) resolve(p string) (string, error) {
+	switch {
+	case p == "":
+		return "", errors.New("path is empty; give a file path")
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		if t.home == "" {
+			return "", fmt.Errorf("cannot expand %s: the agent's user has no home directory; give an absolute path", p)
+		}
+		return filepath.Join(t.home, p[1:]), nil
+	case filepath.IsAbs(p):
+		return filepath.Clean(p), nil
+	default:
+		return filepath.Join(t.cfg.Cwd, p), nil
+	}
+}
+
+// lockFile serialises mutations of the file at path, a path whose last
+// element is not a symbolic link, and returns the function that ends the
+// critical section. Paths that reach the file through different directory
+// links share one lock.
+func (t *toolbox) lockFile(path string) (unlock func()) {
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	return t.locks.lock(path)
+}
+
+// pathLocks serialises mutations of one file. Entries exist only while
+// someone holds or waits for them, so the map stays small.
+type pathLocks struct {
+	mu sync.Mutex
+	m  map[string]*pathLock
+}
+
+type pathLock struct {
+	mu   sync.Mutex
+	refs int // holders plus waiters; guarded by pathLocks.mu
+}
+
+// lock locks path and returns the function that unlocks it.
+func (l *pathLocks) lock(path string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[string]*pathLock)
+	}
+	e := l.m[path]
+	if e == nil {
+		e = new(pathLock)
+		l.m[path] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, path)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// size returns the number of paths locked or waited for.
+func (l *pathLocks) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
+
+// decodeArgs decodes tc.Args strictly into v, a pointer to an argument
+// struct. It returns nil on success and a bad-request result naming the
+// problem otherwise. Missing arguments decode as an empty object.
+// hostArg accepts the "host" argument the caller addressed the call with,
+// so the gateway can forward arguments unchanged. The call itself says
+// which host it is for; this field is not used.
+type hostArg struct {
+	Host string `json:"host,omitempty"`
+}
+
+func decodeArgs(tc *toolCall, tool string, v any) *protocol.Result {
+	data := bytes.TrimSpace(tc.Args)
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("unexpected data after the arguments object")
+		}
+	}
+	if err != nil {
+		return toolBadArgs(tc, tool, "%s", describeDecodeError(err, v))
+	}
+	return nil
+}
+
+// describeDecodeError rewrites an encoding/json error for a model: it names
+// the field and what it should be.
+func describeDecodeError(err error, v any) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return fmt.Sprintf("field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
+	case errors.As(err, &typeErr):
+		return fmt.Sprintf("arguments must be a JSON object, not %s", typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Sprintf("malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		return fmt.Sprintf("unknown field %s; the arguments are %s", name, strings.Join(jsonFields(reflect.TypeOf(v)), ", "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: the arguments end too early"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// kindName describes a Go type the way a JSON schema would.
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// jsonFields lists the JSON names of the fields of struct type t (or of
+// the struct t points to), with the fields of arrays of objects as
+// "name[].field".
+func jsonFields(t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		names = append(names, name)
+		if f.Type.Kind() == reflect.Slice {
+			for _, sub := range jsonFields(f.Type.Elem()) {
+				names = append(names, name+"[]."+sub)
+			}
+		}
+	}
+	return names
+}
+
+// toolText returns a successful result carrying text.
+func toolText(tc *toolCall, text string) *protocol.Result {
+	return &protocol.Result{CallID: tc.ID, Content: []protocol.Content{protocol.Text(text)}}
+}
+
+// toolFailure returns a result the model sees as a tool error.
+func toolFailure(tc *toolCall, format string, args ...any) *protocol.Result {
+	r := toolText(tc, fmt.Sprintf(format, args...))
+	r.IsError = true
+	return r
+}
+
+// toolBadArgs returns the bad-request result for a call whose arguments
+// are invalid.
+func toolBadArgs(tc *toolCall, tool, format string, args ...any) *protocol.Result {
+	return protocol.ErrorResult(tc.ID, protocol.CodeBadRequest, tool+": invalid arguments: "+fmt.Sprintf(format, args...))
+}

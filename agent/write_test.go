@@ -1,0 +1,234 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// tbRead returns the content of file p.
+func tbRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// tbMode returns the permission bits of p.
+func tbMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+// tbOnly checks that dir holds exactly the named entries (no leftover
+// temporary files).
+func tbOnly(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(names) {
+		t.Errorf("%s holds %v, want %v", dir, got, names)
+	}
+}
+
+func TestWriteCreates(t *testing.T) {
+	tb := tbNew(t)
+	ctx := context.Background()
+	r, _ := tbCall(t, ctx, tb, "write", map[string]any{"path": "a/b/new.txt", "content": "hello"})
+	p := filepath.Join(tb.cfg.Cwd, "a/b/new.txt")
+	tbWant(t, r, false, "Successfully wrote 5 bytes to "+p)
+	if got := tbRead(t, p); got != "hello" {
+		t.Errorf("content = %q", got)
+	}
+	if m := tbMode(t, p); m != 0o644 {
+		t.Errorf("new file mode = %v, want 0644", m)
+	}
+	if fi, err := os.Stat(filepath.Dir(p)); err != nil || !fi.IsDir() {
+		t.Errorf("parent directory: %v", err)
+	}
+	tbOnly(t, filepath.Dir(p), "new.txt")
+
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": ""})
+	tbWant(t, r, false, "Successfully wrote 0 bytes to "+p)
+	if got := tbRead(t, p); got != "" {
+		t.Errorf("content = %q, want empty", got)
+	}
+}
+
+func TestWriteKeepsMode(t *testing.T) {
+	tb := tbNew(t)
+	for _, mode := range []os.FileMode{0o600, 0o755, 0o640} {
+		p := tbFile(t, tb.cfg.Cwd, "f", "old")
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": "new content"})
+		tbWant(t, r, false, "Successfully wrote 11 bytes to "+p)
+		if m := tbMode(t, p); m != mode {
+			t.Errorf("mode after write = %v, want %v", m, mode)
+		}
+		if got := tbRead(t, p); got != "new content" {
+			t.Errorf("content = %q", got)
+		}
+	}
+	tbOnly(t, tb.cfg.Cwd, "f")
+}
+
+func TestWriteSymlink(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	real := tbFile(t, dir, "real/target.txt", "old")
+	if err := os.Chmod(real, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink("real/target.txt", link); err != nil {
+		t.Fatal(err)
+	}
+	// A chain of links ends at the same file.
+	chain := filepath.Join(dir, "chain.txt")
+	if err := os.Symlink(link, chain); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": "chain.txt", "content": "new"})
+	tbWant(t, r, false, "Successfully wrote 3 bytes to "+chain)
+	for _, l := range []string{link, chain} {
+		if fi, err := os.Lstat(l); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a symlink (%v)", l, err)
+		}
+	}
+	if got := tbRead(t, real); got != "new" {
+		t.Errorf("target content = %q, want new", got)
+	}
+	if m := tbMode(t, real); m != 0o600 {
+		t.Errorf("target mode = %v, want 0600", m)
+	}
+
+	// A dangling link gets its target created.
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink("made/later.txt", dangling); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = tbCall(t, context.Background(), tb, "write", map[string]any{"path": dangling, "content": "x"})
+	tbWant(t, r, false, "Successfully wrote 1 bytes to "+dangling)
+	if got := tbRead(t, filepath.Join(dir, "made/later.txt")); got != "x" {
+		t.Errorf("dangling target content = %q", got)
+	}
+
+	loop := filepath.Join(dir, "loop")
+	if err := os.Symlink("loop", loop); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = tbCall(t, context.Background(), tb, "write", map[string]any{"path": loop, "content": "x"})
+	tbWant(t, r, true, loop+": too many levels of symbolic links")
+}
+
+func TestWriteRefuses(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	file := tbFile(t, dir, "file", "keep")
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path, want string
+	}{
+		{"", "path is empty; give a file path"},
+		{"sub", filepath.Join(dir, "sub") + " is a directory; give the path of a file"},
+		{"file/child", filepath.Join(dir, "file/child") + ": a parent of it is not a directory"},
+	}
+	for _, tt := range tests {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": tt.path, "content": "x"})
+		tbWant(t, r, true, tt.want)
+	}
+	if got := tbRead(t, file); got != "keep" {
+		t.Errorf("file changed to %q", got)
+	}
+}
+
+func TestWriteFailureLeavesTarget(t *testing.T) {
+	tb := tbNew(t)
+	p := tbFile(t, tb.cfg.Cwd, "f.txt", "original")
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A file size limit makes writing the new content fail half way, for
+	// root too.
+	withFileSizeLimit(t, 64<<10, func() {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 1<<20)})
+		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
+			t.Errorf("oversized write: %+v", r)
+		}
+	})
+	if got := tbRead(t, p); got != "original" {
+		t.Errorf("target changed to %q", got)
+	}
+	if m := tbMode(t, p); m != 0o600 {
+		t.Errorf("target mode changed to %v", m)
+	}
+	tbOnly(t, tb.cfg.Cwd, "f.txt")
+}
+
+// withFileSizeLimit runs f with the process's file size limit lowered to
+// max bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
+func withFileSizeLimit(t *testing.T, max uint64, f func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = max
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Skipf("cannot lower the file size limit: %v", err)
+	}
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	f()
+}
+
+func TestWriteConcurrent(t *testing.T) {
+	tb := tbNew(t)
+	var wg sync.WaitGroup
+	contents := map[string]bool{}
+	for i := range 8 {
+		c := fmt.Sprintf("writer %d\n", i)
+		contents[c] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": "shared.txt", "content": c})
+			if r.IsError {
+				t.Errorf("write: %+v", r)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := tbRead(t, filepath.Join(tb.cfg.Cwd, "shared.txt")); !contents[got] {
+		t.Errorf("content = %q, want one writer's whole content", got)
+	}
+	tbOnly(t, tb.cfg.Cwd, "shared.txt")
+	if n := tb.locks.size(); n != 0 {
+		t.Errorf("%d lock entries left", n)
+	}
+}
