@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,8 +13,8 @@ import (
 )
 
 // Tool inputs. The gateway uses them for the schemas and to read "host";
-// the agent receives the caller's arguments without "host" and decodes
-// them itself.
+// the agent receives the caller's arguments as they are and decodes them
+// itself.
 
 type hostsIn struct {
 	Filter string `json:"filter,omitempty" jsonschema:"optional: a host-name glob (web-*) or a label match (role=web)"`
@@ -94,28 +93,14 @@ func (g *Gateway) addTools(s *mcp.Server) {
 func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, tool string, timeout time.Duration) *mcp.CallToolResult {
 	ctx, stop := g.requests.bind(ctx, req)
 	defer stop()
-	args, err := withoutHost(req.Params.Arguments)
-	if err != nil {
-		return errorResult(fmt.Sprintf("%s: %v", tool, err))
-	}
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
 	res, err := g.router.call(ctx, callRequest{
-		Host: host, Tool: tool, Caller: callerOf(req), Args: args, Timeout: timeout,
+		Host: host, Tool: tool, Caller: callerOf(req), Args: req.Params.Arguments, Timeout: timeout,
 	}, p.onFrame)
 	if err != nil {
 		return callError(tool, host, err)
 	}
 	return toolResult(host, res)
-}
-
-// withoutHost returns the arguments object minus "host".
-func withoutHost(raw json.RawMessage) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("arguments must be a JSON object: %v", err)
-	}
-	delete(m, "host")
-	return json.Marshal(m)
 }
 
 func callerOf(req *mcp.CallToolRequest) protocol.Caller {
