@@ -51,6 +51,7 @@ func New(cfg Config) (*Agent, error) {
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
+		Home:               cfg.Home,
 		Shell:              cfg.Shell,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,

@@ -33,9 +33,11 @@ type Config struct {
 	// Cwd is the working directory for bash and relative paths. Default:
 	// the process's working directory.
 	Cwd string
-	// StateDir holds the agent's own files (full bash outputs). Default:
-	// $XDG_STATE_HOME/fleetmcp-agent or ~/.local/state/fleetmcp-agent.
+	// StateDir holds the agent's own files (full bash outputs). Required.
 	StateDir string
+	// Home is what "~" expands to in tool paths (usually the agent user's
+	// home directory). Empty: paths starting with "~" are refused.
+	Home string
 	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
 	Shell string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default
@@ -47,7 +49,7 @@ type Config struct {
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
 	// MaxQueue bounds calls waiting for a worker; beyond it calls are
-	// refused as busy. Default 64.
+	// refused as busy. Default 64; negative: no queue at all.
 	MaxQueue int
 	// MaxRequestBytes bounds one call's arguments. Default 64 MiB.
 	MaxRequestBytes int
@@ -81,11 +83,6 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("working directory: %w", err)
 		}
 	}
-	if c.StateDir == "" {
-		if c.StateDir, err = defaultStateDir(); err != nil {
-			return err
-		}
-	}
 	if c.Shell == "" {
 		c.Shell = defaultShell()
 	}
@@ -100,8 +97,11 @@ func (c *Config) setDefaults() error {
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 16
 	}
-	if c.MaxQueue == 0 {
+	switch {
+	case c.MaxQueue == 0:
 		c.MaxQueue = 64
+	case c.MaxQueue < 0:
+		c.MaxQueue = 0
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
@@ -134,24 +134,16 @@ func (c *Config) validate() error {
 	if !filepath.IsAbs(c.Cwd) {
 		errs = append(errs, fmt.Errorf("working directory %q must be absolute", c.Cwd))
 	}
-	if c.MaxConcurrent < 1 || c.MaxQueue < 0 {
-		errs = append(errs, fmt.Errorf("worker limits must be positive (max concurrent %d, queue %d)", c.MaxConcurrent, c.MaxQueue))
+	if c.MaxConcurrent < 1 {
+		errs = append(errs, fmt.Errorf("max concurrent calls must be at least 1, not %d", c.MaxConcurrent))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("no state directory: set --state_dir"))
 	}
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
 	}
 	return errors.Join(errs...)
-}
-
-func defaultStateDir() (string, error) {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "fleetmcp-agent"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("no state directory: set --state_dir (%w)", err)
-	}
-	return filepath.Join(home, ".local", "state", "fleetmcp-agent"), nil
 }
 
 func defaultShell() string {

@@ -31,6 +31,9 @@ type toolboxConfig struct {
 	// StateDir holds the agent's own files; bash full-output files go to
 	// StateDir/output.
 	StateDir string
+	// Home is what "~" expands to in paths; empty: paths starting with "~"
+	// are refused.
+	Home string
 	// Shell runs bash commands as Shell -c COMMAND.
 	Shell string
 	// BashDefaultTimeout applies when a call gives no timeout (120 s).

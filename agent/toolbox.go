@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -55,7 +54,10 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("toolbox: create state directory: %w; make its parent writable or choose another directory", err)
 	}
-	return &toolbox{cfg: cfg, shell: shell, home: homeDir()}, nil
+	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
+		return nil, fmt.Errorf("toolbox: home directory %q is not an absolute path", cfg.Home)
+	}
+	return &toolbox{cfg: cfg, shell: shell, home: cfg.Home}, nil
 }
 
 // checkCwd reports whether dir can serve as the working directory.
@@ -71,18 +73,6 @@ func checkCwd(dir string) error {
 		return fmt.Errorf("toolbox: working directory %s is not a directory; choose a directory", dir)
 	}
 	return nil
-}
-
-// homeDir returns the home directory of the user the agent runs as, or ""
-// when there is none.
-func homeDir() string {
-	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
-		return h
-	}
-	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
-		return u.HomeDir
-	}
-	return ""
 }
 
 // tools returns the toolbox's tools by name.

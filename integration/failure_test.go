@@ -173,7 +173,9 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	env.WaitHost("drainer", true)
 	cs := env.Client("2025-11-25", nil)
 	done := make(chan *mcp.CallToolResult, 1)
-	go func() { done <- call(t, cs, "bash", map[string]any{"host": "drainer", "command": "sleep 1; echo finished"}) }()
+	go func() {
+		done <- call(t, cs, "bash", map[string]any{"host": "drainer", "command": "sleep 1; echo finished"})
+	}()
 	time.Sleep(300 * time.Millisecond)
 	if err := syscall.Kill(env.AgentPID("drainer"), syscall.SIGTERM); err != nil {
 		t.Fatal(err)

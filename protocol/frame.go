@@ -158,10 +158,9 @@ func ValidateCallID(id string) error {
 	if id == "" || len(id) > MaxCallIDLen {
 		return fmt.Errorf("call id %q must be 1 to %d characters", id, MaxCallIDLen)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for _, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("call id %q has %q: only letters, digits, '-' and '_' are allowed", id, string(rune(c)))
+			return fmt.Errorf("call id %q has %q: only letters, digits, '-' and '_' are allowed", id, string(c))
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		user      = fs.String("nats_user", "agent", "NATS user name")
 		passFile  = fs.String("nats_password_file", "", "file holding the NATS password (default: env FLEET_NATS_PASSWORD)")
 		cwd       = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
-		stateDir  = fs.String("state_dir", "", "directory for the agent's own files (default ~/.local/state/fleetmcp-agent)")
+		stateDir  = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
 		shell     = fs.String("shell", "", "shell for bash commands (default: bash from PATH)")
 		maxConc   = fs.Int("max_concurrent", 16, "calls running at once")
 		maxQueue  = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
@@ -91,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, Shell: *shell,
+		Cwd: *cwd, StateDir: *stateDir, Home: getenv("HOME"), Shell: *shell,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
 		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,
@@ -100,6 +101,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// defaultStateDir follows the XDG base directory convention.
+func defaultStateDir(getenv func(string) string) string {
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "fleetmcp-agent")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "state", "fleetmcp-agent")
+	}
+	return ""
 }
 
 func splitList(s string) []string {

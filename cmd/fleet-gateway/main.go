@@ -107,6 +107,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		cfg.NATSURLs = strings.Split(o.natsURL, ",")
 		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
+		if cfg.NATSUser != "" && cfg.NATSPassword == "" {
+			return errors.New("--nats_user is set but FLEET_NATS_PASSWORD is empty: set the external cluster's password for that user")
+		}
 	}
 	gw, err := gateway.Start(cfg)
 	if err != nil {
@@ -114,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if o.dev {
-		a, err := devAgent(gw, o, log)
+		a, err := devAgent(gw, o, getenv, log)
 		if err != nil {
 			_ = gw.Shutdown(context.Background())
 			return err
@@ -133,7 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return g.Wait()
 }
 
-func devAgent(gw *gateway.Gateway, o *options, log *slog.Logger) (*agent.Agent, error) {
+func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
 	user, pass := gw.AgentCredentials()
 	return agent.New(agent.Config{
 		Servers:  []string{gw.NATSURL()},
@@ -141,6 +144,7 @@ func devAgent(gw *gateway.Gateway, o *options, log *slog.Logger) (*agent.Agent, 
 		User:     user,
 		Password: pass,
 		StateDir: filepath.Join(o.dataDir, "agent"),
+		Home:     getenv("HOME"),
 		Labels:   map[string]string{"dev": "true"},
 		Logger:   log.With("component", "agent"),
 	})

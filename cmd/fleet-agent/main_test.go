@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv that sees only vars, so the tests do not depend on
+// the environment they run in.
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// runFails runs the agent with args and returns the error it must fail
+// with. A run that starts instead of failing is stopped and reported.
+func runFails(t *testing.T, args []string, vars map[string]string) (stderrText string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(vars), &stderr) }()
+	select {
+	case err = <-done:
+		if err == nil {
+			t.Fatalf("run(%q) = nil, want an error", args)
+		}
+		return stderr.String(), err
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("run(%q) started instead of refusing its flags", args)
+		return "", nil
+	}
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	emptyFile := filepath.Join(dir, "empty")
+	if err := os.WriteFile(emptyFile, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withPassword := map[string]string{"FLEET_NATS_PASSWORD": "secret"}
+	nats := "nats://127.0.0.1:4222"
+	tests := []struct {
+		name string
+		args []string
+		vars map[string]string
+		want []string
+	}{
+		{"unknown flag", []string{"--bogus"}, withPassword, []string{"bogus", "not defined"}},
+		{"stray argument", []string{"--nats", nats, "extra"}, withPassword, []string{`unexpected argument "extra"`}},
+		{"flag after argument", []string{"web-1", "--nats", nats}, withPassword, []string{`unexpected argument "web-1"`}},
+		{"label without value", []string{"--label", "role"}, withPassword, []string{"label", `"role"`, "key=value"}},
+		{"label without key", []string{"--label", "=web"}, withPassword, []string{"label", `"=web"`, "key=value"}},
+		{"label with blank key", []string{"--label", " =web"}, withPassword, []string{"label", "key=value"}},
+		{"bad duration", []string{"--heartbeat", "often"}, withPassword, []string{"heartbeat", "often"}},
+		{"missing password", []string{"--nats", nats}, nil, []string{"no NATS password", "FLEET_NATS_PASSWORD", "--nats_password_file"}},
+		{"empty password file", []string{"--nats", nats, "--nats_password_file", emptyFile}, nil, []string{"no NATS password"}},
+		{"missing password file", []string{"--nats", nats, "--nats_password_file", filepath.Join(dir, "nope")}, nil, []string{"--nats_password_file", "nope"}},
+		{"bad log level", []string{"--nats", nats, "--log_level", "loud"}, withPassword, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
+		{"no server", []string{"--name", "web-1", "--state_dir", dir}, withPassword, []string{"no NATS server", "--nats"}},
+		{"bad name", []string{"--nats", nats, "--name", "web.1", "--state_dir", dir}, withPassword, []string{"--name", `"web.1"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runFails(t, tc.args, tc.vars)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("run(%q) = %q, want it to mention %s", tc.args, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	stderr, err := runFails(t, []string{"-h"}, nil)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
+	}
+	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level"} {
+		if !strings.Contains(stderr, f) {
+			t.Errorf("usage does not list %s:\n%s", f, stderr)
+		}
+	}
+}
+
+// The NATS URL and password may come from the environment alone. With no
+// server there, the agent keeps dialling (it never gives up) until its
+// context ends, and then stops cleanly.
+func TestRunTakesEnvironment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
+	var stderr bytes.Buffer
+	start := time.Now()
+	err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--drain_timeout", "1s"}, env(vars), &stderr)
+	if err != nil {
+		t.Fatalf("run = %v, want nil after the context ended\n%s", err, stderr.String())
+	}
+	if elapsed := time.Since(start); elapsed < 900*time.Millisecond || elapsed > 10*time.Second {
+		t.Errorf("run returned after %v, want shortly after its 1s context ended", elapsed)
+	}
+	if !strings.Contains(stderr.String(), "agent starting") {
+		t.Errorf("the agent did not start:\n%s", stderr.String())
+	}
+}

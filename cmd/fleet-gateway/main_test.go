@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// env returns a getenv that sees only vars, so the tests do not depend on
+// the environment they run in.
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// syncBuffer is a bytes.Buffer that run may write to while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runFails runs the gateway with args and returns the error it must fail
+// with. A run that starts instead of failing is stopped and reported.
+func runFails(t *testing.T, args []string, vars map[string]string) (stderrText string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(vars), &stdout, &stderr) }()
+	select {
+	case err = <-done:
+		if err == nil {
+			t.Fatalf("run(%q) = nil, want an error", args)
+		}
+		return stderr.String(), err
+	case <-time.After(15 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("run(%q) started instead of refusing its flags; stdout:\n%s", args, stdout.String())
+		return "", nil
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0"}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	tests := []struct {
+		name string
+		args []string
+		vars map[string]string
+		want []string
+	}{
+		{"unknown flag", with("--bogus"), nil, []string{"bogus", "not defined"}},
+		{"stray argument", with("--dev", "extra"), nil, []string{`unexpected argument "extra"`}},
+		{"flag after argument", []string{"serve", "--dev"}, nil, []string{`unexpected argument "serve"`}},
+		{"bad duration", with("--session_timeout", "soon"), nil, []string{"session_timeout", "soon"}},
+		{"bad log level", with("--dev", "--log_level", "loud"), nil, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
+		{"no auth on all interfaces", []string{"--no_auth", "--listen", "0.0.0.0:0", "--data_dir", dir}, nil, []string{"loopback", "0.0.0.0:0"}},
+		{"dev on all interfaces", []string{"--dev", "--listen", "[::]:0", "--data_dir", dir}, nil, []string{"loopback"}},
+		{"dev with an external NATS", with("--dev", "--nats_url", "nats://127.0.0.1:4222"), nil, []string{"--dev", "--nats_url"}},
+		{"dev with an external NATS from the environment", with("--dev"), map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:4222"}, []string{"--dev", "--nats_url"}},
+		{"no caller authentication configured", with(), nil, []string{"authentication"}},
+		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runFails(t, tc.args, tc.vars)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("run(%q) = %q, want it to mention %s", tc.args, err, w)
+				}
+			}
+		})
+	}
+}
+
+// A user name for the external cluster without a password is a
+// misconfiguration that must be named, not reported as a failed dial.
+func TestRunRefusesMissingNATSPassword(t *testing.T) {
+	args := []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://" + closedPort(t), "--nats_user", "fleet"}
+	_, err := runFails(t, args, nil)
+	if !strings.Contains(err.Error(), "FLEET_NATS_PASSWORD") {
+		t.Errorf("run(%q) = %q, want it to say FLEET_NATS_PASSWORD is not set", args, err)
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	stderr, err := runFails(t, []string{"-h"}, nil)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
+	}
+	for _, f := range []string{"-dev", "-no_auth", "-listen", "-data_dir", "-nats_url", "-agent_name"} {
+		if !strings.Contains(stderr, f) {
+			t.Errorf("usage does not list %s:\n%s", f, stderr)
+		}
+	}
+}
+
+// waitFor polls f every 50ms until it returns true or d passes.
+func waitFor(d time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if f() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestDevSmoke runs `fleet-gateway --dev` as the README's first command
+// does, and drives it with the MCP client as a user would.
+func TestDevSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, the gateway and an agent")
+	}
+	dataDir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
+	go func() { done <- run(ctx, args, env(nil), &stdout, &stderr) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+			}
+		}
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+	}()
+
+	endpoint := regexp.MustCompile(`MCP endpoint:\s+(\S+)`)
+	var mcpURL string
+	var early error
+	ok := waitFor(20*time.Second, func() bool {
+		select {
+		case early = <-done:
+			stopped = true
+			return true
+		default:
+		}
+		if m := endpoint.FindStringSubmatch(stdout.String()); m != nil {
+			mcpURL = m[1]
+			return true
+		}
+		return false
+	})
+	switch {
+	case stopped:
+		t.Fatalf("run returned before printing the MCP endpoint: %v", early)
+	case !ok:
+		t.Fatal("no \"MCP endpoint:\" line on stdout within 20s")
+	}
+	u, err := url.Parse(mcpURL)
+	if err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" || u.Port() == "0" {
+		t.Fatalf("MCP endpoint %q is not an http URL on 127.0.0.1 with a real port (%v)", mcpURL, err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"fleet-agent --nats nats://127.0.0.1:", "FLEET_NATS_PASSWORD=", `"devhost"`, dataDir} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout does not contain %q", want)
+		}
+	}
+	if strings.Contains(out, "nats://127.0.0.1:0 ") {
+		t.Errorf("the join command names port 0 instead of the port NATS listens on")
+	}
+
+	// The printed password is the agent password the server keeps, and
+	// the file holding it is readable by its owner only.
+	credPath := filepath.Join(dataDir, "credentials.json")
+	fi, err := os.Stat(credPath)
+	if err != nil {
+		t.Fatalf("credentials: %v", err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("%s has mode %04o, want 0600", credPath, mode)
+	}
+	var creds struct {
+		AgentPassword string `json:"agent_password"`
+	}
+	if data, err := os.ReadFile(credPath); err != nil || json.Unmarshal(data, &creds) != nil || creds.AgentPassword == "" {
+		t.Errorf("credentials.json has no agent password (%v)", err)
+	} else if !strings.Contains(out, "FLEET_NATS_PASSWORD="+creds.AgentPassword+" ") {
+		t.Errorf("the join command does not carry the agent password from credentials.json")
+	}
+
+	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
+	defer ccancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "dev-smoke", Version: "1"}, nil)
+	cs, err := client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: mcpURL}, nil)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", mcpURL, err)
+	}
+	defer cs.Close()
+
+	var hosts string
+	if !waitFor(20*time.Second, func() bool {
+		res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{}})
+		if err != nil {
+			hosts = err.Error()
+			return false
+		}
+		hosts = resultText(res)
+		return !res.IsError && strings.Contains(hosts, "devhost\tonline")
+	}) {
+		t.Fatalf("devhost did not come online within 20s; hosts said:\n%s", hosts)
+	}
+
+	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "devhost", "command": "echo dev-ok"}})
+	if err != nil {
+		t.Fatalf("bash: %v", err)
+	}
+	if got := resultText(res); res.IsError || got != "dev-ok\n" {
+		t.Errorf("bash echo dev-ok = %q (error %v), want %q", got, res.IsError, "dev-ok\n")
+	}
+	cs.Close()
+
+	cancel()
+	stopped = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run after cancel = %v, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return within 15s of its context ending")
+	}
+}
