@@ -332,9 +332,9 @@ func (a *Agent) run(j *job) {
 		res = a.invoke(j)
 	}
 	res.CallID = j.call.ID
-	data, err := json.Marshal(res)
+	data, err := protocol.EncodeResult(res)
 	if err != nil {
-		data, _ = json.Marshal(protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "encode result: "+err.Error()))
+		data, _ = protocol.EncodeResult(protocol.ErrorResult(j.call.ID, protocol.CodeInternal, err.Error()))
 	}
 	a.calls.finish(j.call.ID, data, time.Now())
 	a.publishResult(j.reply, j.call.ID, data, &j.seq)
@@ -388,7 +388,7 @@ func (a *Agent) publish(subject string, f protocol.Frame) {
 func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64) {
 	parts, err := protocol.Split(data, protocol.ChunkSize)
 	if err != nil {
-		data, _ = json.Marshal(protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error()))
+		data, _ = protocol.EncodeResult(protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error()))
 		parts = [][]byte{data}
 	}
 	for i, p := range parts {
@@ -397,7 +397,7 @@ func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64)
 }
 
 func (a *Agent) replyResult(reply string, res *protocol.Result, seq uint64) {
-	data, _ := json.Marshal(res)
+	data, _ := protocol.EncodeResult(res)
 	var s atomic.Uint64
 	s.Store(seq)
 	a.publishResult(reply, res.CallID, data, &s)

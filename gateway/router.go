@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -315,14 +314,14 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		if !done {
 			continue
 		}
-		var res protocol.Result
-		if err := json.Unmarshal(w.asm.Bytes(), &res); err != nil {
+		res, err := protocol.DecodeResult(w.asm.Bytes())
+		if err != nil {
 			return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s sent an unreadable result: %v", w.call.Host, err)}
 		}
 		if res.CallID != w.call.ID {
-			return nil, errors.New("result call id mismatch")
+			return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s answered call %s with the result of call %s", w.call.Host, w.call.ID, res.CallID)}
 		}
-		return &res, nil
+		return res, nil
 	}
 	return nil, nil
 }

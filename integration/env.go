@@ -34,6 +34,10 @@ type Options struct {
 	Agent func(*agent.Config)
 	// Quiet drops component logs (benchmarks).
 	Quiet bool
+	// ExternalNATS runs the NATS server outside the gateway, as a cluster
+	// would be, so that tests can stop and restart it. By default the
+	// gateway embeds it, as it does out of the box.
+	ExternalNATS bool
 }
 
 // Env is a running fleet for one test.
@@ -69,19 +73,23 @@ func NewEnv(t testing.TB, opts Options) *Env {
 	if opts.Quiet {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e.natsPort = freePort(t)
-	e.natsPass.gateway, e.natsPass.agent = "gw-"+t.Name(), "agent-"+t.Name()
-	e.startNATS()
-
 	cfg := gateway.Config{
 		Listen:       "127.0.0.1:0",
-		NATSURLs:     []string{e.NATSURL()},
-		NATSUser:     "gateway",
-		NATSPassword: e.natsPass.gateway,
 		AuthDisabled: true,
 		Silence:      2 * time.Second,
 		OfflineAfter: 3 * time.Second,
 		Logger:       e.log.With("component", "gateway"),
+	}
+	if opts.ExternalNATS {
+		e.natsPort = freePort(t)
+		e.natsPass.gateway, e.natsPass.agent = "gw-"+t.Name(), "agent-"+t.Name()
+		e.startNATS()
+		cfg.NATSURLs = []string{e.NATSURL()}
+		cfg.NATSUser, cfg.NATSPassword = "gateway", e.natsPass.gateway
+	} else {
+		cfg.DataDir = t.TempDir()
+		cfg.NATSListen = "127.0.0.1:0"
+		cfg.NATSMaxPayload = opts.MaxPayload
 	}
 	if opts.Gateway != nil {
 		opts.Gateway(&cfg)
@@ -91,6 +99,9 @@ func NewEnv(t testing.TB, opts Options) *Env {
 		t.Fatalf("start gateway: %v", err)
 	}
 	e.Gateway = gw
+	if !opts.ExternalNATS {
+		_, e.natsPass.agent = gw.AgentCredentials()
+	}
 	t.Cleanup(e.close)
 	for _, name := range opts.Agents {
 		e.StartAgent(name, nil)
@@ -131,9 +142,12 @@ func (e *Env) startNATS() {
 	e.mu.Unlock()
 }
 
-// StopNATS shuts the NATS server down; RestartNATS brings it back on the
-// same port.
+// StopNATS shuts the external NATS server down; RestartNATS brings it back
+// on the same port.
 func (e *Env) StopNATS() {
+	if !e.opts.ExternalNATS {
+		e.t.Fatal("StopNATS needs Options.ExternalNATS")
+	}
 	e.mu.Lock()
 	ns := e.nats
 	e.nats = nil
@@ -150,8 +164,13 @@ func (e *Env) RestartNATS() {
 	e.startNATS()
 }
 
-// NATSURL is the server's client URL.
-func (e *Env) NATSURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort) }
+// NATSURL is the URL agents dial.
+func (e *Env) NATSURL() string {
+	if !e.opts.ExternalNATS {
+		return e.Gateway.NATSURL()
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort)
+}
 
 // AgentConfig returns the config an in-process agent called name gets.
 func (e *Env) AgentConfig(name string) agent.Config {
@@ -319,7 +338,9 @@ func (e *Env) close() {
 	if err := e.Gateway.Shutdown(ctx); err != nil {
 		e.t.Errorf("gateway shutdown: %v", err)
 	}
-	e.StopNATS()
+	if e.opts.ExternalNATS {
+		e.StopNATS()
+	}
 }
 
 var (

@@ -92,7 +92,7 @@ func TestAgentKilledMidCall(t *testing.T) {
 // TestNATSRestart: agents and the gateway reconnect on their own and calls
 // work again.
 func TestNATSRestart(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t, Options{ExternalNATS: true})
 	env.StartAgentProcess("proc")
 	env.WaitHost("proc", true)
 	cs := env.Client("2025-11-25", nil)
@@ -113,7 +113,7 @@ func TestNATSRestart(t *testing.T) {
 // TestCallSurvivesNATSRestart: a running command's result still arrives
 // when NATS restarts while it runs (the gateway fetches it again).
 func TestCallSurvivesNATSRestart(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t, Options{ExternalNATS: true})
 	cs := env.Client("2025-11-25", nil)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {

@@ -36,7 +36,7 @@ const (
 	KindProgress FrameKind = "progress"
 	// KindKeepalive says the call is still running. It may be dropped.
 	KindKeepalive FrameKind = "keepalive"
-	// KindResult carries a part of the JSON-encoded Result. The call is
+	// KindResult carries a part of an encoded Result (EncodeResult). The call is
 	// finished when all parts have arrived; none may be missing.
 	KindResult FrameKind = "result"
 	// KindCall carries a part of a JSON-encoded Call (gateway to agent).

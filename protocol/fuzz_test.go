@@ -168,3 +168,43 @@ func FuzzSplitAssemble(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeResult: arbitrary bytes never panic DecodeResult, and whatever
+// it accepts survives a round trip unchanged.
+func FuzzDecodeResult(f *testing.F) {
+	seed := []*Result{
+		{CallID: "c1", Content: []Content{Text("hello\n")}},
+		{CallID: "c2", Content: []Content{Text("a"), {Type: "image", MIMEType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}}}, IsError: true},
+		{CallID: "c3", Structured: []byte(`{"ok":true}`), Content: []Content{Text(`{"ok":true}`)}},
+		{CallID: "c4", Error: &Error{Code: CodeBusy, Message: "busy"}},
+	}
+	for _, r := range seed {
+		data, err := EncodeResult(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("{}\n"))
+	f.Add([]byte(`{"content":[{"type":"text","len":99}]}` + "\nshort"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := DecodeResult(data)
+		if err != nil {
+			return
+		}
+		// The first encoding normalises (compacts structured JSON); from
+		// then on encoding and decoding must be exact inverses.
+		once, err := EncodeResult(r)
+		if err != nil {
+			t.Fatalf("decoded result does not encode: %v", err)
+		}
+		r2, err := DecodeResult(once)
+		if err != nil {
+			t.Fatalf("re-encoded result does not decode: %v\n%q", err, once)
+		}
+		twice, err := EncodeResult(r2)
+		if err != nil || !bytes.Equal(once, twice) {
+			t.Fatalf("round trip is not stable (%v):\n%q\n%q", err, once, twice)
+		}
+	})
+}

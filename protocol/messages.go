@@ -57,7 +57,8 @@ type Content struct {
 // Text returns a text Content.
 func Text(s string) Content { return Content{Type: "text", Text: s} }
 
-// Result is the one final answer to a call.
+// Result is the one final answer to a call. On the wire it is encoded by
+// EncodeResult, which keeps content bytes out of JSON.
 type Result struct {
 	CallID  string    `json:"call_id"`
 	Content []Content `json:"content,omitempty"`
