@@ -116,19 +116,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	agentDone := make(chan struct{})
 	if o.dev {
 		a, err := devAgent(gw, o, getenv, log)
 		if err != nil {
 			_ = gw.Shutdown(context.Background())
 			return err
 		}
-		g.Go(func() error { return a.Run(gctx) })
+		g.Go(func() error {
+			defer close(agentDone)
+			return a.Run(gctx)
+		})
 		printDev(stdout, gw, o)
 	} else {
+		close(agentDone)
 		fmt.Fprintf(stdout, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		// The in-process agent drains first, while NATS is still up, so
+		// its last results and its goodbye reach the gateway.
+		<-agentDone
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return gw.Shutdown(sctx)
