@@ -165,9 +165,12 @@ type assembler struct {
 // assembles the call's parts and hands the complete call to the pool.
 func (a *Agent) onCall(m *nats.Msg) {
 	f, err := protocol.DecodeFrame(m.Header, m.Data)
-	if err != nil || f.Kind != protocol.KindCall {
-		a.log.Warn("ignoring malformed call message", "err", err, "kind", f.Kind)
-		if m.Reply != "" && f.CallID != "" {
+	if err == nil && f.Kind != protocol.KindCall {
+		err = fmt.Errorf("frame kind %q on the call subject; want %q", f.Kind, protocol.KindCall)
+	}
+	if err != nil {
+		a.log.Warn("ignoring malformed call message", "err", err)
+		if m.Reply != "" && protocol.ValidateCallID(f.CallID) == nil {
 			a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf("malformed call message: %v", err)), 0)
 		}
 		return

@@ -88,7 +88,7 @@ func setDur(d *time.Duration, def time.Duration) {
 
 func (c *Config) validate() error {
 	var errs []error
-	if c.NATSURLs == nil && c.DataDir == "" {
+	if len(c.NATSURLs) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
 	}
 	if c.AuthDisabled && !isLoopback(c.Listen) {

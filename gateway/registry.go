@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -19,6 +20,14 @@ type HostInfo struct {
 	protocol.Announce
 	LastSeen time.Time `json:"last_seen"`
 	Online   bool      `json:"online"`
+}
+
+// clone returns a copy that shares no maps or slices with h.
+func (h *HostInfo) clone() HostInfo {
+	c := *h
+	c.Labels = maps.Clone(h.Labels)
+	c.Tools = slices.Clone(h.Tools)
+	return c
 }
 
 // registry keeps the fleet's hosts from their presence announcements. Every
@@ -82,7 +91,7 @@ func (r *registry) get(host string) (HostInfo, bool) {
 	if h == nil {
 		return HostInfo{}, false
 	}
-	c := *h
+	c := h.clone()
 	c.Online = r.online(h, r.now())
 	return c, true
 }
@@ -98,7 +107,7 @@ func (r *registry) list(filter string) []HostInfo {
 		if !matchFilter(h, filter) {
 			continue
 		}
-		c := *h
+		c := h.clone()
 		c.Online = r.online(h, now)
 		out = append(out, c)
 	}

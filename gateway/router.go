@@ -173,7 +173,7 @@ func (r *router) checkHost(host string) error {
 	}
 	if !h.Online {
 		return &HostError{Host: host, Kind: HostOffline, Msg: fmt.Sprintf("host %q is offline (last seen %s ago); call hosts to see which hosts are online",
-			host, time.Since(h.LastSeen).Round(time.Second))}
+			host, r.reg.now().Sub(h.LastSeen).Round(time.Second))}
 	}
 	return nil
 }
@@ -234,6 +234,7 @@ type waiter struct {
 	onFrame frameFunc
 
 	asm      *protocol.Assembly
+	broken   bool // the current delivery lost a part; skip until a new part 1
 	fetching bool // a fetch is out and unanswered
 	refetch  int  // fetches sent because result parts were lost
 }
@@ -295,14 +296,17 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			continue
 		}
 		if f.Part == 1 {
-			w.asm = protocol.NewAssembly(0)
+			w.asm, w.broken = protocol.NewAssembly(0), false
+		}
+		if w.broken {
+			continue // stragglers of a delivery already being fetched again
 		}
 		if w.asm == nil {
 			w.asm = protocol.NewAssembly(0) // Add reports the missing first part
 		}
 		done, err := w.asm.Add(f)
 		if err != nil {
-			w.asm = nil
+			w.asm, w.broken = nil, true
 			if w.refetch++; w.refetch > maxRefetch {
 				return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("result of %s on %s kept arriving incomplete: %v", w.call.Tool, w.call.Host, err)}
 			}

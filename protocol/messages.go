@@ -82,7 +82,10 @@ func ErrorResult(callID string, code Code, msg string) *Result {
 // Announce is what an agent publishes on its presence subject when it
 // connects, on every heartbeat and, with Leaving set, when it shuts down.
 type Announce struct {
-	Host         string            `json:"host"`
+	Host string `json:"host"`
+	// Instance is random per agent process start. Two instances announcing
+	// the same host at once means two machines claim one name.
+	Instance     string            `json:"instance"`
 	Protocol     int               `json:"protocol"`
 	AgentVersion string            `json:"agent_version"`
 	Labels       map[string]string `json:"labels,omitempty"`

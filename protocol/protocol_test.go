@@ -300,12 +300,23 @@ func subjectBuilders(host string) []struct{ name, subject string } {
 		{"AllHosts", AllHosts()},
 		{"AgentInboxPrefix", AgentInboxPrefix(host)},
 		{"GatewayInboxPrefix", GatewayInboxPrefix()},
+		{"ReplySubject", ReplySubject(GatewayInboxPrefix()+".g1", "c1")},
+		{"ReplyWildcard", ReplyWildcard(GatewayInboxPrefix() + ".g1")},
+		{"CallIDFromReply", CallIDFromReply(ReplySubject(GatewayInboxPrefix()+".g1", "c1"))},
+		{"HostFromPresence", HostFromPresence(PresenceSubject(host))},
 	}
+}
+
+// unversioned builders produce inbox subjects (not under fleet.vN) or
+// parse subjects into IDs.
+var unversioned = map[string]bool{
+	"AgentInboxPrefix": true, "GatewayInboxPrefix": true, "ReplySubject": true,
+	"ReplyWildcard": true, "CallIDFromReply": true, "HostFromPresence": true,
 }
 
 // wildcardBuilders may (and must) produce NATS wildcards.
 var wildcardBuilders = map[string]bool{
-	"HostSubjects": true, "PresenceWildcard": true, "AllPresence": true, "AllHosts": true,
+	"HostSubjects": true, "PresenceWildcard": true, "AllPresence": true, "AllHosts": true, "ReplyWildcard": true,
 }
 
 func TestSubjectsGolden(t *testing.T) {
@@ -375,8 +386,7 @@ func TestSubjectsWellFormed(t *testing.T) {
 			if wildcardBuilders[s.name] && !strings.ContainsAny(s.subject, "*>") {
 				t.Errorf("%s(%q) = %q matches only itself; it should be a wildcard", s.name, host, s.subject)
 			}
-			if !strings.HasPrefix(s.name, "Agent") && !strings.HasPrefix(s.name, "Gateway") &&
-				!strings.HasPrefix(s.subject, fmt.Sprintf("fleet.v%d.", Version)) {
+			if !unversioned[s.name] && !strings.HasPrefix(s.subject, fmt.Sprintf("fleet.v%d.", Version)) {
 				t.Errorf("%s(%q) = %q is not versioned", s.name, host, s.subject)
 			}
 		}

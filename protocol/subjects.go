@@ -1,6 +1,9 @@
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Subject prefix shared by every fleet subject of this protocol version.
 var prefix = fmt.Sprintf("fleet.v%d", Version)
@@ -42,6 +45,28 @@ func AllHosts() string { return prefix + ".host.>" }
 // AgentInboxPrefix is the inbox prefix an agent uses for its own requests, so
 // that permissions can confine it to its own replies.
 func AgentInboxPrefix(host string) string { return "_INBOX_" + host }
+
+// HostFromPresence returns the host of a presence subject, or "" when
+// subject is not one.
+func HostFromPresence(subject string) string {
+	host, ok := strings.CutPrefix(subject, prefix+".presence.")
+	if !ok || ValidateHost(host) != nil {
+		return ""
+	}
+	return host
+}
+
+// ReplySubject is the subject a call's frames are sent to: one token per
+// call under a gateway's reply inbox.
+func ReplySubject(inbox, callID string) string { return inbox + "." + callID }
+
+// ReplyWildcard matches the reply subjects of every call under inbox.
+func ReplyWildcard(inbox string) string { return inbox + ".*" }
+
+// CallIDFromReply returns the call ID of a reply subject.
+func CallIDFromReply(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
 
 // GatewayInboxPrefix is the inbox prefix gateways use for call replies. Host
 // IDs never start with '_', so no agent's prefix can equal it.

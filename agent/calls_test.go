@@ -1,0 +1,748 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// ctJob returns a job for call id whose cancel func counts its calls.
+func ctJob(id string) (*job, *int) {
+	n := new(int)
+	return &job{call: &protocol.Call{ID: id}, cancel: func() { *n++ }}, n
+}
+
+func TestCallTableStartLookup(t *testing.T) {
+	tab := newCallTable(time.Minute)
+	j, _ := ctJob("c1")
+	if !tab.start(j) {
+		t.Fatal("start of a new call refused")
+	}
+	if got, data := tab.lookup("c1"); got != j || data != nil {
+		t.Errorf("lookup of a running call = %v, %q; want the job", got, data)
+	}
+	if got, data := tab.lookup("c2"); got != nil || data != nil {
+		t.Errorf("lookup of an unknown call = %v, %q; want nothing", got, data)
+	}
+	dup, _ := ctJob("c1")
+	if tab.start(dup) {
+		t.Error("start accepted a second call with a running call's ID")
+	}
+	if got, _ := tab.lookup("c1"); got != j {
+		t.Error("a refused duplicate replaced the running job")
+	}
+	if n := tab.running(); n != 1 {
+		t.Errorf("running() = %d, want 1", n)
+	}
+
+	t0 := time.Now()
+	tab.finish("c1", []byte("result-1"), t0)
+	if got, data := tab.lookup("c1"); got != nil || string(data) != "result-1" {
+		t.Errorf("lookup of a finished call = %v, %q; want its result", got, data)
+	}
+	if n := tab.running(); n != 0 {
+		t.Errorf("running() = %d after finish, want 0", n)
+	}
+	if snap := tab.snapshot(); len(snap) != 0 {
+		t.Errorf("snapshot has %d jobs after finish", len(snap))
+	}
+	again, _ := ctJob("c1")
+	if tab.start(again) {
+		t.Error("start accepted a call whose result is still kept: it would run twice")
+	}
+}
+
+func TestCallTablePruneByTTL(t *testing.T) {
+	tab := newCallTable(time.Minute)
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a", "b", "c"} {
+		j, _ := ctJob(id)
+		tab.start(j)
+		tab.finish(id, []byte("result-"+id), t0.Add(time.Duration(i)*20*time.Second))
+	}
+	kept := func() []string {
+		var ids []string
+		for _, id := range []string{"a", "b", "c", "d"} {
+			if _, data := tab.lookup(id); data != nil {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want []string
+	}{
+		{59 * time.Second, []string{"a", "b", "c"}},
+		{60 * time.Second, []string{"b", "c"}}, // a expires at t0+60s
+		{79 * time.Second, []string{"b", "c"}},
+		{80 * time.Second, []string{"c"}},
+		{99 * time.Second, []string{"c"}},
+		{100 * time.Second, nil},
+	} {
+		tab.prune(t0.Add(step.at))
+		if got := kept(); !slices.Equal(got, step.want) {
+			t.Errorf("after prune at +%s kept %q, want %q", step.at, got, step.want)
+		}
+	}
+	if tab.bytes != 0 || tab.order.Len() != 0 || len(tab.done) != 0 {
+		t.Errorf("empty table still counts %d bytes, %d ordered, %d done", tab.bytes, tab.order.Len(), len(tab.done))
+	}
+
+	// finish prunes too.
+	j, _ := ctJob("a")
+	tab.start(j)
+	tab.finish("a", []byte("x"), t0)
+	j, _ = ctJob("d")
+	tab.start(j)
+	tab.finish("d", []byte("y"), t0.Add(2*time.Minute))
+	if got := kept(); !slices.Equal(got, []string{"d"}) {
+		t.Errorf("after a later finish kept %q, want only d", got)
+	}
+}
+
+func TestCallTableMaxBytes(t *testing.T) {
+	tab := newCallTable(time.Hour)
+	tab.maxBytes = 10
+	now := time.Now()
+	for _, id := range []string{"a", "b", "c"} {
+		j, _ := ctJob(id)
+		tab.start(j)
+		tab.finish(id, []byte("1234"), now)
+	}
+	if _, data := tab.lookup("a"); data != nil {
+		t.Error("oldest result a kept although the table is over its byte limit")
+	}
+	for _, id := range []string{"b", "c"} {
+		if _, data := tab.lookup(id); string(data) != "1234" {
+			t.Errorf("result %s = %q, want it kept", id, data)
+		}
+	}
+	if tab.bytes != 8 {
+		t.Errorf("table counts %d bytes, want 8", tab.bytes)
+	}
+	j, _ := ctJob("d")
+	tab.start(j)
+	tab.finish("d", []byte("123456789"), now)
+	for id, want := range map[string]bool{"b": false, "c": false, "d": true} {
+		if _, data := tab.lookup(id); (data != nil) != want {
+			t.Errorf("after a 9-byte result: %s kept=%v, want %v", id, data != nil, want)
+		}
+	}
+}
+
+func TestCallTableCancelAbandon(t *testing.T) {
+	tab := newCallTable(time.Minute)
+	j, cancelled := ctJob("c1")
+	tab.start(j)
+	if !tab.cancel("c1") || *cancelled != 1 {
+		t.Errorf("cancel of a running call: cancel func called %d times, want 1", *cancelled)
+	}
+	if tab.cancel("nope") {
+		t.Error("cancel of an unknown call reports success")
+	}
+	tab.finish("c1", []byte("r"), time.Now())
+	if tab.cancel("c1") {
+		t.Error("cancel of a finished call reports success")
+	}
+	if *cancelled != 1 {
+		t.Errorf("cancel func called %d times, want 1", *cancelled)
+	}
+
+	j2, c2 := ctJob("c2")
+	tab.start(j2)
+	tab.abandon("c2")
+	if got, data := tab.lookup("c2"); got != nil || data != nil {
+		t.Errorf("abandoned call still known: %v, %q", got, data)
+	}
+	if *c2 != 0 {
+		t.Error("abandon called the job's cancel func; the caller owns that")
+	}
+	j3, _ := ctJob("c2")
+	if !tab.start(j3) {
+		t.Error("a call that never ran cannot be started again after abandon")
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newTestAgent returns an Agent that is never run, for unit tests.
+func newTestAgent(t *testing.T, cfg Config) *Agent {
+	t.Helper()
+	if cfg.Servers == nil {
+		cfg.Servers = []string{"nats://127.0.0.1:1"}
+	}
+	if cfg.Name == "" {
+		cfg.Name = "asm-1"
+	}
+	cfg.StateDir = t.TempDir()
+	cfg.Cwd = t.TempDir()
+	cfg.Logger = quietLogger()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func callFrame(id string, part, parts int, data string) protocol.Frame {
+	return protocol.Frame{Kind: protocol.KindCall, CallID: id, Seq: uint64(part), Part: part, Parts: parts, Data: []byte(data)}
+}
+
+func TestAssembleSinglePart(t *testing.T) {
+	a := newTestAgent(t, Config{MaxRequestBytes: 100})
+	data, reply, err := a.assemble(callFrame("c1", 1, 1, `{"id":"c1"}`), "inbox.1")
+	if err != nil || string(data) != `{"id":"c1"}` || reply != "inbox.1" {
+		t.Errorf("assemble = %q, %q, %v", data, reply, err)
+	}
+	data, _, err = a.assemble(callFrame("c2", 1, 1, strings.Repeat("x", 100)), "inbox.2")
+	if err != nil || len(data) != 100 {
+		t.Errorf("call of exactly the limit: %d bytes, %v", len(data), err)
+	}
+	data, _, err = a.assemble(callFrame("c3", 1, 1, strings.Repeat("x", 101)), "inbox.3")
+	if err == nil || data != nil {
+		t.Fatalf("call over the limit accepted (%d bytes)", len(data))
+	}
+	for _, w := range []string{"101 bytes", "100 bytes", "limit"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	if n := len(a.pend.calls); n != 0 {
+		t.Errorf("single-part calls left %d pending assemblies", n)
+	}
+}
+
+func TestAssembleMultiPart(t *testing.T) {
+	a := newTestAgent(t, Config{MaxRequestBytes: 100})
+	parts := []string{`{"id":`, `"c1",`, `"x":1}`}
+	for i, p := range parts {
+		// Later parts carry another reply subject; the first one counts.
+		data, reply, err := a.assemble(callFrame("c1", i+1, len(parts), p), fmt.Sprintf("inbox.%d", i+1))
+		if err != nil {
+			t.Fatalf("part %d: %v", i+1, err)
+		}
+		if reply != "inbox.1" {
+			t.Errorf("part %d: reply %q, want the first part's inbox.1", i+1, reply)
+		}
+		last := i == len(parts)-1
+		if last && string(data) != strings.Join(parts, "") || !last && data != nil {
+			t.Errorf("part %d: data %q", i+1, data)
+		}
+	}
+	if n := len(a.pend.calls); n != 0 {
+		t.Errorf("a complete call left %d pending assemblies", n)
+	}
+
+	// Two calls assembling at once do not mix.
+	a.assemble(callFrame("x", 1, 2, "AA"), "ix")
+	a.assemble(callFrame("y", 1, 2, "BB"), "iy")
+	dy, ry, err := a.assemble(callFrame("y", 2, 2, "bb"), "iy")
+	if err != nil || string(dy) != "BBbb" || ry != "iy" {
+		t.Errorf("call y = %q, %q, %v", dy, ry, err)
+	}
+	dx, rx, err := a.assemble(callFrame("x", 2, 2, "aa"), "ix")
+	if err != nil || string(dx) != "AAaa" || rx != "ix" {
+		t.Errorf("call x = %q, %q, %v", dx, rx, err)
+	}
+}
+
+func TestAssembleErrors(t *testing.T) {
+	a := newTestAgent(t, Config{MaxRequestBytes: 100})
+
+	_, reply, err := a.assemble(callFrame("c1", 2, 3, "x"), "inbox.c1")
+	if err == nil || !strings.Contains(err.Error(), "without its first part") {
+		t.Errorf("part 2 without part 1: %v", err)
+	}
+	if reply != "inbox.c1" {
+		t.Errorf("error for a part without its first part replies to %q, want inbox.c1", reply)
+	}
+
+	a.assemble(callFrame("c2", 1, 3, "a"), "inbox.c2")
+	_, reply, err = a.assemble(callFrame("c2", 3, 3, "c"), "inbox.c2")
+	if err == nil || !strings.Contains(err.Error(), "lost") {
+		t.Errorf("gap: %v, want an error saying a part was lost", err)
+	}
+	if reply != "inbox.c2" {
+		t.Errorf("gap error replies to %q", reply)
+	}
+	if _, ok := a.pend.calls["c2"]; ok {
+		t.Error("a failed assembly is still pending")
+	}
+	if _, _, err := a.assemble(callFrame("c2", 2, 3, "b"), "inbox.c2"); err == nil {
+		t.Error("a part of a failed assembly was accepted")
+	}
+
+	a.assemble(callFrame("c3", 1, 2, "a"), "")
+	if _, _, err := a.assemble(callFrame("c3", 2, 3, "b"), ""); err == nil || !strings.Contains(err.Error(), "part count") {
+		t.Errorf("changed part count: %v", err)
+	}
+
+	if _, _, err := a.assemble(callFrame("c4", 1, 2, strings.Repeat("x", 60)), ""); err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := a.assemble(callFrame("c4", 2, 2, strings.Repeat("x", 41)), "")
+	if err == nil || data != nil || !strings.Contains(err.Error(), "100 bytes") {
+		t.Errorf("101-byte call in parts with a 100-byte limit: %d bytes, %v", len(data), err)
+	}
+	if len(a.pend.calls) != 0 {
+		t.Errorf("%d assemblies pending after failures, want none", len(a.pend.calls))
+	}
+}
+
+func TestAssembleMaxPending(t *testing.T) {
+	a := newTestAgent(t, Config{})
+	for i := range maxPending {
+		if _, _, err := a.assemble(callFrame(fmt.Sprintf("c%d", i), 1, 2, "a"), "r"); err != nil {
+			t.Fatalf("assembly %d of %d refused: %v", i+1, maxPending, err)
+		}
+	}
+	_, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(maxPending)) || !strings.Contains(err.Error(), "asm-1") {
+		t.Fatalf("assembly beyond %d: %v, want a refusal naming the host and the limit", maxPending, err)
+	}
+	// Single-part calls are not held back by the limit.
+	if data, _, err := a.assemble(callFrame("small", 1, 1, "{}"), "r"); err != nil || string(data) != "{}" {
+		t.Errorf("single-part call while assemblies are full: %q, %v", data, err)
+	}
+	// Finishing one frees a slot.
+	if data, _, err := a.assemble(callFrame("c0", 2, 2, "b"), "r"); err != nil || string(data) != "ab" {
+		t.Fatalf("finishing c0: %q, %v", data, err)
+	}
+	if _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r"); err != nil {
+		t.Errorf("assembly refused after a slot was freed: %v", err)
+	}
+}
+
+func TestPrunePendingWithoutConnection(t *testing.T) {
+	a := newTestAgent(t, Config{})
+	a.assemble(callFrame("old", 1, 2, "a"), "inbox.old")
+	a.assemble(callFrame("new", 1, 2, "a"), "inbox.new")
+	now := time.Now()
+	a.pend.calls["old"].started = now.Add(-pendingTimeout - time.Second)
+	a.prunePending(now) // no NATS connection: nothing to reply on, no panic
+	if _, ok := a.pend.calls["old"]; ok {
+		t.Error("stale assembly kept")
+	}
+	if _, ok := a.pend.calls["new"]; !ok {
+		t.Error("fresh assembly pruned")
+	}
+	if _, _, err := a.assemble(callFrame("old", 2, 2, "b"), "inbox.old"); err == nil {
+		t.Error("a late part of a pruned call was accepted")
+	}
+}
+
+// The end-to-end tests below run the Agent against a real NATS server and
+// talk to it with plain NATS messages, as a gateway does.
+
+func startTestNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns
+}
+
+// runAgent runs an agent with cfg until stop (or the end of the test).
+// stop cancels it and fails the test unless Run returns within 10 s.
+func runAgent(t *testing.T, ns *server.Server, cfg Config) (stop func()) {
+	t.Helper()
+	cfg.Servers = []string{ns.ClientURL()}
+	cfg.StateDir = t.TempDir()
+	if cfg.Cwd == "" {
+		cfg.Cwd = t.TempDir()
+	}
+	cfg.Logger = quietLogger()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("Run did not return within 10s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// presence subscribes to every host's announces.
+func presence(t *testing.T, nc *nats.Conn) <-chan *nats.Msg {
+	t.Helper()
+	ch := make(chan *nats.Msg, 256)
+	if _, err := nc.ChanSubscribe(protocol.PresenceWildcard(), ch); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// nextAnnounce returns host's next announce with the given Leaving flag.
+func nextAnnounce(t *testing.T, ch <-chan *nats.Msg, host string, leaving bool) protocol.Announce {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			var a protocol.Announce
+			if err := json.Unmarshal(m.Data, &a); err != nil {
+				t.Fatalf("announce on %s is not JSON: %v", m.Subject, err)
+			}
+			if m.Subject != protocol.PresenceSubject(a.Host) {
+				t.Errorf("announce of %q on subject %s", a.Host, m.Subject)
+			}
+			if a.Host == host && a.Leaving == leaving {
+				return a
+			}
+		case <-deadline:
+			t.Fatalf("no announce of %s with leaving=%v within 10s", host, leaving)
+		}
+	}
+}
+
+// exchange is one request to an agent and the frames it answered with.
+type exchange struct {
+	sub *nats.Subscription
+}
+
+// publishFrame sends f to subject with a fresh reply inbox and returns the
+// subscription that receives the answer.
+func publishFrame(t *testing.T, nc *nats.Conn, subject string, h protocol.Header, body []byte) exchange {
+	t.Helper()
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Header: nats.Header(h), Data: body}); err != nil {
+		t.Fatal(err)
+	}
+	return exchange{sub: sub}
+}
+
+// sendCall sends call as one KindCall frame.
+func sendCall(t *testing.T, nc *nats.Conn, call protocol.Call) exchange {
+	t.Helper()
+	data, err := json.Marshal(call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
+	return publishFrame(t, nc, protocol.CallSubject(call.Host), h, body)
+}
+
+func sendFetch(t *testing.T, nc *nats.Conn, host, id string) exchange {
+	t.Helper()
+	data, _ := json.Marshal(protocol.Fetch{CallID: id})
+	return publishFrame(t, nc, protocol.FetchSubject(host), nil, data)
+}
+
+// next returns the next frame.
+func (x exchange) next(t *testing.T, within time.Duration) protocol.Frame {
+	t.Helper()
+	m, err := x.sub.NextMsg(within)
+	if err != nil {
+		t.Fatalf("no frame within %s: %v", within, err)
+	}
+	f, err := protocol.DecodeFrame(m.Header, m.Data)
+	if err != nil {
+		t.Fatalf("agent sent a bad frame: %v", err)
+	}
+	return f
+}
+
+// result collects frames until a complete result and returns it with the
+// output that streamed before it.
+func (x exchange) result(t *testing.T, id string) (*protocol.Result, string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var out strings.Builder
+	var asm *protocol.Assembly
+	for {
+		f := x.next(t, time.Until(deadline))
+		if f.CallID != id {
+			t.Errorf("frame for call %q on the inbox of call %q", f.CallID, id)
+		}
+		switch f.Kind {
+		case protocol.KindOutput:
+			out.Write(f.Data)
+		case protocol.KindResult:
+			if f.Part == 1 {
+				asm = protocol.NewAssembly(0)
+			}
+			if asm == nil {
+				t.Fatalf("result part %d/%d without part 1", f.Part, f.Parts)
+			}
+			done, err := asm.Add(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !done {
+				continue
+			}
+			res, err := protocol.DecodeResult(asm.Bytes())
+			if err != nil {
+				t.Fatalf("undecodable result: %v", err)
+			}
+			if res.CallID != id {
+				t.Errorf("result names call %q, want %q", res.CallID, id)
+			}
+			return res, out.String()
+		}
+	}
+}
+
+func newCall(host, id, tool string, args any) protocol.Call {
+	raw, _ := json.Marshal(args)
+	return protocol.Call{ID: id, Protocol: protocol.Version, Host: host, Tool: tool,
+		Caller: protocol.Caller{Subject: "tester"}, TimeoutMS: 30000, Args: raw}
+}
+
+func resultText(t *testing.T, res *protocol.Result) string {
+	t.Helper()
+	if res.Error != nil {
+		t.Fatalf("result carries error %v", res.Error)
+	}
+	if len(res.Content) != 1 || res.Content[0].Type != "text" {
+		t.Fatalf("result content %+v, want one text", res.Content)
+	}
+	return res.Content[0].Text
+}
+
+func wantCode(t *testing.T, res *protocol.Result, code protocol.Code, mentions ...string) {
+	t.Helper()
+	if res.Error == nil || res.Error.Code != code {
+		t.Fatalf("result %+v, want error code %s", res, code)
+	}
+	for _, m := range mentions {
+		if !strings.Contains(res.Error.Message, m) {
+			t.Errorf("error %q does not mention %q", res.Error.Message, m)
+		}
+	}
+}
+
+func TestAgentEndToEnd(t *testing.T) {
+	const host = "e2e-1"
+	ns := startTestNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pres := presence(t, nc)
+	cwd := t.TempDir()
+	stop := runAgent(t, ns, Config{Name: host, Cwd: cwd, Labels: map[string]string{"role": "test"}, MaxConcurrent: 4})
+
+	a := nextAnnounce(t, pres, host, false)
+	if a.Protocol != protocol.Version || a.OS != runtime.GOOS || a.Arch != runtime.GOARCH || a.Cwd != cwd ||
+		a.Labels["role"] != "test" || a.Limit != 4 || a.HeartbeatMS != 5000 || a.AgentVersion != Version || a.StartedAt.IsZero() {
+		t.Errorf("announce = %+v", a)
+	}
+	for _, tool := range []string{"read", "write", "edit", "bash"} {
+		if !slices.Contains(a.Tools, tool) {
+			t.Errorf("announce tools %q lack %s", a.Tools, tool)
+		}
+	}
+
+	t.Run("bash", func(t *testing.T) {
+		res, out := sendCall(t, nc, newCall(host, "echo-1", "bash", map[string]string{"command": "echo hi"})).result(t, "echo-1")
+		if text := resultText(t, res); text != "hi\n" || res.IsError {
+			t.Errorf("echo hi = %q (error %v), want %q", text, res.IsError, "hi\n")
+		}
+		if out != "hi\n" {
+			t.Errorf("streamed output %q, want %q", out, "hi\n")
+		}
+	})
+
+	t.Run("repeated call is not run again", func(t *testing.T) {
+		call := newCall(host, "append-1", "bash", map[string]string{"command": "echo run >> runs.txt; echo appended"})
+		first, _ := sendCall(t, nc, call).result(t, call.ID)
+		if text := resultText(t, first); text != "appended\n" {
+			t.Fatalf("first run = %q", text)
+		}
+		again, _ := sendCall(t, nc, call).result(t, call.ID)
+		if text := resultText(t, again); text != "appended\n" || again.IsError != first.IsError {
+			t.Errorf("repeated call answered %q, want the stored result", text)
+		}
+		fetched, _ := sendFetch(t, nc, host, call.ID).result(t, call.ID)
+		if text := resultText(t, fetched); text != "appended\n" {
+			t.Errorf("fetch answered %q, want the stored result", text)
+		}
+		if data, err := os.ReadFile(filepath.Join(cwd, "runs.txt")); err != nil || string(data) != "run\n" {
+			t.Errorf("runs.txt = %q (%v): the command ran more than once", data, err)
+		}
+	})
+
+	t.Run("repeated call while running", func(t *testing.T) {
+		call := newCall(host, "slow-1", "bash", map[string]string{"command": "sleep 0.5; echo run >> slow.txt"})
+		first := sendCall(t, nc, call)
+		second := sendCall(t, nc, call)
+		if f := second.next(t, 5*time.Second); f.Kind != protocol.KindKeepalive || f.CallID != call.ID {
+			t.Errorf("repeat of a running call answered %s for %s, want a keepalive", f.Kind, f.CallID)
+		}
+		fetch := sendFetch(t, nc, host, call.ID)
+		if f := fetch.next(t, 5*time.Second); f.Kind != protocol.KindKeepalive {
+			t.Errorf("fetch of a running call answered %s, want a keepalive", f.Kind)
+		}
+		if res, _ := first.result(t, call.ID); res.Error != nil || res.IsError {
+			t.Fatalf("slow call = %+v", res)
+		}
+		if data, err := os.ReadFile(filepath.Join(cwd, "slow.txt")); err != nil || string(data) != "run\n" {
+			t.Errorf("slow.txt = %q (%v): the command ran more than once", data, err)
+		}
+	})
+
+	t.Run("fetch of an unknown call", func(t *testing.T) {
+		res, _ := sendFetch(t, nc, host, "never-sent").result(t, "never-sent")
+		wantCode(t, res, protocol.CodeUnknownCall, host, "never-sent")
+	})
+
+	t.Run("wrong protocol version", func(t *testing.T) {
+		call := newCall(host, "v99", "bash", map[string]string{"command": "echo must-not-run >> v99.txt"})
+		call.Protocol = 99
+		res, _ := sendCall(t, nc, call).result(t, call.ID)
+		wantCode(t, res, protocol.CodeVersion, "99", fmt.Sprint(protocol.Version))
+		if _, err := os.Stat(filepath.Join(cwd, "v99.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a call of another protocol version ran: %v", err)
+		}
+	})
+
+	t.Run("unknown tool", func(t *testing.T) {
+		res, _ := sendCall(t, nc, newCall(host, "frob-1", "frob", map[string]string{})).result(t, "frob-1")
+		wantCode(t, res, protocol.CodeUnknownTool, `"frob"`, "bash, edit, read, write")
+	})
+
+	t.Run("call for another host", func(t *testing.T) {
+		call := newCall("other", "other-1", "bash", map[string]string{"command": "true"})
+		data, _ := json.Marshal(call)
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
+		res, _ := publishFrame(t, nc, protocol.CallSubject(host), h, body).result(t, call.ID)
+		wantCode(t, res, protocol.CodeBadRequest, `"other"`, host)
+	})
+
+	t.Run("call ID differs from frame ID", func(t *testing.T) {
+		call := newCall(host, "inner-1", "bash", map[string]string{"command": "true"})
+		data, _ := json.Marshal(call)
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: "outer-1", Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
+		res, _ := publishFrame(t, nc, protocol.CallSubject(host), h, body).result(t, "outer-1")
+		wantCode(t, res, protocol.CodeBadRequest, "inner-1", "outer-1")
+	})
+
+	t.Run("call in parts", func(t *testing.T) {
+		call := newCall(host, "parts-1", "bash", map[string]string{"command": "echo " + strings.Repeat("p", 100<<10) + " | wc -c"})
+		data, _ := json.Marshal(call)
+		parts, err := protocol.Split(data, 16<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		for i, p := range parts {
+			h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
+			if err := nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(host), Reply: inbox, Header: nats.Header(h), Data: body}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, _ := exchange{sub: sub}.result(t, call.ID)
+		if text := strings.TrimSpace(resultText(t, res)); text != fmt.Sprint(100<<10+1) {
+			t.Errorf("call in %d parts printed %q, want %d", len(parts), text, 100<<10+1)
+		}
+	})
+
+	stop()
+	if a := nextAnnounce(t, pres, host, true); a.Host != host {
+		t.Errorf("leaving announce %+v", a)
+	}
+}
+
+func TestAgentBusy(t *testing.T) {
+	const host = "busy-1"
+	ns := startTestNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pres := presence(t, nc)
+	stop := runAgent(t, ns, Config{Name: host, MaxConcurrent: 1, MaxQueue: -1})
+	nextAnnounce(t, pres, host, false)
+
+	first := sendCall(t, nc, newCall(host, "sleep-1", "bash", map[string]string{"command": "sleep 1"}))
+	second := sendCall(t, nc, newCall(host, "sleep-2", "bash", map[string]string{"command": "sleep 1"}))
+	r2, _ := second.result(t, "sleep-2")
+	r1, _ := first.result(t, "sleep-1")
+	busy := 0
+	for _, r := range []*protocol.Result{r1, r2} {
+		switch {
+		case r.Error != nil && r.Error.Code == protocol.CodeBusy:
+			busy++
+			for _, w := range []string{host, "busy"} {
+				if !strings.Contains(r.Error.Message, w) {
+					t.Errorf("busy error %q does not mention %q", r.Error.Message, w)
+				}
+			}
+		case r.Error == nil && !r.IsError:
+		default:
+			t.Errorf("call %s = %+v, want success or busy", r.CallID, r)
+		}
+	}
+	if busy != 1 {
+		t.Errorf("%d of two concurrent calls were refused as busy with one worker and no queue, want exactly 1", busy)
+	}
+	if r1.Error != nil {
+		t.Errorf("the first call was refused (%v) although the worker was free", r1.Error)
+	}
+
+	// The refused call was never recorded: sent again once the worker is
+	// free, it runs.
+	again, _ := sendCall(t, nc, newCall(host, "sleep-2", "bash", map[string]string{"command": "echo second"})).result(t, "sleep-2")
+	if text := resultText(t, again); text != "second\n" {
+		t.Errorf("refused call sent again = %q, want it run", text)
+	}
+	stop()
+	nextAnnounce(t, pres, host, true)
+}

@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	dev := func(c Config) Config { // a valid loopback, auth-off setup
+		if c.DataDir == "" && c.NATSURLs == nil {
+			c.DataDir = "/var/lib/fleet"
+		}
+		c.AuthDisabled = true
+		return c
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // substrings of the error; none: valid
+	}{
+		{"defaults with auth off", dev(Config{}), nil},
+		{"loopback IPv4", dev(Config{Listen: "127.0.0.1:8080"}), nil},
+		{"loopback IPv4 other address", dev(Config{Listen: "127.0.0.2:9000"}), nil},
+		{"loopback IPv6", dev(Config{Listen: "[::1]:8080"}), nil},
+		{"localhost", dev(Config{Listen: "localhost:8080"}), nil},
+		{"random port", dev(Config{Listen: "127.0.0.1:0"}), nil},
+		{"external NATS needs no data dir", dev(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}}), nil},
+		{"auth off on all interfaces", dev(Config{Listen: "0.0.0.0:8080"}), []string{"loopback", `"0.0.0.0:8080"`, "--listen 127.0.0.1"}},
+		{"auth off on empty host", dev(Config{Listen: ":8080"}), []string{"loopback", `":8080"`}},
+		{"auth off on IPv6 any", dev(Config{Listen: "[::]:8080"}), []string{"loopback"}},
+		{"auth off on a LAN address", dev(Config{Listen: "192.168.1.10:8080"}), []string{"loopback"}},
+		{"auth off on a host name", dev(Config{Listen: "gateway.example.com:8080"}), []string{"loopback"}},
+		{"auth off on a name that starts with localhost", dev(Config{Listen: "localhost.example.com:8080"}), []string{"loopback"}},
+		{"auth off without a port", dev(Config{Listen: "127.0.0.1"}), []string{"loopback"}},
+		{"embedded NATS without data dir", Config{AuthDisabled: true}, []string{"data directory", "--data_dir"}},
+		// An empty (not nil) URL list still means the embedded server,
+		// which then has nowhere to keep its state.
+		{"empty NATS URL list without data dir", Config{AuthDisabled: true, NATSURLs: []string{}}, []string{"data directory", "--data_dir"}},
+		{"silence too short", dev(Config{Silence: 50 * time.Millisecond}), []string{"silence", "50ms", "minimum 100ms"}},
+		{"silence at the minimum", dev(Config{Silence: 100 * time.Millisecond}), nil},
+		{"auth enabled", Config{DataDir: "/var/lib/fleet"}, []string{"authentication is not configured", "--dev", "--no_auth", "loopback"}},
+		{"everything wrong at once", Config{Listen: "0.0.0.0:1", Silence: time.Millisecond},
+			[]string{"data directory", "authentication is not configured", "silence"}},
+		{"auth off and everything wrong", Config{AuthDisabled: true, Listen: "0.0.0.0:1", Silence: time.Millisecond},
+			[]string{"data directory", "loopback, not", "silence"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.setDefaults()
+			err := c.validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("validate(%+v) = %v, want it accepted", tc.cfg, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("validate(%+v) accepted the config, want an error mentioning %q", tc.cfg, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	var c Config
+	c.setDefaults()
+	if c.Listen != "127.0.0.1:8080" || c.MaxRequestBytes != 64<<20 || c.SessionTimeout != 30*time.Minute ||
+		c.FileCallTimeout != time.Minute || c.MaxCallDuration != time.Hour || c.Silence != 5*time.Second ||
+		c.OfflineAfter != 15*time.Second || c.ProgressIdle != 5*time.Second || c.Logger == nil {
+		t.Errorf("defaults = %+v", c)
+	}
+	set := Config{
+		Listen: "127.0.0.1:1", MaxRequestBytes: 1, SessionTimeout: 1, FileCallTimeout: 2, MaxCallDuration: 3,
+		Silence: 4, OfflineAfter: 5, ProgressIdle: 6, Logger: discardLogger(),
+	}
+	c = set
+	c.setDefaults()
+	if c.Listen != set.Listen || c.MaxRequestBytes != 1 || c.SessionTimeout != 1 || c.FileCallTimeout != 2 ||
+		c.MaxCallDuration != 3 || c.Silence != 4 || c.OfflineAfter != 5 || c.ProgressIdle != 6 || c.Logger != set.Logger {
+		t.Errorf("setDefaults changed values that were set: %+v", c)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:8080", true},
+		{"127.0.0.1:0", true},
+		{"127.9.9.9:80", true},
+		{"[::1]:8080", true},
+		{"localhost:8080", true},
+		{"[::ffff:127.0.0.1]:80", true},
+		{"0.0.0.0:8080", false},
+		{":8080", false},
+		{"[::]:8080", false},
+		{"10.0.0.1:8080", false},
+		{"[fe80::1]:8080", false},
+		{"example.com:8080", false},
+		{"localhost.example.com:8080", false},
+		{"127.0.0.1", false},
+		{"localhost", false},
+		{"::1", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		if got := isLoopback(tc.addr); got != tc.want {
+			t.Errorf("isLoopback(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+}
