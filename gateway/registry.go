@@ -20,6 +20,9 @@ type HostInfo struct {
 	protocol.Announce
 	LastSeen time.Time `json:"last_seen"`
 	Online   bool      `json:"online"`
+	// Conflict is set when more than one agent process currently announces
+	// this host name; calls to it are refused until only one is left.
+	Conflict string `json:"conflict,omitempty"`
 }
 
 // clone returns a copy that shares no maps or slices with h.
@@ -28,6 +31,17 @@ func (h *HostInfo) clone() HostInfo {
 	c.Labels = maps.Clone(h.Labels)
 	c.Tools = slices.Clone(h.Tools)
 	return c
+}
+
+// maxHeartbeat caps the heartbeat interval an agent may claim, so an agent
+// cannot keep a stale entry online for hours.
+const maxHeartbeat = time.Minute
+
+// hostEntry is a host's latest announce plus when each of its agent
+// instances was last heard.
+type hostEntry struct {
+	info      HostInfo
+	instances map[string]time.Time
 }
 
 // registry keeps the fleet's hosts from their presence announcements. Every
@@ -39,61 +53,109 @@ type registry struct {
 	now          func() time.Time
 
 	mu    sync.RWMutex
-	hosts map[string]*HostInfo
+	hosts map[string]*hostEntry
 }
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration) *registry {
-	return &registry{log: log, offlineAfter: offlineAfter, now: time.Now, hosts: make(map[string]*HostInfo)}
+	return &registry{log: log, offlineAfter: offlineAfter, now: time.Now, hosts: make(map[string]*hostEntry)}
 }
 
-// onPresence records an announce. The host ID is taken from the subject,
-// which NATS permissions control, and must match the payload.
+// onPresence records an announce. The host ID is taken from the subject and
+// must match the payload.
 func (r *registry) onPresence(m *nats.Msg) {
-	host := strings.TrimPrefix(m.Subject, strings.TrimSuffix(protocol.PresenceSubject("x"), "x"))
+	host := protocol.HostFromPresence(m.Subject)
 	var a protocol.Announce
 	if err := json.Unmarshal(m.Data, &a); err != nil {
 		r.log.Warn("ignoring malformed announce", "subject", m.Subject, "err", err)
 		return
 	}
-	if protocol.ValidateHost(host) != nil || a.Host != host {
+	if host == "" || a.Host != host {
 		r.log.Warn("ignoring announce whose host does not match its subject", "subject", m.Subject, "host", a.Host)
 		return
 	}
 	now := r.now()
 	r.mu.Lock()
-	prev := r.hosts[host]
-	r.hosts[host] = &HostInfo{Announce: a, LastSeen: now, Online: !a.Leaving}
+	e := r.hosts[host]
+	wasOnline := e != nil && r.onlineAt(e, now)
+	if e == nil {
+		e = &hostEntry{instances: make(map[string]time.Time)}
+		r.hosts[host] = e
+	}
+	e.info = HostInfo{Announce: a, LastSeen: now}
+	if a.Leaving {
+		delete(e.instances, a.Instance)
+	} else {
+		e.instances[a.Instance] = now
+	}
+	r.pruneInstances(e, now)
+	conflict := len(e.instances) > 1
 	r.mu.Unlock()
 	switch {
 	case a.Leaving:
-		r.log.Info("host left", "host", host)
-	case prev == nil || !r.online(prev, now):
+		r.log.Info("host left", "host", host, "instance", a.Instance)
+	case conflict:
+		r.log.Warn("two agents announce the same host name; calls to it are refused", "host", host, "instances", slices.Sorted(maps.Keys(e.instances)))
+	case !wasOnline:
 		r.log.Info("host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
 	}
 }
 
-func (r *registry) online(h *HostInfo, now time.Time) bool {
-	if !h.Online {
-		return false
-	}
+// limit is how long after its last announce an instance counts as alive.
+func (r *registry) limit(e *hostEntry) time.Duration {
 	limit := r.offlineAfter
-	if hb := time.Duration(h.HeartbeatMS) * time.Millisecond; hb > 0 && 3*hb > limit {
+	hb := min(time.Duration(e.info.HeartbeatMS)*time.Millisecond, maxHeartbeat)
+	if hb > 0 && 3*hb > limit {
 		limit = 3 * hb
 	}
-	return now.Sub(h.LastSeen) <= limit
+	return limit
+}
+
+func (r *registry) pruneInstances(e *hostEntry, now time.Time) {
+	limit := r.limit(e)
+	for id, seen := range e.instances {
+		if now.Sub(seen) > limit {
+			delete(e.instances, id)
+		}
+	}
+}
+
+// live returns the instances heard within the limit, sorted.
+func (r *registry) live(e *hostEntry, now time.Time) []string {
+	limit := r.limit(e)
+	var ids []string
+	for id, seen := range e.instances {
+		if now.Sub(seen) <= limit {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (r *registry) onlineAt(e *hostEntry, now time.Time) bool {
+	return len(r.live(e, now)) > 0
+}
+
+// view returns a copy of e's info with Online and Conflict computed now.
+func (r *registry) view(e *hostEntry, now time.Time) HostInfo {
+	c := e.info.clone()
+	live := r.live(e, now)
+	c.Online = len(live) > 0
+	if len(live) > 1 {
+		c.Conflict = "agent instances " + strings.Join(live, ", ") + " all announce this name"
+	}
+	return c
 }
 
 // get returns a copy of host's info with Online computed now.
 func (r *registry) get(host string) (HostInfo, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	h := r.hosts[host]
-	if h == nil {
+	e := r.hosts[host]
+	if e == nil {
 		return HostInfo{}, false
 	}
-	c := h.clone()
-	c.Online = r.online(h, r.now())
-	return c, true
+	return r.view(e, r.now()), true
 }
 
 // list returns every host matching filter, sorted by name. An empty filter
@@ -103,13 +165,10 @@ func (r *registry) list(filter string) []HostInfo {
 	now := r.now()
 	r.mu.RLock()
 	out := make([]HostInfo, 0, len(r.hosts))
-	for _, h := range r.hosts {
-		if !matchFilter(h, filter) {
-			continue
+	for _, e := range r.hosts {
+		if matchFilter(&e.info, filter) {
+			out = append(out, r.view(e, now))
 		}
-		c := h.clone()
-		c.Online = r.online(h, now)
-		out = append(out, c)
 	}
 	r.mu.RUnlock()
 	slices.SortFunc(out, func(a, b HostInfo) int { return strings.Compare(a.Host, b.Host) })

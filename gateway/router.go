@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +32,7 @@ const (
 	HostSilent
 	HostTimeout
 	HostUnreachable
+	HostConflict
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -74,7 +74,7 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 		inbox: protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls: make(map[string]*inflight),
 	}
-	sub, err := nc.Subscribe(r.inbox+".*", r.onReply)
+	sub, err := nc.Subscribe(protocol.ReplyWildcard(r.inbox), r.onReply)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe reply inbox: %w", err)
 	}
@@ -88,7 +88,7 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 }
 
 func (r *router) onReply(m *nats.Msg) {
-	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	id := protocol.CallIDFromReply(m.Subject)
 	r.mu.Lock()
 	fl := r.calls[id]
 	r.mu.Unlock()
@@ -171,6 +171,9 @@ func (r *router) checkHost(host string) error {
 	if !ok {
 		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("unknown host %q: call the hosts tool to list the fleet", host)}
 	}
+	if h.Conflict != "" {
+		return &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}
+	}
 	if !h.Online {
 		return &HostError{Host: host, Kind: HostOffline, Msg: fmt.Sprintf("host %q is offline (last seen %s ago); call hosts to see which hosts are online",
 			host, r.reg.now().Sub(h.LastSeen).Round(time.Second))}
@@ -190,7 +193,7 @@ func (r *router) send(c *protocol.Call) error {
 	if err != nil {
 		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s is too large: %v", c.Host, err)}
 	}
-	reply := r.inbox + "." + c.ID
+	reply := protocol.ReplySubject(r.inbox, c.ID)
 	for i, p := range parts {
 		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
 		if err := r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body}); err != nil {
@@ -209,7 +212,7 @@ func (r *router) cancel(host, id, reason string) {
 
 func (r *router) fetch(host, id string) {
 	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	if err := r.nc.PublishRequest(protocol.FetchSubject(host), r.inbox+"."+id, data); err != nil {
+	if err := r.nc.PublishRequest(protocol.FetchSubject(host), protocol.ReplySubject(r.inbox, id), data); err != nil {
 		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
 	}
 }
@@ -233,17 +236,23 @@ type waiter struct {
 	fl      *inflight
 	onFrame frameFunc
 
-	asm      *protocol.Assembly
-	broken   bool // the current delivery lost a part; skip until a new part 1
-	fetching bool // a fetch is out and unanswered
-	refetch  int  // fetches sent because result parts were lost
+	asm       *protocol.Assembly
+	broken    bool // the current delivery lost a part; skip until a new part 1
+	heard     bool // the agent has sent at least one frame
+	lastHeard time.Time
+	refetch   int // fetches sent because result parts were lost
 }
+
+// maxResultBytes bounds one encoded result; an agent cannot make the
+// gateway buffer more for a call.
+const maxResultBytes = 128 << 20
 
 // maxRefetch bounds re-fetches of a result whose parts keep getting lost.
 const maxRefetch = 3
 
 func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 	host, id := w.call.Host, w.call.ID
+	w.lastHeard = time.Now()
 	silence := time.NewTimer(w.r.silence)
 	defer silence.Stop()
 	var deadline <-chan time.Time
@@ -260,30 +269,46 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		case <-deadline:
 			w.r.cancel(host, id, "deadline exceeded")
 			return nil, &HostError{Host: host, Kind: HostTimeout, Msg: fmt.Sprintf("%s on %s did not finish within %s", w.call.Tool, host, w.call.Timeout())}
-		case <-silence.C:
-			if w.fetching {
+		case now := <-silence.C:
+			if err := w.onSilence(now); err != nil {
 				w.r.cancel(host, id, "host went silent")
-				return nil, &HostError{Host: host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
-					host, w.call.Tool, w.r.silence+w.r.silence/2)}
+				return nil, err
 			}
-			w.fetching = true
-			w.r.fetch(host, id)
 			silence.Reset(w.r.silence / 2)
 		case <-w.fl.notify:
 			frames, noResponders := w.fl.take()
-			if noResponders {
+			if noResponders && !w.heard {
 				return nil, &HostError{Host: host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
 			}
+			// A fetch nobody answered, once the call was running: the agent
+			// died or is reconnecting; the silence clock decides.
 			if len(frames) == 0 {
 				continue
 			}
-			w.fetching = false
+			w.heard, w.lastHeard = true, time.Now()
 			silence.Reset(w.r.silence)
 			if res, err := w.handle(frames); res != nil || err != nil {
 				return res, err
 			}
 		}
 	}
+}
+
+// onSilence runs when the call has produced no frame for a while. It asks
+// the agent for the call's state (repeatedly), and gives up once the host
+// has been silent for twice the silence period. While the gateway itself
+// is cut off from NATS nothing can be heard, so the clock stops.
+func (w *waiter) onSilence(now time.Time) error {
+	if !w.r.nc.IsConnected() {
+		w.lastHeard = now
+		return nil
+	}
+	if quiet := now.Sub(w.lastHeard); quiet >= 2*w.r.silence {
+		return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
+			w.call.Host, w.call.Tool, quiet.Round(100*time.Millisecond))}
+	}
+	w.r.fetch(w.call.Host, w.call.ID)
+	return nil
 }
 
 // handle processes frames in order; it returns the result once complete.
@@ -296,13 +321,13 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			continue
 		}
 		if f.Part == 1 {
-			w.asm, w.broken = protocol.NewAssembly(0), false
+			w.asm, w.broken = protocol.NewAssembly(maxResultBytes), false
 		}
 		if w.broken {
 			continue // stragglers of a delivery already being fetched again
 		}
 		if w.asm == nil {
-			w.asm = protocol.NewAssembly(0) // Add reports the missing first part
+			w.asm = protocol.NewAssembly(maxResultBytes) // Add reports the missing first part
 		}
 		done, err := w.asm.Add(f)
 		if err != nil {
@@ -311,7 +336,6 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 				return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("result of %s on %s kept arriving incomplete: %v", w.call.Tool, w.call.Host, err)}
 			}
 			w.r.log.Warn("result frames lost; fetching the result again", "host", w.call.Host, "call", w.call.ID, "err", err)
-			w.fetching = true
 			w.r.fetch(w.call.Host, w.call.ID)
 			return nil, nil
 		}

@@ -135,6 +135,9 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		if labels := formatLabels(h.Labels); labels != "" {
 			b.WriteString("\tlabels " + labels)
 		}
+		if h.Conflict != "" {
+			b.WriteString("\tconflict: " + h.Conflict)
+		}
 		b.WriteString("\n")
 	}
 	res := textResult(strings.TrimRight(b.String(), "\n"))

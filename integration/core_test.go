@@ -61,7 +61,7 @@ func TestCoreToolsBothEras(t *testing.T) {
 }
 
 func TestCallErrors(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t)
 	cs := env.Client("2025-11-25", nil)
 	mustErr(t, call(t, cs, "read", map[string]any{"host": "nope", "path": "x"}), `unknown host "nope": call the hosts tool`)
 	mustErr(t, call(t, cs, "read", map[string]any{"host": "bad.host", "path": "x"}), "invalid host")

@@ -45,7 +45,7 @@ func (ct *connTracker) cutAll() {
 // TestClientDisconnectKillsCommand: a client that vanishes mid-call (no
 // cancel notification) gets its remote process group killed, in both eras.
 func TestClientDisconnectKillsCommand(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t)
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			var ct connTracker

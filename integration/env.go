@@ -62,9 +62,18 @@ type agentRun struct {
 }
 
 // NewEnv starts NATS, the gateway and the requested agents, and waits until
-// every agent is online. Everything is stopped by t.Cleanup.
-func NewEnv(t testing.TB, opts Options) *Env {
+// every agent is online. Everything is stopped by t.Cleanup. At most one
+// Options may be given.
+func NewEnv(t testing.TB, options ...Options) *Env {
 	t.Helper()
+	var opts Options
+	switch len(options) {
+	case 0:
+	case 1:
+		opts = options[0]
+	default:
+		t.Fatal("NewEnv takes at most one Options")
+	}
 	if opts.Agents == nil {
 		opts.Agents = []string{"alpha"}
 	}

@@ -111,7 +111,9 @@ func TestNATSRestart(t *testing.T) {
 }
 
 // TestCallSurvivesNATSRestart: a running command's result still arrives
-// when NATS restarts while it runs (the gateway fetches it again).
+// when NATS is down for longer than the silence period while it runs (the
+// gateway stops its silence clock while disconnected and fetches the
+// result again).
 func TestCallSurvivesNATSRestart(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true})
 	cs := env.Client("2025-11-25", nil)
@@ -125,7 +127,7 @@ func TestCallSurvivesNATSRestart(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	env.StopNATS()
-	time.Sleep(1500 * time.Millisecond) // the command finishes while NATS is down
+	time.Sleep(5 * time.Second) // the command finishes while NATS is down, for 2.5 × the silence period
 	env.RestartNATS()
 	select {
 	case res := <-done:
@@ -184,4 +186,35 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 	env.WaitHost("drainer", false)
+}
+
+// TestDuplicateHostName: two machines announcing one name must not both run
+// every call; the gateway refuses calls to that name and says why.
+func TestDuplicateHostName(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{"twin"}})
+	second, err := agent.New(env.AgentConfig("twin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = second.Run(ctx) }()
+
+	cs := env.Client("2025-11-25", nil)
+	waitFor(t, 10*time.Second, "the conflict to be seen", func() bool {
+		h, _ := env.Gateway.Host("twin")
+		return h.Conflict != ""
+	})
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "twin", "command": "echo once"}), "claimed by more than one machine")
+	if hosts := mustOK(t, call(t, cs, "hosts", nil)); !strings.Contains(hosts, "conflict") {
+		t.Fatalf("hosts does not show the conflict:\n%s", hosts)
+	}
+
+	cancel() // the second agent leaves: the name is usable again
+	<-stopped
+	waitFor(t, 10*time.Second, "the conflict to clear", func() bool {
+		h, _ := env.Gateway.Host("twin")
+		return h.Conflict == "" && h.Online
+	})
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "twin", "command": "echo once"}))
 }

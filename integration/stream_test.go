@@ -81,7 +81,7 @@ func TestBashStreamsProgress(t *testing.T) {
 }
 
 func TestCancelKillsProcessGroup(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t)
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			cs := env.Client(era.version, nil)
@@ -133,7 +133,7 @@ func isZombie(pid int) bool {
 }
 
 func TestBashTruncationAndDaemons(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t)
 	cs := env.Client("", nil)
 	out := mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "seq 1 100000"}))
 	m := regexp.MustCompile(`\[Showing lines (\d+)-(\d+) of (\d+)\. Full output: (\S+)\]$`).FindStringSubmatch(out)
@@ -159,7 +159,7 @@ func TestBashTruncationAndDaemons(t *testing.T) {
 }
 
 func TestConcurrentClientsSameRequestIDs(t *testing.T) {
-	env := NewEnv(t, Options{})
+	env := NewEnv(t)
 	const clients, calls = 8, 10
 	sessions := make([]*mcp.ClientSession, clients)
 	for i := range sessions {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -160,6 +162,7 @@ func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *
 
 func printDev(w io.Writer, gw *gateway.Gateway, o *options) {
 	user, pass := gw.AgentCredentials()
+	natsURL, reach := joinURL(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
 
   MCP endpoint:  %s
@@ -170,8 +173,28 @@ Connect an MCP client:
   claude mcp add --transport http fleet %s
   npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
 
-Join another agent:
+Join another agent (%s):
   FLEET_NATS_PASSWORD=%s go run ./cmd/fleet-agent --nats %s --nats_user %s --name NAME
 
-`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), pass, gw.NATSURL(), user)
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), reach, pass, natsURL, user)
+}
+
+// joinURL turns the embedded server's client URL into one an agent can
+// dial, and says who can reach it.
+func joinURL(raw string) (string, string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, "from this machine"
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			u.Host = net.JoinHostPort(name, u.Port())
+		}
+		return u.String(), "from any machine that reaches this one"
+	}
+	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		return u.String(), "from this machine; --nats_listen 0.0.0.0:4222 lets other machines join"
+	}
+	return u.String(), "from machines that reach " + host
 }
