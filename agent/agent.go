@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,10 +23,15 @@ import (
 
 // Agent is one machine's member of the fleet.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	tools   map[string]toolFunc
-	started time.Time
+	cfg   Config
+	log   *slog.Logger
+	tools map[string]toolFunc
+	// instance tells this process's announces from those of another
+	// process using the same host name.
+	instance string
+	started  time.Time
+	// cancelGrace is how long a drain waits for cancelled calls to stop.
+	cancelGrace time.Duration
 
 	nc atomic.Pointer[nats.Conn] // current connection; nil while dialling
 
@@ -55,18 +62,30 @@ func New(cfg Config) (*Agent, error) {
 		Shell:              cfg.Shell,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
+		// Commands inherit the process environment minus the agent's
+		// own variables; the agent's settings never come from it.
+		ChildEnv: os.Environ(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	return &Agent{
-		cfg:   cfg,
-		log:   cfg.Logger.With("host", cfg.Name),
-		tools: tb.tools(),
-		calls: newCallTable(cfg.ResultTTL),
-		pend:  assembler{calls: make(map[string]*pending)},
-		queue: make(chan *job, cfg.MaxQueue),
+		cfg:         cfg,
+		log:         cfg.Logger.With("host", cfg.Name),
+		tools:       tb.tools(),
+		instance:    newInstanceID(),
+		cancelGrace: 5 * time.Second,
+		calls:       newCallTable(cfg.ResultTTL),
+		pend:        assembler{calls: make(map[string]*pending)},
+		queue:       make(chan *job, cfg.MaxQueue),
 	}, nil
+}
+
+// newInstanceID returns a random ID for this process.
+func newInstanceID() string {
+	b := make([]byte, 8)
+	_, _ = crand.Read(b) // never fails: it crashes the program instead
+	return hex.EncodeToString(b)
 }
 
 // Name returns the host ID the agent serves.
@@ -75,50 +94,37 @@ func (a *Agent) Name() string { return a.cfg.Name }
 // Run connects to NATS and serves calls until ctx is cancelled. Then it
 // drains: it refuses new calls, lets in-flight ones finish (at most
 // DrainTimeout, then cancels them), announces that it is leaving and
-// closes the connection. Run re-dials forever, with jittered backoff,
-// whatever NATS answers; it returns only after ctx ends.
+// closes the connection. While it drains it still answers cancels and
+// fetches. Run re-dials forever, with jittered backoff, whatever NATS
+// answers; it returns only after ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
-		"state_dir", a.cfg.StateDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue)
+		"state_dir", a.cfg.StateDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
+		"instance", a.instance)
 
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	a.workCtx = workCtx
 	var workers sync.WaitGroup
 	for range a.cfg.MaxConcurrent {
-		workers.Go(func() { a.worker(workCtx) })
+		workers.Go(a.worker)
 	}
 
-	sessionsDone := make(chan struct{})
-	go func() {
-		defer close(sessionsDone)
-		a.dialLoop(ctx)
-	}()
-	// Keepalives run until the drain is over, so calls that finish during
+	// The NATS session and the keepalives last until the drain is over:
+	// meanwhile cancels and fetches are still heard, new calls are
+	// refused rather than left unanswered, and calls that finish during
 	// shutdown are not mistaken for a dead host.
-	keepDone := make(chan struct{})
-	stopKeep := make(chan struct{})
-	go func() {
-		defer close(keepDone)
-		a.keepaliveLoop(stopKeep)
-	}()
+	sessCtx, endSession := context.WithCancel(context.WithoutCancel(ctx))
+	defer endSession()
+	var session sync.WaitGroup
+	session.Go(func() { a.dialLoop(sessCtx) })
+	session.Go(func() { a.keepaliveLoop(sessCtx) })
 
 	<-ctx.Done()
-	a.log.Info("agent draining", "running", a.calls.running(), "timeout", a.cfg.DrainTimeout)
-	a.stopQueue() // workers finish queued jobs, then exit
-	drained := make(chan struct{})
-	go func() { workers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(a.cfg.DrainTimeout):
-		a.log.Warn("drain timeout: cancelling calls still running", "running", a.calls.running())
-		cancelWork()
-		<-drained
-	}
-	close(stopKeep)
-	<-keepDone
-	<-sessionsDone
+	a.drain(&workers, cancelWork)
+	endSession()
+	session.Wait()
 	if nc := a.nc.Load(); nc != nil {
 		a.announce(nc, true)
 		_ = nc.Flush()
@@ -128,36 +134,100 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
+// drain refuses new calls and waits for the calls accepted so far: at
+// most DrainTimeout, then it cancels them and waits cancelGrace more.
+// Calls that do not stop even then are reported and left behind.
+func (a *Agent) drain(workers *sync.WaitGroup, cancelWork context.CancelFunc) {
+	a.log.Info("agent draining", "running", a.calls.running(), "timeout", a.cfg.DrainTimeout)
+	a.stopQueue() // workers finish queued jobs, then exit
+	drained := make(chan struct{})
+	go func() { workers.Wait(); close(drained) }()
+	timer := time.NewTimer(a.cfg.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+		return
+	case <-timer.C:
+	}
+	a.log.Warn("drain timeout: cancelling calls still running", "running", a.calls.running())
+	cancelWork()
+	timer.Reset(a.cancelGrace)
+	select {
+	case <-drained:
+	case <-timer.C:
+		a.abandonStuck(a.calls.snapshot())
+	}
+}
+
+// abandonStuck reports calls that did not stop when cancelled and gives
+// their callers a final answer, so that nobody waits for a host that is
+// leaving.
+func (a *Agent) abandonStuck(jobs []*job) {
+	a.log.Warn("leaving with calls that did not stop when cancelled", "calls", len(jobs), "grace", a.cancelGrace)
+	for _, j := range jobs {
+		a.log.Warn("call did not stop when cancelled", "tool", j.call.Tool, "call", j.call.ID, "caller", j.call.Caller.Subject)
+		res := protocol.ErrorResult(j.call.ID, protocol.CodeCancelled, fmt.Sprintf(
+			"host %s shut down: %s call %s was cancelled and did not stop within %s; its outcome is unknown",
+			a.cfg.Name, j.call.Tool, j.call.ID, a.cancelGrace))
+		data, _ := protocol.EncodeResult(res)
+		a.publishResult(j.reply, j.call.ID, data, &j.seq)
+	}
+}
+
 // dialLoop keeps one NATS session alive until ctx ends. nats.go reconnects
 // by itself, but gives up for good after repeated authentication errors, so
 // a closed connection is re-dialled here with jittered backoff.
 func (a *Agent) dialLoop(ctx context.Context) {
-	backoff := a.cfg.ReconnectMin
+	attempt := 0
 	for ctx.Err() == nil {
 		closed := make(chan struct{})
 		nc, err := a.connect(closed)
 		if err != nil {
-			wait := backoff/2 + rand.N(backoff/2+1)
+			attempt++
+			wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
 			a.log.Warn("cannot reach NATS; retrying", "err", err, "in", wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
 			}
-			backoff = min(backoff*2, a.cfg.ReconnectMax)
 			continue
 		}
-		backoff = a.cfg.ReconnectMin
+		attempt = 0
 		a.serve(ctx, nc, closed)
 	}
+}
+
+// reconnectDelay returns how long to wait before attempt (from 1) to
+// reach NATS again: a uniformly random duration up to a ceiling that
+// starts at lo and doubles with every attempt until it reaches hi ("full
+// jitter"), so that a fleet cut off at once does not return at once.
+func reconnectDelay(attempt int, lo, hi time.Duration) time.Duration {
+	return rand.N(backoffCeiling(attempt, lo, hi) + 1)
+}
+
+// backoffCeiling returns the longest delay before attempt: lo doubled
+// attempt-1 times, at most hi. lo is at least a millisecond.
+func backoffCeiling(attempt int, lo, hi time.Duration) time.Duration {
+	lo = max(lo, time.Millisecond)
+	hi = max(hi, lo)
+	c := lo
+	for i := 1; i < attempt && c < hi; i++ {
+		if c > hi/2 {
+			return hi
+		}
+		c *= 2
+	}
+	return min(c, hi)
 }
 
 func (a *Agent) connect(closed chan struct{}) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("fleet-agent " + a.cfg.Name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(a.cfg.ReconnectMin),
-		nats.ReconnectJitter(a.cfg.ReconnectMin, a.cfg.ReconnectMin),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			return reconnectDelay(attempts, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
+		}),
 		nats.PingInterval(10 * time.Second),
 		nats.MaxPingsOutstanding(2),
 		nats.CustomInboxPrefix(protocol.AgentInboxPrefix(a.cfg.Name)),
@@ -183,7 +253,8 @@ func (a *Agent) connect(closed chan struct{}) (*nats.Conn, error) {
 }
 
 // serve subscribes to the host's subjects on nc, announces the host and
-// heartbeats until ctx ends or the connection closes for good.
+// heartbeats until ctx ends or the connection closes for good. When ctx
+// ends it unsubscribes and leaves nc open for the leaving announce.
 func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) {
 	var subs []*nats.Subscription
 	sub := func(subject string, h nats.MsgHandler) error {
@@ -225,6 +296,7 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 			}
 			return
 		case <-closed:
+			a.nc.CompareAndSwap(nc, nil)
 			a.log.Warn("NATS connection closed; re-dialling")
 			return
 		case <-tick.C:
@@ -233,12 +305,12 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 	}
 }
 
-func (a *Agent) keepaliveLoop(stop <-chan struct{}) {
+func (a *Agent) keepaliveLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Keepalive)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			a.keepalive()
@@ -257,6 +329,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	slices.Sort(tools)
 	msg := protocol.Announce{
 		Host:         a.cfg.Name,
+		Instance:     a.instance,
 		Protocol:     protocol.Version,
 		AgentVersion: Version,
 		Labels:       a.cfg.Labels,

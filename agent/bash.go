@@ -108,6 +108,9 @@ func (t *toolbox) runShell(ctx context.Context, command string, timeout time.Dur
 		Path: t.shell,
 		Args: []string{t.shell, "-c", command},
 		Dir:  t.cfg.Cwd,
+		// With an explicit environment exec no longer sets PWD; the last
+		// entry wins over an inherited one.
+		Env: append(slices.Clip(t.env), "PWD="+t.cfg.Cwd),
 		// Both are the same *os.File, so the children write to the pipe
 		// directly, in order, and exec starts no copying goroutines.
 		Stdout:      pw,
@@ -133,6 +136,23 @@ func (t *toolbox) runShell(ctx context.Context, command string, timeout time.Dur
 	pr.Close()
 	st.setExit(werr)
 	return st, nil
+}
+
+// agentEnvPrefix starts the names of the variables that configure the
+// agent itself.
+const agentEnvPrefix = "FLEET_"
+
+// childEnv returns environ without the agent's own variables, which may
+// hold secrets such as the NATS password. It never returns nil, so a
+// command never falls back to inheriting the agent's environment.
+func childEnv(environ []string) []string {
+	env := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, agentEnvPrefix) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // awaitShell waits for the shell with process id pid to exit, killing its

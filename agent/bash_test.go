@@ -381,3 +381,34 @@ func TestBashCancelledBeforeStart(t *testing.T) {
 		t.Error("a cancelled call ran its command")
 	}
 }
+
+// Commands start with the configured environment minus the agent's own
+// variables, and with PWD set to where they run.
+func TestBashChildEnv(t *testing.T) {
+	newTB := func(env []string) *toolbox {
+		tb, err := newToolbox(toolboxConfig{
+			Cwd: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "state"), Shell: "/bin/sh",
+			BashDefaultTimeout: time.Minute, BashMaxTimeout: time.Minute, ChildEnv: env,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	tb := newTB([]string{"PATH=" + os.Getenv("PATH"), "FLEET_NATS_PASSWORD=s3cret", "FLEET_X=1", "KEEP=yes", "PWD=/elsewhere"})
+	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "env"})
+	if isErr || strings.Contains(text, "FLEET_") || strings.Contains(text, "s3cret") {
+		t.Errorf("env (error %v) shows the agent's variables:\n%s", isErr, text)
+	}
+	for _, want := range []string{"KEEP=yes\n", "PWD=" + tb.cfg.Cwd + "\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("env lacks %q:\n%s", want, text)
+		}
+	}
+
+	// Without a configured environment, commands inherit nothing.
+	t.Setenv("FLEETMCP_TEST_INHERITED", "yes")
+	if text, _, _ := tbBash(t, newTB(nil), map[string]any{"command": "env"}); strings.Contains(text, "FLEETMCP_TEST_INHERITED") {
+		t.Errorf("a command inherited the agent's environment:\n%s", text)
+	}
+}

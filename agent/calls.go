@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,7 +31,7 @@ type job struct {
 // finished is a result kept for re-fetching.
 type finished struct {
 	id      string
-	data    []byte // JSON-encoded protocol.Result
+	data    []byte // the result as protocol.EncodeResult encodes it
 	expires time.Time
 }
 
@@ -148,6 +149,9 @@ type pending struct {
 	asm     *protocol.Assembly
 	reply   string
 	started time.Time
+	// seq numbers the keepalives sent for the call so far; the call's
+	// own frames continue from it.
+	seq uint64
 }
 
 // maxPending bounds calls being assembled at once.
@@ -159,6 +163,37 @@ const pendingTimeout = 30 * time.Second
 type assembler struct {
 	mu    sync.Mutex
 	calls map[string]*pending
+}
+
+// pendingKeepalive is a keepalive due for a call being assembled.
+type pendingKeepalive struct {
+	id, reply string
+	seq       uint64
+}
+
+// keepalives returns a keepalive for every call being assembled.
+func (s *assembler) keepalives() []pendingKeepalive {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := make([]pendingKeepalive, 0, len(s.calls))
+	for id, p := range s.calls {
+		p.seq++
+		ks = append(ks, pendingKeepalive{id: id, reply: p.reply, seq: p.seq})
+	}
+	return ks
+}
+
+// touch returns the next sequence number of call id when it is being
+// assembled.
+func (s *assembler) touch(id string) (seq uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.calls[id]
+	if p == nil {
+		return 0, false
+	}
+	p.seq++
+	return p.seq, true
 }
 
 // onCall runs on the subscription's goroutine: it must never block. It
@@ -175,9 +210,9 @@ func (a *Agent) onCall(m *nats.Msg) {
 		}
 		return
 	}
-	data, reply, err := a.assemble(f, m.Reply)
+	data, reply, seq, err := a.assemble(f, m.Reply)
 	if err != nil {
-		a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), 0)
+		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), seq)
 		return
 	}
 	if data == nil {
@@ -185,28 +220,31 @@ func (a *Agent) onCall(m *nats.Msg) {
 	}
 	var call protocol.Call
 	if err := json.Unmarshal(data, &call); err != nil {
-		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), 0)
+		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), seq)
 		return
 	}
-	a.accept(&call, f.CallID, reply)
+	a.accept(&call, f.CallID, reply, seq)
 }
 
-func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo string, err error) {
+// assemble adds f to its call. Once the call is complete it returns its
+// data; until then nil. replyTo is where the call's frames go and seq the
+// last sequence number used on it.
+func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo string, seq uint64, err error) {
 	if f.Parts == 1 {
 		if len(f.Data) > a.cfg.MaxRequestBytes {
-			return nil, reply, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
+			return nil, reply, 0, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
 		}
-		return f.Data, reply, nil
+		return f.Data, reply, 0, nil
 	}
 	a.pend.mu.Lock()
 	defer a.pend.mu.Unlock()
 	p := a.pend.calls[f.CallID]
 	if p == nil {
 		if f.Part != 1 {
-			return nil, reply, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
+			return nil, reply, 0, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
 		}
 		if len(a.pend.calls) >= maxPending {
-			return nil, reply, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
+			return nil, reply, 0, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
 		}
 		p = &pending{asm: protocol.NewAssembly(a.cfg.MaxRequestBytes), reply: reply, started: time.Now()}
 		a.pend.calls[f.CallID] = p
@@ -216,37 +254,36 @@ func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo s
 		delete(a.pend.calls, f.CallID)
 	}
 	if err != nil {
-		return nil, p.reply, err
+		return nil, p.reply, p.seq, err
 	}
 	if done {
-		return p.asm.Bytes(), p.reply, nil
+		return p.asm.Bytes(), p.reply, p.seq, nil
 	}
-	return nil, p.reply, nil
+	return nil, p.reply, p.seq, nil
 }
 
 // prunePending fails calls whose parts stopped arriving.
 func (a *Agent) prunePending(now time.Time) {
 	a.pend.mu.Lock()
-	var stale []string
-	var replies []string
+	var stale []pendingKeepalive
 	for id, p := range a.pend.calls {
 		if now.Sub(p.started) > pendingTimeout {
-			stale = append(stale, id)
-			replies = append(replies, p.reply)
+			stale = append(stale, pendingKeepalive{id: id, reply: p.reply, seq: p.seq})
 			delete(a.pend.calls, id)
 		}
 	}
 	a.pend.mu.Unlock()
-	for i, id := range stale {
-		a.replyResult(replies[i], protocol.ErrorResult(id, protocol.CodeIncomplete,
-			fmt.Sprintf("parts of call %s stopped arriving after %s", id, pendingTimeout)), 0)
+	for _, c := range stale {
+		a.replyResult(c.reply, protocol.ErrorResult(c.id, protocol.CodeIncomplete,
+			fmt.Sprintf("parts of call %s stopped arriving after %s", c.id, pendingTimeout)), c.seq)
 	}
 }
 
-// accept validates a complete call and queues it.
-func (a *Agent) accept(call *protocol.Call, frameID, reply string) {
+// accept validates a complete call and queues it. seq is the last
+// sequence number already used on reply.
+func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 	fail := func(code protocol.Code, format string, args ...any) {
-		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), 0)
+		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), seq)
 	}
 	switch {
 	case call.ID != frameID:
@@ -279,6 +316,7 @@ func (a *Agent) accept(call *protocol.Call, frameID, reply string) {
 		ctx, cancel = context.WithTimeout(a.workCtx, d)
 	}
 	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel}
+	j.seq.Store(seq)
 	if !a.calls.start(j) {
 		cancel()
 		a.replyState(reply, call.ID)
@@ -320,7 +358,7 @@ func (a *Agent) stopQueue() {
 	}
 }
 
-func (a *Agent) worker(ctx context.Context) {
+func (a *Agent) worker() {
 	for j := range a.queue {
 		a.run(j)
 	}
@@ -364,38 +402,85 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 // output streams live output. Output frames may be lost (the final result
 // carries what matters), so a failed publish is only logged.
 func (a *Agent) output(j *job, p []byte) {
+	size := a.chunkSize()
 	for len(p) > 0 {
-		n := min(len(p), protocol.ChunkSize)
-		a.publish(j.reply, protocol.Frame{Kind: protocol.KindOutput, CallID: j.call.ID, Seq: j.seq.Add(1), Data: p[:n]})
+		n := min(len(p), size)
+		a.publishFrame(j.reply, protocol.Frame{Kind: protocol.KindOutput, CallID: j.call.ID, Seq: j.seq.Add(1), Data: p[:n]})
 		p = p[n:]
 	}
 }
 
+// keepalive tells the caller of every call, running or still arriving,
+// that the host is alive.
 func (a *Agent) keepalive() {
 	for _, j := range a.calls.snapshot() {
-		a.publish(j.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: j.call.ID, Seq: j.seq.Add(1)})
+		a.publishFrame(j.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: j.call.ID, Seq: j.seq.Add(1)})
+	}
+	for _, k := range a.pend.keepalives() {
+		a.publishFrame(k.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: k.id, Seq: k.seq})
 	}
 }
 
-func (a *Agent) publish(subject string, f protocol.Frame) {
+// Bounds of the body of one message, below the server's max_payload.
+const (
+	// frameHeadroom is left for a frame's headers.
+	frameHeadroom = 1 << 10
+	// minChunkSize is the smallest chunk used, whatever the server says.
+	minChunkSize = 1 << 10
+)
+
+// chunkSize returns the largest frame body to publish: protocol.ChunkSize,
+// or less when the server takes only smaller messages.
+func (a *Agent) chunkSize() int {
 	nc := a.nc.Load()
-	if nc == nil || subject == "" {
-		return
+	if nc == nil {
+		return protocol.ChunkSize
+	}
+	mp := nc.MaxPayload()
+	if mp <= 0 {
+		return protocol.ChunkSize // not known yet
+	}
+	return int(max(min(int64(protocol.ChunkSize), mp-frameHeadroom), minChunkSize))
+}
+
+var errNotConnected = errors.New("not connected to NATS")
+
+// publish sends f to subject. A frame without a subject to go to is
+// dropped silently.
+func (a *Agent) publish(subject string, f protocol.Frame) error {
+	if subject == "" {
+		return nil
+	}
+	nc := a.nc.Load()
+	if nc == nil {
+		return errNotConnected
 	}
 	h, body := f.Encode()
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}); err != nil {
+	return nc.PublishMsg(&nats.Msg{Subject: subject, Header: nats.Header(h), Data: body})
+}
+
+// publishFrame sends a frame that may be lost, such as output or a
+// keepalive.
+func (a *Agent) publishFrame(subject string, f protocol.Frame) {
+	if err := a.publish(subject, f); err != nil {
 		a.log.Debug("publish frame failed", "kind", f.Kind, "call", f.CallID, "err", err)
 	}
 }
 
+// publishResult sends an encoded result in parts. A lost part loses the
+// delivery (the caller fetches the result again), so the rest is not sent.
 func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64) {
-	parts, err := protocol.Split(data, protocol.ChunkSize)
+	parts, err := protocol.Split(data, a.chunkSize())
 	if err != nil {
 		data, _ = protocol.EncodeResult(protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error()))
 		parts = [][]byte{data}
 	}
 	for i, p := range parts {
-		a.publish(reply, protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: seq.Add(1), Part: i + 1, Parts: len(parts), Data: p})
+		f := protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: seq.Add(1), Part: i + 1, Parts: len(parts), Data: p}
+		if err := a.publish(reply, f); err != nil {
+			a.log.Warn("publish result failed; it can be fetched again", "call", id, "part", i+1, "parts", len(parts), "err", err)
+			return
+		}
 	}
 }
 
@@ -406,13 +491,17 @@ func (a *Agent) replyResult(reply string, res *protocol.Result, seq uint64) {
 	a.publishResult(reply, res.CallID, data, &s)
 }
 
-// replyState answers with a call's current state: a keepalive while it
-// runs, its result once finished.
+// replyState answers with a call's current state: a keepalive while its
+// parts arrive or it runs, its result once finished.
 func (a *Agent) replyState(reply, id string) {
+	if seq, ok := a.pend.touch(id); ok {
+		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: seq})
+		return
+	}
 	j, data := a.calls.lookup(id)
 	switch {
 	case j != nil:
-		a.publish(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: j.seq.Add(1)})
+		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: j.seq.Add(1)})
 	case data != nil:
 		var s atomic.Uint64
 		a.publishResult(reply, id, data, &s)

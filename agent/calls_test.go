@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -206,15 +204,15 @@ func callFrame(id string, part, parts int, data string) protocol.Frame {
 
 func TestAssembleSinglePart(t *testing.T) {
 	a := newTestAgent(t, Config{MaxRequestBytes: 100})
-	data, reply, err := a.assemble(callFrame("c1", 1, 1, `{"id":"c1"}`), "inbox.1")
+	data, reply, _, err := a.assemble(callFrame("c1", 1, 1, `{"id":"c1"}`), "inbox.1")
 	if err != nil || string(data) != `{"id":"c1"}` || reply != "inbox.1" {
 		t.Errorf("assemble = %q, %q, %v", data, reply, err)
 	}
-	data, _, err = a.assemble(callFrame("c2", 1, 1, strings.Repeat("x", 100)), "inbox.2")
+	data, _, _, err = a.assemble(callFrame("c2", 1, 1, strings.Repeat("x", 100)), "inbox.2")
 	if err != nil || len(data) != 100 {
 		t.Errorf("call of exactly the limit: %d bytes, %v", len(data), err)
 	}
-	data, _, err = a.assemble(callFrame("c3", 1, 1, strings.Repeat("x", 101)), "inbox.3")
+	data, _, _, err = a.assemble(callFrame("c3", 1, 1, strings.Repeat("x", 101)), "inbox.3")
 	if err == nil || data != nil {
 		t.Fatalf("call over the limit accepted (%d bytes)", len(data))
 	}
@@ -233,7 +231,7 @@ func TestAssembleMultiPart(t *testing.T) {
 	parts := []string{`{"id":`, `"c1",`, `"x":1}`}
 	for i, p := range parts {
 		// Later parts carry another reply subject; the first one counts.
-		data, reply, err := a.assemble(callFrame("c1", i+1, len(parts), p), fmt.Sprintf("inbox.%d", i+1))
+		data, reply, _, err := a.assemble(callFrame("c1", i+1, len(parts), p), fmt.Sprintf("inbox.%d", i+1))
 		if err != nil {
 			t.Fatalf("part %d: %v", i+1, err)
 		}
@@ -252,11 +250,11 @@ func TestAssembleMultiPart(t *testing.T) {
 	// Two calls assembling at once do not mix.
 	a.assemble(callFrame("x", 1, 2, "AA"), "ix")
 	a.assemble(callFrame("y", 1, 2, "BB"), "iy")
-	dy, ry, err := a.assemble(callFrame("y", 2, 2, "bb"), "iy")
+	dy, ry, _, err := a.assemble(callFrame("y", 2, 2, "bb"), "iy")
 	if err != nil || string(dy) != "BBbb" || ry != "iy" {
 		t.Errorf("call y = %q, %q, %v", dy, ry, err)
 	}
-	dx, rx, err := a.assemble(callFrame("x", 2, 2, "aa"), "ix")
+	dx, rx, _, err := a.assemble(callFrame("x", 2, 2, "aa"), "ix")
 	if err != nil || string(dx) != "AAaa" || rx != "ix" {
 		t.Errorf("call x = %q, %q, %v", dx, rx, err)
 	}
@@ -265,7 +263,7 @@ func TestAssembleMultiPart(t *testing.T) {
 func TestAssembleErrors(t *testing.T) {
 	a := newTestAgent(t, Config{MaxRequestBytes: 100})
 
-	_, reply, err := a.assemble(callFrame("c1", 2, 3, "x"), "inbox.c1")
+	_, reply, _, err := a.assemble(callFrame("c1", 2, 3, "x"), "inbox.c1")
 	if err == nil || !strings.Contains(err.Error(), "without its first part") {
 		t.Errorf("part 2 without part 1: %v", err)
 	}
@@ -274,7 +272,7 @@ func TestAssembleErrors(t *testing.T) {
 	}
 
 	a.assemble(callFrame("c2", 1, 3, "a"), "inbox.c2")
-	_, reply, err = a.assemble(callFrame("c2", 3, 3, "c"), "inbox.c2")
+	_, reply, _, err = a.assemble(callFrame("c2", 3, 3, "c"), "inbox.c2")
 	if err == nil || !strings.Contains(err.Error(), "lost") {
 		t.Errorf("gap: %v, want an error saying a part was lost", err)
 	}
@@ -284,19 +282,19 @@ func TestAssembleErrors(t *testing.T) {
 	if _, ok := a.pend.calls["c2"]; ok {
 		t.Error("a failed assembly is still pending")
 	}
-	if _, _, err := a.assemble(callFrame("c2", 2, 3, "b"), "inbox.c2"); err == nil {
+	if _, _, _, err := a.assemble(callFrame("c2", 2, 3, "b"), "inbox.c2"); err == nil {
 		t.Error("a part of a failed assembly was accepted")
 	}
 
 	a.assemble(callFrame("c3", 1, 2, "a"), "")
-	if _, _, err := a.assemble(callFrame("c3", 2, 3, "b"), ""); err == nil || !strings.Contains(err.Error(), "part count") {
+	if _, _, _, err := a.assemble(callFrame("c3", 2, 3, "b"), ""); err == nil || !strings.Contains(err.Error(), "part count") {
 		t.Errorf("changed part count: %v", err)
 	}
 
-	if _, _, err := a.assemble(callFrame("c4", 1, 2, strings.Repeat("x", 60)), ""); err != nil {
+	if _, _, _, err := a.assemble(callFrame("c4", 1, 2, strings.Repeat("x", 60)), ""); err != nil {
 		t.Fatal(err)
 	}
-	data, _, err := a.assemble(callFrame("c4", 2, 2, strings.Repeat("x", 41)), "")
+	data, _, _, err := a.assemble(callFrame("c4", 2, 2, strings.Repeat("x", 41)), "")
 	if err == nil || data != nil || !strings.Contains(err.Error(), "100 bytes") {
 		t.Errorf("101-byte call in parts with a 100-byte limit: %d bytes, %v", len(data), err)
 	}
@@ -308,23 +306,23 @@ func TestAssembleErrors(t *testing.T) {
 func TestAssembleMaxPending(t *testing.T) {
 	a := newTestAgent(t, Config{})
 	for i := range maxPending {
-		if _, _, err := a.assemble(callFrame(fmt.Sprintf("c%d", i), 1, 2, "a"), "r"); err != nil {
+		if _, _, _, err := a.assemble(callFrame(fmt.Sprintf("c%d", i), 1, 2, "a"), "r"); err != nil {
 			t.Fatalf("assembly %d of %d refused: %v", i+1, maxPending, err)
 		}
 	}
-	_, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r")
+	_, _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r")
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(maxPending)) || !strings.Contains(err.Error(), "asm-1") {
 		t.Fatalf("assembly beyond %d: %v, want a refusal naming the host and the limit", maxPending, err)
 	}
 	// Single-part calls are not held back by the limit.
-	if data, _, err := a.assemble(callFrame("small", 1, 1, "{}"), "r"); err != nil || string(data) != "{}" {
+	if data, _, _, err := a.assemble(callFrame("small", 1, 1, "{}"), "r"); err != nil || string(data) != "{}" {
 		t.Errorf("single-part call while assemblies are full: %q, %v", data, err)
 	}
 	// Finishing one frees a slot.
-	if data, _, err := a.assemble(callFrame("c0", 2, 2, "b"), "r"); err != nil || string(data) != "ab" {
+	if data, _, _, err := a.assemble(callFrame("c0", 2, 2, "b"), "r"); err != nil || string(data) != "ab" {
 		t.Fatalf("finishing c0: %q, %v", data, err)
 	}
-	if _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r"); err != nil {
+	if _, _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r"); err != nil {
 		t.Errorf("assembly refused after a slot was freed: %v", err)
 	}
 }
@@ -342,7 +340,7 @@ func TestPrunePendingWithoutConnection(t *testing.T) {
 	if _, ok := a.pend.calls["new"]; !ok {
 		t.Error("fresh assembly pruned")
 	}
-	if _, _, err := a.assemble(callFrame("old", 2, 2, "b"), "inbox.old"); err == nil {
+	if _, _, _, err := a.assemble(callFrame("old", 2, 2, "b"), "inbox.old"); err == nil {
 		t.Error("a late part of a pruned call was accepted")
 	}
 }
@@ -352,7 +350,17 @@ func TestPrunePendingWithoutConnection(t *testing.T) {
 
 func startTestNATS(t *testing.T) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	return startTestNATSWith(t, nil)
+}
+
+// startTestNATSWith starts a NATS server whose options mod may adjust.
+func startTestNATSWith(t *testing.T, mod func(*server.Options)) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
+	if mod != nil {
+		mod(opts)
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,35 +380,11 @@ func startTestNATS(t *testing.T) *server.Server {
 // stop cancels it and fails the test unless Run returns within 10 s.
 func runAgent(t *testing.T, ns *server.Server, cfg Config) (stop func()) {
 	t.Helper()
-	cfg.Servers = []string{ns.ClientURL()}
-	cfg.StateDir = t.TempDir()
-	if cfg.Cwd == "" {
-		cfg.Cwd = t.TempDir()
+	r := startAgent(t, ns, cfg, nil)
+	return func() {
+		r.cancel()
+		r.wait(t, 10*time.Second)
 	}
-	cfg.Logger = quietLogger()
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("Run did not return within 10s of its context ending")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // presence subscribes to every host's announces.
@@ -442,6 +426,8 @@ func nextAnnounce(t *testing.T, ch <-chan *nats.Msg, host string, leaving bool) 
 // exchange is one request to an agent and the frames it answered with.
 type exchange struct {
 	sub *nats.Subscription
+	// maxBody, when set, is the largest message body the agent may send.
+	maxBody int
 }
 
 // publishFrame sends f to subject with a fresh reply inbox and returns the
@@ -483,6 +469,9 @@ func (x exchange) next(t *testing.T, within time.Duration) protocol.Frame {
 	m, err := x.sub.NextMsg(within)
 	if err != nil {
 		t.Fatalf("no frame within %s: %v", within, err)
+	}
+	if x.maxBody > 0 && len(m.Data) > x.maxBody {
+		t.Errorf("frame of %d bytes; the limit is %d", len(m.Data), x.maxBody)
 	}
 	f, err := protocol.DecodeFrame(m.Header, m.Data)
 	if err != nil {
@@ -582,6 +571,15 @@ func TestAgentEndToEnd(t *testing.T) {
 		if !slices.Contains(a.Tools, tool) {
 			t.Errorf("announce tools %q lack %s", a.Tools, tool)
 		}
+	}
+	if !isInstanceID(a.Instance) {
+		t.Errorf("announce instance %q, want 16 hex digits", a.Instance)
+	}
+	if err := nc.Publish(protocol.DiscoverSubject(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if again := nextAnnounce(t, pres, host, false); again.Instance != a.Instance {
+		t.Errorf("a later announce names instance %q, the first one %q", again.Instance, a.Instance)
 	}
 
 	t.Run("bash", func(t *testing.T) {
@@ -694,8 +692,8 @@ func TestAgentEndToEnd(t *testing.T) {
 	})
 
 	stop()
-	if a := nextAnnounce(t, pres, host, true); a.Host != host {
-		t.Errorf("leaving announce %+v", a)
+	if left := nextAnnounce(t, pres, host, true); left.Host != host || left.Instance != a.Instance {
+		t.Errorf("leaving announce %+v; want host %s, instance %s", left, host, a.Instance)
 	}
 }
 

@@ -63,10 +63,12 @@ type Config struct {
 	// Default 10 min.
 	ResultTTL time.Duration
 	// DrainTimeout bounds how long shutdown waits for in-flight calls
-	// before cancelling them. Default 30 s.
+	// before cancelling them; calls still running 5 s after that are
+	// abandoned. Default 30 s.
 	DrainTimeout time.Duration
-	// ReconnectMin and ReconnectMax bound the jittered backoff between
-	// dial attempts. Defaults 500 ms and 30 s.
+	// ReconnectMin and ReconnectMax bound the backoff between attempts to
+	// reach NATS: each wait is random up to a ceiling that doubles from
+	// ReconnectMin to ReconnectMax. Defaults 500 ms and 30 s.
 	ReconnectMin, ReconnectMax time.Duration
 
 	// NATSOptions are appended to the agent's own connection options

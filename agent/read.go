@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -70,19 +72,28 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 // file. On failure it returns a description of the problem; refusal says
 // what the calling tool accepts.
 func openText(path, refusal string) (*os.File, *bufio.Reader, string) {
-	f, err := os.Open(path)
+	// Look before opening: opening a named pipe waits for a writer, and
+	// opening a device can have effects of its own.
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, fsProblem(path, err)
 	}
-	fi, err := f.Stat()
+	if problem := notRegular(path, fi.Mode(), refusal); problem != "" {
+		return nil, nil, problem
+	}
+	// Should path become a pipe after the look, O_NONBLOCK keeps the open
+	// from waiting (it changes nothing for regular files), and the second
+	// look, at what was opened, refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fsProblem(path, err)
+	}
+	fi, err = f.Stat()
 	problem := ""
-	switch {
-	case err != nil:
+	if err != nil {
 		problem = fsProblem(path, err)
-	case fi.IsDir():
-		problem = path + " is a directory; use bash ls to list it"
-	case !fi.Mode().IsRegular():
-		problem = path + " is not a regular file; " + refusal
+	} else {
+		problem = notRegular(path, fi.Mode(), refusal)
 	}
 	if problem != "" {
 		f.Close()
@@ -101,6 +112,25 @@ func openText(path, refusal string) (*os.File, *bufio.Reader, string) {
 		return nil, nil, fmt.Sprintf("%s is a binary file (%d bytes); %s", path, fi.Size(), refusal)
 	}
 	return f, br, ""
+}
+
+// notRegular describes why a file of the given mode cannot be read as
+// text, or returns "" for a regular file.
+func notRegular(path string, mode fs.FileMode, refusal string) string {
+	what := "not a regular file"
+	switch {
+	case mode.IsRegular():
+		return ""
+	case mode.IsDir():
+		return path + " is a directory; use bash ls to list it"
+	case mode&fs.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO), not a regular file"
+	case mode&fs.ModeSocket != 0:
+		what = "a socket, not a regular file"
+	case mode&fs.ModeDevice != 0:
+		what = "a device, not a regular file"
+	}
+	return path + " is " + what + "; " + refusal
 }
 
 // looksBinary reports whether p, the start of a file, is not text: it has

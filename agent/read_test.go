@@ -5,7 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // tbFile writes content to name under dir and returns its path.
@@ -130,6 +134,45 @@ func TestReadLooksBinary(t *testing.T) {
 	for _, tt := range tests {
 		if got := looksBinary([]byte(tt.in), tt.atEOF); got != tt.want {
 			t.Errorf("looksBinary(%q, %v) = %v, want %v", tt.in, tt.atEOF, got, tt.want)
+		}
+	}
+}
+
+// Named pipes and devices are refused at once: opening a pipe for reading
+// would wait for a writer, and the call would hang.
+func TestSpecialFilesRefused(t *testing.T) {
+	tb := tbNew(t)
+	fifo := filepath.Join(tb.cfg.Cwd, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const pipe = " is a named pipe (FIFO), not a regular file; "
+	tests := []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"read", map[string]any{"path": "pipe"}, fifo + pipe + "read returns text only"},
+		{"edit", map[string]any{"path": "pipe", "edits": edits("a", "b")}, fifo + pipe + "edit works on text files only"},
+		{"write", map[string]any{"path": "pipe", "content": "x"}, fifo + " is not a regular file; only regular files can be written"},
+		{"read", map[string]any{"path": "/dev/null"}, "/dev/null is a device, not a regular file; read returns text only"},
+	}
+	for _, tt := range tests {
+		done := make(chan *protocol.Result, 1)
+		go func() {
+			r, _ := tbCall(t, context.Background(), tb, tt.tool, tt.args)
+			done <- r
+		}()
+		select {
+		case r := <-done:
+			tbWant(t, r, true, tt.want)
+		case <-time.After(5 * time.Second):
+			// Be the writer the open waits for, so the tool returns.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Errorf("%s %v did not return within 5s", tt.tool, tt.args["path"])
 		}
 	}
 }

@@ -40,4 +40,9 @@ type toolboxConfig struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any requested timeout (600 s).
 	BashMaxTimeout time.Duration
+	// ChildEnv is the environment commands start with, as KEY=value
+	// entries (usually the agent's own). Variables whose names start with
+	// FLEET_ configure the agent and may hold its secrets: they are always
+	// left out. Nil: commands get an empty environment.
+	ChildEnv []string
 }

@@ -20,8 +20,9 @@ import (
 // concurrent use.
 type toolbox struct {
 	cfg   toolboxConfig
-	shell string // cfg.Shell resolved to an executable path
-	home  string // the user's home directory; empty if unknown
+	shell string   // cfg.Shell resolved to an executable path
+	env   []string // cfg.ChildEnv without the agent's own variables
+	home  string   // the user's home directory; empty if unknown
 	locks pathLocks
 }
 
@@ -57,7 +58,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
 		return nil, fmt.Errorf("toolbox: home directory %q is not an absolute path", cfg.Home)
 	}
-	return &toolbox{cfg: cfg, shell: shell, home: cfg.Home}, nil
+	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home}, nil
 }
 
 // checkCwd reports whether dir can serve as the working directory.

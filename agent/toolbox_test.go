@@ -22,6 +22,7 @@ func tbNew(t *testing.T) *toolbox {
 		Shell:              "/bin/sh",
 		BashDefaultTimeout: 120 * time.Second,
 		BashMaxTimeout:     600 * time.Second,
+		ChildEnv:           os.Environ(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var (
 		servers   = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL)")
 		name      = fs.String("name", protocol.HostFromName(hostname), "this host's name in the fleet")
-		user      = fs.String("nats_user", "agent", "NATS user name")
+		user      = fs.String("nats_user", "", "NATS user name (default: the --name; the gateway's embedded server knows each host by its name)")
 		passFile  = fs.String("nats_password_file", "", "file holding the NATS password (default: env FLEET_NATS_PASSWORD)")
 		cwd       = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
 		stateDir  = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
@@ -80,6 +80,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	password := getenv("FLEET_NATS_PASSWORD")
+	// Read once: what the agent starts must not find it in the
+	// environment.
+	os.Unsetenv("FLEET_NATS_PASSWORD")
 	if *passFile != "" {
 		data, err := os.ReadFile(*passFile)
 		if err != nil {
@@ -89,6 +92,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if password == "" {
 		return errors.New("no NATS password: set FLEET_NATS_PASSWORD or --nats_password_file (the gateway prints it at start)")
+	}
+	if *user == "" {
+		*user = *name
 	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,21 @@ func TestRunTakesEnvironment(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "agent starting") {
 		t.Errorf("the agent did not start:\n%s", stderr.String())
+	}
+}
+
+// The password read from the environment leaves it, so that nothing the
+// agent starts finds it there.
+func TestRunUnsetsPassword(t *testing.T) {
+	t.Setenv("FLEET_NATS_PASSWORD", "secret")
+	// A bad name fails after the password is read and before anything
+	// starts.
+	args := []string{"--nats", "nats://127.0.0.1:4222", "--name", "web.1", "--state_dir", t.TempDir()}
+	err := run(context.Background(), args, os.Getenv, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--name") {
+		t.Fatalf("run(%q) = %v, want the bad name refused", args, err)
+	}
+	if v, ok := os.LookupEnv("FLEET_NATS_PASSWORD"); ok {
+		t.Errorf("FLEET_NATS_PASSWORD is still set (%q) after run read it", v)
 	}
 }
