@@ -87,7 +87,7 @@ func (g *Gateway) startNATS() error {
 			opts = append(opts, nats.UserInfo(g.cfg.NATSUser, g.cfg.NATSPassword))
 		}
 	} else {
-		creds, err := loadCredentials(g.cfg.DataDir)
+		creds, err := LoadCredentials(g.cfg.DataDir)
 		if err != nil {
 			return err
 		}
@@ -163,13 +163,14 @@ func (g *Gateway) NATSURL() string {
 	return g.ns.ClientURL()
 }
 
-// AgentCredentials returns the NATS user and password agents use to join
-// the embedded server (empty with an external cluster, which has its own).
-func (g *Gateway) AgentCredentials() (user, password string) {
+// AgentCredentials returns the NATS user and password with which the agent
+// of host joins the embedded server (empty with an external cluster, which
+// has its own users).
+func (g *Gateway) AgentCredentials(host string) (user, password string) {
 	if g.ns == nil {
 		return "", ""
 	}
-	return agentUser, g.creds.AgentPassword
+	return host, g.creds.AgentPassword(host)
 }
 
 // InProcess returns the embedded server for in-process NATS clients (nil

@@ -108,9 +108,6 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		t.Fatalf("start gateway: %v", err)
 	}
 	e.Gateway = gw
-	if !opts.ExternalNATS {
-		_, e.natsPass.agent = gw.AgentCredentials()
-	}
 	t.Cleanup(e.close)
 	for _, name := range opts.Agents {
 		e.StartAgent(name, nil)
@@ -184,11 +181,12 @@ func (e *Env) NATSURL() string {
 // AgentConfig returns the config an in-process agent called name gets.
 func (e *Env) AgentConfig(name string) agent.Config {
 	dir := e.t.TempDir()
+	user, pass := e.agentCredentials(name)
 	cfg := agent.Config{
 		Servers:      []string{e.NATSURL()},
 		Name:         name,
-		User:         "agent",
-		Password:     e.natsPass.agent,
+		User:         user,
+		Password:     pass,
 		Cwd:          dir,
 		StateDir:     filepath.Join(dir, ".state"),
 		Heartbeat:    500 * time.Millisecond,
@@ -203,6 +201,16 @@ func (e *Env) AgentConfig(name string) agent.Config {
 		e.opts.Agent(&cfg)
 	}
 	return cfg
+}
+
+// agentCredentials returns how agent name logs in to NATS: its own
+// credential on the embedded server, the shared agent user on the external
+// one.
+func (e *Env) agentCredentials(name string) (user, password string) {
+	if e.opts.ExternalNATS {
+		return "agent", e.natsPass.agent
+	}
+	return e.Gateway.AgentCredentials(name)
 }
 
 // StartAgent starts an in-process agent; mod may adjust its config.
@@ -265,10 +273,11 @@ func (e *Env) StartAgentProcess(name string, extraArgs ...string) {
 	e.t.Helper()
 	bin := agentBinary(e.t)
 	dir := e.t.TempDir()
-	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--cwd", dir,
+	user, pass := e.agentCredentials(name)
+	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--nats_user", user, "--cwd", dir,
 		"--state_dir", filepath.Join(dir, ".state"), "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "FLEET_NATS_PASSWORD="+e.natsPass.agent)
+	cmd.Env = append(os.Environ(), "FLEET_NATS_PASSWORD="+pass)
 	cmd.Stderr = testWriter{e.t}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatalf("start agent process: %v", err)

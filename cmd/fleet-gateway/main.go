@@ -49,6 +49,7 @@ type options struct {
 	maxPayload int
 	sessionTTL time.Duration
 	agentName  string
+	agentCred  string
 	logLevel   string
 }
 
@@ -67,6 +68,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
+	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server, then exit")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -97,6 +99,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("--log_level %q: want debug, info, warn or error", o.logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.agentCred != "" {
+		return printCredential(stdout, o)
+	}
 
 	cfg := gateway.Config{
 		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
@@ -146,8 +151,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return g.Wait()
 }
 
+// printCredential prints how host o.agentCred joins the embedded server.
+func printCredential(w io.Writer, o *options) error {
+	if err := protocol.ValidateHost(o.agentCred); err != nil {
+		return fmt.Errorf("--agent_credential: %w", err)
+	}
+	creds, err := gateway.LoadCredentials(o.dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "FLEET_NATS_PASSWORD=%s fleet-agent --nats NATS_URL --nats_user %s --name %s\n",
+		creds.AgentPassword(o.agentCred), o.agentCred, o.agentCred)
+	return nil
+}
+
 func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
-	user, pass := gw.AgentCredentials()
+	user, pass := gw.AgentCredentials(o.agentName)
 	return agent.New(agent.Config{
 		Servers:  []string{gw.NATSURL()},
 		Name:     o.agentName,
@@ -161,7 +180,8 @@ func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *
 }
 
 func printDev(w io.Writer, gw *gateway.Gateway, o *options) {
-	user, pass := gw.AgentCredentials()
+	other := otherName(o.agentName)
+	user, pass := gw.AgentCredentials(other)
 	natsURL, reach := joinURL(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
 
@@ -173,10 +193,20 @@ Connect an MCP client:
   claude mcp add --transport http fleet %s
   npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
 
-Join another agent (%s):
-  FLEET_NATS_PASSWORD=%s go run ./cmd/fleet-agent --nats %s --nats_user %s --name NAME
+Join another agent as host %q (%s):
+  FLEET_NATS_PASSWORD=%s go run ./cmd/fleet-agent --nats %s --nats_user %s --name %s
+Each host has its own credential; for another name:
+  go run ./cmd/fleet-gateway --data_dir %s --agent_credential NAME
 
-`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), reach, pass, natsURL, user)
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), other, reach, pass, natsURL, user, other, o.dataDir)
+}
+
+// otherName suggests a host name for a second agent.
+func otherName(name string) string {
+	if len(name) > protocol.MaxHostLen-2 {
+		name = name[:protocol.MaxHostLen-2]
+	}
+	return name + "-2"
 }
 
 // joinURL turns the embedded server's client URL into one an agent can

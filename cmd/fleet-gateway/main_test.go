@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"net"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/agent"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
@@ -221,8 +222,7 @@ func TestDevSmoke(t *testing.T) {
 		t.Errorf("the join command names port 0 instead of the port NATS listens on")
 	}
 
-	// The printed password is the agent password the server keeps, and
-	// the file holding it is readable by its owner only.
+	// The credentials file is readable by its owner only.
 	credPath := filepath.Join(dataDir, "credentials.json")
 	fi, err := os.Stat(credPath)
 	if err != nil {
@@ -231,14 +231,21 @@ func TestDevSmoke(t *testing.T) {
 	if mode := fi.Mode().Perm(); mode != 0o600 {
 		t.Errorf("%s has mode %04o, want 0600", credPath, mode)
 	}
-	var creds struct {
-		AgentPassword string `json:"agent_password"`
+	// The printed join command works as printed: an agent started with
+	// exactly its values joins the fleet.
+	join := regexp.MustCompile(`FLEET_NATS_PASSWORD=(\S+) go run ./cmd/fleet-agent --nats (\S+) --nats_user (\S+) --name (\S+)`).FindStringSubmatch(out)
+	if join == nil {
+		t.Fatalf("no join command in:\n%s", out)
 	}
-	if data, err := os.ReadFile(credPath); err != nil || json.Unmarshal(data, &creds) != nil || creds.AgentPassword == "" {
-		t.Errorf("credentials.json has no agent password (%v)", err)
-	} else if !strings.Contains(out, "FLEET_NATS_PASSWORD="+creds.AgentPassword+" ") {
-		t.Errorf("the join command does not carry the agent password from credentials.json")
+	second, err := agent.New(agent.Config{Servers: []string{join[2]}, User: join[3], Password: join[1], Name: join[4],
+		Cwd: t.TempDir(), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	actx, acancel := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() { defer close(agentDone); _ = second.Run(actx) }()
+	defer func() { acancel(); <-agentDone }()
 
 	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
 	defer ccancel()
@@ -257,19 +264,23 @@ func TestDevSmoke(t *testing.T) {
 			return false
 		}
 		hosts = resultText(res)
-		return !res.IsError && strings.Contains(hosts, "devhost\tonline")
+		return !res.IsError && strings.Contains(hosts, "devhost\tonline") && strings.Contains(hosts, join[4]+"\tonline")
 	}) {
-		t.Fatalf("devhost did not come online within 20s; hosts said:\n%s", hosts)
+		t.Fatalf("devhost and %s did not come online within 20s; hosts said:\n%s", join[4], hosts)
 	}
 
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "devhost", "command": "echo dev-ok"}})
-	if err != nil {
-		t.Fatalf("bash: %v", err)
-	}
-	if got := resultText(res); res.IsError || got != "dev-ok\n" {
-		t.Errorf("bash echo dev-ok = %q (error %v), want %q", got, res.IsError, "dev-ok\n")
+	for _, host := range []string{"devhost", join[4]} {
+		res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": host, "command": "echo dev-ok"}})
+		if err != nil {
+			t.Fatalf("bash on %s: %v", host, err)
+		}
+		if got := resultText(res); res.IsError || got != "dev-ok\n" {
+			t.Errorf("bash echo dev-ok on %s = %q (error %v), want %q", host, got, res.IsError, "dev-ok\n")
+		}
 	}
 	cs.Close()
+	acancel()
+	<-agentDone
 
 	cancel()
 	stopped = true
