@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -159,8 +158,8 @@ func (r *registry) get(host string) (HostInfo, bool) {
 }
 
 // list returns every host matching filter, sorted by name. An empty filter
-// matches all; otherwise filter is a host-name glob (web-*) or a label match
-// (role=web).
+// matches all; otherwise filter is a host selector: a host-name glob
+// (web-*), a label match (role=web), or several joined by commas.
 func (r *registry) list(filter string) []HostInfo {
 	now := r.now()
 	r.mu.RLock()
@@ -175,14 +174,12 @@ func (r *registry) list(filter string) []HostInfo {
 	return out
 }
 
+// matchFilter applies a hosts filter, a host selector (see selector.go).
+// A filter that does not parse matches nothing.
 func matchFilter(h *HostInfo, filter string) bool {
-	if filter == "" || filter == "*" {
+	if filter == "" {
 		return true
 	}
-	if k, v, ok := strings.Cut(filter, "="); ok {
-		got, has := h.Labels[strings.TrimSpace(k)]
-		return has && got == strings.TrimSpace(v)
-	}
-	ok, err := path.Match(filter, h.Host)
-	return err == nil && ok
+	sel, err := ParseSelector(filter)
+	return err == nil && sel.Match(h.Host, h.Labels)
 }
