@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// IdentityKind says how a caller was authenticated.
+type IdentityKind string
+
+const (
+	// KindOIDC is a caller with a verified JWT from the configured issuer.
+	KindOIDC IdentityKind = "oidc"
+	// KindAPIToken is a caller with a static API token from the tokens file.
+	KindAPIToken IdentityKind = "api_token"
+	// KindLocal is the single caller of a gateway whose authentication is
+	// off (--dev, --no_auth); it may do everything.
+	KindLocal IdentityKind = "local"
+)
+
+// Identity is an authenticated caller. It is built once per request by
+// the authenticator and never leaves the gateway: agents see only
+// Caller().
+type Identity struct {
+	Kind     IdentityKind
+	Subject  string // sub claim, or the API token's name
+	Email    string // only when the issuer did not mark it unverified
+	ClientID string // client_id claim, else azp
+	// ProjectID is the token's project_id claim, recorded in the audit.
+	ProjectID string
+	Scopes    []string
+	// claims are the verified JWT's claims (nil for other kinds).
+	claims map[string]any
+	// token is the API token's own entry (nil for other kinds).
+	token *apiToken
+}
+
+// identityKey is where an Identity travels in auth.TokenInfo.Extra.
+const identityKey = "fleetmcp.identity"
+
+// localIdentity returns the caller of a gateway whose authentication is
+// off.
+func localIdentity() *Identity { return &Identity{Kind: KindLocal, Subject: "local"} }
+
+// Name is how messages and logs name the caller: the e-mail address when
+// there is one, otherwise the subject.
+func (id *Identity) Name() string {
+	switch {
+	case id.Kind == KindAPIToken:
+		return "token " + id.Subject
+	case id.Email != "":
+		return id.Email
+	default:
+		return id.Subject
+	}
+}
+
+// Caller is what agents learn about the caller: who, never how.
+func (id *Identity) Caller() protocol.Caller {
+	switch id.Kind {
+	case KindLocal:
+		return protocol.Caller{Subject: "local", Name: "authentication disabled"}
+	case KindAPIToken:
+		return protocol.Caller{Subject: "token:" + id.Subject, Name: id.Name()}
+	default:
+		return protocol.Caller{Subject: id.Subject, Name: id.Email}
+	}
+}
+
+// claimValues returns the values of a claim as strings, for rule
+// matching. Lists give one value per element; objects give none.
+func (id *Identity) claimValues(claim string) []string {
+	switch claim {
+	case "sub":
+		return nonEmpty(id.Subject)
+	case "email":
+		return nonEmpty(id.Email)
+	case "client_id":
+		return nonEmpty(id.ClientID)
+	case "scope":
+		return id.Scopes
+	}
+	return claimStrings(id.claims[claim])
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// claimStrings flattens a JSON claim value to strings: a string, number or
+// boolean gives one; a list gives one per scalar element.
+func claimStrings(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case float64:
+		return []string{strconv.FormatFloat(v, 'f', -1, 64)}
+	case bool:
+		return []string{strconv.FormatBool(v)}
+	case []any:
+		var out []string
+		for _, e := range v {
+			if _, nested := e.([]any); !nested {
+				out = append(out, claimStrings(e)...)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// claimString returns a single-valued claim as a string ("" if absent or
+// not a scalar).
+func claimString(claims map[string]any, name string) string {
+	if _, isList := claims[name].([]any); isList {
+		return ""
+	}
+	if v := claimStrings(claims[name]); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// scopesOf reads the granted scopes: "scope" (space-separated, RFC 9068)
+// or "scp" (a list or a string, as some issuers send).
+func scopesOf(claims map[string]any) []string {
+	if s, ok := claims["scope"].(string); ok {
+		return strings.Fields(s)
+	}
+	switch v := claims["scp"].(type) {
+	case string:
+		return strings.Fields(v)
+	case []any:
+		return claimStrings(v)
+	}
+	return nil
+}
+
+// tokenInfo wraps id for the SDK's bearer middleware. UserID binds MCP
+// sessions to their caller; API tokens get their own namespace so that a
+// token's name can never equal a JWT subject.
+func (id *Identity) tokenInfo() *auth.TokenInfo {
+	user := id.Subject
+	if id.Kind == KindAPIToken {
+		user = "token:" + id.Subject
+	}
+	return &auth.TokenInfo{UserID: user, Scopes: id.Scopes, Extra: map[string]any{identityKey: id}}
+}
+
+// identityOf returns the caller of an MCP request: the authenticated
+// identity, or the local caller when authentication is off. With
+// authentication on and no identity (which the HTTP middleware prevents)
+// it returns nil, and the caller gets nothing.
+func (g *Gateway) identityOf(extra *mcp.RequestExtra) *Identity {
+	if g.cfg.AuthDisabled {
+		return localIdentity()
+	}
+	if extra == nil || extra.TokenInfo == nil {
+		return nil
+	}
+	id, _ := extra.TokenInfo.Extra[identityKey].(*Identity)
+	return id
+}
