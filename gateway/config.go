@@ -31,8 +31,18 @@ type Config struct {
 	NATSMaxPayload int32
 
 	// AuthDisabled turns caller authentication off. It is only allowed on
-	// a loopback listener.
+	// a loopback listener, and then the one local caller may do
+	// everything.
 	AuthDisabled bool
+	// Auth configures caller authentication: JWTs from an issuer, static
+	// API tokens, or both. Required unless AuthDisabled.
+	Auth AuthConfig
+	// Access are the caller access rules (LoadAccess). Required with a JWT
+	// issuer; API tokens carry their own grants, and deny rules apply to
+	// every caller.
+	Access *AccessRules
+	// Audit configures the audit trail.
+	Audit AuditConfig
 
 	// MaxRequestBytes bounds one MCP request body (a write's content
 	// travels in it). Default 64 MiB, the agents' default limit too.
@@ -75,6 +85,8 @@ func (c *Config) setDefaults() {
 	setDur(&c.Silence, 5*time.Second)
 	setDur(&c.OfflineAfter, 15*time.Second)
 	setDur(&c.ProgressIdle, 5*time.Second)
+	c.Auth.setDefaults()
+	c.Audit.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -91,16 +103,37 @@ func (c *Config) validate() error {
 	if len(c.NATSURLs) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
 	}
-	if c.AuthDisabled && !isLoopback(c.Listen) {
-		errs = append(errs, fmt.Errorf("caller authentication is off, so the MCP endpoint may only listen on loopback, not %q: use --listen 127.0.0.1:PORT", c.Listen))
-	}
-	if !c.AuthDisabled {
-		errs = append(errs, errors.New("caller authentication is not configured: this build supports only --dev or --no_auth on a loopback listener"))
-	}
+	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.Audit.validate()...)
 	if c.Silence < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("silence timeout %s is too short (minimum 100ms)", c.Silence))
 	}
 	return errors.Join(errs...)
+}
+
+func (c *Config) validateAuth() []error {
+	var errs []error
+	if c.AuthDisabled {
+		if !isLoopback(c.Listen) {
+			errs = append(errs, fmt.Errorf("caller authentication is off, so the MCP endpoint may only listen on loopback, not %q: use --listen 127.0.0.1:PORT, or configure authentication (--jwt_issuer and --jwt_audience, or --api_tokens) instead of --no_auth/--dev", c.Listen))
+		}
+		if c.Auth.configured() {
+			errs = append(errs, errors.New("caller authentication is off (--dev or --no_auth), yet JWT or API-token settings are given: drop one or the other"))
+		}
+		if c.Access != nil {
+			errs = append(errs, errors.New("access rules apply to authenticated callers, and authentication is off (--dev or --no_auth), where the local caller may do everything: drop --access or turn authentication on"))
+		}
+		return errs
+	}
+	if !c.Auth.configured() {
+		return append(errs, errors.New("caller authentication is not configured: set --jwt_issuer and --jwt_audience (or JWT_ISSUER and JWT_AUDIENCE), or --api_tokens FILE; "+
+			"for this machine only, --dev or --no_auth on a loopback listener"))
+	}
+	errs = append(errs, c.Auth.validate()...)
+	if c.Auth.Issuer != "" && c.Access == nil {
+		errs = append(errs, errors.New("JWT callers need access rules: set --access FILE (a caller no rule matches may do nothing)"))
+	}
+	return errs
 }
 
 // isLoopback reports whether addr (host:port) can only be reached from this

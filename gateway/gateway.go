@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -27,8 +28,13 @@ type Gateway struct {
 	nc     *nats.Conn
 	reg    *registry
 	router *router
+	auth   *authenticator // nil with authentication off
+	audit  *auditor
 
 	requests requestContexts
+	// calls counts tool calls in progress, so that Shutdown can wait for
+	// their audit records (session calls outlive their HTTP requests).
+	calls sync.WaitGroup
 
 	ln   net.Listener
 	http *http.Server
@@ -43,18 +49,33 @@ func Start(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1)}
+	if !cfg.AuthDisabled {
+		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
+		if err != nil {
+			return nil, fmt.Errorf("caller authentication: %w", err)
+		}
+		g.auth = a
+	}
 	if err := g.startNATS(); err != nil {
 		g.stopNATS()
 		return nil, err
 	}
+	a, err := newAuditor(g.nc, cfg.Audit, g.log.With("component", "audit"))
+	if err != nil {
+		g.stopNATS()
+		return nil, err
+	}
+	g.audit = a
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.stopNATS()
+		_ = g.audit.close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { g.done <- g.http.Serve(ln) }()
+	g.logAccess()
 	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "auth", !cfg.AuthDisabled)
 	return g, nil
 }
@@ -130,11 +151,41 @@ func (g *Gateway) stopNATS() {
 	}
 }
 
-// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp and
-// a health check at /healthz.
+// logAccess summarises who may do what, once at startup.
+func (g *Gateway) logAccess() {
+	if g.auth == nil {
+		g.log.Warn("caller authentication is OFF: the local caller may use every tool on every host")
+		return
+	}
+	a := g.cfg.Auth
+	if a.Issuer != "" {
+		g.log.Info("JWT callers", "issuer", a.Issuer, "audience", a.Audience, "algorithms", strings.Join(a.Algorithms, ","), "leeway", a.Leeway)
+	}
+	if a.APITokens != nil {
+		for _, line := range a.APITokens.Summary() {
+			g.log.Info("API token", "grant", line)
+		}
+	}
+	if g.cfg.Access != nil {
+		g.log.Info("access rules", "file", g.cfg.Access.Source, "rules", len(g.cfg.Access.rules))
+		for _, line := range g.cfg.Access.Summary() {
+			g.log.Info("access rule", "rule", line)
+		}
+	}
+}
+
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp, a
+// health check at /healthz and, with authentication on, the
+// protected-resource metadata under /.well-known/oauth-protected-resource.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.mcpHandler(g.newMCPServer()))
+	var mcpHandler http.Handler = g.mcpHandler(g.newMCPServer())
+	if g.auth != nil {
+		mcpHandler = g.auth.protect(mcpHandler)
+		mux.Handle(wellKnownResource, g.auth.metadata())
+		mux.Handle(wellKnownResource+"/mcp", g.auth.metadata())
+	}
+	mux.Handle("/mcp", mcpHandler)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !g.nc.IsConnected() {
 			http.Error(w, "NATS not connected", http.StatusServiceUnavailable)
@@ -187,8 +238,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
+	drained := make(chan struct{})
+	go func() { g.calls.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		g.log.Warn("shutting down with tool calls still running; their audit records may be lost")
+	}
 	g.stopNATS()
-	return err
+	return errors.Join(err, g.audit.close())
 }
 
 // Host returns what the gateway knows about host.

@@ -21,6 +21,7 @@ func (g *Gateway) newMCPServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: g.log.With("component", "mcp")})
 	g.addTools(s)
+	s.AddReceivingMiddleware(g.guard)
 	return s
 }
 

@@ -125,6 +125,8 @@ func (fl *inflight) take() ([]protocol.Frame, bool) {
 
 // callRequest is one tool call to route.
 type callRequest struct {
+	// ID is the call's ID; empty: the router makes one.
+	ID      string
 	Host    string
 	Tool    string
 	Caller  protocol.Caller
@@ -143,8 +145,11 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	if err := r.checkHost(req.Host); err != nil {
 		return nil, err
 	}
+	if req.ID == "" {
+		req.ID = newCallID()
+	}
 	c := protocol.Call{
-		ID: newCallID(), Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
+		ID: req.ID, Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
 		Caller: req.Caller, TimeoutMS: req.Timeout.Milliseconds(), Args: req.Args,
 	}
 	fl := &inflight{notify: make(chan struct{}, 1)}
@@ -163,13 +168,20 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	return w.wait(ctx)
 }
 
+// unknownHost is the error for a host the gateway does not know. A host a
+// caller may not see gets exactly this error too, so the answer never
+// tells whether such a host exists.
+func unknownHost(host string) *HostError {
+	return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("unknown host %q: call the hosts tool to list the fleet", host)}
+}
+
 func (r *router) checkHost(host string) error {
 	if err := protocol.ValidateHost(host); err != nil {
 		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("invalid host: %v", err)}
 	}
 	h, ok := r.reg.get(host)
 	if !ok {
-		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("unknown host %q: call the hosts tool to list the fleet", host)}
+		return unknownHost(host)
 	}
 	if h.Conflict != "" {
 		return &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}

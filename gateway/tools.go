@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ import (
 // itself.
 
 type hostsIn struct {
-	Filter string `json:"filter,omitempty" jsonschema:"optional: a host-name glob (web-*) or a label match (role=web)"`
+	Filter string `json:"filter,omitempty" jsonschema:"optional: a host-name glob (web-*), a label match (role=web), or several joined by commas"`
 }
 
 type readIn struct {
@@ -52,8 +53,8 @@ type bashIn struct {
 }
 
 const (
-	descHosts = "List the fleet's hosts: name, online/offline, last seen, OS/arch, agent version, labels, working directory and shell. " +
-		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*) or a label (role=web)."
+	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, labels, working directory and shell. " +
+		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
 		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files. " +
 		"Binary files are refused."
@@ -68,7 +69,8 @@ const (
 )
 
 func (g *Gateway) addTools(s *mcp.Server) {
-	mcp.AddTool(s, &mcp.Tool{Name: "hosts", Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
+	mcp.AddTool(s, &mcp.Tool{Name: toolHosts, Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
+	mcp.AddTool(s, &mcp.Tool{Name: toolAudit, Description: descAudit, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.auditTool)
 	mcp.AddTool(s, &mcp.Tool{Name: "read", Description: descRead, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest, in readIn) (*mcp.CallToolResult, any, error) {
 			return g.forward(ctx, req, in.Host, "read", g.cfg.FileCallTimeout), nil, nil
@@ -91,27 +93,43 @@ func (g *Gateway) addTools(s *mcp.Server) {
 
 // forward sends a per-host tool call to its agent and converts the answer.
 func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, tool string, timeout time.Duration) *mcp.CallToolResult {
+	cc := callFrom(ctx)
+	if cc.id == nil {
+		return errorResult(tool + " not permitted for an unauthenticated caller")
+	}
 	ctx, stop := g.requests.bind(ctx, req)
 	defer stop()
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
 	res, err := g.router.call(ctx, callRequest{
-		Host: host, Tool: tool, Caller: callerOf(req), Args: req.Params.Arguments, Timeout: timeout,
+		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: req.Params.Arguments, Timeout: timeout,
 	}, p.onFrame)
 	if err != nil {
+		cc.outcome = failureOutcome(err)
 		return callError(tool, host, err)
 	}
 	return toolResult(host, res)
 }
 
-func callerOf(req *mcp.CallToolRequest) protocol.Caller {
-	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
-		return protocol.Caller{Subject: req.Extra.TokenInfo.UserID}
+// failureOutcome classifies a routing failure for the audit trail.
+func failureOutcome(err error) string {
+	var he *HostError
+	switch {
+	case errors.Is(err, context.Canceled):
+		return outcomeCancelled
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &he) && he.Kind == HostTimeout:
+		return outcomeTimedOut
 	}
-	return protocol.Caller{Subject: "local", Name: "authentication disabled"}
+	return outcomeError
 }
 
 func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in hostsIn) (*mcp.CallToolResult, any, error) {
-	hosts := g.reg.list(in.Filter)
+	if in.Filter != "" {
+		if _, err := ParseSelector(in.Filter); err != nil {
+			return errorResult("filter: " + err.Error()), nil, nil
+		}
+	}
+	grants := callFrom(ctx).grants
+	hosts := slices.DeleteFunc(g.reg.list(in.Filter), func(h HostInfo) bool { return !grants.HostVisible(h.Host, h.Labels) })
 	var b strings.Builder
 	online := 0
 	for _, h := range hosts {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,7 @@ type Env struct {
 	log      *slog.Logger
 	natsPort int
 	natsPass struct{ gateway, agent string }
+	natsDir  string // JetStream state of the external server
 
 	mu      sync.Mutex
 	nats    *server.Server
@@ -92,6 +94,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	if opts.ExternalNATS {
 		e.natsPort = freePort(t)
 		e.natsPass.gateway, e.natsPass.agent = "gw-"+t.Name(), "agent-"+t.Name()
+		e.natsDir = t.TempDir()
 		e.startNATS()
 		cfg.NATSURLs = []string{e.NATSURL()}
 		cfg.NATSUser, cfg.NATSPassword = "gateway", e.natsPass.gateway
@@ -127,6 +130,9 @@ func (e *Env) natsOptions() *server.Options {
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: e.opts.MaxPayload,
+		// The gateway keeps its audit trail in JetStream, as on a cluster.
+		JetStream: true,
+		StoreDir:  e.natsDir,
 		Users: []*server.User{
 			{Username: "gateway", Password: e.natsPass.gateway},
 			{Username: "agent", Password: e.natsPass.agent, Permissions: gateway.AgentPermissions(time.Hour)},
@@ -339,6 +345,49 @@ func (e *Env) Client(version string, opts *mcp.ClientOptions) *mcp.ClientSession
 	}
 	e.t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// ClientWith connects an MCP client whose HTTP requests go through hc
+// (for example one that adds an Authorization header). It returns the
+// connection error, so that tests can expect a refusal.
+func (e *Env) ClientWith(version string, hc *http.Client) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.Gateway.MCPURL(), HTTPClient: hc, DisableStandaloneSSE: true},
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		return nil, err
+	}
+	e.t.Cleanup(func() { _ = cs.Close() })
+	return cs, nil
+}
+
+// ClientAs connects an MCP client that sends token as its bearer token.
+func (e *Env) ClientAs(version, token string) *mcp.ClientSession {
+	e.t.Helper()
+	cs, err := e.ClientWith(version, BearerClient(token))
+	if err != nil {
+		e.t.Fatalf("connect MCP client with a bearer token (%q): %v", version, err)
+	}
+	return cs
+}
+
+// BearerClient returns an HTTP client that sends token in the
+// Authorization header of every request.
+func BearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearerTransport{token: token, base: http.DefaultTransport}}
+}
+
+type bearerTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
 }
 
 func (e *Env) close() {

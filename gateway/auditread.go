@@ -1,0 +1,281 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file reads the audit trail back for the admin-only audit tool.
+
+// auditIn are the audit tool's filters.
+type auditIn struct {
+	Caller   string `json:"caller,omitempty" jsonschema:"only records whose caller sub, email or client_id contains this text"`
+	Host     string `json:"host,omitempty" jsonschema:"only records that name this host"`
+	Tool     string `json:"tool,omitempty" jsonschema:"only records of this tool"`
+	Decision string `json:"decision,omitempty" jsonschema:"allowed or denied"`
+	Since    string `json:"since,omitempty" jsonschema:"only records at or after this time: RFC 3339, or a duration back from now such as 1h"`
+	Until    string `json:"until,omitempty" jsonschema:"only records before this time: RFC 3339, or a duration back from now"`
+	Limit    int    `json:"limit,omitempty" jsonschema:"how many of the newest matching records to return (default 50, at most 500)"`
+}
+
+const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration). " +
+	"Returns the newest matching records, oldest first; filter by caller, host, tool, decision and time (since/until: RFC 3339 or a duration such as 2h). " +
+	"At most 500 records, and at most the 20000 newest records before until are searched."
+
+const (
+	defaultAuditLimit = 50
+	maxAuditLimit     = 500
+	// maxAuditScan bounds the records one query reads.
+	maxAuditScan = 20000
+)
+
+// auditQuery is a parsed auditIn.
+type auditQuery struct {
+	caller, host, tool, decision string
+	since, until                 time.Time
+	limit                        int
+}
+
+func parseAuditQuery(in auditIn, now time.Time) (auditQuery, error) {
+	q := auditQuery{caller: strings.ToLower(in.Caller), host: in.Host, tool: in.Tool, decision: in.Decision, limit: in.Limit}
+	if q.decision != "" && q.decision != decisionAllowed && q.decision != decisionDenied {
+		return q, fmt.Errorf("decision %q: use allowed or denied", in.Decision)
+	}
+	switch {
+	case q.limit < 0:
+		return q, fmt.Errorf("limit %d: must be positive", in.Limit)
+	case q.limit == 0:
+		q.limit = defaultAuditLimit
+	case q.limit > maxAuditLimit:
+		q.limit = maxAuditLimit
+	}
+	var err error
+	if q.since, err = parseWhen(in.Since, now); err != nil {
+		return q, fmt.Errorf("since: %w", err)
+	}
+	if q.until, err = parseWhen(in.Until, now); err != nil {
+		return q, fmt.Errorf("until: %w", err)
+	}
+	if !q.since.IsZero() && !q.until.IsZero() && !q.since.Before(q.until) {
+		return q, fmt.Errorf("since (%s) is not before until (%s)", q.since.Format(time.RFC3339), q.until.Format(time.RFC3339))
+	}
+	return q, nil
+}
+
+// parseWhen reads an RFC 3339 time or a duration back from now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (90m, 24h)", s)
+}
+
+func (q *auditQuery) match(r *AuditRecord) bool {
+	switch {
+	case q.host != "" && !slices.Contains(r.Hosts, q.host),
+		q.tool != "" && r.Tool != q.tool,
+		q.decision != "" && r.Decision != q.decision,
+		!q.since.IsZero() && r.Time.Before(q.since),
+		!q.until.IsZero() && !r.Time.Before(q.until):
+		return false
+	case q.caller == "":
+		return true
+	}
+	for _, s := range []string{r.Caller.Subject, r.Caller.Email, r.Caller.ClientID} {
+		if strings.Contains(strings.ToLower(s), q.caller) {
+			return true
+		}
+	}
+	return false
+}
+
+// auditPage is one query's answer.
+type auditPage struct {
+	Records []AuditRecord `json:"records"`
+	// Scanned is how many records were read; Incomplete is set when older
+	// records in the requested range were not read.
+	Scanned    int  `json:"scanned"`
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// query reads the newest records matching q.
+func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
+	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	info, err := a.stream.Info(ictx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("audit stream: %w", err)
+	}
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	page := &auditPage{Records: []AuditRecord{}}
+	if info.State.Msgs == 0 {
+		return page, nil
+	}
+	end, start := last, first
+	if !q.until.IsZero() {
+		if end, err = a.firstAtOrAfter(ctx, first, last, q.until); err != nil {
+			return nil, err
+		}
+		end-- // the last record before until
+	}
+	if !q.since.IsZero() {
+		if start, err = a.firstAtOrAfter(ctx, first, end, q.since); err != nil {
+			return nil, err
+		}
+	}
+	if end < start {
+		return page, nil
+	}
+	if end-start+1 > maxAuditScan {
+		start, page.Incomplete = end-maxAuditScan+1, true
+	}
+	return page, a.scan(ctx, start, end, q, page)
+}
+
+// firstAtOrAfter returns the first sequence in [lo, hi] stored at or after
+// t, or hi+1 when there is none (a binary search; stream time only grows).
+func (a *auditor) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time) (uint64, error) {
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		gctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		m, err := a.stream.GetMsg(gctx, mid)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound): // aged out meanwhile
+			lo = mid + 1
+		case err != nil:
+			return 0, fmt.Errorf("audit stream: %w", err)
+		case m.Time.Before(t):
+			lo = mid + 1
+		default:
+			hi = mid - 1
+		}
+	}
+	return lo, nil
+}
+
+// scan reads records start..end and keeps the newest q.limit that match.
+func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, page *auditPage) error {
+	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cons, err := a.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		AckPolicy:         jetstream.AckNonePolicy,
+		FilterSubject:     protocol.AuditSubject(),
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("audit stream: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		defer cancel()
+		_ = a.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	for done := false; !done && ctx.Err() == nil; {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return fmt.Errorf("audit stream: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if meta.Sequence.Stream > end {
+				done = true
+				continue
+			}
+			page.Scanned++
+			a.keep(m.Data(), q, page)
+			done = done || meta.Sequence.Stream == end
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("audit stream: %w", err)
+		}
+		done = done || n == 0
+	}
+	return ctx.Err()
+}
+
+func (a *auditor) keep(data []byte, q auditQuery, page *auditPage) {
+	var r AuditRecord
+	if err := json.Unmarshal(data, &r); err != nil || !q.match(&r) {
+		return
+	}
+	page.Records = append(page.Records, r)
+	if len(page.Records) > q.limit {
+		page.Records = page.Records[1:]
+	}
+}
+
+// auditTool is the admin-only audit tool; the access check is done by the
+// call guard before it runs.
+func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in auditIn) (*mcp.CallToolResult, any, error) {
+	q, err := parseAuditQuery(in, time.Now())
+	if err != nil {
+		return errorResult("audit: " + err.Error()), nil, nil
+	}
+	page, err := g.audit.query(ctx, q)
+	if err != nil {
+		return errorResult("audit: " + err.Error()), nil, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d records (searched %d)", len(page.Records), page.Scanned)
+	if page.Incomplete {
+		b.WriteString("; older records in this range were not searched: narrow it with until")
+	}
+	for i := range page.Records {
+		b.WriteString("\n")
+		b.WriteString(page.Records[i].line())
+	}
+	res := textResult(b.String())
+	res.StructuredContent = page
+	return res, nil, nil
+}
+
+// line formats a record for the audit tool's text.
+func (r *AuditRecord) line() string {
+	var b strings.Builder
+	who := r.Caller.Subject
+	if r.Caller.Email != "" {
+		who = r.Caller.Email
+	}
+	fmt.Fprintf(&b, "%s\t%s\t%s", r.Time.UTC().Format(time.RFC3339), who, r.Tool)
+	if len(r.Hosts) > 0 {
+		fmt.Fprintf(&b, "\t%s", strings.Join(r.Hosts, ","))
+	}
+	fmt.Fprintf(&b, "\t%s", r.Decision)
+	if r.Rule != "" {
+		fmt.Fprintf(&b, " (%s)", r.Rule)
+	}
+	fmt.Fprintf(&b, "\t%s", r.Outcome)
+	if r.ExitCode != nil {
+		fmt.Fprintf(&b, " exit %d", *r.ExitCode)
+	}
+	fmt.Fprintf(&b, "\t%dms", r.DurationMS)
+	if args, err := json.Marshal(r.Args); err == nil && len(r.Args) > 0 {
+		fmt.Fprintf(&b, "\t%s", args)
+	}
+	return b.String()
+}

@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file is the MCP server middleware that applies the access rules
+// and keeps the audit trail: tools/list shows each caller only the tools
+// it may use, and every tools/call is decided here, before its handler
+// runs, and recorded once it has finished.
+
+// callContext is what the guard hands a tool handler.
+type callContext struct {
+	id     *Identity
+	grants *Grants
+	callID string
+	// outcome is set by forward for failures a result does not show
+	// (timed out, cancelled); empty: judged from the result.
+	outcome string
+}
+
+type callContextKey struct{}
+
+func withCall(ctx context.Context, cc *callContext) context.Context {
+	return context.WithValue(ctx, callContextKey{}, cc)
+}
+
+// callFrom returns the guard's context of a call; a handler reached
+// without the guard sees a caller with no grants.
+func callFrom(ctx context.Context) *callContext {
+	if cc, ok := ctx.Value(callContextKey{}).(*callContext); ok {
+		return cc
+	}
+	return &callContext{grants: (*AccessRules)(nil).For(nil), callID: newCallID()}
+}
+
+// guard is the receiving middleware of the MCP server.
+func (g *Gateway) guard(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch r := req.(type) {
+		case *mcp.ListToolsRequest:
+			return g.listTools(ctx, method, r, next)
+		case *mcp.CallToolRequest:
+			return g.callTool(ctx, method, r, next)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// listTools filters tools/list by the caller's grants. The answer depends
+// on the caller, so clients may cache it only privately.
+func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToolsRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	list, ok := res.(*mcp.ListToolsResult)
+	if err != nil || !ok {
+		return res, err
+	}
+	grants := g.cfg.Access.For(g.identityOf(req.Extra))
+	list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool { return !grants.ToolVisible(t.Name) })
+	list.CacheScope = "private"
+	return list, nil
+}
+
+// callTool decides a tool call, runs it when allowed, and records it.
+func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	g.calls.Add(1)
+	defer g.calls.Done()
+	start := time.Now()
+	id := g.identityOf(req.Extra)
+	cc := &callContext{id: id, grants: g.cfg.Access.For(id), callID: newCallID()}
+	tool := req.Params.Name
+	host := ""
+	if slices.Contains(hostToolNames(), tool) {
+		host = hostArg(req.Params.Arguments)
+	}
+	rec := g.newRecord(start, cc, req, host)
+	dec, refusal := g.decide(cc, tool, host)
+	rec.Rule, rec.Reason = dec.Rule, dec.Reason
+	var res mcp.Result
+	var err error
+	if dec.Allowed {
+		rec.Decision = decisionAllowed
+		res, err = next(withCall(ctx, cc), method, req)
+	} else {
+		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
+		res = errorResult(refusal)
+		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", dec.Rule, "reason", dec.Reason)
+	}
+	g.finishRecord(rec, cc, res, err)
+	g.audit.write(rec)
+	return res, err
+}
+
+// hostArg reads the host argument of a per-host tool ("" when absent or
+// not a string; the tool's own validation then reports it).
+func hostArg(raw json.RawMessage) string {
+	var args struct {
+		Host any `json:"host"`
+	}
+	if json.Unmarshal(raw, &args) != nil {
+		return ""
+	}
+	h, _ := args.Host.(string)
+	return h
+}
+
+// decide applies the access rules to a call. A refused call gets a tool
+// error that names the caller and, for a host the caller may see, the
+// host; a host it may not see gets the unknown-host answer.
+func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) {
+	who := "an unauthenticated caller"
+	if cc.id != nil {
+		who = cc.id.Name()
+	}
+	gr := cc.grants
+	switch {
+	case cc.id == nil:
+		return deniedBy("", "no authenticated caller"), tool + " not permitted for " + who
+	case slices.Contains(adminToolNames(), tool):
+		d := gr.Admin()
+		return d, fmt.Sprintf("%s not permitted for %s: admin tools need an access rule with admin: true", tool, who)
+	case tool == toolHosts:
+		if gr.ToolVisible(tool) {
+			return allowedBy(""), ""
+		}
+		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
+	case !slices.Contains(hostToolNames(), tool):
+		// Not a tool of this gateway: the SDK answers that.
+		return allowedBy(""), ""
+	case !gr.ToolVisible(tool):
+		return deniedBy("", "no access rule grants "+tool), fmt.Sprintf("%s not permitted for %s", tool, who)
+	case protocol.ValidateHost(host) != nil:
+		// Reaches no host: the tool reports the bad argument.
+		return allowedBy(""), ""
+	}
+	h, ok := g.reg.get(host)
+	switch {
+	case !ok:
+		// The router answers, with the same text as below.
+		return allowedBy(""), ""
+	case !gr.HostVisible(host, h.Labels):
+		return deniedBy("", "host not visible to the caller: no rule grants any tool on it"), unknownHost(host).Msg
+	}
+	d := gr.Tool(tool, host, h.Labels)
+	if d.Allowed {
+		return d, ""
+	}
+	msg := fmt.Sprintf("%s not permitted for %s on %s", tool, who, host)
+	if d.Rule != "" {
+		msg += " (refused by rule " + d.Rule + ")"
+	}
+	return d, msg
+}
+
+// newRecord starts the audit record of a call.
+func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolRequest, host string) *AuditRecord {
+	rec := &AuditRecord{
+		Time:    start.UTC(),
+		CallID:  cc.callID,
+		Tool:    req.Params.Name,
+		Args:    g.audit.redact.args(req.Params.Arguments),
+		BytesIn: len(req.Params.Arguments),
+	}
+	if host != "" {
+		rec.Hosts = []string{host}
+	}
+	if id := cc.id; id != nil {
+		rec.Caller = AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		rec.ProjectID = id.ProjectID
+	}
+	meta := req.Params.GetMeta()
+	rec.ExecutionID = metaString(meta, "execution_id")
+	rec.WorkspaceID = metaString(meta, "workspace_id")
+	return rec
+}
+
+func metaString(meta map[string]any, key string) string {
+	s, _ := meta[key].(string)
+	return truncateText(s, 200)
+}
+
+// finishRecord fills in the outcome of a call.
+func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result, err error) {
+	rec.DurationMS = time.Since(rec.Time).Milliseconds()
+	if err != nil {
+		rec.Outcome, rec.Error = outcomeError, g.audit.redact.lastLine(err.Error())
+		return
+	}
+	cr, ok := res.(*mcp.CallToolResult)
+	if !ok || cr == nil {
+		return
+	}
+	text := resultText(cr)
+	rec.BytesOut = resultBytes(cr)
+	if rec.Outcome == outcomeRefused {
+		return
+	}
+	rec.Outcome = outcomeOK
+	if cr.IsError {
+		rec.Outcome = outcomeError
+		rec.Error = g.audit.redact.lastLine(text)
+	}
+	if rec.Tool == "bash" {
+		g.bashStatus(rec, cr.IsError, text)
+	}
+	if cc.outcome != "" {
+		rec.Outcome = cc.outcome
+	}
+}
+
+// bashStatus reads a bash result's exit code from its status line (the
+// result contract ends a failed command's text with it).
+func (g *Gateway) bashStatus(rec *AuditRecord, isError bool, text string) {
+	if !isError {
+		zero := 0
+		rec.ExitCode = &zero
+		return
+	}
+	last := text[strings.LastIndexByte(strings.TrimRight(text, "\n"), '\n')+1:]
+	if code, ok := strings.CutPrefix(strings.TrimSpace(last), "Command exited with code "); ok {
+		if n, err := strconv.Atoi(code); err == nil {
+			rec.ExitCode = &n
+		}
+	} else if strings.HasPrefix(last, "Command timed out after ") {
+		rec.Outcome = outcomeTimedOut
+	}
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+func resultBytes(res *mcp.CallToolResult) int {
+	n := 0
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			n += len(c.Text)
+		case *mcp.ImageContent:
+			n += len(c.Data)
+		}
+	}
+	if res.StructuredContent != nil {
+		if data, err := json.Marshal(res.StructuredContent); err == nil {
+			n += len(data)
+		}
+	}
+	return n
+}
