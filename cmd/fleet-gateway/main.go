@@ -51,6 +51,19 @@ type options struct {
 	agentName  string
 	agentCred  string
 	logLevel   string
+
+	jwtIssuer, jwtAudience, jwksURI string
+	jwtAlgs, scopes                 string
+	jwtLeeway                       time.Duration
+	resourceURL                     string
+	accessFile, apiTokensFile       string
+	newAPIToken                     string
+	auditFile                       string
+	auditRetention                  time.Duration
+	auditReplicas                   int
+	// set holds the flags given on the command line (not defaulted from
+	// the environment).
+	set map[string]bool
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -70,13 +83,34 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
 	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server, then exit")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
+	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	return o, nil
+}
+
+// authFlags are the flags of caller authentication, access rules and the
+// audit trail.
+func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
+	fs.StringVar(&o.jwtIssuer, "jwt_issuer", getenv("JWT_ISSUER"), "accept bearer JWTs from this issuer URL (env JWT_ISSUER)")
+	fs.StringVar(&o.jwtAudience, "jwt_audience", getenv("JWT_AUDIENCE"), "audience a JWT must be issued for; required with --jwt_issuer (env JWT_AUDIENCE)")
+	fs.StringVar(&o.jwksURI, "jwks_uri", getenv("JWKS_URI"), "the issuer's JSON Web Key Set URL, when it has no discovery document (env JWKS_URI)")
+	fs.StringVar(&o.jwtAlgs, "jwt_algs", strings.Join(gateway.DefaultAlgorithms(), ","), "accepted JWT signature algorithms, comma-separated (never none or HMAC)")
+	fs.DurationVar(&o.jwtLeeway, "jwt_leeway", 30*time.Second, "clock skew allowed on a JWT's exp, nbf and iat")
+	fs.StringVar(&o.resourceURL, "resource_url", "", "the MCP endpoint's public URL (e.g. https://fleet.example.com/mcp) for the OAuth metadata; default: from each request's Host")
+	fs.StringVar(&o.scopes, "scopes", "openid,profile,email", "scopes a client should request from the issuer (published as scopes_supported), comma-separated")
+	fs.StringVar(&o.accessFile, "access", "", "access rules file (YAML or JSON): which caller may use which tools on which hosts")
+	fs.StringVar(&o.apiTokensFile, "api_tokens", "", "static API tokens file (YAML or JSON; SHA-256 hashes with each token's own grants)")
+	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
+	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
+	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
+	fs.IntVar(&o.auditReplicas, "audit_replicas", 1, "replicas of the audit stream on an external NATS cluster (3 on a 3-node cluster)")
 }
 
 func defaultDataDir(getenv func(string) string) string {
@@ -102,21 +136,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.agentCred != "" {
 		return printCredential(stdout, o)
 	}
-
-	cfg := gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
-		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
-		SessionTimeout: o.sessionTTL, Logger: log,
+	if o.newAPIToken != "" {
+		return printAPIToken(stdout, o)
 	}
-	if o.natsURL != "" {
-		if o.dev {
-			return errors.New("--dev runs its own NATS server; drop --nats_url")
-		}
-		cfg.NATSURLs = strings.Split(o.natsURL, ",")
-		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
-		if cfg.NATSUser != "" && cfg.NATSPassword == "" {
-			return errors.New("--nats_user is set but FLEET_NATS_PASSWORD is empty: set the external cluster's password for that user")
-		}
+
+	cfg, err := gatewayConfig(o, getenv, log)
+	if err != nil {
+		return err
 	}
 	gw, err := gateway.Start(cfg)
 	if err != nil {
@@ -137,7 +163,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printDev(stdout, gw, o)
 	} else {
 		close(agentDone)
-		fmt.Fprintf(stdout, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
+		printServing(stdout, gw, &cfg)
 	}
 	g.Go(func() error {
 		<-gctx.Done()
@@ -149,6 +175,119 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return gw.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// gatewayConfig turns the flags (and the environment) into the gateway's
+// config.
+func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
+	cfg := gateway.Config{
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
+		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
+		SessionTimeout: o.sessionTTL, Logger: log,
+		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
+	}
+	if err := authConfig(&cfg, o, log); err != nil {
+		return cfg, err
+	}
+	if o.natsURL != "" {
+		if o.dev {
+			return cfg, errors.New("--dev runs its own NATS server; drop --nats_url")
+		}
+		cfg.NATSURLs = strings.Split(o.natsURL, ",")
+		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
+		if cfg.NATSUser != "" && cfg.NATSPassword == "" {
+			return cfg, errors.New("--nats_user is set but FLEET_NATS_PASSWORD is empty: set the external cluster's password for that user")
+		}
+	}
+	return cfg, nil
+}
+
+// authConfig fills in caller authentication and access rules. With
+// --dev or --no_auth, JWT settings that came from the environment (as
+// other servers' users have them set) are ignored; given as flags they
+// are a contradiction that Config validation names.
+func authConfig(cfg *gateway.Config, o *options, log *slog.Logger) error {
+	if cfg.AuthDisabled {
+		for _, f := range []struct {
+			flag, env string
+			value     *string
+		}{
+			{"jwt_issuer", "JWT_ISSUER", &o.jwtIssuer}, {"jwt_audience", "JWT_AUDIENCE", &o.jwtAudience}, {"jwks_uri", "JWKS_URI", &o.jwksURI},
+		} {
+			if *f.value != "" && !o.set[f.flag] {
+				log.Info("caller authentication is off; ignoring "+f.env+" from the environment", "value", *f.value)
+				*f.value = ""
+			}
+		}
+	}
+	cfg.Auth = gateway.AuthConfig{
+		Issuer: o.jwtIssuer, Audience: o.jwtAudience, JWKSURL: o.jwksURI,
+		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, ResourceURL: o.resourceURL,
+		Scopes: splitList(o.scopes),
+	}
+	var err error
+	if o.apiTokensFile != "" {
+		if cfg.Auth.APITokens, err = gateway.LoadAPITokens(o.apiTokensFile); err != nil {
+			return err
+		}
+	}
+	if o.accessFile != "" {
+		if cfg.Access, err = gateway.LoadAccess(o.accessFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// printAPIToken prints a new API token and its line for the tokens file.
+func printAPIToken(w io.Writer, o *options) error {
+	token, line, err := gateway.NewAPIToken(o.newAPIToken)
+	if err != nil {
+		return fmt.Errorf("--new_api_token: %w", err)
+	}
+	file := o.apiTokensFile
+	if file == "" {
+		file = "the --api_tokens file"
+	}
+	fmt.Fprintf(w, `API token for %s (shown only now; the gateway keeps only its hash):
+
+  %s
+
+Clients send it as the header "Authorization: Bearer <token>".
+Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and restart the gateway:
+
+  %s
+`, o.newAPIToken, token, file, line)
+	return nil
+}
+
+// printServing tells how to reach a gateway that is not in --dev mode.
+func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
+	fmt.Fprintf(w, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
+	switch {
+	case cfg.AuthDisabled:
+		fmt.Fprintln(w, "  Callers:      authentication OFF (loopback only)")
+	default:
+		if cfg.Auth.Issuer != "" {
+			fmt.Fprintf(w, "  Callers:      bearer JWTs from %s for audience %s\n", cfg.Auth.Issuer, cfg.Auth.Audience)
+		}
+		if cfg.Auth.APITokens != nil {
+			fmt.Fprintf(w, "  API tokens:   %s\n", cfg.Auth.APITokens.Source)
+		}
+		if cfg.Access != nil {
+			fmt.Fprintf(w, "  Access rules: %s\n", cfg.Access.Source)
+		}
+	}
 }
 
 // printCredential prints how host o.agentCred joins the embedded server.

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -98,7 +100,17 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"dev on all interfaces", []string{"--dev", "--listen", "[::]:0", "--data_dir", dir}, nil, []string{"loopback"}},
 		{"dev with an external NATS", with("--dev", "--nats_url", "nats://127.0.0.1:4222"), nil, []string{"--dev", "--nats_url"}},
 		{"dev with an external NATS from the environment", with("--dev"), map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:4222"}, []string{"--dev", "--nats_url"}},
-		{"no caller authentication configured", with(), nil, []string{"authentication"}},
+		{"no caller authentication configured", with(), nil, []string{"authentication is not configured", "--jwt_issuer", "--api_tokens", "--dev"}},
+		{"issuer without audience or rules", with("--jwt_issuer", "https://id.example"), nil, []string{"--jwt_audience is required", "--access"}},
+		{"issuer from the environment without audience", with(), map[string]string{"JWT_ISSUER": "https://id.example"}, []string{"--jwt_audience is required"}},
+		{"HMAC algorithm", with("--jwt_issuer", "https://id.example", "--jwt_audience", "fleet", "--jwt_algs", "RS256,HS256"), nil, []string{"--jwt_algs", "HS256 is never accepted"}},
+		{"alg none", with("--jwt_issuer", "https://id.example", "--jwt_audience", "fleet", "--jwt_algs", "none"), nil, []string{`"none" is never accepted`}},
+		{"no auth with an issuer flag", with("--no_auth", "--jwt_issuer", "https://id.example"), nil, []string{"authentication is off", "drop one"}},
+		{"dev with rules", with("--dev", "--access", writeFile(t, "rules: [{match: {sub: x}, admin: true}]")), nil, []string{"access rules apply to authenticated callers", "--access"}},
+		{"missing rules file", with("--api_tokens", filepath.Join(dir, "nope.yaml")), nil, []string{"API tokens", "nope.yaml", "no such file"}},
+		{"bad tokens file", with("--api_tokens", writeFile(t, "tokens: [{name: a}]")), nil, []string{"token 1", "64 hex digits"}},
+		{"bad audit replicas", with("--dev", "--audit_replicas", "9"), nil, []string{"replicas 9"}},
+		{"bad API token name", with("--new_api_token", "a b"), nil, []string{"--new_api_token", `"a b"`}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
 	}
 	for _, tc := range tests {
@@ -111,6 +123,16 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeFile writes content to a new file and returns its path.
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "file.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // A user name for the external cluster without a password is a
@@ -292,4 +314,100 @@ func TestDevSmoke(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("run did not return within 15s of its context ending")
 	}
+}
+
+// startRun starts the gateway with args and returns its MCP URL (with a
+// loopback host) once it prints it; the gateway is stopped at cleanup.
+func startRun(t *testing.T, args []string, vars map[string]string) (mcpURL string, stdout *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout = &syncBuffer{}
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(vars), stdout, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("run did not stop within 15s")
+		}
+	})
+	endpoint := regexp.MustCompile(`MCP endpoint:\s+http://(\S+)/mcp`)
+	var early error
+	if !waitFor(20*time.Second, func() bool {
+		select {
+		case early = <-done:
+			return true
+		default:
+		}
+		return endpoint.MatchString(stdout.String())
+	}) || early != nil {
+		t.Fatalf("run(%q) did not start: %v\nstderr:\n%s", args, early, stderr.String())
+	}
+	_, port, _ := net.SplitHostPort(endpoint.FindStringSubmatch(stdout.String())[1])
+	return "http://127.0.0.1:" + port + "/mcp", stdout
+}
+
+func bearer(token string) *http.Client {
+	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// With authentication configured (here API tokens made with
+// --new_api_token) the gateway starts on any address, answers 401
+// without a token, and serves the token's caller.
+func TestRunWithAPITokens(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--new_api_token", "ci-bot"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+(fmcp_\S+)$[\s\S]*^\s+(- \{name: "ci-bot".*\})$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("--new_api_token printed no token and entry:\n%s", out.String())
+	}
+	tokens := writeFile(t, "tokens:\n  "+m[2]+"\n")
+	args := []string{"--api_tokens", tokens, "--listen", "0.0.0.0:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir()}
+	mcpURL, stdout := startRun(t, args, nil)
+	if !strings.Contains(stdout.String(), "API tokens:   "+tokens) {
+		t.Errorf("startup output does not name the tokens file:\n%s", stdout.String())
+	}
+	resp, err := http.Post(mcpURL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "resource_metadata=") {
+		t.Fatalf("no token: %s, WWW-Authenticate %q; want 401 with resource_metadata", resp.Status, resp.Header.Get("WWW-Authenticate"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: mcpURL, HTTPClient: bearer(m[1])}, nil)
+	if err != nil {
+		t.Fatalf("connect with the new token: %v", err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{}})
+	if err != nil || res.IsError || !strings.HasPrefix(resultText(res), "0 hosts") {
+		t.Fatalf("hosts as ci-bot: %v %q", err, resultText(res))
+	}
+}
+
+// Users of other servers have JWT_ISSUER and friends set; --dev (auth
+// off) ignores them instead of refusing to start.
+func TestDevIgnoresJWTEnvironment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, the gateway and an agent")
+	}
+	vars := map[string]string{"JWT_ISSUER": "https://id.example", "JWT_AUDIENCE": "fleet", "JWKS_URI": "https://id.example/jwks"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
+	startRun(t, args, vars)
 }
