@@ -30,18 +30,26 @@ func (g *Gateway) newMCPServer() *mcp.Server {
 // 2025 session-based protocol; a request that names 2026-07-28 or later and
 // no session is served statelessly, and there a client disconnect cancels
 // the call.
+//
+// The SDK refuses requests that reach a loopback address with a foreign
+// Host header, against DNS rebinding. That guards an endpoint without
+// authentication; with bearer tokens a rebinding page has no token, and
+// the guard would refuse a TLS proxy on the same machine, so it is off.
 func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return s }
+	authOn := !g.cfg.AuthDisabled
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		SessionTimeout:      g.cfg.SessionTimeout,
-		MaxRequestBodyBytes: g.cfg.MaxRequestBytes,
-		Logger:              g.log.With("component", "mcp-http"),
+		SessionTimeout:             g.cfg.SessionTimeout,
+		MaxRequestBodyBytes:        g.cfg.MaxRequestBytes,
+		Logger:                     g.log.With("component", "mcp-http"),
+		DisableLocalhostProtection: authOn,
 	})
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:                    true,
 		PropagateRequestCancellation: true,
 		MaxRequestBodyBytes:          g.cfg.MaxRequestBytes,
 		Logger:                       g.log.With("component", "mcp-http"),
+		DisableLocalhostProtection:   authOn,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Protocol-Version") >= statelessProtocol {

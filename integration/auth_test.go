@@ -102,6 +102,12 @@ func (f *authFleet) user(name string) string {
 // the response status and WWW-Authenticate header.
 func (f *authFleet) status(t *testing.T, token string) (int, string) {
 	t.Helper()
+	return f.statusVia(t, token, nil)
+}
+
+// statusVia is status with extra request headers (a proxy's).
+func (f *authFleet) statusVia(t *testing.T, token string, header map[string]string) (int, string) {
+	t.Helper()
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 	req, err := http.NewRequest(http.MethodPost, f.Gateway.MCPURL(), strings.NewReader(body))
 	if err != nil {
@@ -111,6 +117,12 @@ func (f *authFleet) status(t *testing.T, token string) (int, string) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	if h := header["Host"]; h != "" {
+		req.Host = h
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -191,6 +203,21 @@ func TestProtectedResourceMetadata(t *testing.T) {
 		if !slices.Equal(meta.ScopesSupported, []string{"openid", "email", "fleet"}) {
 			t.Errorf("%s: scopes_supported = %v", metaURL, meta.ScopesSupported)
 		}
+	}
+}
+
+// Behind a TLS proxy on the same machine, requests arrive on loopback
+// with the public Host: they are served, and the metadata names the
+// public URL.
+func TestBehindReverseProxy(t *testing.T) {
+	f := newAuthFleet(t)
+	proxy := map[string]string{"Host": "fleet.example.com", "X-Forwarded-Proto": "https"}
+	code, challenge := f.statusVia(t, "", proxy)
+	if want := `resource_metadata="https://fleet.example.com/.well-known/oauth-protected-resource/mcp"`; code != http.StatusUnauthorized || !strings.Contains(challenge, want) {
+		t.Fatalf("no token via the proxy: %d %q, want 401 with %s", code, challenge, want)
+	}
+	if code, _ := f.statusVia(t, f.user("dev"), proxy); code != http.StatusOK {
+		t.Fatalf("a valid token via the proxy got %d", code)
 	}
 }
 
