@@ -1,8 +1,15 @@
 // Package gateway is the fleet's control plane: the MCP endpoint AI clients
 // talk to, the host registry, and the router that turns each tool call into
-// a call over NATS to the agent on the target host.
+// a call over NATS to the agent on the target host. It is also where
+// callers are authenticated and their access decided, and where every call
+// is recorded.
 //
-// One file per concern: config, embedded NATS, registry, router, the MCP
-// surface and its tools, and result.go, the one place where failures become
-// MCP tool errors or JSON-RPC errors. It must not import the agent package.
+// One file per concern: config; embedded NATS; registry; router; the MCP
+// surface (mcp.go) and its tools; auth.go, jwt.go and apitokens.go, the
+// bearer tokens a caller may present; access.go and accessfile.go, the
+// caller access rules; selector.go, the host selector syntax; guard.go, the
+// MCP middleware that applies the rules and writes the audit trail
+// (audit.go, auditread.go, redact.go); and result.go, the one place where
+// failures become MCP tool errors or JSON-RPC errors. It must not import
+// the agent package.
 package gateway

@@ -14,9 +14,11 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // accessRules are the rules of the authenticated fleet: ops may do
@@ -56,7 +58,10 @@ type authFleet struct {
 
 // newAuthFleet starts three hosts behind a gateway that requires bearer
 // tokens: JWTs from a test issuer, and one API token.
-func newAuthFleet(t *testing.T) *authFleet {
+func newAuthFleet(t *testing.T) *authFleet { return newAuthFleetWith(t, Options{}) }
+
+// newAuthFleetWith is newAuthFleet with options (ExternalNATS).
+func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
 	is := newIssuer(t)
 	rules, err := gateway.ParseAccess("access.yaml", []byte(accessRules))
 	if err != nil {
@@ -72,19 +77,18 @@ func newAuthFleet(t *testing.T) *authFleet {
 		t.Fatal(err)
 	}
 	f := &authFleet{is: is, ciToken: ci, auditLog: t.TempDir() + "/audit.jsonl"}
-	f.Env = NewEnv(t, Options{
-		Agents: []string{"alpha", "beta", "gamma"},
-		Agent:  func(c *agent.Config) { c.Labels = map[string]string{"env": hostEnvs[c.Name]} },
-		Gateway: func(c *gateway.Config) {
-			c.AuthDisabled = false
-			c.Auth = gateway.AuthConfig{
-				Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh,
-				Scopes: []string{"openid", "email", "fleet"}, APITokens: tokens,
-			}
-			c.Access = rules
-			c.Audit.File = f.auditLog
-		},
-	})
+	opts.Agents = []string{"alpha", "beta", "gamma"}
+	opts.Agent = func(c *agent.Config) { c.Labels = map[string]string{"env": hostEnvs[c.Name]} }
+	opts.Gateway = func(c *gateway.Config) {
+		c.AuthDisabled = false
+		c.Auth = gateway.AuthConfig{
+			Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh,
+			Scopes: []string{"openid", "email", "fleet"}, APITokens: tokens,
+		}
+		c.Access = rules
+		c.Audit.File = f.auditLog
+	}
+	f.Env = NewEnv(t, opts)
 	return f
 }
 
@@ -365,5 +369,38 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if !accepted(dev("key-2")) {
 		t.Fatal("a token signed by a published key was refused after the rotation")
+	}
+}
+
+// The caller's token stays at the gateway: the call an agent receives
+// names the caller, nothing more.
+func TestTokenNeverReachesAgents(t *testing.T) {
+	f := newAuthFleetWith(t, Options{ExternalNATS: true})
+	nc, err := nats.Connect(f.NATSURL(), nats.UserInfo("gateway", f.natsPass.gateway))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync(protocol.CallSubject("alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	token := f.user("dev")
+	mustOK(t, call(t, f.ClientAs("", token), "bash", map[string]any{"host": "alpha", "command": "true"}))
+	msg, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("the call to alpha was not seen: %v", err)
+	}
+	payload := string(msg.Data)
+	for k, v := range msg.Header {
+		payload += k + strings.Join(v, "")
+	}
+	if !strings.Contains(payload, `"subject":"user-dev"`) || !strings.Contains(payload, "dev@example.com") {
+		t.Errorf("the call does not name its caller: %s", payload)
+	}
+	sig := token[strings.LastIndexByte(token, '.')+1:]
+	if strings.Contains(payload, token) || strings.Contains(payload, sig) || strings.Contains(payload, "Bearer") {
+		t.Errorf("the caller's token reached the agent: %s", payload)
 	}
 }
