@@ -82,3 +82,23 @@ func TestParseAPITokens(t *testing.T) {
 		t.Errorf("Summary() = %q", got)
 	}
 }
+
+// FuzzParseAPITokens: the tokens parser never panics, and an accepted
+// file answers lookups.
+func FuzzParseAPITokens(f *testing.F) {
+	f.Add([]byte("tokens:\n  - {name: a, sha256: \"" + strings.Repeat("ab", 32) + "\", hosts: [\"*\"], tools: [read]}\n"))
+	f.Add([]byte(`{"tokens": [{"name": "b", "sha256": "` + strings.Repeat("0", 64) + `", "admin": true}]}`))
+	f.Add([]byte("tokens: []"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tokens, err := ParseAPITokens("fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		if len(tokens.Summary()) == 0 {
+			t.Fatal("accepted a file without tokens")
+		}
+		if tokens.lookup(apiTokenPrefix+"x") != nil {
+			t.Fatal("an arbitrary token matched")
+		}
+	})
+}
