@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAuditQuery(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	good := []struct {
+		in           auditIn
+		limit        int
+		since, until time.Time
+	}{
+		{auditIn{}, defaultAuditLimit, time.Time{}, time.Time{}},
+		{auditIn{Limit: 5000}, maxAuditLimit, time.Time{}, time.Time{}},
+		{auditIn{Since: "2h"}, defaultAuditLimit, now.Add(-2 * time.Hour), time.Time{}},
+		{auditIn{Since: "2026-04-30T00:00:00Z", Until: "1h"}, defaultAuditLimit, time.Date(2026, 4, 30, 0, 0, 0, 0, time.UTC), now.Add(-time.Hour)},
+	}
+	for _, tc := range good {
+		q, err := parseAuditQuery(tc.in, now)
+		if err != nil || q.limit != tc.limit || !q.since.Equal(tc.since) || !q.until.Equal(tc.until) {
+			t.Errorf("parseAuditQuery(%+v) = %+v, %v", tc.in, q, err)
+		}
+	}
+	bad := []struct {
+		in   auditIn
+		want string
+	}{
+		{auditIn{Decision: "maybe"}, "allowed or denied"},
+		{auditIn{Limit: -1}, "limit -1"},
+		{auditIn{Since: "yesterday"}, `since: "yesterday" is neither`},
+		{auditIn{Until: "-5m"}, "until:"},
+		{auditIn{Since: "1h", Until: "2h"}, "is not before until"},
+	}
+	for _, tc := range bad {
+		if _, err := parseAuditQuery(tc.in, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseAuditQuery(%+v) = %v, want an error mentioning %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestAuditQueryMatch(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	r := &AuditRecord{Time: at, Tool: "bash", Hosts: []string{"web-1"}, Decision: decisionDenied,
+		Caller: AuditCaller{Subject: "u-1", Email: "Ada@Example.com", ClientID: "claude-code"}}
+	tests := []struct {
+		q    auditQuery
+		want bool
+	}{
+		{auditQuery{}, true},
+		{auditQuery{caller: "ada@"}, true},
+		{auditQuery{caller: "claude"}, true},
+		{auditQuery{caller: "bob"}, false},
+		{auditQuery{host: "web-1", tool: "bash", decision: decisionDenied}, true},
+		{auditQuery{host: "web-2"}, false},
+		{auditQuery{decision: decisionAllowed}, false},
+		{auditQuery{since: at}, true},
+		{auditQuery{since: at.Add(time.Second)}, false},
+		{auditQuery{until: at}, false},
+		{auditQuery{until: at.Add(time.Second)}, true},
+	}
+	for _, tc := range tests {
+		if got := tc.q.match(r); got != tc.want {
+			t.Errorf("%+v matches = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// finishRecord turns a call's result into the audit outcome.
+func TestFinishRecord(t *testing.T) {
+	g := &Gateway{audit: &auditor{redact: newRedactor()}}
+	text := func(isError bool, s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{IsError: isError, Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	tests := []struct {
+		name, tool string
+		res        *mcp.CallToolResult
+		err        error
+		noted      string
+		outcome    string
+		exit       int // -1: none
+		errText    string
+	}{
+		{"bash ok", "bash", text(false, "hi\n"), nil, "", outcomeOK, 0, ""},
+		{"bash exit", "bash", text(true, "out\n\nCommand exited with code 2"), nil, "", outcomeError, 2, "Command exited with code 2"},
+		{"bash timeout", "bash", text(true, "x\n\nCommand timed out after 5 seconds"), nil, "", outcomeTimedOut, -1, "Command timed out after 5 seconds"},
+		{"read error", "read", text(true, "host alpha: no such file"), nil, "", outcomeError, -1, "host alpha: no such file"},
+		{"cancelled", "bash", text(true, "bash on alpha was cancelled"), nil, outcomeCancelled, outcomeCancelled, -1, "bash on alpha was cancelled"},
+		{"host timeout", "read", text(true, "read on alpha did not finish within 1m0s"), nil, outcomeTimedOut, outcomeTimedOut, -1, "read on alpha did not finish within 1m0s"},
+		{"protocol error", "nope", nil, errors.New("unknown tool \"nope\""), "", outcomeError, -1, "unknown tool \"nope\""},
+		{"secret in an error", "read", text(true, "cannot read TOKEN=abc"), nil, "", outcomeError, -1, "cannot read TOKEN=[redacted]"},
+	}
+	for _, tc := range tests {
+		rec := &AuditRecord{Tool: tc.tool}
+		var res mcp.Result
+		if tc.res != nil {
+			res = tc.res
+		}
+		g.finishRecord(rec, &callContext{outcome: tc.noted}, res, tc.err)
+		exit := -1
+		if rec.ExitCode != nil {
+			exit = *rec.ExitCode
+		}
+		if rec.Outcome != tc.outcome || exit != tc.exit || rec.Error != tc.errText {
+			t.Errorf("%s: outcome %q exit %d error %q, want %q %d %q", tc.name, rec.Outcome, exit, rec.Error, tc.outcome, tc.exit, tc.errText)
+		}
+	}
+}
+
+func TestHostArg(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"host":"web-1","path":"x"}`: "web-1",
+		`{"host":7}`:                  "",
+		`{}`:                          "",
+		`[1]`:                         "",
+		``:                            "",
+	} {
+		if got := hostArg([]byte(raw)); got != want {
+			t.Errorf("hostArg(%s) = %q, want %q", raw, got, want)
+		}
+	}
+}
