@@ -278,6 +278,9 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	case cfg.AuthDisabled:
 		fmt.Fprintln(w, "  Callers:      authentication OFF (loopback only)")
 	default:
+		if cfg.Auth.ResourceURL != "" {
+			fmt.Fprintf(w, "  Public URL:   %s\n", cfg.Auth.ResourceURL)
+		}
 		if cfg.Auth.Issuer != "" {
 			fmt.Fprintf(w, "  Callers:      bearer JWTs from %s for audience %s\n", cfg.Auth.Issuer, cfg.Auth.Audience)
 		}
