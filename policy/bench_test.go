@@ -1,0 +1,42 @@
+package policy
+
+import "testing"
+
+// benchPolicy is a workspace-like policy with allow and deny rules.
+const benchPolicy = `
+bash:
+  allow: ["ls *", "cat *", "grep *", "git *", "go *", "make *", "echo *", "tail *", "head *", "wc *", "find *", "sudo *", "timeout *"]
+  deny: ["git push *", "git -c *", "find *-delete*", "find *-exec*"]
+paths:
+  allow: ["/srv/app/**"]
+  deny: ["**/.env", "*.pem", "**/.ssh/**"]
+`
+
+// BenchmarkCheckCommand measures the command check on typical lines.
+func BenchmarkCheckCommand(b *testing.B) {
+	p := mustParse(b, benchPolicy)
+	for _, bc := range []struct{ name, line string }{
+		{"simple", "git status"},
+		{"pipeline", "go test ./... 2>&1 | tail -n 50"},
+		{"list", "make build && ls -la bin/ && git diff --stat HEAD~1 | head -20 > /srv/app/diff.txt"},
+		{"loop", `for f in $(ls *.go); do grep -n "TODO" "$f" | wc -l; done`},
+		{"wrapped", "sudo timeout 30 git fetch origin && git log --oneline -10"},
+		{"refused", "echo $(rm -rf /)"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = p.CheckCommand(bc.line, nil)
+			}
+		})
+	}
+}
+
+// BenchmarkCheckPath measures a path check against allow and deny rules.
+func BenchmarkCheckPath(b *testing.B) {
+	p := mustParse(b, benchPolicy)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = p.CheckPath(Read, "/srv/app/internal/server/handler.go", "/srv/app/internal/server/handler.go")
+	}
+}

@@ -1,0 +1,184 @@
+package policy
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// testTools are the tool names the tests' policies may name.
+var testTools = []string{"bash", "edit", "read", "write"}
+
+// TestCommandArchives runs testdata/commands/*.txtar: each holds a policy
+// and command lines that must be allowed ("ok") or refused ("no", with
+// text the refusal must contain).
+func TestCommandArchives(t *testing.T) {
+	for _, file := range archives(t, "commands") {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			a := readArchive(t, file)
+			p, err := Parse([]byte(a.files["policy.yaml"]), archiveEnv(t, a))
+			if err != nil {
+				t.Fatalf("policy: %v", err)
+			}
+			cases := readCases(t, filepath.Base(file), a.files["cases"])
+			if len(cases) == 0 {
+				t.Fatal("no cases")
+			}
+			for _, tc := range cases {
+				checkCase(t, p, tc)
+			}
+		})
+	}
+}
+
+func checkCase(t *testing.T, p *Policy, tc testCase) {
+	t.Helper()
+	err := p.CheckCommand(tc.line, nil)
+	var d *Denial
+	switch {
+	case tc.allow && err != nil:
+		t.Errorf("%s: %q refused: %v", tc.pos, tc.line, err)
+	case tc.allow:
+	case err == nil:
+		t.Errorf("%s: %q allowed, want it refused", tc.pos, tc.line)
+	case !errors.As(err, &d):
+		t.Errorf("%s: %q: error %v (%T) is not a *Denial", tc.pos, tc.line, err, err)
+	case !strings.Contains(err.Error(), tc.want):
+		t.Errorf("%s: %q refused with\n\t%v\nwant it to mention %q", tc.pos, tc.line, err, tc.want)
+	case !strings.HasPrefix(err.Error(), "denied by host policy: "):
+		t.Errorf("%s: %q: refusal %q does not start with \"denied by host policy: \"", tc.pos, tc.line, err)
+	}
+}
+
+// Without bash rules nothing is parsed: any line passes, even one that
+// does not parse.
+func TestCommandUnrestricted(t *testing.T) {
+	var nilPolicy *Policy
+	p := mustParse(t, `paths: {deny: ["/etc/**"]}`)
+	for _, line := range []string{"rm -rf /", "echo 'unterminated", "echo hi > /etc/passwd", "x\x00y"} {
+		for _, pol := range []*Policy{nilPolicy, p, {}} {
+			if err := pol.CheckCommand(line, nil); err != nil {
+				t.Errorf("CheckCommand(%q) without bash rules = %v", line, err)
+			}
+		}
+	}
+}
+
+func TestCommandNUL(t *testing.T) {
+	p := mustParse(t, `bash: {deny: ["rm *"]}`)
+	if err := p.CheckCommand("ls\x00; rm x", nil); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("line with NUL: %v", err)
+	}
+}
+
+// The writes callback sees every redirection target, resolved against the
+// working directory, and its refusal is the line's.
+func TestCommandWritesCallback(t *testing.T) {
+	p := mustParse(t, `bash: {allow: ["echo *"]}`)
+	var seen []string
+	refuse := errors.New("no")
+	writes := func(path string) error {
+		seen = append(seen, path)
+		if strings.HasPrefix(path, "/secret") {
+			return refuse
+		}
+		return nil
+	}
+	if err := p.CheckCommand("echo a > x; echo b >> /tmp/y 2>/dev/null; echo c &> ~/z", writes); err != nil {
+		t.Fatal(err)
+	}
+	if want := "/tmp/y /home/agent/z /srv/app/x"; strings.Join(seen, " ") != want {
+		t.Errorf("writes saw %q, want %q", strings.Join(seen, " "), want)
+	}
+	if err := p.CheckCommand("echo a > /secret/k", writes); !errors.Is(err, refuse) {
+		t.Errorf("refusal of the writes callback = %v, want it returned", err)
+	}
+	// Without path rules for writing, a target only known at run time is
+	// not the rules' business.
+	if err := p.CheckCommand(`echo a > "$F"`, writes); err != nil {
+		t.Errorf("dynamic target without write rules: %v", err)
+	}
+}
+
+// Scripts nested beyond the limit are refused rather than followed.
+func TestCommandDepth(t *testing.T) {
+	p := mustParse(t, `bash: {deny: ["rm *"]}`)
+	line := strings.Repeat("eval ", maxDepth+2) + "ls"
+	if err := p.CheckCommand(line, nil); err == nil || !strings.Contains(err.Error(), "too deeply") {
+		t.Errorf("deeply nested line: %v", err)
+	}
+	line = strings.Repeat("sudo ", maxDepth+2) + "ls"
+	if err := p.CheckCommand(line, nil); err == nil || !strings.Contains(err.Error(), "too deeply") {
+		t.Errorf("deeply wrapped line: %v", err)
+	}
+}
+
+func TestCommandPatterns(t *testing.T) {
+	tests := []struct {
+		pattern, subject string
+		forDeny, must    bool
+	}{
+		{"git *", "git", false, true},
+		{"git *", "git status", false, true},
+		{"git *", "gitk", false, false},
+		{"git push *", "git push origin main", false, true},
+		{"git push *", "git pull", false, false},
+		{"git * --force", "git push --force", false, true},
+		{"/usr/bin/git *", "git log", false, true},
+		{"./build.sh *", "./build.sh x", false, true},
+		{"./build.sh *", "build.sh x", false, false},
+		{"*", "anything at all", false, true},
+		{"ls", "ls -l", false, false},
+		{"ls", "ls", false, true},
+		{"rm *", "rm -rf /", true, true},
+		{"/bin/rm *", "rm x", true, true},
+	}
+	for _, tt := range tests {
+		cp, err := compileCmdPattern(tt.pattern, tt.forDeny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, rest, _ := strings.Cut(tt.subject, " ")
+		s := commandName(name, tt.forDeny)
+		if rest != "" {
+			s += " " + rest
+		}
+		if got := cp.must(s); got != tt.must {
+			t.Errorf("pattern %q on %q = %v, want %v", tt.pattern, tt.subject, got, tt.must)
+		}
+	}
+}
+
+// may and must agree on subjects without unknown parts; with them, may is
+// true exactly when some value makes the pattern match.
+func TestCommandOverlap(t *testing.T) {
+	d := string(dyn)
+	tests := []struct {
+		pattern, subject string
+		may, must        bool
+	}{
+		{"rm *", d, true, false},
+		{"rm *", d + " -rf /", true, false},
+		{"rm -rf /", d + " x", false, false},
+		{"git push *", "git " + d + " origin", true, false},
+		{"git push *", "git " + d, true, false},
+		{"git push *", "git pull " + d, false, false},
+		{"git *", "git " + d, true, true},
+		{"git *", "g" + d, true, false},
+		{"a*b*c", "a" + d + "c", true, false},
+		{"abc", "a" + d + "c", true, false},
+		{"abc", "a" + d + "d", false, false},
+		{"x", "", false, false},
+		{"*", "", true, true},
+	}
+	for _, tt := range tests {
+		cp := cmdPattern{text: tt.pattern, alts: []string{tt.pattern}}
+		if got := cp.may(tt.subject); got != tt.may {
+			t.Errorf("may(%q, %q) = %v, want %v", tt.pattern, strings.ReplaceAll(tt.subject, d, "<dyn>"), got, tt.may)
+		}
+		if got := cp.must(tt.subject); got != tt.must {
+			t.Errorf("must(%q, %q) = %v, want %v", tt.pattern, strings.ReplaceAll(tt.subject, d, "<dyn>"), got, tt.must)
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package policy
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// pathPattern is one compiled path rule.
+//
+//   - A pattern without wildcards covers that path and everything under
+//     it: "/srv/app" matches /srv/app and /srv/app/x, never /srv/app_evil.
+//   - "*" and "?" stop at "/", "**" crosses it (doublestar).
+//   - A pattern that starts with a wildcard ("*.pem", "**/.ssh/**") is
+//     unanchored: it may match at any depth.
+//   - "~" and "~/..." expand to the home directory; other relative
+//     patterns resolve against the working directory.
+type pathPattern struct {
+	text       string // as written
+	lit        string // for a pattern without wildcards: the absolute path
+	glob       string // otherwise: the doublestar pattern
+	unanchored bool   // glob matches the path without its leading "/"
+}
+
+func (pp *pathPattern) match(path string) bool {
+	if pp.glob == "" {
+		return path == pp.lit || pp.lit == "/" || strings.HasPrefix(path, pp.lit) && path[len(pp.lit)] == '/'
+	}
+	if pp.unanchored {
+		path = strings.TrimPrefix(path, "/")
+	}
+	ok, err := doublestar.Match(pp.glob, path)
+	return ok && err == nil
+}
+
+// compilePathPattern compiles text for env.
+func compilePathPattern(text string, env Env) (pathPattern, error) {
+	pp := pathPattern{text: text}
+	t := text
+	switch {
+	case t == "":
+		return pp, fmt.Errorf("empty pattern")
+	case strings.ContainsFunc(t, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return pp, fmt.Errorf("%q contains a control character", text)
+	case t == "~" || strings.HasPrefix(t, "~/"):
+		if env.Home == "" {
+			return pp, fmt.Errorf("%q: cannot expand ~: the agent's user has no home directory; write the path out", text)
+		}
+		t = filepath.Join(env.Home, t[1:])
+	case strings.HasPrefix(t, "~"):
+		return pp, fmt.Errorf("%q: only ~ and ~/ are expanded (the agent's own home); write other users' paths out", text)
+	case strings.ContainsRune("*?[", rune(t[0])):
+		pp.unanchored = true
+		if t != "**" && !strings.HasPrefix(t, "**/") {
+			t = "**/" + t
+		}
+	case !filepath.IsAbs(t):
+		t = filepath.Join(env.Cwd, t)
+	}
+	if !pp.unanchored {
+		t = filepath.Clean(t)
+	}
+	if !strings.ContainsAny(t, `*?[{\`) {
+		pp.lit = t
+		return pp, nil
+	}
+	if !doublestar.ValidatePattern(t) {
+		return pp, fmt.Errorf("%q is not a valid glob (check its [ ] and { } pairs and backslashes)", text)
+	}
+	pp.glob = t
+	return pp, nil
+}
+
+// pathList is one named list of path rules.
+type pathList struct {
+	name string // such as "paths.write.deny"
+	pats []pathPattern
+}
+
+func (l *pathList) first(path string) *pathPattern {
+	for i := range l.pats {
+		if l.pats[i].match(path) {
+			return &l.pats[i]
+		}
+	}
+	return nil
+}
+
+// texts lists the patterns as written, for messages.
+func (l *pathList) texts() string {
+	const most = 5
+	var b []string
+	for i, p := range l.pats {
+		if i == most {
+			b = append(b, fmt.Sprintf("and %d more", len(l.pats)-most))
+			break
+		}
+		b = append(b, p.text)
+	}
+	return strings.Join(b, ", ")
+}
+
+// pathRules are the compiled path rules: lists that apply to every
+// operation, then each operation's own.
+type pathRules struct {
+	// byOp is indexed by Op: the common list first, then the op's own.
+	byOp [2]struct{ allow, deny []*pathList }
+}
+
+func (p *Policy) compilePaths() []error {
+	var errs []error
+	build := func(name string, texts []string) *pathList {
+		l := &pathList{name: name}
+		for _, t := range texts {
+			pp, err := compilePathPattern(t, p.env)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				continue
+			}
+			l.pats = append(l.pats, pp)
+		}
+		return l
+	}
+	r := p.rules.Paths
+	allow, deny := build("paths.allow", r.Allow), build("paths.deny", r.Deny)
+	for op, l := range [2]listRules{Read: r.Read, Write: r.Write} {
+		name := "paths." + Op(op).String()
+		p.paths.byOp[op].allow = []*pathList{allow, build(name+".allow", l.Allow)}
+		p.paths.byOp[op].deny = []*pathList{deny, build(name+".deny", l.Deny)}
+	}
+	return errs
+}
+
+// HasPathRules reports whether any path rule applies to op.
+func (p *Policy) HasPathRules(op Op) bool {
+	if p == nil {
+		return false
+	}
+	for _, l := range append(p.paths.byOp[op].allow, p.paths.byOp[op].deny...) {
+		if len(l.pats) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckPath returns nil when op may act on the file a caller named given,
+// which resolves to resolved, or a *Denial. Both are absolute paths; given
+// has ".." collapsed and resolved has its symbolic links followed (for a
+// file that does not exist yet, those of its nearest existing parent).
+//
+// Deny rules match either path, and any directory above them: a denied
+// directory denies what is in it, and denying a symbolic link by its own
+// name works. Allow rules match the resolved path only, so a link cannot
+// lead out of an allowed tree. Deny always wins over allow; an empty allow
+// list restricts nothing.
+func (p *Policy) CheckPath(op Op, given, resolved string) error {
+	if err := p.CheckPathDeny(op, given, resolved); err != nil {
+		return err
+	}
+	if p == nil {
+		return nil
+	}
+	given, resolved = filepath.Clean(given), filepath.Clean(resolved)
+	for _, l := range p.paths.byOp[op].allow {
+		if len(l.pats) > 0 && l.first(resolved) == nil {
+			return &Denial{l.name, fmt.Sprintf("%s %s: outside %s (%s)", op, describePath(given, resolved), l.name, l.texts())}
+		}
+	}
+	return nil
+}
+
+// CheckPathDeny is CheckPath with the deny rules only: for files the agent
+// itself hands out (bash full-output files), which the allow lists need not
+// name.
+func (p *Policy) CheckPathDeny(op Op, given, resolved string) error {
+	given, resolved = filepath.Clean(given), filepath.Clean(resolved)
+	if !filepath.IsAbs(given) || !filepath.IsAbs(resolved) {
+		return &Denial{"paths", fmt.Sprintf("%s %s: not an absolute path", op, describePath(given, resolved))}
+	}
+	if p == nil {
+		return nil
+	}
+	for _, l := range p.paths.byOp[op].deny {
+		if len(l.pats) == 0 {
+			continue
+		}
+		for _, path := range []string{given, resolved} {
+			if pp, under := l.firstAbove(path); pp != nil {
+				how := "matches"
+				if under != path {
+					how = under + " matches"
+				}
+				return &Denial{l.name, fmt.Sprintf("%s %s: %s %s %q", op, describePath(given, resolved), how, l.name, pp.text)}
+			}
+		}
+	}
+	return nil
+}
+
+// firstAbove returns the first pattern that matches path or a directory
+// above it, and what it matched.
+func (l *pathList) firstAbove(path string) (*pathPattern, string) {
+	for p := path; ; p = filepath.Dir(p) {
+		if pp := l.first(p); pp != nil {
+			return pp, p
+		}
+		if p == "/" || p == "." {
+			return nil, ""
+		}
+	}
+}
+
+func describePath(given, resolved string) string {
+	if given == resolved {
+		return given
+	}
+	return given + " (resolves to " + resolved + ")"
+}

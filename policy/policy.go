@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// Env is what a policy needs to know about its host. It is fixed when the
+// policy is parsed.
+type Env struct {
+	// Cwd is the agent's working directory, an absolute path: relative path
+	// patterns and relative redirection targets resolve against it.
+	Cwd string
+	// Home is what "~" expands to. Empty: patterns starting with "~" are
+	// an error.
+	Home string
+	// Tools are the names of the tools the agent serves. A tools rule that
+	// names another tool is an error, so a typo never goes unnoticed.
+	Tools []string
+	// Shell is the shell bash commands run with (a name or a path). It
+	// chooses the syntax the command rules parse: bash's for bash, sh,
+	// dash and ash (bash reads more of a line as commands than a POSIX
+	// shell does, and /bin/sh is bash on some systems), mksh's for ksh and
+	// mksh. Command rules on any other shell are an error: they could not
+	// be checked.
+	Shell string
+}
+
+// Op is what a file tool does with a path.
+type Op int
+
+const (
+	// Read opens a file to read it.
+	Read Op = iota
+	// Write creates, replaces or changes a file.
+	Write
+)
+
+func (op Op) String() string {
+	if op == Write {
+		return "write"
+	}
+	return "read"
+}
+
+// Denial is a refusal by the host policy. Its message names what was
+// refused and the rule that refused it.
+type Denial struct {
+	// Rule names the rule list that decided, such as "bash.deny" or
+	// "paths.write.allow"; "bash" for a command line the rules cannot
+	// check.
+	Rule string
+	// Reason says what was refused and why.
+	Reason string
+}
+
+func (d *Denial) Error() string { return "denied by host policy: " + d.Reason }
+
+// Policy is a parsed host policy. The zero value and nil are unrestricted;
+// a Policy is safe for concurrent use.
+type Policy struct {
+	env    Env
+	lang   shellLang
+	rules  rules // as normalised, for the digest and the summary
+	digest string
+
+	tools  nameRules
+	skills nameRules
+	paths  pathRules
+	bash   commandRules
+}
+
+// Unrestricted reports whether the policy restricts nothing.
+func (p *Policy) Unrestricted() bool { return p == nil || p.rules.empty() }
+
+// Digest returns "sha256:" and the hex SHA-256 of the normalised policy:
+// the same rules give the same digest whatever their order, formatting,
+// comments or duplicates. It is "" for an unrestricted policy.
+func (p *Policy) Digest() string {
+	if p.Unrestricted() {
+		return ""
+	}
+	return p.digest
+}
+
+// nameRules are allow and deny lists of names (tools, skills).
+type nameRules struct {
+	allow, deny []string
+}
+
+// decide returns the rule that refuses name ("deny", "allow") or "".
+func (r *nameRules) decide(name string) string {
+	match := func(pat string) bool {
+		ok, err := doublestar.Match(pat, name)
+		return ok && err == nil
+	}
+	if slices.ContainsFunc(r.deny, match) {
+		return "deny"
+	}
+	if len(r.allow) > 0 && !slices.ContainsFunc(r.allow, match) {
+		return "allow"
+	}
+	return ""
+}
+
+// AllowTool returns nil when the host serves tool name, or a *Denial.
+func (p *Policy) AllowTool(name string) error {
+	if p == nil {
+		return nil
+	}
+	switch p.tools.decide(name) {
+	case "deny":
+		return &Denial{"tools.deny", fmt.Sprintf("tool %s is not served on this host (tools.deny lists it)", name)}
+	case "allow":
+		return &Denial{"tools.allow", fmt.Sprintf("tool %s is not served on this host (tools.allow lists only %s)", name, strings.Join(p.tools.allow, ", "))}
+	}
+	return nil
+}
+
+// AllowSkill reports whether the host shows and runs the skill called
+// name. A skill the policy refuses is left out of the host's skill catalog
+// altogether.
+func (p *Policy) AllowSkill(name string) bool {
+	return p == nil || p.skills.decide(name) == ""
+}
+
+// Summary returns one line per dimension (tools, paths, bash, skills),
+// saying "unrestricted" where that is the case.
+func (p *Policy) Summary() []string {
+	var r rules
+	if p != nil {
+		r = p.rules
+	}
+	return r.summary()
+}
+
+// Parse reads a policy file (YAML or JSON) for a host described by env. An
+// empty file, or one with only comments, is unrestricted. Every problem is
+// an error naming it: unknown keys, unknown tools, invalid patterns. A
+// policy that parses has all its rules compiled; nothing is checked later
+// that could widen access.
+func Parse(data []byte, env Env) (*Policy, error) {
+	r, err := decodeRules(data)
+	if err != nil {
+		return nil, err
+	}
+	return compile(r, env)
+}
+
+// compile validates normalised rules for env and builds the Policy.
+func compile(r rules, env Env) (*Policy, error) {
+	if r.empty() {
+		return &Policy{env: env}, nil
+	}
+	if !filepath.IsAbs(env.Cwd) {
+		return nil, fmt.Errorf("policy: working directory %q is not an absolute path", env.Cwd)
+	}
+	env.Cwd = filepath.Clean(env.Cwd)
+	p := &Policy{env: env, rules: r, digest: r.digest()}
+	var errs []error
+	errs = append(errs, p.compileTools()...)
+	errs = append(errs, p.compileSkills()...)
+	errs = append(errs, p.compilePaths()...)
+	errs = append(errs, p.compileBash()...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Policy) compileTools() []error {
+	var errs []error
+	for _, list := range []struct {
+		name  string
+		names []string
+	}{{"tools.allow", p.rules.Tools.Allow}, {"tools.deny", p.rules.Tools.Deny}} {
+		for _, n := range list.names {
+			if !slices.Contains(p.env.Tools, n) {
+				errs = append(errs, fmt.Errorf("%s: unknown tool %q; this agent's tools are %s", list.name, n, strings.Join(p.env.Tools, ", ")))
+			}
+		}
+	}
+	p.tools = nameRules{allow: p.rules.Tools.Allow, deny: p.rules.Tools.Deny}
+	return errs
+}
+
+func (p *Policy) compileSkills() []error {
+	var errs []error
+	for _, list := range []struct {
+		name string
+		pats []string
+	}{{"skills.allow", p.rules.Skills.Allow}, {"skills.deny", p.rules.Skills.Deny}} {
+		for _, pat := range list.pats {
+			switch {
+			case strings.ContainsAny(pat, "/ \t\r\n"):
+				errs = append(errs, fmt.Errorf("%s: %q: a skill name or glob has no slashes or spaces", list.name, pat))
+			case !doublestar.ValidatePattern(pat):
+				errs = append(errs, fmt.Errorf("%s: %q is not a valid glob (check its [ ] and { } pairs)", list.name, pat))
+			}
+		}
+	}
+	p.skills = nameRules{allow: p.rules.Skills.Allow, deny: p.rules.Skills.Deny}
+	return errs
+}
+
+// shellLang is the syntax the command rules parse.
+type shellLang int
+
+const (
+	langBash shellLang = iota
+	langMksh
+	langUnsupported
+)
+
+// shellLanguage maps a shell's name or path to the syntax it speaks.
+func shellLanguage(shell string) shellLang {
+	switch path.Base(shell) {
+	case ".", "/", "bash", "sh", "dash", "ash":
+		return langBash
+	case "ksh", "mksh", "ksh93", "oksh":
+		return langMksh
+	}
+	return langUnsupported
+}
