@@ -95,7 +95,12 @@ type Announce struct {
 	Cwd          string            `json:"cwd"`
 	Shell        string            `json:"shell"`
 	Tools        []string          `json:"tools"`
-	StartedAt    time.Time         `json:"started_at"`
+	// PolicyDigest identifies the host policy the agent enforces:
+	// "sha256:" and the hex SHA-256 of its normalised rules, the same for
+	// the same rules however they are written. Empty: the host is
+	// unrestricted (or its agent predates host policies).
+	PolicyDigest string    `json:"policy_digest,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
 	// HeartbeatMS is how often the agent announces itself; the gateway
 	// considers the host offline after a few missed heartbeats.
 	HeartbeatMS int64 `json:"heartbeat_ms"`

@@ -616,9 +616,10 @@ func sampleMessages() goldenMessages {
 			Labels: map[string]string{"role": "web", "env": "staging"},
 			OS:     "linux", Arch: "amd64", Hostname: "web-1.example.com",
 			Cwd: "/srv/app", Shell: "/bin/bash",
-			Tools:       []string{"bash", "edit", "read", "write"},
-			StartedAt:   time.Date(2025, 3, 4, 5, 6, 7, 800000000, time.UTC),
-			HeartbeatMS: 5000, Busy: 2, Limit: 16,
+			Tools:        []string{"bash", "read"},
+			PolicyDigest: "sha256:5f2c0d6f6e1a3b4c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e",
+			StartedAt:    time.Date(2025, 3, 4, 5, 6, 7, 800000000, time.UTC),
+			HeartbeatMS:  5000, Busy: 2, Limit: 16,
 		},
 		AnnounceLeaving: Announce{
 			Host: "web-1", Protocol: Version, AgentVersion: "0.1.0", OS: "linux", Arch: "arm64",
