@@ -101,16 +101,33 @@ const (
 	outcomeRefused   = "refused"
 )
 
-// auditor writes records to the stream and the optional file.
+// auditor writes records to the stream and the optional file. Calls hand
+// their record to a bounded queue and return at once; one writer goroutine
+// stores them in order. A full queue makes calls wait (nothing is dropped),
+// and close drains it.
 type auditor struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	log    *slog.Logger
 	redact *redactor
+	file   *os.File
 
-	mu   sync.Mutex // serialises file writes
-	file *os.File
+	queue   chan auditItem
+	stopped chan struct{} // closed when the writer has drained the queue
+	closeMu sync.Mutex    // guards closed and sending on queue
+	closed  bool
 }
+
+// auditItem is a record to store, or a marker whose channel the writer
+// closes once everything queued before it is stored.
+type auditItem struct {
+	data   []byte
+	id     string
+	marker chan struct{}
+}
+
+// auditQueueLen bounds records waiting to be stored.
+const auditQueueLen = 4096
 
 // jsTimeout bounds one JetStream API call; JetStream may not answer at all
 // while it elects a leader, so calls are retried rather than waited on.
@@ -121,7 +138,8 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, log *slog.Logger) (*auditor, err
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	a := &auditor{js: js, log: log, redact: newRedactor()}
+	a := &auditor{js: js, log: log, redact: newRedactor(),
+		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
 	if a.stream, err = ensureAuditStream(js, cfg); err != nil {
 		return nil, err
 	}
@@ -132,6 +150,7 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, log *slog.Logger) (*auditor, err
 		}
 		a.file = f
 	}
+	go a.run()
 	return a, nil
 }
 
@@ -168,19 +187,62 @@ func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig) (jetstream.Strea
 	}
 }
 
-// write stores rec. It is called after the call has finished, with its
-// own deadline: a caller that went away does not take its record with it.
-// A record that cannot be stored is logged in full instead.
+// write queues rec for storing. The record is stored after the call has
+// finished, with its own deadline: a caller that went away does not take
+// its record with it.
 func (a *auditor) write(rec *AuditRecord) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		a.log.Error("audit record not encodable", "call", rec.CallID, "err", err)
 		return
 	}
+	a.closeMu.Lock()
+	defer a.closeMu.Unlock()
+	if a.closed {
+		a.log.Error("audit record after shutdown, not stored", "record", string(data))
+		return
+	}
+	a.queue <- auditItem{data: data, id: rec.CallID}
+}
+
+// sync waits until every record queued so far is stored (or ctx ends).
+func (a *auditor) sync(ctx context.Context) error {
+	marker := make(chan struct{})
+	a.closeMu.Lock()
+	if a.closed {
+		a.closeMu.Unlock()
+		return nil
+	}
+	a.queue <- auditItem{marker: marker}
+	a.closeMu.Unlock()
+	select {
+	case <-marker:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run stores queued records in order until the queue is closed.
+func (a *auditor) run() {
+	defer close(a.stopped)
+	for it := range a.queue {
+		if it.marker != nil {
+			close(it.marker)
+			continue
+		}
+		a.store(it.data, it.id)
+	}
+}
+
+// store writes one record to the stream (retrying, with the call ID as
+// the message ID so a retry is not stored twice) and to the file. A record
+// that cannot be stored is logged in full instead.
+func (a *auditor) store(data []byte, id string) {
 	var perr error
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		_, perr = a.js.Publish(ctx, protocol.AuditSubject(), data, jetstream.WithMsgID(rec.CallID), jetstream.WithExpectStream(protocol.AuditStream))
+		_, perr = a.js.Publish(ctx, protocol.AuditSubject(), data, jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream))
 		cancel()
 		if perr == nil {
 			break
@@ -190,20 +252,30 @@ func (a *auditor) write(rec *AuditRecord) {
 		a.log.Error("audit record not stored in the stream", "err", perr, "record", string(data))
 	}
 	if a.file != nil {
-		a.mu.Lock()
-		_, ferr := a.file.Write(append(data, '\n'))
-		a.mu.Unlock()
-		if ferr != nil {
+		if _, ferr := a.file.Write(append(data, '\n')); ferr != nil {
 			a.log.Error("audit record not written to the file", "err", ferr, "record", string(data))
 		}
 	}
 }
 
-func (a *auditor) close() error {
-	if a == nil || a.file == nil {
+// close stores what is queued (bounded by ctx) and closes the file.
+func (a *auditor) close(ctx context.Context) error {
+	if a == nil {
 		return nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.closeMu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.queue)
+	}
+	a.closeMu.Unlock()
+	select {
+	case <-a.stopped:
+	case <-ctx.Done():
+		a.log.Warn("audit records still queued at shutdown were not stored", "queued", len(a.queue))
+	}
+	if a.file == nil {
+		return nil
+	}
 	return a.file.Close()
 }

@@ -116,6 +116,14 @@ type auditPage struct {
 
 // query reads the newest records matching q.
 func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
+	// Records are stored asynchronously; include those of calls that
+	// have already answered.
+	sctx, scancel := context.WithTimeout(ctx, 2*jsTimeout)
+	err := a.sync(sctx)
+	scancel()
+	if err != nil {
+		return nil, fmt.Errorf("audit trail is behind: %w", err)
+	}
 	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
 	info, err := a.stream.Info(ictx)
 	cancel()

@@ -69,7 +69,7 @@ func Start(cfg Config) (*Gateway, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.stopNATS()
-		_ = g.audit.close()
+		_ = g.audit.close(context.Background())
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	g.ln = ln
@@ -245,8 +245,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		g.log.Warn("shutting down with tool calls still running; their audit records may be lost")
 	}
+	// Queued audit records are stored while NATS is still up.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	aerr := g.audit.close(actx)
 	g.stopNATS()
-	return errors.Join(err, g.audit.close())
+	return errors.Join(err, aerr)
 }
 
 // Host returns what the gateway knows about host.
