@@ -8,16 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -25,7 +28,11 @@ import (
 type Agent struct {
 	cfg   Config
 	log   *slog.Logger
-	tools map[string]toolFunc
+	tools map[string]toolFunc // the tools the host serves
+	// pol is the host policy (nil: unrestricted); refused holds the tools
+	// it refuses, so that calls to them are told why.
+	pol     *policy.Policy
+	refused map[string]bool
 	// instance tells this process's announces from those of another
 	// process using the same host name.
 	instance string
@@ -55,6 +62,10 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
+	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell})
+	if err != nil {
+		return nil, err
+	}
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
@@ -62,6 +73,9 @@ func New(cfg Config) (*Agent, error) {
 		Shell:              cfg.Shell,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
+		Policy:             pol,
+		PolicyFile:         cfg.PolicyFile,
+		SecretFiles:        cfg.SecretFiles,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
@@ -69,16 +83,38 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
+	tools, refused := servedTools(tb.tools(), pol)
 	return &Agent{
 		cfg:         cfg,
 		log:         cfg.Logger.With("host", cfg.Name),
-		tools:       tb.tools(),
+		tools:       tools,
+		pol:         pol,
+		refused:     refused,
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
 	}, nil
+}
+
+// servedTools splits tools into those pol lets the host serve and the
+// names of those it refuses.
+func servedTools(tools map[string]toolFunc, pol *policy.Policy) (map[string]toolFunc, map[string]bool) {
+	served, refused := make(map[string]toolFunc), make(map[string]bool)
+	for name, f := range tools {
+		if pol.AllowTool(name) != nil {
+			refused[name] = true
+		} else {
+			served[name] = f
+		}
+	}
+	return served, refused
+}
+
+// toolList returns the names of the tools the host serves, sorted.
+func (a *Agent) toolList() []string {
+	return slices.Sorted(maps.Keys(a.tools))
 }
 
 // newInstanceID returns a random ID for this process.
@@ -102,6 +138,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
 		"instance", a.instance)
+	a.logPolicy()
 
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -132,6 +169,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// logPolicy logs the host policy: its file and digest, then one line per
+// dimension.
+func (a *Agent) logPolicy() {
+	switch {
+	case a.cfg.PolicyFile == "":
+		a.log.Info("host policy: none given (--policy); the host is unrestricted")
+	case a.pol.Unrestricted():
+		a.log.Info("host policy: the file has no rules; the host is unrestricted", "file", a.cfg.PolicyFile)
+	default:
+		a.log.Info("host policy", "file", a.cfg.PolicyFile, "digest", a.pol.Digest(), "tools", strings.Join(a.toolList(), ","))
+	}
+	for _, line := range a.pol.Summary() {
+		a.log.Info("host policy: " + line)
+	}
 }
 
 // drain refuses new calls and waits for the calls accepted so far: at
@@ -322,11 +375,6 @@ func (a *Agent) keepaliveLoop(ctx context.Context) {
 
 func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	host, _ := os.Hostname()
-	tools := make([]string, 0, len(a.tools))
-	for name := range a.tools {
-		tools = append(tools, name)
-	}
-	slices.Sort(tools)
 	msg := protocol.Announce{
 		Host:         a.cfg.Name,
 		Instance:     a.instance,
@@ -338,7 +386,8 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Hostname:     host,
 		Cwd:          a.cfg.Cwd,
 		Shell:        a.cfg.Shell,
-		Tools:        tools,
+		Tools:        a.toolList(),
+		PolicyDigest: a.pol.Digest(),
 		StartedAt:    a.started,
 		HeartbeatMS:  a.cfg.Heartbeat.Milliseconds(),
 		Leaving:      leaving,

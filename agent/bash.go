@@ -49,6 +49,9 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 	if strings.TrimSpace(a.Command) == "" {
 		return toolBadArgs(tc, "bash", "command is empty; give a shell command to run")
 	}
+	if err := t.guard.checkCommand(a.Command); err != nil {
+		return deniedResult(tc, err)
+	}
 	timeout, r := t.bashTimeout(tc, a.Timeout)
 	if r != nil {
 		return r

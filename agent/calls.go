@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -302,13 +301,12 @@ func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 		return
 	}
 	tool := a.tools[call.Tool]
-	if tool == nil {
-		names := make([]string, 0, len(a.tools))
-		for n := range a.tools {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(names, ", "))
+	switch {
+	case tool == nil && a.refused[call.Tool]:
+		fail(protocol.CodeDenied, "%v; host %s serves: %s", a.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(a.toolList(), ", "))
+		return
+	case tool == nil:
+		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(a.toolList(), ", "))
 		return
 	}
 	ctx, cancel := context.WithCancel(a.workCtx)

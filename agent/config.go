@@ -38,6 +38,13 @@ type Config struct {
 	// Home is what "~" expands to in tool paths (usually the agent user's
 	// home directory). Empty: paths starting with "~" are refused.
 	Home string
+	// PolicyFile is the host policy (YAML or JSON; see package policy).
+	// Empty: the host is unrestricted. A file that does not parse stops
+	// the agent.
+	PolicyFile string
+	// SecretFiles hold the agent's credentials (such as the NATS password
+	// file): no tool may read or write them.
+	SecretFiles []string
 	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
 	Shell string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -39,16 +40,16 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	if err != nil {
 		return toolFailure(tc, "%v", err)
 	}
-	target, err := followLinks(path)
+	target, err := t.guard.checkPath(path, policy.Read, policy.Write)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return pathFailure(tc, path, err)
 	}
 	unlock := t.lockFile(target)
 	defer unlock()
 
-	content, problem := loadText(target)
-	if problem != "" {
-		return toolFailure(tc, "%s", problem)
+	content, err := t.loadText(path, target)
+	if err != nil {
+		return textFailure(tc, err)
 	}
 	edited, n, err := applyEdits(content, path, a.Edits)
 	if err != nil {
@@ -60,19 +61,19 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	return toolText(tc, fmt.Sprintf("Successfully applied %d edit(s) to %s (%d replacement(s))", len(a.Edits), path, n))
 }
 
-// loadText returns the content of the text file at path, or a description
-// of why it cannot be edited.
-func loadText(path string) (string, string) {
-	f, br, problem := openText(path, "edit works on text files only")
-	if problem != "" {
-		return "", problem
+// loadText returns the content of the text file at target, the resolved
+// path of path.
+func (t *toolbox) loadText(path, target string) (string, error) {
+	f, br, err := t.openText(path, target, "edit works on text files only")
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(br)
 	if err != nil {
-		return "", fsProblem(path, err)
+		return "", problem(fsProblem(path, err))
 	}
-	return string(data), ""
+	return string(data), nil
 }
 
 // applyEdits applies edits to content in order, each to the result of the

@@ -9,10 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -46,9 +47,13 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	if err != nil {
 		return toolFailure(tc, "%v", err)
 	}
-	f, br, problem := openText(path, "read returns text only")
-	if problem != "" {
-		return toolFailure(tc, "%s", problem)
+	target, err := t.guard.checkPath(path, policy.Read)
+	if err != nil {
+		return pathFailure(tc, path, err)
+	}
+	f, br, err := t.openText(path, target, "read returns text only")
+	if err != nil {
+		return textFailure(tc, err)
 	}
 	defer f.Close()
 	first := max(a.Offset, 1)
@@ -68,50 +73,84 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	return toolText(tc, readText(path, scan, first, a.Limit))
 }
 
-// openText opens path for reading and checks that it is a regular text
-// file. On failure it returns a description of the problem; refusal says
-// what the calling tool accepts.
-func openText(path, refusal string) (*os.File, *bufio.Reader, string) {
+// problem is why a file cannot be used, worded for the model.
+type problem string
+
+func (p problem) Error() string { return string(p) }
+
+// textFailure is the result for openText's and loadText's errors.
+func textFailure(tc *toolCall, err error) *protocol.Result {
+	if isDenied(err) {
+		return deniedResult(tc, err)
+	}
+	return toolFailure(tc, "%s", err.Error())
+}
+
+// openText opens target, the resolved path of path, for reading and
+// checks that it is a regular text file. It reaches the file without
+// following links (see openDir). A problem says what is wrong with path;
+// refusal says what the calling tool accepts.
+func (t *toolbox) openText(path, target, refusal string) (*os.File, *bufio.Reader, error) {
+	if target == "/" {
+		return nil, nil, problem(notRegular(path, fs.ModeDir, refusal))
+	}
+	d, err := openDir(filepath.Dir(target), false)
+	if err != nil {
+		return nil, nil, problem(fsProblem(path, err))
+	}
+	defer d.Close()
+	name := filepath.Base(target)
 	// Look before opening: opening a named pipe waits for a writer, and
 	// opening a device can have effects of its own.
-	fi, err := os.Stat(path)
+	meta, err := d.lstat(name)
+	switch {
+	case err != nil:
+		return nil, nil, problem(fsProblem(path, err))
+	case meta.mode&fs.ModeSymlink != 0:
+		return nil, nil, problem(fsProblem(path, errSwapped))
+	}
+	if p := notRegular(path, meta.mode, refusal); p != "" {
+		return nil, nil, problem(p)
+	}
+	// Should the file become a pipe after the look, O_NONBLOCK keeps the
+	// open from waiting (it changes nothing for regular files), and the
+	// second look, at what was opened, refuses it.
+	f, err := d.openRead(name)
 	if err != nil {
-		return nil, nil, fsProblem(path, err)
+		return nil, nil, problem(fsProblem(path, err))
 	}
-	if problem := notRegular(path, fi.Mode(), refusal); problem != "" {
-		return nil, nil, problem
-	}
-	// Should path become a pipe after the look, O_NONBLOCK keeps the open
-	// from waiting (it changes nothing for regular files), and the second
-	// look, at what was opened, refuses it.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	br, err := t.checkText(f, path, refusal)
 	if err != nil {
-		return nil, nil, fsProblem(path, err)
-	}
-	fi, err = f.Stat()
-	problem := ""
-	if err != nil {
-		problem = fsProblem(path, err)
-	} else {
-		problem = notRegular(path, fi.Mode(), refusal)
-	}
-	if problem != "" {
 		f.Close()
-		return nil, nil, problem
+		return nil, nil, err
+	}
+	return f, br, nil
+}
+
+// checkText looks at an opened file: it must be a regular file, not the
+// agent's credentials under another name, and text.
+func (t *toolbox) checkText(f *os.File, path, refusal string) (*bufio.Reader, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, problem(fsProblem(path, err))
+	}
+	if p := notRegular(path, fi.Mode(), refusal); p != "" {
+		return nil, problem(p)
+	}
+	if err := t.guard.checkOpened(path, fi); err != nil {
+		return nil, err
 	}
 	// Small files get a small buffer: reads of short files are the common
 	// case and a 64 KiB allocation each would dominate their cost.
 	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(fi.Size())+1)))
 	head, err := br.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) {
-		f.Close()
-		return nil, nil, fsProblem(path, err)
+		return nil, problem(fsProblem(path, err))
 	}
 	if looksBinary(head, len(head) < sniffLen) {
-		f.Close()
-		return nil, nil, fmt.Sprintf("%s is a binary file (%d bytes); %s", path, fi.Size(), refusal)
+		return nil, problem(fmt.Sprintf("%s is a binary file (%d bytes); %s", path, fi.Size(), refusal))
 	}
-	return f, br, ""
+	return br, nil
 }
 
 // notRegular describes why a file of the given mode cannot be read as

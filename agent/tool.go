@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -40,6 +41,12 @@ type toolboxConfig struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any requested timeout (600 s).
 	BashMaxTimeout time.Duration
+	// Policy is the host policy; nil: unrestricted.
+	Policy *policy.Policy
+	// PolicyFile and SecretFiles are the agent's own policy file and
+	// credentials: no tool writes them, none reads the credentials.
+	PolicyFile  string
+	SecretFiles []string
 	// ChildEnv is the environment commands start with, as KEY=value
 	// entries (usually the agent's own). Variables whose names start with
 	// FLEET_ configure the agent and may hold its secrets: they are always

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -23,6 +25,7 @@ type toolbox struct {
 	shell string   // cfg.Shell resolved to an executable path
 	env   []string // cfg.ChildEnv without the agent's own variables
 	home  string   // the user's home directory; empty if unknown
+	guard *guard
 	locks pathLocks
 }
 
@@ -58,7 +61,16 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
 		return nil, fmt.Errorf("toolbox: home directory %q is not an absolute path", cfg.Home)
 	}
-	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home}, nil
+	g, err := newGuard(cfg.Policy, cfg.PolicyFile, cfg.SecretFiles, cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
+	}
+	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home, guard: g}, nil
+}
+
+// toolNames lists the tools a toolbox serves.
+func toolNames() []string {
+	return slices.Sorted(maps.Keys((*toolbox)(nil).tools()))
 }
 
 // checkCwd reports whether dir can serve as the working directory.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -29,9 +30,9 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	if err != nil {
 		return toolFailure(tc, "%v", err)
 	}
-	target, err := followLinks(path)
+	target, err := t.guard.checkPath(path, policy.Write)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return pathFailure(tc, path, err)
 	}
 	unlock := t.lockFile(target)
 	defer unlock()
@@ -41,105 +42,62 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	return toolText(tc, fmt.Sprintf("Successfully wrote %d bytes to %s", len(a.Content), path))
 }
 
-// maxLinkHops bounds how many symbolic links followLinks follows, like the
-// kernel's limit.
-const maxLinkHops = 40
-
-// followLinks returns the file that path names once symbolic links in its
-// last element are followed, so that writing replaces the file a link
-// points to rather than the link. A path that does not exist, or a link
-// whose destination does not exist, yields the path a new file would get.
-func followLinks(path string) (string, error) {
-	for range maxLinkHops {
-		fi, err := os.Lstat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return path, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return path, nil
-		}
-		dest, err := os.Readlink(path)
-		if err != nil {
-			return "", err
-		}
-		if !filepath.IsAbs(dest) {
-			// Relative links are relative to the real directory.
-			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
-			if err != nil {
-				return "", err
-			}
-			dest = filepath.Join(dir, dest)
-		}
-		path = filepath.Clean(dest)
-	}
-	return "", &fs.PathError{Op: "follow links", Path: path, Err: syscall.ELOOP}
+// fileMeta is what a write keeps of the file it replaces.
+type fileMeta struct {
+	mode     fs.FileMode
+	uid, gid int
 }
 
-// writeFileAtomic replaces the regular file path with data, or creates it
-// (mode 0644) with any missing parent directories (0755). Readers see
-// either the old or the new content, never a mix: the data goes to a
-// temporary file in the same directory that is synced, given the old
-// file's mode and owner, and renamed over path. On failure path is left
-// untouched and the temporary file removed.
+// errSwapped reports a path that changed between its check and its use.
+var errSwapped = errors.New("a symbolic link appeared in it after it was checked")
+
+// writeFileAtomic replaces the regular file at path, a resolved path the
+// guard allowed, with data, or creates it (mode 0644) with any missing
+// parent directories (0755). Readers see either the old or the new
+// content, never a mix: the data goes to a temporary file in the same
+// directory that is synced, given the old file's mode and owner, and
+// renamed over path. The directory is reached without following links,
+// so a link swapped in after the check cannot redirect the write. On
+// failure path is left untouched and the temporary file removed.
 func writeFileAtomic(path string, data []byte) error {
-	old, err := os.Stat(path)
-	switch {
-	case err == nil && old.IsDir():
+	dir, name := filepath.Dir(path), filepath.Base(path)
+	if path == "/" {
 		return fmt.Errorf("%s is a directory; give the path of a file", path)
-	case err == nil && !old.Mode().IsRegular():
+	}
+	d, err := openDir(dir, true)
+	if err != nil {
+		return fmt.Errorf("create directory %s: %s", dir, fsProblem(dir, err))
+	}
+	defer d.Close()
+	old, err := d.lstat(name)
+	switch {
+	case err == nil && old.mode.IsDir():
+		return fmt.Errorf("%s is a directory; give the path of a file", path)
+	case err == nil && old.mode&fs.ModeSymlink != 0:
+		return errors.New(fsProblem(path, errSwapped))
+	case err == nil && !old.mode.IsRegular():
 		return fmt.Errorf("%s is not a regular file; only regular files can be written", path)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return errors.New(fsProblem(path, err))
 	case err != nil:
 		old = nil
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create directory %s: %s", dir, fsProblem(dir, err))
-	}
-	tmp, err := os.CreateTemp(dir, tempPattern(path))
-	if err != nil {
-		return fmt.Errorf("create a temporary file in %s: %s", dir, fsProblem(dir, err))
-	}
-	if err := fillTemp(tmp, data, old); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	syncDir(dir)
-	return nil
-}
-
-// tempPattern returns the os.CreateTemp pattern for a temporary file next
-// to path: hidden, recognisable, and short enough for any file system.
-func tempPattern(path string) string {
-	base := filepath.Base(path)
-	if len(base) > 100 {
-		base = base[:100]
-	}
-	return "." + base + ".tmp-*"
+	return d.replace(name, data, old)
 }
 
 // fillTemp writes data to tmp, gives it the owner and mode of old (0644
 // when old is nil), syncs and closes it.
-func fillTemp(tmp *os.File, data []byte, old fs.FileInfo) error {
+func fillTemp(tmp *os.File, data []byte, old *fileMeta) error {
 	if _, err := tmp.Write(data); err != nil {
 		return err
 	}
 	mode := fs.FileMode(0o644)
 	if old != nil {
-		mode = old.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		if st, ok := old.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid()) {
+		mode = old.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if old.uid != os.Geteuid() || old.gid != os.Getegid() {
 			// Keeping the owner only works with privileges; without them
 			// the file gets the agent's owner, as any new file would.
-			_ = tmp.Chown(int(st.Uid), int(st.Gid))
+			_ = tmp.Chown(old.uid, old.gid)
 		}
 	}
 	// Chmod after Chown: chown clears the set-user-ID bit.
@@ -150,17 +108,6 @@ func fillTemp(tmp *os.File, data []byte, old fs.FileInfo) error {
 		return err
 	}
 	return tmp.Close()
-}
-
-// syncDir makes a rename in dir durable. Errors are ignored: some file
-// systems cannot sync directories, and the rename itself has succeeded.
-func syncDir(dir string) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return
-	}
-	_ = d.Sync()
-	d.Close()
 }
 
 // fsProblem describes a file-system error on path for a model.
@@ -174,6 +121,8 @@ func fsProblem(path string, err error) string {
 		return path + ": a parent of it is not a directory"
 	case errors.Is(err, syscall.ELOOP):
 		return path + ": too many levels of symbolic links"
+	case errors.Is(err, errSwapped):
+		return path + ": changed while it was being checked (a symbolic link appeared in it); try again"
 	}
 	return err.Error()
 }

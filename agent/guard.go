@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// guard decides what the tools may touch: never the agent's own files,
+// and for everything else what the host policy allows.
+//
+// The agent's own files are its policy file, its credentials, its state
+// directory and its own process under /proc. Whatever the policy says, no
+// tool writes any of them; no tool reads the credentials, the process or
+// the state directory's internals. Bash full-output files in the state
+// directory stay readable (the bash tool points at them), subject only to
+// the policy's deny rules. Credentials are refused by name and, when
+// opened under another name (a hard link), by identity.
+type guard struct {
+	pol     *policy.Policy // nil: unrestricted
+	own     []ownPath
+	outputs []string // the directory of bash full-output files, as given and resolved
+	secrets []fileID // the credentials' identities
+	pid     int
+}
+
+// ownPath is one of the agent's own files or directories.
+type ownPath struct {
+	path     string // absolute and clean
+	what     string // for messages, such as "its state directory"
+	readable bool   // tools may read it (the policy file)
+	state    bool   // the state directory
+}
+
+// ownError is a refusal to touch the agent's own files.
+type ownError struct{ msg string }
+
+func (e *ownError) Error() string { return e.msg }
+
+// newGuard returns the guard for pol and the agent's own files. stateDir
+// must exist.
+func newGuard(pol *policy.Policy, policyFile string, secretFiles []string, stateDir string) (*guard, error) {
+	g := &guard{pol: pol, pid: os.Getpid()}
+	add := func(p, what string, readable, state bool) error {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		g.own = append(g.own, ownPath{abs, what, readable, state})
+		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+			g.own = append(g.own, ownPath{real, what, readable, state})
+		}
+		return nil
+	}
+	errs := []error{add(stateDir, "its state directory", false, true)}
+	if policyFile != "" {
+		errs = append(errs, add(policyFile, "its policy file", true, false))
+	}
+	for _, f := range secretFiles {
+		errs = append(errs, add(f, "its credentials", false, false))
+		if fi, err := os.Stat(f); err == nil {
+			if id, ok := identity(fi); ok {
+				g.secrets = append(g.secrets, id)
+			}
+		}
+	}
+	for _, o := range g.own {
+		if o.state {
+			g.outputs = append(g.outputs, filepath.Join(o.path, "output"))
+		}
+	}
+	return g, errors.Join(errs...)
+}
+
+// checkPath resolves given, an absolute clean path, and returns the file
+// it names once links are followed, if the tools may do every one of ops
+// with it. A refusal is an *ownError or a *policy.Denial; other errors
+// come from resolving the path.
+func (g *guard) checkPath(given string, ops ...policy.Op) (string, error) {
+	resolved, err := realPath(given)
+	if err != nil {
+		return "", err
+	}
+	for _, op := range ops {
+		if err := g.checkOwn(op, given, resolved); err != nil {
+			return "", err
+		}
+		check := g.pol.CheckPath
+		if op == policy.Read && g.isOutputFile(resolved) {
+			check = g.pol.CheckPathDeny // the bash tool hands these out
+		}
+		if err := check(op, given, resolved); err != nil {
+			return "", err
+		}
+	}
+	return resolved, nil
+}
+
+// checkOwn refuses op on the agent's own files.
+func (g *guard) checkOwn(op policy.Op, given, resolved string) error {
+	for _, o := range g.own {
+		for _, p := range []string{given, resolved} {
+			if !within(p, o.path) {
+				continue
+			}
+			switch {
+			case op == policy.Write:
+			case o.readable:
+				continue
+			case o.state && p == resolved && g.isOutputFile(p):
+				continue
+			}
+			return g.refuseOwn(op, given, resolved, o.path, o.what)
+		}
+	}
+	if g.isOwnProcess(resolved) {
+		return g.refuseOwn(op, given, resolved, "/proc/"+strconv.Itoa(g.pid), "its own process: memory, environment, open files")
+	}
+	return nil
+}
+
+func (g *guard) refuseOwn(op policy.Op, given, resolved, path, what string) error {
+	shown := given
+	if resolved != given {
+		shown += " (resolves to " + resolved + ")"
+	}
+	return &ownError{fmt.Sprintf("denied: %s %s: %s belongs to the agent (%s); no tool may %s it, whatever the host policy says",
+		op, shown, path, what, op)}
+}
+
+// isOutputFile reports whether p is a bash full-output file.
+func (g *guard) isOutputFile(p string) bool {
+	for _, dir := range g.outputs {
+		if filepath.Dir(p) == dir && strings.HasSuffix(p, ".log") {
+			return true
+		}
+	}
+	return false
+}
+
+// isOwnProcess reports whether p is under /proc/PID for the agent's
+// process or one of its threads.
+func (g *guard) isOwnProcess(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return false
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(id)
+	if err != nil || n <= 0 {
+		return false
+	}
+	if n == g.pid {
+		return true
+	}
+	_, err = os.Lstat(fmt.Sprintf("/proc/%d/task/%d", g.pid, n))
+	return err == nil
+}
+
+// checkOpened refuses a file opened for reading that is one of the
+// credentials under another name.
+func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
+	id, ok := identity(fi)
+	if !ok {
+		return nil
+	}
+	for _, s := range g.secrets {
+		if s == id {
+			return &ownError{fmt.Sprintf("denied: read %s: it is the agent's credentials under another name (a hard link); no tool may read them", display)}
+		}
+	}
+	return nil
+}
+
+// checkCommand checks a bash command line against the policy's command
+// rules; the files its output redirections write must pass checkPath.
+func (g *guard) checkCommand(line string) error {
+	return g.pol.CheckCommand(line, func(path string) error {
+		_, err := g.checkPath(path, policy.Write)
+		if err != nil && !isDenied(err) {
+			return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("output redirection to %s cannot be checked: %s", path, fsProblem(path, err))}
+		}
+		return err
+	})
+}
+
+// within reports whether p is dir or inside it.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir) && p[len(dir)] == '/'
+}
+
+// isDenied reports whether err is a refusal rather than a failure.
+func isDenied(err error) bool {
+	var d *policy.Denial
+	var o *ownError
+	return errors.As(err, &d) || errors.As(err, &o)
+}
+
+// deniedResult is the result of a call the host refuses.
+func deniedResult(tc *toolCall, err error) *protocol.Result {
+	return protocol.ErrorResult(tc.ID, protocol.CodeDenied, err.Error())
+}
+
+// pathFailure is the result of a call whose path was refused or could not
+// be resolved.
+func pathFailure(tc *toolCall, path string, err error) *protocol.Result {
+	if isDenied(err) {
+		return deniedResult(tc, err)
+	}
+	return toolFailure(tc, "%s", fsProblem(path, err))
+}
+
+// loadPolicy reads and parses the host policy file; no file means
+// unrestricted.
+func loadPolicy(file string, env policy.Env) (*policy.Policy, error) {
+	if file == "" {
+		return nil, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("host policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("host policy: read %s: %w", file, err)
+	}
+	p, err := policy.Parse(data, env)
+	if err != nil {
+		return nil, fmt.Errorf("host policy %s: %w", file, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package agent
+
+import "golang.org/x/sys/unix"
+
+// dirFlags open a directory for walking.
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC

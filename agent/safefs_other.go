@@ -1,0 +1,25 @@
+//go:build !unix
+
+package agent
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+)
+
+// The race-free file layer needs openat and O_NOFOLLOW; on other systems
+// the file tools refuse to work rather than work unsafely.
+
+var errNoSafeFS = errors.New("file tools need a Unix system")
+
+type dirHandle struct{ path string }
+
+type fileID struct{ dev, ino uint64 }
+
+func openDir(string, bool) (*dirHandle, error)               { return nil, errNoSafeFS }
+func (d *dirHandle) Close() error                            { return nil }
+func (d *dirHandle) openRead(string) (*os.File, error)       { return nil, errNoSafeFS }
+func (d *dirHandle) lstat(string) (*fileMeta, error)         { return nil, errNoSafeFS }
+func (d *dirHandle) replace(string, []byte, *fileMeta) error { return errNoSafeFS }
+func identity(fs.FileInfo) (fileID, bool)                    { return fileID{}, false }

@@ -1,0 +1,214 @@
+//go:build unix
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The file tools check a resolved path, then open exactly that path: from
+// the root, one component at a time, refusing symbolic links (O_NOFOLLOW
+// on every step). A link swapped in after the check therefore cannot
+// redirect a read or a write: the open fails instead. Writes create their
+// temporary file and rename it relative to the directory opened this way.
+
+// dirHandle is an open directory reached without following links.
+type dirHandle struct {
+	fd   int
+	path string
+}
+
+// openDir opens the directory at path, an absolute clean path that had no
+// symbolic links when it was checked. With create, missing directories
+// are made (mode 0755, less the umask).
+func openDir(path string, create bool) (*dirHandle, error) {
+	fd, err := retry(func() (int, error) { return unix.Open("/", dirFlags, 0) })
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: "/", Err: err}
+	}
+	cur := "/"
+	for _, name := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		if name == "" {
+			continue
+		}
+		next, err := openComponent(fd, name, create)
+		unix.Close(fd)
+		cur = filepath.Join(cur, name)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: cur, Err: err}
+		}
+		fd = next
+	}
+	return &dirHandle{fd: fd, path: path}, nil
+}
+
+// openComponent opens directory name in dirfd, without following a link.
+func openComponent(dirfd int, name string, create bool) (int, error) {
+	for {
+		fd, err := retry(func() (int, error) { return unix.Openat(dirfd, name, dirFlags|unix.O_NOFOLLOW, 0) })
+		switch {
+		case err == nil:
+			return fd, nil
+		case errors.Is(err, unix.ENOENT) && create:
+			if err := unix.Mkdirat(dirfd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return -1, err
+			}
+			create = false
+		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+			if isLinkAt(dirfd, name) {
+				return -1, errSwapped
+			}
+			return -1, unix.ENOTDIR
+		default:
+			return -1, err
+		}
+	}
+}
+
+func isLinkAt(dirfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+}
+
+// retry runs f again while it is interrupted by a signal.
+func retry(f func() (int, error)) (int, error) {
+	for {
+		fd, err := f()
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
+}
+
+func (d *dirHandle) Close() error { return unix.Close(d.fd) }
+
+// openRead opens name in d for reading, without following a link, and
+// without waiting should it be a pipe or claiming it should it be a
+// terminal.
+func (d *dirHandle) openRead(name string) (*os.File, error) {
+	return d.open(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+}
+
+func (d *dirHandle) open(name string, flag int, perm uint32) (*os.File, error) {
+	p := filepath.Join(d.path, name)
+	fd, err := retry(func() (int, error) { return unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm) })
+	if errors.Is(err, unix.ELOOP) && isLinkAt(d.fd, name) {
+		err = errSwapped
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// lstat describes name in d without following a link.
+func (d *dirHandle) lstat(name string) (*fileMeta, error) {
+	var st unix.Stat_t
+	_, err := retry(func() (int, error) { return 0, unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid)}, nil
+}
+
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
+}
+
+// replace writes data to a new temporary file in d and renames it over
+// name, so that readers see either the old content or the new. The
+// temporary file gets old's mode and owner (0644 when old is nil); on
+// failure it is removed and name is left alone.
+func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
+	p := filepath.Join(d.path, name)
+	tmp, tmpName, err := d.createTemp(name)
+	if err != nil {
+		return fmt.Errorf("create a temporary file in %s: %s", d.path, fsProblem(d.path, err))
+	}
+	if err := fillTemp(tmp, data, old); err != nil {
+		tmp.Close()
+		_ = unix.Unlinkat(d.fd, tmpName, 0)
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := unix.Renameat(d.fd, tmpName, d.fd, name); err != nil {
+		_ = unix.Unlinkat(d.fd, tmpName, 0)
+		return fmt.Errorf("replace %s: %w", p, err)
+	}
+	d.sync()
+	return nil
+}
+
+// createTemp creates a new hidden file next to name, readable by the
+// agent only until fillTemp gives it its mode.
+func (d *dirHandle) createTemp(name string) (*os.File, string, error) {
+	base := name
+	if len(base) > 100 {
+		base = base[:100]
+	}
+	for range 100 {
+		tmpName := "." + base + ".tmp-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
+		f, err := d.open(tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, tmpName, err
+		}
+	}
+	return nil, "", errors.New("no free temporary file name")
+}
+
+// sync makes a rename in d durable. Errors are ignored: some file systems
+// cannot sync directories, and the rename itself has succeeded.
+func (d *dirHandle) sync() {
+	fd, err := retry(func() (int, error) {
+		return unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return
+	}
+	_ = unix.Fsync(fd)
+	unix.Close(fd)
+}
+
+// fileID identifies a file whatever its name: hard links share it.
+type fileID struct{ dev, ino uint64 }
+
+func identity(fi fs.FileInfo) (fileID, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{uint64(st.Dev), uint64(st.Ino)}, true // the types differ by system
+}
