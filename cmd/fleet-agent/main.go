@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		user      = fs.String("nats_user", "", "NATS user name (default: the --name; the gateway's embedded server knows each host by its name)")
 		passFile  = fs.String("nats_password_file", "", "file holding the NATS password (default: env FLEET_NATS_PASSWORD)")
 		cwd       = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
+		policy    = fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)")
 		stateDir  = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
 		shell     = fs.String("shell", "", "shell for bash commands (default: bash from PATH)")
 		maxConc   = fs.Int("max_concurrent", 16, "calls running at once")
@@ -96,9 +97,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if *user == "" {
 		*user = *name
 	}
+	var secrets []string
+	if *passFile != "" {
+		secrets = append(secrets, *passFile)
+	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
 		Cwd: *cwd, StateDir: *stateDir, Home: getenv("HOME"), Shell: *shell,
+		PolicyFile: *policy, SecretFiles: secrets,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
 		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,

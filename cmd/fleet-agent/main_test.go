@@ -50,6 +50,11 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}
 	withPassword := map[string]string{"FLEET_NATS_PASSWORD": "secret"}
 	nats := "nats://127.0.0.1:4222"
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("tools: {deny: [write]}\nbash: {alow: [ls]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policyEnv := map[string]string{"FLEET_NATS_PASSWORD": "secret", "FLEET_POLICY": typo}
 	tests := []struct {
 		name string
 		args []string
@@ -69,6 +74,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"bad log level", []string{"--nats", nats, "--log_level", "loud"}, withPassword, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
 		{"no server", []string{"--name", "web-1", "--state_dir", dir}, withPassword, []string{"no NATS server", "--nats"}},
 		{"bad name", []string{"--nats", nats, "--name", "web.1", "--state_dir", dir}, withPassword, []string{"--name", `"web.1"`}},
+		{"policy typo", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", typo}, withPassword, []string{"typo.yaml", "line 2", `unknown key "alow"`}},
+		{"policy from environment", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir}, policyEnv, []string{"typo.yaml", `unknown key "alow"`}},
+		{"missing policy", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", filepath.Join(dir, "nope.yaml")}, withPassword, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,7 +95,7 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level"} {
+	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
@@ -128,5 +136,41 @@ func TestRunUnsetsPassword(t *testing.T) {
 	}
 	if v, ok := os.LookupEnv("FLEET_NATS_PASSWORD"); ok {
 		t.Errorf("FLEET_NATS_PASSWORD is still set (%q) after run read it", v)
+	}
+}
+
+// The startup log says which policy the agent enforces, one line per
+// dimension, and says "unrestricted" where that is the case.
+func TestRunLogsPolicy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("# read-only\ntools: {deny: [write, edit]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		vars map[string]string
+		want []string
+	}{
+		{"none", nil, []string{"host policy: none given", "host policy: tools: unrestricted", "host policy: skills: unrestricted"}},
+		{"file", map[string]string{"FLEET_POLICY": file}, []string{"digest=sha256:", "host policy: tools: deny edit, write",
+			"host policy: paths: unrestricted", "host policy: bash: unrestricted", "host policy: skills: unrestricted"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
+			for k, v := range tt.vars {
+				vars[k] = v
+			}
+			var stderr bytes.Buffer
+			if err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--drain_timeout", "1s"}, env(vars), &stderr); err != nil {
+				t.Fatalf("run = %v\n%s", err, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("log does not mention %q:\n%s", w, stderr.String())
+				}
+			}
+		})
 	}
 }
