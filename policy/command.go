@@ -233,6 +233,7 @@ func (c *checker) command(words []shWord) error {
 	case !name.literal() && c.allowList():
 		return c.refuse("command %s: its name %s is only known when the line runs; under bash.allow write command names out", clip(joinSrc(words)), clip(name.src))
 	case !name.literal():
+		c.line.cd = true // it may be cd
 		return c.match(words)
 	case c.allowList() && strings.ContainsFunc(name.text, unicode.IsSpace):
 		// Words are matched joined by spaces: a name with a space in it
@@ -246,6 +247,7 @@ func (c *checker) command(words []shWord) error {
 		if c.allowList() {
 			return c.refuse("%s: %s runs text the rules cannot see; under bash.allow it is refused", clip(joinSrc(words)), base)
 		}
+		c.line.cd = true // what it runs may change directory
 	}
 	if err := c.match(words); err != nil {
 		return err
@@ -327,10 +329,13 @@ func (c *checker) redirects(rs []*syntax.Redirect) error {
 		if err != nil {
 			return err
 		}
-		if len(ws) != 1 || !ws[0].literal() || ws[0].tilde && ws[0].text != "~" && !strings.HasPrefix(ws[0].text, "~/") {
-			if c.p.HasPathRules(Write) {
-				return c.refuse("output redirection to %s: which file it writes is only known when the line runs, so the path rules cannot check it; write to a path written out", clip(c.text(r.Word)))
-			}
+		// "~" is where $HOME points when the line runs, which the line
+		// itself may change.
+		unknown := len(ws) != 1 || !ws[0].literal() || ws[0].tilde
+		if unknown && c.p.HasPathRules(Write) {
+			return c.refuse("output redirection to %s: which file it writes is only known when the line runs, so the path rules cannot check it; write to an absolute path", clip(c.text(r.Word)))
+		}
+		if unknown && (len(ws) != 1 || !ws[0].literal() || ws[0].text != "~" && !strings.HasPrefix(ws[0].text, "~/")) {
 			continue
 		}
 		if err := c.target(ws[0]); err != nil {
