@@ -13,7 +13,7 @@ import (
 )
 
 // tbFile writes content to name under dir and returns its path.
-func tbFile(t *testing.T, dir, name, content string) string {
+func tbFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
