@@ -221,7 +221,7 @@ const (
 // shellLanguage maps a shell's name or path to the syntax it speaks.
 func shellLanguage(shell string) shellLang {
 	switch path.Base(shell) {
-	case ".", "/", "bash", "sh", "dash", "ash":
+	case ".", "/", "bash", "rbash", "sh", "dash", "ash", "posh":
 		return langBash
 	case "ksh", "mksh", "ksh93", "oksh":
 		return langMksh

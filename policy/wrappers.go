@@ -55,12 +55,12 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return c.xargs(args)
 	case "find":
 		return findExec(args), nil
-	case "bash", "sh", "dash", "ash", "ksh", "mksh", "zsh", "yash", "fish", "csh", "tcsh":
+	case "bash", "rbash", "sh", "dash", "ash", "posh", "ksh", "ksh93", "mksh", "oksh", "zsh", "yash", "fish", "csh", "tcsh":
 		return c.shell(name, args)
 	case "su", "runuser":
 		return suRuns(args), nil
 	case "eval":
-		return []runs{c.joined("eval", args)}, nil
+		return []runs{c.joined(args)}, nil
 	case "watch":
 		return c.watch(args)
 	case "trap":
@@ -181,9 +181,9 @@ func validName(s string) bool {
 	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == ""
 }
 
-// command returns a runs for a wrapped command, or none when there is
-// none.
-func command(words []shWord) []runs {
+// runsCommand returns what a wrapper runs when it is the command words,
+// or nothing when words is empty.
+func runsCommand(words []shWord) []runs {
 	if len(words) == 0 {
 		return nil
 	}
@@ -215,7 +215,7 @@ func (c *checker) sudo(name string, args []shWord) ([]runs, error) {
 	case len(rest) == 0 && shell:
 		return []runs{{unknown: "starts a shell that reads its commands from standard input"}}, nil
 	}
-	return command(rest), nil
+	return runsCommand(rest), nil
 }
 
 func (c *checker) env(args []shWord) ([]runs, error) {
@@ -233,7 +233,7 @@ func (c *checker) env(args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return command(rest), nil
+	return runsCommand(rest), nil
 }
 
 // prefix handles wrappers that take options, perhaps an operand, then a
@@ -277,7 +277,7 @@ func (c *checker) prefix(name string, args []shWord) ([]runs, error) {
 	case len(p.rest) <= operands:
 		return nil, nil
 	}
-	return command(p.rest[operands:]), nil
+	return runsCommand(p.rest[operands:]), nil
 }
 
 func (c *checker) xargs(args []shWord) ([]runs, error) {
@@ -294,7 +294,7 @@ func (c *checker) xargs(args []shWord) ([]runs, error) {
 	}
 	// The arguments xargs reads from its input follow.
 	cmd = append(cmd[:len(cmd):len(cmd)], dynWord("<input>"))
-	return command(cmd), nil
+	return runsCommand(cmd), nil
 }
 
 // findExec returns the commands find's -exec, -execdir, -ok and -okdir
@@ -375,7 +375,7 @@ func suRuns(args []shWord) []runs {
 
 // joined returns the script made of args joined by spaces, as eval and
 // watch run them.
-func (c *checker) joined(cmd string, args []shWord) runs {
+func (c *checker) joined(args []shWord) runs {
 	texts := make([]string, len(args))
 	for i, a := range args {
 		if !a.literal() {
@@ -395,12 +395,12 @@ func (c *checker) watch(args []shWord) ([]runs, error) {
 		return nil, err
 	}
 	if strings.Contains(p.short, "x") || slices.Contains(p.long, "exec") {
-		return command(p.rest), nil
+		return runsCommand(p.rest), nil
 	}
 	if len(p.rest) == 0 {
 		return nil, nil
 	}
-	return []runs{c.joined("watch", p.rest)}, nil // watch runs sh -c
+	return []runs{c.joined(p.rest)}, nil // watch runs sh -c
 }
 
 // trapRuns returns the action of trap ACTION SIGNAL...: a script the shell
