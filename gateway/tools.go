@@ -53,7 +53,7 @@ type bashIn struct {
 }
 
 const (
-	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, labels, working directory and shell. " +
+	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, labels, the tools the host serves and its policy digest. " +
 		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
 		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files. " +
@@ -153,6 +153,8 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		if labels := formatLabels(h.Labels); labels != "" {
 			b.WriteString("\tlabels " + labels)
 		}
+		b.WriteString("\ttools " + strings.Join(h.Tools, ","))
+		b.WriteString("\tpolicy " + policyLabel(h.PolicyDigest))
 		if h.Conflict != "" {
 			b.WriteString("\tconflict: " + h.Conflict)
 		}
@@ -161,6 +163,18 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 	res := textResult(strings.TrimRight(b.String(), "\n"))
 	res.StructuredContent = map[string]any{"hosts": hosts}
 	return res, nil, nil
+}
+
+// policyLabel shortens a host policy digest for the hosts table (the
+// structured output carries it whole); "unrestricted" when there is none.
+func policyLabel(digest string) string {
+	if digest == "" {
+		return "unrestricted"
+	}
+	if len(digest) > len("sha256:")+16 {
+		return digest[:len("sha256:")+16]
+	}
+	return digest
 }
 
 func formatLabels(l map[string]string) string {

@@ -60,6 +60,12 @@ func TestHostPolicyTools(t *testing.T) {
 	if open, _ := env.Gateway.Host("open"); open.PolicyDigest != "" || len(open.Tools) != 4 {
 		t.Errorf("unrestricted host: tools %v, policy digest %q", open.Tools, open.PolicyDigest)
 	}
+	table := mustOK(t, call(t, cs, "hosts", nil))
+	for _, want := range []string{"tools bash,read\tpolicy " + h.PolicyDigest[:len("sha256:")+16], "tools bash,edit,read,write\tpolicy unrestricted"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("hosts table lacks %q:\n%s", want, table)
+		}
+	}
 	for _, raw := range structured(t, call(t, cs, "hosts", nil))["hosts"].([]any) {
 		host := raw.(map[string]any)
 		if host["host"] == "guarded" && host["policy_digest"] != h.PolicyDigest {

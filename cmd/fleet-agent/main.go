@@ -24,6 +24,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := hideFromSameUser(); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-agent: warning: cannot hide the process from its own user's commands:", err)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
