@@ -32,6 +32,9 @@ type dirHandle struct {
 // symbolic links when it was checked. With create, missing directories
 // are made (mode 0755, less the umask).
 func openDir(path string, create bool) (*dirHandle, error) {
+	if fd, ok := openDirFast(path); ok {
+		return &dirHandle{fd: fd, path: path}, nil
+	}
 	fd, err := retry(func() (int, error) { return unix.Open("/", dirFlags, 0) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: "/", Err: err}

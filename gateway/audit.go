@@ -79,6 +79,10 @@ type AuditRecord struct {
 	DurationMS int64  `json:"duration_ms"`
 	BytesIn    int    `json:"bytes_in"`
 	BytesOut   int    `json:"bytes_out"`
+
+	// rawArgs are the call's arguments until the audit writer summarises
+	// them into Args, off the call's path.
+	rawArgs json.RawMessage
 }
 
 // AuditCaller identifies the caller in a record.
@@ -112,17 +116,20 @@ type auditor struct {
 	redact *redactor
 	file   *os.File
 
+	// storeLag bounds how long after its call started a record is
+	// stored: the longest call, plus time in the queue.
+	storeLag time.Duration
+
 	queue   chan auditItem
 	stopped chan struct{} // closed when the writer has drained the queue
-	closeMu sync.Mutex    // guards closed and sending on queue
+	closeMu sync.RWMutex  // senders hold it shared; closing the queue holds it alone
 	closed  bool
 }
 
 // auditItem is a record to store, or a marker whose channel the writer
 // closes once everything queued before it is stored.
 type auditItem struct {
-	data   []byte
-	id     string
+	rec    *AuditRecord
 	marker chan struct{}
 }
 
@@ -133,12 +140,12 @@ const auditQueueLen = 4096
 // while it elects a leader, so calls are retried rather than waited on.
 const jsTimeout = 3 * time.Second
 
-func newAuditor(nc *nats.Conn, cfg AuditConfig, log *slog.Logger) (*auditor, error) {
+func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall time.Duration, log *slog.Logger) (*auditor, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	a := &auditor{js: js, log: log, redact: newRedactor(),
+	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + time.Minute,
 		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
 	if a.stream, err = ensureAuditStream(js, cfg); err != nil {
 		return nil, err
@@ -191,30 +198,25 @@ func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig) (jetstream.Strea
 // finished, with its own deadline: a caller that went away does not take
 // its record with it.
 func (a *auditor) write(rec *AuditRecord) {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		a.log.Error("audit record not encodable", "call", rec.CallID, "err", err)
-		return
-	}
-	a.closeMu.Lock()
-	defer a.closeMu.Unlock()
+	a.closeMu.RLock()
+	defer a.closeMu.RUnlock()
 	if a.closed {
-		a.log.Error("audit record after shutdown, not stored", "record", string(data))
+		a.log.Error("audit record after shutdown, not stored", "call", rec.CallID, "tool", rec.Tool, "caller", rec.Caller.Subject)
 		return
 	}
-	a.queue <- auditItem{data: data, id: rec.CallID}
+	a.queue <- auditItem{rec: rec}
 }
 
 // sync waits until every record queued so far is stored (or ctx ends).
 func (a *auditor) sync(ctx context.Context) error {
 	marker := make(chan struct{})
-	a.closeMu.Lock()
+	a.closeMu.RLock()
 	if a.closed {
-		a.closeMu.Unlock()
+		a.closeMu.RUnlock()
 		return nil
 	}
 	a.queue <- auditItem{marker: marker}
-	a.closeMu.Unlock()
+	a.closeMu.RUnlock()
 	select {
 	case <-marker:
 		return nil
@@ -223,39 +225,126 @@ func (a *auditor) sync(ctx context.Context) error {
 	}
 }
 
+// Records are stored in batches: the writer collects what arrives within
+// auditLinger of the first record (at most auditBatch), publishes them all
+// without waiting for each acknowledgement, then waits for the
+// acknowledgements together. On a busy gateway this spends one round trip
+// per batch instead of one per call.
+const (
+	auditLinger = 20 * time.Millisecond
+	auditBatch  = 256
+)
+
 // run stores queued records in order until the queue is closed.
 func (a *auditor) run() {
 	defer close(a.stopped)
-	for it := range a.queue {
-		if it.marker != nil {
-			close(it.marker)
-			continue
+	batch := make([]*AuditRecord, 0, auditBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	flush := func() {
+		linger.Stop()
+		a.storeBatch(batch)
+		clear(batch)
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case it, ok := <-a.queue:
+			switch {
+			case !ok:
+				flush()
+				return
+			case it.marker != nil:
+				flush()
+				close(it.marker)
+			default:
+				batch = append(batch, it.rec)
+				if len(batch) == 1 {
+					linger.Reset(auditLinger)
+				}
+				if len(batch) == auditBatch {
+					flush()
+				}
+			}
+		case <-linger.C:
+			flush()
 		}
-		a.store(it.data, it.id)
 	}
 }
 
-// store writes one record to the stream (retrying, with the call ID as
-// the message ID so a retry is not stored twice) and to the file. A record
-// that cannot be stored is logged in full instead.
-func (a *auditor) store(data []byte, id string) {
+// storeBatch writes records to the stream (with the call ID as the message
+// ID, so a retry is never stored twice) and to the file. A record the
+// stream does not acknowledge is retried on its own; one that cannot be
+// stored at all is logged in full instead.
+func (a *auditor) storeBatch(recs []*AuditRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	data := make([]encodedRecord, 0, len(recs))
+	var lines []byte
+	for _, rec := range recs {
+		if rec.rawArgs != nil {
+			rec.Args, rec.rawArgs = a.redact.args(rec.rawArgs), nil
+		}
+		d, err := json.Marshal(rec)
+		if err != nil {
+			a.log.Error("audit record not encodable", "call", rec.CallID, "err", err)
+			continue
+		}
+		data = append(data, encodedRecord{id: rec.CallID, data: d})
+		lines = append(append(lines, d...), '\n')
+	}
+	futures := make([]jetstream.PubAckFuture, len(data))
+	for i, e := range data {
+		futures[i], _ = a.js.PublishAsync(protocol.AuditSubject(), e.data, pubOpts(e.id)...)
+	}
+	deadline := time.NewTimer(jsTimeout)
+	defer deadline.Stop()
+	for i, f := range futures {
+		ok := false
+		if f != nil {
+			select {
+			case <-f.Ok():
+				ok = true
+			case <-f.Err():
+			case <-deadline.C:
+				deadline.Reset(0) // the rest are late too: retry them one by one
+			}
+		}
+		if !ok {
+			a.store(data[i])
+		}
+	}
+	if a.file != nil && len(lines) > 0 {
+		if _, err := a.file.Write(lines); err != nil {
+			a.log.Error("audit records not written to the file", "err", err, "records", string(lines))
+		}
+	}
+}
+
+// encodedRecord is a record ready to publish.
+type encodedRecord struct {
+	id   string
+	data []byte
+}
+
+func pubOpts(id string) []jetstream.PublishOpt {
+	return []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream)}
+}
+
+// store publishes one encoded record synchronously, retrying.
+func (a *auditor) store(e encodedRecord) {
+	opts := pubOpts(e.id)
 	var perr error
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		_, perr = a.js.Publish(ctx, protocol.AuditSubject(), data, jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream))
+		_, perr = a.js.Publish(ctx, protocol.AuditSubject(), e.data, opts...)
 		cancel()
 		if perr == nil {
-			break
+			return
 		}
 	}
-	if perr != nil {
-		a.log.Error("audit record not stored in the stream", "err", perr, "record", string(data))
-	}
-	if a.file != nil {
-		if _, ferr := a.file.Write(append(data, '\n')); ferr != nil {
-			a.log.Error("audit record not written to the file", "err", ferr, "record", string(data))
-		}
-	}
+	a.log.Error("audit record not stored in the stream", "err", perr, "record", string(e.data))
 }
 
 // close stores what is queued (bounded by ctx) and closes the file.
@@ -263,12 +352,17 @@ func (a *auditor) close(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
-	a.closeMu.Lock()
-	if !a.closed {
-		a.closed = true
-		close(a.queue)
-	}
-	a.closeMu.Unlock()
+	// Senders blocked on a full queue hold the lock shared until the
+	// writer makes room; closing waits for them, but shutdown does not
+	// wait beyond ctx.
+	go func() {
+		a.closeMu.Lock()
+		defer a.closeMu.Unlock()
+		if !a.closed {
+			a.closed = true
+			close(a.queue)
+		}
+	}()
 	select {
 	case <-a.stopped:
 	case <-ctx.Done():

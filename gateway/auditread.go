@@ -137,10 +137,13 @@ func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
 	}
 	end, start := last, first
 	if !q.until.IsZero() {
-		if end, err = a.firstAtOrAfter(ctx, first, last, q.until); err != nil {
+		// A record carries its call's start time but is stored when the
+		// call ends: calls that started before until may be stored up to
+		// the longest call (plus queueing) later. match filters exactly.
+		if end, err = a.firstAtOrAfter(ctx, first, last, q.until.Add(a.storeLag)); err != nil {
 			return nil, err
 		}
-		end-- // the last record before until
+		end-- // the last record stored before that
 	}
 	if !q.since.IsZero() {
 		if start, err = a.firstAtOrAfter(ctx, first, end, q.since); err != nil {

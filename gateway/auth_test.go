@@ -373,6 +373,7 @@ func TestIdentityClaims(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
 	c := is.claims("u-1")
 	c["email"], c["azp"], c["project_id"], c["scope"], c["groups"] = "Ada@Example.com", "cli", "p-7", "openid fleet", []string{"ops"}
+	c["email_verified"] = true
 	ti, err := a.verify(context.Background(), is.sign("rsa-1", c), r)
 	if err != nil {
 		t.Fatal(err)
@@ -384,9 +385,14 @@ func TestIdentityClaims(t *testing.T) {
 	if got := id.Caller(); got.Subject != "u-1" || got.Name != "Ada@Example.com" {
 		t.Fatalf("Caller() = %+v", got)
 	}
-	c["email_verified"] = false
-	ti, _ = a.verify(context.Background(), is.sign("rsa-1", c), r)
-	if id := ti.Extra[identityKey].(*Identity); id.Email != "" {
-		t.Fatalf("an unverified e-mail address was kept: %q", id.Email)
+	for _, verified := range []any{false, "true", nil} {
+		c["email_verified"] = verified
+		if verified == nil {
+			delete(c, "email_verified") // issuers that omit it: not verified
+		}
+		ti, _ = a.verify(context.Background(), is.sign("rsa-1", c), r)
+		if id := ti.Extra[identityKey].(*Identity); id.Email != "" {
+			t.Fatalf("e-mail address kept with email_verified %v: %q", verified, id.Email)
+		}
 	}
 }

@@ -60,7 +60,7 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
-	a, err := newAuditor(g.nc, cfg.Audit, g.log.With("component", "audit"))
+	a, err := newAuditor(g.nc, cfg.Audit, cfg.MaxCallDuration, g.log.With("component", "audit"))
 	if err != nil {
 		g.stopNATS()
 		return nil, err

@@ -27,6 +27,9 @@ type callContext struct {
 	// outcome is set by forward for failures a result does not show
 	// (timed out, cancelled); empty: judged from the result.
 	outcome string
+	// hostDenied is set by forward when the host's own policy refused
+	// the call: the decision was made on the host, not by a rule here.
+	hostDenied string
 }
 
 type callContextKey struct{}
@@ -97,6 +100,10 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", dec.Rule, "reason", dec.Reason)
 	}
 	g.finishRecord(rec, cc, res, err)
+	if cc.hostDenied != "" {
+		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
+		rec.Rule, rec.Reason = "host policy", cc.hostDenied
+	}
 	g.audit.write(rec)
 	return res, err
 }
@@ -146,8 +153,9 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 	h, ok := g.reg.get(host)
 	switch {
 	case !ok:
-		// The router answers, with the same text as below.
-		return allowedBy(""), ""
+		// Refused here, not left to the router: a host that announces
+		// itself while the call is on its way must not escape the rules.
+		return deniedBy("", "unknown host"), unknownHost(host).Msg
 	case !gr.HostVisible(host, h.Labels):
 		return deniedBy("", "host not visible to the caller: no rule grants any tool on it"), unknownHost(host).Msg
 	}
@@ -168,8 +176,14 @@ func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolR
 		Time:    start.UTC(),
 		CallID:  cc.callID,
 		Tool:    req.Params.Name,
-		Args:    g.audit.redact.args(req.Params.Arguments),
 		BytesIn: len(req.Params.Arguments),
+	}
+	// Small arguments are summarised by the audit writer, off the call's
+	// path; large ones (file contents) here, so the queue never holds them.
+	if len(req.Params.Arguments) <= maxQueuedArgs {
+		rec.rawArgs = req.Params.Arguments
+	} else {
+		rec.Args = g.audit.redact.args(req.Params.Arguments)
 	}
 	if host != "" {
 		rec.Hosts = []string{host}
@@ -183,6 +197,10 @@ func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolR
 	rec.WorkspaceID = metaString(meta, "workspace_id")
 	return rec
 }
+
+// maxQueuedArgs bounds the raw arguments a queued audit record may hold, so
+// the queue holds at most auditQueueLen × 8 KiB of them.
+const maxQueuedArgs = 8 << 10
 
 func metaString(meta map[string]any, key string) string {
 	s, _ := meta[key].(string)

@@ -139,7 +139,9 @@ func (j *jwtVerifier) verify(ctx context.Context, raw string) (*Identity, time.T
 	if id.ClientID == "" {
 		id.ClientID = claimString(claims, "azp")
 	}
-	if verified, ok := claims["email_verified"].(bool); !ok || verified {
+	// An address the issuer has not verified may be one the user typed:
+	// rules must not match on it.
+	if verified, _ := claims["email_verified"].(bool); verified {
 		id.Email = claimString(claims, "email")
 	}
 	return id, tok.Expiry, nil

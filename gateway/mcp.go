@@ -52,13 +52,14 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 		DisableLocalhostProtection:   authOn,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the gateway sets this header: a client must not name
+		// another request's context.
+		r.Header.Del(requestHeader)
 		if r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Protocol-Version") >= statelessProtocol {
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		if r.Method == http.MethodPost {
-			// Always overwrite the header: a client must not name another
-			// request's context.
 			id := g.requests.add(r.Context())
 			defer g.requests.remove(id)
 			r.Header.Set(requestHeader, id)

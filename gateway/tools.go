@@ -107,6 +107,9 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		cc.outcome = failureOutcome(err)
 		return callError(tool, host, err)
 	}
+	if res.Error != nil && res.Error.Code == protocol.CodeDenied {
+		cc.hostDenied = res.Error.Message
+	}
 	return toolResult(host, res)
 }
 

@@ -95,9 +95,9 @@ func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
 // user returns a token for one of the test's callers.
 func (f *authFleet) user(name string) string {
 	extra := map[string]map[string]any{
-		"ops":      {"email": "ops@example.com", "groups": []string{"ops"}, "project_id": "proj-ops"},
-		"dev":      {"email": "dev@example.com", "client_id": "claude-code", "project_id": "proj-dev"},
-		"stranger": {"email": "someone@elsewhere.org"},
+		"ops":      {"email": "ops@example.com", "email_verified": true, "groups": []string{"ops"}, "project_id": "proj-ops"},
+		"dev":      {"email": "dev@example.com", "email_verified": true, "client_id": "claude-code", "project_id": "proj-dev"},
+		"stranger": {"email": "someone@elsewhere.org", "email_verified": true},
 	}[name]
 	return f.is.token("key-1", f.is.claims("user-"+name, extra))
 }
@@ -316,7 +316,7 @@ func TestKeyRotation(t *testing.T) {
 	f := newAuthFleet(t)
 	is := f.is
 	dev := func(kid string) string {
-		return is.token(kid, is.claims("user-dev", map[string]any{"email": "dev@example.com"}))
+		return is.token(kid, is.claims("user-dev", map[string]any{"email": "dev@example.com", "email_verified": true}))
 	}
 	accepted := func(token string) bool {
 		t.Helper()

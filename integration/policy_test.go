@@ -52,6 +52,11 @@ func TestHostPolicyTools(t *testing.T) {
 		t.Errorf("a refused write wrote: %v", err)
 	}
 	mustOK(t, call(t, cs, "write", map[string]any{"host": "open", "path": "x.txt", "content": "x"}))
+	// The audit trail records the host's refusal as a refusal.
+	denied := auditRecords(t, cs, map[string]any{"host": "guarded", "tool": "write", "decision": "denied"})
+	if len(denied) != 1 || denied[0].Rule != "host policy" || !strings.Contains(denied[0].Reason, "tool write is not served") {
+		t.Errorf("audit records of the refused write: %+v", denied)
+	}
 
 	h, _ := env.Gateway.Host("guarded")
 	if !slices.Equal(h.Tools, []string{"bash", "read"}) || !strings.HasPrefix(h.PolicyDigest, "sha256:") {
