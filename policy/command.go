@@ -94,32 +94,50 @@ func clip(s string) string {
 	return "`" + s + "`"
 }
 
-func parse(src string, lang shellLang) (*syntax.File, error) {
-	variant := syntax.LangBash
-	if lang == langMksh {
-		variant = syntax.LangMirBSDKorn
+// variants returns the syntaxes a script for lang is read in. A POSIX
+// shell reads some lines differently from bash ("((id))" runs id in
+// nested subshells there, and is arithmetic to bash), and /bin/sh is bash
+// on some systems: a line for sh is checked as both.
+func variants(lang shellLang) []syntax.LangVariant {
+	switch lang {
+	case langMksh:
+		return []syntax.LangVariant{syntax.LangMirBSDKorn}
+	case langSh:
+		return []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash}
 	}
+	return []syntax.LangVariant{syntax.LangBash}
+}
+
+func parse(src string, variant syntax.LangVariant) (*syntax.File, error) {
 	return syntax.NewParser(syntax.Variant(variant)).Parse(strings.NewReader(src), "")
 }
 
-func langName(lang shellLang) string {
-	if lang == langMksh {
+func variantName(v syntax.LangVariant) string {
+	switch v {
+	case syntax.LangMirBSDKorn:
 		return "mksh"
+	case syntax.LangPOSIX:
+		return "POSIX sh"
 	}
 	return "bash"
 }
 
-// script parses src and checks it.
+// script parses src in each syntax of lang and checks it.
 func (c *checker) script(src string, lang shellLang, depth int) error {
 	if depth > maxDepth {
 		return c.refuse("%s: scripts nested too deeply to check", clip(src))
 	}
-	f, err := parse(src, lang)
-	if err != nil {
-		return c.refuse("%s does not parse as %s (%v), so it cannot be checked; fix the syntax", clip(src), langName(lang), err)
+	for _, v := range variants(lang) {
+		f, err := parse(src, v)
+		if err != nil {
+			return c.refuse("%s does not parse as %s (%v), so it cannot be checked; fix the syntax", clip(src), variantName(v), err)
+		}
+		sub := &checker{p: c.p, line: c.line, src: src, lang: lang, depth: depth}
+		if err := sub.walk(f); err != nil {
+			return err
+		}
 	}
-	sub := &checker{p: c.p, line: c.line, src: src, lang: lang, depth: depth}
-	return sub.walk(f)
+	return nil
 }
 
 // walk checks every command under node.

@@ -24,11 +24,11 @@ type Env struct {
 	// names another tool is an error, so a typo never goes unnoticed.
 	Tools []string
 	// Shell is the shell bash commands run with (a name or a path). It
-	// chooses the syntax the command rules parse: bash's for bash, sh,
-	// dash and ash (bash reads more of a line as commands than a POSIX
-	// shell does, and /bin/sh is bash on some systems), mksh's for ksh and
-	// mksh. Command rules on any other shell are an error: they could not
-	// be checked.
+	// chooses the syntax the command rules parse: bash's for bash; for sh,
+	// dash, ash and posh both POSIX sh's and bash's, and a line must pass
+	// in both (a POSIX shell reads some lines differently, and /bin/sh is
+	// bash on some systems); mksh's for ksh and mksh. Command rules on any
+	// other shell are an error: they could not be checked.
 	Shell string
 }
 
@@ -214,6 +214,7 @@ type shellLang int
 
 const (
 	langBash shellLang = iota
+	langSh             // a POSIX shell, or bash as sh: checked as both
 	langMksh
 	langUnsupported
 )
@@ -221,8 +222,10 @@ const (
 // shellLanguage maps a shell's name or path to the syntax it speaks.
 func shellLanguage(shell string) shellLang {
 	switch path.Base(shell) {
-	case ".", "/", "bash", "rbash", "sh", "dash", "ash", "posh":
+	case ".", "/", "bash", "rbash":
 		return langBash
+	case "sh", "dash", "ash", "posh":
+		return langSh
 	case "ksh", "mksh", "ksh93", "oksh":
 		return langMksh
 	}

@@ -190,11 +190,22 @@ func (c *checker) quotedCode(lit string) error {
 	// literal except the substitutions.
 	const delim = "FLEET_POLICY_END_OF_TEXT"
 	src := "cat <<" + delim + "\n" + lit + "\n" + delim + "\n"
-	f, err := parse(src, c.lang)
-	if err != nil || strings.Contains(lit, delim) || c.depth >= maxDepth {
-		return c.refuse("quoted text %s holds $( or ` that does not parse, so what it could run cannot be checked; quote it differently", clip(lit))
+	for _, v := range variants(c.lang) {
+		f, err := parse(src, v)
+		if err != nil || strings.Contains(lit, delim) || c.depth >= maxDepth {
+			return c.refuse("quoted text %s holds $( or ` that does not parse, so what it could run cannot be checked; quote it differently", clip(lit))
+		}
+		if err := c.nested(src).substitutions(lit, f); err != nil {
+			return err
+		}
 	}
-	sub := c.nested(src)
+	return nil
+}
+
+// substitutions checks the command substitutions in f, parsed from the
+// quoted text lit.
+func (c *checker) substitutions(lit string, f *syntax.File) error {
+	var err error
 	syntax.Walk(f, func(n syntax.Node) bool {
 		if err != nil {
 			return false
@@ -203,10 +214,10 @@ func (c *checker) quotedCode(lit string) error {
 		if !ok {
 			return true
 		}
-		if sub.allowList() {
-			err = sub.refuse("quoted text %s holds a command substitution %s; bash can still run it (eval, arithmetic on a variable holding it), and under bash.allow it cannot be checked", clip(lit), clip(sub.text(cs)))
+		if c.allowList() {
+			err = c.refuse("quoted text %s holds a command substitution %s; bash can still run it (eval, arithmetic on a variable holding it), and under bash.allow it cannot be checked", clip(lit), clip(c.text(cs)))
 		} else {
-			err = sub.walk(cs)
+			err = c.walk(cs)
 		}
 		return false
 	})
