@@ -22,7 +22,9 @@ const maxDepth = 16
 // bodies, command and process substitutions, and what wrappers run (sudo,
 // env, xargs, find -exec, sh -c with a literal script, ...). Under an allow
 // list, what cannot be checked is refused: substitutions, command names
-// known only at run time, eval, source, lines that do not parse.
+// known only at run time, eval, source, arithmetic on variables, lines that
+// do not parse. Whatever the rules, a line may not set the variables that
+// decide what commands run (PATH, LD_PRELOAD, GIT_*, ...).
 //
 // writes is asked about every file an output redirection (>, >>, &>, <>)
 // writes to, as an absolute path; nil means the policy's own path rules.
@@ -162,6 +164,8 @@ func (c *checker) walk(node syntax.Node) error {
 			if c.allowList() {
 				err = c.refuse("process substitution %s: under bash.allow what it runs cannot be checked", clip(c.text(n)))
 			}
+		default:
+			err = c.evaluates(n)
 		}
 		return err == nil
 	})
@@ -182,65 +186,6 @@ func (c *checker) call(ce *syntax.CallExpr) error {
 	return c.command(words)
 }
 
-// decl checks export, declare, local, readonly, typeset and nameref: as a
-// command, and each of its assignments.
-func (c *checker) decl(dc *syntax.DeclClause) error {
-	words := []shWord{{text: dc.Variant.Value, src: dc.Variant.Value}}
-	for _, a := range dc.Args {
-		if err := c.assign(a); err != nil {
-			return err
-		}
-		w := shWord{src: c.text(a)}
-		if a.Name != nil {
-			w.text = a.Name.Value
-		}
-		if a.Value != nil {
-			vs, err := c.words([]*syntax.Word{a.Value})
-			if err != nil {
-				return err
-			}
-			for _, v := range vs {
-				if a.Name != nil {
-					w.text += "="
-				}
-				w.text += v.text
-			}
-		}
-		words = append(words, w)
-	}
-	return c.match(words)
-}
-
-// assign checks one variable assignment.
-func (c *checker) assign(a *syntax.Assign) error {
-	if a.Name != nil && !a.Naked && steersShell(a.Name.Value) {
-		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", clip(c.text(a)), a.Name.Value)
-	}
-	if a.Value != nil {
-		if _, err := c.words([]*syntax.Word{a.Value}); err != nil {
-			return err
-		}
-	}
-	if a.Array != nil {
-		for _, e := range a.Array.Elems {
-			if _, err := c.words([]*syntax.Word{e.Value}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// steersShell reports whether variable name changes which program a
-// command name runs, or runs code by itself.
-func steersShell(name string) bool {
-	switch name {
-	case "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "BASH_LOADABLES_PATH", "EXECIGNORE":
-		return true
-	}
-	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_")
-}
-
 // command checks one command given by its words, then what it runs.
 func (c *checker) command(words []shWord) error {
 	if c.depth > maxDepth {
@@ -258,7 +203,8 @@ func (c *checker) command(words []shWord) error {
 		// would pass for a name and its first argument.
 		return c.refuse("command %s: its name %s holds white space; under bash.allow command names are single words", clip(joinSrc(words)), clip(name.src))
 	}
-	switch base := path.Base(name.text); base {
+	base := path.Base(name.text)
+	switch base {
 	case "cd", "pushd", "popd":
 		c.line.cd = true
 	case "eval", "source", ".":
@@ -268,6 +214,9 @@ func (c *checker) command(words []shWord) error {
 		c.line.cd = true // what it runs may change directory
 	}
 	if err := c.match(words); err != nil {
+		return err
+	}
+	if err := c.builtin(base, words); err != nil {
 		return err
 	}
 	return c.unwrap(words)

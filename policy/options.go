@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"slices"
+	"strings"
+)
+
+// optSpec describes a command's options.
+type optSpec struct {
+	flags    string   // short options without a value
+	valued   string   // short options with a value, attached or the next word
+	attached string   // short options whose value can only be attached
+	long     []string // long options without a value (or with an attached =value)
+	longVal  []string // long options with a value (--name=v or --name v)
+	numeric  bool     // "-10" is an option (nice)
+	plus     bool     // "+x" is an option too (shells)
+	dash     bool     // "-" alone is an option (env's old spelling of -i)
+	permute  bool     // options may follow operands, as GNU getopt allows
+}
+
+// optVal is the value an option was given.
+type optVal struct {
+	name string // the short option's letter, or the long option's name
+	val  shWord
+}
+
+// parsedOpts is what parseOpts found.
+type parsedOpts struct {
+	short string   // the short options seen
+	long  []string // the long options seen
+	vals  []optVal // the values options were given, in order
+	rest  []shWord // what follows the options
+}
+
+// has reports whether the short option short (a letter, or "") or the
+// long option long (or "") was given.
+func (p *parsedOpts) has(short, long string) bool {
+	return short != "" && strings.Contains(p.short, short) || long != "" && slices.Contains(p.long, long)
+}
+
+// values returns the values given to the short option short or the long
+// option long.
+func (p *parsedOpts) values(short, long string) []shWord {
+	var vs []shWord
+	for _, v := range p.vals {
+		if v.name != "" && (v.name == short || v.name == long) {
+			vs = append(vs, v.val)
+		}
+	}
+	return vs
+}
+
+// parseOpts splits args into options and what follows them. An option it
+// does not know, or one only known at run time, is an error: where the
+// wrapped command starts would be a guess.
+func (c *checker) parseOpts(cmd string, args []shWord, spec optSpec) (parsedOpts, error) {
+	var p parsedOpts
+	for i := 0; i < len(args); i++ {
+		w := args[i]
+		if !w.literal() {
+			return p, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
+		}
+		t := w.text
+		switch {
+		case t == "--":
+			p.rest = append(p.rest, args[i+1:]...)
+			return p, nil
+		case t == "-" && spec.dash:
+		case len(t) < 2 || t[0] != '-' && !(spec.plus && t[0] == '+'):
+			if !spec.permute {
+				p.rest = append(p.rest, args[i:]...)
+				return p, nil
+			}
+			p.rest = append(p.rest, w)
+		case strings.HasPrefix(t, "--"):
+			skip, err := c.longOpt(cmd, args[i:], spec, &p)
+			if err != nil {
+				return p, err
+			}
+			i += skip
+		case spec.numeric && strings.Trim(t[1:], "0123456789") == "":
+		default:
+			skip, err := c.shortOpts(cmd, args[i:], spec, &p)
+			if err != nil {
+				return p, err
+			}
+			i += skip
+		}
+	}
+	return p, nil
+}
+
+// longOpt reads one long option, args[0], and returns how many following
+// words are its value.
+func (c *checker) longOpt(cmd string, args []shWord, spec optSpec, p *parsedOpts) (int, error) {
+	w := args[0]
+	name, v, eq := strings.Cut(w.text[2:], "=")
+	skip := 0
+	switch {
+	case slices.Contains(spec.long, name):
+		if eq {
+			p.vals = append(p.vals, optVal{name, shWord{text: v, src: w.src}})
+		}
+	case slices.Contains(spec.longVal, name) && eq:
+		p.vals = append(p.vals, optVal{name, shWord{text: v, src: w.src}})
+	case slices.Contains(spec.longVal, name):
+		skip = 1
+		if len(args) > 1 {
+			p.vals = append(p.vals, optVal{name, args[1]})
+		}
+	default:
+		return 0, c.refuse("%s option %s is not one the checker knows, so where the command it runs starts cannot be told", cmd, clip(w.src))
+	}
+	p.long = append(p.long, name)
+	return skip, nil
+}
+
+// shortOpts reads one cluster of short options, such as "-ec" or "-k5",
+// args[0], and returns how many following words are their values.
+func (c *checker) shortOpts(cmd string, args []shWord, spec optSpec, p *parsedOpts) (int, error) {
+	w := args[0]
+	t := w.text
+	for j := 1; j < len(t); j++ {
+		ch := t[j]
+		switch {
+		case strings.IndexByte(spec.flags, ch) >= 0:
+			p.short += string(ch)
+		case strings.IndexByte(spec.valued, ch) >= 0 && j == len(t)-1:
+			p.short += string(ch)
+			if len(args) > 1 {
+				p.vals = append(p.vals, optVal{string(ch), args[1]})
+			}
+			return 1, nil
+		case strings.IndexByte(spec.valued, ch) >= 0 || strings.IndexByte(spec.attached, ch) >= 0:
+			p.short += string(ch)
+			p.vals = append(p.vals, optVal{string(ch), shWord{text: t[j+1:], src: w.src}})
+			return 0, nil
+		default:
+			return 0, c.refuse("%s option %s (in %s) is not one the checker knows, so where the command it runs starts cannot be told", cmd, string(t[0])+string(ch), clip(w.src))
+		}
+	}
+	return 0, nil
+}
