@@ -39,7 +39,7 @@ func (p *Policy) CheckCommand(line string, writes func(path string) error) error
 		writes = func(path string) error { return p.CheckPath(Write, path, path) }
 	}
 	c := &checker{p: p, line: &lineState{writes: writes}}
-	if err := c.script(line, p.lang, 0); err != nil {
+	if err := c.script(line, p.lang); err != nil {
 		return err
 	}
 	return c.relativeTargets()
@@ -61,6 +61,10 @@ type checker struct {
 	src   string // the script, for messages
 	lang  shellLang
 	depth int
+	// elsewhere is set inside commands that run under another root
+	// directory or on another host: the files they write cannot be
+	// placed.
+	elsewhere bool
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -125,8 +129,8 @@ func variantName(v syntax.LangVariant) string {
 }
 
 // script parses src in each syntax of lang and checks it.
-func (c *checker) script(src string, lang shellLang, depth int) error {
-	if depth > maxDepth {
+func (c *checker) script(src string, lang shellLang) error {
+	if c.depth > maxDepth {
 		return c.refuse("%s: scripts nested too deeply to check", clip(src))
 	}
 	for _, v := range variants(lang) {
@@ -134,7 +138,8 @@ func (c *checker) script(src string, lang shellLang, depth int) error {
 		if err != nil {
 			return c.refuse("%s does not parse as %s (%v), so it cannot be checked; fix the syntax", clip(src), variantName(v), err)
 		}
-		sub := &checker{p: c.p, line: c.line, src: src, lang: lang, depth: depth}
+		sub := *c
+		sub.src, sub.lang = src, lang
 		if err := sub.walk(f); err != nil {
 			return err
 		}
@@ -296,6 +301,9 @@ func (c *checker) redirects(rs []*syntax.Redirect) error {
 		if err != nil {
 			return err
 		}
+		if c.elsewhere && !(len(ws) == 1 && ws[0].literal() && notAFile(ws[0].text)) {
+			return c.refuse("output redirection to %s: the command runs under another root directory or on another host, where the path rules cannot place the file it writes", clip(c.text(r.Word)))
+		}
 		// "~" is where $HOME points when the line runs, which the line
 		// itself may change.
 		unknown := len(ws) != 1 || !ws[0].literal() || ws[0].tilde
@@ -331,9 +339,8 @@ func writesFile(r *syntax.Redirect) bool {
 func (c *checker) target(w shWord) error {
 	t := w.text
 	switch {
-	case t == "/dev/null", t == "/dev/stdout", t == "/dev/stderr", t == "/dev/stdin", t == "/dev/tty",
-		strings.HasPrefix(t, "/dev/fd/") && strings.Trim(t[len("/dev/fd/"):], "0123456789") == "":
-		return nil // not files
+	case notAFile(t):
+		return nil
 	case w.tilde:
 		if c.p.env.Home == "" {
 			return c.refuse("output redirection to %s: the agent's user has no home directory to expand ~ to", clip(w.src))
@@ -344,6 +351,16 @@ func (c *checker) target(w shWord) error {
 		return nil
 	}
 	return c.line.writes(filepath.Clean(t))
+}
+
+// notAFile reports whether redirection target t is a device or descriptor
+// rather than a file.
+func notAFile(t string) bool {
+	switch t {
+	case "/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty":
+		return true
+	}
+	return strings.HasPrefix(t, "/dev/fd/") && strings.Trim(t[len("/dev/fd/"):], "0123456789") == ""
 }
 
 // relativeTargets checks the relative redirection targets once the whole

@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"path"
-	"slices"
 	"strings"
 )
 
@@ -14,6 +13,9 @@ type runs struct {
 	isScript bool
 	lang     shellLang
 	unknown  string // why what it runs cannot be known
+	// elsewhere is set when it runs under another root directory or on
+	// another host, where the files it writes cannot be placed.
+	elsewhere bool
 }
 
 // unwrap checks what a wrapper command (sudo, env, xargs, sh -c, ...)
@@ -24,14 +26,15 @@ func (c *checker) unwrap(words []shWord) error {
 		return err
 	}
 	for _, r := range rs {
+		sub := *c
+		sub.depth++
+		sub.elsewhere = c.elsewhere || r.elsewhere
 		switch {
 		case r.unknown != "":
 			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
 		case r.isScript:
-			err = c.script(r.script, r.lang, c.depth+1)
+			err = sub.script(r.script, r.lang)
 		case len(r.words) > 0:
-			sub := *c
-			sub.depth++
 			err = sub.command(r.words)
 		}
 		if err != nil {
@@ -54,33 +57,47 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 	case "xargs":
 		return c.xargs(args)
 	case "find":
-		return findExec(args), nil
+		return c.findExec(args), nil
 	case "bash", "rbash", "sh", "dash", "ash", "posh", "ksh", "ksh93", "mksh", "oksh", "zsh", "yash", "fish", "csh", "tcsh":
 		return c.shell(name, args)
 	case "su", "runuser":
-		return suRuns(args), nil
+		return c.su(args), nil
 	case "eval":
-		return []runs{c.joined(args)}, nil
+		return []runs{c.joined(args, c.lang)}, nil
+	case "source", ".":
+		return c.sourced(args), nil
 	case "watch":
 		return c.watch(args)
 	case "trap":
 		return trapRuns(args, c.lang), nil
 	case "alias":
 		return aliasRuns(args, c.lang), nil
+	case "mapfile", "readarray":
+		return c.mapfileCallback(name, args)
+	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run", "ssh":
+		return c.launcher(name, args)
+	case "parallel", "sem":
+		return []runs{{unknown: "builds the commands it runs from its arguments and input"}}, nil
 	}
 	return nil, nil
 }
 
 // skipAssignments drops the NAME=value words env and sudo take before the
-// command, refusing those that steer the shell.
+// command, refusing those that steer the shell. Like env, it takes any
+// word with "=" in it for an assignment.
 func (c *checker) skipAssignments(cmd string, args []shWord) ([]shWord, error) {
 	for len(args) > 0 {
-		name, _, ok := strings.Cut(args[0].text, "=")
-		if !ok || !validName(name) {
-			break
-		}
-		if steersShell(name) {
-			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, clip(args[0].src), name)
+		w := args[0]
+		known, _, _ := strings.Cut(w.text, string(dyn))
+		name, _, ok := strings.Cut(known, "=")
+		switch {
+		case ok && steersShell(name):
+			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, clip(w.src), name)
+		case ok:
+		case !w.literal():
+			return nil, c.refuse("%s %s: whether it sets a variable (PATH, say) or names the command to run is only known when the line runs", cmd, clip(w.src))
+		default:
+			return args, nil
 		}
 		args = args[1:]
 	}
@@ -121,11 +138,15 @@ func (c *checker) sudo(name string, args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	shell := strings.ContainsAny(p.short, "is") || slices.Contains(p.long, "login") || slices.Contains(p.long, "shell")
+	if name == "sudo" && (p.has("D", "chdir") || p.has("i", "login")) {
+		c.line.cd = true // runs in another directory, or the target user's home
+	}
 	switch {
-	case strings.Contains(p.short, "e") || slices.Contains(p.long, "edit"):
+	case name == "sudo" && p.has("R", "chroot"):
+		return []runs{{words: rest, elsewhere: true}}, nil
+	case p.has("e", "edit"):
 		return nil, nil // sudoedit: edits files, runs no command
-	case len(rest) == 0 && shell:
+	case len(rest) == 0 && (p.has("i", "login") || p.has("s", "shell")):
 		return []runs{{unknown: "starts a shell that reads its commands from standard input"}}, nil
 	}
 	return runsCommand(rest), nil
@@ -139,8 +160,11 @@ func (c *checker) env(args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.Contains(p.short, "S") || slices.Contains(p.long, "split-string") {
+	if p.has("S", "split-string") {
 		return []runs{{unknown: "splits its own command line (-S)"}}, nil
+	}
+	if p.has("C", "chdir") {
+		c.line.cd = true
 	}
 	rest, err := c.skipAssignments("env", p.rest)
 	if err != nil {
@@ -183,9 +207,9 @@ func (c *checker) prefix(name string, args []shWord) ([]runs, error) {
 		return nil, err
 	}
 	switch {
-	case name == "command" && strings.ContainsAny(p.short, "vV"):
+	case name == "command" && p.has("v", "") || name == "command" && p.has("V", ""):
 		return nil, nil // only says what the name is
-	case name == "ionice" && (strings.ContainsAny(p.short, "pPu") || slices.ContainsFunc(p.long, func(s string) bool { return s == "pid" || s == "pgid" || s == "uid" })):
+	case name == "ionice" && (strings.ContainsAny(p.short, "pPu") || p.has("", "pid") || p.has("", "pgid") || p.has("", "uid")):
 		return nil, nil // changes running processes
 	case len(p.rest) <= operands:
 		return nil, nil
@@ -201,22 +225,54 @@ func (c *checker) xargs(args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := p.rest
+	cmd := append([]shWord(nil), p.rest...)
 	if len(cmd) == 0 {
 		cmd = []shWord{{text: "echo", src: "echo"}}
 	}
+	// With -I R (-i, --replace), each R in the command is replaced by
+	// what xargs reads: in the command's name or in a script it is code.
+	for _, r := range xargsReplace(p) {
+		if !r.literal() {
+			return []runs{{unknown: "replaces a string only known when the line runs"}}, nil
+		}
+		for i, w := range cmd {
+			if r.text != "" && strings.Contains(w.text, r.text) {
+				cmd[i].text = strings.ReplaceAll(w.text, r.text, string(dyn))
+			}
+		}
+	}
 	// The arguments xargs reads from its input follow.
-	cmd = append(cmd[:len(cmd):len(cmd)], dynWord("<input>"))
-	return runsCommand(cmd), nil
+	return runsCommand(append(cmd, dynWord("<input>"))), nil
+}
+
+// xargsReplace returns the replace strings of xargs -I, -i and --replace.
+func xargsReplace(p parsedOpts) []shWord {
+	var rs []shWord
+	for _, v := range p.vals {
+		switch {
+		case v.name == "I":
+			rs = append(rs, v.val)
+		case (v.name == "i" || v.name == "replace") && v.val.text == "":
+			rs = append(rs, shWord{text: "{}", src: v.val.src})
+		case v.name == "i" || v.name == "replace":
+			rs = append(rs, v.val)
+		}
+	}
+	if p.has("", "replace") && len(p.values("", "replace")) == 0 {
+		rs = append(rs, shWord{text: "{}", src: "--replace"})
+	}
+	return rs
 }
 
 // findExec returns the commands find's -exec, -execdir, -ok and -okdir
-// actions run.
-func findExec(args []shWord) []runs {
+// actions run. -execdir and -okdir run them in other directories.
+func (c *checker) findExec(args []shWord) []runs {
 	var rs []runs
 	for i := 0; i < len(args); i++ {
 		switch args[i].text {
-		case "-exec", "-execdir", "-ok", "-okdir":
+		case "-exec", "-ok":
+		case "-execdir", "-okdir":
+			c.line.cd = true
 		default:
 			continue
 		}
@@ -234,61 +290,9 @@ func findExec(args []shWord) []runs {
 	return rs
 }
 
-// shell returns what a shell run with args runs: the script of -c, or its
-// standard input. A script file is not followed.
-func (c *checker) shell(name string, args []shWord) ([]runs, error) {
-	lang := shellLanguage(name)
-	p, err := c.parseOpts(name, args, optSpec{flags: "abcefhiklmnprstuvxBCEHPT", valued: "oO", plus: true,
-		long: []string{"login", "noprofile", "norc", "posix", "restricted", "verbose", "debugger", "dump-strings",
-			"dump-po-strings", "noediting", "pretty-print", "version", "help"},
-		longVal: []string{"rcfile", "init-file"}})
-	cmdMode := strings.Contains(p.short, "c")
-	switch {
-	case err != nil && lang == langUnsupported:
-		return []runs{{unknown: "takes options the checker does not know for " + name}}, nil
-	case err != nil:
-		return nil, err
-	case cmdMode && len(p.rest) == 0:
-		return nil, nil // an error in the shell
-	case cmdMode && lang == langUnsupported:
-		return []runs{{unknown: "runs a " + name + " script, which the checker cannot parse"}}, nil
-	case cmdMode && !p.rest[0].literal():
-		return []runs{{unknown: "runs a script that is only known when the line runs"}}, nil
-	case cmdMode:
-		return []runs{{script: p.rest[0].text, isScript: true, lang: lang}}, nil
-	case strings.Contains(p.short, "s") || len(p.rest) == 0:
-		return []runs{{unknown: "reads the commands it runs from standard input"}}, nil
-	}
-	return nil, nil // runs a script file
-}
-
-// suRuns returns the command of su -c (a shell script) or, without one,
-// the shell reading standard input.
-func suRuns(args []shWord) []runs {
-	for i, a := range args {
-		var script *shWord
-		switch {
-		case a.text == "-c" || a.text == "--command" || a.text == "--session-command":
-			if i+1 < len(args) {
-				script = &args[i+1]
-			}
-		case strings.HasPrefix(a.text, "--command=") || strings.HasPrefix(a.text, "--session-command="):
-			_, v, _ := strings.Cut(a.text, "=")
-			script = &shWord{text: v, src: a.src}
-		default:
-			continue
-		}
-		if script == nil || !script.literal() {
-			return []runs{{unknown: "runs a command that is only known when the line runs"}}
-		}
-		return []runs{{script: script.text, isScript: true, lang: langBash}}
-	}
-	return []runs{{unknown: "starts a shell that reads its commands from standard input"}}
-}
-
 // joined returns the script made of args joined by spaces, as eval and
 // watch run them.
-func (c *checker) joined(args []shWord) runs {
+func (c *checker) joined(args []shWord, lang shellLang) runs {
 	texts := make([]string, len(args))
 	for i, a := range args {
 		if !a.literal() {
@@ -296,61 +300,13 @@ func (c *checker) joined(args []shWord) runs {
 		}
 		texts[i] = a.text
 	}
-	return runs{script: strings.Join(texts, " "), isScript: true, lang: c.lang}
+	return runs{script: strings.Join(texts, " "), isScript: true, lang: lang}
 }
 
-func (c *checker) watch(args []shWord) ([]runs, error) {
-	p, err := c.parseOpts("watch", args, optSpec{flags: "bcdegtpwqrx", valued: "nq",
-		long: []string{"beep", "color", "no-color", "differences", "errexit", "chgexit", "no-title", "precise",
-			"no-wrap", "no-linewrap", "exec", "help", "version"},
-		longVal: []string{"interval", "equexit", "shotsdir"}})
-	if err != nil {
-		return nil, err
+// scriptWord returns what a shell runs with w as its -c script.
+func scriptWord(w shWord, lang shellLang) runs {
+	if !w.literal() {
+		return runs{unknown: "runs a script that is only known when the line runs"}
 	}
-	if strings.Contains(p.short, "x") || slices.Contains(p.long, "exec") {
-		return runsCommand(p.rest), nil
-	}
-	if len(p.rest) == 0 {
-		return nil, nil
-	}
-	return []runs{c.joined(p.rest)}, nil // watch runs sh -c
-}
-
-// trapRuns returns the action of trap ACTION SIGNAL...: a script the shell
-// runs when a signal arrives or the shell exits.
-func trapRuns(args []shWord, lang shellLang) []runs {
-	for len(args) > 0 && (args[0].text == "-p" || args[0].text == "-l" || args[0].text == "-P") {
-		args = args[1:]
-	}
-	if len(args) > 0 && args[0].text == "--" {
-		args = args[1:]
-	}
-	if len(args) < 2 {
-		return nil // prints traps, or resets one
-	}
-	action := args[0]
-	switch {
-	case !action.literal():
-		return []runs{{unknown: "sets a trap whose action is only known when the line runs"}}
-	case action.text == "-" || action.text == "":
-		return nil
-	}
-	return []runs{{script: action.text, isScript: true, lang: lang}}
-}
-
-// aliasRuns returns the values of alias NAME=VALUE: text the shell may run
-// in place of NAME.
-func aliasRuns(args []shWord, lang shellLang) []runs {
-	var rs []runs
-	for _, a := range args {
-		_, v, ok := strings.Cut(a.text, "=")
-		switch {
-		case !ok:
-		case !a.literal():
-			rs = append(rs, runs{unknown: "defines an alias only known when the line runs"})
-		default:
-			rs = append(rs, runs{script: v, isScript: true, lang: lang})
-		}
-	}
-	return rs
+	return runs{script: w.text, isScript: true, lang: lang}
 }
