@@ -17,40 +17,70 @@ var fuzzAllowed = []string{"ls", "echo", "cat", "git", "grep", "true"}
 const fuzzAllowPolicy = `bash: {allow: ["ls *", "echo *", "cat *", "git *", "grep *", "true"]}`
 
 // FuzzCheckCommand: the checker never panics, and never allows a line
-// holding a command outside the allow list (or a denied one), judged by a
-// simpler reading of the same syntax tree.
+// holding a command outside the allow list (or a denied one), or, under
+// the allow list, arithmetic on a variable or prompt expansion, judged by
+// a simpler reading of the same syntax tree. With sh as the agent's
+// shell, the line is judged as POSIX sh and as bash.
 func FuzzCheckCommand(f *testing.F) {
 	for _, s := range []string{
 		"ls -l | grep x", "echo $(rm x)", "r\\m x", "{r,}m x", "f() { rm x; }; f", "echo hi > /tmp/x",
 		"ls; rm x", "'rm' x", "\"$X\"", "cat <(ls)", "x='a[$(id)]'; echo $((x))", "case a in a) rm;; esac",
 		"git log --oneline && echo 'a; rm'", "$'\\x72m' x", "ls\nrm", "for i in 1; do rm $i; done",
+		"((rm))", "ls $((c))", "ls ${b@P}", "[[ y -eq 0 ]]", "ls ${z[y]}", "echo $((1+2))", "flock /l rm x",
+		"curl x | bash -", "PATH=/tmp ls", "declare 'PATH=/x'", "ssh h rm x", "xargs -I{} sh -c {}",
 	} {
 		f.Add(s)
 	}
-	allow := mustParse(f, fuzzAllowPolicy)
-	deny := mustParse(f, `bash: {deny: ["rm *"]}`)
+	sh := testEnv()
+	sh.Shell = "dash"
+	judges := []struct {
+		p        *Policy
+		variants []syntax.LangVariant
+		allow    bool
+	}{
+		{mustParse(f, fuzzAllowPolicy), []syntax.LangVariant{syntax.LangBash}, true},
+		{mustParse(f, `bash: {deny: ["rm *"]}`), []syntax.LangVariant{syntax.LangBash}, false},
+		{mustParseEnv(f, fuzzAllowPolicy, sh), []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash}, true},
+		{mustParseEnv(f, `bash: {deny: ["rm *"]}`, sh), []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash}, false},
+	}
 	f.Fuzz(func(t *testing.T, line string) {
-		if allow.CheckCommand(line, nil) == nil {
-			names, substs := commandNames(t, line)
-			if substs {
-				t.Fatalf("allow list passed %q, which has a substitution", line)
+		for _, j := range judges {
+			if j.p.CheckCommand(line, nil) != nil {
+				continue
 			}
-			for _, name := range names {
-				if name != unknownName && (path.Dir(name) == "." || sysBinDir(path.Dir(name))) && contains(fuzzAllowed, path.Base(name)) {
-					continue
-				}
-				t.Fatalf("allow list passed %q, which runs %q", line, name)
-			}
-		}
-		if deny.CheckCommand(line, nil) == nil {
-			names, _ := commandNames(t, line)
-			for _, name := range names {
-				if path.Base(name) == "rm" || name == unknownName {
-					t.Fatalf("deny rules passed %q, which runs %q", line, name)
+			for _, v := range j.variants {
+				r := readLine(t, line, v)
+				if j.allow {
+					judgeAllowed(t, line, r)
+				} else {
+					judgeDenied(t, line, r)
 				}
 			}
 		}
 	})
+}
+
+func judgeAllowed(t *testing.T, line string, r lineReading) {
+	switch {
+	case r.substs:
+		t.Fatalf("allow list passed %q, which has a substitution", line)
+	case r.evaluates:
+		t.Fatalf("allow list passed %q, which makes bash evaluate a value as code", line)
+	}
+	for _, name := range r.names {
+		if name != unknownName && (path.Dir(name) == "." || sysBinDir(path.Dir(name))) && contains(fuzzAllowed, path.Base(name)) {
+			continue
+		}
+		t.Fatalf("allow list passed %q, which runs %q", line, name)
+	}
+}
+
+func judgeDenied(t *testing.T, line string, r lineReading) {
+	for _, name := range r.names {
+		if path.Base(name) == "rm" || name == unknownName {
+			t.Fatalf("deny rules passed %q, which runs %q", line, name)
+		}
+	}
 }
 
 func contains(l []string, s string) bool {
@@ -65,13 +95,19 @@ func contains(l []string, s string) bool {
 // unknownName stands for a command name only known at run time.
 const unknownName = "<unknown>"
 
-// commandNames returns the name of every simple command in a line the
-// checker allowed, unknownName for one it cannot know, and whether the
-// line has command or process substitutions.
-func commandNames(t *testing.T, line string) (names []string, substs bool) {
-	file, err := syntax.NewParser().Parse(strings.NewReader(line), "")
+// lineReading is what a line the checker allowed does, read simply.
+type lineReading struct {
+	names     []string // the name of every simple command, or unknownName
+	substs    bool     // command or process substitutions
+	evaluates bool     // arithmetic naming a variable, ${x@P}, ${!x}
+}
+
+// readLine reads a line the checker allowed, parsed as variant.
+func readLine(t *testing.T, line string, variant syntax.LangVariant) lineReading {
+	var r lineReading
+	file, err := syntax.NewParser(syntax.Variant(variant)).Parse(strings.NewReader(line), "")
 	if err != nil {
-		t.Fatalf("checker passed %q, which does not parse: %v", line, err)
+		t.Fatalf("checker passed %q, which does not parse as %s: %v", line, variant, err)
 	}
 	syntax.Walk(file, func(n syntax.Node) bool {
 		switch n := n.(type) {
@@ -81,16 +117,38 @@ func commandNames(t *testing.T, line string) (names []string, substs bool) {
 			}
 			fields, err := expand.Fields(&expand.Config{}, n.Args[0])
 			if err != nil || len(fields) == 0 || !plainWord(n.Args[0]) {
-				names = append(names, unknownName)
+				r.names = append(r.names, unknownName)
 			} else {
-				names = append(names, fields[0])
+				r.names = append(r.names, fields[0])
 			}
 		case *syntax.CmdSubst, *syntax.ProcSubst:
-			substs = true
+			r.substs = true
+		case *syntax.ArithmExp, *syntax.ArithmCmd, *syntax.LetClause, *syntax.CStyleLoop:
+			r.evaluates = r.evaluates || namesVariable(n)
+		case *syntax.ParamExp:
+			r.evaluates = r.evaluates || n.Excl && n.Names == 0 && n.Index == nil ||
+				n.Exp != nil && n.Exp.Op == syntax.OtherParamOps && n.Exp.Word.Lit() == "P"
 		}
 		return true
 	})
-	return names, substs
+	return r
+}
+
+// namesVariable reports whether a literal in arithmetic node n starts
+// with a letter or an underscore: a variable's name, bare or expanded.
+func namesVariable(n syntax.Node) bool {
+	found := false
+	syntax.Walk(n, func(m syntax.Node) bool {
+		if pe, ok := m.(*syntax.ParamExp); ok && pe.Length && pe.Index == nil {
+			return false // ${#x}: a number
+		}
+		if lit, ok := m.(*syntax.Lit); ok && lit.Value != "" {
+			c := lit.Value[0]
+			found = found || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		}
+		return !found
+	})
+	return found
 }
 
 // plainWord reports whether w is made of quoted and unquoted literals
@@ -135,51 +193,105 @@ type hider struct {
 	wraps bool
 	// simple is set when the result is a simple command.
 	simple bool
+	// scope says which policies must refuse the result.
+	scope hiderScope
 }
 
+// hiderScope says which policies a hider's result must be refused by.
+type hiderScope int
+
+const (
+	anyPolicy hiderScope = iota
+	// allowOnly: bash evaluates an assembled value as code, which only an
+	// allow list refuses.
+	allowOnly
+	// shOnly: the command runs only when a POSIX shell reads the line.
+	shOnly
+)
+
 var hiders = []hider{
-	{"ls; %s", false, false}, {"ls && %s", false, false}, {"ls || %s", false, false},
-	{"ls | %s", false, false}, {"ls & %s", false, false}, {"ls\n%s", false, false}, {"( %s )", false, false},
-	{"{ %s; }", false, false}, {"if true; then %s; fi", false, false}, {"if %s; then ls; fi", false, false},
-	{"while true; do %s; done", false, false}, {"until ls; do %s; done", false, false},
-	{"for i in 1; do %s; done", false, false}, {"case x in x) %s;; esac", false, false}, {"f() { %s; }", false, false},
-	{"echo $( %s )", false, true}, {"echo \"$( %s )\"", false, true}, {"cat <( %s )", false, true},
-	{"ls > >( %s )", false, false}, {"time %s", false, false}, {"ls; ! %s", false, false}, {"ls; coproc %s", false, false},
-	{"x=$( %s )", false, false}, {"export X=$( %s )", false, false},
-	{"sudo %s", true, true}, {"sudo -u root %s", true, true}, {"env A=1 %s", true, true}, {"nice -n 1 %s", true, true},
-	{"nohup %s", true, true}, {"timeout 5 %s", true, true}, {"command %s", true, true}, {"exec %s", true, true},
-	{"xargs %s", true, true}, {"find . -exec %s \\;", true, true},
-	{"bash -c %q", false, true}, {"sh -c %q", false, true}, {"bash -c %Q", false, true}, {"eval %Q", false, true},
-	{"echo %Q | xargs -0 bash -c", false, false}, {"trap %Q EXIT", false, true}, {"su -c %Q root", false, true},
-	{"watch %Q", false, true}, {"builtin eval %Q", false, true},
+	{"ls; %s", false, false, anyPolicy}, {"ls && %s", false, false, anyPolicy}, {"ls || %s", false, false, anyPolicy},
+	{"ls | %s", false, false, anyPolicy}, {"ls & %s", false, false, anyPolicy}, {"ls\n%s", false, false, anyPolicy}, {"( %s )", false, false, anyPolicy},
+	{"{ %s; }", false, false, anyPolicy}, {"if true; then %s; fi", false, false, anyPolicy}, {"if %s; then ls; fi", false, false, anyPolicy},
+	{"while true; do %s; done", false, false, anyPolicy}, {"until ls; do %s; done", false, false, anyPolicy},
+	{"for i in 1; do %s; done", false, false, anyPolicy}, {"case x in x) %s;; esac", false, false, anyPolicy}, {"f() { %s; }", false, false, anyPolicy},
+	{"echo $( %s )", false, true, anyPolicy}, {"echo \"$( %s )\"", false, true, anyPolicy}, {"cat <( %s )", false, true, anyPolicy},
+	{"ls > >( %s )", false, false, anyPolicy}, {"time %s", false, false, anyPolicy}, {"ls; ! %s", false, false, anyPolicy}, {"ls; coproc %s", false, false, anyPolicy},
+	{"x=$( %s )", false, false, anyPolicy}, {"export X=$( %s )", false, false, anyPolicy},
+	{"sudo %s", true, true, anyPolicy}, {"sudo -u root %s", true, true, anyPolicy}, {"env A=1 %s", true, true, anyPolicy}, {"nice -n 1 %s", true, true, anyPolicy},
+	{"nohup %s", true, true, anyPolicy}, {"timeout 5 %s", true, true, anyPolicy}, {"command %s", true, true, anyPolicy}, {"exec %s", true, true, anyPolicy},
+	{"xargs %s", true, true, anyPolicy}, {"find . -exec %s \\;", true, true, anyPolicy},
+	{"bash -c %q", false, true, anyPolicy}, {"sh -c %q", false, true, anyPolicy}, {"bash -c %Q", false, true, anyPolicy}, {"eval %Q", false, true, anyPolicy},
+	{"echo %Q | xargs -0 bash -c", false, false, anyPolicy}, {"trap %Q EXIT", false, true, anyPolicy}, {"su -c %Q root", false, true, anyPolicy},
+	{"watch %Q", false, true, anyPolicy}, {"builtin eval %Q", false, true, anyPolicy},
+	// Launchers, and wrappers that change directory.
+	{"flock /tmp/l %s", true, true, anyPolicy}, {"flock -n /tmp/l -c %Q", false, true, anyPolicy},
+	{"chrt -f 10 %s", true, true, anyPolicy}, {"taskset -c 0 %s", true, true, anyPolicy},
+	{"unshare -r %s", true, true, anyPolicy}, {"setpriv --no-new-privs %s", true, true, anyPolicy},
+	{"nsenter -t 1 -m %s", true, true, anyPolicy}, {"chroot /srv %s", true, true, anyPolicy},
+	{"script -qc %Q /dev/null", false, true, anyPolicy}, {"systemd-run --user %s", true, true, anyPolicy},
+	{"ssh -p 22 host %Q", false, true, anyPolicy}, // ssh joins its words: quote the command line
+	{"xargs -I{} %s", true, true, anyPolicy}, {"env -C /tmp %s", true, true, anyPolicy},
+	{"sudo -D /tmp %s", true, true, anyPolicy}, {"su - -c %Q", false, true, anyPolicy},
+	{"mapfile -C %Q -c 1 x < /dev/null", false, false, anyPolicy},
+	// Scripts read from standard input.
+	{"echo %Q | bash -", false, false, anyPolicy}, {"bash /dev/stdin <<< %Q", false, false, anyPolicy},
+	{". /dev/fd/0 <<< %Q", false, false, anyPolicy},
+	// Values bash evaluates: $( assembled from pieces.
+	{`p='$'; c="a[${p}("%Q")]"; ls $((c))`, false, false, allowOnly},
+	{`a='$'; b="${a}("%Q")"; ls ${b@P}`, false, false, allowOnly},
+	{`p='$'; y="a[${p}("%Q")]"; [[ y -eq 0 ]]`, false, false, allowOnly},
+	{`p='$'; y="a[${p}("%Q")]"; ls ${z[y]}`, false, false, allowOnly},
+	// Nested subshells to a POSIX shell, arithmetic to bash.
+	{"((%s))", false, false, shOnly},
 }
 
 // FuzzHiddenCommand hides a refused command in constructs chosen by the
-// input, nested up to four deep, and checks that both policies refuse it.
+// input, nested up to four deep, and checks that the policies refuse it,
+// with bash and with sh as the agent's shell.
 func FuzzHiddenCommand(f *testing.F) {
 	f.Add([]byte{0, 0, 0})
 	f.Add([]byte{3, 20, 32, 5})
 	f.Add([]byte{8, 1, 15, 33, 2})
-	allow := mustParse(f, `bash: {allow: ["ls *", "echo *", "cat *", "true", "sudo *", "env *", "nice *", "nohup *", "timeout *",
-		"command *", "exec *", "time *", "xargs *", "find *", "bash *", "sh *", "su *", "watch *", "builtin *"]}`)
-	deny := mustParse(f, `bash: {deny: ["rm *"]}`)
+	f.Add([]byte{0, 68})
+	f.Add([]byte{1, 70, 25})
+	allowRules := `bash: {allow: ["ls *", "echo *", "cat *", "true", "sudo *", "env *", "nice *", "nohup *", "timeout *",
+		"command *", "exec *", "time *", "xargs *", "find *", "bash *", "sh *", "su *", "watch *", "builtin *", "flock *",
+		"chrt *", "taskset *", "unshare *", "setpriv *", "nsenter *", "chroot *", "script *", "systemd-run *", "ssh *",
+		"mapfile *", "[[ *"]}`
+	denyRules := `bash: {deny: ["rm *"]}`
+	sh := testEnv()
+	sh.Shell = "/bin/sh"
+	policies := []struct {
+		p        *Policy
+		sh, deny bool
+	}{
+		{mustParse(f, allowRules), false, false}, {mustParse(f, denyRules), false, true},
+		{mustParseEnv(f, allowRules, sh), true, false}, {mustParseEnv(f, denyRules, sh), true, true},
+	}
 	f.Fuzz(func(t *testing.T, choice []byte) {
 		if len(choice) == 0 || len(choice) > 5 {
 			return
 		}
 		line, simple := hiddenSpellings[int(choice[0])%len(hiddenSpellings)], true
+		scopes := map[hiderScope]bool{}
 		for _, c := range choice[1:] {
 			h := hiders[int(c)%len(hiders)]
-			if h.wraps && !simple {
+			// Wrappers need a simple command; bash reads what only a
+			// POSIX shell runs as arithmetic.
+			if h.wraps && !simple || scopes[shOnly] && strings.Contains(h.template, "bash -c") {
 				continue
 			}
 			line, simple = hide(h.template, line), h.simple
+			scopes[h.scope] = true
 		}
-		if allow.CheckCommand(line, nil) == nil {
-			t.Fatalf("allow list passed %q", line)
-		}
-		if deny.CheckCommand(line, nil) == nil {
-			t.Fatalf("deny rules passed %q", line)
+		for _, pol := range policies {
+			if scopes[allowOnly] && pol.deny || scopes[shOnly] && !pol.sh {
+				continue
+			}
+			if pol.p.CheckCommand(line, nil) == nil {
+				t.Fatalf("policy (sh=%v, deny=%v) passed %q", pol.sh, pol.deny, line)
+			}
 		}
 	})
 }

@@ -9,7 +9,12 @@ func testEnv() Env {
 
 func mustParse(t testing.TB, text string) *Policy {
 	t.Helper()
-	p, err := Parse([]byte(text), testEnv())
+	return mustParseEnv(t, text, testEnv())
+}
+
+func mustParseEnv(t testing.TB, text string, env Env) *Policy {
+	t.Helper()
+	p, err := Parse([]byte(text), env)
 	if err != nil {
 		t.Fatalf("Parse(%q): %v", text, err)
 	}
