@@ -102,8 +102,13 @@ func (c *checker) loopVar(name *syntax.Lit) error {
 
 // paramExp checks one parameter expansion.
 func (c *checker) paramExp(pe *syntax.ParamExp) error {
-	if pe.Param != nil && pe.Exp != nil && (pe.Exp.Op == syntax.AssignUnset || pe.Exp.Op == syntax.AssignUnsetOrNull) && steersShell(pe.Param.Value) {
-		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(pe)), pe.Param.Value)
+	if pe.Param != nil && pe.Exp != nil && (pe.Exp.Op == syntax.AssignUnset || pe.Exp.Op == syntax.AssignUnsetOrNull) {
+		switch {
+		case steersShell(pe.Param.Value):
+			return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(pe)), pe.Param.Value)
+		case pe.Excl:
+			return c.refuse("%s: it sets the variable a value names, which may be one that changes what commands run", clip(c.text(pe)))
+		}
 	}
 	if !c.allowList() {
 		return nil

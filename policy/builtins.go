@@ -71,21 +71,28 @@ func (c *checker) setsNamed(name string, args []shWord) error {
 	return nil
 }
 
-// printfTarget checks the variable of printf -v NAME. A first word only
-// known at run time may be "-vNAME".
+// printfTarget checks the variables of printf -v NAME; the last -v wins.
+// A word only known at run time where an option may be could be
+// "-vNAME".
 func (c *checker) printfTarget(args []shWord) error {
-	if len(args) == 0 {
-		return nil
-	}
-	first := args[0]
-	known, _, _ := strings.Cut(first.text, string(dyn))
-	switch {
-	case first.text == "-v" && len(args) > 1:
-		return c.setsVar("printf -v", args[1], args[1].text, false)
-	case first.literal() && strings.HasPrefix(first.text, "-v"):
-		return c.setsVar("printf", first, first.text[2:], false)
-	case !first.literal() && (strings.HasPrefix("-v", known) || strings.HasPrefix(known, "-v")):
-		return c.refuse("printf %s: its first word is only known when the line runs and may be -v NAME, which sets a variable; write the format out", clip(first.src))
+	for i := 0; i < len(args); i++ {
+		w := args[i]
+		known, _, _ := strings.Cut(w.text, string(dyn))
+		switch {
+		case !w.literal() && (strings.HasPrefix("-v", known) || strings.HasPrefix(known, "-v")):
+			return c.refuse("printf %s: the word is only known when the line runs and may be -v NAME, which sets a variable; write the format out", clip(w.src))
+		case w.text == "--" || !strings.HasPrefix(w.text, "-"):
+			return nil
+		case w.text == "-v" && i+1 < len(args):
+			i++
+			if err := c.setsVar("printf -v", args[i], args[i].text, false); err != nil {
+				return err
+			}
+		case strings.HasPrefix(w.text, "-v"):
+			if err := c.setsVar("printf", w, w.text[2:], false); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -108,12 +108,17 @@ func (c *checker) declares(words []shWord) error {
 	}
 	lookOnly := strings.ContainsAny(opts, "pfF") || variant == "export" || variant == "readonly"
 	for _, w := range names {
-		name, target, isAssign := strings.Cut(w.text, "=")
+		name, value, isAssign := strings.Cut(w.text, "=")
 		if err := c.setsVar(variant, w, strings.TrimSuffix(name, "+"), !isAssign && lookOnly); err != nil {
 			return err
 		}
+		if c.allowList() && variant != "export" && !compoundLiteral(value) {
+			// declare -a a="$x" assigns an array when x is "([i]=v)",
+			// subscripts and all, as does declare a="$x" when a is one.
+			return c.refuse("%s %s cannot be checked: arithmetic on variables (a value that is, or may be, an array assignment has its subscripts evaluated); under bash.allow subscripts are literal numbers", variant, clip(w.src))
+		}
 		if nameref {
-			if err := c.namerefTarget(variant, w, target, isAssign); err != nil {
+			if err := c.namerefTarget(variant, w, value, isAssign); err != nil {
 				return err
 			}
 		}
@@ -140,6 +145,30 @@ func (c *checker) declOpts(words []shWord) (opts string, names []shWord, err err
 		}
 	}
 	return opts, nil, nil
+}
+
+// compoundLiteral reports whether a value a declaration assigns is not an
+// array assignment such as "([i]=a)", or is one whose subscripts are
+// literal numbers. A value that starts with a part only known at run time
+// may be one.
+func compoundLiteral(value string) bool {
+	switch {
+	case value == "" || value[0] != '(' && value[0] != dyn:
+		return true
+	case strings.IndexByte(value, dyn) >= 0:
+		return false
+	}
+	for rest := value; ; {
+		_, after, ok := strings.Cut(rest, "[")
+		if !ok {
+			return true
+		}
+		sub, tail, ok := strings.Cut(after, "]")
+		if !ok || !subscriptText(sub) {
+			return false
+		}
+		rest = tail
+	}
 }
 
 // namerefTarget checks what a nameref refers to: a variable named in the
