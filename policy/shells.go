@@ -21,6 +21,14 @@ func (c *checker) shell(name string, args []shWord) ([]runs, error) {
 		return []runs{{unknown: "takes options the checker does not know for " + name}}, nil
 	case err != nil:
 		return nil, err
+	}
+	// An interactive bash (-i) runs its --rcfile first.
+	for _, rc := range append(p.values("", "rcfile"), p.values("", "init-file")...) {
+		if rs := c.scriptFile(rc); rs != nil {
+			return rs, nil
+		}
+	}
+	switch {
 	case cmdMode && len(p.rest) == 0:
 		return nil, nil // an error in the shell
 	case cmdMode && lang == langUnsupported:

@@ -280,10 +280,16 @@ func (c *checker) findExec(args []shWord) []runs {
 		for j < len(args) && args[j].text != ";" && !(args[j].text == "+" && args[j-1].text == "{}") {
 			j++
 		}
-		if len(args[i+1:j]) == 0 {
+		cmd := append([]shWord(nil), args[i+1:j]...)
+		for k, w := range cmd {
+			// find puts a file name in place of {}: in a command's name or
+			// in a script it is code.
+			cmd[k].text = strings.ReplaceAll(w.text, "{}", string(dyn))
+		}
+		if len(cmd) == 0 {
 			rs = append(rs, runs{unknown: "has an " + args[i].text + " action whose command is missing"})
 		} else {
-			rs = append(rs, runs{words: args[i+1 : j]})
+			rs = append(rs, runs{words: cmd})
 		}
 		i = j
 	}
