@@ -51,11 +51,25 @@ func (c *checker) words(ws []*syntax.Word) ([]shWord, error) {
 			if err != nil {
 				return nil, err
 			}
+			if sw.text == "" && !quoted(bw.Parts) {
+				continue // bash drops empty words: {,rm} x is rm x
+			}
 			src = "" // the source shows once
 			out = append(out, sw)
 		}
 	}
 	return out, nil
+}
+
+// quoted reports whether parts hold quotes, which keep an empty word.
+func quoted(parts []syntax.WordPart) bool {
+	for _, p := range parts {
+		switch p.(type) {
+		case *syntax.SglQuoted, *syntax.DblQuoted:
+			return true
+		}
+	}
+	return false
 }
 
 // word evaluates the parts of one word.
