@@ -92,10 +92,15 @@ func (c *checker) arithAssign(n syntax.Node, x syntax.ArithmExpr) error {
 	return nil
 }
 
-// loopVar refuses a for, select or coproc variable that steers the shell.
+// loopVar refuses a for, select or coproc variable that steers the shell,
+// or, under an allow list, one whose values bash evaluates.
 func (c *checker) loopVar(name *syntax.Lit) error {
-	if name != nil && steersShell(name.Value) {
+	switch {
+	case name == nil:
+	case steersShell(name.Value):
 		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(name)), name.Value)
+	case evaluatesValue(name.Value) && c.allowList():
+		return c.refuseArith(name)
 	}
 	return nil
 }

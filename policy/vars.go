@@ -28,10 +28,23 @@ func steersShell(name string) bool {
 	return false
 }
 
+// evaluatesValue reports whether bash evaluates what is assigned to
+// variable name as arithmetic, as it does for integer variables.
+func evaluatesValue(name string) bool {
+	switch name {
+	case "OPTIND", "RANDOM", "SRANDOM", "HISTCMD":
+		return true
+	}
+	return false
+}
+
 // assign checks one variable assignment.
 func (c *checker) assign(a *syntax.Assign) error {
 	if a.Name != nil && !a.Naked && steersShell(a.Name.Value) {
 		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", clip(c.text(a)), a.Name.Value)
+	}
+	if a.Name != nil && evaluatesValue(a.Name.Value) && c.allowList() && (a.Value == nil || !numberWord(a.Value.Parts)) {
+		return c.refuseArith(a)
 	}
 	if a.Index != nil && c.allowList() && !indexLiteral(a.Index) {
 		return c.refuseArith(a)
@@ -200,6 +213,8 @@ func (c *checker) setsVar(cmd string, w shWord, name string, keep bool) error {
 		return nil // bash refuses it
 	case steersShell(base) && !keep:
 		return c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", cmd, clip(w.src), base)
+	case evaluatesValue(base) && !keep && c.allowList():
+		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates what is assigned to %s); under bash.allow assign it a literal number", cmd, clip(w.src), base)
 	case hasSub && c.allowList() && !subscriptText(strings.TrimSuffix(sub, "]")):
 		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates the subscript, and a variable's value in it runs as code); under bash.allow subscripts are literal numbers", cmd, clip(w.src))
 	}
