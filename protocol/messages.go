@@ -106,7 +106,23 @@ type Announce struct {
 	HeartbeatMS int64 `json:"heartbeat_ms"`
 	// Leaving is set on the last announce of an agent that is shutting down.
 	Leaving bool `json:"leaving,omitempty"`
+	// Skills is the host's skill catalog as the host policy lets callers
+	// see it (denied skills are left out). Agents announce again at once
+	// when it changes.
+	Skills []Skill `json:"skills,omitempty"`
 	// Busy and Limit describe the agent's worker pool at announce time.
 	Busy  int `json:"busy"`
 	Limit int `json:"limit"`
+}
+
+// Skill is one entry of a host's skill catalog: an Agent Skills folder
+// (<root>/<name>/SKILL.md). An invalid skill is listed with Problem set
+// rather than left out, so its owner can see why it does not load.
+type Skill struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Path is the absolute path of the skill's SKILL.md on the host.
+	Path string `json:"path"`
+	// Problem says why the skill is invalid; empty for a valid skill.
+	Problem string `json:"problem,omitempty"`
 }
