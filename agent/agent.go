@@ -33,6 +33,8 @@ type Agent struct {
 	// it refuses, so that calls to them are told why.
 	pol     *policy.Policy
 	refused map[string]bool
+	// skills is the host's skill catalog as the policy lets callers see it.
+	skills *catalog
 	// instance tells this process's announces from those of another
 	// process using the same host name.
 	instance string
@@ -66,6 +68,8 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("host", cfg.Name)
+	skills := newCatalog(cfg.SkillsDir, cfg.Name, pol, log)
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
@@ -79,6 +83,7 @@ func New(cfg Config) (*Agent, error) {
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
+		Skills:   skills,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
@@ -86,10 +91,11 @@ func New(cfg Config) (*Agent, error) {
 	tools, refused := servedTools(tb.tools(), pol)
 	return &Agent{
 		cfg:         cfg,
-		log:         cfg.Logger.With("host", cfg.Name),
+		log:         log,
 		tools:       tools,
 		pol:         pol,
 		refused:     refused,
+		skills:      skills,
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
 		calls:       newCallTable(cfg.ResultTTL),
@@ -136,7 +142,7 @@ func (a *Agent) Name() string { return a.cfg.Name }
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
-		"state_dir", a.cfg.StateDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
+		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
 		"instance", a.instance)
 	a.logPolicy()
 
@@ -157,8 +163,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	var session sync.WaitGroup
 	session.Go(func() { a.dialLoop(sessCtx) })
 	session.Go(func() { a.keepaliveLoop(sessCtx) })
+	var watcher sync.WaitGroup
+	watcher.Go(func() { a.skills.watch(ctx, a.skillsChanged) })
 
 	<-ctx.Done()
+	watcher.Wait() // no announce of a changed catalog follows the leaving one
 	a.drain(&workers, cancelWork)
 	endSession()
 	session.Wait()
@@ -391,6 +400,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		StartedAt:    a.started,
 		HeartbeatMS:  a.cfg.Heartbeat.Milliseconds(),
 		Leaving:      leaving,
+		Skills:       a.skills.list(),
 		Busy:         a.calls.running(),
 		Limit:        a.cfg.MaxConcurrent,
 	}
@@ -401,6 +411,14 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	}
 	if err := nc.Publish(protocol.PresenceSubject(a.cfg.Name), data); err != nil {
 		a.log.Warn("announce failed", "err", err)
+	}
+}
+
+// skillsChanged announces the host at once when its skill catalog
+// changes, so that the gateway need not wait for the next heartbeat.
+func (a *Agent) skillsChanged() {
+	if nc := a.nc.Load(); nc != nil {
+		a.announce(nc, false)
 	}
 }
 

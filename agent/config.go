@@ -42,6 +42,11 @@ type Config struct {
 	// Empty: the host is unrestricted. A file that does not parse stops
 	// the agent.
 	PolicyFile string
+	// SkillsDir holds the host's skills, one folder per skill with a
+	// SKILL.md in it. Default: .agents/skills in Cwd. A relative path is
+	// taken relative to the process's working directory. It need not
+	// exist: skills appear when it does.
+	SkillsDir string
 	// SecretFiles hold the agent's credentials (such as the NATS password
 	// file): no tool may read or write them.
 	SecretFiles []string
@@ -91,6 +96,12 @@ func (c *Config) setDefaults() error {
 		if c.Cwd, err = os.Getwd(); err != nil {
 			return fmt.Errorf("working directory: %w", err)
 		}
+	}
+	if c.SkillsDir == "" {
+		c.SkillsDir = filepath.Join(c.Cwd, ".agents", "skills")
+	}
+	if c.SkillsDir, err = filepath.Abs(c.SkillsDir); err != nil {
+		return fmt.Errorf("skills directory: %w", err)
 	}
 	if c.Shell == "" {
 		c.Shell = defaultShell()

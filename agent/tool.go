@@ -52,4 +52,6 @@ type toolboxConfig struct {
 	// FLEET_ configure the agent and may hold its secrets: they are always
 	// left out. Nil: commands get an empty environment.
 	ChildEnv []string
+	// Skills is the host's skill catalog; nil: the host has no skills.
+	Skills *catalog
 }

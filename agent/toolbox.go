@@ -95,6 +95,7 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"write": t.write,
 		"edit":  t.edit,
 		"bash":  t.bash,
+		"skill": t.skill,
 	}
 }
 

@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		cwd       = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
 		policy    = fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)")
 		stateDir  = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
+		skillsDir = fs.String("skills_dir", "", "directory of the host's skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)")
 		shell     = fs.String("shell", "", "shell for bash commands (default: bash from PATH)")
 		maxConc   = fs.Int("max_concurrent", 16, "calls running at once")
 		maxQueue  = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, Home: getenv("HOME"), Shell: *shell,
+		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell,
 		PolicyFile: *policy, SecretFiles: secrets,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,

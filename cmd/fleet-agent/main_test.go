@@ -95,7 +95,7 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy"} {
+	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy", "-skills_dir"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
@@ -111,14 +111,15 @@ func TestRunTakesEnvironment(t *testing.T) {
 	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
 	var stderr bytes.Buffer
 	start := time.Now()
-	err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--drain_timeout", "1s"}, env(vars), &stderr)
+	skills := filepath.Join(t.TempDir(), "skills")
+	err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--skills_dir", skills, "--drain_timeout", "1s"}, env(vars), &stderr)
 	if err != nil {
 		t.Fatalf("run = %v, want nil after the context ended\n%s", err, stderr.String())
 	}
 	if elapsed := time.Since(start); elapsed < 900*time.Millisecond || elapsed > 10*time.Second {
 		t.Errorf("run returned after %v, want shortly after its 1s context ended", elapsed)
 	}
-	if !strings.Contains(stderr.String(), "agent starting") {
+	if !strings.Contains(stderr.String(), "agent starting") || !strings.Contains(stderr.String(), "skills_dir="+skills) {
 		t.Errorf("the agent did not start:\n%s", stderr.String())
 	}
 }

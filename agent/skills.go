@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Limits of the Agent Skills format, and of what the agent reads.
+const (
+	skillFile           = "SKILL.md"
+	maxSkillName        = 64
+	maxSkillDescription = 1024
+	maxSkillCompat      = 500
+	// maxSkillFileSize bounds a SKILL.md: larger ones are listed with a
+	// problem rather than read.
+	maxSkillFileSize = 1 << 20
+)
+
+// skillMeta is a SKILL.md's frontmatter.
+type skillMeta struct {
+	Name          string            `yaml:"name"`
+	Description   string            `yaml:"description"`
+	License       string            `yaml:"license"`
+	Compatibility string            `yaml:"compatibility"`
+	AllowedTools  string            `yaml:"allowed-tools"`
+	Metadata      map[string]string `yaml:"metadata"`
+}
+
+// skillKeys are the frontmatter keys the format defines.
+var skillKeys = []string{"name", "description", "license", "compatibility", "allowed-tools", "metadata"}
+
+// parseSkill parses the contents of a SKILL.md found in a folder called
+// dir. It returns what it could read of the frontmatter and, for an
+// invalid skill, an error saying why.
+func parseSkill(dir string, data []byte) (skillMeta, error) {
+	var m skillMeta
+	front, err := frontmatter(data)
+	if err != nil {
+		return m, err
+	}
+	var keys map[string]yaml.Node
+	if err := yaml.Unmarshal(front, &keys); err != nil {
+		return m, fmt.Errorf("frontmatter is not a YAML mapping: %s", yamlProblem(err))
+	}
+	var unknown []string
+	for k := range keys {
+		if !slices.Contains(skillKeys, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if err := yaml.Unmarshal(front, &m); err != nil {
+		return m, fmt.Errorf("frontmatter: %s", yamlProblem(err))
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return m, fmt.Errorf("frontmatter has unknown key(s) %s; the keys are %s",
+			strings.Join(unknown, ", "), strings.Join(skillKeys, ", "))
+	}
+	return m, validateSkill(dir, m)
+}
+
+// frontmatter returns the YAML between the opening "---" line of data and
+// the next "---" line.
+func frontmatter(data []byte) ([]byte, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	first, rest, _ := bytes.Cut(data, []byte("\n"))
+	if string(bytes.TrimRight(first, " \t\r")) != "---" {
+		return nil, errors.New(`SKILL.md does not start with YAML frontmatter: its first line must be "---"`)
+	}
+	for off := 0; off < len(rest); {
+		line, _, _ := bytes.Cut(rest[off:], []byte("\n"))
+		if string(bytes.TrimRight(line, " \t\r")) == "---" {
+			return rest[:off], nil
+		}
+		off += len(line) + 1
+	}
+	return nil, errors.New(`SKILL.md frontmatter is not closed: add a "---" line after it`)
+}
+
+// yamlProblem shortens a YAML error for a message.
+func yamlProblem(err error) string {
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// validateSkill checks m against the Agent Skills format for a skill in
+// a folder called dir.
+func validateSkill(dir string, m skillMeta) error {
+	if err := validateSkillName(m.Name); err != nil {
+		return err
+	}
+	if m.Name != dir {
+		return fmt.Errorf("name %q differs from its folder name %q; they must be equal", m.Name, dir)
+	}
+	switch n := utf8.RuneCountInString(m.Description); {
+	case strings.TrimSpace(m.Description) == "":
+		return errors.New("description is missing or empty; say what the skill does and when to use it")
+	case n > maxSkillDescription:
+		return fmt.Errorf("description is %d characters; the limit is %d", n, maxSkillDescription)
+	}
+	if n := utf8.RuneCountInString(m.Compatibility); n > maxSkillCompat {
+		return fmt.Errorf("compatibility is %d characters; the limit is %d", n, maxSkillCompat)
+	}
+	return nil
+}
+
+// validateSkillName checks a skill name: 1 to 64 lowercase letters,
+// digits and hyphens, with no hyphen first, last or next to another.
+func validateSkillName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("name is missing or empty")
+	case len(name) > maxSkillName:
+		return fmt.Errorf("name is %d characters; the limit is %d", len(name), maxSkillName)
+	case strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-"):
+		return fmt.Errorf("name %q starts or ends with a hyphen", name)
+	case strings.Contains(name, "--"):
+		return fmt.Errorf("name %q has two hyphens in a row", name)
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return fmt.Errorf("name %q has %q; use only lowercase letters, digits and hyphens", name, r)
+		}
+	}
+	return nil
+}
+
+// catalog is a host's skill catalog: the folders <root>/<name>/SKILL.md
+// the host policy lets callers see. Reads use the last snapshot; watch
+// rebuilds it when the folders change. It is safe for concurrent use.
+type catalog struct {
+	root string // absolute
+	host string
+	pol  *policy.Policy // nil: unrestricted
+	log  *slog.Logger
+	snap atomic.Pointer[skillSnapshot]
+
+	// pollEvery is how often the folders are looked at when the system
+	// cannot report changes, and how often a missing root is looked for.
+	pollEvery time.Duration
+	// debounce is how long watch waits after a change before it rebuilds,
+	// so that a burst of changes costs one rebuild.
+	debounce time.Duration
+	// pollOnly makes watch poll even where the system reports changes.
+	pollOnly bool
+}
+
+// skillSnapshot is the catalog at one moment.
+type skillSnapshot struct {
+	skills []protocol.Skill // sorted by name
+}
+
+// newCatalog returns the catalog of root, already scanned.
+func newCatalog(root, host string, pol *policy.Policy, log *slog.Logger) *catalog {
+	c := &catalog{root: root, host: host, pol: pol, log: log, pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
+	c.rescan()
+	return c
+}
+
+// list returns the catalog's skills, sorted by name. The caller must not
+// modify them.
+func (c *catalog) list() []protocol.Skill {
+	if c == nil {
+		return nil
+	}
+	return c.snap.Load().skills
+}
+
+// lookup returns the skill called name.
+func (c *catalog) lookup(name string) (protocol.Skill, bool) {
+	skills := c.list()
+	i, ok := slices.BinarySearchFunc(skills, name, func(s protocol.Skill, n string) int { return strings.Compare(s.Name, n) })
+	if !ok {
+		return protocol.Skill{}, false
+	}
+	return skills[i], true
+}
+
+// rescan rebuilds the snapshot and reports whether it changed.
+func (c *catalog) rescan() bool {
+	skills := c.scan()
+	if old := c.snap.Load(); old != nil && slices.Equal(old.skills, skills) {
+		return false
+	}
+	c.snap.Store(&skillSnapshot{skills: skills})
+	return true
+}
+
+// scan reads the skill folders under the root. A missing root is an
+// empty catalog; folders without a SKILL.md and skills the policy denies
+// are left out.
+func (c *catalog) scan() []protocol.Skill {
+	entries, err := os.ReadDir(c.root)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.log.Warn("skills: cannot list the skills folder", "dir", c.root, "err", err)
+		}
+		return nil
+	}
+	var skills []protocol.Skill
+	for _, e := range entries {
+		name := e.Name()
+		if !c.pol.AllowSkill(name) {
+			continue
+		}
+		dir := filepath.Join(c.root, name)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		s, ok := loadSkill(dir)
+		if ok {
+			skills = append(skills, s)
+		}
+	}
+	slices.SortFunc(skills, func(a, b protocol.Skill) int { return strings.Compare(a.Name, b.Name) })
+	return skills
+}
+
+// loadSkill reads dir/SKILL.md. It reports false when there is none.
+func loadSkill(dir string) (protocol.Skill, bool) {
+	name := filepath.Base(dir)
+	path := filepath.Join(dir, skillFile)
+	s := protocol.Skill{Name: name, Path: path}
+	data, err := readSkillFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, false
+	}
+	if err != nil {
+		s.Problem = err.Error()
+		return s, true
+	}
+	m, err := parseSkill(name, data)
+	s.Description = strings.TrimSpace(m.Description)
+	if err != nil {
+		s.Problem = err.Error()
+	}
+	return s, true
+}
+
+// readSkillFile reads a SKILL.md of at most maxSkillFileSize bytes.
+func readSkillFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", skillFile)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSkillFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", skillFile, err)
+	}
+	if len(data) > maxSkillFileSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", skillFile, maxSkillFileSize)
+	}
+	return data, nil
+}
