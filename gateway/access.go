@@ -17,10 +17,11 @@ import (
 const (
 	toolHosts = "hosts"
 	toolAudit = "audit"
+	toolSkill = "skill"
 )
 
 // hostToolNames are the tools that act on one host.
-func hostToolNames() []string { return []string{"read", "write", "edit", "bash"} }
+func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill} }
 
 // adminToolNames are the tools only admins may call.
 func adminToolNames() []string { return []string{toolAudit} }

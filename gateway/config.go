@@ -68,6 +68,12 @@ type Config struct {
 	// offline. Default 15 s (three missed 5 s heartbeats).
 	OfflineAfter time.Duration
 
+	// SystemPromptFile, when set, is a text/template that replaces the
+	// bundled template of the resource://system-prompt resource. It is
+	// read on every read of the resource; a file that cannot be read or
+	// parsed falls back to the bundled template, with a warning logged.
+	SystemPromptFile string
+
 	// Logger receives the gateway's log. Default slog.Default().
 	Logger *slog.Logger
 }

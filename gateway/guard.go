@@ -47,7 +47,8 @@ func callFrom(ctx context.Context) *callContext {
 	return &callContext{grants: (*AccessRules)(nil).For(nil), callID: newCallID()}
 }
 
-// guard is the receiving middleware of the MCP server.
+// guard is the receiving middleware of the MCP server. Resource reads
+// check access in their own handlers.
 func (g *Gateway) guard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch r := req.(type) {
@@ -55,6 +56,15 @@ func (g *Gateway) guard(next mcp.MethodHandler) mcp.MethodHandler {
 			return g.listTools(ctx, method, r, next)
 		case *mcp.CallToolRequest:
 			return g.callTool(ctx, method, r, next)
+		case *mcp.ReadResourceRequest:
+			// A host URI the templates do not match (a host ID with
+			// characters they refuse) still gets an error naming the
+			// problem, not a bare "not found".
+			if r.Params != nil && strings.HasPrefix(r.Params.URI, hostsPrefix) {
+				if _, _, err := parseHostURI(r.Params.URI); err != nil {
+					return nil, err
+				}
+			}
 		}
 		return next(ctx, method, req)
 	}

@@ -13,7 +13,8 @@ import (
 const Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
-	"every other tool takes a host name. Files: read, write, edit. Commands: bash."
+	"every other tool takes a host name. Files: read, write, edit. Commands: bash. Skills: skill. " +
+	"Resources: resource://hosts, resource://skills and resource://system-prompt (a full system prompt for this fleet)."
 
 // newMCPServer builds the one MCP server shared by every session; the SDK
 // calls getServer on every request, so it must stay cheap.
@@ -21,6 +22,7 @@ func (g *Gateway) newMCPServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: g.log.With("component", "mcp")})
 	g.addTools(s)
+	g.addResources(s)
 	s.AddReceivingMiddleware(g.guard)
 	return s
 }

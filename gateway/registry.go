@@ -29,6 +29,7 @@ func (h *HostInfo) clone() HostInfo {
 	c := *h
 	c.Labels = maps.Clone(h.Labels)
 	c.Tools = slices.Clone(h.Tools)
+	c.Skills = slices.Clone(h.Skills)
 	return c
 }
 

@@ -52,6 +52,11 @@ type bashIn struct {
 	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed (default 120; capped by the host, 600 unless configured)"`
 }
 
+type skillIn struct {
+	Host string `json:"host" jsonschema:"the host that has the skill (see hosts or resource://skills)"`
+	Name string `json:"name" jsonschema:"the skill's name, as listed in resource://skills"`
+}
+
 const (
 	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, labels, the tools the host serves and its policy digest. " +
 		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
@@ -62,7 +67,8 @@ const (
 		"The write is atomic (temporary file, then rename); an existing file keeps its permissions."
 	descEdit = "Edit a file on a host by exact string replacement. Each old_string must match exactly once (or set replace_all); " +
 		"edits apply in order. If any edit fails nothing is written and the error names the edit. Prefer this over write for changes to existing files."
-	descBash = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
+	descSkill = "Load a skill's instructions on a host (from hosts or resource://skills): the SKILL.md text plus the paths of its bundled files, which read can fetch."
+	descBash  = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
 		"Output is truncated to the last 2000 lines or 50KB; the full output is then saved to a file on the host (path given, readable with read). " +
 		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
 		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running."
@@ -82,6 +88,10 @@ func (g *Gateway) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "edit", Description: descEdit},
 		func(ctx context.Context, req *mcp.CallToolRequest, in editIn) (*mcp.CallToolResult, any, error) {
 			return g.forward(ctx, req, in.Host, "edit", g.cfg.FileCallTimeout), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: toolSkill, Description: descSkill, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest, in skillIn) (*mcp.CallToolResult, any, error) {
+			return g.forward(ctx, req, in.Host, toolSkill, g.cfg.FileCallTimeout), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
 		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {

@@ -51,6 +51,7 @@ type options struct {
 	agentName  string
 	agentCred  string
 	logLevel   string
+	promptFile string
 
 	jwtIssuer, jwtAudience, jwksURI string
 	jwtAlgs, scopes                 string
@@ -83,6 +84,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
 	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server, then exit")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -183,7 +185,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 	cfg := gateway.Config{
 		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
-		SessionTimeout: o.sessionTTL, Logger: log,
+		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 	}
 	if err := authConfig(&cfg, o, log); err != nil {
