@@ -130,9 +130,6 @@ func newInstanceID() string {
 	return hex.EncodeToString(b)
 }
 
-// Name returns the host ID the agent serves.
-func (a *Agent) Name() string { return a.cfg.Name }
-
 // Run connects to NATS and serves calls until ctx is cancelled. Then it
 // drains: it refuses new calls, lets in-flight ones finish (at most
 // DrainTimeout, then cancels them), announces that it is leaving and

@@ -36,13 +36,9 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	case len(a.Edits) == 0:
 		return toolFailure(tc, "edits is empty; give at least one {old_string, new_string}")
 	}
-	path, err := t.resolve(a.Path)
-	if err != nil {
-		return toolFailure(tc, "%v", err)
-	}
-	target, err := t.guard.checkPath(path, policy.Read, policy.Write)
-	if err != nil {
-		return pathFailure(tc, path, err)
+	path, target, r := t.checkedPath(tc, a.Path, policy.Read, policy.Write)
+	if r != nil {
+		return r
 	}
 	unlock := t.lockFile(target)
 	defer unlock()

@@ -211,6 +211,20 @@ func deniedResult(tc *toolCall, err error) *protocol.Result {
 
 // pathFailure is the result of a call whose path was refused or could not
 // be resolved.
+// checkedPath resolves a tool's path argument and checks it against the
+// host policy for ops. It returns the path as resolved for messages, the
+// checked target to open, or the result that refuses the call.
+func (t *toolbox) checkedPath(tc *toolCall, raw string, ops ...policy.Op) (path, target string, r *protocol.Result) {
+	path, err := t.resolve(raw)
+	if err != nil {
+		return "", "", toolFailure(tc, "%v", err)
+	}
+	if target, err = t.guard.checkPath(path, ops...); err != nil {
+		return "", "", pathFailure(tc, path, err)
+	}
+	return path, target, nil
+}
+
 func pathFailure(tc *toolCall, path string, err error) *protocol.Result {
 	if isDenied(err) {
 		return deniedResult(tc, err)

@@ -43,13 +43,9 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	case a.Limit < 0:
 		return toolFailure(tc, "limit %d is negative; give a positive number of lines, or leave it out", a.Limit)
 	}
-	path, err := t.resolve(a.Path)
-	if err != nil {
-		return toolFailure(tc, "%v", err)
-	}
-	target, err := t.guard.checkPath(path, policy.Read)
-	if err != nil {
-		return pathFailure(tc, path, err)
+	path, target, r := t.checkedPath(tc, a.Path, policy.Read)
+	if r != nil {
+		return r
 	}
 	f, br, err := t.openText(path, target, "read returns text only")
 	if err != nil {

@@ -76,6 +76,15 @@ func truncateTail(s string) truncation {
 	return cutTail(s, countTextLines(s), true, defaultLimits())
 }
 
+// untruncated is the truncation of a text that fits the limits whole.
+func untruncated(s string, totalLines int) truncation {
+	t := truncation{TotalLines: totalLines, Content: s, OutputLines: totalLines}
+	if totalLines > 0 {
+		t.StartLine, t.EndLine = 1, totalLines
+	}
+	return t
+}
+
 // cutHead is truncateHead for a text of which s is a prefix: whole reports
 // whether s is the entire text, and totalLines counts the lines of the
 // entire text. When s is not whole it must hold more than lim.bytes bytes
@@ -84,11 +93,7 @@ func truncateTail(s string) truncation {
 func cutHead(s string, totalLines int, whole bool, lim outputLimits) truncation {
 	t := truncation{TotalLines: totalLines}
 	if whole && totalLines <= lim.lines && len(s) <= lim.bytes {
-		t.Content, t.OutputLines = s, totalLines
-		if totalLines > 0 {
-			t.StartLine, t.EndLine = 1, totalLines
-		}
-		return t
+		return untruncated(s, totalLines)
 	}
 	end, kept, by := 0, 0, "lines"
 	for kept < lim.lines && end < len(s) {
@@ -122,11 +127,7 @@ func cutHead(s string, totalLines int, whole bool, lim outputLimits) truncation 
 func cutTail(s string, totalLines int, whole bool, lim outputLimits) truncation {
 	t := truncation{TotalLines: totalLines}
 	if whole && totalLines <= lim.lines && len(s) <= lim.bytes {
-		t.Content, t.OutputLines = s, totalLines
-		if totalLines > 0 {
-			t.StartLine, t.EndLine = 1, totalLines
-		}
-		return t
+		return untruncated(s, totalLines)
 	}
 	start, kept, by := len(s), 0, "lines"
 	for kept < lim.lines && start > 0 {

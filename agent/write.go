@@ -26,13 +26,9 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r := decodeArgs(tc, "write", &a); r != nil {
 		return r
 	}
-	path, err := t.resolve(a.Path)
-	if err != nil {
-		return toolFailure(tc, "%v", err)
-	}
-	target, err := t.guard.checkPath(path, policy.Write)
-	if err != nil {
-		return pathFailure(tc, path, err)
+	path, target, r := t.checkedPath(tc, a.Path, policy.Write)
+	if r != nil {
+		return r
 	}
 	unlock := t.lockFile(target)
 	defer unlock()

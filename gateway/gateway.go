@@ -224,10 +224,6 @@ func (g *Gateway) AgentCredentials(host string) (user, password string) {
 	return host, g.creds.AgentPassword(host)
 }
 
-// InProcess returns the embedded server for in-process NATS clients (nil
-// with an external cluster).
-func (g *Gateway) InProcess() *server.Server { return g.ns }
-
 // Shutdown stops accepting requests, waits for in-flight ones until ctx
 // ends, then closes NATS.
 func (g *Gateway) Shutdown(ctx context.Context) error {

@@ -214,9 +214,8 @@ type fetchLimiter struct {
 	every time.Duration
 	now   func() time.Time
 
-	mu      sync.Mutex
-	last    time.Time
-	fetches int
+	mu   sync.Mutex
+	last time.Time
 }
 
 func (l *fetchLimiter) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -228,16 +227,8 @@ func (l *fetchLimiter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	l.last = now
-	l.fetches++
 	l.mu.Unlock()
 	return l.base.RoundTrip(r)
-}
-
-// count returns how many fetches went through.
-func (l *fetchLimiter) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fetches
 }
 
 // refetchLimitedError refuses a token that no key the gateway holds
