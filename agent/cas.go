@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// casArgs is the compare-and-swap guard of the tools that change files
+// (write, edit, delete, move): when ExpectedSHA256 is set and the file's
+// current content hashes differently, or the file is gone, nothing
+// changes. Callers hold the file's lock (toolbox.lockFile) from the
+// check to the change, so mutations of one file on one agent are
+// serialised and the check cannot go stale in between.
+type casArgs struct {
+	ExpectedSHA256 string `json:"expected_sha256"`
+}
+
+// expected returns the normalised expected hash ("" when none was given)
+// or a failure saying what is wrong with the argument.
+func (c casArgs) expected(tc *toolCall) (string, *protocol.Result) {
+	if c.ExpectedSHA256 == "" {
+		return "", nil
+	}
+	h := strings.ToLower(strings.TrimPrefix(c.ExpectedSHA256, "sha256:"))
+	if len(h) != sha256.Size*2 || strings.Trim(h, "0123456789abcdef") != "" {
+		return "", toolFailure(tc, "expected_sha256 %q is not a SHA-256 hash; give the 64 hexadecimal digits that read returned as sha256", c.ExpectedSHA256)
+	}
+	return h, nil
+}
+
+// sha256Hex returns the lowercase hexadecimal SHA-256 of data.
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// currentSHA256 hashes the regular file at target, a resolved path the
+// guard allowed, opened without following links. A missing file hashes as
+// "" with a nil error.
+func currentSHA256(target string) (string, error) {
+	d, err := openDir(filepath.Dir(target), false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	f, err := d.openRead(filepath.Base(target))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", target)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// checkExpected compares the file at target with want, the result of
+// casArgs.expected. It returns nil when want is "" or matches, and the
+// failure to answer with otherwise.
+func checkExpected(tc *toolCall, path, target, want string) *protocol.Result {
+	if want == "" {
+		return nil
+	}
+	got, err := currentSHA256(target)
+	if err != nil {
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	if got == want {
+		return nil
+	}
+	return casMismatch(tc, path, want, got)
+}
+
+// casMismatch is the failure for a file whose content is not the one the
+// caller expected; current is "" when the file does not exist. The
+// current hash is in the text and in the structured result
+// (current_sha256), so the caller can re-read and retry.
+func casMismatch(tc *toolCall, path, want, current string) *protocol.Result {
+	var msg string
+	if current == "" {
+		msg = fmt.Sprintf("%s does not exist (expected sha256 %s); nothing was changed. Check the path, or leave out expected_sha256 to create it.", path, want)
+	} else {
+		msg = fmt.Sprintf("%s has changed: its sha256 is %s, not the expected %s; nothing was changed. Read the file again and redo the change against its current content.", path, current, want)
+	}
+	r := toolFailure(tc, "%s", msg)
+	r.Structured, _ = json.Marshal(map[string]any{"path": path, "expected_sha256": want, "current_sha256": current, "exists": current != ""})
+	return r
+}
