@@ -42,6 +42,7 @@ type rule struct {
 	hosts []Selector
 	tools map[string]bool // per-host tools
 	admin bool
+	rate  RateLimit // zero: the gateway default
 }
 
 // condition is one claim test: the claim must have a value matching one of

@@ -41,6 +41,9 @@ type Config struct {
 	// issuer; API tokens carry their own grants, and deny rules apply to
 	// every caller.
 	Access *AccessRules
+	// RateLimit is each caller's tools/call limit where its access rule
+	// or API token sets none (ParseRateLimit). Zero: unlimited.
+	RateLimit RateLimit
 	// Audit configures the audit trail.
 	Audit AuditConfig
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,6 +99,9 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	}
 	rec := g.newRecord(start, cc, req, host)
 	dec, refusal := g.decide(cc, tool, host)
+	if dec.Allowed {
+		dec, refusal = g.rateCheck(cc, start, dec)
+	}
 	rec.Rule, rec.Reason = dec.Rule, dec.Reason
 	var res mcp.Result
 	var err error
@@ -178,6 +182,22 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 		msg += " (refused by rule " + d.Rule + ")"
 	}
 	return d, msg
+}
+
+// rateCheck takes the call from the caller's rate-limit bucket. Over the
+// limit, the call is refused with a message that says when to retry.
+func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decision, string) {
+	rd := cc.grants.RateLimit(g.cfg.RateLimit)
+	ok, wait := g.rates.allow(cc.id.Caller().Subject, rd.limit, now)
+	if ok {
+		return dec, ""
+	}
+	from := "the gateway's default"
+	if rd.rule != "" {
+		from = rd.rule
+	}
+	secs := math.Ceil(wait.Seconds()*10) / 10
+	return deniedBy(rd.rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.limit, from, secs)
 }
 
 // newRecord starts the audit record of a call.
