@@ -342,7 +342,7 @@ func (a *Agent) enqueue(j *job) *enqueueErr {
 	case a.queue <- j:
 		return nil
 	default:
-		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits; retry shortly",
+		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits (fleet-agent --max_concurrent, --max_queue); retry shortly",
 			a.cfg.Name, a.cfg.MaxConcurrent, a.cfg.MaxQueue)}
 	}
 }
