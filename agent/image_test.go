@@ -1,0 +1,779 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/color/palette"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/image/bmp"
+	"golang.org/x/image/tiff"
+	"golang.org/x/image/webp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Images are made in code: each helper below builds a real file of its
+// format with the standard or x/image encoders, or, where no encoder
+// exists (WebP, APNG, EXIF), by writing the format's bytes as its
+// specification lays them out.
+
+// solid returns a w by h image of one colour.
+func solid(w, h int, c color.NRGBA) *image.NRGBA {
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for i := 0; i < len(m.Pix); i += 4 {
+		m.Pix[i], m.Pix[i+1], m.Pix[i+2], m.Pix[i+3] = c.R, c.G, c.B, c.A
+	}
+	return m
+}
+
+var (
+	red   = color.NRGBA{255, 0, 0, 255}
+	green = color.NRGBA{0, 255, 0, 255}
+	blue  = color.NRGBA{0, 0, 255, 255}
+	white = color.NRGBA{255, 255, 255, 255}
+)
+
+// quadrants returns a w by h image whose quadrants are, clockwise from
+// the top left, red, green, white and blue.
+func quadrants(w, h int) *image.NRGBA {
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			c := red
+			switch {
+			case x >= w/2 && y < h/2:
+				c = green
+			case x >= w/2:
+				c = white
+			case y >= h/2:
+				c = blue
+			}
+			m.SetNRGBA(x, y, c)
+		}
+	}
+	return m
+}
+
+// noise returns a w by h opaque image of random pixels, which compress
+// badly.
+func noise(w, h int, seed uint64) *image.NRGBA {
+	r := rand.New(rand.NewPCG(seed, 1))
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for i := range m.Pix {
+		m.Pix[i] = uint8(r.Uint32())
+		if i%4 == 3 {
+			m.Pix[i] = 255
+		}
+	}
+	return m
+}
+
+func encodePNG(t testing.TB, m image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func encodeJPEG(t testing.TB, m image.Image, quality int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, m, &jpeg.Options{Quality: quality}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// exifSegment returns a JPEG APP1 segment holding an EXIF block whose
+// IFD0 has the Orientation tag o (a SHORT), in the given byte order.
+func exifSegment(o uint16, bo binary.AppendByteOrder) []byte {
+	tiffHead := []byte("MM\x00*")
+	if bo == binary.LittleEndian {
+		tiffHead = []byte("II*\x00")
+	}
+	body := append([]byte("Exif\x00\x00"), tiffHead...)
+	body = bo.AppendUint32(body, 8) // IFD0 right after the header
+	body = bo.AppendUint16(body, 2) // two entries
+	// An unrelated tag first (ImageDescription, ASCII, 4 bytes inline).
+	body = bo.AppendUint16(body, 0x010E)
+	body = bo.AppendUint16(body, 2)
+	body = bo.AppendUint32(body, 4)
+	body = append(body, "abc\x00"...)
+	body = bo.AppendUint16(body, tagOrientation)
+	body = bo.AppendUint16(body, 3) // SHORT
+	body = bo.AppendUint32(body, 1)
+	body = bo.AppendUint16(body, o)
+	body = bo.AppendUint16(body, 0) // padding of the value field
+	body = bo.AppendUint32(body, 0) // no next IFD
+	seg := []byte{0xFF, 0xE1}
+	seg = binary.BigEndian.AppendUint16(seg, uint16(len(body)+2))
+	return append(seg, body...)
+}
+
+// withEXIF inserts seg after the SOI marker of a JPEG file.
+func withEXIF(jpg, seg []byte) []byte {
+	return append(append(append([]byte{}, jpg[:2]...), seg...), jpg[2:]...)
+}
+
+// pngChunk returns a PNG chunk with its length and CRC.
+func pngChunk(typ string, data []byte) []byte {
+	c := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+	c = append(c, typ...)
+	c = append(c, data...)
+	return binary.BigEndian.AppendUint32(c, crc32.ChecksumIEEE(c[4:]))
+}
+
+// apng turns a PNG file into an animated PNG by adding an animation
+// control chunk (acTL: 2 frames, looping forever) after IHDR.
+func apng(p []byte) []byte {
+	const afterIHDR = 8 + 8 + 13 + 4
+	actl := pngChunk("acTL", binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 2), 0))
+	return append(append(append([]byte{}, p[:afterIHDR]...), actl...), p[afterIHDR:]...)
+}
+
+// bitWriter writes bits least significant first, as VP8L reads them.
+type bitWriter struct {
+	buf []byte
+	acc uint64
+	n   uint
+}
+
+func (w *bitWriter) write(v uint64, bits uint) {
+	w.acc |= v << w.n
+	w.n += bits
+	for w.n >= 8 {
+		w.buf = append(w.buf, byte(w.acc))
+		w.acc >>= 8
+		w.n -= 8
+	}
+}
+
+func (w *bitWriter) bytes() []byte {
+	if w.n > 0 {
+		w.buf = append(w.buf, byte(w.acc))
+		w.acc, w.n = 0, 0
+	}
+	return w.buf
+}
+
+// solidWebP returns a lossless WebP file (a VP8L bitstream in a RIFF
+// container) of w by h pixels of colour c. Every prefix code has a
+// single symbol, so the pixels take no bits at all: the bitstream is the
+// header and five codes. See the WebP lossless bitstream specification,
+// sections 3 (header), 4 (no transform), 5 and 6 (codes).
+func solidWebP(w, h int, c color.NRGBA) []byte {
+	var bw bitWriter
+	bw.write(0x2f, 8) // signature
+	bw.write(uint64(w-1), 14)
+	bw.write(uint64(h-1), 14)
+	alpha := uint64(0)
+	if c.A != 255 {
+		alpha = 1
+	}
+	bw.write(alpha, 1)
+	bw.write(0, 3) // version
+	bw.write(0, 1) // no transform
+	bw.write(0, 1) // no colour cache
+	bw.write(0, 1) // no meta prefix codes
+	for _, sym := range []uint8{c.G, c.R, c.B, c.A} {
+		bw.write(1, 1) // simple code
+		bw.write(0, 1) // one symbol
+		bw.write(1, 1) // of 8 bits
+		bw.write(uint64(sym), 8)
+	}
+	bw.write(1, 1) // distance code: simple, one symbol of 1 bit: 0
+	bw.write(0, 1)
+	bw.write(0, 1)
+	bw.write(0, 1)
+	data := bw.bytes()
+	chunk := append([]byte("VP8L"), binary.LittleEndian.AppendUint32(nil, uint32(len(data)))...)
+	chunk = append(chunk, data...)
+	if len(data)%2 == 1 {
+		chunk = append(chunk, 0)
+	}
+	file := append([]byte("RIFF"), binary.LittleEndian.AppendUint32(nil, uint32(4+len(chunk)))...)
+	return append(append(file, "WEBP"...), chunk...)
+}
+
+// animatedGIF returns a GIF of w by h with one frame per colour.
+func animatedGIF(t testing.TB, w, h int, colours ...color.NRGBA) []byte {
+	t.Helper()
+	g := &gif.GIF{}
+	for _, c := range colours {
+		f := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
+		idx := uint8(color.Palette(palette.Plan9).Index(c))
+		for i := range f.Pix {
+			f.Pix[i] = idx
+		}
+		g.Image = append(g.Image, f)
+		g.Delay = append(g.Delay, 10)
+	}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, g); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// writeFile writes data to name under dir and returns its path.
+func writeFile(t testing.TB, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// shownResult is an image read's result taken apart.
+type shownResult struct {
+	note string
+	mime string
+	data []byte
+	info map[string]any
+	img  image.Image // data decoded
+}
+
+// readImage reads path and checks that the result is a note and an
+// image.
+func readImage(t *testing.T, tb *toolbox, args map[string]any) shownResult {
+	t.Helper()
+	res, _ := tbCall(t, context.Background(), tb, "read", args)
+	if res.Error != nil || res.IsError {
+		t.Fatalf("read %v failed: %v %v", args, res.Error, res.Content)
+	}
+	if len(res.Content) != 2 || res.Content[0].Type != "text" || res.Content[1].Type != "image" {
+		t.Fatalf("read %v gave %d items (%+v), want a note and an image", args, len(res.Content), res.Content)
+	}
+	s := shownResult{note: res.Content[0].Text, mime: res.Content[1].MIMEType, data: res.Content[1].Data}
+	if err := json.Unmarshal(res.Structured, &s.info); err != nil {
+		t.Fatalf("structured result %q: %v", res.Structured, err)
+	}
+	var err error
+	switch s.mime {
+	case "image/webp":
+		s.img, err = webp.Decode(bytes.NewReader(s.data))
+	default:
+		s.img, _, err = image.Decode(bytes.NewReader(s.data))
+	}
+	if err != nil {
+		t.Fatalf("shown %s does not decode: %v", s.mime, err)
+	}
+	return s
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// readErr reads with args and returns the text of the tool error.
+func readErr(t *testing.T, tb *toolbox, args map[string]any) string {
+	t.Helper()
+	res, _ := tbCall(t, context.Background(), tb, "read", args)
+	if !res.IsError || len(res.Content) != 1 {
+		t.Fatalf("read %v: want a tool error, got error=%v isError=%v content=%+v", args, res.Error, res.IsError, res.Content)
+	}
+	return res.Content[0].Text
+}
+
+// near reports whether c is within 24 of want on every channel.
+func near(c color.Color, want color.NRGBA) bool {
+	got := color.NRGBAModel.Convert(c).(color.NRGBA)
+	d := func(a, b uint8) bool { return max(a, b)-min(a, b) <= 24 }
+	return d(got.R, want.R) && d(got.G, want.G) && d(got.B, want.B) && d(got.A, want.A)
+}
+
+func wantContains(t *testing.T, what, s string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(s, w) {
+			t.Errorf("%s does not mention %q:\n%s", what, w, s)
+		}
+	}
+}
+
+func TestReadImageAsIs(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	small := encodePNG(t, quadrants(64, 48))
+	photo := encodeJPEG(t, quadrants(300, 200), 90)
+	upright := withEXIF(photo, exifSegment(1, binary.BigEndian))
+	wp := solidWebP(40, 30, color.NRGBA{10, 200, 30, 255})
+	if m, err := webp.Decode(bytes.NewReader(wp)); err != nil || m.Bounds().Dx() != 40 || !near(m.At(5, 5), color.NRGBA{10, 200, 30, 255}) {
+		t.Fatalf("the test's WebP file does not decode as built: %v", err)
+	}
+	anim := animatedGIF(t, 32, 16, red, blue)
+	tests := []struct {
+		name, file string
+		data       []byte
+		mime       string
+		w, h       int
+		note       []string
+	}{
+		{"png", "small.png", small, "image/png", 64, 48, []string{"PNG image, 64x48", "Shown as is: coordinates on it are the file's pixels"}},
+		{"png named as text", "shot.txt", small, "image/png", 64, 48, []string{"PNG image, 64x48"}},
+		{"jpeg", "photo.jpg", photo, "image/jpeg", 300, 200, []string{"JPEG image, 300x200", "Shown as is"}},
+		{"jpeg with orientation 1", "upright.jpg", upright, "image/jpeg", 300, 200, []string{"Shown as is"}},
+		{"webp", "pic.webp", wp, "image/webp", 40, 30, []string{"WebP image, 40x30", "Shown as is"}},
+		{"animated gif", "anim.gif", anim, "image/gif", 32, 16, []string{"GIF image, 32x16", "Shown as is (animated"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, dir, tt.file, tt.data)
+			s := readImage(t, tb, map[string]any{"path": p})
+			if !bytes.Equal(s.data, tt.data) || s.mime != tt.mime {
+				t.Errorf("shown %s of %d bytes, want the file's own %d bytes as %s", s.mime, len(s.data), len(tt.data), tt.mime)
+			}
+			wantContains(t, "note", s.note, append(tt.note, p, "sha256 "+sha256Hex(tt.data))...)
+			if s.info["sha256"] != sha256Hex(tt.data) || s.info["path"] != p || s.info["width"] != float64(tt.w) || s.info["height"] != float64(tt.h) ||
+				s.info["scale_x"] != 1.0 || s.info["scale_y"] != 1.0 || s.info["shown"].(map[string]any)["as_is"] != true {
+				t.Errorf("structured result = %v", s.info)
+			}
+		})
+	}
+}
+
+func TestReadImageEXIFOrientation(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	// A 4000x3000 photo stored on its side: orientation 6 says turn it
+	// 90° clockwise. Upright, the stored top left (red) is at the top
+	// right, the stored bottom left (blue) at the top left.
+	big := withEXIF(encodeJPEG(t, quadrants(4000, 3000), 85), exifSegment(6, binary.BigEndian))
+	p := writeFile(t, dir, "side.jpg", big)
+	s := readImage(t, tb, map[string]any{"path": p})
+	if b := s.img.Bounds(); b.Dx() != 1500 || b.Dy() != 2000 || s.mime != "image/jpeg" {
+		t.Fatalf("shown %s %dx%d, want an upright 1500x2000 JPEG", s.mime, b.Dx(), b.Dy())
+	}
+	for _, q := range []struct {
+		x, y int
+		c    color.NRGBA
+		name string
+	}{{375, 500, blue, "top left"}, {1125, 500, red, "top right"}, {1125, 1500, green, "bottom right"}, {375, 1500, white, "bottom left"}} {
+		if c := s.img.At(q.x, q.y); !near(c, q.c) {
+			t.Errorf("%s quadrant is %v, want %v", q.name, c, q.c)
+		}
+	}
+	wantContains(t, "note", s.note, "JPEG image, 4000x3000", "EXIF orientation 6 was applied: upright it is 3000x4000",
+		"Shown as a 1500x2000 JPEG (scaled to fit 2000 px)", "multiply x by 2 and y by 2")
+	if s.info["orientation"] != 6.0 || s.info["scale_x"] != 2.0 || s.info["scale_y"] != 2.0 {
+		t.Errorf("structured result = %v", s.info)
+	}
+
+	// A small photo with an orientation is turned upright too, at its
+	// size, rather than passed with its EXIF for the client to apply.
+	small := withEXIF(encodeJPEG(t, quadrants(200, 100), 90), exifSegment(3, binary.LittleEndian))
+	p = writeFile(t, dir, "upside-down.jpg", small)
+	s = readImage(t, tb, map[string]any{"path": p})
+	if b := s.img.Bounds(); b.Dx() != 200 || b.Dy() != 100 || bytes.Equal(s.data, small) {
+		t.Fatalf("shown %dx%d (as is: %v), want a converted 200x100", b.Dx(), b.Dy(), bytes.Equal(s.data, small))
+	}
+	if !near(s.img.At(20, 20), white) || !near(s.img.At(180, 80), red) {
+		t.Errorf("turned 180°: top left %v, bottom right %v; want white and red", s.img.At(20, 20), s.img.At(180, 80))
+	}
+	wantContains(t, "note", s.note, "EXIF orientation 3 was applied", "converted, same size")
+}
+
+func TestOrient(t *testing.T) {
+	// A 3x2 image of pixels 1..6, and how it looks upright under each
+	// EXIF orientation (rows top to bottom).
+	src := image.NewRGBA(image.Rect(0, 0, 3, 2))
+	for i := range 6 {
+		src.Pix[i*4] = uint8(i + 1)
+	}
+	want := map[int][][]uint8{
+		1: {{1, 2, 3}, {4, 5, 6}},
+		2: {{3, 2, 1}, {6, 5, 4}},
+		3: {{6, 5, 4}, {3, 2, 1}},
+		4: {{4, 5, 6}, {1, 2, 3}},
+		5: {{1, 4}, {2, 5}, {3, 6}},
+		6: {{4, 1}, {5, 2}, {6, 3}},
+		7: {{6, 3}, {5, 2}, {4, 1}},
+		8: {{3, 6}, {2, 5}, {1, 4}},
+	}
+	for o, rows := range want {
+		got := orient(src, o)
+		if got.Rect.Dx() != len(rows[0]) || got.Rect.Dy() != len(rows) {
+			t.Errorf("orientation %d: %v, want %dx%d", o, got.Rect, len(rows[0]), len(rows))
+			continue
+		}
+		for y, row := range rows {
+			for x, v := range row {
+				if g := got.Pix[got.PixOffset(x, y)]; g != v {
+					t.Errorf("orientation %d: pixel (%d,%d) = %d, want %d", o, x, y, g, v)
+				}
+			}
+		}
+	}
+}
+
+func TestReadImageConverted(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	pic := quadrants(120, 80)
+	var bm, tf bytes.Buffer
+	if err := bmp.Encode(&bm, pic); err != nil {
+		t.Fatal(err)
+	}
+	if err := tiff.Encode(&tf, pic, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, file, label string
+		data              []byte
+	}{{"bmp", "pic.bmp", "BMP", bm.Bytes()}, {"tiff", "pic.tif", "TIFF", tf.Bytes()}} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, dir, tt.file, tt.data)
+			s := readImage(t, tb, map[string]any{"path": p})
+			if s.mime != "image/png" || s.img.Bounds() != pic.Bounds() {
+				t.Fatalf("shown %s %v, want a PNG of %v", s.mime, s.img.Bounds(), pic.Bounds())
+			}
+			for y := range 80 {
+				for x := range 120 {
+					if g, w := color.NRGBAModel.Convert(s.img.At(x, y)), pic.At(x, y); g != w {
+						t.Fatalf("pixel (%d,%d) = %v, want %v: the conversion must be lossless", x, y, g, w)
+					}
+				}
+			}
+			wantContains(t, "note", s.note, tt.label+" image, 120x80", "Shown as a 120x80 PNG (converted, same size)")
+			if s.info["format"] != tt.name || s.info["shown"].(map[string]any)["format"] != "png" {
+				t.Errorf("structured result = %v", s.info)
+			}
+		})
+	}
+}
+
+func TestReadImageScaled(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+
+	// Transparency stays: PNG.
+	translucent := solid(2500, 100, color.NRGBA{0, 0, 255, 128})
+	s := readImage(t, tb, map[string]any{"path": writeFile(t, dir, "wide.png", encodePNG(t, translucent))})
+	if s.mime != "image/png" || s.img.Bounds().Dx() != 2000 || s.img.Bounds().Dy() != 80 || !near(s.img.At(1000, 40), color.NRGBA{0, 0, 255, 128}) {
+		t.Errorf("translucent 2500x100 PNG shown as %s %v, centre %v", s.mime, s.img.Bounds(), s.img.At(1000, 40))
+	}
+	wantContains(t, "note", s.note, "Shown as a 2000x80 PNG (scaled to fit 2000 px)", "multiply x by 1.25 and y by 1.25")
+
+	// An opaque PNG over the size limit becomes a JPEG.
+	s = readImage(t, tb, map[string]any{"path": writeFile(t, dir, "tall.png", encodePNG(t, quadrants(1000, 3000)))})
+	if s.mime != "image/jpeg" || s.img.Bounds().Dx() != 667 || s.img.Bounds().Dy() != 2000 || !near(s.img.At(100, 100), red) || !near(s.img.At(600, 1900), white) {
+		t.Errorf("opaque 1000x3000 PNG shown as %s %v", s.mime, s.img.Bounds())
+	}
+	if sx, sy := s.info["scale_x"].(float64), s.info["scale_y"].(float64); sx < 1.49 || sx > 1.5 || sy != 1.5 {
+		t.Errorf("scale %v x %v, want about 1.5", sx, sy)
+	}
+
+	// An animated GIF that must shrink shows its first frame.
+	s = readImage(t, tb, map[string]any{"path": writeFile(t, dir, "anim.gif", animatedGIF(t, 4000, 40, red, blue))})
+	if s.img.Bounds().Dx() != 2000 || s.img.Bounds().Dy() != 20 || !near(s.img.At(1000, 10), red) {
+		t.Errorf("animated 4000x40 GIF shown as %s %v, centre %v", s.mime, s.img.Bounds(), s.img.At(1000, 10))
+	}
+	wantContains(t, "note", s.note, "only its first frame is shown")
+}
+
+func TestReadImageByteLimit(t *testing.T) {
+	tb := tbNew(t)
+	tb.cfg.ImageMaxBytes = 60_000
+	dir := tb.cfg.Cwd
+	// Within the dimension limit but not the byte limit: quality, then
+	// size, steps down until it fits.
+	file := encodePNG(t, noise(800, 600, 1))
+	s := readImage(t, tb, map[string]any{"path": writeFile(t, dir, "noise.png", file)})
+	if n := base64.StdEncoding.EncodedLen(len(s.data)); n > 60_000 || s.mime != "image/jpeg" {
+		t.Errorf("shown %s of %d bytes base64-encoded, want a JPEG within 60000", s.mime, n)
+	}
+	if b := s.img.Bounds(); b.Dx() >= 800 || abs(b.Dx()*3-b.Dy()*4) > 4 {
+		t.Errorf("shown %v, want smaller than 800x600 and 4:3", b)
+	}
+	wantContains(t, "note", s.note, "PNG image, 800x600", "once base64-encoded", "multiply x by")
+
+	tb.cfg.ImageMaxBytes = 1 << 10
+	msg := readErr(t, tb, map[string]any{"path": filepath.Join(dir, "noise.png")})
+	wantContains(t, "error", msg, "noise.png", "even at", "over the 1.0KB limit", "binary_base64")
+}
+
+func TestReadImageRefused(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	still := encodePNG(t, quadrants(20, 20))
+	anim := apng(still)
+	if _, err := png.DecodeConfig(bytes.NewReader(anim)); err != nil {
+		t.Fatalf("the test's APNG file is not a valid PNG: %v", err)
+	}
+	// An IHDR that claims 20000x20000 (400 megapixels), then the end.
+	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 20000), 20000)
+	huge := append([]byte("\x89PNG\r\n\x1a\n"), pngChunk("IHDR", append(ihdr, 8, 6, 0, 0, 0))...)
+	huge = append(huge, pngChunk("IEND", nil)...)
+	broken := append([]byte("\x89PNG\r\n\x1a\n"), "not really a PNG at all, just bytes"...)
+
+	tests := []struct {
+		name string
+		data []byte
+		args map[string]any
+		want []string
+	}{
+		{"animated png", anim, nil, []string{"animated PNG (APNG)", "binary_base64=true", "ffmpeg"}},
+		{"too many pixels", huge, nil, []string{"20000x20000 pixels (400.0 megapixels)", "up to 100 megapixels", "binary_base64=true"}},
+		{"broken", broken, nil, []string{"looks like a PNG image by its first bytes", "binary_base64=true"}},
+		{"offset on an image", still, map[string]any{"offset": 2}, []string{"is a PNG image; offset and limit apply to text lines only"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, dir, strings.ReplaceAll(tt.name, " ", "-")+".png", tt.data)
+			args := map[string]any{"path": p}
+			for k, v := range tt.args {
+				args[k] = v
+			}
+			wantContains(t, "error", readErr(t, tb, args), append(tt.want, p)...)
+		})
+	}
+
+	tb.cfg.BinaryMaxBytes = 100
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": writeFile(t, dir, "still.png", still)}),
+		"is a PNG image of", "read takes images up to 100B", "--binary_max_bytes")
+}
+
+func TestReadSniffsContentNotName(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	for _, text := range []string{"just text, named like an image\n", "BMW and BM: a text file that starts like a BMP\n", "GIF"} {
+		p := writeFile(t, dir, "fake.png", []byte(text))
+		if got := tbText(t, readResult(t, tb, map[string]any{"path": p})); got != text {
+			t.Errorf("text in a .png file read as %q, want %q", got, text)
+		}
+	}
+	// A binary file that is no image is still refused as binary.
+	p := writeFile(t, dir, "blob.png", []byte("\x00\x01\x02 not an image"))
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": p}), "is a binary file")
+}
+
+// readResult runs read with args on tb.
+func readResult(t *testing.T, tb *toolbox, args map[string]any) *protocol.Result {
+	t.Helper()
+	res, _ := tbCall(t, context.Background(), tb, "read", args)
+	return res
+}
+
+func TestReadBinaryBase64(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	r := rand.New(rand.NewPCG(7, 7))
+	blob := make([]byte, 100_000)
+	for i := range blob {
+		blob[i] = uint8(r.Uint32())
+	}
+	pic := encodePNG(t, quadrants(10, 10))
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{{"binary", blob}, {"image, unprocessed", pic}, {"text", []byte("plain text\n")}, {"empty", nil}} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, dir, "f-"+strings.Fields(tt.name)[0], tt.data)
+			res := readResult(t, tb, map[string]any{"path": p, "binary_base64": true})
+			if res.IsError || res.Error != nil || len(res.Content) != 2 || res.Content[1].Type != "text" {
+				t.Fatalf("result = %+v", res)
+			}
+			got, err := base64.StdEncoding.DecodeString(res.Content[1].Text)
+			if err != nil || !bytes.Equal(got, tt.data) {
+				t.Fatalf("base64 content decodes to %d bytes (%v), want the file's %d", len(got), err, len(tt.data))
+			}
+			wantContains(t, "note", res.Content[0].Text, p, "sha256 "+sha256Hex(tt.data), "base64")
+			var info map[string]any
+			if err := json.Unmarshal(res.Structured, &info); err != nil || info["sha256"] != sha256Hex(tt.data) || info["bytes"] != float64(len(tt.data)) {
+				t.Errorf("structured result %s (%v)", res.Structured, err)
+			}
+		})
+	}
+
+	tb.cfg.BinaryMaxBytes = 99_999
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": filepath.Join(dir, "f-binary"), "binary_base64": true}),
+		"is 97.7KB (100000 bytes)", "files up to 97.7KB (99999 bytes", "--binary_max_bytes")
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": dir, "binary_base64": true}), "is a directory")
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": filepath.Join(dir, "nope"), "binary_base64": true}), "no such file")
+	wantContains(t, "error", readErr(t, tb, map[string]any{"path": filepath.Join(dir, "f-text"), "binary_base64": true, "limit": 3}),
+		"offset and limit apply to text lines only")
+}
+
+// TestImageResultCrossesWire checks that an image result of about 4 MB
+// survives the wire form and its split into parts unchanged.
+func TestImageResultCrossesWire(t *testing.T) {
+	tb := tbNew(t)
+	tb.cfg.ImageMaxBytes = 6_000_000
+	// 1340x1000 of noise is about 4 MB as PNG: within the limits, so it
+	// passes as is.
+	file := encodePNG(t, noise(1340, 1000, 3))
+	if len(file) < 4_000_000 || base64.StdEncoding.EncodedLen(len(file)) > tb.cfg.ImageMaxBytes {
+		t.Fatalf("test image is %d bytes; want about 4 MB", len(file))
+	}
+	res, _ := tbCall(t, context.Background(), tb, "read", map[string]any{"path": writeFile(t, tb.cfg.Cwd, "big.png", file)})
+	wire, err := protocol.EncodeResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As publishResult sends it and the gateway reassembles it: frames
+	// through their wire form, into an Assembly.
+	parts, err := protocol.Split(wire, protocol.ChunkSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asm := protocol.NewAssembly(64 << 20)
+	for i, p := range parts {
+		h, body := protocol.Frame{Kind: protocol.KindResult, CallID: "call-1", Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
+		f, err := protocol.DecodeFrame(h, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, err := asm.Add(f)
+		if err != nil || done != (i == len(parts)-1) {
+			t.Fatalf("part %d of %d: done %v, %v", i+1, len(parts), done, err)
+		}
+	}
+	back, err := protocol.DecodeResult(asm.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Content) != 2 || back.Content[1].MIMEType != "image/png" || !bytes.Equal(back.Content[1].Data, file) ||
+		back.Content[0].Text != res.Content[0].Text || !bytes.Equal(back.Structured, res.Structured) {
+		t.Fatalf("result changed on the wire: %d items, %s", len(back.Content), back.Content[0].Text)
+	}
+	t.Logf("%d-byte result in %d parts", len(wire), len(parts))
+}
+
+func TestMediaLimitsConfig(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  toolboxConfig
+		want string
+	}{
+		{toolboxConfig{ImageMaxDimension: 8}, "image max dimension 8 is below 16"},
+		{toolboxConfig{ImageMaxBytes: -1}, "image max bytes -1 is below 1024"},
+		{toolboxConfig{BinaryMaxBytes: -5}, "binary max bytes -5 must be positive"},
+	} {
+		if err := tt.cfg.setMediaDefaults(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("setMediaDefaults(%+v) = %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	var c toolboxConfig
+	if err := c.setMediaDefaults(); err != nil || c.ImageMaxDimension != 2000 || c.ImageMaxBytes != 4_500_000 || c.BinaryMaxBytes != 20<<20 {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+}
+
+// BenchmarkReadImage measures a read of a 4000x3000 photo-like JPEG
+// (smooth gradients with fine detail): decode, scale to 2000x1500,
+// encode.
+func BenchmarkReadImage(b *testing.B) {
+	m := image.NewNRGBA(image.Rect(0, 0, 4000, 3000))
+	r := rand.New(rand.NewPCG(1, 2))
+	for y := range 3000 {
+		for x := range 4000 {
+			i := m.PixOffset(x, y)
+			v := uint8((x/7 + y/5) % 256)
+			m.Pix[i], m.Pix[i+1], m.Pix[i+2], m.Pix[i+3] = v, uint8(r.IntN(40))+v/2, uint8(x), 255
+		}
+	}
+	file := encodeJPEG(b, m, 90)
+	tb := tbNewB(b)
+	p := writeFile(b, tb.cfg.Cwd, "photo.jpg", file)
+	args, _ := json.Marshal(map[string]any{"path": p})
+	b.Logf("file %s", humanSize(int64(len(file))))
+	b.ReportAllocs()
+	// CPU time as well as wall time: on a shared machine the wall time
+	// mostly measures the neighbours.
+	before := cpuTime(b)
+	for b.Loop() {
+		res := tb.read(context.Background(), &toolCall{ID: "c", Args: args, Output: func([]byte) {}})
+		if res.IsError || len(res.Content) != 2 {
+			b.Fatalf("read failed: %+v", res.Content)
+		}
+	}
+	b.ReportMetric(float64((cpuTime(b)-before).Milliseconds())/float64(b.N), "cpu-ms/op")
+}
+
+// cpuTime returns the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// tbNewB is tbNew for benchmarks.
+func tbNewB(b *testing.B) *toolbox {
+	tb, err := newToolbox(toolboxConfig{Cwd: b.TempDir(), StateDir: filepath.Join(b.TempDir(), "state"), Shell: "/bin/sh",
+		BashDefaultTimeout: 1, BashMaxTimeout: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tb
+}
+
+// FuzzProbeImage feeds arbitrary bytes to what read does with a file
+// that looks like an image: sniffing, the header decoders behind
+// DecodeConfig, the APNG, GIF and WebP animation checks and the EXIF
+// parsers. It must never panic, must allocate little, and what it accepts
+// must respect the pixel limit; small images it accepts also go through
+// the conversion with small limits.
+func FuzzProbeImage(f *testing.F) {
+	pic := quadrants(12, 8)
+	f.Add(encodePNG(f, pic))
+	f.Add(apng(encodePNG(f, pic)))
+	f.Add(withEXIF(encodeJPEG(f, pic, 80), exifSegment(6, binary.BigEndian)))
+	f.Add(animatedGIF(f, 6, 4, red, blue))
+	f.Add(solidWebP(5, 3, green))
+	var bm bytes.Buffer
+	if err := bmp.Encode(&bm, pic); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bm.Bytes())
+	var tf bytes.Buffer
+	if err := tiff.Encode(&tf, pic, nil); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(tf.Bytes())
+	lim := imageLimits{maxDim: 16, maxEncoded: 4 << 10, maxPixels: 1 << 12}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		p, err := probeImage("f", data, lim.maxPixels)
+		runtime.ReadMemStats(&ms)
+		// The decoders' own tables and buffers (a JPEG decoder is about
+		// 100 KB) and a copy of the file at most: never the canvas the
+		// header claims.
+		if n := ms.TotalAlloc - before; n > 1<<20+2*uint64(len(data)) {
+			t.Fatalf("probing %d bytes allocated %d bytes", len(data), n)
+		}
+		if err != nil {
+			return
+		}
+		if p.width <= 0 || p.height <= 0 || int64(p.width)*int64(p.height) > lim.maxPixels || p.orientation < 1 || p.orientation > 8 {
+			t.Fatalf("probe accepted %+v", p)
+		}
+		s, err := convertImage(t.Context(), "f", data, p, lim)
+		if err != nil {
+			return
+		}
+		if max(s.width, s.height) > lim.maxDim || len(s.data) == 0 {
+			t.Fatalf("converted to %dx%d, %d bytes, over the limits %+v", s.width, s.height, len(s.data), lim)
+		}
+	})
+}
