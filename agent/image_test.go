@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -776,4 +777,78 @@ func FuzzProbeImage(f *testing.F) {
 			t.Fatalf("converted to %dx%d, %d bytes, over the limits %+v", s.width, s.height, len(s.data), lim)
 		}
 	})
+}
+
+// TestReadMediaGuarded: binary_base64 and images go through the same
+// checks as text: the host policy and the agent's own files, also under
+// another name.
+func TestReadMediaGuarded(t *testing.T) {
+	g := tbPolicy(t, `paths: {deny: ["**/private/**"]}`)
+	hard := filepath.Join(g.cwd, "hard")
+	if err := os.Link(g.secret, hard); err != nil {
+		t.Fatal(err)
+	}
+	pic := encodePNG(t, quadrants(4, 4))
+	if err := os.MkdirAll(filepath.Join(g.cwd, "private"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	private := writeFile(t, g.cwd, "private/pic.png", pic)
+	for _, tt := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"credentials", map[string]any{"path": g.secret, "binary_base64": true}, "its credentials"},
+		{"credentials under another name", map[string]any{"path": hard, "binary_base64": true}, "credentials under another name"},
+		{"image in a denied directory", map[string]any{"path": private}, "private"},
+		{"raw bytes in a denied directory", map[string]any{"path": private, "binary_base64": true}, "private"},
+	} {
+		wantDenied(t, tt.name, run(t, g.toolbox, "read", tt.args), tt.want)
+	}
+}
+
+// TestReadImageConcurrentAndCancelled: conversions wait their turn, and
+// a call cancelled while it waits ends at once.
+func TestReadImageConcurrentAndCancelled(t *testing.T) {
+	tb := tbNew(t)
+	var bm bytes.Buffer
+	if err := bmp.Encode(&bm, quadrants(300, 200)); err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, tb.cfg.Cwd, "pic.bmp", bm.Bytes())
+	args, _ := json.Marshal(map[string]any{"path": p})
+
+	var wg sync.WaitGroup
+	results := make([]*protocol.Result, 4)
+	for i := range results {
+		wg.Go(func() {
+			results[i] = tb.read(context.Background(), &toolCall{ID: "c", Args: args, Output: func([]byte) {}})
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.IsError || r.Error != nil || len(r.Content) != 2 || r.Content[1].MIMEType != "image/png" {
+			t.Errorf("concurrent read %d: %+v", i, r)
+		}
+	}
+
+	tb.imageSem <- struct{}{} // a conversion in progress
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *protocol.Result)
+	go func() { done <- tb.read(ctx, &toolCall{ID: "c", Args: args, Output: func([]byte) {}}) }()
+	select {
+	case r := <-done:
+		t.Fatalf("read finished while another conversion held the turn: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case r := <-done:
+		if r.Error == nil || r.Error.Code != protocol.CodeCancelled {
+			t.Errorf("cancelled read = %+v, want a cancelled error", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelled read still waiting")
+	}
+	<-tb.imageSem
 }
