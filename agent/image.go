@@ -474,9 +474,14 @@ func imageNote(path string, size int64, sum string, p imageProbe, s shownImage, 
 	case s.width == uw && s.height == uh:
 		fmt.Fprintf(&b, " Shown as a %dx%d %s (converted, same size): coordinates on it are the upright image's pixels.", s.width, s.height, s.mimeLabel())
 	default:
-		why := fmt.Sprintf("scaled to fit %d px", lim.maxDim)
-		if max(uw, uh) <= lim.maxDim {
+		var why string
+		switch long := max(s.width, s.height); {
+		case long >= min(max(uw, uh), lim.maxDim):
+			why = fmt.Sprintf("scaled to fit %d px", lim.maxDim)
+		case max(uw, uh) <= lim.maxDim:
 			why = fmt.Sprintf("scaled to fit %s once base64-encoded", humanSize(int64(lim.maxEncoded)))
+		default:
+			why = fmt.Sprintf("scaled to fit %d px and %s once base64-encoded", lim.maxDim, humanSize(int64(lim.maxEncoded)))
 		}
 		sx, sy := float64(uw)/float64(s.width), float64(uh)/float64(s.height)
 		fmt.Fprintf(&b, " Shown as a %dx%d %s (%s). To map a point (x, y) on the shown image to the upright original, multiply x by %.4g and y by %.4g.",

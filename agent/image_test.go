@@ -506,6 +506,14 @@ func TestReadImageByteLimit(t *testing.T) {
 	}
 	wantContains(t, "note", s.note, "PNG image, 800x600", "once base64-encoded", "multiply x by")
 
+	// Over both limits, the note names both.
+	tb.cfg.ImageMaxDimension = 700
+	s = readImage(t, tb, map[string]any{"path": filepath.Join(dir, "noise.png")})
+	if b := s.img.Bounds(); b.Dx() >= 700 || base64.StdEncoding.EncodedLen(len(s.data)) > 60_000 {
+		t.Errorf("shown %v in %d bytes, want under 700 px wide and 60000 bytes base64-encoded", b, len(s.data))
+	}
+	wantContains(t, "note", s.note, "scaled to fit 700 px and 58.6KB once base64-encoded")
+
 	tb.cfg.ImageMaxBytes = 1 << 10
 	msg := readErr(t, tb, map[string]any{"path": filepath.Join(dir, "noise.png")})
 	wantContains(t, "error", msg, "noise.png", "even at", "over the 1.0KB limit", "binary_base64")
