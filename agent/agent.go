@@ -82,8 +82,11 @@ func New(cfg Config) (*Agent, error) {
 		SecretFiles:        cfg.SecretFiles,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
-		ChildEnv: os.Environ(),
-		Skills:   skills,
+		ChildEnv:          os.Environ(),
+		Skills:            skills,
+		ImageMaxDimension: cfg.ImageMaxDimension,
+		ImageMaxBytes:     cfg.ImageMaxBytes,
+		BinaryMaxBytes:    cfg.BinaryMaxBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)

@@ -57,6 +57,16 @@ type Config struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any bash timeout. Default 600 s.
 	BashMaxTimeout time.Duration
+	// ImageMaxDimension is the longest side, in pixels, of an image read
+	// returns; larger images are scaled down. Default 2000, at least 16.
+	ImageMaxDimension int
+	// ImageMaxBytes bounds an image read returns, counted once
+	// base64-encoded (as MCP carries it); larger images are re-encoded
+	// smaller. Default 4,500,000.
+	ImageMaxBytes int
+	// BinaryMaxBytes is the largest file read loads whole: an image, or
+	// any file read with binary_base64. Default 20 MiB.
+	BinaryMaxBytes int64
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
@@ -125,6 +135,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
+	}
+	if c.ImageMaxDimension == 0 {
+		c.ImageMaxDimension = defaultImageMaxDimension
+	}
+	if c.ImageMaxBytes == 0 {
+		c.ImageMaxBytes = defaultImageMaxBytes
+	}
+	if c.BinaryMaxBytes == 0 {
+		c.BinaryMaxBytes = defaultBinaryMaxBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -23,13 +23,16 @@ type readArgs struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset"` // first line to show, from 1; 0 means 1
 	Limit  int    `json:"limit"`  // most lines to show; 0 means no limit
+	// BinaryBase64 returns the file's raw bytes, base64-encoded, whatever
+	// they are (see readMedia).
+	BinaryBase64 bool `json:"binary_base64"`
 }
 
 // sniffLen is how much of a file is inspected to tell text from binary.
 const sniffLen = 8 << 10
 
 // read returns lines of a text file, head-truncated to the output limits,
-// with notes that say how to read on.
+// with notes that say how to read on; images as images (see image.go).
 func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	var a readArgs
 	if r := decodeArgs(tc, "read", &a); r != nil {
@@ -45,6 +48,10 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	}
 	path, target, r := t.checkedPath(tc, a.Path, policy.Read)
 	if r != nil {
+		return r
+	}
+	// Images (told by their first bytes) and binary_base64 reads.
+	if r := t.readMedia(ctx, tc, &a, path, target); r != nil {
 		return r
 	}
 	f, br, err := t.openText(path, target, "read returns text only")

@@ -54,4 +54,14 @@ type toolboxConfig struct {
 	ChildEnv []string
 	// Skills is the host's skill catalog; nil: the host has no skills.
 	Skills *catalog
+	// ImageMaxDimension is the longest side, in pixels, of an image read
+	// shows; larger ones are scaled down (0: 2000).
+	ImageMaxDimension int
+	// ImageMaxBytes is the largest image read shows, counted once
+	// base64-encoded as MCP carries it; larger ones are re-encoded
+	// smaller (0: 4,500,000).
+	ImageMaxBytes int
+	// BinaryMaxBytes is the largest file read loads whole: an image, or
+	// any file with binary_base64 (0: 20 MiB).
+	BinaryMaxBytes int64
 }

@@ -27,6 +27,8 @@ type toolbox struct {
 	home  string   // the user's home directory; empty if unknown
 	guard *guard
 	locks pathLocks
+	// imageSem admits one image conversion at a time (see imageResult).
+	imageSem chan struct{}
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -61,11 +63,15 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
 		return nil, fmt.Errorf("toolbox: home directory %q is not an absolute path", cfg.Home)
 	}
+	if err := cfg.setMediaDefaults(); err != nil {
+		return nil, err
+	}
 	g, err := newGuard(cfg.Policy, cfg.PolicyFile, cfg.SecretFiles, cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
-	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home, guard: g}, nil
+	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home, guard: g,
+		imageSem: make(chan struct{}, 1)}, nil
 }
 
 // toolNames lists the tools a toolbox serves.

@@ -26,6 +26,8 @@ type readIn struct {
 	Path   string `json:"path" jsonschema:"file path; relative paths resolve against the host's working directory"`
 	Offset int    `json:"offset,omitempty" jsonschema:"first line to read, 1-based"`
 	Limit  int    `json:"limit,omitempty" jsonschema:"maximum number of lines to read"`
+	// BinaryBase64 skips the text and image handling altogether.
+	BinaryBase64 bool `json:"binary_base64,omitempty" jsonschema:"return the file's raw bytes base64-encoded, unprocessed, whatever the file is (up to 20 MB unless the host sets otherwise)"`
 }
 
 type writeIn struct {
@@ -62,7 +64,8 @@ const (
 		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
 		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files. " +
-		"Binary files are refused."
+		"Images (PNG, JPEG, GIF, WebP, BMP, TIFF; told by content, not name) come back as images: scaled to at most 2000 px and 4.5 MB unless the host sets otherwise, " +
+		"turned upright per EXIF, with a note giving the original size and how to map coordinates. Other binary files are refused unless binary_base64 is set."
 	descWrite = "Write a file on a host, replacing it if it exists. Creates parent directories. " +
 		"The write is atomic (temporary file, then rename); an existing file keeps its permissions."
 	descEdit = "Edit a file on a host by exact string replacement. Each old_string must match exactly once (or set replace_all); " +

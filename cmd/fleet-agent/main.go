@@ -69,6 +69,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		maxQueue  = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
 		bashDef   = fs.Duration("bash_timeout", 120*time.Second, "default bash timeout")
 		bashMax   = fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for")
+		imageDim  = fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down")
+		imageMax  = fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller")
+		binaryMax = fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64")
 		drain     = fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled")
 		heartbeat = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
 		logLevel  = fs.String("log_level", "info", "debug, info, warn or error")
@@ -111,6 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		PolicyFile: *policy, SecretFiles: secrets,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
+		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
 		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,
 	})
 	if err != nil {
