@@ -73,23 +73,23 @@ func setInt[T int | int64](v *T, def T) {
 func (c *taskConfig) validate() error {
 	var errs []error
 	if c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.DefaultTimeout > c.MaxTimeout {
-		errs = append(errs, fmt.Errorf("background task timeouts: default %v must be positive and at most the maximum %v", c.DefaultTimeout, c.MaxTimeout))
+		errs = append(errs, fmt.Errorf("background task timeouts: the default (--task_timeout %v) must be positive and at most the maximum (--task_max_timeout %v)", c.DefaultTimeout, c.MaxTimeout))
 	}
 	for _, v := range []struct {
 		name string
 		n    int64
 	}{
-		{"max running tasks", int64(c.MaxRunning)}, {"max kept tasks", int64(c.MaxKept)},
-		{"max kept task output", c.MaxKeptBytes}, {"max output per task", c.MaxOutputBytes},
-		{"task output tail bytes", int64(c.TailBytes)}, {"task output tail lines", int64(c.TailLines)},
-		{"max waiting task_status calls", int64(c.MaxWaits)},
+		{"running background tasks (--max_tasks)", int64(c.MaxRunning)}, {"kept background tasks (--max_kept_tasks)", int64(c.MaxKept)},
+		{"kept background task output (--max_kept_task_output_mib)", c.MaxKeptBytes}, {"output per background task (--max_task_output_mib)", c.MaxOutputBytes},
+		{"background task output tail (--task_tail_bytes)", int64(c.TailBytes)}, {"background task output tail lines", int64(c.TailLines)},
+		{"waiting task_status calls", int64(c.MaxWaits)},
 	} {
 		if v.n < 1 {
-			errs = append(errs, fmt.Errorf("%s must be at least 1, not %d", v.name, v.n))
+			errs = append(errs, fmt.Errorf("the limit on %s must be at least 1, not %d", v.name, v.n))
 		}
 	}
 	if c.Retention < 0 || c.Poll < 0 {
-		errs = append(errs, errors.New("task retention and poll interval must not be negative"))
+		errs = append(errs, errors.New("background task retention (--task_retention) must not be negative"))
 	}
 	return errors.Join(errs...)
 }
