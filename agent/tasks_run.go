@@ -374,6 +374,7 @@ func (m *taskManager) supervise(rt *runningTask) {
 	delay := 10 * time.Millisecond
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var lastSize int64
 	for {
 		select {
 		case <-m.stop:
@@ -385,7 +386,8 @@ func (m *taskManager) supervise(rt *runningTask) {
 			m.finish(rt, m.naturalEnd(rt, ws))
 			return
 		}
-		if o, hit := m.limitHit(rt); hit {
+		size := m.store.outputSize(rt.id)
+		if o, hit := m.limitHit(rt, size); hit {
 			m.killGroup(rt)
 			if !m.awaitExit(rt, 10*time.Second) {
 				o.note += "; its process did not exit after SIGKILL"
@@ -394,9 +396,18 @@ func (m *taskManager) supervise(rt *runningTask) {
 			return
 		}
 		delay = min(delay*2, m.cfg.Poll, max(time.Until(rt.status.Deadline), time.Millisecond))
+		if grew := size - lastSize; 2*grew >= m.cfg.MaxOutputBytes-size {
+			// At this rate the output may pass its cap before the next
+			// check: look again soon.
+			delay = minPoll
+		}
+		lastSize = size
 		timer.Reset(delay)
 	}
 }
+
+// minPoll is the shortest pause between checks of a running task.
+const minPoll = 10 * time.Millisecond
 
 // probe reports whether the task's wrapper process has ended and, for a
 // child of this process, its wait status.
@@ -428,8 +439,9 @@ func procAlive(pid int, start, boot string) bool {
 	return start == "" || got == "" || got == start
 }
 
-// limitHit reports whether the task must be stopped now, and why.
-func (m *taskManager) limitHit(rt *runningTask) (taskOutcome, bool) {
+// limitHit reports whether the task, whose output has size bytes, must
+// be stopped now, and why.
+func (m *taskManager) limitHit(rt *runningTask, size int64) (taskOutcome, bool) {
 	select {
 	case <-rt.cancel:
 		return taskOutcome{state: taskCancelled, note: "cancelled with task_cancel; its process group was killed"}, true
@@ -439,7 +451,7 @@ func (m *taskManager) limitHit(rt *runningTask) (taskOutcome, bool) {
 		timeout := rt.status.Deadline.Sub(rt.status.Started)
 		return taskOutcome{state: taskTimedOut, note: fmt.Sprintf("timed out after %s; its process group was killed", formatSeconds(timeout))}, true
 	}
-	if size := m.store.outputSize(rt.id); size > m.cfg.MaxOutputBytes {
+	if size > m.cfg.MaxOutputBytes {
 		return taskOutcome{state: taskFailed, note: fmt.Sprintf("its output passed the limit of %s per task; its process group was killed", formatBytes(m.cfg.MaxOutputBytes))}, true
 	}
 	return taskOutcome{}, false

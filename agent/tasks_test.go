@@ -304,7 +304,10 @@ func TestTaskOutputCap(t *testing.T) {
 	if v.State != taskFailed || !strings.Contains(v.Note, "output passed the limit of 256.0 KiB") {
 		t.Fatalf("state %s: %s", v.State, resultTextOf(r))
 	}
-	if v.OutputBytes <= 256<<10 || v.OutputBytes > 512<<20 {
+	// The cap is checked often once the output nears it: what passes it
+	// is what the command writes in a few milliseconds.
+	t.Logf("output when killed: %d bytes, cap %d", v.OutputBytes, 256<<10)
+	if v.OutputBytes <= 256<<10 || v.OutputBytes > 64<<20 {
 		t.Fatalf("output of %d bytes", v.OutputBytes)
 	}
 	if v.OutputTail == nil || len(*v.OutputTail) > 8<<10 || strings.Count(*v.OutputTail, "\n") > 50 {

@@ -211,8 +211,11 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	}
 	req, _ := t.tasks.store.readRequest(a.TaskID)
 	v := t.view(a.TaskID, st, req, maxShownCommand, true)
-	r := taskResult(tc, statusText(v), v)
-	r.IsError = st.State != taskCancelled
+	if st.State == taskCancelled {
+		return taskResult(tc, statusText(v), v)
+	}
+	r := taskResult(tc, fmt.Sprintf("Task %s was not cancelled: it ended first.\n\n%s", a.TaskID, statusText(v)), v)
+	r.IsError = true
 	return r
 }
 
