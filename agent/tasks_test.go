@@ -57,7 +57,7 @@ func taskBox(t *testing.T, stateDir string, mod func(*taskConfig)) *toolbox {
 func killTaskGroups(s *taskStore) {
 	ids, _ := s.ids()
 	for _, id := range ids {
-		if st, err := s.readStatus(id); err == nil && st.State == taskRunning && st.PID > 0 {
+		if st, err := s.readStatus(id); err == nil && st.State == taskRunning && st.PID > 0 && procAlive(st.PID, st.ProcStart, st.BootID) {
 			_ = syscall.Kill(-st.PID, syscall.SIGKILL)
 		}
 	}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -76,6 +77,30 @@ func waitForFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(data))
 }
 
+// killTasksAfter kills, when the test ends, every task still running
+// under the agent whose working directory is dir, so that a failing test
+// leaves no process behind. A recorded PID is killed only while its
+// command line still names the task's folder.
+func killTasksAfter(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		files, _ := filepath.Glob(filepath.Join(dir, ".state", "tasks", "*", "status.json"))
+		for _, f := range files {
+			var st struct {
+				State string `json:"state"`
+				PID   int    `json:"pid"`
+			}
+			data, err := os.ReadFile(f)
+			if err != nil || json.Unmarshal(data, &st) != nil || st.State != "running" || st.PID <= 0 {
+				continue
+			}
+			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
+			if err == nil && strings.Contains(string(cmdline), filepath.Dir(f)) {
+				syscall.Kill(-st.PID, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
 // gone reports whether process pid is gone (or a zombie) within 10 s.
 func gone(pid int) bool {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -101,6 +126,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 		t.Run(era.name, func(t *testing.T) {
 			var pl progressLog
 			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			killTasksAfter(t, env.AgentDir("alpha"))
 			started := time.Now()
 			id, output := startBackground(t, cs, "alpha", "echo start; sleep 3; for i in 1 2 3; do echo line $i; done; echo err >&2; exit 5", nil)
 			if took := time.Since(started); took > 2500*time.Millisecond {
@@ -141,6 +167,7 @@ func TestTaskCancelAndTimeout(t *testing.T) {
 	env := NewEnv(t)
 	cs := env.Client("", nil)
 	dir := env.AgentDir("alpha")
+	killTasksAfter(t, dir)
 	id, _ := startBackground(t, cs, "alpha", "sleep 300 & echo $! > child.pid; wait", nil)
 	child, _ := strconv.Atoi(waitForFile(t, filepath.Join(dir, "child.pid")))
 	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
@@ -177,6 +204,7 @@ func TestTaskSurvivesAgentRestart(t *testing.T) {
 	env.WaitHost("worker", true)
 	cs := env.Client("2025-11-25", nil)
 	dir := env.AgentDir("worker")
+	killTasksAfter(t, dir)
 
 	keeps, _ := startBackground(t, cs, "worker", "while [ ! -e gate ]; do sleep 0.05; done; echo finished; exit 4", nil)
 	killed, _ := startBackground(t, cs, "worker", "echo $$ > killed.pid; exec sleep 300", nil)
@@ -228,6 +256,7 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			dir := env.AgentDir("alpha")
+			killTasksAfter(t, dir)
 			gate := filepath.Join(dir, "gate-"+era.name)
 			cs := env.Client(era.version, nil)
 			id, _ := startBackground(t, cs, "alpha", "while [ ! -e "+filepath.Base(gate)+" ]; do sleep 0.05; done; echo through", nil)
@@ -275,6 +304,7 @@ func TestTaskRetention(t *testing.T) {
 	})
 	env.WaitHost("keeper", true)
 	cs := env.Client("", nil)
+	killTasksAfter(t, env.AgentDir("keeper"))
 
 	done, _ := startBackground(t, cs, "keeper", "echo done", nil)
 	awaitTask(t, cs, "keeper", done)
@@ -309,6 +339,7 @@ func TestTaskBusyLimits(t *testing.T) {
 	env.StartAgent("small", func(c *agent.Config) { c.MaxRunningTasks, c.MaxQueuedTasks = 1, 1 })
 	env.WaitHost("small", true)
 	cs := env.Client("2025-11-25", nil)
+	killTasksAfter(t, env.AgentDir("small"))
 
 	first, _ := startBackground(t, cs, "small", "sleep 300", nil)
 	second, _ := startBackground(t, cs, "small", "echo second", nil)
