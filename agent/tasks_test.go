@@ -167,6 +167,10 @@ func TestTaskRunsAndReports(t *testing.T) {
 		t.Fatalf("read of status.json: %v %s", isErr, got)
 	}
 
+	// A command that ends at once is still a started task.
+	for range 20 {
+		startTask(t, tb, "true", nil)
+	}
 	id = startTask(t, tb, "echo failing; exit 3", nil)
 	_, v = waitTask(t, tb, id)
 	if v.State != taskFailed || v.ExitCode == nil || *v.ExitCode != 3 {
@@ -763,4 +767,23 @@ func FuzzTailLines(f *testing.F) {
 			t.Fatalf("%d lines kept, limit %d", n+1, maxLines)
 		}
 	})
+}
+
+// A task whose process cannot start fails at once and says why.
+func TestTaskCannotStart(t *testing.T) {
+	tb := taskBox(t, "", nil)
+	if err := os.Remove(tb.cfg.Cwd); err != nil {
+		t.Fatal(err)
+	}
+	r, v := taskCall(t, tb, "bash", map[string]any{"command": "true", "background": true})
+	if !r.IsError || v.State != taskFailed || !strings.Contains(resultTextOf(r), "could not start") || !strings.Contains(v.Note, "no such file") {
+		t.Fatalf("start in a missing directory: %s", resultTextOf(r))
+	}
+	// The slot it would have used is free.
+	tb.tasks.mu.Lock()
+	n := len(tb.tasks.running)
+	tb.tasks.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d tasks still count as running", n)
+	}
 }

@@ -110,16 +110,17 @@ func (t *toolbox) bashBackground(tc *toolCall, a bashArgs) *protocol.Result {
 	}
 	v := t.view(id, st, req, maxShownCommand, false)
 	var b strings.Builder
-	switch st.State {
-	case taskRunning:
-		fmt.Fprintf(&b, "Started background task %s on %s (timeout %s).\n", id, t.hostName(), formatSeconds(timeout))
-	case taskQueued:
+	switch {
+	case st.State == taskQueued:
 		fmt.Fprintf(&b, "Queued background task %s on %s: %d tasks are running, the host's limit; it starts when one ends (queue position %d, timeout %s once started).\n",
 			id, t.hostName(), t.tasks.cfg.MaxRunning, v.QueuePosition, formatSeconds(timeout))
-	default:
+	case st.PID == 0 && st.State.ended():
 		r := taskResult(tc, fmt.Sprintf("Background task %s on %s could not start: %s", id, t.hostName(), st.Note), v)
 		r.IsError = true
 		return r
+	default:
+		// Running, or a quick command that has ended already.
+		fmt.Fprintf(&b, "Started background task %s on %s (timeout %s).\n", id, t.hostName(), formatSeconds(timeout))
 	}
 	fmt.Fprintf(&b, "Output goes to %s (read it with read).\n", v.OutputFile)
 	b.WriteString("Wait for it and see how it ended with task_status (it waits up to 60 s per call); stop it with task_cancel.")
