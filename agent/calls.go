@@ -386,7 +386,7 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 			res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, fmt.Sprintf("tool %s failed unexpectedly: %v", j.call.Tool, r))
 		}
 	}()
-	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Output: func(p []byte) { a.output(j, p) }}
+	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: j.call.Caller.Subject, Output: func(p []byte) { a.output(j, p) }}
 	start := time.Now()
 	res = j.tool(j.ctx, tc)
 	if res == nil {

@@ -76,6 +76,30 @@ type Config struct {
 	// MaxRequestBytes bounds one call's arguments. Default 64 MiB.
 	MaxRequestBytes int
 
+	// Background tasks (bash with background: true). TaskDefaultTimeout
+	// applies to a task started without a timeout (default 1 h);
+	// TaskMaxTimeout caps any (default 24 h).
+	TaskDefaultTimeout, TaskMaxTimeout time.Duration
+	// MaxRunningTasks bounds tasks running at once (default 8);
+	// MaxQueuedTasks bounds tasks waiting for one of them to end (default
+	// 32; negative: none wait). Beyond both a task is refused as busy.
+	MaxRunningTasks, MaxQueuedTasks int
+	// TaskRetention: finished tasks that ended longer ago are removed when
+	// a new task starts (default 30 days).
+	TaskRetention time.Duration
+	// MaxKeptTasks and MaxKeptTaskOutput bound the task folders kept and
+	// their output bytes (defaults 1000 and 1 GiB); beyond either, the
+	// oldest finished tasks are removed. Queued and running tasks are
+	// never removed.
+	MaxKeptTasks      int
+	MaxKeptTaskOutput int64
+	// MaxTaskOutput bounds one task's output file (default 100 MiB): a
+	// task that writes more is killed with its process group.
+	MaxTaskOutput int64
+	// TaskTailBytes bounds the end of a finished task's output that
+	// task_status returns (default 8 KiB, and at most 50 lines).
+	TaskTailBytes int
+
 	// Heartbeat is how often the agent announces itself. Default 5 s.
 	Heartbeat time.Duration
 	// Keepalive is how often a running call tells the gateway it is still

@@ -20,14 +20,15 @@ import (
 // The agent's own files are its policy file, its credentials, its state
 // directory and its own process under /proc. Whatever the policy says, no
 // tool writes any of them; no tool reads the credentials, the process or
-// the state directory's internals. Bash full-output files in the state
-// directory stay readable (the bash tool points at them), subject only to
-// the policy's deny rules. Credentials are refused by name and, when
+// the state directory's internals. Bash full-output files and background
+// tasks' output files in the state directory stay readable (the bash and
+// task tools point at them), subject only to the policy's deny rules. Credentials are refused by name and, when
 // opened under another name (a hard link), by identity.
 type guard struct {
 	pol     *policy.Policy // nil: unrestricted
 	own     []ownPath
 	outputs []string // the directory of bash full-output files, as given and resolved
+	tasks   []string // the directory of background tasks, as given and resolved
 	secrets []fileID // the credentials' identities
 	pid     int
 }
@@ -75,6 +76,7 @@ func newGuard(pol *policy.Policy, policyFile string, secretFiles []string, state
 	for _, o := range g.own {
 		if o.state {
 			g.outputs = append(g.outputs, filepath.Join(o.path, "output"))
+			g.tasks = append(g.tasks, filepath.Join(o.path, "tasks"))
 		}
 	}
 	return g, errors.Join(errs...)
@@ -136,10 +138,20 @@ func (g *guard) refuseOwn(op policy.Op, given, resolved, path, what string) erro
 		op, shown, path, what, op)}
 }
 
-// isOutputFile reports whether p is a bash full-output file.
+// isOutputFile reports whether p is a bash full-output file or the
+// output file of a background task.
 func (g *guard) isOutputFile(p string) bool {
 	for _, dir := range g.outputs {
 		if filepath.Dir(p) == dir && strings.HasSuffix(p, ".log") {
+			return true
+		}
+	}
+	if filepath.Base(p) != taskOutputFile {
+		return false
+	}
+	task := filepath.Dir(p)
+	for _, dir := range g.tasks {
+		if filepath.Dir(task) == dir && validTaskID(filepath.Base(task)) == nil {
 			return true
 		}
 	}

@@ -37,8 +37,8 @@ func TestAgentPolicy(t *testing.T) {
 	runAgent(t, ns, Config{Name: host, Cwd: cwd, PolicyFile: file})
 
 	a := nextAnnounce(t, pres, host, false)
-	if !slices.Equal(a.Tools, []string{"bash", "read"}) {
-		t.Errorf("announced tools %q, want bash and read", a.Tools)
+	if !slices.Equal(a.Tools, []string{"bash", "read", "task_cancel", "task_list", "task_status"}) {
+		t.Errorf("announced tools %q, want bash and read, and the task tools that come with bash", a.Tools)
 	}
 	want, err := policy.Parse([]byte(text), policy.Env{Cwd: cwd, Tools: toolNames()})
 	if err != nil {
@@ -66,7 +66,8 @@ func TestAgentPolicy(t *testing.T) {
 // An unrestricted agent announces every tool and no digest.
 func TestAgentUnrestricted(t *testing.T) {
 	a := newTestAgent(t, Config{})
-	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, toolNames()) || len(a.refused) != 0 || a.pol.Digest() != "" {
+	all := slices.Sorted(slices.Values(append(toolNames(), taskToolNames()...)))
+	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, all) || len(a.refused) != 0 || a.pol.Digest() != "" {
 		t.Errorf("tools %v, refused %v, digest %q", got, a.refused, a.pol.Digest())
 	}
 	if want := []string{"bash", "edit", "read", "skill", "write"}; !slices.Equal(toolNames(), want) {

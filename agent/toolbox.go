@@ -29,6 +29,7 @@ type toolbox struct {
 	locks pathLocks
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
+	tasks    *taskManager
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -70,13 +71,20 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
-	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home, guard: g,
+	env := childEnv(cfg.ChildEnv)
+	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: %w", err)
+	}
+	return &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
 		imageSem: make(chan struct{}, 1)}, nil
 }
 
-// toolNames lists the tools a toolbox serves.
+// toolNames lists the tools a host policy may name: those a toolbox
+// serves, less the task tools, which come with bash.
 func toolNames() []string {
-	return slices.Sorted(maps.Keys((*toolbox)(nil).tools()))
+	names := slices.Sorted(maps.Keys((*toolbox)(nil).tools()))
+	return slices.DeleteFunc(names, func(n string) bool { return slices.Contains(taskToolNames(), n) })
 }
 
 // checkCwd reports whether dir can serve as the working directory.
@@ -102,6 +110,10 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"edit":  t.edit,
 		"bash":  t.bash,
 		"skill": t.skill,
+
+		"task_status": t.taskStatus,
+		"task_cancel": t.taskCancel,
+		"task_list":   t.taskList,
 	}
 }
 

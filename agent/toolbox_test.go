@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,12 +138,9 @@ func TestNewToolbox(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("state dir: %v, mode %v; want mode 0700", err, fi.Mode())
 	}
-	var names []string
-	for name := range tb.tools() {
-		names = append(names, name)
-	}
-	if len(names) != 5 || tb.tools()["read"] == nil || tb.tools()["write"] == nil || tb.tools()["edit"] == nil || tb.tools()["bash"] == nil || tb.tools()["skill"] == nil {
-		t.Fatalf("tools = %v, want read, write, edit, bash, skill", names)
+	names := slices.Sorted(maps.Keys(tb.tools()))
+	if want := []string{"bash", "edit", "read", "skill", "task_cancel", "task_list", "task_status", "write"}; !slices.Equal(names, want) {
+		t.Fatalf("tools = %v, want %v", names, want)
 	}
 }
 

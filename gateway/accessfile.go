@@ -352,6 +352,8 @@ func (r *rule) addTool(t string) error {
 		// Always open to a caller that may use some host.
 	case slices.Contains(adminToolNames(), t):
 		return fmt.Errorf("%s is an admin tool: grant it with admin: true", t)
+	case slices.Contains(taskToolNames(), t):
+		return fmt.Errorf("%s comes with bash: grant bash on the hosts where callers may run and watch background tasks", t)
 	default:
 		return fmt.Errorf("unknown tool %q: the tools are %s, or \"*\" for all of them", t, strings.Join(hostToolNames(), ", "))
 	}

@@ -31,6 +31,9 @@ type callContext struct {
 	// hostDenied is set by forward when the host's own policy refused
 	// the call: the decision was made on the host, not by a rule here.
 	hostDenied string
+	// background is set for a bash call that starts a background task:
+	// its result has no exit code.
+	background bool
 }
 
 type callContextKey struct{}
@@ -94,7 +97,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	cc := &callContext{id: id, grants: g.cfg.Access.For(id), callID: newCallID()}
 	tool := req.Params.Name
 	host := ""
-	if slices.Contains(hostToolNames(), tool) {
+	if perHostTool(tool) {
 		host = hostArg(req.Params.Arguments)
 	}
 	rec := g.newRecord(start, cc, req, host)
@@ -155,7 +158,7 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 			return allowedBy(""), ""
 		}
 		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
-	case !slices.Contains(hostToolNames(), tool):
+	case !perHostTool(tool):
 		// Not a tool of this gateway: the SDK answers that.
 		return allowedBy(""), ""
 	case !gr.ToolVisible(tool):
@@ -258,7 +261,7 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 		rec.Outcome = outcomeError
 		rec.Error = g.audit.redact.lastLine(text)
 	}
-	if rec.Tool == "bash" {
+	if rec.Tool == "bash" && !cc.background {
 		g.bashStatus(rec, cr.IsError, text)
 	}
 	if cc.outcome != "" {

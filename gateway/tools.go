@@ -49,9 +49,10 @@ type editIn struct {
 }
 
 type bashIn struct {
-	Host    string  `json:"host" jsonschema:"the host to run on"`
-	Command string  `json:"command" jsonschema:"bash command line"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed (default 120; capped by the host, 600 unless configured)"`
+	Host       string  `json:"host" jsonschema:"the host to run on"`
+	Command    string  `json:"command" jsonschema:"bash command line"`
+	Timeout    float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed with its process group: default 120, at most 600; with background, default 3600, at most 86400 (host defaults; a host may configure others)"`
+	Background bool    `json:"background,omitempty" jsonschema:"start the command as a background task and return its task_id at once; follow it with task_status"`
 }
 
 type skillIn struct {
@@ -74,7 +75,10 @@ const (
 	descBash  = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
 		"Output is truncated to the last 2000 lines or 50KB; the full output is then saved to a file on the host (path given, readable with read). " +
 		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
-		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running."
+		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running. " +
+		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
+		"its output goes to a file on the host (readable with read; a task writing more than 100 MiB is killed), and task_status waits for it. " +
+		"Background tasks: default timeout 1 h, at most 24 h; at most 8 run at once per host and 32 more wait to start, beyond that the call fails as busy (host defaults)."
 )
 
 func (g *Gateway) addTools(s *mcp.Server) {
@@ -98,10 +102,15 @@ func (g *Gateway) addTools(s *mcp.Server) {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
 		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {
+			if in.Background {
+				callFrom(ctx).background = true
+				return g.forward(ctx, req, in.Host, "bash", g.cfg.FileCallTimeout), nil, nil
+			}
 			// The agent enforces the command's own timeout; the call's
 			// budget only bounds a host that never answers at all.
 			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
 		})
+	g.addTaskTools(s)
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.
