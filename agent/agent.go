@@ -82,14 +82,14 @@ func New(cfg Config) (*Agent, error) {
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,
+		ImageMaxDimension:  cfg.ImageMaxDimension,
+		ImageMaxBytes:      cfg.ImageMaxBytes,
+		BinaryMaxBytes:     cfg.BinaryMaxBytes,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
-		ImageMaxDimension: cfg.ImageMaxDimension,
-		ImageMaxBytes:     cfg.ImageMaxBytes,
-		BinaryMaxBytes:    cfg.BinaryMaxBytes,
-		ChildEnv:          os.Environ(),
-		Skills:            skills,
-		Host:              cfg.Name,
+		ChildEnv: os.Environ(),
+		Skills:   skills,
+		Host:     cfg.Name,
 		Tasks: taskConfig{
 			DefaultTimeout: cfg.TaskDefaultTimeout,
 			MaxTimeout:     cfg.TaskMaxTimeout,
