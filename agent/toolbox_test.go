@@ -216,7 +216,8 @@ func TestToolboxDecodeArgs(t *testing.T) {
 	tests := []struct {
 		tool, args, want string
 	}{
-		{"read", `{"path":"x","bogus":1}`, `read: invalid arguments: unknown field "bogus"; the arguments are path, offset, limit`},
+		{"read", `{"path":"x","bogus":1}`, `read: invalid arguments: unknown field "bogus"; the arguments are path, offset, limit, anchor, context`},
+		{"read", `{"path":"x","context":"3"}`, `field "context" must be an integer, not string`},
 		{"read", `{"path":3}`, `read: invalid arguments: field "path" must be a string, not number`},
 		{"read", `{"path":"x","offset":"2"}`, `field "offset" must be an integer, not string`},
 		{"read", `{"path":"x","offset":1.5}`, `field "offset" must be an integer`},
