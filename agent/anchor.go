@@ -100,13 +100,13 @@ func anchorFailure(tc *toolCall, path string, scan lineScan, found anchorFound) 
 			lines[i] = fmt.Sprint(l)
 		}
 		more := ""
-		if found.count > len(found.lines) {
+		if found.moreLines {
 			more = ", ..."
 		}
 		r = toolFailure(tc, "anchor matches %d times in %s (at lines %s%s); give a longer anchor that occurs once", found.count, path, strings.Join(lines, ", "), more)
 	}
 	r.Structured, _ = json.Marshal(map[string]any{
-		"path": path, "sha256": scan.sum, "total_lines": scan.total, "matches": found.count, "match_lines": found.lines,
+		"path": path, "sha256": scan.sum, "total_lines": scan.total, "matches": found.count, "match_lines": append([]int{}, found.lines...),
 	})
 	return r
 }
@@ -114,7 +114,9 @@ func anchorFailure(tc *toolCall, path string, scan lineScan, found anchorFound) 
 // anchorFound is what scanAnchor learns about the anchor's occurrences.
 type anchorFound struct {
 	count int   // occurrences; overlapping ones count separately
-	lines []int // start lines of the first anchorMatchesListed occurrences
+	lines []int // the first anchorMatchesListed lines occurrences start on
+	// moreLines reports occurrences that start on other lines.
+	moreLines bool
 	// For the first occurrence: the lines it starts and ends on, and the
 	// first line of the window around it.
 	start, end, first int
@@ -135,8 +137,12 @@ func scanAnchor(ctx context.Context, r *bufio.Reader, anchor string, around int)
 	lastLine := 0 // the last selected line once the window is known
 	m.found = func(start, end int) {
 		found.count++
-		if len(found.lines) < anchorMatchesListed && (len(found.lines) == 0 || found.lines[len(found.lines)-1] != start) {
+		switch {
+		case len(found.lines) > 0 && found.lines[len(found.lines)-1] == start:
+		case len(found.lines) < anchorMatchesListed:
 			found.lines = append(found.lines, start)
+		default:
+			found.moreLines = true
 		}
 		if found.count > 1 {
 			return

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // numberedFrom returns lines "prefix1" to "prefixN", each ending "\n".
@@ -107,6 +108,7 @@ func TestReadAnchorFailures(t *testing.T) {
 	dir := tb.cfg.Cwd
 	p := tbFile(t, dir, "f.txt", "a x\nb\nc x\nd\nx\n")
 	many := tbFile(t, dir, "many.txt", strings.Repeat("dup\n", 8))
+	same := tbFile(t, dir, "same.txt", "ab ab ab\nzz\n")
 	tbFile(t, dir, "empty.txt", "")
 	empty := filepath.Join(dir, "empty.txt")
 	tests := []struct {
@@ -122,6 +124,10 @@ func TestReadAnchorFailures(t *testing.T) {
 			"anchor matches 3 times in " + p + " (at lines 1, 3, 5); give a longer anchor that occurs once"},
 		{"overlapping", map[string]any{"path": many, "anchor": "dup\ndup"},
 			"anchor matches 7 times in " + many + " (at lines 1, 2, 3, 4, 5, ...); give a longer anchor that occurs once"},
+		{"several in one line", map[string]any{"path": many, "anchor": "u"},
+			"anchor matches 8 times in " + many + " (at lines 1, 2, 3, 4, 5, ...); give a longer anchor that occurs once"},
+		{"three times in one line", map[string]any{"path": same, "anchor": "ab"},
+			"anchor matches 3 times in " + same + " (at lines 1); give a longer anchor that occurs once"},
 		{"with offset", map[string]any{"path": p, "anchor": "b", "offset": 2},
 			"anchor and offset cannot be combined: the anchor decides which lines are shown; leave out offset (context sets how many lines around the anchor)"},
 		{"with limit", map[string]any{"path": p, "anchor": "b", "limit": 2},
@@ -203,7 +209,7 @@ func FuzzReadAnchor(f *testing.F) {
 		}
 		listed := slices.Compact(slices.Clone(starts))
 		listed = listed[:min(len(listed), anchorMatchesListed)]
-		if found.count > 0 && !slices.Equal(found.lines, listed[:len(found.lines)]) {
+		if !slices.Equal(found.lines, listed) || found.moreLines != (len(slices.Compact(slices.Clone(starts))) > anchorMatchesListed) {
 			t.Fatalf("lines %v, reference %v", found.lines, starts)
 		}
 		if scan.sum != sha256Hex([]byte(text)) || scan.total != countTextLines(text) {
@@ -224,4 +230,35 @@ func FuzzReadAnchor(f *testing.F) {
 			t.Fatalf("window %q, by lines %q", got, want)
 		}
 	})
+}
+
+// BenchmarkReadLarge reads an 8 MiB file of 128-byte lines: the first
+// 2000 lines shown, all of it counted and hashed; by a one-line anchor
+// near the end; by a three-line anchor near the end.
+func BenchmarkReadLarge(b *testing.B) {
+	tb, err := newToolbox(toolboxConfig{Cwd: b.TempDir(), StateDir: filepath.Join(b.TempDir(), "state"), Shell: "/bin/sh",
+		BashDefaultTimeout: time.Minute, BashMaxTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const lines = 8 << 20 / 128
+	p := tbFile(b, tb.cfg.Cwd, "big.txt", linesOf(lines, "%08d "+strings.Repeat("z", 118)))
+	for _, bc := range []struct {
+		name string
+		args string
+	}{
+		{"head", fmt.Sprintf(`{"path":%q}`, p)},
+		{"anchor", fmt.Sprintf(`{"path":%q,"anchor":"%08d "}`, p, lines-100)},
+		{"anchor-3-lines", fmt.Sprintf(`{"path":%q,"anchor":"z\n%08d z%s\n%08d "}`, p, lines-101, strings.Repeat("z", 117), lines-100)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(8 << 20)
+			for b.Loop() {
+				r := tb.read(context.Background(), &toolCall{ID: "c1", Args: []byte(bc.args)})
+				if r.IsError || r.Error != nil {
+					b.Fatalf("read: %+v", r)
+				}
+			}
+		})
+	}
 }
