@@ -116,12 +116,12 @@ func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *readArgs, path
 	if format == nil && !a.BinaryBase64 {
 		return nil
 	}
-	if a.Offset != 0 || a.Limit != 0 {
+	if a.Offset != 0 || a.Limit != 0 || a.Anchor != "" {
 		what := "binary_base64 returns the whole file"
 		if !a.BinaryBase64 {
 			what = path + " is a " + format.label + " image"
 		}
-		return toolFailure(tc, "%s; offset and limit apply to text lines only: leave them out", what)
+		return toolFailure(tc, "%s; offset, limit and anchor apply to text lines only: leave them out", what)
 	}
 	limit := t.cfg.BinaryMaxBytes
 	if size > limit {

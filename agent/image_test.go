@@ -333,7 +333,8 @@ func TestReadImageRefused(t *testing.T) {
 		{"animated png", anim, nil, []string{"animated PNG (APNG)", "binary_base64=true", "ffmpeg"}},
 		{"too many pixels", huge, nil, []string{"20000x20000 pixels (400.0 megapixels)", "up to 100 megapixels", "binary_base64=true"}},
 		{"broken", broken, nil, []string{"looks like a PNG image by its first bytes", "binary_base64=true"}},
-		{"offset on an image", still, map[string]any{"offset": 2}, []string{"is a PNG image; offset and limit apply to text lines only"}},
+		{"offset on an image", still, map[string]any{"offset": 2}, []string{"is a PNG image; offset, limit and anchor apply to text lines only"}},
+		{"anchor on an image", still, map[string]any{"anchor": "x"}, []string{"is a PNG image; offset, limit and anchor apply to text lines only"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,7 +357,7 @@ func TestReadSniffsContentNotName(t *testing.T) {
 	dir := tb.cfg.Cwd
 	for _, text := range []string{"just text, named like an image\n", "BMW and BM: a text file that starts like a BMP\n", "GIF"} {
 		p := writeFile(t, dir, "fake.png", []byte(text))
-		if got := tbText(t, readResult(t, tb, map[string]any{"path": p})); got != text {
+		if got := tbText(t, readCall(t, tb, map[string]any{"path": p})); got != text {
 			t.Errorf("text in a .png file read as %q, want %q", got, text)
 		}
 	}
@@ -365,8 +366,8 @@ func TestReadSniffsContentNotName(t *testing.T) {
 	wantContains(t, "error", readErr(t, tb, map[string]any{"path": p}), "is a binary file")
 }
 
-// readResult runs read with args on tb.
-func readResult(t *testing.T, tb *toolbox, args map[string]any) *protocol.Result {
+// readCall runs read with args on tb.
+func readCall(t *testing.T, tb *toolbox, args map[string]any) *protocol.Result {
 	t.Helper()
 	res, _ := tbCall(t, context.Background(), tb, "read", args)
 	return res
@@ -387,7 +388,7 @@ func TestReadBinaryBase64(t *testing.T) {
 	}{{"binary", blob}, {"image, unprocessed", pic}, {"text", []byte("plain text\n")}, {"empty", nil}} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := writeFile(t, dir, "f-"+strings.Fields(tt.name)[0], tt.data)
-			res := readResult(t, tb, map[string]any{"path": p, "binary_base64": true})
+			res := readCall(t, tb, map[string]any{"path": p, "binary_base64": true})
 			if res.IsError || res.Error != nil || len(res.Content) != 2 || res.Content[1].Type != "text" {
 				t.Fatalf("result = %+v", res)
 			}
@@ -409,7 +410,7 @@ func TestReadBinaryBase64(t *testing.T) {
 	wantContains(t, "error", readErr(t, tb, map[string]any{"path": dir, "binary_base64": true}), "is a directory")
 	wantContains(t, "error", readErr(t, tb, map[string]any{"path": filepath.Join(dir, "nope"), "binary_base64": true}), "no such file")
 	wantContains(t, "error", readErr(t, tb, map[string]any{"path": filepath.Join(dir, "f-text"), "binary_base64": true, "limit": 3}),
-		"offset and limit apply to text lines only")
+		"offset, limit and anchor apply to text lines only")
 }
 
 // TestImageResultCrossesWire checks that an image result of about 4 MB

@@ -227,7 +227,7 @@ func describeDecodeError(err error, v any) string {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return fmt.Sprintf("field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
+		return fmt.Sprintf("field %q must be %s, not %s", jsonPath(reflect.TypeOf(v), typeErr.Field), kindName(typeErr.Type), typeErr.Value)
 	case errors.As(err, &typeErr):
 		return fmt.Sprintf("arguments must be a JSON object, not %s", typeErr.Value)
 	case errors.As(err, &syntaxErr):
@@ -239,6 +239,39 @@ func describeDecodeError(err error, v any) string {
 		return "malformed JSON: the arguments end too early"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonPath removes from field, the path of a field of t in a decoding
+// error, the Go names of embedded structs, which encoding/json includes
+// and a caller never sees.
+func jsonPath(t reflect.Type, field string) string {
+	embedded, seen := map[string]bool{}, map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous {
+				embedded[f.Name] = true
+			}
+			walk(f.Type)
+		}
+	}
+	walk(t)
+	parts := strings.Split(field, ".")
+	kept := parts[:0]
+	for _, p := range parts {
+		if !embedded[p] {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, ".")
 }
 
 // kindName describes a Go type the way a JSON schema would.
@@ -276,6 +309,14 @@ func jsonFields(t reflect.Type) []string {
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			// Promoted, as encoding/json does; host addresses the call
+			// and is not one of the tool's arguments.
+			if f.Type != reflect.TypeFor[hostArg]() {
+				names = append(names, jsonFields(f.Type)...)
+			}
+			continue
+		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" {
 			name = f.Name
