@@ -38,10 +38,13 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	return toolText(tc, fmt.Sprintf("Successfully wrote %d bytes to %s", len(a.Content), path))
 }
 
-// fileMeta is what a write keeps of the file it replaces.
+// fileMeta describes a directory entry: a write keeps the mode and owner
+// of the file it replaces; list and the tree walks use the rest.
 type fileMeta struct {
 	mode     fs.FileMode
 	uid, gid int
+	size     int64
+	dev      uint64 // the file system it is on
 }
 
 // errSwapped reports a path that changed between its check and its use.

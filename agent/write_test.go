@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -171,8 +172,8 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	}
 	// A file size limit makes writing the new content fail half way, for
 	// root too.
-	withFileSizeLimit(t, 64<<10, func() {
-		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 1<<20)})
+	withFileSizeLimit(t, 64<<10, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 2*limit)})
 		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
 			t.Errorf("oversized write: %+v", r)
 		}
@@ -187,12 +188,20 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 }
 
 // withFileSizeLimit runs f with the process's file size limit lowered to
-// max bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
-func withFileSizeLimit(t *testing.T, max uint64, f func()) {
+// at least max bytes, and tells f the limit. Go ignores SIGXFSZ, so
+// oversized writes fail with EFBIG. The limit leaves room for the file in
+// which the test binary logs the files it opens, which grows with every
+// test run before.
+func withFileSizeLimit(t *testing.T, max uint64, f func(limit int)) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
+	}
+	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
+		if fi, err := os.Stat(fl.Value.String()); err == nil {
+			max += uint64(fi.Size())
+		}
 	}
 	lim := old
 	lim.Cur = max
@@ -204,7 +213,7 @@ func withFileSizeLimit(t *testing.T, max uint64, f func()) {
 			t.Fatal(err)
 		}
 	}()
-	f()
+	f(int(max))
 }
 
 func TestWriteConcurrent(t *testing.T) {
