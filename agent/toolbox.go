@@ -96,6 +96,8 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"edit":  t.edit,
 		"bash":  t.bash,
 		"skill": t.skill,
+
+		"list": t.list,
 	}
 }
 
