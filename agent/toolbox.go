@@ -97,7 +97,8 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"bash":  t.bash,
 		"skill": t.skill,
 
-		"list": t.list,
+		"list":   t.list,
+		"search": t.search,
 	}
 }
 
