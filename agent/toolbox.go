@@ -100,6 +100,7 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"list":   t.list,
 		"search": t.search,
 		"delete": t.delete,
+		"move":   t.move,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,8 +141,14 @@ func TestNewToolbox(t *testing.T) {
 	for name := range tb.tools() {
 		names = append(names, name)
 	}
-	if len(names) != 5 || tb.tools()["read"] == nil || tb.tools()["write"] == nil || tb.tools()["edit"] == nil || tb.tools()["bash"] == nil || tb.tools()["skill"] == nil {
-		t.Fatalf("tools = %v, want read, write, edit, bash, skill", names)
+	slices.Sort(names)
+	if want := []string{"bash", "delete", "edit", "list", "move", "read", "search", "skill", "write"}; !slices.Equal(names, want) {
+		t.Fatalf("tools = %v, want %v", names, want)
+	}
+	for _, name := range names {
+		if tb.tools()[name] == nil {
+			t.Errorf("tool %s has no function", name)
+		}
 	}
 }
 
