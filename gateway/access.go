@@ -21,7 +21,9 @@ const (
 )
 
 // hostToolNames are the tools that act on one host.
-func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill} }
+func hostToolNames() []string {
+	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move"}
+}
 
 // adminToolNames are the tools only admins may call.
 func adminToolNames() []string { return []string{toolAudit} }
