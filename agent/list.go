@@ -277,7 +277,8 @@ func (o *listing) text() string {
 		notes = append(notes, fmt.Sprintf("%s at depth %d not expanded; list one of them, or give a larger depth (at most %d).", plural(o.Unexpanded, "directory", "directories"), o.Depth, listMaxDepth))
 	}
 	if o.Hidden > 0 {
-		notes = append(notes, fmt.Sprintf("%s hidden: the host policy does not let the tools read them.", plural(o.Hidden, "entry", "entries")))
+		notes = append(notes, plural(o.Hidden, "entry hidden: the host policy does not let the tools read it, or it is the agent's own.",
+			"entries hidden: the host policy does not let the tools read them, or they are the agent's own."))
 	}
 	for _, c := range o.Crowded {
 		notes = append(notes, fmt.Sprintf("%s has more than %d entries; only %d of them were considered. Use bash to look at it.", c, dirReadMax, dirReadMax))

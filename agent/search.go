@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -85,6 +86,7 @@ type searchResult struct {
 	Unreadable int `json:"unreadable"`
 	bytes      int
 	examined   int
+	budget     time.Duration // the time it had
 }
 
 // search finds lines that contain a text or match a regular expression
@@ -123,11 +125,11 @@ func (t *toolbox) searchWithin(ctx context.Context, tc *toolCall, maxEntries int
 	}
 	s := &searcher{t: t, ctx: ctx, m: m, glob: a.Glob, max: a.MaxResults, path: path, target: target,
 		shown: filepath.Clean(a.Path), maxEntries: maxEntries, stopAt: stopAt,
-		out: searchResult{Path: path, Query: a.Query, Regex: a.Regex, Matches: []searchMatch{}}}
+		out: searchResult{Path: path, Query: a.Query, Regex: a.Regex, Matches: []searchMatch{}, budget: roughly(time.Until(stopAt))}}
 	if r := s.run(tc); r != nil {
 		return r
 	}
-	r = toolText(tc, s.out.text(a.MaxResults))
+	r = toolText(tc, s.out.text())
 	r.Structured, _ = json.Marshal(s.out)
 	return r
 }
@@ -142,6 +144,14 @@ func searchDeadline(ctx context.Context) time.Time {
 		stop = now.Add(d.Sub(now) / 2)
 	}
 	return stop
+}
+
+// roughly rounds d for a message.
+func roughly(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return max(0, d.Round(100*time.Millisecond))
 }
 
 // searcher runs one search.
@@ -178,7 +188,7 @@ func (s *searcher) run(tc *toolCall) *protocol.Result {
 		return s.runDir(tc)
 	case !meta.mode.IsRegular():
 		return toolFailure(tc, "%s is a %s; search looks in regular files and directories", s.path, typeName(meta.mode))
-	case s.glob != "" && !s.globMatch("", filepath.Base(s.target)):
+	case s.glob != "" && !s.globMatch(filepath.Base(s.target), filepath.Base(s.target)):
 		return toolFailure(tc, "%s does not match glob %q; leave glob out to search this file", s.path, s.glob)
 	case meta.size > searchMaxFileSize:
 		return toolFailure(tc, "%s is %s, more than search reads (%s); use bash grep for it", s.path, humanSize(meta.size), humanSize(searchMaxFileSize))
@@ -224,7 +234,7 @@ func (s *searcher) dir(d *dirHandle, rel string, level int) error {
 		return nil
 	}
 	if more {
-		s.out.Unsearched++ // the names never read
+		s.out.Unsearched++ // at least one name was never read
 	}
 	slices.Sort(names)
 	for i, name := range names {
@@ -340,7 +350,9 @@ func (s *searcher) file(d *dirHandle, name, rel string) (skip string, err error)
 	if err := s.t.guard.checkOpened(shown, fi); err != nil {
 		return "", err
 	}
-	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(fi.Size())+1)))
+	// Files in /proc and /sys report size 0 whatever they hold: the
+	// size cap holds for what is read, too.
+	br := bufio.NewReaderSize(io.LimitReader(f, searchMaxFileSize), min(64<<10, max(sniffLen, int(fi.Size())+1)))
 	head, err := br.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
@@ -448,7 +460,7 @@ func clipLine(line []byte, start, end int) string {
 }
 
 // text renders the search result for the model.
-func (o *searchResult) text(maxResults int) string {
+func (o *searchResult) text() string {
 	var b strings.Builder
 	for _, m := range o.Matches {
 		fmt.Fprintf(&b, "%s:%d: %s\n", m.Path, m.Line, m.Text)
@@ -465,7 +477,7 @@ func (o *searchResult) text(maxResults int) string {
 	case "entries":
 		notes = append(notes, fmt.Sprintf("Stopped at the limit of %d directory entries examined; at least %s not searched. Narrow the search with path or glob.", o.examined, plural(o.Unsearched, "more entry was", "more entries were")))
 	case "time":
-		notes = append(notes, fmt.Sprintf("Stopped at the time limit (%s at most); at least %s not searched. Narrow the search with path or glob.", searchTimeBudget, plural(o.Unsearched, "entry was", "entries were")))
+		notes = append(notes, fmt.Sprintf("Stopped at the time limit of %s; at least %s not searched. Narrow the search with path or glob.", o.budget, plural(o.Unsearched, "entry was", "entries were")))
 	}
 	if o.Stopped == "" && o.Unsearched > 0 {
 		notes = append(notes, fmt.Sprintf("%s not searched (directories nested too deep, or with more than %d entries).", plural(o.Unsearched, "entry was", "entries were"), dirReadMax))
@@ -477,7 +489,7 @@ func (o *searchResult) text(maxResults int) string {
 	}{
 		{o.SkippedBinary, "binary file", "binary files"},
 		{o.SkippedLarge, "file larger than " + humanSize(searchMaxFileSize), "files larger than " + humanSize(searchMaxFileSize)},
-		{o.Hidden, "entry hidden by the host policy", "entries hidden by the host policy"},
+		{o.Hidden, "entry the tools may not read (host policy or the agent's own files)", "entries the tools may not read (host policy or the agent's own files)"},
 		{o.Unreadable, "unreadable entry", "unreadable entries"},
 	} {
 		if c.n > 0 {
@@ -551,10 +563,11 @@ func regexError(query string, err error) error {
 	return fmt.Errorf("query is not a valid RE2 regular expression: %s%s", what, hint)
 }
 
-// regexErrorOffset finds where in query the parser met the error se: the
-// start of the failing part of the shortest prefix that fails the same
-// way (for an unexpected ")", its last byte). The parser reads left to
-// right, so that is where the problem is. Errors about the whole
+// regexErrorOffset finds where in query the parser met the error se. The
+// parser reads left to right and stops at the first error, so a prefix
+// of query fails the same way exactly when it holds the part in error: a
+// binary search finds the shortest such prefix, which ends with that part
+// (for an unexpected ")", with the ")" itself). Errors about the whole
 // expression (a missing ")", too large) have no offset.
 func regexErrorOffset(query string, se *syntax.Error) (int, bool) {
 	switch se.Code {
@@ -564,21 +577,24 @@ func regexErrorOffset(query string, se *syntax.Error) (int, bool) {
 		return len(query) - 1, true
 	}
 	whole := se.Code == syntax.ErrUnexpectedParen
-	for n := 1; n <= len(query); n++ {
-		if n < len(query) && !utf8.RuneStart(query[n]) {
-			continue
+	boundary := func(n int) int { // prefixes end between characters
+		for n < len(query) && !utf8.RuneStart(query[n]) {
+			n++
 		}
-		_, err := syntax.Parse(query[:n], syntax.Perl)
+		return n
+	}
+	n := boundary(sort.Search(len(query), func(n int) bool {
+		_, err := syntax.Parse(query[:boundary(n+1)], syntax.Perl)
 		var pe *syntax.Error
-		if !errors.As(err, &pe) || pe.Code != se.Code {
-			continue
-		}
-		switch {
-		case whole: // an unmatched ")": the last byte of the prefix
-			return n - 1, true
-		case pe.Expr == se.Expr && strings.HasSuffix(query[:n], pe.Expr):
-			return n - len(pe.Expr), true
-		}
+		return errors.As(err, &pe) && pe.Code == se.Code && (whole || pe.Expr == se.Expr)
+	}) + 1)
+	switch {
+	case n > len(query):
+		return 0, false
+	case whole:
+		return n - 1, true
+	case strings.HasSuffix(query[:n], se.Expr):
+		return n - len(se.Expr), true
 	}
 	return 0, false
 }

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +105,9 @@ func TestSearchRegexErrors(t *testing.T) {
 		{`a(b`, []string{"missing closing ): `a(b`"}},
 		{`ab)c`, []string{"unexpected ): `ab)c`", "at byte 2 (ab⟨here⟩)c)"}},
 		{`foo\Z`, []string{"invalid escape sequence: `\\Z`", "at byte 3 (foo⟨here⟩\\Z)"}},
-		{`a*(*)`, []string{"missing argument to repetition operator: `*`", "at byte 3"}},
+		{`a*b(*)`, []string{"missing argument to repetition operator: `*`", "at byte 4"}},
+		{`(a)(b))`, []string{"unexpected ): `(a)(b))`", "at byte 6"}},
+		{`[)](x`, []string{"missing closing ): `[)](x`"}},
 		{`x{2,1}`, []string{"invalid repeat count: `{2,1}`", "at byte 1"}},
 		{`ok[z-a]`, []string{"invalid character class range: `z-a`", "at byte 3"}},
 		{`é[b`, []string{"missing closing ]: `[b`", "at byte 2"}},
@@ -154,12 +158,23 @@ func FuzzCompileQuery(f *testing.F) {
 		if err == nil {
 			return
 		}
-		if sm := offset.FindStringSubmatch(err.Error()); sm != nil {
-			var n int
-			fmt.Sscan(sm[1], &n)
-			if n < 0 || n >= len(query) {
-				t.Fatalf("%q: offset %d outside the query", query, n)
-			}
+		sm := offset.FindStringSubmatch(err.Error())
+		var se *syntax.Error
+		if !errors.As(rerr, &se) {
+			t.Fatalf("%q: regexp error %T", query, rerr)
+		}
+		pos, ok := regexErrorOffset(query, se)
+		if ok != (sm != nil) || ok && sm[1] != fmt.Sprint(pos) {
+			t.Fatalf("%q: message %q, offset %d %v", query, err, pos, ok)
+		}
+		switch {
+		case !ok:
+		case pos < 0 || pos >= len(query):
+			t.Fatalf("%q: offset %d outside the query", query, pos)
+		case se.Code == syntax.ErrUnexpectedParen && query[pos] != ')':
+			t.Fatalf("%q: unexpected ) at %d, where %q is", query, pos, query[pos])
+		case se.Code != syntax.ErrUnexpectedParen && se.Code != syntax.ErrTrailingBackslash && !strings.HasPrefix(query[pos:], se.Expr):
+			t.Fatalf("%q: %s at %d, where %q is", query, se.Expr, pos, query[pos:])
 		}
 	})
 }
@@ -248,7 +263,8 @@ func TestSearchCaps(t *testing.T) {
 		t.Errorf("entry bound: %+v\n%s", s, tbText(t, r)[len(tbText(t, r))-200:])
 	}
 	r = search(searchMaxEntries, time.Now())
-	if s := searchOf(t, r); s.Stopped != "time" || len(s.Matches) != 255 || s.Unsearched != 45 {
+	if s := searchOf(t, r); s.Stopped != "time" || len(s.Matches) != 255 || s.Unsearched != 45 ||
+		!strings.Contains(tbText(t, r), "[Stopped at the time limit of 0s; at least 45 entries were not searched.") {
 		t.Errorf("time bound: stopped %q, %d matches, %d unsearched", s.Stopped, len(s.Matches), s.Unsearched)
 	}
 }
@@ -268,7 +284,7 @@ func TestSearchPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := run(t, g.toolbox, "search", map[string]any{"query": "token"})
-	tbWant(t, r, false, "notes.md:1: token\nok.txt:1: token\n\n[Not searched: 3 entries hidden by the host policy.]")
+	tbWant(t, r, false, "notes.md:1: token\nok.txt:1: token\n\n[Not searched: 3 entries the tools may not read (host policy or the agent's own files).]")
 	wantDenied(t, "search a denied file", run(t, g.toolbox, "search", map[string]any{"query": "token", "path": "key.pem"}), `paths.deny "*.pem"`)
 	wantDenied(t, "search the credentials by another name", run(t, g.toolbox, "search", map[string]any{"query": "token", "path": "hard.txt"}), "credentials under another name")
 
@@ -277,5 +293,5 @@ func TestSearchPolicy(t *testing.T) {
 	tbFile(t, g.state, "tasks.json", "token\n")
 	own := filepath.Dir(g.state)
 	r = run(t, g.toolbox, "search", map[string]any{"query": "token", "path": own})
-	tbWant(t, r, false, `No matches for "token" in `+own+" (1 file searched).\n\n[Not searched: 2 entries hidden by the host policy.]")
+	tbWant(t, r, false, `No matches for "token" in `+own+" (1 file searched).\n\n[Not searched: 2 entries the tools may not read (host policy or the agent's own files).]")
 }

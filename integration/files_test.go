@@ -37,7 +37,7 @@ func TestFileTools(t *testing.T) {
 			}
 			// Hidden: secret/ and the agent's state directory.
 			got = mustOK(t, call(t, cs, "search", map[string]any{"host": "files", "query": "(?i)todo", "regex": true}))
-			if got != "src/keep.txt:1: TODO: keep me\nsrc/main.go:2: // TODO: greet\n\n[Not searched: 2 entries hidden by the host policy.]" {
+			if got != "src/keep.txt:1: TODO: keep me\nsrc/main.go:2: // TODO: greet\n\n[Not searched: 2 entries the tools may not read (host policy or the agent's own files).]" {
 				t.Errorf("search:\n%s", got)
 			}
 			mustErr(t, call(t, cs, "search", map[string]any{"host": "files", "query": "a(", "regex": true}), "missing closing )")
