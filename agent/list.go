@@ -150,47 +150,52 @@ func (l *lister) walk(ctx context.Context, root *dirHandle) error {
 // listing is full. Only the top directory's failure is an error.
 func (l *lister) readDir(root *dirHandle, rel string, depth int) (subs []string, full bool, err error) {
 	d, err := openRel(root, rel)
+	var names []string
 	if err == nil {
 		defer d.Close()
-		var names []string
-		var more bool
-		names, more, err = d.readNames(dirReadMax)
-		if more {
-			l.out.Crowded = append(l.out.Crowded, relOrDot(rel))
+		names, err = l.readNames(d, rel)
+	}
+	if err != nil {
+		if rel == "" {
+			return nil, false, err
 		}
-		if err == nil {
-			slices.Sort(names)
-			for i, name := range names {
-				if len(l.out.Entries) == listMaxEntries {
-					l.out.Truncated = true
-					l.out.Unlisted += len(names) - i
-					return subs, true, nil
-				}
-				e, ok := l.entry(d, relJoin(rel, name), name)
-				if !ok {
-					continue
-				}
-				l.out.Entries = append(l.out.Entries, e)
-				switch {
-				case e.Type != "dir" || e.Error != "":
-				case depth < l.out.Depth:
-					subs = append(subs, e.Path)
-				default:
-					l.out.Unexpanded++
-				}
-			}
-			return subs, false, nil
+		// Say so on the directory's entry.
+		msg := strings.TrimPrefix(fsProblem(under(l.path, rel), err), under(l.path, rel)+": ")
+		if i := slices.IndexFunc(l.out.Entries, func(e listEntry) bool { return e.Path == rel }); i >= 0 {
+			l.out.Entries[i].Error = msg
+		}
+		return nil, false, nil
+	}
+	for i, name := range names {
+		if len(l.out.Entries) == listMaxEntries {
+			l.out.Truncated = true
+			l.out.Unlisted += len(names) - i
+			return subs, true, nil
+		}
+		e, ok := l.entry(d, relJoin(rel, name), name)
+		if !ok {
+			continue
+		}
+		l.out.Entries = append(l.out.Entries, e)
+		switch {
+		case e.Type != "dir" || e.Error != "":
+		case depth < l.out.Depth:
+			subs = append(subs, e.Path)
+		default:
+			l.out.Unexpanded++
 		}
 	}
-	if rel == "" {
-		return nil, false, err
+	return subs, false, nil
+}
+
+// readNames returns the names in d, the directory at rel, sorted.
+func (l *lister) readNames(d *dirHandle, rel string) ([]string, error) {
+	names, more, err := d.readNames(dirReadMax)
+	if more {
+		l.out.Crowded = append(l.out.Crowded, relOrDot(rel))
 	}
-	// The directory cannot be read: say so on its entry.
-	msg := strings.TrimPrefix(fsProblem(under(l.path, rel), err), under(l.path, rel)+": ")
-	if i := slices.IndexFunc(l.out.Entries, func(e listEntry) bool { return e.Path == rel }); i >= 0 {
-		l.out.Entries[i].Error = msg
-	}
-	return nil, false, nil
+	slices.Sort(names)
+	return names, err
 }
 
 // entry describes name, an entry of d at rel, if the tools may read it.

@@ -208,6 +208,27 @@ func TestListFailures(t *testing.T) {
 			t.Errorf("list %v: %+v, want %q", tt.args, r, tt.want)
 		}
 	}
+	// A directory that cannot be read when its turn comes (here: gone,
+	// or swapped for a link) is marked on its entry.
+	root, err := openDir(tb.cfg.Cwd, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	tbLink(t, tb.cfg.Cwd, "swapped", t.TempDir())
+	l := &lister{t: tb, path: tb.cfg.Cwd, target: tb.cfg.Cwd, out: listing{Depth: 2, Entries: []listEntry{{Path: "gone", Type: "dir"}, {Path: "swapped", Type: "dir"}}}}
+	for _, rel := range []string{"gone", "swapped"} {
+		if subs, full, err := l.readDir(root, rel, 2); subs != nil || full || err != nil {
+			t.Errorf("readDir(%s) = %v, %v, %v", rel, subs, full, err)
+		}
+	}
+	if e := l.out.Entries; e[0].Error != "no such file" || !strings.Contains(e[1].Error, "changed while it was being checked") {
+		t.Errorf("entries = %+v", e)
+	}
+	if text := l.out.text(); !strings.Contains(text, "gone/  [unreadable: no such file]") {
+		t.Errorf("text: %q", text)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r, _ := tbCall(t, ctx, tb, "list", map[string]any{})
