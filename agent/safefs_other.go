@@ -27,6 +27,7 @@ func (d *dirHandle) sub(string) (*dirHandle, error)          { return nil, errNo
 func (d *dirHandle) readNames(int) ([]string, bool, error)   { return nil, false, errNoSafeFS }
 func (d *dirHandle) readlink(string) (string, error)         { return "", errNoSafeFS }
 func (d *dirHandle) remove(string, bool) error               { return errNoSafeFS }
+func (d *dirHandle) sync()                                   {}
 func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
 	return errNoSafeFS
 }
