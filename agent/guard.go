@@ -91,19 +91,31 @@ func (g *guard) checkPath(given string, ops ...policy.Op) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := g.checkResolved(given, resolved, ops...); err != nil {
+		return "", err
+	}
+	return resolved, nil
+}
+
+// checkResolved is checkPath for a path already resolved: resolved is
+// what given names once its links are followed (or, for a tool that acts
+// on a link itself, once the links in its parent are). The tools that
+// walk a directory opened without following links check its entries
+// with it.
+func (g *guard) checkResolved(given, resolved string, ops ...policy.Op) error {
 	for _, op := range ops {
 		if err := g.checkOwn(op, given, resolved); err != nil {
-			return "", err
+			return err
 		}
 		check := g.pol.CheckPath
 		if op == policy.Read && g.isOutputFile(resolved) {
 			check = g.pol.CheckPathDeny // the bash tool hands these out
 		}
 		if err := check(op, given, resolved); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return resolved, nil
+	return nil
 }
 
 // checkOwn refuses op on the agent's own files.

@@ -114,6 +114,10 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"task_status": t.taskStatus,
 		"task_cancel": t.taskCancel,
 		"task_list":   t.taskList,
+		"list":        t.list,
+		"search":      t.search,
+		"delete":      t.delete,
+		"move":        t.move,
 	}
 }
 

@@ -88,10 +88,13 @@ func (t *toolbox) refuseExisting(tc *toolCall, path, target string) *protocol.Re
 	return r
 }
 
-// fileMeta is what a write keeps of the file it replaces.
+// fileMeta describes a directory entry: a write keeps the mode and owner
+// of the file it replaces; list and the tree walks use the rest.
 type fileMeta struct {
 	mode     fs.FileMode
 	uid, gid int
+	size     int64
+	dev      uint64 // the file system it is on
 }
 
 // errSwapped reports a path that changed between its check and its use.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -174,8 +175,8 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	}
 	// A file size limit makes writing the new content fail half way, for
 	// root too.
-	withFileSizeLimit(t, fileSizeLimit, func() {
-		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 2*fileSizeLimit)})
+	withFileSizeLimit(t, 64<<10, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 2*limit)})
 		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
 			t.Errorf("oversized write: %+v", r)
 		}
@@ -189,19 +190,21 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	tbOnly(t, tb.cfg.Cwd, "f.txt")
 }
 
-// fileSizeLimit is the file size limit for tests of failed writes. The
-// limit holds for every file the test process writes, the log go test
-// keeps of the files tests open included, so it is far above that log's
-// size.
-const fileSizeLimit = 8 << 20
-
 // withFileSizeLimit runs f with the process's file size limit lowered to
-// max bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
-func withFileSizeLimit(t *testing.T, max uint64, f func()) {
+// at least max bytes, and tells f the limit. Go ignores SIGXFSZ, so
+// oversized writes fail with EFBIG. The limit leaves room for the file in
+// which the test binary logs the files it opens, which grows with every
+// test run before.
+func withFileSizeLimit(t *testing.T, max uint64, f func(limit int)) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
+	}
+	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
+		if fi, err := os.Stat(fl.Value.String()); err == nil {
+			max += uint64(fi.Size())
+		}
 	}
 	lim := old
 	lim.Cur = max
@@ -213,7 +216,7 @@ func withFileSizeLimit(t *testing.T, max uint64, f func()) {
 			t.Fatal(err)
 		}
 	}()
-	f()
+	f(int(max))
 }
 
 func TestWriteConcurrent(t *testing.T) {

@@ -22,7 +22,9 @@ const (
 
 // hostToolNames are the tools that act on one host and that access rules
 // grant by name.
-func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill} }
+func hostToolNames() []string {
+	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move"}
+}
 
 // taskToolNames are the per-host tools that report and stop the
 // background tasks bash starts. They are not granted by name: whoever may

@@ -123,6 +123,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
 		})
 	g.addTaskTools(s)
+	g.addFileTools(s)
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.
