@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -159,8 +160,7 @@ func (r *registry) get(host string) (HostInfo, bool) {
 }
 
 // list returns every host matching filter, sorted by name. An empty filter
-// matches all; otherwise filter is a host selector: a host-name glob
-// (web-*), a label match (role=web), or several joined by commas.
+// matches all; otherwise filter is a host selector (policy.ParseSelector).
 func (r *registry) list(filter string) []HostInfo {
 	now := r.now()
 	r.mu.RLock()
@@ -175,12 +175,12 @@ func (r *registry) list(filter string) []HostInfo {
 	return out
 }
 
-// matchFilter applies a hosts filter, a host selector (see selector.go).
+// matchFilter applies a hosts filter, a host selector.
 // A filter that does not parse matches nothing.
 func matchFilter(h *HostInfo, filter string) bool {
 	if filter == "" {
 		return true
 	}
-	sel, err := ParseSelector(filter)
+	sel, err := policy.ParseSelector(filter)
 	return err == nil && sel.Match(h.Host, h.Labels)
 }
