@@ -113,10 +113,11 @@ type hostStore struct {
 	log       *slog.Logger
 	retention time.Duration
 
-	watcher jetstream.KeyWatcher
-	ctx     context.Context // ends at close
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	nc     *nats.Conn
+	first  bucketWatch     // the watch started at open; then owned by watch
+	ctx    context.Context // ends at close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	flushMu sync.Mutex // one pass at a time
 	failing bool       // guarded by flushMu: the last write failed
@@ -149,9 +150,9 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	s := &hostStore{kv: kv, reg: reg, log: log, retention: cfg.Retention}
+	s := &hostStore{kv: kv, nc: nc, reg: reg, log: log, retention: cfg.Retention}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.watcher, err = watchBucket(s.ctx, kv); err != nil {
+	if s.first, err = watchBucket(s.ctx, kv); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -193,20 +194,27 @@ func ensureHostsBucket(js jetstream.JetStream, cfg HostsConfig) (jetstream.KeyVa
 	}
 }
 
-// watchBucket starts watching every key of kv until ctx ends, retrying
-// while JetStream does not answer. (The watch ends when the context given
-// to WatchAll does, so it cannot carry a timeout.)
-func watchBucket(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+// bucketWatch is one watch of the bucket; cancel ends it.
+type bucketWatch struct {
+	w      jetstream.KeyWatcher
+	cancel context.CancelFunc
+}
+
+// watchBucket starts watching every key of kv until ctx ends or the
+// watch is cancelled, retrying for up to 20 s while JetStream does not
+// answer. (A watch ends when the context given to WatchAll does, so that
+// context cannot carry a timeout.)
+func watchBucket(ctx context.Context, kv jetstream.KeyValue) (bucketWatch, error) {
 	type result struct {
 		w   jetstream.KeyWatcher
 		err error
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		actx, cancel := context.WithCancel(ctx)
+		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan result, 1)
 		go func() {
-			w, err := kv.WatchAll(actx)
+			w, err := kv.WatchAll(wctx)
 			done <- result{w, err}
 		}()
 		var res result
@@ -214,21 +222,26 @@ func watchBucket(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatch
 		case res = <-done:
 		case <-time.After(jsTimeout):
 			cancel() // ends the request, or the watch it started
-			res = <-done
-			if res.err == nil {
-				_ = res.w.Stop()
+			if res = <-done; res.err == nil {
+				drain(res.w)
 				res.err = context.DeadlineExceeded
 			}
 		}
 		if res.err == nil {
-			context.AfterFunc(ctx, cancel) // the watch's own context ends with ctx
-			return res.w, nil
+			return bucketWatch{w: res.w, cancel: cancel}, nil
 		}
 		cancel()
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("hosts bucket: watch: %w", res.err)
+			return bucketWatch{}, fmt.Errorf("hosts bucket: watch: %w", res.err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// drain discards a cancelled watch's updates until its channel closes:
+// the subscription delivering them ends only once its last send is taken.
+func drain(w jetstream.KeyWatcher) {
+	for range w.Updates() {
 	}
 }
 
@@ -236,24 +249,69 @@ func watchBucket(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatch
 // the next gateway that hears their hosts.
 func (s *hostStore) close() {
 	s.cancel()
-	_ = s.watcher.Stop()
 	s.wg.Wait()
 }
 
 // watch applies the bucket's records to the registry: the current ones
-// first (then loaded is closed), then every change.
+// first (then loaded is closed), then every change. When the connection
+// comes back after an outage it starts a new watch at once, rather than
+// wait until the old one notices missed heartbeats (about 20 s later);
+// records seen before are skipped by their revision.
 func (s *hostStore) watch(loaded chan struct{}) {
 	defer s.wg.Done()
-	for e := range s.watcher.Updates() {
-		if e == nil {
-			select {
-			case <-loaded:
-			default:
-				close(loaded)
+	reconnected := s.nc.StatusChanged(nats.CONNECTED)
+	defer s.nc.RemoveStatusListener(reconnected)
+	cur := s.first
+	retire := func(bw bucketWatch) {
+		bw.cancel()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			drain(bw.w)
+		}()
+	}
+	defer func() { retire(cur) }()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-reconnected:
+			next, err := watchBucket(s.ctx, s.kv)
+			if err != nil {
+				s.log.Warn("hosts bucket: cannot watch again after reconnecting; the old watch recovers by itself", "err", err)
+				continue
 			}
-			continue
+			retire(cur)
+			cur = next
+		case e, ok := <-cur.w.Updates():
+			switch {
+			case !ok && s.ctx.Err() != nil:
+				return
+			case !ok:
+				// The watch ended by itself (its consumer or the bucket
+				// went away): start another.
+				s.log.Warn("hosts bucket: watch ended; watching again")
+				next, err := watchBucket(s.ctx, s.kv)
+				for err != nil {
+					select {
+					case <-s.ctx.Done():
+						return
+					case <-time.After(5 * time.Second):
+					}
+					next, err = watchBucket(s.ctx, s.kv)
+				}
+				retire(cur)
+				cur = next
+			case e == nil:
+				select {
+				case <-loaded:
+				default:
+					close(loaded)
+				}
+			default:
+				s.apply(e)
+			}
 		}
-		s.apply(e)
 	}
 }
 
@@ -262,6 +320,9 @@ func (s *hostStore) apply(e jetstream.KeyValueEntry) {
 	if err := protocol.ValidateHost(host); err != nil {
 		s.log.Warn("ignoring a hosts bucket key that is no host name", "key", host, "err", err)
 		return
+	}
+	if s.reg.revision(host) >= e.Revision() {
+		return // seen before (a new watch delivers every record again)
 	}
 	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
 		s.reg.applyDeleted(host, e.Revision())
@@ -472,6 +533,17 @@ func (r *registry) noteWritten(host string, rev uint64, digest factsDigest, seen
 	if e := r.hosts[host]; e != nil && rev > e.rev {
 		e.rev, e.kvDigest, e.kvSeen, e.holdUntil = rev, digest, seen, time.Time{}
 	}
+}
+
+// revision returns the revision of host's record this gateway has seen
+// (0: none, or the host is unknown).
+func (r *registry) revision(host string) uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if e := r.hosts[host]; e != nil {
+		return e.rev
+	}
+	return 0
 }
 
 // hold pauses writes of host until until.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -524,5 +525,102 @@ func BenchmarkRegistryHeartbeat(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.onPresence(m)
+	}
+}
+
+// TestHostStoreSurvivesNATSRestart: after the NATS server restarts, the
+// watch still brings other replicas' records, and writes resume. (Left
+// to itself, the watch's consumer would notice the restart by missed
+// heartbeats about 20 s later; the store starts a new watch on reconnect.)
+func TestHostStoreSurvivesNATSRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := func(port int) *server.Options {
+		return &server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true, JetStream: true, StoreDir: dir}
+	}
+	start := func(port int) *server.Server {
+		ns, err := server.NewServer(opts(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("NATS server not ready")
+		}
+		return ns
+	}
+	ns := start(-1)
+	port := ns.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() }) // after the replicas' cleanups
+
+	clock := newClock()
+	replicaOn := func() *replica {
+		nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		reg := newRegistry(discardLogger(), 15*time.Second)
+		reg.now = clock.now
+		s, err := newHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.close)
+		return &replica{reg: reg, store: s}
+	}
+	a, b := replicaOn(), replicaOn()
+	announce(t, a.reg, fleetAnnounce("web-1"))
+	a.store.flush()
+	waitUntil(t, "b sees web-1", func() bool { _, ok := b.reg.get("web-1"); return ok })
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	ns = start(port)
+	restarted := time.Now()
+
+	announce(t, a.reg, fleetAnnounce("web-2"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.store.flush()
+		if _, ok := b.reg.get("web-2"); ok {
+			t.Logf("the other replica saw web-2 %s after the restart", time.Since(restarted).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a NATS restart, the other replica never saw web-2 (writes %d)", writes(a))
+		}
+		clock.advance(holdAfterFailure) // a failed write is held; retry now
+		announce(t, a.reg, fleetAnnounce("web-2"))
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestHostStoreCloseLeavesNoGoroutines: a store that was watching and
+// writing leaves nothing running once closed.
+func TestHostStoreCloseLeavesNoGoroutines(t *testing.T) {
+	ns := startJetStream(t)
+	nc := connectNATS(t, ns, "gateway")
+	var base int
+	for i := range 4 {
+		if i == 1 { // the bucket exists now, with the server's goroutines for it
+			time.Sleep(100 * time.Millisecond)
+			base = runtime.NumGoroutine()
+		}
+		reg := newRegistry(discardLogger(), 15*time.Second)
+		s, err := openHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		announce(t, reg, fleetAnnounce(fmt.Sprintf("web-%d", i)))
+		waitUntil(t, "the store writes the host", func() bool { return s.writes.Load() == 1 })
+		s.close()
+	}
+	deadline := time.Now().Add(waitFor)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
