@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/fleetmcp/fleetmcp/policy"
 )
 
 // This file decides what an authenticated caller may reach: access rules
@@ -67,7 +69,7 @@ type rule struct {
 	name  string
 	deny  bool
 	match []condition // all must hold; empty only for API-token grants
-	hosts []Selector
+	hosts []policy.Selector
 	tools map[string]bool // per-host tools
 	admin bool
 	rate  RateLimit // zero: the gateway default
@@ -86,7 +88,7 @@ func (c condition) holds(id *Identity) bool {
 			v = strings.ToLower(v)
 		}
 		for _, p := range c.patterns {
-			if Glob(p, v) {
+			if policy.Glob(p, v) {
 				return true
 			}
 		}
@@ -204,7 +206,7 @@ func (g *Grants) ToolVisible(tool string) bool {
 		return slices.ContainsFunc(hostToolNames(), g.ToolVisible)
 	}
 	for _, r := range g.deny {
-		if r.tools[tool] && slices.ContainsFunc(r.hosts, Selector.All) {
+		if r.tools[tool] && slices.ContainsFunc(r.hosts, policy.Selector.All) {
 			return false
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetmcp/fleetmcp/policy"
 )
 
 // The access rules file (YAML, or JSON, which YAML reads too):
@@ -18,7 +20,7 @@ import (
 //	  - name: ops                    # optional; default "rule N"
 //	    match:                       # every listed claim must match
 //	      groups: [ops, sre]         # a string or a list: any may match
-//	    hosts: ["*"]                 # host selectors (selector.go)
+//	    hosts: ["*"]                 # host selectors (policy.ParseSelector)
 //	    tools: ["*"]                 # per-host tools, or "*" for all
 //	    admin: true                  # admin tools (audit)
 //	    rate_limit: 600/min          # calls per caller (ratelimit.go)
@@ -326,7 +328,7 @@ func compileGrant(spec grantSpec, deny bool) (*rule, error) {
 	}
 	r.rate = rl
 	for _, h := range spec.Hosts {
-		sel, err := ParseSelector(h)
+		sel, err := policy.ParseSelector(h)
 		if err != nil {
 			return nil, fmt.Errorf("hosts: %w", err)
 		}

@@ -68,8 +68,14 @@ type Config struct {
 	// progress token get them). Default 5 s.
 	ProgressIdle time.Duration
 	// OfflineAfter is how long after its last heartbeat a host is shown
-	// offline. Default 15 s (three missed 5 s heartbeats).
+	// offline. Default 15 s (three missed 5 s heartbeats); 1 s to 10 min.
+	// A host whose agent heartbeats less often than OfflineAfter/3 gets
+	// three of its intervals, counting at most 1 min per interval: a host
+	// that stops heartbeating is offline at most max(OfflineAfter, 3 min)
+	// after its last heartbeat, on every gateway replica.
 	OfflineAfter time.Duration
+	// Hosts configures the hosts bucket the replicas share.
+	Hosts HostsConfig
 
 	// SystemPromptFile, when set, is a text/template that replaces the
 	// bundled template of the resource://system-prompt resource. It is
@@ -96,6 +102,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.ProgressIdle, 5*time.Second)
 	c.Auth.setDefaults()
 	c.Audit.setDefaults()
+	c.Hosts.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -114,8 +121,12 @@ func (c *Config) validate() error {
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.Audit.validate()...)
+	errs = append(errs, c.Hosts.validate()...)
 	if c.Silence < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("silence timeout %s is too short (minimum 100ms)", c.Silence))
+	}
+	if c.OfflineAfter < time.Second || c.OfflineAfter > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("offline-after %s: use 1s to 10m", c.OfflineAfter))
 	}
 	return errors.Join(errs...)
 }

@@ -49,6 +49,11 @@ func TestConfigValidate(t *testing.T) {
 		{"auth off with rules", dev(Config{Access: &AccessRules{}}), []string{"access rules apply to authenticated callers", "--access"}},
 		{"audit replicas", dev(Config{Audit: AuditConfig{Replicas: 7}}), []string{"replicas 7"}},
 		{"audit retention", dev(Config{Audit: AuditConfig{Retention: time.Minute}}), []string{"retention 1m0s"}},
+		{"hosts replicas", dev(Config{Hosts: HostsConfig{Replicas: 6}}), []string{"hosts bucket replicas 6"}},
+		{"hosts retention", dev(Config{Hosts: HostsConfig{Retention: time.Minute}}), []string{"hosts retention 1m0s", "minimum 1h"}},
+		{"hosts kept forever", dev(Config{Hosts: HostsConfig{Retention: -1}}), nil},
+		{"offline-after too short", dev(Config{OfflineAfter: time.Millisecond}), []string{"offline-after 1ms", "1s to 10m"}},
+		{"offline-after too long", dev(Config{OfflineAfter: time.Hour}), []string{"offline-after 1h0m0s"}},
 		{"everything wrong at once", Config{Listen: "0.0.0.0:1", Silence: time.Millisecond},
 			[]string{"data directory", "authentication is not configured", "silence"}},
 		{"auth off and everything wrong", Config{AuthDisabled: true, Listen: "0.0.0.0:1", Silence: time.Millisecond},
@@ -82,7 +87,8 @@ func TestConfigDefaults(t *testing.T) {
 	c.setDefaults()
 	if c.Listen != "127.0.0.1:8080" || c.MaxRequestBytes != 64<<20 || c.SessionTimeout != 30*time.Minute ||
 		c.FileCallTimeout != time.Minute || c.MaxCallDuration != time.Hour || c.Silence != 5*time.Second ||
-		c.OfflineAfter != 15*time.Second || c.ProgressIdle != 5*time.Second || c.Logger == nil {
+		c.OfflineAfter != 15*time.Second || c.ProgressIdle != 5*time.Second || c.Logger == nil ||
+		c.Hosts.Retention != 30*24*time.Hour || c.Hosts.Replicas != 1 {
 		t.Errorf("defaults = %+v", c)
 	}
 	set := Config{

@@ -7,7 +7,7 @@
 // One file per concern: config; embedded NATS; registry; router; the MCP
 // surface (mcp.go) and its tools; auth.go, jwt.go and apitokens.go, the
 // bearer tokens a caller may present; access.go and accessfile.go, the
-// caller access rules; selector.go, the host selector syntax; guard.go, the
+// caller access rules (host selectors are policy.Selector); guard.go, the
 // MCP middleware that applies the rules and writes the audit trail
 // (audit.go, auditread.go, redact.go); and result.go, the one place where
 // failures become MCP tool errors or JSON-RPC errors. It must not import

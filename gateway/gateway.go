@@ -27,6 +27,7 @@ type Gateway struct {
 	creds  Credentials
 	nc     *nats.Conn
 	reg    *registry
+	store  *hostStore
 	router *router
 	auth   *authenticator // nil with authentication off
 	audit  *auditor
@@ -70,10 +71,15 @@ func Start(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.audit = a
+	if g.store, err = openHostStore(g.nc, g.reg, cfg.Hosts, g.log.With("component", "hosts")); err != nil {
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		g.stopNATS()
 		_ = g.audit.close(context.Background())
+		g.stopNATS()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	g.ln = ln
@@ -143,6 +149,9 @@ func (g *Gateway) startNATS() error {
 }
 
 func (g *Gateway) stopNATS() {
+	if g.store != nil {
+		g.store.close()
+	}
 	if g.router != nil {
 		g.router.close()
 	}

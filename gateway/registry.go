@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -11,8 +13,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
+
+// This file is the host registry: what this gateway knows about each
+// host, from the presence messages (announce and heartbeat) every gateway
+// replica hears directly, and from the hosts bucket the replicas share
+// (hoststore.go), which tells a replica about hosts it has not heard
+// itself: hosts that went offline before it started, and their labels.
+//
+// Whether a host is online is decided by each replica from the heartbeats
+// it hears, never from the bucket: a host is online while one of its agent
+// instances was heard within its offline bound (see offlineBound), so
+// replicas hearing the same heartbeats agree, and a host that stops
+// heartbeating is offline everywhere at most that long after its last
+// heartbeat.
 
 // HostInfo is what the gateway knows about one host.
 type HostInfo struct {
@@ -37,31 +53,85 @@ func (h *HostInfo) clone() HostInfo {
 // cannot keep a stale entry online for hours.
 const maxHeartbeat = time.Minute
 
-// hostEntry is a host's latest announce plus when each of its agent
-// instances was last heard.
-type hostEntry struct {
-	info      HostInfo
-	instances map[string]time.Time
+// factsDigest identifies a host's facts (its announce without the fields
+// that change on every heartbeat): the SHA-256 of their JSON encoding.
+type factsDigest [sha256.Size]byte
+
+// instanceSeen is one agent process heard announcing a host, and when.
+type instanceSeen struct {
+	id string
+	at time.Time
 }
 
-// registry keeps the fleet's hosts from their presence announcements. Every
-// gateway subscribes to every announce, so replicas agree without sharing
-// state.
+// hostEntry is one host as this gateway knows it. It is kept small: a
+// fleet has tens of thousands of hosts.
+type hostEntry struct {
+	// facts is the host's latest announce with Busy and Leaving cleared.
+	// It is replaced when the facts change, never modified, so it may be
+	// read without the lock once taken from the entry. Its strings are
+	// shared with other hosts' (see interner). Nil only while the host is
+	// known from an unreadable bucket record alone; it is not listed then.
+	facts  *protocol.Announce
+	digest factsDigest
+	busy   int
+	// heard is when this gateway last heard the host announce; zero when
+	// it knows the host only from the bucket.
+	heard time.Time
+	// instances are the agent processes heard announcing the host; one
+	// unless two machines claim its name.
+	instances []instanceSeen
+
+	// The host's record in the hosts bucket, as this gateway last saw it:
+	// its revision (0: none), facts digest (zero: none) and last-seen time.
+	rev      uint64
+	kvDigest factsDigest
+	kvSeen   time.Time
+	// holdUntil pauses writes after a write lost a race with another
+	// gateway's, until the watch brings the newer record.
+	holdUntil time.Time
+}
+
+// lastSeen is when the host was last heard by this gateway or, as the
+// bucket records it, by any gateway.
+func (e *hostEntry) lastSeen() time.Time {
+	if e.kvSeen.After(e.heard) {
+		return e.kvSeen
+	}
+	return e.heard
+}
+
+// registry keeps the fleet's hosts. Presence messages update it directly;
+// a hostStore, when attached, shares it with other gateway replicas
+// through the hosts bucket.
 type registry struct {
 	log          *slog.Logger
 	offlineAfter time.Duration
 	now          func() time.Time
+	// changed is signalled (without blocking) when something this
+	// gateway heard may need writing to the bucket.
+	changed chan struct{}
 
-	mu    sync.RWMutex
-	hosts map[string]*hostEntry
+	mu      sync.RWMutex
+	hosts   map[string]*hostEntry
+	strings interner
 }
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration) *registry {
-	return &registry{log: log, offlineAfter: offlineAfter, now: time.Now, hosts: make(map[string]*hostEntry)}
+	return &registry{log: log, offlineAfter: offlineAfter, now: time.Now, changed: make(chan struct{}, 1),
+		hosts: make(map[string]*hostEntry), strings: interner{m: make(map[string]string)}}
+}
+
+func (r *registry) notify() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 }
 
 // onPresence records an announce. The host ID is taken from the subject and
-// must match the payload.
+// must match the payload. It runs for every heartbeat of every host (2,000
+// a second at 10,000 hosts), so unchanged facts cost a decode and a
+// comparison, and nothing else.
 func (r *registry) onPresence(m *nats.Msg) {
 	host := protocol.HostFromPresence(m.Subject)
 	var a protocol.Announce
@@ -73,75 +143,121 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.log.Warn("ignoring announce whose host does not match its subject", "subject", m.Subject, "host", a.Host)
 		return
 	}
+	leaving, busy := a.Leaving, a.Busy
+	a.Leaving, a.Busy = false, 0
 	now := r.now()
 	r.mu.Lock()
 	e := r.hosts[host]
-	wasOnline := e != nil && r.onlineAt(e, now)
+	wasOnline := e != nil && r.liveCount(e, now) > 0
 	if e == nil {
-		e = &hostEntry{instances: make(map[string]time.Time)}
+		e = &hostEntry{}
 		r.hosts[host] = e
 	}
-	e.info = HostInfo{Announce: a, LastSeen: now}
-	if a.Leaving {
-		delete(e.instances, a.Instance)
-	} else {
-		e.instances[a.Instance] = now
+	e.instances = slices.DeleteFunc(e.instances, func(in instanceSeen) bool {
+		return in.id == a.Instance || now.Sub(in.at) > r.limit(e)
+	})
+	// The goodbye of one of two agents claiming the name leaves the
+	// other's facts in place.
+	changed := e.facts == nil || !(leaving && len(e.instances) > 0) && !reflect.DeepEqual(e.facts, &a)
+	if changed {
+		r.setFacts(e, &a, digestOf(&a))
 	}
-	r.pruneInstances(e, now)
-	conflict := len(e.instances) > 1
+	if !leaving || len(e.instances) == 0 {
+		e.busy = busy
+	}
+	e.heard = now
+	if !leaving {
+		e.instances = append(e.instances, instanceSeen{id: a.Instance, at: now})
+	}
+	var instances []string
+	if len(e.instances) > 1 {
+		for _, in := range e.instances {
+			instances = append(instances, in.id)
+		}
+		slices.Sort(instances)
+	}
 	r.mu.Unlock()
+	if changed || leaving || !wasOnline {
+		r.notify()
+	}
 	switch {
-	case a.Leaving:
+	case leaving:
 		r.log.Info("host left", "host", host, "instance", a.Instance)
-	case conflict:
-		r.log.Warn("two agents announce the same host name; calls to it are refused", "host", host, "instances", slices.Sorted(maps.Keys(e.instances)))
+	case len(instances) > 1:
+		r.log.Warn("two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
 	case !wasOnline:
 		r.log.Info("host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
 	}
 }
 
-// limit is how long after its last announce an instance counts as alive.
+// setFacts stores a (an announce without Busy and Leaving, not used
+// elsewhere) as e's facts. The caller holds r.mu.
+func (r *registry) setFacts(e *hostEntry, a *protocol.Announce, digest factsDigest) {
+	r.strings.facts(a)
+	e.facts, e.digest = a, digest
+	r.strings.maybeCompact(r.hosts)
+}
+
+// digestOf returns the digest of a host's facts.
+func digestOf(a *protocol.Announce) factsDigest {
+	data, err := json.Marshal(a)
+	if err != nil {
+		// An Announce always encodes; make a failure differ from every
+		// real digest rather than equal to another failure's.
+		return factsDigest{0xff}
+	}
+	return sha256.Sum256(data)
+}
+
+// offlineBound is how long after an instance's last announce the gateway
+// still counts it alive: OfflineAfter (default 15 s) or three heartbeat
+// intervals of the host, whichever is longer, where the interval an agent
+// claims is capped at maxHeartbeat (1 min). So a host that stops
+// heartbeating is shown offline at most max(OfflineAfter, 3 min) after its
+// last heartbeat — 15 s with the default 5 s heartbeat — and at once when
+// it announces that it is leaving. Online state is computed when asked,
+// so there is no sweep delay on top.
+func offlineBound(offlineAfter time.Duration, heartbeatMS int64) time.Duration {
+	hb := min(time.Duration(heartbeatMS)*time.Millisecond, maxHeartbeat)
+	if hb > 0 && 3*hb > offlineAfter {
+		return 3 * hb
+	}
+	return offlineAfter
+}
+
 func (r *registry) limit(e *hostEntry) time.Duration {
-	limit := r.offlineAfter
-	hb := min(time.Duration(e.info.HeartbeatMS)*time.Millisecond, maxHeartbeat)
-	if hb > 0 && 3*hb > limit {
-		limit = 3 * hb
+	if e.facts == nil {
+		return r.offlineAfter
 	}
-	return limit
+	return offlineBound(r.offlineAfter, e.facts.HeartbeatMS)
 }
 
-func (r *registry) pruneInstances(e *hostEntry, now time.Time) {
-	limit := r.limit(e)
-	for id, seen := range e.instances {
-		if now.Sub(seen) > limit {
-			delete(e.instances, id)
+// liveCount returns how many of e's instances were heard within the limit.
+func (r *registry) liveCount(e *hostEntry, now time.Time) int {
+	limit, n := r.limit(e), 0
+	for _, in := range e.instances {
+		if now.Sub(in.at) <= limit {
+			n++
 		}
 	}
-}
-
-// live returns the instances heard within the limit, sorted.
-func (r *registry) live(e *hostEntry, now time.Time) []string {
-	limit := r.limit(e)
-	var ids []string
-	for id, seen := range e.instances {
-		if now.Sub(seen) <= limit {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func (r *registry) onlineAt(e *hostEntry, now time.Time) bool {
-	return len(r.live(e, now)) > 0
+	return n
 }
 
 // view returns a copy of e's info with Online and Conflict computed now.
 func (r *registry) view(e *hostEntry, now time.Time) HostInfo {
-	c := e.info.clone()
-	live := r.live(e, now)
+	h := HostInfo{Announce: *e.facts, LastSeen: e.lastSeen()}
+	h.Busy = e.busy
+	c := h.clone()
+	limit := r.limit(e)
+	var live []string
+	for _, in := range e.instances {
+		if now.Sub(in.at) <= limit {
+			live = append(live, in.id)
+		}
+	}
 	c.Online = len(live) > 0
 	if len(live) > 1 {
+		slices.Sort(live)
 		c.Conflict = "agent instances " + strings.Join(live, ", ") + " all announce this name"
 	}
 	return c
@@ -152,21 +268,28 @@ func (r *registry) get(host string) (HostInfo, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e := r.hosts[host]
-	if e == nil {
+	if e == nil || e.facts == nil {
 		return HostInfo{}, false
 	}
 	return r.view(e, r.now()), true
 }
 
 // list returns every host matching filter, sorted by name. An empty filter
-// matches all; otherwise filter is a host selector: a host-name glob
-// (web-*), a label match (role=web), or several joined by commas.
+// matches all; otherwise filter is a host selector (policy.ParseSelector),
+// and one that does not parse matches nothing.
 func (r *registry) list(filter string) []HostInfo {
+	var sel policy.Selector
+	if filter != "" {
+		var err error
+		if sel, err = policy.ParseSelector(filter); err != nil {
+			return nil
+		}
+	}
 	now := r.now()
 	r.mu.RLock()
 	out := make([]HostInfo, 0, len(r.hosts))
-	for _, e := range r.hosts {
-		if matchFilter(&e.info, filter) {
+	for name, e := range r.hosts {
+		if e.facts != nil && (filter == "" || sel.Match(name, e.facts.Labels)) {
 			out = append(out, r.view(e, now))
 		}
 	}
@@ -175,12 +298,71 @@ func (r *registry) list(filter string) []HostInfo {
 	return out
 }
 
-// matchFilter applies a hosts filter, a host selector (see selector.go).
-// A filter that does not parse matches nothing.
-func matchFilter(h *HostInfo, filter string) bool {
-	if filter == "" {
-		return true
+// interner shares equal strings between hosts' facts: a fleet's hosts
+// mostly run the same agent version, tools and skills, and skill
+// descriptions are up to 1 KiB each. It is guarded by the registry's lock.
+type interner struct {
+	m map[string]string
+	// compactAt is the table size beyond which it is rebuilt from the
+	// strings still in use, so facts that changed do not pin old strings.
+	compactAt int
+}
+
+func (in *interner) get(s string) string {
+	if c, ok := in.m[s]; ok {
+		return c
 	}
-	sel, err := ParseSelector(filter)
-	return err == nil && sel.Match(h.Host, h.Labels)
+	in.m[s] = s
+	return s
+}
+
+// facts replaces a's strings by shared copies.
+func (in *interner) facts(a *protocol.Announce) {
+	stringFields(a, func(p *string) { *p = in.get(*p) })
+	if a.Labels != nil {
+		labels := make(map[string]string, len(a.Labels))
+		for k, v := range a.Labels {
+			labels[in.get(k)] = in.get(v)
+		}
+		a.Labels = labels
+	}
+}
+
+// maybeCompact rebuilds the table from the facts of hosts once it has
+// doubled since the last rebuild. Stored facts are only read: they are
+// made of the table's strings already.
+func (in *interner) maybeCompact(hosts map[string]*hostEntry) {
+	if len(in.m) <= in.compactAt {
+		return
+	}
+	in.m = make(map[string]string, in.compactAt)
+	add := func(p *string) { in.m[*p] = *p }
+	for _, e := range hosts {
+		if e.facts == nil {
+			continue
+		}
+		stringFields(e.facts, add)
+		for k, v := range e.facts.Labels {
+			in.m[k], in.m[v] = k, v
+		}
+	}
+	in.compactAt = max(2*len(in.m), 4096)
+}
+
+// stringFields calls f with the address of each string of a that hosts
+// tend to share (labels aside: map keys have no address).
+func stringFields(a *protocol.Announce, f func(*string)) {
+	for _, p := range []*string{&a.AgentVersion, &a.OS, &a.Arch, &a.Shell, &a.Cwd, &a.PolicyDigest} {
+		f(p)
+	}
+	for i := range a.Tools {
+		f(&a.Tools[i])
+	}
+	for i := range a.Skills {
+		sk := &a.Skills[i]
+		f(&sk.Name)
+		f(&sk.Description)
+		f(&sk.Path)
+		f(&sk.Problem)
+	}
 }

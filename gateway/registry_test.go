@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,11 +15,24 @@ import (
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// testClock is a settable clock for the registry's now field.
-type testClock struct{ t time.Time }
+// testClock is a settable clock for the registry's now field, safe for
+// the goroutines of a hosts store.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *testClock) now() time.Time          { return c.t }
-func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 // newTestRegistry returns a registry with offlineAfter 15 s whose clock
 // stands still until the test moves it.
@@ -67,8 +81,8 @@ func TestRegistryRecordsAnnounce(t *testing.T) {
 	if !h.Online {
 		t.Error("host is offline right after announcing")
 	}
-	if !h.LastSeen.Equal(clock.t) {
-		t.Errorf("LastSeen = %v, want the registry clock %v", h.LastSeen, clock.t)
+	if !h.LastSeen.Equal(clock.now()) {
+		t.Errorf("LastSeen = %v, want the registry clock %v", h.LastSeen, clock.now())
 	}
 	if h.Host != "web-1" || h.OS != "linux" || h.Arch != "amd64" || h.Busy != 3 || h.Labels["role"] != "web" ||
 		!slices.Equal(h.Tools, a.Tools) || h.HeartbeatMS != 5000 {
@@ -79,8 +93,8 @@ func TestRegistryRecordsAnnounce(t *testing.T) {
 	clock.advance(5 * time.Second)
 	a.Busy = 7
 	announce(t, r, a)
-	if h, _ := r.get("web-1"); h.Busy != 7 || !h.LastSeen.Equal(clock.t) {
-		t.Errorf("after a second announce: Busy %d LastSeen %v, want 7 and %v", h.Busy, h.LastSeen, clock.t)
+	if h, _ := r.get("web-1"); h.Busy != 7 || !h.LastSeen.Equal(clock.now()) {
+		t.Errorf("after a second announce: Busy %d LastSeen %v, want 7 and %v", h.Busy, h.LastSeen, clock.now())
 	}
 	if n := len(r.list("")); n != 1 {
 		t.Errorf("list has %d hosts after two announces of one host, want 1", n)
@@ -284,7 +298,7 @@ func TestRegistryGetReturnsCopy(t *testing.T) {
 	h.Online = false
 	h.LastSeen = time.Time{}
 	again, ok := r.get("web-1")
-	if !ok || again.OS != "linux" || again.Host != "web-1" || again.Busy != 0 || !again.Online || !again.LastSeen.Equal(clock.t) {
+	if !ok || again.OS != "linux" || again.Host != "web-1" || again.Busy != 0 || !again.Online || !again.LastSeen.Equal(clock.now()) {
 		t.Errorf("changing get's result changed the registry: %+v", again)
 	}
 	l := r.list("")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -18,7 +19,7 @@ import (
 // itself.
 
 type hostsIn struct {
-	Filter string `json:"filter,omitempty" jsonschema:"optional: a host-name glob (web-*), a label match (role=web), or several joined by commas"`
+	Filter string `json:"filter,omitempty" jsonschema:"optional host selector: a name glob (web-*), a label match (role=web, env!=prod, region in (eu,us)), or several joined by commas, all of which must hold"`
 }
 
 type readIn struct {
@@ -68,7 +69,7 @@ type skillIn struct {
 
 const (
 	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, labels, the tools the host serves and its policy digest. " +
-		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
+		"Every other tool takes one of these names as host. Optional filter, a host selector: a name glob (web-*), a label match (role=web, env!=prod, region in (eu,us)), or several joined by commas, all of which must hold (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
 		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files, " +
 		"or anchor (text that occurs once) to see the lines around it. " +
@@ -162,7 +163,7 @@ func failureOutcome(err error) string {
 
 func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in hostsIn) (*mcp.CallToolResult, any, error) {
 	if in.Filter != "" {
-		if _, err := ParseSelector(in.Filter); err != nil {
+		if _, err := policy.ParseSelector(in.Filter); err != nil {
 			return errorResult("filter: " + err.Error()), nil, nil
 		}
 	}

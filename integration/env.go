@@ -50,13 +50,14 @@ type Env struct {
 	natsPass struct{ gateway, agent string }
 	natsDir  string // JetStream state of the external server
 
-	gwConfig gateway.Config // as first started, for RestartGateway
+	gwConfig gateway.Config // as first started, for RestartGateway and StartGateway
 
-	mu      sync.Mutex
-	nats    *server.Server
-	agents  map[string]*agentRun
-	procs   map[string]procSpec // how each agent process was started
-	Gateway *gateway.Gateway
+	mu       sync.Mutex
+	nats     *server.Server
+	agents   map[string]*agentRun
+	procs    map[string]procSpec // how each agent process was started
+	Gateway  *gateway.Gateway
+	replicas []*gateway.Gateway // started by StartGateway
 }
 
 // procSpec is how an agent process was started, so that it can be started
@@ -380,27 +381,65 @@ func (e *Env) AgentPID(name string) int {
 	return e.agents[name].cmd.Process.Pid
 }
 
+// StartGateway starts another gateway replica on the external NATS
+// server, configured like the first (mod may adjust that), as several
+// replicas share a cluster. It is shut down with the Env.
+func (e *Env) StartGateway(mod func(*gateway.Config)) *gateway.Gateway {
+	e.t.Helper()
+	if !e.opts.ExternalNATS {
+		e.t.Fatal("StartGateway needs Options.ExternalNATS")
+	}
+	cfg := e.gwConfig
+	e.mu.Lock()
+	n := len(e.replicas) + 2
+	e.mu.Unlock()
+	cfg.Logger = e.log.With("component", fmt.Sprintf("gateway-%d", n))
+	if mod != nil {
+		mod(&cfg)
+	}
+	gw, err := gateway.Start(cfg)
+	if err != nil {
+		e.t.Fatalf("start gateway %d: %v", n, err)
+	}
+	e.mu.Lock()
+	e.replicas = append(e.replicas, gw)
+	e.mu.Unlock()
+	return gw
+}
+
 // WaitHost waits until the gateway sees host online (or offline).
 func (e *Env) WaitHost(host string, online bool) {
 	e.t.Helper()
+	e.WaitHostOn(e.Gateway, host, online)
+}
+
+// WaitHostOn waits until gw sees host online (or offline).
+func (e *Env) WaitHostOn(gw *gateway.Gateway, host string, online bool) {
+	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if h, ok := e.Gateway.Host(host); ok && h.Online == online {
+		if h, ok := gw.Host(host); ok && h.Online == online {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	e.t.Fatalf("host %s did not become online=%v within 20s", host, online)
+	e.t.Fatalf("host %s did not become online=%v within 20s at gateway %s", host, online, gw.MCPURL())
 }
 
 // Client connects an MCP client speaking protocol version (empty: the
 // SDK's latest, the stateless 2026 era).
 func (e *Env) Client(version string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	e.t.Helper()
+	return e.ClientTo(e.Gateway, version, opts)
+}
+
+// ClientTo is Client for another gateway replica.
+func (e *Env) ClientTo(gw *gateway.Gateway, version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	e.t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.Gateway.MCPURL(), DisableStandaloneSSE: true},
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gw.MCPURL(), DisableStandaloneSSE: true},
 		&mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		e.t.Fatalf("connect MCP client (%q): %v", version, err)
@@ -464,8 +503,13 @@ func (e *Env) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := e.Gateway.Shutdown(ctx); err != nil {
-		e.t.Errorf("gateway shutdown: %v", err)
+	e.mu.Lock()
+	gateways := append([]*gateway.Gateway{e.Gateway}, e.replicas...)
+	e.mu.Unlock()
+	for _, gw := range gateways {
+		if err := gw.Shutdown(ctx); err != nil {
+			e.t.Errorf("gateway shutdown: %v", err)
+		}
 	}
 	if e.opts.ExternalNATS {
 		e.StopNATS()

@@ -9,6 +9,10 @@
 // directory, the home directory, resolving symbolic links) to its caller.
 // It imports nothing from this module but protocol.
 //
+// It also holds the host selector syntax (ParseSelector: web-*, env=prod,
+// region in (eu,us)...), the one way the gateway's access rules, its hosts
+// filter and fan-out name a set of hosts.
+//
 // Command rules are a guardrail, not a sandbox: an allowed interpreter or
 // build tool can run anything. The confinement that holds is the operating
 // system user the agent runs as.

@@ -63,6 +63,8 @@ type options struct {
 	auditFile                       string
 	auditRetention                  time.Duration
 	auditReplicas                   int
+	hostsRetention                  time.Duration
+	hostsReplicas                   int
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -86,6 +88,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server, then exit")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
+	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
+	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
 	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -189,6 +193,10 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
+		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas},
+	}
+	if o.hostsRetention == 0 {
+		cfg.Hosts.Retention = -1 // never; zero would mean the default
 	}
 	if err := authConfig(&cfg, o, log); err != nil {
 		return cfg, err

@@ -111,6 +111,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"missing rules file", with("--api_tokens", filepath.Join(dir, "nope.yaml")), nil, []string{"API tokens", "nope.yaml", "no such file"}},
 		{"bad tokens file", with("--api_tokens", writeFile(t, "tokens: [{name: a}]")), nil, []string{"token 1", "64 hex digits"}},
 		{"bad audit replicas", with("--dev", "--audit_replicas", "9"), nil, []string{"replicas 9"}},
+		{"bad hosts replicas", with("--dev", "--hosts_replicas", "6"), nil, []string{"hosts bucket replicas 6"}},
+		{"short hosts retention", with("--dev", "--hosts_retention", "5m"), nil, []string{"hosts retention 5m0s", "minimum 1h"}},
 		{"bad API token name", with("--new_api_token", "a b"), nil, []string{"--new_api_token", `"a b"`}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
 	}
