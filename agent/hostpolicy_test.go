@@ -30,7 +30,7 @@ func TestAgentPolicy(t *testing.T) {
 	pres := presence(t, nc)
 	cwd := t.TempDir()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	text := "tools: {deny: [write, edit, skill]}\nbash: {allow: [\"echo *\"]}\n"
+	text := "tools: {deny: [write, edit, patch, skill]}\nbash: {allow: [\"echo *\"]}\n"
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestAgentUnrestricted(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, toolNames()) || len(a.refused) != 0 || a.pol.Digest() != "" {
 		t.Errorf("tools %v, refused %v, digest %q", got, a.refused, a.pol.Digest())
 	}
-	if want := []string{"bash", "edit", "read", "skill", "write"}; !slices.Equal(toolNames(), want) {
+	if want := []string{"bash", "edit", "patch", "read", "skill", "write"}; !slices.Equal(toolNames(), want) {
 		t.Errorf("toolNames() = %v, want %v", toolNames(), want)
 	}
 }
@@ -91,7 +91,7 @@ func TestNewRefusesBadPolicy(t *testing.T) {
 	}{
 		{filepath.Join(dir, "missing.yaml"), []string{"host policy", "missing.yaml", "no such file"}},
 		{write("typo.yaml", "tool: {deny: [write]}\n"), []string{"typo.yaml", `unknown key "tool"`}},
-		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, edit, read, skill, write"}},
+		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, edit, patch, read, skill, write"}},
 		{write("glob.yaml", "paths: {deny: ['/srv/[x']}\n"), []string{"glob.yaml", "not a valid glob"}},
 		{dir, []string{"host policy", dir}},
 	}

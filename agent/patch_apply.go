@@ -100,7 +100,7 @@ func applySection(ctx context.Context, f textFile, fp *filePatch) patchedFile {
 		r := &out.hunks[i]
 		r.Hunk = h.header()
 		old := oldSide(h)
-		pos, reason := findHunk(ctx, &f, old, h.oldIndex()+delta, next, h.oldIndex())
+		pos, reason := findHunk(ctx, &f, old, h.oldIndex()+delta, next)
 		if reason != "" {
 			r.Line, r.Reason = h.oldIndex()+min(1, h.OldLines), reason
 			out.failed = true
@@ -195,10 +195,9 @@ func (p *patchedFile) newSide(f *textFile, h *hunk, pos int) string {
 
 // findHunk finds where old matches f: at want, else at the nearest
 // position searching outward, from lo on (the end of the previous
-// hunk). It refuses two matches equally near. stated is the position
-// the hunk header gives, for messages. The reason says why nothing
-// matched.
-func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo, stated int) (int, string) {
+// hunk). It refuses two matches equally near. The reason says why
+// nothing matched.
+func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo int) (int, string) {
 	hi := len(f.lines) - len(old) // the last position old fits at
 	if hi < lo {
 		if hi < 0 {
@@ -206,6 +205,8 @@ func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo, stated
 		}
 		return 0, fmt.Sprintf("not found: the hunk needs %d lines after line %d, where the previous hunk ends, but the file has %d lines", len(old), lo, len(f.lines))
 	}
+	// Positions out of range do not match: start the search within it.
+	want = min(max(want, lo), hi)
 	for d := 0; want-d >= lo || want+d <= hi; d++ {
 		if d%4096 == 4095 && ctx.Err() != nil {
 			return 0, "cancelled"
@@ -222,7 +223,7 @@ func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo, stated
 			return above, ""
 		}
 	}
-	return 0, mismatch(f, old, min(max(stated, lo), hi))
+	return 0, mismatch(f, old, want)
 }
 
 // matchAt returns -1 when old matches f's lines at pos, else the index
@@ -255,8 +256,8 @@ func patchText(f *textFile, i int, l hunkLine) string {
 	return t
 }
 
-// mismatch explains why old does not match f at pos, the position the
-// header states (within the file).
+// mismatch explains why old does not match f at pos, where the hunk
+// was expected.
 func mismatch(f *textFile, old []hunkLine, pos int) string {
 	k := matchAt(f, old, pos)
 	if k < 0 {
@@ -267,15 +268,14 @@ func mismatch(f *textFile, old []hunkLine, pos int) string {
 	if l.Kind == '-' {
 		what = "removed"
 	}
-	where := fmt.Sprintf("%s line %d of the hunk (file line %d)", what, k+1, pos+k+1)
 	var why string
 	switch want := patchText(f, pos+k, l); {
 	case fl.text != want:
-		why = fmt.Sprintf("%s differs: file has %q, patch expects %q", where, clip(fl.text, 80), clip(want, 80))
+		why = fmt.Sprintf("differs: file has %q, patch expects %q", clip(fl.text, 80), clip(want, 80))
 	case fl.end == "":
-		why = fmt.Sprintf("%s has no newline at end of file; the patch expects one (mark it with \"\\ No newline at end of file\")", where)
+		why = "has no newline at end of file; the patch expects one (mark it with \"\\ No newline at end of file\")"
 	default:
-		why = fmt.Sprintf("%s ends in a newline; the patch expects none (it is marked \"\\ No newline at end of file\")", where)
+		why = "ends in a newline; the patch expects none (it is marked \"\\ No newline at end of file\")"
 	}
-	return "not found: at the stated position " + why + "; the hunk matches nowhere else in the file"
+	return fmt.Sprintf("not found: placed at line %d, its %s line %d (file line %d) %s; the hunk matches nowhere else in the file", pos+1, what, k+1, pos+k+1, why)
 }

@@ -17,9 +17,15 @@ type dirHandle struct{ path string }
 
 type fileID struct{ dev, ino uint64 }
 
-func openDir(string, bool) (*dirHandle, error)               { return nil, errNoSafeFS }
-func (d *dirHandle) Close() error                            { return nil }
-func (d *dirHandle) openRead(string) (*os.File, error)       { return nil, errNoSafeFS }
-func (d *dirHandle) lstat(string) (*fileMeta, error)         { return nil, errNoSafeFS }
-func (d *dirHandle) replace(string, []byte, *fileMeta) error { return errNoSafeFS }
-func identity(fs.FileInfo) (fileID, bool)                    { return fileID{}, false }
+func openDir(string, bool) (*dirHandle, error)                       { return nil, errNoSafeFS }
+func (d *dirHandle) Close() error                                    { return nil }
+func (d *dirHandle) openRead(string) (*os.File, error)               { return nil, errNoSafeFS }
+func (d *dirHandle) lstat(string) (*fileMeta, error)                 { return nil, errNoSafeFS }
+func (d *dirHandle) replace(string, []byte, *fileMeta) error         { return errNoSafeFS }
+func (d *dirHandle) stage(string, []byte, *fileMeta) (string, error) { return "", errNoSafeFS }
+func (d *dirHandle) rename(string, string) error                     { return errNoSafeFS }
+func (d *dirHandle) remove(string) error                             { return errNoSafeFS }
+func (d *dirHandle) linkNew(string, string) error                    { return errNoSafeFS }
+func (d *dirHandle) linkAside(string) (string, error)                { return "", errNoSafeFS }
+func (d *dirHandle) sync()                                           {}
+func identity(fs.FileInfo) (fileID, bool)                            { return fileID{}, false }

@@ -96,6 +96,7 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"edit":  t.edit,
 		"bash":  t.bash,
 		"skill": t.skill,
+		"patch": t.patch,
 	}
 }
 
@@ -123,10 +124,15 @@ func (t *toolbox) resolve(p string) (string, error) {
 // critical section. Paths that reach the file through different directory
 // links share one lock.
 func (t *toolbox) lockFile(path string) (unlock func()) {
+	return t.locks.lock(lockKey(path))
+}
+
+// lockKey is the name under which lockFile locks path.
+func lockKey(path string) string {
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		path = filepath.Join(dir, filepath.Base(path))
+		return filepath.Join(dir, filepath.Base(path))
 	}
-	return t.locks.lock(path)
+	return path
 }
 
 // pathLocks serialises mutations of one file. Entries exist only while

@@ -140,8 +140,8 @@ func TestNewToolbox(t *testing.T) {
 	for name := range tb.tools() {
 		names = append(names, name)
 	}
-	if len(names) != 5 || tb.tools()["read"] == nil || tb.tools()["write"] == nil || tb.tools()["edit"] == nil || tb.tools()["bash"] == nil || tb.tools()["skill"] == nil {
-		t.Fatalf("tools = %v, want read, write, edit, bash, skill", names)
+	if len(names) != 6 || tb.tools()["read"] == nil || tb.tools()["write"] == nil || tb.tools()["edit"] == nil || tb.tools()["bash"] == nil || tb.tools()["skill"] == nil || tb.tools()["patch"] == nil {
+		t.Fatalf("tools = %v, want read, write, edit, bash, skill, patch", names)
 	}
 }
 

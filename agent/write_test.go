@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,15 +188,22 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 }
 
 // withFileSizeLimit runs f with the process's file size limit lowered to
-// max bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
-func withFileSizeLimit(t *testing.T, max uint64, f func()) {
+// limit bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
+// The limit stays above the size of the test log go test keeps (it
+// grows through the whole run), so that it can still be written.
+func withFileSizeLimit(t *testing.T, limit uint64, f func()) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
 	}
+	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
+		if fi, err := os.Stat(fl.Value.String()); err == nil {
+			limit = max(limit, uint64(fi.Size())+64<<10)
+		}
+	}
 	lim := old
-	lim.Cur = max
+	lim.Cur = limit
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
 		t.Skipf("cannot lower the file size limit: %v", err)
 	}
