@@ -18,10 +18,11 @@ const (
 	toolHosts = "hosts"
 	toolAudit = "audit"
 	toolSkill = "skill"
+	toolPatch = "patch"
 )
 
 // hostToolNames are the tools that act on one host.
-func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill} }
+func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill, toolPatch} }
 
 // adminToolNames are the tools only admins may call.
 func adminToolNames() []string { return []string{toolAudit} }

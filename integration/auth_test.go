@@ -261,7 +261,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				caller, token string
 				tools, hosts  []string
 			}{
-				{"ops", f.user("ops"), []string{"audit", "bash", "edit", "hosts", "read", "skill", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"ops", f.user("ops"), []string{"audit", "bash", "edit", "hosts", "patch", "read", "skill", "write"}, []string{"alpha", "beta", "gamma"}},
 				{"dev", f.user("dev"), []string{"bash", "hosts", "read"}, []string{"alpha", "beta"}},
 				{"ci", f.ciToken, []string{"hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
