@@ -79,6 +79,8 @@ type hunkResult struct {
 	Offset int    `json:"offset"`
 	OK     bool   `json:"ok"`
 	Reason string `json:"reason,omitempty"`
+	// insert: the hunk removes no lines; Line is the line it follows.
+	insert bool
 }
 
 // patchedFile is the result of applying one section to a file.
@@ -98,7 +100,7 @@ func applySection(ctx context.Context, f textFile, fp *filePatch) patchedFile {
 	for i := range fp.Hunks {
 		h := &fp.Hunks[i]
 		r := &out.hunks[i]
-		r.Hunk = h.header()
+		r.Hunk, r.insert = h.header(), h.OldLines == 0
 		old := oldSide(h)
 		pos, reason := findHunk(ctx, &f, old, h.oldIndex()+delta, next)
 		if reason != "" {

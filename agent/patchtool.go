@@ -319,9 +319,25 @@ func patchSuccess(tc *toolCall, targets []*patchTarget, dryRun bool) *protocol.R
 			}
 		}
 	}
-	r := toolText(tc, strings.TrimSuffix(b.String(), "\n"))
+	r := toolText(tc, capLines(b.String()))
 	r.Structured = patchStructured(targets, dryRun, !dryRun)
 	return r
+}
+
+// maxPatchReportLines bounds the lines of a patch result's text; the
+// structured result has every file and hunk.
+const maxPatchReportLines = 500
+
+// capLines trims the final newline of a report and cuts it to
+// maxPatchReportLines lines.
+func capLines(s string) string {
+	s = strings.TrimSuffix(s, "\n")
+	lines := strings.SplitAfterN(s, "\n", maxPatchReportLines+1)
+	if len(lines) <= maxPatchReportLines {
+		return s
+	}
+	more := strings.Count(lines[maxPatchReportLines], "\n") + 1
+	return strings.Join(lines[:maxPatchReportLines], "") + fmt.Sprintf("[%d more lines; the structured result lists every file and hunk]", more)
 }
 
 // patchFailure reports a patch that does not apply: every file that
@@ -359,7 +375,7 @@ func patchFailure(tc *toolCall, targets []*patchTarget, dryRun bool) *protocol.R
 			}
 		}
 	}
-	r := toolFailure(tc, "%s", strings.TrimSuffix(b.String(), "\n"))
+	r := toolFailure(tc, "%s", capLines(b.String()))
 	r.Structured = patchStructured(targets, dryRun, false)
 	return r
 }
@@ -371,6 +387,12 @@ func hunkPlace(h hunkResult, dryRun bool) string {
 		verb = "applies"
 	}
 	s := fmt.Sprintf("%s at line %d", verb, h.Line)
+	switch {
+	case h.insert && h.Line == 0:
+		s = verb + " at the start of the file"
+	case h.insert:
+		s = fmt.Sprintf("%s after line %d", verb, h.Line)
+	}
 	switch {
 	case h.Offset > 0:
 		s += fmt.Sprintf(" (offset +%d %s)", h.Offset, pluralWord(h.Offset, "line"))

@@ -212,7 +212,7 @@ func TestPatchDryRun(t *testing.T) {
 		"  hunk 1 @@ -1,2 +1,2 @@: applies at line 2 (offset +1 line)\n"+
 		"  hunk 2 @@ -4,2 +4,2 @@: applies at line 5 (offset +1 line)\n"+
 		"created "+filepath.Join(dir, "g.txt")+": 1 hunk, +1 -0\n"+
-		"  hunk 1 @@ -0,0 +1,1 @@: applies at line 0")
+		"  hunk 1 @@ -0,0 +1,1 @@: applies at the start of the file")
 	sameTree(t, dir, before)
 	s := structured(t, r)
 	if !s.DryRun || s.Applied || s.Files[0].SHA256 != sha("head\none\n2\n3\n4\nfive\n") {
@@ -275,11 +275,69 @@ func TestPatchCreateAndDelete(t *testing.T) {
 	tbOnly(t, dir, "exists.txt")
 }
 
+// TestPatchConcurrent: patches naming the same files in different
+// orders neither deadlock nor lose changes.
+func TestPatchConcurrent(t *testing.T) {
+	tb := tbNew(t)
+	a := tbFile(t, tb.cfg.Cwd, "a.txt", "")
+	b := tbFile(t, tb.cfg.Cwd, "b.txt", "")
+	const n = 20
+	done := make(chan *protocol.Result)
+	for i := range n {
+		go func() {
+			pa := fmt.Sprintf("--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+%d\n", i)
+			pb := fmt.Sprintf("--- a/b.txt\n+++ b/b.txt\n@@ -0,0 +1 @@\n+%d\n", i)
+			if i%2 == 1 {
+				pa, pb = pb, pa
+			}
+			tc := &toolCall{ID: "c", Args: mustJSON(t, map[string]any{"patch": pa + pb}), Output: func([]byte) {}}
+			done <- tb.patch(context.Background(), tc)
+		}()
+	}
+	for range n {
+		select {
+		case r := <-done:
+			if r.IsError {
+				t.Errorf("patch failed: %+v", r.Content)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("patches deadlocked")
+		}
+	}
+	for _, p := range []string{a, b} {
+		if lines := strings.Count(tbRead(t, p), "\n"); lines != n {
+			t.Errorf("%s has %d lines, want %d", p, lines, n)
+		}
+	}
+	if l := tb.locks.size(); l != 0 {
+		t.Errorf("%d locks left", l)
+	}
+}
+
+func TestPatchReportCapped(t *testing.T) {
+	var b strings.Builder
+	for i := range 2*maxPatchReportLines + 10 {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	got := capLines(b.String())
+	if n := strings.Count(got, "\n"); n != maxPatchReportLines {
+		t.Errorf("%d lines kept, want %d", n, maxPatchReportLines)
+	}
+	if !strings.HasSuffix(got, "line 499\n[510 more lines; the structured result lists every file and hunk]") {
+		t.Errorf("ends %q", got[len(got)-80:])
+	}
+	if got := capLines("a\nb\n"); got != "a\nb" {
+		t.Errorf("short report = %q", got)
+	}
+}
+
 func TestPatchOffsetReported(t *testing.T) {
 	tb := tbNew(t)
 	p := tbFile(t, tb.cfg.Cwd, "f.txt", "new 1\nnew 2\nnew 3\na\nb\nc\n")
 	r := patchCall(t, tb, "--- f.txt\n+++ f.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n", false)
 	tbWant(t, r, false, "Patched 1 file (+1 -1).\nmodified "+p+": 1 hunk, +1 -1\n  hunk 1 @@ -1,3 +1,3 @@: applied at line 4 (offset +3 lines)")
+	r = patchCall(t, tb, "--- f.txt\n+++ f.txt\n@@ -2,0 +3 @@\n+ins\n", true)
+	tbWant(t, r, false, "Dry run: the patch applies cleanly to 1 file (+1 -0); nothing was written.\nmodified "+p+": 1 hunk, +1 -0\n  hunk 1 @@ -2,0 +3,1 @@: applies after line 2")
 	if got := tbRead(t, p); got != "new 1\nnew 2\nnew 3\na\nB\nc\n" {
 		t.Errorf("content = %q", got)
 	}
