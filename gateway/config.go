@@ -50,7 +50,7 @@ type Config struct {
 
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
-	// FileCallTimeout bounds file tool calls (read, write, edit). Default
+	// FileCallTimeout bounds file tool calls (read, write, edit, patch). Default
 	// 60 s.
 	FileCallTimeout time.Duration
 	// MaxCallDuration bounds any call, bash included; it is also how long an
