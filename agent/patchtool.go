@@ -91,12 +91,8 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	if r != nil {
 		return r
 	}
-	keys := make([]string, len(targets))
-	for i, pt := range targets {
-		keys[i] = pt.key
-	}
-	for _, k := range keys { // sorted: two patches lock shared files in one order
-		defer t.locks.lock(k)()
+	for _, pt := range targets { // sorted: two patches lock shared files in one order
+		defer t.locks.lock(pt.key)()
 	}
 	if r := t.loadTargets(tc, targets); r != nil {
 		return r
