@@ -172,8 +172,8 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	}
 	// A file size limit makes writing the new content fail half way, for
 	// root too.
-	withFileSizeLimit(t, 64<<10, func() {
-		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 1<<20)})
+	withFileSizeLimit(t, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", limit+1<<20)})
 		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
 			t.Errorf("oversized write: %+v", r)
 		}
@@ -187,16 +187,18 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	tbOnly(t, tb.cfg.Cwd, "f.txt")
 }
 
-// withFileSizeLimit runs f with the process's file size limit lowered to
-// limit bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
-// The limit stays above the size of the test log go test keeps (it
-// grows through the whole run), so that it can still be written.
-func withFileSizeLimit(t *testing.T, limit uint64, f func()) {
+// withFileSizeLimit runs f with the process's file size limit lowered
+// to limit bytes, which it passes to f: writes beyond it fail (Go ignores
+// SIGXFSZ, so with EFBIG). The limit is at least 64 KiB and stays above
+// the test log go test keeps (it grows through the whole run), so that
+// the log can still be written.
+func withFileSizeLimit(t *testing.T, f func(limit int)) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
 	}
+	limit := uint64(64 << 10)
 	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
 		if fi, err := os.Stat(fl.Value.String()); err == nil {
 			limit = max(limit, uint64(fi.Size())+64<<10)
@@ -212,7 +214,7 @@ func withFileSizeLimit(t *testing.T, limit uint64, f func()) {
 			t.Fatal(err)
 		}
 	}()
-	f()
+	f(int(limit))
 }
 
 func TestWriteConcurrent(t *testing.T) {
