@@ -585,7 +585,7 @@ func parseHunkHeader(l string) (*hunk, error) {
 	if !ok {
 		return nil, bad
 	}
-	h := &hunk{Section: strings.TrimPrefix(section, " ")}
+	h := &hunk{Section: strings.TrimRight(strings.TrimPrefix(section, " "), "\r")}
 	var err1, err2 error
 	h.OldStart, h.OldLines, err1 = parseRange(oldR)
 	h.NewStart, h.NewLines, err2 = parseRange(newR)
