@@ -101,8 +101,8 @@ func TestEditFailures(t *testing.T) {
 func TestEditWriteFailureLeavesTarget(t *testing.T) {
 	tb := tbNew(t)
 	p := tbFile(t, tb.cfg.Cwd, "f.txt", "small\n")
-	withFileSizeLimit(t, 64<<10, func(limit int) {
-		r, _ := tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits("small", strings.Repeat("big", limit))})
+	withFileSizeLimit(t, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits("small", strings.Repeat("big", limit/3+100000))})
 		if !r.IsError {
 			t.Errorf("oversized edit succeeded: %+v", r)
 		}

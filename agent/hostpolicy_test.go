@@ -30,7 +30,7 @@ func TestAgentPolicy(t *testing.T) {
 	pres := presence(t, nc)
 	cwd := t.TempDir()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	text := "tools: {deny: [write, edit, skill, delete, move]}\nbash: {allow: [\"echo *\"]}\n"
+	text := "tools: {deny: [write, edit, patch, skill, delete, move]}\nbash: {allow: [\"echo *\"]}\n"
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestAgentUnrestricted(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, all) || len(a.refused) != 0 || a.pol.Digest() != "" {
 		t.Errorf("tools %v, refused %v, digest %q", got, a.refused, a.pol.Digest())
 	}
-	if want := []string{"bash", "delete", "edit", "list", "move", "read", "search", "skill", "write"}; !slices.Equal(toolNames(), want) {
+	if want := []string{"bash", "delete", "edit", "list", "move", "patch", "read", "search", "skill", "write"}; !slices.Equal(toolNames(), want) {
 		t.Errorf("toolNames() = %v, want %v", toolNames(), want)
 	}
 }
@@ -92,7 +92,7 @@ func TestNewRefusesBadPolicy(t *testing.T) {
 	}{
 		{filepath.Join(dir, "missing.yaml"), []string{"host policy", "missing.yaml", "no such file"}},
 		{write("typo.yaml", "tool: {deny: [write]}\n"), []string{"typo.yaml", `unknown key "tool"`}},
-		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, delete, edit, list, move, read, search, skill, write"}},
+		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, delete, edit, list, move, patch, read, search, skill, write"}},
 		{write("glob.yaml", "paths: {deny: ['/srv/[x']}\n"), []string{"glob.yaml", "not a valid glob"}},
 		{dir, []string{"host policy", dir}},
 	}

@@ -31,3 +31,14 @@ func (d *dirHandle) sync()                                   {}
 func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
 	return errNoSafeFS
 }
+func openDir(string, bool) (*dirHandle, error)                       { return nil, errNoSafeFS }
+func (d *dirHandle) Close() error                                    { return nil }
+func (d *dirHandle) openRead(string) (*os.File, error)               { return nil, errNoSafeFS }
+func (d *dirHandle) lstat(string) (*fileMeta, error)                 { return nil, errNoSafeFS }
+func (d *dirHandle) replace(string, []byte, *fileMeta) error         { return errNoSafeFS }
+func (d *dirHandle) stage(string, []byte, *fileMeta) (string, error) { return "", errNoSafeFS }
+func (d *dirHandle) rename(string, string) error                     { return errNoSafeFS }
+func (d *dirHandle) linkNew(string, string) error                    { return errNoSafeFS }
+func (d *dirHandle) linkAside(string) (string, error)                { return "", errNoSafeFS }
+func (d *dirHandle) sync()                                           {}
+func identity(fs.FileInfo) (fileID, bool)                            { return fileID{}, false }

@@ -158,22 +158,89 @@ func fileMode(m uint32) fs.FileMode {
 // temporary file gets old's mode and owner (0644 when old is nil); on
 // failure it is removed and name is left alone.
 func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
-	p := filepath.Join(d.path, name)
+	tmpName, err := d.stage(name, data, old)
+	if err != nil {
+		return err
+	}
+	if err := unix.Renameat(d.fd, tmpName, d.fd, name); err != nil {
+		_ = unix.Unlinkat(d.fd, tmpName, 0)
+		return fmt.Errorf("replace %s: %w", filepath.Join(d.path, name), err)
+	}
+	d.sync()
+	return nil
+}
+
+// stage writes data to a new temporary file next to name, with old's
+// mode and owner (0644 when old is nil), synced, and returns its name.
+// On failure nothing is left behind.
+func (d *dirHandle) stage(name string, data []byte, old *fileMeta) (string, error) {
 	tmp, tmpName, err := d.createTemp(name)
 	if err != nil {
-		return fmt.Errorf("create a temporary file in %s: %s", d.path, fsProblem(d.path, err))
+		return "", fmt.Errorf("create a temporary file in %s: %s", d.path, fsProblem(d.path, err))
 	}
 	if err := fillTemp(tmp, data, old); err != nil {
 		tmp.Close()
 		_ = unix.Unlinkat(d.fd, tmpName, 0)
-		return fmt.Errorf("write %s: %w", p, err)
+		return "", fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
 	}
-	if err := unix.Renameat(d.fd, tmpName, d.fd, name); err != nil {
-		_ = unix.Unlinkat(d.fd, tmpName, 0)
-		return fmt.Errorf("replace %s: %w", p, err)
+	return tmpName, nil
+}
+
+// rename renames from to to within d, replacing to.
+func (d *dirHandle) rename(from, to string) error {
+	if err := unix.Renameat(d.fd, from, d.fd, to); err != nil {
+		return &fs.PathError{Op: "rename", Path: filepath.Join(d.path, to), Err: err}
 	}
-	d.sync()
 	return nil
+}
+
+// linkNew gives the file from the new name to in d, failing with
+// fs.ErrExist when to exists, and removes the name from: it renames
+// without replacing. Where the file system has no hard links it checks
+// that to is free and renames.
+func (d *dirHandle) linkNew(from, to string) error {
+	err := unix.Linkat(d.fd, from, d.fd, to, 0)
+	switch {
+	case err == nil:
+		_ = unix.Unlinkat(d.fd, from, 0)
+		return nil
+	case errors.Is(err, unix.EEXIST):
+		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: fs.ErrExist}
+	case !noHardLinks(err):
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.path, to), Err: err}
+	}
+	if _, err := d.lstat(to); err == nil {
+		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: fs.ErrExist}
+	}
+	return d.rename(from, to)
+}
+
+// linkAside gives the file name a second, hidden name in d and returns
+// it, so the file survives name being replaced or removed. It fails on
+// file systems without hard links.
+func (d *dirHandle) linkAside(name string) (string, error) {
+	base := name
+	if len(base) > 100 {
+		base = base[:100]
+	}
+	for range 100 {
+		aside := "." + base + ".orig-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
+		err := unix.Linkat(d.fd, name, d.fd, aside, 0)
+		if !errors.Is(err, unix.EEXIST) {
+			if err != nil {
+				return "", &fs.PathError{Op: "link", Path: filepath.Join(d.path, name), Err: err}
+			}
+			return aside, nil
+		}
+	}
+	return "", errors.New("no free backup file name")
+}
+
+// noHardLinks reports whether a link failed because the file system
+// does not do hard links.
+func noHardLinks(err error) bool {
+	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) ||
+		errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EMLINK) || errors.Is(err, unix.ENOSYS)
 }
 
 // createTemp creates a new hidden file next to name, readable by the

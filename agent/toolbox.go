@@ -105,12 +105,11 @@ func checkCwd(dir string) error {
 // tools returns the toolbox's tools by name.
 func (t *toolbox) tools() map[string]toolFunc {
 	return map[string]toolFunc{
-		"read":  t.read,
-		"write": t.write,
-		"edit":  t.edit,
-		"bash":  t.bash,
-		"skill": t.skill,
-
+		"read":        t.read,
+		"write":       t.write,
+		"edit":        t.edit,
+		"bash":        t.bash,
+		"skill":       t.skill,
 		"task_status": t.taskStatus,
 		"task_cancel": t.taskCancel,
 		"task_list":   t.taskList,
@@ -118,6 +117,7 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"search":      t.search,
 		"delete":      t.delete,
 		"move":        t.move,
+		"patch":       t.patch,
 	}
 }
 
@@ -145,10 +145,15 @@ func (t *toolbox) resolve(p string) (string, error) {
 // critical section. Paths that reach the file through different directory
 // links share one lock.
 func (t *toolbox) lockFile(path string) (unlock func()) {
+	return t.locks.lock(lockKey(path))
+}
+
+// lockKey is the name under which lockFile locks path.
+func lockKey(path string) string {
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		path = filepath.Join(dir, filepath.Base(path))
+		return filepath.Join(dir, filepath.Base(path))
 	}
-	return t.locks.lock(path)
+	return path
 }
 
 // pathLocks serialises mutations of one file. Entries exist only while

@@ -139,7 +139,7 @@ func TestNewToolbox(t *testing.T) {
 		t.Fatalf("state dir: %v, mode %v; want mode 0700", err, fi.Mode())
 	}
 	names := slices.Sorted(maps.Keys(tb.tools()))
-	if want := []string{"bash", "delete", "edit", "list", "move", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}; !slices.Equal(names, want) {
+	if want := []string{"bash", "delete", "edit", "list", "move", "patch", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}; !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}
 }

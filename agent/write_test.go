@@ -175,8 +175,8 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	}
 	// A file size limit makes writing the new content fail half way, for
 	// root too.
-	withFileSizeLimit(t, 64<<10, func(limit int) {
-		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 2*limit)})
+	withFileSizeLimit(t, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", limit+1<<20)})
 		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
 			t.Errorf("oversized write: %+v", r)
 		}
@@ -190,24 +190,25 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	tbOnly(t, tb.cfg.Cwd, "f.txt")
 }
 
-// withFileSizeLimit runs f with the process's file size limit lowered to
-// at least max bytes, and tells f the limit. Go ignores SIGXFSZ, so
-// oversized writes fail with EFBIG. The limit leaves room for the file in
-// which the test binary logs the files it opens, which grows with every
-// test run before.
-func withFileSizeLimit(t *testing.T, max uint64, f func(limit int)) {
+// withFileSizeLimit runs f with the process's file size limit lowered
+// to limit bytes, which it passes to f: writes beyond it fail (Go ignores
+// SIGXFSZ, so with EFBIG). The limit is at least 64 KiB and stays above
+// the test log go test keeps (it grows through the whole run), so that
+// the log can still be written.
+func withFileSizeLimit(t *testing.T, f func(limit int)) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
 	}
+	limit := uint64(64 << 10)
 	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
 		if fi, err := os.Stat(fl.Value.String()); err == nil {
-			max += uint64(fi.Size())
+			limit = max(limit, uint64(fi.Size())+64<<10)
 		}
 	}
 	lim := old
-	lim.Cur = max
+	lim.Cur = limit
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
 		t.Skipf("cannot lower the file size limit: %v", err)
 	}
@@ -216,7 +217,7 @@ func withFileSizeLimit(t *testing.T, max uint64, f func(limit int)) {
 			t.Fatal(err)
 		}
 	}()
-	f(int(max))
+	f(int(limit))
 }
 
 func TestWriteConcurrent(t *testing.T) {

@@ -20,12 +20,13 @@ const (
 	toolHosts = "hosts"
 	toolAudit = "audit"
 	toolSkill = "skill"
+	toolPatch = "patch"
 )
 
 // hostToolNames are the tools that act on one host and that access rules
 // grant by name.
 func hostToolNames() []string {
-	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move"}
+	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move", toolPatch}
 }
 
 // taskToolNames are the per-host tools that report and stop the

@@ -28,7 +28,7 @@ import (
 //	    deny: true                   # deny wins over any allow
 //	    match: {sub: "*"}            # "*": every authenticated caller
 //	    hosts: [env=prod]
-//	    tools: [write, edit, bash]
+//	    tools: [write, edit, patch, bash]
 //
 // match keys: sub, email (case-insensitive; ignored when the issuer marks
 // it unverified), groups, roles, client_id (or azp), scope, and claims (a

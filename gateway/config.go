@@ -53,8 +53,8 @@ type Config struct {
 
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
-	// FileCallTimeout bounds file tool calls (read, write, edit, list,
-	// search, delete, move). Default 60 s.
+	// FileCallTimeout bounds file tool calls (read, write, edit, patch,
+	// list, search, delete, move). Default 60 s.
 	FileCallTimeout time.Duration
 	// MaxCallDuration bounds any call, bash included; it is also how long an
 	// agent may answer a call on NATS. Default 1 h.

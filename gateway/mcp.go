@@ -13,7 +13,7 @@ import (
 const Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
-	"every other tool takes a host name. Files: read, list, search, write, edit, delete, move. Commands: bash; long ones with background: true, " +
+	"every other tool takes a host name. Files: read, list, search, write, edit, patch, delete, move. Commands: bash; long ones with background: true, " +
 	"then task_status (waits for the end), task_cancel, task_list. Skills: skill. " +
 	"Resources: resource://hosts, resource://skills and resource://system-prompt (a full system prompt for this fleet)."
 

@@ -109,6 +109,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 		func(ctx context.Context, req *mcp.CallToolRequest, in editIn) (*mcp.CallToolResult, any, error) {
 			return g.forward(ctx, req, in.Host, "edit", g.cfg.FileCallTimeout), nil, nil
 		})
+	g.addPatchTool(s)
 	mcp.AddTool(s, &mcp.Tool{Name: toolSkill, Description: descSkill, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest, in skillIn) (*mcp.CallToolResult, any, error) {
 			return g.forward(ctx, req, in.Host, toolSkill, g.cfg.FileCallTimeout), nil, nil

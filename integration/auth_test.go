@@ -262,7 +262,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				tools, hosts  []string
 			}{
 				// The task tools come with bash.
-				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "hosts", "list", "move", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "hosts", "list", "move", "patch", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
 				{"dev", f.user("dev"), []string{"bash", "hosts", "read", "task_cancel", "task_list", "task_status"}, []string{"alpha", "beta"}},
 				{"ci", f.ciToken, []string{"hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
