@@ -8,7 +8,7 @@ import (
 )
 
 // testTools are the tool names the tests' policies may name.
-var testTools = []string{"bash", "delete", "edit", "list", "move", "read", "search", "write"}
+var testTools = []string{"bash", "delete", "edit", "list", "move", "patch", "read", "search", "write"}
 
 // TestCommandArchives runs testdata/commands/*.txtar: each holds a policy
 // and command lines that must be allowed ("ok") or refused ("no", with
