@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -183,20 +185,48 @@ func awaitShell(ctx context.Context, pid int, timeout time.Duration, waitDone <-
 }
 
 // drainOutput waits until the reader closes done, for at most grace, then
-// makes it stop reading.
+// makes it stop reading. Output still waiting in the pipe at that point
+// means the reader is behind (a loaded machine), not that something the
+// command left running holds the pipe open: it gets more time, up to
+// maxDrain, so that a slow reader never loses what the command printed.
 func drainOutput(pr *os.File, done <-chan struct{}, grace time.Duration) {
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
-	select {
-	case <-done:
-		return
-	case <-timer.C:
+	for waited := grace; ; waited += grace {
+		select {
+		case <-done:
+			return
+		case <-timer.C:
+		}
+		if waited >= maxDrain || pipeBuffered(pr) <= 0 {
+			break
+		}
+		timer.Reset(grace)
 	}
 	// Something the command started still holds the pipe open.
 	if err := pr.SetReadDeadline(time.Now()); err != nil {
 		pr.Close()
 	}
 	<-done
+}
+
+// maxDrain bounds how long drainOutput waits for a reader that is behind.
+const maxDrain = 5 * time.Second
+
+// pipeBuffered returns the number of bytes waiting in the pipe pr, or -1
+// if it cannot tell.
+func pipeBuffered(pr *os.File) int {
+	rc, err := pr.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), ioctlPending); err == nil {
+			n = v
+		}
+	})
+	return n
 }
 
 // setExit records how the shell ended from cmd.Wait's error.

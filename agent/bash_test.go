@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -410,5 +411,49 @@ func TestBashChildEnv(t *testing.T) {
 	t.Setenv("FLEETMCP_TEST_INHERITED", "yes")
 	if text, _, _ := tbBash(t, newTB(nil), map[string]any{"command": "env"}); strings.Contains(text, "FLEETMCP_TEST_INHERITED") {
 		t.Errorf("a command inherited the agent's environment:\n%s", text)
+	}
+}
+
+// A reader that falls behind (a loaded machine) loses nothing: output
+// still in the pipe when the grace period ends is waited for. A pipe held
+// open with nothing in it is cut off after the grace period.
+func TestDrainOutputSlowReader(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", 1000)
+	if _, err := pw.WriteString(want); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	done := make(chan struct{})
+	var got []byte
+	go func() {
+		defer close(done)
+		time.Sleep(300 * time.Millisecond) // scheduled late
+		got, _ = io.ReadAll(pr)
+	}()
+	drainOutput(pr, done, 20*time.Millisecond)
+	pr.Close()
+	if string(got) != want {
+		t.Fatalf("slow reader got %d bytes, want %d", len(got), len(want))
+	}
+
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close() // held open, as by a daemon
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.ReadAll(pr)
+	}()
+	start := time.Now()
+	drainOutput(pr, done, 20*time.Millisecond)
+	pr.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("an empty pipe held open took %v to cut off", d)
 	}
 }
