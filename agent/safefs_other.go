@@ -17,20 +17,6 @@ type dirHandle struct{ path string }
 
 type fileID struct{ dev, ino uint64 }
 
-func openDir(string, bool) (*dirHandle, error)               { return nil, errNoSafeFS }
-func (d *dirHandle) Close() error                            { return nil }
-func (d *dirHandle) openRead(string) (*os.File, error)       { return nil, errNoSafeFS }
-func (d *dirHandle) lstat(string) (*fileMeta, error)         { return nil, errNoSafeFS }
-func (d *dirHandle) replace(string, []byte, *fileMeta) error { return errNoSafeFS }
-func identity(fs.FileInfo) (fileID, bool)                    { return fileID{}, false }
-func (d *dirHandle) sub(string) (*dirHandle, error)          { return nil, errNoSafeFS }
-func (d *dirHandle) readNames(int) ([]string, bool, error)   { return nil, false, errNoSafeFS }
-func (d *dirHandle) readlink(string) (string, error)         { return "", errNoSafeFS }
-func (d *dirHandle) remove(string, bool) error               { return errNoSafeFS }
-func (d *dirHandle) sync()                                   {}
-func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
-	return errNoSafeFS
-}
 func openDir(string, bool) (*dirHandle, error)                       { return nil, errNoSafeFS }
 func (d *dirHandle) Close() error                                    { return nil }
 func (d *dirHandle) openRead(string) (*os.File, error)               { return nil, errNoSafeFS }
@@ -42,3 +28,10 @@ func (d *dirHandle) linkNew(string, string) error                    { return er
 func (d *dirHandle) linkAside(string) (string, error)                { return "", errNoSafeFS }
 func (d *dirHandle) sync()                                           {}
 func identity(fs.FileInfo) (fileID, bool)                            { return fileID{}, false }
+func (d *dirHandle) sub(string) (*dirHandle, error)                  { return nil, errNoSafeFS }
+func (d *dirHandle) readNames(int) ([]string, bool, error)           { return nil, false, errNoSafeFS }
+func (d *dirHandle) readlink(string) (string, error)                 { return "", errNoSafeFS }
+func (d *dirHandle) remove(string, bool) error                       { return errNoSafeFS }
+func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
+	return errNoSafeFS
+}
