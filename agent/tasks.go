@@ -333,7 +333,7 @@ func (s *taskStore) readExit(id string) (int, bool) {
 
 // outputSize returns the size of a task's output file (0 if it has none).
 func (s *taskStore) outputSize(id string) int64 {
-	fi, err := os.Stat(s.path(id, taskOutputFile))
+	fi, err := os.Lstat(s.path(id, taskOutputFile))
 	if err != nil {
 		return 0
 	}
@@ -489,12 +489,23 @@ func (s *taskStore) pruneTemp(now time.Time) {
 	}
 }
 
-// readTail returns the end of the file at path: at most maxLines lines
-// and maxBytes bytes, starting at a line start when the cut falls inside
-// the file (unless a single line is longer than maxBytes) and at a UTF-8
-// boundary. cut reports whether anything before it was left out.
-func readTail(path string, maxBytes, maxLines int) (tail string, cut bool, err error) {
-	f, err := os.Open(path)
+// readTail returns the end of the regular file at path: at most
+// maxLines lines and maxBytes bytes, starting at a line start when the
+// cut falls inside the file (unless a single line is longer than
+// maxBytes) and at a UTF-8 boundary. cut reports whether anything before
+// it was left out.
+//
+// The file is a task's output, whose name the task's command can
+// replace: it is opened without following links or waiting on a pipe,
+// must be a regular file, and must pass check (when not nil), which
+// refuses the agent's credentials under another name.
+func readTail(path string, maxBytes, maxLines int, check func(fs.FileInfo) error) (tail string, cut bool, err error) {
+	d, err := openDir(filepath.Dir(path), false)
+	if err != nil {
+		return "", false, err
+	}
+	f, err := d.openRead(filepath.Base(path))
+	d.Close()
 	if err != nil {
 		return "", false, err
 	}
@@ -502,6 +513,14 @@ func readTail(path string, maxBytes, maxLines int) (tail string, cut bool, err e
 	fi, err := f.Stat()
 	if err != nil {
 		return "", false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", false, fmt.Errorf("%s is not a regular file", path)
+	}
+	if check != nil {
+		if err := check(fi); err != nil {
+			return "", false, err
+		}
 	}
 	size := fi.Size()
 	start := max(size-int64(maxBytes), 0)

@@ -694,21 +694,21 @@ func TestReadTail(t *testing.T) {
 		fmt.Fprintf(&b, "line %d\n", i)
 	}
 	os.WriteFile(path, []byte(b.String()), 0o600)
-	tail, cut, err := readTail(path, 8<<10, 3)
+	tail, cut, err := readTail(path, 8<<10, 3, nil)
 	if err != nil || tail != "line 97\nline 98\nline 99\n" || !cut {
 		t.Fatalf("3 lines: %q %v %v", tail, cut, err)
 	}
-	tail, cut, _ = readTail(path, 20, 50)
+	tail, cut, _ = readTail(path, 20, 50, nil)
 	if tail != "line 98\nline 99\n" || !cut {
 		t.Fatalf("20 bytes: %q %v", tail, cut)
 	}
 	os.WriteFile(path, []byte("é"+strings.Repeat("x", 30)), 0o600)
-	tail, cut, _ = readTail(path, 31, 50)
+	tail, cut, _ = readTail(path, 31, 50, nil)
 	if tail != strings.Repeat("x", 30) || !cut {
 		t.Fatalf("one long line: %q %v", tail, cut)
 	}
 	os.WriteFile(path, []byte("a\nb"), 0o600)
-	if tail, cut, _ = readTail(path, 100, 50); tail != "a\nb" || cut {
+	if tail, cut, _ = readTail(path, 100, 50, nil); tail != "a\nb" || cut {
 		t.Fatalf("whole: %q %v", tail, cut)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +82,8 @@ func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int
 		v.QueuePosition = t.tasks.queuePosition(id)
 	}
 	if tail && st.State.ended() {
-		s, cut, err := readTail(v.OutputFile, t.tasks.cfg.TailBytes, t.tasks.cfg.TailLines)
+		s, cut, err := readTail(v.OutputFile, t.tasks.cfg.TailBytes, t.tasks.cfg.TailLines,
+			func(fi fs.FileInfo) error { return t.guard.checkOpened(v.OutputFile, fi) })
 		if err == nil {
 			v.OutputTail, v.TailTruncated = &s, cut
 		}
