@@ -19,6 +19,9 @@ import (
 const (
 	// maxPatchBytes bounds the patch text a call may carry.
 	maxPatchBytes = 16 << 20
+	// maxPatchLines bounds the lines of the patch text: once parsed, a
+	// line takes several times its bytes.
+	maxPatchLines = 1 << 20
 	// maxPatchFiles bounds the file sections of one patch.
 	maxPatchFiles = 1000
 	// maxHunkCount bounds a hunk header's line numbers and counts.
@@ -117,6 +120,9 @@ type patchParser struct {
 func parsePatch(text string) ([]*filePatch, error) {
 	if len(text) > maxPatchBytes {
 		return nil, &patchError{msg: fmt.Sprintf("%d bytes exceeds the limit of %d bytes (16 MiB); split it into several patches", len(text), maxPatchBytes)}
+	}
+	if n := strings.Count(text, "\n"); n > maxPatchLines || n == maxPatchLines && !strings.HasSuffix(text, "\n") {
+		return nil, &patchError{msg: fmt.Sprintf("more than %d lines; split it into several patches", maxPatchLines)}
 	}
 	p := &patchParser{lines: splitPatchLines(text)}
 	for p.i < len(p.lines) {

@@ -196,6 +196,12 @@ func TestParsePatchLimits(t *testing.T) {
 	if _, err := parsePatch(big); err == nil || !strings.Contains(err.Error(), "exceeds the limit of 16777216 bytes (16 MiB)") {
 		t.Errorf("oversized patch: %v", err)
 	}
+	// Each line costs far more memory than its bytes: the line count is
+	// bounded too, before the text is split.
+	long := "--- /dev/null\n+++ b/f\n@@ -0,0 +1," + itoa(maxPatchLines) + " @@\n" + strings.Repeat("+\n", maxPatchLines)
+	if _, err := parsePatch(long); err == nil || !strings.Contains(err.Error(), "more than 1048576 lines; split it into several patches") {
+		t.Errorf("a patch of too many lines: %v", err)
+	}
 }
 
 // applyText applies a one-file patch to content and returns the result

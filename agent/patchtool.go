@@ -19,6 +19,12 @@ import (
 // maxPatchFileBytes bounds the content of the files one patch reads.
 const maxPatchFileBytes = 256 << 20
 
+// maxPatchFileLines bounds the lines of the files one patch reads: in
+// memory each line costs about 70 bytes besides its text (it is held
+// before and after the patch), so a file of short lines is bounded by
+// this well before maxPatchFileBytes.
+const maxPatchFileLines = 4 << 20
+
 // patchArgs are the arguments of the patch tool.
 type patchArgs struct {
 	hostArg
@@ -172,7 +178,7 @@ func (t *toolbox) patchTargets(tc *toolCall, files []*filePatch) ([]*patchTarget
 // read gets a problem; a refusal (the agent's credentials under another
 // name) refuses the call.
 func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Result {
-	budget := int64(maxPatchFileBytes)
+	budget, lines := int64(maxPatchFileBytes), maxPatchFileLines
 	for _, pt := range targets {
 		exists, data, err := t.readPatchTarget(pt.path, pt.target, budget)
 		if isDenied(err) {
@@ -182,6 +188,12 @@ func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Re
 			pt.problem = err.Error()
 			continue
 		}
+		n := strings.Count(data, "\n") + 1
+		if n > lines {
+			pt.problem = fmt.Sprintf("%s: the files this patch touches have more than %d lines in all; patch fewer or smaller files at a time, or change this one with bash (e.g. sed -i)", pt.path, maxPatchFileLines)
+			continue
+		}
+		lines -= n
 		budget -= int64(len(data))
 		pt.existed, pt.old = exists, data
 	}

@@ -666,3 +666,20 @@ func FuzzApplyPatch(f *testing.F) {
 		}
 	})
 }
+
+// A file of many short lines takes far more memory once split than its
+// bytes: the files a patch reads are bounded in lines as well as bytes.
+func TestPatchLineBudget(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+	n := maxPatchFileLines
+	big := tbFile(t, dir, "big.txt", strings.Repeat("\n", n)+"x\n")
+	tbFile(t, dir, "small.txt", "a\n")
+	before := treeState(t, dir)
+	patch := "--- a/small.txt\n+++ b/small.txt\n@@ -1 +1 @@\n-a\n+b\n" +
+		"--- a/big.txt\n+++ b/big.txt\n@@ -" + itoa(n+1) + ",1 +" + itoa(n+1) + ",1 @@\n-x\n+y\n"
+	r := run(t, tb, "patch", map[string]any{"patch": patch})
+	wantFailure(t, "patch a file of too many lines", r, big+": the files this patch touches have more than 4194304 lines in all")
+	wantFailure(t, "patch a file of too many lines", r, "nothing was changed")
+	sameTree(t, dir, before)
+}
