@@ -79,17 +79,32 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	return res
 }
 
+// maxEditFileBytes bounds the files edit reads and writes: it holds a
+// file in memory several times over. It is the largest file a write call
+// carries by default (the agent's MaxRequestBytes).
+const maxEditFileBytes = 64 << 20
+
 // loadText returns the content of the text file at target, the resolved
-// path of path.
+// path of path, of at most maxEditFileBytes.
 func (t *toolbox) loadText(path, target string) (string, error) {
 	f, br, err := t.openText(path, target, "edit works on text files only")
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(br)
+	tooLarge := func(size int64) error {
+		return problem(fmt.Sprintf("%s is %s (%d bytes); edit works on files up to %s. Use patch, or bash (e.g. sed -i), for it",
+			path, humanSize(size), size, humanSize(maxEditFileBytes)))
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() > maxEditFileBytes {
+		return "", tooLarge(fi.Size())
+	}
+	data, err := io.ReadAll(io.LimitReader(br, maxEditFileBytes+1))
 	if err != nil {
 		return "", problem(fsProblem(path, err))
+	}
+	if len(data) > maxEditFileBytes {
+		return "", tooLarge(int64(len(data)))
 	}
 	return string(data), nil
 }
@@ -133,6 +148,15 @@ func applyEdits(content, path string, edits []editSpec) (string, int, error) {
 			return "", 0, fmt.Errorf("%s: old_string not found in %s", which, path)
 		case n > 1 && !e.ReplaceAll:
 			return "", 0, fmt.Errorf("%s: old_string matches %d times in %s; add surrounding context to make it unique, or set replace_all", which, n, path)
+		}
+		times := 1
+		if e.ReplaceAll {
+			times = n
+		}
+		// A line break in new may become "\r\n".
+		if size := len(bom) + len(content) + times*(len(new)+strings.Count(new, "\n")-len(old)); size > maxEditFileBytes {
+			return "", 0, fmt.Errorf("%s: the result would be up to %s (%d replacements), more than edit writes (%s); make fewer or smaller replacements at a time",
+				which, humanSize(int64(size)), times, humanSize(maxEditFileBytes))
 		}
 		content = doc.replace(old, new, e.ReplaceAll)
 		total += n

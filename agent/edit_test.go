@@ -274,3 +274,33 @@ func TestEditArgsStrict(t *testing.T) {
 	r, _ := tbCall(t, context.Background(), tb, "edit", json.RawMessage(`{"path":"f","edits":[{"old_string":"a","new_string":"b","replace_all":"yes"}]}`))
 	tbBadArgs(t, r, `edit: invalid arguments: field "edits.replace_all" must be a boolean, not string`)
 }
+
+// edit holds a file in memory several times over: it refuses files
+// larger than maxEditFileBytes before reading them, and edits whose
+// result would be larger, whatever replace_all multiplies.
+func TestEditSizeLimits(t *testing.T) {
+	tb := tbNew(t)
+	dir := tb.cfg.Cwd
+
+	// A text file that is mostly a hole: cheap on disk, large to read.
+	big := tbFile(t, dir, "big.txt", strings.Repeat("hello world\n", 2000))
+	if err := os.Truncate(big, maxEditFileBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	wantFailure(t, "edit a file over the limit", run(t, tb, "edit", map[string]any{"path": "big.txt", "edits": edits("hello", "bye")}),
+		big+" is 64.0MB (67108865 bytes); edit works on files up to 64.0MB. Use patch, or bash (e.g. sed -i), for it")
+	if fi, err := os.Stat(big); err != nil || fi.Size() != maxEditFileBytes+1 {
+		t.Errorf("the large file changed: %v %v", fi, err)
+	}
+
+	line := strings.Repeat("a", 1023) + "\n"
+	small := tbFile(t, dir, "small.txt", strings.Repeat(line, 1024)) // 1 MiB
+	r := run(t, tb, "edit", map[string]any{"path": "small.txt", "edits": []map[string]any{
+		{"old_string": "a", "new_string": strings.Repeat("b", 100), "replace_all": true},
+	}})
+	wantFailure(t, "an edit that multiplies the file", r, "edit 1 of 1: the result would be")
+	wantFailure(t, "an edit that multiplies the file", r, "more than edit writes (64.0MB)")
+	if tbRead(t, small) != strings.Repeat(line, 1024) {
+		t.Error("a refused edit changed the file")
+	}
+}
