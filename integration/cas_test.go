@@ -1,11 +1,11 @@
 package integration
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -52,7 +52,96 @@ func TestCompareAndSwapEndToEnd(t *testing.T) {
 	mustErr(t, call(t, cs, "edit", edit(hashOf(orig))), "nothing was changed")
 }
 
-func hashOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
+// Writers racing through the gateway with the same expected hash: exactly
+// one wins, every other one is refused with the winner's hash, and the
+// file holds the winner's content.
+func TestRacingWritersOneWins(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{"alpha"}})
+	file := filepath.Join(env.AgentDir("alpha"), "shared.conf")
+	if err := os.WriteFile(file, []byte("v0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	type outcome struct {
+		content string
+		ok      bool
+		text    string
+	}
+	out := make([]outcome, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		cs := env.Client(eras[i%2].version, nil)
+		wg.Go(func() {
+			content := fmt.Sprintf("v1 from writer %d\n", i)
+			res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "shared.conf", "content": content, "expected_sha256": hashOf("v0\n")})
+			out[i] = outcome{content, !res.IsError, text(res)}
+		})
+	}
+	wg.Wait()
+	var winner string
+	for _, o := range out {
+		if o.ok {
+			if winner != "" {
+				t.Fatalf("two writers won: %q and %q", winner, o.content)
+			}
+			winner = o.content
+		}
+	}
+	if winner == "" {
+		t.Fatalf("no writer won: %+v", out)
+	}
+	for _, o := range out {
+		if !o.ok && !strings.Contains(o.text, "its sha256 is "+hashOf(winner)) {
+			t.Errorf("loser's error does not carry the winner's hash: %q", o.text)
+		}
+	}
+	if data, err := os.ReadFile(file); err != nil || string(data) != winner {
+		t.Fatalf("file holds %q (%v), want the winner's %q", data, err, winner)
+	}
+
+	// delete with a stale hash changes nothing; with the current one it
+	// deletes.
+	cs := env.Client("", nil)
+	mustErr(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": hashOf("v0\n")}), "has changed")
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("stale delete removed the file: %v", err)
+	}
+	mustOK(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": hashOf(winner)}))
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("file still there after delete: %v", err)
+	}
 }
+
+// search through the gateway stops at max_results and says more remain.
+func TestSearchCaps(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{"alpha"}})
+	dir := env.AgentDir("alpha")
+	var b strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&b, "line %d needle %s\n", i, strings.Repeat("x", 400))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "big.txt"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := env.Client("", nil)
+	got := mustOK(t, call(t, cs, "search", map[string]any{"host": "alpha", "query": "needle", "max_results": 5}))
+	lines := strings.Split(got, "\n")
+	if n := strings.Count(got, "big.txt:"); n != 5 {
+		t.Fatalf("%d matches shown, want 5:\n%s", n, got)
+	}
+	if !strings.Contains(got, "[Showing the first 5 matches; more remain.") {
+		t.Errorf("no note that more matches remain:\n%s", got)
+	}
+	for _, l := range lines[:5] {
+		if len(l) > 400 {
+			t.Errorf("a match line of %d bytes was not shortened", len(l))
+		}
+	}
+	// The byte budget holds with the default cap raised.
+	got = mustOK(t, call(t, cs, "search", map[string]any{"host": "alpha", "query": "needle", "max_results": 1000}))
+	if len(got) > 50<<10+1024 {
+		t.Errorf("search output %d bytes, over the 50 KB budget", len(got))
+	}
+}
+
+func hashOf(s string) string { return sum(s) }
