@@ -30,6 +30,8 @@ type callContext struct {
 	// hostDenied is set by forward when the host's own policy refused
 	// the call: the decision was made on the host, not by a rule here.
 	hostDenied string
+	// fanout is set by a fan-out tool: its hosts per outcome bucket.
+	fanout map[string]int
 }
 
 type callContextKey struct{}
@@ -114,6 +116,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		rec.Rule, rec.Reason = "host policy", cc.hostDenied
 	}
+	rec.Fanout = cc.fanout
 	g.audit.write(rec)
 	return res, err
 }
@@ -151,6 +154,12 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 			return allowedBy(""), ""
 		}
 		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
+	case fanoutBase(tool) != "":
+		// Each host is decided by the fan-out itself (fanout.go).
+		if gr.ToolVisible(tool) {
+			return allowedBy(""), ""
+		}
+		return deniedBy("", "no access rule grants "+fanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, fanoutBase(tool))
 	case !slices.Contains(hostToolNames(), tool):
 		// Not a tool of this gateway: the SDK answers that.
 		return allowedBy(""), ""

@@ -33,6 +33,9 @@ const (
 	HostTimeout
 	HostUnreachable
 	HostConflict
+	// HostGone: nobody listens on the host's subjects (its agent is not
+	// connected), though the registry had not noticed yet.
+	HostGone
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -290,7 +293,7 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		case <-w.fl.notify:
 			frames, noResponders := w.fl.take()
 			if noResponders && !w.heard {
-				return nil, &HostError{Host: host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
+				return nil, &HostError{Host: host, Kind: HostGone, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
 			}
 			// A fetch nobody answered, once the call was running: the agent
 			// died or is reconnecting; the silence clock decides.

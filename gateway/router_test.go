@@ -649,7 +649,7 @@ func TestRouterNoResponders(t *testing.T) {
 	start := time.Now()
 	res, err := r.call(ctx, bashCall("web-1", "true"), nil)
 	took := time.Since(start)
-	wantHostError(t, err, HostUnreachable, "web-1", "not connected")
+	wantHostError(t, err, HostGone, "web-1", "not connected")
 	if res != nil {
 		t.Errorf("result %+v from a host nobody serves", res)
 	}

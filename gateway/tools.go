@@ -99,6 +99,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 			// budget only bounds a host that never answers at all.
 			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
 		})
+	g.addFanoutTools(s)
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.
