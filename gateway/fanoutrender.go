@@ -29,7 +29,7 @@ const (
 	// output is shorter); groups that cannot get it are not shown.
 	minShownBody = 160
 	// cutMarkerLen bounds the note that says an output was cut.
-	cutMarkerLen = 80
+	cutMarkerLen = 48
 	// omittedReserve is kept for the line that counts groups not shown.
 	omittedReserve = 400
 )
@@ -222,12 +222,12 @@ func renderGroups(groups []*outcomeGroup, labels map[*outcomeGroup]string, head 
 		}
 		allot := min(len(body), minShownBody) + extra[i]
 		if allot < len(body) {
-			allot = max(allot-cutMarkerLen, 0)
-			b.WriteString(cutBody(body, allot, head))
-		} else {
-			b.WriteString(body)
+			body = cutBody(body, max(allot-cutMarkerLen, 0), head)
 		}
-		b.WriteByte('\n')
+		b.WriteString(body)
+		if !strings.HasSuffix(body, "\n") {
+			b.WriteByte('\n')
+		}
 	}
 	if rest := groups[len(shown):]; len(rest) > 0 {
 		b.WriteString(omittedLine(rest))

@@ -254,6 +254,7 @@ type waiter struct {
 	asm       *protocol.Assembly
 	broken    bool // the current delivery lost a part; skip until a new part 1
 	heard     bool // the agent has sent at least one frame
+	fetched   bool // a fetch has been sent
 	lastHeard time.Time
 	refetch   int // fetches sent because result parts were lost
 }
@@ -293,6 +294,11 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		case <-w.fl.notify:
 			frames, noResponders := w.fl.take()
 			if noResponders && !w.heard {
+				if w.fetched {
+					// The call went out, then the host fell silent and
+					// nobody took the fetch: it left mid-call.
+					return nil, &HostError{Host: host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s and is no longer connected to the fleet; it may have crashed or lost its network", host, w.call.Tool)}
+				}
 				return nil, &HostError{Host: host, Kind: HostGone, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
 			}
 			// A fetch nobody answered, once the call was running: the agent
@@ -322,6 +328,7 @@ func (w *waiter) onSilence(now time.Time) error {
 		return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
 			w.call.Host, w.call.Tool, quiet.Round(100*time.Millisecond))}
 	}
+	w.fetched = true
 	w.r.fetch(w.call.Host, w.call.ID)
 	return nil
 }
