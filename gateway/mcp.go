@@ -13,7 +13,8 @@ import (
 const Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
-	"every other tool takes a host name. Files: read, write, edit. Commands: bash. Skills: skill. " +
+	"the per-host tools take a host name. Files: read, write, edit. Commands: bash. Skills: skill. " +
+	"Many hosts at once, picked by a selector: fleet_bash, fleet_read. " +
 	"Resources: resource://hosts, resource://skills and resource://system-prompt (a full system prompt for this fleet)."
 
 // newMCPServer builds the one MCP server shared by every session; the SDK

@@ -261,9 +261,9 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				caller, token string
 				tools, hosts  []string
 			}{
-				{"ops", f.user("ops"), []string{"audit", "bash", "edit", "hosts", "read", "skill", "write"}, []string{"alpha", "beta", "gamma"}},
-				{"dev", f.user("dev"), []string{"bash", "hosts", "read"}, []string{"alpha", "beta"}},
-				{"ci", f.ciToken, []string{"hosts", "read"}, []string{"alpha"}},
+				{"ops", f.user("ops"), []string{"audit", "bash", "edit", "fleet_bash", "fleet_read", "hosts", "read", "skill", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"dev", f.user("dev"), []string{"bash", "fleet_bash", "fleet_read", "hosts", "read"}, []string{"alpha", "beta"}},
+				{"ci", f.ciToken, []string{"fleet_read", "hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
 			}
 			for _, w := range want {

@@ -88,7 +88,7 @@ type simAgent struct {
 	announce []byte // the announce, encoded once
 	mu       sync.Mutex
 	nc       *nats.Conn
-	attempt  int
+	beat     *time.Timer
 	// reconnected is when the agent last rejoined after losing its
 	// connection (zero: never).
 	reconnected atomic.Int64
@@ -160,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		f.Close()
 		return nil, fmt.Errorf("%d of %d simulated agents could not connect; first: %w", len(all), len(f.agents), all[0])
 	}
-	f.wg.Go(f.heartbeats)
+	f.startHeartbeats()
 	return f, nil
 }
 
@@ -253,23 +253,26 @@ func (a *simAgent) publishAnnounce(nc *nats.Conn) {
 	}
 }
 
-// heartbeats announces every agent once per Heartbeat, spread evenly.
-func (f *Fleet) heartbeats() {
-	const tick = 20 * time.Millisecond
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	slots := max(int(f.cfg.Heartbeat/tick), 1)
-	for slot := 0; ; slot = (slot + 1) % slots {
-		select {
-		case <-f.ctx.Done():
-			return
-		case <-t.C:
-		}
-		for i := slot; i < len(f.agents); i += slots {
-			a := f.agents[i]
-			a.publishAnnounce(a.conn())
-		}
+// startHeartbeats announces every agent once per Heartbeat, the agents
+// spread evenly over it. Each agent has its own timer, as each real agent
+// has its own heartbeat, so one stalled connection delays no other.
+func (f *Fleet) startHeartbeats() {
+	for i, a := range f.agents {
+		offset := f.cfg.Heartbeat * time.Duration(i) / time.Duration(len(f.agents))
+		a.mu.Lock()
+		a.beat = time.AfterFunc(offset, a.heartbeat)
+		a.mu.Unlock()
 	}
+}
+
+func (a *simAgent) heartbeat() {
+	if a.f.ctx.Err() != nil {
+		return
+	}
+	a.publishAnnounce(a.conn())
+	a.mu.Lock()
+	a.beat.Reset(a.f.cfg.Heartbeat)
+	a.mu.Unlock()
 }
 
 func (f *Fleet) worker() {
@@ -374,6 +377,11 @@ func (a *simAgent) publishResult(reply, id string, data []byte) {
 func (f *Fleet) Close() {
 	f.cancel()
 	for _, a := range f.agents {
+		a.mu.Lock()
+		if a.beat != nil {
+			a.beat.Stop()
+		}
+		a.mu.Unlock()
 		if nc := a.conn(); nc != nil {
 			nc.Close()
 		}

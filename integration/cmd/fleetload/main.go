@@ -64,7 +64,7 @@ type options struct {
 	role        string
 	hosts       []int
 	runs        int
-	concurrency int
+	concurrency []int
 	settle      time.Duration
 	restart     bool
 	dataDir     string
@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	hosts := fs.String("hosts", "1000,10000", "fleet sizes to measure, comma-separated")
 	fs.IntVar(&o.runs, "runs", 5, "measured runs of each fan-out per fleet size (after one warm-up)")
-	fs.IntVar(&o.concurrency, "concurrency", 0, "max_concurrency of the fan-outs (0: the gateway's default)")
+	concurrency := fs.String("concurrency", "0", "max_concurrency values to measure, comma-separated (0: the gateway's default)")
 	fs.DurationVar(&o.settle, "settle", 10*time.Second, "idle time before memory is measured")
 	fs.BoolVar(&o.restart, "restart", true, "measure reconnection after a NATS restart")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file")
@@ -98,6 +98,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-hosts %q: want fleet sizes from 1 to 50000, comma-separated", *hosts)
 		}
 		o.hosts = append(o.hosts, n)
+	}
+	for _, s := range strings.Split(*concurrency, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 0 || c > 500 {
+			return nil, fmt.Errorf("-concurrency %q: want values from 0 to 500, comma-separated", *concurrency)
+		}
+		o.concurrency = append(o.concurrency, c)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return nil, fmt.Errorf("-runs %d: want 1 to 100", o.runs)
@@ -358,29 +365,50 @@ func freeAddr() (string, error) {
 // smallFile is the file every simulated host serves to fleet_read.
 const smallFile = "/etc/fleet/app.conf"
 
+// bench is the measurement of one fleet size.
+type bench struct {
+	o       *options
+	n       int
+	dataDir string
+	addrs   [3]string // MCP, NATS and stats addresses of the gateway child
+	gw      *child
+	fleet   *simfleet.Fleet
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func (b *bench) startGateway(ctx context.Context) error {
+	gw, err := startChild(ctx, b.o, b.dataDir, b.addrs[0], b.addrs[1], b.addrs[2], b.stderr)
+	b.gw = gw
+	return err
+}
+
 func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) error {
-	dataDir, err := os.MkdirTemp("", "fleetload")
+	b := &bench{o: o, n: n, stdout: stdout, stderr: stderr}
+	var err error
+	if b.dataDir, err = os.MkdirTemp("", "fleetload"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.dataDir)
+	creds, err := gateway.LoadCredentials(b.dataDir)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dataDir)
-	creds, err := gateway.LoadCredentials(dataDir)
-	if err != nil {
-		return err
-	}
-	var addrs [3]string
-	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+	for i := range b.addrs {
+		if b.addrs[i], err = freeAddr(); err != nil {
 			return err
 		}
 	}
-	gw, err := startChild(ctx, o, dataDir, addrs[0], addrs[1], addrs[2], stderr)
-	if err != nil {
+	if err := b.startGateway(ctx); err != nil {
 		return err
 	}
-	defer func() { gw.stop() }()
+	defer func() {
+		if b.gw != nil {
+			b.gw.stop()
+		}
+	}()
 	time.Sleep(2 * time.Second)
-	base, err := gw.get(0, true)
+	base, err := b.gw.get(0, true)
 	if err != nil {
 		return err
 	}
@@ -390,8 +418,8 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		hosts[i] = hostName(i)
 	}
 	joinStart := time.Now()
-	fleet, err := simfleet.Start(ctx, simfleet.Config{
-		URL: gw.natsURL, Hosts: hosts,
+	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
+		URL: b.gw.natsURL, Hosts: hosts,
 		Credential: func(h string) (string, string) { return h, creds.AgentPassword(h) },
 		Labels:     map[string]string{"role": "sim"},
 		Handler:    simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
@@ -399,13 +427,13 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer fleet.Close()
-	if _, err := gw.waitOnline(ctx, n, 3*time.Minute); err != nil {
+	defer b.fleet.Close()
+	if _, err := b.gw.waitOnline(ctx, n, 3*time.Minute); err != nil {
 		return err
 	}
 	joined := time.Since(joinStart)
 	time.Sleep(o.settle)
-	idle, err := gw.get(n, true)
+	idle, err := b.gw.get(n, true)
 	if err != nil {
 		return err
 	}
@@ -415,54 +443,68 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		float64(int64(idle.HeapInuse)-int64(base.HeapInuse))/1024/float64(n), float64(int64(idle.StackInuse)-int64(base.StackInuse))/1024/float64(n),
 		base.Goroutines, idle.Goroutines)
 
-	cs, err := connect(ctx, gw.mcpURL)
+	cs, err := connect(ctx, b.gw.mcpURL)
 	if err != nil {
 		return err
 	}
-	defer cs.Close()
-	readArgs := map[string]any{"selector": "role=sim", "path": smallFile}
-	bashArgs := map[string]any{"selector": "role=sim", "command": "true"}
-	if o.concurrency > 0 {
-		readArgs["max_concurrency"] = o.concurrency
-		bashArgs["max_concurrency"] = o.concurrency
-	}
-	for _, tc := range []struct {
-		tool string
-		args map[string]any
-	}{{"fleet_read", readArgs}, {"fleet_bash", bashArgs}} {
-		var took []time.Duration
-		cpu0, _ := gw.get(0, false)
-		profDone := make(chan error, 1)
-		if o.profile != "" && tc.tool == "fleet_read" {
-			go func() { profDone <- gw.profile(o.profile, 8) }()
-		} else {
-			profDone <- nil
-		}
-		for r := 0; r <= o.runs; r++ {
-			d, err := fanout(ctx, cs, tc.tool, tc.args, n)
-			if d == 0 {
+	for _, c := range o.concurrency {
+		for _, tool := range []string{"fleet_read", "fleet_bash"} {
+			if err := b.latency(ctx, cs, tool, c); err != nil {
+				cs.Close()
 				return err
 			}
-			if err != nil {
-				fmt.Fprintf(stdout, "WARNING: run %d: %v\n", r, err)
-			}
-			if r > 0 { // the first run warms up
-				took = append(took, d)
-			}
 		}
-		cpu1, _ := gw.get(0, false)
-		if err := <-profDone; err != nil {
-			return err
-		}
-		slices.Sort(took)
-		fmt.Fprintf(stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call\n",
-			tc.tool, n, concurrencyLabel(o.concurrency), pct(took, 50), pct(took, 90), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took),
-			(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(o.runs+1))
 	}
+	cs.Close()
 	if !o.restart {
 		return nil
 	}
-	return restart(ctx, o, n, gw, &gw, fleet, cs, dataDir, addrs, stdout, stderr)
+	return b.restart(ctx)
+}
+
+// fanoutArgs are the arguments of the measured fan-outs.
+func fanoutArgs(tool string, concurrency int) map[string]any {
+	args := map[string]any{"selector": "role=sim", "command": "true"}
+	if tool == "fleet_read" {
+		args = map[string]any{"selector": "role=sim", "path": smallFile}
+	}
+	if concurrency > 0 {
+		args["max_concurrency"] = concurrency
+	}
+	return args
+}
+
+// latency measures one fan-out tool: a warm-up run, then o.runs runs.
+func (b *bench) latency(ctx context.Context, cs *mcp.ClientSession, tool string, concurrency int) error {
+	var took []time.Duration
+	cpu0, _ := b.gw.get(0, false)
+	profDone := make(chan error, 1)
+	if b.o.profile != "" && tool == "fleet_read" {
+		go func() { profDone <- b.gw.profile(b.o.profile, 8) }()
+	} else {
+		profDone <- nil
+	}
+	for r := 0; r <= b.o.runs; r++ {
+		d, err := fanout(ctx, cs, tool, fanoutArgs(tool, concurrency), b.n)
+		if d == 0 {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(b.stdout, "WARNING: run %d: %v\n", r, err)
+		}
+		if r > 0 { // the first run warms up
+			took = append(took, d)
+		}
+	}
+	cpu1, _ := b.gw.get(0, false)
+	if err := <-profDone; err != nil {
+		return err
+	}
+	slices.Sort(took)
+	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call\n",
+		tool, b.n, concurrencyLabel(concurrency), pct(took, 50), pct(took, 90), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took),
+		(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(b.o.runs+1))
+	return nil
 }
 
 func concurrencyLabel(c int) string {
@@ -474,28 +516,26 @@ func concurrencyLabel(c int) string {
 
 // restart stops the gateway (and with it NATS), starts it again on the
 // same ports and measures how the agents return.
-func restart(ctx context.Context, o *options, n int, old *child, cur **child, fleet *simfleet.Fleet, cs *mcp.ClientSession, dataDir string, addrs [3]string, stdout, stderr io.Writer) error {
-	cs.Close()
+func (b *bench) restart(ctx context.Context) error {
+	n := b.n
 	down := time.Now()
-	old.stop()
+	b.gw.stop()
+	b.gw = nil
 	stopped := time.Since(down)
-	gw, err := startChild(ctx, o, dataDir, addrs[0], addrs[1], addrs[2], stderr)
-	if err != nil {
+	if err := b.startGateway(ctx); err != nil {
 		return err
 	}
-	*cur = gw
 	ready := time.Now()
-	online, err := gw.waitOnline(ctx, n, 2*time.Minute)
+	online, err := b.gw.waitOnline(ctx, n, 2*time.Minute)
 	if err != nil {
 		return err
 	}
-	back := fleet.ReconnectedSince(down)
+	back := b.fleet.ReconnectedSince(down)
 	slices.SortFunc(back, func(a, b time.Time) int { return a.Compare(b) })
 	if len(back) < n {
 		return fmt.Errorf("only %d of %d agents reconnected", len(back), n)
 	}
-	// The spread: the busiest 100 ms and the time from the first to the
-	// last reconnect.
+	// The spread: the busiest 100 ms, and the first and last reconnect.
 	peak := 0
 	for i, j := 0, 0; i < len(back); i++ {
 		for back[i].Sub(back[j]) > 100*time.Millisecond {
@@ -503,21 +543,20 @@ func restart(ctx context.Context, o *options, n int, old *child, cur **child, fl
 		}
 		peak = max(peak, i-j+1)
 	}
-	last := back[len(back)-1]
-	fmt.Fprintf(stdout, "NATS restart: gateway down for %s (stop %s), ready again %s after the stop began; all %d agents reconnected %s after it was ready (first %s, last %s), and the gateway saw all online %s after it was ready; busiest 100 ms: %d reconnects (%.0f%%)\n",
-		ready.Sub(down).Round(10*time.Millisecond), stopped.Round(10*time.Millisecond), ready.Sub(down).Round(10*time.Millisecond), n,
-		last.Sub(ready).Round(10*time.Millisecond), back[0].Sub(ready).Round(10*time.Millisecond), last.Sub(ready).Round(10*time.Millisecond),
-		online.Round(10*time.Millisecond), peak, 100*float64(peak)/float64(n))
-	cs2, err := connect(ctx, gw.mcpURL)
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	fmt.Fprintf(b.stdout, "NATS restart: gateway stopped in %s and ready again %s after the stop began; all %d agents reconnected within %s of it being ready (first %s, last %s), the gateway saw all online after %s; busiest 100 ms: %d reconnects (%.0f%%)\n",
+		r(stopped), r(ready.Sub(down)), n, r(back[len(back)-1].Sub(ready)), r(back[0].Sub(ready)), r(back[len(back)-1].Sub(ready)), r(online), peak, 100*float64(peak)/float64(n))
+	cs, err := connect(ctx, b.gw.mcpURL)
 	if err != nil {
 		return err
 	}
-	defer cs2.Close()
-	d, err := fanout(ctx, cs2, "fleet_bash", map[string]any{"selector": "role=sim", "command": "true"}, n)
+	defer cs.Close()
+	d, err := fanout(ctx, cs, "fleet_bash", fanoutArgs("fleet_bash", 0), n)
 	if err != nil {
-		fmt.Fprintf(stdout, "WARNING: after the restart: %v\n", err)
+		fmt.Fprintf(b.stdout, "WARNING: after the restart: %v\n", err)
+	} else {
+		fmt.Fprintf(b.stdout, "after the restart: fleet_bash \"true\" reached all %d hosts in %s\n", n, d.Round(time.Millisecond))
 	}
-	fmt.Fprintf(stdout, "after the restart: fleet_bash \"true\" reached all %d hosts in %s\n", n, d.Round(time.Millisecond))
 	return nil
 }
 
