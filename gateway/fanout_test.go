@@ -272,3 +272,27 @@ func TestFanoutToolVisible(t *testing.T) {
 		}
 	}
 }
+
+// FuzzClassifyBash: whatever text an agent's bash result holds, the
+// classification never panics, every host lands in a bucket with a reason
+// unless it succeeded, and the output it keeps is part of the text.
+func FuzzClassifyBash(f *testing.F) {
+	f.Add("out\n\nCommand exited with code 7", true)
+	f.Add("x\n\n[Showing lines 1-2 of 9. Full output: /p.log]\n\nCommand timed out after 2 seconds", true)
+	f.Add("\n\n", true)
+	f.Add("{}", false)
+	f.Fuzz(func(t *testing.T, text string, isErr bool) {
+		var o hostOutcome
+		classifyBash(&o, &protocol.Result{Content: []protocol.Content{protocol.Text(text)}, IsError: isErr}, nil)
+		switch {
+		case o.Status == "":
+			t.Fatalf("%q: no bucket", text)
+		case o.Status != bucketSucceeded && o.Reason == "" && o.note == "":
+			t.Fatalf("%q: %s without a reason", text, o.Status)
+		case !strings.HasPrefix(text, o.body):
+			t.Fatalf("%q: kept output %q is not the start of the text", text, o.body)
+		case isErr == (o.Status == bucketSucceeded):
+			t.Fatalf("%q (error %v): bucket %s", text, isErr, o.Status)
+		}
+	})
+}
