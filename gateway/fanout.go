@@ -235,6 +235,7 @@ type fanout struct {
 func (f *fanout) run(ctx context.Context, hosts []HostInfo) []hostOutcome {
 	out := make([]hostOutcome, len(hosts))
 	todo := make([]int, 0, len(hosts))
+	rules := make([]string, len(hosts)) // the rule that grants each host
 	for i := range hosts {
 		h := &hosts[i]
 		o := &out[i]
@@ -255,6 +256,7 @@ func (f *fanout) run(ctx context.Context, hosts []HostInfo) []hostOutcome {
 			f.audit(o, time.Now(), newCallID(), dec)
 		default:
 			todo = append(todo, i)
+			rules[i] = dec.Rule
 			continue
 		}
 		f.prog.done(o.Status)
@@ -276,7 +278,7 @@ func (f *fanout) run(ctx context.Context, hosts []HostInfo) []hostOutcome {
 					f.prog.done(o.Status)
 					continue
 				}
-				f.callHost(ctx, o)
+				f.callHost(ctx, o, rules[todo[n]])
 				f.prog.done(o.Status)
 				if o.Status == bucketFailed || o.Status == bucketTimedOut {
 					if n := failures.Add(1); f.maxErrors > 0 && n >= int64(f.maxErrors) {
@@ -300,8 +302,9 @@ func (f *fanout) notStarted(ctx context.Context) (string, string) {
 	return "max_errors reached", fmt.Sprintf("not started: %d hosts had failed or timed out (max_errors %d)", f.maxErrors, f.maxErrors)
 }
 
-// callHost calls the tool on one host and records its outcome.
-func (f *fanout) callHost(ctx context.Context, o *hostOutcome) {
+// callHost calls the tool on one host, which rule grants, and records
+// its outcome.
+func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 	start := time.Now()
 	id := newCallID()
 	args, err := f.args(o.Host)
@@ -313,7 +316,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome) {
 	}
 	o.DurationMS = time.Since(start).Milliseconds()
 	f.classify(o, res, err)
-	f.audit(o, start, id, allowedBy(""))
+	f.audit(o, start, id, allowedBy(rule))
 }
 
 // classifyRouting sorts a routing failure; it reports whether err was one.

@@ -149,6 +149,9 @@ func TestFanoutBuckets(t *testing.T) {
 	if recs := auditRecords(t, ops, map[string]any{"tool": "bash", "host": "beta"}); len(recs) == 1 && recs[0].Rule != "no-bash-on-beta" {
 		t.Errorf("beta's refusal names rule %q", recs[0].Rule)
 	}
+	if recs := auditRecords(t, ops, map[string]any{"tool": "bash", "host": "alpha"}); len(recs) == 1 && (recs[0].Rule != "staging-devs" || recs[0].Args["command"] != "bash ./act.sh") {
+		t.Errorf("alpha's record: rule %q, args %v", recs[0].Rule, recs[0].Args)
+	}
 }
 
 // A host that goes silent mid-run is failed with the reason, while the

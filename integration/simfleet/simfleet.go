@@ -80,6 +80,9 @@ type Fleet struct {
 
 	// Calls counts calls answered.
 	Calls atomic.Int64
+
+	errMu     sync.Mutex
+	reconnErr map[string]int
 }
 
 type simAgent struct {
@@ -201,6 +204,7 @@ func (a *simAgent) dial() error {
 			a.publishAnnounce(nc)
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { a.connected.Store(false) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.f.reconnectFailed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			cfg.Logger.Warn("NATS error", "host", a.host, "err", err)
 		}),
@@ -387,6 +391,25 @@ func (f *Fleet) Close() {
 		}
 	}
 	f.wg.Wait()
+}
+
+func (f *Fleet) reconnectFailed(err error) {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	if f.reconnErr == nil {
+		f.reconnErr = make(map[string]int)
+	}
+	f.reconnErr[err.Error()]++
+}
+
+// ReconnectErrors counts failed reconnect attempts by error, and resets
+// the counts.
+func (f *Fleet) ReconnectErrors() map[string]int {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	m := f.reconnErr
+	f.reconnErr = nil
+	return m
 }
 
 // Connected counts agents connected right now.

@@ -500,6 +500,7 @@ func (b *bench) latency(ctx context.Context, cs *mcp.ClientSession, tool string,
 	if err := <-profDone; err != nil {
 		return err
 	}
+	fmt.Fprintf(b.stdout, "%s runs: %v\n", tool, took)
 	slices.Sort(took)
 	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call\n",
 		tool, b.n, concurrencyLabel(concurrency), pct(took, 50), pct(took, 90), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took),
@@ -544,6 +545,9 @@ func (b *bench) restart(ctx context.Context) error {
 		peak = max(peak, i-j+1)
 	}
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	for msg, count := range b.fleet.ReconnectErrors() {
+		fmt.Fprintf(b.stdout, "failed reconnect attempts: %d × %s\n", count, msg)
+	}
 	fmt.Fprintf(b.stdout, "NATS restart: gateway stopped in %s and ready again %s after the stop began; all %d agents reconnected within %s of it being ready (first %s, last %s), the gateway saw all online after %s; busiest 100 ms: %d reconnects (%.0f%%)\n",
 		r(stopped), r(ready.Sub(down)), n, r(back[len(back)-1].Sub(ready)), r(back[0].Sub(ready)), r(back[len(back)-1].Sub(ready)), r(online), peak, 100*float64(peak)/float64(n))
 	cs, err := connect(ctx, b.gw.mcpURL)
