@@ -251,7 +251,7 @@ func (f *fanout) run(ctx context.Context, hosts []HostInfo) []hostOutcome {
 			f.audit(o, time.Now(), newCallID(), dec)
 		case !h.Online:
 			// Reported at once: an offline host is never waited on.
-			o.Status, o.note = bucketOffline, "missed its heartbeats"
+			o.Status, o.note = bucketOffline, bucketOffline
 			o.Reason = fmt.Sprintf("offline: last seen %s ago", f.g.reg.now().Sub(h.LastSeen).Round(time.Second))
 			f.audit(o, time.Now(), newCallID(), dec)
 		default:
@@ -327,7 +327,7 @@ func classifyRouting(o *hostOutcome, err error) bool {
 	var he *HostError
 	switch {
 	case errors.As(err, &he) && (he.Kind == HostOffline || he.Kind == HostUnknown):
-		o.Status, o.note, o.Reason = bucketOffline, "missed its heartbeats", he.Msg
+		o.Status, o.note, o.Reason = bucketOffline, bucketOffline, he.Msg
 	case errors.As(err, &he) && he.Kind == HostGone:
 		o.Status, o.note, o.Reason = bucketOffline, "not connected", he.Msg
 	case errors.As(err, &he) && he.Kind == HostTimeout:

@@ -82,6 +82,9 @@ func TestFanoutBuckets(t *testing.T) {
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policyFile, "tools: {deny: [bash]}\n")
 	stagingHost(t, f.Env, "guarded", "echo never\n", func(c *agent.Config) { c.PolicyFile = policyFile })
+	stagingHost(t, f.Env, "leaver", "echo never\n", nil)
+	f.StopAgent("leaver") // a goodbye: the gateway knows it offline
+	f.WaitHost("leaver", false)
 	f.StartAgentProcess("victim", "--label", "env=staging")
 	f.WaitHost("victim", true)
 	f.KillAgent("victim") // no goodbye: the gateway still thinks it online
@@ -97,7 +100,7 @@ func TestFanoutBuckets(t *testing.T) {
 		t.Errorf("a fan-out with failed hosts is not an error")
 	}
 	want := map[string]string{
-		"alpha": "succeeded", "failer": "failed", "sleeper": "timed_out", "victim": "offline",
+		"alpha": "succeeded", "failer": "failed", "sleeper": "timed_out", "victim": "offline", "leaver": "offline",
 		"guarded": "denied", "beta": "denied",
 	}
 	for host, status := range want {
@@ -118,7 +121,9 @@ func TestFanoutBuckets(t *testing.T) {
 		t.Errorf("denied reasons: guarded %q, beta %q", by["guarded"].Reason, by["beta"].Reason)
 	}
 	for _, s := range []string{
-		"1 succeeded, 1 failed, 1 timed_out, 1 offline, 2 denied, 0 not_started",
+		"1 succeeded, 1 failed, 1 timed_out, 2 offline, 2 denied, 0 not_started",
+		"--- offline — 1 host: leaver — offline: last seen ",
+		"--- offline, not connected — 1 host: victim — host victim is not connected",
 		"--- failed, exit 3 — 1 host: failer ---\nabout to fail\n",
 		"alpha fine",
 	} {
@@ -140,7 +145,7 @@ func TestFanoutBuckets(t *testing.T) {
 	if parent.Fanout["failed"] != 1 || parent.Fanout["denied"] != 2 || parent.Caller.Email != "dev@example.com" {
 		t.Errorf("fan-out record: %+v", parent)
 	}
-	for host, outcome := range map[string]string{"alpha": "ok", "failer": "error", "sleeper": "timed_out", "beta": "refused", "guarded": "refused", "victim": "error"} {
+	for host, outcome := range map[string]string{"alpha": "ok", "failer": "error", "sleeper": "timed_out", "beta": "refused", "guarded": "refused", "victim": "error", "leaver": "error"} {
 		recs := auditRecords(t, ops, map[string]any{"tool": "bash", "host": host})
 		if len(recs) != 1 || recs[0].Parent != parent.CallID || recs[0].Outcome != outcome {
 			t.Errorf("audit of %s: %+v, want one record with outcome %s and parent %s", host, recs, outcome, parent.CallID)
