@@ -46,6 +46,8 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// tasks runs background tasks; they outlive the agent process.
+	tasks *taskManager
 
 	// workCtx is the parent of every call's context; it is cancelled only
 	// when a drain times out.
@@ -80,10 +82,28 @@ func New(cfg Config) (*Agent, error) {
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,
+		ImageMaxDimension:  cfg.ImageMaxDimension,
+		ImageMaxBytes:      cfg.ImageMaxBytes,
+		BinaryMaxBytes:     cfg.BinaryMaxBytes,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
 		Skills:   skills,
+		Host:     cfg.Name,
+		Tasks: taskConfig{
+			DefaultTimeout: cfg.TaskDefaultTimeout,
+			MaxTimeout:     cfg.TaskMaxTimeout,
+			MaxRunning:     cfg.MaxRunningTasks,
+			MaxQueued:      cfg.MaxQueuedTasks,
+			Retention:      cfg.TaskRetention,
+			MaxKept:        cfg.MaxKeptTasks,
+			MaxKeptBytes:   cfg.MaxKeptTaskOutput,
+			MaxOutputBytes: cfg.MaxTaskOutput,
+			TailBytes:      cfg.TaskTailBytes,
+			// A waiting task_status holds a worker: at most half of them.
+			MaxWaits: max(1, cfg.MaxConcurrent/2),
+		},
+		Logger: log.With("component", "tasks"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
@@ -101,15 +121,20 @@ func New(cfg Config) (*Agent, error) {
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
+		tasks:       tb.tasks,
 	}, nil
 }
 
 // servedTools splits tools into those pol lets the host serve and the
-// names of those it refuses.
+// names of those it refuses. The task tools come with bash.
 func servedTools(tools map[string]toolFunc, pol *policy.Policy) (map[string]toolFunc, map[string]bool) {
 	served, refused := make(map[string]toolFunc), make(map[string]bool)
 	for name, f := range tools {
-		if pol.AllowTool(name) != nil {
+		decides := name
+		if slices.Contains(taskToolNames(), name) {
+			decides = "bash"
+		}
+		if pol.AllowTool(decides) != nil {
 			refused[name] = true
 		} else {
 			served[name] = f
@@ -135,13 +160,20 @@ func newInstanceID() string {
 // DrainTimeout, then cancels them), announces that it is leaving and
 // closes the connection. While it drains it still answers cancels and
 // fetches. Run re-dials forever, with jittered backoff, whatever NATS
-// answers; it returns only after ctx ends.
+// answers; it returns only after ctx ends, or at once when the background
+// tasks directory cannot be used.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
 		"instance", a.instance)
 	a.logPolicy()
+	// Background tasks a previous agent left are taken over before any
+	// call is heard; they keep running when this agent stops.
+	if err := a.tasks.open(); err != nil {
+		return fmt.Errorf("background tasks: %w", err)
+	}
+	defer a.tasks.close()
 
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -164,7 +196,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	watcher.Go(func() { a.skills.watch(ctx, a.skillsChanged) })
 
 	<-ctx.Done()
-	watcher.Wait() // no announce of a changed catalog follows the leaving one
+	watcher.Wait()       // no announce of a changed catalog follows the leaving one
+	a.tasks.beginClose() // task_status waits end now, not at the drain timeout
 	a.drain(&workers, cancelWork)
 	endSession()
 	session.Wait()

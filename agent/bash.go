@@ -35,8 +35,9 @@ const (
 // bashArgs are the arguments of the bash tool.
 type bashArgs struct {
 	hostArg
-	Command string   `json:"command"`
-	Timeout *float64 `json:"timeout"` // seconds
+	Command    string   `json:"command"`
+	Timeout    *float64 `json:"timeout"` // seconds
+	Background bool     `json:"background"`
 }
 
 // bash runs a shell command and returns its merged output, tail-truncated
@@ -51,6 +52,9 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 	}
 	if err := t.guard.checkCommand(a.Command); err != nil {
 		return deniedResult(tc, err)
+	}
+	if a.Background {
+		return t.bashBackground(tc, a)
 	}
 	timeout, r := t.bashTimeout(tc, a.Timeout)
 	if r != nil {

@@ -342,7 +342,7 @@ func (a *Agent) enqueue(j *job) *enqueueErr {
 	case a.queue <- j:
 		return nil
 	default:
-		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits; retry shortly",
+		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits (fleet-agent --max_concurrent, --max_queue); retry shortly",
 			a.cfg.Name, a.cfg.MaxConcurrent, a.cfg.MaxQueue)}
 	}
 }
@@ -386,7 +386,7 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 			res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, fmt.Sprintf("tool %s failed unexpectedly: %v", j.call.Tool, r))
 		}
 	}()
-	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Output: func(p []byte) { a.output(j, p) }}
+	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: j.call.Caller.Subject, Output: func(p []byte) { a.output(j, p) }}
 	start := time.Now()
 	res = j.tool(j.ctx, tc)
 	if res == nil {

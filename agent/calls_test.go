@@ -647,7 +647,7 @@ func TestAgentEndToEnd(t *testing.T) {
 
 	t.Run("unknown tool", func(t *testing.T) {
 		res, _ := sendCall(t, nc, newCall(host, "frob-1", "frob", map[string]string{})).result(t, "frob-1")
-		wantCode(t, res, protocol.CodeUnknownTool, `"frob"`, "bash, edit, read, skill, write")
+		wantCode(t, res, protocol.CodeUnknownTool, `"frob"`, "bash, delete, edit, list, move, read, search, skill, task_cancel, task_list, task_status, write")
 	})
 
 	t.Run("call for another host", func(t *testing.T) {

@@ -45,8 +45,9 @@ func sha256Hex(data []byte) string {
 
 // currentSHA256 hashes the regular file at target, a resolved path the
 // guard allowed, opened without following links. A missing file hashes as
-// "" with a nil error.
-func currentSHA256(target string) (string, error) {
+// "" with a nil error. The agent's credentials are refused even under
+// another name (a hard link): their hash is not to be learned either.
+func (t *toolbox) currentSHA256(target string) (string, error) {
 	d, err := openDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -70,6 +71,9 @@ func currentSHA256(target string) (string, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s is not a regular file", target)
 	}
+	if err := t.guard.checkOpened(target, fi); err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err
@@ -80,13 +84,13 @@ func currentSHA256(target string) (string, error) {
 // checkExpected compares the file at target with want, the result of
 // casArgs.expected. It returns nil when want is "" or matches, and the
 // failure to answer with otherwise.
-func checkExpected(tc *toolCall, path, target, want string) *protocol.Result {
+func (t *toolbox) checkExpected(tc *toolCall, path, target, want string) *protocol.Result {
 	if want == "" {
 		return nil
 	}
-	got, err := currentSHA256(target)
+	got, err := t.currentSHA256(target)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return pathFailure(tc, path, err)
 	}
 	if got == want {
 		return nil

@@ -34,14 +34,15 @@ func TestCheckExpected(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc := &toolCall{ID: "c1"}
-	if r := checkExpected(tc, p, p, ""); r != nil {
+	tb := tbNew(t)
+	if r := tb.checkExpected(tc, p, p, ""); r != nil {
 		t.Fatal("no expected hash must pass")
 	}
-	if r := checkExpected(tc, p, p, sha256Hex([]byte("hello"))); r != nil {
+	if r := tb.checkExpected(tc, p, p, sha256Hex([]byte("hello"))); r != nil {
 		t.Fatalf("matching hash refused: %s", resultText(t, r))
 	}
 	stale := sha256Hex([]byte("old"))
-	r := checkExpected(tc, p, p, stale)
+	r := tb.checkExpected(tc, p, p, stale)
 	if r == nil || !r.IsError {
 		t.Fatal("a stale hash must fail")
 	}
@@ -55,7 +56,7 @@ func TestCheckExpected(t *testing.T) {
 	if !strings.Contains(resultText(t, r), s.Current) {
 		t.Errorf("text %q does not carry the current hash", resultText(t, r))
 	}
-	r = checkExpected(tc, p+"-gone", p+"-gone", stale)
+	r = tb.checkExpected(tc, p+"-gone", p+"-gone", stale)
 	if r == nil || !strings.Contains(resultText(t, r), "does not exist") {
 		t.Fatalf("a missing file must fail as missing, got %v", r)
 	}

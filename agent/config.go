@@ -57,6 +57,16 @@ type Config struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any bash timeout. Default 600 s.
 	BashMaxTimeout time.Duration
+	// ImageMaxDimension is the longest side, in pixels, of an image read
+	// returns; larger images are scaled down. Default 2000, at least 16.
+	ImageMaxDimension int
+	// ImageMaxBytes bounds an image read returns, counted once
+	// base64-encoded (as MCP carries it); larger images are re-encoded
+	// smaller. Default 4,500,000.
+	ImageMaxBytes int
+	// BinaryMaxBytes is the largest file read loads whole: an image, or
+	// any file read with binary_base64. Default 20 MiB.
+	BinaryMaxBytes int64
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
@@ -65,6 +75,30 @@ type Config struct {
 	MaxQueue int
 	// MaxRequestBytes bounds one call's arguments. Default 64 MiB.
 	MaxRequestBytes int
+
+	// Background tasks (bash with background: true). TaskDefaultTimeout
+	// applies to a task started without a timeout (default 1 h);
+	// TaskMaxTimeout caps any (default 24 h).
+	TaskDefaultTimeout, TaskMaxTimeout time.Duration
+	// MaxRunningTasks bounds tasks running at once (default 8);
+	// MaxQueuedTasks bounds tasks waiting for one of them to end (default
+	// 32; negative: none wait). Beyond both a task is refused as busy.
+	MaxRunningTasks, MaxQueuedTasks int
+	// TaskRetention: finished tasks that ended longer ago are removed when
+	// a new task starts (default 30 days).
+	TaskRetention time.Duration
+	// MaxKeptTasks and MaxKeptTaskOutput bound the task folders kept and
+	// their output bytes (defaults 1000 and 1 GiB); beyond either, the
+	// oldest finished tasks are removed. Queued and running tasks are
+	// never removed.
+	MaxKeptTasks      int
+	MaxKeptTaskOutput int64
+	// MaxTaskOutput bounds one task's output file (default 100 MiB): a
+	// task that writes more is killed with its process group.
+	MaxTaskOutput int64
+	// TaskTailBytes bounds the end of a finished task's output that
+	// task_status returns (default 8 KiB, and at most 50 lines).
+	TaskTailBytes int
 
 	// Heartbeat is how often the agent announces itself. Default 5 s.
 	Heartbeat time.Duration
@@ -126,6 +160,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
+	}
+	if c.ImageMaxDimension == 0 {
+		c.ImageMaxDimension = defaultImageMaxDimension
+	}
+	if c.ImageMaxBytes == 0 {
+		c.ImageMaxBytes = defaultImageMaxBytes
+	}
+	if c.BinaryMaxBytes == 0 {
+		c.BinaryMaxBytes = defaultBinaryMaxBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

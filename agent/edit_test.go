@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // edits builds the edits argument from old/new pairs.
@@ -98,8 +101,8 @@ func TestEditFailures(t *testing.T) {
 func TestEditWriteFailureLeavesTarget(t *testing.T) {
 	tb := tbNew(t)
 	p := tbFile(t, tb.cfg.Cwd, "f.txt", "small\n")
-	withFileSizeLimit(t, 64<<10, func() {
-		r, _ := tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits("small", strings.Repeat("big", 100000))})
+	withFileSizeLimit(t, 64<<10, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits("small", strings.Repeat("big", limit))})
 		if !r.IsError {
 			t.Errorf("oversized edit succeeded: %+v", r)
 		}
@@ -146,6 +149,24 @@ func TestEditApply(t *testing.T) {
 		{"ambiguous", "aXa", []editSpec{{OldString: "a", NewString: "b"}}, "", 0, "edit 1 of 1: old_string matches 2 times in f; add surrounding context to make it unique, or set replace_all"},
 		{"missing", "abc", []editSpec{{OldString: "b", NewString: "c"}, {OldString: "b", NewString: "d"}}, "", 0, "edit 2 of 2: old_string not found in f"},
 		{"case sensitive", "Abc", []editSpec{{OldString: "abc", NewString: "x"}}, "", 0, "edit 1 of 1: old_string not found in f"},
+
+		// Line endings and the byte order mark.
+		{"CRLF matched with LF", "a\r\nb\r\nc\r\n", []editSpec{{OldString: "a\nb\n", NewString: "x\ny\nz\n"}}, "x\r\ny\r\nz\r\nc\r\n", 1, ""},
+		{"CRLF matched with CRLF", "a\r\nb\r\n", []editSpec{{OldString: "a\r\nb", NewString: "B\r\nA"}}, "B\r\nA\r\n", 1, ""},
+		{"CRLF inside a line", "one two\r\nthree\r\n", []editSpec{{OldString: "two", NewString: "2\n2"}}, "one 2\r\n2\r\nthree\r\n", 1, ""},
+		{"CRLF last line", "a\r\nb", []editSpec{{OldString: "b", NewString: "b\nc"}}, "a\r\nb\r\nc", 1, ""},
+		{"CRLF delete a line break", "a\r\nb\r\n", []editSpec{{OldString: "a\n", NewString: ""}}, "b\r\n", 1, ""},
+		{"CRLF replace all", "x\r\nx\r\n", []editSpec{{OldString: "x\n", NewString: "y\n\n", ReplaceAll: true}}, "y\r\n\r\ny\r\n\r\n", 2, ""},
+		{"LF file, CRLF edit", "a\nb\n", []editSpec{{OldString: "a\r\nb", NewString: "c\r\nd"}}, "c\nd\n", 1, ""},
+		{"CRLF no change", "a\r\nb", []editSpec{{OldString: "a\r\nb", NewString: "a\nb"}}, "", 0, "edit 1 of 1: new_string equals old_string, so the edit makes no change"},
+		{"mixed: LF line", "unix\ndos\r\n", []editSpec{{OldString: "unix", NewString: "un\nix"}}, "un\nix\ndos\r\n", 1, ""},
+		{"mixed: CRLF line", "unix\ndos\r\n", []editSpec{{OldString: "dos", NewString: "d\nos"}}, "unix\nd\r\nos\r\n", 1, ""},
+		{"mixed: across lines takes the first line's", "unix\ndos\r\n", []editSpec{{OldString: "ix\ndo", NewString: "1\n2\n3"}}, "un1\n2\n3s\r\n", 1, ""},
+		{"lone CR kept", "a\rb\r\n", []editSpec{{OldString: "b", NewString: "c"}}, "a\rc\r\n", 1, ""},
+		{"BOM kept", "\uFEFFfirst\r\nsecond\r\n", []editSpec{{OldString: "first", NewString: "1st"}}, "\uFEFF1st\r\nsecond\r\n", 1, ""},
+		{"BOM in old_string", "\uFEFFfirst\n", []editSpec{{OldString: "\uFEFFfirst", NewString: "\uFEFF1st"}}, "\uFEFF1st\n", 1, ""},
+		{"BOM not matched", "\uFEFFx", []editSpec{{OldString: "\uFEFF", NewString: "y"}}, "", 0, "edit 1 of 1: old_string is empty; give the exact text to replace"},
+		{"replace at start keeps BOM", "\uFEFFab", []editSpec{{OldString: "ab", NewString: "cd"}}, "\uFEFFcd", 1, ""},
 	}
 	for _, tt := range tests {
 		got, n, err := applyEdits(tt.content, "f", tt.edits)
@@ -161,47 +182,91 @@ func TestEditApply(t *testing.T) {
 	}
 }
 
-func FuzzApplyEdits(f *testing.F) {
-	f.Add("hello world", "world", "there", false, "hello", "hi", true)
-	f.Add("aaa", "a", "b", true, "bbb", "", false)
-	f.Add("x", "", "y", false, "x", "x", false)
-	f.Fuzz(func(t *testing.T, content, old1, new1 string, all1 bool, old2, new2 string, all2 bool) {
-		e1 := editSpec{OldString: old1, NewString: new1, ReplaceAll: all1}
-		e2 := editSpec{OldString: old2, NewString: new2, ReplaceAll: all2}
-		got, n, err := applyEdits(content, "f", []editSpec{e1, e2})
+// A CRLF file with a byte order mark edited with LF text keeps every
+// byte of the lines the edit does not touch, and the new lines end CRLF.
+func TestEditKeepsLineEndings(t *testing.T) {
+	tb := tbNew(t)
+	var b strings.Builder
+	b.WriteString(utf8BOM)
+	for i := 1; i <= 50; i++ {
+		fmt.Fprintf(&b, "line %d\t \r\n", i)
+	}
+	orig := b.String()
+	p := tbFile(t, tb.cfg.Cwd, "win.txt", orig)
+	r, _ := tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits(
+		"line 1\t \nline 2\t ", "first\nsecond\nthird",
+		"line 50\t \n", "last\n")})
+	tbWant(t, r, false, "Successfully applied 2 edit(s) to "+p+" (2 replacement(s))")
+	got := tbRead(t, p)
+	want := utf8BOM + "first\r\nsecond\r\nthird\r\n" + strings.TrimPrefix(orig, utf8BOM+"line 1\t \r\nline 2\t \r\n")
+	want = strings.TrimSuffix(want, "line 50\t \r\n") + "last\r\n"
+	if got != want {
+		t.Fatalf("content = %q\nwant      %q", got, want)
+	}
+	// Undoing the edits gives back the original bytes.
+	r, _ = tbCall(t, context.Background(), tb, "edit", map[string]any{"path": p, "edits": edits(
+		"first\nsecond\nthird", "line 1\t \nline 2\t ",
+		"last\n", "line 50\t \n")})
+	if r.IsError {
+		t.Fatal(tbText(t, r))
+	}
+	if got := tbRead(t, p); got != orig {
+		t.Fatalf("after undo = %q\nwant         %q", got, orig)
+	}
+	if info := tbStructured(t, r); info["sha256"] != sha256Hex([]byte(orig)) || info["path"] != p {
+		t.Errorf("structured = %v, want the sha256 of the original", info)
+	}
+}
 
-		// Two edits at once are the same as one after the other.
-		mid, n1, err1 := applyEdits(content, "f", []editSpec{e1})
-		if err1 != nil {
-			if err == nil || !strings.HasPrefix(err.Error(), "edit 1 of 2: ") {
-				t.Fatalf("first edit fails (%v) but both give %v", err1, err)
-			}
-			return
-		}
-		want, n2, err2 := applyEdits(mid, "f", []editSpec{e2})
-		if err2 != nil {
-			if err == nil || !strings.HasPrefix(err.Error(), "edit 2 of 2: ") {
-				t.Fatalf("second edit fails (%v) but both give %v", err2, err)
-			}
-			return
-		}
-		if err != nil || got != want || n != n1+n2 {
-			t.Fatalf("both = %q, %d, %v; one by one = %q, %d", got, n, err, want, n1+n2)
-		}
+// tbStructured decodes a structured result.
+func tbStructured(t *testing.T, r *protocol.Result) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Structured, &m); err != nil {
+		t.Fatalf("structured %s: %v", r.Structured, err)
+	}
+	return m
+}
 
-		// A successful single edit replaced what it was asked to.
-		count := strings.Count(content, old1)
-		if old1 == "" || old1 == new1 || count == 0 || (count > 1 && !all1) {
-			t.Fatalf("edit %+v of %q succeeded", e1, content)
-		}
-		expect := strings.Replace(content, old1, new1, 1)
-		if all1 {
-			expect = strings.ReplaceAll(content, old1, new1)
-		}
-		if n1 != count || mid != expect {
-			t.Fatalf("edit %+v of %q gave %q, %d", e1, content, mid, n1)
-		}
-	})
+func TestEditCompareAndSwap(t *testing.T) {
+	tb := tbNew(t)
+	ctx := context.Background()
+	p := tbFile(t, tb.cfg.Cwd, "f.txt", "version one\n")
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	one := sha256Hex([]byte("version one\n"))
+	stale := sha256Hex([]byte("version zero\n"))
+
+	r, _ := tbCall(t, ctx, tb, "edit", map[string]any{"path": p, "expected_sha256": stale, "edits": edits("one", "two")})
+	tbWant(t, r, true, p+" has changed: its sha256 is "+one+", not the expected "+stale+"; nothing was changed. Read the file again and redo the change against its current content.")
+	if info := tbStructured(t, r); info["current_sha256"] != one {
+		t.Errorf("structured = %v, want current_sha256 %s", info, one)
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.ModTime().Equal(old) || tbRead(t, p) != "version one\n" {
+		t.Fatalf("file touched by a refused edit (%v)", err)
+	}
+
+	r, _ = tbCall(t, ctx, tb, "edit", map[string]any{"path": p, "expected_sha256": "sha256:" + strings.ToUpper(one), "edits": edits("one", "two")})
+	tbWant(t, r, false, "Successfully applied 1 edit(s) to "+p+" (1 replacement(s))")
+	two := sha256Hex([]byte("version two\n"))
+	if info := tbStructured(t, r); info["sha256"] != two {
+		t.Errorf("structured = %v, want sha256 %s", info, two)
+	}
+	// The hash edit returns is the one the next edit expects.
+	r, _ = tbCall(t, ctx, tb, "edit", map[string]any{"path": p, "expected_sha256": two, "edits": edits("two", "three")})
+	if r.IsError || tbRead(t, p) != "version three\n" {
+		t.Fatalf("edit with the returned hash: %s", tbText(t, r))
+	}
+
+	gone := filepath.Join(tb.cfg.Cwd, "gone.txt")
+	r, _ = tbCall(t, ctx, tb, "edit", map[string]any{"path": gone, "expected_sha256": one, "edits": edits("a", "b")})
+	tbWant(t, r, true, gone+" does not exist (expected sha256 "+one+"); nothing was changed. Check the path, or leave out expected_sha256 to create it.")
+
+	r, _ = tbCall(t, ctx, tb, "edit", map[string]any{"path": p, "expected_sha256": "abc", "edits": edits("a", "b")})
+	tbWant(t, r, true, `expected_sha256 "abc" is not a SHA-256 hash; give the 64 hexadecimal digits that read returned as sha256`)
+	tbOnly(t, tb.cfg.Cwd, "f.txt")
 }
 
 func TestEditArgsStrict(t *testing.T) {

@@ -20,14 +20,15 @@ import (
 // The agent's own files are its policy file, its credentials, its state
 // directory and its own process under /proc. Whatever the policy says, no
 // tool writes any of them; no tool reads the credentials, the process or
-// the state directory's internals. Bash full-output files in the state
-// directory stay readable (the bash tool points at them), subject only to
-// the policy's deny rules. Credentials are refused by name and, when
+// the state directory's internals. Bash full-output files and background
+// tasks' output files in the state directory stay readable (the bash and
+// task tools point at them), subject only to the policy's deny rules. Credentials are refused by name and, when
 // opened under another name (a hard link), by identity.
 type guard struct {
 	pol     *policy.Policy // nil: unrestricted
 	own     []ownPath
 	outputs []string // the directory of bash full-output files, as given and resolved
+	tasks   []string // the directory of background tasks, as given and resolved
 	secrets []fileID // the credentials' identities
 	pid     int
 }
@@ -75,6 +76,7 @@ func newGuard(pol *policy.Policy, policyFile string, secretFiles []string, state
 	for _, o := range g.own {
 		if o.state {
 			g.outputs = append(g.outputs, filepath.Join(o.path, "output"))
+			g.tasks = append(g.tasks, filepath.Join(o.path, "tasks"))
 		}
 	}
 	return g, errors.Join(errs...)
@@ -89,19 +91,31 @@ func (g *guard) checkPath(given string, ops ...policy.Op) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := g.checkResolved(given, resolved, ops...); err != nil {
+		return "", err
+	}
+	return resolved, nil
+}
+
+// checkResolved is checkPath for a path already resolved: resolved is
+// what given names once its links are followed (or, for a tool that acts
+// on a link itself, once the links in its parent are). The tools that
+// walk a directory opened without following links check its entries
+// with it.
+func (g *guard) checkResolved(given, resolved string, ops ...policy.Op) error {
 	for _, op := range ops {
 		if err := g.checkOwn(op, given, resolved); err != nil {
-			return "", err
+			return err
 		}
 		check := g.pol.CheckPath
 		if op == policy.Read && g.isOutputFile(resolved) {
 			check = g.pol.CheckPathDeny // the bash tool hands these out
 		}
 		if err := check(op, given, resolved); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return resolved, nil
+	return nil
 }
 
 // checkOwn refuses op on the agent's own files.
@@ -136,10 +150,20 @@ func (g *guard) refuseOwn(op policy.Op, given, resolved, path, what string) erro
 		op, shown, path, what, op)}
 }
 
-// isOutputFile reports whether p is a bash full-output file.
+// isOutputFile reports whether p is a bash full-output file or the
+// output file of a background task.
 func (g *guard) isOutputFile(p string) bool {
 	for _, dir := range g.outputs {
 		if filepath.Dir(p) == dir && strings.HasSuffix(p, ".log") {
+			return true
+		}
+	}
+	if filepath.Base(p) != taskOutputFile {
+		return false
+	}
+	task := filepath.Dir(p)
+	for _, dir := range g.tasks {
+		if filepath.Dir(task) == dir && validTaskID(filepath.Base(task)) == nil {
 			return true
 		}
 	}

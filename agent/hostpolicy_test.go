@@ -30,15 +30,15 @@ func TestAgentPolicy(t *testing.T) {
 	pres := presence(t, nc)
 	cwd := t.TempDir()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	text := "tools: {deny: [write, edit, skill]}\nbash: {allow: [\"echo *\"]}\n"
+	text := "tools: {deny: [write, edit, skill, delete, move]}\nbash: {allow: [\"echo *\"]}\n"
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	runAgent(t, ns, Config{Name: host, Cwd: cwd, PolicyFile: file})
 
 	a := nextAnnounce(t, pres, host, false)
-	if !slices.Equal(a.Tools, []string{"bash", "read"}) {
-		t.Errorf("announced tools %q, want bash and read", a.Tools)
+	if !slices.Equal(a.Tools, []string{"bash", "list", "read", "search", "task_cancel", "task_list", "task_status"}) {
+		t.Errorf("announced tools %q, want bash, list, read and search, and the task tools that come with bash", a.Tools)
 	}
 	want, err := policy.Parse([]byte(text), policy.Env{Cwd: cwd, Tools: toolNames()})
 	if err != nil {
@@ -49,7 +49,7 @@ func TestAgentPolicy(t *testing.T) {
 	}
 
 	res, _ := sendCall(t, nc, newCall(host, "w-1", "write", map[string]string{"path": "x", "content": "x"})).result(t, "w-1")
-	wantCode(t, res, protocol.CodeDenied, "denied by host policy", "tool write", "tools.deny", "serves: bash, read")
+	wantCode(t, res, protocol.CodeDenied, "denied by host policy", "tool write", "tools.deny", "serves: bash, list, read, search")
 	if _, err := os.Stat(filepath.Join(cwd, "x")); !os.IsNotExist(err) {
 		t.Errorf("a refused write wrote: %v", err)
 	}
@@ -66,10 +66,11 @@ func TestAgentPolicy(t *testing.T) {
 // An unrestricted agent announces every tool and no digest.
 func TestAgentUnrestricted(t *testing.T) {
 	a := newTestAgent(t, Config{})
-	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, toolNames()) || len(a.refused) != 0 || a.pol.Digest() != "" {
+	all := slices.Sorted(slices.Values(append(toolNames(), taskToolNames()...)))
+	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, all) || len(a.refused) != 0 || a.pol.Digest() != "" {
 		t.Errorf("tools %v, refused %v, digest %q", got, a.refused, a.pol.Digest())
 	}
-	if want := []string{"bash", "edit", "read", "skill", "write"}; !slices.Equal(toolNames(), want) {
+	if want := []string{"bash", "delete", "edit", "list", "move", "read", "search", "skill", "write"}; !slices.Equal(toolNames(), want) {
 		t.Errorf("toolNames() = %v, want %v", toolNames(), want)
 	}
 }
@@ -91,7 +92,7 @@ func TestNewRefusesBadPolicy(t *testing.T) {
 	}{
 		{filepath.Join(dir, "missing.yaml"), []string{"host policy", "missing.yaml", "no such file"}},
 		{write("typo.yaml", "tool: {deny: [write]}\n"), []string{"typo.yaml", `unknown key "tool"`}},
-		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, edit, read, skill, write"}},
+		{write("tool.yaml", "tools: {deny: [wrtie]}\n"), []string{"tool.yaml", `unknown tool "wrtie"`, "bash, delete, edit, list, move, read, search, skill, write"}},
 		{write("glob.yaml", "paths: {deny: ['/srv/[x']}\n"), []string{"glob.yaml", "not a valid glob"}},
 		{dir, []string{"host policy", dir}},
 	}

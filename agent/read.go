@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,13 +26,17 @@ type readArgs struct {
 	Path   string `json:"path"`
 	Offset int    `json:"offset"` // first line to show, from 1; 0 means 1
 	Limit  int    `json:"limit"`  // most lines to show; 0 means no limit
+	// BinaryBase64 returns the file's raw bytes, base64-encoded, whatever
+	// they are (see readMedia).
+	BinaryBase64 bool `json:"binary_base64"`
+	anchorArgs
 }
 
 // sniffLen is how much of a file is inspected to tell text from binary.
 const sniffLen = 8 << 10
 
 // read returns lines of a text file, head-truncated to the output limits,
-// with notes that say how to read on.
+// with notes that say how to read on; images as images (see image.go).
 func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	var a readArgs
 	if r := decodeArgs(tc, "read", &a); r != nil {
@@ -43,8 +50,15 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	case a.Limit < 0:
 		return toolFailure(tc, "limit %d is negative; give a positive number of lines, or leave it out", a.Limit)
 	}
+	if r := a.anchorArgs.check(tc, a.Offset, a.Limit); r != nil {
+		return r
+	}
 	path, target, r := t.checkedPath(tc, a.Path, policy.Read)
 	if r != nil {
+		return r
+	}
+	// Images (told by their first bytes) and binary_base64 reads.
+	if r := t.readMedia(ctx, tc, &a, path, target); r != nil {
 		return r
 	}
 	f, br, err := t.openText(path, target, "read returns text only")
@@ -52,21 +66,54 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 		return textFailure(tc, err)
 	}
 	defer f.Close()
+	if a.Anchor != "" {
+		return readAnchored(ctx, tc, path, br, a.anchorArgs)
+	}
 	first := max(a.Offset, 1)
 	scan, err := scanLines(ctx, br, first, a.Limit)
-	if ctx.Err() != nil {
-		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "read "+path+": cancelled")
-	}
-	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+	if r := scanFailure(ctx, tc, path, err); r != nil {
+		return r
 	}
 	switch {
 	case scan.total == 0 && first == 1:
-		return toolText(tc, "(empty file)")
+		return readResult(tc, path, scan, "(empty file)", readInfo{})
 	case first > scan.total:
 		return toolFailure(tc, "offset %d is beyond the end of %s (%d lines)", a.Offset, path, scan.total)
 	}
-	return toolText(tc, readText(path, scan, first, a.Limit))
+	return readResult(tc, path, scan, readText(path, scan, first, a.Limit), readInfo{})
+}
+
+// readInfo is the structured result of a read: what a later write or
+// edit needs to refer to exactly this version of the file.
+type readInfo struct {
+	Path       string `json:"path"`
+	SHA256     string `json:"sha256"` // of the whole file, not only the lines shown
+	TotalLines int    `json:"total_lines"`
+	// Anchored reads only: the line the anchor starts on and the first
+	// line shown.
+	AnchorLine int `json:"anchor_line,omitempty"`
+	StartLine  int `json:"start_line,omitempty"`
+}
+
+// readResult is a successful read showing text, with info completed from
+// scan as the structured result.
+func readResult(tc *toolCall, path string, scan lineScan, text string, info readInfo) *protocol.Result {
+	r := toolText(tc, text)
+	info.Path, info.SHA256, info.TotalLines = path, scan.sum, scan.total
+	r.Structured, _ = json.Marshal(info)
+	return r
+}
+
+// scanFailure is the result for a scan that ended early, or nil when it
+// did not.
+func scanFailure(ctx context.Context, tc *toolCall, path string, err error) *protocol.Result {
+	switch {
+	case ctx.Err() != nil:
+		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "read "+path+": cancelled")
+	case err != nil:
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	return nil
 }
 
 // problem is why a file cannot be used, worded for the model.
@@ -193,6 +240,8 @@ type lineScan struct {
 	whole  bool
 	// total is the number of lines in the file.
 	total int
+	// sum is the hexadecimal SHA-256 of the whole file.
+	sum string
 	// firstLen is the length in bytes of the first selected line, without
 	// its '\n'.
 	firstLen int64
@@ -205,21 +254,31 @@ type lineScan struct {
 // holds at most a little more than the output limits in memory.
 func scanLines(ctx context.Context, r *bufio.Reader, first, limit int) (lineScan, error) {
 	s := lineScan{whole: true}
+	var err error
+	s.total, s.sum, err = scanText(ctx, r, func(chunk []byte, line int, _ bool) {
+		if line >= first && (limit == 0 || line < first+limit) {
+			s.collect(chunk)
+		}
+		if line == first {
+			s.firstLen += lineLen(chunk)
+		}
+	})
+	return s, err
+}
+
+// scanText reads r to the end in one pass and hands each piece of a line
+// to visit, with the line's number and whether the piece starts it. A
+// line comes in one piece unless it is longer than r's buffer. It returns
+// the number of lines and the SHA-256 of all that was read.
+func scanText(ctx context.Context, r *bufio.Reader, visit func(chunk []byte, line int, start bool)) (total int, sum string, err error) {
+	h := sha256.New()
 	line, atLineStart := 1, true // the line the next byte belongs to
 	for n := 0; ; n++ {
 		chunk, err := r.ReadSlice('\n')
 		if len(chunk) > 0 {
-			selected := line >= first && (limit == 0 || line < first+limit)
-			if selected {
-				s.collect(chunk)
-			}
+			h.Write(chunk)
+			visit(chunk, line, atLineStart)
 			atLineStart = chunk[len(chunk)-1] == '\n'
-			if line == first {
-				s.firstLen += int64(len(chunk))
-				if atLineStart {
-					s.firstLen--
-				}
-			}
 			if atLineStart {
 				line++
 			}
@@ -228,17 +287,25 @@ func scanLines(ctx context.Context, r *bufio.Reader, first, limit int) (lineScan
 			break
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			return s, err
+			return 0, "", err
 		}
 		if n%64 == 0 && ctx.Err() != nil {
-			return s, ctx.Err()
+			return 0, "", ctx.Err()
 		}
 	}
-	s.total = line - 1
+	total = line - 1
 	if !atLineStart {
-		s.total++
+		total++
 	}
-	return s, nil
+	return total, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lineLen is the length of chunk, a piece of a line, without its '\n'.
+func lineLen(chunk []byte) int64 {
+	if len(chunk) > 0 && chunk[len(chunk)-1] == '\n' {
+		return int64(len(chunk) - 1)
+	}
+	return int64(len(chunk))
 }
 
 // collect appends chunk, a piece of a selected line, to the window while

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,10 +93,62 @@ func TestRead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r, _ := tbCall(t, context.Background(), tb, "read", tt.args)
 			tbWant(t, r, tt.isErr, tt.want)
-			if r.Structured != nil {
-				t.Errorf("structured = %s, want none", r.Structured)
+			if tt.isErr {
+				if r.Structured != nil {
+					t.Errorf("structured = %s, want none", r.Structured)
+				}
+				return
+			}
+			info := tbReadInfo(t, r)
+			p, _ := tb.resolve(tt.args["path"].(string))
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := readInfo{Path: p, SHA256: sha256Hex(data), TotalLines: countTextLines(string(data))}
+			if info != want {
+				t.Errorf("structured = %+v, want %+v", info, want)
 			}
 		})
+	}
+}
+
+// tbReadInfo decodes the structured result of a read.
+func tbReadInfo(t *testing.T, r *protocol.Result) readInfo {
+	t.Helper()
+	var info readInfo
+	dec := json.NewDecoder(bytes.NewReader(r.Structured))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&info); err != nil {
+		t.Fatalf("structured %s: %v", r.Structured, err)
+	}
+	return info
+}
+
+// The hash covers the whole file whatever part is shown, including a
+// file far larger than the read buffer, and matches the one write and
+// edit check.
+func TestReadHash(t *testing.T) {
+	tb := tbNew(t)
+	content := numbered(200000) // about 1.2 MB
+	p := tbFile(t, tb.cfg.Cwd, "big.txt", content)
+	want := sha256Hex([]byte(content))
+	for _, args := range []map[string]any{
+		{"path": p},
+		{"path": p, "offset": 5, "limit": 1},
+		{"path": p, "offset": 200000},
+		{"path": p, "anchor": "\n123456\n"},
+	} {
+		r, _ := tbCall(t, context.Background(), tb, "read", args)
+		if r.IsError {
+			t.Fatalf("read %v: %s", args, tbText(t, r))
+		}
+		if info := tbReadInfo(t, r); info.SHA256 != want || info.TotalLines != 200000 {
+			t.Errorf("read %v: structured %+v, want sha256 %s and 200000 lines", args, info, want)
+		}
+	}
+	if got, err := tb.currentSHA256(p); err != nil || got != want {
+		t.Errorf("currentSHA256 = %q, %v; want %s", got, err, want)
 	}
 }
 

@@ -1,6 +1,10 @@
 package agent
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
 
 // dirFlags open a directory for walking: O_PATH needs only search
 // permission, like the kernel's own path walk.
@@ -18,4 +22,15 @@ func openDirFast(path string) (int, bool) {
 		})
 	})
 	return fd, err == nil
+}
+
+// renameNoReplace renames oldName in oldfd to newName in newfd, failing
+// with EEXIST when newName exists: renameat2 with RENAME_NOREPLACE, or
+// renameChecked on file systems that do not support it.
+func renameNoReplace(oldfd int, oldName string, newfd int, newName string, isDir bool) error {
+	err := unix.Renameat2(oldfd, oldName, newfd, newName, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+		return renameChecked(oldfd, oldName, newfd, newName, isDir)
+	}
+	return err
 }

@@ -23,3 +23,11 @@ func (d *dirHandle) openRead(string) (*os.File, error)       { return nil, errNo
 func (d *dirHandle) lstat(string) (*fileMeta, error)         { return nil, errNoSafeFS }
 func (d *dirHandle) replace(string, []byte, *fileMeta) error { return errNoSafeFS }
 func identity(fs.FileInfo) (fileID, bool)                    { return fileID{}, false }
+func (d *dirHandle) sub(string) (*dirHandle, error)          { return nil, errNoSafeFS }
+func (d *dirHandle) readNames(int) ([]string, bool, error)   { return nil, false, errNoSafeFS }
+func (d *dirHandle) readlink(string) (string, error)         { return "", errNoSafeFS }
+func (d *dirHandle) remove(string, bool) error               { return errNoSafeFS }
+func (d *dirHandle) sync()                                   {}
+func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
+	return errNoSafeFS
+}

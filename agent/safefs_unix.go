@@ -5,6 +5,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -121,7 +122,7 @@ func (d *dirHandle) lstat(name string) (*fileMeta, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(d.path, name), Err: err}
 	}
-	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid)}, nil
+	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid), size: st.Size, dev: uint64(st.Dev)}, nil // the types differ by system
 }
 
 func fileMode(m uint32) fs.FileMode {
@@ -203,6 +204,115 @@ func (d *dirHandle) sync() {
 	}
 	_ = unix.Fsync(fd)
 	unix.Close(fd)
+}
+
+// sub opens directory name in d without following a link.
+func (d *dirHandle) sub(name string) (*dirHandle, error) {
+	p := filepath.Join(d.path, name)
+	fd, err := openComponent(d.fd, name, false)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return &dirHandle{fd: fd, path: p}, nil
+}
+
+// readNames returns the names in d ("." and ".." left out), in the order
+// the file system keeps them, at most max of them, and whether more
+// remain.
+func (d *dirHandle) readNames(max int) ([]string, bool, error) {
+	fd, err := retry(func() (int, error) {
+		return unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return nil, false, &fs.PathError{Op: "open", Path: d.path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	var names []string
+	for len(names) <= max {
+		batch, err := f.Readdirnames(min(1024, max+1-len(names)))
+		names = append(names, batch...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if len(names) > max {
+		return names[:max], true, nil
+	}
+	return names, false, nil
+}
+
+// readlink returns the destination of the symbolic link name in d.
+func (d *dirHandle) readlink(name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(d.fd, name, buf)
+		if err != nil {
+			return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.path, name), Err: err}
+		}
+		if n < size || size >= 1<<16 {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// remove deletes the entry name from d: the link itself for a symbolic
+// link, and with dir an empty directory.
+func (d *dirHandle) remove(name string, dir bool) error {
+	flags := 0
+	if dir {
+		flags = unix.AT_REMOVEDIR
+	}
+	if _, err := retry(func() (int, error) { return 0, unix.Unlinkat(d.fd, name, flags) }); err != nil {
+		return &fs.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return nil
+}
+
+// moveTo renames name in d to toName in to, never replacing an entry
+// that exists there: it then fails with an error that matches
+// fs.ErrExist. isDir says whether name is a directory.
+func (d *dirHandle) moveTo(name string, to *dirHandle, toName string, isDir bool) error {
+	if err := renameNoReplace(d.fd, name, to.fd, toName, isDir); err != nil {
+		return &os.LinkError{Op: "move", Old: filepath.Join(d.path, name), New: filepath.Join(to.path, toName), Err: err}
+	}
+	return nil
+}
+
+// renameChecked renames without replacing where the kernel offers no
+// such rename: a file is linked under the new name (which fails if the
+// name exists) and then unlinked under the old; a directory, which
+// cannot be linked, is renamed after checking that the new name is free,
+// which leaves a short window in which an entry created there would be
+// replaced.
+func renameChecked(oldfd int, oldName string, newfd int, newName string, isDir bool) error {
+	if !isDir {
+		err := unix.Linkat(oldfd, oldName, newfd, newName, 0)
+		switch {
+		case err == nil:
+			if err := unix.Unlinkat(oldfd, oldName, 0); err != nil {
+				_ = unix.Unlinkat(newfd, newName, 0)
+				return err
+			}
+			return nil
+		case errors.Is(err, unix.EEXIST), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOENT):
+			return err
+		}
+		// The file system has no hard links (or refuses this one): fall
+		// back to the checked rename.
+	}
+	var st unix.Stat_t
+	err := unix.Fstatat(newfd, newName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == nil:
+		return unix.EEXIST
+	case !errors.Is(err, unix.ENOENT):
+		return err
+	}
+	return unix.Renameat(oldfd, oldName, newfd, newName)
 }
 
 // fileID identifies a file whatever its name: hard links share it.

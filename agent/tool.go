@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/policy"
@@ -15,6 +16,8 @@ type toolCall struct {
 	ID string
 	// Args is the tool's JSON arguments object (without "host").
 	Args json.RawMessage
+	// Caller is the subject of the caller the gateway authenticated.
+	Caller string
 	// Output streams live output to the caller. It is never nil, must not
 	// block for long, and must not retain p after it returns.
 	Output func(p []byte)
@@ -54,4 +57,21 @@ type toolboxConfig struct {
 	ChildEnv []string
 	// Skills is the host's skill catalog; nil: the host has no skills.
 	Skills *catalog
+	// ImageMaxDimension is the longest side, in pixels, of an image read
+	// shows; larger ones are scaled down (0: 2000).
+	ImageMaxDimension int
+	// ImageMaxBytes is the largest image read shows, counted once
+	// base64-encoded as MCP carries it; larger ones are re-encoded
+	// smaller (0: 4,500,000).
+	ImageMaxBytes int
+	// BinaryMaxBytes is the largest file read loads whole: an image, or
+	// any file with binary_base64 (0: 20 MiB).
+	BinaryMaxBytes int64
+	// Host is this host's name, for messages.
+	Host string
+	// Tasks bounds background tasks (zero values: the defaults).
+	Tasks taskConfig
+	// Logger receives what the tools log (background tasks re-attached
+	// or lost); nil: nothing is logged.
+	Logger *slog.Logger
 }

@@ -27,6 +27,9 @@ type toolbox struct {
 	home  string   // the user's home directory; empty if unknown
 	guard *guard
 	locks pathLocks
+	// imageSem admits one image conversion at a time (see imageResult).
+	imageSem chan struct{}
+	tasks    *taskManager
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -61,16 +64,27 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
 		return nil, fmt.Errorf("toolbox: home directory %q is not an absolute path", cfg.Home)
 	}
+	if err := cfg.setMediaDefaults(); err != nil {
+		return nil, err
+	}
 	g, err := newGuard(cfg.Policy, cfg.PolicyFile, cfg.SecretFiles, cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
-	return &toolbox{cfg: cfg, shell: shell, env: childEnv(cfg.ChildEnv), home: cfg.Home, guard: g}, nil
+	env := childEnv(cfg.ChildEnv)
+	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: %w", err)
+	}
+	return &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
+		imageSem: make(chan struct{}, 1)}, nil
 }
 
-// toolNames lists the tools a toolbox serves.
+// toolNames lists the tools a host policy may name: those a toolbox
+// serves, less the task tools, which come with bash.
 func toolNames() []string {
-	return slices.Sorted(maps.Keys((*toolbox)(nil).tools()))
+	names := slices.Sorted(maps.Keys((*toolbox)(nil).tools()))
+	return slices.DeleteFunc(names, func(n string) bool { return slices.Contains(taskToolNames(), n) })
 }
 
 // checkCwd reports whether dir can serve as the working directory.
@@ -96,6 +110,14 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"edit":  t.edit,
 		"bash":  t.bash,
 		"skill": t.skill,
+
+		"task_status": t.taskStatus,
+		"task_cancel": t.taskCancel,
+		"task_list":   t.taskList,
+		"list":        t.list,
+		"search":      t.search,
+		"delete":      t.delete,
+		"move":        t.move,
 	}
 }
 
@@ -209,7 +231,7 @@ func describeDecodeError(err error, v any) string {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return fmt.Sprintf("field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
+		return fmt.Sprintf("field %q must be %s, not %s", jsonPath(reflect.TypeOf(v), typeErr.Field), kindName(typeErr.Type), typeErr.Value)
 	case errors.As(err, &typeErr):
 		return fmt.Sprintf("arguments must be a JSON object, not %s", typeErr.Value)
 	case errors.As(err, &syntaxErr):
@@ -221,6 +243,39 @@ func describeDecodeError(err error, v any) string {
 		return "malformed JSON: the arguments end too early"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonPath removes from field, the path of a field of t in a decoding
+// error, the Go names of embedded structs, which encoding/json includes
+// and a caller never sees.
+func jsonPath(t reflect.Type, field string) string {
+	embedded, seen := map[string]bool{}, map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous {
+				embedded[f.Name] = true
+			}
+			walk(f.Type)
+		}
+	}
+	walk(t)
+	parts := strings.Split(field, ".")
+	kept := parts[:0]
+	for _, p := range parts {
+		if !embedded[p] {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, ".")
 }
 
 // kindName describes a Go type the way a JSON schema would.
@@ -258,6 +313,14 @@ func jsonFields(t reflect.Type) []string {
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			// Promoted, as encoding/json does; host addresses the call
+			// and is not one of the tool's arguments.
+			if f.Type != reflect.TypeFor[hostArg]() {
+				names = append(names, jsonFields(f.Type)...)
+			}
+			continue
+		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" {
 			name = f.Name

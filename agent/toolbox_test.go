@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,12 +138,9 @@ func TestNewToolbox(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("state dir: %v, mode %v; want mode 0700", err, fi.Mode())
 	}
-	var names []string
-	for name := range tb.tools() {
-		names = append(names, name)
-	}
-	if len(names) != 5 || tb.tools()["read"] == nil || tb.tools()["write"] == nil || tb.tools()["edit"] == nil || tb.tools()["bash"] == nil || tb.tools()["skill"] == nil {
-		t.Fatalf("tools = %v, want read, write, edit, bash, skill", names)
+	names := slices.Sorted(maps.Keys(tb.tools()))
+	if want := []string{"bash", "delete", "edit", "list", "move", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}; !slices.Equal(names, want) {
+		t.Fatalf("tools = %v, want %v", names, want)
 	}
 }
 
@@ -216,7 +215,11 @@ func TestToolboxDecodeArgs(t *testing.T) {
 	tests := []struct {
 		tool, args, want string
 	}{
-		{"read", `{"path":"x","bogus":1}`, `read: invalid arguments: unknown field "bogus"; the arguments are path, offset, limit`},
+		{"read", `{"path":"x","bogus":1}`, `read: invalid arguments: unknown field "bogus"; the arguments are path, offset, limit, binary_base64, anchor, context`},
+		{"read", `{"path":"x","context":"3"}`, `field "context" must be an integer, not string`},
+		{"write", `{"path":"x","expected_sha256":1}`, `field "expected_sha256" must be a string, not number`},
+		{"write", `{"path":"x","overwrite":"no"}`, `field "overwrite" must be a boolean, not string`},
+		{"write", `{"path":"x","sha256":"ab"}`, `unknown field "sha256"; the arguments are path, content, overwrite, expected_sha256`},
 		{"read", `{"path":3}`, `read: invalid arguments: field "path" must be a string, not number`},
 		{"read", `{"path":"x","offset":"2"}`, `field "offset" must be an integer, not string`},
 		{"read", `{"path":"x","offset":1.5}`, `field "offset" must be an integer`},
@@ -224,7 +227,7 @@ func TestToolboxDecodeArgs(t *testing.T) {
 		{"read", `{"path":"x"} {}`, `unexpected data after the arguments object`},
 		{"read", `{"path":`, `malformed JSON`},
 		{"write", `{"path":"x","content":true}`, `field "content" must be a string, not bool`},
-		{"edit", `{"path":"x","edits":[{"old_string":"a","new":"b"}]}`, `unknown field "new"; the arguments are path, edits, edits[].old_string, edits[].new_string, edits[].replace_all`},
+		{"edit", `{"path":"x","edits":[{"old_string":"a","new":"b"}]}`, `unknown field "new"; the arguments are path, edits, edits[].old_string, edits[].new_string, edits[].replace_all, expected_sha256`},
 		{"edit", `{"path":"x","edits":{}}`, `field "edits" must be an array, not object`},
 		{"bash", `{"command":"true","timeout":"soon"}`, `field "timeout" must be a number, not string`},
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,67 +19,127 @@ type writeArgs struct {
 	hostArg
 	Path    string `json:"path"`
 	Content string `json:"content"`
+	// Overwrite false refuses to replace an existing file; nil means true.
+	Overwrite *bool `json:"overwrite"`
+	casArgs
 }
 
-// write creates or replaces a file with the given content.
+// write creates or replaces a file with the given content. With
+// expected_sha256 it replaces only that version of the file; with
+// overwrite false it only creates. Both look at the file, so they need
+// read permission too.
 func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	var a writeArgs
 	if r := decodeArgs(tc, "write", &a); r != nil {
 		return r
 	}
-	path, target, r := t.checkedPath(tc, a.Path, policy.Write)
+	want, r := a.expected(tc)
+	if r != nil {
+		return r
+	}
+	createOnly := a.Overwrite != nil && !*a.Overwrite
+	ops := []policy.Op{policy.Write}
+	switch {
+	case createOnly && want != "":
+		return toolFailure(tc, "overwrite false and expected_sha256 contradict each other: the first only creates a new file, the second only replaces an existing one; give one of them")
+	case createOnly || want != "":
+		ops = []policy.Op{policy.Read, policy.Write}
+	}
+	path, target, r := t.checkedPath(tc, a.Path, ops...)
 	if r != nil {
 		return r
 	}
 	unlock := t.lockFile(target)
 	defer unlock()
-	if err := writeFileAtomic(target, []byte(a.Content)); err != nil {
+	if createOnly {
+		if r := t.refuseExisting(tc, path, target); r != nil {
+			return r
+		}
+	} else if r := t.checkExpected(tc, path, target, want); r != nil {
+		return r
+	}
+	data := []byte(a.Content)
+	created, err := replaceFile(target, data)
+	if err != nil {
 		return toolFailure(tc, "%v", err)
 	}
-	return toolText(tc, fmt.Sprintf("Successfully wrote %d bytes to %s", len(a.Content), path))
+	res := toolText(tc, fmt.Sprintf("Successfully wrote %d bytes to %s", len(data), path))
+	res.Structured, _ = json.Marshal(map[string]any{"path": path, "sha256": sha256Hex(data), "bytes": len(data), "created": created})
+	return res
 }
 
-// fileMeta is what a write keeps of the file it replaces.
+// refuseExisting is the failure of a write with overwrite false when
+// something exists at target, the resolved path of path; nil when nothing
+// does.
+func (t *toolbox) refuseExisting(tc *toolCall, path, target string) *protocol.Result {
+	_, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return nil // writing reports a parent that is not a directory
+	case err != nil:
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	current, err := t.currentSHA256(target)
+	if err != nil || current == "" {
+		return toolFailure(tc, "%s already exists; nothing was written. Leave out overwrite (or set it to true) to replace it.", path)
+	}
+	r := toolFailure(tc, "%s already exists (sha256 %s); nothing was written. To replace it, write again with expected_sha256 %s instead of overwrite false.", path, current, current)
+	r.Structured, _ = json.Marshal(map[string]any{"path": path, "exists": true, "current_sha256": current})
+	return r
+}
+
+// fileMeta describes a directory entry: a write keeps the mode and owner
+// of the file it replaces; list and the tree walks use the rest.
 type fileMeta struct {
 	mode     fs.FileMode
 	uid, gid int
+	size     int64
+	dev      uint64 // the file system it is on
 }
 
 // errSwapped reports a path that changed between its check and its use.
 var errSwapped = errors.New("a symbolic link appeared in it after it was checked")
 
-// writeFileAtomic replaces the regular file at path, a resolved path the
+// writeFileAtomic is replaceFile for callers that need not know whether
+// the file was created.
+func writeFileAtomic(path string, data []byte) error {
+	_, err := replaceFile(path, data)
+	return err
+}
+
+// replaceFile replaces the regular file at path, a resolved path the
 // guard allowed, with data, or creates it (mode 0644) with any missing
 // parent directories (0755). Readers see either the old or the new
 // content, never a mix: the data goes to a temporary file in the same
 // directory that is synced, given the old file's mode and owner, and
 // renamed over path. The directory is reached without following links,
 // so a link swapped in after the check cannot redirect the write. On
-// failure path is left untouched and the temporary file removed.
-func writeFileAtomic(path string, data []byte) error {
+// failure path is left untouched and the temporary file removed. created
+// reports that no file was there before.
+func replaceFile(path string, data []byte) (created bool, err error) {
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	if path == "/" {
-		return fmt.Errorf("%s is a directory; give the path of a file", path)
+		return false, fmt.Errorf("%s is a directory; give the path of a file", path)
 	}
 	d, err := openDir(dir, true)
 	if err != nil {
-		return fmt.Errorf("create directory %s: %s", dir, fsProblem(dir, err))
+		return false, fmt.Errorf("create directory %s: %s", dir, fsProblem(dir, err))
 	}
 	defer d.Close()
 	old, err := d.lstat(name)
 	switch {
 	case err == nil && old.mode.IsDir():
-		return fmt.Errorf("%s is a directory; give the path of a file", path)
+		return false, fmt.Errorf("%s is a directory; give the path of a file", path)
 	case err == nil && old.mode&fs.ModeSymlink != 0:
-		return errors.New(fsProblem(path, errSwapped))
+		return false, errors.New(fsProblem(path, errSwapped))
 	case err == nil && !old.mode.IsRegular():
-		return fmt.Errorf("%s is not a regular file; only regular files can be written", path)
+		return false, fmt.Errorf("%s is not a regular file; only regular files can be written", path)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return errors.New(fsProblem(path, err))
+		return false, errors.New(fsProblem(path, err))
 	case err != nil:
 		old = nil
 	}
-	return d.replace(name, data, old)
+	return old == nil, d.replace(name, data, old)
 }
 
 // fillTemp writes data to tmp, gives it the owner and mode of old (0644

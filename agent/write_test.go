@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // tbRead returns the content of file p.
@@ -171,8 +175,8 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 	}
 	// A file size limit makes writing the new content fail half way, for
 	// root too.
-	withFileSizeLimit(t, 64<<10, func() {
-		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 1<<20)})
+	withFileSizeLimit(t, 64<<10, func(limit int) {
+		r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": strings.Repeat("x", 2*limit)})
 		if !r.IsError || !strings.Contains(tbText(t, r), "write "+p+": ") {
 			t.Errorf("oversized write: %+v", r)
 		}
@@ -187,12 +191,20 @@ func TestWriteFailureLeavesTarget(t *testing.T) {
 }
 
 // withFileSizeLimit runs f with the process's file size limit lowered to
-// max bytes. Go ignores SIGXFSZ, so oversized writes fail with EFBIG.
-func withFileSizeLimit(t *testing.T, max uint64, f func()) {
+// at least max bytes, and tells f the limit. Go ignores SIGXFSZ, so
+// oversized writes fail with EFBIG. The limit leaves room for the file in
+// which the test binary logs the files it opens, which grows with every
+// test run before.
+func withFileSizeLimit(t *testing.T, max uint64, f func(limit int)) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
+	}
+	if fl := flag.Lookup("test.testlogfile"); fl != nil && fl.Value.String() != "" {
+		if fi, err := os.Stat(fl.Value.String()); err == nil {
+			max += uint64(fi.Size())
+		}
 	}
 	lim := old
 	lim.Cur = max
@@ -204,7 +216,7 @@ func withFileSizeLimit(t *testing.T, max uint64, f func()) {
 			t.Fatal(err)
 		}
 	}()
-	f()
+	f(int(max))
 }
 
 func TestWriteConcurrent(t *testing.T) {
@@ -230,5 +242,160 @@ func TestWriteConcurrent(t *testing.T) {
 	tbOnly(t, tb.cfg.Cwd, "shared.txt")
 	if n := tb.locks.size(); n != 0 {
 		t.Errorf("%d lock entries left", n)
+	}
+}
+
+func TestWriteResult(t *testing.T) {
+	tb := tbNew(t)
+	ctx := context.Background()
+	p := filepath.Join(tb.cfg.Cwd, "r.txt")
+	r, _ := tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "first"})
+	want := fmt.Sprintf(`{"bytes":5,"created":true,"path":%q,"sha256":%q}`, p, sha256Hex([]byte("first")))
+	if string(r.Structured) != want {
+		t.Errorf("structured = %s, want %s", r.Structured, want)
+	}
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "second"})
+	want = fmt.Sprintf(`{"bytes":6,"created":false,"path":%q,"sha256":%q}`, p, sha256Hex([]byte("second")))
+	if string(r.Structured) != want {
+		t.Errorf("structured = %s, want %s", r.Structured, want)
+	}
+	// The hash write returns is the one read returns.
+	r, _ = tbCall(t, ctx, tb, "read", map[string]any{"path": p})
+	if info := tbReadInfo(t, r); info.SHA256 != sha256Hex([]byte("second")) {
+		t.Errorf("read sha256 = %s", info.SHA256)
+	}
+}
+
+func TestWriteOverwriteFalse(t *testing.T) {
+	tb := tbNew(t)
+	ctx := context.Background()
+	dir := tb.cfg.Cwd
+	p := filepath.Join(dir, "new.txt")
+	no := false
+	r, _ := tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "made", "overwrite": no})
+	tbWant(t, r, false, "Successfully wrote 4 bytes to "+p)
+	if info := tbStructured(t, r); info["created"] != true {
+		t.Errorf("structured = %v, want created", info)
+	}
+
+	sum := sha256Hex([]byte("made"))
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "again", "overwrite": no})
+	tbWant(t, r, true, p+" already exists (sha256 "+sum+"); nothing was written. To replace it, write again with expected_sha256 "+sum+" instead of overwrite false.")
+	if info := tbStructured(t, r); info["current_sha256"] != sum || info["exists"] != true {
+		t.Errorf("structured = %v", info)
+	}
+	if got := tbRead(t, p); got != "made" {
+		t.Errorf("content = %q, want the first write's", got)
+	}
+
+	// A directory is something that exists too.
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": "sub", "content": "x", "overwrite": no})
+	tbWant(t, r, true, filepath.Join(dir, "sub")+" already exists; nothing was written. Leave out overwrite (or set it to true) to replace it.")
+
+	// overwrite true is the default.
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "replaced", "overwrite": true})
+	tbWant(t, r, false, "Successfully wrote 8 bytes to "+p)
+
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "x", "overwrite": no, "expected_sha256": sum})
+	tbWant(t, r, true, "overwrite false and expected_sha256 contradict each other: the first only creates a new file, the second only replaces an existing one; give one of them")
+	tbOnly(t, dir, "new.txt", "sub")
+}
+
+func TestWriteCompareAndSwap(t *testing.T) {
+	tb := tbNew(t)
+	ctx := context.Background()
+	p := tbFile(t, tb.cfg.Cwd, "f.txt", "v1")
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	v1, stale := sha256Hex([]byte("v1")), sha256Hex([]byte("v0"))
+
+	r, _ := tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "v2", "expected_sha256": stale})
+	tbWant(t, r, true, p+" has changed: its sha256 is "+v1+", not the expected "+stale+"; nothing was changed. Read the file again and redo the change against its current content.")
+	if fi, err := os.Stat(p); err != nil || !fi.ModTime().Equal(old) || tbRead(t, p) != "v1" {
+		t.Fatalf("file touched by a refused write (%v)", err)
+	}
+
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": p, "content": "v2", "expected_sha256": v1})
+	tbWant(t, r, false, "Successfully wrote 2 bytes to "+p)
+	if info := tbStructured(t, r); info["sha256"] != sha256Hex([]byte("v2")) || info["created"] != false {
+		t.Errorf("structured = %v", info)
+	}
+
+	gone := filepath.Join(tb.cfg.Cwd, "gone.txt")
+	r, _ = tbCall(t, ctx, tb, "write", map[string]any{"path": gone, "content": "x", "expected_sha256": v1})
+	tbWant(t, r, true, gone+" does not exist (expected sha256 "+v1+"); nothing was changed. Check the path, or leave out expected_sha256 to create it.")
+	tbOnly(t, tb.cfg.Cwd, "f.txt")
+}
+
+// Writers that all expect the same version: exactly one replaces it, the
+// others learn the hash of what it wrote.
+func TestWriteCompareAndSwapRace(t *testing.T) {
+	tb := tbNew(t)
+	p := tbFile(t, tb.cfg.Cwd, "shared.txt", "base")
+	base := sha256Hex([]byte("base"))
+	const writers = 8
+	results := make([]*protocol.Result, writers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tool, args := "write", map[string]any{"path": p, "content": fmt.Sprintf("writer %d", i), "expected_sha256": base}
+			if i%2 == 1 {
+				tool, args = "edit", map[string]any{"path": p, "edits": edits("base", fmt.Sprintf("writer %d", i)), "expected_sha256": base}
+			}
+			results[i], _ = tbCall(t, context.Background(), tb, tool, args)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	final := tbRead(t, p)
+	winners := 0
+	for i, r := range results {
+		if !r.IsError {
+			winners++
+			if want := fmt.Sprintf("writer %d", i); final != want {
+				t.Errorf("writer %d succeeded but the file holds %q", i, final)
+			}
+			continue
+		}
+		if info := tbStructured(t, r); info["current_sha256"] != sha256Hex([]byte(final)) {
+			t.Errorf("writer %d: %s; want the winner's hash", i, tbText(t, r))
+		}
+	}
+	if winners != 1 {
+		t.Errorf("%d writers succeeded, want exactly 1", winners)
+	}
+	tbOnly(t, tb.cfg.Cwd, "shared.txt")
+}
+
+// expected_sha256 and overwrite false look at the file, so a path the
+// policy lets the agent write but not read refuses them.
+func TestWriteCompareNeedsRead(t *testing.T) {
+	g := tbPolicy(t, `paths: {read: {deny: ["CWD/drop/**"]}}`)
+	p := g.file(t, "drop/box.txt", "secret content")
+	sum := sha256Hex([]byte("secret content"))
+	no := false
+	for _, args := range []map[string]any{
+		{"path": p, "content": "x", "expected_sha256": sum},
+		{"path": p, "content": "x", "overwrite": no},
+	} {
+		r := run(t, g.toolbox, "write", args)
+		if r.Error == nil || r.Error.Code != protocol.CodeDenied || strings.Contains(r.Error.Message, sum) {
+			t.Errorf("write %v = %+v, want a denial", args, r)
+		}
+	}
+	if got := tbRead(t, p); got != "secret content" {
+		t.Fatalf("content = %q", got)
+	}
+	if r := run(t, g.toolbox, "write", map[string]any{"path": p, "content": "x"}); r.IsError || r.Error != nil {
+		t.Errorf("plain write refused: %+v", r)
 	}
 }

@@ -20,8 +20,36 @@ const (
 	toolSkill = "skill"
 )
 
-// hostToolNames are the tools that act on one host.
-func hostToolNames() []string { return []string{"read", "write", "edit", "bash", toolSkill} }
+// hostToolNames are the tools that act on one host and that access rules
+// grant by name.
+func hostToolNames() []string {
+	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move"}
+}
+
+// taskToolNames are the per-host tools that report and stop the
+// background tasks bash starts. They are not granted by name: whoever may
+// use bash on a host may use them there, and nobody else.
+func taskToolNames() []string { return []string{toolTaskStatus, toolTaskCancel, toolTaskList} }
+
+const (
+	toolTaskStatus = "task_status"
+	toolTaskCancel = "task_cancel"
+	toolTaskList   = "task_list"
+)
+
+// perHostTool reports whether tool acts on one host (and takes "host").
+func perHostTool(tool string) bool {
+	return slices.Contains(hostToolNames(), tool) || slices.Contains(taskToolNames(), tool)
+}
+
+// grantedAs returns the tool whose grant decides tool: bash for the task
+// tools, the tool itself otherwise.
+func grantedAs(tool string) string {
+	if slices.Contains(taskToolNames(), tool) {
+		return "bash"
+	}
+	return tool
+}
 
 // fanoutBase returns the per-host tool a fan-out tool runs on every host
 // it picks ("" for other tools): a caller may use the fan-out tool on the
@@ -56,6 +84,7 @@ type rule struct {
 	hosts []Selector
 	tools map[string]bool // per-host tools
 	admin bool
+	rate  RateLimit // zero: the gateway default
 }
 
 // condition is one claim test: the claim must have a value matching one of
@@ -146,6 +175,7 @@ func deniedBy(r, reason string) Decision { return Decision{Rule: r, Reason: reas
 
 // Tool decides whether the caller may use a per-host tool on a host.
 func (g *Grants) Tool(tool, host string, labels map[string]string) Decision {
+	tool = grantedAs(tool)
 	if g.all {
 		return allowedBy("authentication off")
 	}
@@ -176,8 +206,9 @@ func (g *Grants) HostVisible(host string, labels map[string]string) bool {
 // ToolVisible reports whether tools/list shows a tool to the caller: an
 // admin tool to admins, hosts to callers with any per-host tool, and a
 // per-host tool when some rule grants it and no deny rule takes it away
-// on every host.
+// on every host (the task tools when bash is shown).
 func (g *Grants) ToolVisible(tool string) bool {
+	tool = grantedAs(tool)
 	switch {
 	case g.all:
 		return true

@@ -302,3 +302,25 @@ func tokenNamed(t *APITokens, name string) *apiToken {
 	}
 	return nil
 }
+
+// The task tools follow the bash grant, per host: visible, allowed and
+// refused exactly where bash is, by the same rule.
+func TestGrantsTaskToolsFollowBash(t *testing.T) {
+	rules, ids, hosts := grantsFixture(t)
+	for who, id := range ids {
+		g := rules.For(id)
+		for _, tool := range taskToolNames() {
+			if g.ToolVisible(tool) != g.ToolVisible("bash") {
+				t.Errorf("%s: %s visible %v, bash visible %v", who, tool, g.ToolVisible(tool), g.ToolVisible("bash"))
+			}
+			for host, labels := range hosts {
+				if got, want := g.Tool(tool, host, labels), g.Tool("bash", host, labels); got != want {
+					t.Errorf("%s: %s on %s = %+v, bash = %+v", who, tool, host, got, want)
+				}
+			}
+		}
+	}
+	if !perHostTool(toolTaskStatus) || perHostTool(toolHosts) || perHostTool(toolAudit) {
+		t.Error("perHostTool misclassifies tools")
+	}
+}

@@ -21,6 +21,7 @@ import (
 //	    hosts: ["*"]                 # host selectors (selector.go)
 //	    tools: ["*"]                 # per-host tools, or "*" for all
 //	    admin: true                  # admin tools (audit)
+//	    rate_limit: 600/min          # calls per caller (ratelimit.go)
 //	  - name: no-prod-changes
 //	    deny: true                   # deny wins over any allow
 //	    match: {sub: "*"}            # "*": every authenticated caller
@@ -53,6 +54,8 @@ type grantSpec struct {
 	Hosts stringList `yaml:"hosts"`
 	Tools stringList `yaml:"tools"`
 	Admin bool       `yaml:"admin"`
+	// RateLimit bounds each caller the grant applies to (ratelimit.go).
+	RateLimit string `yaml:"rate_limit"`
 }
 
 type matchSpec struct {
@@ -194,13 +197,13 @@ func knownKeys(goType string) (where, keys string) {
 	case "accessFile":
 		return "at the top level", "rules"
 	case "ruleSpec":
-		return "in a rule", "name, deny, match, hosts, tools, admin"
+		return "in a rule", "name, deny, match, hosts, tools, admin, rate_limit"
 	case "matchSpec":
 		return "in match", "sub, email, groups, roles, client_id, scope, claims"
 	case "tokensFile":
 		return "at the top level", "tokens"
 	case "tokenSpec":
-		return "in a token", "name, sha256, hosts, tools, admin"
+		return "in a token", "name, sha256, hosts, tools, admin, rate_limit"
 	}
 	return "", ""
 }
@@ -314,6 +317,14 @@ func compileGrant(spec grantSpec, deny bool) (*rule, error) {
 	case len(spec.Tools) > 0 && len(spec.Hosts) == 0:
 		return nil, fmt.Errorf(`tools without hosts: say on which hosts, e.g. hosts: ["env=staging"] or hosts: ["*"]`)
 	}
+	rl, err := ParseRateLimit(spec.RateLimit)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("rate_limit: %w", err)
+	case deny && !rl.Unlimited():
+		return nil, errors.New("rate_limit on a deny rule limits nothing: put it on the rule that grants the caller's access")
+	}
+	r.rate = rl
 	for _, h := range spec.Hosts {
 		sel, err := ParseSelector(h)
 		if err != nil {
@@ -341,6 +352,8 @@ func (r *rule) addTool(t string) error {
 		// Always open to a caller that may use some host.
 	case slices.Contains(adminToolNames(), t):
 		return fmt.Errorf("%s is an admin tool: grant it with admin: true", t)
+	case slices.Contains(taskToolNames(), t):
+		return fmt.Errorf("%s comes with bash: grant bash on the hosts where callers may run and watch background tasks", t)
 	default:
 		return fmt.Errorf("unknown tool %q: the tools are %s, or \"*\" for all of them", t, strings.Join(hostToolNames(), ", "))
 	}

@@ -78,7 +78,7 @@ func TestParseAPITokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tokens.Summary(), "\n"); got != "allow token ops; tools [read, write, edit, bash, skill] on hosts [*]; admin" {
+	if got := strings.Join(tokens.Summary(), "\n"); got != "allow token ops; tools [read, write, edit, bash, skill, list, search, delete, move] on hosts [*]; admin" {
 		t.Errorf("Summary() = %q", got)
 	}
 }

@@ -41,6 +41,9 @@ type Config struct {
 	// issuer; API tokens carry their own grants, and deny rules apply to
 	// every caller.
 	Access *AccessRules
+	// RateLimit is each caller's tools/call limit where its access rule
+	// or API token sets none (ParseRateLimit). Zero: unlimited.
+	RateLimit RateLimit
 	// Audit configures the audit trail.
 	Audit AuditConfig
 
@@ -50,8 +53,8 @@ type Config struct {
 
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
-	// FileCallTimeout bounds file tool calls (read, write, edit). Default
-	// 60 s.
+	// FileCallTimeout bounds file tool calls (read, write, edit, list,
+	// search, delete, move). Default 60 s.
 	FileCallTimeout time.Duration
 	// MaxCallDuration bounds any call, bash included; it is also how long an
 	// agent may answer a call on NATS. Default 1 h.

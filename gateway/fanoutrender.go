@@ -321,8 +321,8 @@ func groupHeader(g *outcomeGroup, label string, listCap int) string {
 	fmt.Fprintf(&b, " — %d %s: %s", len(names), plural(len(names), "host", "hosts"), compressNames(names, listCap))
 	if len(g.hosts) == 1 {
 		o := g.hosts[0]
-		if o.Reason != "" && o.Status != bucketSucceeded && !strings.HasPrefix(o.Reason, "Command ") {
-			b.WriteString(" — " + truncateText(oneLine(o.Reason), 300))
+		if r := truncateText(oneLine(o.Reason), 300); r != "" && r != g.note && o.Status != bucketSucceeded && !strings.HasPrefix(r, "Command ") {
+			b.WriteString(" — " + r)
 		}
 		if o.FullOutput != "" {
 			b.WriteString(" — full output: " + o.FullOutput)

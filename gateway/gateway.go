@@ -34,7 +34,11 @@ type Gateway struct {
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
-	calls sync.WaitGroup
+	calls        sync.WaitGroup
+	shutdownOnce sync.Once
+	shutdownErr  error
+	// rates holds the per-caller rate-limit buckets.
+	rates rateLimiters
 
 	ln   net.Listener
 	http *http.Server
@@ -225,8 +229,13 @@ func (g *Gateway) AgentCredentials(host string) (user, password string) {
 }
 
 // Shutdown stops accepting requests, waits for in-flight ones until ctx
-// ends, then closes NATS.
+// ends, then closes NATS. Later calls return the first call's result.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.shutdownOnce.Do(func() { g.shutdownErr = g.shutdown(ctx) })
+	return g.shutdownErr
+}
+
+func (g *Gateway) shutdown(ctx context.Context) error {
 	err := g.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = g.http.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,9 @@ type callContext struct {
 	hostDenied string
 	// fanout is set by a fan-out tool: its hosts per outcome bucket.
 	fanout map[string]int
+	// background is set for a bash call that starts a background task:
+	// its result has no exit code.
+	background bool
 }
 
 type callContextKey struct{}
@@ -95,11 +99,14 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	cc := &callContext{id: id, grants: g.cfg.Access.For(id), callID: newCallID()}
 	tool := req.Params.Name
 	host := ""
-	if slices.Contains(hostToolNames(), tool) {
+	if perHostTool(tool) {
 		host = hostArg(req.Params.Arguments)
 	}
 	rec := g.newRecord(start, cc, req, host)
 	dec, refusal := g.decide(cc, tool, host)
+	if dec.Allowed {
+		dec, refusal = g.rateCheck(cc, start, dec)
+	}
 	rec.Rule, rec.Reason = dec.Rule, dec.Reason
 	var res mcp.Result
 	var err error
@@ -160,7 +167,7 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 			return allowedBy(""), ""
 		}
 		return deniedBy("", "no access rule grants "+fanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, fanoutBase(tool))
-	case !slices.Contains(hostToolNames(), tool):
+	case !perHostTool(tool):
 		// Not a tool of this gateway: the SDK answers that.
 		return allowedBy(""), ""
 	case !gr.ToolVisible(tool):
@@ -187,6 +194,22 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 		msg += " (refused by rule " + d.Rule + ")"
 	}
 	return d, msg
+}
+
+// rateCheck takes the call from the caller's rate-limit bucket. Over the
+// limit, the call is refused with a message that says when to retry.
+func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decision, string) {
+	rd := cc.grants.RateLimit(g.cfg.RateLimit)
+	ok, wait := g.rates.allow(cc.id.Caller().Subject, rd.limit, now)
+	if ok {
+		return dec, ""
+	}
+	from := "the gateway's default"
+	if rd.rule != "" {
+		from = rd.rule
+	}
+	secs := math.Ceil(wait.Seconds()*10) / 10
+	return deniedBy(rd.rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.limit, from, secs)
 }
 
 // newRecord starts the audit record of a call.
@@ -247,7 +270,7 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 		rec.Outcome = outcomeError
 		rec.Error = g.audit.redact.lastLine(text)
 	}
-	if rec.Tool == "bash" {
+	if rec.Tool == "bash" && !cc.background {
 		g.bashStatus(rec, cr.IsError, text)
 	}
 	if cc.outcome != "" {

@@ -21,15 +21,18 @@ func TestFinishRecord(t *testing.T) {
 		outcome    string
 		exit       int // -1: none
 		errText    string
+		background bool
 	}{
-		{"bash ok", "bash", text(false, "hi\n"), nil, "", outcomeOK, 0, ""},
-		{"bash exit", "bash", text(true, "out\n\nCommand exited with code 2"), nil, "", outcomeError, 2, "Command exited with code 2"},
-		{"bash timeout", "bash", text(true, "x\n\nCommand timed out after 5 seconds"), nil, "", outcomeTimedOut, -1, "Command timed out after 5 seconds"},
-		{"read error", "read", text(true, "host alpha: no such file"), nil, "", outcomeError, -1, "host alpha: no such file"},
-		{"cancelled", "bash", text(true, "bash on alpha was cancelled"), nil, outcomeCancelled, outcomeCancelled, -1, "bash on alpha was cancelled"},
-		{"host timeout", "read", text(true, "read on alpha did not finish within 1m0s"), nil, outcomeTimedOut, outcomeTimedOut, -1, "read on alpha did not finish within 1m0s"},
-		{"protocol error", "nope", nil, errors.New("unknown tool \"nope\""), "", outcomeError, -1, "unknown tool \"nope\""},
-		{"secret in an error", "read", text(true, "cannot read TOKEN=abc"), nil, "", outcomeError, -1, "cannot read TOKEN=[redacted]"},
+		{"bash ok", "bash", text(false, "hi\n"), nil, "", outcomeOK, 0, "", false},
+		{"bash exit", "bash", text(true, "out\n\nCommand exited with code 2"), nil, "", outcomeError, 2, "Command exited with code 2", false},
+		{"bash timeout", "bash", text(true, "x\n\nCommand timed out after 5 seconds"), nil, "", outcomeTimedOut, -1, "Command timed out after 5 seconds", false},
+		{"read error", "read", text(true, "host alpha: no such file"), nil, "", outcomeError, -1, "host alpha: no such file", false},
+		{"cancelled", "bash", text(true, "bash on alpha was cancelled"), nil, outcomeCancelled, outcomeCancelled, -1, "bash on alpha was cancelled", false},
+		{"host timeout", "read", text(true, "read on alpha did not finish within 1m0s"), nil, outcomeTimedOut, outcomeTimedOut, -1, "read on alpha did not finish within 1m0s", false},
+		{"protocol error", "nope", nil, errors.New("unknown tool \"nope\""), "", outcomeError, -1, "unknown tool \"nope\"", false},
+		{"secret in an error", "read", text(true, "cannot read TOKEN=abc"), nil, "", outcomeError, -1, "cannot read TOKEN=[redacted]", false},
+		// Starting a background task says nothing about an exit code.
+		{"background start", "bash", text(false, "Started background task t1"), nil, "", outcomeOK, -1, "", true},
 	}
 	for _, tc := range tests {
 		rec := &AuditRecord{Tool: tc.tool}
@@ -37,7 +40,7 @@ func TestFinishRecord(t *testing.T) {
 		if tc.res != nil {
 			res = tc.res
 		}
-		g.finishRecord(rec, &callContext{outcome: tc.noted}, res, tc.err)
+		g.finishRecord(rec, &callContext{outcome: tc.noted, background: tc.background}, res, tc.err)
 		exit := -1
 		if rec.ExitCode != nil {
 			exit = *rec.ExitCode

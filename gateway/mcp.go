@@ -13,7 +13,8 @@ import (
 const Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
-	"the per-host tools take a host name. Files: read, write, edit. Commands: bash. Skills: skill. " +
+	"the per-host tools take a host name. Files: read, list, search, write, edit, delete, move. Commands: bash; long ones with background: true, " +
+	"then task_status (waits for the end), task_cancel, task_list. Skills: skill. " +
 	"Many hosts at once, picked by a selector: fleet_bash, fleet_read. " +
 	"Resources: resource://hosts, resource://skills and resource://system-prompt (a full system prompt for this fleet)."
 

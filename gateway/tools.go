@@ -26,12 +26,19 @@ type readIn struct {
 	Path   string `json:"path" jsonschema:"file path; relative paths resolve against the host's working directory"`
 	Offset int    `json:"offset,omitempty" jsonschema:"first line to read, 1-based"`
 	Limit  int    `json:"limit,omitempty" jsonschema:"maximum number of lines to read"`
+	// BinaryBase64 skips the text and image handling altogether.
+	BinaryBase64 bool   `json:"binary_base64,omitempty" jsonschema:"return the file's raw bytes base64-encoded, unprocessed, whatever the file is (up to 20 MB unless the host sets otherwise)"`
+	Anchor       string `json:"anchor,omitempty" jsonschema:"instead of offset/limit: exact text that occurs exactly once in the file (may span lines; \\n also matches \\r\\n, at most 4 KiB); shows the lines around it"`
+	// An int: the agent tells a missing context (default 10) from 0.
+	Context int `json:"context,omitempty" jsonschema:"with anchor: lines to show before and after it (default 10, at most 500)"`
 }
 
 type writeIn struct {
-	Host    string `json:"host" jsonschema:"the host to write on"`
-	Path    string `json:"path" jsonschema:"file path; parent directories are created"`
-	Content string `json:"content" jsonschema:"the complete new file content"`
+	Host           string `json:"host" jsonschema:"the host to write on"`
+	Path           string `json:"path" jsonschema:"file path; parent directories are created"`
+	Content        string `json:"content" jsonschema:"the complete new file content"`
+	Overwrite      bool   `json:"overwrite,omitempty" jsonschema:"default true; false: only create the file, and fail if it exists"`
+	ExpectedSHA256 string `json:"expected_sha256,omitempty" jsonschema:"replace the file only if its current sha256 (from read) is this; otherwise nothing is written"`
 }
 
 type editOp struct {
@@ -41,15 +48,17 @@ type editOp struct {
 }
 
 type editIn struct {
-	Host  string   `json:"host" jsonschema:"the host to edit on"`
-	Path  string   `json:"path" jsonschema:"file path"`
-	Edits []editOp `json:"edits" jsonschema:"edits applied in order, each to the result of the previous"`
+	Host           string   `json:"host" jsonschema:"the host to edit on"`
+	Path           string   `json:"path" jsonschema:"file path"`
+	Edits          []editOp `json:"edits" jsonschema:"edits applied in order, each to the result of the previous"`
+	ExpectedSHA256 string   `json:"expected_sha256,omitempty" jsonschema:"edit only if the file's current sha256 (from read or a previous edit) is this; otherwise nothing changes"`
 }
 
 type bashIn struct {
-	Host    string  `json:"host" jsonschema:"the host to run on"`
-	Command string  `json:"command" jsonschema:"bash command line"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed (default 120; capped by the host, 600 unless configured)"`
+	Host       string  `json:"host" jsonschema:"the host to run on"`
+	Command    string  `json:"command" jsonschema:"bash command line"`
+	Timeout    float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed with its process group: default 120, at most 600; with background, default 3600, at most 86400 (host defaults; a host may configure others)"`
+	Background bool    `json:"background,omitempty" jsonschema:"start the command as a background task and return its task_id at once; follow it with task_status"`
 }
 
 type skillIn struct {
@@ -61,17 +70,27 @@ const (
 	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, labels, the tools the host serves and its policy digest. " +
 		"Every other tool takes one of these names as host. Optional filter: a name glob (web-*), a label (role=web), or several joined by commas (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
-		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files. " +
-		"Binary files are refused."
+		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files, " +
+		"or anchor (text that occurs once) to see the lines around it. " +
+		"The structured result has the whole file's sha256 (for expected_sha256 in write and edit), path and total_lines; " +
+		"an anchored read also anchor_line and start_line. " +
+		"Images (PNG, JPEG, GIF, WebP, BMP, TIFF; told by content, not name) come back as images: scaled to at most 2000 px and 4.5 MB unless the host sets otherwise, " +
+		"turned upright per EXIF, with a note giving the original size and how to map coordinates. Other binary files are refused unless binary_base64 is set."
 	descWrite = "Write a file on a host, replacing it if it exists. Creates parent directories. " +
-		"The write is atomic (temporary file, then rename); an existing file keeps its permissions."
+		"The write is atomic (temporary file, then rename); an existing file keeps its permissions. " +
+		"expected_sha256 replaces only the version you read; overwrite false only creates. The structured result has the new sha256."
 	descEdit = "Edit a file on a host by exact string replacement. Each old_string must match exactly once (or set replace_all); " +
-		"edits apply in order. If any edit fails nothing is written and the error names the edit. Prefer this over write for changes to existing files."
+		"edits apply in order. If any edit fails nothing is written and the error names the edit. Prefer this over write for changes to existing files. " +
+		"CRLF line endings and a UTF-8 BOM are kept: \\n in old_string matches \\r\\n, and line breaks in new_string take the ending of the line where the replaced text starts. " +
+		"expected_sha256 edits only the version you read. The structured result has the new sha256."
 	descSkill = "Load a skill's instructions on a host (from hosts or resource://skills): the SKILL.md text plus the paths of its bundled files, which read can fetch."
 	descBash  = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
 		"Output is truncated to the last 2000 lines or 50KB; the full output is then saved to a file on the host (path given, readable with read). " +
 		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
-		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running."
+		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running. " +
+		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
+		"its output goes to a file on the host (readable with read; a task writing more than 100 MiB is killed), and task_status waits for it. " +
+		"Background tasks: default timeout 1 h, at most 24 h; at most 8 run at once per host and 32 more wait to start, beyond that the call fails as busy (host defaults)."
 )
 
 func (g *Gateway) addTools(s *mcp.Server) {
@@ -95,10 +114,16 @@ func (g *Gateway) addTools(s *mcp.Server) {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
 		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {
+			if in.Background {
+				callFrom(ctx).background = true
+				return g.forward(ctx, req, in.Host, "bash", g.cfg.FileCallTimeout), nil, nil
+			}
 			// The agent enforces the command's own timeout; the call's
 			// budget only bounds a host that never answers at all.
 			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
 		})
+	g.addTaskTools(s)
+	g.addFileTools(s)
 	g.addFanoutTools(s)
 }
 

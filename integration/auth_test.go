@@ -261,8 +261,9 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				caller, token string
 				tools, hosts  []string
 			}{
-				{"ops", f.user("ops"), []string{"audit", "bash", "edit", "fleet_bash", "fleet_read", "hosts", "read", "skill", "write"}, []string{"alpha", "beta", "gamma"}},
-				{"dev", f.user("dev"), []string{"bash", "fleet_bash", "fleet_read", "hosts", "read"}, []string{"alpha", "beta"}},
+				// The task tools come with bash.
+				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "fleet_bash", "fleet_read", "hosts", "list", "move", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"dev", f.user("dev"), []string{"bash", "fleet_bash", "fleet_read", "hosts", "read", "task_cancel", "task_list", "task_status"}, []string{"alpha", "beta"}},
 				{"ci", f.ciToken, []string{"fleet_read", "hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
 			}

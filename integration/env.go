@@ -50,10 +50,20 @@ type Env struct {
 	natsPass struct{ gateway, agent string }
 	natsDir  string // JetStream state of the external server
 
+	gwConfig gateway.Config // as first started, for RestartGateway
+
 	mu      sync.Mutex
 	nats    *server.Server
 	agents  map[string]*agentRun
+	procs   map[string]procSpec // how each agent process was started
 	Gateway *gateway.Gateway
+}
+
+// procSpec is how an agent process was started, so that it can be started
+// again on the same directories.
+type procSpec struct {
+	dir   string
+	extra []string
 }
 
 type agentRun struct {
@@ -79,7 +89,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	if opts.Agents == nil {
 		opts.Agents = []string{"alpha"}
 	}
-	e := &Env{t: t, opts: opts, agents: make(map[string]*agentRun)}
+	e := &Env{t: t, opts: opts, agents: make(map[string]*agentRun), procs: make(map[string]procSpec)}
 	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if opts.Quiet {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -106,6 +116,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	if opts.Gateway != nil {
 		opts.Gateway(&cfg)
 	}
+	e.gwConfig = cfg
 	gw, err := gateway.Start(cfg)
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
@@ -277,8 +288,28 @@ func (e *Env) StopAgent(name string) {
 // StartAgentProcess runs agent name as a real fleet-agent process.
 func (e *Env) StartAgentProcess(name string, extraArgs ...string) {
 	e.t.Helper()
+	e.startAgentProcess(name, procSpec{dir: e.t.TempDir(), extra: extraArgs})
+}
+
+// RestartAgentProcess starts agent process name again, after KillAgent or
+// StopAgent, with the same arguments, working directory and state
+// directory.
+func (e *Env) RestartAgentProcess(name string) {
+	e.t.Helper()
+	e.mu.Lock()
+	spec, ok := e.procs[name]
+	_, running := e.agents[name]
+	e.mu.Unlock()
+	if !ok || running {
+		e.t.Fatalf("RestartAgentProcess: %s is not a stopped agent process", name)
+	}
+	e.startAgentProcess(name, spec)
+}
+
+func (e *Env) startAgentProcess(name string, spec procSpec) {
+	e.t.Helper()
 	bin := agentBinary(e.t)
-	dir := e.t.TempDir()
+	dir, extraArgs := spec.dir, spec.extra
 	user, pass := e.agentCredentials(name)
 	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--nats_user", user, "--cwd", dir,
 		"--state_dir", filepath.Join(dir, ".state"), "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
@@ -295,6 +326,37 @@ func (e *Env) StartAgentProcess(name string, extraArgs ...string) {
 	}()
 	e.mu.Lock()
 	e.agents[name] = run
+	e.procs[name] = spec
+	e.mu.Unlock()
+}
+
+// RestartGateway shuts the gateway down, without waiting more than a few
+// seconds for calls in flight, and starts a new one on the same MCP
+// address. It needs Options.ExternalNATS: the embedded server would go
+// with the gateway.
+func (e *Env) RestartGateway() {
+	e.t.Helper()
+	if !e.opts.ExternalNATS {
+		e.t.Fatal("RestartGateway needs Options.ExternalNATS")
+	}
+	cfg := e.gwConfig
+	cfg.Listen = e.Gateway.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = e.Gateway.Shutdown(ctx) // calls in flight are cut off
+	var gw *gateway.Gateway
+	var err error
+	// The old listener's port may take a moment to be free again.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if gw, err = gateway.Start(cfg); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		e.t.Fatalf("restart gateway: %v", err)
+	}
+	e.mu.Lock()
+	e.Gateway = gw
 	e.mu.Unlock()
 }
 

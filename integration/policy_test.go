@@ -43,7 +43,7 @@ func writeFile(t *testing.T, path, content string) {
 // carries the policy's digest.
 func TestHostPolicyTools(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"open"}})
-	cwd := policyHost(t, env, "guarded", "tools: {deny: [write, edit]}\n")
+	cwd := policyHost(t, env, "guarded", "tools: {deny: [write, edit, delete, move]}\n")
 	cs := env.Client("2025-11-25", nil)
 
 	mustErr(t, call(t, cs, "write", map[string]any{"host": "guarded", "path": "x.txt", "content": "x"}), "denied by host policy: tool write is not served on this host")
@@ -59,14 +59,15 @@ func TestHostPolicyTools(t *testing.T) {
 	}
 
 	h, _ := env.Gateway.Host("guarded")
-	if !slices.Equal(h.Tools, []string{"bash", "read", "skill"}) || !strings.HasPrefix(h.PolicyDigest, "sha256:") {
+	if !slices.Equal(h.Tools, []string{"bash", "list", "read", "search", "skill", "task_cancel", "task_list", "task_status"}) || !strings.HasPrefix(h.PolicyDigest, "sha256:") {
 		t.Errorf("guarded host: tools %v, policy digest %q", h.Tools, h.PolicyDigest)
 	}
-	if open, _ := env.Gateway.Host("open"); open.PolicyDigest != "" || len(open.Tools) != 5 {
+	if open, _ := env.Gateway.Host("open"); open.PolicyDigest != "" || len(open.Tools) != 12 {
 		t.Errorf("unrestricted host: tools %v, policy digest %q", open.Tools, open.PolicyDigest)
 	}
 	table := mustOK(t, call(t, cs, "hosts", nil))
-	for _, want := range []string{"tools bash,read,skill\tpolicy " + h.PolicyDigest[:len("sha256:")+16], "tools bash,edit,read,skill,write\tpolicy unrestricted"} {
+	for _, want := range []string{"tools bash,list,read,search,skill,task_cancel,task_list,task_status\tpolicy " + h.PolicyDigest[:len("sha256:")+16],
+		"tools bash,delete,edit,list,move,read,search,skill,task_cancel,task_list,task_status,write\tpolicy unrestricted"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("hosts table lacks %q:\n%s", want, table)
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // testTools are the tool names the tests' policies may name.
-var testTools = []string{"bash", "edit", "read", "write"}
+var testTools = []string{"bash", "delete", "edit", "list", "move", "read", "search", "write"}
 
 // TestCommandArchives runs testdata/commands/*.txtar: each holds a policy
 // and command lines that must be allowed ("ok") or refused ("no", with

@@ -42,7 +42,7 @@ func TestParseErrors(t *testing.T) {
 		{"string for list", "bash: {allow: git *}", []string{`"git *" must be a list`}},
 		{"list for mapping", "tools: [read]", []string{"line 1", "a seq where a mapping with keys allow and deny belongs"}},
 		{"nested list", "bash: {allow: [[ls]]}", []string{"line 1", "a list entry must be a name or a pattern, not a list"}},
-		{"unknown tool", "tools: {deny: [wirte]}", []string{"tools.deny", `unknown tool "wirte"`, "bash, edit, read, write"}},
+		{"unknown tool", "tools: {deny: [wirte]}", []string{"tools.deny", `unknown tool "wirte"`, "bash, delete, edit, list, move, read, search, write"}},
 		{"unknown allowed tool", "tools: {allow: [hosts]}", []string{"tools.allow", `"hosts"`}},
 		{"bad path glob", `paths: {deny: ["/srv/[app"]}`, []string{"paths.deny", "not a valid glob"}},
 		{"bad write glob", `paths: {write: {allow: ["/srv/{a,b"]}}`, []string{"paths.write.allow", "not a valid glob"}},
@@ -157,7 +157,7 @@ func TestTools(t *testing.T) {
 		rule    string
 	}{
 		{"", testTools, ""},
-		{"tools: {deny: [write, edit]}", []string{"bash", "read"}, "tools.deny"},
+		{"tools: {deny: [write, edit]}", []string{"bash", "delete", "list", "move", "read", "search"}, "tools.deny"},
 		{"tools: {allow: [read, bash]}", []string{"bash", "read"}, "tools.allow"},
 		{"tools: {allow: [read, write], deny: [write]}", []string{"read"}, ""},
 	}

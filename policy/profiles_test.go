@@ -31,7 +31,7 @@ func TestDeployProfiles(t *testing.T) {
 			writes: []string{"/etc/hosts"},
 		},
 		{
-			file: "read-only.yaml", tools: []string{"bash", "read"},
+			file: "read-only.yaml", tools: []string{"bash", "list", "read", "search"},
 			runs: []string{"ls -la /srv", "cat /etc/hosts | grep localhost", "git log --oneline -5", "find . -name '*.go' | wc -l",
 				"tail -n 100 /var/log/syslog", "du -sh /var/log 2>/dev/null", "git diff HEAD~1 -- main.go", "sort names.txt"},
 			refuses: []string{"rm x", "cat a > b", "echo x >> ~/.bashrc", "find . -delete", "find . -exec rm {} ;",
@@ -62,7 +62,7 @@ func TestDeployProfiles(t *testing.T) {
 				"/srv/app/vendor/lib/.git/config", "/srv/app/sub/.git"},
 		},
 		{
-			file: "ci-runner.yaml", cwd: "/srv/ci/checkout", tools: []string{"bash", "read"},
+			file: "ci-runner.yaml", cwd: "/srv/ci/checkout", tools: []string{"bash", "list", "read", "search"},
 			runs: []string{"make test", "go test -race ./...", "go build ./... && go vet ./...", "npm ci && npm test", "cargo test --release",
 				"timeout 600 make integration", "env CGO_ENABLED=0 go build -o /srv/ci/out/app .", "go test ./... > /srv/ci/logs/test.log 2>&1",
 				"go test ./... 2>&1 | tail -n 50", "git rev-parse HEAD"},
@@ -73,7 +73,7 @@ func TestDeployProfiles(t *testing.T) {
 			noReads: []string{"/home/ci/.ssh/id_ed25519", "/srv/ci/checkout/.env", "/etc/fleetmcp/agent.env"},
 		},
 		{
-			file: "diagnostics.yaml", tools: []string{"bash", "read"},
+			file: "diagnostics.yaml", tools: []string{"bash", "list", "read", "search"},
 			runs: []string{"uptime", "df -h", "free -m", "ps aux --sort=-%mem | head -20", "top -b -n 1 | head -30", "ss -tlnp",
 				"journalctl -u nginx --since '1 hour ago' --no-pager | tail -n 100", "systemctl status nginx", "dmesg -T | tail",
 				"ip -br addr", "du -sh /var/log/* 2>/dev/null | tail -n 5", "cat /proc/loadavg", "grep -c processor /proc/cpuinfo", "date"},

@@ -69,6 +69,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		maxQueue  = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
 		bashDef   = fs.Duration("bash_timeout", 120*time.Second, "default bash timeout")
 		bashMax   = fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for")
+		imageDim  = fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down")
+		imageMax  = fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller")
+		binaryMax = fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64")
+		taskDef   = fs.Duration("task_timeout", time.Hour, "default timeout of a background task (bash with background: true)")
+		taskMax   = fs.Duration("task_max_timeout", 24*time.Hour, "largest background task timeout a caller may ask for")
+		maxTasks  = fs.Int("max_tasks", 8, "background tasks running at once")
+		taskQueue = fs.Int("max_task_queue", 32, "background tasks waiting to start before new ones are refused as busy (negative: none wait)")
+		retention = fs.Duration("task_retention", 30*24*time.Hour, "finished background tasks older than this are removed when a new one starts")
+		maxKept   = fs.Int("max_kept_tasks", 1000, "background task folders kept; beyond it the oldest finished ones are removed")
+		keptMiB   = fs.Int64("max_kept_task_output_mib", 1024, "MiB of background task output kept; beyond it the oldest finished tasks are removed")
+		outMiB    = fs.Int64("max_task_output_mib", 100, "MiB of output one background task may write before it is killed")
+		tailBytes = fs.Int("task_tail_bytes", 8<<10, "bytes of a finished task's output task_status returns (at most 50 lines)")
 		drain     = fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled")
 		heartbeat = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
 		logLevel  = fs.String("log_level", "info", "debug, info, warn or error")
@@ -111,6 +123,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		PolicyFile: *policy, SecretFiles: secrets,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
+		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
+		TaskDefaultTimeout: *taskDef, TaskMaxTimeout: *taskMax,
+		MaxRunningTasks: *maxTasks, MaxQueuedTasks: *taskQueue,
+		TaskRetention: *retention, MaxKeptTasks: *maxKept,
+		MaxKeptTaskOutput: *keptMiB << 20, MaxTaskOutput: *outMiB << 20, TaskTailBytes: *tailBytes,
 		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,
 	})
 	if err != nil {

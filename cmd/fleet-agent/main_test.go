@@ -76,6 +76,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"bad name", []string{"--nats", nats, "--name", "web.1", "--state_dir", dir}, withPassword, []string{"--name", `"web.1"`}},
 		{"policy typo", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", typo}, withPassword, []string{"typo.yaml", "line 2", `unknown key "alow"`}},
 		{"policy from environment", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir}, policyEnv, []string{"typo.yaml", `unknown key "alow"`}},
+		{"task timeouts", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--task_timeout", "48h"}, withPassword, []string{"--task_timeout 48h0m0s", "--task_max_timeout 24h0m0s"}},
+		{"no tasks", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--max_tasks", "-1"}, withPassword, []string{"--max_tasks", "at least 1, not -1"}},
 		{"missing policy", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", filepath.Join(dir, "nope.yaml")}, withPassword, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {
@@ -95,7 +97,7 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy", "-skills_dir"} {
+	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy", "-skills_dir", "-task_timeout", "-max_tasks", "-task_retention", "-max_task_output_mib"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}

@@ -58,6 +58,7 @@ type options struct {
 	jwtLeeway                       time.Duration
 	resourceURL                     string
 	accessFile, apiTokensFile       string
+	rateLimit                       string
 	newAPIToken                     string
 	auditFile                       string
 	auditRetention                  time.Duration
@@ -109,6 +110,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.scopes, "scopes", "openid,profile,email", "scopes a client should request from the issuer (published as scopes_supported), comma-separated")
 	fs.StringVar(&o.accessFile, "access", "", "access rules file (YAML or JSON): which caller may use which tools on which hosts")
 	fs.StringVar(&o.apiTokensFile, "api_tokens", "", "static API tokens file (YAML or JSON; SHA-256 hashes with each token's own grants)")
+	fs.StringVar(&o.rateLimit, "rate_limit", "", "tools/call limit per caller where its access rule or token sets no rate_limit: N/s, N/min or N/h (default: unlimited)")
 	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
 	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
 	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
@@ -228,6 +230,9 @@ func authConfig(cfg *gateway.Config, o *options, log *slog.Logger) error {
 		Scopes: splitList(o.scopes),
 	}
 	var err error
+	if cfg.RateLimit, err = gateway.ParseRateLimit(o.rateLimit); err != nil {
+		return fmt.Errorf("--rate_limit: %w", err)
+	}
 	if o.apiTokensFile != "" {
 		if cfg.Auth.APITokens, err = gateway.LoadAPITokens(o.apiTokensFile); err != nil {
 			return err

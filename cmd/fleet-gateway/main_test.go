@@ -105,6 +105,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"issuer from the environment without audience", with(), map[string]string{"JWT_ISSUER": "https://id.example"}, []string{"--jwt_audience is required"}},
 		{"HMAC algorithm", with("--jwt_issuer", "https://id.example", "--jwt_audience", "fleet", "--jwt_algs", "RS256,HS256"), nil, []string{"--jwt_algs", "HS256 is never accepted"}},
 		{"alg none", with("--jwt_issuer", "https://id.example", "--jwt_audience", "fleet", "--jwt_algs", "none"), nil, []string{`"none" is never accepted`}},
+		{"bad rate limit", with("--dev", "--rate_limit", "5/week"), nil, []string{"--rate_limit", `unknown period "week"`}},
 		{"no auth with an issuer flag", with("--no_auth", "--jwt_issuer", "https://id.example"), nil, []string{"authentication is off", "drop one"}},
 		{"dev with rules", with("--dev", "--access", writeFile(t, "rules: [{match: {sub: x}, admin: true}]")), nil, []string{"access rules apply to authenticated callers", "--access"}},
 		{"missing rules file", with("--api_tokens", filepath.Join(dir, "nope.yaml")), nil, []string{"API tokens", "nope.yaml", "no such file"}},

@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// moveArgs are the arguments of the move tool.
+type moveArgs struct {
+	hostArg
+	casArgs
+	Path        string `json:"path"`
+	Destination string `json:"destination"`
+}
+
+// move renames a file, symbolic link (the link itself) or directory. It
+// never replaces an existing destination, and never copies: source and
+// destination must be on one file system. A directory moves only when the
+// host policy lets the tools read and write every entry below it, and
+// write each of them at its new place.
+func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
+	var a moveArgs
+	if r := decodeArgs(tc, "move", &a); r != nil {
+		return r
+	}
+	switch {
+	case a.Path == "":
+		return toolFailure(tc, "path is empty; give the file or directory to move")
+	case a.Destination == "":
+		return toolFailure(tc, "destination is empty; give the new path, including the name")
+	}
+	want, r := a.expected(tc)
+	if r != nil {
+		return r
+	}
+	path, target, r := t.checkedLink(tc, a.Path, policy.Read, policy.Write)
+	if r != nil {
+		return r
+	}
+	dest, destTarget, r := t.checkedLink(tc, a.Destination, policy.Write)
+	if r != nil {
+		return r
+	}
+	if target == destTarget {
+		return toolFailure(tc, "destination %s is the same as path %s; nothing to move", dest, path)
+	}
+	unlock := t.lockPair(target, destTarget)
+	defer unlock()
+
+	src, meta, err := entryMeta(target)
+	if err != nil {
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	defer src.Close()
+	isDir := meta.mode.IsDir()
+	switch {
+	case meta.mode.IsRegular():
+		if r := t.checkExpected(tc, path, target, want); r != nil {
+			return r
+		}
+	case want != "":
+		return toolFailure(tc, "%s is a %s; expected_sha256 applies to regular files only. Leave it out to move it", path, typeName(meta.mode))
+	case isDir:
+		if r := t.checkMoveTree(ctx, tc, path, target, dest, destTarget, src, meta); r != nil {
+			return r
+		}
+	}
+	if r := checkDestination(tc, path, dest, destTarget, meta); r != nil {
+		return r
+	}
+	dst, err := openDir(filepath.Dir(destTarget), true)
+	if err != nil {
+		return toolFailure(tc, "create directory %s: %s", filepath.Dir(dest), fsProblem(filepath.Dir(dest), err))
+	}
+	defer dst.Close()
+	err = src.moveTo(filepath.Base(target), dst, filepath.Base(destTarget), isDir)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return destExists(tc, path, dest)
+	case errors.Is(err, syscall.EXDEV):
+		return crossDevice(tc, path, dest)
+	case err != nil:
+		return toolFailure(tc, "move %s to %s: %s; nothing was moved", path, dest, fsProblem(path, errors.Unwrap(err)))
+	}
+	src.sync()
+	dst.sync()
+	kind := typeName(meta.mode)
+	r = toolText(tc, fmt.Sprintf("Moved %s %s to %s", kind, path, dest))
+	r.Structured, _ = json.Marshal(map[string]any{"path": path, "destination": dest, "type": kind})
+	return r
+}
+
+// lockPair locks two paths in a fixed order, so that two moves between
+// the same paths cannot deadlock, and returns the function that unlocks
+// both.
+func (t *toolbox) lockPair(a, b string) (unlock func()) {
+	if b < a {
+		a, b = b, a
+	}
+	ua := t.lockFile(a)
+	ub := t.lockFile(b)
+	return func() { ub(); ua() }
+}
+
+// checkMoveTree checks a directory move: the tree must not hold the
+// agent's own files or working directory, must not move into itself, and
+// every entry below it must be readable and writable where it is and
+// writable where it goes.
+func (t *toolbox) checkMoveTree(ctx context.Context, tc *toolCall, path, target, dest, destTarget string, src *dirHandle, meta *fileMeta) *protocol.Result {
+	if within(destTarget, target) || within(dest, path) {
+		return toolFailure(tc, "cannot move directory %s into itself (%s); nothing was moved", path, dest)
+	}
+	if r := t.refuseTree(tc, "move", path, target); r != nil {
+		return r
+	}
+	top, err := src.sub(filepath.Base(target))
+	if err != nil {
+		return toolFailure(tc, "%s", fsProblem(path, err))
+	}
+	defer top.Close()
+	w := &treeWalk{ctx: ctx, top: path, dev: meta.dev, check: func(rel string, _ *fileMeta) error {
+		if err := t.guard.checkResolved(under(path, rel), under(target, rel), policy.Read, policy.Write); err != nil {
+			return err
+		}
+		return t.guard.checkResolved(under(dest, rel), under(destTarget, rel), policy.Write)
+	}}
+	if err := w.visit(top, "", 0); err != nil {
+		return treeFailure(tc, path, err, "nothing was moved")
+	}
+	return nil
+}
+
+// checkDestination refuses a destination that exists, or that lies on
+// another file system than the source, before any missing parent
+// directory of it is created. The rename itself checks both again.
+func checkDestination(tc *toolCall, path, dest, destTarget string, meta *fileMeta) *protocol.Result {
+	if _, err := os.Lstat(destTarget); err == nil {
+		return destExists(tc, path, dest)
+	}
+	for p := filepath.Dir(destTarget); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			if p == "/" {
+				return nil
+			}
+			continue
+		}
+		if id, ok := identity(fi); ok && id.dev != meta.dev {
+			return crossDevice(tc, path, dest)
+		}
+		return nil
+	}
+}
+
+func destExists(tc *toolCall, path, dest string) *protocol.Result {
+	return toolFailure(tc, "destination %s already exists; move never replaces anything, and nothing was moved. Delete it first, or choose another destination (the full new path, not a directory to move into)", dest)
+}
+
+func crossDevice(tc *toolCall, path, dest string) *protocol.Result {
+	return toolFailure(tc, "%s and %s are on different file systems, and move only renames; nothing was moved. Copy a file with read and write, then delete the original", path, dest)
+}

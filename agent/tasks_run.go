@@ -1,0 +1,645 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// taskConfig bounds background tasks. Zero values mean the defaults.
+type taskConfig struct {
+	// DefaultTimeout applies when a task is started without a timeout
+	// (1 h); MaxTimeout caps any requested one (24 h).
+	DefaultTimeout, MaxTimeout time.Duration
+	// MaxRunning bounds tasks running at once (8). MaxQueued bounds tasks
+	// waiting for a free slot (32; negative: none wait, a task beyond
+	// MaxRunning is refused as busy).
+	MaxRunning, MaxQueued int
+	// Retention: finished tasks that ended longer ago are removed when a
+	// new task starts (30 days).
+	Retention time.Duration
+	// MaxKept bounds the task folders kept (1000), MaxKeptBytes their
+	// output (1 GiB): beyond either, the oldest finished tasks go.
+	MaxKept      int
+	MaxKeptBytes int64
+	// MaxOutputBytes bounds one task's output file (100 MiB); a task that
+	// writes more is killed.
+	MaxOutputBytes int64
+	// TailBytes and TailLines bound the end of the output task_status
+	// returns (8 KiB, 50 lines).
+	TailBytes, TailLines int
+	// MaxWaits bounds task_status calls waiting at once, each holding one
+	// of the agent's workers (8); beyond it task_status answers at once.
+	MaxWaits int
+	// Poll is the longest pause between two checks of a running task
+	// (250 ms).
+	Poll time.Duration
+}
+
+func (c *taskConfig) setDefaults() {
+	setDur(&c.DefaultTimeout, time.Hour)
+	setDur(&c.MaxTimeout, 24*time.Hour)
+	setDur(&c.Retention, 30*24*time.Hour)
+	setDur(&c.Poll, 250*time.Millisecond)
+	setInt(&c.MaxRunning, 8)
+	switch {
+	case c.MaxQueued == 0:
+		c.MaxQueued = 32
+	case c.MaxQueued < 0:
+		c.MaxQueued = 0
+	}
+	setInt(&c.MaxKept, 1000)
+	setInt(&c.MaxKeptBytes, 1<<30)
+	setInt(&c.MaxOutputBytes, 100<<20)
+	setInt(&c.TailBytes, 8<<10)
+	setInt(&c.TailLines, 50)
+	setInt(&c.MaxWaits, 8)
+}
+
+func setInt[T int | int64](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func (c *taskConfig) validate() error {
+	var errs []error
+	if c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.DefaultTimeout > c.MaxTimeout {
+		errs = append(errs, fmt.Errorf("background task timeouts: the default (--task_timeout %v) must be positive and at most the maximum (--task_max_timeout %v)", c.DefaultTimeout, c.MaxTimeout))
+	}
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{
+		{"running background tasks (--max_tasks)", int64(c.MaxRunning)}, {"kept background tasks (--max_kept_tasks)", int64(c.MaxKept)},
+		{"kept background task output (--max_kept_task_output_mib)", c.MaxKeptBytes}, {"output per background task (--max_task_output_mib)", c.MaxOutputBytes},
+		{"background task output tail (--task_tail_bytes)", int64(c.TailBytes)}, {"background task output tail lines", int64(c.TailLines)},
+		{"waiting task_status calls", int64(c.MaxWaits)},
+	} {
+		if v.n < 1 {
+			errs = append(errs, fmt.Errorf("the limit on %s must be at least 1, not %d", v.name, v.n))
+		}
+	}
+	if c.Retention < 0 || c.Poll < 0 {
+		errs = append(errs, errors.New("background task retention (--task_retention) must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *taskConfig) retention() taskRetention {
+	return taskRetention{maxAge: c.Retention, maxTasks: c.MaxKept, maxBytes: c.MaxKeptBytes}
+}
+
+// taskWrapper runs a task's command with the agent's shell and records
+// its exit status in the task folder itself, so that the status survives
+// the agent: sh -c taskWrapper SHELL COMMAND EXITFILE. The wrapper leads
+// the task's own session and process group.
+const (
+	taskWrapper  = `"$0" -c "$1"; c=$?; echo "$c" >"$2"; exit "$c"`
+	wrapperShell = "/bin/sh"
+)
+
+// taskManager starts background tasks, supervises them (deadline, output
+// cap, cancellation) and records how they end. Tasks are not its
+// children alone: they run in their own session with their output going
+// to a file, so they outlive the agent; a new manager on the same state
+// directory re-attaches to those still running.
+type taskManager struct {
+	cfg   taskConfig
+	store *taskStore
+	shell string   // runs the commands
+	cwd   string   // where they run
+	env   []string // their environment
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	phase   taskPhase
+	running map[string]*runningTask
+	queue   []string      // queued task IDs, oldest first
+	changed chan struct{} // closed and replaced whenever a task changes
+	waits   int           // task_status calls waiting now
+
+	closing     chan struct{} // closed when shutdown begins: waits end
+	closingOnce sync.Once
+	stop        chan struct{} // closed by close: supervisors let go
+	stopOnce    sync.Once
+	wg          sync.WaitGroup // supervisors
+}
+
+type taskPhase int
+
+const (
+	phaseNew taskPhase = iota
+	phaseOpen
+	phaseClosing
+)
+
+// runningTask is a task being supervised.
+type runningTask struct {
+	id         string
+	status     taskStatus // as last written
+	own        bool       // started by this manager: reaped with wait4
+	reattached bool       // found running by this manager when it opened
+	cancel     chan struct{}
+	cancelOnce sync.Once
+	done       chan struct{} // closed once the final status is written
+}
+
+func (rt *runningTask) requestCancel() { rt.cancelOnce.Do(func() { close(rt.cancel) }) }
+
+// taskOutcome is how a task ended.
+type taskOutcome struct {
+	state  taskState
+	code   *int
+	signal string
+	note   string
+}
+
+func newTaskManager(cfg taskConfig, stateDir, shell, cwd string, env []string, log *slog.Logger) (*taskManager, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &taskManager{
+		cfg:     cfg,
+		store:   &taskStore{dir: stateDir + "/tasks"},
+		shell:   shell,
+		cwd:     cwd,
+		env:     env,
+		log:     log,
+		running: make(map[string]*runningTask),
+		changed: make(chan struct{}),
+		closing: make(chan struct{}),
+		stop:    make(chan struct{}),
+	}, nil
+}
+
+// taskError is a task request the manager refuses.
+type taskError struct {
+	code protocol.Code
+	msg  string
+}
+
+func (e *taskError) Error() string { return e.msg }
+
+var errTasksClosed = &taskError{protocol.CodeShuttingDown, "background tasks are not available: the agent is starting or shutting down; retry shortly"}
+
+// open applies retention, takes over the tasks a previous agent left
+// (re-attaching to those still running, recording how the others ended)
+// and starts queued tasks.
+func (m *taskManager) open() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.phase != phaseNew {
+		return errors.New("task manager: opened twice")
+	}
+	if err := os.MkdirAll(m.store.dir, 0o700); err != nil {
+		return fmt.Errorf("task directory: %w", err)
+	}
+	now := time.Now()
+	if removed := m.store.prune(now, m.cfg.retention(), 0); len(removed) > 0 {
+		m.log.Info("old background tasks removed", "count", len(removed))
+	}
+	ids, err := m.store.ids()
+	if err != nil {
+		return fmt.Errorf("task directory: %w", err)
+	}
+	for _, id := range ids {
+		st, err := m.store.readStatus(id)
+		if err != nil {
+			m.log.Warn("task folder left as it is", "task", id, "err", err)
+			continue
+		}
+		switch st.State {
+		case taskQueued:
+			m.queue = append(m.queue, id)
+		case taskRunning:
+			m.recoverLocked(id, st, now)
+		}
+	}
+	m.phase = phaseOpen
+	m.scheduleLocked()
+	return nil
+}
+
+// recoverLocked takes over a task a previous agent recorded as running.
+func (m *taskManager) recoverLocked(id string, st taskStatus, now time.Time) {
+	if st.PID > 0 && procAlive(st.PID, st.ProcStart, st.BootID) {
+		rt := &runningTask{id: id, status: st, reattached: true, cancel: make(chan struct{}), done: make(chan struct{})}
+		m.running[id] = rt
+		m.wg.Add(1)
+		go m.supervise(rt)
+		m.log.Info("background task re-attached", "task", id, "pid", st.PID, "deadline", st.Deadline)
+		return
+	}
+	o := taskOutcome{state: taskLost, note: "the agent restarted and the task's process was gone; it recorded no exit code"}
+	if st.PID == 0 {
+		o.note = "the agent stopped while starting the task; whether it ran is unknown"
+	}
+	if code, ok := m.store.readExit(id); ok {
+		o = exitOutcome(code)
+		o.note = "ended while no agent was running"
+	}
+	m.writeEnd(id, &st, o, now)
+	m.log.Info("background task found ended", "task", id, "state", st.State)
+}
+
+// submit creates a task for req and starts it, or queues it when
+// MaxRunning tasks run already. It returns the new task's ID.
+func (m *taskManager) submit(req taskRequest) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.phase != phaseOpen {
+		return "", errTasksClosed
+	}
+	if len(m.running) >= m.cfg.MaxRunning && len(m.queue) >= m.cfg.MaxQueued {
+		return "", &taskError{protocol.CodeBusy, fmt.Sprintf(
+			"busy: %d background tasks are running and %d queued, this host's limits (--max_tasks %d, --max_task_queue %d); "+
+				"wait for one to end (task_list, task_status) or cancel one (task_cancel)",
+			len(m.running), len(m.queue), m.cfg.MaxRunning, m.cfg.MaxQueued)}
+	}
+	now := time.Now()
+	if removed := m.store.prune(now, m.cfg.retention(), 1); len(removed) > 0 {
+		m.log.Info("old background tasks removed", "count", len(removed))
+	}
+	req.ID, req.Created = newTaskID(now), now
+	if err := m.store.create(req, taskStatus{State: taskQueued, Created: now}); err != nil {
+		return "", err
+	}
+	if len(m.running) < m.cfg.MaxRunning {
+		m.launchLocked(req)
+	} else {
+		m.queue = append(m.queue, req.ID)
+	}
+	m.notifyLocked()
+	return req.ID, nil
+}
+
+// scheduleLocked starts queued tasks while there is room.
+func (m *taskManager) scheduleLocked() {
+	for m.phase == phaseOpen && len(m.running) < m.cfg.MaxRunning && len(m.queue) > 0 {
+		id := m.queue[0]
+		m.queue = m.queue[1:]
+		req, err := m.store.readRequest(id)
+		if err != nil {
+			st, serr := m.store.readStatus(id)
+			if serr == nil {
+				m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "not started: its request file is unreadable: " + err.Error()}, time.Now())
+			}
+			continue
+		}
+		m.launchLocked(req)
+	}
+}
+
+// launchLocked starts the process of a created task.
+func (m *taskManager) launchLocked(req taskRequest) {
+	id := req.ID
+	st, err := m.store.readStatus(id)
+	if err != nil {
+		st = taskStatus{Created: req.Created}
+	}
+	now := time.Now()
+	st.State, st.Started, st.Deadline = taskRunning, now, now.Add(req.timeout())
+	// Recorded as running before the process exists: after a crash in
+	// between, the task is lost rather than run a second time.
+	if err := m.store.writeStatus(id, st); err != nil {
+		m.log.Error("cannot record background task; not starting it", "task", id, "err", err)
+		m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "not started: its status could not be recorded: " + err.Error()}, now)
+		return
+	}
+	pid, err := m.spawn(req)
+	if err != nil {
+		m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "could not start: " + err.Error()}, time.Now())
+		return
+	}
+	st.PID, st.BootID = pid, bootID()
+	st.ProcStart, _, _ = procIdentity(pid) // not reaped yet: still readable
+	if err := m.store.writeStatus(id, st); err != nil {
+		m.log.Warn("cannot record background task's process; an agent restart will find it lost", "task", id, "err", err)
+	}
+	rt := &runningTask{id: id, status: st, own: true, cancel: make(chan struct{}), done: make(chan struct{})}
+	m.running[id] = rt
+	m.wg.Add(1)
+	go m.supervise(rt)
+	m.log.Debug("background task started", "task", id, "pid", pid, "timeout", req.timeout())
+}
+
+// spawn starts the wrapper shell for req in its own session, output to
+// the task's output file, and returns its PID. The process is not waited
+// for here: the supervisor reaps it.
+func (m *taskManager) spawn(req taskRequest) (int, error) {
+	out, err := os.OpenFile(m.store.path(req.ID, taskOutputFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	p, err := os.StartProcess(wrapperShell,
+		[]string{"sh", "-c", taskWrapper, m.shell, req.Command, m.store.path(req.ID, taskExitFile)},
+		&os.ProcAttr{
+			Dir:   m.cwd,
+			Env:   append(slices.Clip(m.env), "PWD="+m.cwd),
+			Files: []*os.File{null, out, out},
+			Sys:   &syscall.SysProcAttr{Setsid: true},
+		})
+	if err != nil {
+		return 0, err
+	}
+	pid := p.Pid
+	_ = p.Release()
+	return pid, nil
+}
+
+// supervise watches a running task until it ends, enforcing its deadline,
+// its output cap and cancellation, and records how it ended. When the
+// manager closes it lets go of the task, which keeps running.
+func (m *taskManager) supervise(rt *runningTask) {
+	defer m.wg.Done()
+	delay := 10 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastSize int64
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-rt.cancel:
+		case <-timer.C:
+		}
+		if ended, ws := m.probe(rt); ended {
+			m.finish(rt, m.naturalEnd(rt, ws))
+			return
+		}
+		size := m.store.outputSize(rt.id)
+		if o, hit := m.limitHit(rt, size); hit {
+			m.killGroup(rt)
+			if !m.awaitExit(rt, 10*time.Second) {
+				o.note += "; its process did not exit after SIGKILL"
+			}
+			m.finish(rt, o)
+			return
+		}
+		delay = min(delay*2, m.cfg.Poll, max(time.Until(rt.status.Deadline), time.Millisecond))
+		if grew := size - lastSize; 2*grew >= m.cfg.MaxOutputBytes-size {
+			// At this rate the output may pass its cap before the next
+			// check: look again soon.
+			delay = minPoll
+		}
+		lastSize = size
+		timer.Reset(delay)
+	}
+}
+
+// minPoll is the shortest pause between checks of a running task.
+const minPoll = 10 * time.Millisecond
+
+// probe reports whether the task's wrapper process has ended and, for a
+// child of this process, its wait status.
+func (m *taskManager) probe(rt *runningTask) (bool, *syscall.WaitStatus) {
+	if rt.own {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(rt.status.PID, &ws, syscall.WNOHANG, nil)
+		switch {
+		case pid == rt.status.PID:
+			return true, &ws
+		case err == nil || errors.Is(err, syscall.EINTR):
+			return false, nil
+		}
+		// ECHILD: not (or no longer) ours to wait for; judge by identity.
+	}
+	return !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID), nil
+}
+
+// procAlive reports whether pid is still the running process recorded
+// with start time start in boot boot (empty: unknown, not compared).
+func procAlive(pid int, start, boot string) bool {
+	if now := bootID(); boot != "" && now != "" && boot != now {
+		return false
+	}
+	got, exited, err := procIdentity(pid)
+	if err != nil || exited {
+		return false
+	}
+	return start == "" || got == "" || got == start
+}
+
+// limitHit reports whether the task, whose output has size bytes, must
+// be stopped now, and why.
+func (m *taskManager) limitHit(rt *runningTask, size int64) (taskOutcome, bool) {
+	select {
+	case <-rt.cancel:
+		return taskOutcome{state: taskCancelled, note: "cancelled with task_cancel; its process group was killed"}, true
+	default:
+	}
+	if !time.Now().Before(rt.status.Deadline) {
+		timeout := rt.status.Deadline.Sub(rt.status.Started)
+		return taskOutcome{state: taskTimedOut, note: fmt.Sprintf("timed out after %s; its process group was killed", formatSeconds(timeout))}, true
+	}
+	if size > m.cfg.MaxOutputBytes {
+		return taskOutcome{state: taskFailed, note: fmt.Sprintf("its output passed the limit of %s per task; its process group was killed", formatBytes(m.cfg.MaxOutputBytes))}, true
+	}
+	return taskOutcome{}, false
+}
+
+// killGroup kills the task's whole process group. A task this manager
+// did not start is killed only while its process is still the recorded
+// one, so a reused PID is never hit.
+func (m *taskManager) killGroup(rt *runningTask) {
+	if !rt.own && !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID) {
+		return
+	}
+	_ = syscall.Kill(-rt.status.PID, syscall.SIGKILL)
+}
+
+// awaitExit waits up to d for the task's process to end.
+func (m *taskManager) awaitExit(rt *runningTask, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if ended, _ := m.probe(rt); ended {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// naturalEnd says how a task that ended by itself ended.
+func (m *taskManager) naturalEnd(rt *runningTask, ws *syscall.WaitStatus) taskOutcome {
+	if code, ok := m.store.readExit(rt.id); ok {
+		return exitOutcome(code)
+	}
+	switch {
+	case ws != nil && ws.Signaled():
+		sig := signalName(ws.Signal())
+		return taskOutcome{state: taskFailed, signal: sig, note: "killed by " + sig + " from outside the agent"}
+	case ws != nil && ws.Exited():
+		o := exitOutcome(ws.ExitStatus())
+		o.note = "its exit file was not written; the status is the wrapper's"
+		return o
+	}
+	return taskOutcome{state: taskFailed, note: "its process ended without recording an exit code (killed by a signal from outside the agent?)"}
+}
+
+func exitOutcome(code int) taskOutcome {
+	o := taskOutcome{state: taskSucceeded, code: &code}
+	if code != 0 {
+		o.state = taskFailed
+	}
+	return o
+}
+
+// finish records how a supervised task ended and starts queued ones.
+func (m *taskManager) finish(rt *runningTask, o taskOutcome) {
+	st := rt.status
+	st.Reattached = rt.reattached
+	m.mu.Lock()
+	m.writeEnd(rt.id, &st, o, time.Now())
+	delete(m.running, rt.id)
+	m.scheduleLocked()
+	m.mu.Unlock()
+	close(rt.done)
+	m.log.Debug("background task ended", "task", rt.id, "state", st.State, "note", st.Note)
+}
+
+// writeEnd records a task's final state and tells waiters. m.mu is held.
+func (m *taskManager) writeEnd(id string, st *taskStatus, o taskOutcome, now time.Time) {
+	st.State, st.Ended, st.ExitCode, st.Signal, st.Note = o.state, now, o.code, o.signal, o.note
+	st.OutputBytes = m.store.outputSize(id)
+	if err := m.store.writeStatus(id, *st); err != nil {
+		m.log.Error("cannot record how a background task ended", "task", id, "state", o.state, "err", err)
+	}
+	m.notifyLocked()
+}
+
+func (m *taskManager) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+func (m *taskManager) changes() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// queuePosition returns a queued task's place in the queue, from 1; 0
+// when it is not queued.
+func (m *taskManager) queuePosition(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Index(m.queue, id) + 1
+}
+
+// await returns the task's status once it has ended, or after wait,
+// whichever comes first; it also returns early when ctx ends or the agent
+// shuts down. busy reports a wait skipped because MaxWaits calls wait
+// already.
+func (m *taskManager) await(ctx context.Context, id string, wait time.Duration) (st taskStatus, busy bool, err error) {
+	if wait > 0 {
+		m.mu.Lock()
+		if m.waits >= m.cfg.MaxWaits {
+			busy, wait = true, 0
+		} else {
+			m.waits++
+			defer func() {
+				m.mu.Lock()
+				m.waits--
+				m.mu.Unlock()
+			}()
+		}
+		m.mu.Unlock()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ch := m.changes()
+		st, err = m.store.readStatus(id)
+		if err != nil || st.State.ended() || wait <= 0 {
+			return st, busy, err
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			st, err = m.store.readStatus(id)
+			return st, busy, err
+		case <-ctx.Done():
+			return st, busy, nil
+		case <-m.closing:
+			return st, busy, nil
+		}
+	}
+}
+
+// errTaskEnded reports a cancel of a task that is no longer running.
+var errTaskEnded = errors.New("the task has ended already")
+
+// cancel stops a queued or running task and returns its final status. A
+// running task's whole process group is killed.
+func (m *taskManager) cancel(ctx context.Context, id string) (taskStatus, error) {
+	m.mu.Lock()
+	if i := slices.Index(m.queue, id); i >= 0 {
+		defer m.mu.Unlock()
+		m.queue = slices.Delete(m.queue, i, i+1)
+		st, err := m.store.readStatus(id)
+		if err != nil {
+			return st, err
+		}
+		m.writeEnd(id, &st, taskOutcome{state: taskCancelled, note: "cancelled with task_cancel while queued; it never ran"}, time.Now())
+		return st, nil
+	}
+	rt := m.running[id]
+	m.mu.Unlock()
+	if rt == nil {
+		st, err := m.store.readStatus(id)
+		if err == nil && st.State.ended() {
+			err = errTaskEnded
+		} else if err == nil {
+			err = fmt.Errorf("task %s is %s but not supervised by this agent; retry shortly", id, st.State)
+		}
+		return st, err
+	}
+	rt.requestCancel()
+	timer := time.NewTimer(15 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-rt.done:
+	case <-ctx.Done():
+	case <-m.stop:
+	case <-timer.C:
+	}
+	return m.store.readStatus(id)
+}
+
+// beginClose refuses new tasks and ends waits; running tasks are still
+// supervised.
+func (m *taskManager) beginClose() {
+	m.mu.Lock()
+	m.phase = phaseClosing
+	m.mu.Unlock()
+	m.closingOnce.Do(func() { close(m.closing) })
+}
+
+// close stops supervising: running tasks keep running, queued tasks stay
+// queued, and the next manager on the same state directory takes them
+// over.
+func (m *taskManager) close() {
+	m.beginClose()
+	m.stopOnce.Do(func() { close(m.stop) })
+	m.wg.Wait()
+}

@@ -1,0 +1,389 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// Background tasks end to end: the go-sdk client over HTTP, the gateway,
+// NATS and agents, real processes. Timings are generous: the machine may
+// be loaded.
+
+// startBackground starts command as a background task on host and returns
+// its task ID and output file.
+func startBackground(t *testing.T, cs *mcp.ClientSession, host, command string, extra map[string]any) (id, output string) {
+	t.Helper()
+	args := map[string]any{"host": host, "command": command, "background": true}
+	for k, v := range extra {
+		args[k] = v
+	}
+	res := call(t, cs, "bash", args)
+	mustOK(t, res)
+	st := structured(t, res)
+	id, _ = st["task_id"].(string)
+	output, _ = st["output_file"].(string)
+	if id == "" || output == "" || st["host"] != host {
+		t.Fatalf("background start: %s %v", text(res), st)
+	}
+	return id, output
+}
+
+// taskStatus calls task_status and returns its structured content.
+func taskStatus(t *testing.T, cs *mcp.ClientSession, host, id string, wait float64) (map[string]any, *mcp.CallToolResult) {
+	t.Helper()
+	res := call(t, cs, "task_status", map[string]any{"host": host, "task_id": id, "wait": wait})
+	mustOK(t, res)
+	return structured(t, res), res
+}
+
+// awaitTask waits (server-side, repeatedly) until task id has ended, for
+// at most two minutes.
+func awaitTask(t *testing.T, cs *mcp.ClientSession, host, id string) (map[string]any, *mcp.CallToolResult) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, res := taskStatus(t, cs, host, id, 20)
+		if s := st["state"]; s != "queued" && s != "running" {
+			return st, res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s still %v after two minutes", id, st["state"])
+		}
+	}
+}
+
+// waitForFile waits for path to hold a whole line and returns it.
+func waitForFile(t *testing.T, path string) string {
+	t.Helper()
+	var data []byte
+	waitFor(t, 30*time.Second, path, func() bool {
+		var err error
+		data, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(data), "\n")
+	})
+	return strings.TrimSpace(string(data))
+}
+
+// killTasksAfter kills, when the test ends, every task still running
+// under the agent whose working directory is dir, so that a failing test
+// leaves no process behind. A recorded PID is killed only while its
+// command line still names the task's folder.
+func killTasksAfter(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		files, _ := filepath.Glob(filepath.Join(dir, ".state", "tasks", "*", "status.json"))
+		for _, f := range files {
+			var st struct {
+				State string `json:"state"`
+				PID   int    `json:"pid"`
+			}
+			data, err := os.ReadFile(f)
+			if err != nil || json.Unmarshal(data, &st) != nil || st.State != "running" || st.PID <= 0 {
+				continue
+			}
+			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
+			if err == nil && strings.Contains(string(cmdline), filepath.Dir(f)) {
+				syscall.Kill(-st.PID, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
+// gone reports whether process pid is gone (or a zombie) within 10 s.
+func gone(pid int) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		if i := strings.LastIndexByte(string(data), ')'); i > 0 && strings.HasPrefix(string(data[i:]), ") Z") {
+			return true
+		}
+	}
+	return false
+}
+
+// Start a task, wait for it server-side (with progress notifications
+// while it runs), read its output file.
+func TestTaskBackgroundWaitAndRead(t *testing.T) {
+	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.ProgressIdle = 700 * time.Millisecond }})
+	for _, era := range eras {
+		t.Run(era.name, func(t *testing.T) {
+			var pl progressLog
+			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			killTasksAfter(t, env.AgentDir("alpha"))
+			started := time.Now()
+			id, output := startBackground(t, cs, "alpha", "echo start; sleep 3; for i in 1 2 3; do echo line $i; done; echo err >&2; exit 5", nil)
+			if took := time.Since(started); took > 2500*time.Millisecond {
+				t.Fatalf("the background start took %s: it must not wait for the command", took)
+			}
+			params := &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}}
+			params.SetProgressToken("task-" + era.name)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := structured(t, res)
+			if st["state"] != "failed" || st["exit_code"] != 5.0 {
+				t.Fatalf("after the wait: %s", text(res))
+			}
+			if tail, _ := st["output_tail"].(string); tail != "start\nline 1\nline 2\nline 3\nerr\n" {
+				t.Fatalf("output tail %q", tail)
+			}
+			if pl.count() == 0 {
+				t.Errorf("no progress notification during a wait of about 3 s")
+			}
+			got := mustOK(t, call(t, cs, "read", map[string]any{"host": "alpha", "path": output}))
+			if !strings.HasPrefix(got, "start\nline 1\n") {
+				t.Fatalf("read of the output file: %q", got)
+			}
+			list := call(t, cs, "task_list", map[string]any{"host": "alpha", "state": "failed"})
+			if !strings.Contains(mustOK(t, list), id) {
+				t.Fatalf("task_list: %s", text(list))
+			}
+		})
+	}
+}
+
+// Cancel kills the task's whole process group; a timeout does too.
+func TestTaskCancelAndTimeout(t *testing.T) {
+	env := NewEnv(t)
+	cs := env.Client("", nil)
+	dir := env.AgentDir("alpha")
+	killTasksAfter(t, dir)
+	id, _ := startBackground(t, cs, "alpha", "sleep 300 & echo $! > child.pid; wait", nil)
+	child, _ := strconv.Atoi(waitForFile(t, filepath.Join(dir, "child.pid")))
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	res := call(t, cs, "task_cancel", map[string]any{"host": "alpha", "task_id": id})
+	mustOK(t, res)
+	if st := structured(t, res); st["state"] != "cancelled" {
+		t.Fatalf("cancel: %s", text(res))
+	}
+	if !gone(child) {
+		t.Fatalf("the task's child %d survived task_cancel", child)
+	}
+
+	os.Remove(filepath.Join(dir, "child.pid"))
+	id, _ = startBackground(t, cs, "alpha", "sleep 300 & echo $! > child.pid; wait", map[string]any{"timeout": 1})
+	child, _ = strconv.Atoi(waitForFile(t, filepath.Join(dir, "child.pid")))
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	st, res := awaitTask(t, cs, "alpha", id)
+	if st["state"] != "timed_out" || !strings.Contains(text(res), "timed out after 1 s") {
+		t.Fatalf("timeout: %s", text(res))
+	}
+	if !gone(child) {
+		t.Fatalf("the task's child %d survived the timeout", child)
+	}
+}
+
+// An agent killed while a task runs: the next agent on the same state
+// directory re-attaches to the task and records its exit code; a task
+// whose command was killed while no agent ran has the exit status its
+// wrapper recorded; a task whose whole process group was killed then is
+// lost. Nothing stays running forever.
+func TestTaskSurvivesAgentRestart(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}})
+	env.StartAgentProcess("worker")
+	env.WaitHost("worker", true)
+	cs := env.Client("2025-11-25", nil)
+	dir := env.AgentDir("worker")
+	killTasksAfter(t, dir)
+
+	keeps, _ := startBackground(t, cs, "worker", "while [ ! -e gate ]; do sleep 0.05; done; echo finished; exit 4", nil)
+	killed, _ := startBackground(t, cs, "worker", "echo $$ > killed.pid; exec sleep 300", nil)
+	lost, _ := startBackground(t, cs, "worker", "echo $$ > lost.pid; exec sleep 300", nil)
+	killedPID, _ := strconv.Atoi(waitForFile(t, filepath.Join(dir, "killed.pid")))
+	lostPID, _ := strconv.Atoi(waitForFile(t, filepath.Join(dir, "lost.pid")))
+	lostGroup, err := syscall.Getpgid(lostPID)
+	if err != nil || lostGroup == lostPID {
+		t.Fatalf("the task's command should run in its wrapper's process group: %d, %v", lostGroup, err)
+	}
+
+	env.KillAgent("worker")
+	// While no agent runs: one command is killed, the other task's whole
+	// group (its wrapper too).
+	syscall.Kill(killedPID, syscall.SIGKILL)
+	syscall.Kill(-lostGroup, syscall.SIGKILL)
+	if !gone(killedPID) || !gone(lostGroup) {
+		t.Fatal("the tasks did not die")
+	}
+	env.WaitHost("worker", false) // a restart with the same name before that is a conflict
+	env.RestartAgentProcess("worker")
+	env.WaitHost("worker", true)
+
+	st, res := taskStatus(t, cs, "worker", keeps, 0)
+	if st["state"] != "running" {
+		t.Fatalf("the surviving task after the restart: %s", text(res))
+	}
+	st, res = taskStatus(t, cs, "worker", killed, 0)
+	if st["state"] != "failed" || st["exit_code"] != 137.0 || !strings.Contains(text(res), "no agent was running") {
+		t.Fatalf("the task whose command was killed meanwhile: %s", text(res))
+	}
+	st, res = taskStatus(t, cs, "worker", lost, 0)
+	if st["state"] != "lost" {
+		t.Fatalf("the task whose group was killed meanwhile: %s", text(res))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gate"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, res = awaitTask(t, cs, "worker", keeps)
+	if st["state"] != "failed" || st["exit_code"] != 4.0 || st["reattached"] != true || st["output_tail"] != "finished\n" {
+		t.Fatalf("the re-attached task: %s", text(res))
+	}
+}
+
+// A gateway restart during a server-side wait loses nothing: the task's
+// state is on the agent.
+func TestTaskSurvivesGatewayRestart(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true})
+	for _, era := range eras {
+		t.Run(era.name, func(t *testing.T) {
+			dir := env.AgentDir("alpha")
+			killTasksAfter(t, dir)
+			gate := filepath.Join(dir, "gate-"+era.name)
+			cs := env.Client(era.version, nil)
+			id, _ := startBackground(t, cs, "alpha", "while [ ! -e "+filepath.Base(gate)+" ]; do sleep 0.05; done; echo through", nil)
+
+			waiting := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}})
+				waiting <- err
+			}()
+			time.Sleep(500 * time.Millisecond) // the wait is on its way
+			env.RestartGateway()
+			select {
+			case <-waiting: // cut off: an error or a tool error, either is fine
+			case <-time.After(60 * time.Second):
+				t.Fatal("a wait through a gateway restart hung")
+			}
+			env.WaitHost("alpha", true)
+
+			cs = env.Client(era.version, nil)
+			st, res := taskStatus(t, cs, "alpha", id, 0)
+			if st["state"] != "running" {
+				t.Fatalf("after the gateway restart: %s", text(res))
+			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, res = awaitTask(t, cs, "alpha", id)
+			if st["state"] != "succeeded" || st["output_tail"] != "through\n" {
+				t.Fatalf("after the gate opened: %s", text(res))
+			}
+		})
+	}
+}
+
+// Retention removes finished tasks only: never running ones, never a
+// folder whose status cannot be read.
+func TestTaskRetention(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}})
+	var stateDir string
+	env.StartAgent("keeper", func(c *agent.Config) {
+		c.TaskRetention = time.Millisecond // every finished task is old
+		stateDir = c.StateDir
+	})
+	env.WaitHost("keeper", true)
+	cs := env.Client("", nil)
+	killTasksAfter(t, env.AgentDir("keeper"))
+
+	done, _ := startBackground(t, cs, "keeper", "echo done", nil)
+	awaitTask(t, cs, "keeper", done)
+	broken := filepath.Join(stateDir, "tasks", "t20000101-000000-000000-00000000")
+	if err := os.MkdirAll(broken, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "status.json"), []byte(`{"state":"succ`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	running, _ := startBackground(t, cs, "keeper", "sleep 300", nil)
+	t.Cleanup(func() { call(t, cs, "task_cancel", map[string]any{"host": "keeper", "task_id": running}) })
+	startBackground(t, cs, "keeper", "echo later", nil)
+
+	mustErr(t, call(t, cs, "task_status", map[string]any{"host": "keeper", "task_id": done, "wait": 0}), "retention removed it")
+	if st, res := taskStatus(t, cs, "keeper", running, 0); st["state"] != "running" {
+		t.Fatalf("a running task was touched by retention: %s", text(res))
+	}
+	if _, err := os.Stat(filepath.Join(broken, "status.json")); err != nil {
+		t.Fatalf("an unreadable task folder was removed: %v", err)
+	}
+	list := mustOK(t, call(t, cs, "task_list", map[string]any{"host": "keeper"}))
+	if !strings.Contains(list, "1 task folders have an unreadable status") {
+		t.Fatalf("task_list does not report the unreadable folder:\n%s", list)
+	}
+}
+
+// The limits on running and queued tasks: beyond them a busy error names
+// them; a slot freed is used.
+func TestTaskBusyLimits(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}})
+	env.StartAgent("small", func(c *agent.Config) { c.MaxRunningTasks, c.MaxQueuedTasks = 1, 1 })
+	env.WaitHost("small", true)
+	cs := env.Client("2025-11-25", nil)
+	killTasksAfter(t, env.AgentDir("small"))
+
+	first, _ := startBackground(t, cs, "small", "sleep 300", nil)
+	second, _ := startBackground(t, cs, "small", "echo second", nil)
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "small", "command": "echo third", "background": true}), "--max_tasks 1, --max_task_queue 1")
+	if st, res := taskStatus(t, cs, "small", second, 0); st["state"] != "queued" {
+		t.Fatalf("second: %s", text(res))
+	}
+	mustOK(t, call(t, cs, "task_cancel", map[string]any{"host": "small", "task_id": first}))
+	if st, res := awaitTask(t, cs, "small", second); st["state"] != "succeeded" {
+		t.Fatalf("second after the first was cancelled: %s", text(res))
+	}
+	third, _ := startBackground(t, cs, "small", "echo third", nil)
+	if st, res := awaitTask(t, cs, "small", third); st["state"] != "succeeded" {
+		t.Fatalf("third once there was room: %s", text(res))
+	}
+}
+
+// The task tools are listed and come with bash.
+func TestTaskToolsListed(t *testing.T) {
+	env := NewEnv(t)
+	cs := env.Client("", nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, tool := range res.Tools {
+		found[tool.Name] = tool.Description
+	}
+	for _, name := range []string{"task_status", "task_cancel", "task_list"} {
+		if found[name] == "" {
+			t.Errorf("tools/list lacks %s", name)
+		}
+	}
+	for _, limit := range []string{"at most 60", "50 lines", "8 KB"} {
+		if !strings.Contains(found["task_status"], limit) {
+			t.Errorf("task_status description does not state %q", limit)
+		}
+	}
+	if !strings.Contains(found["bash"], "background: true") || !strings.Contains(found["bash"], "100 MiB") {
+		t.Errorf("bash description does not explain background tasks")
+	}
+	h, _ := env.Gateway.Host("alpha")
+	if !strings.Contains(strings.Join(h.Tools, ","), "task_status") {
+		t.Errorf("alpha does not announce the task tools: %v", h.Tools)
+	}
+}
