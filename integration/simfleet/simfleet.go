@@ -449,30 +449,28 @@ func (f *Fleet) Kill(hosts ...string) {
 	}
 }
 
-// resultCache keeps finished results for fetches, the newest max.
+// resultCache keeps finished results for fetches, the newest max, in a
+// ring.
 type resultCache struct {
-	mu    sync.Mutex
-	max   int
-	data  map[string][]byte
-	order []string
+	mu   sync.Mutex
+	data map[string][]byte
+	ring []string
+	next int
 }
 
 func newResultCache(max int) *resultCache {
-	return &resultCache{max: max, data: make(map[string][]byte)}
+	return &resultCache{data: make(map[string][]byte), ring: make([]string, max)}
 }
 
 func (c *resultCache) put(id string, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.data[id] = data
-	c.order = append(c.order, id)
-	if len(c.order) > c.max {
-		drop := len(c.order) - c.max
-		for _, old := range c.order[:drop] {
-			delete(c.data, old)
-		}
-		c.order = append(c.order[:0], c.order[drop:]...)
+	if old := c.ring[c.next]; old != "" {
+		delete(c.data, old)
 	}
+	c.ring[c.next] = id
+	c.next = (c.next + 1) % len(c.ring)
+	c.data[id] = data
 }
 
 func (c *resultCache) get(id string) []byte {

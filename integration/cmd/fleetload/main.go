@@ -72,6 +72,7 @@ type options struct {
 	natsListen  string
 	statsListen string
 	profile     string
+	soak        int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -82,8 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.runs, "runs", 5, "measured runs of each fan-out per fleet size (after one warm-up)")
 	concurrency := fs.String("concurrency", "0", "max_concurrency values to measure, comma-separated (0: the gateway's default)")
 	fs.DurationVar(&o.settle, "settle", 10*time.Second, "idle time before memory is measured")
+	fs.IntVar(&o.soak, "soak", 0, "after the latency runs, this many more fleet_bash calls, then the gateway's memory again (what a used fleet costs)")
 	fs.BoolVar(&o.restart, "restart", true, "measure reconnection after a NATS restart")
-	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file, and its heap profile at the end to FILE.heap")
 	fs.StringVar(&o.role, "role", "", "internal: 'gateway' runs the gateway child")
 	fs.StringVar(&o.dataDir, "data_dir", "", "internal: the gateway child's data directory")
 	fs.StringVar(&o.listen, "listen", "", "internal: the gateway child's MCP address")
@@ -214,6 +216,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		_ = json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "READY %s %s\n", gw.MCPURL(), gw.NATSURL())
@@ -321,8 +324,13 @@ func (c *child) get(hosts int, gc bool) (stats, error) {
 
 // profile writes the child's CPU profile over the next seconds to file.
 func (c *child) profile(file string, seconds int) error {
-	hc := http.Client{Timeout: time.Duration(seconds+30) * time.Second}
-	resp, err := hc.Get(strings.TrimSuffix(c.stats, "/stats") + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds))
+	return c.fetch("/debug/pprof/profile?seconds="+strconv.Itoa(seconds), file)
+}
+
+// fetch writes what the child's stats server answers at path to file.
+func (c *child) fetch(path, file string) error {
+	hc := http.Client{Timeout: 2 * time.Minute}
+	resp, err := hc.Get(strings.TrimSuffix(c.stats, "/stats") + path)
 	if err != nil {
 		return err
 	}
@@ -458,11 +466,43 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 			}
 		}
 	}
+	if o.soak > 0 {
+		if err := b.soak(ctx, cs, base); err != nil {
+			cs.Close()
+			return err
+		}
+	}
 	cs.Close()
+	if o.profile != "" {
+		if err := b.gw.fetch("/debug/pprof/heap?gc=1", o.profile+".heap"); err != nil {
+			return err
+		}
+	}
 	if !o.restart {
 		return nil
 	}
 	return b.restart(ctx)
+}
+
+// soak runs o.soak fan-outs and reports the gateway's memory after them,
+// against base, its memory before any agent connected.
+func (b *bench) soak(ctx context.Context, cs *mcp.ClientSession, base stats) error {
+	start := time.Now()
+	for range b.o.soak {
+		if d, err := fanout(ctx, cs, "fleet_bash", fanoutArgs("fleet_bash", 0), b.n); d == 0 {
+			return err
+		}
+	}
+	took := time.Since(start)
+	time.Sleep(b.o.settle)
+	used, err := b.gw.get(b.n, true)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.stdout, "after %d more fleet_bash calls (%s): gateway RSS %.1f MiB: %.1f KB per host (heap %.1f KB/host)\n",
+		b.o.soak, took.Round(time.Second), float64(used.RSSKB)/1024, float64(used.RSSKB-base.RSSKB)/float64(b.n),
+		float64(int64(used.HeapInuse)-int64(base.HeapInuse))/1024/float64(b.n))
+	return nil
 }
 
 // fanoutArgs are the arguments of the measured fan-outs.
@@ -500,14 +540,15 @@ func (b *bench) latency(ctx context.Context, cs *mcp.ClientSession, tool string,
 		}
 	}
 	cpu1, _ := b.gw.get(0, false)
+	after, _ := b.gw.get(0, true)
 	if err := <-profDone; err != nil {
 		return err
 	}
 	fmt.Fprintf(b.stdout, "%s runs: %v\n", tool, took)
 	slices.Sort(took)
-	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call\n",
+	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call; gateway heap %.0f MiB, RSS %.0f MiB after\n",
 		tool, b.n, concurrencyLabel(concurrency), pct(took, 50), pct(took, 90), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took),
-		(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(b.o.runs+1))
+		(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(b.o.runs+1), float64(after.HeapInuse)/(1<<20), float64(after.RSSKB)/1024)
 	return nil
 }
 
