@@ -201,7 +201,7 @@ func TestRenderReadVersions(t *testing.T) {
 	res := renderFanout(toolFleetRead, "fleet_read /etc/x", "*", outs, time.Second)
 	text := res.Content[0].(*mcp.TextContent).Text
 	for _, want := range []string{
-		"4 distinct versions: aaaaaaaaaaaa on 3 hosts, sha256 unknown on 2 hosts, bbbbbbbbbbbb on 1 host, sha256 unknown on 1 host",
+		"4 distinct versions: aaaaaaaaaaaa on 3 hosts, sha256 unknown on 2 hosts, sha256 unknown on 1 host, bbbbbbbbbbbb on 1 host",
 		"--- version 1 of 4: sha256 " + a + " — 3 hosts: web-1..web-3 ---\nconf A\n",
 		"--- version 2 of 4: sha256 unknown (not reported by the host; same text) — 2 hosts: old-1, old-2 ---\nconf A\n",
 		"--- failed, /etc/x: no such file — 1 host: web-5",
@@ -236,7 +236,7 @@ func FuzzRenderFanout(f *testing.F) {
 					break
 				}
 			}
-			outs[i] = hostOutcome{Host: fmt.Sprintf("h%d", i), Status: buckets()[i%len(buckets())], note: string(chunk[:min(len(chunk), 20)]), body: body.String()}
+			outs[i] = hostOutcome{Host: fmt.Sprintf("h%d", i), Status: buckets()[i%len(buckets())], note: strings.ToValidUTF8(string(chunk[:min(len(chunk), 20)]), ""), body: body.String()}
 			if i%7 == 0 {
 				outs[i].body = string(chunk) + outs[i].body
 			}
@@ -295,4 +295,24 @@ func FuzzClassifyBash(f *testing.F) {
 			t.Fatalf("%q (error %v): bucket %s", text, isErr, o.Status)
 		}
 	})
+}
+
+// Hosts that each print their own short line are listed one line each
+// under one header per outcome.
+func TestRenderOneLiners(t *testing.T) {
+	var outs []hostOutcome
+	for i := range 5 {
+		zero, two := 0, 2
+		o := hostOutcome{Host: fmt.Sprintf("db-%d", i), Status: bucketSucceeded, ExitCode: &zero, note: "exit 0", body: fmt.Sprintf("v1.%d\n", i)}
+		if i == 4 {
+			o.Status, o.ExitCode, o.note, o.body = bucketFailed, &two, "exit 2", "oops\n"
+		}
+		outs = append(outs, o)
+	}
+	text := renderFanout(toolFleetBash, `fleet_bash "v"`, "db-*", outs, time.Second).Content[0].(*mcp.TextContent).Text
+	want := "--- failed, exit 2 — 1 host: db-4 ---\noops\n" +
+		"--- succeeded, exit 0 — 4 hosts, each its own output (host: output) ---\ndb-0: v1.0\ndb-1: v1.1\ndb-2: v1.2\ndb-3: v1.3\n"
+	if _, rest, _ := strings.Cut(text, "\n"); rest != want {
+		t.Errorf("got:\n%s\nwant:\n%s", rest, want)
+	}
 }

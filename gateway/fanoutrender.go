@@ -97,7 +97,8 @@ func groupOutcomes(tool string, outcomes []hostOutcome) []*outcomeGroup {
 		g.hosts = append(g.hosts, o)
 	}
 	slices.SortStableFunc(groups, func(a, b *outcomeGroup) int {
-		return cmp.Or(cmp.Compare(statusRank(a.status), statusRank(b.status)), cmp.Compare(len(b.hosts), len(a.hosts)))
+		return cmp.Or(cmp.Compare(statusRank(a.status), statusRank(b.status)), cmp.Compare(len(b.hosts), len(a.hosts)),
+			strings.Compare(a.note, b.note), strings.Compare(a.hosts[0].Host, b.hosts[0].Host))
 	})
 	return groups
 }
@@ -180,19 +181,54 @@ func plural(n int, one, many string) string {
 
 // renderGroups writes the groups within budget bytes: all headers that
 // fit, each with at least minShownBody of its output, and then shares
-// what is left between the outputs.
+// what is left between the outputs. Hosts whose command printed one short
+// line of its own (hostname, a version) are listed one line each,
+// "host: line", under one header per outcome.
 func renderGroups(groups []*outcomeGroup, labels map[*outcomeGroup]string, head bool, budget int) string {
 	if len(groups) == 0 {
 		return ""
 	}
+	// Host lists share half the budget; those of hosts that did not
+	// succeed get more room, since they are what needs attention.
 	listCap := min(max(budget/(2*len(groups)), 48), 4000)
+	trouble := 0
+	for _, g := range groups {
+		if g.status != bucketSucceeded {
+			trouble++
+		}
+	}
+	troubleCap := min(max(budget/(4*max(trouble, 1)), listCap), 4000)
+	// One-line hosts are listed compactly in runs of at least two with
+	// the same outcome.
+	compact := make([]bool, len(groups))
+	for i := 0; i < len(groups); {
+		j := i
+		for j < len(groups) && !head && oneLiner(groups[j]) && groups[j].status == groups[i].status && groups[j].note == groups[i].note {
+			j++
+		}
+		for k := i; k < j && j-i >= 2; k++ {
+			compact[k] = true
+		}
+		i = max(j, i+1)
+	}
 	headers := make([]string, 0, len(groups))
 	avail := budget - omittedReserve
 	used := 0
-	for _, g := range groups {
-		h := groupHeader(g, labels[g], listCap)
+	for i, g := range groups {
+		var h string
+		switch {
+		case compact[i]:
+			h = g.hosts[0].Host + ": " + strings.TrimSuffix(g.body, "\n")
+			if i == 0 || !compact[i-1] || groups[i-1].status != g.status || groups[i-1].note != g.note {
+				h = sectionHeader(groups[i:], compact[i:]) + "\n" + h
+			}
+		case g.status != bucketSucceeded:
+			h = groupHeader(g, labels[g], troubleCap)
+		default:
+			h = groupHeader(g, labels[g], listCap)
+		}
 		cost := len(h) + 1
-		if body := displayBody(g); body != "" {
+		if body := displayBody(g, compact[i]); body != "" {
 			cost += min(len(body), minShownBody) + 1
 		}
 		if used+cost > avail {
@@ -207,7 +243,7 @@ func renderGroups(groups []*outcomeGroup, labels map[*outcomeGroup]string, head 
 	extra := make([]int, len(shown))
 	need := make([]int, len(shown))
 	for i, g := range shown {
-		need[i] = max(len(displayBody(g))-minShownBody, 0)
+		need[i] = max(len(displayBody(g, compact[i]))-minShownBody, 0)
 	}
 	left := avail - used
 	waterFill(need, extra, left)
@@ -216,7 +252,7 @@ func renderGroups(groups []*outcomeGroup, labels map[*outcomeGroup]string, head 
 	for i, g := range shown {
 		b.WriteString(headers[i])
 		b.WriteByte('\n')
-		body := displayBody(g)
+		body := displayBody(g, compact[i])
 		if body == "" {
 			continue
 		}
@@ -233,6 +269,31 @@ func renderGroups(groups []*outcomeGroup, labels map[*outcomeGroup]string, head 
 		b.WriteString(omittedLine(rest))
 	}
 	return b.String()
+}
+
+// maxOneLiner bounds the output of a host listed on one line.
+const maxOneLiner = 200
+
+// oneLiner reports whether g is one host whose output is one short line.
+func oneLiner(g *outcomeGroup) bool {
+	if len(g.hosts) != 1 || g.hosts[0].FullOutput != "" || g.status != bucketSucceeded && g.status != bucketFailed && g.status != bucketTimedOut {
+		return false
+	}
+	line := strings.TrimSuffix(g.body, "\n")
+	return line != "" && len(line) <= maxOneLiner && !strings.ContainsAny(line, "\n\r")
+}
+
+// sectionHeader heads a run of one-line hosts with the same outcome.
+func sectionHeader(run []*outcomeGroup, compact []bool) string {
+	n := 0
+	for n < len(run) && compact[n] && run[n].status == run[0].status && run[n].note == run[0].note {
+		n++
+	}
+	what := run[0].status
+	if run[0].note != "" && run[0].note != what {
+		what += ", " + run[0].note
+	}
+	return fmt.Sprintf("--- %s — %d %s, each its own output (host: output) ---", what, n, plural(n, "host", "hosts"))
 }
 
 // waterFill gives each of need up to its need from total, in equal shares.
@@ -259,8 +320,12 @@ func waterFill(need, got []int, total int) {
 	}
 }
 
-// displayBody is what a group shows under its header.
-func displayBody(g *outcomeGroup) string {
+// displayBody is what a group shows under its header (nothing for a
+// host listed on one line).
+func displayBody(g *outcomeGroup, compact bool) string {
+	if compact {
+		return ""
+	}
 	switch g.status {
 	case bucketSucceeded, bucketFailed, bucketTimedOut:
 		return g.body
