@@ -114,7 +114,8 @@ type Config struct {
 	DrainTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to
 	// reach NATS: each wait is random up to a ceiling that doubles from
-	// ReconnectMin to ReconnectMax. Defaults 500 ms and 30 s.
+	// ReconnectMin to ReconnectMax. Defaults 500 ms and 10 s
+	// (DefaultReconnectMin, DefaultReconnectMax).
 	ReconnectMin, ReconnectMax time.Duration
 
 	// NATSOptions are appended to the agent's own connection options
@@ -146,8 +147,8 @@ func (c *Config) setDefaults() error {
 	setDur(&c.Keepalive, 2*time.Second)
 	setDur(&c.ResultTTL, 10*time.Minute)
 	setDur(&c.DrainTimeout, 30*time.Second)
-	setDur(&c.ReconnectMin, 500*time.Millisecond)
-	setDur(&c.ReconnectMax, 30*time.Second)
+	setDur(&c.ReconnectMin, DefaultReconnectMin)
+	setDur(&c.ReconnectMax, DefaultReconnectMax)
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 16
 	}

@@ -54,6 +54,20 @@ func grantedAs(tool string) string {
 	return tool
 }
 
+// fanoutBase returns the per-host tool a fan-out tool runs on every host
+// it picks ("" for other tools): a caller may use the fan-out tool on the
+// hosts where it may use that tool, and access rules name only the
+// per-host tools.
+func fanoutBase(tool string) string {
+	switch tool {
+	case toolFleetBash:
+		return "bash"
+	case toolFleetRead:
+		return "read"
+	}
+	return ""
+}
+
 // adminToolNames are the tools only admins may call.
 func adminToolNames() []string { return []string{toolAudit} }
 
@@ -205,6 +219,8 @@ func (g *Grants) ToolVisible(tool string) bool {
 		return g.Admin().Allowed
 	case tool == toolHosts:
 		return slices.ContainsFunc(hostToolNames(), g.ToolVisible)
+	case fanoutBase(tool) != "":
+		return g.ToolVisible(fanoutBase(tool))
 	}
 	for _, r := range g.deny {
 		if r.tools[tool] && slices.ContainsFunc(r.hosts, policy.Selector.All) {

@@ -79,6 +79,12 @@ type AuditRecord struct {
 	DurationMS int64  `json:"duration_ms"`
 	BytesIn    int    `json:"bytes_in"`
 	BytesOut   int    `json:"bytes_out"`
+	// Parent is, on the record of one host's part of a fan-out
+	// (fleet_bash, fleet_read), the call ID of the fan-out.
+	Parent string `json:"parent,omitempty"`
+	// Fanout counts, on a fan-out's own record, its hosts per outcome
+	// (succeeded, failed, timed_out, offline, denied, not_started).
+	Fanout map[string]int `json:"fanout,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.

@@ -36,12 +36,23 @@ func TestToolsKnownToAccess(t *testing.T) {
 		if tool.Name == toolHosts || slices.Contains(adminToolNames(), tool.Name) {
 			continue
 		}
-		perHost = append(perHost, tool.Name)
 		data, _ := json.Marshal(tool.InputSchema)
 		var schema struct {
 			Required []string `json:"required"`
 		}
-		if err := json.Unmarshal(data, &schema); err != nil || !slices.Contains(schema.Required, "host") {
+		if err := json.Unmarshal(data, &schema); err != nil {
+			t.Fatalf("%s: schema %s: %v", tool.Name, data, err)
+		}
+		// Fan-out tools are granted as the per-host tool they run, and
+		// take a selector instead of a host.
+		if base := fanoutBase(tool.Name); base != "" {
+			if !slices.Contains(hostToolNames(), base) || !slices.Contains(schema.Required, "selector") {
+				t.Errorf("%s: runs %q, requires %v", tool.Name, base, schema.Required)
+			}
+			continue
+		}
+		perHost = append(perHost, tool.Name)
+		if !slices.Contains(schema.Required, "host") {
 			t.Errorf("%s: host is not a required argument: %s", tool.Name, data)
 		}
 		switch tool.Name {

@@ -31,6 +31,8 @@ type callContext struct {
 	// hostDenied is set by forward when the host's own policy refused
 	// the call: the decision was made on the host, not by a rule here.
 	hostDenied string
+	// fanout is set by a fan-out tool: its hosts per outcome bucket.
+	fanout map[string]int
 	// background is set for a bash call that starts a background task:
 	// its result has no exit code.
 	background bool
@@ -121,6 +123,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		rec.Rule, rec.Reason = "host policy", cc.hostDenied
 	}
+	rec.Fanout = cc.fanout
 	g.audit.write(rec)
 	return res, err
 }
@@ -158,6 +161,12 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 			return allowedBy(""), ""
 		}
 		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
+	case fanoutBase(tool) != "":
+		// Each host is decided by the fan-out itself (fanout.go).
+		if gr.ToolVisible(tool) {
+			return allowedBy(""), ""
+		}
+		return deniedBy("", "no access rule grants "+fanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, fanoutBase(tool))
 	case !perHostTool(tool):
 		// Not a tool of this gateway: the SDK answers that.
 		return allowedBy(""), ""

@@ -13,8 +13,9 @@ import (
 const Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
-	"every other tool takes a host name. Files: read, list, search, write, edit, patch, delete, move. Commands: bash; long ones with background: true, " +
+	"the per-host tools take a host name. Files: read, list, search, write, edit, patch, delete, move. Commands: bash; long ones with background: true, " +
 	"then task_status (waits for the end), task_cancel, task_list. Skills: skill. " +
+	"Many hosts at once, picked by a selector: fleet_bash, fleet_read. " +
 	"Resources: resource://hosts, resource://skills and resource://system-prompt (a full system prompt for this fleet)."
 
 // newMCPServer builds the one MCP server shared by every session; the SDK

@@ -33,13 +33,19 @@ const (
 	HostTimeout
 	HostUnreachable
 	HostConflict
+	// HostGone: nobody listens on the host's subjects (its agent is not
+	// connected), though the registry had not noticed yet.
+	HostGone
 )
 
 func (e *HostError) Error() string { return e.Msg }
 
 // router sends calls to agents and collects their streamed replies. All
-// replies arrive on one wildcard inbox subscription and are handed to the
-// waiting call by call ID, so a call costs no subscribe round trip.
+// replies arrive on one wildcard inbox subscription, on one subject per
+// host, and are handed to the waiting call by the call ID every frame
+// carries, so a call costs no subscribe round trip, and the NATS server
+// keeps per agent one reply permission and one routing cache entry
+// however many calls it answers.
 type router struct {
 	nc      *nats.Conn
 	reg     *registry
@@ -49,13 +55,15 @@ type router struct {
 	inbox string
 	sub   *nats.Subscription
 
-	mu    sync.Mutex
-	calls map[string]*inflight
+	mu     sync.Mutex
+	calls  map[string]*inflight            // by call ID
+	byHost map[string]map[string]*inflight // by host, then call ID
 }
 
 // inflight buffers the frames of one call between the NATS callback (which
 // must never block) and the goroutine waiting for the call.
 type inflight struct {
+	host         string
 	mu           sync.Mutex
 	frames       []protocol.Frame
 	pendingBytes int
@@ -71,8 +79,9 @@ const maxPendingOutput = 8 << 20
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration) (*router, error) {
 	r := &router{
 		nc: nc, reg: reg, log: log, silence: silence,
-		inbox: protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
-		calls: make(map[string]*inflight),
+		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
+		calls:  make(map[string]*inflight),
+		byHost: make(map[string]map[string]*inflight),
 	}
 	sub, err := nc.Subscribe(protocol.ReplyWildcard(r.inbox), r.onReply)
 	if err != nil {
@@ -88,27 +97,48 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 }
 
 func (r *router) onReply(m *nats.Msg) {
-	id := protocol.CallIDFromReply(m.Subject)
+	host := protocol.HostFromReply(m.Subject)
+	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
+		// Nobody listens on the host's subjects: every call to it that
+		// has not heard from it yet fails (see waiter.wait).
+		r.mu.Lock()
+		fls := make([]*inflight, 0, len(r.byHost[host]))
+		for _, fl := range r.byHost[host] {
+			fls = append(fls, fl)
+		}
+		r.mu.Unlock()
+		for _, fl := range fls {
+			fl.mu.Lock()
+			fl.noResponders = true
+			fl.mu.Unlock()
+			fl.wake()
+		}
+		return
+	}
+	f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
+	if err != nil {
+		r.log.Warn("dropping malformed reply frame", "host", host, "err", err)
+		return
+	}
 	r.mu.Lock()
-	fl := r.calls[id]
+	fl := r.calls[f.CallID]
 	r.mu.Unlock()
-	if fl == nil {
-		return // a late frame of a finished call
+	if fl == nil || fl.host != host {
+		return // a late frame of a finished call, or not this host's call
 	}
 	fl.mu.Lock()
-	defer fl.mu.Unlock()
-	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		fl.noResponders = true
-	} else if f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data); err != nil {
-		r.log.Warn("dropping malformed reply frame", "call", id, "err", err)
-		return
-	} else if f.Kind == protocol.KindOutput && fl.pendingBytes+len(f.Data) > maxPendingOutput {
+	if f.Kind == protocol.KindOutput && fl.pendingBytes+len(f.Data) > maxPendingOutput {
 		fl.dropped++
+		fl.mu.Unlock()
 		return
-	} else {
-		fl.frames = append(fl.frames, f)
-		fl.pendingBytes += len(f.Data)
 	}
+	fl.frames = append(fl.frames, f)
+	fl.pendingBytes += len(f.Data)
+	fl.mu.Unlock()
+	fl.wake()
+}
+
+func (fl *inflight) wake() {
 	select {
 	case fl.notify <- struct{}{}:
 	default:
@@ -152,20 +182,33 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 		ID: req.ID, Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
 		Caller: req.Caller, TimeoutMS: req.Timeout.Milliseconds(), Args: req.Args,
 	}
-	fl := &inflight{notify: make(chan struct{}, 1)}
-	r.mu.Lock()
-	r.calls[c.ID] = fl
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.calls, c.ID)
-		r.mu.Unlock()
-	}()
+	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
+	r.track(c.ID, fl)
+	defer r.untrack(c.ID, fl)
 	if err := r.send(&c); err != nil {
 		return nil, err
 	}
 	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame}
 	return w.wait(ctx)
+}
+
+func (r *router) track(id string, fl *inflight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[id] = fl
+	if r.byHost[fl.host] == nil {
+		r.byHost[fl.host] = make(map[string]*inflight)
+	}
+	r.byHost[fl.host][id] = fl
+}
+
+func (r *router) untrack(id string, fl *inflight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.calls, id)
+	if delete(r.byHost[fl.host], id); len(r.byHost[fl.host]) == 0 {
+		delete(r.byHost, fl.host)
+	}
 }
 
 // unknownHost is the error for a host the gateway does not know. A host a
@@ -205,7 +248,7 @@ func (r *router) send(c *protocol.Call) error {
 	if err != nil {
 		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s is too large: %v", c.Host, err)}
 	}
-	reply := protocol.ReplySubject(r.inbox, c.ID)
+	reply := protocol.ReplySubject(r.inbox, c.Host)
 	for i, p := range parts {
 		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
 		if err := r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body}); err != nil {
@@ -224,7 +267,7 @@ func (r *router) cancel(host, id, reason string) {
 
 func (r *router) fetch(host, id string) {
 	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	if err := r.nc.PublishRequest(protocol.FetchSubject(host), protocol.ReplySubject(r.inbox, id), data); err != nil {
+	if err := r.nc.PublishRequest(protocol.FetchSubject(host), protocol.ReplySubject(r.inbox, host), data); err != nil {
 		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
 	}
 }
@@ -251,6 +294,7 @@ type waiter struct {
 	asm       *protocol.Assembly
 	broken    bool // the current delivery lost a part; skip until a new part 1
 	heard     bool // the agent has sent at least one frame
+	fetched   bool // a fetch has been sent
 	lastHeard time.Time
 	refetch   int // fetches sent because result parts were lost
 }
@@ -290,7 +334,12 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		case <-w.fl.notify:
 			frames, noResponders := w.fl.take()
 			if noResponders && !w.heard {
-				return nil, &HostError{Host: host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
+				if w.fetched {
+					// The call went out, then the host fell silent and
+					// nobody took the fetch: it left mid-call.
+					return nil, &HostError{Host: host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s and is no longer connected to the fleet; it may have crashed or lost its network", host, w.call.Tool)}
+				}
+				return nil, &HostError{Host: host, Kind: HostGone, Msg: fmt.Sprintf("host %s is not connected to the fleet right now (its agent is gone); call hosts to check it", host)}
 			}
 			// A fetch nobody answered, once the call was running: the agent
 			// died or is reconnecting; the silence clock decides.
@@ -319,6 +368,7 @@ func (w *waiter) onSilence(now time.Time) error {
 		return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
 			w.call.Host, w.call.Tool, quiet.Round(100*time.Millisecond))}
 	}
+	w.fetched = true
 	w.r.fetch(w.call.Host, w.call.ID)
 	return nil
 }

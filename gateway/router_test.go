@@ -324,8 +324,8 @@ func TestRouterPlainResult(t *testing.T) {
 	if len(rc.parts) != 1 || rc.parts[0].CallID != c.ID || rc.parts[0].Seq != 1 {
 		t.Errorf("call came as %d parts (first %+v), want one part with the call's ID", len(rc.parts), rc.parts[0])
 	}
-	if !strings.HasPrefix(rc.reply, protocol.GatewayInboxPrefix()+".") || !strings.HasSuffix(rc.reply, "."+c.ID) {
-		t.Errorf("reply subject %q is not a gateway inbox for call %s", rc.reply, c.ID)
+	if !strings.HasPrefix(rc.reply, protocol.GatewayInboxPrefix()+".") || !strings.HasSuffix(rc.reply, "."+c.Host) {
+		t.Errorf("reply subject %q is not a gateway inbox for host %s", rc.reply, c.Host)
 	}
 	fa.sendResult(t, rc.reply, &protocol.Result{CallID: c.ID, Content: []protocol.Content{protocol.Text("hi\n")}})
 	out := recv(t, done, "call result")
@@ -649,7 +649,7 @@ func TestRouterNoResponders(t *testing.T) {
 	start := time.Now()
 	res, err := r.call(ctx, bashCall("web-1", "true"), nil)
 	took := time.Since(start)
-	wantHostError(t, err, HostUnreachable, "web-1", "not connected")
+	wantHostError(t, err, HostGone, "web-1", "not connected")
 	if res != nil {
 		t.Errorf("result %+v from a host nobody serves", res)
 	}
@@ -815,4 +815,45 @@ func TestRouterRejectsForeignResult(t *testing.T) {
 	}
 	out := recv(t, done, "result")
 	wantHostError(t, out.err, HostUnreachable, "other-call")
+}
+
+// Calls to one host share its reply subject; frames find their call by
+// the call ID they carry, and a frame on one host's subject never reaches
+// another host's call.
+func TestRouterRepliesPerHost(t *testing.T) {
+	ns := startNATS(t, 0)
+	r, reg := newTestRouter(t, ns, "web-1", 2*time.Second)
+	announce(t, reg, announceOf("web-2"))
+	fa1, fa2 := newFakeAgent(t, ns, "web-1"), newFakeAgent(t, ns, "web-2")
+
+	first := startCall(context.Background(), r, bashCall("web-1", "one"), nil)
+	rc1 := recv(t, fa1.calls, "first call")
+	second := startCall(context.Background(), r, bashCall("web-1", "two"), nil)
+	rc2 := recv(t, fa1.calls, "second call")
+	other := startCall(context.Background(), r, bashCall("web-2", "three"), nil)
+	rc3 := recv(t, fa2.calls, "call to web-2")
+	if rc1.reply != rc2.reply || rc1.reply == rc3.reply {
+		t.Errorf("reply subjects %q, %q (web-1) and %q (web-2): want one per host", rc1.reply, rc2.reply, rc3.reply)
+	}
+	// web-2 answers web-1's first call on its own subject: ignored.
+	fa2.sendResult(t, rc3.reply, &protocol.Result{CallID: rc1.call.ID, Content: []protocol.Content{protocol.Text("forged")}})
+	// Answers in the other order than the calls.
+	fa1.sendResult(t, rc2.reply, &protocol.Result{CallID: rc2.call.ID, Content: []protocol.Content{protocol.Text("two")}})
+	fa1.sendResult(t, rc1.reply, &protocol.Result{CallID: rc1.call.ID, Content: []protocol.Content{protocol.Text("one")}})
+	fa2.sendResult(t, rc3.reply, &protocol.Result{CallID: rc3.call.ID, Content: []protocol.Content{protocol.Text("three")}})
+	for _, c := range []struct {
+		out  <-chan callOutcome
+		want string
+	}{{first, "one"}, {second, "two"}, {other, "three"}} {
+		o := recv(t, c.out, "outcome")
+		if o.err != nil {
+			t.Fatalf("%s: %v", c.want, o.err)
+		}
+		wantText(t, o.res, c.want)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) != 0 || len(r.byHost) != 0 {
+		t.Errorf("finished calls still tracked: %d calls, %d hosts", len(r.calls), len(r.byHost))
+	}
 }

@@ -126,6 +126,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 		})
 	g.addTaskTools(s)
 	g.addFileTools(s)
+	g.addFanoutTools(s)
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.

@@ -262,9 +262,9 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				tools, hosts  []string
 			}{
 				// The task tools come with bash.
-				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "hosts", "list", "move", "patch", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
-				{"dev", f.user("dev"), []string{"bash", "hosts", "read", "task_cancel", "task_list", "task_status"}, []string{"alpha", "beta"}},
-				{"ci", f.ciToken, []string{"hosts", "read"}, []string{"alpha"}},
+				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "fleet_bash", "fleet_read", "hosts", "list", "move", "patch", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"dev", f.user("dev"), []string{"bash", "fleet_bash", "fleet_read", "hosts", "read", "task_cancel", "task_list", "task_status"}, []string{"alpha", "beta"}},
+				{"ci", f.ciToken, []string{"fleet_read", "hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
 			}
 			for _, w := range want {

@@ -300,9 +300,9 @@ func subjectBuilders(host string) []struct{ name, subject string } {
 		{"AllHosts", AllHosts()},
 		{"AgentInboxPrefix", AgentInboxPrefix(host)},
 		{"GatewayInboxPrefix", GatewayInboxPrefix()},
-		{"ReplySubject", ReplySubject(GatewayInboxPrefix()+".g1", "c1")},
+		{"ReplySubject", ReplySubject(GatewayInboxPrefix()+".g1", host)},
 		{"ReplyWildcard", ReplyWildcard(GatewayInboxPrefix() + ".g1")},
-		{"CallIDFromReply", CallIDFromReply(ReplySubject(GatewayInboxPrefix()+".g1", "c1"))},
+		{"HostFromReply", HostFromReply(ReplySubject(GatewayInboxPrefix()+".g1", host))},
 		{"HostFromPresence", HostFromPresence(PresenceSubject(host))},
 	}
 }
@@ -311,7 +311,7 @@ func subjectBuilders(host string) []struct{ name, subject string } {
 // parse subjects into IDs.
 var unversioned = map[string]bool{
 	"AgentInboxPrefix": true, "GatewayInboxPrefix": true, "ReplySubject": true,
-	"ReplyWildcard": true, "CallIDFromReply": true, "HostFromPresence": true,
+	"ReplyWildcard": true, "HostFromReply": true, "HostFromPresence": true,
 }
 
 // wildcardBuilders may (and must) produce NATS wildcards.

@@ -56,15 +56,18 @@ func HostFromPresence(subject string) string {
 	return host
 }
 
-// ReplySubject is the subject a call's frames are sent to: one token per
-// call under a gateway's reply inbox.
-func ReplySubject(inbox, callID string) string { return inbox + "." + callID }
+// ReplySubject is the subject the frames of a gateway's calls to host are
+// sent to: one token per host under the gateway's reply inbox. Every frame
+// names its call (HeaderCall), so all calls to a host share the subject,
+// and the NATS server keeps one reply permission and one routing cache
+// entry per agent rather than one per call ever made.
+func ReplySubject(inbox, host string) string { return inbox + "." + host }
 
-// ReplyWildcard matches the reply subjects of every call under inbox.
+// ReplyWildcard matches the reply subjects of every host under inbox.
 func ReplyWildcard(inbox string) string { return inbox + ".*" }
 
-// CallIDFromReply returns the call ID of a reply subject.
-func CallIDFromReply(subject string) string {
+// HostFromReply returns the host of a reply subject.
+func HostFromReply(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 

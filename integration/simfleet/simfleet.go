@@ -1,0 +1,559 @@
+// Package simfleet runs many simulated agents in one process, for load
+// tests of the gateway and for scenarios with more hosts than real agents
+// can run on one machine. Each simulated agent is a real NATS client with
+// its own connection and credential, speaks the real wire protocol
+// (announce, heartbeat, calls answered with protocol.Result values in
+// numbered frames, fetch of finished results), and reconnects with the
+// agent's own backoff (agent.ReconnectDelay). What it does not do is run
+// anything: bash and read are answered by a Handler, by default a tiny
+// table of commands and files, so thousands cost little CPU and memory.
+//
+// To stay light, all agents share a few worker goroutines: each agent's
+// subscriptions deliver into one shared channel (nats.ChanSubscribe), so
+// an agent costs its connection's own goroutines and buffers only.
+package simfleet
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Handler answers one call of a simulated host. It runs on a shared
+// worker and must not block for long; Config.Delay simulates slow hosts.
+type Handler func(host string, call *protocol.Call) *protocol.Result
+
+// Config describes a simulated fleet.
+type Config struct {
+	// URL is the NATS server the agents dial.
+	URL string
+	// Hosts are the agents' host names.
+	Hosts []string
+	// Credential returns the NATS user and password of a host (nil: no
+	// authentication).
+	Credential func(host string) (user, password string)
+	// Labels are announced by every agent.
+	Labels map[string]string
+	// Heartbeat is how often each agent announces itself. Default 5 s,
+	// as real agents do; the agents' heartbeats are spread over it.
+	Heartbeat time.Duration
+	// ReconnectMin and ReconnectMax bound the reconnect backoff, as the
+	// agent's settings of the same names do. Defaults: the agent's.
+	ReconnectMin, ReconnectMax time.Duration
+	// Handler answers calls. Default: DefaultHandler(nil).
+	Handler Handler
+	// Delay is added before every answer.
+	Delay time.Duration
+	// Workers handle calls for all agents. Default 8.
+	Workers int
+	// DialConcurrency bounds agents connecting at once at Start.
+	// Default 64.
+	DialConcurrency int
+	// Logger receives connection trouble. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Fleet is a running simulated fleet.
+type Fleet struct {
+	cfg    Config
+	agents []*simAgent
+	bySub  sync.Map // *nats.Subscription -> *simAgent
+	msgs   chan *nats.Msg
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   *resultCache
+
+	// Calls counts calls answered.
+	Calls atomic.Int64
+
+	errMu     sync.Mutex
+	reconnErr map[string]int
+}
+
+type simAgent struct {
+	f        *Fleet
+	host     string
+	announce []byte // the announce, encoded once
+	mu       sync.Mutex
+	nc       *nats.Conn
+	beat     *time.Timer
+	// reconnected is when the agent last rejoined after losing its
+	// connection (zero: never).
+	reconnected atomic.Int64
+	connected   atomic.Bool
+}
+
+// Start connects every agent and waits until each has subscribed and
+// announced itself (or ctx ends).
+func Start(ctx context.Context, cfg Config) (*Fleet, error) {
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.ReconnectMin == 0 {
+		cfg.ReconnectMin = agent.DefaultReconnectMin
+	}
+	if cfg.ReconnectMax == 0 {
+		cfg.ReconnectMax = agent.DefaultReconnectMax
+	}
+	if cfg.Handler == nil {
+		cfg.Handler = DefaultHandler(nil)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 8
+	}
+	if cfg.DialConcurrency == 0 {
+		cfg.DialConcurrency = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	f := &Fleet{cfg: cfg, msgs: make(chan *nats.Msg, 1<<16), ctx: fctx, cancel: cancel, done: newResultCache(1 << 17)}
+	started := time.Now().UTC()
+	for _, h := range cfg.Hosts {
+		if err := protocol.ValidateHost(h); err != nil {
+			cancel()
+			return nil, err
+		}
+		a := &simAgent{f: f, host: h}
+		a.announce = mustJSON(protocol.Announce{
+			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim", Labels: cfg.Labels,
+			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
+			StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
+		})
+		f.agents = append(f.agents, a)
+	}
+	for range cfg.Workers {
+		f.wg.Go(f.worker)
+	}
+	sem := make(chan struct{}, cfg.DialConcurrency)
+	errs := make(chan error, len(f.agents))
+	var dials sync.WaitGroup
+	for _, a := range f.agents {
+		sem <- struct{}{}
+		dials.Go(func() {
+			defer func() { <-sem }()
+			errs <- a.dial()
+		})
+	}
+	dials.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		if err != nil {
+			all = append(all, err)
+		}
+	}
+	if len(all) > 0 {
+		f.Close()
+		return nil, fmt.Errorf("%d of %d simulated agents could not connect; first: %w", len(all), len(f.agents), all[0])
+	}
+	f.startHeartbeats()
+	return f, nil
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// dial connects the agent, subscribes and announces.
+func (a *simAgent) dial() error {
+	cfg := &a.f.cfg
+	opts := []nats.Option{
+		nats.Name("fleet-sim " + a.host),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			return agent.ReconnectDelay(attempts, cfg.ReconnectMin, cfg.ReconnectMax)
+		}),
+		nats.PingInterval(10 * time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.CustomInboxPrefix(protocol.AgentInboxPrefix(a.host)),
+		// Announces are skipped while disconnected; nothing else is
+		// published then, so no reconnect buffer is needed.
+		nats.ReconnectBufSize(-1),
+		nats.WriteBufferSize(4 << 10),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { a.connected.Store(false) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			a.reconnected.Store(time.Now().UnixNano())
+			a.connected.Store(true)
+			a.publishAnnounce(nc)
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { a.connected.Store(false) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.f.reconnectFailed(err) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			cfg.Logger.Warn("NATS error", "host", a.host, "err", err)
+		}),
+	}
+	if cfg.Credential != nil {
+		user, pass := cfg.Credential(a.host)
+		opts = append(opts, nats.UserInfo(user, pass))
+	}
+	var nc *nats.Conn
+	var err error
+	for attempt := 1; ; attempt++ {
+		nc, err = nats.Connect(cfg.URL, opts...)
+		if err == nil {
+			break
+		}
+		if a.f.ctx.Err() != nil || attempt >= 20 {
+			return fmt.Errorf("simulated agent %s: %w", a.host, err)
+		}
+		time.Sleep(agent.ReconnectDelay(attempt, cfg.ReconnectMin, cfg.ReconnectMax))
+	}
+	for _, subj := range []string{protocol.HostSubjects(a.host), protocol.DiscoverSubject()} {
+		sub, err := nc.ChanSubscribe(subj, a.f.msgs)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("simulated agent %s: subscribe: %w", a.host, err)
+		}
+		a.f.bySub.Store(sub, a)
+	}
+	if err := nc.Flush(); err != nil {
+		nc.Close()
+		return fmt.Errorf("simulated agent %s: %w", a.host, err)
+	}
+	a.mu.Lock()
+	a.nc = nc
+	a.mu.Unlock()
+	a.connected.Store(true)
+	a.publishAnnounce(nc)
+	return nil
+}
+
+func (a *simAgent) conn() *nats.Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.nc
+}
+
+func (a *simAgent) publishAnnounce(nc *nats.Conn) {
+	if nc != nil && nc.IsConnected() {
+		_ = nc.Publish(protocol.PresenceSubject(a.host), a.announce)
+	}
+}
+
+// startHeartbeats announces every agent once per Heartbeat, the agents
+// spread evenly over it. Each agent has its own timer, as each real agent
+// has its own heartbeat, so one stalled connection delays no other.
+func (f *Fleet) startHeartbeats() {
+	for i, a := range f.agents {
+		offset := f.cfg.Heartbeat * time.Duration(i) / time.Duration(len(f.agents))
+		a.mu.Lock()
+		a.beat = time.AfterFunc(offset, a.heartbeat)
+		a.mu.Unlock()
+	}
+}
+
+func (a *simAgent) heartbeat() {
+	if a.f.ctx.Err() != nil {
+		return
+	}
+	a.publishAnnounce(a.conn())
+	a.mu.Lock()
+	a.beat.Reset(a.f.cfg.Heartbeat)
+	a.mu.Unlock()
+}
+
+func (f *Fleet) worker() {
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case m := <-f.msgs:
+			v, ok := f.bySub.Load(m.Sub)
+			if !ok {
+				continue
+			}
+			v.(*simAgent).handle(m)
+		}
+	}
+}
+
+func (a *simAgent) handle(m *nats.Msg) {
+	switch {
+	case m.Subject == protocol.DiscoverSubject():
+		a.publishAnnounce(a.conn())
+	case m.Subject == protocol.CallSubject(a.host):
+		a.onCall(m)
+	case m.Subject == protocol.FetchSubject(a.host):
+		var fe protocol.Fetch
+		if json.Unmarshal(m.Data, &fe) != nil || m.Reply == "" {
+			return
+		}
+		if data := a.f.done.get(fe.CallID); data != nil {
+			a.publishResult(m.Reply, fe.CallID, data)
+			return
+		}
+		a.reply(m.Reply, protocol.ErrorResult(fe.CallID, protocol.CodeUnknownCall, fmt.Sprintf("simulated host %s has no record of call %s", a.host, fe.CallID)))
+	}
+	// Cancels need nothing: a simulated call is over at once.
+}
+
+func (a *simAgent) onCall(m *nats.Msg) {
+	fr, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
+	if err != nil || fr.Kind != protocol.KindCall || m.Reply == "" {
+		return
+	}
+	if fr.Parts != 1 {
+		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeTooLarge, "simulated agents take single-part calls only"))
+		return
+	}
+	var call protocol.Call
+	if err := json.Unmarshal(fr.Data, &call); err != nil {
+		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()))
+		return
+	}
+	if call.ID != fr.CallID || call.Host != a.host {
+		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeBadRequest, "call does not match its frame or host"))
+		return
+	}
+	answer := func() {
+		res := a.f.cfg.Handler(a.host, &call)
+		res.CallID = call.ID
+		data, err := protocol.EncodeResult(res)
+		if err != nil {
+			data, _ = protocol.EncodeResult(protocol.ErrorResult(call.ID, protocol.CodeInternal, err.Error()))
+		}
+		a.f.done.put(call.ID, data)
+		a.publishResult(m.Reply, call.ID, data)
+		a.f.Calls.Add(1)
+	}
+	if d := a.f.cfg.Delay; d > 0 {
+		time.AfterFunc(d, answer)
+		return
+	}
+	answer()
+}
+
+func (a *simAgent) reply(reply string, res *protocol.Result) {
+	data, _ := protocol.EncodeResult(res)
+	a.publishResult(reply, res.CallID, data)
+}
+
+// publishResult sends an encoded result in numbered parts, as agents do.
+func (a *simAgent) publishResult(reply, id string, data []byte) {
+	nc := a.conn()
+	if nc == nil {
+		return
+	}
+	size := protocol.ChunkSize
+	if mp := nc.MaxPayload(); mp > 0 {
+		size = int(max(min(int64(size), mp-1024), 1024))
+	}
+	parts, err := protocol.Split(data, size)
+	if err != nil {
+		return
+	}
+	for i, p := range parts {
+		h, body := protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
+		if nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header(h), Data: body}) != nil {
+			return
+		}
+	}
+}
+
+// Close disconnects every agent and stops the workers.
+func (f *Fleet) Close() {
+	f.cancel()
+	for _, a := range f.agents {
+		a.mu.Lock()
+		if a.beat != nil {
+			a.beat.Stop()
+		}
+		a.mu.Unlock()
+		if nc := a.conn(); nc != nil {
+			nc.Close()
+		}
+	}
+	f.wg.Wait()
+}
+
+func (f *Fleet) reconnectFailed(err error) {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	if f.reconnErr == nil {
+		f.reconnErr = make(map[string]int)
+	}
+	f.reconnErr[err.Error()]++
+}
+
+// ReconnectErrors counts failed reconnect attempts by error, and resets
+// the counts.
+func (f *Fleet) ReconnectErrors() map[string]int {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	m := f.reconnErr
+	f.reconnErr = nil
+	return m
+}
+
+// Connected counts agents connected right now.
+func (f *Fleet) Connected() int {
+	n := 0
+	for _, a := range f.agents {
+		if a.connected.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// ReconnectedSince returns, for every agent that rejoined after t, when
+// it did (unsorted).
+func (f *Fleet) ReconnectedSince(t time.Time) []time.Time {
+	var out []time.Time
+	for _, a := range f.agents {
+		if ns := a.reconnected.Load(); ns > t.UnixNano() {
+			out = append(out, time.Unix(0, ns))
+		}
+	}
+	return out
+}
+
+// Kill closes the connections of hosts without a goodbye, as a crashed
+// machine would; they do not come back.
+func (f *Fleet) Kill(hosts ...string) {
+	for _, a := range f.agents {
+		for _, h := range hosts {
+			if a.host == h {
+				if nc := a.conn(); nc != nil {
+					nc.Close()
+				}
+			}
+		}
+	}
+}
+
+// resultCache keeps finished results for fetches, the newest max, in a
+// ring.
+type resultCache struct {
+	mu   sync.Mutex
+	data map[string][]byte
+	ring []string
+	next int
+}
+
+func newResultCache(max int) *resultCache {
+	return &resultCache{data: make(map[string][]byte), ring: make([]string, max)}
+}
+
+func (c *resultCache) put(id string, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.ring[c.next]; old != "" {
+		delete(c.data, old)
+	}
+	c.ring[c.next] = id
+	c.next = (c.next + 1) % len(c.ring)
+	c.data[id] = data
+}
+
+func (c *resultCache) get(id string) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.data[id]
+}
+
+// DefaultHandler answers like an unrestricted agent whose file system
+// holds files (path → content) and whose shell knows only a few
+// commands: true, false, exit N, echo WORDS and hostname. Anything else
+// exits with 127, so nobody mistakes a simulated result for a real one.
+// read returns the content with its SHA-256 as structured content, as
+// agents do.
+func DefaultHandler(files map[string]string) Handler {
+	return func(host string, call *protocol.Call) *protocol.Result {
+		switch call.Tool {
+		case "read":
+			var args struct {
+				Path string `json:"path"`
+			}
+			_ = json.Unmarshal(call.Args, &args)
+			content, ok := files[args.Path]
+			if !ok {
+				return &protocol.Result{IsError: true, Content: []protocol.Content{protocol.Text(args.Path + ": no such file")}}
+			}
+			return ReadResult(content)
+		case "bash":
+			var args struct {
+				Command string `json:"command"`
+			}
+			_ = json.Unmarshal(call.Args, &args)
+			return simulatedShell(host, args.Command)
+		}
+		return protocol.ErrorResult(call.ID, protocol.CodeUnknownTool, fmt.Sprintf("simulated host %s does not serve tool %q", host, call.Tool))
+	}
+}
+
+// ReadResult is a read tool's result for content, with its SHA-256.
+func ReadResult(content string) *protocol.Result {
+	sum := sha256.Sum256([]byte(content))
+	text := content
+	if text == "" {
+		text = "(empty file)"
+	}
+	return &protocol.Result{
+		Content:    []protocol.Content{protocol.Text(text)},
+		Structured: mustJSON(map[string]string{"sha256": hex.EncodeToString(sum[:])}),
+	}
+}
+
+// BashResult is a bash tool's result for output and exit code, worded as
+// the bash tool words it.
+func BashResult(output string, exit int) *protocol.Result {
+	if output == "" {
+		output = "(no output)"
+	}
+	if exit == 0 {
+		return &protocol.Result{Content: []protocol.Content{protocol.Text(output)}}
+	}
+	return &protocol.Result{IsError: true, Content: []protocol.Content{protocol.Text(output + "\n\nCommand exited with code " + strconv.Itoa(exit))}}
+}
+
+func simulatedShell(host, command string) *protocol.Result {
+	fields := strings.Fields(command)
+	if len(fields) == 0 {
+		return BashResult("", 0)
+	}
+	switch fields[0] {
+	case "true":
+		return BashResult("", 0)
+	case "false":
+		return BashResult("", 1)
+	case "hostname":
+		return BashResult(host+"\n", 0)
+	case "echo":
+		return BashResult(strings.Join(fields[1:], " ")+"\n", 0)
+	case "exit":
+		n := 0
+		if len(fields) > 1 {
+			n, _ = strconv.Atoi(fields[1])
+		}
+		return BashResult("", n)
+	}
+	return BashResult("bash: "+fields[0]+": command not found (simulated agent)\n", 127)
+}
