@@ -92,21 +92,14 @@ func (t *toolbox) imageLimits() imageLimits {
 	return imageLimits{maxDim: t.cfg.ImageMaxDimension, maxEncoded: t.cfg.ImageMaxBytes, maxPixels: imageMaxPixels}
 }
 
-// readMedia answers a read of an image file or one with binary_base64.
-// It returns nil for any other file, which read then reads as text, and
-// leaves the reporting of files it cannot open to the text path too.
-func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *readArgs, path, target string) *protocol.Result {
-	f, size, err := t.openRegular(path, target, "binary_base64 reads regular files only")
-	if err != nil {
-		if a.BinaryBase64 {
-			return textFailure(tc, err)
-		}
-		return nil
-	}
-	defer f.Close()
+// readMedia answers a read of an image file or one with binary_base64,
+// given the file opened by openRegular and its size. It returns nil for
+// any other file, which read then reads as text from the start (readMedia
+// looks at the first bytes without moving the file's offset).
+func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *readArgs, path string, f *os.File, size int64) *protocol.Result {
 	head := make([]byte, imageHeadLen)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		if a.BinaryBase64 {
 			return toolFailure(tc, "%s", fsProblem(path, err))
 		}

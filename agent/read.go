@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
@@ -57,15 +56,23 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	// Images (told by their first bytes) and binary_base64 reads.
-	if r := t.readMedia(ctx, tc, &a, path, target); r != nil {
-		return r
+	refusal := "read returns text only"
+	if a.BinaryBase64 {
+		refusal = "binary_base64 reads regular files only"
 	}
-	f, br, err := t.openText(path, target, "read returns text only")
+	f, size, err := t.openRegular(path, target, refusal)
 	if err != nil {
 		return textFailure(tc, err)
 	}
 	defer f.Close()
+	// Images (told by their first bytes) and binary_base64 reads.
+	if r := t.readMedia(ctx, tc, &a, path, f, size); r != nil {
+		return r
+	}
+	br, err := t.checkText(f, path, refusal)
+	if err != nil {
+		return textFailure(tc, err)
+	}
 	if a.Anchor != "" {
 		return readAnchored(ctx, tc, path, br, a.anchorArgs)
 	}
@@ -134,33 +141,9 @@ func textFailure(tc *toolCall, err error) *protocol.Result {
 // following links (see openDir). A problem says what is wrong with path;
 // refusal says what the calling tool accepts.
 func (t *toolbox) openText(path, target, refusal string) (*os.File, *bufio.Reader, error) {
-	if target == "/" {
-		return nil, nil, problem(notRegular(path, fs.ModeDir, refusal))
-	}
-	d, err := openDir(filepath.Dir(target), false)
+	f, _, err := t.openRegular(path, target, refusal)
 	if err != nil {
-		return nil, nil, problem(fsProblem(path, err))
-	}
-	defer d.Close()
-	name := filepath.Base(target)
-	// Look before opening: opening a named pipe waits for a writer, and
-	// opening a device can have effects of its own.
-	meta, err := d.lstat(name)
-	switch {
-	case err != nil:
-		return nil, nil, problem(fsProblem(path, err))
-	case meta.mode&fs.ModeSymlink != 0:
-		return nil, nil, problem(fsProblem(path, errSwapped))
-	}
-	if p := notRegular(path, meta.mode, refusal); p != "" {
-		return nil, nil, problem(p)
-	}
-	// Should the file become a pipe after the look, O_NONBLOCK keeps the
-	// open from waiting (it changes nothing for regular files), and the
-	// second look, at what was opened, refuses it.
-	f, err := d.openRead(name)
-	if err != nil {
-		return nil, nil, problem(fsProblem(path, err))
+		return nil, nil, err
 	}
 	br, err := t.checkText(f, path, refusal)
 	if err != nil {
