@@ -85,6 +85,9 @@ func New(cfg Config) (*Agent, error) {
 		ImageMaxDimension:  cfg.ImageMaxDimension,
 		ImageMaxBytes:      cfg.ImageMaxBytes,
 		BinaryMaxBytes:     cfg.BinaryMaxBytes,
+		SpillMaxBytes:      cfg.OutputFileMaxBytes,
+		SpillMaxAge:        cfg.OutputRetention,
+		SpillMaxFiles:      cfg.MaxOutputFiles,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,10 +29,12 @@ const (
 	bashGrace = 200 * time.Millisecond
 	// bashReadSize is the size of the chunks read from the output pipe.
 	bashReadSize = 32 << 10
-	// spillMaxAge and spillMaxFiles bound the full-output files kept in
+	// spillMaxAge, spillMaxFiles and spillMaxBytes are the defaults of
+	// toolboxConfig's bounds on the full-output files kept in
 	// StateDir/output.
 	spillMaxAge   = 7 * 24 * time.Hour
 	spillMaxFiles = 500
+	spillMaxBytes = 100 << 20
 )
 
 // bashArgs are the arguments of the bash tool.
@@ -67,6 +70,7 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 		return toolFailure(tc, "(no output)\n\nCommand cancelled")
 	}
 	out := newOutputSink(tc.Output, t.spillPath(tc.ID))
+	out.maxSpill, out.maxAge, out.maxFiles = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles
 	st, err := t.runShell(ctx, a.Command, timeout, out)
 	if err != nil {
 		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
@@ -254,7 +258,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		text = "(no output)"
 	}
 	if tr.Truncated {
-		text += "\n\n" + spillNote(tr, out.lastLineLen(), saved, saveErr)
+		text += "\n\n" + spillNote(tr, out.lastLineLen(), saved, saveErr, out.savedPart())
 	}
 	status := ""
 	switch {
@@ -279,10 +283,13 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 
 // spillNote is the note after truncated output that says what is shown
 // and where the rest is.
-func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error) string {
+func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error, part string) string {
 	where := "Full output: " + saved
-	if saveErr != nil {
+	switch {
+	case saveErr != nil:
 		where = "Full output could not be saved: " + saveErr.Error()
+	case part != "":
+		where = part + ": " + saved
 	}
 	switch {
 	case tr.LastLinePartial:
@@ -325,6 +332,14 @@ type outputSink struct {
 	spill     *os.File // open while the output is being saved
 	spillErr  error    // why the output could not be saved
 	spilled   bool     // the full-output file was created
+	// maxSpill bounds the full-output file (0: spillMaxBytes); what
+	// comes after is not saved. maxAge and maxFiles bound the files kept
+	// (0: spillMaxAge, spillMaxFiles).
+	maxSpill int64
+	maxAge   time.Duration
+	maxFiles int
+	saved    int64 // bytes written to the full-output file
+	cut      bool  // the full-output file reached maxSpill
 
 	total    int64 // bytes of output
 	newlines int
@@ -409,17 +424,37 @@ func (s *outputSink) startSpill() {
 		return
 	}
 	s.spill = f
-	pruneSpillFiles(dir, s.spillPath, time.Now(), spillMaxAge, spillMaxFiles)
+	pruneSpillFiles(dir, s.spillPath, time.Now(), cmp.Or(s.maxAge, spillMaxAge), cmp.Or(s.maxFiles, spillMaxFiles))
 	s.save(s.buf)
 }
 
-// save appends p to the full-output file; after an error it stops saving.
+// save appends p to the full-output file; after an error, or once the
+// file holds maxSpill bytes, it stops saving.
 func (s *outputSink) save(p []byte) {
-	if _, err := s.spill.Write(p); err != nil {
-		s.spillErr = err
-		s.spill.Close()
-		s.spill = nil
+	limit := cmp.Or(s.maxSpill, spillMaxBytes)
+	if room := limit - s.saved; int64(len(p)) > room {
+		p = p[:max(room, 0)]
+		s.cut = true
 	}
+	n, err := s.spill.Write(p)
+	s.saved += int64(n)
+	if err == nil && !s.cut {
+		return
+	}
+	if err != nil {
+		s.spillErr = err
+	}
+	s.spill.Close()
+	s.spill = nil
+}
+
+// savedPart describes a full-output file that holds only the start of
+// the output; "" when it holds all of it.
+func (s *outputSink) savedPart() string {
+	if !s.cut {
+		return ""
+	}
+	return fmt.Sprintf("Full output (its first %s of %s; the host saves at most %s per command)", humanSize(s.saved), humanSize(s.total), humanSize(cmp.Or(s.maxSpill, spillMaxBytes)))
 }
 
 // whole reports whether the buffer holds all the output.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -455,5 +456,25 @@ func TestDrainOutputSlowReader(t *testing.T) {
 	pr.Close()
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("an empty pipe held open took %v to cut off", d)
+	}
+}
+
+// The full-output file holds at most SpillMaxBytes; the note says it is
+// the start of the output and how much there was.
+func TestBashFullOutputFileCapped(t *testing.T) {
+	tb := tbNew(t)
+	tb.cfg.SpillMaxBytes = 200 << 10
+	r, _ := tbCall(t, context.Background(), tb, "bash", map[string]any{"command": "head -c 1000000 /dev/zero | tr '\\0' 'x'; echo; echo end"})
+	text := tbText(t, r)
+	m := regexp.MustCompile(`Full output \(its first 200\.0KB of 976\.6KB; the host saves at most 200\.0KB per command\): (\S+)\]`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("note does not describe a capped full-output file:\n%s", text[max(0, len(text)-400):])
+	}
+	fi, err := os.Stat(m[1])
+	if err != nil || fi.Size() != 200<<10 {
+		t.Fatalf("full-output file: %v, %v; want exactly %d bytes", fi, err, 200<<10)
+	}
+	if !strings.HasPrefix(text, "end\n\n\n[Showing lines 2-2 of 2") {
+		t.Errorf("the shown tail lost the end of the output: %q", text[max(0, len(text)-300):])
 	}
 }

@@ -67,6 +67,13 @@ type Config struct {
 	// BinaryMaxBytes is the largest file read loads whole: an image, or
 	// any file read with binary_base64. Default 20 MiB.
 	BinaryMaxBytes int64
+	// OutputFileMaxBytes bounds the full output a bash call saves on the
+	// host when its result is truncated; the rest is not saved. Default
+	// 100 MiB. OutputRetention and MaxOutputFiles bound the full-output
+	// files kept (oldest removed first). Defaults 7 days and 500.
+	OutputFileMaxBytes int64
+	OutputRetention    time.Duration
+	MaxOutputFiles     int
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
@@ -206,6 +213,10 @@ func (c *Config) validate() error {
 	}
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
+	}
+	if c.OutputFileMaxBytes < 0 || c.OutputRetention < 0 || c.MaxOutputFiles < 0 {
+		errs = append(errs, fmt.Errorf("full-output limits must not be negative (file %d bytes, retention %s, %d files); leave them at 0 for the defaults",
+			c.OutputFileMaxBytes, c.OutputRetention, c.MaxOutputFiles))
 	}
 	return errors.Join(errs...)
 }

@@ -67,6 +67,11 @@ type toolboxConfig struct {
 	// BinaryMaxBytes is the largest file read loads whole: an image, or
 	// any file with binary_base64 (0: 20 MiB).
 	BinaryMaxBytes int64
+	// SpillMaxBytes bounds one bash full-output file (0: 100 MiB);
+	// SpillMaxAge and SpillMaxFiles bound the ones kept (0: 7 days, 500).
+	SpillMaxBytes int64
+	SpillMaxAge   time.Duration
+	SpillMaxFiles int
 	// Host is this host's name, for messages.
 	Host string
 	// Tasks bounds background tasks (zero values: the defaults).

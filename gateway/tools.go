@@ -86,7 +86,7 @@ const (
 		"expected_sha256 edits only the version you read. The structured result has the new sha256."
 	descSkill = "Load a skill's instructions on a host (from hosts or resource://skills): the SKILL.md text plus the paths of its bundled files, which read can fetch."
 	descBash  = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
-		"Output is truncated to the last 2000 lines or 50KB; the full output is then saved to a file on the host (path given, readable with read). " +
+		"Output is truncated to the last 2000 lines or 50KB; the full output (its first 100 MiB unless the host sets otherwise) is then saved to a file on the host (path given, readable with read; kept 7 days). " +
 		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
 		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running. " +
 		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
