@@ -39,7 +39,10 @@ func (t *toolbox) delete(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	unlock := t.lockFile(target)
+	unlock, err := t.lockFile(target)
+	if err != nil {
+		return toolFailure(tc, "%v; nothing was changed", err)
+	}
 	defer unlock()
 
 	d, meta, err := entryMeta(target)

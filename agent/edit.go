@@ -51,7 +51,10 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	unlock := t.lockFile(target)
+	unlock, err := t.lockFile(target)
+	if err != nil {
+		return toolFailure(tc, "%v; nothing was changed", err)
+	}
 	defer unlock()
 
 	content, err := t.loadText(path, target)

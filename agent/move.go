@@ -53,7 +53,10 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	if target == destTarget {
 		return toolFailure(tc, "destination %s is the same as path %s; nothing to move", dest, path)
 	}
-	unlock := t.lockPair(target, destTarget)
+	unlock, err := t.lockPair(target, destTarget)
+	if err != nil {
+		return toolFailure(tc, "%v; nothing was moved", err)
+	}
 	defer unlock()
 
 	src, meta, err := entryMeta(target)
@@ -99,16 +102,10 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	return r
 }
 
-// lockPair locks two paths in a fixed order, so that two moves between
-// the same paths cannot deadlock, and returns the function that unlocks
-// both.
-func (t *toolbox) lockPair(a, b string) (unlock func()) {
-	if b < a {
-		a, b = b, a
-	}
-	ua := t.lockFile(a)
-	ub := t.lockFile(b)
-	return func() { ub(); ua() }
+// lockPair locks two paths (see lockFiles) and returns the function that
+// unlocks both.
+func (t *toolbox) lockPair(a, b string) (unlock func(), err error) {
+	return t.lockFiles(a, b)
 }
 
 // checkMoveTree checks a directory move: the tree must not hold the

@@ -97,9 +97,15 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	if r != nil {
 		return r
 	}
-	for _, pt := range targets { // sorted: two patches lock shared files in one order
-		defer t.locks.lock(pt.key)()
+	keys := make([]string, len(targets))
+	for i, pt := range targets {
+		keys[i] = pt.key
 	}
+	unlock, err := t.lockFiles(keys...)
+	if err != nil {
+		return toolFailure(tc, "patch: %v; nothing was changed", err)
+	}
+	defer unlock()
 	if r := t.loadTargets(tc, targets); r != nil {
 		return r
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -392,3 +393,34 @@ func identity(fi fs.FileInfo) (fileID, bool) {
 	}
 	return fileID{uint64(st.Dev), uint64(st.Ino)}, true // the types differ by system
 }
+
+// flockDir takes an exclusive flock on the directory dir and returns the
+// descriptor that holds it (closing it releases the lock). It polls, so
+// that a process that holds the lock for good cannot make it wait for
+// ever: after wait it gives up with errDirLocked.
+func flockDir(dir string, wait time.Duration) (int, error) {
+	fd, err := retry(func() (int, error) {
+		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	})
+	if err != nil {
+		return -1, err
+	}
+	deadline := time.Now().Add(wait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		_, err := retry(func() (int, error) { return 0, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+		if err == nil {
+			return fd, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			unix.Close(fd)
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				err = errDirLocked
+			}
+			return -1, err
+		}
+		time.Sleep(pause)
+	}
+}
+
+// closeFD closes a descriptor flockDir returned.
+func closeFD(fd int) { unix.Close(fd) }

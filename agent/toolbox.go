@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -27,6 +29,8 @@ type toolbox struct {
 	home  string   // the user's home directory; empty if unknown
 	guard *guard
 	locks pathLocks
+	// dirLocks keeps other processes out of directories being changed.
+	dirLocks dirLocks
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
 	tasks    *taskManager
@@ -143,9 +147,115 @@ func (t *toolbox) resolve(p string) (string, error) {
 // lockFile serialises mutations of the file at path, a path whose last
 // element is not a symbolic link, and returns the function that ends the
 // critical section. Paths that reach the file through different directory
-// links share one lock.
-func (t *toolbox) lockFile(path string) (unlock func()) {
-	return t.locks.lock(lockKey(path))
+// links share one lock. See lockFiles.
+func (t *toolbox) lockFile(path string) (unlock func(), err error) {
+	return t.lockFiles(path)
+}
+
+// lockFiles locks the files at paths for a mutation of all of them. Within
+// the agent each file has its own lock. Against other processes — another
+// agent on the same host, say — each file's directory is locked with
+// flock, held only while this agent has a mutation running in it, so that
+// two agents cannot both pass a compare-and-swap check before either
+// renames. File locks are taken first, then directory locks, each in
+// sorted order, so that mutations of several files cannot deadlock, here
+// or across processes. A directory that does not exist yet is not locked
+// (there is nothing in it to check). A directory some other process keeps
+// locked for longer than dirLockWait fails the call with errDirLocked.
+func (t *toolbox) lockFiles(paths ...string) (unlock func(), err error) {
+	keys := make([]string, len(paths))
+	for i, p := range paths {
+		keys[i] = lockKey(p)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var undo []func()
+	release := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	for _, k := range keys {
+		undo = append(undo, t.locks.lock(k))
+	}
+	dirs := make([]string, len(keys))
+	for i, k := range keys {
+		dirs[i] = filepath.Dir(k)
+	}
+	slices.Sort(dirs)
+	for _, d := range slices.Compact(dirs) {
+		u, err := t.dirLocks.lock(d)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		undo = append(undo, u)
+	}
+	return release, nil
+}
+
+// dirLockWait bounds how long a mutation waits for another process's lock
+// on a directory.
+const dirLockWait = 10 * time.Second
+
+// errDirLocked reports a directory another process keeps locked.
+var errDirLocked = errors.New("another process has held a lock on this directory for more than 10 s (another fleet agent on this host would hold it for milliseconds); nothing was changed, try again")
+
+// dirLocks holds this agent's flock on each directory it is changing
+// files in. The flock is shared by all of the agent's mutations in the
+// directory (their files have their own locks) and released when the
+// last of them ends.
+type dirLocks struct {
+	mu sync.Mutex
+	m  map[string]*dirLock
+}
+
+type dirLock struct {
+	ready chan struct{} // closed once fd and err are set
+	fd    int
+	err   error
+	refs  int // guarded by dirLocks.mu
+}
+
+// lock locks dir against other processes and returns the function that
+// unlocks it.
+func (l *dirLocks) lock(dir string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*dirLock{}
+	}
+	e := l.m[dir]
+	if e == nil {
+		e = &dirLock{ready: make(chan struct{})}
+		l.m[dir] = e
+		e.refs++
+		l.mu.Unlock()
+		e.fd, e.err = flockDir(dir, dirLockWait)
+		if errors.Is(e.err, fs.ErrNotExist) {
+			e.err = nil // nothing there to protect yet
+		}
+		close(e.ready)
+	} else {
+		e.refs++
+		l.mu.Unlock()
+		<-e.ready
+	}
+	release := func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, dir)
+			if e.fd >= 0 && e.err == nil {
+				closeFD(e.fd)
+			}
+		}
+	}
+	if e.err != nil {
+		err := fmt.Errorf("%s: %w", dir, e.err)
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // lockKey is the name under which lockFile locks path.

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -250,10 +252,16 @@ func TestToolboxLockFileThroughLinks(t *testing.T) {
 	if err := os.Symlink(real, filepath.Join(tb.cfg.Cwd, "alias")); err != nil {
 		t.Fatal(err)
 	}
-	unlock := tb.lockFile(filepath.Join(tb.cfg.Cwd, "alias", "f.txt"))
+	unlock, err := tb.lockFile(filepath.Join(tb.cfg.Cwd, "alias", "f.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := make(chan bool)
 	go func() {
-		u := tb.lockFile(filepath.Join(real, "f.txt"))
+		u, err := tb.lockFile(filepath.Join(real, "f.txt"))
+		if err != nil {
+			t.Error(err)
+		}
 		got <- true
 		u()
 	}()
@@ -264,4 +272,64 @@ func TestToolboxLockFileThroughLinks(t *testing.T) {
 	}
 	unlock()
 	<-got
+}
+
+// Two agents on one host (two toolboxes here: their in-process locks are
+// separate, as two processes' would be) changing one file with the same
+// expected hash: the directory lock lets exactly one win.
+func TestTwoAgentsOneFileCompareAndSwap(t *testing.T) {
+	a, b := tbNew(t), tbNew(t)
+	p := filepath.Join(a.cfg.Cwd, "shared.txt")
+	if err := os.WriteFile(p, []byte("v0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256Hex([]byte("v0\n"))
+	for round := range 20 {
+		var wg sync.WaitGroup
+		results := make([]bool, 8)
+		for i := range results {
+			tb := []*toolbox{a, b}[i%2]
+			wg.Go(func() {
+				r, _ := tbCall(t, context.Background(), tb, "write", map[string]any{"path": p, "content": fmt.Sprintf("round %d writer %d\n", round, i), "expected_sha256": want})
+				results[i] = !r.IsError
+			})
+		}
+		wg.Wait()
+		if n := len(slices.DeleteFunc(results, func(ok bool) bool { return !ok })); n != 1 {
+			t.Fatalf("round %d: %d writers won, want exactly 1", round, n)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = sha256Hex(data)
+	}
+	if a.dirLocks.m != nil && len(a.dirLocks.m) != 0 {
+		t.Errorf("directory locks left held: %v", a.dirLocks.m)
+	}
+}
+
+// A directory another process keeps locked fails the change after the
+// wait, changing nothing; a directory that does not exist yet is not
+// locked.
+func TestDirLockHeldElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	fd, err := flockDir(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(fd)
+	start := time.Now()
+	if _, err := flockDir(dir, 100*time.Millisecond); !errors.Is(err, errDirLocked) {
+		t.Fatalf("second lock: %v, want errDirLocked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+	var l dirLocks
+	unlock, err := l.lock(filepath.Join(dir, "not-yet"))
+	if err != nil {
+		t.Fatalf("missing directory: %v", err)
+	}
+	unlock()
 }

@@ -49,7 +49,10 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	unlock := t.lockFile(target)
+	unlock, err := t.lockFile(target)
+	if err != nil {
+		return toolFailure(tc, "%v; nothing was changed", err)
+	}
 	defer unlock()
 	if createOnly {
 		if r := t.refuseExisting(tc, path, target); r != nil {
