@@ -200,7 +200,7 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 // limit, the call is refused with a message that says when to retry.
 func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decision, string) {
 	rd := cc.grants.RateLimit(g.cfg.RateLimit)
-	ok, wait := g.rates.allow(cc.id.Caller().Subject, rd.limit, now)
+	ok, wait := g.rates.allow(string(cc.id.Kind)+":"+cc.id.Subject, rd.limit, now)
 	if ok {
 		return dec, ""
 	}
