@@ -168,15 +168,8 @@ func (c *Config) setDefaults() error {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
 	}
-	if c.ImageMaxDimension == 0 {
-		c.ImageMaxDimension = defaultImageMaxDimension
-	}
-	if c.ImageMaxBytes == 0 {
-		c.ImageMaxBytes = defaultImageMaxBytes
-	}
-	if c.BinaryMaxBytes == 0 {
-		c.BinaryMaxBytes = defaultBinaryMaxBytes
-	}
+	// The media limits get their defaults, and their checks, where the
+	// toolbox is built (setMediaDefaults).
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
