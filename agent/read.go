@@ -69,7 +69,7 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r := t.readMedia(ctx, tc, &a, path, f, size); r != nil {
 		return r
 	}
-	br, err := t.checkText(f, path, refusal)
+	br, err := checkText(f, size, path, refusal)
 	if err != nil {
 		return textFailure(tc, err)
 	}
@@ -141,11 +141,11 @@ func textFailure(tc *toolCall, err error) *protocol.Result {
 // following links (see openDir). A problem says what is wrong with path;
 // refusal says what the calling tool accepts.
 func (t *toolbox) openText(path, target, refusal string) (*os.File, *bufio.Reader, error) {
-	f, _, err := t.openRegular(path, target, refusal)
+	f, size, err := t.openRegular(path, target, refusal)
 	if err != nil {
 		return nil, nil, err
 	}
-	br, err := t.checkText(f, path, refusal)
+	br, err := checkText(f, size, path, refusal)
 	if err != nil {
 		f.Close()
 		return nil, nil, err
@@ -153,28 +153,18 @@ func (t *toolbox) openText(path, target, refusal string) (*os.File, *bufio.Reade
 	return f, br, nil
 }
 
-// checkText looks at an opened file: it must be a regular file, not the
-// agent's credentials under another name, and text.
-func (t *toolbox) checkText(f *os.File, path, refusal string) (*bufio.Reader, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, problem(fsProblem(path, err))
-	}
-	if p := notRegular(path, fi.Mode(), refusal); p != "" {
-		return nil, problem(p)
-	}
-	if err := t.guard.checkOpened(path, fi); err != nil {
-		return nil, err
-	}
+// checkText returns a reader of f, a file openRegular opened and checked,
+// of size bytes, after making sure that it holds text.
+func checkText(f *os.File, size int64, path, refusal string) (*bufio.Reader, error) {
 	// Small files get a small buffer: reads of short files are the common
 	// case and a 64 KiB allocation each would dominate their cost.
-	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(fi.Size())+1)))
+	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(size)+1)))
 	head, err := br.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, problem(fsProblem(path, err))
 	}
 	if looksBinary(head, len(head) < sniffLen) {
-		return nil, problem(fmt.Sprintf("%s is a binary file (%d bytes); %s", path, fi.Size(), refusal))
+		return nil, problem(fmt.Sprintf("%s is a binary file (%d bytes); %s", path, size, refusal))
 	}
 	return br, nil
 }
