@@ -53,7 +53,7 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	if target == destTarget {
 		return toolFailure(tc, "destination %s is the same as path %s; nothing to move", dest, path)
 	}
-	unlock, err := t.lockPair(target, destTarget)
+	unlock, err := t.lockFiles(target, destTarget)
 	if err != nil {
 		return toolFailure(tc, "%v; nothing was moved", err)
 	}
@@ -100,12 +100,6 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	r = toolText(tc, fmt.Sprintf("Moved %s %s to %s", kind, path, dest))
 	r.Structured, _ = json.Marshal(map[string]any{"path": path, "destination": dest, "type": kind})
 	return r
-}
-
-// lockPair locks two paths (see lockFiles) and returns the function that
-// unlocks both.
-func (t *toolbox) lockPair(a, b string) (unlock func(), err error) {
-	return t.lockFiles(a, b)
 }
 
 // checkMoveTree checks a directory move: the tree must not hold the

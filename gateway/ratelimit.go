@@ -87,18 +87,17 @@ type rateDecision struct {
 
 // RateLimit returns the caller's rate limit given the gateway default.
 func (g *Grants) RateLimit(def RateLimit) rateDecision {
-	best := rateDecision{limit: def}
 	if len(g.allow) == 0 {
-		return best
+		return rateDecision{limit: def}
 	}
-	first := true
-	for _, r := range g.allow {
+	var best rateDecision
+	for i, r := range g.allow {
 		cand := rateDecision{limit: def}
-		if r.rate.N > 0 {
+		if !r.rate.Unlimited() {
 			cand = rateDecision{limit: r.rate, rule: r.name}
 		}
-		if first || cand.limit.perSecond() > best.limit.perSecond() {
-			best, first = cand, false
+		if i == 0 || cand.limit.perSecond() > best.limit.perSecond() {
+			best = cand
 		}
 	}
 	return best

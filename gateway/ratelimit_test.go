@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +55,8 @@ func FuzzParseRateLimit(f *testing.F) {
 		if l.N < 1 || l.N > maxRateCalls || (l.Period != time.Second && l.Period != time.Minute && l.Period != time.Hour) {
 			t.Fatalf("%q parsed as out-of-range %+v", s, l)
 		}
-		if !strings.HasPrefix(l.String(), "") || l.perSecond() <= 0 {
-			t.Fatalf("%q: bad rate %v", s, l.perSecond())
+		if !strings.HasPrefix(l.String(), fmt.Sprintf("%d calls per ", l.N)) || l.perSecond() <= 0 {
+			t.Fatalf("%q: parsed as %q, rate %v", s, l, l.perSecond())
 		}
 	})
 }

@@ -19,18 +19,18 @@ func TestCompareAndSwapEndToEnd(t *testing.T) {
 	orig := strings.ReplaceAll("[a]\nx=1\n[b]\nx=2\n[c]\nx=3\n", "\n", "\r\n")
 	res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "win.ini", "content": orig, "overwrite": false})
 	mustOK(t, res)
-	if s := structured(t, res); s["sha256"] != hashOf(orig) || s["created"] != true {
+	if s := structured(t, res); s["sha256"] != sum(orig) || s["created"] != true {
 		t.Fatalf("write structured = %v", s)
 	}
 	mustErr(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": "win.ini", "content": "", "overwrite": false}),
-		"already exists (sha256 "+hashOf(orig)+")")
+		"already exists (sha256 "+sum(orig)+")")
 
 	res = call(t, cs, "read", map[string]any{"host": "alpha", "path": "win.ini", "anchor": "[b]\nx=", "context": 1})
 	if got := mustOK(t, res); got != "x=1\r\n[b]\r\nx=2\r\n[c]\r\n\n[1 more lines in file. Use offset=6 to continue.]" {
 		t.Fatalf("anchored read = %q", got)
 	}
 	s := structured(t, res)
-	if s["sha256"] != hashOf(orig) || s["anchor_line"] != 3.0 || s["start_line"] != 2.0 || s["total_lines"] != 6.0 {
+	if s["sha256"] != sum(orig) || s["anchor_line"] != 3.0 || s["start_line"] != 2.0 || s["total_lines"] != 6.0 {
 		t.Fatalf("read structured = %v", s)
 	}
 
@@ -38,18 +38,18 @@ func TestCompareAndSwapEndToEnd(t *testing.T) {
 		return map[string]any{"host": "alpha", "path": "win.ini", "expected_sha256": expected,
 			"edits": []map[string]any{{"old_string": "[b]\nx=2\n", "new_string": "[b]\nx=20\ny=21\n"}}}
 	}
-	mustErr(t, call(t, cs, "edit", edit(hashOf("stale"))), "has changed: its sha256 is "+hashOf(orig))
-	res = call(t, cs, "edit", edit(hashOf(orig)))
+	mustErr(t, call(t, cs, "edit", edit(sum("stale"))), "has changed: its sha256 is "+sum(orig))
+	res = call(t, cs, "edit", edit(sum(orig)))
 	mustOK(t, res)
 	want := strings.Replace(orig, "[b]\r\nx=2\r\n", "[b]\r\nx=20\r\ny=21\r\n", 1)
 	if data, err := os.ReadFile(file); err != nil || string(data) != want {
 		t.Fatalf("after edit: %q (%v), want %q", data, err, want)
 	}
-	if s := structured(t, res); s["sha256"] != hashOf(want) {
+	if s := structured(t, res); s["sha256"] != sum(want) {
 		t.Fatalf("edit structured = %v", s)
 	}
 	// The same edit again, against the hash it was made for, is refused.
-	mustErr(t, call(t, cs, "edit", edit(hashOf(orig))), "nothing was changed")
+	mustErr(t, call(t, cs, "edit", edit(sum(orig))), "nothing was changed")
 }
 
 // Writers racing through the gateway with the same expected hash: exactly
@@ -73,7 +73,7 @@ func TestRacingWritersOneWins(t *testing.T) {
 		cs := env.Client(eras[i%2].version, nil)
 		wg.Go(func() {
 			content := fmt.Sprintf("v1 from writer %d\n", i)
-			res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "shared.conf", "content": content, "expected_sha256": hashOf("v0\n")})
+			res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "shared.conf", "content": content, "expected_sha256": sum("v0\n")})
 			out[i] = outcome{content, !res.IsError, text(res)}
 		})
 	}
@@ -91,7 +91,7 @@ func TestRacingWritersOneWins(t *testing.T) {
 		t.Fatalf("no writer won: %+v", out)
 	}
 	for _, o := range out {
-		if !o.ok && !strings.Contains(o.text, "its sha256 is "+hashOf(winner)) {
+		if !o.ok && !strings.Contains(o.text, "its sha256 is "+sum(winner)) {
 			t.Errorf("loser's error does not carry the winner's hash: %q", o.text)
 		}
 	}
@@ -102,11 +102,11 @@ func TestRacingWritersOneWins(t *testing.T) {
 	// delete with a stale hash changes nothing; with the current one it
 	// deletes.
 	cs := env.Client("", nil)
-	mustErr(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": hashOf("v0\n")}), "has changed")
+	mustErr(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": sum("v0\n")}), "has changed")
 	if _, err := os.Stat(file); err != nil {
 		t.Fatalf("stale delete removed the file: %v", err)
 	}
-	mustOK(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": hashOf(winner)}))
+	mustOK(t, call(t, cs, "delete", map[string]any{"host": "alpha", "path": "shared.conf", "expected_sha256": sum(winner)}))
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Fatalf("file still there after delete: %v", err)
 	}
@@ -143,5 +143,3 @@ func TestSearchCaps(t *testing.T) {
 		t.Errorf("search output %d bytes, over the 50 KB budget", len(got))
 	}
 }
-
-func hashOf(s string) string { return sum(s) }
