@@ -65,6 +65,9 @@ type checker struct {
 	// directory or on another host: the files they write cannot be
 	// placed.
 	elsewhere bool
+	// stdin is what the command being checked reads on its standard
+	// input, as far as it is known.
+	stdin input
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -150,16 +153,25 @@ func (c *checker) script(src string, lang shellLang) error {
 // walk checks every command under node.
 func (c *checker) walk(node syntax.Node) error {
 	var err error
+	stdins := map[*syntax.CallExpr]input{} // from here-documents
 	syntax.Walk(node, func(n syntax.Node) bool {
 		if err != nil {
 			return false
 		}
 		switch n := n.(type) {
 		case *syntax.CallExpr:
-			err = c.call(n)
+			sub := *c
+			sub.stdin = stdins[n]
+			err = sub.call(n)
 		case *syntax.DeclClause:
 			err = c.decl(n)
 		case *syntax.Stmt:
+			if ce, ok := n.Cmd.(*syntax.CallExpr); ok {
+				stdins[ce], err = c.stdinOf(n.Redirs)
+				if err != nil {
+					break
+				}
+			}
 			err = c.redirects(n.Redirs)
 		case *syntax.CmdSubst:
 			if c.allowList() {
@@ -229,35 +241,25 @@ func (c *checker) command(words []shWord) error {
 
 // match checks the words of one command against the rules.
 func (c *checker) match(words []shWord) error {
-	subject := func(forDeny bool) string {
-		var b strings.Builder
-		for i, w := range words {
-			if i == 0 {
-				if w.literal() {
-					b.WriteString(commandName(w.text, forDeny))
-				} else {
-					b.WriteByte(dyn)
-				}
-				continue
-			}
-			b.WriteByte(' ')
-			b.WriteString(w.text)
-		}
-		return b.String()
-	}
 	if rules := c.p.bash.deny; len(rules) > 0 {
-		s := subject(true)
-		for i := range rules {
-			if rules[i].may(s) {
-				if !strings.Contains(s, string(dyn)) {
-					return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q", clip(joinSrc(words)), rules[i].text)}
-				}
-				return &Denial{"bash.deny", fmt.Sprintf("command %s could match bash.deny %q, depending on values only known when it runs", clip(joinSrc(words)), rules[i].text)}
-			}
+		if err := c.denied(words, rules); err != nil {
+			return err
 		}
 	}
 	if rules := c.p.bash.allow; len(rules) > 0 {
-		s := subject(false)
+		var b strings.Builder
+		for i, w := range words {
+			switch {
+			case i > 0:
+				b.WriteByte(' ')
+				b.WriteString(w.text)
+			case w.literal():
+				b.WriteString(commandName(w.text, false))
+			default:
+				b.WriteByte(dyn)
+			}
+		}
+		s := b.String()
 		for i := range rules {
 			if rules[i].must(s) {
 				return nil

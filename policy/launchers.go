@@ -240,6 +240,8 @@ func sshOptionRuns(o optVal) string {
 	switch o.name {
 	case "F":
 		return "reads a configuration file, which can name local commands to run (ProxyCommand, LocalCommand)"
+	case "I":
+		return "loads a PKCS#11 shared library (-I)"
 	case "o":
 		key := o.val.text
 		if i := strings.IndexAny(key, "= \t"); i >= 0 {
@@ -249,8 +251,10 @@ func sshOptionRuns(o optVal) string {
 		switch {
 		case !o.val.literal():
 			return "takes an option only known when the line runs"
-		case strings.Contains(key, "command"), key == "match", key == "include":
+		case strings.Contains(key, "command"), key == "match", key == "include", key == "xauthlocation":
 			return "takes option " + clip(o.val.src) + ", which can run local commands"
+		case key == "pkcs11provider", key == "securitykeyprovider":
+			return "takes option " + clip(o.val.src) + ", which loads a shared library"
 		}
 	}
 	return ""

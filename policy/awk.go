@@ -1,0 +1,506 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// An awk program can run commands (system(), print | "cmd", "cmd" |
+// getline), write files (print > "file") and read them (getline <
+// "file", which for gawk may be a network connection, /inet/...). The
+// checker reads awk programs with a small lexer, enough to find those
+// constructs whatever the program around them, and checks them: a
+// literal command as a script for /bin/sh, a literal file against the
+// write rules. What it cannot tell (a command built at run time, a
+// program it cannot lex) is refused.
+
+// awkText is a command or file name an awk program gives: known when it
+// is a lone string literal.
+type awkText struct {
+	text  string
+	known bool
+}
+
+// awkProgram is what scanAwk found in an awk program.
+type awkProgram struct {
+	commands []awkText // system(), pipes to and from commands
+	writes   []awkText // print > file, print >> file
+	reads    []awkText // getline < file
+	// dynamic is set for constructs that call what only the running
+	// program knows: an indirect call (@f()), which may be system.
+	dynamic string
+	// includes are @include and @load directives: code the checker
+	// cannot see (@load loads a shared library).
+	includes []string
+	load     bool
+}
+
+// awkTok is one token of an awk program.
+type awkTok struct {
+	kind byte // 'i' name, 'n' number, 's' string, 'r' regexp, 'l' newline, 'o' operator
+	text string
+	// known is false for a string whose escapes the lexer does not model.
+	known bool
+}
+
+// awkKeyword reports whether s is a word after which "/" starts a
+// regular expression.
+func awkKeyword(s string) bool {
+	switch s {
+	case "print", "printf", "return", "in", "do", "else", "case", "delete", "exit", "if", "while", "for",
+		"function", "func", "BEGIN", "END", "BEGINFILE", "ENDFILE", "switch", "default":
+		return true
+	}
+	return false
+}
+
+// lexAwk splits an awk program into tokens.
+func lexAwk(src string) ([]awkTok, error) {
+	ops := []string{"**=", "|&", "||", "&&", ">>", ">=", "<=", "==", "!=", "!~", "++", "--", "+=", "-=", "*=",
+		"/=", "%=", "^=", "**", "::"}
+	var toks []awkTok
+	last := func() *awkTok {
+		if len(toks) == 0 {
+			return nil
+		}
+		return &toks[len(toks)-1]
+	}
+	for i := 0; i < len(src); {
+		ch := src[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v':
+			i++
+		case ch == '\\' && i+1 < len(src) && src[i+1] == '\n':
+			i += 2
+		case ch == '\\' && i+2 < len(src) && src[i+1] == '\r' && src[i+2] == '\n':
+			i += 3
+		case ch == '\n':
+			if l := last(); l == nil || l.kind != 'l' {
+				toks = append(toks, awkTok{kind: 'l', text: "\n"})
+			}
+			i++
+		case ch == '#':
+			for i < len(src) && src[i] != '\n' {
+				i++
+			}
+		case ch == '"':
+			text, known, n, err := awkString(src[i:])
+			if err != nil {
+				return nil, err
+			}
+			toks = append(toks, awkTok{kind: 's', text: text, known: known})
+			i += n
+		case ch == '/':
+			switch regexpAfter(last()) {
+			case ambiguous:
+				return nil, fmt.Errorf("cannot tell whether the / after %q divides or starts a regular expression", last().text)
+			case yes:
+				n, err := awkRegexp(src[i:])
+				if err != nil {
+					return nil, err
+				}
+				toks = append(toks, awkTok{kind: 'r', text: src[i : i+n]})
+				i += n
+			default:
+				if strings.HasPrefix(src[i:], "/=") {
+					toks = append(toks, awkTok{kind: 'o', text: "/="})
+					i += 2
+				} else {
+					toks = append(toks, awkTok{kind: 'o', text: "/"})
+					i++
+				}
+			}
+		case nameByte(ch) && (ch < '0' || ch > '9'):
+			j := i
+			for j < len(src) && nameByte(src[j]) {
+				j++
+			}
+			toks = append(toks, awkTok{kind: 'i', text: src[i:j]})
+			i = j
+		case ch >= '0' && ch <= '9' || ch == '.' && i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
+			j := i
+			for j < len(src) && (nameByte(src[j]) || src[j] == '.' ||
+				(src[j] == '+' || src[j] == '-') && (src[j-1] == 'e' || src[j-1] == 'E')) {
+				j++
+			}
+			toks = append(toks, awkTok{kind: 'n', text: src[i:j]})
+			i = j
+		case ch >= 0x80 || ch < ' ' && ch != '\n':
+			return nil, fmt.Errorf("unexpected character %q", ch)
+		default:
+			op := string(ch)
+			for _, o := range ops {
+				if strings.HasPrefix(src[i:], o) {
+					op = o
+					break
+				}
+			}
+			if strings.IndexByte("{}()[];,<>|!~?:+-*/%^=$@&", ch) < 0 || op == "&" {
+				return nil, fmt.Errorf("unexpected character %q", ch)
+			}
+			toks = append(toks, awkTok{kind: 'o', text: op})
+			i += len(op)
+		}
+	}
+	return toks, nil
+}
+
+type tristate int
+
+const (
+	no tristate = iota
+	yes
+	ambiguous
+)
+
+// regexpAfter says whether a "/" after token prev starts a regular
+// expression (where an operand is expected) or divides (after one).
+// After ++, -- and getline it may be either.
+func regexpAfter(prev *awkTok) tristate {
+	if prev == nil {
+		return yes
+	}
+	switch prev.kind {
+	case 'n', 's', 'r':
+		return no
+	case 'i':
+		switch {
+		case prev.text == "getline":
+			return ambiguous
+		case awkKeyword(prev.text):
+			return yes
+		}
+		return no
+	case 'o':
+		switch prev.text {
+		case ")", "]":
+			return no
+		case "++", "--":
+			return ambiguous
+		}
+	}
+	return yes
+}
+
+// awkString reads a string literal at the start of s, returning its
+// value, whether that value is certain, and its length.
+func awkString(s string) (text string, known bool, n int, err error) {
+	var b strings.Builder
+	known = true
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			return b.String(), known, i + 1, nil
+		case '\n':
+			return "", false, 0, fmt.Errorf("a string runs past the end of its line")
+		case '\\':
+			i++
+			if i == len(s) {
+				break
+			}
+			switch e := s[i]; {
+			case e == '"' || e == '\\' || e == '/':
+				b.WriteByte(e)
+			case e == '\n':
+			case strings.IndexByte("ntabfrv", e) >= 0:
+				b.WriteByte("\n\t\a\b\f\r\v"[strings.IndexByte("ntabfrv", e)])
+			case e >= '0' && e <= '7':
+				v, j := 0, i
+				for ; j < len(s) && j < i+3 && s[j] >= '0' && s[j] <= '7'; j++ {
+					v = v*8 + int(s[j]-'0')
+				}
+				b.WriteByte(byte(v))
+				i = j - 1
+			default:
+				known = false
+				b.WriteByte(e)
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return "", false, 0, fmt.Errorf("a string is not closed")
+}
+
+// awkRegexp returns the length of the regular expression literal at the
+// start of s. Awks disagree on whether a "/" inside brackets ends it;
+// such a regular expression is refused.
+func awkRegexp(s string) (int, error) {
+	inBracket := false
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\n':
+			return 0, fmt.Errorf("a regular expression runs past the end of its line")
+		case '\\':
+			i++
+		case '[':
+			if !inBracket {
+				inBracket = true
+				if i+1 < len(s) && s[i+1] == '^' {
+					i++
+				}
+				if i+1 < len(s) && s[i+1] == ']' {
+					i++
+				}
+			}
+		case ']':
+			inBracket = false
+		case '/':
+			if inBracket {
+				return 0, fmt.Errorf("a / inside brackets in a regular expression ends it in some awks and not in others")
+			}
+			return i + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("a regular expression is not closed")
+}
+
+// scanAwk finds what an awk program runs, writes and reads.
+func scanAwk(src string) (awkProgram, error) {
+	var prog awkProgram
+	toks, err := lexAwk(src)
+	if err != nil {
+		return prog, err
+	}
+	at := func(i int) awkTok {
+		if i < 0 || i >= len(toks) {
+			return awkTok{kind: 'l'} // the ends behave as a newline
+		}
+		return toks[i]
+	}
+	isOp := func(i int, ops ...string) bool {
+		t := at(i)
+		return t.kind == 'o' && slices.Contains(ops, t.text)
+	}
+	ends := func(i int) bool { return at(i).kind == 'l' || isOp(i, ";", "}", ")") }
+	lone := func(i int) awkText { // a string literal standing alone
+		t := at(i)
+		if t.kind == 's' && ends(i+1) {
+			return awkText{t.text, t.known}
+		}
+		return awkText{}
+	}
+	printDepth := -1 // paren depth inside a print statement, or -1
+	for i, t := range toks {
+		switch {
+		case t.kind == 'i' && t.text == "system":
+			cmd := awkText{}
+			if isOp(i+1, "(") && at(i+2).kind == 's' && isOp(i+3, ")") {
+				cmd = awkText{at(i + 2).text, at(i + 2).known}
+			}
+			prog.commands = append(prog.commands, cmd)
+		case t.kind == 'o' && (t.text == "|" || t.text == "|&"):
+			printDepth = -1
+			if at(i+1).kind == 'i' && at(i+1).text == "getline" {
+				cmd := awkText{}
+				if at(i-1).kind == 's' && (at(i-2).kind == 'l' || isOp(i-2, ";", "{", "}", "(", ",", "=", "&&", "||", "!", "?", ":")) {
+					cmd = awkText{at(i - 1).text, at(i - 1).known}
+				}
+				prog.commands = append(prog.commands, cmd)
+			} else {
+				prog.commands = append(prog.commands, lone(i+1))
+			}
+		case t.kind == 'i' && t.text == "getline":
+			if j := skipLvalue(toks, i+1); isOp(j, "<") {
+				prog.reads = append(prog.reads, lone(j+1))
+			}
+		case t.kind == 'o' && t.text == "@":
+			next := at(i + 1)
+			switch {
+			case next.kind == 'i' && next.text == "load":
+				prog.load = true
+			case next.kind == 'i' && (next.text == "include" || next.text == "nsinclude"):
+				prog.includes = append(prog.includes, "@"+next.text)
+			case next.kind == 'i' && next.text == "namespace":
+			default:
+				prog.dynamic = "calls a function named at run time (@" + next.text + "), which may be system"
+			}
+		case t.kind == 'i' && (t.text == "print" || t.text == "printf"):
+			printDepth = 0
+		case printDepth >= 0 && t.kind == 'o' && (t.text == "(" || t.text == "["):
+			printDepth++
+		case printDepth >= 0 && t.kind == 'o' && (t.text == ")" || t.text == "]"):
+			if printDepth--; printDepth < 0 {
+				printDepth = -1
+			}
+		case printDepth >= 0 && (t.kind == 'l' || isOp(i, ";", "}")):
+			printDepth = -1
+		case printDepth == 0 && t.kind == 'o' && (t.text == ">" || t.text == ">>"):
+			prog.writes = append(prog.writes, lone(i+1))
+			printDepth = -1
+		}
+	}
+	return prog, nil
+}
+
+// skipLvalue returns the index after the variable getline may read into
+// at toks[i]: a name, perhaps subscripted, or a field ($expr).
+func skipLvalue(toks []awkTok, i int) int {
+	if i >= len(toks) {
+		return i
+	}
+	switch t := toks[i]; {
+	case t.kind == 'o' && t.text == "$":
+		i++
+		if i < len(toks) && (toks[i].kind == 'i' || toks[i].kind == 'n') {
+			return i + 1
+		}
+		return skipBalanced(toks, i)
+	case t.kind == 'i' && !awkKeyword(t.text):
+		i++
+		if i < len(toks) && toks[i].kind == 'o' && toks[i].text == "[" {
+			return skipBalanced(toks, i)
+		}
+	}
+	return i
+}
+
+// skipBalanced returns the index after the bracketed group that starts at
+// toks[i], or i when none does.
+func skipBalanced(toks []awkTok, i int) int {
+	if i >= len(toks) || toks[i].kind != 'o' || toks[i].text != "(" && toks[i].text != "[" {
+		return i
+	}
+	depth := 0
+	for j := i; j < len(toks); j++ {
+		if toks[j].kind != 'o' {
+			continue
+		}
+		switch toks[j].text {
+		case "(", "[":
+			depth++
+		case ")", "]":
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return len(toks)
+}
+
+func awkSpec() optSpec {
+	return optSpec{flags: "bcCghkMNnOPrsStVyIZ", valued: "eEfFilvW", attached: "dDLop",
+		long: names(`bignum characters-as-bytes copyright csv debug dump-variables gen-pot help lint no-optimize
+			non-decimal-data optimize posix pretty-print profile re-interval sandbox traditional trace
+			use-lc-numeric version persist`),
+		longVal: names(`assign exec field-separator file include load source`)}
+}
+
+// awkRuns returns what an awk program given on awk's command line (or in
+// a literal here-document read with -f -) runs, and checks the files it
+// writes.
+func (c *checker) awkRuns(name string, args []shWord) ([]runs, error) {
+	p, err := c.parseOpts(name, args, awkSpec())
+	if err != nil {
+		return nil, err
+	}
+	var rs []runs
+	var texts []shWord
+	fromFile := false
+	for _, v := range p.vals {
+		switch v.name {
+		case "e", "source":
+			texts = append(texts, v.val)
+		case "f", "file", "E", "exec", "i", "include":
+			fromFile = true
+			switch {
+			case stdinName(v.val.text) && c.stdin.known:
+				texts = append(texts, shWord{text: c.stdin.text, src: "standard input"})
+			case v.val.literal() && !c.readsStdin(v.val.text):
+				rs = append(rs, hiddenRun("runs the awk program in file "+clip(v.val.src)+", which the checker does not read; give the program on the command line"))
+			default:
+				rs = append(rs, runs{unknown: "runs an awk program from standard input or a file only known when the line runs"})
+			}
+		case "l", "load":
+			rs = append(rs, runs{unknown: "loads a shared library (-l " + clip(v.val.src) + ")"})
+		case "D", "debug":
+			rs = append(rs, hiddenRun("runs the awk debugger, which reads commands from standard input"))
+		case "W":
+			rs = append(rs, runs{unknown: "takes -W " + clip(v.val.src) + ", a long option the checker reads only as --name"})
+		case "d", "dump-variables", "p", "pretty-print", "o", "profile":
+			if err := c.awkOutputFile(v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rest := p.rest
+	if len(texts) == 0 && !fromFile {
+		if len(rest) == 0 {
+			return rs, nil // awk refuses to run without a program
+		}
+		texts, rest = rest[:1], rest[1:]
+	}
+	_ = rest // files and assignments: data
+	for _, t := range texts {
+		more, err := c.awkProgramRuns(t)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, more...)
+	}
+	return rs, nil
+}
+
+// awkOutputFile checks the file gawk's -d, -p and -o (and their long
+// forms) write, awkvars.out or awkprof.out when not named.
+func (c *checker) awkOutputFile(v optVal) error {
+	f := v.val
+	if f.text == "" {
+		f = shWord{text: "awkprof.out", src: "awkprof.out"}
+		if v.name == "d" || v.name == "dump-variables" {
+			f = shWord{text: "awkvars.out", src: "awkvars.out"}
+		}
+	}
+	return c.writesNamed("awk -"+v.name, f)
+}
+
+// awkProgramRuns checks one awk program text.
+func (c *checker) awkProgramRuns(t shWord) ([]runs, error) {
+	if !t.literal() {
+		return []runs{hiddenRun("runs an awk program only known when the line runs; pass values with -v")}, nil
+	}
+	prog, err := scanAwk(t.text)
+	if err != nil {
+		return []runs{{unknown: "runs an awk program the checker cannot read (" + err.Error() + ")"}}, nil
+	}
+	var rs []runs
+	for _, cmd := range prog.commands {
+		if !cmd.known {
+			rs = append(rs, runs{unknown: "runs a command (system(), a pipe) that the awk program builds when it runs"})
+			continue
+		}
+		rs = append(rs, runs{script: cmd.text, isScript: true, lang: langSh})
+	}
+	for _, w := range prog.writes {
+		f := shWord{text: w.text, src: w.text}
+		if !w.known {
+			f = dynWord("an expression")
+		}
+		if strings.HasPrefix(w.text, "/inet") {
+			rs = append(rs, runs{unknown: "opens a network connection (print > " + clip(w.text) + ")"})
+			continue
+		}
+		if err := c.writesNamed("awk print >", f); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range prog.reads {
+		switch {
+		case !r.known:
+			rs = append(rs, hiddenRun("reads with getline a file named when it runs, which may be a network connection (/inet/...)"))
+		case strings.HasPrefix(r.text, "/inet"):
+			rs = append(rs, runs{unknown: "opens a network connection (getline < " + clip(r.text) + ")"})
+		}
+	}
+	if prog.dynamic != "" {
+		rs = append(rs, runs{unknown: prog.dynamic})
+	}
+	if prog.load {
+		rs = append(rs, runs{unknown: "loads a shared library (@load)"})
+	}
+	for _, inc := range prog.includes {
+		rs = append(rs, hiddenRun("runs awk code from a file ("+inc+"), which the checker does not read"))
+	}
+	return rs, nil
+}
