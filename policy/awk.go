@@ -197,7 +197,7 @@ func awkString(s string) (text string, known bool, n int, err error) {
 		case '\\':
 			i++
 			if i == len(s) {
-				break
+				return "", false, 0, fmt.Errorf("a string is not closed")
 			}
 			switch e := s[i]; {
 			case e == '"' || e == '\\' || e == '/':
@@ -281,6 +281,7 @@ func scanAwk(src string) (awkProgram, error) {
 		}
 		return awkText{}
 	}
+	closing := closingBrackets(toks)
 	printDepth := -1 // paren depth inside a print statement, or -1
 	for i, t := range toks {
 		switch {
@@ -302,7 +303,7 @@ func scanAwk(src string) (awkProgram, error) {
 				prog.commands = append(prog.commands, lone(i+1))
 			}
 		case t.kind == 'i' && t.text == "getline":
-			if j := skipLvalue(toks, i+1); isOp(j, "<") {
+			if j := skipLvalue(toks, closing, i+1); isOp(j, "<") {
 				prog.reads = append(prog.reads, lone(j+1))
 			}
 		case t.kind == 'o' && t.text == "@":
@@ -335,8 +336,9 @@ func scanAwk(src string) (awkProgram, error) {
 }
 
 // skipLvalue returns the index after the variable getline may read into
-// at toks[i]: a name, perhaps subscripted, or a field ($expr).
-func skipLvalue(toks []awkTok, i int) int {
+// at toks[i]: a name, perhaps subscripted, or a field ($expr). closing
+// maps each opening bracket to the index after its closing one.
+func skipLvalue(toks []awkTok, closing map[int]int, i int) int {
 	if i >= len(toks) {
 		return i
 	}
@@ -346,37 +348,37 @@ func skipLvalue(toks []awkTok, i int) int {
 		if i < len(toks) && (toks[i].kind == 'i' || toks[i].kind == 'n') {
 			return i + 1
 		}
-		return skipBalanced(toks, i)
+		if j, ok := closing[i]; ok {
+			return j
+		}
 	case t.kind == 'i' && !awkKeyword(t.text):
 		i++
-		if i < len(toks) && toks[i].kind == 'o' && toks[i].text == "[" {
-			return skipBalanced(toks, i)
+		if j, ok := closing[i]; ok && toks[i].text == "[" {
+			return j
 		}
 	}
 	return i
 }
 
-// skipBalanced returns the index after the bracketed group that starts at
-// toks[i], or i when none does.
-func skipBalanced(toks []awkTok, i int) int {
-	if i >= len(toks) || toks[i].kind != 'o' || toks[i].text != "(" && toks[i].text != "[" {
-		return i
-	}
-	depth := 0
-	for j := i; j < len(toks); j++ {
-		if toks[j].kind != 'o' {
-			continue
-		}
-		switch toks[j].text {
-		case "(", "[":
-			depth++
-		case ")", "]":
-			if depth--; depth == 0 {
-				return j + 1
-			}
+// closingBrackets maps the index of each "(" and "[" in toks to the index
+// after the bracket that closes it (len(toks) when none does).
+func closingBrackets(toks []awkTok) map[int]int {
+	closing := map[int]int{}
+	var open []int
+	for i, t := range toks {
+		switch {
+		case t.kind != 'o':
+		case t.text == "(" || t.text == "[":
+			open = append(open, i)
+		case (t.text == ")" || t.text == "]") && len(open) > 0:
+			closing[open[len(open)-1]] = i + 1
+			open = open[:len(open)-1]
 		}
 	}
-	return len(toks)
+	for _, i := range open {
+		closing[i] = len(toks)
+	}
+	return closing
 }
 
 func awkSpec() optSpec {

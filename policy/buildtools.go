@@ -288,6 +288,8 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 		return []runs{hiddenRun("sets a make variable whose name is only known when it runs (" + clip(w.src) + ")")}, nil
 	case c.steers(name) || name == ".SHELLFLAGS":
 		return nil, c.refuse("make %s: setting %s changes how make runs its recipes, which the rules cannot follow", clip(w.src), name)
+	case shellAssign && strings.ContainsAny(value, "$"+string(dyn)):
+		return []runs{{unknown: "runs a command (" + name + "!=) that make builds when it runs"}}, nil
 	case strings.ContainsAny(value, "$"+string(dyn)):
 		return []runs{hiddenRun("sets make variable " + name + " to text make expands, which can run commands ($(shell ...))")}, nil
 	case shellAssign:

@@ -165,6 +165,10 @@ func (c *checker) walk(node syntax.Node) error {
 			err = sub.call(n)
 		case *syntax.DeclClause:
 			err = c.decl(n)
+		case *syntax.CoprocClause:
+			if err = c.evaluates(n); err == nil {
+				err = c.coprocName(n)
+			}
 		case *syntax.Stmt:
 			if ce, ok := n.Cmd.(*syntax.CallExpr); ok {
 				stdins[ce], err = c.stdinOf(n.Redirs)
@@ -187,6 +191,24 @@ func (c *checker) walk(node syntax.Node) error {
 		return err == nil
 	})
 	return err
+}
+
+// coprocName checks "coproc NAME <redirections>": the parser takes NAME
+// for the coprocess's name, but bash runs it as a command, with the
+// redirections.
+func (c *checker) coprocName(cp *syntax.CoprocClause) error {
+	if cp.Name == nil || cp.Stmt == nil || cp.Stmt.Cmd != nil {
+		return nil
+	}
+	words, err := c.words([]*syntax.Word{cp.Name})
+	if err != nil || len(words) == 0 {
+		return err
+	}
+	sub := *c
+	if sub.stdin, err = c.stdinOf(cp.Stmt.Redirs); err != nil {
+		return err
+	}
+	return sub.command(words)
 }
 
 // call checks a simple command: its assignments, then its words.
