@@ -95,6 +95,10 @@ func optionProgram(name string) *optProgram {
 		return wgetProgram()
 	case "apt", "apt-get", "apt-cache":
 		return aptProgram()
+	case "pytest", "py.test":
+		return pytestProgram()
+	case "journalctl":
+		return journalctlProgram()
 	}
 	return nil
 }
@@ -616,4 +620,57 @@ func (c *checker) writesNamed(what string, w shWord) error {
 		return c.refuse("%s writes a file under another root directory or on another host, where the path rules cannot place it", what)
 	}
 	return c.target(shWord{text: w.text, src: w.src})
+}
+
+// pytestProgram: pytest runs the project's tests by design; these options
+// make it run more: text files as doctests, configuration that adds
+// options, plugins by module name, a debugger reading standard input. It
+// removes the directory --basetemp names.
+func pytestProgram() *optProgram {
+	return &optProgram{
+		spec: lenient("hvqsxlV", "cokmprWnN",
+			names(`pdb trace pyargs strict-markers strict-config continue-on-collection-errors cache-clear
+				last-failed failed-first new-first lf ff nf exitfirst verbose quiet capture showlocals help
+				version debug collect-only co`),
+			names(`doctest-glob config-file override-ini pdbcls basetemp rootdir confcutdir junitxml
+				junit-xml log-file result-log report-log import-mode maxfail durations tb`)),
+		runs: []optRun{
+			{names: []string{"doctest-glob"}, kind: runHidden, why: "runs the Python in text files as doctests"},
+			{names: []string{"c", "config-file", "o", "override-ini"}, kind: runHidden, why: "reads configuration that can add options and plugins"},
+			{names: []string{"pdb", "trace"}, kind: runHidden, flag: true, why: "starts a debugger that runs Python read from standard input"},
+			{names: []string{"pdbcls"}, kind: runHidden, why: "imports a debugger class named by an option"},
+		},
+		extra: func(c *checker, p parsedOpts) ([]runs, error) {
+			var rs []runs
+			for _, v := range p.vals {
+				switch v.name {
+				case "p":
+					if !strings.HasPrefix(v.val.text, "no:") {
+						rs = append(rs, hiddenRun("loads plugin module "+clip(v.val.src)))
+					}
+				case "basetemp", "junitxml", "junit-xml", "log-file", "result-log", "report-log":
+					if err := c.writesNamed("pytest --"+v.name, v.val); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return rs, nil
+		},
+	}
+}
+
+// journalctlProgram runs nothing through its options; its option table
+// lets deny rules tell an abbreviation from another option
+// (--cursor is not --cursor-file).
+func journalctlProgram() *optProgram {
+	return &optProgram{
+		spec: lenient("hefalqmkNxr", "onbDpgcSUtuFM",
+			names(`all boot case-sensitive catalog disk-usage dmesg dump-catalog fields flush follow force header
+				help lines list-boots list-catalog merge no-full no-hostname no-pager no-tail pager-end quiet
+				relinquish-var reverse rotate setup-keys show-cursor smart-relinquish-var sync system
+				update-catalog user utc verify version`),
+			names(`after-cursor cursor-file cursor directory facility field file grep identifier image interval
+				machine namespace output-fields output priority root since unit until user-unit vacuum-files
+				vacuum-size vacuum-time verify-key`)),
+	}
 }
