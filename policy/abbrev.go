@@ -67,15 +67,19 @@ const maxOptionReadings = 64
 // nil when there is nothing to spell out, and all=true when there are too
 // many readings to try.
 func (po patternOpts) optionReadings(texts []string, known *optSpec) (readings [][]string, all bool) {
-	alts := make([][]string, len(texts))
+	var alts [][]string
 	n := 1
 	for i := 1; i < len(texts); i++ {
-		alts[i] = po.spellings(texts[i], known)
-		if len(alts[i]) > 0 {
-			n *= len(alts[i]) + 1
-			if n > maxOptionReadings {
-				return nil, true
-			}
+		sp := po.spellings(texts[i], known)
+		if len(sp) == 0 {
+			continue
+		}
+		if alts == nil {
+			alts = make([][]string, len(texts))
+		}
+		alts[i] = sp
+		if n *= len(sp) + 1; n > maxOptionReadings {
+			return nil, true
 		}
 	}
 	if n == 1 {
@@ -154,9 +158,13 @@ func (c *checker) denied(words []shWord, rules []cmdPattern) error {
 	} else {
 		texts[0] = string(dyn)
 	}
-	known := knownOptions(texts[0])
+	var known *optSpec
+	knownDone := false
 	s := strings.Join(texts, " ")
 	for i := range rules {
+		if !rules[i].opts.empty() && !knownDone {
+			known, knownDone = knownOptions(texts[0]), true
+		}
 		ok, reading := rules[i].denies(texts, known)
 		switch {
 		case !ok:

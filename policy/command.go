@@ -153,7 +153,7 @@ func (c *checker) script(src string, lang shellLang) error {
 // walk checks every command under node.
 func (c *checker) walk(node syntax.Node) error {
 	var err error
-	stdins := map[*syntax.CallExpr]input{} // from here-documents
+	var stdins map[*syntax.CallExpr]input // from here-documents
 	syntax.Walk(node, func(n syntax.Node) bool {
 		if err != nil {
 			return false
@@ -170,10 +170,16 @@ func (c *checker) walk(node syntax.Node) error {
 				err = c.coprocName(n)
 			}
 		case *syntax.Stmt:
-			if ce, ok := n.Cmd.(*syntax.CallExpr); ok {
-				stdins[ce], err = c.stdinOf(n.Redirs)
-				if err != nil {
+			if ce, ok := n.Cmd.(*syntax.CallExpr); ok && len(n.Redirs) > 0 {
+				var in input
+				if in, err = c.stdinOf(n.Redirs); err != nil {
 					break
+				}
+				if in.known {
+					if stdins == nil {
+						stdins = map[*syntax.CallExpr]input{}
+					}
+					stdins[ce] = in
 				}
 			}
 			err = c.redirects(n.Redirs)

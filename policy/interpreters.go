@@ -25,8 +25,8 @@ type interp struct {
 	// interactive are options after which it reads program text from
 	// standard input.
 	interactive []string
-	// module are options naming the program to run instead of a script
-	// operand (python -m).
+	// module are options that name the program to run instead of a
+	// script operand (python -m), or find it themselves (node --test).
 	module []string
 }
 
@@ -61,6 +61,7 @@ func interpreter(name string) *interp {
 			code:        []string{"e", "eval", "p", "print", "import", "loader", "experimental-loader"},
 			hidden:      []string{"env-file", "env-file-if-exists", "run"},
 			interactive: []string{"i", "interactive"},
+			module:      []string{"test"},
 		}
 	case "php":
 		return &interp{
@@ -106,7 +107,7 @@ func commandShell(name string) string {
 	case "gdb", "lldb", "cgdb", "pdb":
 		return "is a debugger, which runs commands from its options, files and standard input (shell among them)"
 	case "pwsh", "powershell", "m4", "mail", "mailx", "ftp", "tftp", "irb", "jshell", "ghci", "sbcl", "clisp",
-		"guile", "racket", "scheme", "osascript", "awk-sandbox":
+		"guile", "racket", "scheme", "osascript":
 		return "runs commands in its own language from its options, files and standard input, which the checker cannot read"
 	}
 	return ""
@@ -134,8 +135,8 @@ func (c *checker) interpreterRuns(name string, in *interp, args []shWord) ([]run
 		}
 	}
 	for _, m := range in.module {
-		if len(p.values(shortName(m), longName(m))) > 0 {
-			return nil, nil // runs a module: a file, not followed
+		if p.has(shortName(m), longName(m)) {
+			return nil, nil // runs a module or test files: files, not followed
 		}
 	}
 	for _, o := range in.interactive {
