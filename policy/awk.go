@@ -42,6 +42,9 @@ type awkTok struct {
 	text string
 	// known is false for a string whose escapes the lexer does not model.
 	known bool
+	// control is set on a ")" that closes the condition of if, while, for
+	// or switch: a statement, which may be a regular expression, follows.
+	control bool
 }
 
 // awkKeyword reports whether s is a word after which "/" starts a
@@ -60,6 +63,7 @@ func lexAwk(src string) ([]awkTok, error) {
 	ops := []string{"**=", "|&", "||", "&&", ">>", ">=", "<=", "==", "!=", "!~", "++", "--", "+=", "-=", "*=",
 		"/=", "%=", "^=", "**", "::"}
 	var toks []awkTok
+	var parens []bool // for each open "(": whether it starts a condition
 	last := func() *awkTok {
 		if len(toks) == 0 {
 			return nil
@@ -139,7 +143,19 @@ func lexAwk(src string) ([]awkTok, error) {
 			if strings.IndexByte("{}()[];,<>|!~?:+-*/%^=$@&", ch) < 0 || op == "&" {
 				return nil, fmt.Errorf("unexpected character %q", ch)
 			}
-			toks = append(toks, awkTok{kind: 'o', text: op})
+			tok := awkTok{kind: 'o', text: op}
+			switch op {
+			case "(":
+				l := last()
+				parens = append(parens, l != nil && l.kind == 'i' &&
+					(l.text == "if" || l.text == "while" || l.text == "for" || l.text == "switch"))
+			case ")":
+				if n := len(parens); n > 0 {
+					tok.control = parens[n-1]
+					parens = parens[:n-1]
+				}
+			}
+			toks = append(toks, tok)
 			i += len(op)
 		}
 	}
@@ -174,7 +190,12 @@ func regexpAfter(prev *awkTok) tristate {
 		return no
 	case 'o':
 		switch prev.text {
-		case ")", "]":
+		case ")":
+			if prev.control {
+				return yes // if (c) /re/: a statement starts
+			}
+			return no
+		case "]":
 			return no
 		case "++", "--":
 			return ambiguous

@@ -227,6 +227,10 @@ func (c *checker) ssh(args []shWord) ([]runs, error) {
 	switch {
 	case strings.ContainsAny(p.short+after.short, "NsW"):
 		return nil, nil // forwards ports or a subsystem: runs no command
+	case len(after.rest) == 0 && c.stdin.known:
+		r := c.stdinScript(langSh, "")
+		r.elsewhere = true
+		return []runs{r}, nil // a here-document for the remote shell
 	case len(after.rest) == 0:
 		return []runs{{unknown: "starts a remote shell that reads its commands from standard input"}}, nil
 	}
