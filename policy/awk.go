@@ -34,6 +34,9 @@ type awkProgram struct {
 	// cannot see (@load loads a shared library).
 	includes []string
 	load     bool
+	// environ is set when the program names ENVIRON, through which gawk
+	// sets the environment of the commands it runs (LD_PRELOAD, PATH).
+	environ bool
 }
 
 // awkTok is one token of an awk program.
@@ -338,6 +341,8 @@ func scanAwk(src string) (awkProgram, error) {
 			default:
 				prog.dynamic = "calls a function named at run time (@" + next.text + "), which may be system"
 			}
+		case t.kind == 'i' && t.text == "ENVIRON":
+			prog.environ = true
 		case t.kind == 'i' && (t.text == "print" || t.text == "printf"):
 			printDepth = 0
 		case printDepth >= 0 && t.kind == 'o' && (t.text == "(" || t.text == "["):
@@ -488,6 +493,9 @@ func (c *checker) awkProgramRuns(t shWord) ([]runs, error) {
 		return []runs{{unknown: "runs an awk program the checker cannot read (" + err.Error() + ")"}}, nil
 	}
 	var rs []runs
+	if prog.environ && len(prog.commands) > 0 {
+		return []runs{{unknown: "runs commands and names ENVIRON, through which it can set their environment (LD_PRELOAD, PATH)"}}, nil
+	}
 	for _, cmd := range prog.commands {
 		if !cmd.known {
 			rs = append(rs, runs{unknown: "runs a command (system(), a pipe) that the awk program builds when it runs"})

@@ -148,7 +148,7 @@ func (c *checker) longOpt(cmd string, args []shWord, spec optSpec, p *parsedOpts
 		case eq:
 			p.vals = append(p.vals, optVal{n, shWord{text: v, src: w.src}})
 		case valued:
-			skip = 1
+			skip = nextValue(spec, args)
 			if len(args) > 1 {
 				if err := c.splitValue(cmd, w, args[1]); err != nil {
 					return 0, err
@@ -179,7 +179,7 @@ func (c *checker) shortOpts(cmd string, args []shWord, spec optSpec, p *parsedOp
 				}
 				p.vals = append(p.vals, optVal{string(ch), args[1]})
 			}
-			return 1, nil
+			return nextValue(spec, args), nil
 		case strings.IndexByte(spec.valued, ch) >= 0 || strings.IndexByte(spec.attached, ch) >= 0:
 			p.short += string(ch)
 			p.vals = append(p.vals, optVal{string(ch), shWord{text: t[j+1:], src: w.src}})
@@ -203,4 +203,15 @@ func (c *checker) splitValue(cmd string, opt, v shWord) error {
 		return nil
 	}
 	return c.refuse("%s %s %s: the value is only known when the line runs and may split into several words, which %s would read as options or a command; quote it", cmd, clip(opt.src), clip(v.src), cmd)
+}
+
+// nextValue returns how many words the value of the option args[0] takes
+// from those after it: one. A lenient spec reads a value that looks like
+// an option as an option too: where the table takes a flag for an option
+// with a value (programs differ), the next word is one.
+func nextValue(spec optSpec, args []shWord) int {
+	if spec.lenient && len(args) > 1 && len(args[1].text) > 1 && args[1].text[0] == '-' {
+		return 0
+	}
+	return 1
 }

@@ -282,7 +282,7 @@ func sortProgram() *optProgram {
 
 func tarProgram() *optProgram {
 	return &optProgram{
-		spec: lenient("AcdrtuxGnSkUWOmpsajJzZhPlRvwoBiM?", "gCTXfFLbHVIKN",
+		spec: lenient("AcdrtuxGnSkUWOmpsajJzZhPlRvwoBiMHL?", "gCTXfFbVIKN",
 			names(`catenate concatenate create delete diff compare append test-label list update extract get
 				check-device incremental ignore-failed-read no-check-device no-seek seek occurrence sparse
 				exclude-backups exclude-caches exclude-caches-all exclude-caches-under exclude-vcs
@@ -583,10 +583,10 @@ func rgProgram() *optProgram {
 
 func wgetProgram() *optProgram {
 	return &optProgram{
-		spec: lenient("", "eOoaiPUTtwQlAIXRDyS", nil, names(`use-askpass execute config output-document`)),
+		spec: lenient("", "eOoaiPUTtwQlAIXRD", nil, names(`use-askpass execute config output-document`)),
 		runs: []optRun{
 			{names: []string{"use-askpass"}, kind: runProgram, args: [][]string{{string(dyn)}}},
-			{names: []string{"config"}, kind: runHidden, why: "reads a configuration file"},
+			{names: []string{"e", "execute", "config"}, kind: runHidden, why: "runs wgetrc commands, which can name a program (use_askpass)"},
 		},
 	}
 }
@@ -595,7 +595,7 @@ func wgetProgram() *optProgram {
 // around updates and installs (APT::Update::Pre-Invoke, DPkg::Post-Invoke).
 func aptProgram() *optProgram {
 	return &optProgram{
-		spec: lenient("", "ocqtaS", nil, names(`option config-file target-release`)),
+		spec: lenient("", "octa", nil, names(`option config-file target-release`)),
 		runs: []optRun{
 			{names: []string{"o", "option", "c", "config-file"}, kind: runHidden,
 				why: "sets configuration, which can name commands to run (APT::Update::Pre-Invoke, DPkg::Post-Invoke)"},
@@ -628,7 +628,7 @@ func (c *checker) writesNamed(what string, w shWord) error {
 // removes the directory --basetemp names.
 func pytestProgram() *optProgram {
 	return &optProgram{
-		spec: lenient("hvqsxlV", "cokmprWnN",
+		spec: lenient("hvqsxlV", "cokmprWn",
 			names(`pdb trace pyargs strict-markers strict-config continue-on-collection-errors cache-clear
 				last-failed failed-first new-first lf ff nf exitfirst verbose quiet capture showlocals help
 				version debug collect-only co`),
@@ -663,14 +663,14 @@ func pytestProgram() *optProgram {
 // lets deny rules tell an abbreviation from another option
 // (--cursor is not --cursor-file).
 func journalctlProgram() *optProgram {
-	return &optProgram{
-		spec: lenient("hefalqmkNxr", "onbDpgcSUtuFM",
-			names(`all boot case-sensitive catalog disk-usage dmesg dump-catalog fields flush follow force header
+	spec := lenient("hefalqmkNxr", "oDpgcSUtuFM",
+		names(`all boot case-sensitive catalog disk-usage dmesg dump-catalog fields flush follow force header
 				help lines list-boots list-catalog merge no-full no-hostname no-pager no-tail pager-end quiet
 				relinquish-var reverse rotate setup-keys show-cursor smart-relinquish-var sync system
 				update-catalog user utc verify version`),
-			names(`after-cursor cursor-file cursor directory facility field file grep identifier image interval
+		names(`after-cursor cursor-file cursor directory facility field file grep identifier image interval
 				machine namespace output-fields output priority root since unit until user-unit vacuum-files
-				vacuum-size vacuum-time verify-key`)),
-	}
+				vacuum-size vacuum-time verify-key`))
+	spec.attached = "nb" // -n[N], -b[ID]
+	return &optProgram{spec: spec}
 }
