@@ -61,108 +61,134 @@ func awkKeyword(s string) bool {
 	return false
 }
 
+// awkLexer splits an awk program into tokens.
+type awkLexer struct {
+	src    string
+	toks   []awkTok
+	parens []bool // for each open "(": whether it starts a condition
+}
+
 // lexAwk splits an awk program into tokens.
 func lexAwk(src string) ([]awkTok, error) {
-	ops := []string{"**=", "|&", "||", "&&", ">>", ">=", "<=", "==", "!=", "!~", "++", "--", "+=", "-=", "*=",
-		"/=", "%=", "^=", "**", "::"}
-	var toks []awkTok
-	var parens []bool // for each open "(": whether it starts a condition
-	last := func() *awkTok {
-		if len(toks) == 0 {
-			return nil
-		}
-		return &toks[len(toks)-1]
-	}
+	l := &awkLexer{src: src}
 	for i := 0; i < len(src); {
-		ch := src[i]
-		switch {
-		case ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v':
-			i++
-		case ch == '\\' && i+1 < len(src) && src[i+1] == '\n':
-			i += 2
-		case ch == '\\' && i+2 < len(src) && src[i+1] == '\r' && src[i+2] == '\n':
-			i += 3
-		case ch == '\n':
-			if l := last(); l == nil || l.kind != 'l' {
-				toks = append(toks, awkTok{kind: 'l', text: "\n"})
-			}
-			i++
-		case ch == '#':
-			for i < len(src) && src[i] != '\n' {
-				i++
-			}
-		case ch == '"':
-			text, known, n, err := awkString(src[i:])
-			if err != nil {
-				return nil, err
-			}
-			toks = append(toks, awkTok{kind: 's', text: text, known: known})
-			i += n
-		case ch == '/':
-			switch regexpAfter(last()) {
-			case ambiguous:
-				return nil, fmt.Errorf("cannot tell whether the / after %q divides or starts a regular expression", last().text)
-			case yes:
-				n, err := awkRegexp(src[i:])
-				if err != nil {
-					return nil, err
-				}
-				toks = append(toks, awkTok{kind: 'r', text: src[i : i+n]})
-				i += n
-			default:
-				if strings.HasPrefix(src[i:], "/=") {
-					toks = append(toks, awkTok{kind: 'o', text: "/="})
-					i += 2
-				} else {
-					toks = append(toks, awkTok{kind: 'o', text: "/"})
-					i++
-				}
-			}
-		case nameByte(ch) && (ch < '0' || ch > '9'):
-			j := i
-			for j < len(src) && nameByte(src[j]) {
-				j++
-			}
-			toks = append(toks, awkTok{kind: 'i', text: src[i:j]})
-			i = j
-		case ch >= '0' && ch <= '9' || ch == '.' && i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
-			j := i
-			for j < len(src) && (nameByte(src[j]) || src[j] == '.' ||
-				(src[j] == '+' || src[j] == '-') && (src[j-1] == 'e' || src[j-1] == 'E')) {
-				j++
-			}
-			toks = append(toks, awkTok{kind: 'n', text: src[i:j]})
-			i = j
-		case ch >= 0x80 || ch < ' ' && ch != '\n':
-			return nil, fmt.Errorf("unexpected character %q", ch)
-		default:
-			op := string(ch)
-			for _, o := range ops {
-				if strings.HasPrefix(src[i:], o) {
-					op = o
-					break
-				}
-			}
-			if strings.IndexByte("{}()[];,<>|!~?:+-*/%^=$@&", ch) < 0 || op == "&" {
-				return nil, fmt.Errorf("unexpected character %q", ch)
-			}
-			tok := awkTok{kind: 'o', text: op}
-			switch op {
-			case "(":
-				l := last()
-				parens = append(parens, l != nil && l.kind == 'i' &&
-					(l.text == "if" || l.text == "while" || l.text == "for" || l.text == "switch"))
-			case ")":
-				if n := len(parens); n > 0 {
-					tok.control = parens[n-1]
-					parens = parens[:n-1]
-				}
-			}
-			toks = append(toks, tok)
-			i += len(op)
+		n, err := l.token(i)
+		if err != nil {
+			return nil, err
+		}
+		i += n
+	}
+	return l.toks, nil
+}
+
+func (l *awkLexer) last() *awkTok {
+	if len(l.toks) == 0 {
+		return nil
+	}
+	return &l.toks[len(l.toks)-1]
+}
+
+// token reads the token (or blank, or comment) at src[i] and returns its
+// length.
+func (l *awkLexer) token(i int) (int, error) {
+	src := l.src
+	ch := src[i]
+	switch {
+	case ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v':
+		return 1, nil
+	case strings.HasPrefix(src[i:], "\\\n"):
+		return 2, nil
+	case strings.HasPrefix(src[i:], "\\\r\n"):
+		return 3, nil
+	case ch == '\n':
+		if t := l.last(); t == nil || t.kind != 'l' {
+			l.toks = append(l.toks, awkTok{kind: 'l', text: "\n"})
+		}
+		return 1, nil
+	case ch == '#':
+		if j := strings.IndexByte(src[i:], '\n'); j >= 0 {
+			return j, nil
+		}
+		return len(src) - i, nil
+	case ch == '"':
+		text, known, n, err := awkString(src[i:])
+		if err != nil {
+			return 0, err
+		}
+		l.toks = append(l.toks, awkTok{kind: 's', text: text, known: known})
+		return n, nil
+	case ch == '/':
+		return l.slash(i)
+	case nameByte(ch) && (ch < '0' || ch > '9'):
+		j := i
+		for j < len(src) && nameByte(src[j]) {
+			j++
+		}
+		l.toks = append(l.toks, awkTok{kind: 'i', text: src[i:j]})
+		return j - i, nil
+	case ch >= '0' && ch <= '9' || ch == '.' && i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
+		j := i
+		for j < len(src) && (nameByte(src[j]) || src[j] == '.' ||
+			(src[j] == '+' || src[j] == '-') && (src[j-1] == 'e' || src[j-1] == 'E')) {
+			j++
+		}
+		l.toks = append(l.toks, awkTok{kind: 'n', text: src[i:j]})
+		return j - i, nil
+	}
+	return l.operator(i)
+}
+
+// slash reads a "/": a regular expression where an operand is expected,
+// a division (or /=) after one.
+func (l *awkLexer) slash(i int) (int, error) {
+	switch regexpAfter(l.last()) {
+	case ambiguous:
+		return 0, fmt.Errorf("cannot tell whether the / after %q divides or starts a regular expression", l.last().text)
+	case yes:
+		n, err := awkRegexp(l.src[i:])
+		if err != nil {
+			return 0, err
+		}
+		l.toks = append(l.toks, awkTok{kind: 'r', text: l.src[i : i+n]})
+		return n, nil
+	}
+	op := "/"
+	if strings.HasPrefix(l.src[i:], "/=") {
+		op = "/="
+	}
+	l.toks = append(l.toks, awkTok{kind: 'o', text: op})
+	return len(op), nil
+}
+
+// operator reads an operator, keeping track of the parentheses that hold
+// a condition.
+func (l *awkLexer) operator(i int) (int, error) {
+	ch := l.src[i]
+	op := string(ch)
+	for _, o := range []string{"**=", "|&", "||", "&&", ">>", ">=", "<=", "==", "!=", "!~", "++", "--", "+=", "-=",
+		"*=", "/=", "%=", "^=", "**", "::"} {
+		if strings.HasPrefix(l.src[i:], o) {
+			op = o
+			break
 		}
 	}
-	return toks, nil
+	if strings.IndexByte("{}()[];,<>|!~?:+-*/%^=$@&", ch) < 0 || op == "&" {
+		return 0, fmt.Errorf("unexpected character %q", ch)
+	}
+	tok := awkTok{kind: 'o', text: op}
+	switch op {
+	case "(":
+		t := l.last()
+		l.parens = append(l.parens, t != nil && t.kind == 'i' &&
+			(t.text == "if" || t.text == "while" || t.text == "for" || t.text == "switch"))
+	case ")":
+		if n := len(l.parens); n > 0 {
+			tok.control = l.parens[n-1]
+			l.parens = l.parens[:n-1]
+		}
+	}
+	l.toks = append(l.toks, tok)
+	return len(op), nil
 }
 
 type tristate int
@@ -280,85 +306,104 @@ func awkRegexp(s string) (int, error) {
 	return 0, fmt.Errorf("a regular expression is not closed")
 }
 
+// awkScan walks the tokens of an awk program.
+type awkScan struct {
+	toks    []awkTok
+	closing map[int]int
+	prog    awkProgram
+}
+
+func (s *awkScan) at(i int) awkTok {
+	if i < 0 || i >= len(s.toks) {
+		return awkTok{kind: 'l'} // the ends behave as a newline
+	}
+	return s.toks[i]
+}
+
+func (s *awkScan) isOp(i int, ops ...string) bool {
+	t := s.at(i)
+	return t.kind == 'o' && slices.Contains(ops, t.text)
+}
+
+// ends reports whether an expression ends before token i.
+func (s *awkScan) ends(i int) bool { return s.at(i).kind == 'l' || s.isOp(i, ";", "}", ")") }
+
+// lone returns the string literal at token i when it stands alone.
+func (s *awkScan) lone(i int) awkText {
+	if t := s.at(i); t.kind == 's' && s.ends(i+1) {
+		return awkText{t.text, t.known}
+	}
+	return awkText{}
+}
+
 // scanAwk finds what an awk program runs, writes and reads.
 func scanAwk(src string) (awkProgram, error) {
-	var prog awkProgram
 	toks, err := lexAwk(src)
 	if err != nil {
-		return prog, err
+		return awkProgram{}, err
 	}
-	at := func(i int) awkTok {
-		if i < 0 || i >= len(toks) {
-			return awkTok{kind: 'l'} // the ends behave as a newline
-		}
-		return toks[i]
-	}
-	isOp := func(i int, ops ...string) bool {
-		t := at(i)
-		return t.kind == 'o' && slices.Contains(ops, t.text)
-	}
-	ends := func(i int) bool { return at(i).kind == 'l' || isOp(i, ";", "}", ")") }
-	lone := func(i int) awkText { // a string literal standing alone
-		t := at(i)
-		if t.kind == 's' && ends(i+1) {
-			return awkText{t.text, t.known}
-		}
-		return awkText{}
-	}
-	closing := closingBrackets(toks)
+	s := &awkScan{toks: toks, closing: closingBrackets(toks)}
 	printDepth := -1 // paren depth inside a print statement, or -1
 	for i, t := range toks {
 		switch {
 		case t.kind == 'i' && t.text == "system":
 			cmd := awkText{}
-			if isOp(i+1, "(") && at(i+2).kind == 's' && isOp(i+3, ")") {
-				cmd = awkText{at(i + 2).text, at(i + 2).known}
+			if s.isOp(i+1, "(") && s.at(i+2).kind == 's' && s.isOp(i+3, ")") {
+				cmd = awkText{s.at(i + 2).text, s.at(i + 2).known}
 			}
-			prog.commands = append(prog.commands, cmd)
+			s.prog.commands = append(s.prog.commands, cmd)
 		case t.kind == 'o' && (t.text == "|" || t.text == "|&"):
 			printDepth = -1
-			if at(i+1).kind == 'i' && at(i+1).text == "getline" {
-				cmd := awkText{}
-				if at(i-1).kind == 's' && (at(i-2).kind == 'l' || isOp(i-2, ";", "{", "}", "(", ",", "=", "&&", "||", "!", "?", ":")) {
-					cmd = awkText{at(i - 1).text, at(i - 1).known}
-				}
-				prog.commands = append(prog.commands, cmd)
-			} else {
-				prog.commands = append(prog.commands, lone(i+1))
-			}
+			s.prog.commands = append(s.prog.commands, s.pipe(i))
 		case t.kind == 'i' && t.text == "getline":
-			if j := skipLvalue(toks, closing, i+1); isOp(j, "<") {
-				prog.reads = append(prog.reads, lone(j+1))
+			if j := skipLvalue(toks, s.closing, i+1); s.isOp(j, "<") {
+				s.prog.reads = append(s.prog.reads, s.lone(j+1))
 			}
 		case t.kind == 'o' && t.text == "@":
-			next := at(i + 1)
-			switch {
-			case next.kind == 'i' && next.text == "load":
-				prog.load = true
-			case next.kind == 'i' && (next.text == "include" || next.text == "nsinclude"):
-				prog.includes = append(prog.includes, "@"+next.text)
-			case next.kind == 'i' && next.text == "namespace":
-			default:
-				prog.dynamic = "calls a function named at run time (@" + next.text + "), which may be system"
-			}
+			s.directive(s.at(i + 1))
 		case t.kind == 'i' && t.text == "ENVIRON":
-			prog.environ = true
+			s.prog.environ = true
 		case t.kind == 'i' && (t.text == "print" || t.text == "printf"):
 			printDepth = 0
-		case printDepth >= 0 && t.kind == 'o' && (t.text == "(" || t.text == "["):
+		case printDepth < 0:
+		case t.kind == 'o' && (t.text == "(" || t.text == "["):
 			printDepth++
-		case printDepth >= 0 && t.kind == 'o' && (t.text == ")" || t.text == "]"):
-			if printDepth--; printDepth < 0 {
-				printDepth = -1
-			}
-		case printDepth >= 0 && (t.kind == 'l' || isOp(i, ";", "}")):
+		case t.kind == 'o' && (t.text == ")" || t.text == "]"):
+			printDepth-- // below 0: the print statement has ended
+		case t.kind == 'l' || s.isOp(i, ";", "}"):
 			printDepth = -1
 		case printDepth == 0 && t.kind == 'o' && (t.text == ">" || t.text == ">>"):
-			prog.writes = append(prog.writes, lone(i+1))
+			s.prog.writes = append(s.prog.writes, s.lone(i+1))
 			printDepth = -1
 		}
 	}
-	return prog, nil
+	return s.prog, nil
+}
+
+// pipe returns the command of the pipe at token i: on its left before
+// getline ("cmd" | getline), on its right after print.
+func (s *awkScan) pipe(i int) awkText {
+	if next := s.at(i + 1); next.kind != 'i' || next.text != "getline" {
+		return s.lone(i + 1)
+	}
+	if s.at(i-1).kind == 's' && (s.at(i-2).kind == 'l' || s.isOp(i-2, ";", "{", "}", "(", ",", "=", "&&", "||", "!", "?", ":")) {
+		return awkText{s.at(i - 1).text, s.at(i - 1).known}
+	}
+	return awkText{}
+}
+
+// directive notes what follows an "@": @load, @include, @namespace, or an
+// indirect call.
+func (s *awkScan) directive(next awkTok) {
+	switch {
+	case next.kind == 'i' && next.text == "load":
+		s.prog.load = true
+	case next.kind == 'i' && (next.text == "include" || next.text == "nsinclude"):
+		s.prog.includes = append(s.prog.includes, "@"+next.text)
+	case next.kind == 'i' && next.text == "namespace":
+	default:
+		s.prog.dynamic = "calls a function named at run time (@" + next.text + "), which may be system"
+	}
 }
 
 // skipLvalue returns the index after the variable getline may read into

@@ -315,10 +315,49 @@ func (c *checker) sedRuns(name string, args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rs []runs
-	var scripts []shWord
+	scripts, rs, given := c.sedScripts(p)
+	files := p.rest
+	inPlace := p.has("i", "in-place") || p.has("I", "")
+	if !given && len(files) > 0 {
+		scripts = append(scripts, files[0])
+		files = files[1:]
+		if inPlace && len(p.values("i", "")) > 0 && p.values("i", "")[0].text == "" && len(files) > 0 {
+			// BSD sed: a bare -i takes the next word as its suffix, and
+			// the script follows it.
+			switch _, err := parseSed(files[0].text); {
+			case !files[0].literal():
+				rs = append(rs, hiddenRun("may run a sed script only known when the line runs (BSD sed -i takes the next word for its suffix)"))
+			case err == nil:
+				scripts = append(scripts, files[0])
+			}
+		}
+	}
+	// GNU sed --sandbox refuses e, w and r before it runs anything.
+	for _, s := range scripts {
+		if p.has("", "sandbox") {
+			break
+		}
+		more, err := c.sedScriptRuns(s)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, more...)
+	}
+	if inPlace {
+		if err := c.sedInPlace(p, files); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// sedScripts returns the scripts given with -e (joined by newlines, as
+// GNU sed joins them), with -f when read from a literal here-document,
+// and, for BSD sed, after -l; what the other -f files run; and whether
+// -e or -f was given at all.
+func (c *checker) sedScripts(p parsedOpts) (scripts []shWord, rs []runs, given bool) {
 	var exprs []string
-	literal, given := true, false
+	literal := true
 	for _, v := range p.vals {
 		switch v.name {
 		case "e", "expression":
@@ -342,45 +381,14 @@ func (c *checker) sedRuns(name string, args []shWord) ([]runs, error) {
 			}
 		}
 	}
-	if given && len(exprs) > 0 {
+	if len(exprs) > 0 {
 		e := shWord{text: strings.Join(exprs, "\n"), src: "-e"}
 		if !literal {
 			e.text = string(dyn)
 		}
 		scripts = append(scripts, e)
 	}
-	files := p.rest
-	inPlace := p.has("i", "in-place") || p.has("I", "")
-	if !given && len(files) > 0 {
-		scripts = append(scripts, files[0])
-		files = files[1:]
-		if inPlace && len(p.values("i", "")) > 0 && p.values("i", "")[0].text == "" && len(files) > 0 {
-			// BSD sed: a bare -i takes the next word as its suffix, and
-			// the script follows it.
-			switch _, err := parseSed(files[0].text); {
-			case !files[0].literal():
-				rs = append(rs, hiddenRun("may run a sed script only known when the line runs (BSD sed -i takes the next word for its suffix)"))
-			case err == nil:
-				scripts = append(scripts, files[0])
-			}
-		}
-	}
-	if p.has("", "sandbox") {
-		return rs, nil // GNU sed refuses e, w and r before it runs
-	}
-	for _, s := range scripts {
-		more, err := c.sedScriptRuns(s)
-		if err != nil {
-			return nil, err
-		}
-		rs = append(rs, more...)
-	}
-	if inPlace {
-		if err := c.sedInPlace(p, files); err != nil {
-			return nil, err
-		}
-	}
-	return rs, nil
+	return scripts, rs, given
 }
 
 // sedScriptRuns checks one sed script.
