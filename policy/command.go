@@ -20,11 +20,16 @@ const maxDepth = 16
 // The line is parsed, and every simple command in it is checked: in
 // pipelines and lists, subshells, groups, loop and branch bodies, function
 // bodies, command and process substitutions, and what wrappers run (sudo,
-// env, xargs, find -exec, sh -c with a literal script, ...). Under an allow
-// list, what cannot be checked is refused: substitutions, command names
-// known only at run time, eval, source, arithmetic on variables, lines that
-// do not parse. Whatever the rules, a line may not set the variables that
-// decide what commands run (PATH, LD_PRELOAD, GIT_*, ...).
+// env, xargs, find -exec, sh -c with a literal script, ...), options name
+// (sort --compress-program, tar --to-command, ...), awk and sed programs
+// run, and shells, xargs, at and crontab read from a literal
+// here-document. Deny rules match options in every spelling programs read
+// them in (abbreviations, clusters). Under an allow list, what cannot be
+// checked is refused: substitutions, command names known only at run
+// time, eval, source, arithmetic on variables, program text in other
+// languages, lines that do not parse. Whatever the rules, a line may not
+// set the variables that decide what commands run (PATH, LD_PRELOAD,
+// GIT_*, ...).
 //
 // writes is asked about every file an output redirection (>, >>, &>, <>)
 // writes to, as an absolute path; nil means the policy's own path rules.
