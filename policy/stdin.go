@@ -98,22 +98,10 @@ func quotedDelimiter(w *syntax.Word) bool {
 	return false
 }
 
-func unescapeHereDoc(s string) string {
-	if strings.IndexByte(s, '\\') < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("$`\\\n", s[i+1]) >= 0 {
-			i++
-			if s[i] == '\n' {
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// unescapeHereDoc removes the backslashes that escape in a here-document
+// with an unquoted delimiter: before $, ` and \; a backslash-newline
+// disappears.
+func unescapeHereDoc(s string) string { return unescapeBefore(s, "$`\\\n") }
 
 // stdinScript returns what a program that runs the commands on its
 // standard input (a shell, source /dev/stdin, at) runs: the script of a

@@ -192,13 +192,17 @@ func unescapeBare(s string) string {
 
 // unescapeQuoted removes the backslashes that escape inside double
 // quotes: before $, `, ", \ and newline.
-func unescapeQuoted(s string) string {
+func unescapeQuoted(s string) string { return unescapeBefore(s, "$`\"\\\n") }
+
+// unescapeBefore removes the backslashes before the characters in
+// special; a backslash-newline disappears.
+func unescapeBefore(s, special string) string {
 	if strings.IndexByte(s, '\\') < 0 {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("$`\"\\\n", s[i+1]) >= 0 {
+		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(special, s[i+1]) >= 0 {
 			i++
 			if s[i] == '\n' {
 				continue
