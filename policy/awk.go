@@ -546,7 +546,7 @@ func (c *checker) awkProgramRuns(t shWord) ([]runs, error) {
 			rs = append(rs, runs{unknown: "runs a command (system(), a pipe) that the awk program builds when it runs"})
 			continue
 		}
-		rs = append(rs, runs{script: cmd.text, isScript: true, lang: langSh})
+		rs = append(rs, runs{script: cmd.text, isScript: true, lang: langSh, via: "system() or a pipe in its program"})
 	}
 	for _, w := range prog.writes {
 		f := shWord{text: w.text, src: w.text}

@@ -234,9 +234,12 @@ func makeSpec() optSpec {
 			warn-undefined-variables shuffle jobs load-average output-sync`),
 		names(`directory eval file makefile include-dir old-file assume-old what-if new-file assume-new
 			jobserver-auth jobserver-style`))
-	s.valued += "E"
+	// -j and -l take an optional number, attached or (as make reads
+	// them) the next word; taking the next word as their value is safe,
+	// since one that looks like an option is read as one too.
+	s.valued += "Ejl"
 	s.flags = strings.ReplaceAll(s.flags, "E", "")
-	s.attached = "jlO"
+	s.attached = "O"
 	return s
 }
 
@@ -293,7 +296,7 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 	case strings.ContainsAny(value, "$"+string(dyn)):
 		return []runs{hiddenRun("sets make variable " + name + " to text make expands, which can run commands ($(shell ...))")}, nil
 	case shellAssign:
-		return []runs{{script: value, isScript: true, lang: langSh}}, nil
+		return []runs{{script: value, isScript: true, lang: langSh, via: name + "!="}}, nil
 	}
 	return nil, nil
 }

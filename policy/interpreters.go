@@ -243,7 +243,7 @@ func (c *checker) crontabLines(text string) ([]runs, error) {
 			}
 			b.WriteByte(cmd[i])
 		}
-		rs = append(rs, runs{script: b.String(), isScript: true, lang: langSh})
+		rs = append(rs, runs{script: b.String(), isScript: true, lang: langSh, via: "the crontab it installs"})
 	}
 	return rs, nil
 }

@@ -227,7 +227,7 @@ func (o optRun) runs(c *checker, v optVal) []runs {
 		if !val.literal() || val.text == "" {
 			return []runs{{unknown: "runs a program named by " + opt + " that is only known when the line runs"}}
 		}
-		return []runs{{words: []shWord{{text: val.text, src: val.text}}, nameOnly: true}}
+		return []runs{{words: []shWord{{text: val.text, src: val.text}}, nameOnly: true, via: opt}}
 	case runProgram:
 		if !val.literal() || val.text == "" {
 			return []runs{{unknown: "runs a program named by " + opt + " that is only known when the line runs"}}
@@ -242,7 +242,7 @@ func (o optRun) runs(c *checker, v optVal) []runs {
 				}
 				words = append(words, w)
 			}
-			rs = append(rs, runs{words: words})
+			rs = append(rs, runs{words: words, via: opt})
 		}
 		return rs
 	}
@@ -255,6 +255,7 @@ func (o optRun) runs(c *checker, v optVal) []runs {
 		s := r
 		s.script += strings.Join(suffix, "")
 		s.elsewhere = o.kind == runRemote
+		s.via = opt
 		rs = append(rs, s)
 	}
 	return rs

@@ -402,7 +402,7 @@ func (c *checker) sedScriptRuns(s shWord) ([]runs, error) {
 	}
 	var rs []runs
 	for _, cmd := range sc.commands {
-		rs = append(rs, runs{script: cmd, isScript: true, lang: langSh})
+		rs = append(rs, runs{script: cmd, isScript: true, lang: langSh, via: "the e command of its script"})
 	}
 	if sc.execs {
 		rs = append(rs, runs{unknown: "runs the pattern space as a command (e, s///e), which the script builds while it runs"})

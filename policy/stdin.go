@@ -111,7 +111,7 @@ func (c *checker) stdinScript(lang shellLang, what string) runs {
 	if !c.stdin.known || lang == langUnsupported {
 		return runs{unknown: "reads the commands it runs from standard input" + what}
 	}
-	return runs{script: c.stdin.text, isScript: true, lang: lang}
+	return runs{script: c.stdin.text, isScript: true, lang: lang, via: "a here-document"}
 }
 
 // stdinName reports whether a file name is standard input itself, as a

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -27,6 +28,9 @@ type runs struct {
 	// nameOnly is set when only the command's name is the caller's to
 	// check: it is matched against the rules and not unwrapped.
 	nameOnly bool
+	// via says how the wrapper comes to run it, for a refusal's message
+	// ("--compress-program", "system() in its program").
+	via string
 }
 
 // unwrap checks what a wrapper command (sudo, env, xargs, sh -c, ...)
@@ -55,6 +59,10 @@ func (c *checker) unwrap(words []shWord) error {
 			err = sub.match(r.words)
 		case len(r.words) > 0:
 			err = sub.command(r.words)
+		}
+		var d *Denial
+		if r.via != "" && errors.As(err, &d) {
+			d.Reason += fmt.Sprintf(" (%s runs it through %s)", path.Base(words[0].text), r.via)
 		}
 		if err != nil {
 			return err
