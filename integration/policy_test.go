@@ -163,3 +163,49 @@ bash:
 		t.Errorf("a refused command ran: %v", err)
 	}
 }
+
+// TestReadOnlyProfileOptionRunners: under the shipped read-only profile,
+// sort --compress-program=sh with its commands in a here-document (sort
+// pipes its temporary data, the commands, through the program) is
+// refused in every spelling sort accepts, while plain sort works. The
+// same line on an unrestricted host does run, so the payload is live.
+func TestReadOnlyProfileOptionRunners(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{"free"}})
+	profile, err := os.ReadFile("../deploy/policies/read-only.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := policyHost(t, env, "readonly", string(profile))
+	writeFile(t, filepath.Join(cwd, "names.txt"), "b\na\n")
+	payload := func(marker string) string {
+		return strings.Repeat("touch "+marker+"\n", 2000)
+	}
+	marker := filepath.Join(cwd, "marker")
+	writeFile(t, filepath.Join(cwd, "cmds.txt"), payload(marker))
+	lines := []string{
+		"sort --compress-program=sh -S 1 <<'EOF'\n" + payload(marker) + "EOF",
+		"sort --compress-prog=sh -S 1 <<EOF\n" + payload(marker) + "EOF",
+		"sort -S 1 --com=sh cmds.txt",
+		"sort cmds.txt -S 1 --compress-program sh",
+		"sort -S 1 --compress-program=/bin/sh < cmds.txt",
+	}
+	for _, era := range eras {
+		cs := env.Client(era.version, nil)
+		for _, line := range lines {
+			mustErr(t, call(t, cs, "bash", map[string]any{"host": "readonly", "command": line}), "denied by host policy")
+		}
+		if got := mustOK(t, call(t, cs, "bash", map[string]any{"host": "readonly", "command": "sort names.txt"})); got != "a\nb\n" {
+			t.Errorf("sort names.txt = %q", got)
+		}
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("a refused command ran: %v", err)
+	}
+
+	free := filepath.Join(t.TempDir(), "marker")
+	cs := env.Client(eras[0].version, nil)
+	call(t, cs, "bash", map[string]any{"host": "free", "command": "sort --compress-program=sh -S 1 <<'EOF'\n" + payload(free) + "EOF"})
+	if _, err := os.Stat(free); err != nil {
+		t.Fatalf("the payload did not run on the unrestricted host, so the test proves nothing: %v", err)
+	}
+}

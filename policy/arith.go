@@ -86,7 +86,7 @@ func (c *checker) arithAssign(n syntax.Node, x syntax.ArithmExpr) error {
 	if !ok {
 		return nil
 	}
-	if name, _, _ := strings.Cut(lit.Value, "["); steersShell(name) {
+	if name, _, _ := strings.Cut(lit.Value, "["); c.steers(name) {
 		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(n)), name)
 	}
 	return nil
@@ -97,7 +97,7 @@ func (c *checker) arithAssign(n syntax.Node, x syntax.ArithmExpr) error {
 func (c *checker) loopVar(name *syntax.Lit) error {
 	switch {
 	case name == nil:
-	case steersShell(name.Value):
+	case c.steers(name.Value):
 		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(name)), name.Value)
 	case evaluatesValue(name.Value) && c.allowList():
 		return c.refuseArith(name)
@@ -109,7 +109,7 @@ func (c *checker) loopVar(name *syntax.Lit) error {
 func (c *checker) paramExp(pe *syntax.ParamExp) error {
 	if pe.Param != nil && pe.Exp != nil && (pe.Exp.Op == syntax.AssignUnset || pe.Exp.Op == syntax.AssignUnsetOrNull) {
 		switch {
-		case steersShell(pe.Param.Value):
+		case c.steers(pe.Param.Value):
 			return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(pe)), pe.Param.Value)
 		case pe.Excl:
 			return c.refuse("%s: it sets the variable a value names, which may be one that changes what commands run", clip(c.text(pe)))

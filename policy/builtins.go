@@ -128,7 +128,7 @@ func (c *checker) letArgs(args []shWord) error {
 			return c.refuse("let %s cannot be checked: arithmetic on variables (bash evaluates a variable's value as code); under bash.allow arithmetic takes literal numbers only", clip(a.src))
 		}
 		for _, name := range identifiers(a.text) {
-			if steersShell(name) {
+			if c.steers(name) {
 				return c.refuse("let %s: setting %s changes what commands run, which the rules cannot follow", clip(a.src), name)
 			}
 		}

@@ -20,11 +20,16 @@ const maxDepth = 16
 // The line is parsed, and every simple command in it is checked: in
 // pipelines and lists, subshells, groups, loop and branch bodies, function
 // bodies, command and process substitutions, and what wrappers run (sudo,
-// env, xargs, find -exec, sh -c with a literal script, ...). Under an allow
-// list, what cannot be checked is refused: substitutions, command names
-// known only at run time, eval, source, arithmetic on variables, lines that
-// do not parse. Whatever the rules, a line may not set the variables that
-// decide what commands run (PATH, LD_PRELOAD, GIT_*, ...).
+// env, xargs, find -exec, sh -c with a literal script, ...), options name
+// (sort --compress-program, tar --to-command, ...), awk and sed programs
+// run, and shells, xargs, at and crontab read from a literal
+// here-document. Deny rules match options in every spelling programs read
+// them in (abbreviations, clusters). Under an allow list, what cannot be
+// checked is refused: substitutions, command names known only at run
+// time, eval, source, arithmetic on variables, program text in other
+// languages, lines that do not parse. Whatever the rules, a line may not
+// set the variables that decide what commands run (PATH, LD_PRELOAD,
+// GIT_*, ...).
 //
 // writes is asked about every file an output redirection (>, >>, &>, <>)
 // writes to, as an absolute path; nil means the policy's own path rules.
@@ -65,6 +70,9 @@ type checker struct {
 	// directory or on another host: the files they write cannot be
 	// placed.
 	elsewhere bool
+	// stdin is what the command being checked reads on its standard
+	// input, as far as it is known.
+	stdin input
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -150,16 +158,35 @@ func (c *checker) script(src string, lang shellLang) error {
 // walk checks every command under node.
 func (c *checker) walk(node syntax.Node) error {
 	var err error
+	var stdins map[*syntax.CallExpr]input // from here-documents
 	syntax.Walk(node, func(n syntax.Node) bool {
 		if err != nil {
 			return false
 		}
 		switch n := n.(type) {
 		case *syntax.CallExpr:
-			err = c.call(n)
+			sub := *c
+			sub.stdin = stdins[n]
+			err = sub.call(n)
 		case *syntax.DeclClause:
 			err = c.decl(n)
+		case *syntax.CoprocClause:
+			if err = c.evaluates(n); err == nil {
+				err = c.coprocName(n)
+			}
 		case *syntax.Stmt:
+			if ce, ok := n.Cmd.(*syntax.CallExpr); ok && len(n.Redirs) > 0 {
+				var in input
+				if in, err = c.stdinOf(n.Redirs); err != nil {
+					break
+				}
+				if in.known {
+					if stdins == nil {
+						stdins = map[*syntax.CallExpr]input{}
+					}
+					stdins[ce] = in
+				}
+			}
 			err = c.redirects(n.Redirs)
 		case *syntax.CmdSubst:
 			if c.allowList() {
@@ -175,6 +202,24 @@ func (c *checker) walk(node syntax.Node) error {
 		return err == nil
 	})
 	return err
+}
+
+// coprocName checks "coproc NAME <redirections>": the parser takes NAME
+// for the coprocess's name, but bash runs it as a command, with the
+// redirections.
+func (c *checker) coprocName(cp *syntax.CoprocClause) error {
+	if cp.Name == nil || cp.Stmt == nil || cp.Stmt.Cmd != nil {
+		return nil
+	}
+	words, err := c.words([]*syntax.Word{cp.Name})
+	if err != nil || len(words) == 0 {
+		return err
+	}
+	sub := *c
+	if sub.stdin, err = c.stdinOf(cp.Stmt.Redirs); err != nil {
+		return err
+	}
+	return sub.command(words)
 }
 
 // call checks a simple command: its assignments, then its words.
@@ -229,35 +274,25 @@ func (c *checker) command(words []shWord) error {
 
 // match checks the words of one command against the rules.
 func (c *checker) match(words []shWord) error {
-	subject := func(forDeny bool) string {
-		var b strings.Builder
-		for i, w := range words {
-			if i == 0 {
-				if w.literal() {
-					b.WriteString(commandName(w.text, forDeny))
-				} else {
-					b.WriteByte(dyn)
-				}
-				continue
-			}
-			b.WriteByte(' ')
-			b.WriteString(w.text)
-		}
-		return b.String()
-	}
 	if rules := c.p.bash.deny; len(rules) > 0 {
-		s := subject(true)
-		for i := range rules {
-			if rules[i].may(s) {
-				if !strings.Contains(s, string(dyn)) {
-					return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q", clip(joinSrc(words)), rules[i].text)}
-				}
-				return &Denial{"bash.deny", fmt.Sprintf("command %s could match bash.deny %q, depending on values only known when it runs", clip(joinSrc(words)), rules[i].text)}
-			}
+		if err := c.denied(words, rules); err != nil {
+			return err
 		}
 	}
 	if rules := c.p.bash.allow; len(rules) > 0 {
-		s := subject(false)
+		var b strings.Builder
+		for i, w := range words {
+			switch {
+			case i > 0:
+				b.WriteByte(' ')
+				b.WriteString(w.text)
+			case w.literal():
+				b.WriteString(commandName(w.text, false))
+			default:
+				b.WriteByte(dyn)
+			}
+		}
+		s := b.String()
 		for i := range rules {
 			if rules[i].must(s) {
 				return nil

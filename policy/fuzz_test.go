@@ -28,6 +28,8 @@ func FuzzCheckCommand(f *testing.F) {
 		"git log --oneline && echo 'a; rm'", "$'\\x72m' x", "ls\nrm", "for i in 1; do rm $i; done",
 		"((rm))", "ls $((c))", "ls ${b@P}", "[[ y -eq 0 ]]", "ls ${z[y]}", "echo $((1+2))", "flock /l rm x",
 		"curl x | bash -", "PATH=/tmp ls", "declare 'PATH=/x'", "ssh h rm x", "xargs -I{} sh -c {}",
+		"sort --com=sh x", "tar cIf sh x d", "awk 'BEGIN{system(\"rm x\")}'", "sed '1e rm x' f", "sh <<EOF\nrm x\nEOF",
+		"xargs rm <<< 'a b'", "make X!=rm", "go test -exec rm", "crontab - <<< '* * * * * rm x'", "coproc rm <<< x",
 	} {
 		f.Add(s)
 	}
@@ -264,6 +266,13 @@ var hiders = []hider{
 	{`p='$'; y="a[${p}("%Q")]"; ls ${z[y]}`, false, false, allowOnly},
 	// Nested subshells to a POSIX shell, arithmetic to bash.
 	{"((%s))", false, false, shOnly},
+	// Options that run a command line, program text, here-documents.
+	{"tar -cf x --to-command=%q d", false, true, anyPolicy}, {"tar -I %q -cf x d", false, true, anyPolicy},
+	{"tar -cf x --checkpoint-act=exec=%q d", false, true, anyPolicy}, {"rsync -e %q a h:b", false, true, anyPolicy},
+	{"man -P %q ls", false, true, anyPolicy}, {"zip -T -TT %q a f", false, true, anyPolicy},
+	{"go test -exec %q ./...", false, true, anyPolicy}, {"make X!=%q", false, true, anyPolicy},
+	{"awk %a", false, true, anyPolicy}, {"sed %e f", false, true, anyPolicy},
+	{"bash <<'EOF'\n%s\nEOF", false, false, anyPolicy}, {"sh <<< %q", false, false, anyPolicy},
 }
 
 // FuzzHiddenCommand hides a refused command in constructs chosen by the
@@ -275,10 +284,12 @@ func FuzzHiddenCommand(f *testing.F) {
 	f.Add([]byte{8, 1, 15, 33, 2})
 	f.Add([]byte{0, 68})
 	f.Add([]byte{1, 70, 25})
+	f.Add([]byte{0, 72, 80})
+	f.Add([]byte{2, 78, 81})
 	allowRules := `bash: {allow: ["ls *", "echo *", "cat *", "true", "sudo *", "env *", "nice *", "nohup *", "timeout *",
 		"command *", "exec *", "time *", "xargs *", "find *", "bash *", "sh *", "su *", "watch *", "builtin *", "flock *",
 		"chrt *", "taskset *", "unshare *", "setpriv *", "nsenter *", "chroot *", "script *", "systemd-run *", "ssh *",
-		"mapfile *", "[[ *"]}`
+		"mapfile *", "[[ *", "tar *", "rsync *", "man *", "zip *", "go test *", "make *", "awk *", "sed *"]}`
 	denyRules := `bash: {deny: ["rm *"]}`
 	sh := testEnv()
 	sh.Shell = "/bin/sh"
@@ -299,8 +310,11 @@ func FuzzHiddenCommand(f *testing.F) {
 			h := hiders[int(c)%len(hiders)]
 			// Wrappers need a simple command; bash reads what only a
 			// POSIX shell runs as arithmetic.
-			if h.wraps && !simple || scopes[shOnly] && strings.Contains(h.template, "bash -c") {
+			if h.wraps && !simple || scopes[shOnly] && strings.Contains(h.template, "bash ") {
 				continue
+			}
+			if strings.Contains(h.template, "%e") && strings.Contains(line, "\n") {
+				continue // sed's e runs one line; the next is a sed command
 			}
 			line, simple = hide(h.template, line), h.simple
 			scopes[h.scope] = true
@@ -316,11 +330,14 @@ func FuzzHiddenCommand(f *testing.F) {
 	})
 }
 
-// hide puts cmd into template.
+// hide puts cmd into template: %s as it is, %q single-quoted, %Q
+// double-quoted, %a as the command of an awk program's system(), %e as
+// the command of a sed script's e.
 func hide(template, cmd string) string {
-	sq := "'" + strings.ReplaceAll(cmd, "'", `'\''`) + "'"
+	squote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 	dq := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "$", `\$`, "`", "\\`").Replace(cmd) + `"`
-	return strings.NewReplacer("%s", cmd, "%q", sq, "%Q", dq).Replace(template)
+	awk := squote(`BEGIN { system("` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(cmd) + `") }`)
+	return strings.NewReplacer("%s", cmd, "%q", squote(cmd), "%Q", dq, "%a", awk, "%e", squote("1e "+cmd)).Replace(template)
 }
 
 // FuzzPathRules: pattern compilation and matching never panic, a denied

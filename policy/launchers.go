@@ -227,6 +227,10 @@ func (c *checker) ssh(args []shWord) ([]runs, error) {
 	switch {
 	case strings.ContainsAny(p.short+after.short, "NsW"):
 		return nil, nil // forwards ports or a subsystem: runs no command
+	case len(after.rest) == 0 && c.stdin.known:
+		r := c.stdinScript(langSh, "")
+		r.elsewhere = true
+		return []runs{r}, nil // a here-document for the remote shell
 	case len(after.rest) == 0:
 		return []runs{{unknown: "starts a remote shell that reads its commands from standard input"}}, nil
 	}
@@ -240,6 +244,8 @@ func sshOptionRuns(o optVal) string {
 	switch o.name {
 	case "F":
 		return "reads a configuration file, which can name local commands to run (ProxyCommand, LocalCommand)"
+	case "I":
+		return "loads a PKCS#11 shared library (-I)"
 	case "o":
 		key := o.val.text
 		if i := strings.IndexAny(key, "= \t"); i >= 0 {
@@ -249,8 +255,10 @@ func sshOptionRuns(o optVal) string {
 		switch {
 		case !o.val.literal():
 			return "takes an option only known when the line runs"
-		case strings.Contains(key, "command"), key == "match", key == "include":
+		case strings.Contains(key, "command"), key == "match", key == "include", key == "xauthlocation":
 			return "takes option " + clip(o.val.src) + ", which can run local commands"
+		case key == "pkcs11provider", key == "securitykeyprovider":
+			return "takes option " + clip(o.val.src) + ", which loads a shared library"
 		}
 	}
 	return ""

@@ -19,6 +19,9 @@ const dyn = '\x00'
 type cmdPattern struct {
 	text string   // as written (spaces normalised)
 	alts []string // the pattern, and the pattern without its " *" tail
+	// opts are the options a deny pattern names, which it also matches
+	// when abbreviated or clustered (see optionReadings).
+	opts patternOpts
 }
 
 func compileCmdPattern(text string, forDeny bool) (cmdPattern, error) {
@@ -37,6 +40,9 @@ func compileCmdPattern(text string, forDeny bool) (cmdPattern, error) {
 	cp.alts = []string{p}
 	if bare, ok := strings.CutSuffix(p, " *"); ok {
 		cp.alts = append(cp.alts, bare)
+	}
+	if forDeny {
+		cp.opts = patternOptions(p)
 	}
 	return cp, nil
 }
@@ -94,6 +100,30 @@ func (cp *cmdPattern) may(s string) bool {
 		}
 	}
 	return false
+}
+
+// denies reports whether the deny pattern may match the command whose
+// words (the first normalised by commandName) are texts, with the options
+// it names read in every spelling the command may take them in (see
+// optionReadings). reading is the words as they matched, when that took
+// another spelling.
+func (cp *cmdPattern) denies(texts []string, known *optSpec) (matched bool, reading string) {
+	if cp.may(strings.Join(texts, " ")) {
+		return true, ""
+	}
+	if cp.opts.empty() {
+		return false, ""
+	}
+	readings, all := cp.opts.optionReadings(texts, known)
+	if all {
+		return true, "with more spellings of its options than can be tried"
+	}
+	for _, r := range readings {
+		if s := strings.Join(r, " "); cp.may(s) {
+			return true, s
+		}
+	}
+	return false, ""
 }
 
 // starMatch reports whether s matches pattern p, where "*" matches any

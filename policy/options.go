@@ -16,6 +16,37 @@ type optSpec struct {
 	plus     bool     // "+x" is an option too (shells)
 	dash     bool     // "-" alone is an option (env's old spelling of -i)
 	permute  bool     // options may follow operands, as GNU getopt allows
+	// lenient takes an option it does not know for one without a value
+	// rather than refusing it, and a word only known at run time for an
+	// operand unless it may be an option. It suits programs whose every
+	// option matters only if it runs something: an option misread as a
+	// flag leaves its value to be read as an option too, which can only
+	// find more.
+	lenient bool
+}
+
+// longName resolves name, a long option as written without its dashes,
+// the way getopt_long does: an exact name wins, otherwise the one name it
+// is a prefix of. When it is a prefix of several, getopt refuses it as
+// ambiguous; they are returned as cands, and full is "".
+func (s *optSpec) longName(name string) (full string, valued bool, cands []string) {
+	if slices.Contains(s.long, name) {
+		return name, false, nil
+	}
+	if slices.Contains(s.longVal, name) {
+		return name, true, nil
+	}
+	for _, l := range [][]string{s.long, s.longVal} {
+		for _, n := range l {
+			if strings.HasPrefix(n, name) {
+				cands = append(cands, n)
+			}
+		}
+	}
+	if len(cands) == 1 {
+		return cands[0], slices.Contains(s.longVal, cands[0]), nil
+	}
+	return "", false, cands
 }
 
 // optVal is the value an option was given.
@@ -57,8 +88,8 @@ func (c *checker) parseOpts(cmd string, args []shWord, spec optSpec) (parsedOpts
 	var p parsedOpts
 	for i := 0; i < len(args); i++ {
 		w := args[i]
-		if !w.literal() {
-			return p, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
+		if !w.literal() && (!spec.lenient || w.splits || w.text[0] == dyn) {
+			return p, c.refuse("%s %s: the word is only known when the line runs and may be an option of %s, so what %s runs or sets cannot be found; write it out, or end the options with -- before it", cmd, clip(w.src), cmd, cmd)
 		}
 		t := w.text
 		switch {
@@ -91,27 +122,42 @@ func (c *checker) parseOpts(cmd string, args []shWord, spec optSpec) (parsedOpts
 }
 
 // longOpt reads one long option, args[0], and returns how many following
-// words are its value.
+// words are its value. Like getopt_long it takes an unambiguous prefix for
+// the option it abbreviates.
 func (c *checker) longOpt(cmd string, args []shWord, spec optSpec, p *parsedOpts) (int, error) {
 	w := args[0]
 	name, v, eq := strings.Cut(w.text[2:], "=")
-	skip := 0
+	full, valued, cands := spec.longName(name)
+	names := []string{full}
 	switch {
-	case slices.Contains(spec.long, name):
-		if eq {
-			p.vals = append(p.vals, optVal{name, shWord{text: v, src: w.src}})
-		}
-	case slices.Contains(spec.longVal, name) && eq:
-		p.vals = append(p.vals, optVal{name, shWord{text: v, src: w.src}})
-	case slices.Contains(spec.longVal, name):
-		skip = 1
-		if len(args) > 1 {
-			p.vals = append(p.vals, optVal{name, args[1]})
-		}
-	default:
+	case strings.IndexByte(name, dyn) >= 0:
+		return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
+	case len(cands) > 1 && !spec.lenient:
+		return 0, c.refuse("%s option %s abbreviates more than one option (--%s), so it cannot be told which it is", cmd, clip(w.src), strings.Join(cands, ", --"))
+	case len(cands) > 1:
+		// getopt refuses it; taken for each, it can only find more.
+		names = cands
+	case full == "" && !spec.lenient:
 		return 0, c.refuse("%s option %s is not one the checker knows, so where the command it runs starts cannot be told", cmd, clip(w.src))
+	case full == "":
+		names = []string{name}
 	}
-	p.long = append(p.long, name)
+	skip := 0
+	for _, n := range names {
+		switch {
+		case eq:
+			p.vals = append(p.vals, optVal{n, shWord{text: v, src: w.src}})
+		case valued:
+			skip = nextValue(spec, args)
+			if len(args) > 1 {
+				if err := c.splitValue(cmd, w, args[1]); err != nil {
+					return 0, err
+				}
+				p.vals = append(p.vals, optVal{n, args[1]})
+			}
+		}
+		p.long = append(p.long, n)
+	}
 	return skip, nil
 }
 
@@ -128,16 +174,44 @@ func (c *checker) shortOpts(cmd string, args []shWord, spec optSpec, p *parsedOp
 		case strings.IndexByte(spec.valued, ch) >= 0 && j == len(t)-1:
 			p.short += string(ch)
 			if len(args) > 1 {
+				if err := c.splitValue(cmd, w, args[1]); err != nil {
+					return 0, err
+				}
 				p.vals = append(p.vals, optVal{string(ch), args[1]})
 			}
-			return 1, nil
+			return nextValue(spec, args), nil
 		case strings.IndexByte(spec.valued, ch) >= 0 || strings.IndexByte(spec.attached, ch) >= 0:
 			p.short += string(ch)
 			p.vals = append(p.vals, optVal{string(ch), shWord{text: t[j+1:], src: w.src}})
 			return 0, nil
+		case spec.lenient && ch != dyn:
+			p.short += string(ch)
+		case ch == dyn:
+			return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
 		default:
 			return 0, c.refuse("%s option %s (in %s) is not one the checker knows, so where the command it runs starts cannot be told", cmd, string(t[0])+string(ch), clip(w.src))
 		}
 	}
 	return 0, nil
+}
+
+// splitValue refuses v, the value of option opt given as the next word,
+// when the shell may split it into several words: those after the first
+// would be read as options or as the command to run.
+func (c *checker) splitValue(cmd string, opt, v shWord) error {
+	if !v.splits {
+		return nil
+	}
+	return c.refuse("%s %s %s: the value is only known when the line runs and may split into several words, which %s would read as options or a command; quote it", cmd, clip(opt.src), clip(v.src), cmd)
+}
+
+// nextValue returns how many words the value of the option args[0] takes
+// from those after it: one. A lenient spec reads a value that looks like
+// an option as an option too: where the table takes a flag for an option
+// with a value (programs differ), the next word is one.
+func nextValue(spec optSpec, args []shWord) int {
+	if spec.lenient && len(args) > 1 && len(args[1].text) > 1 && args[1].text[0] == '-' {
+		return 0
+	}
+	return 1
 }

@@ -24,7 +24,7 @@ func (c *checker) shell(name string, args []shWord) ([]runs, error) {
 	}
 	// An interactive bash (-i) runs its --rcfile first.
 	for _, rc := range append(p.values("", "rcfile"), p.values("", "init-file")...) {
-		if rs := c.scriptFile(rc); rs != nil {
+		if rs := c.scriptFile(rc, lang); rs != nil {
 			return rs, nil
 		}
 	}
@@ -36,25 +36,28 @@ func (c *checker) shell(name string, args []shWord) ([]runs, error) {
 	case cmdMode:
 		return []runs{scriptWord(p.rest[0], lang)}, nil
 	case strings.Contains(p.short, "s"):
-		return []runs{{unknown: "reads the commands it runs from standard input"}}, nil
+		return []runs{c.stdinScript(lang, "")}, nil
 	}
 	rest := p.rest
 	if len(rest) > 0 && rest[0].text == "-" {
 		rest = rest[1:] // a lone "-" ends the options
 	}
 	if len(rest) == 0 {
-		return []runs{{unknown: "reads the commands it runs from standard input"}}, nil
+		return []runs{c.stdinScript(lang, "")}, nil
 	}
-	return c.scriptFile(rest[0]), nil
+	return c.scriptFile(rest[0], lang), nil
 }
 
-// scriptFile returns what reading the script file named w runs: nothing
-// the checker can follow, unless the name stands for standard input or is
-// only known when the line runs.
-func (c *checker) scriptFile(w shWord) []runs {
+// scriptFile returns what reading the script file named w, in language
+// lang, runs: nothing the checker can follow, unless the name stands for
+// standard input (whose literal here-document is checked) or is only
+// known when the line runs.
+func (c *checker) scriptFile(w shWord, lang shellLang) []runs {
 	switch {
 	case !w.literal():
 		return []runs{{unknown: "reads a script whose name " + clip(w.src) + " is only known when the line runs"}}
+	case stdinName(w.text):
+		return []runs{c.stdinScript(lang, " ("+w.text+")")}
 	case c.readsStdin(w.text):
 		return []runs{{unknown: "reads the commands it runs from standard input (" + w.text + ")"}}
 	}
@@ -92,7 +95,7 @@ func (c *checker) sourced(args []shWord) []runs {
 	if len(args) == 0 {
 		return nil
 	}
-	return c.scriptFile(args[0])
+	return c.scriptFile(args[0], c.lang)
 }
 
 // su returns the command of su -c (a script for the target user's shell,

@@ -40,7 +40,7 @@ func evaluatesValue(name string) bool {
 
 // assign checks one variable assignment.
 func (c *checker) assign(a *syntax.Assign) error {
-	if a.Name != nil && !a.Naked && steersShell(a.Name.Value) {
+	if a.Name != nil && !a.Naked && c.steers(a.Name.Value) {
 		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", clip(c.text(a)), a.Name.Value)
 	}
 	if a.Name != nil && evaluatesValue(a.Name.Value) && c.allowList() && (a.Value == nil || !numberWord(a.Value.Parts)) {
@@ -193,7 +193,7 @@ func (c *checker) namerefTarget(cmd string, w shWord, target string, isAssign bo
 		return c.refuse("%s %s: a nameref without a target lets a later assignment choose the variable it sets", cmd, clip(w.src))
 	case strings.IndexByte(base, dyn) >= 0:
 		return c.refuse("%s %s: the variable the nameref refers to is only known when the line runs", cmd, clip(w.src))
-	case steersShell(base):
+	case c.steers(base):
 		return c.refuse("%s %s: a nameref to %s would set it, which changes what commands run", cmd, clip(w.src), base)
 	}
 	return nil
@@ -211,7 +211,7 @@ func (c *checker) setsVar(cmd string, w shWord, name string, keep bool) error {
 		return c.refuse("%s %s: which variable it sets is only known when the line runs", cmd, clip(w.src))
 	case !validName(base):
 		return nil // bash refuses it
-	case steersShell(base) && !keep:
+	case c.steers(base) && !keep:
 		return c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", cmd, clip(w.src), base)
 	case evaluatesValue(base) && !keep && c.allowList():
 		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates what is assigned to %s); under bash.allow assign it a literal number", cmd, clip(w.src), base)

@@ -16,6 +16,9 @@ type shWord struct {
 	// tilde is set when the word starts with an unquoted "~", which the
 	// shell expands.
 	tilde bool
+	// splits is set when the word holds an unquoted expansion, which the
+	// shell may split into several words.
+	splits bool
 }
 
 func (w shWord) literal() bool { return strings.IndexByte(w.text, dyn) < 0 }
@@ -86,10 +89,25 @@ func (c *checker) word(parts []syntax.WordPart, src string) (shWord, error) {
 		return sw, err
 	}
 	sw.text = b.String()
+	sw.splits = unquotedExpansion(parts)
 	if glob {
 		sw.text = string(dyn)
+		sw.splits = true
 	}
 	return sw, nil
+}
+
+// unquotedExpansion reports whether parts hold an expansion outside
+// quotes, whose value the shell splits into words.
+func unquotedExpansion(parts []syntax.WordPart) bool {
+	for _, p := range parts {
+		switch p.(type) {
+		case *syntax.Lit, *syntax.SglQuoted, *syntax.DblQuoted:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // parts writes the known text of parts to b, dyn for the unknown, and
@@ -174,13 +192,17 @@ func unescapeBare(s string) string {
 
 // unescapeQuoted removes the backslashes that escape inside double
 // quotes: before $, `, ", \ and newline.
-func unescapeQuoted(s string) string {
+func unescapeQuoted(s string) string { return unescapeBefore(s, "$`\"\\\n") }
+
+// unescapeBefore removes the backslashes before the characters in
+// special; a backslash-newline disappears.
+func unescapeBefore(s, special string) string {
 	if strings.IndexByte(s, '\\') < 0 {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("$`\"\\\n", s[i+1]) >= 0 {
+		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(special, s[i+1]) >= 0 {
 			i++
 			if s[i] == '\n' {
 				continue

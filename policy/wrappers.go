@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -13,9 +14,23 @@ type runs struct {
 	isScript bool
 	lang     shellLang
 	unknown  string // why what it runs cannot be known
+	// allowOnly is set on an unknown that only an allow list refuses:
+	// program text the checker cannot read (python -c, make --eval).
+	// Deny rules alone cannot see into it, as they cannot see into a
+	// script file.
+	allowOnly bool
 	// elsewhere is set when it runs under another root directory or on
 	// another host, where the files it writes cannot be placed.
 	elsewhere bool
+	// inherit is set when the command reads the wrapper's own standard
+	// input: a here-document given to sudo is read by what sudo runs.
+	inherit bool
+	// nameOnly is set when only the command's name is the caller's to
+	// check: it is matched against the rules and not unwrapped.
+	nameOnly bool
+	// via says how the wrapper comes to run it, for a refusal's message
+	// ("--compress-program", "system() in its program").
+	via string
 }
 
 // unwrap checks what a wrapper command (sudo, env, xargs, sh -c, ...)
@@ -29,13 +44,25 @@ func (c *checker) unwrap(words []shWord) error {
 		sub := *c
 		sub.depth++
 		sub.elsewhere = c.elsewhere || r.elsewhere
+		if !r.inherit {
+			sub.stdin = input{}
+		}
 		switch {
+		case r.unknown != "" && r.allowOnly && !c.allowList():
+		case r.unknown != "" && r.allowOnly:
+			return c.refuse("%s %s, which the rules cannot check; under bash.allow it is refused", clip(joinSrc(words)), r.unknown)
 		case r.unknown != "":
 			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
 		case r.isScript:
 			err = sub.script(r.script, r.lang)
+		case r.nameOnly:
+			err = sub.match(r.words)
 		case len(r.words) > 0:
 			err = sub.command(r.words)
+		}
+		var d *Denial
+		if r.via != "" && errors.As(err, &d) {
+			d.Reason += fmt.Sprintf(" (%s runs it through %s)", path.Base(words[0].text), r.via)
 		}
 		if err != nil {
 			return err
@@ -79,7 +106,7 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 	case "parallel", "sem":
 		return []runs{{unknown: "builds the commands it runs from its arguments and input"}}, nil
 	}
-	return nil, nil
+	return c.programRuns(name, args)
 }
 
 // skipAssignments drops the NAME=value words env and sudo take before the
@@ -91,7 +118,7 @@ func (c *checker) skipAssignments(cmd string, args []shWord) ([]shWord, error) {
 		known, _, _ := strings.Cut(w.text, string(dyn))
 		name, _, ok := strings.Cut(known, "=")
 		switch {
-		case ok && steersShell(name):
+		case ok && c.steers(name):
 			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, clip(w.src), name)
 		case ok:
 		case !w.literal():
@@ -118,6 +145,16 @@ func runsCommand(words []shWord) []runs {
 		return nil
 	}
 	return []runs{{words: words}}
+}
+
+// runsInheriting is runsCommand for a command that reads the wrapper's
+// standard input.
+func runsInheriting(words []shWord) []runs {
+	rs := runsCommand(words)
+	for i := range rs {
+		rs[i].inherit = true
+	}
+	return rs
 }
 
 func (c *checker) sudo(name string, args []shWord) ([]runs, error) {
@@ -149,7 +186,7 @@ func (c *checker) sudo(name string, args []shWord) ([]runs, error) {
 	case len(rest) == 0 && (p.has("i", "login") || p.has("s", "shell")):
 		return []runs{{unknown: "starts a shell that reads its commands from standard input"}}, nil
 	}
-	return runsCommand(rest), nil
+	return runsInheriting(rest), nil
 }
 
 func (c *checker) env(args []shWord) ([]runs, error) {
@@ -170,7 +207,7 @@ func (c *checker) env(args []shWord) ([]runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runsCommand(rest), nil
+	return runsInheriting(rest), nil
 }
 
 // prefix handles wrappers that take options, perhaps an operand, then a
@@ -214,7 +251,7 @@ func (c *checker) prefix(name string, args []shWord) ([]runs, error) {
 	case len(p.rest) <= operands:
 		return nil, nil
 	}
-	return runsCommand(p.rest[operands:]), nil
+	return runsInheriting(p.rest[operands:]), nil
 }
 
 func (c *checker) xargs(args []shWord) ([]runs, error) {
@@ -228,6 +265,9 @@ func (c *checker) xargs(args []shWord) ([]runs, error) {
 	cmd := append([]shWord(nil), p.rest...)
 	if len(cmd) == 0 {
 		cmd = []shWord{{text: "echo", src: "echo"}}
+	}
+	if rs, ok := c.xargsLiteral(cmd, p); ok {
+		return rs, nil
 	}
 	// With -I R (-i, --replace), each R in the command is replaced by
 	// what xargs reads: in the command's name or in a script it is code.
@@ -243,6 +283,42 @@ func (c *checker) xargs(args []shWord) ([]runs, error) {
 	}
 	// The arguments xargs reads from its input follow.
 	return runsCommand(append(cmd, dynWord("<input>"))), nil
+}
+
+// xargsLiteral returns the commands xargs runs when its arguments come
+// from a literal here-document or here-string and are split in the
+// default way: the command with the real arguments. ok is false when
+// they cannot be known.
+func (c *checker) xargsLiteral(cmd []shWord, p parsedOpts) (rs []runs, ok bool) {
+	if !c.stdin.known || strings.ContainsAny(p.short, "0aEdLlse") {
+		return nil, false
+	}
+	for _, l := range p.long {
+		switch l {
+		case "null", "arg-file", "delimiter", "max-lines", "max-chars", "eof":
+			return nil, false
+		}
+	}
+	var replace *shWord
+	switch rs := xargsReplace(p); {
+	case len(rs) > 1:
+		return nil, false
+	case len(rs) == 1 && !rs[0].literal():
+		return nil, false
+	case len(rs) == 1:
+		replace = &rs[0]
+	}
+	n := 0
+	for _, v := range append(p.values("n", ""), p.values("", "max-args")...) {
+		if !isNumber(v) {
+			return nil, false
+		}
+		n = 0
+		for _, d := range v.text {
+			n = min(n*10+int(d-'0'), maxXargsInput)
+		}
+	}
+	return xargsInvocations(cmd, c.stdin.text, n, replace, p.has("r", "no-run-if-empty"))
 }
 
 // xargsReplace returns the replace strings of xargs -I, -i and --replace.
@@ -268,6 +344,12 @@ func xargsReplace(p parsedOpts) []shWord {
 // actions run. -execdir and -okdir run them in other directories.
 func (c *checker) findExec(args []shWord) []runs {
 	var rs []runs
+	for _, a := range args {
+		if a.splits {
+			// Unquoted, it may split into an -exec action.
+			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}
+		}
+	}
 	for i := 0; i < len(args); i++ {
 		switch args[i].text {
 		case "-exec", "-ok":

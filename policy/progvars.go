@@ -1,0 +1,60 @@
+package policy
+
+import "strings"
+
+// steers reports whether a line may not set variable name: it steers the
+// shell (steersShell), holds options for a program that can make it run
+// another (optionsVariable), or, under an allow list, names a program or
+// flags that a build tool runs (toolVariable). Under deny rules alone
+// the last are left alone: setting CC for make is everyday work, and
+// deny rules cannot foresee what a build runs anyway.
+func (c *checker) steers(name string) bool {
+	return steersShell(name) || optionsVariable(name) || c.allowList() && toolVariable(name)
+}
+
+// optionsVariable reports whether variable name holds options or a
+// configuration file for a program, through which it can be made to run
+// another: less's key bindings, man's options, zip's options, rsync's
+// connection program, ripgrep's configuration.
+func optionsVariable(name string) bool {
+	switch name {
+	case "LESSKEY", "LESSKEYIN", "LESSKEY_CONTENT", "LESSKEY_SYSTEM", "LESSKEYIN_SYSTEM", "LESSEDIT",
+		"LESSGLOBALTAGS", "MANOPT", "MANROFFOPT", "ZIPOPT", "ZIP", "UNZIP", "UNZIPOPT", "RSYNC_CONNECT_PROG",
+		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PYTHONSTARTUP",
+		"PYTHONINSPECT":
+		return true
+	}
+	return false
+}
+
+// toolVariable reports whether variable name names a program, or flags
+// or configuration that can name one, for a compiler or build tool: CC
+// and CFLAGS (gcc -wrapper), GOFLAGS (-toolexec), RUSTC_WRAPPER, cargo's
+// and npm's configuration, make's flags, the module paths interpreters
+// load code from.
+func toolVariable(name string) bool {
+	switch name {
+	case "CC", "CXX", "CPP", "FC", "F77", "F90", "AR", "AS", "LD", "NM", "RANLIB", "STRIP", "OBJCOPY", "OBJDUMP",
+		"PKG_CONFIG", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS", "FFLAGS", "MAKE", "MAKEFLAGS",
+		"MFLAGS", "GNUMAKEFLAGS", "MAKEFILES", "MAKESHELL",
+		"GOFLAGS", "GOENV", "GOTOOLCHAIN", "GOROOT", "GCCGO", "GOGCCFLAGS", "GOPROXY", "GOSUMDB", "GONOSUMDB",
+		"GONOSUMCHECK", "GOINSECURE",
+		"RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS", "RUSTDOCFLAGS",
+		"RUSTUP_TOOLCHAIN", "RUSTUP_HOME",
+		"PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PERL5LIB", "PERLLIB", "RUBYLIB",
+		"NODE_PATH":
+		return true
+	}
+	switch {
+	case strings.HasPrefix(name, "CGO_"):
+		return name != "CGO_ENABLED"
+	case strings.HasPrefix(name, "CARGO_"):
+		// Cargo reads its whole configuration from CARGO_* (runners,
+		// linkers, wrappers, aliases, credential providers).
+		return !strings.HasPrefix(name, "CARGO_TERM_") && !strings.HasPrefix(name, "CARGO_PROFILE_") &&
+			name != "CARGO_TARGET_DIR" && name != "CARGO_INCREMENTAL" && name != "CARGO_BUILD_JOBS"
+	case strings.HasPrefix(strings.ToLower(name), "npm_config_"):
+		return true // npm's configuration: script-shell, node-options, git, ...
+	}
+	return false
+}
