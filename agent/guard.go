@@ -210,13 +210,17 @@ func (g *guard) checkCommand(line string) error {
 	return g.pol.CheckCommand(line, g.checkRedirect)
 }
 
-// checkRedirect checks a file a redirection opens for ops.
+// checkRedirect checks a file a redirection opens for ops. path is what
+// the shell opens, not cleaned: it is resolved the way the kernel will
+// (see shellPath), and the path rules decide on that file, deny rules
+// also on path with ".." collapsed as written. A target that cannot be
+// resolved that way is refused.
 func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
-	_, err := g.checkPath(filepath.Clean(path), ops...)
-	if err != nil && !isDenied(err) {
+	resolved, err := shellPath(path)
+	if err != nil {
 		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("redirection to %s cannot be checked: %s", path, fsProblem(path, err))}
 	}
-	return err
+	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }
 
 // within reports whether p is dir or inside it.
