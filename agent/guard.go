@@ -218,7 +218,7 @@ func (g *guard) checkCommand(line string) error {
 func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
 	resolved, err := shellPath(path)
 	if err != nil {
-		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("redirection to %s cannot be checked: %s", path, fsProblem(path, err))}
+		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("%s cannot be checked: %s", path, fsProblem(path, err))}
 	}
 	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -207,7 +209,18 @@ func (c *checker) target(w shWord, ops []Op, what string) error {
 		c.line.relative = append(c.line.relative, relTarget{w, ops, what})
 		return nil
 	}
-	return c.line.files(t, ops...)
+	return c.line.check(t, ops, what, w.src)
+}
+
+// check asks the line's FileCheck about path, opened for ops by a
+// redirection (what src), and says so in its refusal.
+func (l *lineState) check(path string, ops []Op, what, src string) error {
+	err := l.files(path, ops...)
+	var d *Denial
+	if errors.As(err, &d) {
+		return &Denial{d.Rule, fmt.Sprintf("%s %s: %s", what, clip(src), d.Reason)}
+	}
+	return err
 }
 
 // relTarget is a relative redirection target, checked once the whole line
@@ -234,7 +247,7 @@ func (c *checker) finish() error {
 		if c.line.cd {
 			return c.refuse("%s %s in a line that changes directory: which file it opens cannot be known; use an absolute path", rt.what, clip(rt.w.src))
 		}
-		if err := c.line.files(strings.TrimSuffix(c.p.env.Cwd, "/")+"/"+rt.w.text, rt.ops...); err != nil {
+		if err := c.line.check(strings.TrimSuffix(c.p.env.Cwd, "/")+"/"+rt.w.text, rt.ops, rt.what, rt.w.src); err != nil {
 			return err
 		}
 	}
