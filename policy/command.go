@@ -212,20 +212,14 @@ func (c *checker) redirectsIn(node syntax.Node) error {
 	case *syntax.Stmt:
 		return c.redirects(n.Redirs)
 	case *syntax.CallExpr:
-		if len(n.Args) > 0 && mayChangeDir(n.Args[0].Lit() == "", c.sources(n.Args)) {
+		// Words that cannot be read (quoted text with a substitution
+		// that does not parse) may say anything.
+		words, err := c.words(n.Args)
+		if err != nil || len(words) > 0 && mayChangeDir(words) {
 			c.line.cd = true
 		}
 	}
 	return nil
-}
-
-// sources returns the source text of ws.
-func (c *checker) sources(ws []*syntax.Word) []string {
-	s := make([]string, len(ws))
-	for i, w := range ws {
-		s[i] = c.text(w)
-	}
-	return s
 }
 
 // call checks a simple command: its assignments, then its words.

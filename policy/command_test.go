@@ -71,7 +71,7 @@ func TestCommandUnrestricted(t *testing.T) {
 func TestCommandRedirectsOnly(t *testing.T) {
 	p := mustParse(t, `paths: {deny: ["/etc/**"], write: {allow: ["/srv/app/**"]}}`)
 	for _, line := range []string{"rm -rf /", "PATH=/tmp make", "cat /etc/shadow", "sudo -Z x", "bash -c 'echo hi > /etc/x'",
-		"echo hi > x", "cd /srv/app/sub; cat < /srv/app/in > /srv/app/out", "echo '$(' > /srv/app/q", "tee >(cat) > /srv/app/x"} {
+		"echo hi > x", "cd /srv/app/sub; cat < /srv/app/in > /srv/app/out", "echo '$(' > /srv/app/q", "tee >(cat) > /srv/app/x", "echo \"$x\" > out", "make -C sub > build.log"} {
 		if err := p.CheckCommand(line, nil); err != nil {
 			t.Errorf("CheckCommand(%q) without bash rules = %v", line, err)
 		}
@@ -91,6 +91,10 @@ func TestCommandRedirectsOnly(t *testing.T) {
 		{"$X /tmp; echo hi > x", "changes directory"},
 		{"'cd' /tmp; echo hi > x", "changes directory"},
 		{". ./env; echo hi > x", "changes directory"},
+		{"c\\d /tmp; echo hi > x", "changes directory"},
+		{"builtin 'c'd /tmp; echo hi > x", "changes directory"},
+		{"builtin $'\\x63d' /tmp; echo hi > x", "changes directory"},
+		{"command $c /tmp; echo hi > x", "changes directory"},
 		{"echo hi > \"$F\"", "only known when the line runs"},
 	} {
 		err := p.CheckCommand(tc.line, nil)

@@ -264,17 +264,25 @@ func (c *checker) finish() error {
 }
 
 // mayChangeDir reports, for a line checked for its redirections only,
-// whether a simple command, given by the source text of its words, may
-// change the shell's directory: cd, pushd and popd wherever they appear
-// in the words (builtin cd, command cd, a trap or an alias that runs cd),
-// what runs text (eval, source, .), and commands whose name is not a
-// plain word (dynamic, quoted).
-func mayChangeDir(dynamicName bool, words []string) bool {
-	if dynamicName || words[0] == "." {
+// whether the command words may change the shell's directory: cd, pushd
+// and popd wherever they appear in the words (builtin cd, command cd, a
+// trap or an alias that runs cd), what runs text (eval, source, .), a
+// command named only when the line runs, and the builtins that run their
+// arguments given one only known then.
+func mayChangeDir(words []shWord) bool {
+	if !words[0].literal() {
 		return true
 	}
+	runsArgs := false
+	switch path.Base(words[0].text) {
+	case ".", "builtin", "command", "eval", "trap", "alias", "source", "exec":
+		runsArgs = true
+	}
 	for _, w := range words {
-		fields := strings.FieldsFunc(w, func(r rune) bool {
+		if !w.literal() && runsArgs {
+			return true
+		}
+		fields := strings.FieldsFunc(w.text, func(r rune) bool {
 			return r != '_' && r != '.' && r != '-' && !unicode.IsLetter(r) && !unicode.IsDigit(r)
 		})
 		for _, f := range fields {
@@ -284,7 +292,7 @@ func mayChangeDir(dynamicName bool, words []string) bool {
 			}
 		}
 	}
-	return false
+	return path.Base(words[0].text) == "."
 }
 
 // ing is op's verb in its -ing form, for messages.
