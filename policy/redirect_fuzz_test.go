@@ -23,31 +23,37 @@ func FuzzRedirects(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	p := mustParse(f, `
-bash: {deny: ["rm *"]}
-paths: {read: {allow: ["/srv/app/**"]}, write: {allow: ["/srv/app/out/**"]}}
-`)
+	const paths = `paths: {read: {allow: ["/srv/app/**"]}, write: {allow: ["/srv/app/out/**"]}}`
+	// With bash rules, and with path rules alone (redirections only).
+	policies := []*Policy{mustParse(f, "bash: {deny: [\"rm *\"]}\n"+paths), mustParse(f, paths)}
 	f.Fuzz(func(t *testing.T, line string) {
-		seen := map[string][]Op{}
-		files := func(path string, ops ...Op) error {
-			seen[path] = append(seen[path], ops...)
-			return nil
+		for _, p := range policies {
+			judgeRedirects(t, p, line)
 		}
-		if p.CheckCommand(line, files) != nil {
-			return
-		}
-		file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
-		if err != nil {
-			t.Fatalf("checker passed %q, which does not parse: %v", line, err)
-		}
-		syntax.Walk(file, func(n syntax.Node) bool {
-			if st, ok := n.(*syntax.Stmt); ok {
-				for _, r := range st.Redirs {
-					judgeRedirect(t, line, r, seen)
-				}
+	})
+}
+
+// judgeRedirects checks the redirections of line if p allows it.
+func judgeRedirects(t *testing.T, p *Policy, line string) {
+	seen := map[string][]Op{}
+	files := func(path string, ops ...Op) error {
+		seen[path] = append(seen[path], ops...)
+		return nil
+	}
+	if p.CheckCommand(line, files) != nil {
+		return
+	}
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
+	if err != nil {
+		t.Fatalf("checker passed %q, which does not parse: %v", line, err)
+	}
+	syntax.Walk(file, func(n syntax.Node) bool {
+		if st, ok := n.(*syntax.Stmt); ok {
+			for _, r := range st.Redirs {
+				judgeRedirect(t, line, r, seen)
 			}
-			return true
-		})
+		}
+		return true
 	})
 }
 
