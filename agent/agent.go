@@ -71,7 +71,6 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("host", cfg.Name)
-	skills := newCatalog(cfg.SkillsDir, cfg.Name, pol, log)
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
@@ -91,7 +90,6 @@ func New(cfg Config) (*Agent, error) {
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
-		Skills:   skills,
 		Host:     cfg.Name,
 		Tasks: taskConfig{
 			DefaultTimeout: cfg.TaskDefaultTimeout,
@@ -111,6 +109,9 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
+	// Skills are read as the read tool reads files: through its guard.
+	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
+	tb.skills = skills
 	tools, refused := servedTools(tb.tools(), pol)
 	return &Agent{
 		cfg:         cfg,

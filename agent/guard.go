@@ -205,15 +205,22 @@ func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
 }
 
 // checkCommand checks a bash command line against the policy's command
-// rules; the files its output redirections write must pass checkPath.
+// rules; the files its redirections open must pass checkRedirect.
 func (g *guard) checkCommand(line string) error {
-	return g.pol.CheckCommand(line, func(path string) error {
-		_, err := g.checkPath(path, policy.Write)
-		if err != nil && !isDenied(err) {
-			return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("output redirection to %s cannot be checked: %s", path, fsProblem(path, err))}
-		}
-		return err
-	})
+	return g.pol.CheckCommand(line, g.checkRedirect)
+}
+
+// checkRedirect checks a file a redirection opens for ops. path is what
+// the shell opens, not cleaned: it is resolved the way the kernel will
+// (see shellPath), and the path rules decide on that file, deny rules
+// also on path with ".." collapsed as written. A target that cannot be
+// resolved that way is refused.
+func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
+	resolved, err := shellPath(path)
+	if err != nil {
+		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("%s cannot be checked: %s", path, fsProblem(path, err))}
+	}
+	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }
 
 // within reports whether p is dir or inside it.

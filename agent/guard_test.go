@@ -17,27 +17,39 @@ import (
 type guarded struct {
 	*toolbox
 	cwd, state, policyFile, secret string
+	home                           string
 }
 
 // tbPolicy returns a toolbox whose host policy is text, in which "CWD"
 // stands for its working directory.
 func tbPolicy(t testing.TB, text string) guarded {
 	t.Helper()
+	return tbPolicyIn(t, text, "/bin/sh", "")
+}
+
+// tbPolicyIn is tbPolicy with the given shell and home directory ("":
+// none).
+func tbPolicyIn(t testing.TB, text, shell, home string) guarded {
+	t.Helper()
 	cwd, own := t.TempDir(), t.TempDir()
-	g := guarded{cwd: cwd, state: filepath.Join(own, "state"), policyFile: filepath.Join(own, "policy.yaml"), secret: filepath.Join(own, "password")}
+	g := guarded{cwd: cwd, state: filepath.Join(own, "state"), policyFile: filepath.Join(own, "policy.yaml"), secret: filepath.Join(own, "password"), home: home}
+	env := os.Environ()
+	if home != "" {
+		env = append(env, "HOME="+home) // the last one wins
+	}
 	text = strings.ReplaceAll(text, "CWD", cwd)
 	for p, data := range map[string]string{g.policyFile: text, g.secret: "s3cret\n"} {
 		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pol, err := loadPolicy(g.policyFile, policy.Env{Cwd: cwd, Tools: toolNames(), Shell: "/bin/sh"})
+	pol, err := loadPolicy(g.policyFile, policy.Env{Cwd: cwd, Home: home, Tools: toolNames(), Shell: shell})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.toolbox, err = newToolbox(toolboxConfig{
-		Cwd: cwd, StateDir: g.state, Shell: "/bin/sh", BashDefaultTimeout: 10 * time.Second, BashMaxTimeout: time.Minute,
-		ChildEnv: os.Environ(), Policy: pol, PolicyFile: g.policyFile, SecretFiles: []string{g.secret},
+		Cwd: cwd, StateDir: g.state, Home: home, Shell: shell, BashDefaultTimeout: 10 * time.Second, BashMaxTimeout: time.Minute,
+		ChildEnv: env, Policy: pol, PolicyFile: g.policyFile, SecretFiles: []string{g.secret},
 	})
 	if err != nil {
 		t.Fatal(err)

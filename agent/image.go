@@ -175,6 +175,12 @@ func readCapped(f *os.File, size, limit int64) ([]byte, error) {
 // and returns it with its size. The file must be a regular file and not
 // the agent's credentials under another name.
 func (t *toolbox) openRegular(path, target, refusal string) (*os.File, int64, error) {
+	return t.guard.openRegular(path, target, refusal)
+}
+
+// openRegular is toolbox.openRegular for what reads files outside a
+// tool call (the skill catalog).
+func (g *guard) openRegular(path, target, refusal string) (*os.File, int64, error) {
 	if target == "/" {
 		return nil, 0, problem(notRegular(path, fs.ModeDir, refusal))
 	}
@@ -203,7 +209,7 @@ func (t *toolbox) openRegular(path, target, refusal string) (*os.File, int64, er
 		if p := notRegular(path, fi.Mode(), refusal); p != "" {
 			err = problem(p)
 		} else {
-			err = t.guard.checkOpened(path, fi)
+			err = g.checkOpened(path, fi)
 		}
 	} else {
 		err = problem(fsProblem(path, err))

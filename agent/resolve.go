@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -28,11 +29,38 @@ func realPath(path string) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
-	resolved, rest := "/", strings.TrimPrefix(filepath.Clean(path), "/")
+	return walkPath(filepath.Clean(path), false)
+}
+
+// shellPath returns the file a shell opens when a redirection names path,
+// an absolute path exactly as the shell has it. Unlike realPath it does
+// not clean path first: it walks it component by component as the
+// kernel does, so ".." after a symbolic link to a directory leads to the
+// parent of the link's destination, not back to where the link is. Where
+// the kernel's walk would fail, so does this one: a component that is not
+// a directory with more of the path after it. A missing component is
+// placed as realPath places it (a file the redirection creates, or the
+// destination of a dangling link), except that ".." after it is refused:
+// what it leads to depends on what the line creates there. Links on
+// procfs (/proc/self, /proc/PID/cwd, /proc/PID/root, /dev/fd/N, ...) are
+// refused: they name files of the process that opens them, which is the
+// shell, not the agent.
+func shellPath(path string) (string, error) {
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("%s is not an absolute path", path)
+	}
+	return walkPath(path, true)
+}
+
+// walkPath resolves path, an absolute path, one component at a time; see
+// realPath and shellPath (shell).
+func walkPath(path string, shell bool) (string, error) {
+	resolved, rest := "/", strings.TrimLeft(path, "/")
 	hops := 0
 	for rest != "" {
 		var name string
-		name, rest, _ = strings.Cut(rest, "/")
+		var more bool
+		name, rest, more = strings.Cut(rest, "/")
 		switch name {
 		case "", ".":
 			continue
@@ -44,12 +72,21 @@ func realPath(path string) (string, error) {
 		fi, err := os.Lstat(next)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			if shell && slices.Contains(strings.Split(rest, "/"), "..") {
+				return "", fmt.Errorf("it goes through %s, which does not exist, and then \"..\": where that leads depends on what the command line creates there; create the directory first, or write the path without \"..\"", next)
+			}
 			return filepath.Join(next, rest), nil
 		case err != nil:
 			return "", err
 		case fi.Mode()&fs.ModeSymlink == 0:
+			if shell && more && !fi.IsDir() {
+				return "", &fs.PathError{Op: "resolve", Path: next, Err: syscall.ENOTDIR}
+			}
 			resolved = next
 			continue
+		}
+		if shell && onProcFS(resolved) {
+			return "", fmt.Errorf("it goes through %s, a link of /proc that names a file of the process that opens it (the shell, not the agent), so the path rules cannot follow it", next)
 		}
 		if hops++; hops > maxLinkHops {
 			return "", &fs.PathError{Op: "resolve", Path: path, Err: syscall.ELOOP}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -142,12 +143,17 @@ func validateSkillName(name string) error {
 // catalog is a host's skill catalog: the folders <root>/<name>/SKILL.md
 // the host policy lets callers see. Reads use the last snapshot; watch
 // rebuilds it when the folders change. It is safe for concurrent use.
+//
+// Skills are files like any other: a SKILL.md is read as the read tool
+// reads files, through the guard, so a link out of the allowed paths, to
+// the agent's own files or to a FIFO shows a problem in the catalog, never
+// what the file holds.
 type catalog struct {
-	root string // absolute
-	host string
-	pol  *policy.Policy // nil: unrestricted
-	log  *slog.Logger
-	snap atomic.Pointer[skillSnapshot]
+	root  string // absolute
+	host  string
+	guard *guard // reads the files; its policy decides which skills show
+	log   *slog.Logger
+	snap  atomic.Pointer[skillSnapshot]
 
 	// pollEvery is how often the folders are looked at when the system
 	// cannot report changes, and how often a missing root is looked for.
@@ -164,9 +170,10 @@ type skillSnapshot struct {
 	skills []protocol.Skill // sorted by name
 }
 
-// newCatalog returns the catalog of root, already scanned.
-func newCatalog(root, host string, pol *policy.Policy, log *slog.Logger) *catalog {
-	c := &catalog{root: root, host: host, pol: pol, log: log, pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
+// newCatalog returns the catalog of root, already scanned, whose files
+// are read through g.
+func newCatalog(root, host string, g *guard, log *slog.Logger) *catalog {
+	c := &catalog{root: root, host: host, guard: g, log: log, pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
 	c.rescan()
 	return c
 }
@@ -214,14 +221,14 @@ func (c *catalog) scan() []protocol.Skill {
 	var skills []protocol.Skill
 	for _, e := range entries {
 		name := e.Name()
-		if !c.pol.AllowSkill(name) {
+		if !c.allows(name) {
 			continue
 		}
 		dir := filepath.Join(c.root, name)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
-		s, ok := loadSkill(dir)
+		s, ok := c.load(dir)
 		if ok {
 			skills = append(skills, s)
 		}
@@ -230,17 +237,22 @@ func (c *catalog) scan() []protocol.Skill {
 	return skills
 }
 
-// loadSkill reads dir/SKILL.md. It reports false when there is none.
-func loadSkill(dir string) (protocol.Skill, bool) {
+// allows reports whether the host policy shows the skill called name.
+func (c *catalog) allows(name string) bool {
+	return c.guard.pol.AllowSkill(name)
+}
+
+// load reads dir/SKILL.md. It reports false when there is none.
+func (c *catalog) load(dir string) (protocol.Skill, bool) {
 	name := filepath.Base(dir)
 	path := filepath.Join(dir, skillFile)
 	s := protocol.Skill{Name: name, Path: path}
-	data, err := readSkillFile(path)
+	data, err := c.guard.readSkillFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, false
 	}
 	if err != nil {
-		s.Problem = err.Error()
+		s.Problem = skillProblem(path, err)
 		return s, true
 	}
 	m, err := parseSkill(name, data)
@@ -251,20 +263,42 @@ func loadSkill(dir string) (protocol.Skill, bool) {
 	return s, true
 }
 
-// readSkillFile reads a SKILL.md of at most maxSkillFileSize bytes.
-func readSkillFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// skillProblem says why the SKILL.md at path cannot be read, for the
+// catalog, which every caller who sees the host sees: a refusal names the
+// rule, not where a link leads.
+func skillProblem(path string, err error) string {
+	var d *policy.Denial
+	var o *ownError
+	switch {
+	case errors.As(err, &d):
+		return fmt.Sprintf("%s is refused by the host policy (%s), as the read tool refuses it", skillFile, d.Rule)
+	case errors.As(err, &o):
+		return skillFile + " leads to the agent's own files, which no tool reads"
+	case errors.As(err, new(problem)):
+		return err.Error()
+	}
+	return fsProblem(path, err)
+}
+
+// readSkillFile reads the SKILL.md at path, an absolute clean path, as the
+// read tool reads a file: path, and the file its links lead to, must pass
+// the host policy for reading and not be the agent's own; the file is
+// opened without following links (a link swapped in after the check makes
+// the read fail), without waiting on a FIFO, and must be a regular file of
+// at most maxSkillFileSize bytes.
+func (g *guard) readSkillFile(path string) ([]byte, error) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, err // a folder without a SKILL.md
+	}
+	target, err := g.checkPath(path, policy.Read)
+	if err != nil {
+		return nil, err
+	}
+	f, _, err := g.openRegular(path, target, "skills are read from regular files")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", skillFile)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSkillFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", skillFile, err)

@@ -107,9 +107,20 @@ func testPolicy(t *testing.T, text string) *policy.Policy {
 	return p
 }
 
+// testGuard returns a guard for pol (nil: unrestricted) with a state
+// directory of its own.
+func testGuard(t *testing.T, pol *policy.Policy) *guard {
+	t.Helper()
+	g, err := newGuard(pol, "", nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func TestCatalogScan(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "skills")
-	c := newCatalog(root, "h1", nil, quietLogger())
+	c := newCatalog(root, "h1", testGuard(t, nil), quietLogger())
 	if got := c.list(); len(got) != 0 {
 		t.Fatalf("missing root: %v, want an empty catalog", got)
 	}
@@ -123,7 +134,7 @@ func TestCatalogScan(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "README.md"), []byte("not a skill"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c = newCatalog(root, "h1", testPolicy(t, "skills: {deny: [secret]}\n"), quietLogger())
+	c = newCatalog(root, "h1", testGuard(t, testPolicy(t, "skills: {deny: [secret]}\n")), quietLogger())
 	got := c.list()
 	want := []protocol.Skill{
 		{Name: "alpha", Description: "first one", Path: filepath.Join(root, "alpha", skillFile)},
@@ -168,7 +179,7 @@ func TestCatalogWatch(t *testing.T) {
 
 func testCatalogWatch(t *testing.T, pollOnly bool) {
 	root := filepath.Join(t.TempDir(), "skills")
-	c := newCatalog(root, "h1", testPolicy(t, "skills: {deny: [\"hidden-*\"]}\n"), quietLogger())
+	c := newCatalog(root, "h1", testGuard(t, testPolicy(t, "skills: {deny: [\"hidden-*\"]}\n")), quietLogger())
 	c.pollOnly = pollOnly
 	if pollOnly {
 		c.pollEvery = 200 * time.Millisecond // still a poll, but a quick test
@@ -217,7 +228,7 @@ func testCatalogWatch(t *testing.T, pollOnly bool) {
 func TestCatalogWatchRootRecreated(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "skills")
 	writeSkill(t, root, "one", "first", "")
-	c := newCatalog(root, "h1", nil, quietLogger())
+	c := newCatalog(root, "h1", testGuard(t, nil), quietLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.watch(ctx, func() {}); close(done) }()
@@ -244,7 +255,7 @@ func TestCatalogWatchStops(t *testing.T) {
 		writeSkill(t, root, "one", "first", "")
 		before := runtime.NumGoroutine()
 		for range 20 {
-			c := newCatalog(root, "h1", nil, quietLogger())
+			c := newCatalog(root, "h1", testGuard(t, nil), quietLogger())
 			c.pollOnly = pollOnly
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -28,7 +28,7 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r := decodeArgs(tc, "skill", &a); r != nil {
 		return r
 	}
-	c := t.cfg.Skills
+	c := t.skills
 	s, ok := c.lookup(a.Name)
 	switch {
 	case a.Name == "":
@@ -38,16 +38,21 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 	case s.Problem != "":
 		return toolFailure(tc, "skill %s on host %s is invalid: %s (%s)", s.Name, c.hostName(), s.Problem, s.Path)
 	}
-	data, err := readSkillFile(s.Path)
+	data, err := t.guard.readSkillFile(s.Path)
+	if isDenied(err) {
+		return deniedResult(tc, err)
+	}
 	if err != nil {
-		return toolFailure(tc, "skill %s on host %s: %s", s.Name, c.hostName(), fsProblem(s.Path, err))
+		return toolFailure(tc, "skill %s on host %s: %s", s.Name, c.hostName(), skillProblem(s.Path, err))
 	}
 	dir := filepath.Dir(s.Path)
-	files, more, err := skillFiles(ctx, dir)
-	if ctx.Err() != nil {
+	files, more, err := t.skillFiles(ctx, dir)
+	switch {
+	case ctx.Err() != nil:
 		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "skill "+s.Name+": cancelled")
-	}
-	if err != nil {
+	case isDenied(err):
+		return deniedResult(tc, err)
+	case err != nil:
 		return toolFailure(tc, "skill %s: list its files: %s", s.Name, fsProblem(dir, err))
 	}
 	return toolText(tc, skillText(s.Name, dir, data, files, more))
@@ -76,50 +81,121 @@ func skillText(name, dir string, data []byte, files []string, more bool) string 
 	return b.String()
 }
 
+const (
+	// maxSkillEntries bounds the entries the skill tool looks at to list
+	// a skill's files.
+	maxSkillEntries = 20 * maxSkillFiles
+	// maxSkillDepth bounds how deep it looks.
+	maxSkillDepth = 16
+)
+
 // skillFiles returns the slash-separated paths, relative to dir, of the
-// files under dir other than its SKILL.md, sorted: at most maxSkillFiles
-// of them, and whether there are more. Links to regular files count as
-// files; links to folders are not followed, and unreadable folders are
-// skipped.
-func skillFiles(ctx context.Context, dir string) (files []string, more bool, err error) {
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		switch {
-		case err != nil && path == dir:
-			return err
-		case err != nil && d != nil && d.IsDir():
-			return fs.SkipDir
-		case err != nil || d.IsDir():
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, path)
-		if rel == skillFile || !isFile(path, d) {
-			return nil
-		}
-		if len(files) == maxSkillFiles {
-			more = true
-			return fs.SkipAll
-		}
-		files = append(files, filepath.ToSlash(rel))
-		return nil
-	})
-	slices.Sort(files)
-	return files, more, err
+// files under dir other than its SKILL.md that the read tool would read,
+// sorted: at most maxSkillFiles of them, and whether there are more.
+// Regular files count, and links that lead to one; the host policy must
+// let the tools read each (and where its links lead). Links to folders
+// are not followed, and folders that cannot be read are skipped.
+func (t *toolbox) skillFiles(ctx context.Context, dir string) (files []string, more bool, err error) {
+	target, err := t.guard.checkPath(dir, policy.Read)
+	if err != nil {
+		return nil, false, err
+	}
+	root, err := openDir(target, false)
+	if err != nil {
+		return nil, false, err
+	}
+	defer root.Close()
+	w := &skillWalk{ctx: ctx, g: t.guard, dir: dir, target: target}
+	if err := w.visit(root, "", 0); err != nil {
+		return nil, false, err
+	}
+	slices.Sort(w.files)
+	return w.files, w.full, ctx.Err()
 }
 
-// isFile reports whether the entry d at path is a regular file or a link
-// to one.
-func isFile(path string, d fs.DirEntry) bool {
-	if d.Type().IsRegular() {
-		return true
+// skillWalk lists one skill's files.
+type skillWalk struct {
+	ctx         context.Context
+	g           *guard
+	dir, target string // the skill's folder, as given and resolved
+	files       []string
+	entries     int
+	full        bool // the list stopped at a bound
+}
+
+// visit adds the files below d, the folder at rel, level levels down.
+func (w *skillWalk) visit(d *dirHandle, rel string, level int) error {
+	names, _, err := d.readNames(maxSkillEntries)
+	if err != nil {
+		if rel == "" {
+			return err
+		}
+		return nil // an unreadable folder is skipped
 	}
-	if d.Type()&fs.ModeSymlink == 0 {
+	slices.Sort(names)
+	for _, name := range names {
+		if w.full || w.ctx.Err() != nil {
+			return nil
+		}
+		if w.entries++; w.entries > maxSkillEntries {
+			w.full = true
+			return nil
+		}
+		r := relJoin(rel, name)
+		if r == skillFile {
+			continue
+		}
+		meta, err := d.lstat(name)
+		if err != nil {
+			continue
+		}
+		given, resolved := under(w.dir, r), under(w.target, r)
+		switch {
+		case meta.mode.IsRegular():
+			if w.g.checkResolved(given, resolved, policy.Read) == nil {
+				w.add(r)
+			}
+		case meta.mode.IsDir():
+			if level+1 >= maxSkillDepth || w.g.checkResolved(given, resolved, policy.Read) != nil {
+				continue
+			}
+			if sub, err := d.sub(name); err == nil {
+				err = w.visit(sub, r, level+1)
+				sub.Close()
+				if err != nil {
+					return err
+				}
+			}
+		case meta.mode&fs.ModeSymlink != 0:
+			if w.linkToFile(given, resolved) {
+				w.add(r)
+			}
+		}
+	}
+	return nil
+}
+
+// linkToFile reports whether the link given (resolved in its folder)
+// leads to a regular file the tools may read.
+func (w *skillWalk) linkToFile(given, resolved string) bool {
+	dest, err := realPath(resolved)
+	if err != nil || w.g.checkResolved(given, dest, policy.Read) != nil {
 		return false
 	}
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular()
+	d, meta, err := entryMeta(dest)
+	if err != nil {
+		return false
+	}
+	d.Close()
+	return meta.mode.IsRegular()
+}
+
+func (w *skillWalk) add(rel string) {
+	if len(w.files) == maxSkillFiles {
+		w.full = true
+		return
+	}
+	w.files = append(w.files, rel)
 }
 
 // names lists the catalog's skills for a message.

@@ -20,11 +20,14 @@ import (
 func tbSkills(t *testing.T, root, pol string) *toolbox {
 	t.Helper()
 	tb := tbNew(t)
-	p := testPolicy(t, pol)
-	if pol == "" {
-		p = nil
+	if pol != "" {
+		g, err := newGuard(testPolicy(t, pol), "", nil, tb.cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.guard = g
 	}
-	tb.cfg.Skills = newCatalog(root, "h1", p, quietLogger())
+	tb.skills = newCatalog(root, "h1", tb.guard, quietLogger())
 	return tb
 }
 

@@ -113,7 +113,7 @@ func (w *inotifyWatch) sync(c *catalog) error {
 		entries, _ := os.ReadDir(c.root)
 		for _, e := range entries {
 			dir := filepath.Join(c.root, e.Name())
-			if fi, err := os.Stat(dir); err == nil && fi.IsDir() && c.pol.AllowSkill(e.Name()) {
+			if fi, err := os.Stat(dir); err == nil && fi.IsDir() && c.allows(e.Name()) {
 				want[dir] = true
 			}
 		}

@@ -55,8 +55,6 @@ type toolboxConfig struct {
 	// FLEET_ configure the agent and may hold its secrets: they are always
 	// left out. Nil: commands get an empty environment.
 	ChildEnv []string
-	// Skills is the host's skill catalog; nil: the host has no skills.
-	Skills *catalog
 	// ImageMaxDimension is the longest side, in pixels, of an image read
 	// shows; larger ones are scaled down (0: 2000).
 	ImageMaxDimension int

@@ -34,6 +34,9 @@ type toolbox struct {
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
 	tasks    *taskManager
+	// skills is the host's skill catalog, read through guard; nil: the
+	// host has no skills. It is set once, before the first call.
+	skills *catalog
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates

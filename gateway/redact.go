@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -36,40 +37,205 @@ func isContentArg(name string) bool {
 type redactor struct {
 	// secretKey matches argument names whose values are secrets.
 	secretKey *regexp.Regexp
-	// patterns rewrite secret-looking parts of free text, in order.
-	patterns []redaction
+	// rules rewrite secret-looking parts of free text, in order.
+	rules []redaction
 }
 
+// redaction is one class of secret in free text. re finds it, and each
+// match becomes repl (a template for Regexp.Expand that keeps what is not
+// secret: the option, the user name, the header and its scheme), unless
+// spare, given the match's groups, says it is a harmless look-alike.
+//
+// A rule runs only on text holding one of need (lower case): the regular
+// expressions are slow, and most commands hold no secret.
 type redaction struct {
-	re   *regexp.Regexp
-	repl string
+	name  string
+	need  []string
+	re    *regexp.Regexp
+	repl  string
+	spare func(groups []string) bool
 }
+
+// Pieces of the patterns below.
+const (
+	// value is a word's value: quoted, or up to a space, a quote or a
+	// shell operator.
+	value = `(?:'[^']*'|"(?:[^"\\]|\\.)*"|\$'[^']*'|[^\s'"();&|<>]+)`
+	// secretName is a name (of a variable, an option, a JSON key) that
+	// says its value is a secret.
+	secretName = `(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|auth|cookie)`
+	// optValue is an option's value: a value that does not start with
+	// "-", which would be the next option.
+	optValue = `(?:'[^']*'|"(?:[^"\\]|\\.)*"|\$'[^']*'|[^\s'"();&|<>-][^\s'"();&|<>]*)`
+)
 
 func newRedactor() *redactor {
-	knownTokens := `\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|` +
-		apiTokenPrefix + `[A-Za-z0-9_-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)`
+	tokens := strings.Join([]string{
+		`gh[pousr]_[A-Za-z0-9]{20,}`, `github_pat_[A-Za-z0-9_]{20,}`, // GitHub
+		`glpat-[A-Za-z0-9_-]{20,}`,                                // GitLab
+		`xox[abposr]-[A-Za-z0-9-]{10,}`, `xapp-[A-Za-z0-9-]{10,}`, // Slack
+		`(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`, // Stripe
+		`sk-[A-Za-z0-9_-]{20,}`,                    // OpenAI, Anthropic
+		`AIza[A-Za-z0-9_-]{35}`,                    // Google
+		`(?:AKIA|ASIA)[A-Z0-9]{16}`,                // AWS access key ids
+		`npm_[A-Za-z0-9]{36}`, `pypi-[A-Za-z0-9_-]{50,}`, `hf_[A-Za-z0-9]{30,}`,
+		`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `dop_v1_[a-f0-9]{64}`,
+		`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`, // JWTs
+		apiTokenPrefix + `[A-Za-z0-9_-]{20,}`,
+	}, "|")
+	// secretWords are in every name secretName matches; tokenStarts
+	// begin every token in tokens.
+	secretWords := []string{"pass", "pwd", "secret", "token", "key", "credential", "auth", "cookie"}
+	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj", apiTokenPrefix}
+	rules := []redaction{
+		{name: "private key", need: []string{"private key"}, re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)`),
+			repl: "[redacted private key]"},
+		// Authorization: Bearer X, in a quoted header or bare.
+		{name: "authorization header", need: []string{"authorization"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)(?:\\?\s)+)?)(?:[^\s'"]+)`),
+			repl: "${keep}" + redacted},
+		{name: "api key header", need: []string{"api-key", "-token"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?:x-api-key|api-key|x-auth-token|private-token|x-vault-token|x-amz-security-token|x-goog-api-key)\s*:\s*)(?:[^\s'"]+)`),
+			repl: "${keep}" + redacted},
+		// A cookie header holds name=value pairs to the end of its quotes.
+		{name: "cookie header", need: []string{"cookie"}, re: regexp.MustCompile(`(?i)(?P<keep>['"](?:set-)?cookie\s*:\s*)[^'"\r\n]+`), repl: "${keep}" + redacted},
+		{name: "bare cookie header", need: []string{"cookie"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?:set-)?cookie\s*:\s*)[^\s'"]+`), repl: "${keep}" + redacted},
+		{name: "bearer", need: []string{"bearer", "basic"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}`), repl: "${keep}" + redacted},
+		// scheme://user:password@host keeps the user.
+		{name: "url credentials", need: []string{"@"}, re: regexp.MustCompile(`(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'"]*:)[^@\s/'"]+@`), repl: "${keep}" + redacted + "@"},
+		// curl -u user:password, --user user:password; not uid:gid.
+		{name: "user option", need: []string{"-u", "--user", "--proxy-user"}, re: regexp.MustCompile(`(?P<keep>(?:^|\s)(?:-u\s*|--user[=\s]\s*|--proxy-user[=\s]\s*)['"]?(?P<user>[^\s:'"]+):)(?P<pass>[^\s'"]+)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool {
+				return allDigits(g[2]) && allDigits(g[3]) || strings.HasPrefix(g[3], "//") || strings.Contains(g[3], redacted)
+			}},
+		// Programs that take a password glued to a short option (mysql
+		// -pSECRET) or after one (sshpass -p SECRET, redis-cli -a SECRET).
+		{name: "mysql -p", need: []string{"mysql", "mariadb"}, re: regexp.MustCompile(`(?P<keep>\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|mysqlsh|mariadb|mariadb-dump|mariadb-admin|mariadb-import|mariadb-check)\b[^;&|\n]*?\s-p)` + value),
+			repl: "${keep}" + redacted},
+		{name: "password short option", need: []string{"sshpass", "redis-cli", "ldap", "mongo"}, re: regexp.MustCompile(`(?P<keep>\b(?:sshpass(?:\s+-[a-oq-zA-Z]\S*)*\s+-p|redis-cli\b[^;&|\n]*?\s-a|ldap(?:search|add|modify|delete|passwd|whoami)\b[^;&|\n]*?\s-w|(?:mongo|mongosh|mongodump|mongorestore)\b[^;&|\n]*?\s-p)\s*)` + value),
+			repl: "${keep}" + redacted},
+		{name: "smbclient -U", need: []string{"smbclient", "rpcclient", "smbmap"}, re: regexp.MustCompile(`(?P<keep>\b(?:smbclient|rpcclient|smbmap)\b[^;&|\n]*?\s-U\s*['"]?[^\s%'"]+%)[^\s'"]+`), repl: "${keep}" + redacted},
+		{name: "openssl pass:", need: []string{"pass:"}, re: regexp.MustCompile(`(?P<keep>\bpass:)[^\s'"]+`), repl: "${keep}" + redacted},
+		// --password X, --password=X, --api-key X, -password X...
+		{name: "secret option", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>(?:^|\s)--?(?P<opt>[a-z0-9_-]*` + secretName + `[a-z0-9_-]*)(?:=|\s+))(?P<val>` + optValue + `)`),
+			repl: "${keep}" + redacted, spare: spareOption},
+		// NAME=value where the name says secret: PGPASSWORD=x, export
+		// API_TOKEN=x, env AWS_SECRET_ACCESS_KEY=x, ?password=x&.
+		{name: "secret assignment", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>\b(?P<var>[a-z0-9_]*` + secretName + `[a-z0-9_]*)=)(?P<val>` + value + `)`),
+			repl: "${keep}" + redacted, spare: spareAssignment},
+		// "password": "x" in JSON, password: x at the start of a YAML line.
+		{name: "json secret", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>"[a-z0-9_-]*` + secretName + `[a-z0-9_-]*"\s*:\s*)"(?:[^"\\]|\\.)*"`), repl: "${keep}\"" + redacted + "\"",
+			spare: func(g []string) bool { return harmlessName(g[1]) }},
+		{name: "yaml secret", need: secretWords, re: regexp.MustCompile(`(?im)(?P<keep>^[ \t]*[a-z0-9_-]*` + secretName + `[a-z0-9_-]*[ \t]*:[ \t]+)[^\s#].*$`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return harmlessName(g[1]) }},
+		{name: "netrc", need: []string{"machine"}, re: regexp.MustCompile(`(?P<keep>\bmachine\s+\S+(?:\s+login\s+\S+)?\s+password\s+)[^\s'"]+`), repl: "${keep}" + redacted},
+		{name: "known token", need: tokenStarts, re: regexp.MustCompile(`\b(?:` + tokens + `)`), repl: redacted},
+		// An AWS secret access key is 40 characters of base64, told from
+		// other such words by AWS being mentioned in the same text (need).
+		{name: "aws secret key", need: []string{"aws", "akia", "asia"}, re: regexp.MustCompile(`(?P<keep>(?:^|[^A-Za-z0-9/+=]))(?P<key>[A-Za-z0-9/+]{40})(?P<tail>$|[^A-Za-z0-9/+=])`),
+			repl: "${keep}" + redacted + "${tail}", spare: spareAWSKey},
+	}
 	return &redactor{
 		secretKey: regexp.MustCompile(`(?i)pass(word|wd|phrase)?$|secret|token|api_?key|credential|private_?key|^auth`),
-		patterns: []redaction{
-			{regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`), "[redacted private key]"},
-			{regexp.MustCompile(`(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie)(\s*:\s*)[^'"\r\n]+`), "$1$2" + redacted},
-			{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}`), "$1 " + redacted},
-			{regexp.MustCompile(`(://[^/\s:@]+:)[^@\s/]+@`), "${1}" + redacted + "@"},
-			{regexp.MustCompile(`(?i)\b([A-Za-z0-9_]*(?:pass(?:word|wd)?|secret|token|api_?key|access_?key|credential)[A-Za-z0-9_]*=)("[^"]*"|'[^']*'|[^\s;&|<>()]+)`), "${1}" + redacted},
-			{regexp.MustCompile(`(?i)(\s--?[A-Za-z0-9-]*(?:pass(?:word)?|secret|token|api-?key)[A-Za-z0-9-]*)(\s+|=)("[^"]*"|'[^']*'|[^\s;&|<>()-][^\s;&|<>()]*)`), "${1}${2}" + redacted},
-			{regexp.MustCompile(knownTokens), redacted},
-		},
+		rules:     rules,
 	}
 }
+
+// harmlessName reports whether name (of an option, a variable, a key),
+// which holds a word that says secret, names something that is not one:
+// where a secret is kept (a file, a variable, stdin), what kind it is, a
+// flag that turns one off (--no-password), or a word that merely
+// contains one (author, max-tokens, bypass).
+func harmlessName(name string) bool {
+	n := strings.ToLower(strings.Trim(name, " \t:\""))
+	n = strings.NewReplacer("_", "-").Replace(n)
+	for _, suffix := range []string{"file", "path", "stdin", "env", "cmd", "command", "prompt", "type", "length", "len", "-id",
+		"name", "url", "dir", "ttl", "jar", "user", "username", "host", "method", "mode", "expiry", "expires"} {
+		if strings.HasSuffix(n, suffix) {
+			return true
+		}
+	}
+	if strings.HasPrefix(n, "no-") || strings.Contains(n, "author") && !strings.Contains(n, "authoriz") {
+		return true
+	}
+	for _, word := range []string{"tokens", "tokenizer", "passive", "passthrough", "pass-through", "bypass", "compass", "passes", "passage"} {
+		if strings.Contains(n, word) {
+			return true
+		}
+	}
+	return n == "pwd" || n == "oldpwd"
+}
+
+// spareOption spares options whose names say secret but whose values are
+// not (see harmlessName).
+func spareOption(g []string) bool {
+	return harmlessName(g[2]) || strings.Contains(g[3], redacted)
+}
+
+// spareAssignment spares variables named like secrets that hold none
+// (see harmlessName): PWD and OLDPWD, names of files, ids.
+func spareAssignment(g []string) bool {
+	return harmlessName(g[2]) || strings.Contains(g[3], redacted)
+}
+
+// spareAWSKey spares 40-character words that are not AWS secret keys:
+// hexadecimal ones (git object names, SHA-1 sums), and ones without upper
+// and lower case letters and digits. (The rule runs only on text that
+// mentions AWS.)
+func spareAWSKey(g []string) bool {
+	key := g[2]
+	if strings.Trim(key, "0123456789abcdefABCDEF") == "" {
+		return true
+	}
+	return !strings.ContainsAny(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") || !strings.ContainsAny(key, "abcdefghijklmnopqrstuvwxyz") ||
+		!strings.ContainsAny(key, "0123456789")
+}
+
+func allDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
 // text blanks secret-looking parts of s and bounds its length.
 func (r *redactor) text(s string) string {
 	// Bound the regexp work first; what is cut here is cut below anyway.
 	s = truncateText(s, 4*maxSummaryText)
-	for _, p := range r.patterns {
-		s = p.re.ReplaceAllString(s, p.repl)
+	// Redaction only takes text away: a word not in s at first is in none
+	// of its later forms.
+	lower := strings.ToLower(s)
+	for i := range r.rules {
+		rule := &r.rules[i]
+		if slices.ContainsFunc(rule.need, func(w string) bool { return strings.Contains(lower, w) }) {
+			s = rule.apply(s)
+		}
 	}
 	return truncateText(s, maxSummaryText)
+}
+
+// apply blanks the matches of rule in s.
+func (rule *redaction) apply(s string) string {
+	if rule.repl != "" && rule.spare == nil && !strings.Contains(rule.repl, "$") {
+		return rule.re.ReplaceAllLiteralString(s, rule.repl)
+	}
+	if rule.spare == nil {
+		return rule.re.ReplaceAllString(s, rule.repl)
+	}
+	var b strings.Builder
+	last := 0
+	for _, m := range rule.re.FindAllStringSubmatchIndex(s, -1) {
+		groups := make([]string, len(m)/2)
+		for i := range groups {
+			if m[2*i] >= 0 {
+				groups[i] = s[m[2*i]:m[2*i+1]]
+			}
+		}
+		if rule.spare(groups) {
+			continue
+		}
+		b.WriteString(s[last:m[0]])
+		b.Write(rule.re.ExpandString(nil, rule.repl, s, m))
+		last = m[1]
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 func truncateText(s string, n int) string {

@@ -16,8 +16,8 @@ func TestRedactText(t *testing.T) {
 		{"export GITHUB_TOKEN=abc123 && make", "export GITHUB_TOKEN=[redacted] && make"},
 		{"export API_TOKEN=abc;run", "export API_TOKEN=[redacted];run"},
 		{"DB_PASSWORD='s3cr et' ./run", "DB_PASSWORD=[redacted] ./run"},
-		{`curl -H "Authorization: Bearer eyJabc.def.ghi" https://x`, `curl -H "Authorization: [redacted]" https://x`},
-		{"curl -u admin:hunter2 https://admin:hunter2@example.com/x", "curl -u admin:hunter2 https://admin:[redacted]@example.com/x"},
+		{`curl -H "Authorization: Bearer eyJabc.def.ghi" https://x`, `curl -H "Authorization: Bearer [redacted]" https://x`},
+		{"curl -u admin:hunter2 https://admin:hunter2@example.com/x", "curl -u admin:[redacted] https://admin:[redacted]@example.com/x"},
 		{"mysql --password hunter2 db", "mysql --password [redacted] db"},
 		{"tool --api-key=k-123 run", "tool --api-key=[redacted] run"},
 		{"echo ghp_abcdefghijklmnopqrstuvwxyz0123", "echo [redacted]"},
@@ -34,6 +34,156 @@ func TestRedactText(t *testing.T) {
 	if got := r.text(long); len(got) > maxSummaryText+40 || !strings.Contains(got, "more bytes]") {
 		t.Errorf("a long text was kept at %d bytes", len(got))
 	}
+}
+
+// TestRedactClasses: each class of secret is blanked in the shapes it
+// comes in, and what is not secret around it stays readable.
+func TestRedactClasses(t *testing.T) {
+	r := newRedactor()
+	for _, tc := range []struct{ class, in, want string }{
+		// Short options with the password glued on, or after them.
+		{"mysql -p", "mysql -u root -pS3cret mydb", "mysql -u root -p[redacted] mydb"},
+		{"mysql -p", "mysqldump -h db -u app -p'a b c' shop > dump.sql", "mysqldump -h db -u app -p[redacted] shop > dump.sql"},
+		{"mysql -p", `mariadb -p"x y" -e 'select 1'`, `mariadb -p[redacted] -e 'select 1'`},
+		{"mysql -p", "mysqladmin -uroot -pS3cret status", "mysqladmin -uroot -p[redacted] status"},
+		{"sshpass -p", "sshpass -p S3cret ssh admin@host uptime", "sshpass -p [redacted] ssh admin@host uptime"},
+		{"sshpass -p", "sshpass -pS3cret scp f host:", "sshpass -p[redacted] scp f host:"},
+		{"redis-cli -a", "redis-cli -h cache -a S3cret ping", "redis-cli -h cache -a [redacted] ping"},
+		{"ldapsearch -w", "ldapsearch -x -D cn=admin -w S3cret -b dc=x", "ldapsearch -x -D cn=admin -w [redacted] -b dc=x"},
+		{"mongosh -p", "mongosh -u admin -p S3cret --eval 'db.stats()'", "mongosh -u admin -p [redacted] --eval 'db.stats()'"},
+		{"smbclient -U", "smbclient //srv/share -U alice%S3cret", "smbclient //srv/share -U alice%[redacted]"},
+		{"openssl pass:", "openssl enc -aes256 -pass pass:S3cret -in f", "openssl enc -aes256 -pass pass:[redacted] -in f"},
+		// Long options, = and separate word forms.
+		{"option", "psql --password=S3cret -h db", "psql --password=[redacted] -h db"},
+		{"option", "tool --passwd S3cret run", "tool --passwd [redacted] run"},
+		{"option", "vault login --token=hvs.S3cret", "vault login --token=[redacted]"},
+		{"option", "gh auth login --with-token --token S3cret", "gh auth login --with-token --token [redacted]"},
+		{"option", "app --client-secret 'a b' --secret=x", "app --client-secret [redacted] --secret=[redacted]"},
+		{"option", "tool --api-key k-1 --apikey k-2 --access-key k-3", "tool --api-key [redacted] --apikey [redacted] --access-key [redacted]"},
+		{"option", "keytool -storepass S3cret -keypass S3cret2", "keytool -storepass [redacted] -keypass [redacted]"},
+		{"option", "curl --cookie 'sid=S3cret' https://x", "curl --cookie [redacted] https://x"},
+		{"option", "wget --http-password=S3cret https://x", "wget --http-password=[redacted] https://x"},
+		// HTTP headers, in any quoting.
+		{"header", "curl -H 'Authorization: Bearer S3cret.tok' https://api", "curl -H 'Authorization: Bearer [redacted]' https://api"},
+		{"header", `curl -H "Authorization: Basic dXNlcjpwYXNz" https://api`, `curl -H "Authorization: Basic [redacted]" https://api`},
+		{"header", "curl -H Authorization:token\\ S3cret https://api", "curl -H Authorization:token\\ [redacted] https://api"},
+		{"header", `curl --header="authorization: S3cret" https://api`, `curl --header="authorization: [redacted]" https://api`},
+		{"header", "curl -H 'X-Api-Key: S3cret' https://api", "curl -H 'X-Api-Key: [redacted]' https://api"},
+		{"header", "curl -H 'PRIVATE-TOKEN: S3cret' https://gitlab", "curl -H 'PRIVATE-TOKEN: [redacted]' https://gitlab"},
+		{"header", `curl -H "Cookie: sid=S3cret; theme=dark" https://x`, `curl -H "Cookie: [redacted]" https://x`},
+		{"header", `http GET api X-Auth-Token:S3cret`, `http GET api X-Auth-Token:[redacted]`},
+		// Variables named like secrets.
+		{"env", "PGPASSWORD=S3cret psql -h db", "PGPASSWORD=[redacted] psql -h db"},
+		{"env", "MYSQL_PWD=S3cret mysql", "MYSQL_PWD=[redacted] mysql"},
+		{"env", "env AWS_SECRET_ACCESS_KEY=S3cret aws s3 ls", "env AWS_SECRET_ACCESS_KEY=[redacted] aws s3 ls"},
+		{"env", `export SLACK_BOT_TOKEN="xoxb S3cret"; run`, "export SLACK_BOT_TOKEN=[redacted]; run"},
+		{"env", "declare -x DB_PASSWD=S3cret", "declare -x DB_PASSWD=[redacted]"},
+		{"env", "PRIVATE_KEY=S3cret API_KEY=S3cret2 ./app", "PRIVATE_KEY=[redacted] API_KEY=[redacted] ./app"},
+		{"env", `docker run -e "DB_PASSWORD=S3cret" app`, `docker run -e "DB_PASSWORD=[redacted]" app`},
+		{"env", "curl 'https://x/login?user=bob&password=S3cret&next=/'", "curl 'https://x/login?user=bob&password=[redacted]&next=/'"},
+		// URLs with credentials keep the user.
+		{"url", "git clone https://bob:S3cret@git.example.com/r.git", "git clone https://bob:[redacted]@git.example.com/r.git"},
+		{"url", "psql postgres://app:S3cret@db:5432/shop", "psql postgres://app:[redacted]@db:5432/shop"},
+		{"url", "redis-cli -u redis://:S3cret@cache:6379", "redis-cli -u redis://:[redacted]@cache:6379"},
+		{"url", "curl -u bob:S3cret https://x", "curl -u bob:[redacted] https://x"},
+		{"url", "curl --user 'bob:S3cret' https://x", "curl --user 'bob:[redacted]' https://x"},
+		// AWS keys.
+		{"aws", "aws configure set aws_access_key_id ASIAABCDEFGHIJKLMNOP", "aws configure set aws_access_key_id [redacted]"},
+		{"aws", "aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws configure set aws_secret_access_key [redacted]"},
+		{"aws", "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE aws sts get-caller-identity", "AWS_ACCESS_KEY_ID=[redacted] aws sts get-caller-identity"},
+		// Well-known token shapes.
+		{"token", "git push https://x-access-token:gho_abcdefghijklmnopqrstuvwxyz012345@github.com/o/r", "git push https://x-access-token:[redacted]@github.com/o/r"},
+		{"token", "echo github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "echo [redacted]"},
+		{"token", "notify xoxb-1234567890-abcdefghij", "notify [redacted]"},
+		{"token", "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abc_DEF-ghi", "jwt [redacted]"},
+		{"token", "maps AIzaSyA1234567890abcdefghijklmnopqrstuv", "maps [redacted]"},
+		{"token", "charge sk_live_4eC39HqLyjWDarjtT1zdp7dc", "charge [redacted]"},
+		{"token", "push glpat-abcdefghij0123456789", "push [redacted]"},
+		// Config files written by a command.
+		{"json", `curl -d '{"user":"bob","password":"S3c\"ret"}' https://x`, `curl -d '{"user":"bob","password":"[redacted]"}' https://x`},
+		{"yaml", "cat > app.yaml <<EOF\ndb:\n  host: db\n  password: S3cret\nEOF", "cat > app.yaml <<EOF\ndb:\n  host: db\n  password: [redacted]\nEOF"},
+		{"netrc", "echo 'machine api.x login bob password S3cret' >> ~/.netrc", "echo 'machine api.x login bob password [redacted]' >> ~/.netrc"},
+		{"private key", "echo '-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n-----END OPENSSH PRIVATE KEY-----' > k", "echo '[redacted private key]' > k"},
+		{"private key", "gpg --import <<EOF\n-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQ\n-----END PGP PRIVATE KEY BLOCK-----\nEOF", "gpg --import <<EOF\n[redacted private key]\nEOF"},
+	} {
+		got := r.text(tc.in)
+		if got != tc.want {
+			t.Errorf("%s: text(%q)\n got %q\nwant %q", tc.class, tc.in, got, tc.want)
+		}
+		if strings.Contains(got, "S3cret") {
+			t.Errorf("%s: %q kept the secret", tc.class, got)
+		}
+	}
+}
+
+// TestRedactKeepsLookAlikes: what only looks like a secret stays.
+func TestRedactKeepsLookAlikes(t *testing.T) {
+	r := newRedactor()
+	for _, in := range []string{
+		"mysql -u root -p mydb",                  // -p alone prompts; mydb is the database
+		"sort -u file; git add -u; ps -u root",   // -u without user:password
+		"docker run -u 1000:1000 -p 8080:80 app", // uid:gid, ports
+		"sudo -u postgres psql -c 'select 1'",
+		"git commit --author 'Ann <a@x>' -m fix", // author is not auth
+		"llm --max-tokens 500 --tokenizer bpe",
+		"docker login --password-stdin -u bob registry",
+		"vault login --token-file /run/tok; tool --password-file=/etc/pw",
+		"echo $PWD; OLDPWD=/tmp cd -",
+		"git log 9fceb02d0ae598e95dc970b74767f19372d61af8", // 40 hex: a commit
+		"sha1sum f # 2fd4e1c67a2d28fced849ee1bb76e7391b93eb12",
+		"ssh -p 2222 host; scp -P 2222 f host:",
+		"pg_dump --no-password shop > shop.sql",
+		"curl https://example.com/path:with:colons",
+		"echo passive bypass compass",
+		"kubectl get secret db-creds -o yaml",
+		"export TOKEN_URL=https://auth.example.com/token",
+		"find . -name '*.pem' -newer key.pem",
+		`curl -d '{"token_type":"bearer","password_length":12}' https://x`,
+	} {
+		if got := r.text(in); got != in {
+			t.Errorf("text(%q) = %q, want it unchanged", in, got)
+		}
+	}
+	// Not everything with an AWS look: 40 base64 characters outside an
+	// AWS context stay.
+	in := "echo wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	if got := r.text(in); got != in {
+		t.Errorf("text(%q) = %q", in, got)
+	}
+}
+
+// FuzzRedact: redaction never panics, stays bounded, is idempotent, and
+// a secret planted in each class's shape is blanked whatever surrounds
+// it.
+func FuzzRedact(f *testing.F) {
+	for _, s := range [][2]string{{"", ""}, {"echo", "| grep x"}, {"'", `"`}, {"cd /tmp &&", "; ls"}, {"a=b", "\n"}, {"-----BEGIN", "@"}} {
+		f.Add(s[0], s[1])
+	}
+	r := newRedactor()
+	const secret = "Zq7Secr3tValue9"
+	shapes := []string{
+		"mysql -u root -p" + secret + " db", "sshpass -p " + secret + " ssh h", "psql --password=" + secret, "tool --token " + secret,
+		"curl -H 'Authorization: Bearer " + secret + "' u", `curl -H "X-Api-Key: ` + secret + `" u`, "PGPASSWORD=" + secret + " psql",
+		"export API_TOKEN=" + secret, "git clone https://bob:" + secret + "@h/r", "curl -u bob:" + secret + " u",
+	}
+	f.Fuzz(func(t *testing.T, pre, post string) {
+		if len(pre) > 300 || len(post) > 300 {
+			return
+		}
+		for _, shape := range shapes {
+			in := pre + "\n" + shape + "\n" + post
+			got := r.text(in)
+			if strings.Contains(got, secret) && !strings.Contains(pre+post, secret) {
+				t.Fatalf("%q kept the secret: %q", in, got)
+			}
+			if len(got) > maxSummaryText+40 {
+				t.Fatalf("%q: %d bytes", in, len(got))
+			}
+			if again := r.text(got); again != got {
+				t.Fatalf("not idempotent: %q became %q, then %q", in, got, again)
+			}
+		}
+	})
 }
 
 func TestRedactArgs(t *testing.T) {
@@ -58,5 +208,21 @@ func TestRedactArgs(t *testing.T) {
 	}
 	if got := r.args(nil); got != nil {
 		t.Errorf("no arguments = %v, want nil", got)
+	}
+}
+
+// BenchmarkRedactText measures the redaction of a typical command and of
+// a long one.
+func BenchmarkRedactText(b *testing.B) {
+	r := newRedactor()
+	for _, bc := range []struct{ name, text string }{
+		{"short", "curl -H 'Authorization: Bearer abc' -u bob:pw https://api.example.com/v1/items | jq ."},
+		{"long", strings.Repeat("make build && ls -la bin/ && git diff --stat HEAD~1 | head -20; ", 40)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				r.text(bc.text)
+			}
+		})
 	}
 }

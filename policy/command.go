@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"path"
-	"path/filepath"
 	"strings"
 	"unicode"
 
@@ -13,50 +12,72 @@ import (
 // maxDepth bounds how deeply wrappers and nested scripts are followed.
 const maxDepth = 16
 
-// CheckCommand returns nil when the bash rules allow the command line, or
-// a *Denial naming the command refused and why. Without bash rules it
-// allows everything and does not parse the line.
+// CheckCommand returns nil when the policy allows the command line, or a
+// *Denial naming the command refused and why. A policy with neither bash
+// nor path rules allows everything and does not parse the line.
 //
-// The line is parsed, and every simple command in it is checked: in
-// pipelines and lists, subshells, groups, loop and branch bodies, function
-// bodies, command and process substitutions, and what wrappers run (sudo,
-// env, xargs, find -exec, sh -c with a literal script, ...), options name
-// (sort --compress-program, tar --to-command, ...), awk and sed programs
-// run, and shells, xargs, at and crontab read from a literal
-// here-document. Deny rules match options in every spelling programs read
-// them in (abbreviations, clusters). Under an allow list, what cannot be
-// checked is refused: substitutions, command names known only at run
-// time, eval, source, arithmetic on variables, program text in other
-// languages, lines that do not parse. Whatever the rules, a line may not
-// set the variables that decide what commands run (PATH, LD_PRELOAD,
+// The line is parsed, and every simple command in it is checked against
+// the bash rules: in pipelines and lists, subshells, groups, loop and
+// branch bodies, function bodies, command and process substitutions, and
+// what wrappers run (sudo, env, xargs, find -exec, sh -c with a literal
+// script, ...), options name (sort --compress-program, tar --to-command,
+// ...), awk and sed programs run, and shells, xargs, at and crontab read
+// from a literal here-document. Deny rules match options in every spelling
+// programs read them in (abbreviations, clusters). Under an allow list,
+// what cannot be checked is refused: substitutions, command names known
+// only at run time, eval, source, arithmetic on variables, program text in
+// other languages, lines that do not parse. Whatever the rules, a line may
+// not set the variables that decide what commands run (PATH, LD_PRELOAD,
 // GIT_*, ...).
 //
-// writes is asked about every file an output redirection (>, >>, &>, <>)
-// writes to, as an absolute path; nil means the policy's own path rules.
-func (p *Policy) CheckCommand(line string, writes func(path string) error) error {
-	if p == nil || p.rules.Bash.empty() {
+// Every file a redirection opens is checked: files is asked about it with
+// what the redirection does (Read for <, Write for >, >>, &>, both for <>),
+// and /dev/tcp and /dev/udp, which bash opens as network connections, are
+// refused. nil files means the policy's own path rules on the path
+// cleaned as text (see FileCheck: a caller with a file system resolves
+// links). A target only known at run time is refused when path rules
+// apply to what the redirection does, or when it could name /dev/tcp.
+// Without bash rules only the line's redirections are checked, not those
+// of scripts it hands to other programs (bash -c '...'), which are
+// arguments like any other.
+func (p *Policy) CheckCommand(line string, files FileCheck) error {
+	if p == nil {
 		return nil
+	}
+	commands := !p.rules.Bash.empty()
+	if !commands && !p.HasPathRules(Read) && !p.HasPathRules(Write) {
+		return nil
+	}
+	lang := p.lang
+	if !commands {
+		if lang = shellLanguage(p.env.Shell); lang == langUnsupported {
+			return nil // a shell whose lines cannot be parsed; without bash rules they are not
+		}
 	}
 	if strings.IndexByte(line, 0) >= 0 {
 		return &Denial{"bash", "the command line contains a NUL byte"}
 	}
-	if writes == nil {
-		writes = func(path string) error { return p.CheckPath(Write, path, path) }
+	if files == nil {
+		files = p.lexicalFiles
 	}
-	c := &checker{p: p, line: &lineState{writes: writes}}
-	if err := c.script(line, p.lang); err != nil {
+	c := &checker{p: p, redirectsOnly: !commands, line: &lineState{files: files}}
+	if err := c.script(line, lang); err != nil {
 		return err
 	}
-	return c.relativeTargets()
+	return c.finish()
 }
 
 // lineState is shared by everything checked for one command line.
 type lineState struct {
-	writes func(path string) error
+	files FileCheck
 	// cd is set when the line changes directory anywhere: relative
 	// redirection targets can then no longer be placed.
 	cd       bool
-	relative []shWord // relative redirection targets, checked last
+	relative []relTarget // relative redirection targets, checked last
+	// only holds, by Op, the first file the line opens for that alone;
+	// reopened the first descriptor of the shell it opens again by name
+	// (/dev/fd/N, /dev/stdout, ...) for that.
+	only, reopened [2]string
 }
 
 // checker checks one script: the command line, or a script nested in it.
@@ -73,6 +94,9 @@ type checker struct {
 	// stdin is what the command being checked reads on its standard
 	// input, as far as it is known.
 	stdin input
+	// redirectsOnly is set without bash rules: only redirections are
+	// checked, and commands only for whether they change directory.
+	redirectsOnly bool
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -163,6 +187,10 @@ func (c *checker) walk(node syntax.Node) error {
 		if err != nil {
 			return false
 		}
+		if c.redirectsOnly {
+			err = c.redirectsIn(n)
+			return err == nil
+		}
 		switch n := n.(type) {
 		case *syntax.CallExpr:
 			sub := *c
@@ -220,6 +248,22 @@ func (c *checker) coprocName(cp *syntax.CoprocClause) error {
 		return err
 	}
 	return sub.command(words)
+}
+
+// redirectsIn checks node for a line checked for its redirections only.
+func (c *checker) redirectsIn(node syntax.Node) error {
+	switch n := node.(type) {
+	case *syntax.Stmt:
+		return c.redirects(n.Redirs)
+	case *syntax.CallExpr:
+		// Words that cannot be read (quoted text with a substitution
+		// that does not parse) may say anything.
+		words, err := c.words(n.Args)
+		if err != nil || len(words) > 0 && mayChangeDir(words) {
+			c.line.cd = true
+		}
+	}
+	return nil
 }
 
 // call checks a simple command: its assignments, then its words.
@@ -324,91 +368,4 @@ func patternTexts(l []cmdPattern) string {
 		s = append(s, p.text)
 	}
 	return strings.Join(s, ", ")
-}
-
-// redirects checks the files output redirections write to.
-func (c *checker) redirects(rs []*syntax.Redirect) error {
-	for _, r := range rs {
-		if !writesFile(r) {
-			continue
-		}
-		ws, err := c.words([]*syntax.Word{r.Word})
-		if err != nil {
-			return err
-		}
-		if c.elsewhere && !(len(ws) == 1 && ws[0].literal() && notAFile(ws[0].text)) {
-			return c.refuse("output redirection to %s: the command runs under another root directory or on another host, where the path rules cannot place the file it writes", clip(c.text(r.Word)))
-		}
-		// "~" is where $HOME points when the line runs, which the line
-		// itself may change.
-		unknown := len(ws) != 1 || !ws[0].literal() || ws[0].tilde
-		if unknown && c.p.HasPathRules(Write) {
-			return c.refuse("output redirection to %s: which file it writes is only known when the line runs, so the path rules cannot check it; write to an absolute path", clip(c.text(r.Word)))
-		}
-		if unknown && (len(ws) != 1 || !ws[0].literal() || ws[0].text != "~" && !strings.HasPrefix(ws[0].text, "~/")) {
-			continue
-		}
-		if err := c.target(ws[0]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writesFile reports whether r writes to a file named by its word.
-func writesFile(r *syntax.Redirect) bool {
-	switch r.Op {
-	case syntax.RdrOut, syntax.AppOut, syntax.RdrClob, syntax.AppClob, syntax.RdrInOut,
-		syntax.RdrAll, syntax.RdrAllClob, syntax.AppAll, syntax.AppAllClob:
-		return true
-	case syntax.DplOut:
-		// >&2 and >&- duplicate or close descriptors; >&file is &>file.
-		// An unknown word may name a file.
-		lit := r.Word.Lit()
-		return lit == "" || strings.TrimRight(strings.TrimSuffix(lit, "-"), "0123456789") != ""
-	}
-	return false
-}
-
-// target checks one literal redirection target.
-func (c *checker) target(w shWord) error {
-	t := w.text
-	switch {
-	case notAFile(t):
-		return nil
-	case w.tilde:
-		if c.p.env.Home == "" {
-			return c.refuse("output redirection to %s: the agent's user has no home directory to expand ~ to", clip(w.src))
-		}
-		t = filepath.Join(c.p.env.Home, t[1:])
-	case !filepath.IsAbs(t):
-		c.line.relative = append(c.line.relative, w)
-		return nil
-	}
-	return c.line.writes(filepath.Clean(t))
-}
-
-// notAFile reports whether redirection target t is a device or descriptor
-// rather than a file.
-func notAFile(t string) bool {
-	switch t {
-	case "/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty":
-		return true
-	}
-	return strings.HasPrefix(t, "/dev/fd/") && strings.Trim(t[len("/dev/fd/"):], "0123456789") == ""
-}
-
-// relativeTargets checks the relative redirection targets once the whole
-// line is known: a cd anywhere in it, even after them or in a loop, makes
-// them impossible to place.
-func (c *checker) relativeTargets() error {
-	for _, w := range c.line.relative {
-		if c.line.cd {
-			return c.refuse("output redirection to %s in a line that changes directory: which file it writes cannot be known; use an absolute path", clip(w.src))
-		}
-		if err := c.line.writes(filepath.Join(c.p.env.Cwd, w.text)); err != nil {
-			return err
-		}
-	}
-	return nil
 }

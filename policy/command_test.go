@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,17 +52,76 @@ func checkCase(t *testing.T, p *Policy, tc testCase) {
 	}
 }
 
-// Without bash rules nothing is parsed: any line passes, even one that
-// does not parse.
+// Without bash or path rules nothing is parsed: any line passes, even one
+// that does not parse.
 func TestCommandUnrestricted(t *testing.T) {
 	var nilPolicy *Policy
-	p := mustParse(t, `paths: {deny: ["/etc/**"]}`)
-	for _, line := range []string{"rm -rf /", "echo 'unterminated", "echo hi > /etc/passwd", "x\x00y"} {
+	p := mustParse(t, `tools: {deny: [write]}`)
+	for _, line := range []string{"rm -rf /", "echo 'unterminated", "echo hi > /etc/passwd", "cat < /dev/tcp/h/80", "x\x00y"} {
 		for _, pol := range []*Policy{nilPolicy, p, {}} {
 			if err := pol.CheckCommand(line, nil); err != nil {
-				t.Errorf("CheckCommand(%q) without bash rules = %v", line, err)
+				t.Errorf("CheckCommand(%q) without bash or path rules = %v", line, err)
 			}
 		}
+	}
+}
+
+// With path rules but no bash rules, only the line's own redirections are
+// checked: commands are not, nor the scripts they are handed.
+func TestCommandRedirectsOnly(t *testing.T) {
+	p := mustParse(t, `paths: {deny: ["/etc/**"], write: {allow: ["/srv/app/**"]}}`)
+	for _, line := range []string{"rm -rf /", "PATH=/tmp make", "cat /etc/shadow", "sudo -Z x", "bash -c 'echo hi > /etc/x'",
+		"echo hi > x", "cd /srv/app/sub; cat < /srv/app/in > /srv/app/out", "echo '$(' > /srv/app/q", "tee >(cat) > /srv/app/x", "echo \"$x\" > out", "make -C sub > build.log"} {
+		if err := p.CheckCommand(line, nil); err != nil {
+			t.Errorf("CheckCommand(%q) without bash rules = %v", line, err)
+		}
+	}
+	for _, tc := range []struct{ line, want string }{
+		{"echo hi > /etc/passwd", "matches paths.deny"},
+		{"cat < /etc/shadow", "read /etc/shadow: matches paths.deny"},
+		{"echo hi > /tmp/x", "outside paths.write.allow"},
+		{"cat < /dev/tcp/h/80", "network"},
+		{"exec 3<>/dev/udp/h/53", "network"},
+		{"(echo hi > /etc/x)", "paths.deny"},
+		{"echo $(echo hi > /etc/x)", "paths.deny"},
+		{"echo 'unterminated", "does not parse"},
+		{"cd /tmp; echo hi > x", "changes directory"},
+		{"builtin cd /tmp; echo hi > x", "changes directory"},
+		{"trap 'cd /tmp' DEBUG; echo hi > x", "changes directory"},
+		{"$X /tmp; echo hi > x", "changes directory"},
+		{"'cd' /tmp; echo hi > x", "changes directory"},
+		{". ./env; echo hi > x", "changes directory"},
+		{"c\\d /tmp; echo hi > x", "changes directory"},
+		{"builtin 'c'd /tmp; echo hi > x", "changes directory"},
+		{"builtin $'\\x63d' /tmp; echo hi > x", "changes directory"},
+		{"command $c /tmp; echo hi > x", "changes directory"},
+		{"echo hi > \"$F\"", "only known when the line runs"},
+	} {
+		err := p.CheckCommand(tc.line, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckCommand(%q) = %v, want a refusal mentioning %q", tc.line, err, tc.want)
+		}
+	}
+	// A shell whose lines cannot be parsed: without bash rules, they are
+	// not checked.
+	// mksh may open a file named by the word of <&: one only known when
+	// the line runs is refused there.
+	mksh, err := Parse([]byte(`paths: {deny: ["/etc/**"]}`), Env{Cwd: "/srv/app", Shell: "mksh", Tools: testTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mksh.CheckCommand(`cat <&$fd`, nil); err == nil || !strings.Contains(err.Error(), "only known when the line runs") {
+		t.Errorf("mksh, <&$fd: %v", err)
+	}
+	if err := p.CheckCommand(`cat <&$fd`, nil); err != nil {
+		t.Errorf("bash, <&$fd: %v", err)
+	}
+	zsh, err := Parse([]byte(`paths: {deny: ["/etc/**"]}`), Env{Cwd: "/srv/app", Shell: "zsh", Tools: testTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zsh.CheckCommand("echo hi > /etc/x", nil); err != nil {
+		t.Errorf("zsh without bash rules: %v", err)
 	}
 }
 
@@ -72,32 +132,45 @@ func TestCommandNUL(t *testing.T) {
 	}
 }
 
-// The writes callback sees every redirection target, resolved against the
-// working directory, and its refusal is the line's.
-func TestCommandWritesCallback(t *testing.T) {
-	p := mustParse(t, `bash: {allow: ["echo *"]}`)
+// The files callback sees every redirection target exactly as the shell
+// opens it (relative ones joined to the working directory, nothing
+// cleaned), with what the redirection does, and its refusal is the line's.
+func TestCommandFilesCallback(t *testing.T) {
+	p := mustParse(t, `bash: {allow: ["echo *", "cat *", "exec *"]}`)
 	var seen []string
 	refuse := errors.New("no")
-	writes := func(path string) error {
-		seen = append(seen, path)
+	files := func(path string, ops ...Op) error {
+		seen = append(seen, fmt.Sprint(path, ops))
 		if strings.HasPrefix(path, "/secret") {
 			return refuse
 		}
 		return nil
 	}
-	if err := p.CheckCommand("echo a > x; echo b >> /tmp/y 2>/dev/null; echo c &> ~/z", writes); err != nil {
+	line := "echo a > x; echo b >> /tmp/./y 2>/dev/null; echo c &> ~/z; cat < a/l/../../in <> //dev/../rw; exec {fd}<./f 3>&1 4<&-"
+	if err := p.CheckCommand(line, files); err != nil {
 		t.Fatal(err)
 	}
-	if want := "/tmp/y /home/agent/z /srv/app/x"; strings.Join(seen, " ") != want {
-		t.Errorf("writes saw %q, want %q", strings.Join(seen, " "), want)
+	want := "/tmp/./y[write] /home/agent/z[write] //dev/../rw[read write] /srv/app/x[write] /srv/app/a/l/../../in[read] /srv/app/./f[read]"
+	if got := strings.Join(seen, " "); got != want {
+		t.Errorf("files saw\n\t%s\nwant\n\t%s", got, want)
 	}
-	if err := p.CheckCommand("echo a > /secret/k", writes); !errors.Is(err, refuse) {
-		t.Errorf("refusal of the writes callback = %v, want it returned", err)
+	if err := p.CheckCommand("echo a > /secret/k", files); !errors.Is(err, refuse) {
+		t.Errorf("refusal of the files callback = %v, want it returned", err)
 	}
-	// Without path rules for writing, a target only known at run time is
-	// not the rules' business.
-	if err := p.CheckCommand(`echo a > "$F"`, writes); err != nil {
-		t.Errorf("dynamic target without write rules: %v", err)
+	if err := p.CheckCommand("cat < /secret/k", files); !errors.Is(err, refuse) {
+		t.Errorf("refusal of the files callback for a read = %v, want it returned", err)
+	}
+	// Without path rules, a target only known at run time is not the
+	// rules' business, unless it could name /dev/tcp or /dev/udp.
+	for _, line := range []string{`echo a > "/tmp/$F"`, `cat < ./$F`, `echo a > out-$F`} {
+		if err := p.CheckCommand(line, files); err != nil {
+			t.Errorf("%s without path rules: %v", line, err)
+		}
+	}
+	for _, line := range []string{`echo a > "$F"`, `cat < /dev/$P/h/80`, `cat < /dev/t$P`, `echo a >& $F`} {
+		if err := p.CheckCommand(line, files); err == nil || !strings.Contains(err.Error(), "/dev/tcp or /dev/udp") {
+			t.Errorf("%s: %v, want a refusal naming /dev/tcp", line, err)
+		}
 	}
 }
 
