@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -29,6 +30,7 @@ func (c *checker) unwrap(words []shWord) error {
 		sub := *c
 		sub.depth++
 		sub.elsewhere = c.elsewhere || r.elsewhere
+		sub.gitEnv = cmp.Or(c.gitEnv, envResets(words))
 		switch {
 		case r.unknown != "":
 			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
