@@ -30,6 +30,10 @@ func (p *Policy) GitRules() *GitRules {
 	return p.git
 }
 
+// GitGuarded reports whether the policy was read for an agent that runs
+// git through its git guard (Env.GitGuarded).
+func (p *Policy) GitGuarded() bool { return p != nil && p.env.GitGuarded }
+
 func (p *Policy) compileGit() []error {
 	allow := p.rules.Bash.Git.AllowConfig
 	var errs []error

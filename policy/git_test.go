@@ -78,7 +78,7 @@ func TestGitCheckConfig(t *testing.T) {
 		{entry("local", "core.worktree", "../x"), ""},
 		{entry("local", "includeif.onbranch:main.path", "x.cfg"), ""},
 		// Programs git runs under names the repository chooses.
-		{entry("local", "core.fsmonitor", "/tmp/x"), "core.fsmonitor = `/tmp/x` in its local configuration"},
+		{entry("local", "core.fsmonitor", "/tmp/x"), "core.fsmonitor = `/tmp/x`, from its local configuration (x)"},
 		{GitConfigEntry{Scope: "local", Key: "core.fsmonitor", NoValue: true}, "core.fsmonitor set"},
 		{entry("local", "filter.evil.clean", "id"), "filter.evil.clean"},
 		{entry("local", "filter.LFS.clean", "id"), "filter.LFS.clean"},
@@ -111,6 +111,9 @@ func TestGitCheckConfig(t *testing.T) {
 		{entry("command", "credential.https://x.helper", "id"), "credential.https://x.helper"},
 		{entry("command", "core.hookspath", "/tmp/h"), "core.hookspath"},
 		{entry("command", "pager.log", "id"), ""}, // GIT_PAGER wins
+		{entry("command", "protocol.file.allow", "always"), ""},
+		{entry("command", "protocol.ext.allow", "always"), "protocol.ext.allow"},
+		{entry("local", "protocol.ext.allow", "always"), ""}, // overridden
 		// The operator's patterns, with their scopes.
 		{entry("local", "filter.lfs.clean", "git-lfs clean -- %f"), ""},
 		{entry("global", "alias.co", "checkout"), ""},

@@ -128,6 +128,7 @@ var gitHarmless = []string{
 	"pull.rebase", "pull.ff", "push.default", "push.autosetupremote", "push.followtags", "push.recursesubmodules",
 	"fetch.prune", "fetch.prunetags", "fetch.parallel", "fetch.writecommitgraph", "fetch.recursesubmodules",
 	"fetch.fsckobjects", "fetch.showforcedupdates", "transfer.fsckobjects", "receive.fsckobjects", "protocol.version",
+	"protocol.allow", "protocol.*.allow", // protocol.ext.allow stays never: its override comes first
 	"merge.ff", "merge.conflictstyle", "merge.log", "merge.stat", "merge.renames", "merge.renamelimit",
 	"merge.directoryrenames", "merge.autostash",
 	"diff.renames", "diff.renamelimit", "diff.algorithm", "diff.colormoved", "diff.colormovedws", "diff.context",
@@ -314,8 +315,8 @@ func (g *GitRules) CheckConfig(entries []GitConfigEntry) error {
 		more = fmt.Sprintf(" (and %d more setting%s)", len(bad)-1, plural(len(bad)-1))
 	}
 	return &Denial{"bash.git.allow_config", fmt.Sprintf(
-		"git would run with %s %s in its %s configuration (%s)%s: under this host policy git runs only with settings known not to run programs. "+
-			"Remove the setting, or have the host's operator allow it in the host policy with bash.git.allow_config: [%q]",
+		"git would run with %s %s, from its %s configuration (%s)%s, and under this host policy git runs only with settings known not to run programs: "+
+			"remove the setting, or have the host's operator allow it with bash.git.allow_config: [%q]",
 		e.Key, value, e.Scope, gitOrigin(e.Origin), more, e.Scope+":"+e.Key)}
 }
 
