@@ -195,7 +195,7 @@ func gitAttacks() []gitAttack {
 		{"fsmonitor", "read-only.yaml", config(".", "core.fsmonitor", "EVIL"), "git status",
 			"core.fsmonitor = `" /* the path follows */, true},
 		{"fsmonitor, git -C", "workspace.yaml", config("sub", "core.fsmonitor", "EVIL"), "git -C sub status --short",
-			"in its local configuration", true},
+			"from its local configuration", true},
 		{"clean filter", "read-only.yaml", attributes("filter=evil", "filter.evil.clean", "EVIL"), "git status",
 			"filter.evil.clean", true},
 		{"textconv, git diff", "read-only.yaml", attributes("diff=evil", "diff.evil.textconv", "EVIL"), "git diff",
@@ -219,7 +219,7 @@ func gitAttacks() []gitAttack {
 		{"global configuration", "read-only.yaml", func(l *gitLab, tb *toolbox) {
 			l.repo(".")
 			l.write(filepath.Join(l.home, ".gitconfig"), "[core]\n\tfsmonitor = "+l.evil+"\n")
-		}, "git status", "in its global configuration", true},
+		}, "git status", "from its global configuration", true},
 		{"pager on a terminal", `bash: {allow: ["git *", "script *"]}`, config(".", "core.pager", "EVIL", "pager.log", "EVIL"),
 			"script -qec 'git log' /dev/null", "first commit", false},
 		{"hook", "workspace.yaml", func(l *gitLab, tb *toolbox) {
