@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,10 +104,19 @@ func (g *gitGuard) environ(env []string) []string {
 	if path == "" {
 		path = "/usr/local/bin:/usr/bin:/bin"
 	}
-	env = slices.DeleteFunc(g.rules.Environ(env), func(kv string) bool {
-		return strings.HasPrefix(kv, "PATH=") || strings.HasPrefix(kv, "GIT_EXEC_PATH=")
-	})
-	return append(env, "PATH="+g.bin+string(filepath.ListSeparator)+path, "GIT_EXEC_PATH="+g.mirror)
+	env = setEnv(g.rules.Environ(env), "PATH", g.bin+string(filepath.ListSeparator)+path)
+	return setEnv(env, "GIT_EXEC_PATH", g.mirror)
+}
+
+// setEnv returns env with variable name set to value, once.
+func setEnv(env []string, name, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != name {
+			out = append(out, kv)
+		}
+	}
+	return append(out, name+"="+value)
 }
 
 // gitGuardFiles returns the guard's regular files by their path in dir.

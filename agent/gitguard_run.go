@@ -92,7 +92,9 @@ func guardGit(dir string, args, environ []string, stderr io.Writer, run execFunc
 	if err != nil {
 		return refusedGit(gitRefused, "%v", err)
 	}
-	env := append(rules.Environ(environ), "GIT_EXEC_PATH="+cfg.Mirror)
+	// exec passes the environment as it is, and git reads the first of
+	// two entries of a name: there must be one.
+	env := setEnv(rules.Environ(environ), "GIT_EXEC_PATH", cfg.Mirror)
 	list, err := gitOutput(cfg.Git, append(slices.Clip(inv.Repo), "config", "--list", "--show-scope", "--show-origin", "-z"), env, stderr)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -493,5 +494,51 @@ func TestGitGuardLog(t *testing.T) {
 				t.Errorf("guard %q: the log does not mention %q:\n%s", tt.guard, w, buf.String())
 			}
 		}
+	}
+}
+
+// The guard runs git with one value for each variable it sets, whatever
+// the environment it was given (a Makefile may set GIT_EXEC_PATH): exec
+// passes duplicates on, and git reads the first.
+func TestGuardGitEnvironment(t *testing.T) {
+	l := newGitLab(t)
+	l.repo(".")
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	l.write(filepath.Join(dir, "guard.json"), `{"git": "`+real+`", "mirror": "/guard/exec", "allow_config": []}`)
+	environ := append(l.env, "GIT_EXEC_PATH=/tmp/evil", "GIT_PAGER=less", "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=user.name",
+		"GIT_CONFIG_VALUE_0=x")
+	var gotPath string
+	var gotArgv, gotEnv []string
+	run := func(path string, argv, env []string) error {
+		gotPath, gotArgv, gotEnv = path, argv, env
+		return errors.New("not this time")
+	}
+	var stderr bytes.Buffer
+	err = guardGit(dir, []string{"-C", l.cwd, "log", "--oneline"}, environ, &stderr, run)
+	if err == nil || !strings.Contains(err.Error(), "not this time") {
+		t.Fatalf("guardGit = %v; stderr %s", err, stderr.String())
+	}
+	if gotPath != real || strings.Join(gotArgv, " ") != "git -C "+l.cwd+" log --oneline" {
+		t.Errorf("ran %s %q", gotPath, gotArgv)
+	}
+	seen := map[string]string{}
+	for _, kv := range gotEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		if old, dup := seen[k]; dup {
+			t.Errorf("%s given twice (%s, %s)", k, old, v)
+		}
+		seen[k] = v
+	}
+	if seen["GIT_EXEC_PATH"] != "/guard/exec" || seen["GIT_PAGER"] != "cat" || seen["GIT_CONFIG_KEY_0"] != "user.name" {
+		t.Errorf("environment: %q", gotEnv)
+	}
+	// A setting from the environment is checked like one from -c.
+	environ = append(environ, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=alias.x", "GIT_CONFIG_VALUE_0=!id")
+	if err := guardGit(dir, []string{"-C", l.cwd, "x"}, environ, &stderr, run); err == nil || !strings.Contains(err.Error(), "alias.x") {
+		t.Errorf("alias from GIT_CONFIG_*: %v", err)
 	}
 }
