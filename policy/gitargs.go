@@ -50,6 +50,13 @@ func parseGitLine(words []shWord) (gitLine, error) {
 	for i := 0; i < len(words); i++ {
 		w := words[i]
 		if !w.literal() {
+			// --git-dir="$d" is --git-dir; "$opt" may be anything.
+			known, _, _ := strings.Cut(w.text, string(dyn))
+			name, _, eq := strings.Cut(known, "=")
+			if eq && slices.Index(gitGlobalValued, name) > slices.Index(gitGlobalValued, "|") {
+				gl.global(name, w, shWord{text: w.text[len(name)+1:], src: w.src})
+				continue
+			}
 			gl.open = true
 			return gl, nil
 		}
@@ -195,7 +202,7 @@ func gitArgs(cmd string, args []shWord) gitFindings {
 		w := args[i]
 		known, _, _ := strings.Cut(w.text, string(dyn))
 		switch {
-		case !w.literal() && (known == "" || strings.HasPrefix(known, "-")):
+		case !w.literal() && (known == "" || known == "-"):
 			f.open = true // it may be any option
 		case w.text == "--":
 			operands = append(operands, args[i+1:]...)
@@ -223,6 +230,10 @@ func gitArgs(cmd string, args []shWord) gitFindings {
 func (f *gitFindings) long(cmd string, rule gitCommand, args []shWord) int {
 	w := args[0]
 	name, value, eq := strings.Cut(w.text[2:], "=")
+	if strings.IndexByte(name, dyn) >= 0 {
+		f.open = true // it may be any option
+		return 0
+	}
 	valueWord := shWord{text: value, src: w.src}
 	skip := 0
 	if !eq && len(args) > 1 {
