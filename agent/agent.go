@@ -66,7 +66,8 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell})
+	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+		GitGuarded: cfg.GitGuard != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +77,7 @@ func New(cfg Config) (*Agent, error) {
 		StateDir:           cfg.StateDir,
 		Home:               cfg.Home,
 		Shell:              cfg.Shell,
+		GitGuard:           cfg.GitGuard,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
 		Policy:             pol,
@@ -227,6 +229,13 @@ func (a *Agent) logPolicy() {
 	}
 	for _, line := range a.pol.Summary() {
 		a.log.Info("host policy: " + line)
+	}
+	switch {
+	case a.pol.GitRules() == nil:
+	case a.pol.GitGuarded():
+		a.log.Info("host policy: git runs through the agent's git guard, which refuses configuration that could run programs")
+	default:
+		a.log.Warn("host policy: git is refused: this agent has no executable to run its git guard")
 	}
 }
 

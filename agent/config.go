@@ -52,6 +52,12 @@ type Config struct {
 	SecretFiles []string
 	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
 	Shell string
+	// GitGuard is an executable that runs the git guard when its first
+	// argument is GitGuardFlag (it calls RunGitGuard first thing in
+	// main): fleet-agent sets its own. Under a policy with command
+	// rules, bash runs git through it; without one, the command rules
+	// refuse git, whose repository configuration can name any program.
+	GitGuard string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default
 	// 120 s.
 	BashDefaultTimeout time.Duration

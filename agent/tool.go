@@ -40,6 +40,9 @@ type toolboxConfig struct {
 	Home string
 	// Shell runs bash commands as Shell -c COMMAND.
 	Shell string
+	// GitGuard runs the git guard (see Config.GitGuard); it must be set
+	// when Policy has command rules and was read for a guarded agent.
+	GitGuard string
 	// BashDefaultTimeout applies when a call gives no timeout (120 s).
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any requested timeout (600 s).

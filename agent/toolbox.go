@@ -79,6 +79,16 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
 	env := childEnv(cfg.ChildEnv)
+	if rules := cfg.Policy.GitRules(); rules != nil && cfg.Policy.GitGuarded() {
+		if cfg.GitGuard == "" {
+			return nil, fmt.Errorf("toolbox: %w", errGitGuardUnset)
+		}
+		gg, err := installGitGuard(cfg.GitGuard, cfg.StateDir, env, rules)
+		if err != nil {
+			return nil, fmt.Errorf("toolbox: %w", err)
+		}
+		env = gg.environ(env)
+	}
 	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)

@@ -215,6 +215,11 @@ func (e *Env) AgentConfig(name string) agent.Config {
 		Labels:       map[string]string{"env": "test"},
 		Logger:       e.log.With("component", "agent", "host", name),
 	}
+	// The test binary runs the git guard (TestMain calls
+	// agent.RunGitGuard), as fleet-agent does.
+	if exe, err := os.Executable(); err == nil {
+		cfg.GitGuard = exe
+	}
 	if e.opts.Agent != nil {
 		e.opts.Agent(&cfg)
 	}

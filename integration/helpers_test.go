@@ -9,9 +9,15 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/agent"
 )
 
 func TestMain(m *testing.M) {
+	// In-process agents run git through this binary (see AgentConfig).
+	if code, ok := agent.RunGitGuard(os.Args); ok {
+		os.Exit(code)
+	}
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(strings.TrimSuffix(binPath, "/fleet-agent"))

@@ -97,6 +97,9 @@ type checker struct {
 	// redirectsOnly is set without bash rules: only redirections are
 	// checked, and commands only for whether they change directory.
 	redirectsOnly bool
+	// gitEnv says why commands run without the environment the agent
+	// gives bash (sudo, env -i, ...): git would miss its guard there.
+	gitEnv string
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -291,7 +294,10 @@ func (c *checker) command(words []shWord) error {
 		return c.refuse("command %s: its name %s is only known when the line runs; under bash.allow write command names out", clip(joinSrc(words)), clip(name.src))
 	case !name.literal():
 		c.line.cd = true // it may be cd
-		return c.match(words)
+		if err := c.match(words); err != nil {
+			return err
+		}
+		return c.git(words)
 	case c.allowList() && strings.ContainsFunc(name.text, unicode.IsSpace):
 		// Words are matched joined by spaces: a name with a space in it
 		// would pass for a name and its first argument.
@@ -308,6 +314,9 @@ func (c *checker) command(words []shWord) error {
 		c.line.cd = true // what it runs may change directory
 	}
 	if err := c.match(words); err != nil {
+		return err
+	}
+	if err := c.git(words); err != nil {
 		return err
 	}
 	if err := c.builtin(base, words); err != nil {

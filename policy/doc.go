@@ -9,6 +9,11 @@
 // directory, the home directory, resolving symbolic links) to its caller.
 // It imports nothing from this module but protocol.
 //
+// Under command rules git gets rules of its own (GitRules): git runs
+// programs its configuration names, so the agent runs it through a guard
+// that checks, with these rules, the configuration and the arguments each
+// git process would run with.
+//
 // It also holds the host selector syntax (ParseSelector: web-*, env=prod,
 // region in (eu,us)...), the one way the gateway's access rules, its hosts
 // filter and fan-out name a set of hosts.

@@ -24,7 +24,7 @@ const MaxFileSize = 1 << 20
 type rules struct {
 	Tools  listRules `yaml:"tools" json:"tools,omitzero"`
 	Paths  pathLists `yaml:"paths" json:"paths,omitzero"`
-	Bash   listRules `yaml:"bash" json:"bash,omitzero"`
+	Bash   bashRules `yaml:"bash" json:"bash,omitzero"`
 	Skills listRules `yaml:"skills" json:"skills,omitzero"`
 }
 
@@ -32,6 +32,21 @@ type rules struct {
 type listRules struct {
 	Allow entries `yaml:"allow" json:"allow,omitempty"`
 	Deny  entries `yaml:"deny" json:"deny,omitempty"`
+}
+
+// bashRules are the command rules: the allow and deny lists, and what
+// git may run with.
+type bashRules struct {
+	Allow entries  `yaml:"allow" json:"allow,omitempty"`
+	Deny  entries  `yaml:"deny" json:"deny,omitempty"`
+	Git   gitRules `yaml:"git" json:"git,omitzero"`
+}
+
+// gitRules widen what git may run with under command rules.
+type gitRules struct {
+	// AllowConfig are configuration keys git may find set, beyond those
+	// known to run nothing: "filter.lfs.*", "global:alias.*".
+	AllowConfig entries `yaml:"allow_config" json:"allow_config,omitempty"`
 }
 
 // pathLists are the path rules: the common lists, then those for reading
@@ -84,12 +99,16 @@ func nodeKind(n *yaml.Node) string {
 
 func (l listRules) empty() bool { return len(l.Allow) == 0 && len(l.Deny) == 0 }
 
+// empty reports whether there are no command rules: git's rules alone
+// restrict nothing.
+func (b bashRules) empty() bool { return len(b.Allow) == 0 && len(b.Deny) == 0 }
+
 func (p pathLists) empty() bool {
 	return len(p.Allow) == 0 && len(p.Deny) == 0 && p.Read.empty() && p.Write.empty()
 }
 
 func (r rules) empty() bool {
-	return r.Tools.empty() && r.Paths.empty() && r.Bash.empty() && r.Skills.empty()
+	return r.Tools.empty() && r.Paths.empty() && r.Bash.empty() && len(r.Bash.Git.AllowConfig) == 0 && r.Skills.empty()
 }
 
 // decodeRules parses a policy file strictly and normalises it.
@@ -127,6 +146,7 @@ func (r *rules) normalise() {
 	oneSpace := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	r.Bash.Allow = normaliseList(r.Bash.Allow, oneSpace)
 	r.Bash.Deny = normaliseList(r.Bash.Deny, oneSpace)
+	r.Bash.Git.AllowConfig = normaliseList(r.Bash.Git.AllowConfig, normaliseGitPattern)
 }
 
 func normaliseList(l entries, clean func(string) string) entries {
@@ -180,7 +200,11 @@ func (r rules) summary() []string {
 	if r.Paths.empty() {
 		paths = "paths: unrestricted"
 	}
-	return []string{line("tools", r.Tools), paths, line("bash", r.Bash), line("skills", r.Skills)}
+	bash := line("bash", listRules{Allow: r.Bash.Allow, Deny: r.Bash.Deny})
+	if git := r.Bash.Git.AllowConfig; len(git) > 0 {
+		bash += "; git may also run with " + strings.Join(git, ", ")
+	}
+	return []string{line("tools", r.Tools), paths, bash, line("skills", r.Skills)}
 }
 
 var (
@@ -192,6 +216,8 @@ var (
 var keysOf = map[string]string{
 	"rules":     "tools, paths, bash and skills",
 	"listRules": "allow and deny",
+	"bashRules": "allow, deny and git",
+	"gitRules":  "allow_config",
 	"pathLists": "allow, deny, read and write",
 }
 

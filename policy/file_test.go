@@ -36,7 +36,9 @@ func TestParseErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown top key", "tool: {deny: [write]}", []string{"line 1", `unknown key "tool"`, "tools, paths, bash and skills"}},
-		{"unknown list key", "bash:\n  alow: [ls]", []string{"line 2", `unknown key "alow"`, "allow and deny"}},
+		{"unknown list key", "tools:\n  alow: [ls]", []string{"line 2", `unknown key "alow"`, "allow and deny"}},
+		{"unknown bash key", "bash:\n  alow: [ls]", []string{"line 2", `unknown key "alow"`, "allow, deny and git"}},
+		{"unknown git key", "bash:\n  git: {allow: [x.y]}", []string{"line 2", `unknown key "allow"`, "allow_config"}},
 		{"unknown path key", "paths: {reads: {allow: [/x]}}", []string{`unknown key "reads"`, "allow, deny, read and write"}},
 		{"unknown nested key", "paths: {read: {deny: [/x], al: [/y]}}", []string{`unknown key "al"`}},
 		{"string for list", "bash: {allow: git *}", []string{`"git *" must be a list`}},

@@ -2,9 +2,10 @@ package policy
 
 import "testing"
 
-// testEnv is the host the tests' policies are written for.
+// testEnv is the host the tests' policies are written for: an agent that
+// runs git through its git guard.
 func testEnv() Env {
-	return Env{Cwd: "/srv/app", Home: "/home/agent", Tools: testTools}
+	return Env{Cwd: "/srv/app", Home: "/home/agent", Tools: testTools, GitGuarded: true}
 }
 
 func mustParse(t testing.TB, text string) *Policy {

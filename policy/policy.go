@@ -30,6 +30,11 @@ type Env struct {
 	// bash on some systems); mksh's for ksh and mksh. Command rules on any
 	// other shell are an error: they could not be checked.
 	Shell string
+	// GitGuarded is set when bash runs git through the agent's git
+	// guard, which checks the configuration git would run with (see
+	// GitRules). Without it, command rules refuse git: repository
+	// configuration can make it run any program.
+	GitGuarded bool
 }
 
 // Op is what a file tool does with a path.
@@ -74,6 +79,7 @@ type Policy struct {
 	skills nameRules
 	paths  pathRules
 	bash   commandRules
+	git    *GitRules
 }
 
 // Unrestricted reports whether the policy restricts nothing.
@@ -168,6 +174,7 @@ func compile(r rules, env Env) (*Policy, error) {
 	errs = append(errs, p.compileSkills()...)
 	errs = append(errs, p.compilePaths()...)
 	errs = append(errs, p.compileBash()...)
+	errs = append(errs, p.compileGit()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

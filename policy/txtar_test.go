@@ -80,7 +80,7 @@ func readCases(t *testing.T, file, text string) []testCase {
 
 // archiveEnv reads an archive's optional "env" file of key: value lines.
 func archiveEnv(t *testing.T, a archive) Env {
-	env := Env{Cwd: "/srv/app", Home: "/home/agent", Tools: testTools}
+	env := Env{Cwd: "/srv/app", Home: "/home/agent", Tools: testTools, GitGuarded: true}
 	for _, line := range strings.Split(a.files["env"], "\n") {
 		k, v, ok := strings.Cut(line, ":")
 		v = strings.TrimSpace(v)
@@ -91,6 +91,11 @@ func archiveEnv(t *testing.T, a archive) Env {
 			env.Home = v
 		case "shell":
 			env.Shell = v
+		case "git":
+			if v != "unguarded" {
+				t.Fatalf("env: git: %q; the only value is unguarded", v)
+			}
+			env.GitGuarded = false
 		case "":
 		default:
 			if ok {

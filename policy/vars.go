@@ -119,7 +119,8 @@ func (c *checker) declares(words []shWord) error {
 	case c.allowList() && strings.Contains(opts, "i") && variant != "export" && variant != "readonly":
 		return c.refuse("%s cannot be checked: arithmetic on variables (an integer variable evaluates what is assigned to it); under bash.allow it is refused", clip(joinSrc(words)))
 	}
-	lookOnly := strings.ContainsAny(opts, "pfF") || variant == "export" || variant == "readonly"
+	// export -n takes a variable out of the environment commands get.
+	lookOnly := strings.ContainsAny(opts, "pfF") || variant == "export" && !strings.Contains(opts, "n") || variant == "readonly"
 	for _, w := range names {
 		name, value, isAssign := strings.Cut(w.text, "=")
 		if err := c.setsVar(variant, w, strings.TrimSuffix(name, "+"), !isAssign && lookOnly); err != nil {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -47,6 +48,7 @@ func (c *checker) unwrap(words []shWord) error {
 		if !r.inherit {
 			sub.stdin = input{}
 		}
+		sub.gitEnv = cmp.Or(c.gitEnv, envResets(words))
 		switch {
 		case r.unknown != "" && r.allowOnly && !c.allowList():
 		case r.unknown != "" && r.allowOnly:

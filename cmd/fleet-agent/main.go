@@ -22,6 +22,11 @@ import (
 )
 
 func main() {
+	// The agent's own executable is the git guard bash runs git through
+	// under a policy with command rules.
+	if code, ok := agent.RunGitGuard(os.Args); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := hideFromSameUser(); err != nil {
@@ -120,9 +125,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if *passFile != "" {
 		secrets = append(secrets, *passFile)
 	}
+	// Without its own executable the agent refuses git under command
+	// rules.
+	self, err := os.Executable()
+	if err != nil {
+		log.Warn("cannot find the agent's own executable to run git through its guard", "err", err)
+	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell,
+		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell, GitGuard: self,
 		PolicyFile: *policy, SecretFiles: secrets,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,

@@ -28,6 +28,10 @@ import (
 )
 
 func main() {
+	// The in-process agent of --dev runs git through this executable.
+	if code, ok := agent.RunGitGuard(os.Args); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -324,7 +328,9 @@ func printCredential(w io.Writer, o *options) error {
 
 func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
 	user, pass := gw.AgentCredentials(o.agentName)
+	self, _ := os.Executable() // without it, git is refused under command rules
 	return agent.New(agent.Config{
+		GitGuard: self,
 		Servers:  []string{gw.NATSURL()},
 		Name:     o.agentName,
 		User:     user,
