@@ -36,8 +36,10 @@ type Agent struct {
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// instance tells this process's announces from those of another
-	// process using the same host name.
+	// process using the same host name; agentID (from the state
+	// directory, set by Run) stays the same across restarts.
 	instance string
+	agentID  string
 	started  time.Time
 	// cancelGrace is how long a drain waits for cancelled calls to stop.
 	cancelGrace time.Duration
@@ -163,13 +165,21 @@ func newInstanceID() string {
 // DrainTimeout, then cancels them), announces that it is leaving and
 // closes the connection. While it drains it still answers cancels and
 // fetches. Run re-dials forever, with jittered backoff, whatever NATS
-// answers; it returns only after ctx ends, or at once when the background
+// answers; it returns only after ctx ends, or at once when another agent
+// holds the state directory (a *StateDirInUseError) or the background
 // tasks directory cannot be used.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
+	// Nothing in the state directory is touched before it is ours.
+	state, err := openStateDir(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer state.close()
+	a.agentID = state.agentID
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
-		"instance", a.instance)
+		"instance", a.instance, "agent_id", a.agentID)
 	a.logPolicy()
 	// Background tasks a previous agent left are taken over before any
 	// call is heard; they keep running when this agent stops.
@@ -420,6 +430,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	msg := protocol.Announce{
 		Host:         a.cfg.Name,
 		Instance:     a.instance,
+		AgentID:      a.agentID,
 		Protocol:     protocol.Version,
 		AgentVersion: Version,
 		Labels:       a.cfg.Labels,
