@@ -204,6 +204,11 @@ func (c *Config) validate() error {
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("no state directory: set --state_dir"))
 	}
+	for _, s := range c.Servers {
+		if err := protocol.ValidateNATSURL(s); err != nil {
+			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+	}
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
 	}
