@@ -85,6 +85,7 @@ func New(cfg Config) (*Agent, error) {
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,
+		ProtectedPaths:     cfg.ProtectedPaths,
 		ImageMaxDimension:  cfg.ImageMaxDimension,
 		ImageMaxBytes:      cfg.ImageMaxBytes,
 		BinaryMaxBytes:     cfg.BinaryMaxBytes,

@@ -50,6 +50,14 @@ type Config struct {
 	// SecretFiles hold the agent's credentials (such as the NATS password
 	// file): no tool may read or write them.
 	SecretFiles []string
+	// ProtectedPaths are files and directories (with everything in them)
+	// that no tool may read or write, whatever the host policy says, as
+	// the agent's own state directory: by their names, through symbolic
+	// links and "..", and, for files, under another name (a hard link).
+	// An agent running inside the gateway process (fleet-gateway --dev)
+	// gets the gateway's data directory here. Bash commands are held only
+	// to the host policy's command rules, as for the agent's own files.
+	ProtectedPaths []string
 	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
 	Shell string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default
@@ -207,6 +215,11 @@ func (c *Config) validate() error {
 	for _, s := range c.Servers {
 		if err := protocol.ValidateNATSURL(s); err != nil {
 			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+	}
+	for _, p := range c.ProtectedPaths {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("protected path %q must be absolute", p))
 		}
 	}
 	if c.ReconnectMin > c.ReconnectMax {

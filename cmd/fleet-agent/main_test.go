@@ -84,6 +84,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"https URL among others", []string{"--nats", nats + ",https://fleet.example", "--name", "web-1", "--state_dir", dir}, withPassword, []string{"https://fleet.example", "HTTP URL"}},
 		{"unknown scheme", []string{"--nats", "ftp://127.0.0.1:4222", "--name", "web-1", "--state_dir", dir}, withPassword, []string{`unknown scheme "ftp"`}},
 		{"http URL from the environment", []string{"--name", "web-1", "--state_dir", dir}, map[string]string{"FLEET_NATS_PASSWORD": "secret", "FLEET_NATS_URL": "http://gw:8080"}, []string{"HTTP URL"}},
+		{"empty protected path", []string{"--nats", nats, "--protect_path", ""}, withPassword, []string{"protect_path", "empty path"}},
 		{"missing policy", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", filepath.Join(dir, "nope.yaml")}, withPassword, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {
