@@ -12,12 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/agent"
 )
@@ -413,4 +415,83 @@ func TestDevIgnoresJWTEnvironment(t *testing.T) {
 	vars := map[string]string{"JWT_ISSUER": "https://id.example", "JWT_AUDIENCE": "fleet", "JWKS_URI": "https://id.example/jwks"}
 	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
 	startRun(t, args, vars)
+}
+
+// --agent_credential derives a host's password from the key in
+// --data_dir: on a directory without one (a mistyped or missing
+// --data_dir) it refuses instead of inventing a key the running gateway
+// does not know; --create_credentials creates the key of a new fleet,
+// which its gateway then uses.
+func TestAgentCredential(t *testing.T) {
+	credential := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), args, env(nil), &out, io.Discard)
+		return out.String(), err
+	}
+	passwordOf := func(t *testing.T, out string) string {
+		t.Helper()
+		m := regexp.MustCompile(`^FLEET_NATS_PASSWORD=(\S+) fleet-agent --nats NATS_URL --nats_user web-1 --name web-1\n$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("--agent_credential printed %q", out)
+		}
+		return m[1]
+	}
+
+	empty := filepath.Join(t.TempDir(), "typo")
+	out, err := credential("--data_dir", empty, "--agent_credential", "web-1")
+	if err == nil || out != "" {
+		t.Fatalf("--agent_credential on a directory without credentials printed %q, err %v; want a refusal", out, err)
+	}
+	for _, want := range []string{"no credentials in " + empty, "--data_dir", "--create_credentials"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not mention %q", err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(empty, "credentials.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refusal left credentials behind: %v", err)
+	}
+	if _, err := credential("--data_dir", empty, "--create_credentials"); err == nil || !strings.Contains(err.Error(), "--agent_credential") {
+		t.Errorf("--create_credentials alone: %v; want it refused", err)
+	}
+
+	dir := t.TempDir()
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := passwordOf(t, out)
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
+	if err != nil || passwordOf(t, out) != created {
+		t.Fatalf("--create_credentials again gave %q (%v); want the same password", out, err)
+	}
+
+	// The gateway started on that directory accepts the printed
+	// password; --agent_credential works while it runs.
+	_, stdout := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}, nil)
+	natsURL := regexp.MustCompile(`--nats (nats://\S+)`).FindStringSubmatch(stdout.String())
+	if natsURL == nil {
+		t.Fatalf("no NATS URL in:\n%s", stdout.String())
+	}
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1")
+	if err != nil || passwordOf(t, out) != created {
+		t.Fatalf("--agent_credential while the gateway runs: %q (%v); want the created password", out, err)
+	}
+	nc, err := nats.Connect(natsURL[1], nats.UserInfo("web-1", created))
+	if err != nil {
+		t.Fatalf("the gateway refused the password --agent_credential printed: %v", err)
+	}
+	nc.Close()
+}
+
+// Two gateways on one --data_dir would share one JetStream store: the
+// second is refused, naming the first.
+func TestRunDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
+	startRun(t, args, nil)
+	_, err := runFails(t, args, nil)
+	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("second gateway: %v; want %q", err, want)
+	}
 }
