@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -177,6 +178,22 @@ func (g *Gateway) stopNATS() {
 	if g.dataLock != nil {
 		g.dataLock.Close()
 	}
+}
+
+// SecretPaths are the files and directories that hold the gateway's
+// secrets and state: its data directory (JetStream, the embedded
+// server's credentials) and the credentials file itself, which no agent
+// running in the gateway's process may let its tools reach. Empty with
+// an external cluster.
+func (g *Gateway) SecretPaths() []string {
+	if g.ns == nil {
+		return nil
+	}
+	dir, err := filepath.Abs(g.cfg.DataDir)
+	if err != nil {
+		dir = g.cfg.DataDir
+	}
+	return []string{dir, filepath.Join(dir, credentialsFile)}
 }
 
 // logAccess summarises who may do what, once at startup.

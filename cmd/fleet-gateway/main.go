@@ -350,9 +350,12 @@ func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *
 		User:     user,
 		Password: pass,
 		StateDir: filepath.Join(o.dataDir, "agent"),
-		Home:     getenv("HOME"),
-		Labels:   map[string]string{"dev": "true"},
-		Logger:   log.With("component", "agent"),
+		// The agent's tools must not reach the gateway's state and
+		// secrets (the master key of every agent's credential).
+		ProtectedPaths: gw.SecretPaths(),
+		Home:           getenv("HOME"),
+		Labels:         map[string]string{"dev": "true"},
+		Logger:         log.With("component", "agent"),
 	})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -493,5 +494,106 @@ func TestRunDataDirInUse(t *testing.T) {
 	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("second gateway: %v; want %q", err, want)
+	}
+}
+
+// TestDevAgentKeepsOffGatewayData: the agent --dev runs in the gateway's
+// process cannot reach the gateway's data directory (its credentials are
+// the key to every agent's password) with any file tool, by name,
+// through links or "..", or under another name; its own bash full
+// outputs, kept in that directory, stay readable.
+func TestDevAgentKeepsOffGatewayData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, the gateway and an agent")
+	}
+	dataDir := t.TempDir()
+	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
+	creds := filepath.Join(dataDir, "credentials.json")
+	secret, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key struct {
+		AgentKey string `json:"agent_key"`
+	}
+	if err := json.Unmarshal(secret, &key); err != nil || key.AgentKey == "" {
+		t.Fatalf("credentials.json: %v", err)
+	}
+	links := t.TempDir()
+	for name, target := range map[string]string{"creds-link": creds, "data-link": dataDir} {
+		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(creds, filepath.Join(links, "hard.json")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: mcpURL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	callTool := func(tool string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		args["host"] = "devhost"
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s %v: %v", tool, args, err)
+		}
+		if strings.Contains(resultText(res), key.AgentKey) {
+			t.Fatalf("%s %v revealed the agent key:\n%s", tool, args, resultText(res))
+		}
+		return res
+	}
+	if !waitFor(20*time.Second, func() bool {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{}})
+		return err == nil && strings.Contains(resultText(res), "devhost\tonline")
+	}) {
+		t.Fatal("devhost did not come online")
+	}
+
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"read", map[string]any{"path": creds}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "agent", "..", "credentials.json")}},
+		{"read", map[string]any{"path": filepath.Join(links, "creds-link")}},
+		{"read", map[string]any{"path": filepath.Join(links, "data-link", "credentials.json")}},
+		{"read", map[string]any{"path": filepath.Join(links, "hard.json")}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "gateway.lock")}},
+		{"list", map[string]any{"path": dataDir}},
+		{"list", map[string]any{"path": filepath.Join(links, "data-link")}},
+		{"search", map[string]any{"path": dataDir, "query": "agent_key"}},
+		{"search", map[string]any{"path": filepath.Join(links, "hard.json"), "query": "agent_key"}},
+		{"write", map[string]any{"path": filepath.Join(dataDir, "x.txt"), "content": "x"}},
+		{"write", map[string]any{"path": filepath.Join(links, "creds-link"), "content": "{}"}},
+		{"edit", map[string]any{"path": creds, "edits": []map[string]any{{"old_string": "agent_key", "new_string": "k"}}}},
+		{"delete", map[string]any{"path": creds}},
+		{"move", map[string]any{"path": creds, "destination": filepath.Join(links, "stolen.json")}},
+		{"delete", map[string]any{"path": filepath.Join(dataDir, "jetstream"), "recursive": true}},
+	} {
+		res := callTool(tc.tool, tc.args)
+		if !res.IsError || !strings.Contains(resultText(res), "denied") {
+			t.Errorf("%s %v: %q; want it denied", tc.tool, tc.args, resultText(res))
+		}
+	}
+	// A search of a tree holding the links finds nothing through them.
+	callTool("search", map[string]any{"path": links, "query": "agent_key"})
+	if after, err := os.ReadFile(creds); err != nil || !bytes.Equal(after, secret) {
+		t.Fatalf("credentials.json changed: %v", err)
+	}
+
+	// The agent's own full outputs, kept under the data directory, are
+	// still handed out.
+	res := callTool("bash", map[string]any{"command": "seq 1 30000"})
+	full := regexp.MustCompile(`Full output: ([^\s\]]+)`).FindStringSubmatch(resultText(res))
+	if full == nil || !strings.HasPrefix(full[1], dataDir) {
+		t.Fatalf("bash of a long output gave no full-output file under the data directory:\n%s", resultText(res))
+	}
+	if res := callTool("read", map[string]any{"path": full[1], "offset": 29999}); res.IsError || !strings.HasPrefix(resultText(res), "29999\n") {
+		t.Fatalf("read of the full output file: %q", resultText(res))
 	}
 }
