@@ -62,10 +62,11 @@ type instanceSeen struct {
 	id    string
 	agent string // the installation's AgentID; empty for old agents
 	at    time.Time
-	// replaced is set when a new process of the same installation took
-	// the host over: this one is taken for dead and not counted. Heard
-	// again, it is alive after all (a copied state directory) and counts.
-	replaced bool
+	// replaced is when a new process of the same installation took the
+	// host over (zero: never): this one is taken for dead and not
+	// counted. Heard again, it is alive after all (a copied state
+	// directory) and counts.
+	replaced time.Time
 }
 
 // hostEntry is one host as this gateway knows it. It is kept small: a
@@ -158,7 +159,12 @@ func (r *registry) onPresence(m *nats.Msg) {
 		e = &hostEntry{}
 		r.hosts[host] = e
 	}
-	took := r.claim(e, &a, leaving, now)
+	took, late := r.claim(e, &a, leaving, now)
+	if late {
+		r.mu.Unlock()
+		r.log.Debug("ignoring a late announce of an agent process that was replaced", "host", host, "instance", a.Instance)
+		return
+	}
 	// The goodbye of one of two agents claiming the name leaves the
 	// other's facts in place.
 	changed := e.facts == nil || !(leaving && r.liveCount(e, now) > 0) && !reflect.DeepEqual(e.facts, &a)
@@ -193,9 +199,11 @@ func (r *registry) onPresence(m *nats.Msg) {
 // share it): it takes the host over at once and the old process is taken
 // for dead. If the old process is heard again after all, the state
 // directory was copied to another machine, and both count, as any two
-// claims of one name do. claim returns the instance taken over, if any.
-// The caller holds r.mu.
-func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now time.Time) (took string) {
+// claims of one name do; but within a heartbeat interval of the take-over
+// what arrives from it is taken for a message sent before it died, and
+// late is set: the announce is to be ignored. claim returns the instance
+// taken over, if any. The caller holds r.mu.
+func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now time.Time) (took string, late bool) {
 	limit := r.limit(e)
 	known := false
 	e.instances = slices.DeleteFunc(e.instances, func(in instanceSeen) bool {
@@ -206,29 +214,44 @@ func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now t
 		return now.Sub(in.at) > limit
 	})
 	if leaving {
-		return ""
+		return "", false
 	}
 	if known {
 		for i := range e.instances {
-			if in := &e.instances[i]; in.id == a.Instance {
-				in.at, in.replaced = now, false
+			in := &e.instances[i]
+			if in.id != a.Instance {
+				continue
 			}
-		}
-		return ""
-	}
-	if a.AgentID != "" && len(a.AgentID) <= protocol.MaxAgentIDLen {
-		for i := range e.instances {
-			if in := &e.instances[i]; in.agent == a.AgentID && !in.replaced {
-				in.replaced, took = true, in.id
+			if !in.replaced.IsZero() && now.Sub(in.replaced) <= r.interval(e) {
+				return "", true
 			}
+			in.at, in.replaced = now, time.Time{}
 		}
+		return "", false
 	}
 	agent := a.AgentID
 	if len(agent) > protocol.MaxAgentIDLen {
 		agent = "" // not an identity an agent sends: no take-over
 	}
+	if agent != "" {
+		for i := range e.instances {
+			if in := &e.instances[i]; in.agent == agent && in.replaced.IsZero() {
+				in.replaced, took = now, in.id
+			}
+		}
+	}
 	e.instances = append(e.instances, instanceSeen{id: a.Instance, agent: agent, at: now})
-	return took
+	return took, false
+}
+
+// interval is how often e's agent announces itself: its heartbeat,
+// counted as at most maxHeartbeat, or a third of OfflineAfter when it
+// gives none.
+func (r *registry) interval(e *hostEntry) time.Duration {
+	if e.facts != nil && e.facts.HeartbeatMS > 0 {
+		return min(time.Duration(e.facts.HeartbeatMS)*time.Millisecond, maxHeartbeat)
+	}
+	return r.offlineAfter / 3
 }
 
 // live returns the IDs of e's instances that count (heard within the
@@ -237,7 +260,7 @@ func (r *registry) live(e *hostEntry, now time.Time) []string {
 	limit := r.limit(e)
 	var ids []string
 	for _, in := range e.instances {
-		if !in.replaced && now.Sub(in.at) <= limit {
+		if in.replaced.IsZero() && now.Sub(in.at) <= limit {
 			ids = append(ids, in.id)
 		}
 	}
@@ -292,7 +315,7 @@ func (r *registry) limit(e *hostEntry) time.Duration {
 func (r *registry) liveCount(e *hostEntry, now time.Time) int {
 	limit, n := r.limit(e), 0
 	for _, in := range e.instances {
-		if !in.replaced && now.Sub(in.at) <= limit {
+		if in.replaced.IsZero() && now.Sub(in.at) <= limit {
 			n++
 		}
 	}
