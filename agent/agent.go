@@ -450,8 +450,9 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 
 // join subscribes to the host's subjects on nc and announces the host.
 // NATS reports a permissions violation asynchronously; join waits for the
-// server to have processed all of it (a flush) and fails with a
-// *JoinRefusedError if it refused any.
+// server to have processed each step (a flush) and fails with a
+// *JoinRefusedError if it refused it. The host is announced only once
+// its subscriptions are in place.
 func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	sub := func(subject string, h nats.MsgHandler) error {
@@ -472,18 +473,28 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		}),
 	)
 	if err == nil {
-		a.announce(nc, false)
-		err = nc.Flush()
+		err = a.checkAccepted(nc)
 	}
 	if err == nil {
-		if lerr := nc.LastError(); errors.Is(lerr, nats.ErrPermissionViolation) {
-			err = &JoinRefusedError{Host: a.cfg.Name, User: a.cfg.User, Err: lerr}
-		}
+		a.announce(nc, false)
+		err = a.checkAccepted(nc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("join the fleet: %w", err)
 	}
 	return subs, nil
+}
+
+// checkAccepted flushes nc and returns a *JoinRefusedError if the server
+// refused anything sent on it so far.
+func (a *Agent) checkAccepted(nc *nats.Conn) error {
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return &JoinRefusedError{Host: a.cfg.Name, User: a.cfg.User, Err: err}
+	}
+	return nil
 }
 
 // JoinRefusedError reports that NATS refused the host its own subjects:
