@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -36,8 +37,10 @@ type Agent struct {
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// instance tells this process's announces from those of another
-	// process using the same host name.
+	// process using the same host name; agentID (from the state
+	// directory, set by Run) stays the same across restarts.
 	instance string
+	agentID  string
 	started  time.Time
 	// cancelGrace is how long a drain waits for cancelled calls to stop.
 	cancelGrace time.Duration
@@ -83,6 +86,7 @@ func New(cfg Config) (*Agent, error) {
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,
+		ProtectedPaths:     cfg.ProtectedPaths,
 		ImageMaxDimension:  cfg.ImageMaxDimension,
 		ImageMaxBytes:      cfg.ImageMaxBytes,
 		BinaryMaxBytes:     cfg.BinaryMaxBytes,
@@ -166,13 +170,23 @@ func newInstanceID() string {
 // DrainTimeout, then cancels them), announces that it is leaving and
 // closes the connection. While it drains it still answers cancels and
 // fetches. Run re-dials forever, with jittered backoff, whatever NATS
-// answers; it returns only after ctx ends, or at once when the background
-// tasks directory cannot be used.
+// answers; it returns only after ctx ends, or with an error: at once when
+// another agent holds the state directory (a *StateDirInUseError) or the
+// background tasks directory cannot be used, and, after draining, when
+// NATS refuses the host its own subjects on its first connection (a
+// *JoinRefusedError: the credential is another host's).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
+	// Nothing in the state directory is touched before it is ours.
+	state, err := openStateDir(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer state.close()
+	a.agentID = state.agentID
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
-		"instance", a.instance)
+		"instance", a.instance, "agent_id", a.agentID)
 	a.logPolicy()
 	// Background tasks a previous agent left are taken over before any
 	// call is heard; they keep running when this agent stops.
@@ -195,25 +209,48 @@ func (a *Agent) Run(ctx context.Context) error {
 	// shutdown are not mistaken for a dead host.
 	sessCtx, endSession := context.WithCancel(context.WithoutCancel(ctx))
 	defer endSession()
+	// runCtx ends with ctx, or when the agent cannot join at all.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	refused := make(chan error, 1)
 	var session sync.WaitGroup
-	session.Go(func() { a.dialLoop(sessCtx) })
+	session.Go(func() { a.dialLoop(sessCtx, refused) })
 	session.Go(func() { a.keepaliveLoop(sessCtx) })
 	var watcher sync.WaitGroup
-	watcher.Go(func() { a.skills.watch(ctx, a.skillsChanged) })
+	watcher.Go(func() { a.skills.watch(runCtx, a.skillsChanged) })
 
-	<-ctx.Done()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-refused:
+	}
+	stopRun()
 	watcher.Wait()       // no announce of a changed catalog follows the leaving one
 	a.tasks.beginClose() // task_status waits end now, not at the drain timeout
 	a.drain(&workers, cancelWork)
 	endSession()
 	session.Wait()
-	if nc := a.nc.Load(); nc != nil {
-		a.announce(nc, true)
-		_ = nc.Flush()
-		nc.Close()
-	}
+	a.leave()
 	a.log.Info("agent stopped")
-	return nil
+	return runErr
+}
+
+// leaveTimeout bounds how long the leaving announce may take to reach
+// NATS.
+const leaveTimeout = time.Second
+
+// leave announces that the host is leaving, if NATS is connected (a
+// disconnected agent does not wait for it), and closes the connection.
+func (a *Agent) leave() {
+	nc := a.nc.Load()
+	if nc == nil {
+		return
+	}
+	if nc.IsConnected() {
+		a.announce(nc, true)
+		_ = nc.FlushTimeout(leaveTimeout)
+	}
+	nc.Close()
 }
 
 // logPolicy logs the host policy: its file and digest, then one line per
@@ -281,25 +318,51 @@ func (a *Agent) abandonStuck(jobs []*job) {
 
 // dialLoop keeps one NATS session alive until ctx ends. nats.go reconnects
 // by itself, but gives up for good after repeated authentication errors, so
-// a closed connection is re-dialled here with jittered backoff.
-func (a *Agent) dialLoop(ctx context.Context) {
-	attempt := 0
+// a closed connection is re-dialled here with jittered backoff. When NATS
+// refuses the host its own subjects before the agent ever joined, the
+// credential is another host's and re-dialling cannot help: dialLoop
+// sends the reason on refused and returns.
+func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
+	attempt, joined := 0, false
 	for ctx.Err() == nil {
 		closed := make(chan struct{})
-		nc, err := a.connect(closed)
-		if err != nil {
-			attempt++
-			wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
-			a.log.Warn("cannot reach NATS; retrying", "err", err, "in", wait.Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
+		nc, err := a.connect(ctx, closed)
+		if err == nil {
+			err = a.serve(ctx, nc, closed)
+			if err == nil {
+				attempt, joined = 0, true
+				continue
 			}
-			continue
+			var jr *JoinRefusedError
+			if errors.As(err, &jr) && !joined {
+				refused <- err
+				return
+			}
 		}
-		attempt = 0
-		a.serve(ctx, nc, closed)
+		if ctx.Err() != nil {
+			return
+		}
+		attempt++
+		wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
+		a.logDialError(err, wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// logDialError says why NATS could not be used, and what to check when
+// it refused the agent's credential.
+func (a *Agent) logDialError(err error, wait time.Duration) {
+	in := wait.Round(time.Millisecond)
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
+		a.log.Warn("NATS refused the agent's credential; retrying", "err", err, "in", in, "user", a.cfg.User,
+			"check", "the password must be the one fleet-gateway --agent_credential prints for this user")
+	default:
+		a.log.Warn("cannot reach NATS; retrying", "err", err, "in", in)
 	}
 }
 
@@ -326,9 +389,13 @@ func backoffCeiling(attempt int, lo, hi time.Duration) time.Duration {
 	return min(c, hi)
 }
 
-func (a *Agent) connect(closed chan struct{}) (*nats.Conn, error) {
+// connect dials NATS. It gives up as soon as ctx ends, even while a
+// server is being dialled or has not finished its handshake.
+func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, error) {
+	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: nats.DefaultTimeout}}
 	opts := []nats.Option{
 		nats.Name("fleet-agent " + a.cfg.Name),
+		nats.SetCustomDialer(d),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return reconnectDelay(attempts, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
@@ -354,13 +421,49 @@ func (a *Agent) connect(closed chan struct{}) (*nats.Conn, error) {
 		opts = append(opts, nats.UserInfo(a.cfg.User, a.cfg.Password))
 	}
 	opts = append(opts, a.cfg.NATSOptions...)
-	return nats.Connect(joinURLs(a.cfg.Servers), opts...)
+	nc, err := nats.Connect(joinURLs(a.cfg.Servers), opts...)
+	d.connected()
+	return nc, err
 }
 
-// serve subscribes to the host's subjects on nc, announces the host and
-// heartbeats until ctx ends or the connection closes for good. When ctx
-// ends it unsubscribes and leaves nc open for the leaving announce.
-func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) {
+// serve joins the fleet on nc (see join), then heartbeats until ctx ends
+// or the connection closes for good. When ctx ends it unsubscribes and
+// leaves nc open for the leaving announce. It returns the reason it could
+// not join, having closed nc.
+func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}) error {
+	subs, err := a.join(nc)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	a.nc.Store(nc)
+	a.log.Info("joined fleet", "url", nc.ConnectedUrlRedacted())
+
+	tick := time.NewTicker(a.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil
+		case <-closed:
+			a.nc.CompareAndSwap(nc, nil)
+			a.log.Warn("NATS connection closed; re-dialling")
+			return nil
+		case <-tick.C:
+			a.announce(nc, false)
+		}
+	}
+}
+
+// join subscribes to the host's subjects on nc and announces the host.
+// NATS reports a permissions violation asynchronously; join waits for the
+// server to have processed each step (a flush) and fails with a
+// *JoinRefusedError if it refused it. The host is announced only once
+// its subscriptions are in place.
+func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	sub := func(subject string, h nats.MsgHandler) error {
 		s, err := nc.Subscribe(subject, h)
@@ -380,35 +483,50 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 		}),
 	)
 	if err == nil {
-		err = nc.Flush()
+		err = a.checkAccepted(nc)
+	}
+	if err == nil {
+		a.announce(nc, false)
+		err = a.checkAccepted(nc)
 	}
 	if err != nil {
-		a.log.Error("subscribe failed; re-dialling", "err", err)
-		nc.Close()
-		return
+		return nil, fmt.Errorf("join the fleet: %w", err)
 	}
-	a.nc.Store(nc)
-	a.log.Info("joined fleet", "url", nc.ConnectedUrlRedacted())
-	a.announce(nc, false)
-
-	tick := time.NewTicker(a.cfg.Heartbeat)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return
-		case <-closed:
-			a.nc.CompareAndSwap(nc, nil)
-			a.log.Warn("NATS connection closed; re-dialling")
-			return
-		case <-tick.C:
-			a.announce(nc, false)
-		}
-	}
+	return subs, nil
 }
+
+// checkAccepted flushes nc and returns a *JoinRefusedError if the server
+// refused anything sent on it so far.
+func (a *Agent) checkAccepted(nc *nats.Conn) error {
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return &JoinRefusedError{Host: a.cfg.Name, User: a.cfg.User, Err: err}
+	}
+	return nil
+}
+
+// JoinRefusedError reports that NATS refused the host its own subjects:
+// the agent logged in with a credential that is not this host's.
+type JoinRefusedError struct {
+	Host, User string
+	Err        error // the server's permissions violation
+}
+
+func (e *JoinRefusedError) Error() string {
+	if e.User != "" && e.User != e.Host {
+		return fmt.Sprintf("NATS refused host %q its own subjects (%v): the agent logged in as NATS user %q, whose credential is for host %q, not %q. "+
+			"Each host joins with its own credential: run with --name %s, or get %s's credential with fleet-gateway --agent_credential %s and drop --nats_user",
+			e.Host, e.Err, e.User, e.User, e.Host, e.User, e.Host, e.Host)
+	}
+	return fmt.Sprintf("NATS refused host %q its own subjects (%v): the NATS user %q may not use them. "+
+		"On the gateway's embedded server a host's credential is the one fleet-gateway --agent_credential %s prints; "+
+		"on an external cluster, give that user the agent permissions of deploy/nats/cluster-node.conf",
+		e.Host, e.Err, e.User, e.Host)
+}
+
+func (e *JoinRefusedError) Unwrap() error { return e.Err }
 
 func (a *Agent) keepaliveLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Keepalive)
@@ -430,6 +548,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	msg := protocol.Announce{
 		Host:         a.cfg.Name,
 		Instance:     a.instance,
+		AgentID:      a.agentID,
 		Protocol:     protocol.Version,
 		AgentVersion: Version,
 		Labels:       a.cfg.Labels,

@@ -50,6 +50,14 @@ type Config struct {
 	// SecretFiles hold the agent's credentials (such as the NATS password
 	// file): no tool may read or write them.
 	SecretFiles []string
+	// ProtectedPaths are files and directories (with everything in them)
+	// that no tool may read or write, whatever the host policy says, as
+	// the agent's own state directory: by their names, through symbolic
+	// links and "..", and, for files, under another name (a hard link).
+	// An agent running inside the gateway process (fleet-gateway --dev)
+	// gets the gateway's data directory here. Bash commands are held only
+	// to the host policy's command rules, as for the agent's own files.
+	ProtectedPaths []string
 	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
 	Shell string
 	// GitGuard is an executable that runs the git guard when its first
@@ -209,6 +217,16 @@ func (c *Config) validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("no state directory: set --state_dir"))
+	}
+	for _, s := range c.Servers {
+		if err := protocol.ValidateNATSURL(s); err != nil {
+			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+	}
+	for _, p := range c.ProtectedPaths {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("protected path %q must be absolute", p))
+		}
 	}
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))

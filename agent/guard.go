@@ -18,19 +18,29 @@ import (
 // and for everything else what the host policy allows.
 //
 // The agent's own files are its policy file, its credentials, its state
-// directory and its own process under /proc. Whatever the policy says, no
-// tool writes any of them; no tool reads the credentials, the process or
-// the state directory's internals. Bash full-output files and background
-// tasks' output files in the state directory stay readable (the bash and
-// task tools point at them), subject only to the policy's deny rules. Credentials are refused by name and, when
-// opened under another name (a hard link), by identity.
+// directory, the paths its operator protects (such as the data directory
+// of the gateway an in-process agent runs in) and its own process under
+// /proc. Whatever the policy says, no tool writes any of them; no tool
+// reads the credentials, the protected paths, the process or the state
+// directory's internals. Bash full-output files and background tasks'
+// output files in the state directory stay readable (the bash and task
+// tools point at them), subject only to the policy's deny rules, even when
+// the state directory lies in a protected one. Credentials and protected
+// files are refused by name and, when opened under another name (a hard
+// link), by identity.
 type guard struct {
 	pol     *policy.Policy // nil: unrestricted
 	own     []ownPath
-	outputs []string // the directory of bash full-output files, as given and resolved
-	tasks   []string // the directory of background tasks, as given and resolved
-	secrets []fileID // the credentials' identities
+	outputs []string   // the directory of bash full-output files, as given and resolved
+	tasks   []string   // the directory of background tasks, as given and resolved
+	secrets []secretID // the identities of the credentials and protected files
 	pid     int
+}
+
+// secretID is a file no tool may read under any name.
+type secretID struct {
+	id   fileID
+	what string // for messages, such as "the agent's credentials"
 }
 
 // ownPath is one of the agent's own files or directories.
@@ -46,9 +56,20 @@ type ownError struct{ msg string }
 
 func (e *ownError) Error() string { return e.msg }
 
-// newGuard returns the guard for pol and the agent's own files. stateDir
-// must exist.
-func newGuard(pol *policy.Policy, policyFile string, secretFiles []string, stateDir string) (*guard, error) {
+// ownFiles are the agent's own files, which no tool may touch whatever
+// the host policy says (see guard).
+type ownFiles struct {
+	PolicyFile  string
+	SecretFiles []string
+	// Protected are files and directories kept from the tools as the
+	// credentials are.
+	Protected []string
+	StateDir  string // must exist
+}
+
+// newGuard returns the guard for pol and the agent's own files.
+func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
+	policyFile, secretFiles, stateDir := files.PolicyFile, files.SecretFiles, files.StateDir
 	g := &guard{pol: pol, pid: os.Getpid()}
 	add := func(p, what string, readable, state bool) error {
 		abs, err := filepath.Abs(p)
@@ -65,13 +86,20 @@ func newGuard(pol *policy.Policy, policyFile string, secretFiles []string, state
 	if policyFile != "" {
 		errs = append(errs, add(policyFile, "its policy file", true, false))
 	}
-	for _, f := range secretFiles {
-		errs = append(errs, add(f, "its credentials", false, false))
-		if fi, err := os.Stat(f); err == nil {
+	secret := func(f, what string) {
+		if fi, err := os.Stat(f); err == nil && !fi.IsDir() {
 			if id, ok := identity(fi); ok {
-				g.secrets = append(g.secrets, id)
+				g.secrets = append(g.secrets, secretID{id, what})
 			}
 		}
+	}
+	for _, f := range secretFiles {
+		errs = append(errs, add(f, "its credentials", false, false))
+		secret(f, "the agent's credentials")
+	}
+	for _, f := range files.Protected {
+		errs = append(errs, add(f, "a protected path", false, false))
+		secret(f, "a protected file")
 	}
 	for _, o := range g.own {
 		if o.state {
@@ -129,7 +157,9 @@ func (g *guard) checkOwn(op policy.Op, given, resolved string) error {
 			case op == policy.Write:
 			case o.readable:
 				continue
-			case o.state && p == resolved && g.isOutputFile(p):
+			case p == resolved && g.isOutputFile(p):
+				// The bash and task tools hand these out, wherever the
+				// state directory is.
 				continue
 			}
 			return g.refuseOwn(op, given, resolved, o.path, o.what)
@@ -190,15 +220,15 @@ func (g *guard) isOwnProcess(p string) bool {
 }
 
 // checkOpened refuses a file opened for reading that is one of the
-// credentials under another name.
+// credentials or protected files under another name.
 func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
 	id, ok := identity(fi)
 	if !ok {
 		return nil
 	}
 	for _, s := range g.secrets {
-		if s == id {
-			return &ownError{fmt.Sprintf("denied: read %s: it is the agent's credentials under another name (a hard link); no tool may read them", display)}
+		if s.id == id {
+			return &ownError{fmt.Sprintf("denied: read %s: it is %s under another name (a hard link); no tool may read it", display, s.what)}
 		}
 	}
 	return nil

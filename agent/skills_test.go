@@ -111,7 +111,7 @@ func testPolicy(t *testing.T, text string) *policy.Policy {
 // directory of its own.
 func testGuard(t *testing.T, pol *policy.Policy) *guard {
 	t.Helper()
-	g, err := newGuard(pol, "", nil, t.TempDir())
+	g, err := newGuard(pol, ownFiles{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func tbSkills(t *testing.T, root, pol string) *toolbox {
 	t.Helper()
 	tb := tbNew(t)
 	if pol != "" {
-		g, err := newGuard(testPolicy(t, pol), "", nil, tb.cfg.StateDir)
+		g, err := newGuard(testPolicy(t, pol), ownFiles{StateDir: tb.cfg.StateDir})
 		if err != nil {
 			t.Fatal(err)
 		}

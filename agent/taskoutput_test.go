@@ -20,7 +20,7 @@ func TestTaskTailRefusesSwappedOutput(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("s3cret-tail\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGuard(nil, "", []string{secret}, tb.cfg.StateDir)
+	g, err := newGuard(nil, ownFiles{SecretFiles: []string{secret}, StateDir: tb.cfg.StateDir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -372,15 +372,19 @@ func readSmallFile(path string) ([]byte, error) {
 	return data, err
 }
 
-// writeJSONFile replaces path with v encoded as JSON: a temporary file in
-// the same folder, synced, renamed over path, and the folder synced, so a
-// crash at any point leaves either the old or the new file whole.
+// writeJSONFile replaces path with v encoded as JSON (see writeStateFile).
 func writeJSONFile(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
+	return writeStateFile(path, append(data, '\n'))
+}
+
+// writeStateFile replaces path with data (mode 0600): a temporary file in
+// the same folder, synced, renamed over path, and the folder synced, so a
+// crash at any point leaves either the old or the new file whole.
+func writeStateFile(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
 	if err != nil {

@@ -53,6 +53,8 @@ type toolboxConfig struct {
 	// credentials: no tool writes them, none reads the credentials.
 	PolicyFile  string
 	SecretFiles []string
+	// ProtectedPaths are files and directories no tool reads or writes.
+	ProtectedPaths []string
 	// ChildEnv is the environment commands start with, as KEY=value
 	// entries (usually the agent's own). Variables whose names start with
 	// FLEET_ configure the agent and may hold its secrets: they are always

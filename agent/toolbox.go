@@ -74,7 +74,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err := cfg.setMediaDefaults(); err != nil {
 		return nil, err
 	}
-	g, err := newGuard(cfg.Policy, cfg.PolicyFile, cfg.SecretFiles, cfg.StateDir)
+	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir})
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}

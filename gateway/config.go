@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Config configures a Gateway. Zero values mean the documented defaults;
@@ -118,6 +120,11 @@ func (c *Config) validate() error {
 	var errs []error
 	if len(c.NATSURLs) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
+	}
+	for _, u := range c.NATSURLs {
+		if err := protocol.ValidateNATSURL(u); err != nil {
+			errs = append(errs, fmt.Errorf("--nats_url: %w", err))
+		}
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.Audit.validate()...)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -23,14 +25,17 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 
-	ns     *server.Server // nil with an external cluster
-	creds  Credentials
-	nc     *nats.Conn
-	reg    *registry
-	store  *hostStore
-	router *router
-	auth   *authenticator // nil with authentication off
-	audit  *auditor
+	ns    *server.Server // nil with an external cluster
+	creds Credentials
+	// dataLock holds DataDir for this gateway while the embedded server
+	// uses it (nil with an external cluster).
+	dataLock *os.File
+	nc       *nats.Conn
+	reg      *registry
+	store    *hostStore
+	router   *router
+	auth     *authenticator // nil with authentication off
+	audit    *auditor
 
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
@@ -61,26 +66,29 @@ func Start(cfg Config) (*Gateway, error) {
 		}
 		g.auth = a
 	}
+	// The MCP address is taken first: a busy one fails at once, before
+	// NATS and JetStream start.
+	ln, err := listen(cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
+	if err != nil {
+		return nil, err
+	}
 	if err := g.startNATS(); err != nil {
+		ln.Close()
 		g.stopNATS()
 		return nil, err
 	}
 	a, err := newAuditor(g.nc, cfg.Audit, cfg.MaxCallDuration, g.log.With("component", "audit"))
 	if err != nil {
+		ln.Close()
 		g.stopNATS()
 		return nil, err
 	}
 	g.audit = a
 	if g.store, err = openHostStore(g.nc, g.reg, cfg.Hosts, g.log.With("component", "hosts")); err != nil {
+		ln.Close()
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
 		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -118,7 +126,12 @@ func (g *Gateway) startNATS() error {
 			opts = append(opts, nats.UserInfo(g.cfg.NATSUser, g.cfg.NATSPassword))
 		}
 	} else {
-		creds, err := LoadCredentials(g.cfg.DataDir)
+		// Nothing in the data directory is touched before it is ours.
+		var err error
+		if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
+			return err
+		}
+		creds, err := CreateCredentials(g.cfg.DataDir)
 		if err != nil {
 			return err
 		}
@@ -162,6 +175,25 @@ func (g *Gateway) stopNATS() {
 		g.ns.Shutdown()
 		g.ns.WaitForShutdown()
 	}
+	if g.dataLock != nil {
+		g.dataLock.Close()
+	}
+}
+
+// SecretPaths are the files and directories that hold the gateway's
+// secrets and state: its data directory (JetStream, the embedded
+// server's credentials) and the credentials file itself, which no agent
+// running in the gateway's process may let its tools reach. Empty with
+// an external cluster.
+func (g *Gateway) SecretPaths() []string {
+	if g.ns == nil {
+		return nil
+	}
+	dir, err := filepath.Abs(g.cfg.DataDir)
+	if err != nil {
+		dir = g.cfg.DataDir
+	}
+	return []string{dir, filepath.Join(dir, credentialsFile)}
 }
 
 // logAccess summarises who may do what, once at startup.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -43,32 +44,77 @@ func (c Credentials) AgentPassword(host string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// LoadCredentials reads the embedded server's credentials from dataDir,
-// generating them on first use.
+// credentialsFile is where the embedded server's credentials are kept in
+// the data directory.
+const credentialsFile = "credentials.json"
+
+// ErrNoCredentials reports a data directory that holds no credentials:
+// no gateway has started on it (or it is the wrong directory).
+var ErrNoCredentials = errors.New("no credentials")
+
+// LoadCredentials reads the embedded server's credentials from dataDir.
+// It never creates them: a directory without any gives an error wrapping
+// ErrNoCredentials (see CreateCredentials).
 func LoadCredentials(dataDir string) (Credentials, error) {
-	path := filepath.Join(dataDir, "credentials.json")
+	path := filepath.Join(dataDir, credentialsFile)
 	var c Credentials
 	data, err := os.ReadFile(path)
 	switch {
-	case err == nil:
-		if err := json.Unmarshal(data, &c); err != nil || c.GatewayPassword == "" || c.AgentKey == "" {
-			return c, fmt.Errorf("%s is damaged (%v): delete it to generate new credentials (agents must then rejoin)", path, err)
-		}
-		return c, nil
-	case !errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, os.ErrNotExist):
+		return c, fmt.Errorf("%w in %s (%s does not exist)", ErrNoCredentials, dataDir, credentialsFile)
+	case err != nil:
 		return c, fmt.Errorf("read credentials: %w", err)
 	}
+	if err := json.Unmarshal(data, &c); err != nil || c.GatewayPassword == "" || c.AgentKey == "" {
+		return c, fmt.Errorf("%s is damaged (%v): delete it to generate new credentials (agents must then rejoin)", path, err)
+	}
+	return c, nil
+}
+
+// CreateCredentials returns the embedded server's credentials in dataDir,
+// generating them first if it has none. The file appears whole or not at
+// all, and two processes creating it at once end up with the same
+// credentials.
+func CreateCredentials(dataDir string) (Credentials, error) {
+	c, err := LoadCredentials(dataDir)
+	if !errors.Is(err, ErrNoCredentials) {
+		return c, err
+	}
 	c = Credentials{GatewayPassword: randomSecret(), AgentKey: randomSecret()}
-	data, _ = json.MarshalIndent(c, "", "  ")
+	data, _ := json.MarshalIndent(c, "", "  ")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return c, fmt.Errorf("create data dir: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	tmp, err := os.CreateTemp(dataDir, "."+credentialsFile+".new-*") // mode 0600
+	if err != nil {
 		return c, fmt.Errorf("write credentials: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return c, fmt.Errorf("write credentials: %w", err)
+	}
+	// A hard link never replaces a file another process created
+	// meanwhile; where links are not supported, a rename is the next
+	// best thing.
+	path := filepath.Join(dataDir, credentialsFile)
+	switch err := os.Link(tmp.Name(), path); {
+	case errors.Is(err, os.ErrExist):
+		return LoadCredentials(dataDir)
+	case err != nil:
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return c, fmt.Errorf("write credentials: %w", err)
+		}
+	}
+	if d, err := os.Open(dataDir); err == nil {
+		_ = d.Sync()
+		d.Close()
 	}
 	return c, nil
 }
@@ -171,20 +217,88 @@ func embeddedOptions(cfg *Config, creds Credentials) (*server.Options, error) {
 }
 
 // startEmbedded starts the embedded NATS server and waits until it takes
-// connections.
+// connections. A listen address another process holds is reported as
+// such, at once.
 func startEmbedded(cfg *Config, creds Credentials) (*server.Server, error) {
 	opts, err := embeddedOptions(cfg, creds)
 	if err != nil {
 		return nil, err
 	}
+	if !opts.DontListen && opts.Port != server.RANDOM_PORT {
+		// The server would only log that it cannot listen, and never
+		// become ready: try the address first.
+		ln, err := listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
+		if err != nil {
+			return nil, err
+		}
+		ln.Close()
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
+	failed := &fatalLogger{msgs: make(chan string, 1)}
+	ns.SetLogger(failed, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if err := awaitReady(ns, failed.msgs, readyTimeout); err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS did not become ready within 10s (listen %s)", cfg.NATSListen)
+		return nil, fmt.Errorf("embedded NATS server (listen %s): %w", cfg.NATSListen, err)
 	}
 	return ns, nil
+}
+
+// readyTimeout bounds how long the embedded server may take to start.
+const readyTimeout = 10 * time.Second
+
+// awaitReady waits until ns takes connections, it reports a fatal error
+// (as when it cannot listen) or timeout passes.
+func awaitReady(ns *server.Server, fatal <-chan string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ns.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("it could not start: %s; if another process holds the address, choose another with --nats_listen", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("it did not become ready within %s", timeout)
+		}
+	}
+}
+
+// fatalLogger is the embedded server's logger: it keeps the first fatal
+// error, which the server otherwise only logs, and drops the rest as the
+// server's own logging is off.
+type fatalLogger struct{ msgs chan string }
+
+func (l *fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case l.msgs <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (*fatalLogger) Noticef(string, ...any) {}
+func (*fatalLogger) Warnf(string, ...any)   {}
+func (*fatalLogger) Errorf(string, ...any)  {}
+func (*fatalLogger) Debugf(string, ...any)  {}
+func (*fatalLogger) Tracef(string, ...any)  {}
+
+// listen listens on addr (host:port) for what, and says plainly when
+// another process (likely one of who) holds the address and which flag
+// chooses another.
+func listen(addr, what, who, flag string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("address %s for %s is already in use (%s?); stop that process or choose another address with %s: %w",
+			addr, what, who, flag, err)
+	default:
+		return nil, fmt.Errorf("%s cannot listen on %s: %w; choose another address with %s", what, addr, err, flag)
+	}
 }

@@ -59,8 +59,14 @@ type factsDigest [sha256.Size]byte
 
 // instanceSeen is one agent process heard announcing a host, and when.
 type instanceSeen struct {
-	id string
-	at time.Time
+	id    string
+	agent string // the installation's AgentID; empty for old agents
+	at    time.Time
+	// replaced is when a new process of the same installation took the
+	// host over (zero: never): this one is taken for dead and not
+	// counted. Heard again, it is alive after all (a copied state
+	// directory) and counts.
+	replaced time.Time
 }
 
 // hostEntry is one host as this gateway knows it. It is kept small: a
@@ -153,29 +159,23 @@ func (r *registry) onPresence(m *nats.Msg) {
 		e = &hostEntry{}
 		r.hosts[host] = e
 	}
-	e.instances = slices.DeleteFunc(e.instances, func(in instanceSeen) bool {
-		return in.id == a.Instance || now.Sub(in.at) > r.limit(e)
-	})
+	took, late := r.claim(e, &a, leaving, now)
+	if late {
+		r.mu.Unlock()
+		r.log.Debug("ignoring a late announce of an agent process that was replaced", "host", host, "instance", a.Instance)
+		return
+	}
 	// The goodbye of one of two agents claiming the name leaves the
 	// other's facts in place.
-	changed := e.facts == nil || !(leaving && len(e.instances) > 0) && !reflect.DeepEqual(e.facts, &a)
+	changed := e.facts == nil || !(leaving && r.liveCount(e, now) > 0) && !reflect.DeepEqual(e.facts, &a)
 	if changed {
 		r.setFacts(e, &a, digestOf(&a))
 	}
-	if !leaving || len(e.instances) == 0 {
+	if !leaving || r.liveCount(e, now) == 0 {
 		e.busy = busy
 	}
 	e.heard = now
-	if !leaving {
-		e.instances = append(e.instances, instanceSeen{id: a.Instance, at: now})
-	}
-	var instances []string
-	if len(e.instances) > 1 {
-		for _, in := range e.instances {
-			instances = append(instances, in.id)
-		}
-		slices.Sort(instances)
-	}
+	instances := r.live(e, now)
 	r.mu.Unlock()
 	if changed || leaving || !wasOnline {
 		r.notify()
@@ -185,9 +185,87 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.log.Info("host left", "host", host, "instance", a.Instance)
 	case len(instances) > 1:
 		r.log.Warn("two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
+	case took != "":
+		r.log.Info("host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
 	case !wasOnline:
 		r.log.Info("host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
 	}
+}
+
+// claim records that instance a.Instance of installation a.AgentID
+// announced e's host at now, or left it. A process the host has not
+// heard before, of the installation of a live one, is that installation
+// restarted (its state directory is locked, so two processes never
+// share it): it takes the host over at once and the old process is taken
+// for dead. If the old process is heard again after all, the state
+// directory was copied to another machine, and both count, as any two
+// claims of one name do; but within a heartbeat interval of the take-over
+// what arrives from it is taken for a message sent before it died, and
+// late is set: the announce is to be ignored. claim returns the instance
+// taken over, if any. The caller holds r.mu.
+func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now time.Time) (took string, late bool) {
+	limit := r.limit(e)
+	known := false
+	e.instances = slices.DeleteFunc(e.instances, func(in instanceSeen) bool {
+		if in.id == a.Instance {
+			known = true
+			return leaving
+		}
+		return now.Sub(in.at) > limit
+	})
+	if leaving {
+		return "", false
+	}
+	if known {
+		for i := range e.instances {
+			in := &e.instances[i]
+			if in.id != a.Instance {
+				continue
+			}
+			if !in.replaced.IsZero() && now.Sub(in.replaced) <= r.interval(e) {
+				return "", true
+			}
+			in.at, in.replaced = now, time.Time{}
+		}
+		return "", false
+	}
+	agent := a.AgentID
+	if len(agent) > protocol.MaxAgentIDLen {
+		agent = "" // not an identity an agent sends: no take-over
+	}
+	if agent != "" {
+		for i := range e.instances {
+			if in := &e.instances[i]; in.agent == agent && in.replaced.IsZero() {
+				in.replaced, took = now, in.id
+			}
+		}
+	}
+	e.instances = append(e.instances, instanceSeen{id: a.Instance, agent: agent, at: now})
+	return took, false
+}
+
+// interval is how often e's agent announces itself: its heartbeat,
+// counted as at most maxHeartbeat, or a third of OfflineAfter when it
+// gives none.
+func (r *registry) interval(e *hostEntry) time.Duration {
+	if e.facts != nil && e.facts.HeartbeatMS > 0 {
+		return min(time.Duration(e.facts.HeartbeatMS)*time.Millisecond, maxHeartbeat)
+	}
+	return r.offlineAfter / 3
+}
+
+// live returns the IDs of e's instances that count (heard within the
+// limit and not replaced), sorted. The caller holds r.mu.
+func (r *registry) live(e *hostEntry, now time.Time) []string {
+	limit := r.limit(e)
+	var ids []string
+	for _, in := range e.instances {
+		if in.replaced.IsZero() && now.Sub(in.at) <= limit {
+			ids = append(ids, in.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // setFacts stores a (an announce without Busy and Leaving, not used
@@ -232,11 +310,12 @@ func (r *registry) limit(e *hostEntry) time.Duration {
 	return offlineBound(r.offlineAfter, e.facts.HeartbeatMS)
 }
 
-// liveCount returns how many of e's instances were heard within the limit.
+// liveCount returns how many of e's instances count: heard within the
+// limit and not replaced by a restart.
 func (r *registry) liveCount(e *hostEntry, now time.Time) int {
 	limit, n := r.limit(e), 0
 	for _, in := range e.instances {
-		if now.Sub(in.at) <= limit {
+		if in.replaced.IsZero() && now.Sub(in.at) <= limit {
 			n++
 		}
 	}
@@ -248,16 +327,9 @@ func (r *registry) view(e *hostEntry, now time.Time) HostInfo {
 	h := HostInfo{Announce: *e.facts, LastSeen: e.lastSeen()}
 	h.Busy = e.busy
 	c := h.clone()
-	limit := r.limit(e)
-	var live []string
-	for _, in := range e.instances {
-		if now.Sub(in.at) <= limit {
-			live = append(live, in.id)
-		}
-	}
+	live := r.live(e, now)
 	c.Online = len(live) > 0
 	if len(live) > 1 {
-		slices.Sort(live)
 		c.Conflict = "agent instances " + strings.Join(live, ", ") + " all announce this name"
 	}
 	return c

@@ -312,16 +312,26 @@ func (e *Env) RestartAgentProcess(name string) {
 	e.startAgentProcess(name, spec)
 }
 
-func (e *Env) startAgentProcess(name string, spec procSpec) {
+// AgentCommand returns the command that runs agent name as a real
+// fleet-agent process working in dir, with its state in dir/.state, as
+// StartAgentProcess runs it; extraArgs come last, so they may override
+// any of its flags. Its stderr goes to the test log.
+func (e *Env) AgentCommand(name, dir string, extraArgs ...string) *exec.Cmd {
 	e.t.Helper()
 	bin := agentBinary(e.t)
-	dir, extraArgs := spec.dir, spec.extra
 	user, pass := e.agentCredentials(name)
 	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--nats_user", user, "--cwd", dir,
 		"--state_dir", filepath.Join(dir, ".state"), "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "FLEET_NATS_PASSWORD="+pass)
 	cmd.Stderr = testWriter{e.t}
+	return cmd
+}
+
+func (e *Env) startAgentProcess(name string, spec procSpec) {
+	e.t.Helper()
+	dir := spec.dir
+	cmd := e.AgentCommand(name, dir, spec.extra...)
 	if err := cmd.Start(); err != nil {
 		e.t.Fatalf("start agent process: %v", err)
 	}

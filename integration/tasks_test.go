@@ -224,7 +224,7 @@ func TestTaskSurvivesAgentRestart(t *testing.T) {
 	if !gone(killedPID) || !gone(lostGroup) {
 		t.Fatal("the tasks did not die")
 	}
-	env.WaitHost("worker", false) // a restart with the same name before that is a conflict
+	env.WaitHost("worker", false) // so that WaitHost below waits for the new process
 	env.RestartAgentProcess("worker")
 	env.WaitHost("worker", true)
 

@@ -79,13 +79,23 @@ func ErrorResult(callID string, code Code, msg string) *Result {
 	return &Result{CallID: callID, Error: &Error{Code: code, Message: msg}}
 }
 
+// MaxAgentIDLen bounds an announce's AgentID.
+const MaxAgentIDLen = 64
+
 // Announce is what an agent publishes on its presence subject when it
 // connects, on every heartbeat and, with Leaving set, when it shuts down.
 type Announce struct {
 	Host string `json:"host"`
-	// Instance is random per agent process start. Two instances announcing
-	// the same host at once means two machines claim one name.
-	Instance     string            `json:"instance"`
+	// Instance is random per agent process start.
+	Instance string `json:"instance"`
+	// AgentID identifies the agent installation: generated once and kept
+	// in the agent's state directory, it stays the same across restarts
+	// (at most MaxAgentIDLen bytes). A new Instance with the AgentID of
+	// the live one is that agent restarted, and takes the host over at
+	// once; a different AgentID announcing a live host is a second
+	// machine claiming its name. Empty: an agent that predates it, told
+	// apart by Instance alone.
+	AgentID      string            `json:"agent_id,omitempty"`
 	Protocol     int               `json:"protocol"`
 	AgentVersion string            `json:"agent_version"`
 	Labels       map[string]string `json:"labels,omitempty"`

@@ -612,7 +612,8 @@ func sampleMessages() goldenMessages {
 		},
 		ResultError: *ErrorResult("0a1b2c3d4e5f", CodeBusy, "16 calls running and 64 queued; try again shortly"),
 		Announce: Announce{
-			Host: "web-1", Protocol: Version, AgentVersion: "0.1.0",
+			Host: "web-1", Instance: "8c1f0e2a9b7d6c5e", AgentID: "3f9a1c7e5b2d4f6081a3c5e7f9b1d3a5",
+			Protocol: Version, AgentVersion: "0.1.0",
 			Labels: map[string]string{"role": "web", "env": "staging"},
 			OS:     "linux", Arch: "amd64", Hostname: "web-1.example.com",
 			Cwd: "/srv/app", Shell: "/bin/bash",
@@ -622,7 +623,7 @@ func sampleMessages() goldenMessages {
 			HeartbeatMS:  5000, Busy: 2, Limit: 16,
 		},
 		AnnounceLeaving: Announce{
-			Host: "web-1", Protocol: Version, AgentVersion: "0.1.0", OS: "linux", Arch: "arm64",
+			Host: "web-1", Instance: "8c1f0e2a9b7d6c5e", Protocol: Version, AgentVersion: "0.1.0", OS: "linux", Arch: "arm64",
 			Cwd: "/", Shell: "/bin/sh", Tools: []string{},
 			StartedAt:   time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC),
 			HeartbeatMS: 5000, Leaving: true, Limit: 16,

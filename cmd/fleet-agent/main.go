@@ -40,6 +40,23 @@ func main() {
 	}
 }
 
+// pathsFlag collects repeated path flags, made absolute.
+type pathsFlag []string
+
+func (p *pathsFlag) String() string { return strings.Join(*p, ",") }
+
+func (p *pathsFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("empty path")
+	}
+	abs, err := filepath.Abs(s)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, abs)
+	return nil
+}
+
 // labelFlag collects repeated --label key=value flags.
 type labelFlag map[string]string
 
@@ -60,6 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(stderr)
 	hostname, _ := os.Hostname()
 	labels := labelFlag{}
+	var protected pathsFlag
 	var (
 		servers    = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL)")
 		name       = fs.String("name", protocol.HostFromName(hostname), "this host's name in the fleet")
@@ -94,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		logLevel   = fs.String("log_level", "info", "debug, info, warn or error")
 	)
 	fs.Var(labels, "label", "key=value label for targeting (repeatable)")
+	fs.Var(&protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,7 +153,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
 		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell, GitGuard: self,
-		PolicyFile: *policy, SecretFiles: secrets,
+		PolicyFile: *policy, SecretFiles: secrets, ProtectedPaths: protected,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
 		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,

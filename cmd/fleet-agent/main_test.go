@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -78,6 +80,11 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"policy from environment", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir}, policyEnv, []string{"typo.yaml", `unknown key "alow"`}},
 		{"task timeouts", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--task_timeout", "48h"}, withPassword, []string{"--task_timeout 48h0m0s", "--task_max_timeout 24h0m0s"}},
 		{"no tasks", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--max_tasks", "-1"}, withPassword, []string{"--max_tasks", "at least 1, not -1"}},
+		{"http URL", []string{"--nats", "http://127.0.0.1:8080/mcp", "--name", "web-1", "--state_dir", dir}, withPassword, []string{"--nats", "HTTP URL, not a NATS one", "nats://HOST:4222", "tls://HOST:4222"}},
+		{"https URL among others", []string{"--nats", nats + ",https://fleet.example", "--name", "web-1", "--state_dir", dir}, withPassword, []string{"https://fleet.example", "HTTP URL"}},
+		{"unknown scheme", []string{"--nats", "ftp://127.0.0.1:4222", "--name", "web-1", "--state_dir", dir}, withPassword, []string{`unknown scheme "ftp"`}},
+		{"http URL from the environment", []string{"--name", "web-1", "--state_dir", dir}, map[string]string{"FLEET_NATS_PASSWORD": "secret", "FLEET_NATS_URL": "http://gw:8080"}, []string{"HTTP URL"}},
+		{"empty protected path", []string{"--nats", nats, "--protect_path", ""}, withPassword, []string{"protect_path", "empty path"}},
 		{"missing policy", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", filepath.Join(dir, "nope.yaml")}, withPassword, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {
@@ -176,4 +183,47 @@ func TestRunLogsPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A second agent on the state directory of a running one is refused at
+// once, naming the first.
+func TestRunStateDirInUse(t *testing.T) {
+	state := t.TempDir()
+	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
+	args := []string{"--name", "web-1", "--state_dir", state, "--drain_timeout", "1s"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var firstLog syncBuffer
+	first := make(chan error, 1)
+	go func() { first <- run(ctx, args, env(vars), &firstLog) }()
+	defer func() { cancel(); <-first }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(firstLog.String(), "agent starting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first agent did not start:\n%s", firstLog.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := runFails(t, append([]string{"--name", "web-2"}, args[2:]...), vars)
+	want := "state directory " + state + " is in use by another fleet-agent (pid " + strconv.Itoa(os.Getpid()) + ")"
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--state_dir") {
+		t.Errorf("second agent: %v; want %q and a hint at --state_dir", err, want)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that run may write to while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

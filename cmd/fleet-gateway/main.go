@@ -54,6 +54,7 @@ type options struct {
 	sessionTTL time.Duration
 	agentName  string
 	agentCred  string
+	createCred bool
 	logLevel   string
 	promptFile string
 
@@ -89,7 +90,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
-	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server, then exit")
+	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server of the gateway on --data_dir, then exit")
+	fs.BoolVar(&o.createCred, "create_credentials", false, "with --agent_credential: create the embedded server's credentials in --data_dir if it has none (a new fleet whose gateway has not started yet)")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
@@ -145,6 +147,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("--log_level %q: want debug, info, warn or error", o.logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.createCred && o.agentCred == "" {
+		return errors.New("--create_credentials goes with --agent_credential NAME (a gateway creates its credentials itself when it first starts)")
+	}
 	if o.agentCred != "" {
 		return printCredential(stdout, o)
 	}
@@ -209,7 +214,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		if o.dev {
 			return cfg, errors.New("--dev runs its own NATS server; drop --nats_url")
 		}
-		cfg.NATSURLs = strings.Split(o.natsURL, ",")
+		cfg.NATSURLs = splitList(o.natsURL)
 		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
 		if cfg.NATSUser != "" && cfg.NATSPassword == "" {
 			return cfg, errors.New("--nats_user is set but FLEET_NATS_PASSWORD is empty: set the external cluster's password for that user")
@@ -293,6 +298,9 @@ Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and resta
 // printServing tells how to reach a gateway that is not in --dev mode.
 func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	fmt.Fprintf(w, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
+	if len(cfg.NATSURLs) == 0 {
+		fmt.Fprintf(w, "  NATS:         %s (agents join with the credential --data_dir %s --agent_credential NAME prints)\n", gw.NATSURL(), cfg.DataDir)
+	}
 	switch {
 	case cfg.AuthDisabled:
 		fmt.Fprintln(w, "  Callers:      authentication OFF (loopback only)")
@@ -313,13 +321,25 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 }
 
 // printCredential prints how host o.agentCred joins the embedded server.
+// The credential derives from the key in --data_dir: a directory without
+// one is refused (unless --create_credentials), since a key made up here
+// would give a password the running gateway rejects.
 func printCredential(w io.Writer, o *options) error {
 	if err := protocol.ValidateHost(o.agentCred); err != nil {
 		return fmt.Errorf("--agent_credential: %w", err)
 	}
-	creds, err := gateway.LoadCredentials(o.dataDir)
+	load := gateway.LoadCredentials
+	if o.createCred {
+		load = gateway.CreateCredentials
+	}
+	creds, err := load(o.dataDir)
+	if errors.Is(err, gateway.ErrNoCredentials) {
+		return fmt.Errorf("--agent_credential: %w. A host's credential derives from the key of the gateway that runs on a data directory: "+
+			"give that gateway's --data_dir (it names it at start), or add --create_credentials to create the credentials of a new fleet whose gateway has not started yet",
+			err)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("--agent_credential: %w", err)
 	}
 	fmt.Fprintf(w, "FLEET_NATS_PASSWORD=%s fleet-agent --nats NATS_URL --nats_user %s --name %s\n",
 		creds.AgentPassword(o.agentCred), o.agentCred, o.agentCred)
@@ -336,9 +356,12 @@ func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *
 		User:     user,
 		Password: pass,
 		StateDir: filepath.Join(o.dataDir, "agent"),
-		Home:     getenv("HOME"),
-		Labels:   map[string]string{"dev": "true"},
-		Logger:   log.With("component", "agent"),
+		// The agent's tools must not reach the gateway's state and
+		// secrets (the master key of every agent's credential).
+		ProtectedPaths: gw.SecretPaths(),
+		Home:           getenv("HOME"),
+		Labels:         map[string]string{"dev": "true"},
+		Logger:         log.With("component", "agent"),
 	})
 }
 

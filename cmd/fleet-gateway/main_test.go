@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -12,12 +13,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/agent"
 )
@@ -413,4 +416,184 @@ func TestDevIgnoresJWTEnvironment(t *testing.T) {
 	vars := map[string]string{"JWT_ISSUER": "https://id.example", "JWT_AUDIENCE": "fleet", "JWKS_URI": "https://id.example/jwks"}
 	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
 	startRun(t, args, vars)
+}
+
+// --agent_credential derives a host's password from the key in
+// --data_dir: on a directory without one (a mistyped or missing
+// --data_dir) it refuses instead of inventing a key the running gateway
+// does not know; --create_credentials creates the key of a new fleet,
+// which its gateway then uses.
+func TestAgentCredential(t *testing.T) {
+	credential := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), args, env(nil), &out, io.Discard)
+		return out.String(), err
+	}
+	passwordOf := func(t *testing.T, out string) string {
+		t.Helper()
+		m := regexp.MustCompile(`^FLEET_NATS_PASSWORD=(\S+) fleet-agent --nats NATS_URL --nats_user web-1 --name web-1\n$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("--agent_credential printed %q", out)
+		}
+		return m[1]
+	}
+
+	empty := filepath.Join(t.TempDir(), "typo")
+	out, err := credential("--data_dir", empty, "--agent_credential", "web-1")
+	if err == nil || out != "" {
+		t.Fatalf("--agent_credential on a directory without credentials printed %q, err %v; want a refusal", out, err)
+	}
+	for _, want := range []string{"no credentials in " + empty, "--data_dir", "--create_credentials"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not mention %q", err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(empty, "credentials.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refusal left credentials behind: %v", err)
+	}
+	if _, err := credential("--data_dir", empty, "--create_credentials"); err == nil || !strings.Contains(err.Error(), "--agent_credential") {
+		t.Errorf("--create_credentials alone: %v; want it refused", err)
+	}
+
+	dir := t.TempDir()
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := passwordOf(t, out)
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
+	if err != nil || passwordOf(t, out) != created {
+		t.Fatalf("--create_credentials again gave %q (%v); want the same password", out, err)
+	}
+
+	// The gateway started on that directory accepts the printed
+	// password; --agent_credential works while it runs.
+	_, stdout := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}, nil)
+	natsURL := regexp.MustCompile(`--nats (nats://\S+)`).FindStringSubmatch(stdout.String())
+	if natsURL == nil {
+		t.Fatalf("no NATS URL in:\n%s", stdout.String())
+	}
+	out, err = credential("--data_dir", dir, "--agent_credential", "web-1")
+	if err != nil || passwordOf(t, out) != created {
+		t.Fatalf("--agent_credential while the gateway runs: %q (%v); want the created password", out, err)
+	}
+	nc, err := nats.Connect(natsURL[1], nats.UserInfo("web-1", created))
+	if err != nil {
+		t.Fatalf("the gateway refused the password --agent_credential printed: %v", err)
+	}
+	nc.Close()
+}
+
+// Two gateways on one --data_dir would share one JetStream store: the
+// second is refused, naming the first.
+func TestRunDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
+	startRun(t, args, nil)
+	_, err := runFails(t, args, nil)
+	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("second gateway: %v; want %q", err, want)
+	}
+}
+
+// TestDevAgentKeepsOffGatewayData: the agent --dev runs in the gateway's
+// process cannot reach the gateway's data directory (its credentials are
+// the key to every agent's password) with any file tool, by name,
+// through links or "..", or under another name; its own bash full
+// outputs, kept in that directory, stay readable.
+func TestDevAgentKeepsOffGatewayData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, the gateway and an agent")
+	}
+	dataDir := t.TempDir()
+	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
+	creds := filepath.Join(dataDir, "credentials.json")
+	secret, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key struct {
+		AgentKey string `json:"agent_key"`
+	}
+	if err := json.Unmarshal(secret, &key); err != nil || key.AgentKey == "" {
+		t.Fatalf("credentials.json: %v", err)
+	}
+	links := t.TempDir()
+	for name, target := range map[string]string{"creds-link": creds, "data-link": dataDir} {
+		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(creds, filepath.Join(links, "hard.json")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: mcpURL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	callTool := func(tool string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		args["host"] = "devhost"
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s %v: %v", tool, args, err)
+		}
+		if strings.Contains(resultText(res), key.AgentKey) {
+			t.Fatalf("%s %v revealed the agent key:\n%s", tool, args, resultText(res))
+		}
+		return res
+	}
+	if !waitFor(20*time.Second, func() bool {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{}})
+		return err == nil && strings.Contains(resultText(res), "devhost\tonline")
+	}) {
+		t.Fatal("devhost did not come online")
+	}
+
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"read", map[string]any{"path": creds}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "agent", "..", "credentials.json")}},
+		{"read", map[string]any{"path": filepath.Join(links, "creds-link")}},
+		{"read", map[string]any{"path": filepath.Join(links, "data-link", "credentials.json")}},
+		{"read", map[string]any{"path": filepath.Join(links, "hard.json")}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "gateway.lock")}},
+		{"list", map[string]any{"path": dataDir}},
+		{"list", map[string]any{"path": filepath.Join(links, "data-link")}},
+		{"search", map[string]any{"path": dataDir, "query": "agent_key"}},
+		{"search", map[string]any{"path": filepath.Join(links, "hard.json"), "query": "agent_key"}},
+		{"write", map[string]any{"path": filepath.Join(dataDir, "x.txt"), "content": "x"}},
+		{"write", map[string]any{"path": filepath.Join(links, "creds-link"), "content": "{}"}},
+		{"edit", map[string]any{"path": creds, "edits": []map[string]any{{"old_string": "agent_key", "new_string": "k"}}}},
+		{"delete", map[string]any{"path": creds}},
+		{"move", map[string]any{"path": creds, "destination": filepath.Join(links, "stolen.json")}},
+		{"delete", map[string]any{"path": filepath.Join(dataDir, "jetstream"), "recursive": true}},
+	} {
+		res := callTool(tc.tool, tc.args)
+		if !res.IsError || !strings.Contains(resultText(res), "denied") {
+			t.Errorf("%s %v: %q; want it denied", tc.tool, tc.args, resultText(res))
+		}
+	}
+	// A search of a tree holding the links finds nothing through them.
+	callTool("search", map[string]any{"path": links, "query": "agent_key"})
+	if after, err := os.ReadFile(creds); err != nil || !bytes.Equal(after, secret) {
+		t.Fatalf("credentials.json changed: %v", err)
+	}
+
+	// The agent's own full outputs, kept under the data directory, are
+	// still handed out.
+	res := callTool("bash", map[string]any{"command": "seq 1 30000"})
+	full := regexp.MustCompile(`Full output: ([^\s\]]+)`).FindStringSubmatch(resultText(res))
+	if full == nil || !strings.HasPrefix(full[1], dataDir) {
+		t.Fatalf("bash of a long output gave no full-output file under the data directory:\n%s", resultText(res))
+	}
+	if res := callTool("read", map[string]any{"path": full[1], "offset": 29999}); res.IsError || !strings.HasPrefix(resultText(res), "29999\n") {
+		t.Fatalf("read of the full output file: %q", resultText(res))
+	}
 }

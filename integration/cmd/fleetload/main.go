@@ -401,7 +401,7 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		return err
 	}
 	defer os.RemoveAll(b.dataDir)
-	creds, err := gateway.LoadCredentials(b.dataDir)
+	creds, err := gateway.CreateCredentials(b.dataDir)
 	if err != nil {
 		return err
 	}

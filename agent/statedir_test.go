@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// One process holds a state directory at a time; its identity is made
+// once, kept private and survives the holder.
+func TestStateDirLockAndIdentity(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	first, err := openStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validAgentID(first.agentID) {
+		t.Fatalf("agent ID %q, want %d hex digits", first.agentID, agentIDLen)
+	}
+	fi, err := os.Stat(filepath.Join(dir, agentIDFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("agent-id: %v, mode %v; want 0600", err, fi.Mode())
+	}
+
+	_, err = openStateDir(dir)
+	var inUse *StateDirInUseError
+	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() {
+		t.Fatalf("second open: %v; want a StateDirInUseError naming pid %d", err, os.Getpid())
+	}
+	for _, want := range []string{dir, "pid " + strconv.Itoa(os.Getpid()), "--state_dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not mention %q", err, want)
+		}
+	}
+
+	first.close()
+	again, err := openStateDir(dir)
+	if err != nil {
+		t.Fatalf("open after the holder let go: %v", err)
+	}
+	if again.agentID != first.agentID {
+		t.Errorf("agent ID changed from %q to %q", first.agentID, again.agentID)
+	}
+	again.close()
+	if other, err := openStateDir(t.TempDir()); err != nil || other.agentID == first.agentID {
+		t.Errorf("another state directory: %v, ID %q; want its own identity", err, other.agentID)
+	} else {
+		other.close()
+	}
+
+	// A damaged identity is named, not silently replaced.
+	if err := os.WriteFile(filepath.Join(dir, agentIDFile), []byte("not-hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openStateDir(dir); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "delete it") {
+		t.Errorf("open with a damaged agent-id: %v", err)
+	}
+	// The lock is never taken through a link planted in its place.
+	linked := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(linked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.Symlink(target, filepath.Join(linked, stateLockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := openStateDir(linked); err == nil {
+		s.close()
+		t.Error("the lock was taken through a symbolic link")
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the link's target was created: %v", err)
+	}
+}
+
+// Run refuses a state directory another agent holds, before it touches
+// anything in it.
+func TestRunRefusesStateDirInUse(t *testing.T) {
+	state := t.TempDir()
+	held, err := openStateDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.close()
+	a, err := New(Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "web-1", StateDir: state, Cwd: t.TempDir(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var inUse *StateDirInUseError
+	if err := a.Run(ctx); !errors.As(err, &inUse) {
+		t.Fatalf("Run = %v, want a StateDirInUseError at once", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "tasks")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused agent created its tasks folder: %v", err)
+	}
+}

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// gatewayConfig is a gateway with its own embedded NATS on dataDir, auth
+// off, on free loopback ports.
+func gatewayConfig(t *testing.T, dataDir string) gateway.Config {
+	return gateway.Config{
+		Listen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", DataDir: dataDir, AuthDisabled: true,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+// TestGatewayDataDirHeldByOne: a second gateway on the data directory of
+// a running one is refused with the reason, and leaves the first alone;
+// once the first has shut down, the directory is free again.
+func TestGatewayDataDirHeldByOne(t *testing.T) {
+	dir := t.TempDir()
+	cfg := gatewayConfig(t, dir)
+	first, err := gateway.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := gateway.Start(cfg)
+	if err == nil {
+		_ = second.Shutdown(context.Background())
+		_ = first.Shutdown(context.Background())
+		t.Fatal("a second gateway started on the data directory of a running one")
+	}
+	var inUse *gateway.DataDirInUseError
+	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
+	if !errors.As(err, &inUse) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--data_dir") {
+		t.Errorf("second gateway: %v; want %q and a hint at --data_dir", err, want)
+	}
+	// The first still serves its agents.
+	user, pass := first.AgentCredentials("alpha")
+	if user == "" || pass == "" {
+		t.Fatal("the first gateway lost its credentials")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third, err := gateway.Start(cfg)
+	if err != nil {
+		t.Fatalf("a gateway on the data directory after the first shut down: %v", err)
+	}
+	if _, p := third.AgentCredentials("alpha"); p != pass {
+		t.Error("the data directory's credentials changed across gateways")
+	}
+	_ = third.Shutdown(ctx)
+}
+
+// TestGatewayAddressInUse: a NATS or MCP address another process holds
+// is reported as such, at once, with the flag that chooses another.
+func TestGatewayAddressInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tc := range []struct {
+		name string
+		mod  func(*gateway.Config)
+		want []string
+	}{
+		{"NATS", func(c *gateway.Config) { c.NATSListen = addr }, []string{"address " + addr + " for the embedded NATS server is already in use", "--nats_listen"}},
+		{"MCP", func(c *gateway.Config) { c.Listen = addr }, []string{"address " + addr + " for the MCP endpoint is already in use", "--listen"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := gatewayConfig(t, t.TempDir())
+			tc.mod(&cfg)
+			start := time.Now()
+			gw, err := gateway.Start(cfg)
+			if err == nil {
+				_ = gw.Shutdown(context.Background())
+				t.Fatal("the gateway started on an address in use")
+			}
+			took := time.Since(start)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if took > 3*time.Second {
+				t.Errorf("the refusal took %s; want it at once", took.Round(time.Millisecond))
+			}
+			t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
+		})
+	}
+}
