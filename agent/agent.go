@@ -106,7 +106,7 @@ func New(cfg Config) (*Agent, error) {
 			// A waiting task_status holds a worker: at most half of them.
 			MaxWaits: max(1, cfg.MaxConcurrent/2),
 		},
-		Logger: log.With("component", "tasks"),
+		Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)

@@ -49,6 +49,15 @@ type patchTarget struct {
 
 	hunks          []hunkResult
 	added, removed int
+	newSum         string // sum(), once computed
+}
+
+// sum returns the SHA-256 of the content after the patch.
+func (pt *patchTarget) sum() string {
+	if pt.newSum == "" {
+		pt.newSum = sha256Hex([]byte(pt.data))
+	}
+	return pt.newSum
 }
 
 // action says what the patch does to the file.
@@ -69,10 +78,13 @@ func (pt *patchTarget) failed() bool {
 	return pt.problem != "" || slices.ContainsFunc(pt.hunks, func(h hunkResult) bool { return !h.OK })
 }
 
-// patchHooks reach into a commit: before runs ahead of each step that
-// changes the tree (tests use it to make a step fail).
+// patchHooks reach into a commit, for tests: before runs ahead of each
+// step that changes the tree (to make a step fail), at at each point of
+// the commit ("staged", "backed-up", "rename" with the step about to
+// run, "committed", "cleaned"; to stop a process there).
 type patchHooks struct {
 	before func(step int, path string)
+	at     func(point string, step int)
 }
 
 // patch applies a unified diff to one or more files: all of it or
@@ -101,6 +113,9 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	for i, pt := range targets {
 		keys[i] = pt.key
 	}
+	// A commit a dead process left half done is finished or undone
+	// before anything else touches its files.
+	t.journals.recover()
 	unlock, err := t.lockFiles(keys...)
 	if err != nil {
 		return toolFailure(tc, "patch: %v; nothing was changed", err)
@@ -121,7 +136,10 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	if a.DryRun {
 		return patchSuccess(tc, targets, true)
 	}
-	if err := commitPatch(targets, hooks); err != nil {
+	if err := t.commitPatch(ctx, targets, hooks); err != nil {
+		if errors.Is(err, errCancelled) {
+			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "patch: cancelled; nothing was changed")
+		}
 		r := toolFailure(tc, "%v", err)
 		var unrestored []string
 		if ce := (*commitError)(nil); errors.As(err, &ce) {
@@ -297,7 +315,7 @@ func patchStructured(targets []*patchTarget, dryRun, applied bool, unrestored ..
 			f.Hunks = []hunkResult{}
 		}
 		if pt.exists && !pt.failed() {
-			f.SHA256 = sha256Hex([]byte(pt.data))
+			f.SHA256 = pt.sum()
 		}
 		if pt.failed() {
 			f.Action = "failed"
