@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -352,9 +350,9 @@ func hashAt(d *dirHandle, name string) (fileState, error) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return fileState{exists: true}, err
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	sum, err := hashReader(context.Background(), f)
+	if err != nil {
 		return fileState{}, err
 	}
-	return fileState{exists: true, sum: hex.EncodeToString(h.Sum(nil))}, nil
+	return fileState{exists: true, sum: sum}, nil
 }

@@ -121,10 +121,13 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 		return toolFailure(tc, "patch: %v; nothing was changed", err)
 	}
 	defer unlock()
-	if r := t.loadTargets(tc, targets); r != nil {
+	if r := t.loadTargets(ctx, tc, targets); r != nil {
 		return r
 	}
 	for _, pt := range targets {
+		if ctx.Err() != nil {
+			break
+		}
 		pt.apply(ctx)
 	}
 	if ctx.Err() != nil {
@@ -201,10 +204,13 @@ func (t *toolbox) patchTargets(tc *toolCall, files []*filePatch) ([]*patchTarget
 // loadTargets reads every file the patch touches. A file that cannot be
 // read gets a problem; a refusal (the agent's credentials under another
 // name) refuses the call.
-func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Result {
+func (t *toolbox) loadTargets(ctx context.Context, tc *toolCall, targets []*patchTarget) *protocol.Result {
 	budget, lines := int64(maxPatchFileBytes), maxPatchFileLines
 	for _, pt := range targets {
-		exists, data, err := t.readPatchTarget(pt.path, pt.target, budget)
+		exists, data, err := t.readPatchTarget(ctx, pt.path, pt.target, budget)
+		if ctx.Err() != nil {
+			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "patch: cancelled; nothing was changed")
+		}
 		if isDenied(err) {
 			return deniedResult(tc, fmt.Errorf("%w; nothing was changed", err))
 		}
@@ -226,7 +232,7 @@ func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Re
 
 // readPatchTarget reads the text file at target, the resolved path of
 // path, with at most budget bytes. A missing file is not an error.
-func (t *toolbox) readPatchTarget(path, target string, budget int64) (exists bool, data string, err error) {
+func (t *toolbox) readPatchTarget(ctx context.Context, path, target string, budget int64) (exists bool, data string, err error) {
 	d, err := openDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, "", nil
@@ -244,7 +250,7 @@ func (t *toolbox) readPatchTarget(path, target string, budget int64) (exists boo
 		return true, "", err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(br, budget+1))
+	b, err := io.ReadAll(io.LimitReader(ctxReader{ctx, br}, budget+1))
 	if err != nil {
 		return true, "", problem(fsProblem(path, err))
 	}
