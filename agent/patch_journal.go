@@ -250,6 +250,12 @@ type patchJournals struct {
 	// mu serialises recoveries within the process; flocks on the
 	// journal files keep out other processes and live commits.
 	mu sync.Mutex
+	// opening is held from the creation of a journal file to its flock,
+	// and by a recovery from its open of a journal file to its flock, so
+	// that no recovery takes a journal being created for a stale one. (A
+	// recovery in another process on the same state directory could, in
+	// that instant; the commit then fails before changing anything.)
+	opening sync.Mutex
 }
 
 // newPatchJournals makes the journal directory in stateDir.
@@ -281,7 +287,17 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 		return nil, fmt.Errorf("the patch touches too many files to journal (%d); patch fewer files at a time", len(r.Entries))
 	}
 	name := r.ID + journalWriting
+	j.opening.Lock()
 	f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	if err == nil {
+		var locked bool
+		if locked, err = lockNB(f); !locked {
+			f.Close()
+			os.Remove(filepath.Join(j.dir, name))
+			err = fmt.Errorf("lock %s: %v", filepath.Join(j.dir, name), err)
+		}
+	}
+	j.opening.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("write the patch journal: %w", err)
 	}
@@ -294,9 +310,6 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 }
 
 func (lj *liveJournal) write(data []byte) error {
-	if ok, err := lockNB(lj.f); !ok {
-		return fmt.Errorf("lock it: %v", err)
-	}
 	if _, err := lj.f.Write(data); err != nil {
 		return err
 	}

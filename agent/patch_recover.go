@@ -45,15 +45,21 @@ func (j *patchJournals) recover() {
 // it.
 func (j *patchJournals) recoverFile(name, id, suffix string) {
 	p := filepath.Join(j.dir, name)
+	j.opening.Lock()
 	f, err := os.OpenFile(p, os.O_RDONLY|noFollow|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	var locked bool
+	if err == nil {
+		locked, err = lockNB(f)
+	}
+	j.opening.Unlock()
+	if f == nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			j.setAside(name, fmt.Errorf("open: %w", err))
 		}
 		return
 	}
 	defer f.Close()
-	if locked, err := lockNB(f); !locked {
+	if !locked {
 		if err != nil {
 			j.log.Error("patch journal not recovered: cannot lock it", "journal", p, "err", err)
 		}
