@@ -299,14 +299,19 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 	}
 	j.opening.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("write the patch journal: %w", err)
+		return nil, j.unwritable(err)
 	}
 	lj := &liveJournal{j: j, rec: r, f: f, name: name}
 	if err := lj.write(data); err != nil {
 		lj.end()
-		return nil, fmt.Errorf("write the patch journal %s: %w", filepath.Join(j.dir, name), err)
+		return nil, j.unwritable(err)
 	}
 	return lj, nil
+}
+
+// unwritable describes a journal that could not be written.
+func (j *patchJournals) unwritable(err error) error {
+	return fmt.Errorf("cannot write the journal that keeps a patch all or nothing across a crash (%v); the agent's operator must make %s a writable directory", err, j.dir)
 }
 
 func (lj *liveJournal) write(data []byte) error {

@@ -305,3 +305,25 @@ func TestJournalRecoveredBeforePatch(t *testing.T) {
 	}
 	tbOnly(t, tb.cfg.Cwd, "f")
 }
+
+// TestPatchRefusedWithoutJournal: a patch whose journal cannot be
+// written is refused, changing nothing.
+func TestPatchRefusedWithoutJournal(t *testing.T) {
+	tb := tbNew(t)
+	p := tbFile(t, tb.cfg.Cwd, "f", "old\n")
+	// The journal directory is replaced by a file once the agent runs.
+	dir := filepath.Join(tb.cfg.StateDir, journalDirName)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	tbFile(t, tb.cfg.StateDir, journalDirName, "not a directory")
+	r := patchCall(t, tb, "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n+new\n", false)
+	if text := tbText(t, r); !r.IsError || !strings.HasPrefix(text, "the patch was not applied; nothing was changed: cannot write the journal") ||
+		!strings.HasSuffix(text, "make "+dir+" a writable directory") {
+		t.Errorf("result: %s", text)
+	}
+	if got := tbRead(t, p); got != "old\n" {
+		t.Errorf("f = %q", got)
+	}
+	tbOnly(t, tb.cfg.Cwd, "f")
+}
