@@ -38,10 +38,13 @@ type Agent struct {
 	skills *catalog
 	// instance tells this process's announces from those of another
 	// process using the same host name; agentID (from the state
-	// directory, set by Run) stays the same across restarts.
+	// directory) stays the same across restarts.
 	instance string
 	agentID  string
-	started  time.Time
+	// state is the state directory this agent holds from New until Run
+	// returns (or Close).
+	state   *stateDir
+	started time.Time
 	// cancelGrace is how long a drain waits for cancelled calls to stop.
 	cancelGrace time.Duration
 
@@ -61,7 +64,9 @@ type Agent struct {
 	draining atomic.Bool
 }
 
-// New validates cfg and returns an Agent ready to Run.
+// New validates cfg, takes the state directory for this process (a
+// *StateDirInUseError when another agent holds it) and returns an Agent
+// ready to Run.
 func New(cfg Config) (*Agent, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -75,6 +80,12 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("host", cfg.Name)
+	// Nothing in the state directory is touched before it is ours: the
+	// toolbox recovers interrupted patches and installs the git guard there.
+	state, err := openStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
@@ -110,9 +121,10 @@ func New(cfg Config) (*Agent, error) {
 			// A waiting task_status holds a worker: at most half of them.
 			MaxWaits: max(1, cfg.MaxConcurrent/2),
 		},
-		Logger: log.With("component", "tasks"),
+		Logger: log,
 	})
 	if err != nil {
+		state.close()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	// Skills are read as the read tool reads files: through its guard.
@@ -132,8 +144,14 @@ func New(cfg Config) (*Agent, error) {
 		pend:        assembler{calls: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
+		state:       state,
+		agentID:     state.agentID,
 	}, nil
 }
+
+// Close releases the state directory of an agent that will not Run. Run
+// releases it itself when it returns.
+func (a *Agent) Close() { a.state.close() }
 
 // servedTools splits tools into those pol lets the host serve and the
 // names of those it refuses. The task tools come with bash.
@@ -171,19 +189,12 @@ func newInstanceID() string {
 // closes the connection. While it drains it still answers cancels and
 // fetches. Run re-dials forever, with jittered backoff, whatever NATS
 // answers; it returns only after ctx ends, or with an error: at once when
-// another agent holds the state directory (a *StateDirInUseError) or the
-// background tasks directory cannot be used, and, after draining, when
+// the background tasks directory cannot be used, and, after draining, when
 // NATS refuses the host its own subjects on its first connection (a
 // *JoinRefusedError: the credential is another host's).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
-	// Nothing in the state directory is touched before it is ours.
-	state, err := openStateDir(a.cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	defer state.close()
-	a.agentID = state.agentID
+	defer a.state.close()
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
 		"instance", a.instance, "agent_id", a.agentID)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -47,7 +48,7 @@ func sha256Hex(data []byte) string {
 // guard allowed, opened without following links. A missing file hashes as
 // "" with a nil error. The agent's credentials are refused even under
 // another name (a hard link): their hash is not to be learned either.
-func (t *toolbox) currentSHA256(target string) (string, error) {
+func (t *toolbox) currentSHA256(ctx context.Context, target string) (string, error) {
 	d, err := openDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -74,21 +75,76 @@ func (t *toolbox) currentSHA256(target string) (string, error) {
 	if err := t.guard.checkOpened(target, fi); err != nil {
 		return "", err
 	}
+	return hashReader(ctx, f)
+}
+
+// hashReader returns the SHA-256 of what r holds. It stops when ctx ends
+// (a file can be large).
+func hashReader(ctx context.Context, r io.Reader) (string, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, ctxReader{ctx, r}); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// ctxReader reads from r until ctx ends, then fails with ctx's error:
+// a long read, or a decoder reading, stops within one read of it.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// ctxReaderAt is ctxReader with ReadAt, for decoders that read at
+// offsets (TIFF) and would otherwise copy the whole input first.
+type ctxReaderAt struct {
+	ctxReader
+	ra io.ReaderAt
+}
+
+func (c ctxReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.ra.ReadAt(p, off)
+}
+
+// ctxWriter writes to w until ctx ends, then fails with ctx's error.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
+// isCancelled reports whether err is a context's end.
+func isCancelled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // checkExpected compares the file at target with want, the result of
 // casArgs.expected. It returns nil when want is "" or matches, and the
 // failure to answer with otherwise.
-func (t *toolbox) checkExpected(tc *toolCall, path, target, want string) *protocol.Result {
+func (t *toolbox) checkExpected(ctx context.Context, tc *toolCall, path, target, want string) *protocol.Result {
 	if want == "" {
 		return nil
 	}
-	got, err := t.currentSHA256(target)
+	got, err := t.currentSHA256(ctx, target)
+	if isCancelled(err) {
+		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, path+": cancelled while checking expected_sha256; nothing was changed")
+	}
 	if err != nil {
 		return pathFailure(tc, path, err)
 	}

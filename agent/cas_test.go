@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -35,14 +36,14 @@ func TestCheckExpected(t *testing.T) {
 	}
 	tc := &toolCall{ID: "c1"}
 	tb := tbNew(t)
-	if r := tb.checkExpected(tc, p, p, ""); r != nil {
+	if r := tb.checkExpected(context.Background(), tc, p, p, ""); r != nil {
 		t.Fatal("no expected hash must pass")
 	}
-	if r := tb.checkExpected(tc, p, p, sha256Hex([]byte("hello"))); r != nil {
+	if r := tb.checkExpected(context.Background(), tc, p, p, sha256Hex([]byte("hello"))); r != nil {
 		t.Fatalf("matching hash refused: %s", resultText(t, r))
 	}
 	stale := sha256Hex([]byte("old"))
-	r := tb.checkExpected(tc, p, p, stale)
+	r := tb.checkExpected(context.Background(), tc, p, p, stale)
 	if r == nil || !r.IsError {
 		t.Fatal("a stale hash must fail")
 	}
@@ -56,7 +57,7 @@ func TestCheckExpected(t *testing.T) {
 	if !strings.Contains(resultText(t, r), s.Current) {
 		t.Errorf("text %q does not carry the current hash", resultText(t, r))
 	}
-	r = tb.checkExpected(tc, p+"-gone", p+"-gone", stale)
+	r = tb.checkExpected(context.Background(), tc, p+"-gone", p+"-gone", stale)
 	if r == nil || !strings.Contains(resultText(t, r), "does not exist") {
 		t.Fatalf("a missing file must fail as missing, got %v", r)
 	}

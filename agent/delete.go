@@ -55,7 +55,7 @@ func (t *toolbox) delete(ctx context.Context, tc *toolCall) *protocol.Result {
 	case meta.mode.IsDir():
 		return t.deleteDir(ctx, tc, a, path, target, d, meta)
 	case meta.mode.IsRegular():
-		if r := t.checkExpected(tc, path, target, want); r != nil {
+		if r := t.checkExpected(ctx, tc, path, target, want); r != nil {
 			return r
 		}
 	case meta.mode&fs.ModeSymlink != 0 && want != "":

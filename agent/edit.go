@@ -69,7 +69,10 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 			return casMismatch(tc, path, want, got)
 		}
 	}
-	edited, n, err := applyEdits(content, path, a.Edits)
+	edited, n, err := applyEdits(ctx, content, path, a.Edits)
+	if ctx.Err() != nil {
+		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "edit: cancelled; nothing was changed")
+	}
 	if err != nil {
 		return toolFailure(tc, "%v", err)
 	}
@@ -126,45 +129,61 @@ func (t *toolbox) loadText(path, target string) (string, error) {
 // the replacements keeps its bytes. In text without a line break (left so
 // by an earlier edit, say) line breaks are written "\n". A UTF-8 byte order mark at the start
 // of the file is not part of the text matched and is kept.
-func applyEdits(content, path string, edits []editSpec) (string, int, error) {
+//
+// The edits are applied in about the time of a few passes over the
+// content however many there are (see editEngine); ctx is checked
+// between edits and within every pass.
+func applyEdits(ctx context.Context, content, path string, edits []editSpec) (string, int, error) {
+	return applyEditsWithin(ctx, content, path, edits, defaultEditLimits())
+}
+
+// applyEditsWithin is applyEdits with the engine's limits given.
+func applyEditsWithin(ctx context.Context, content, path string, edits []editSpec, lim editLimits) (string, int, error) {
 	bom := ""
 	if strings.HasPrefix(content, utf8BOM) {
 		bom, content = utf8BOM, content[len(utf8BOM):]
 	}
+	e := newEditEngine(ctx, content, lim)
 	total := 0
-	for i, e := range edits {
-		which := fmt.Sprintf("edit %d of %d", i+1, len(edits))
-		old, new := lfText(e.OldString), lfText(e.NewString)
-		if bom != "" {
-			old, new = strings.TrimPrefix(old, utf8BOM), strings.TrimPrefix(new, utf8BOM)
+	for i, ed := range edits {
+		if err := ctx.Err(); err != nil {
+			return "", 0, err
 		}
+		which := fmt.Sprintf("edit %d of %d", i+1, len(edits))
+		old, new := editTexts(ed, bom != "")
 		if old == "" {
 			return "", 0, fmt.Errorf("%s: old_string is empty; give the exact text to replace", which)
 		}
 		if new == old {
 			return "", 0, fmt.Errorf("%s: new_string equals old_string, so the edit makes no change", which)
 		}
-		doc := newEOLDoc(content)
-		n := strings.Count(doc.norm, old)
-		switch {
-		case n == 0:
-			return "", 0, fmt.Errorf("%s: old_string not found in %s", which, path)
-		case n > 1 && !e.ReplaceAll:
-			return "", 0, fmt.Errorf("%s: old_string matches %d times in %s; add surrounding context to make it unique, or set replace_all", which, n, path)
+		r := e.apply(edits, i, old, new, bom != "", func(n int) error {
+			switch {
+			case n == 0:
+				return fmt.Errorf("%s: old_string not found in %s", which, path)
+			case n > 1 && !ed.ReplaceAll:
+				return fmt.Errorf("%s: old_string matches %d times in %s; add surrounding context to make it unique, or set replace_all", which, n, path)
+			}
+			times := 1
+			if ed.ReplaceAll {
+				times = n
+			}
+			// A line break in new may become "\r\n".
+			if size := len(bom) + e.size + times*(len(new)+strings.Count(new, "\n")-len(old)); size > maxEditFileBytes {
+				return fmt.Errorf("%s: the result would be up to %s (%d replacements), more than edit writes (%s); make fewer or smaller replacements at a time",
+					which, humanSize(int64(size)), times, humanSize(maxEditFileBytes))
+			}
+			return nil
+		})
+		if r.err != nil {
+			return "", 0, r.err
 		}
-		times := 1
-		if e.ReplaceAll {
-			times = n
-		}
-		// A line break in new may become "\r\n".
-		if size := len(bom) + len(content) + times*(len(new)+strings.Count(new, "\n")-len(old)); size > maxEditFileBytes {
-			return "", 0, fmt.Errorf("%s: the result would be up to %s (%d replacements), more than edit writes (%s); make fewer or smaller replacements at a time",
-				which, humanSize(int64(size)), times, humanSize(maxEditFileBytes))
-		}
-		content = doc.replace(old, new, e.ReplaceAll)
-		total += n
+		total += r.n
 	}
-	return bom + content, total, nil
+	if err := ctx.Err(); err != nil {
+		return "", 0, err
+	}
+	return bom + e.text(), total, nil
 }
 
 // utf8BOM is the byte order mark some editors put at the start of UTF-8

@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -86,17 +89,17 @@ func FuzzApplyEdits(f *testing.F) {
 	f.Fuzz(func(t *testing.T, content, old1, new1 string, all1 bool, old2, new2 string, all2 bool) {
 		e1 := editSpec{OldString: old1, NewString: new1, ReplaceAll: all1}
 		e2 := editSpec{OldString: old2, NewString: new2, ReplaceAll: all2}
-		got, n, err := applyEdits(content, "f", []editSpec{e1, e2})
+		got, n, err := applyEdits(context.Background(), content, "f", []editSpec{e1, e2})
 
 		// Two edits at once are the same as one after the other.
-		mid, n1, err1 := applyEdits(content, "f", []editSpec{e1})
+		mid, n1, err1 := applyEdits(context.Background(), content, "f", []editSpec{e1})
 		if err1 != nil {
 			if err == nil || !strings.HasPrefix(err.Error(), "edit 1 of 2: ") {
 				t.Fatalf("first edit fails (%v) but both give %v", err1, err)
 			}
 			return
 		}
-		want, n2, err2 := applyEdits(mid, "f", []editSpec{e2})
+		want, n2, err2 := applyEdits(context.Background(), mid, "f", []editSpec{e2})
 		if err2 == nil && (err != nil || got != want || n != n1+n2) {
 			t.Fatalf("both = %q, %d, %v; one by one = %q, %d", got, n, err, want, n1+n2)
 		}
@@ -141,12 +144,153 @@ func FuzzApplyEdits(f *testing.F) {
 			occurrences(lfText(mid), new) != 1 {
 			return
 		}
-		back, _, err := applyEdits(content[:len(content)-len(body)]+mid, "f", []editSpec{{OldString: new1, NewString: old1}})
+		back, _, err := applyEdits(context.Background(), content[:len(content)-len(body)]+mid, "f", []editSpec{{OldString: new1, NewString: old1}})
 		if err != nil {
 			t.Fatalf("inverse of %+v on %q: %v", e1, mid, err)
 		}
 		if lfText(back) != lfText(content) || (uniformEOL(body) && strings.Contains(mid, "\n") && back != content) {
 			t.Fatalf("edit %+v and its inverse turned %q into %q", e1, content, back)
 		}
+	})
+}
+
+// refApplyEdits is applyEdits done the plain way, one pass over the
+// whole text per edit and more, as the edit tool once did: the
+// reference the edit engine must agree with exactly.
+func refApplyEdits(content, path string, edits []editSpec) (string, int, error) {
+	bom := ""
+	if strings.HasPrefix(content, utf8BOM) {
+		bom, content = utf8BOM, content[len(utf8BOM):]
+	}
+	total := 0
+	for i, e := range edits {
+		which := fmt.Sprintf("edit %d of %d", i+1, len(edits))
+		old, new := lfText(e.OldString), lfText(e.NewString)
+		if bom != "" {
+			old, new = strings.TrimPrefix(old, utf8BOM), strings.TrimPrefix(new, utf8BOM)
+		}
+		if old == "" {
+			return "", 0, fmt.Errorf("%s: old_string is empty; give the exact text to replace", which)
+		}
+		if new == old {
+			return "", 0, fmt.Errorf("%s: new_string equals old_string, so the edit makes no change", which)
+		}
+		doc := newEOLDoc(content)
+		n := strings.Count(doc.norm, old)
+		switch {
+		case n == 0:
+			return "", 0, fmt.Errorf("%s: old_string not found in %s", which, path)
+		case n > 1 && !e.ReplaceAll:
+			return "", 0, fmt.Errorf("%s: old_string matches %d times in %s; add surrounding context to make it unique, or set replace_all", which, n, path)
+		}
+		times := 1
+		if e.ReplaceAll {
+			times = n
+		}
+		if size := len(bom) + len(content) + times*(len(new)+strings.Count(new, "\n")-len(old)); size > maxEditFileBytes {
+			return "", 0, fmt.Errorf("%s: the result would be up to %s (%d replacements), more than edit writes (%s); make fewer or smaller replacements at a time",
+				which, humanSize(int64(size)), times, humanSize(maxEditFileBytes))
+		}
+		content = doc.replace(old, new, e.ReplaceAll)
+		total += n
+	}
+	return bom + content, total, nil
+}
+
+// editCase builds a text and edits from the bytes of data: small
+// alphabets of letters, CR, LF and the byte order mark, and edits whose
+// old strings are mostly taken from the text as the edits before left
+// it, so that edits meet, overlap, cross line endings and undo each
+// other.
+func editCase(data []byte) (string, []editSpec) {
+	next := func() int {
+		if len(data) == 0 {
+			return 0
+		}
+		b := int(data[0])
+		data = data[1:]
+		return b
+	}
+	atoms := []string{"a", "b", "ab", "\n", "\r\n", "\r", "x", "\uFEFF", "aa"}
+	word := func(n int) string {
+		var b strings.Builder
+		for range n {
+			b.WriteString(atoms[next()%len(atoms)])
+		}
+		return b.String()
+	}
+	text := word(next() % 40)
+	if next()%4 == 0 {
+		text = utf8BOM + text
+	}
+	var edits []editSpec
+	cur := text
+	for range 1 + next()%10 {
+		var old string
+		if r := next(); r%5 != 0 && len(cur) > 0 {
+			i := next() % len(cur)
+			j := i + 1 + next()%6
+			old = cur[i:min(j, len(cur))]
+		} else {
+			old = word(1 + next()%3)
+		}
+		e := editSpec{OldString: old, NewString: word(next() % 4), ReplaceAll: next()%3 == 0}
+		edits = append(edits, e)
+		if out, _, err := refApplyEdits(cur, "f", []editSpec{e}); err == nil {
+			cur = out
+		}
+	}
+	return text, edits
+}
+
+// tightLimits make the engine split its index into matchers of two
+// patterns, leave out patterns with more than a few places, give up
+// indexing after a little work, search little text around replacements
+// (and long old strings the slow way, likewise giving up) and join the
+// pieces often, so that small tests take those paths.
+func tightLimits(r uint32) editLimits {
+	return editLimits{matcher: matcherLimits{cells: 1 + int(r%64), patterns: 2}, indexed: int(r % 5), scan: int(r % 7), scanPerByte: int(r % 3), windows: int(r % 11),
+		context: int(r>>8) % 5, pieces: 1 + int(r>>12)%6}
+}
+
+// checkEditsAgree fails unless applyEdits, with the default limits and
+// with tight ones, and refApplyEdits agree.
+func checkEditsAgree(t *testing.T, text string, edits []editSpec, tight uint32) {
+	t.Helper()
+	want, wn, werr := refApplyEdits(text, "f", edits)
+	for _, lim := range []editLimits{defaultEditLimits(), tightLimits(tight)} {
+		got, n, err := applyEditsWithin(context.Background(), text, "f", edits, lim)
+		if fmt.Sprint(err) != fmt.Sprint(werr) || got != want || n != wn {
+			t.Fatalf("applyEdits(%q, %+v) with %+v\n= %q, %d, %v\nwant %q, %d, %v", text, edits, lim, got, n, err, want, wn, werr)
+		}
+	}
+}
+
+// TestApplyEditsAgreesWithReference runs many random edit sequences.
+func TestApplyEditsAgreesWithReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	cases := 20000
+	if testing.Short() {
+		cases = 2000
+	}
+	for range cases {
+		data := make([]byte, 64)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		text, edits := editCase(data)
+		checkEditsAgree(t, text, edits, r.Uint32())
+	}
+}
+
+// FuzzApplyEditsMany: many edits at once give exactly what applying
+// them the plain way one after the other gives.
+func FuzzApplyEditsMany(f *testing.F) {
+	f.Add([]byte("\x05\x01\x02\x03\x04\x05\x06\x07\x08"), uint32(0))
+	f.Add([]byte("\x20\x00\x03\x04\x05\x04\x03\x00\x01\x02\x05\x03\x01\x02\x00\x03"), uint32(17))
+	f.Add([]byte("\x10\x01\x04\x04\x05\x05\x04\x01\x02\x03\x00\x01\x00\x02\x01\x02\x00\x00"), uint32(99))
+	f.Fuzz(func(t *testing.T, data []byte, tight uint32) {
+		text, edits := editCase(data)
+		checkEditsAgree(t, text, edits, tight)
 	})
 }

@@ -169,7 +169,7 @@ func TestEditApply(t *testing.T) {
 		{"replace at start keeps BOM", "\uFEFFab", []editSpec{{OldString: "ab", NewString: "cd"}}, "\uFEFFcd", 1, ""},
 	}
 	for _, tt := range tests {
-		got, n, err := applyEdits(tt.content, "f", tt.edits)
+		got, n, err := applyEdits(context.Background(), tt.content, "f", tt.edits)
 		if tt.err != "" {
 			if err == nil || err.Error() != tt.err {
 				t.Errorf("%s: error %v, want %q", tt.name, err, tt.err)

@@ -536,7 +536,12 @@ func convertImage(ctx context.Context, path string, data []byte, p imageProbe, l
 		return shownImage{}, problem(fmt.Sprintf("%s is an animated WebP image of %dx%d, %s, over the limits it could be shown as is within (%d px, %s once base64-encoded), and animated WebP cannot be decoded here. Use binary_base64=true for its raw bytes, or extract a frame with bash and read that.",
 			path, p.width, p.height, humanSize(int64(len(data))), lim.maxDim, humanSize(int64(lim.maxEncoded))))
 	}
-	m, err := p.format.decode(bytes.NewReader(data))
+	// The decoders read as they go: a cancelled call stops them.
+	br := bytes.NewReader(data)
+	m, err := p.format.decode(ctxReaderAt{ctxReader{ctx, br}, br})
+	if ctx.Err() != nil {
+		return shownImage{}, ctx.Err()
+	}
 	if err != nil {
 		return shownImage{}, problem(fmt.Sprintf("%s is a %s image of %dx%d but does not decode (%v). Use binary_base64=true for its raw bytes.", path, p.format.label, p.width, p.height, err))
 	}
@@ -565,9 +570,12 @@ func convertImage(ctx context.Context, path string, data []byte, p imageProbe, l
 		}
 		if scale != shownScale {
 			w, h = scaled(p.width, scale), scaled(p.height, scale)
-			shown, shownScale = orient(resize(canvas, w, h), p.orientation), scale
+			shown, shownScale = orient(resize(ctx, canvas, w, h), p.orientation), scale
 		}
-		if enc, err = encodeImage(shown, asPNG, quality); err != nil {
+		if enc, err = encodeImage(ctx, shown, asPNG, quality); err != nil {
+			if ctx.Err() != nil {
+				return shownImage{}, ctx.Err()
+			}
 			return shownImage{}, fmt.Errorf("encode %s: %w", path, err)
 		}
 		if base64.StdEncoding.EncodedLen(len(enc)) <= lim.maxEncoded {
@@ -613,10 +621,10 @@ func toRGBA(m image.Image, w, h int) *image.RGBA {
 // interpolation alone is as fast but aliases fine detail (thin lines,
 // text) at ratios over 1.5. The block average ignores the last
 // (width mod k) columns and (height mod k) rows, under k pixels.
-func resize(src *image.RGBA, w, h int) *image.RGBA {
+func resize(ctx context.Context, src *image.RGBA, w, h int) *image.RGBA {
 	sw, sh := src.Rect.Dx(), src.Rect.Dy()
 	if k := min(sw/w, sh/h); k >= 2 {
-		src = shrinkBox(src, k)
+		src = shrinkBox(ctx, src, k)
 		sw, sh = src.Rect.Dx(), src.Rect.Dy()
 	}
 	if sw == w && sh == h {
@@ -628,12 +636,17 @@ func resize(src *image.RGBA, w, h int) *image.RGBA {
 }
 
 // shrinkBox averages the k by k blocks of src, an image at the origin.
-func shrinkBox(src *image.RGBA, k int) *image.RGBA {
+// It stops early, leaving the rest of the image blank, when ctx ends
+// (the caller checks ctx and throws the image away).
+func shrinkBox(ctx context.Context, src *image.RGBA, k int) *image.RGBA {
 	w, h := src.Rect.Dx()/k, src.Rect.Dy()/k
 	dst := image.NewRGBA(image.Rect(0, 0, w, h))
 	n := uint32(k * k)
 	sum := make([]uint32, w*4)
 	for y := range h {
+		if y%64 == 0 && ctx.Err() != nil {
+			break
+		}
 		clear(sum)
 		for yy := range k {
 			row := src.Pix[(y*k+yy)*src.Stride:]
@@ -695,14 +708,16 @@ func orient(src *image.RGBA, o int) *image.RGBA {
 	return dst
 }
 
-// encodeImage encodes m as PNG or as JPEG of the given quality.
-func encodeImage(m *image.RGBA, asPNG bool, quality int) ([]byte, error) {
+// encodeImage encodes m as PNG or as JPEG of the given quality. The
+// encoders write as they go: a cancelled call stops them.
+func encodeImage(ctx context.Context, m *image.RGBA, asPNG bool, quality int) ([]byte, error) {
 	var b bytes.Buffer
+	w := ctxWriter{ctx, &b}
 	var err error
 	if asPNG {
-		err = png.Encode(&b, m)
+		err = png.Encode(w, m)
 	} else {
-		err = jpeg.Encode(&b, m, &jpeg.Options{Quality: quality})
+		err = jpeg.Encode(w, m, &jpeg.Options{Quality: quality})
 	}
 	return b.Bytes(), err
 }

@@ -67,7 +67,7 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	isDir := meta.mode.IsDir()
 	switch {
 	case meta.mode.IsRegular():
-		if r := t.checkExpected(tc, path, target, want); r != nil {
+		if r := t.checkExpected(ctx, tc, path, target, want); r != nil {
 			return r
 		}
 	case want != "":

@@ -207,13 +207,28 @@ func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo int) (i
 	}
 	// Positions out of range do not match: start the search within it.
 	want = min(max(want, lo), hi)
-	for d := 0; want-d >= lo || want+d <= hi; d++ {
-		if d%4096 == 4095 && ctx.Err() != nil {
-			return 0, "cancelled"
+	// work counts the lines compared: a long hunk over lines that
+	// repeat costs up to its length at every position.
+	work := 0
+	matches := func(pos int) bool {
+		k := matchAt(f, old, pos)
+		if k < 0 {
+			return true
 		}
+		work += k + 1
+		return false
+	}
+	for d := 0; want-d >= lo || want+d <= hi; d++ {
+		if work >= 1<<16 {
+			if ctx.Err() != nil {
+				return 0, "cancelled"
+			}
+			work = 0
+		}
+		work++
 		below, above := want-d, want+d
-		mb := below >= lo && below <= hi && matchAt(f, old, below) < 0
-		ma := d > 0 && above >= lo && above <= hi && matchAt(f, old, above) < 0
+		mb := below >= lo && below <= hi && matches(below)
+		ma := d > 0 && above >= lo && above <= hi && matches(above)
 		switch {
 		case mb && ma:
 			return 0, fmt.Sprintf("ambiguous: the hunk matches at lines %d and %d, equally far from line %d; add context lines to make it unique", below+1, above+1, want+1)

@@ -1,32 +1,44 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
 // This file writes a patch that applied in memory to the tree, all of it
-// or none: every new content is first written to a temporary file in
-// its directory; then the new files are renamed in one after another
-// and, last, the deleted files removed. Each replaced or removed file is
-// first given a hidden second name (a hard link), so a failure midway
-// can put every file back as it was by renaming; where the file system
-// has no hard links the old content is restored from memory.
+// or none, also across a crash of the agent (see patch_journal.go). The
+// commit runs in phases:
+//
+//  1. it journals every file it will touch;
+//  2. it stages every new content in a hidden file next to its target;
+//  3. it gives every file it replaces or removes a hidden second name (a
+//     hard link; a copy where the file system has no hard links);
+//  4. it renames the new contents in and removes the deleted files;
+//  5. it marks the journal committed;
+//  6. it removes the backups and the journal.
+//
+// Nothing visible changes before phase 4, and a failure there puts every
+// file back by renaming its backup over it. A crash before phase 5 is
+// rolled back by recovery, one after it finished.
 
 // commitStep is the change to one file.
 type commitStep struct {
 	pt       *patchTarget
 	d        *dirHandle
 	name     string
-	tmp      string    // the staged new content; "" for a deletion
+	action   string    // actModify, actCreate or actDelete
+	tmp      string    // the staged new content while it exists
+	backup   string    // the hidden second name of the old file while it exists
 	meta     *fileMeta // the file replaced or removed
-	backup   string    // its hidden second name; "" when there is none
 	madeDirs []string  // directories made for a new file, outermost first
 	done     bool
+	lost     bool // done, and putting it back failed
 }
 
 // commitError is a commit that failed; unrestored lists the files left
@@ -34,164 +46,265 @@ type commitStep struct {
 type commitError struct {
 	msg        string
 	unrestored []string
+	cause      error
 }
 
 func (e *commitError) Error() string { return e.msg }
+func (e *commitError) Unwrap() error { return e.cause }
+
+// commit is one patch being written.
+type commit struct {
+	steps   []*commitStep
+	journal *liveJournal
+	hooks   *patchHooks
+}
 
 // commitPatch writes the targets' new contents. On failure the tree is
 // as it was, or the *commitError says which files could not be
-// restored.
-func commitPatch(targets []*patchTarget, hooks *patchHooks) error {
-	var writes, deletes []*commitStep
-	defer func() {
-		for _, s := range append(writes, deletes...) {
-			s.d.Close()
-		}
-	}()
+// restored. A cancellation stops it only before any file changes.
+func (t *toolbox) commitPatch(ctx context.Context, targets []*patchTarget, hooks *patchHooks) error {
+	c := &commit{hooks: hooks}
 	for _, pt := range targets {
-		if pt.action() == "unchanged" {
-			continue
-		}
-		s, err := prepareStep(pt)
-		if err != nil {
-			discard(append(writes, deletes...))
-			return &commitError{msg: "the patch was not applied; nothing was changed: " + err.Error()}
-		}
-		if pt.exists {
-			writes = append(writes, s)
-		} else {
-			deletes = append(deletes, s)
+		if a := pt.action(); a != "unchanged" {
+			c.steps = append(c.steps, newStep(pt))
 		}
 	}
-	steps := append(writes, deletes...)
-	for i, s := range steps {
+	// Writes first, deletions last, as before: a failed deletion is the
+	// cheapest to undo.
+	slices.SortStableFunc(c.steps, func(a, b *commitStep) int {
+		return boolInt(a.action == actDelete) - boolInt(b.action == actDelete)
+	})
+	if len(c.steps) == 0 {
+		return nil
+	}
+	rec, err := c.record(ctx)
+	if err != nil {
+		return nothingChanged(err)
+	}
+	c.journal, err = t.journals.begin(rec)
+	if err != nil {
+		return nothingChanged(err)
+	}
+	defer c.close()
+	if err := c.prepare(ctx); err != nil {
+		c.discard()
+		return nothingChanged(err)
+	}
+	c.at("staged", -1)
+	if err := c.makeBackups(ctx); err != nil {
+		c.discard()
+		return nothingChanged(err)
+	}
+	c.at("backed-up", -1)
+	for i, s := range c.steps {
+		c.at("rename", i)
 		if hooks != nil && hooks.before != nil {
 			hooks.before(i, s.pt.path)
 		}
 		if err := s.run(); err != nil {
-			return rollback(steps, err)
+			return c.rollback(err)
 		}
 		s.done = true
 	}
-	for _, s := range steps {
-		if s.backup != "" {
-			_ = s.d.remove(s.backup, false)
+	c.syncDirs()
+	if err := c.journal.commit(); err != nil {
+		return c.rollback(fmt.Errorf("record the commit in the journal: %w", err))
+	}
+	c.at("committed", -1)
+	for _, s := range c.steps {
+		s.removeBackup()
+	}
+	c.syncDirs()
+	c.at("cleaned", -1)
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func nothingChanged(err error) error {
+	return &commitError{msg: "the patch was not applied; nothing was changed: " + err.Error(), cause: err}
+}
+
+func newStep(pt *patchTarget) *commitStep {
+	s := &commitStep{pt: pt, name: filepath.Base(pt.target)}
+	switch {
+	case !pt.existed:
+		s.action = actCreate
+		s.madeDirs = missingDirs(filepath.Dir(pt.target))
+	case pt.exists:
+		s.action = actModify
+	default:
+		s.action = actDelete
+	}
+	return s
+}
+
+// at runs the test hook for a point of the commit.
+func (c *commit) at(point string, step int) {
+	if c.hooks != nil && c.hooks.at != nil {
+		c.hooks.at(point, step)
+	}
+}
+
+// record returns the journal of the commit and names the steps' hidden
+// files after it.
+func (c *commit) record(ctx context.Context) (*journalRecord, error) {
+	rec := &journalRecord{Version: journalVersion, ID: newJournalID(), Entries: make([]journalEntry, len(c.steps))}
+	for i, s := range c.steps {
+		if err := ctx.Err(); err != nil {
+			return nil, errCancelled
 		}
-		s.d.sync()
+		e := journalEntry{Dir: filepath.Dir(s.pt.target), Name: s.name, Action: s.action, Made: s.madeDirs}
+		if s.action != actCreate {
+			e.Old = sha256Hex([]byte(s.pt.old))
+		}
+		if s.action != actDelete {
+			e.New = s.pt.sum()
+		}
+		rec.Entries[i] = e
+	}
+	return rec, nil
+}
+
+// errCancelled is a call cancelled before it changed anything.
+var errCancelled = errors.New("the call was cancelled")
+
+// prepare opens each file's directory (making it for a new file), checks
+// the file is still what was read, and stages its new content.
+func (c *commit) prepare(ctx context.Context) error {
+	for i, s := range c.steps {
+		if ctx.Err() != nil {
+			return errCancelled
+		}
+		if err := s.prepare(c.journal.rec.staged(i)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// prepareStep opens the file's directory (making it for a new file),
-// checks the file is still what was read, and stages its new content.
-func prepareStep(pt *patchTarget) (*commitStep, error) {
+func (s *commitStep) prepare(tmp string) error {
+	pt := s.pt
 	dir := filepath.Dir(pt.target)
-	s := &commitStep{pt: pt, name: filepath.Base(pt.target)}
-	if !pt.existed {
-		s.madeDirs = missingDirs(dir)
-	}
-	d, err := openDir(dir, !pt.existed)
+	d, err := openDir(dir, s.action == actCreate)
 	if err != nil {
-		removeDirs(s.madeDirs)
-		return nil, errors.New(fsProblem(dir, err))
+		return errors.New(fsProblem(dir, err))
 	}
 	s.d = d
 	meta, err := d.lstat(s.name)
 	switch {
-	case !pt.existed && err == nil:
-		err = fmt.Errorf("%s appeared while the patch was being applied", pt.path)
-	case !pt.existed && errors.Is(err, fs.ErrNotExist):
-		err = nil
+	case s.action == actCreate && err == nil:
+		return fmt.Errorf("%s appeared while the patch was being applied", pt.path)
+	case s.action == actCreate && errors.Is(err, fs.ErrNotExist):
 		meta = &fileMeta{mode: 0o644, uid: os.Geteuid(), gid: os.Getegid()}
 		if pt.mode != 0 {
 			meta.mode = pt.mode
 		}
 	case err != nil:
-		err = errors.New(fsProblem(pt.path, err))
+		return errors.New(fsProblem(pt.path, err))
 	case !meta.mode.IsRegular():
-		err = fmt.Errorf("%s changed while the patch was being applied: it is no longer a regular file", pt.path)
-	}
-	if err == nil && pt.exists {
-		s.tmp, err = d.stage(s.name, []byte(pt.data), meta)
-	}
-	if err != nil {
-		d.Close()
-		removeDirs(s.madeDirs)
-		return nil, err
-	}
-	if pt.existed {
+		return fmt.Errorf("%s changed while the patch was being applied: it is no longer a regular file", pt.path)
+	default:
 		s.meta = meta
 	}
-	return s, nil
+	if s.action == actDelete {
+		return nil
+	}
+	if err := d.stageAs(tmp, []byte(pt.data), meta); err != nil {
+		return fmt.Errorf("stage the new content of %s: %s", pt.path, fsProblem(filepath.Join(dir, tmp), err))
+	}
+	s.tmp = tmp
+	return nil
+}
+
+// makeBackups gives every file the commit replaces or removes its hidden
+// second name, and makes the names durable before anything changes.
+func (c *commit) makeBackups(ctx context.Context) error {
+	for i, s := range c.steps {
+		if s.action == actCreate {
+			continue
+		}
+		if ctx.Err() != nil {
+			return errCancelled
+		}
+		name := c.journal.rec.backup(i)
+		err := s.d.link(s.name, name)
+		if err != nil && noHardLinks(err) {
+			err = s.d.stageAs(name, []byte(s.pt.old), s.meta)
+		}
+		if err != nil {
+			return fmt.Errorf("keep the old content of %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+		}
+		s.backup = name
+	}
+	c.syncDirs()
+	return nil
 }
 
 // run makes the step's change: a new file is renamed in without
-// replacing anything, a changed file replaces the old one (kept under
-// a hidden name), a deleted file is removed (likewise kept).
+// replacing anything, a changed file replaces the old one, a deleted
+// file is removed.
 func (s *commitStep) run() error {
-	if !s.pt.existed {
-		if err := s.d.linkNew(s.tmp, s.name); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("create %s: %s appeared while the patch was being applied", s.pt.path, s.pt.path)
-			}
-			return fmt.Errorf("create %s: %s", s.pt.path, fsProblem(s.pt.path, err))
-		}
-		s.tmp = ""
-		return nil
-	}
-	if b, err := s.d.linkAside(s.name); err == nil {
-		s.backup = b
-	}
 	var err error
-	if s.pt.exists {
-		err = s.d.rename(s.tmp, s.name)
-		if err == nil {
+	switch s.action {
+	case actCreate:
+		if err = s.d.linkNew(s.tmp, s.name); err == nil {
 			s.tmp = ""
+			return nil
 		}
-	} else {
-		err = s.d.remove(s.name, false)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create %s: %s appeared while the patch was being applied", s.pt.path, s.pt.path)
+		}
+		return fmt.Errorf("create %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+	case actModify:
+		if err = s.d.rename(s.tmp, s.name); err == nil {
+			s.tmp = ""
+			return nil
+		}
+		return fmt.Errorf("replace %s: %s", s.pt.path, fsProblem(s.pt.path, err))
 	}
-	if err != nil {
-		if s.backup != "" {
-			_ = s.d.remove(s.backup, false)
-			s.backup = ""
-		}
-		verb := "replace"
-		if !s.pt.exists {
-			verb = "remove"
-		}
-		return fmt.Errorf("%s %s: %s", verb, s.pt.path, fsProblem(s.pt.path, err))
+	if err = s.d.remove(s.name, false); err != nil {
+		return fmt.Errorf("remove %s: %s", s.pt.path, fsProblem(s.pt.path, err))
 	}
 	return nil
 }
 
 // undo puts the step's file back as it was.
 func (s *commitStep) undo() error {
-	switch {
-	case !s.pt.existed:
+	switch s.action {
+	case actCreate:
 		err := s.d.remove(s.name, false)
 		removeDirs(s.madeDirs)
 		return err
-	case s.backup != "":
+	case actModify:
 		if err := s.d.rename(s.backup, s.name); err != nil {
 			return err
 		}
-		s.backup = ""
-		return nil
+	default:
+		if err := s.d.renameNew(s.backup, s.name); err != nil {
+			return err
+		}
 	}
-	return s.d.replace(s.name, []byte(s.pt.old), s.meta)
+	s.backup = ""
+	return nil
 }
 
-// rollback undoes the steps done before failed, removes what was staged
-// and reports err and the outcome.
-func rollback(steps []*commitStep, err error) error {
+// rollback undoes the steps done, removes what was staged and reports
+// err and the outcome.
+func (c *commit) rollback(err error) error {
 	var lost, paths []string
-	for i := len(steps) - 1; i >= 0; i-- {
-		s := steps[i]
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		s := c.steps[i]
 		if !s.done {
 			continue
 		}
 		if uerr := s.undo(); uerr != nil {
+			s.lost = true
 			msg := fmt.Sprintf("%s (%s): it has the patch's version", s.pt.path, fsProblem(s.pt.path, uerr))
 			if s.backup != "" {
 				msg += ", its old content is in " + filepath.Join(s.d.path, s.backup)
@@ -200,7 +313,7 @@ func rollback(steps []*commitStep, err error) error {
 			paths = append(paths, s.pt.path)
 		}
 	}
-	discard(steps)
+	c.discard()
 	if len(lost) == 0 {
 		return &commitError{msg: fmt.Sprintf("the patch was not applied: %v; every file was put back as it was, nothing was changed", err)}
 	}
@@ -211,24 +324,54 @@ func rollback(steps []*commitStep, err error) error {
 	}
 }
 
-// discard removes staged files, backups not needed and directories
-// made for new files that were not created.
-func discard(steps []*commitStep) {
-	for _, s := range steps {
+// discard removes staged files, the backups of files that were put back
+// or never changed, and the directories made for new files that were
+// not created.
+func (c *commit) discard() {
+	for _, s := range c.steps {
 		if s.tmp != "" {
 			_ = s.d.remove(s.tmp, false)
 			s.tmp = ""
 		}
-		if s.backup != "" && !s.done {
-			_ = s.d.remove(s.backup, false)
-			s.backup = ""
+		if !s.lost {
+			s.removeBackup()
 		}
 	}
-	for i := len(steps) - 1; i >= 0; i-- {
-		if !steps[i].done {
-			removeDirs(steps[i].madeDirs)
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		if s := c.steps[i]; !s.done && s.action == actCreate {
+			removeDirs(s.madeDirs)
 		}
 	}
+	c.syncDirs()
+}
+
+func (s *commitStep) removeBackup() {
+	if s.backup != "" {
+		_ = s.d.remove(s.backup, false)
+		s.backup = ""
+	}
+}
+
+// syncDirs makes the renames in the steps' directories durable.
+func (c *commit) syncDirs() {
+	synced := map[string]bool{}
+	for _, s := range c.steps {
+		if s.d != nil && !synced[s.d.path] {
+			synced[s.d.path] = true
+			s.d.sync()
+		}
+	}
+}
+
+// close ends the commit: its directories are closed and its journal
+// deleted, whatever the outcome (the call's result reports it).
+func (c *commit) close() {
+	for _, s := range c.steps {
+		if s.d != nil {
+			s.d.Close()
+		}
+	}
+	c.journal.end()
 }
 
 // missingDirs lists the directories that do not exist on the way to

@@ -49,6 +49,15 @@ type patchTarget struct {
 
 	hunks          []hunkResult
 	added, removed int
+	newSum         string // sum(), once computed
+}
+
+// sum returns the SHA-256 of the content after the patch.
+func (pt *patchTarget) sum() string {
+	if pt.newSum == "" {
+		pt.newSum = sha256Hex([]byte(pt.data))
+	}
+	return pt.newSum
 }
 
 // action says what the patch does to the file.
@@ -69,10 +78,13 @@ func (pt *patchTarget) failed() bool {
 	return pt.problem != "" || slices.ContainsFunc(pt.hunks, func(h hunkResult) bool { return !h.OK })
 }
 
-// patchHooks reach into a commit: before runs ahead of each step that
-// changes the tree (tests use it to make a step fail).
+// patchHooks reach into a commit, for tests: before runs ahead of each
+// step that changes the tree (to make a step fail), at at each point of
+// the commit ("staged", "backed-up", "rename" with the step about to
+// run, "committed", "cleaned"; to stop a process there).
 type patchHooks struct {
 	before func(step int, path string)
+	at     func(point string, step int)
 }
 
 // patch applies a unified diff to one or more files: all of it or
@@ -101,15 +113,21 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	for i, pt := range targets {
 		keys[i] = pt.key
 	}
+	// A commit a dead process left half done is finished or undone
+	// before anything else touches its files.
+	t.journals.recover()
 	unlock, err := t.lockFiles(keys...)
 	if err != nil {
 		return toolFailure(tc, "patch: %v; nothing was changed", err)
 	}
 	defer unlock()
-	if r := t.loadTargets(tc, targets); r != nil {
+	if r := t.loadTargets(ctx, tc, targets); r != nil {
 		return r
 	}
 	for _, pt := range targets {
+		if ctx.Err() != nil {
+			break
+		}
 		pt.apply(ctx)
 	}
 	if ctx.Err() != nil {
@@ -121,7 +139,10 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	if a.DryRun {
 		return patchSuccess(tc, targets, true)
 	}
-	if err := commitPatch(targets, hooks); err != nil {
+	if err := t.commitPatch(ctx, targets, hooks); err != nil {
+		if errors.Is(err, errCancelled) {
+			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "patch: cancelled; nothing was changed")
+		}
 		r := toolFailure(tc, "%v", err)
 		var unrestored []string
 		if ce := (*commitError)(nil); errors.As(err, &ce) {
@@ -183,10 +204,13 @@ func (t *toolbox) patchTargets(tc *toolCall, files []*filePatch) ([]*patchTarget
 // loadTargets reads every file the patch touches. A file that cannot be
 // read gets a problem; a refusal (the agent's credentials under another
 // name) refuses the call.
-func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Result {
+func (t *toolbox) loadTargets(ctx context.Context, tc *toolCall, targets []*patchTarget) *protocol.Result {
 	budget, lines := int64(maxPatchFileBytes), maxPatchFileLines
 	for _, pt := range targets {
-		exists, data, err := t.readPatchTarget(pt.path, pt.target, budget)
+		exists, data, err := t.readPatchTarget(ctx, pt.path, pt.target, budget)
+		if ctx.Err() != nil {
+			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "patch: cancelled; nothing was changed")
+		}
 		if isDenied(err) {
 			return deniedResult(tc, fmt.Errorf("%w; nothing was changed", err))
 		}
@@ -208,7 +232,7 @@ func (t *toolbox) loadTargets(tc *toolCall, targets []*patchTarget) *protocol.Re
 
 // readPatchTarget reads the text file at target, the resolved path of
 // path, with at most budget bytes. A missing file is not an error.
-func (t *toolbox) readPatchTarget(path, target string, budget int64) (exists bool, data string, err error) {
+func (t *toolbox) readPatchTarget(ctx context.Context, path, target string, budget int64) (exists bool, data string, err error) {
 	d, err := openDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, "", nil
@@ -226,7 +250,7 @@ func (t *toolbox) readPatchTarget(path, target string, budget int64) (exists boo
 		return true, "", err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(br, budget+1))
+	b, err := io.ReadAll(io.LimitReader(ctxReader{ctx, br}, budget+1))
 	if err != nil {
 		return true, "", problem(fsProblem(path, err))
 	}
@@ -297,7 +321,7 @@ func patchStructured(targets []*patchTarget, dryRun, applied bool, unrestored ..
 			f.Hunks = []hunkResult{}
 		}
 		if pt.exists && !pt.failed() {
-			f.SHA256 = sha256Hex([]byte(pt.data))
+			f.SHA256 = pt.sum()
 		}
 		if pt.failed() {
 			f.Action = "failed"

@@ -147,7 +147,7 @@ func TestReadHash(t *testing.T) {
 			t.Errorf("read %v: structured %+v, want sha256 %s and 200000 lines", args, info, want)
 		}
 	}
-	if got, err := tb.currentSHA256(p); err != nil || got != want {
+	if got, err := tb.currentSHA256(context.Background(), p); err != nil || got != want {
 		t.Errorf("currentSHA256 = %q, %v; want %s", got, err, want)
 	}
 }

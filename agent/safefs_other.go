@@ -26,7 +26,9 @@ func (d *dirHandle) replace(string, []byte, *fileMeta) error         { return er
 func (d *dirHandle) stage(string, []byte, *fileMeta) (string, error) { return "", errNoSafeFS }
 func (d *dirHandle) rename(string, string) error                     { return errNoSafeFS }
 func (d *dirHandle) linkNew(string, string) error                    { return errNoSafeFS }
-func (d *dirHandle) linkAside(string) (string, error)                { return "", errNoSafeFS }
+func (d *dirHandle) stageAs(string, []byte, *fileMeta) error         { return errNoSafeFS }
+func (d *dirHandle) link(string, string) error                       { return errNoSafeFS }
+func (d *dirHandle) renameNew(string, string) error                  { return errNoSafeFS }
 func (d *dirHandle) sync()                                           {}
 func identity(fs.FileInfo) (fileID, bool)                            { return fileID{}, false }
 func (d *dirHandle) sub(string) (*dirHandle, error)                  { return nil, errNoSafeFS }
@@ -38,4 +40,9 @@ func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
 }
 
 func flockDir(string, time.Duration) (int, error) { return -1, nil }
-func closeFD(int)                                 {}
+func noHardLinks(error) bool                      { return false }
+func lockNB(*os.File) (bool, error)               { return false, errNoSafeFS }
+
+const noFollow = 0
+
+func closeFD(int) {}

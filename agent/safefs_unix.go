@@ -187,6 +187,37 @@ func (d *dirHandle) stage(name string, data []byte, old *fileMeta) (string, erro
 	return tmpName, nil
 }
 
+// stageAs writes data to a new file called tmpName in d, as stage does,
+// failing with fs.ErrExist when the name is taken. On failure nothing is
+// left behind.
+func (d *dirHandle) stageAs(tmpName string, data []byte, old *fileMeta) error {
+	tmp, err := d.open(tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := fillTemp(tmp, data, old); err != nil {
+		tmp.Close()
+		_ = unix.Unlinkat(d.fd, tmpName, 0)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.path, tmpName), err)
+	}
+	return nil
+}
+
+// link gives the file name in d the second name to, failing when to
+// exists. noHardLinks tells a file system without hard links.
+func (d *dirHandle) link(name, to string) error {
+	if err := unix.Linkat(d.fd, name, d.fd, to, 0); err != nil {
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.path, to), Err: err}
+	}
+	return nil
+}
+
+// renameNew renames from to to within d without replacing anything: it
+// fails with an error matching fs.ErrExist when to exists.
+func (d *dirHandle) renameNew(from, to string) error {
+	return d.moveTo(from, d, to, false)
+}
+
 // rename renames from to to within d, replacing to.
 func (d *dirHandle) rename(from, to string) error {
 	if err := unix.Renameat(d.fd, from, d.fd, to); err != nil {
@@ -214,27 +245,6 @@ func (d *dirHandle) linkNew(from, to string) error {
 		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: fs.ErrExist}
 	}
 	return d.rename(from, to)
-}
-
-// linkAside gives the file name a second, hidden name in d and returns
-// it, so the file survives name being replaced or removed. It fails on
-// file systems without hard links.
-func (d *dirHandle) linkAside(name string) (string, error) {
-	base := name
-	if len(base) > 100 {
-		base = base[:100]
-	}
-	for range 100 {
-		aside := "." + base + ".orig-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
-		err := unix.Linkat(d.fd, name, d.fd, aside, 0)
-		if !errors.Is(err, unix.EEXIST) {
-			if err != nil {
-				return "", &fs.PathError{Op: "link", Path: filepath.Join(d.path, name), Err: err}
-			}
-			return aside, nil
-		}
-	}
-	return "", errors.New("no free backup file name")
 }
 
 // noHardLinks reports whether a link failed because the file system
@@ -424,3 +434,19 @@ func flockDir(dir string, wait time.Duration) (int, error) {
 
 // closeFD closes a descriptor flockDir returned.
 func closeFD(fd int) { unix.Close(fd) }
+
+// noFollow makes an open fail on a symbolic link.
+const noFollow = unix.O_NOFOLLOW
+
+// lockNB takes an exclusive flock on f without waiting. It reports false
+// when another open file holds one (err is then nil) or on failure.
+func lockNB(f *os.File) (bool, error) {
+	_, err := retry(func() (int, error) { return 0, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) })
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return false, nil
+	}
+	return false, err
+}

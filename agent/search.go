@@ -364,12 +364,20 @@ func (s *searcher) file(d *dirHandle, name, rel string) (skip string, err error)
 	return "", s.scan(br, shown)
 }
 
+// searchCheckEvery is how much text search matches between checks of
+// its context and time limit (every 4096 lines at most): a regular
+// expression can take microseconds a byte, and one line is matched in
+// one call.
+const searchCheckEvery = 16 << 10
+
 // scan matches the lines of r, the file shown as shown.
 func (s *searcher) scan(r *bufio.Reader, shown string) error {
 	var long []byte // a line longer than r's buffer, up to searchMaxLine
 	inLong := false
+	read := 0 // bytes since the last check
 	for n := 1; ; {
 		chunk, err := r.ReadSlice('\n')
+		read += len(chunk)
 		if errors.Is(err, bufio.ErrBufferFull) {
 			long = append(long, chunk[:min(len(chunk), max(0, searchMaxLine-len(long)))]...)
 			inLong = true
@@ -396,7 +404,8 @@ func (s *searcher) scan(r *bufio.Reader, shown string) error {
 			}
 			return err
 		}
-		if n++; n%4096 == 0 {
+		if n++; n%4096 == 0 || read >= searchCheckEvery {
+			read = 0
 			if err := s.ctx.Err(); err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The agent's hold on its state directory. One agent process owns a state
@@ -57,6 +58,7 @@ func (e *StateDirInUseError) Error() string {
 
 // stateDir is a state directory this process holds.
 type stateDir struct {
+	once    sync.Once
 	lock    *os.File
 	agentID string
 }
@@ -91,8 +93,8 @@ func openStateDir(dir string) (*stateDir, error) {
 	return &stateDir{lock: f, agentID: id}, nil
 }
 
-// close releases the state directory.
-func (s *stateDir) close() { s.lock.Close() }
+// close releases the state directory; later calls do nothing.
+func (s *stateDir) close() { s.once.Do(func() { s.lock.Close() }) }
 
 // holderPID reads the process ID the lock's holder wrote; 0 if none.
 func holderPID(f *os.File) int {

@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // One process holds a state directory at a time; its identity is made
@@ -78,26 +76,30 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 	}
 }
 
-// Run refuses a state directory another agent holds, before it touches
-// anything in it.
-func TestRunRefusesStateDirInUse(t *testing.T) {
+// New refuses a state directory another agent holds, before it touches
+// anything in it: no interrupted patch is recovered, no git guard or
+// task folder written.
+func TestNewRefusesStateDirInUse(t *testing.T) {
 	state := t.TempDir()
 	held, err := openStateDir(state)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.close()
-	a, err := New(Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "web-1", StateDir: state, Cwd: t.TempDir(), Logger: quietLogger()})
+	before, err := os.ReadDir(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	_, err = New(Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "web-1", StateDir: state, Cwd: t.TempDir(), Logger: quietLogger()})
 	var inUse *StateDirInUseError
-	if err := a.Run(ctx); !errors.As(err, &inUse) {
-		t.Fatalf("Run = %v, want a StateDirInUseError at once", err)
+	if !errors.As(err, &inUse) {
+		t.Fatalf("New = %v, want a StateDirInUseError", err)
 	}
-	if _, err := os.Stat(filepath.Join(state, "tasks")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused agent created its tasks folder: %v", err)
+	after, err := os.ReadDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("the refused agent wrote into the state directory: %d entries before, %d after", len(before), len(after))
 	}
 }

@@ -80,6 +80,10 @@ type toolboxConfig struct {
 	// Tasks bounds background tasks (zero values: the defaults).
 	Tasks taskConfig
 	// Logger receives what the tools log (background tasks re-attached
-	// or lost); nil: nothing is logged.
+	// or lost, interrupted patches recovered); nil: nothing is logged.
 	Logger *slog.Logger
+
+	// recoverHook, for tests, runs before each file a patch recovery
+	// handles.
+	recoverHook func(entry int)
 }

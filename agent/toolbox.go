@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -37,6 +38,8 @@ type toolbox struct {
 	// skills is the host's skill catalog, read through guard; nil: the
 	// host has no skills. It is set once, before the first call.
 	skills *catalog
+	// journals keeps patch commits all or nothing across a crash.
+	journals *patchJournals
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -89,12 +92,25 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 		}
 		env = gg.environ(env)
 	}
-	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, cfg.Logger)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, log.With("component", "tasks"))
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
 	}
-	return &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
-		imageSem: make(chan struct{}, 1)}, nil
+	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
+		imageSem: make(chan struct{}, 1)}
+	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: %w", err)
+	}
+	t.journals.hook = cfg.recoverHook
+	// A patch a previous process was killed in the middle of is finished
+	// or undone before any tool runs.
+	t.journals.recover()
+	return t, nil
 }
 
 // toolNames lists the tools a host policy may name: those a toolbox

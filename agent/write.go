@@ -55,10 +55,10 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 	}
 	defer unlock()
 	if createOnly {
-		if r := t.refuseExisting(tc, path, target); r != nil {
+		if r := t.refuseExisting(ctx, tc, path, target); r != nil {
 			return r
 		}
-	} else if r := t.checkExpected(tc, path, target, want); r != nil {
+	} else if r := t.checkExpected(ctx, tc, path, target, want); r != nil {
 		return r
 	}
 	data := []byte(a.Content)
@@ -74,7 +74,7 @@ func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
 // refuseExisting is the failure of a write with overwrite false when
 // something exists at target, the resolved path of path; nil when nothing
 // does.
-func (t *toolbox) refuseExisting(tc *toolCall, path, target string) *protocol.Result {
+func (t *toolbox) refuseExisting(ctx context.Context, tc *toolCall, path, target string) *protocol.Result {
 	_, err := os.Lstat(target)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
@@ -82,7 +82,7 @@ func (t *toolbox) refuseExisting(tc *toolCall, path, target string) *protocol.Re
 	case err != nil:
 		return toolFailure(tc, "%s", fsProblem(path, err))
 	}
-	current, err := t.currentSHA256(target)
+	current, err := t.currentSHA256(ctx, target)
 	if err != nil || current == "" {
 		return toolFailure(tc, "%s already exists; nothing was written. Leave out overwrite (or set it to true) to replace it.", path)
 	}
