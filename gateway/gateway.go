@@ -134,6 +134,7 @@ func (g *Gateway) startNATS() error {
 	}
 	g.nc = nc
 	g.reg = newRegistry(g.log, g.cfg.OfflineAfter)
+	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
 	if _, err := nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}

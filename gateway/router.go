@@ -54,6 +54,9 @@ type router struct {
 
 	inbox string
 	sub   *nats.Subscription
+	// badFrames limits the lines logged about malformed reply frames:
+	// an agent may publish any number to its reply subject.
+	badFrames *logLimiter
 
 	mu     sync.Mutex
 	calls  map[string]*inflight            // by call ID
@@ -78,7 +81,7 @@ const maxPendingOutput = 8 << 20
 
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1),
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -117,7 +120,7 @@ func (r *router) onReply(m *nats.Msg) {
 	}
 	f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
 	if err != nil {
-		r.log.Warn("dropping malformed reply frame", "host", host, "err", err)
+		r.badFrames.log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
 		return
 	}
 	r.mu.Lock()
