@@ -43,6 +43,8 @@ type Agent struct {
 	cancelGrace time.Duration
 
 	nc atomic.Pointer[nats.Conn] // current connection; nil while dialling
+	// skillsLeftOut is how many skills the last announce left out to fit.
+	skillsLeftOut atomic.Int64
 
 	calls *callTable
 	pend  assembler
@@ -437,14 +439,48 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Busy:         a.calls.running(),
 		Limit:        a.cfg.MaxConcurrent,
 	}
-	data, err := json.Marshal(msg)
+	data, dropped, err := fitAnnounce(&msg, min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
 	if err != nil {
 		a.log.Error("encode announce", "err", err)
 		return
 	}
+	if prev := a.skillsLeftOut.Swap(int64(dropped)); prev != int64(dropped) && dropped > 0 {
+		a.log.Warn("skills: the catalog is too large for one announce; the last skills by name are not announced",
+			"left_out", dropped, "announced", len(msg.Skills), "max_bytes", min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
+	}
 	if err := nc.Publish(protocol.PresenceSubject(a.cfg.Name), data); err != nil {
 		a.log.Warn("announce failed", "err", err)
 	}
+}
+
+// fitAnnounce encodes msg, leaving out as few of its last skills as it
+// must for the encoding to fit in limit bytes; it returns how many it left
+// out. Everything else in an announce is bounded at start (Config
+// validation), so the skill catalog is all that can be too large.
+func fitAnnounce(msg *protocol.Announce, limit int) (data []byte, dropped int, err error) {
+	all := msg.Skills
+	encode := func(n int) ([]byte, error) {
+		msg.Skills = all[:n]
+		return json.Marshal(msg)
+	}
+	if data, err = encode(len(all)); err != nil || len(data) <= limit {
+		return data, 0, err
+	}
+	// The largest n whose encoding fits: fits(0) is assumed, fits(len)
+	// is known false.
+	lo, hi := 0, len(all)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if d, err := encode(mid); err != nil {
+			return nil, 0, err
+		} else if len(d) <= limit {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	data, err = encode(lo)
+	return data, len(all) - lo, err
 }
 
 // skillsChanged announces the host at once when its skill catalog
