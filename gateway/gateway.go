@@ -40,6 +40,8 @@ type Gateway struct {
 	shutdownErr  error
 	// rates holds the per-caller rate-limit buckets.
 	rates rateLimiters
+	// agentLogs limits the lines logged about what agents send wrong.
+	agentLogs *logLimiter
 
 	ln   net.Listener
 	http *http.Server
@@ -53,7 +55,7 @@ func Start(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), agentLogs: newLogLimiter(logEvery, 1)}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {

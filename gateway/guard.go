@@ -36,6 +36,9 @@ type callContext struct {
 	// background is set for a bash call that starts a background task:
 	// its result has no exit code.
 	background bool
+	// rawData is set for a read with binary_base64: its text is the
+	// file's data, bounded by the result limit alone.
+	rawData bool
 }
 
 type callContextKey struct{}

@@ -79,8 +79,12 @@ func (l *logLimiter) prune(now time.Time) {
 }
 
 // log writes msg at level unless key has used up its lines; a line that
-// follows suppressed ones says how many.
+// follows suppressed ones says how many. A nil limiter limits nothing.
 func (l *logLimiter) log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
+	if l == nil {
+		log.Log(context.Background(), level, msg, args...)
+		return
+	}
 	ok, suppressed := l.allow(key)
 	if !ok {
 		return

@@ -66,18 +66,28 @@ type router struct {
 // inflight buffers the frames of one call between the NATS callback (which
 // must never block) and the goroutine waiting for the call.
 type inflight struct {
-	host         string
-	mu           sync.Mutex
-	frames       []protocol.Frame
-	pendingBytes int
-	dropped      int
-	noResponders bool
-	notify       chan struct{}
+	host   string
+	mu     sync.Mutex
+	frames []protocol.Frame
+	// pendingBytes counts the data of the output, progress and keepalive
+	// frames buffered, pendingResult that of the result frames.
+	pendingBytes, pendingResult int
+	dropped                     int
+	noResponders                bool
+	notify                      chan struct{}
 }
 
-// maxPendingOutput bounds output frames buffered for a slow waiter; beyond
-// it output frames are dropped (result frames never are).
-const maxPendingOutput = 8 << 20
+// A waiter may be slow (its client reads progress notifications slowly),
+// and an agent may send without end, so what is buffered per call is
+// bounded: output, progress and keepalive frames beyond maxPendingOutput
+// bytes or maxPendingFrames frames are dropped, as they may be; result
+// frames beyond protocol.MaxResultBytes are dropped too, which makes the
+// result incomplete, and the waiter fetches it again (a correct agent
+// sends one result, within that limit).
+const (
+	maxPendingOutput = 8 << 20
+	maxPendingFrames = 4096
+)
 
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration) (*router, error) {
 	r := &router{
@@ -130,15 +140,31 @@ func (r *router) onReply(m *nats.Msg) {
 		return // a late frame of a finished call, or not this host's call
 	}
 	fl.mu.Lock()
-	if f.Kind == protocol.KindOutput && fl.pendingBytes+len(f.Data) > maxPendingOutput {
+	if !fl.room(f) {
 		fl.dropped++
 		fl.mu.Unlock()
 		return
 	}
 	fl.frames = append(fl.frames, f)
-	fl.pendingBytes += len(f.Data)
 	fl.mu.Unlock()
 	fl.wake()
+}
+
+// room reports whether f may be buffered, and counts it if so. The
+// caller holds fl.mu.
+func (fl *inflight) room(f protocol.Frame) bool {
+	if f.Kind == protocol.KindResult {
+		if fl.pendingResult+len(f.Data) > protocol.MaxResultBytes {
+			return false
+		}
+		fl.pendingResult += len(f.Data)
+		return true
+	}
+	if fl.pendingBytes+len(f.Data) > maxPendingOutput || len(fl.frames) >= maxPendingFrames {
+		return false
+	}
+	fl.pendingBytes += len(f.Data)
+	return true
 }
 
 func (fl *inflight) wake() {
@@ -152,7 +178,7 @@ func (fl *inflight) take() ([]protocol.Frame, bool) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	frames, nr := fl.frames, fl.noResponders
-	fl.frames, fl.noResponders, fl.pendingBytes = nil, false, 0
+	fl.frames, fl.noResponders, fl.pendingBytes, fl.pendingResult = nil, false, 0, 0
 	return frames, nr
 }
 
@@ -302,10 +328,6 @@ type waiter struct {
 	refetch   int // fetches sent because result parts were lost
 }
 
-// maxResultBytes bounds one encoded result; an agent cannot make the
-// gateway buffer more for a call.
-const maxResultBytes = 128 << 20
-
 // maxRefetch bounds re-fetches of a result whose parts keep getting lost.
 const maxRefetch = 3
 
@@ -386,13 +408,13 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			continue
 		}
 		if f.Part == 1 {
-			w.asm, w.broken = protocol.NewAssembly(maxResultBytes), false
+			w.asm, w.broken = protocol.NewAssembly(protocol.MaxResultBytes), false
 		}
 		if w.broken {
 			continue // stragglers of a delivery already being fetched again
 		}
 		if w.asm == nil {
-			w.asm = protocol.NewAssembly(maxResultBytes) // Add reports the missing first part
+			w.asm = protocol.NewAssembly(protocol.MaxResultBytes) // Add reports the missing first part
 		}
 		done, err := w.asm.Add(f)
 		if err != nil {
