@@ -45,6 +45,8 @@ type Agent struct {
 	nc atomic.Pointer[nats.Conn] // current connection; nil while dialling
 	// skillsLeftOut is how many skills the last announce left out to fit.
 	skillsLeftOut atomic.Int64
+	// callSub is the current subscription to the host's calls.
+	callSub atomic.Pointer[nats.Subscription]
 
 	calls *callTable
 	pend  assembler
@@ -124,7 +126,7 @@ func New(cfg Config) (*Agent, error) {
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
 		calls:       newCallTable(cfg.ResultTTL),
-		pend:        assembler{calls: make(map[string]*pending)},
+		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
 	}, nil
@@ -357,14 +359,21 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 	sub := func(subject string, h nats.MsgHandler) error {
 		s, err := nc.Subscribe(subject, h)
 		if err == nil {
-			// Bursts of output frames from the gateway are small; the
+			// Cancels, fetches and discover requests are small; the
 			// defaults (64k messages, 64 MiB) bound memory.
 			subs = append(subs, s)
 		}
 		return err
 	}
-	err := errors.Join(
-		sub(protocol.CallSubject(a.cfg.Name), a.onCall),
+	callSub, err := nc.Subscribe(protocol.CallSubject(a.cfg.Name), a.onCall)
+	if err == nil {
+		// A gateway may send two calls of the largest size at once; their
+		// parts wait here while an earlier call is decoded.
+		err = callSub.SetPendingLimits(nats.DefaultSubPendingMsgsLimit, 2*int(a.cfg.MaxRequestBytes)+1<<20)
+		subs = append(subs, callSub)
+		a.callSub.Store(callSub)
+	}
+	err = errors.Join(err,
 		sub(protocol.CancelSubject(a.cfg.Name), a.onCancel),
 		sub(protocol.FetchSubject(a.cfg.Name), a.onFetch),
 		sub(protocol.DiscoverSubject(), func(*nats.Msg) {

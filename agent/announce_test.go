@@ -106,3 +106,23 @@ func TestFitAnnounce(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchWhileCallIsDecoded: a complete large call that onCall is still
+// decoding is known to a fetch (answered with a keepalive), not unknown.
+func TestFetchWhileCallIsDecoded(t *testing.T) {
+	a := newTestAgent(t, Config{})
+	if _, _, _, err := a.assemble(callFrame("big", 1, 2, `{"id":"big",`), "r"); err != nil {
+		t.Fatal(err)
+	}
+	data, _, _, err := a.assemble(callFrame("big", 2, 2, `"x":1}`), "r")
+	if err != nil || data == nil {
+		t.Fatalf("complete call: %q, %v", data, err)
+	}
+	if _, ok := a.pend.touch("big"); !ok {
+		t.Error("a call being decoded is unknown to a fetch")
+	}
+	a.pend.forget("big")
+	if _, ok := a.pend.touch("big"); ok {
+		t.Error("a call taken in is still pending")
+	}
+}
