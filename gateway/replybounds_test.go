@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,60 @@ func TestCapResult(t *testing.T) {
 	}
 	if protocol.ResultTextLimit("read", true) != protocol.MaxResultBytes {
 		t.Error("binary_base64 reads are bounded by the result limit alone")
+	}
+}
+
+// TestRouterLargeResultWaitsForRoom: a large result that finds the
+// transfer budget full is dropped, waited for, and fetched again from the
+// agent once there is room; with no room within the wait, the call fails
+// as busy, naming the flag. Either way the call gives its room back.
+func TestRouterLargeResultWaitsForRoom(t *testing.T) {
+	for _, room := range []bool{true, false} {
+		t.Run(fmt.Sprintf("room=%v", room), func(t *testing.T) {
+			ns := startNATS(t, 0)
+			r, _ := newTestRouter(t, ns, "web-1", 5*time.Second)
+			r.transfers = newTransfers(16<<20, 2*time.Second)
+			if !room {
+				r.transfers.wait = 200 * time.Millisecond
+			}
+			if err := r.transfers.acquire(context.Background(), 12<<20); err != nil {
+				t.Fatal(err)
+			}
+			fa := newFakeAgent(t, ns, "web-1")
+			done := startCall(context.Background(), r, bashCall("web-1", "cat big"), nil)
+			rc := recv(t, fa.calls, "call")
+			text := bigText(8 << 20)
+			frames := resultFrames(t, &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text(text)}}, protocol.ChunkSize, 0)
+			for _, f := range frames {
+				fa.send(t, rc.reply, f)
+			}
+			if room {
+				waitUntil(t, "the waiter to drop the result", func() bool {
+					r.mu.Lock()
+					fl := r.calls[rc.call.ID]
+					r.mu.Unlock()
+					fl.mu.Lock()
+					defer fl.mu.Unlock()
+					return fl.discard
+				})
+				r.transfers.release(12 << 20)
+				fetch := recv(t, fa.fetches, "fetch once there is room")
+				for _, f := range frames {
+					fa.send(t, fetch.reply, f)
+				}
+				out := recv(t, done, "call result")
+				if out.err != nil {
+					t.Fatal(out.err)
+				}
+				wantText(t, out.res, text)
+			} else {
+				out := recv(t, done, "call result")
+				wantHostError(t, out.err, HostBusy, "--max_transfer_mib", "the result of bash on web-1")
+				r.transfers.release(12 << 20)
+			}
+			if n := r.transfers.inUse.Load(); n != 0 {
+				t.Errorf("%d bytes of the budget still held after the call", n)
+			}
+		})
 	}
 }

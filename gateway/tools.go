@@ -141,8 +141,12 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 	ctx, stop := g.requests.bind(ctx, req)
 	defer stop()
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
+	args := req.Params.Arguments
+	if cc.args != nil {
+		args = cc.args.raw // req carries them shrunk (guard)
+	}
 	res, err := g.router.call(ctx, callRequest{
-		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: req.Params.Arguments, Timeout: timeout,
+		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold,
 	}, p.onFrame)
 	if err != nil {
 		cc.outcome = failureOutcome(err)
