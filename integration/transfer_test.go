@@ -169,3 +169,39 @@ func TestLargeTransferBusy(t *testing.T) {
 		t.Errorf("no audit record of the busy refusal: %.500s", data)
 	}
 }
+
+// TestLargeArgumentsArriveWhole: the arguments of large calls reach the
+// agent byte for byte, in both protocol eras, though the gateway looks
+// only at a shrunk copy of them: a write whose content is full of escapes
+// and multi-byte characters, and an edit whose strings are megabytes long.
+func TestLargeArgumentsArriveWhole(t *testing.T) {
+	env := NewEnv(t)
+	var b strings.Builder
+	for i := 0; b.Len() < 3*mib; i++ {
+		fmt.Fprintf(&b, "line %d: \"quoted\" back\\slash tab\t é ✓ 😀 \u2028 <&>\n", i)
+	}
+	content := b.String()
+	for _, era := range eras {
+		t.Run(era.name, func(t *testing.T) {
+			cs := env.Client(era.version, nil)
+			path := "whole-" + era.name + ".txt"
+			mustOK(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": path, "content": content}))
+			got, err := os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
+			if err != nil || string(got) != content {
+				t.Fatalf("written file has %d bytes (err %v), want the %d sent", len(got), err, len(content))
+			}
+			oldPart := content[:2*mib]
+			oldPart = oldPart[:strings.LastIndexByte(oldPart, '\n')+1]
+			newPart := strings.ToUpper(oldPart)
+			mustOK(t, call(t, cs, "edit", map[string]any{"host": "alpha", "path": path,
+				"edits": []map[string]any{{"old_string": oldPart, "new_string": newPart}}}))
+			got, _ = os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
+			if string(got) != newPart+content[len(oldPart):] {
+				t.Fatalf("edited file differs from the edit sent (%d bytes)", len(got))
+			}
+		})
+	}
+	if n := env.Gateway.TransferBytesInUse(); n != 0 {
+		t.Errorf("%d bytes of the transfer budget held after the calls", n)
+	}
+}
