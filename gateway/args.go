@@ -77,11 +77,17 @@ type span struct{ start, end, size int }
 // object, lie in it, without copying anything. When data is cut short or
 // malformed, it returns the members it read in full before the problem
 // and, with its end -1, the one it was reading, with the error.
+// An object with a key twice is an error too: JSON decoders differ on
+// which of the two counts.
 func jsonMembers(data []byte) (map[string]span, error) {
 	s := shrinker{in: data, max: len(data)}
 	err := s.run()
-	if s.members == nil && err == nil {
+	switch {
+	case err != nil:
+	case s.members == nil:
 		err = errors.New("JSON is not an object")
+	case s.dup != "":
+		err = fmt.Errorf("JSON object has the key %q twice", s.dup)
 	}
 	return s.members, err
 }
@@ -94,8 +100,10 @@ type shrinker struct {
 	max   int
 	depth int
 	// members are the top-level object's members (nil when data is not
-	// an object); a member cut short has its span end at -1.
+	// an object); a member cut short has its span end at -1. dup is the
+	// first key the object has twice.
 	members map[string]span
+	dup     string
 }
 
 func (s *shrinker) run() error {
@@ -213,6 +221,9 @@ func (s *shrinker) object() error {
 			var k string
 			if json.Unmarshal(key, &k) != nil {
 				k = ""
+			}
+			if _, seen := s.members[k]; seen && s.dup == "" {
+				s.dup = k
 			}
 			switch {
 			case err != nil:

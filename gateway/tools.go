@@ -144,6 +144,12 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 	args := req.Params.Arguments
 	if cc.args != nil {
 		args = cc.args.raw // req carries them shrunk (guard)
+		// The access rules were applied to the host the guard read; the
+		// call goes there or nowhere (arguments that name a host twice
+		// may be read either way).
+		if hostArg(cc.args.small) != host {
+			return errorResult(fmt.Sprintf("%s: the arguments name the host more than once; give host once", tool))
+		}
 	}
 	res, err := g.router.call(ctx, callRequest{
 		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold,
