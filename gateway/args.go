@@ -240,22 +240,30 @@ func (s *shrinker) object() error {
 		if err != nil {
 			return err
 		}
-		s.ws()
-		if s.pos >= len(s.in) {
-			return errJSONEnd
+		if end, err := s.after('}', "an object"); end || err != nil {
+			return err
 		}
-		switch s.in[s.pos] {
-		case ',':
-			s.putc(',')
-			s.pos++
-		case '}':
-			s.putc('}')
-			s.pos++
+	}
+}
+
+// after consumes what follows a value in an object or array: a comma, or
+// the closing character (it then reports end).
+func (s *shrinker) after(closing byte, in string) (end bool, err error) {
+	s.ws()
+	if s.pos >= len(s.in) {
+		return false, errJSONEnd
+	}
+	switch c := s.in[s.pos]; c {
+	case ',', closing:
+		s.putc(c)
+		s.pos++
+		if c == closing {
 			s.depth--
-			return nil
-		default:
-			return s.errorf("unexpected %q in an object", s.in[s.pos])
+			return true, nil
 		}
+		return false, nil
+	default:
+		return false, s.errorf("unexpected %q in %s", c, in)
 	}
 }
 
@@ -284,21 +292,8 @@ func (s *shrinker) array() error {
 		if err := s.value(); err != nil {
 			return err
 		}
-		s.ws()
-		if s.pos >= len(s.in) {
-			return errJSONEnd
-		}
-		switch s.in[s.pos] {
-		case ',':
-			s.putc(',')
-			s.pos++
-		case ']':
-			s.putc(']')
-			s.pos++
-			s.depth--
-			return nil
-		default:
-			return s.errorf("unexpected %q in an array", s.in[s.pos])
+		if end, err := s.after(']', "an array"); end || err != nil {
+			return err
 		}
 	}
 }
