@@ -49,6 +49,10 @@ type Agent struct {
 	cancelGrace time.Duration
 
 	nc atomic.Pointer[nats.Conn] // current connection; nil while dialling
+	// skillsLeftOut is how many skills the last announce left out to fit.
+	skillsLeftOut atomic.Int64
+	// callSub is the current subscription to the host's calls.
+	callSub atomic.Pointer[nats.Subscription]
 
 	calls *callTable
 	pend  assembler
@@ -141,7 +145,7 @@ func New(cfg Config) (*Agent, error) {
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
 		calls:       newCallTable(cfg.ResultTTL),
-		pend:        assembler{calls: make(map[string]*pending)},
+		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
 		state:       state,
@@ -479,14 +483,21 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 	sub := func(subject string, h nats.MsgHandler) error {
 		s, err := nc.Subscribe(subject, h)
 		if err == nil {
-			// Bursts of output frames from the gateway are small; the
+			// Cancels, fetches and discover requests are small; the
 			// defaults (64k messages, 64 MiB) bound memory.
 			subs = append(subs, s)
 		}
 		return err
 	}
-	err := errors.Join(
-		sub(protocol.CallSubject(a.cfg.Name), a.onCall),
+	callSub, err := nc.Subscribe(protocol.CallSubject(a.cfg.Name), a.onCall)
+	if err == nil {
+		// A gateway may send two calls of the largest size at once; their
+		// parts wait here while an earlier call is decoded.
+		err = callSub.SetPendingLimits(nats.DefaultSubPendingMsgsLimit, 2*int(a.cfg.MaxRequestBytes)+1<<20)
+		subs = append(subs, callSub)
+		a.callSub.Store(callSub)
+	}
+	err = errors.Join(err,
 		sub(protocol.CancelSubject(a.cfg.Name), a.onCancel),
 		sub(protocol.FetchSubject(a.cfg.Name), a.onFetch),
 		sub(protocol.DiscoverSubject(), func(*nats.Msg) {
@@ -577,14 +588,48 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Busy:         a.calls.running(),
 		Limit:        a.cfg.MaxConcurrent,
 	}
-	data, err := json.Marshal(msg)
+	data, dropped, err := fitAnnounce(&msg, min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
 	if err != nil {
 		a.log.Error("encode announce", "err", err)
 		return
 	}
+	if prev := a.skillsLeftOut.Swap(int64(dropped)); prev != int64(dropped) && dropped > 0 {
+		a.log.Warn("skills: the catalog is too large for one announce; the last skills by name are not announced",
+			"left_out", dropped, "announced", len(msg.Skills), "max_bytes", min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
+	}
 	if err := nc.Publish(protocol.PresenceSubject(a.cfg.Name), data); err != nil {
 		a.log.Warn("announce failed", "err", err)
 	}
+}
+
+// fitAnnounce encodes msg, leaving out as few of its last skills as it
+// must for the encoding to fit in limit bytes; it returns how many it left
+// out. Everything else in an announce is bounded at start (Config
+// validation), so the skill catalog is all that can be too large.
+func fitAnnounce(msg *protocol.Announce, limit int) (data []byte, dropped int, err error) {
+	all := msg.Skills
+	encode := func(n int) ([]byte, error) {
+		msg.Skills = all[:n]
+		return json.Marshal(msg)
+	}
+	if data, err = encode(len(all)); err != nil || len(data) <= limit {
+		return data, 0, err
+	}
+	// The largest n whose encoding fits: fits(0) is assumed, fits(len)
+	// is known false.
+	lo, hi := 0, len(all)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if d, err := encode(mid); err != nil {
+			return nil, 0, err
+		} else if len(d) <= limit {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	data, err = encode(lo)
+	return data, len(all) - lo, err
 }
 
 // skillsChanged announces the host at once when its skill catalog

@@ -162,6 +162,8 @@ const pendingTimeout = 30 * time.Second
 type assembler struct {
 	mu    sync.Mutex
 	calls map[string]*pending
+	// decoding are the calls complete but not yet taken in.
+	decoding map[string]*pending
 }
 
 // pendingKeepalive is a keepalive due for a call being assembled.
@@ -182,12 +184,22 @@ func (s *assembler) keepalives() []pendingKeepalive {
 	return ks
 }
 
+// forget drops call id once it is complete and taken in.
+func (s *assembler) forget(id string) {
+	s.mu.Lock()
+	delete(s.decoding, id)
+	s.mu.Unlock()
+}
+
 // touch returns the next sequence number of call id when it is being
 // assembled.
 func (s *assembler) touch(id string) (seq uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.calls[id]
+	if p == nil {
+		p = s.decoding[id]
+	}
 	if p == nil {
 		return 0, false
 	}
@@ -217,6 +229,7 @@ func (a *Agent) onCall(m *nats.Msg) {
 	if data == nil {
 		return // more parts to come
 	}
+	defer a.pend.forget(f.CallID)
 	var call protocol.Call
 	if err := json.Unmarshal(data, &call); err != nil {
 		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), seq)
@@ -251,6 +264,11 @@ func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo s
 	done, err := p.asm.Add(f)
 	if err != nil || done {
 		delete(a.pend.calls, f.CallID)
+	}
+	if done {
+		// While onCall decodes it, a fetch is answered with a
+		// keepalive (forget ends that).
+		a.pend.decoding[f.CallID] = p
 	}
 	if err != nil {
 		return nil, p.reply, p.seq, err
@@ -503,10 +521,24 @@ func (a *Agent) replyState(reply, id string) {
 	case data != nil:
 		var s atomic.Uint64
 		a.publishResult(reply, id, data, &s)
+	case a.callsQueued():
+		// Fetches are heard apart from calls: the call may be among
+		// those not taken in yet (large ones take a while).
+		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id})
 	default:
 		a.replyResult(reply, protocol.ErrorResult(id, protocol.CodeUnknownCall,
 			fmt.Sprintf("host %s has no record of call %s (results are kept for %s)", a.cfg.Name, id, a.cfg.ResultTTL)), 0)
 	}
+}
+
+// callsQueued reports whether call messages wait to be taken in.
+func (a *Agent) callsQueued() bool {
+	sub := a.callSub.Load()
+	if sub == nil {
+		return false
+	}
+	n, _, err := sub.Pending()
+	return err == nil && n > 0
 }
 
 func (a *Agent) onCancel(m *nats.Msg) {

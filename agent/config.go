@@ -204,13 +204,21 @@ func (c *Config) validate() error {
 	if err := protocol.ValidateHost(c.Name); err != nil {
 		errs = append(errs, fmt.Errorf("--name: %w", err))
 	}
-	for k := range c.Labels {
-		if k == "" {
-			errs = append(errs, errors.New("label with an empty key: use key=value"))
-		}
+	// What the agent announces must be within the protocol's limits, or
+	// every gateway would ignore the host.
+	if err := protocol.ValidateLabels(c.Labels); err != nil {
+		errs = append(errs, fmt.Errorf("--label: %w", err))
 	}
 	if !filepath.IsAbs(c.Cwd) {
 		errs = append(errs, fmt.Errorf("working directory %q must be absolute", c.Cwd))
+	}
+	if len(c.Cwd) > protocol.MaxPathLen {
+		errs = append(errs, fmt.Errorf("--cwd %s is %d bytes; the fleet protocol announces at most %d: use a shorter working directory",
+			protocol.Excerpt(c.Cwd), len(c.Cwd), protocol.MaxPathLen))
+	}
+	if len(c.Shell) > protocol.MaxPathLen {
+		errs = append(errs, fmt.Errorf("--shell %s is %d bytes; the fleet protocol announces at most %d",
+			protocol.Excerpt(c.Shell), len(c.Shell), protocol.MaxPathLen))
 	}
 	if c.MaxConcurrent < 1 {
 		errs = append(errs, fmt.Errorf("max concurrent calls must be at least 1, not %d", c.MaxConcurrent))

@@ -48,6 +48,14 @@ const (
 	defaultBinaryMaxBytes    = 20 << 20
 )
 
+// maxEncodedMedia is the most base64-encoded data a read may return, so
+// that its result, notes included, fits protocol.MaxResultBytes;
+// maxBinaryBytes the largest file whose encoding is that large.
+const (
+	maxEncodedMedia = protocol.MaxResultBytes - 1<<20
+	maxBinaryBytes  = maxEncodedMedia / 4 * 3
+)
+
 // imageMaxPixels bounds the images read decodes: a decoded pixel takes 4
 // to 8 bytes, and a small compressed file can claim a huge canvas.
 const imageMaxPixels = 100_000_000
@@ -77,6 +85,14 @@ func (c *toolboxConfig) setMediaDefaults() error {
 		return fmt.Errorf("toolbox: image max bytes %d is below 1024; use e.g. %d", c.ImageMaxBytes, defaultImageMaxBytes)
 	case c.BinaryMaxBytes < 1:
 		return fmt.Errorf("toolbox: binary max bytes %d must be positive; use e.g. %d", c.BinaryMaxBytes, defaultBinaryMaxBytes)
+	case c.BinaryMaxBytes > maxBinaryBytes:
+		// Base64 makes data a third larger, and a gateway refuses a
+		// result over protocol.MaxResultBytes.
+		return fmt.Errorf("toolbox: binary max bytes %d (--binary_max_bytes) is above %d (%d MiB): base64-encoded, a read would not fit the fleet protocol's %d MiB result limit",
+			c.BinaryMaxBytes, maxBinaryBytes, maxBinaryBytes>>20, protocol.MaxResultBytes>>20)
+	case c.ImageMaxBytes > maxEncodedMedia:
+		return fmt.Errorf("toolbox: image max bytes %d (--image_max_bytes) is above %d: an image would not fit the fleet protocol's %d MiB result limit",
+			c.ImageMaxBytes, maxEncodedMedia, protocol.MaxResultBytes>>20)
 	}
 	return nil
 }

@@ -466,6 +466,8 @@ func TestMediaLimitsConfig(t *testing.T) {
 		{toolboxConfig{ImageMaxDimension: 8}, "image max dimension 8 is below 16"},
 		{toolboxConfig{ImageMaxBytes: -1}, "image max bytes -1 is below 1024"},
 		{toolboxConfig{BinaryMaxBytes: -5}, "binary max bytes -5 must be positive"},
+		{toolboxConfig{BinaryMaxBytes: 100 << 20}, "--binary_max_bytes"},
+		{toolboxConfig{ImageMaxBytes: 128 << 20}, "--image_max_bytes"},
 	} {
 		if err := tt.cfg.setMediaDefaults(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("setMediaDefaults(%+v) = %v, want %q", tt.cfg, err, tt.want)

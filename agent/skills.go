@@ -219,6 +219,7 @@ func (c *catalog) scan() []protocol.Skill {
 		return nil
 	}
 	var skills []protocol.Skill
+	left := 0
 	for _, e := range entries {
 		name := e.Name()
 		if !c.allows(name) {
@@ -228,10 +229,22 @@ func (c *catalog) scan() []protocol.Skill {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
+		if len(skills) == protocol.MaxSkills {
+			left++
+			continue
+		}
+		if len(name) > protocol.MaxSkillNameLen || len(dir)+len(skillFile)+1 > protocol.MaxPathLen {
+			c.log.Warn("skills: leaving out a folder whose name or path is too long to announce", "folder", protocol.Excerpt(name))
+			continue
+		}
 		s, ok := c.load(dir)
 		if ok {
 			skills = append(skills, s)
 		}
+	}
+	if left > 0 {
+		c.log.Warn("skills: the fleet protocol announces at most this many skills; the folders after them, by name, are left out",
+			"max", protocol.MaxSkills, "left_out", left, "dir", c.root)
 	}
 	slices.SortFunc(skills, func(a, b protocol.Skill) int { return strings.Compare(a.Name, b.Name) })
 	return skills
@@ -252,13 +265,15 @@ func (c *catalog) load(dir string) (protocol.Skill, bool) {
 		return s, false
 	}
 	if err != nil {
-		s.Problem = skillProblem(path, err)
+		s.Problem = protocol.Clip(skillProblem(path, err), protocol.MaxSkillProblemLen)
 		return s, true
 	}
 	m, err := parseSkill(name, data)
-	s.Description = strings.TrimSpace(m.Description)
+	// A valid description fits; an invalid one is cut to what can be
+	// announced, and its problem says why it is invalid.
+	s.Description = protocol.Clip(strings.TrimSpace(m.Description), protocol.MaxSkillDescriptionLen)
 	if err != nil {
-		s.Problem = err.Error()
+		s.Problem = protocol.Clip(err.Error(), protocol.MaxSkillProblemLen)
 	}
 	return s, true
 }

@@ -70,6 +70,10 @@ func setInt[T int | int64](v *T, def T) {
 	}
 }
 
+// maxTaskTail bounds TailBytes, so that a task_status result (the tail,
+// the command and the task's facts) stays within its protocol limit.
+const maxTaskTail = protocol.MaxShortResultText / 2
+
 func (c *taskConfig) validate() error {
 	var errs []error
 	if c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.DefaultTimeout > c.MaxTimeout {
@@ -87,6 +91,10 @@ func (c *taskConfig) validate() error {
 		if v.n < 1 {
 			errs = append(errs, fmt.Errorf("the limit on %s must be at least 1, not %d", v.name, v.n))
 		}
+	}
+	if c.TailBytes > maxTaskTail {
+		errs = append(errs, fmt.Errorf("background task output tail (--task_tail_bytes) %d is above %d: task_status results are limited to %d KiB in the fleet protocol",
+			c.TailBytes, maxTaskTail, protocol.MaxShortResultText>>10))
 	}
 	if c.Retention < 0 || c.Poll < 0 {
 		errs = append(errs, errors.New("background task retention (--task_retention) must not be negative"))

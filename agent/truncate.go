@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Output limits of read and bash, whichever is reached first. They match
 // the pi coding agent so that models trained on it see the same notes.
 const (
 	truncMaxLines = 2000
-	truncMaxBytes = 50 << 10 // 51200
+	truncMaxBytes = protocol.MaxOutputBytes // 51200
 )
 
 // outputLimits bounds a truncated text. Both fields must be positive.

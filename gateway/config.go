@@ -52,6 +52,17 @@ type Config struct {
 	// MaxRequestBytes bounds one MCP request body (a write's content
 	// travels in it). Default 64 MiB, the agents' default limit too.
 	MaxRequestBytes int64
+	// MaxTransferBytes bounds the bytes of large transfers (requests and
+	// results over 1 MiB: writes, binary reads, images) the gateway holds
+	// at once; each takes about two to three times its size in memory
+	// while it passes. A request that does not fit waits up to
+	// TransferWait, then is refused as busy; a result that does not fit
+	// is fetched again from its agent once there is room, within the same
+	// wait. Default 128 MiB; at least MaxRequestBytes.
+	MaxTransferBytes int64
+	// TransferWait is how long a large transfer may wait for room in the
+	// budget. Default 10 s.
+	TransferWait time.Duration
 
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
@@ -89,6 +100,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxTransferBytes is the default of Config.MaxTransferBytes.
+const DefaultMaxTransferBytes = 128 << 20
+
 func (c *Config) setDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
@@ -96,6 +110,10 @@ func (c *Config) setDefaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
 	}
+	if c.MaxTransferBytes == 0 {
+		c.MaxTransferBytes = DefaultMaxTransferBytes
+	}
+	setDur(&c.TransferWait, 10*time.Second)
 	setDur(&c.SessionTimeout, 30*time.Minute)
 	setDur(&c.FileCallTimeout, 60*time.Second)
 	setDur(&c.MaxCallDuration, time.Hour)
@@ -129,6 +147,13 @@ func (c *Config) validate() error {
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Hosts.validate()...)
+	if c.MaxTransferBytes < c.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("transfer budget %d MiB (--max_transfer_mib) is below the request limit of %d MiB: a request of that size could never be admitted",
+			c.MaxTransferBytes>>20, c.MaxRequestBytes>>20))
+	}
+	if c.TransferWait < 0 {
+		errs = append(errs, fmt.Errorf("transfer wait %s must not be negative", c.TransferWait))
+	}
 	if c.Silence < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("silence timeout %s is too short (minimum 100ms)", c.Silence))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -313,6 +314,9 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 		res, err = f.g.router.call(ctx, callRequest{
 			ID: id, Host: o.Host, Tool: f.base, Caller: f.cc.id.Caller(), Args: args, Timeout: f.timeout,
 		}, nil)
+	}
+	if res != nil && capResult(o.Host, f.base, res, protocol.ResultTextLimit(f.base, false)) {
+		f.g.agentLogs.log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
 	}
 	o.DurationMS = time.Since(start).Milliseconds()
 	f.classify(o, res, err)

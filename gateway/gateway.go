@@ -45,6 +45,10 @@ type Gateway struct {
 	shutdownErr  error
 	// rates holds the per-caller rate-limit buckets.
 	rates rateLimiters
+	// agentLogs limits the lines logged about what agents send wrong.
+	agentLogs *logLimiter
+	// transfers bounds the memory of large requests and results.
+	transfers *transfers
 
 	ln   net.Listener
 	http *http.Server
@@ -58,7 +62,8 @@ func Start(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), agentLogs: newLogLimiter(logEvery, 1),
+		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
@@ -147,10 +152,11 @@ func (g *Gateway) startNATS() error {
 	}
 	g.nc = nc
 	g.reg = newRegistry(g.log, g.cfg.OfflineAfter)
+	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
 	if _, err := nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(nc, g.reg, g.log, g.cfg.Silence); err != nil {
+	if g.router, err = newRouter(nc, g.reg, g.log, g.cfg.Silence, g.transfers); err != nil {
 		return err
 	}
 	if err := nc.Flush(); err != nil {
@@ -298,6 +304,10 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	g.stopNATS()
 	return errors.Join(err, aerr)
 }
+
+// TransferBytesInUse returns how much of the budget for large transfers
+// (Config.MaxTransferBytes) requests and results in flight hold now.
+func (g *Gateway) TransferBytesInUse() int64 { return g.transfers.inUse.Load() }
 
 // Host returns what the gateway knows about host.
 func (g *Gateway) Host(host string) (HostInfo, bool) { return g.reg.get(host) }

@@ -36,6 +36,16 @@ type callContext struct {
 	// background is set for a bash call that starts a background task:
 	// its result has no exit code.
 	background bool
+	// rawData is set for a read with binary_base64: its text is the
+	// file's data, bounded by the result limit alone.
+	rawData bool
+	// args are a per-host tool's arguments: the handler sees them
+	// shrunk, forward sends them as the client did.
+	args *callArgs
+	// hold keeps what the call's result holds of the transfer budget
+	// until the response carrying it is written (nil: until the call
+	// returns).
+	hold *transferHold
 }
 
 type callContextKey struct{}
@@ -100,7 +110,17 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	tool := req.Params.Name
 	host := ""
 	if perHostTool(tool) {
-		host = hostArg(req.Params.Arguments)
+		// The handler decodes and validates the shrunk arguments; only
+		// forward needs them in full. Those of a large request were
+		// shrunk before the SDK saw them (transfer.go).
+		rs := g.transfers.stateOf(req)
+		if rs != nil {
+			cc.args, cc.hold = rs.args, &rs.hold
+		}
+		if cc.args == nil {
+			cc.args = shrinkArgs(req.Params.Arguments)
+		}
+		host = hostArg(cc.args.small)
 	}
 	rec := g.newRecord(start, cc, req, host)
 	dec, refusal := g.decide(cc, tool, host)
@@ -112,7 +132,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	var err error
 	if dec.Allowed {
 		rec.Decision = decisionAllowed
-		res, err = next(withCall(ctx, cc), method, req)
+		res, err = next(withCall(ctx, cc), method, withArgs(req, cc.args))
 	} else {
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		res = errorResult(refusal)
@@ -126,6 +146,18 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	rec.Fanout = cc.fanout
 	g.audit.write(rec)
 	return res, err
+}
+
+// withArgs returns req with its arguments replaced by args' shrunk form
+// (req itself when args is nil).
+func withArgs(req *mcp.CallToolRequest, args *callArgs) *mcp.CallToolRequest {
+	if args == nil || req.Params == nil {
+		return req
+	}
+	r, p := *req, *req.Params
+	p.Arguments = args.small
+	r.Params = &p
+	return &r
 }
 
 // hostArg reads the host argument of a per-host tool ("" when absent or
@@ -214,18 +246,25 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decis
 
 // newRecord starts the audit record of a call.
 func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolRequest, host string) *AuditRecord {
+	raw := req.Params.Arguments
+	if cc.args != nil {
+		raw = cc.args.raw
+	}
 	rec := &AuditRecord{
 		Time:    start.UTC(),
 		CallID:  cc.callID,
 		Tool:    req.Params.Name,
-		BytesIn: len(req.Params.Arguments),
+		BytesIn: len(raw),
 	}
 	// Small arguments are summarised by the audit writer, off the call's
 	// path; large ones (file contents) here, so the queue never holds them.
-	if len(req.Params.Arguments) <= maxQueuedArgs {
-		rec.rawArgs = req.Params.Arguments
-	} else {
-		rec.Args = g.audit.redact.args(req.Params.Arguments)
+	switch {
+	case len(raw) <= maxQueuedArgs:
+		rec.rawArgs = raw
+	case cc.args != nil:
+		rec.Args = g.audit.redact.shrunkArgs(cc.args.small, cc.args.sizes)
+	default:
+		rec.Args = g.audit.redact.args(raw)
 	}
 	if host != "" {
 		rec.Hosts = []string{host}
@@ -260,7 +299,9 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 	if !ok || cr == nil {
 		return
 	}
-	text := resultText(cr)
+	// The error line and a command's status line are at the end: a
+	// large result's text is not copied for them.
+	text := resultTail(cr, 64<<10)
 	rec.BytesOut = resultBytes(cr)
 	if rec.Outcome == outcomeRefused {
 		return
@@ -296,14 +337,24 @@ func (g *Gateway) bashStatus(rec *AuditRecord, isError bool, text string) {
 	}
 }
 
-func resultText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if t, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(t.Text)
+// resultTail returns the last n bytes (at most) of res's text contents
+// joined.
+func resultTail(res *mcp.CallToolResult, n int) string {
+	var parts []string
+	for i := len(res.Content) - 1; i >= 0 && n > 0; i-- {
+		t, ok := res.Content[i].(*mcp.TextContent)
+		if !ok {
+			continue
 		}
+		s := t.Text
+		if len(s) > n {
+			s = s[len(s)-n:]
+		}
+		parts = append(parts, s)
+		n -= len(s)
 	}
-	return b.String()
+	slices.Reverse(parts)
+	return strings.Join(parts, "")
 }
 
 func resultBytes(res *mcp.CallToolResult) int {

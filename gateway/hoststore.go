@@ -59,6 +59,11 @@ type HostsConfig struct {
 	Retention time.Duration
 	// Replicas is the bucket's replica count on a NATS cluster. Default 1.
 	Replicas int
+	// MaxBytes bounds the memory the registry's hosts may take (about 2.5
+	// KB per typical host; an agent can make its host take at most about
+	// protocol.MaxAnnounceBytes). An announce that would take the registry
+	// beyond it is ignored, and logged. Default 512 MiB; at least 1 MiB.
+	MaxBytes int64
 }
 
 func (c *HostsConfig) setDefaults() {
@@ -66,12 +71,18 @@ func (c *HostsConfig) setDefaults() {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultHostsMaxBytes
+	}
 }
 
 func (c *HostsConfig) validate() []error {
 	var errs []error
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("hosts bucket replicas %d: use 1 to 5 (3 on a 3-node cluster)", c.Replicas))
+	}
+	if c.MaxBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("host registry bound %d bytes is too small (minimum 1 MiB)", c.MaxBytes))
 	}
 	if c.Retention > 0 && c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("hosts retention %s is too short (minimum 1h; negative keeps hosts forever)", c.Retention))
@@ -174,8 +185,10 @@ func ensureHostsBucket(js jetstream.JetStream, cfg HostsConfig) (jetstream.KeyVa
 		Bucket:      protocol.HostsBucket,
 		Description: "fleetmcp host registry: each host's last announce and when it was last seen",
 		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		// No gateway writes a larger record; none is stored.
+		MaxValueSize: maxRecordBytes,
+		Storage:      jetstream.FileStorage,
+		Replicas:     cfg.Replicas,
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -328,20 +341,43 @@ func (s *hostStore) apply(e jetstream.KeyValueEntry) {
 		s.reg.applyDeleted(host, e.Revision())
 		return
 	}
-	var rec hostRecord
-	err := json.Unmarshal(e.Value(), &rec)
-	if err == nil && (rec.Announce == nil || rec.Announce.Host != host) {
-		err = errors.New("no announce of this host in it")
-	}
+	rec, err := decodeRecord(host, e.Value())
 	if err != nil {
 		// Noted with an empty digest, so a gateway that hears the host
 		// writes a good record over it.
-		s.log.Warn("ignoring a damaged hosts bucket record", "host", host, "revision", e.Revision(), "err", err)
-		s.reg.applyRecord(host, e.Revision(), nil, factsDigest{}, time.Time{})
+		s.reg.rejects.log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a damaged hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
+		_ = s.reg.applyRecord(host, e.Revision(), nil, factsDigest{}, time.Time{})
 		return
 	}
 	rec.Announce.Busy, rec.Announce.Leaving = 0, false
-	s.reg.applyRecord(host, e.Revision(), rec.Announce, digestOf(rec.Announce), rec.LastSeen)
+	if err := s.reg.applyRecord(host, e.Revision(), rec.Announce, digestOf(rec.Announce), rec.LastSeen); err != nil {
+		s.reg.rejects.log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
+	}
+}
+
+// maxRecordBytes bounds a record of the hosts bucket: an announce within
+// its limit and the record's own fields.
+const maxRecordBytes = protocol.MaxAnnounceBytes + 1<<10
+
+// decodeRecord parses and checks a record of the hosts bucket, as the
+// announce it holds was checked when it was heard: a record written by
+// another gateway (of another version, or one that was tampered with)
+// must not make this one hold more than an agent could.
+func decodeRecord(host string, data []byte) (*hostRecord, error) {
+	if len(data) > maxRecordBytes {
+		return nil, fmt.Errorf("record is %d bytes; at most %d are allowed", len(data), maxRecordBytes)
+	}
+	var rec hostRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("record is not valid JSON: %s", protocol.Clip(err.Error(), 200))
+	}
+	if rec.Announce == nil || rec.Announce.Host != host {
+		return nil, errors.New("no announce of this host in it")
+	}
+	if err := rec.Announce.Validate(); err != nil {
+		return nil, err
+	}
+	return &rec, nil
 }
 
 // run writes what is due whenever the registry reports a change, and
@@ -517,7 +553,7 @@ func (r *registry) due(now time.Time, retention time.Duration) (writes, forget [
 		}
 		if retention > 0 && live == 0 && e.facts != nil && now.Sub(e.lastSeen()) > retention {
 			if e.rev == 0 {
-				delete(r.hosts, host)
+				r.removeEntry(host, e)
 				continue
 			}
 			forget = append(forget, hostWrite{host: host, rev: e.rev})
@@ -561,7 +597,7 @@ func (r *registry) hold(host string, until time.Time) {
 // host). A host this gateway hears online keeps the facts it heard; for
 // any other host the record's facts are adopted, unless this gateway heard
 // the host after the record's last-seen.
-func (r *registry) applyRecord(host string, rev uint64, facts *protocol.Announce, digest factsDigest, seen time.Time) {
+func (r *registry) applyRecord(host string, rev uint64, facts *protocol.Announce, digest factsDigest, seen time.Time) error {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -569,16 +605,16 @@ func (r *registry) applyRecord(host string, rev uint64, facts *protocol.Announce
 	if e == nil {
 		// Even for a damaged record, so that a write over it has its
 		// revision.
-		e = &hostEntry{}
-		r.hosts[host] = e
+		e = r.addEntry(host)
 	}
 	if rev <= e.rev {
-		return
+		return nil
 	}
 	e.rev, e.kvDigest, e.kvSeen, e.holdUntil = rev, digest, seen, time.Time{}
 	if facts != nil && digest != e.digest && (e.facts == nil || r.liveCount(e, now) == 0 && !seen.Before(e.heard)) {
-		r.setFacts(e, facts, digest)
+		return r.setFacts(host, e, facts, digest)
 	}
+	return nil
 }
 
 // applyDeleted takes in a removed record: the host is forgotten unless
@@ -595,7 +631,7 @@ func (r *registry) applyDeleted(host string, rev uint64) {
 	if online {
 		e.rev, e.kvDigest, e.kvSeen, e.holdUntil = rev, factsDigest{}, time.Time{}, time.Time{}
 	} else {
-		delete(r.hosts, host)
+		r.removeEntry(host, e)
 	}
 	r.mu.Unlock()
 	if online {
@@ -610,6 +646,6 @@ func (r *registry) forgotten(host string, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.hosts[host]; e != nil && e.rev == rev && r.liveCount(e, now) == 0 {
-		delete(r.hosts, host)
+		r.removeEntry(host, e)
 	}
 }

@@ -55,10 +55,7 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 		Logger:                       g.log.With("component", "mcp-http"),
 		DisableLocalhostProtection:   authOn,
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Only the gateway sets this header: a client must not name
-		// another request's context.
-		r.Header.Del(requestHeader)
+	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Protocol-Version") >= statelessProtocol {
 			stateless.ServeHTTP(w, r)
 			return
@@ -69,6 +66,13 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 			r.Header.Set(requestHeader, id)
 		}
 		stateful.ServeHTTP(w, r)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the gateway sets this header: a client must not name
+		// another request's context.
+		r.Header.Del(requestHeader)
+		// Large requests wait for room in the transfer budget (transfer.go).
+		g.admit(w, r, dispatch, g.cfg.MaxRequestBytes)
 	})
 }
 

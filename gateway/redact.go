@@ -254,6 +254,12 @@ func truncateText(s string, n int) string {
 // by size only, secret-named arguments blanked. Arguments that are not a
 // JSON object are summarised by size.
 func (r *redactor) args(raw json.RawMessage) map[string]any {
+	return r.shrunkArgs(raw, nil)
+}
+
+// shrunkArgs is args for arguments whose long strings were cut
+// (shrinkArgs): sizes gives each top-level value's size in full.
+func (r *redactor) shrunkArgs(raw json.RawMessage, sizes map[string]int) map[string]any {
 	if len(raw) == 0 {
 		return nil
 	}
@@ -263,28 +269,38 @@ func (r *redactor) args(raw json.RawMessage) map[string]any {
 	}
 	out := make(map[string]any, len(args))
 	for k, v := range args {
+		size, ok := sizes[k]
+		if !ok {
+			size = jsonSize(v)
+		}
 		switch {
 		case r.secretKey.MatchString(k):
 			out[k] = redacted
 		case isContentArg(k):
-			out[k+"_bytes"] = jsonSize(v)
+			out[k+"_bytes"] = size
 		default:
-			out[k] = r.value(v)
+			out[k] = r.value(v, size)
 		}
 	}
 	return out
 }
 
-func (r *redactor) value(v any) any {
+// value summarises v, whose size in full is size.
+func (r *redactor) value(v any, size int) any {
 	switch v := v.(type) {
 	case string:
+		if size > len(v) {
+			// Cut already: keep what the summary keeps, and say how
+			// much there was.
+			return truncateText(r.text(v), maxSummaryText-40) + fmt.Sprintf(" [%d bytes in all]", size)
+		}
 		return r.text(v)
 	case float64, bool, nil:
 		return v
 	case []any:
-		return fmt.Sprintf("[%d items, %d bytes]", len(v), jsonSize(v))
+		return fmt.Sprintf("[%d items, %d bytes]", len(v), size)
 	default:
-		return fmt.Sprintf("[object, %d bytes]", jsonSize(v))
+		return fmt.Sprintf("[object, %d bytes]", size)
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"reflect"
@@ -109,22 +110,48 @@ func (e *hostEntry) lastSeen() time.Time {
 // registry keeps the fleet's hosts. Presence messages update it directly;
 // a hostStore, when attached, shares it with other gateway replicas
 // through the hosts bucket.
+//
+// What it holds is bounded: every announce is checked against the
+// protocol's limits (protocol.Announce.Validate) before it is looked at,
+// each host keeps at most maxInstances agent instances, and the facts of
+// all hosts together may take at most maxBytes (as estimated by
+// entryCost and the interner): an announce that would take the registry
+// beyond is ignored. Messages it ignores are logged through a limiter, a
+// few lines per agent a minute with the offending value cut short.
 type registry struct {
 	log          *slog.Logger
 	offlineAfter time.Duration
+	maxBytes     int64
 	now          func() time.Time
 	// changed is signalled (without blocking) when something this
 	// gateway heard may need writing to the bucket.
 	changed chan struct{}
+	// rejects limits the lines logged about ignored announces, events
+	// those about hosts coming, going and conflicting.
+	rejects, events *logLimiter
 
 	mu      sync.RWMutex
 	hosts   map[string]*hostEntry
 	strings interner
+	// bytes is the estimated memory of the hosts' entries beyond the
+	// interned strings (see entryCost).
+	bytes int64
 }
 
+// DefaultHostsMaxBytes is the default bound on the registry's memory.
+const DefaultHostsMaxBytes = 512 << 20
+
+// maxInstances bounds the agent instances remembered per host: two or
+// more announcing one name are a conflict however many there are.
+const maxInstances = 8
+
+// logEvery is the interval of the registry's log limiters.
+const logEvery = time.Minute
+
 func newRegistry(log *slog.Logger, offlineAfter time.Duration) *registry {
-	return &registry{log: log, offlineAfter: offlineAfter, now: time.Now, changed: make(chan struct{}, 1),
-		hosts: make(map[string]*hostEntry), strings: interner{m: make(map[string]string)}}
+	return &registry{log: log, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
+		rejects: newLogLimiter(logEvery, 1), events: newLogLimiter(logEvery, 10),
+		hosts: make(map[string]*hostEntry), strings: interner{m: make(map[string]*internRef)}}
 }
 
 func (r *registry) notify() {
@@ -134,19 +161,28 @@ func (r *registry) notify() {
 	}
 }
 
+// reject logs an ignored presence message, at most once a minute per
+// subject host.
+func (r *registry) reject(host, subject string, err error) {
+	key := host
+	if key == "" {
+		key = "(invalid subject)"
+	}
+	r.rejects.log(r.log, slog.LevelWarn, key, "ignoring announce", "subject", protocol.Clip(subject, 200), "err", err.Error())
+}
+
 // onPresence records an announce. The host ID is taken from the subject and
 // must match the payload. It runs for every heartbeat of every host (2,000
 // a second at 10,000 hosts), so unchanged facts cost a decode and a
 // comparison, and nothing else.
 func (r *registry) onPresence(m *nats.Msg) {
 	host := protocol.HostFromPresence(m.Subject)
-	var a protocol.Announce
-	if err := json.Unmarshal(m.Data, &a); err != nil {
-		r.log.Warn("ignoring malformed announce", "subject", m.Subject, "err", err)
-		return
+	a, err := protocol.DecodeAnnounce(m.Data)
+	if err == nil && a.Host != host {
+		err = fmt.Errorf("the announce names host %s, its subject %s", protocol.Excerpt(a.Host), protocol.Excerpt(host))
 	}
-	if host == "" || a.Host != host {
-		r.log.Warn("ignoring announce whose host does not match its subject", "subject", m.Subject, "host", a.Host)
+	if err != nil {
+		r.reject(host, m.Subject, err)
 		return
 	}
 	leaving, busy := a.Leaving, a.Busy
@@ -155,22 +191,23 @@ func (r *registry) onPresence(m *nats.Msg) {
 	r.mu.Lock()
 	e := r.hosts[host]
 	wasOnline := e != nil && r.liveCount(e, now) > 0
-	if e == nil {
-		e = &hostEntry{}
-		r.hosts[host] = e
-	}
-	took, late := r.claim(e, &a, leaving, now)
-	if late {
+	if e != nil && r.late(e, a.Instance, now) {
 		r.mu.Unlock()
 		r.log.Debug("ignoring a late announce of an agent process that was replaced", "host", host, "instance", a.Instance)
 		return
 	}
 	// The goodbye of one of two agents claiming the name leaves the
 	// other's facts in place.
-	changed := e.facts == nil || !(leaving && r.liveCount(e, now) > 0) && !reflect.DeepEqual(e.facts, &a)
+	changed := e == nil || e.facts == nil || !(leaving && r.othersLive(e, a.Instance, now)) && !reflect.DeepEqual(e.facts, a)
 	if changed {
-		r.setFacts(e, &a, digestOf(&a))
+		if err := r.admit(host, e, a); err != nil {
+			r.mu.Unlock()
+			r.reject(host, m.Subject, err)
+			return
+		}
+		e = r.hosts[host]
 	}
+	took := r.claim(e, a, leaving, now)
 	if !leaving || r.liveCount(e, now) == 0 {
 		e.busy = busy
 	}
@@ -182,14 +219,38 @@ func (r *registry) onPresence(m *nats.Msg) {
 	}
 	switch {
 	case leaving:
-		r.log.Info("host left", "host", host, "instance", a.Instance)
+		r.events.log(r.log, slog.LevelInfo, host, "host left", "host", host, "instance", a.Instance)
 	case len(instances) > 1:
-		r.log.Warn("two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
+		r.events.log(r.log, slog.LevelWarn, host, "two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
 	case took != "":
-		r.log.Info("host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
+		r.events.log(r.log, slog.LevelInfo, host, "host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
 	case !wasOnline:
-		r.log.Info("host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
+		r.events.log(r.log, slog.LevelInfo, host, "host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
 	}
+}
+
+// admit stores a, a checked announce without Busy and Leaving, as the
+// facts of host (whose entry is e, nil when the host is new), unless its
+// encoding exceeds the announce limit or it would take the registry
+// beyond its memory bound. The caller holds r.mu.
+func (r *registry) admit(host string, e *hostEntry, a *protocol.Announce) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encode facts: %w", err)
+	}
+	if len(data) > protocol.MaxAnnounceBytes {
+		// Validate bounds each field, but escaping can make the whole
+		// larger than it arrived; it must fit a hosts-bucket record.
+		return fmt.Errorf("announce encodes to %d bytes; at most %d are allowed", len(data), protocol.MaxAnnounceBytes)
+	}
+	if e == nil {
+		e = &hostEntry{}
+	}
+	if err := r.setFacts(host, e, a, sha256.Sum256(data)); err != nil {
+		return err
+	}
+	r.hosts[host] = e
+	return nil
 }
 
 // claim records that instance a.Instance of installation a.AgentID
@@ -199,11 +260,10 @@ func (r *registry) onPresence(m *nats.Msg) {
 // share it): it takes the host over at once and the old process is taken
 // for dead. If the old process is heard again after all, the state
 // directory was copied to another machine, and both count, as any two
-// claims of one name do; but within a heartbeat interval of the take-over
-// what arrives from it is taken for a message sent before it died, and
-// late is set: the announce is to be ignored. claim returns the instance
-// taken over, if any. The caller holds r.mu.
-func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now time.Time) (took string, late bool) {
+// claims of one name do (but see late). claim returns the instance taken
+// over, if any. At most maxInstances are remembered, the oldest dropped
+// first. The caller holds r.mu.
+func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now time.Time) (took string) {
 	limit := r.limit(e)
 	known := false
 	e.instances = slices.DeleteFunc(e.instances, func(in instanceSeen) bool {
@@ -214,20 +274,15 @@ func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now t
 		return now.Sub(in.at) > limit
 	})
 	if leaving {
-		return "", false
+		return ""
 	}
 	if known {
 		for i := range e.instances {
-			in := &e.instances[i]
-			if in.id != a.Instance {
-				continue
+			if in := &e.instances[i]; in.id == a.Instance {
+				in.at, in.replaced = now, time.Time{}
 			}
-			if !in.replaced.IsZero() && now.Sub(in.replaced) <= r.interval(e) {
-				return "", true
-			}
-			in.at, in.replaced = now, time.Time{}
 		}
-		return "", false
+		return ""
 	}
 	agent := a.AgentID
 	if len(agent) > protocol.MaxAgentIDLen {
@@ -240,8 +295,37 @@ func (r *registry) claim(e *hostEntry, a *protocol.Announce, leaving bool, now t
 			}
 		}
 	}
+	if len(e.instances) >= maxInstances {
+		e.instances = slices.Delete(e.instances, 0, len(e.instances)-maxInstances+1)
+	}
 	e.instances = append(e.instances, instanceSeen{id: a.Instance, agent: agent, at: now})
-	return took, false
+	return took
+}
+
+// late reports whether an announce of instance, a process that another
+// of its installation took over within a heartbeat interval, is to be
+// ignored: it is taken for a message sent before the process died. Heard
+// later than that, the process is alive after all and claim counts it
+// again. The caller holds r.mu.
+func (r *registry) late(e *hostEntry, instance string, now time.Time) bool {
+	for _, in := range e.instances {
+		if in.id == instance && !in.replaced.IsZero() && now.Sub(in.replaced) <= r.interval(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// othersLive reports whether instances of e other than instance count.
+// The caller holds r.mu.
+func (r *registry) othersLive(e *hostEntry, instance string, now time.Time) bool {
+	limit := r.limit(e)
+	for _, in := range e.instances {
+		if in.id != instance && in.replaced.IsZero() && now.Sub(in.at) <= limit {
+			return true
+		}
+	}
+	return false
 }
 
 // interval is how often e's agent announces itself: its heartbeat,
@@ -269,11 +353,49 @@ func (r *registry) live(e *hostEntry, now time.Time) []string {
 }
 
 // setFacts stores a (an announce without Busy and Leaving, not used
-// elsewhere) as e's facts. The caller holds r.mu.
-func (r *registry) setFacts(e *hostEntry, a *protocol.Announce, digest factsDigest) {
-	r.strings.facts(a)
+// elsewhere) as the facts of host, whose entry is e (not yet in r.hosts
+// when the host is new), unless that would take the registry beyond
+// r.maxBytes; facts that take no more than the ones they replace always
+// fit. The caller holds r.mu.
+func (r *registry) setFacts(host string, e *hostEntry, a *protocol.Announce, digest factsDigest) error {
+	oldCost := int64(0)
+	if r.hosts[host] == e {
+		oldCost = entryCost(host, e.facts)
+	}
+	cost := entryCost(host, a)
+	before := r.bytes + r.strings.bytes
+	r.strings.hold(a)
+	if e.facts != nil {
+		r.strings.release(e.facts)
+	}
+	if total := r.bytes + cost - oldCost + r.strings.bytes; total > r.maxBytes && total > before {
+		if e.facts != nil {
+			r.strings.retain(e.facts)
+		}
+		r.strings.release(a)
+		return fmt.Errorf("the host registry is full: this host's facts would take it to %d bytes, beyond its bound of %d (--hosts_max_mib)", total, r.maxBytes)
+	}
+	r.bytes += cost - oldCost
 	e.facts, e.digest = a, digest
-	r.strings.maybeCompact(r.hosts)
+	return nil
+}
+
+// addEntry adds a new entry without facts for host. The caller holds
+// r.mu.
+func (r *registry) addEntry(host string) *hostEntry {
+	e := &hostEntry{}
+	r.hosts[host] = e
+	r.bytes += entryCost(host, nil)
+	return e
+}
+
+// removeEntry forgets host, whose entry is e. The caller holds r.mu.
+func (r *registry) removeEntry(host string, e *hostEntry) {
+	delete(r.hosts, host)
+	r.bytes -= entryCost(host, e.facts)
+	if e.facts != nil {
+		r.strings.release(e.facts)
+	}
 }
 
 // digestOf returns the digest of a host's facts.
@@ -285,6 +407,25 @@ func digestOf(a *protocol.Announce) factsDigest {
 		return factsDigest{0xff}
 	}
 	return sha256.Sum256(data)
+}
+
+// entryCost estimates the memory of host's entry with facts a beyond the
+// strings the interner holds: the entry, its announce, the headers of
+// their slices and map, and the strings no other host shares.
+func entryCost(host string, a *protocol.Announce) int64 {
+	n := int64(600 + len(host))
+	if a != nil {
+		n += int64(len(a.Host) + len(a.Instance) + len(a.Hostname) + 16*len(a.Tools) + 96*len(a.Skills) + 64*len(a.Labels))
+	}
+	return n
+}
+
+// memory returns the registry's estimated memory: its entries and the
+// strings they share.
+func (r *registry) memory() int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.bytes + r.strings.bytes
 }
 
 // offlineBound is how long after an instance's last announce the gateway
@@ -372,24 +513,52 @@ func (r *registry) list(filter string) []HostInfo {
 
 // interner shares equal strings between hosts' facts: a fleet's hosts
 // mostly run the same agent version, tools and skills, and skill
-// descriptions are up to 1 KiB each. It is guarded by the registry's lock.
+// descriptions are up to 4 KiB each. Each string is counted by the facts
+// that hold it and dropped with the last of them, so strings of facts
+// that changed are not kept, and bytes is exact. It is guarded by the
+// registry's lock.
 type interner struct {
-	m map[string]string
-	// compactAt is the table size beyond which it is rebuilt from the
-	// strings still in use, so facts that changed do not pin old strings.
-	compactAt int
+	m map[string]*internRef
+	// bytes is the memory of the strings held, with internOverhead each.
+	bytes int64
 }
 
+type internRef struct {
+	s    string
+	refs int
+}
+
+// internOverhead estimates the memory of one table entry beyond its
+// string's bytes.
+const internOverhead = 64
+
 func (in *interner) get(s string) string {
-	if c, ok := in.m[s]; ok {
-		return c
+	if s == "" {
+		return ""
 	}
-	in.m[s] = s
+	if ref, ok := in.m[s]; ok {
+		ref.refs++
+		return ref.s
+	}
+	in.m[s] = &internRef{s: s, refs: 1}
+	in.bytes += int64(len(s)) + internOverhead
 	return s
 }
 
-// facts replaces a's strings by shared copies.
-func (in *interner) facts(a *protocol.Announce) {
+func (in *interner) put(s string) {
+	ref := in.m[s]
+	if ref == nil {
+		return
+	}
+	if ref.refs--; ref.refs == 0 {
+		delete(in.m, s)
+		in.bytes -= int64(len(s)) + internOverhead
+	}
+}
+
+// hold replaces a's strings by shared copies and counts a as holding
+// them.
+func (in *interner) hold(a *protocol.Announce) {
 	stringFields(a, func(p *string) { *p = in.get(*p) })
 	if a.Labels != nil {
 		labels := make(map[string]string, len(a.Labels))
@@ -400,25 +569,23 @@ func (in *interner) facts(a *protocol.Announce) {
 	}
 }
 
-// maybeCompact rebuilds the table from the facts of hosts once it has
-// doubled since the last rebuild. Stored facts are only read: they are
-// made of the table's strings already.
-func (in *interner) maybeCompact(hosts map[string]*hostEntry) {
-	if len(in.m) <= in.compactAt {
-		return
+// retain counts a, whose strings are already shared copies, as holding
+// them again. Unlike hold it does not modify a.
+func (in *interner) retain(a *protocol.Announce) {
+	stringFields(a, func(p *string) { in.get(*p) })
+	for k, v := range a.Labels {
+		in.get(k)
+		in.get(v)
 	}
-	in.m = make(map[string]string, in.compactAt)
-	add := func(p *string) { in.m[*p] = *p }
-	for _, e := range hosts {
-		if e.facts == nil {
-			continue
-		}
-		stringFields(e.facts, add)
-		for k, v := range e.facts.Labels {
-			in.m[k], in.m[v] = k, v
-		}
+}
+
+// release counts a as no longer holding its strings.
+func (in *interner) release(a *protocol.Announce) {
+	stringFields(a, func(p *string) { in.put(*p) })
+	for k, v := range a.Labels {
+		in.put(k)
+		in.put(v)
 	}
-	in.compactAt = max(2*len(in.m), 4096)
 }
 
 // stringFields calls f with the address of each string of a that hosts

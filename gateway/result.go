@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,6 +39,44 @@ func toolResult(host string, res *protocol.Result) *mcp.CallToolResult {
 		out.StructuredContent = res.Structured
 	}
 	return out
+}
+
+// capResult keeps res, the result of tool on host, within what such a
+// result may carry (protocol.ResultTextLimit gives limit): text beyond
+// limit is cut, structured content over it dropped, an error message cut
+// to protocol.MaxErrorMessage, each with a note saying so. A correct
+// agent never needs this; a faulty or compromised one cannot make the
+// gateway forward more. It reports whether it changed res.
+func capResult(host, tool string, res *protocol.Result, limit int) bool {
+	cut := false
+	if e := res.Error; e != nil && len(e.Message) > protocol.MaxErrorMessage {
+		e.Message = protocol.Clip(e.Message, protocol.MaxErrorMessage) + fmt.Sprintf(" [... the gateway cut this message of %d bytes]", len(e.Message))
+		cut = true
+	}
+	var notes []string
+	total, room := 0, limit
+	for i := range res.Content {
+		c := &res.Content[i]
+		if c.Type != "text" {
+			continue
+		}
+		total += len(c.Text)
+		c.Text = protocol.Clip(c.Text, room)
+		room -= len(c.Text)
+	}
+	if total > limit {
+		res.Content = slices.DeleteFunc(res.Content, func(c protocol.Content) bool { return c.Type == "text" && c.Text == "" })
+		notes = append(notes, fmt.Sprintf("%d bytes of text, more than the %d a %s result may carry; the rest was cut", total, limit, tool))
+	}
+	if len(res.Structured) > limit {
+		notes = append(notes, fmt.Sprintf("%d bytes of structured content, more than the %d a %s result may carry; it was dropped", len(res.Structured), limit, tool))
+		res.Structured = nil
+	}
+	if len(notes) > 0 {
+		res.Content = append(res.Content, protocol.Text(fmt.Sprintf("\n\n[The fleet gateway received from host %s %s. The host's agent may be faulty.]", host, strings.Join(notes, ", and "))))
+		cut = true
+	}
+	return cut
 }
 
 func agentErrorText(host string, e *protocol.Error) string {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ const (
 	// HostGone: nobody listens on the host's subjects (its agent is not
 	// connected), though the registry had not noticed yet.
 	HostGone
+	// HostBusy: the gateway had no room for the call's large result
+	// (its transfer budget).
+	HostBusy
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -54,6 +58,12 @@ type router struct {
 
 	inbox string
 	sub   *nats.Subscription
+	// badFrames limits the lines logged about malformed reply frames:
+	// an agent may publish any number to its reply subject.
+	badFrames *logLimiter
+	// transfers is the budget large results take their size from (nil:
+	// none).
+	transfers *transfers
 
 	mu     sync.Mutex
 	calls  map[string]*inflight            // by call ID
@@ -63,22 +73,45 @@ type router struct {
 // inflight buffers the frames of one call between the NATS callback (which
 // must never block) and the goroutine waiting for the call.
 type inflight struct {
-	host         string
-	mu           sync.Mutex
-	frames       []protocol.Frame
-	pendingBytes int
-	dropped      int
-	noResponders bool
-	notify       chan struct{}
+	host   string
+	mu     sync.Mutex
+	frames []protocol.Frame
+	// pendingBytes counts the data of the output, progress and keepalive
+	// frames buffered, pendingResult that of the result frames.
+	pendingBytes, pendingResult int
+	dropped                     int
+	noResponders                bool
+	// discard drops result frames while the waiter waits for room to
+	// take a large result in (waiter.reserve).
+	discard bool
+	notify  chan struct{}
 }
 
-// maxPendingOutput bounds output frames buffered for a slow waiter; beyond
-// it output frames are dropped (result frames never are).
-const maxPendingOutput = 8 << 20
+func (fl *inflight) discardResults(on bool) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	fl.discard = on
+	if on {
+		fl.frames = slices.DeleteFunc(fl.frames, func(f protocol.Frame) bool { return f.Kind == protocol.KindResult })
+		fl.pendingResult = 0
+	}
+}
 
-func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration) (*router, error) {
+// A waiter may be slow (its client reads progress notifications slowly),
+// and an agent may send without end, so what is buffered per call is
+// bounded: output, progress and keepalive frames beyond maxPendingOutput
+// bytes or maxPendingFrames frames are dropped, as they may be; result
+// frames beyond protocol.MaxResultBytes are dropped too, which makes the
+// result incomplete, and the waiter fetches it again (a correct agent
+// sends one result, within that limit).
+const (
+	maxPendingOutput = 8 << 20
+	maxPendingFrames = 4096
+)
+
+func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget,
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -117,7 +150,7 @@ func (r *router) onReply(m *nats.Msg) {
 	}
 	f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
 	if err != nil {
-		r.log.Warn("dropping malformed reply frame", "host", host, "err", err)
+		r.badFrames.log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
 		return
 	}
 	r.mu.Lock()
@@ -127,15 +160,31 @@ func (r *router) onReply(m *nats.Msg) {
 		return // a late frame of a finished call, or not this host's call
 	}
 	fl.mu.Lock()
-	if f.Kind == protocol.KindOutput && fl.pendingBytes+len(f.Data) > maxPendingOutput {
+	if !fl.room(f) {
 		fl.dropped++
 		fl.mu.Unlock()
 		return
 	}
 	fl.frames = append(fl.frames, f)
-	fl.pendingBytes += len(f.Data)
 	fl.mu.Unlock()
 	fl.wake()
+}
+
+// room reports whether f may be buffered, and counts it if so. The
+// caller holds fl.mu.
+func (fl *inflight) room(f protocol.Frame) bool {
+	if f.Kind == protocol.KindResult {
+		if fl.discard || fl.pendingResult+len(f.Data) > protocol.MaxResultBytes {
+			return false
+		}
+		fl.pendingResult += len(f.Data)
+		return true
+	}
+	if fl.pendingBytes+len(f.Data) > maxPendingOutput || len(fl.frames) >= maxPendingFrames {
+		return false
+	}
+	fl.pendingBytes += len(f.Data)
+	return true
 }
 
 func (fl *inflight) wake() {
@@ -149,7 +198,7 @@ func (fl *inflight) take() ([]protocol.Frame, bool) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	frames, nr := fl.frames, fl.noResponders
-	fl.frames, fl.noResponders, fl.pendingBytes = nil, false, 0
+	fl.frames, fl.noResponders, fl.pendingBytes, fl.pendingResult = nil, false, 0, 0
 	return frames, nr
 }
 
@@ -162,6 +211,11 @@ type callRequest struct {
 	Caller  protocol.Caller
 	Args    json.RawMessage
 	Timeout time.Duration // 0: none beyond the agent's own limits
+	// Hold, when set, keeps what a large result takes of the transfer
+	// budget until it is closed (once the response carrying the result
+	// is written); otherwise, or once it is closed, the router gives it
+	// back when the call returns.
+	Hold *transferHold
 }
 
 // frameFunc sees a call's output, progress and keepalive frames as they
@@ -188,7 +242,8 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	if err := r.send(&c); err != nil {
 		return nil, err
 	}
-	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame}
+	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold}
+	defer w.giveBack()
 	return w.wait(ctx)
 }
 
@@ -237,23 +292,23 @@ func (r *router) checkHost(host string) error {
 }
 
 // send publishes the call, split into parts that fit the server's
-// max_payload.
+// max_payload. The arguments go straight from the client's request into
+// the parts (nats.go copies each into its buffer), so a large write costs
+// no copy of its content here.
 func (r *router) send(c *protocol.Call) error {
-	data, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("encode call: %w", err)
-	}
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-1024)
-	parts, err := protocol.Split(data, size)
-	if err != nil {
-		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s is too large: %v", c.Host, err)}
-	}
 	reply := protocol.ReplySubject(r.inbox, c.Host)
-	for i, p := range parts {
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
-		if err := r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body}); err != nil {
-			return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("send %s call to %s: %v", c.Tool, c.Host, err)}
-		}
+	var sendErr error
+	err := protocol.EncodeCallParts(c, size, func(part, parts int, data []byte) error {
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Data: data}.Encode()
+		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
+		return sendErr
+	})
+	switch {
+	case sendErr != nil:
+		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("send %s call to %s: %v", c.Tool, c.Host, sendErr)}
+	case err != nil:
+		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s cannot be sent: %v", c.Host, err)}
 	}
 	return nil
 }
@@ -286,10 +341,17 @@ func newCallID() string {
 
 // waiter follows one call until its result arrives or it fails.
 type waiter struct {
+	ctx     context.Context
 	r       *router
 	call    *protocol.Call
 	fl      *inflight
 	onFrame frameFunc
+
+	// hold, when not nil, keeps what the call's result takes of the
+	// transfer budget; taken counts what the waiter took itself and gives
+	// back when the call returns.
+	hold  *transferHold
+	taken int64
 
 	asm       *protocol.Assembly
 	broken    bool // the current delivery lost a part; skip until a new part 1
@@ -299,14 +361,11 @@ type waiter struct {
 	refetch   int // fetches sent because result parts were lost
 }
 
-// maxResultBytes bounds one encoded result; an agent cannot make the
-// gateway buffer more for a call.
-const maxResultBytes = 128 << 20
-
 // maxRefetch bounds re-fetches of a result whose parts keep getting lost.
 const maxRefetch = 3
 
 func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
+	w.ctx = ctx
 	host, id := w.call.Host, w.call.ID
 	w.lastHeard = time.Now()
 	silence := time.NewTimer(w.r.silence)
@@ -355,6 +414,69 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 	}
 }
 
+// reserve takes what a large result, whose first part is f, will take
+// from the transfer budget, unless the call holds enough already. With no
+// room it drops the result's parts, waits for room (at most the budget's
+// wait), and fetches the result again from the agent, which keeps it; it
+// then reports waited, and w.broken is set until the new first part
+// arrives.
+func (w *waiter) reserve(f protocol.Frame) (waited bool, err error) {
+	t := w.r.transfers
+	need := min(int64(f.Parts)*int64(len(f.Data)), protocol.MaxResultBytes)
+	if t == nil || need <= largeTransfer {
+		return false, nil
+	}
+	need -= w.reserved()
+	if need <= 0 {
+		return false, nil
+	}
+	if t.tryAcquire(need) {
+		w.keep(need)
+		return false, nil
+	}
+	w.asm, w.broken = nil, true
+	w.fl.discardResults(true)
+	ctx, cancel := context.WithTimeout(w.ctx, t.wait)
+	err = t.acquire(ctx, need)
+	cancel()
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return true, w.ctx.Err()
+		}
+		return true, &HostError{Host: w.call.Host, Kind: HostBusy, Msg: t.busy(fmt.Sprintf("the result of %s on %s", w.call.Tool, w.call.Host), need)}
+	}
+	w.keep(need)
+	w.fl.discardResults(false)
+	w.lastHeard = time.Now()
+	w.r.fetch(w.call.Host, w.call.ID)
+	return true, nil
+}
+
+// keep records n bytes taken from the budget for the call's result: in
+// its hold, which keeps them until the result is answered, or, with no
+// hold open, by the waiter until the call returns.
+func (w *waiter) keep(n int64) {
+	if w.hold == nil || !w.hold.adopt(n) {
+		w.taken += n
+	}
+}
+
+func (w *waiter) reserved() int64 {
+	n := w.taken
+	if w.hold != nil {
+		n += w.hold.held()
+	}
+	return n
+}
+
+// giveBack returns what the waiter took itself.
+func (w *waiter) giveBack() {
+	if w.taken > 0 {
+		w.r.transfers.release(w.taken)
+		w.taken = 0
+	}
+}
+
 // onSilence runs when the call has produced no frame for a while. It asks
 // the agent for the call's state (repeatedly), and gives up once the host
 // has been silent for twice the silence period. While the gateway itself
@@ -383,13 +505,23 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			continue
 		}
 		if f.Part == 1 {
-			w.asm, w.broken = protocol.NewAssembly(maxResultBytes), false
+			waited, err := w.reserve(f)
+			if err != nil {
+				return nil, err
+			}
+			if waited {
+				return nil, nil // the result comes again
+			}
+			w.asm, w.broken = protocol.NewAssembly(protocol.MaxResultBytes), false
+			if size := int64(f.Parts) * int64(len(f.Data)); size > largeTransfer && w.reserved() >= size {
+				w.asm.Grow(int(size)) // room the budget holds for it
+			}
 		}
 		if w.broken {
 			continue // stragglers of a delivery already being fetched again
 		}
 		if w.asm == nil {
-			w.asm = protocol.NewAssembly(maxResultBytes) // Add reports the missing first part
+			w.asm = protocol.NewAssembly(protocol.MaxResultBytes) // Add reports the missing first part
 		}
 		done, err := w.asm.Add(f)
 		if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -99,6 +101,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: toolAudit, Description: descAudit, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.auditTool)
 	mcp.AddTool(s, &mcp.Tool{Name: "read", Description: descRead, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest, in readIn) (*mcp.CallToolResult, any, error) {
+			callFrom(ctx).rawData = in.BinaryBase64
 			return g.forward(ctx, req, in.Host, "read", g.cfg.FileCallTimeout), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "write", Description: descWrite},
@@ -138,12 +141,25 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 	ctx, stop := g.requests.bind(ctx, req)
 	defer stop()
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
+	args := req.Params.Arguments
+	if cc.args != nil {
+		args = cc.args.raw // req carries them shrunk (guard)
+		// The access rules were applied to the host the guard read; the
+		// call goes there or nowhere (arguments that name a host twice
+		// may be read either way).
+		if hostArg(cc.args.small) != host {
+			return errorResult(fmt.Sprintf("%s: the arguments name the host more than once; give host once", tool))
+		}
+	}
 	res, err := g.router.call(ctx, callRequest{
-		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: req.Params.Arguments, Timeout: timeout,
+		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold,
 	}, p.onFrame)
 	if err != nil {
 		cc.outcome = failureOutcome(err)
 		return callError(tool, host, err)
+	}
+	if capResult(host, tool, res, protocol.ResultTextLimit(tool, cc.rawData)) {
+		g.agentLogs.log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
 	}
 	if res.Error != nil && res.Error.Code == protocol.CodeDenied {
 		cc.hostDenied = res.Error.Message
@@ -231,11 +247,16 @@ func formatLabels(l map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-// progress relays a call's live output and keepalives to the client as
-// progress notifications, when the client asked for them with a progress
-// token. Output is coalesced to at most one notification per
-// progressEvery; a silent command still yields one at least every
-// Config.ProgressIdle, so clients with request timeouts keep waiting.
+// progress relays a call's live output, progress notes and keepalives to
+// the client as progress notifications, when the client asked for them
+// with a progress token. Whatever the agent sends, a call's notifications
+// come at most one per protocol.ProgressInterval (ten a second), each with
+// a message of at most protocol.MaxProgressBytes: output is coalesced
+// into the latest MaxProgressBytes of it, a progress note replaces what
+// is pending, and what arrives between two notifications waits for the
+// next (the final result has the output in full). A silent call still
+// yields one at least every Config.ProgressIdle, so clients with request
+// timeouts keep waiting.
 type progress struct {
 	ctx     context.Context
 	session *mcp.ServerSession
@@ -244,16 +265,12 @@ type progress struct {
 	idle    time.Duration
 	n       float64
 	last    time.Time
-	pending []byte
+	pending []byte // message not sent yet; dirty says whether there is one
+	dirty   bool
 	started time.Time
 }
 
-const (
-	progressEvery = 100 * time.Millisecond
-	// maxProgressMessage bounds the output text carried by one
-	// notification; the final result has the full (truncated) output.
-	maxProgressMessage = 8 << 10
-)
+const progressEvery = protocol.ProgressInterval
 
 func newProgress(ctx context.Context, req *mcp.CallToolRequest, idle time.Duration) *progress {
 	p := &progress{ctx: ctx, session: req.Session, started: time.Now(), idle: idle}
@@ -263,34 +280,51 @@ func newProgress(ctx context.Context, req *mcp.CallToolRequest, idle time.Durati
 	return p
 }
 
+// onFrame is called only from the call's own goroutine.
 func (p *progress) onFrame(f protocol.Frame) {
 	if p.token == nil || p.session == nil {
 		return
 	}
 	now := time.Now()
 	switch f.Kind {
-	case protocol.KindOutput: // called only from the call's own goroutine
-		p.pending = append(p.pending, f.Data...)
-		if len(p.pending) > maxProgressMessage {
-			p.pending = p.pending[len(p.pending)-maxProgressMessage:]
+	case protocol.KindOutput:
+		p.pending = append(p.pending, lastBytes(f.Data, protocol.MaxProgressBytes)...)
+		if len(p.pending) > protocol.MaxProgressBytes {
+			p.pending = append(p.pending[:0], lastBytes(p.pending, protocol.MaxProgressBytes)...)
 		}
-		if now.Sub(p.last) >= progressEvery {
-			p.flush(now, string(p.pending))
-		}
+		p.dirty = true
 	case protocol.KindProgress:
-		p.flush(now, string(f.Data))
+		p.pending = append(p.pending[:0], protocol.Clip(string(f.Data), protocol.MaxProgressBytes)...)
+		p.dirty = true
 	case protocol.KindKeepalive:
-		if len(p.pending) > 0 {
-			p.flush(now, string(p.pending))
-		} else if now.Sub(p.last) >= p.idle {
-			p.flush(now, fmt.Sprintf("still running after %s", now.Sub(p.started).Round(time.Second)))
+		if !p.dirty && now.Sub(p.last) >= p.idle {
+			p.send(now, fmt.Sprintf("still running after %s", now.Sub(p.started).Round(time.Second)))
+			return
 		}
+	default:
+		return
+	}
+	if p.dirty && now.Sub(p.last) >= progressEvery {
+		p.send(now, string(p.pending))
 	}
 }
 
-func (p *progress) flush(now time.Time, msg string) {
-	p.pending = p.pending[:0]
+func (p *progress) send(now time.Time, msg string) {
+	p.pending, p.dirty = p.pending[:0], false
 	p.last = now
 	p.n++
 	_ = p.session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: msg})
+}
+
+// lastBytes returns the end of b, at most n bytes of it starting on a
+// UTF-8 character boundary.
+func lastBytes(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	cut := len(b) - n
+	for cut < len(b) && !utf8.RuneStart(b[cut]) {
+		cut++
+	}
+	return b[cut:]
 }

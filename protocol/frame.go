@@ -200,5 +200,13 @@ func (a *Assembly) Add(f Frame) (done bool, err error) {
 	return a.next > a.parts, nil
 }
 
+// Grow makes room for n more bytes at least, so that a message whose size
+// the caller knows (and has allowed for) is not copied as it grows.
+func (a *Assembly) Grow(n int) {
+	if n > cap(a.buf)-len(a.buf) {
+		a.buf = append(make([]byte, 0, len(a.buf)+n), a.buf...)
+	}
+}
+
 // Bytes returns the assembled message.
 func (a *Assembly) Bytes() []byte { return a.buf }

@@ -70,6 +70,9 @@ type options struct {
 	auditReplicas                   int
 	hostsRetention                  time.Duration
 	hostsReplicas                   int
+	hostsMaxMiB                     int64
+	maxTransferMiB                  int64
+	transferWait                    time.Duration
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -96,6 +99,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
 	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
+	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
+	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
+	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -201,8 +207,9 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
+		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
-		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas},
+		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 	}
 	if o.hostsRetention == 0 {
 		cfg.Hosts.Retention = -1 // never; zero would mean the default

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// logLimiter bounds the log lines one source can cause: at most burst
+// lines per key in each interval; the rest are counted, and the next line
+// logged for the key says how many were suppressed. A flood of bad
+// messages from one agent thus costs a few lines a minute, not one per
+// message. It tracks at most maxKeys keys: beyond that, keys share one
+// overflow key, so its memory is bounded too.
+type logLimiter struct {
+	interval time.Duration
+	burst    int
+	maxKeys  int
+	now      func() time.Time
+
+	mu   sync.Mutex
+	keys map[string]*logWindow
+}
+
+type logWindow struct {
+	start      time.Time
+	n          int // lines logged in the window
+	suppressed int // lines suppressed since the last one logged
+}
+
+// overflowKey is the key of sources beyond maxKeys.
+const overflowKey = "\x00overflow"
+
+func newLogLimiter(interval time.Duration, burst int) *logLimiter {
+	return &logLimiter{interval: interval, burst: burst, maxKeys: 4096, now: time.Now, keys: make(map[string]*logWindow)}
+}
+
+// allow reports whether a line for key may be logged now and, when it
+// may, how many lines for key were suppressed since the last one.
+func (l *logLimiter) allow(key string) (ok bool, suppressed int) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.keys[key]
+	if w == nil {
+		if len(l.keys) >= l.maxKeys {
+			l.prune(now)
+		}
+		if len(l.keys) >= l.maxKeys {
+			key = overflowKey
+			w = l.keys[key]
+		}
+		if w == nil {
+			w = &logWindow{start: now}
+			l.keys[key] = w
+		}
+	}
+	if now.Sub(w.start) >= l.interval {
+		w.start, w.n = now, 0
+	}
+	if w.n >= l.burst {
+		w.suppressed++
+		return false, 0
+	}
+	w.n++
+	suppressed, w.suppressed = w.suppressed, 0
+	return true, suppressed
+}
+
+// prune drops the keys whose window ended with nothing suppressed. The
+// caller holds l.mu.
+func (l *logLimiter) prune(now time.Time) {
+	for k, w := range l.keys {
+		if now.Sub(w.start) >= l.interval && w.suppressed == 0 {
+			delete(l.keys, k)
+		}
+	}
+}
+
+// log writes msg at level unless key has used up its lines; a line that
+// follows suppressed ones says how many. A nil limiter limits nothing.
+func (l *logLimiter) log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
+	if l == nil {
+		log.Log(context.Background(), level, msg, args...)
+		return
+	}
+	ok, suppressed := l.allow(key)
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed, "per", l.interval)
+	}
+	log.Log(context.Background(), level, msg, args...)
+}

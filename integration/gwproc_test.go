@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// gatewayProc is a fleet-gateway process, so that its memory can be
+// measured apart from the test's client and agents.
+type gatewayProc struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	mcpURL  string
+	natsURL string
+	creds   gateway.Credentials
+	done    chan struct{}
+}
+
+// startGatewayProcess runs fleet-gateway with authentication off on
+// loopback ports, with extra flags, and waits until it answers.
+func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
+	t.Helper()
+	dir := t.TempDir()
+	creds, err := gateway.CreateCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := append([]string{"--no_auth", "--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}, extra...)
+	cmd := exec.Command(gatewayBinary(t), args...)
+	cmd.Stderr = testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start gateway process: %v", err)
+	}
+	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, creds: creds, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.stop)
+	waitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
+		resp, err := http.Get("http://" + listen + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+func (p *gatewayProc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// startAgent runs an in-process agent called name against the gateway
+// process and waits until it is online.
+func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
+	p.t.Helper()
+	dir := p.t.TempDir()
+	cfg := agent.Config{
+		Servers: []string{p.natsURL}, Name: name, User: name, Password: p.creds.AgentPassword(name),
+		Cwd: dir, StateDir: filepath.Join(dir, ".state"), Heartbeat: 500 * time.Millisecond,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, DrainTimeout: 5 * time.Second,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	p.t.Cleanup(func() { cancel(); <-done })
+	cs := p.client()
+	waitFor(p.t, 20*time.Second, name+" online", func() bool {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": name}})
+		return err == nil && strings.Contains(text(res), name+"\tonline")
+	})
+}
+
+func (p *gatewayProc) client() *mcp.ClientSession {
+	p.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.mcpURL, DisableStandaloneSSE: true}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		p.t.Fatalf("connect MCP client: %v", err)
+	}
+	p.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// resetPeak resets the process's peak RSS (VmHWM) to its current RSS.
+func (p *gatewayProc) resetPeak() {
+	p.t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0); err != nil {
+		p.t.Skipf("cannot reset the peak RSS of a process here: %v", err)
+	}
+}
+
+// memory returns the process's current and peak RSS.
+func (p *gatewayProc) memory() (rss, peak int64) {
+	p.t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		for field, dst := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
+			if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				*dst = kb << 10
+			}
+		}
+	}
+	return rss, peak
+}
+
+var (
+	gwBuildOnce sync.Once
+	gwBinPath   string
+	gwBuildErr  error
+)
+
+// gatewayBinary builds cmd/fleet-gateway once per test binary.
+func gatewayBinary(t testing.TB) string {
+	gwBuildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fleet-gateway-bin")
+		if err != nil {
+			gwBuildErr = err
+			return
+		}
+		gwBinPath = filepath.Join(dir, "fleet-gateway")
+		out, err := exec.Command("go", "build", "-o", gwBinPath, "github.com/fleetmcp/fleetmcp/cmd/fleet-gateway").CombinedOutput()
+		if err != nil {
+			gwBuildErr = fmt.Errorf("go build fleet-gateway: %v\n%s", err, out)
+		}
+	})
+	if gwBuildErr != nil {
+		t.Fatal(gwBuildErr)
+	}
+	return gwBinPath
+}
+
+const mib = 1 << 20

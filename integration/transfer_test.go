@@ -1,0 +1,248 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// largeContent is a file content of n MiB.
+func largeContent(n int) string { return strings.Repeat("0123456789abcdef", n*mib/16) }
+
+// writePeak writes content to path on host once, and returns the
+// gateway's RSS before and its peak RSS during the write.
+func (p *gatewayProc) writePeak(t *testing.T, cs *mcp.ClientSession, host, path, content string) (before, peak int64) {
+	before, _ = p.memory()
+	p.resetPeak()
+	mustOK(t, call(t, cs, "write", map[string]any{"host": host, "path": path, "content": content}))
+	_, peak = p.memory()
+	return before, peak
+}
+
+// TestLargeWriteMemory: a 60 MiB write costs the gateway process less
+// than three times its size at its peak (it cost 8 times before the
+// arguments were streamed through).
+func TestLargeWriteMemory(t *testing.T) {
+	p := startGatewayProcess(t)
+	p.startAgent("big", nil)
+	cs := p.client()
+	mustOK(t, call(t, cs, "write", map[string]any{"host": "big", "path": "warm.txt", "content": "warm"}))
+	content := largeContent(60)
+	before, peak := p.writePeak(t, cs, "big", "big.txt", content)
+	growth := float64(peak-before) / float64(len(content))
+	t.Logf("60 MiB write: gateway RSS %.0f MiB before, %.0f MiB at its peak: %.2f times the content", float64(before)/mib, float64(peak)/mib, growth)
+	if growth > 3 {
+		t.Errorf("a 60 MiB write grew the gateway by %.2f times its size; want at most 3", growth)
+	}
+}
+
+// TestLargeWritesShareBudget: four 40 MiB writes at once, under a 64 MiB
+// transfer budget, run one at a time (each waits for room), and all
+// succeed. Measured on the gateway process: after one such write, the four
+// together grow it by less than twice what that first write took from a
+// fresh start, where four at once would take about four times as much; and
+// in process, the budget in use never passes one write's size.
+func TestLargeWritesShareBudget(t *testing.T) {
+	const budget = 64
+	content := largeContent(40)
+	fourWrites := func(t *testing.T, cs *mcp.ClientSession) {
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				// One after the other, they may take a while on a loaded
+				// machine.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"host": "big", "path": fmt.Sprintf("big%d.txt", i), "content": content}})
+				if err != nil {
+					t.Errorf("write %d: %v", i, err)
+					return
+				}
+				mustOK(t, res)
+			})
+		}
+		wg.Wait()
+	}
+	t.Run("process", func(t *testing.T) {
+		p := startGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budget), "--transfer_wait", "5m")
+		p.startAgent("big", nil)
+		cs := p.client()
+		start, first := p.writePeak(t, cs, "big", "first.txt", content)
+		before, _ := p.memory()
+		p.resetPeak()
+		fourWrites(t, cs)
+		_, peak := p.memory()
+		one, four := float64(first-start)/mib, float64(peak-before)/mib
+		t.Logf("under a %d MiB budget: one 40 MiB write grew the gateway by %.0f MiB from a fresh start; four at once, after it, by %.0f MiB more", budget, one, four)
+		if four > 2*one {
+			t.Errorf("four 40 MiB writes at once grew the gateway by %.0f MiB, more than twice the %.0f MiB of one: they did not wait for each other", four, one)
+		}
+	})
+	t.Run("budget", func(t *testing.T) {
+		env := NewEnv(t, Options{Agents: []string{"big"}, Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = budget*mib, 5*time.Minute }})
+		var most atomic.Int64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				if n := env.Gateway.TransferBytesInUse(); n > most.Load() {
+					most.Store(n)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		fourWrites(t, env.Client("2025-11-25", nil))
+		close(stop)
+		<-sampled
+		if n := most.Load(); n < int64(len(content)) || n > int64(len(content))+mib {
+			t.Errorf("at most %.1f MiB of the budget in use during four 40 MiB writes; want one write's worth", float64(n)/mib)
+		}
+	})
+}
+
+// gatedTransport holds back the body of the next large request after its
+// first 64 KiB until gate is closed, so that a test can keep a large
+// transfer in flight.
+type gatedTransport struct {
+	gate  chan struct{}
+	armed atomic.Bool
+}
+
+func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ContentLength > 10*mib && g.armed.CompareAndSwap(true, false) {
+		r = r.Clone(r.Context())
+		r.Body = &gatedBody{rc: r.Body, gate: g.gate, free: 64 << 10}
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+type gatedBody struct {
+	rc   io.ReadCloser
+	gate chan struct{}
+	free int
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	if b.free <= 0 {
+		<-b.gate
+	} else if len(p) > b.free {
+		p = p[:b.free]
+	}
+	n, err := b.rc.Read(p)
+	b.free -= n
+	return n, err
+}
+
+func (b *gatedBody) Close() error { return b.rc.Close() }
+
+// TestLargeTransferBusy: while a large write holds most of a 64 MiB
+// transfer budget, another large write waits for room, then is refused as
+// busy with an error naming the limit and its flag (and recorded in the
+// audit trail); a large read's result likewise. Once the first write is
+// done, the budget is free again.
+func TestLargeTransferBusy(t *testing.T) {
+	env := NewEnv(t, Options{
+		Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = 64*mib, 300*time.Millisecond },
+		Agent:   func(c *agent.Config) { c.BinaryMaxBytes = 64 * mib },
+	})
+	if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "data.bin"), []byte(largeContent(30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gated := &gatedTransport{gate: make(chan struct{})}
+	gated.armed.Store(true)
+	slow, err := env.ClientWith("2025-11-25", &http.Client{Transport: gated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		first <- call(t, slow, "write", map[string]any{"host": "alpha", "path": "first.txt", "content": largeContent(40)})
+	}()
+	waitFor(t, 20*time.Second, "the first write to take its room", func() bool { return env.Gateway.TransferBytesInUse() >= 40*mib })
+
+	for _, era := range eras {
+		cs := env.Client(era.version, nil)
+		start := time.Now()
+		res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "second.txt", "content": largeContent(40)})
+		mustErr(t, res, "--max_transfer_mib")
+		if waited := time.Since(start); waited < 300*time.Millisecond || !strings.Contains(text(res), "busy") {
+			t.Errorf("%s: second write refused after %s: %s", era.name, waited, text(res))
+		}
+		res = call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
+		mustErr(t, res, "--max_transfer_mib")
+		if !strings.Contains(text(res), "the result of read on alpha") {
+			t.Errorf("%s: read refused with %q", era.name, text(res))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(env.AgentDir("alpha"), "second.txt")); err == nil {
+		t.Error("a write refused as busy was written")
+	}
+
+	close(gated.gate)
+	mustOK(t, <-first)
+	waitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
+	cs := env.Client("2025-11-25", nil)
+	res := call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
+	if len(res.Content) != 2 || len(res.Content[1].(*mcp.TextContent).Text) != 40*mib {
+		t.Errorf("read with the budget free: %d items, %d bytes of text", len(res.Content), len(text(res)))
+	}
+	audit := call(t, cs, "audit", map[string]any{"tool": "write", "decision": "denied"})
+	if data, _ := json.Marshal(audit.StructuredContent); !strings.Contains(string(data), `"reason":"gateway busy"`) {
+		t.Errorf("no audit record of the busy refusal: %.500s", data)
+	}
+}
+
+// TestLargeArgumentsArriveWhole: the arguments of large calls reach the
+// agent byte for byte, in both protocol eras, though the gateway looks
+// only at a shrunk copy of them: a write whose content is full of escapes
+// and multi-byte characters, and an edit whose strings are megabytes long.
+func TestLargeArgumentsArriveWhole(t *testing.T) {
+	env := NewEnv(t)
+	var b strings.Builder
+	for i := 0; b.Len() < 3*mib; i++ {
+		fmt.Fprintf(&b, "line %d: \"quoted\" back\\slash tab\t é ✓ 😀 \u2028 <&>\n", i)
+	}
+	content := b.String()
+	for _, era := range eras {
+		t.Run(era.name, func(t *testing.T) {
+			cs := env.Client(era.version, nil)
+			path := "whole-" + era.name + ".txt"
+			mustOK(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": path, "content": content}))
+			got, err := os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
+			if err != nil || string(got) != content {
+				t.Fatalf("written file has %d bytes (err %v), want the %d sent", len(got), err, len(content))
+			}
+			oldPart := content[:2*mib]
+			oldPart = oldPart[:strings.LastIndexByte(oldPart, '\n')+1]
+			newPart := strings.ToUpper(oldPart)
+			mustOK(t, call(t, cs, "edit", map[string]any{"host": "alpha", "path": path,
+				"edits": []map[string]any{{"old_string": oldPart, "new_string": newPart}}}))
+			got, _ = os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
+			if string(got) != newPart+content[len(oldPart):] {
+				t.Fatalf("edited file differs from the edit sent (%d bytes)", len(got))
+			}
+		})
+	}
+	if n := env.Gateway.TransferBytesInUse(); n != 0 {
+		t.Errorf("%d bytes of the transfer budget held after the calls", n)
+	}
+}
