@@ -234,10 +234,11 @@ func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
 	return nil
 }
 
-// checkCommand checks a bash command line against the policy's command
-// rules; the files its redirections open must pass checkRedirect.
-func (g *guard) checkCommand(line string) error {
-	return g.pol.CheckCommand(line, g.checkRedirect)
+// checkCommandIn checks a bash command line that runs in dir against the
+// policy's command rules; the files its redirections open must pass
+// checkRedirect.
+func (g *guard) checkCommandIn(line, dir string) error {
+	return g.pol.CheckCommandIn(line, dir, g.checkRedirect)
 }
 
 // checkRedirect checks a file a redirection opens for ops. path is what
@@ -296,7 +297,12 @@ func pathFailure(tc *toolCall, path string, err error) *protocol.Result {
 // loadPolicy reads and parses the host policy file; no file means
 // unrestricted.
 func loadPolicy(file string, env policy.Env) (*policy.Policy, error) {
-	if file == "" {
+	switch {
+	case file == "" && env.OS == "windows":
+		// Unrestricted, but with Windows' path checks: UNC and device
+		// paths stay refused unless a policy allows them.
+		return policy.Parse(nil, env)
+	case file == "":
 		return nil, nil
 	}
 	f, err := os.Open(file)

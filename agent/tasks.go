@@ -72,6 +72,8 @@ const (
 type taskRequest struct {
 	ID        string    `json:"id"`
 	Command   string    `json:"command"`
+	// Params are the named parameters of a PowerShell script.
+	Params    map[string]json.RawMessage `json:"parameters,omitempty"`
 	Shell     string    `json:"shell"`
 	Cwd       string    `json:"cwd"`
 	TimeoutMS int64     `json:"timeout_ms"`
