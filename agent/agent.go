@@ -95,6 +95,7 @@ func New(cfg Config) (*Agent, error) {
 		Home:               cfg.Home,
 		Shell:              cfg.Shell,
 		GitGuard:           cfg.GitGuard,
+		TaskWrapper:        cfg.TaskWrapper,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
 		Policy:             pol,

@@ -71,6 +71,11 @@ type Config struct {
 	// rules, bash runs git through it; without one, the command rules
 	// refuse git, whose repository configuration can name any program.
 	GitGuard string
+	// TaskWrapper is an executable that runs the task wrapper when its
+	// first argument is TaskWrapperFlag (it calls RunTaskWrapper first
+	// thing in main): fleet-agent sets its own. Background tasks on
+	// Windows need it; elsewhere sh wraps them.
+	TaskWrapper string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default
 	// 120 s.
 	BashDefaultTimeout time.Duration

@@ -109,6 +109,9 @@ type taskManager struct {
 	shell string   // runs the commands
 	cwd   string   // where they run
 	env   []string // their environment
+	// wrapper is the agent's executable, which wraps tasks where there is
+	// no sh (Windows; see RunTaskWrapper).
+	wrapper string
 	log   *slog.Logger
 
 	mu      sync.Mutex
