@@ -112,7 +112,7 @@ type taskManager struct {
 	// wrapper is the agent's executable, which wraps tasks where there is
 	// no sh (Windows; see RunTaskWrapper).
 	wrapper string
-	log   *slog.Logger
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	phase   taskPhase
