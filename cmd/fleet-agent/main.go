@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -25,6 +26,11 @@ func main() {
 	// The agent's own executable is the git guard bash runs git through
 	// under a policy with command rules.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
+		os.Exit(code)
+	}
+	// On Windows it also wraps background tasks, recording their exit
+	// status when they end.
+	if code, ok := agent.RunTaskWrapper(os.Args); ok {
 		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -152,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell, GitGuard: self,
+		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell, GitGuard: self, TaskWrapper: self,
 		PolicyFile: *policy, SecretFiles: secrets, ProtectedPaths: protected,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
@@ -170,8 +176,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return a.Run(ctx)
 }
 
-// defaultStateDir follows the XDG base directory convention.
+// defaultStateDir follows the XDG base directory convention, and on
+// Windows (LOCALAPPDATA set) the local application data folder.
 func defaultStateDir(getenv func(string) string) string {
+	if d := getenv("LOCALAPPDATA"); d != "" && getenv("HOME") == "" {
+		return filepath.Join(d, "fleetmcp-agent")
+	}
 	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "fleetmcp-agent")
 	}
