@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/service"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -33,6 +34,16 @@ func main() {
 	if code, ok := agent.RunTaskWrapper(os.Args); ok {
 		os.Exit(code)
 	}
+	// Started by the Windows service control manager, the agent runs
+	// under it: a stop or a shutdown drains it as SIGTERM does elsewhere.
+	if ok, err := service.RunIfService(func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	}, serviceStopWait); ok {
+		if err != nil {
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := hideFromSameUser(); err != nil {
@@ -45,6 +56,10 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// serviceStopWait is how long a Windows service stop may take: the default
+// --drain_timeout and the time to cancel what is still running.
+const serviceStopWait = 45 * time.Second
 
 // pathsFlag collects repeated path flags, made absolute.
 type pathsFlag []string
