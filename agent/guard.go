@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -254,9 +255,14 @@ func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
 	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }
 
-// within reports whether p is dir or inside it.
+// within reports whether p is dir or inside it. On Windows names are
+// compared without case, as NTFS does.
 func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir) && p[len(dir)] == '/'
+	if runtime.GOOS == "windows" {
+		p, dir = strings.ToLower(p), strings.ToLower(dir)
+	}
+	sep := string(filepath.Separator)
+	return p == dir || strings.HasSuffix(dir, sep) && strings.HasPrefix(p, dir) || strings.HasPrefix(p, dir+sep)
 }
 
 // isDenied reports whether err is a refusal rather than a failure.
