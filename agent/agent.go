@@ -41,6 +41,9 @@ type Agent struct {
 	// directory) stays the same across restarts.
 	instance string
 	agentID  string
+	// shell is what announces show as the host's shell ("bash",
+	// "pwsh 7.4.6"), so that a model writes the right language.
+	shell string
 	// state is the state directory this agent holds from New until Run
 	// returns (or Close).
 	state   *stateDir
@@ -78,7 +81,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
 		GitGuarded: cfg.GitGuard != ""})
 	if err != nil {
 		return nil, err
@@ -96,6 +99,7 @@ func New(cfg Config) (*Agent, error) {
 		Home:               cfg.Home,
 		Shell:              cfg.Shell,
 		GitGuard:           cfg.GitGuard,
+		TaskWrapper:        cfg.TaskWrapper,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
 		Policy:             pol,
@@ -150,6 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		tasks:       tb.tasks,
 		state:       state,
 		agentID:     state.agentID,
+		shell:       describeShell(context.Background(), tb.shell),
 	}, nil
 }
 
@@ -578,7 +583,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Arch:         runtime.GOARCH,
 		Hostname:     host,
 		Cwd:          a.cfg.Cwd,
-		Shell:        a.cfg.Shell,
+		Shell:        a.shell,
 		Tools:        a.toolList(),
 		PolicyDigest: a.pol.Digest(),
 		StartedAt:    a.started,

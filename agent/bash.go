@@ -14,11 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -43,6 +41,11 @@ type bashArgs struct {
 	Command    string   `json:"command"`
 	Timeout    *float64 `json:"timeout"` // seconds
 	Background bool     `json:"background"`
+	// Cwd is where the command runs (default: the agent's working
+	// directory): a directory the host policy lets the tools read.
+	Cwd string `json:"cwd"`
+	// Parameters are named parameters of a PowerShell script.
+	Parameters map[string]json.RawMessage `json:"parameters"`
 }
 
 // bash runs a shell command and returns its merged output, tail-truncated
@@ -55,11 +58,21 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 	if strings.TrimSpace(a.Command) == "" {
 		return toolBadArgs(tc, "bash", "command is empty; give a shell command to run")
 	}
-	if err := t.guard.checkCommand(a.Command); err != nil {
+	if err := protocol.ValidateScriptParameters(a.Parameters); err != nil {
+		return toolBadArgs(tc, "bash", "%v", err)
+	}
+	if len(a.Parameters) > 0 && !isPowerShell(t.shell) {
+		return toolBadArgs(tc, "bash", "%v", errParamsNeedPowerShell)
+	}
+	dir, r := t.commandDir(tc, a.Cwd)
+	if r != nil {
+		return r
+	}
+	if err := t.guard.checkCommandIn(a.Command, dir); err != nil {
 		return deniedResult(tc, err)
 	}
 	if a.Background {
-		return t.bashBackground(tc, a)
+		return t.bashBackground(tc, a, dir)
 	}
 	timeout, r := t.bashTimeout(tc, a.Timeout)
 	if r != nil {
@@ -69,13 +82,48 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 		// Never start a command whose call is already over.
 		return toolFailure(tc, "(no output)\n\nCommand cancelled")
 	}
+	inv, cleanup, err := invocation(t.shell, t.scriptBase(tc.ID), a.Command, a.Parameters)
+	if err != nil {
+		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
+	}
+	defer cleanup()
 	out := newOutputSink(tc.Output, t.spillPath(tc.ID))
 	out.maxSpill, out.maxAge, out.maxFiles = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles
-	st, err := t.runShell(ctx, a.Command, timeout, out)
+	st, err := t.runShell(ctx, inv, dir, timeout, out)
 	if err != nil {
 		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
 	}
 	return bashResult(tc, out, st, timeout)
+}
+
+// commandDir returns the directory a command runs in: the agent's
+// working directory, or cwd resolved like a file tool's path, which must
+// be a directory the host policy lets the tools read.
+func (t *toolbox) commandDir(tc *toolCall, cwd string) (string, *protocol.Result) {
+	if cwd == "" {
+		return t.cfg.Cwd, nil
+	}
+	if len(cwd) > protocol.MaxCwdBytes || strings.ContainsRune(cwd, 0) {
+		return "", toolBadArgs(tc, "bash", "cwd: give a directory path of at most %d bytes", protocol.MaxCwdBytes)
+	}
+	path, target, r := t.checkedPath(tc, cwd, policy.Read)
+	if r != nil {
+		return "", r
+	}
+	fi, err := os.Stat(target)
+	switch {
+	case err != nil:
+		return "", toolFailure(tc, "cwd: %s", fsProblem(path, err))
+	case !fi.IsDir():
+		return "", toolFailure(tc, "cwd: %s is not a directory; give the directory the command should run in", path)
+	}
+	return target, nil
+}
+
+// scriptBase is where the script files of call id go (see invocation):
+// StateDir/run, which no tool reads.
+func (t *toolbox) scriptBase(id string) string {
+	return filepath.Join(t.cfg.StateDir, "run", strings.TrimSuffix(filepath.Base(t.spillPath(id)), ".log"))
 }
 
 // bashTimeout returns the time limit for a call that asked for sec
@@ -103,39 +151,40 @@ func (t *toolbox) spillPath(id string) string {
 // shellStatus is how a command ended.
 type shellStatus struct {
 	exitCode  int
-	signal    syscall.Signal // non-zero when a signal killed the shell
+	signal    string // the signal that killed the shell, if one did
 	timedOut  bool
 	cancelled bool
 }
 
-// runShell runs command in its own process group with stdout and stderr
-// merged into out. It returns when the shell has exited and its output has
-// been read, or bashGrace later if something it left behind keeps the
-// output open. On timeout or cancellation it kills the whole group.
-func (t *toolbox) runShell(ctx context.Context, command string, timeout time.Duration, out *outputSink) (shellStatus, error) {
-	pr, pw, err := os.Pipe()
+// runShell runs the shell invocation inv in dir, in its own process group
+// (a Job Object on Windows), with stdout and stderr merged into out. It
+// returns when the shell has exited and its output has been read, or
+// bashGrace later if something it left behind keeps the output open. On
+// timeout or cancellation it kills the whole group.
+func (t *toolbox) runShell(ctx context.Context, inv shellInvocation, dir string, timeout time.Duration, out *outputSink) (shellStatus, error) {
+	pr, pw, err := outputPipe()
 	if err != nil {
 		return shellStatus{}, err
 	}
 	cmd := &exec.Cmd{
-		Path: t.shell,
-		Args: []string{t.shell, "-c", command},
-		Dir:  t.cfg.Cwd,
+		Path: inv.argv[0],
+		Args: inv.argv,
+		Dir:  dir,
 		// With an explicit environment exec no longer sets PWD; the last
 		// entry wins over an inherited one.
-		Env: append(slices.Clip(t.env), "PWD="+t.cfg.Cwd),
+		Env: append(append(slices.Clip(t.env), inv.env...), "PWD="+dir),
 		// Both are the same *os.File, so the children write to the pipe
 		// directly, in order, and exec starts no copying goroutines.
-		Stdout:      pw,
-		Stderr:      pw,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		Stdout: pw,
+		Stderr: pw,
 	}
-	err = cmd.Start()
+	group, err := startGroup(cmd)
 	pw.Close() // the children hold their own copies
 	if err != nil {
 		pr.Close()
 		return shellStatus{}, err
 	}
+	defer group.release()
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -144,7 +193,7 @@ func (t *toolbox) runShell(ctx context.Context, command string, timeout time.Dur
 	waitDone := make(chan error, 1)
 	go func() { waitDone <- cmd.Wait() }()
 
-	st, werr := awaitShell(ctx, cmd.Process.Pid, timeout, waitDone)
+	st, werr := awaitShell(ctx, group, timeout, waitDone)
 	drainOutput(pr, readDone, bashGrace)
 	pr.Close()
 	st.setExit(werr)
@@ -168,10 +217,9 @@ func childEnv(environ []string) []string {
 	return env
 }
 
-// awaitShell waits for the shell with process id pid to exit, killing its
-// process group on timeout or when ctx is done. It returns cmd.Wait's
-// error.
-func awaitShell(ctx context.Context, pid int, timeout time.Duration, waitDone <-chan error) (shellStatus, error) {
+// awaitShell waits for the shell to exit, killing its process group on
+// timeout or when ctx is done. It returns cmd.Wait's error.
+func awaitShell(ctx context.Context, group *procGroup, timeout time.Duration, waitDone <-chan error) (shellStatus, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var st shellStatus
@@ -184,7 +232,7 @@ func awaitShell(ctx context.Context, pid int, timeout time.Duration, waitDone <-
 	case <-ctx.Done():
 		st.cancelled = true
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	group.kill()
 	return st, <-waitDone
 }
 
@@ -217,22 +265,6 @@ func drainOutput(pr *os.File, done <-chan struct{}, grace time.Duration) {
 // maxDrain bounds how long drainOutput waits for a reader that is behind.
 const maxDrain = 5 * time.Second
 
-// pipeBuffered returns the number of bytes waiting in the pipe pr, or -1
-// if it cannot tell.
-func pipeBuffered(pr *os.File) int {
-	rc, err := pr.SyscallConn()
-	if err != nil {
-		return -1
-	}
-	n := -1
-	_ = rc.Control(func(fd uintptr) {
-		if v, err := unix.IoctlGetInt(int(fd), ioctlPending); err == nil {
-			n = v
-		}
-	})
-	return n
-}
-
 // setExit records how the shell ended from cmd.Wait's error.
 func (st *shellStatus) setExit(err error) {
 	var ee *exec.ExitError
@@ -241,8 +273,7 @@ func (st *shellStatus) setExit(err error) {
 	case !errors.As(err, &ee):
 		st.exitCode = -1
 	default:
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			st.signal = ws.Signal()
+		if st.signal = exitSignal(ee); st.signal != "" {
 			return
 		}
 		st.exitCode = ee.ExitCode()
@@ -266,8 +297,8 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		status = "Command timed out after " + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64) + " seconds"
 	case st.cancelled:
 		status = "Command cancelled"
-	case st.signal != 0:
-		status = "Command was killed by signal " + signalName(st.signal)
+	case st.signal != "":
+		status = "Command was killed by signal " + st.signal
 	case st.exitCode != 0:
 		status = fmt.Sprintf("Command exited with code %d", st.exitCode)
 	}
@@ -299,22 +330,6 @@ func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error, pa
 	default:
 		return fmt.Sprintf("[Showing lines %d-%d of %d (50KB limit). %s]", tr.StartLine, tr.EndLine, tr.TotalLines, where)
 	}
-}
-
-// signalName returns the conventional name of sig, such as SIGKILL.
-func signalName(sig syscall.Signal) string {
-	names := map[syscall.Signal]string{
-		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
-		syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
-		syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
-		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
-		syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
-	}
-	if name, ok := names[sig]; ok {
-		return name
-	}
-	return fmt.Sprintf("%d (%v)", int(sig), sig)
 }
 
 // sinkKeep is how much of the end of the output outputSink keeps once the

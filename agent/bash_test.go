@@ -1,3 +1,5 @@
+//go:build unix
+
 package agent
 
 import (
@@ -103,7 +105,11 @@ func TestBashArgs(t *testing.T) {
 		{map[string]any{"command": "true", "timeout": 0}, "bash: invalid arguments: timeout must be a positive number of seconds, not 0"},
 		{map[string]any{"command": "true", "timeout": -2.5}, "timeout must be a positive number of seconds, not -2.5"},
 		{map[string]any{"command": "true", "timeout": "10"}, `field "timeout" must be a number, not string`},
-		{map[string]any{"command": "true", "cwd": "/"}, `unknown field "cwd"; the arguments are command, timeout`},
+		{map[string]any{"command": "true", "dir": "/"}, `unknown field "dir"; the arguments are command, timeout`},
+		{map[string]any{"command": "true", "parameters": map[string]any{"Name": "x"}}, "parameters are passed to PowerShell scripts, and this host's shell is not PowerShell"},
+		{map[string]any{"command": "true", "parameters": map[string]any{"1x": "x"}}, `parameter name "1x"`},
+		{map[string]any{"command": "true", "parameters": map[string]any{"a": 1, "A": 2}}, "differ only in case"},
+		{map[string]any{"command": "true", "cwd": strings.Repeat("d", 5000)}, "cwd: give a directory path of at most 4096 bytes"},
 	}
 	for _, tt := range tests {
 		r, _ := tbCall(t, context.Background(), tb, "bash", tt.args)

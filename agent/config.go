@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,7 +60,10 @@ type Config struct {
 	// gets the gateway's data directory here. Bash commands are held only
 	// to the host policy's command rules, as for the agent's own files.
 	ProtectedPaths []string
-	// Shell runs bash commands. Default: bash from PATH, else /bin/sh.
+	// Shell runs bash commands. Default: bash from PATH, else /bin/sh; on
+	// Windows pwsh from PATH, else Windows PowerShell. PowerShell (pwsh or
+	// powershell) gets scripts through a bootstrap (see shellcmd.go) and
+	// takes named parameters; other shells get "-c LINE".
 	Shell string
 	// GitGuard is an executable that runs the git guard when its first
 	// argument is GitGuardFlag (it calls RunGitGuard first thing in
@@ -66,6 +71,11 @@ type Config struct {
 	// rules, bash runs git through it; without one, the command rules
 	// refuse git, whose repository configuration can name any program.
 	GitGuard string
+	// TaskWrapper is an executable that runs the task wrapper when its
+	// first argument is TaskWrapperFlag (it calls RunTaskWrapper first
+	// thing in main): fleet-agent sets its own. Background tasks on
+	// Windows need it; elsewhere sh wraps them.
+	TaskWrapper string
 	// BashDefaultTimeout applies to bash calls without a timeout. Default
 	// 120 s.
 	BashDefaultTimeout time.Duration
@@ -247,8 +257,22 @@ func (c *Config) validate() error {
 }
 
 func defaultShell() string {
+	if runtime.GOOS == "windows" {
+		return defaultWindowsShell(exec.LookPath, os.Getenv("SystemRoot"))
+	}
 	if p, err := exec.LookPath("bash"); err == nil {
 		return p
 	}
 	return "/bin/sh"
+}
+
+// defaultWindowsShell returns pwsh when look finds it, else Windows
+// PowerShell: from PATH, else where Windows installs it under systemRoot.
+func defaultWindowsShell(look func(string) (string, error), systemRoot string) string {
+	for _, name := range []string{"pwsh", "powershell"} {
+		if p, err := look(name); err == nil {
+			return p
+		}
+	}
+	return filepath.Join(cmp.Or(systemRoot, `C:\Windows`), "System32", "WindowsPowerShell", "v1.0", "powershell.exe")
 }

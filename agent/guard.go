@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -234,10 +235,11 @@ func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
 	return nil
 }
 
-// checkCommand checks a bash command line against the policy's command
-// rules; the files its redirections open must pass checkRedirect.
-func (g *guard) checkCommand(line string) error {
-	return g.pol.CheckCommand(line, g.checkRedirect)
+// checkCommandIn checks a bash command line that runs in dir against the
+// policy's command rules; the files its redirections open must pass
+// checkRedirect.
+func (g *guard) checkCommandIn(line, dir string) error {
+	return g.pol.CheckCommandIn(line, dir, g.checkRedirect)
 }
 
 // checkRedirect checks a file a redirection opens for ops. path is what
@@ -253,9 +255,14 @@ func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
 	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }
 
-// within reports whether p is dir or inside it.
+// within reports whether p is dir or inside it. On Windows names are
+// compared without case, as NTFS does.
 func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir) && p[len(dir)] == '/'
+	if runtime.GOOS == "windows" {
+		p, dir = strings.ToLower(p), strings.ToLower(dir)
+	}
+	sep := string(filepath.Separator)
+	return p == dir || strings.HasSuffix(dir, sep) && strings.HasPrefix(p, dir) || strings.HasPrefix(p, dir+sep)
 }
 
 // isDenied reports whether err is a refusal rather than a failure.
@@ -296,7 +303,12 @@ func pathFailure(tc *toolCall, path string, err error) *protocol.Result {
 // loadPolicy reads and parses the host policy file; no file means
 // unrestricted.
 func loadPolicy(file string, env policy.Env) (*policy.Policy, error) {
-	if file == "" {
+	switch {
+	case file == "" && env.OS == "windows":
+		// Unrestricted, but with Windows' path checks: UNC and device
+		// paths stay refused unless a policy allows them.
+		return policy.Parse(nil, env)
+	case file == "":
 		return nil, nil
 	}
 	f, err := os.Open(file)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -29,7 +30,29 @@ func realPath(path string) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
+	if runtime.GOOS == "windows" {
+		return evalExisting(filepath.Clean(path))
+	}
 	return walkPath(filepath.Clean(path), false)
+}
+
+// evalExisting follows the links (symbolic links and junctions) in the
+// longest part of path that exists and appends the rest as it is: realPath
+// where the component walk, which knows only "/", does not apply.
+func evalExisting(path string) (string, error) {
+	rest := ""
+	for p := path; ; {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		parent := filepath.Dir(p)
+		if !errors.Is(err, fs.ErrNotExist) || parent == p {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }
 
 // shellPath returns the file a shell opens when a redirection names path,

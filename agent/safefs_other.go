@@ -10,9 +10,9 @@ import (
 )
 
 // The race-free file layer needs openat and O_NOFOLLOW; on other systems
-// the file tools refuse to work rather than work unsafely.
+// (Windows) the file tools refuse to work rather than work unsafely.
 
-var errNoSafeFS = errors.New("file tools need a Unix system")
+var errNoSafeFS = errors.New("the file tools are not available on this host yet: its agent runs on Windows, where they cannot refuse links and junctions race-free; use bash, which runs PowerShell here")
 
 type dirHandle struct{ path string }
 

@@ -70,14 +70,16 @@ const (
 
 // taskRequest is what a caller asked for; it never changes.
 type taskRequest struct {
-	ID        string    `json:"id"`
-	Command   string    `json:"command"`
-	Shell     string    `json:"shell"`
-	Cwd       string    `json:"cwd"`
-	TimeoutMS int64     `json:"timeout_ms"`
-	Caller    string    `json:"caller,omitempty"`
-	CallID    string    `json:"call_id,omitempty"`
-	Created   time.Time `json:"created"`
+	ID      string `json:"id"`
+	Command string `json:"command"`
+	// Params are the named parameters of a PowerShell script.
+	Params    map[string]json.RawMessage `json:"parameters,omitempty"`
+	Shell     string                     `json:"shell"`
+	Cwd       string                     `json:"cwd"`
+	TimeoutMS int64                      `json:"timeout_ms"`
+	Caller    string                     `json:"caller,omitempty"`
+	CallID    string                     `json:"call_id,omitempty"`
+	Created   time.Time                  `json:"created"`
 }
 
 func (r taskRequest) timeout() time.Duration { return time.Duration(r.TimeoutMS) * time.Millisecond }

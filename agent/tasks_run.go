@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -106,15 +106,6 @@ func (c *taskConfig) retention() taskRetention {
 	return taskRetention{maxAge: c.Retention, maxTasks: c.MaxKept, maxBytes: c.MaxKeptBytes}
 }
 
-// taskWrapper runs a task's command with the agent's shell and records
-// its exit status in the task folder itself, so that the status survives
-// the agent: sh -c taskWrapper SHELL COMMAND EXITFILE. The wrapper leads
-// the task's own session and process group.
-const (
-	taskWrapper  = `"$0" -c "$1"; c=$?; echo "$c" >"$2"; exit "$c"`
-	wrapperShell = "/bin/sh"
-)
-
 // taskManager starts background tasks, supervises them (deadline, output
 // cap, cancellation) and records how they end. Tasks are not its
 // children alone: they run in their own session with their output going
@@ -126,7 +117,10 @@ type taskManager struct {
 	shell string   // runs the commands
 	cwd   string   // where they run
 	env   []string // their environment
-	log   *slog.Logger
+	// wrapper is the agent's executable, which wraps tasks where there is
+	// no sh (Windows; see RunTaskWrapper).
+	wrapper string
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	phase   taskPhase
@@ -344,10 +338,16 @@ func (m *taskManager) launchLocked(req taskRequest) {
 	m.log.Debug("background task started", "task", id, "pid", pid, "timeout", req.timeout())
 }
 
-// spawn starts the wrapper shell for req in its own session, output to
-// the task's output file, and returns its PID. The process is not waited
-// for here: the supervisor reaps it.
+// spawn starts req's command through the task wrapper, in a process
+// group of its own (a Job Object on Windows) with its output going to the
+// task's output file, and returns the wrapper's PID. The process is not
+// waited for here: the supervisor reaps it.
 func (m *taskManager) spawn(req taskRequest) (int, error) {
+	shell := cmp.Or(req.Shell, m.shell)
+	inv, _, err := invocation(shell, m.store.path(req.ID, "script"), req.Command, req.Params)
+	if err != nil {
+		return 0, err
+	}
 	out, err := os.OpenFile(m.store.path(req.ID, taskOutputFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return 0, err
@@ -358,20 +358,12 @@ func (m *taskManager) spawn(req taskRequest) (int, error) {
 		return 0, err
 	}
 	defer null.Close()
-	p, err := os.StartProcess(wrapperShell,
-		[]string{"sh", "-c", taskWrapper, m.shell, req.Command, m.store.path(req.ID, taskExitFile)},
-		&os.ProcAttr{
-			Dir:   m.cwd,
-			Env:   append(slices.Clip(m.env), "PWD="+m.cwd),
-			Files: []*os.File{null, out, out},
-			Sys:   &syscall.SysProcAttr{Setsid: true},
-		})
-	if err != nil {
-		return 0, err
-	}
-	pid := p.Pid
-	_ = p.Release()
-	return pid, nil
+	dir := cmp.Or(req.Cwd, m.cwd)
+	return m.startWrapped(req.ID, inv, &os.ProcAttr{
+		Dir:   dir,
+		Env:   append(append(slices.Clip(m.env), inv.env...), "PWD="+dir),
+		Files: []*os.File{null, out, out},
+	})
 }
 
 // supervise watches a running task until it ends, enforcing its deadline,
@@ -417,23 +409,6 @@ func (m *taskManager) supervise(rt *runningTask) {
 // minPoll is the shortest pause between checks of a running task.
 const minPoll = 10 * time.Millisecond
 
-// probe reports whether the task's wrapper process has ended and, for a
-// child of this process, its wait status.
-func (m *taskManager) probe(rt *runningTask) (bool, *syscall.WaitStatus) {
-	if rt.own {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(rt.status.PID, &ws, syscall.WNOHANG, nil)
-		switch {
-		case pid == rt.status.PID:
-			return true, &ws
-		case err == nil || errors.Is(err, syscall.EINTR):
-			return false, nil
-		}
-		// ECHILD: not (or no longer) ours to wait for; judge by identity.
-	}
-	return !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID), nil
-}
-
 // procAlive reports whether pid is still the running process recorded
 // with start time start in boot boot (empty: unknown, not compared).
 func procAlive(pid int, start, boot string) bool {
@@ -472,7 +447,7 @@ func (m *taskManager) killGroup(rt *runningTask) {
 	if !rt.own && !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID) {
 		return
 	}
-	_ = syscall.Kill(-rt.status.PID, syscall.SIGKILL)
+	m.killTask(rt)
 }
 
 // awaitExit waits up to d for the task's process to end.
@@ -487,17 +462,24 @@ func (m *taskManager) awaitExit(rt *runningTask, d time.Duration) bool {
 	}
 }
 
+// procExit is how a task's wrapper process ended, as far as waiting for
+// it tells.
+type procExit struct {
+	signal string // the signal that killed it, if one did
+	code   int
+	exited bool // it exited with code
+}
+
 // naturalEnd says how a task that ended by itself ended.
-func (m *taskManager) naturalEnd(rt *runningTask, ws *syscall.WaitStatus) taskOutcome {
+func (m *taskManager) naturalEnd(rt *runningTask, ws *procExit) taskOutcome {
 	if code, ok := m.store.readExit(rt.id); ok {
 		return exitOutcome(code)
 	}
 	switch {
-	case ws != nil && ws.Signaled():
-		sig := signalName(ws.Signal())
-		return taskOutcome{state: taskFailed, signal: sig, note: "killed by " + sig + " from outside the agent"}
-	case ws != nil && ws.Exited():
-		o := exitOutcome(ws.ExitStatus())
+	case ws != nil && ws.signal != "":
+		return taskOutcome{state: taskFailed, signal: ws.signal, note: "killed by " + ws.signal + " from outside the agent"}
+	case ws != nil && ws.exited:
+		o := exitOutcome(ws.code)
 		o.note = "its exit file was not written; the status is the wrapper's"
 		return o
 	}

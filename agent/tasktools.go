@@ -94,13 +94,13 @@ func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int
 func roundSeconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
 
 // bashBackground starts a checked command as a background task.
-func (t *toolbox) bashBackground(tc *toolCall, a bashArgs) *protocol.Result {
+func (t *toolbox) bashBackground(tc *toolCall, a bashArgs, dir string) *protocol.Result {
 	timeout, r := t.taskTimeout(tc, a.Timeout)
 	if r != nil {
 		return r
 	}
 	id, err := t.tasks.submit(taskRequest{
-		Command: a.Command, Shell: t.shell, Cwd: t.cfg.Cwd, TimeoutMS: timeout.Milliseconds(),
+		Command: a.Command, Params: a.Parameters, Shell: t.shell, Cwd: dir, TimeoutMS: timeout.Milliseconds(),
 		Caller: tc.Caller, CallID: tc.ID,
 	})
 	if err != nil {

@@ -40,6 +40,9 @@ type toolboxConfig struct {
 	Home string
 	// Shell runs bash commands as Shell -c COMMAND.
 	Shell string
+	// TaskWrapper wraps background tasks on Windows (see
+	// Config.TaskWrapper).
+	TaskWrapper string
 	// GitGuard runs the git guard (see Config.GitGuard); it must be set
 	// when Policy has command rules and was read for a guarded agent.
 	GitGuard string

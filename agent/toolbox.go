@@ -100,6 +100,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
 	}
+	tasks.wrapper = cfg.TaskWrapper
 	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
 		imageSem: make(chan struct{}, 1)}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)

@@ -1,3 +1,5 @@
+//go:build unix
+
 package agent
 
 import (
@@ -332,4 +334,35 @@ func TestDirLockHeldElsewhere(t *testing.T) {
 		t.Fatalf("missing directory: %v", err)
 	}
 	unlock()
+}
+
+func TestWithin(t *testing.T) {
+	for _, tt := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/a/b", "/a", true}, {"/a", "/a", true}, {"/ab", "/a", false}, {"/x", "/", true}, {"/", "/", true}, {"/a/b", "/a/b/c", false},
+	} {
+		if got := within(tt.p, tt.dir); got != tt.want {
+			t.Errorf("within(%q, %q) = %v", tt.p, tt.dir, got)
+		}
+	}
+}
+
+func TestEvalExisting(t *testing.T) {
+	dir := t.TempDir()
+	real, _ := filepath.EvalSymlinks(dir)
+	mkdirs(t, filepath.Join(dir, "a"))
+	if err := os.Symlink(filepath.Join(dir, "a"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		filepath.Join(dir, "link", "new", "file"): filepath.Join(real, "a", "new", "file"),
+		filepath.Join(dir, "a"):                   filepath.Join(real, "a"),
+		filepath.Join(dir, "missing"):             filepath.Join(real, "missing"),
+	} {
+		if got, err := evalExisting(in); err != nil || got != want {
+			t.Errorf("evalExisting(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
 }

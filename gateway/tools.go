@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,9 +61,12 @@ type editIn struct {
 
 type bashIn struct {
 	Host       string  `json:"host" jsonschema:"the host to run on"`
-	Command    string  `json:"command" jsonschema:"bash command line"`
+	Command    string  `json:"command" jsonschema:"the command line in the host's shell (see hosts): bash on Linux and macOS, a PowerShell script on Windows"`
 	Timeout    float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed with its process group: default 120, at most 600; with background, default 3600, at most 86400 (host defaults; a host may configure others)"`
 	Background bool    `json:"background,omitempty" jsonschema:"start the command as a background task and return its task_id at once; follow it with task_status"`
+	Cwd        string  `json:"cwd,omitempty" jsonschema:"directory to run in (default: the host's working directory; relative paths resolve there); it must be a directory the host's policy lets the tools read; at most 4096 bytes"`
+	// Parameters are passed on as JSON; the agent checks them too.
+	Parameters map[string]any `json:"parameters,omitempty" jsonschema:"PowerShell hosts only: named script parameters, bound by name to the script's param() block as values (never pasted into the script text): at most 64, names of letters, digits and _, values any JSON, 1 MiB in all"`
 }
 
 type skillIn struct {
@@ -70,7 +75,7 @@ type skillIn struct {
 }
 
 const (
-	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, labels, the tools the host serves and its policy digest. " +
+	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, shell (the language bash commands are written in: bash, sh, pwsh 7.x, powershell 5.1), labels, the tools the host serves and its policy digest. " +
 		"Every other tool takes one of these names as host. Optional filter, a host selector: a name glob (web-*), a label match (role=web, env!=prod, region in (eu,us)), or several joined by commas, all of which must hold (role=web,env=prod)."
 	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
 		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files, " +
@@ -87,10 +92,12 @@ const (
 		"CRLF line endings and a UTF-8 BOM are kept: \\n in old_string matches \\r\\n, and line breaks in new_string take the ending of the line where the replaced text starts. " +
 		"expected_sha256 edits only the version you read. The structured result has the new sha256."
 	descSkill = "Load a skill's instructions on a host (from hosts or resource://skills): the SKILL.md text plus the paths of its bundled files, which read can fetch."
-	descBash  = "Run a bash command on a host, in the host's working directory, stdin closed. Returns stdout and stderr merged. " +
+	descBash  = "Run a command on a host, in the host's working directory or cwd, stdin closed. Returns stdout and stderr merged. " +
+		"The language is the host's shell, shown by hosts: bash (or sh) on Linux and macOS, PowerShell on Windows (pwsh, else Windows PowerShell 5.1; no profile, UTF-8 output). " +
+		"On PowerShell hosts, parameters passes named values to a script that declares them with param(...), e.g. command \"param($Path) Get-Item $Path\" with parameters {\"Path\": \"C:\\\\data\"}; exit N sets the exit code. " +
 		"Output is truncated to the last 2000 lines or 50KB; the full output (its first 100 MiB unless the host sets otherwise) is then saved to a file on the host (path given, readable with read; kept 7 days). " +
 		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
-		"The command is killed with its whole process group on timeout or cancel; background processes it started may keep running. " +
+		"The command is killed with its whole process group (on Windows its Job Object) on timeout or cancel; background processes it started may keep running. " +
 		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
 		"its output goes to a file on the host (readable with read; a task writing more than 100 MiB is killed), and task_status waits for it. " +
 		"Background tasks: default timeout 1 h, at most 24 h; at most 8 run at once per host and 32 more wait to start, beyond that the call fails as busy (host defaults)."
@@ -119,6 +126,9 @@ func (g *Gateway) addTools(s *mcp.Server) {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
 		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {
+			if r := checkBashIn(in); r != nil {
+				return r, nil, nil
+			}
 			if in.Background {
 				callFrom(ctx).background = true
 				return g.forward(ctx, req, in.Host, "bash", g.cfg.FileCallTimeout), nil, nil
@@ -130,6 +140,26 @@ func (g *Gateway) addTools(s *mcp.Server) {
 	g.addTaskTools(s)
 	g.addFileTools(s)
 	g.addFanoutTools(s)
+}
+
+// checkBashIn refuses bash arguments every agent would refuse, before
+// they travel; the agent checks them again.
+func checkBashIn(in bashIn) *mcp.CallToolResult {
+	if len(in.Cwd) > protocol.MaxCwdBytes {
+		return errorResult(fmt.Sprintf("bash: cwd is longer than %d bytes", protocol.MaxCwdBytes))
+	}
+	params := make(map[string]json.RawMessage, len(in.Parameters))
+	for k, v := range in.Parameters {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return errorResult(fmt.Sprintf("bash: parameter %q: %v", k, err))
+		}
+		params[k] = data
+	}
+	if err := protocol.ValidateScriptParameters(params); err != nil {
+		return errorResult("bash: " + err.Error())
+	}
+	return nil
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.
@@ -205,8 +235,8 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		if !h.Online {
 			state = "offline"
 		}
-		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,
-			now.Sub(h.LastSeen).Round(time.Second), h.Cwd)
+		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s\tshell %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,
+			now.Sub(h.LastSeen).Round(time.Second), h.Cwd, cmp.Or(h.Shell, "unknown"))
 		if labels := formatLabels(h.Labels); labels != "" {
 			b.WriteString("\tlabels " + labels)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,4 +100,30 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
+
+// progressLog collects progress notifications.
+type progressLog struct {
+	mu   sync.Mutex
+	msgs []string
+	at   []time.Time
+}
+
+func (p *progressLog) handler(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.msgs = append(p.msgs, req.Params.Message)
+	p.at = append(p.at, time.Now())
+}
+
+func (p *progressLog) joined() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.msgs, "")
+}
+
+func (p *progressLog) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.msgs)
 }

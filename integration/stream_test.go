@@ -1,3 +1,5 @@
+//go:build unix
+
 package integration
 
 import (
@@ -17,32 +19,6 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 )
-
-// progressLog collects progress notifications.
-type progressLog struct {
-	mu   sync.Mutex
-	msgs []string
-	at   []time.Time
-}
-
-func (p *progressLog) handler(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.msgs = append(p.msgs, req.Params.Message)
-	p.at = append(p.at, time.Now())
-}
-
-func (p *progressLog) joined() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.msgs, "")
-}
-
-func (p *progressLog) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.msgs)
-}
 
 func TestBashStreamsProgress(t *testing.T) {
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.ProgressIdle = 700 * time.Millisecond }})

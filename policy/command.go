@@ -40,7 +40,22 @@ const maxDepth = 16
 // Without bash rules only the line's redirections are checked, not those
 // of scripts it hands to other programs (bash -c '...'), which are
 // arguments like any other.
+//
+// On Windows, or with PowerShell as the shell, command rules refuse every
+// line: PowerShell is not parsed, and an allow list that cannot be checked
+// must not look as if it were. Without command rules nothing is checked
+// there, not even redirections.
 func (p *Policy) CheckCommand(line string, files FileCheck) error {
+	if p == nil {
+		return nil
+	}
+	return p.CheckCommandIn(line, p.env.Cwd, files)
+}
+
+// CheckCommandIn is CheckCommand for a line that runs in the directory
+// cwd, an absolute path, rather than the agent's working directory:
+// relative redirection targets resolve against it.
+func (p *Policy) CheckCommandIn(line, cwd string, files FileCheck) error {
 	if p == nil {
 		return nil
 	}
@@ -50,9 +65,17 @@ func (p *Policy) CheckCommand(line string, files FileCheck) error {
 	}
 	lang := p.lang
 	if !commands {
-		if lang = shellLanguage(p.env.Shell); lang == langUnsupported {
+		if lang = shellLanguage(p.env.Shell); lang == langUnsupported || lang == langPowerShell || p.env.OS == osWindows {
 			return nil // a shell whose lines cannot be parsed; without bash rules they are not
 		}
+	}
+	if lang == langPowerShell {
+		return &Denial{"bash", "this host's policy has bash rules, which are written for POSIX shells, and its shell is " +
+			shellName(p.env.Shell) + ", whose command lines the agent cannot check; bash is refused here rather than run unchecked. " +
+			"Use the file tools, or give this host a policy without bash rules (tools.deny: [bash] keeps bash off)"}
+	}
+	if !path.IsAbs(cwd) {
+		return &Denial{"bash", fmt.Sprintf("the working directory %q is not an absolute path", cwd)}
 	}
 	if strings.IndexByte(line, 0) >= 0 {
 		return &Denial{"bash", "the command line contains a NUL byte"}
@@ -60,7 +83,7 @@ func (p *Policy) CheckCommand(line string, files FileCheck) error {
 	if files == nil {
 		files = p.lexicalFiles
 	}
-	c := &checker{p: p, redirectsOnly: !commands, line: &lineState{files: files}}
+	c := &checker{p: p, redirectsOnly: !commands, line: &lineState{files: files, cwd: path.Clean(cwd)}}
 	if err := c.script(line, lang); err != nil {
 		return err
 	}
@@ -70,6 +93,7 @@ func (p *Policy) CheckCommand(line string, files FileCheck) error {
 // lineState is shared by everything checked for one command line.
 type lineState struct {
 	files FileCheck
+	cwd   string // where the line runs
 	// cd is set when the line changes directory anywhere: relative
 	// redirection targets can then no longer be placed.
 	cd       bool

@@ -197,7 +197,11 @@ func (p *Policy) compileBash() []error {
 	var errs []error
 	if !r.empty() {
 		p.lang = shellLanguage(p.env.Shell)
-		if p.lang == langUnsupported {
+		if p.env.OS == osWindows || p.lang == langPowerShell {
+			// Accepted, so that one policy file serves a mixed fleet:
+			// CheckCommand refuses every line here and says why.
+			p.lang = langPowerShell
+		} else if p.lang == langUnsupported {
 			errs = append(errs, fmt.Errorf("bash: the agent's shell %s is not bash, sh, dash, ash, ksh or mksh, so its command lines cannot be checked; run the agent with --shell bash, or drop the bash rules", p.env.Shell))
 		}
 	}

@@ -17,19 +17,24 @@ import (
 //     unanchored: it may match at any depth.
 //   - "~" and "~/..." expand to the home directory; other relative
 //     patterns resolve against the working directory.
+//
+// On Windows (see winpath.go) patterns are compared in the canonical form
+// of Windows paths, "/" separated and without case; a pattern written as
+// a UNC or device path is what lets the tools reach such paths.
 type pathPattern struct {
 	text       string // as written
 	lit        string // for a pattern without wildcards: the absolute path
 	glob       string // otherwise: the doublestar pattern
 	unanchored bool   // glob matches the path without its leading "/"
+	special    bool   // on Windows: written as a UNC or device path
 }
 
 func (pp *pathPattern) match(path string) bool {
 	if pp.glob == "" {
-		return path == pp.lit || pp.lit == "/" || strings.HasPrefix(path, pp.lit) && path[len(pp.lit)] == '/'
+		return path == pp.lit || strings.HasPrefix(path, strings.TrimSuffix(pp.lit, "/")+"/")
 	}
 	if pp.unanchored {
-		path = strings.TrimPrefix(path, "/")
+		path = strings.TrimLeft(path, "/")
 	}
 	ok, err := doublestar.Match(pp.glob, path)
 	return ok && err == nil
@@ -37,6 +42,9 @@ func (pp *pathPattern) match(path string) bool {
 
 // compilePathPattern compiles text for env.
 func compilePathPattern(text string, env Env) (pathPattern, error) {
+	if env.OS == osWindows {
+		return compileWinPattern(text, env)
+	}
 	pp := pathPattern{text: text}
 	t := text
 	switch {
@@ -163,6 +171,9 @@ func (p *Policy) CheckPath(op Op, given, resolved string) error {
 	if p == nil {
 		return nil
 	}
+	if p.env.OS == osWindows {
+		return p.checkWinAllow(op, given, resolved)
+	}
 	given, resolved = filepath.Clean(given), filepath.Clean(resolved)
 	for _, l := range p.paths.byOp[op].allow {
 		if len(l.pats) > 0 && l.first(resolved) == nil {
@@ -176,6 +187,9 @@ func (p *Policy) CheckPath(op Op, given, resolved string) error {
 // itself hands out (bash full-output files), which the allow lists need not
 // name.
 func (p *Policy) CheckPathDeny(op Op, given, resolved string) error {
+	if p != nil && p.env.OS == osWindows {
+		return p.checkWinDeny(op, given, resolved)
+	}
 	given, resolved = filepath.Clean(given), filepath.Clean(resolved)
 	if !filepath.IsAbs(given) || !filepath.IsAbs(resolved) {
 		return &Denial{"paths", fmt.Sprintf("%s %s: not an absolute path", op, describePath(given, resolved))}
@@ -183,17 +197,24 @@ func (p *Policy) CheckPathDeny(op Op, given, resolved string) error {
 	if p == nil {
 		return nil
 	}
+	return p.checkDeny(op, given, resolved, describePath(given, resolved), posixDir)
+}
+
+// checkDeny applies the deny rules for op to given and resolved, in the
+// form the patterns match, with dir giving a path's parent ("" above the
+// root); shown names them in messages.
+func (p *Policy) checkDeny(op Op, given, resolved, shown string, dir func(string) string) error {
 	for _, l := range p.paths.byOp[op].deny {
 		if len(l.pats) == 0 {
 			continue
 		}
 		for _, path := range []string{given, resolved} {
-			if pp, under := l.firstAbove(path); pp != nil {
+			if pp, under := l.firstAbove(path, dir); pp != nil {
 				how := "matches"
 				if under != path {
 					how = under + " matches"
 				}
-				return &Denial{l.name, fmt.Sprintf("%s %s: %s %s %q", op, describePath(given, resolved), how, l.name, pp.text)}
+				return &Denial{l.name, fmt.Sprintf("%s %s: %s %s %q", op, shown, how, l.name, pp.text)}
 			}
 		}
 	}
@@ -201,16 +222,23 @@ func (p *Policy) CheckPathDeny(op Op, given, resolved string) error {
 }
 
 // firstAbove returns the first pattern that matches path or a directory
-// above it, and what it matched.
-func (l *pathList) firstAbove(path string) (*pathPattern, string) {
-	for p := path; ; p = filepath.Dir(p) {
+// above it (dir gives a path's parent, "" above the root), and what it
+// matched.
+func (l *pathList) firstAbove(path string, dir func(string) string) (*pathPattern, string) {
+	for p := path; p != ""; p = dir(p) {
 		if pp := l.first(p); pp != nil {
 			return pp, p
 		}
-		if p == "/" || p == "." {
-			return nil, ""
-		}
 	}
+	return nil, ""
+}
+
+// posixDir is filepath.Dir for a clean absolute POSIX path, "" above "/".
+func posixDir(p string) string {
+	if p == "/" || p == "." {
+		return ""
+	}
+	return filepath.Dir(p)
 }
 
 func describePath(given, resolved string) string {

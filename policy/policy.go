@@ -30,6 +30,12 @@ type Env struct {
 	// bash on some systems); mksh's for ksh and mksh. Command rules on any
 	// other shell are an error: they could not be checked.
 	Shell string
+	// OS is the host's operating system as Go names it (runtime.GOOS).
+	// "windows" selects Windows path semantics (see winpath.go): drive
+	// letters, "\" separators, names compared without case, UNC and
+	// device paths refused unless allowed. Anything else is POSIX.
+	// Command rules cannot be checked on Windows (see CheckCommand).
+	OS string
 	// GitGuarded is set when bash runs git through the agent's git
 	// guard, which checks the configuration git would run with (see
 	// GitRules). Without it, command rules refuse git: repository
@@ -164,10 +170,15 @@ func compile(r rules, env Env) (*Policy, error) {
 	if r.empty() {
 		return &Policy{env: env}, nil
 	}
-	if !filepath.IsAbs(env.Cwd) {
+	switch {
+	case env.OS == osWindows && !isWinAbs(env.Cwd):
+		return nil, fmt.Errorf("policy: working directory %q is not an absolute Windows path", env.Cwd)
+	case env.OS == osWindows:
+	case !filepath.IsAbs(env.Cwd):
 		return nil, fmt.Errorf("policy: working directory %q is not an absolute path", env.Cwd)
+	default:
+		env.Cwd = filepath.Clean(env.Cwd)
 	}
-	env.Cwd = filepath.Clean(env.Cwd)
 	p := &Policy{env: env, rules: r, digest: r.digest()}
 	var errs []error
 	errs = append(errs, p.compileTools()...)
@@ -223,12 +234,21 @@ const (
 	langBash shellLang = iota
 	langSh             // a POSIX shell, or bash as sh: checked as both
 	langMksh
+	langPowerShell // never parsed: command rules refuse every line
 	langUnsupported
 )
 
 // shellLanguage maps a shell's name or path to the syntax it speaks.
 func shellLanguage(shell string) shellLang {
-	switch path.Base(shell) {
+	base := path.Base(strings.ReplaceAll(shell, `\`, "/"))
+	if b := strings.ToLower(base); strings.HasSuffix(b, ".exe") {
+		base = strings.TrimSuffix(b, ".exe")
+	}
+	switch base {
+	case "pwsh", "powershell":
+		return langPowerShell
+	}
+	switch base {
 	case ".", "/", "bash", "rbash":
 		return langBash
 	case "sh", "dash", "ash", "posh":

@@ -247,7 +247,7 @@ func (c *checker) finish() error {
 		if c.line.cd {
 			return c.refuse("%s %s in a line that changes directory: which file it opens cannot be known; use an absolute path", rt.what, clip(rt.w.src))
 		}
-		if err := c.line.check(strings.TrimSuffix(c.p.env.Cwd, "/")+"/"+rt.w.text, rt.ops, rt.what, rt.w.src); err != nil {
+		if err := c.line.check(strings.TrimSuffix(c.line.cwd, "/")+"/"+rt.w.text, rt.ops, rt.what, rt.w.src); err != nil {
 			return err
 		}
 	}

@@ -76,7 +76,7 @@ func (c *checker) readsStdin(name string) bool {
 		if base := path.Base(p); c.line.cd && (base == "stdin" || strings.Trim(base, "0123456789") == "") {
 			return true
 		}
-		p = path.Join(c.p.env.Cwd, p)
+		p = path.Join(c.line.cwd, p)
 	}
 	p = path.Clean(p)
 	return p == "/dev/stdin" || strings.HasPrefix(p, "/dev/fd/") ||

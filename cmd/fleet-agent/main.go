@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/service"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -26,6 +28,21 @@ func main() {
 	// under a policy with command rules.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
+	}
+	// On Windows it also wraps background tasks, recording their exit
+	// status when they end.
+	if code, ok := agent.RunTaskWrapper(os.Args); ok {
+		os.Exit(code)
+	}
+	// Started by the Windows service control manager, the agent runs
+	// under it: a stop or a shutdown drains it as SIGTERM does elsewhere.
+	if ok, err := service.RunIfService(func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	}, serviceStopWait); ok {
+		if err != nil {
+			os.Exit(2)
+		}
+		os.Exit(0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -39,6 +56,10 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// serviceStopWait is how long a Windows service stop may take: the default
+// --drain_timeout and the time to cancel what is still running.
+const serviceStopWait = 45 * time.Second
 
 // pathsFlag collects repeated path flags, made absolute.
 type pathsFlag []string
@@ -152,7 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	a, err := agent.New(agent.Config{
 		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: getenv("HOME"), Shell: *shell, GitGuard: self,
+		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell, GitGuard: self, TaskWrapper: self,
 		PolicyFile: *policy, SecretFiles: secrets, ProtectedPaths: protected,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
@@ -170,8 +191,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return a.Run(ctx)
 }
 
-// defaultStateDir follows the XDG base directory convention.
+// defaultStateDir follows the XDG base directory convention, and on
+// Windows (LOCALAPPDATA set) the local application data folder.
 func defaultStateDir(getenv func(string) string) string {
+	if d := getenv("LOCALAPPDATA"); d != "" && getenv("HOME") == "" {
+		return filepath.Join(d, "fleetmcp-agent")
+	}
 	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "fleetmcp-agent")
 	}

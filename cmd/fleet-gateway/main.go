@@ -32,6 +32,11 @@ func main() {
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
 	}
+	// On Windows it also wraps background tasks, recording their exit
+	// status when they end.
+	if code, ok := agent.RunTaskWrapper(os.Args); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -357,7 +362,7 @@ func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *
 	user, pass := gw.AgentCredentials(o.agentName)
 	self, _ := os.Executable() // without it, git is refused under command rules
 	return agent.New(agent.Config{
-		GitGuard: self,
+		GitGuard: self, TaskWrapper: self,
 		Servers:  []string{gw.NATSURL()},
 		Name:     o.agentName,
 		User:     user,

@@ -137,22 +137,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// raiseFileLimit raises the open-file soft limit to the hard limit: each
-// process holds one descriptor per agent connection.
-func raiseFileLimit() error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("open-file limit: %w", err)
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return fmt.Errorf("raise open-file limit to %d: %w", lim.Max, err)
-		}
-	}
-	return nil
-}
-
 func loadAverage() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -209,10 +193,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		runtime.ReadMemStats(&ms)
 		st.HeapInuse, st.StackInuse, st.Goroutines = ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()
 		st.RSSKB = procStatusKB("VmRSS")
-		var ru syscall.Rusage
-		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-			st.CPUSeconds = tv(ru.Utime) + tv(ru.Stime)
-		}
+		st.CPUSeconds = cpuSeconds()
 		_ = json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -226,8 +207,6 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	defer cancel()
 	return gw.Shutdown(sctx)
 }
-
-func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
 func procStatusKB(field string) int64 {
 	data, err := os.ReadFile("/proc/self/status")
