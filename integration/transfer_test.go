@@ -37,6 +37,9 @@ func (p *gatewayProc) writePeak(t *testing.T, cs *mcp.ClientSession, host, path,
 // than three times its size at its peak (it cost 8 times before the
 // arguments were streamed through).
 func TestLargeWriteMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
+	}
 	p := startGatewayProcess(t)
 	p.startAgent("big", nil)
 	cs := p.client()
@@ -57,6 +60,9 @@ func TestLargeWriteMemory(t *testing.T) {
 // fresh start, where four at once would take about four times as much; and
 // in process, the budget in use never passes one write's size.
 func TestLargeWritesShareBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
+	}
 	const budget = 64
 	content := largeContent(40)
 	fourWrites := func(t *testing.T, cs *mcp.ClientSession) {
