@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -247,7 +248,9 @@ func makeSpec() optSpec {
 // besides the makefile's recipes: --eval text and a makefile read from
 // standard input are make's own language, a variable value holding $ can
 // call $(shell ...), NAME!=CMD runs CMD, and SHELL, MAKEFLAGS and the
-// like change how every recipe runs.
+// like change how every recipe runs. Variables make takes from its
+// environment are held to the same rules: a recipe that uses one pastes
+// its value into a shell command line, whichever way it was set.
 func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 	p, err := c.parseOpts("make", args, makeSpec())
 	if err != nil {
@@ -266,7 +269,7 @@ func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 			c.line.cd = true
 		}
 	}
-	for _, w := range p.rest {
+	for _, w := range append(slices.Clip(c.assigns), p.rest...) {
 		r, err := c.makeVariable(w)
 		if err != nil {
 			return nil, err
@@ -275,6 +278,10 @@ func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 	}
 	return rs, nil
 }
+
+// recipeSyntax are the characters with which a variable's value, pasted
+// into a recipe, ends its command and starts another.
+const recipeSyntax = ";&|<>()`\n"
 
 // makeVariable checks one operand of make that sets a variable.
 func (c *checker) makeVariable(w shWord) ([]runs, error) {
@@ -297,6 +304,8 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 		return []runs{hiddenRun("sets make variable " + name + " to text make expands, which can run commands ($(shell ...))")}, nil
 	case shellAssign:
 		return []runs{{script: value, isScript: true, lang: langSh, via: name + "!="}}, nil
+	case strings.ContainsAny(value, recipeSyntax):
+		return []runs{hiddenRun("sets make variable " + name + " to text holding shell syntax (" + clip(w.src) + "), which a recipe using it runs as commands")}, nil
 	}
 	return nil, nil
 }

@@ -105,7 +105,12 @@ func TestDeployProfiles(t *testing.T) {
 				"make -f - <<EOF\nall:;id\nEOF", "pytest --doctest-glob='*.log' /srv/ci/logs", "pytest -c /srv/ci/logs/x.log",
 				"pytest -p evil", "pytest --pdb <<EOF\nimport os\nEOF", "pytest --basetemp=/srv/ci", "env PYTEST_ADDOPTS='-p x' pytest",
 				"echo x > /srv/ci/checkout/Makefile", "echo x > /srv/ci/logs/x_test.go", "echo x > /tmp/x", "timeout 5 sh <<< id",
-				"git -c alias.s='!id' status", "env -i git status", "git log --output=/etc/x"},
+				"git -c alias.s='!id' status", "env -i git status", "git log --output=/etc/x",
+				// Programs of make's built-in rules, recipe text in variables,
+				// and the go command's own program variables.
+				"make /srv/ci/logs/x.log GET=sh", "env GET=sh make /srv/ci/logs/x.log", "make test 'V=1;id'",
+				"V='1 && id' make test", "GOCACHEPROG='touch /tmp/m' go build ./...", "env GOAUTH=/tmp/x go test ./...",
+				"GOWORK=/srv/ci/logs/w.log go test ./..."},
 			reads:   []string{"/srv/ci/checkout/go.mod", "/var/log/ci.log"},
 			noReads: []string{"/home/ci/.ssh/id_ed25519", "/srv/ci/checkout/.env", "/etc/fleetmcp/agent.env"},
 		},
