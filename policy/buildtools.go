@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -194,8 +195,39 @@ func (c *checker) npmRuns(name string, args []shWord) ([]runs, error) {
 		}
 	case "init", "create", "innit", "edit":
 		return append(rs, hiddenRun("runs a package or an editor that "+sub+" names")), nil
+	case "test", "tst", "t", "start", "stop", "restart", "run", "run-script", "rum", "urn":
+		if r, ok := npmScriptArgs(sub, rest); ok {
+			return append(rs, r), nil
+		}
 	}
 	return rs, nil
+}
+
+// npmScriptArgs returns what npm hands a package script that the rules
+// cannot follow: the script's program gets the words after the script's
+// name, and node, mocha and test runners load a file they name as code
+// (node --test --require FILE, --import, --config, --setupFiles), a file
+// the caller may have written wherever it may write. A word naming a
+// file (holding a slash) or only known when the line runs is refused
+// under bash.allow.
+func npmScriptArgs(sub string, rest []shWord) (runs, bool) {
+	script := sub
+	switch sub {
+	case "run", "run-script", "rum", "urn":
+		if len(rest) == 0 {
+			return runs{}, false
+		}
+		script, rest = rest[0].text, rest[1:]
+	case "tst", "t":
+		script = "test"
+	}
+	for _, w := range rest {
+		if w.text != "--" && (!w.literal() || strings.ContainsAny(w.text, `/\`)) {
+			return hiddenRun(fmt.Sprintf("hands %s to the package's %s script, whose program may load a file it names as code (node --require, a test runner's --config)",
+				clip(w.src), script)), true
+		}
+	}
+	return runs{}, false
 }
 
 func indexWord(ws []shWord, t string) int {

@@ -110,7 +110,9 @@ func TestDeployProfiles(t *testing.T) {
 				// and the go command's own program variables.
 				"make /srv/ci/logs/x.log GET=sh", "env GET=sh make /srv/ci/logs/x.log", "make test 'V=1;id'",
 				"V='1 && id' make test", "GOCACHEPROG='touch /tmp/m' go build ./...", "env GOAUTH=/tmp/x go test ./...",
-				"GOWORK=/srv/ci/logs/w.log go test ./..."},
+				"GOWORK=/srv/ci/logs/w.log go test ./...",
+				// A file handed to the package's test script (node --test --require FILE).
+				"npm test -- --require /srv/ci/logs/x.log", "npm run test -- --import=/srv/ci/logs/x.log"},
 			reads:   []string{"/srv/ci/checkout/go.mod", "/var/log/ci.log"},
 			noReads: []string{"/home/ci/.ssh/id_ed25519", "/srv/ci/checkout/.env", "/etc/fleetmcp/agent.env"},
 		},
