@@ -15,13 +15,15 @@ func (c *checker) steers(name string) bool {
 // optionsVariable reports whether variable name holds options or a
 // configuration file for a program, through which it can be made to run
 // another: less's key bindings, man's options, zip's options, rsync's
-// connection program, ripgrep's configuration.
+// connection program, ripgrep's configuration, gpg's home (whose gpg.conf
+// names the agent and dirmngr programs gpg starts when git signs or
+// verifies: git log --show-signature).
 func optionsVariable(name string) bool {
 	switch name {
 	case "LESSKEY", "LESSKEYIN", "LESSKEY_CONTENT", "LESSKEY_SYSTEM", "LESSKEYIN_SYSTEM", "LESSEDIT",
 		"LESSGLOBALTAGS", "MANOPT", "MANROFFOPT", "ZIPOPT", "ZIP", "UNZIP", "UNZIPOPT", "RSYNC_CONNECT_PROG",
 		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PYTHONSTARTUP",
-		"PYTHONINSPECT":
+		"PYTHONINSPECT", "GNUPGHOME":
 		return true
 	}
 	return false
