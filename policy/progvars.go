@@ -17,13 +17,14 @@ func (c *checker) steers(name string) bool {
 // another: less's key bindings, man's options, zip's options, rsync's
 // connection program, ripgrep's configuration, gpg's home (whose gpg.conf
 // names the agent and dirmngr programs gpg starts when git signs or
-// verifies: git log --show-signature).
+// verifies: git log --show-signature), vim's start-up commands and
+// runtime files.
 func optionsVariable(name string) bool {
 	switch name {
 	case "LESSKEY", "LESSKEYIN", "LESSKEY_CONTENT", "LESSKEY_SYSTEM", "LESSKEYIN_SYSTEM", "LESSEDIT",
 		"LESSGLOBALTAGS", "MANOPT", "MANROFFOPT", "ZIPOPT", "ZIP", "UNZIP", "UNZIPOPT", "RSYNC_CONNECT_PROG",
 		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PYTHONSTARTUP",
-		"PYTHONINSPECT", "GNUPGHOME":
+		"PYTHONINSPECT", "GNUPGHOME", "VIMINIT", "GVIMINIT", "EXINIT", "MYVIMRC", "VIMRUNTIME", "VIM":
 		return true
 	}
 	return false
