@@ -452,23 +452,25 @@ func (w *waiter) checkStall(now time.Time) error {
 }
 
 // reserve takes from the transfer budget what a large result needs once
-// received bytes of it have arrived: room for what has arrived, doubled
-// as it grows (at least 2 MiB), up to the size it claims, so that an
-// agent holds no more of the budget than it has sent, whatever it
-// claims. With no room it drops the result's parts, waits for room for
+// received bytes of it have arrived: when they pass the room it holds,
+// twice what has arrived (at least 2 MiB), up to the size it claims, so
+// that an agent holds no more of the budget than it has sent, whatever
+// it claims, and the result is copied a few times only as it grows. A
+// result larger than it claimed grows up to protocol.MaxResultBytes the
+// same way. With no room it drops the result's parts, waits for room for
 // the whole result (at most the budget's wait), and fetches the result
 // again from the agent, which keeps it; it then reports waited, and
 // w.broken is set until the new first part arrives.
 func (w *waiter) reserve(received int64) (waited bool, err error) {
 	t := w.r.transfers
-	claim := min(max(w.claim, received), protocol.MaxResultBytes)
-	if t == nil || claim <= largeTransfer {
+	claim := min(w.claim, protocol.MaxResultBytes)
+	if received > claim {
+		claim = protocol.MaxResultBytes // it said less than it sends
+	}
+	if t == nil || received <= w.got || max(w.claim, received) <= largeTransfer {
 		return false, nil
 	}
 	need := min(max(2*received, 2*largeTransfer), claim) - w.got
-	if need <= 0 {
-		return false, nil
-	}
 	if t.tryAcquire(need) {
 		w.keep(need)
 		if w.asm != nil {
@@ -545,6 +547,9 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		if f.Part == 1 {
 			w.asm, w.broken = protocol.NewAssembly(protocol.MaxResultBytes), false
 			w.claim = int64(f.Parts) * int64(len(f.Data))
+			if w.got > 0 {
+				w.asm.Grow(int(w.got)) // room the budget holds for it already
+			}
 		}
 		if w.broken {
 			continue // stragglers of a delivery already being fetched again
