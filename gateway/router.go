@@ -202,6 +202,14 @@ func (fl *inflight) take() ([]protocol.Frame, bool) {
 	return frames, nr
 }
 
+// resultWaiting reports whether result frames are buffered, not yet
+// taken by the waiter.
+func (fl *inflight) resultWaiting() bool {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.pendingResult > 0
+}
+
 // callRequest is one tool call to route.
 type callRequest struct {
 	// ID is the call's ID; empty: the router makes one.
@@ -437,8 +445,8 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 // took of the transfer budget for as long as the call may last. After
 // maxRefetch such requests the call fails.
 func (w *waiter) checkStall(now time.Time) error {
-	if w.asm == nil && !w.broken || now.Sub(w.partAt) < w.r.silence {
-		return nil
+	if w.asm == nil && !w.broken || now.Sub(w.partAt) < w.r.silence || w.fl.resultWaiting() {
+		return nil // parts that came while the waiter was busy are not lost
 	}
 	w.asm, w.broken = nil, true
 	if w.refetch++; w.refetch > maxRefetch {
