@@ -74,7 +74,10 @@ func TestDeployProfiles(t *testing.T) {
 				"cargo test --config 'target.x.runner=\"/tmp/x\"'", "make --eval='all:;id'", "make 'X!=id'", "make SHELL=/tmp/x",
 				"CC=/tmp/x make", "env GOFLAGS=-toolexec=/tmp/x go test ./...", "go env -w GOFLAGS=-toolexec=/tmp/x",
 				"find . -exec sh -c id ;", "grep -r x . | sh",
-				"git -c core.hooksPath=/tmp/h commit -m x", "git rebase --exe=id main", "/usr/bin/git status", "git difftool -x id", "git grep -O id TODO", "git log --output=/tmp/x", "git send-email x.patch", "git filter-branch x", "git clone --template=/tmp/t a b", "git clone -c core.fsmonitor=id a b", "git fetch --upload-p=id", "env -i git status", "make test > /tmp/x"},
+				"git -c core.hooksPath=/tmp/h commit -m x", "git rebase --exe=id main", "/usr/bin/git status", "git difftool -x id", "git grep -O id TODO", "git log --output=/tmp/x", "git send-email x.patch", "git filter-branch x", "git clone --template=/tmp/t a b", "git clone -c core.fsmonitor=id a b", "git fetch --upload-p=id", "env -i git status", "make test > /tmp/x",
+				// Pushing without git push.
+				"git send-pack ../remote.git main", "git -C . send-pack https://h/r.git main", "git http-push https://h/r.git main",
+				"git remote-https origin https://h/r.git", "git subtree push --prefix=lib origin main", "git subtree -P lib push origin main"},
 			reads:   []string{"/srv/app/main.go", "/srv/app/internal/x/y.go", "/srv/app/.git/config"},
 			noReads: []string{"/srv/app_old/main.go", "/etc/passwd", "/srv/app/.env", "/srv/app/config/.env.production", "/srv/app/certs/tls.key", "/srv/app/a.pem", "/srv"},
 			writes:  []string{"/srv/app/main.go", "/srv/app/new/dir/file.go"},
