@@ -112,6 +112,7 @@ func New(cfg Config) (*Agent, error) {
 		SpillMaxBytes:      cfg.OutputFileMaxBytes,
 		SpillMaxAge:        cfg.OutputRetention,
 		SpillMaxFiles:      cfg.MaxOutputFiles,
+		SpillMaxTotal:      cfg.OutputFilesMaxBytes,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),

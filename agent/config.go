@@ -93,11 +93,14 @@ type Config struct {
 	BinaryMaxBytes int64
 	// OutputFileMaxBytes bounds the full output a bash call saves on the
 	// host when its result is truncated; the rest is not saved. Default
-	// 100 MiB. OutputRetention and MaxOutputFiles bound the full-output
-	// files kept (oldest removed first). Defaults 7 days and 500.
-	OutputFileMaxBytes int64
-	OutputRetention    time.Duration
-	MaxOutputFiles     int
+	// 100 MiB. OutputRetention, MaxOutputFiles and OutputFilesMaxBytes
+	// bound the full-output files kept (oldest removed first). Defaults 7
+	// days, 500 and 1 GiB; calls running at once may each add one file
+	// to the total.
+	OutputFileMaxBytes  int64
+	OutputRetention     time.Duration
+	MaxOutputFiles      int
+	OutputFilesMaxBytes int64
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
@@ -249,9 +252,13 @@ func (c *Config) validate() error {
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
 	}
-	if c.OutputFileMaxBytes < 0 || c.OutputRetention < 0 || c.MaxOutputFiles < 0 {
-		errs = append(errs, fmt.Errorf("full-output limits must not be negative (file %d bytes, retention %s, %d files); leave them at 0 for the defaults",
-			c.OutputFileMaxBytes, c.OutputRetention, c.MaxOutputFiles))
+	if c.OutputFileMaxBytes < 0 || c.OutputRetention < 0 || c.MaxOutputFiles < 0 || c.OutputFilesMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("full-output limits must not be negative (file %d bytes, retention %s, %d files, %d bytes in all); leave them at 0 for the defaults",
+			c.OutputFileMaxBytes, c.OutputRetention, c.MaxOutputFiles, c.OutputFilesMaxBytes))
+	}
+	if file, all := cmp.Or(c.OutputFileMaxBytes, 100<<20), cmp.Or(c.OutputFilesMaxBytes, 1<<30); all < file {
+		errs = append(errs, fmt.Errorf("full-output files may take %d bytes in all (--max_output_files_mib), less than one file's %d (--max_output_file_mib); raise the first or lower the second",
+			all, file))
 	}
 	return errors.Join(errs...)
 }

@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		outFileMiB = fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved")
 		outKeep    = fs.Duration("output_retention", 7*24*time.Hour, "how long bash full-output files are kept")
 		outFiles   = fs.Int("max_output_files", 500, "bash full-output files kept; beyond it the oldest are removed")
+		outAllMiB  = fs.Int64("max_output_files_mib", 1024, "MiB all bash full-output files kept may take; beyond it the oldest are removed")
 		binaryMax  = fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64")
 		taskDef    = fs.Duration("task_timeout", time.Hour, "default timeout of a background task (bash with background: true)")
 		taskMax    = fs.Duration("task_max_timeout", 24*time.Hour, "largest background task timeout a caller may ask for")
@@ -178,7 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
 		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
-		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles,
+		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles, OutputFilesMaxBytes: *outAllMiB << 20,
 		TaskDefaultTimeout: *taskDef, TaskMaxTimeout: *taskMax,
 		MaxRunningTasks: *maxTasks, MaxQueuedTasks: *taskQueue,
 		TaskRetention: *retention, MaxKeptTasks: *maxKept,
