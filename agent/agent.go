@@ -457,7 +457,6 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 		nc.Close()
 		return err
 	}
-	a.nc.Store(nc)
 	a.log.Info("joined fleet", "url", nc.ConnectedUrlRedacted())
 
 	tick := time.NewTicker(a.cfg.Heartbeat)
@@ -479,7 +478,8 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 	}
 }
 
-// join subscribes to the host's subjects on nc and announces the host.
+// join subscribes to the host's subjects on nc, makes nc the agent's
+// connection and announces the host.
 // NATS reports a permissions violation asynchronously; join waits for the
 // server to have processed each step (a flush) and fails with a
 // *JoinRefusedError if it refused it. The host is announced only once
@@ -514,8 +514,14 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		err = a.checkAccepted(nc)
 	}
 	if err == nil {
+		// Calls may arrive as soon as the host is announced, and their
+		// answers go out on the agent's current connection: it must be
+		// this one before the announce leaves.
+		a.nc.Store(nc)
 		a.announce(nc, false)
-		err = a.checkAccepted(nc)
+		if err = a.checkAccepted(nc); err != nil {
+			a.nc.CompareAndSwap(nc, nil)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("join the fleet: %w", err)
