@@ -205,6 +205,7 @@ type bucketWatch struct {
 // answer. (A watch ends when the context given to WatchAll does, so that
 // context cannot carry a timeout.)
 func watchBucket(ctx context.Context, kv jetstream.KeyValue) (bucketWatch, error) {
+	what := kv.Bucket()
 	type result struct {
 		w   jetstream.KeyWatcher
 		err error
@@ -232,7 +233,7 @@ func watchBucket(ctx context.Context, kv jetstream.KeyValue) (bucketWatch, error
 		}
 		cancel()
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return bucketWatch{}, fmt.Errorf("hosts bucket: watch: %w", res.err)
+			return bucketWatch{}, fmt.Errorf("%s bucket: watch: %w", what, res.err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -340,7 +341,7 @@ func (s *hostStore) apply(e jetstream.KeyValueEntry) {
 		s.reg.applyRecord(host, e.Revision(), nil, factsDigest{}, time.Time{})
 		return
 	}
-	rec.Announce.Busy, rec.Announce.Leaving = 0, false
+	rec.Announce.Busy, rec.Announce.Leaving, rec.Announce.Labels = 0, false, nil
 	s.reg.applyRecord(host, e.Revision(), rec.Announce, digestOf(rec.Announce), rec.LastSeen)
 }
 

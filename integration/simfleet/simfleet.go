@@ -17,6 +17,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -43,11 +45,10 @@ type Config struct {
 	URL string
 	// Hosts are the agents' host names.
 	Hosts []string
-	// Credential returns the NATS user and password of a host (nil: no
-	// authentication).
-	Credential func(host string) (user, password string)
-	// Labels are announced by every agent.
-	Labels map[string]string
+	// Credentials returns the NATS credential of a host, as its
+	// enrolment gives it (nil: no authentication). It is called for every
+	// host before any connects, up to DialConcurrency at once.
+	Credentials func(host string) (Credential, error)
 	// Heartbeat is how often each agent announces itself. Default 5 s,
 	// as real agents do; the agents' heartbeats are spread over it.
 	Heartbeat time.Duration
@@ -65,6 +66,14 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives connection trouble. Default: discarded.
 	Logger *slog.Logger
+}
+
+// Credential is a simulated agent's NATS identity: its user JWT and nkey
+// seed, and the CA of the servers' certificates (empty: no TLS).
+type Credential struct {
+	JWT  string
+	Seed []byte
+	CA   []byte
 }
 
 // Fleet is a running simulated fleet.
@@ -88,6 +97,7 @@ type Fleet struct {
 type simAgent struct {
 	f        *Fleet
 	host     string
+	cred     Credential
 	announce []byte // the announce, encoded once
 	mu       sync.Mutex
 	nc       *nats.Conn
@@ -132,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 		a := &simAgent{f: f, host: h}
 		a.announce = mustJSON(protocol.Announce{
-			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim", Labels: cfg.Labels,
+			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim",
 			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
 			StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
 		})
@@ -141,17 +151,40 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	for range cfg.Workers {
 		f.wg.Go(f.worker)
 	}
-	sem := make(chan struct{}, cfg.DialConcurrency)
+	if cfg.Credentials != nil {
+		if err := f.each(func(a *simAgent) (err error) {
+			a.cred, err = cfg.Credentials(a.host)
+			if err != nil {
+				return fmt.Errorf("credential of simulated agent %s: %w", a.host, err)
+			}
+			return nil
+		}); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.each((*simAgent).dial); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.startHeartbeats()
+	return f, nil
+}
+
+// each runs do for every agent, DialConcurrency at once, and returns the
+// first error with how many failed.
+func (f *Fleet) each(do func(*simAgent) error) error {
+	sem := make(chan struct{}, f.cfg.DialConcurrency)
 	errs := make(chan error, len(f.agents))
-	var dials sync.WaitGroup
+	var wg sync.WaitGroup
 	for _, a := range f.agents {
 		sem <- struct{}{}
-		dials.Go(func() {
+		wg.Go(func() {
 			defer func() { <-sem }()
-			errs <- a.dial()
+			errs <- do(a)
 		})
 	}
-	dials.Wait()
+	wg.Wait()
 	close(errs)
 	var all []error
 	for err := range errs {
@@ -160,11 +193,9 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 	}
 	if len(all) > 0 {
-		f.Close()
-		return nil, fmt.Errorf("%d of %d simulated agents could not connect; first: %w", len(all), len(f.agents), all[0])
+		return fmt.Errorf("%d of %d simulated agents failed; first: %w", len(all), len(f.agents), all[0])
 	}
-	f.startHeartbeats()
-	return f, nil
+	return nil
 }
 
 func mustJSON(v any) []byte {
@@ -209,9 +240,13 @@ func (a *simAgent) dial() error {
 			cfg.Logger.Warn("NATS error", "host", a.host, "err", err)
 		}),
 	}
-	if cfg.Credential != nil {
-		user, pass := cfg.Credential(a.host)
-		opts = append(opts, nats.UserInfo(user, pass))
+	if a.cred.JWT != "" {
+		opts = append(opts, nats.UserJWTAndSeed(a.cred.JWT, string(a.cred.Seed)))
+	}
+	if len(a.cred.CA) > 0 {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(a.cred.CA)
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	}
 	var nc *nats.Conn
 	var err error

@@ -1,10 +1,13 @@
 // Command fleetload measures fan-out at scale on one machine. It runs the
 // gateway, with its embedded NATS server, in a child process (this same
 // binary with -role gateway), starts N simulated agents in its own process
-// (package simfleet: one NATS connection and credential each, the real
-// wire protocol, the agent's reconnect backoff), and drives the gateway
-// with the go-sdk MCP client over HTTP. It reports:
+// (package simfleet: one NATS connection and operator-mode credential
+// each, the real wire protocol, the agent's reconnect backoff), and drives
+// the gateway with the go-sdk MCP client over HTTP. It reports:
 //
+//   - how long making N agent keys takes here, and enrolling them with
+//     the gateway (each a record in the agent bucket and a user JWT,
+//     through the gateway's local enrolment);
 //   - fleet_read of a small file and fleet_bash "true" across all N hosts:
 //     p50 and p90 of the client-side latency over -runs runs;
 //   - the gateway process's memory per connected idle host: its RSS (after
@@ -215,6 +218,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 		_ = json.NewEncoder(w).Encode(st)
 	})
+	mux.HandleFunc("POST /enrol", func(w http.ResponseWriter, r *http.Request) { enrolHandler(gw, w, r) })
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -401,10 +405,6 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		return err
 	}
 	defer os.RemoveAll(b.dataDir)
-	creds, err := gateway.CreateCredentials(b.dataDir)
-	if err != nil {
-		return err
-	}
 	for i := range b.addrs {
 		if b.addrs[i], err = freeAddr(); err != nil {
 			return err
@@ -428,12 +428,15 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	for i := range hosts {
 		hosts[i] = hostName(i)
 	}
+	creds, err := b.enrol(ctx, hosts)
+	if err != nil {
+		return err
+	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
 		URL: b.gw.natsURL, Hosts: hosts,
-		Credential: func(h string) (string, string) { return h, creds.AgentPassword(h) },
-		Labels:     map[string]string{"role": "sim"},
-		Handler:    simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
+		Credentials: func(h string) (simfleet.Credential, error) { return creds[h], nil },
+		Handler:     simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
 	})
 	if err != nil {
 		return err
