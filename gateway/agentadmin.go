@@ -126,10 +126,12 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	}, nil
 }
 
-// checkKey refuses a key that was revoked, or that another host uses.
+// checkKey refuses a key that was revoked as another host, or that
+// another host uses (the host's own record is checked when it is
+// written).
 func (g *Gateway) checkKey(host, pub string) error {
 	other, ok := g.agentIndex.keyHost(pub)
-	if !ok {
+	if !ok || other == host {
 		return nil
 	}
 	rec, ok := g.agentIndex.record(other)
@@ -142,7 +144,7 @@ func (g *Gateway) checkKey(host, pub string) error {
 				host, ErrKeyRevoked, pub, k.revokedAt.UTC().Format(time.RFC3339), other)
 		}
 	}
-	if other != host && rec.PublicKey == pub {
+	if rec.PublicKey == pub {
 		return fmt.Errorf("enrol %s: %w: key %s is enrolled as host %s; one key serves one host name (revoke %s first, or give this host its own state directory)",
 			host, ErrKeyInUse, pub, other, other)
 	}
@@ -188,8 +190,8 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 	}
 	switch {
 	case rec.PublicKey == e.userPub && rec.Revoked():
-		return false, fmt.Errorf("enrol %s: %w: the host and its key were revoked on %s by %s; the agent must make a new key, and re-enrolling the name needs a token made with --replace %s",
-			e.host, ErrHostRevoked, rec.RevokedAt.Format(time.RFC3339), rec.RevokedBy, e.host)
+		return false, fmt.Errorf("enrol %s: %w (and %w): the host and its key were revoked on %s by %s; the agent must make a new key, and re-enrolling the name needs a token made with --replace %s",
+			e.host, ErrHostRevoked, ErrKeyRevoked, rec.RevokedAt.Format(time.RFC3339), rec.RevokedBy, e.host)
 	case rec.PublicKey == e.userPub:
 		// The same agent again: new labels, a new credential.
 		rec.Labels, rec.Facts = maps.Clone(e.labels), e.facts

@@ -131,7 +131,7 @@ func trustedOperator(ctx context.Context, sys *nats.Conn) (*jwt.OperatorClaims, 
 		return nil, fmt.Errorf("ask the NATS servers for their operator: %w", err)
 	}
 	var resp struct {
-		Data  *server.Varz      `json:"data"`
+		Data  *server.Varz     `json:"data"`
 		Error *server.ApiError `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
@@ -158,5 +158,5 @@ func (e *externalAccount) sign(ac *jwt.AccountClaims) (string, error) {
 	return ac.Encode(e.operatorSigner)
 }
 
-func (e *externalAccount) save(string) error                  { return nil }
+func (e *externalAccount) save(string) error                 { return nil }
 func (e *externalAccount) pushed(*jwt.AccountClaims, string) {}

@@ -51,6 +51,10 @@ type Options struct {
 	// configured from the files fleet-gateway nats-setup writes. By
 	// default the gateway embeds it, as it does out of the box.
 	ExternalNATS bool
+	// ServerURL and ServerSetup connect the gateway to a NATS server the
+	// test started itself, in operator mode from the files nats-setup
+	// wrote into ServerSetup.
+	ServerURL, ServerSetup string
 }
 
 // Env is a running fleet for one test.
@@ -121,7 +125,12 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		OfflineAfter: 3 * time.Second,
 		Logger:       e.log.With("component", "gateway"),
 	}
-	if opts.ExternalNATS {
+	switch {
+	case opts.ServerURL != "":
+		e.setup = opts.ServerSetup
+		cfg.NATSURLs = []string{opts.ServerURL}
+		e.externalFiles(&cfg)
+	case opts.ExternalNATS:
 		e.natsPort = freePort(t)
 		e.natsDir = t.TempDir()
 		e.setup = filepath.Join(t.TempDir(), "nats-setup")
@@ -131,7 +140,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		e.startNATS()
 		cfg.NATSURLs = []string{e.NATSURL()}
 		e.externalFiles(&cfg)
-	} else {
+	default:
 		cfg.DataDir = t.TempDir()
 		cfg.NATSListen = "127.0.0.1:0"
 		cfg.NATSMaxPayload = opts.MaxPayload
@@ -199,8 +208,8 @@ func (e *Env) natsOptions() *server.Options {
 // user (unrestricted in the fleet account).
 func (e *Env) GatewayConn() *nats.Conn {
 	e.t.Helper()
-	if !e.opts.ExternalNATS {
-		e.t.Fatal("GatewayConn needs Options.ExternalNATS")
+	if e.setup == "" {
+		e.t.Fatal("GatewayConn needs an external NATS server")
 	}
 	nc, err := nats.Connect(e.NATSURL(), nats.UserCredentials(filepath.Join(e.setup, gateway.NATSSetupFiles.GatewayCreds)))
 	if err != nil {
@@ -248,6 +257,9 @@ func (e *Env) RestartNATS() {
 
 // NATSURL is the URL agents dial.
 func (e *Env) NATSURL() string {
+	if e.opts.ServerURL != "" {
+		return e.opts.ServerURL
+	}
 	if !e.opts.ExternalNATS {
 		return e.Gateway.NATSURL()
 	}
