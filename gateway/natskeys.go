@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nats-io/nkeys"
 )
@@ -105,17 +104,22 @@ func readSeedFile(path string, prefix nkeys.PrefixByte, what string) (nkeys.KeyP
 		return nil, fmt.Errorf("%s holds a public key only: the %s key needs its seed", path, what)
 	}
 	if got, _, err := nkeys.DecodeSeed(seed); err != nil || got != prefix {
-		return nil, fmt.Errorf("%s holds %s seed, not the %s key (%s seed)", path, article(got.String()), what, article(prefix.String()))
+		return nil, fmt.Errorf("%s holds %s, not the %s key (%s)", path, seedKind(got), what, seedKind(prefix))
 	}
 	return kp, nil
 }
 
-// article puts "a" or "an" before a word.
-func article(w string) string {
-	if w != "" && strings.ContainsRune("aeiou", rune(w[0])) {
-		return "an " + w
+// seedKind names the kind of seed of a key kind.
+func seedKind(p nkeys.PrefixByte) string {
+	switch p {
+	case nkeys.PrefixByteOperator:
+		return "an operator seed (SO...)"
+	case nkeys.PrefixByteAccount:
+		return "an account seed (SA...)"
+	case nkeys.PrefixByteUser:
+		return "a user seed (SU...)"
 	}
-	return "a " + w
+	return "a seed of another kind"
 }
 
 // publicKey returns kp's public key; kp always has one.

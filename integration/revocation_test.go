@@ -421,7 +421,6 @@ func TestStaleClaimsReconciled(t *testing.T) {
 	}
 }
 
-
 // TestRevocationOnCluster: on a 3-node cluster configured from
 // deploy/nats/cluster-node.conf (TLS on clients and routes, the full
 // resolver), revoking a host closes its connections on every node within

@@ -477,6 +477,8 @@ func ValidateLabels(labels map[string]string) error {
 			return fmt.Errorf("label key %.20q... is %d bytes long; at most %d are allowed", k, len(k), MaxLabelKeyLen)
 		case len(v) > MaxLabelValueLen:
 			return fmt.Errorf("value of label %q is %d bytes long; at most %d are allowed", k, len(v), MaxLabelValueLen)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("value %q of label %q is not valid UTF-8", v, k)
 		}
 		for _, r := range k {
 			if !isLabelKeyChar(r) {
