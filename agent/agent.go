@@ -421,10 +421,11 @@ func backoffCeiling(attempt int, lo, hi time.Duration) time.Duration {
 // connect dials NATS. It gives up as soon as ctx ends, even while a
 // server is being dialled or has not finished its handshake.
 func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, error) {
-	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: nats.DefaultTimeout}}
+	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: DialTimeout}}
 	opts := []nats.Option{
 		nats.Name("fleet-agent " + a.cfg.Name),
 		nats.SetCustomDialer(d),
+		nats.Timeout(HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return reconnectDelay(attempts, a.cfg.ReconnectMin, a.cfg.ReconnectMax)

@@ -200,6 +200,13 @@ type agentStore struct {
 	wg     sync.WaitGroup
 }
 
+// agentsLoadTimeout bounds the wait for the agent records at start. The
+// gateway serves nothing before it has them all: without its records a
+// host would have no labels, and a selector such as env!=prod would pick
+// it. A fleet reconnecting at once (the embedded server restarting with
+// its gateway) keeps JetStream busy for a while, hence the patience.
+const agentsLoadTimeout = 2 * time.Minute
+
 // openAgentStore creates (or updates) the bucket and fills index from it,
 // keeping it current until close.
 func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Logger) (*agentStore, error) {
@@ -207,7 +214,7 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("agent records: %w", err)
 	}
-	kv, err := ensureBucket(js, jetstream.KeyValueConfig{
+	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      protocol.AgentsBucket,
 		Description: "fleetmcp agent records: each enrolled host's key, labels and revocation",
 		History:     1,
@@ -219,7 +226,7 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 	}
 	s := &agentStore{kv: kv, nc: nc, index: index, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = watchBucket(s.ctx, kv); err != nil {
+	if s.first, err = watchBucket(s.ctx, kv, agentsLoadTimeout); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -227,17 +234,17 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 	s.wg.Go(func() { s.watch(loaded) })
 	select {
 	case <-loaded:
-	case <-time.After(storeLoadTimeout):
+	case <-time.After(agentsLoadTimeout):
 		s.close()
-		return nil, fmt.Errorf("agent records: bucket %s not loaded within %s", protocol.AgentsBucket, storeLoadTimeout)
+		return nil, fmt.Errorf("agent records: bucket %s not loaded within %s", protocol.AgentsBucket, agentsLoadTimeout)
 	}
 	return s, nil
 }
 
-// ensureBucket creates or updates a bucket, retrying while JetStream
-// starts up.
-func ensureBucket(js jetstream.JetStream, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	deadline := time.Now().Add(20 * time.Second)
+// ensureBucket creates or updates a bucket, retrying for up to patience
+// while JetStream starts up.
+func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	deadline := time.Now().Add(patience)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
 		kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
@@ -272,7 +279,7 @@ func (s *agentStore) watch(loaded chan struct{}) {
 	defer func() { retire(cur) }()
 	rewatch := func() bool {
 		for {
-			next, err := watchBucket(s.ctx, s.kv)
+			next, err := watchBucket(s.ctx, s.kv, watchPatience)
 			if err == nil {
 				retire(cur)
 				cur = next

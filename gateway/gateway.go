@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -28,7 +27,7 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 
-	ns *server.Server // nil with an external cluster
+	ns *embeddedServer // nil with an external cluster
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
@@ -118,6 +117,14 @@ func Start(cfg Config) (*Gateway, error) {
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
 		return nil, err
+	}
+	if g.ns != nil && g.cfg.NATSListen != "" {
+		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
+			ln.Close()
+			_ = g.audit.close(context.Background())
+			g.stopNATS()
+			return nil, err
+		}
 	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -226,14 +233,14 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns), gwUser)...); err != nil {
+	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	sysUser, err := localUser("fleet-gateway system", keys.system)
 	if err != nil {
 		return err
 	}
-	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns), sysUser)...); err != nil {
+	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: publicKey(keys.account), agentSigner: keys.agentSigner,

@@ -96,6 +96,9 @@ const (
 	holdAfterFailure = 30 * time.Second
 	// storeLoadTimeout bounds the wait for the bucket's records at start.
 	storeLoadTimeout = 10 * time.Second
+	// watchPatience is how long a watch is retried while JetStream does
+	// not answer (as while a whole fleet reconnects).
+	watchPatience = 20 * time.Second
 )
 
 // hostRecord is a record of the hosts bucket.
@@ -152,7 +155,7 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 	}
 	s := &hostStore{kv: kv, nc: nc, reg: reg, log: log, retention: cfg.Retention}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = watchBucket(s.ctx, kv); err != nil {
+	if s.first, err = watchBucket(s.ctx, kv, watchPatience); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -201,16 +204,16 @@ type bucketWatch struct {
 }
 
 // watchBucket starts watching every key of kv until ctx ends or the
-// watch is cancelled, retrying for up to 20 s while JetStream does not
-// answer. (A watch ends when the context given to WatchAll does, so that
-// context cannot carry a timeout.)
-func watchBucket(ctx context.Context, kv jetstream.KeyValue) (bucketWatch, error) {
+// watch is cancelled, retrying for up to patience while JetStream does
+// not answer. (A watch ends when the context given to WatchAll does, so
+// that context cannot carry a timeout.)
+func watchBucket(ctx context.Context, kv jetstream.KeyValue, patience time.Duration) (bucketWatch, error) {
 	what := kv.Bucket()
 	type result struct {
 		w   jetstream.KeyWatcher
 		err error
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan result, 1)
@@ -277,7 +280,7 @@ func (s *hostStore) watch(loaded chan struct{}) {
 		case <-s.ctx.Done():
 			return
 		case <-reconnected:
-			next, err := watchBucket(s.ctx, s.kv)
+			next, err := watchBucket(s.ctx, s.kv, watchPatience)
 			if err != nil {
 				s.log.Warn("hosts bucket: cannot watch again after reconnecting; the old watch recovers by itself", "err", err)
 				continue
@@ -292,14 +295,14 @@ func (s *hostStore) watch(loaded chan struct{}) {
 				// The watch ended by itself (its consumer or the bucket
 				// went away): start another.
 				s.log.Warn("hosts bucket: watch ended; watching again")
-				next, err := watchBucket(s.ctx, s.kv)
+				next, err := watchBucket(s.ctx, s.kv, watchPatience)
 				for err != nil {
 					select {
 					case <-s.ctx.Done():
 						return
 					case <-time.After(5 * time.Second):
 					}
-					next, err = watchBucket(s.ctx, s.kv)
+					next, err = watchBucket(s.ctx, s.kv, watchPatience)
 				}
 				retire(cur)
 				cur = next

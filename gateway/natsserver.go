@@ -15,19 +15,25 @@ import (
 
 // embeddedOptions builds the embedded server's options: operator mode
 // with the accounts of auth, never an anonymous client; TLS with tlsConf
-// when it is set.
+// when it is set. The server starts without listening (DontListen): the
+// gateway, connected in process, gets its stores and revocations ready
+// first, then lets agents in (listenForAgents).
 func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*server.Options, error) {
 	opts := &server.Options{
 		ServerName: "fleet-gateway",
 		NoSigs:     true,
 		NoLog:      true,
+		DontListen: true,
 		JetStream:  true,
 		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
 		MaxPayload: cfg.NATSMaxPayload,
+		// A fleet reconnecting at once queues for the server's lock while
+		// each credential is checked; a client cut off after the default
+		// 2 s would come back and queue again.
+		AuthTimeout: authTimeout.Seconds(),
 	}
 	auth.configure(opts)
 	if cfg.NATSListen == "" {
-		opts.DontListen = true
 		return opts, nil
 	}
 	host, port, err := net.SplitHostPort(cfg.NATSListen)
@@ -52,12 +58,12 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*
 // startEmbedded starts the embedded NATS server and waits until it takes
 // connections. A listen address another process holds is reported as
 // such, at once.
-func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*server.Server, error) {
+func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*embeddedServer, error) {
 	opts, err := embeddedOptions(cfg, auth, tlsConf)
 	if err != nil {
 		return nil, err
 	}
-	if !opts.DontListen && opts.Port != server.RANDOM_PORT {
+	if cfg.NATSListen != "" && opts.Port != server.RANDOM_PORT {
 		// The server would only log that it cannot listen, and never
 		// become ready: try the address first.
 		ln, err := listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
@@ -77,8 +83,39 @@ func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*se
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded NATS server (listen %s): %w", cfg.NATSListen, err)
 	}
-	return ns, nil
+	return &embeddedServer{Server: ns, fatal: failed.msgs}, nil
 }
+
+// embeddedServer is the embedded NATS server, with the fatal errors its
+// logger kept.
+type embeddedServer struct {
+	*server.Server
+	fatal <-chan string
+}
+
+// listenForAgents opens the embedded server's client listener. Until
+// then only in-process clients (the gateway) reach it: a fleet that
+// reconnects at once after a restart finds the gateway ready, with the
+// revocations in place.
+func (ns *embeddedServer) listenForAgents(listen string) error {
+	ready := make(chan struct{})
+	go ns.AcceptLoop(ready)
+	<-ready
+	if ns.Addr() == nil {
+		msg := "it did not listen"
+		select {
+		case msg = <-ns.fatal:
+		default:
+		}
+		return fmt.Errorf("embedded NATS server cannot listen on %s: %s; if another process holds the address, choose another with --nats_listen", listen, msg)
+	}
+	return nil
+}
+
+// authTimeout is how long the embedded server waits for a client's
+// credential: as long as agents wait for their handshake
+// (agent.HandshakeTimeout).
+const authTimeout = 20 * time.Second
 
 // readyTimeout bounds how long the embedded server may take to start.
 const readyTimeout = 10 * time.Second

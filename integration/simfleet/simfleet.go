@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +218,8 @@ func (a *simAgent) dial() error {
 	cfg := &a.f.cfg
 	opts := []nats.Option{
 		nats.Name("fleet-sim " + a.host),
+		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}}),
+		nats.Timeout(agent.HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return agent.ReconnectDelay(attempts, cfg.ReconnectMin, cfg.ReconnectMax)
@@ -234,7 +237,12 @@ func (a *simAgent) dial() error {
 			a.connected.Store(true)
 			a.publishAnnounce(nc)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { a.connected.Store(false) }),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			a.connected.Store(false)
+			if a.f.ctx.Err() == nil {
+				a.f.reconnectFailed(fmt.Errorf("connection closed for good: %v", nc.LastError()))
+			}
+		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.f.reconnectFailed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			cfg.Logger.Warn("NATS error", "host", a.host, "err", err)
@@ -278,6 +286,35 @@ func (a *simAgent) dial() error {
 	a.connected.Store(true)
 	a.publishAnnounce(nc)
 	return nil
+}
+
+// oneConnDialer dials an agent's connections and closes the one before
+// each time: nats.go leaves the socket of a failed handshake to the
+// garbage collector, and in a reconnect storm thousands of agents in one
+// process would otherwise run out of file descriptors long before it
+// runs. An agent has one connection at a time, so the one before is
+// always dead when a new one is dialled.
+type oneConnDialer struct {
+	mu   sync.Mutex
+	last net.Conn
+	d    net.Dialer
+}
+
+func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
+	o.mu.Lock()
+	if o.last != nil {
+		o.last.Close()
+		o.last = nil
+	}
+	o.mu.Unlock()
+	c, err := o.d.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.last = c
+	o.mu.Unlock()
+	return c, nil
 }
 
 func (a *simAgent) conn() *nats.Conn {
