@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,8 +172,9 @@ func TestRunStopsWhenNATSRefusesTheHost(t *testing.T) {
 
 // The agent asks for its credential at every connect: one renewed while
 // it runs is used from the next connection on. Here the first expires
-// after two seconds, the server disconnects the agent, and the agent is
-// back at once with the second.
+// after two seconds, the server disconnects the agent, and the NATS
+// client's own reconnect (not a new connection after it gave up) brings
+// it back with the second.
 func TestCredentialReadAtEveryConnect(t *testing.T) {
 	f := startOperatorNATS(t, protocol.AgentPublishTemplate(), protocol.AgentSubscribeTemplate())
 	kp, _ := nkeys.CreateUser()
@@ -182,8 +186,10 @@ func TestCredentialReadAtEveryConnect(t *testing.T) {
 	var calls atomic.Int32
 	creds := Credentials{JWT: func() (string, error) { calls.Add(1); return current.Load().(string), nil }, Seed: seed}
 	pres := presence(t, f.watcher(t))
+	var log lockedBuffer
 	r := startAgent(t, f.ns, Config{Name: "renew-1", Credentials: creds, Heartbeat: 200 * time.Millisecond,
-		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}, nil)
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond},
+		func(a *Agent) { a.log = slog.New(slog.NewTextHandler(&log, nil)) })
 	defer func() { r.cancel(); r.wait(t, 10*time.Second) }()
 	nextAnnounce(t, pres, "renew-1", false)
 	before := calls.Load()
@@ -203,4 +209,25 @@ func TestCredentialReadAtEveryConnect(t *testing.T) {
 		<-pres
 	}
 	nextAnnounce(t, pres, "renew-1", false)
+	if out := log.String(); strings.Contains(out, "connection closed") || !strings.Contains(out, "NATS reconnected") {
+		t.Errorf("the agent did not come back through the NATS client's reconnect:\n%s", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
