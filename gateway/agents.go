@@ -231,7 +231,7 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 		return nil, err
 	}
 	loaded := make(chan struct{})
-	s.wg.Go(func() { s.watch(loaded) })
+	s.wg.Go(func() { followBucket(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply) })
 	select {
 	case <-loaded:
 	case <-time.After(agentsLoadTimeout):
@@ -241,85 +241,9 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 	return s, nil
 }
 
-// ensureBucket creates or updates a bucket, retrying for up to patience
-// while JetStream starts up.
-func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	deadline := time.Now().Add(patience)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
-		cancel()
-		switch {
-		case err == nil:
-			return kv, nil
-		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-			return nil, fmt.Errorf("bucket %s needs JetStream, which the NATS server does not offer the fleet account: enable jetstream in its configuration and give the account JetStream limits (see deploy/nats)", kc.Bucket)
-		case time.Now().After(deadline):
-			return nil, fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 func (s *agentStore) close() {
 	s.cancel()
 	s.wg.Wait()
-}
-
-// watch applies the bucket's records to the index until close, watching
-// again after a reconnect or when the watch ends.
-func (s *agentStore) watch(loaded chan struct{}) {
-	reconnected := s.nc.StatusChanged(nats.CONNECTED)
-	defer s.nc.RemoveStatusListener(reconnected)
-	cur := s.first
-	retire := func(bw bucketWatch) {
-		bw.cancel()
-		s.wg.Go(func() { drain(bw.w) })
-	}
-	defer func() { retire(cur) }()
-	rewatch := func() bool {
-		for {
-			next, err := watchBucket(s.ctx, s.kv, watchPatience)
-			if err == nil {
-				retire(cur)
-				cur = next
-				return true
-			}
-			select {
-			case <-s.ctx.Done():
-				return false
-			case <-time.After(5 * time.Second):
-			}
-		}
-	}
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-reconnected:
-			if !rewatch() {
-				return
-			}
-		case e, ok := <-cur.w.Updates():
-			switch {
-			case !ok && s.ctx.Err() != nil:
-				return
-			case !ok:
-				s.log.Warn("agent records: watch ended; watching again")
-				if !rewatch() {
-					return
-				}
-			case e == nil:
-				select {
-				case <-loaded:
-				default:
-					close(loaded)
-				}
-			default:
-				s.apply(e)
-			}
-		}
-	}
 }
 
 func (s *agentStore) apply(e jetstream.KeyValueEntry) {

@@ -161,13 +161,8 @@ func (g *Gateway) startNATS() error {
 
 // natsOptions are the options of the gateway's own connection.
 func (g *Gateway) natsOptions() []nats.Option {
-	return []nats.Option{
+	return append(reconnectOptions(),
 		nats.Name("fleet-gateway"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.PingInterval(10 * time.Second),
-		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			g.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			_ = nc.Publish(protocol.DiscoverSubject(), nil)
@@ -180,22 +175,29 @@ func (g *Gateway) natsOptions() []nats.Option {
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			g.log.Warn("NATS error", "err", err)
 		}),
-	}
+	)
 }
 
-// sysOptions are the options of the system user's connection.
-func (g *Gateway) sysOptions() []nats.Option {
+// reconnectOptions keep a gateway connection alive for good, noticing a
+// dead server within about 30 s.
+func reconnectOptions() []nats.Option {
 	return []nats.Option{
-		nats.Name("fleet-gateway system"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.PingInterval(10 * time.Second),
 		nats.MaxPingsOutstanding(2),
+	}
+}
+
+// sysOptions are the options of the system user's connection.
+func (g *Gateway) sysOptions() []nats.Option {
+	return append(reconnectOptions(),
+		nats.Name("fleet-gateway system"),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			g.log.Warn("NATS error (system user)", "err", err)
 		}),
-	}
+	)
 }
 
 // startEmbedded starts the embedded server in operator mode, with TLS

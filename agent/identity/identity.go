@@ -294,8 +294,3 @@ func (id *Identity) Replace(token string) error {
 	}
 	return id.setJWT(token)
 }
-
-// Files returns the identity's files, for the agent to protect.
-func (id *Identity) Files() []string {
-	return []string{id.store.path(KeyFile), id.store.path(JWTFile), id.store.path(EnrolmentFile)}
-}
