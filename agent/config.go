@@ -27,10 +27,12 @@ type Config struct {
 	// Name is this host's ID in the fleet (required; see
 	// protocol.ValidateHost).
 	Name string
-	// Labels describe the host for targeting (role=web, env=staging).
-	Labels map[string]string
-	// User and Password authenticate to NATS.
-	User, Password string
+	// Credentials are the agent's NATS identity: its user JWT and nkey
+	// seed, and the CA of the servers' certificates. The zero value
+	// connects without any (to a server that admits anyone, in tests).
+	// Labels are not the agent's to choose: the operator gives them at
+	// enrolment.
+	Credentials Credentials
 
 	// Cwd is the working directory for bash and relative paths. Default:
 	// the process's working directory.
@@ -49,8 +51,9 @@ type Config struct {
 	// taken relative to the process's working directory. It need not
 	// exist: skills appear when it does.
 	SkillsDir string
-	// SecretFiles hold the agent's credentials (such as the NATS password
-	// file): no tool may read or write them.
+	// SecretFiles hold the agent's credentials when they live outside the
+	// state directory (which is protected anyway): no tool may read or
+	// write them.
 	SecretFiles []string
 	// ProtectedPaths are files and directories (with everything in them)
 	// that no tool may read or write, whatever the host policy says, as
@@ -217,10 +220,8 @@ func (c *Config) validate() error {
 	if err := protocol.ValidateHost(c.Name); err != nil {
 		errs = append(errs, fmt.Errorf("--name: %w", err))
 	}
-	// What the agent announces must be within the protocol's limits, or
-	// every gateway would ignore the host.
-	if err := protocol.ValidateLabels(c.Labels); err != nil {
-		errs = append(errs, fmt.Errorf("--label: %w", err))
+	if err := c.Credentials.validate(c.Name); err != nil {
+		errs = append(errs, err)
 	}
 	if !filepath.IsAbs(c.Cwd) {
 		errs = append(errs, fmt.Errorf("working directory %q must be absolute", c.Cwd))

@@ -40,6 +40,8 @@ const (
 	// HostBusy: the gateway had no room for the call's large result
 	// (its transfer budget).
 	HostBusy
+	// HostRevoked: the host's agent was revoked.
+	HostRevoked
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -288,6 +290,9 @@ func (r *router) checkHost(host string) error {
 	h, ok := r.reg.get(host)
 	if !ok {
 		return unknownHost(host)
+	}
+	if h.Revoked {
+		return &HostError{Host: host, Kind: HostRevoked, Msg: fmt.Sprintf("host %q was revoked: its agent may no longer join the fleet; call hosts to see which hosts are online", host)}
 	}
 	if h.Conflict != "" {
 		return &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}

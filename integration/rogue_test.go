@@ -57,12 +57,10 @@ func (l *logTally) take() (lines, bytes int) {
 // own checks.
 func rogueAgent(t *testing.T, env *Env, host string) *nats.Conn {
 	t.Helper()
-	user, pass := env.Gateway.AgentCredentials(host)
-	nc, err := nats.Connect(env.NATSURL(), nats.UserInfo(user, pass), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)))
+	nc, err := env.AgentConn(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
 	return nc
 }
 
