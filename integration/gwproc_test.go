@@ -121,6 +121,9 @@ func (p *gatewayProc) credentials(host string) agent.Credentials {
 	seed, _ := user.Seed()
 	uc := jwt.NewUserClaims(userPub)
 	uc.Name, uc.IssuerAccount, uc.Expires = host, accountPub, time.Now().Add(time.Hour).Unix()
+	// The signing key is scoped: its users carry no permissions or
+	// limits of their own (the defaults count as limits).
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
 	token, err := uc.Encode(signer)
 	if err != nil {
 		p.t.Fatal(err)
