@@ -1,0 +1,112 @@
+package protocol
+
+import "time"
+
+// This file is the wire contract of the gateway's admin API (under
+// AdminPath on the fleet API listener), which fleetctl speaks. Every
+// request carries "Authorization: Bearer" with an admin API token or an
+// OIDC token whose access rule says admin; errors are APIError.
+
+// Admin API paths. Agent paths continue with "/NAME/revoke",
+// "/NAME/labels" and "/NAME/allow-recovery"; a token's path with "/ID".
+const (
+	AdminTokensPath = AdminPath + "tokens"
+	AdminAgentsPath = AdminPath + "agents"
+)
+
+// TokenCreateRequest is the body of POST AdminTokensPath.
+type TokenCreateRequest struct {
+	// Labels are given to every host that enrols with the token.
+	Labels map[string]string `json:"labels,omitempty"`
+	// TTL is how long the token may be used (Go duration, e.g. "1h";
+	// default 1h, at most 30 days).
+	TTL string `json:"ttl,omitempty"`
+	// Uses is how many hosts may enrol with it (default 1).
+	Uses int `json:"uses,omitempty"`
+	// Name is the one host name it enrols; NamePattern a doublestar
+	// pattern the name must match; neither: any valid name.
+	Name        string `json:"name,omitempty"`
+	NamePattern string `json:"name_pattern,omitempty"`
+	// Replace is a host name the token may take over from another key,
+	// even a revoked one (the old key is revoked).
+	Replace string `json:"replace,omitempty"`
+}
+
+// Token states, as TokenInfo.State says them.
+const (
+	TokenActive  = "active"
+	TokenExpired = "expired"
+	TokenSpent   = "spent"
+	TokenRevoked = "revoked"
+)
+
+// TokenInfo describes a join token (never its secret).
+type TokenInfo struct {
+	ID          string            `json:"id"`
+	State       string            `json:"state"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	NamePattern string            `json:"name_pattern,omitempty"`
+	Replace     string            `json:"replace,omitempty"`
+	Uses        int               `json:"uses"`
+	Used        int               `json:"used"`
+	CreatedAt   time.Time         `json:"created_at"`
+	CreatedBy   string            `json:"created_by,omitempty"`
+	ExpiresAt   time.Time         `json:"expires_at"`
+	RevokedAt   time.Time         `json:"revoked_at,omitzero"`
+	RevokedBy   string            `json:"revoked_by,omitempty"`
+}
+
+// TokenCreateResponse answers a token creation: the token itself (shown
+// this once) and what to run on the host.
+type TokenCreateResponse struct {
+	Token string    `json:"token"`
+	Info  TokenInfo `json:"info"`
+	// GatewayURL is the fleet API URL hosts enrol at, CAPin the pin of
+	// its CA.
+	GatewayURL string `json:"gateway_url"`
+	CAPin      string `json:"ca_pin"`
+	// JoinCommand and InstallCommand are ready to paste on the host.
+	JoinCommand    string `json:"join_command"`
+	InstallCommand string `json:"install_command"`
+}
+
+// TokenList answers GET AdminTokensPath.
+type TokenList struct {
+	Tokens []TokenInfo `json:"tokens"`
+}
+
+// AgentInfo describes an enrolled host.
+type AgentInfo struct {
+	Host                string            `json:"host"`
+	PublicKey           string            `json:"public_key"`
+	Labels              map[string]string `json:"labels,omitempty"`
+	Facts               AgentFacts        `json:"facts,omitzero"`
+	TokenID             string            `json:"token_id,omitempty"`
+	EnrolledAt          time.Time         `json:"enrolled_at"`
+	CredentialExpiresAt time.Time         `json:"credential_expires_at"`
+	RevokedAt           time.Time         `json:"revoked_at,omitzero"`
+	RevokedBy           string            `json:"revoked_by,omitempty"`
+	RecoveriesLeft      int               `json:"recoveries_left"`
+	// Online says whether the host is connected now.
+	Online bool `json:"online"`
+}
+
+// AgentList answers GET AdminAgentsPath.
+type AgentList struct {
+	Agents []AgentInfo `json:"agents"`
+}
+
+// LabelsRequest is the body of POST AdminAgentsPath/NAME/labels: Set
+// adds or changes labels, Remove deletes them.
+type LabelsRequest struct {
+	Set    map[string]string `json:"set,omitempty"`
+	Remove []string          `json:"remove,omitempty"`
+}
+
+// AllowRecoveryRequest is the body of POST
+// AdminAgentsPath/NAME/allow-recovery: how many more recoveries the host
+// may make (default 1).
+type AllowRecoveryRequest struct {
+	Count int `json:"count,omitempty"`
+}
