@@ -110,13 +110,12 @@ func (t *transfers) begin(rs *requestState) string {
 	return id
 }
 
-// end forgets a POST's state and gives back what its results held; it
-// reports whether they held anything.
-func (t *transfers) end(id string, rs *requestState) bool {
+// end forgets a POST's state and gives back what its results held.
+func (t *transfers) end(id string, rs *requestState) {
 	t.mu.Lock()
 	delete(t.requests, id)
 	t.mu.Unlock()
-	return rs.hold.close() > 0
+	rs.hold.close()
 }
 
 // stateOf returns the state of the POST that carried req (nil when there
@@ -147,13 +146,18 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, next http.Handle
 	id := t.begin(&rs)
 	r.Header.Set(stateHeader, id)
 	large := r.ContentLength < 0 || r.ContentLength > largeTransfer
+	var admitted int64
 	defer func() {
-		if t.end(id, &rs) || large {
+		if large || rs.hold.held() > 0 {
 			// The transfer's buffers are garbage once it is answered:
-			// collect them before the next large transfer takes its
-			// room, or the process would grow by the garbage of those
-			// before it.
+			// collect them before its room goes to the next large
+			// transfer, or the process would grow by the garbage of
+			// those before it.
 			runtime.GC()
+		}
+		t.end(id, &rs)
+		if admitted > 0 {
+			t.release(admitted)
 		}
 	}()
 	if !large {
@@ -171,7 +175,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, next http.Handle
 		g.refuseBusy(w, r, n)
 		return
 	}
-	defer t.release(n)
+	admitted = n
 	body, err := readBody(r, maxBody)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
