@@ -35,14 +35,18 @@ const (
 // moved, not what it points to. It returns the resolved path if the tools
 // may do every one of ops with it.
 func (g *guard) checkLink(given string, ops ...policy.Op) (string, error) {
-	if given == "/" {
-		return "", errors.New("/ is the root directory; no tool deletes or moves it")
+	if isRoot(given) {
+		return "", fmt.Errorf("%s is the root directory; no tool deletes or moves it", given)
 	}
 	parent, err := realPath(filepath.Dir(given))
 	if err != nil {
 		return "", err
 	}
-	resolved := filepath.Join(parent, filepath.Base(given))
+	name, err := realName(parent, filepath.Base(given))
+	if err != nil {
+		return "", err
+	}
+	resolved := filepath.Join(parent, name)
 	if err := g.checkResolved(given, resolved, ops...); err != nil {
 		return "", err
 	}
