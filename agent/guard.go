@@ -80,7 +80,9 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 			return err
 		}
 		g.own = append(g.own, ownPath{abs, what, readable, state})
-		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		// Where the links on the way lead (junctions too, on Windows),
+		// even for a file not made yet.
+		if real, err := realPath(abs); err == nil && real != abs {
 			g.own = append(g.own, ownPath{real, what, readable, state})
 		}
 		return nil

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/fleetmcp/fleetmcp/policy"
 )
 
 // These tests run the Windows file layer against a real NTFS volume. They
@@ -262,5 +264,24 @@ func TestWinRefusedNames(t *testing.T) {
 	}
 	if _, err := openDir(`\\.\pipe\x`, false); err == nil {
 		t.Error(`openDir(\\.\pipe\x) opened`)
+	}
+}
+
+// TestWinOwnFilesThroughJunction: the agent's state directory named
+// through a junction is its own where the junction leads, in any case.
+func TestWinOwnFilesThroughJunction(t *testing.T) {
+	dir := winTree(t)
+	g, err := newGuard(nil, ownFiles{StateDir: filepath.Join(dir, "j")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "real", "f.txt"), strings.ToUpper(filepath.Join(dir, "j", "f.txt"))} {
+		var own *ownError
+		if _, err := g.checkPath(p, policy.Write); !errors.As(err, &own) {
+			t.Errorf("write %s: %v, want a refusal", p, err)
+		}
+	}
+	if lockKey(filepath.Join(dir, "real", "A.txt")) != lockKey(strings.ToLower(filepath.Join(dir, "real", "a.TXT"))) {
+		t.Error("one file has two lock keys")
 	}
 }

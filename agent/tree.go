@@ -88,7 +88,7 @@ func (t *toolbox) refuseTree(tc *toolCall, verb, path, target string) *protocol.
 		return deniedResult(tc, err)
 	}
 	cwds := []string{t.cfg.Cwd}
-	if real, err := filepath.EvalSymlinks(t.cfg.Cwd); err == nil {
+	if real, err := realPath(t.cfg.Cwd); err == nil {
 		cwds = append(cwds, real)
 	}
 	for _, cwd := range cwds {
