@@ -170,7 +170,7 @@ func checkEntryName(name string) error {
 		return fmt.Errorf("%q is not a file name", name)
 	case strings.ContainsAny(name, `\/`):
 		return fmt.Errorf("%q is not a single file name", name)
-	case utf8.RuneCountInString(name) > 255:
+	case len(utf16.Encode([]rune(name))) > 255:
 		return fmt.Errorf("%q is longer than the 255 characters a Windows file name may have", name)
 	}
 	return policy.CheckWindowsName(name)

@@ -90,7 +90,8 @@ func TestCheckEntryName(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"", ".", "..", `a\b`, "a/b", "a.txt:stream", "a.txt::$DATA", "x.", "x ", "NUL", "nul.txt", "COM1",
-		"CONOUT$", "a*b", "a?b", `a"b`, "a<b", "a>b", "a|b", "a\x00b", "a\x1fb", "\xed\xa0\x80", strings.Repeat("a", 256)} {
+		"CONOUT$", "a*b", "a?b", `a"b`, "a<b", "a>b", "a|b", "a\x00b", "a\x1fb", "\xed\xa0\x80", strings.Repeat("a", 256),
+		strings.Repeat("𝄞", 128)} { // 256 UTF-16 units
 		if err := checkEntryName(name); err == nil {
 			t.Errorf("checkEntryName(%q) = nil, want a refusal", name)
 		}
