@@ -69,6 +69,9 @@ type Agent struct {
 	queue   chan *job
 	// draining is set once shutdown begins: new calls are refused.
 	draining atomic.Bool
+	// lastDialFailure is the reason the last connection attempt failed
+	// (owned by dialLoop).
+	lastDialFailure string
 }
 
 // New validates cfg, takes the state directory for this process (a
@@ -112,6 +115,7 @@ func New(cfg Config) (*Agent, error) {
 		SpillMaxBytes:      cfg.OutputFileMaxBytes,
 		SpillMaxAge:        cfg.OutputRetention,
 		SpillMaxFiles:      cfg.MaxOutputFiles,
+		SpillMaxTotal:      cfg.OutputFilesMaxBytes,
 		// Commands inherit the process environment minus the agent's
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
@@ -348,6 +352,7 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 		closed := make(chan struct{})
 		nc, err := a.connect(ctx, closed)
 		if err == nil {
+			a.lastDialFailure = ""
 			err = a.serve(ctx, nc, closed)
 			if err == nil {
 				attempt, joined = 0, true
@@ -373,17 +378,42 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 	}
 }
 
-// logDialError says why NATS could not be used, and what to check when
-// it refused the agent's credential.
+// logDialError says why NATS could not be used, and what to do when it
+// refused the agent's credential. A reason is logged as a warning when
+// it differs from the last attempt's, so an agent refused for hours does
+// not fill its log; repeats are logged at debug level.
 func (a *Agent) logDialError(err error, wait time.Duration) {
 	in := wait.Round(time.Millisecond)
-	switch {
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
-		a.log.Warn("NATS refused the agent's credential; retrying", "err", err, "in", in, "user", a.cfg.User,
-			"check", "the password must be the one fleet-gateway --agent_credential prints for this user")
-	default:
-		a.log.Warn("cannot reach NATS; retrying", "err", err, "in", in)
+	reason, advice := dialFailure(err)
+	level := slog.LevelDebug
+	if reason != a.lastDialFailure {
+		level = slog.LevelWarn
+		a.lastDialFailure = reason
 	}
+	if advice != "" {
+		a.log.Log(context.Background(), level, reason+"; retrying", "err", err, "in", in, "what to do", advice)
+		return
+	}
+	a.log.Log(context.Background(), level, reason+"; retrying", "err", err, "in", in)
+}
+
+// dialFailure classifies why a connection failed, with advice for the
+// failures only the operator can fix.
+func dialFailure(err error) (reason, advice string) {
+	switch {
+	case errors.Is(err, nats.ErrAuthRevoked):
+		return "NATS refused the agent: its credential was revoked",
+			"this host was revoked by the fleet's operator; it can join again only when enrolled anew with a token made with --replace"
+	case errors.Is(err, nats.ErrAuthExpired):
+		return "NATS refused the agent: its credential expired",
+			"enrol the host again (fleet-agent join) to get a new credential"
+	case errors.Is(err, nats.ErrAuthorization):
+		return "NATS refused the agent's credential",
+			"the credential in the state directory is not one these servers accept: check --nats, or enrol the host with this fleet (fleet-agent join)"
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return "NATS refused the agent its subjects", ""
+	}
+	return "cannot reach NATS", ""
 }
 
 // reconnectDelay returns how long to wait before attempt (from 1) to
@@ -412,10 +442,11 @@ func backoffCeiling(attempt int, lo, hi time.Duration) time.Duration {
 // connect dials NATS. It gives up as soon as ctx ends, even while a
 // server is being dialled or has not finished its handshake.
 func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, error) {
-	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: nats.DefaultTimeout}}
+	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: DialTimeout}}
 	opts := []nats.Option{
 		nats.Name("fleet-agent " + a.cfg.Name),
 		nats.SetCustomDialer(d),
+		nats.Timeout(HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return reconnectDelay(attempts, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
@@ -437,9 +468,7 @@ func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, 
 			a.log.Warn("NATS error", "err", err)
 		}),
 	}
-	if a.cfg.User != "" {
-		opts = append(opts, nats.UserInfo(a.cfg.User, a.cfg.Password))
-	}
+	opts = append(opts, a.cfg.Credentials.natsOptions()...)
 	opts = append(opts, a.cfg.NATSOptions...)
 	nc, err := nats.Connect(joinURLs(a.cfg.Servers), opts...)
 	d.connected()
@@ -456,7 +485,6 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 		nc.Close()
 		return err
 	}
-	a.nc.Store(nc)
 	a.log.Info("joined fleet", "url", nc.ConnectedUrlRedacted())
 
 	tick := time.NewTicker(a.cfg.Heartbeat)
@@ -478,7 +506,8 @@ func (a *Agent) serve(ctx context.Context, nc *nats.Conn, closed <-chan struct{}
 	}
 }
 
-// join subscribes to the host's subjects on nc and announces the host.
+// join subscribes to the host's subjects on nc, makes nc the agent's
+// connection and announces the host.
 // NATS reports a permissions violation asynchronously; join waits for the
 // server to have processed each step (a flush) and fails with a
 // *JoinRefusedError if it refused it. The host is announced only once
@@ -513,8 +542,14 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		err = a.checkAccepted(nc)
 	}
 	if err == nil {
+		// Calls may arrive as soon as the host is announced, and their
+		// answers go out on the agent's current connection: it must be
+		// this one before the announce leaves.
+		a.nc.Store(nc)
 		a.announce(nc, false)
-		err = a.checkAccepted(nc)
+		if err = a.checkAccepted(nc); err != nil {
+			a.nc.CompareAndSwap(nc, nil)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("join the fleet: %w", err)
@@ -529,28 +564,29 @@ func (a *Agent) checkAccepted(nc *nats.Conn) error {
 		return err
 	}
 	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
-		return &JoinRefusedError{Host: a.cfg.Name, User: a.cfg.User, Err: err}
+		return &JoinRefusedError{Host: a.cfg.Name, User: a.cfg.Credentials.credentialName(), Err: err}
 	}
 	return nil
 }
 
 // JoinRefusedError reports that NATS refused the host its own subjects:
-// the agent logged in with a credential that is not this host's.
+// the agent's credential does not give it them.
 type JoinRefusedError struct {
-	Host, User string
-	Err        error // the server's permissions violation
+	Host string
+	// User is the NATS user name of the agent's credential ("" when it
+	// has none).
+	User string
+	Err  error // the server's permissions violation
 }
 
 func (e *JoinRefusedError) Error() string {
-	if e.User != "" && e.User != e.Host {
-		return fmt.Sprintf("NATS refused host %q its own subjects (%v): the agent logged in as NATS user %q, whose credential is for host %q, not %q. "+
-			"Each host joins with its own credential: run with --name %s, or get %s's credential with fleet-gateway --agent_credential %s and drop --nats_user",
-			e.Host, e.Err, e.User, e.User, e.Host, e.User, e.Host, e.Host)
+	if e.User == "" {
+		return fmt.Sprintf("NATS refused host %q its own subjects (%v): the agent connected without a credential of its own; enrol it with the gateway (fleet-agent join)",
+			e.Host, e.Err)
 	}
-	return fmt.Sprintf("NATS refused host %q its own subjects (%v): the NATS user %q may not use them. "+
-		"On the gateway's embedded server a host's credential is the one fleet-gateway --agent_credential %s prints; "+
-		"on an external cluster, give that user the agent permissions of deploy/nats/cluster-node.conf",
-		e.Host, e.Err, e.User, e.Host)
+	return fmt.Sprintf("NATS refused host %q its own subjects (%v), though its credential is for NATS user %q: "+
+		"the servers' agent permissions are not the fleet's; on an external cluster, check the template of the fleet account's agent signing key (deploy/nats/README.md)",
+		e.Host, e.Err, e.User)
 }
 
 func (e *JoinRefusedError) Unwrap() error { return e.Err }
@@ -578,7 +614,6 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		AgentID:      a.agentID,
 		Protocol:     protocol.Version,
 		AgentVersion: Version,
-		Labels:       a.cfg.Labels,
 		OS:           runtime.GOOS,
 		Arch:         runtime.GOARCH,
 		Hostname:     host,

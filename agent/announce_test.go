@@ -1,3 +1,5 @@
+//go:build unix
+
 package agent
 
 import (
@@ -10,15 +12,11 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// TestConfigRefusesWhatCannotBeAnnounced: a working directory, shell or
-// labels beyond the protocol's announce limits stop the agent at start
+// TestConfigRefusesWhatCannotBeAnnounced: a working directory or shell
+// beyond the protocol's announce limits stop the agent at start
 // with an error naming the setting, rather than an agent every gateway
 // ignores.
 func TestConfigRefusesWhatCannotBeAnnounced(t *testing.T) {
-	many := map[string]string{}
-	for i := range protocol.MaxLabels + 1 {
-		many[fmt.Sprint("k", i)] = "v"
-	}
 	tests := []struct {
 		name string
 		mod  func(*Config)
@@ -26,10 +24,6 @@ func TestConfigRefusesWhatCannotBeAnnounced(t *testing.T) {
 	}{
 		{"cwd", func(c *Config) { c.Cwd = "/" + strings.Repeat("d", protocol.MaxPathLen) }, []string{"--cwd", "4096", "shorter working directory"}},
 		{"shell", func(c *Config) { c.Shell = "/" + strings.Repeat("s", protocol.MaxPathLen) }, []string{"--shell", "4096"}},
-		{"many labels", func(c *Config) { c.Labels = many }, []string{"--label", "65 labels", "at most 64"}},
-		{"label key", func(c *Config) { c.Labels = map[string]string{strings.Repeat("k", 200): "v"} }, []string{"--label", "label key", "at most 128"}},
-		{"label value", func(c *Config) { c.Labels = map[string]string{"k": strings.Repeat("v", 300)} }, []string{"--label", "value of label", "at most 256"}},
-		{"empty label key", func(c *Config) { c.Labels = map[string]string{"": "v"} }, []string{"--label", "empty key"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,12 +27,13 @@ const (
 	bashGrace = 200 * time.Millisecond
 	// bashReadSize is the size of the chunks read from the output pipe.
 	bashReadSize = 32 << 10
-	// spillMaxAge, spillMaxFiles and spillMaxBytes are the defaults of
-	// toolboxConfig's bounds on the full-output files kept in
-	// StateDir/output.
+	// spillMaxAge, spillMaxFiles, spillMaxBytes and spillMaxTotal are
+	// the defaults of toolboxConfig's bounds on the full-output files
+	// kept in StateDir/output.
 	spillMaxAge   = 7 * 24 * time.Hour
 	spillMaxFiles = 500
 	spillMaxBytes = 100 << 20
+	spillMaxTotal = 1 << 30
 )
 
 // bashArgs are the arguments of the bash tool.
@@ -88,7 +89,7 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 	}
 	defer cleanup()
 	out := newOutputSink(tc.Output, t.spillPath(tc.ID))
-	out.maxSpill, out.maxAge, out.maxFiles = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles
+	out.maxSpill, out.maxAge, out.maxFiles, out.maxTotal = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles, t.cfg.SpillMaxTotal
 	st, err := t.runShell(ctx, inv, dir, timeout, out)
 	if err != nil {
 		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
@@ -348,11 +349,12 @@ type outputSink struct {
 	spillErr  error    // why the output could not be saved
 	spilled   bool     // the full-output file was created
 	// maxSpill bounds the full-output file (0: spillMaxBytes); what
-	// comes after is not saved. maxAge and maxFiles bound the files kept
-	// (0: spillMaxAge, spillMaxFiles).
+	// comes after is not saved. maxAge, maxFiles and maxTotal bound the
+	// files kept (0: spillMaxAge, spillMaxFiles, spillMaxTotal).
 	maxSpill int64
 	maxAge   time.Duration
 	maxFiles int
+	maxTotal int64
 	saved    int64 // bytes written to the full-output file
 	cut      bool  // the full-output file reached maxSpill
 
@@ -439,7 +441,10 @@ func (s *outputSink) startSpill() {
 		return
 	}
 	s.spill = f
-	pruneSpillFiles(dir, s.spillPath, time.Now(), cmp.Or(s.maxAge, spillMaxAge), cmp.Or(s.maxFiles, spillMaxFiles))
+	// The others may take what the total leaves once this one has taken
+	// all it may.
+	others := max(cmp.Or(s.maxTotal, spillMaxTotal)-cmp.Or(s.maxSpill, spillMaxBytes), 0)
+	pruneSpillFiles(dir, s.spillPath, time.Now(), cmp.Or(s.maxAge, spillMaxAge), cmp.Or(s.maxFiles, spillMaxFiles), others)
 	s.save(s.buf)
 }
 
@@ -526,9 +531,10 @@ func (s *outputSink) jsonObject() json.RawMessage {
 }
 
 // pruneSpillFiles removes full-output files in dir older than maxAge and
-// then the oldest ones until, counting keep, at most maxFiles remain. It
-// never removes keep. Errors are ignored: another call may be pruning too.
-func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxFiles int) {
+// then the oldest ones until, counting keep, at most maxFiles remain and
+// the others hold at most maxBytes. It never removes keep. Errors are
+// ignored: another call may be pruning too.
+func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxFiles int, maxBytes int64) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -536,8 +542,10 @@ func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxF
 	type spillFile struct {
 		path string
 		mod  time.Time
+		size int64
 	}
 	var files []spillFile
+	var total int64
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
 		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") || p == keep {
@@ -551,14 +559,20 @@ func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxF
 			os.Remove(p)
 			continue
 		}
-		files = append(files, spillFile{p, info.ModTime()})
+		files = append(files, spillFile{p, info.ModTime(), info.Size()})
+		total += info.Size()
 	}
 	excess := len(files) + 1 - maxFiles
-	if excess <= 0 {
+	if excess <= 0 && total <= maxBytes {
 		return
 	}
 	slices.SortFunc(files, func(a, b spillFile) int { return a.mod.Compare(b.mod) })
-	for _, f := range files[:excess] {
-		os.Remove(f.path)
+	for i, f := range files {
+		if i >= excess && total <= maxBytes {
+			return
+		}
+		if os.Remove(f.path) == nil {
+			total -= f.size
+		}
 	}
 }

@@ -5,6 +5,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -351,7 +352,7 @@ func TestBashPruneSpillFiles(t *testing.T) {
 	other := touch("notes.txt", 30*24*time.Hour)
 	keep := touch("current.log", 0)
 
-	pruneSpillFiles(dir, keep, now, spillMaxAge, spillMaxFiles)
+	pruneSpillFiles(dir, keep, now, spillMaxAge, spillMaxFiles, spillMaxTotal)
 
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -482,5 +483,51 @@ func TestBashFullOutputFileCapped(t *testing.T) {
 	}
 	if !strings.HasPrefix(text, "end\n\n\n[Showing lines 2-2 of 2") {
 		t.Errorf("the shown tail lost the end of the output: %q", text[max(0, len(text)-300):])
+	}
+}
+
+// The full-output files together hold at most SpillMaxTotal, however many
+// commands fill theirs: a caller cannot fill the host's disk through them
+// (500 files of 100 MiB each would be 50 GB), and the newest are kept.
+func TestBashFullOutputFilesTotal(t *testing.T) {
+	tb := tbNew(t)
+	tb.cfg.SpillMaxBytes = 200 << 10
+	tb.cfg.SpillMaxTotal = 700 << 10
+	var last string
+	for i := range 8 {
+		args, _ := json.Marshal(map[string]any{"command": "head -c 300000 /dev/zero | tr '\\0' 'x'"})
+		r := tb.tools()["bash"](context.Background(), &toolCall{ID: fmt.Sprintf("call-%d", i), Args: args})
+		m := regexp.MustCompile(`per command\): (\S+)\]`).FindStringSubmatch(tbText(t, r))
+		if m == nil {
+			t.Fatalf("no full-output file named in:\n%.400s", tbText(t, r))
+		}
+		last = m[1]
+	}
+	entries, err := os.ReadDir(filepath.Dir(last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	t.Logf("8 commands that each saved 200 KiB left %d files of %d KiB in all", len(entries), total>>10)
+	if total > 700<<10 {
+		t.Errorf("full-output files hold %d KiB in all; at most %d KiB", total>>10, 700)
+	}
+	if _, err := os.Stat(last); err != nil {
+		t.Errorf("the newest full-output file was removed: %v", err)
+	}
+}
+
+func TestConfigFullOutputTotal(t *testing.T) {
+	cfg := Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "h1", StateDir: t.TempDir(), Cwd: t.TempDir(), Logger: quietLogger(),
+		OutputFileMaxBytes: 200 << 20, OutputFilesMaxBytes: 100 << 20}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "--max_output_files_mib") {
+		t.Errorf("a total below one file's limit: %v", err)
 	}
 }

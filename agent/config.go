@@ -27,10 +27,12 @@ type Config struct {
 	// Name is this host's ID in the fleet (required; see
 	// protocol.ValidateHost).
 	Name string
-	// Labels describe the host for targeting (role=web, env=staging).
-	Labels map[string]string
-	// User and Password authenticate to NATS.
-	User, Password string
+	// Credentials are the agent's NATS identity: its user JWT and nkey
+	// seed, and the CA of the servers' certificates. The zero value
+	// connects without any (to a server that admits anyone, in tests).
+	// Labels are not the agent's to choose: the operator gives them at
+	// enrolment.
+	Credentials Credentials
 
 	// Cwd is the working directory for bash and relative paths. Default:
 	// the process's working directory.
@@ -49,8 +51,9 @@ type Config struct {
 	// taken relative to the process's working directory. It need not
 	// exist: skills appear when it does.
 	SkillsDir string
-	// SecretFiles hold the agent's credentials (such as the NATS password
-	// file): no tool may read or write them.
+	// SecretFiles hold the agent's credentials when they live outside the
+	// state directory (which is protected anyway): no tool may read or
+	// write them.
 	SecretFiles []string
 	// ProtectedPaths are files and directories (with everything in them)
 	// that no tool may read or write, whatever the host policy says, as
@@ -93,11 +96,14 @@ type Config struct {
 	BinaryMaxBytes int64
 	// OutputFileMaxBytes bounds the full output a bash call saves on the
 	// host when its result is truncated; the rest is not saved. Default
-	// 100 MiB. OutputRetention and MaxOutputFiles bound the full-output
-	// files kept (oldest removed first). Defaults 7 days and 500.
-	OutputFileMaxBytes int64
-	OutputRetention    time.Duration
-	MaxOutputFiles     int
+	// 100 MiB. OutputRetention, MaxOutputFiles and OutputFilesMaxBytes
+	// bound the full-output files kept (oldest removed first). Defaults 7
+	// days, 500 and 1 GiB; calls running at once may each add one file
+	// to the total.
+	OutputFileMaxBytes  int64
+	OutputRetention     time.Duration
+	MaxOutputFiles      int
+	OutputFilesMaxBytes int64
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
@@ -214,10 +220,8 @@ func (c *Config) validate() error {
 	if err := protocol.ValidateHost(c.Name); err != nil {
 		errs = append(errs, fmt.Errorf("--name: %w", err))
 	}
-	// What the agent announces must be within the protocol's limits, or
-	// every gateway would ignore the host.
-	if err := protocol.ValidateLabels(c.Labels); err != nil {
-		errs = append(errs, fmt.Errorf("--label: %w", err))
+	if err := c.Credentials.validate(c.Name); err != nil {
+		errs = append(errs, err)
 	}
 	if !filepath.IsAbs(c.Cwd) {
 		errs = append(errs, fmt.Errorf("working directory %q must be absolute", c.Cwd))
@@ -249,9 +253,13 @@ func (c *Config) validate() error {
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("reconnect backoff minimum %s is above maximum %s", c.ReconnectMin, c.ReconnectMax))
 	}
-	if c.OutputFileMaxBytes < 0 || c.OutputRetention < 0 || c.MaxOutputFiles < 0 {
-		errs = append(errs, fmt.Errorf("full-output limits must not be negative (file %d bytes, retention %s, %d files); leave them at 0 for the defaults",
-			c.OutputFileMaxBytes, c.OutputRetention, c.MaxOutputFiles))
+	if c.OutputFileMaxBytes < 0 || c.OutputRetention < 0 || c.MaxOutputFiles < 0 || c.OutputFilesMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("full-output limits must not be negative (file %d bytes, retention %s, %d files, %d bytes in all); leave them at 0 for the defaults",
+			c.OutputFileMaxBytes, c.OutputRetention, c.MaxOutputFiles, c.OutputFilesMaxBytes))
+	}
+	if file, all := cmp.Or(c.OutputFileMaxBytes, 100<<20), cmp.Or(c.OutputFilesMaxBytes, 1<<30); all < file {
+		errs = append(errs, fmt.Errorf("full-output files may take %d bytes in all (--max_output_files_mib), less than one file's %d (--max_output_file_mib); raise the first or lower the second",
+			all, file))
 	}
 	return errors.Join(errs...)
 }

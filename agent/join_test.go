@@ -4,83 +4,12 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
-	"github.com/fleetmcp/fleetmcp/protocol"
 )
-
-// An agent whose credential is another host's (the server refuses it the
-// host's subjects) stops at start and says why; it never announces.
-func TestRunStopsWhenNATSRefusesTheHost(t *testing.T) {
-	perms := func(host string) *server.Permissions {
-		return &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{protocol.PresenceSubject(host)}},
-			Subscribe: &server.SubjectPermission{Allow: []string{
-				protocol.HostSubjects(host), protocol.DiscoverSubject(), protocol.AgentInboxPrefix(host) + ".>",
-			}},
-		}
-	}
-	ns := startTestNATSWith(t, func(o *server.Options) {
-		o.Users = []*server.User{
-			{Username: "web-1", Password: "p1", Permissions: perms("web-1")},
-			// A user whose permissions on the server are not its host's.
-			{Username: "web-3", Password: "p1", Permissions: perms("web-1")},
-			{Username: "watcher", Password: "w"},
-		}
-	})
-	watcher, err := nats.Connect(ns.ClientURL(), nats.UserInfo("watcher", "w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watcher.Close()
-	announces, err := watcher.SubscribeSync(protocol.PresenceWildcard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = watcher.Flush()
-
-	for _, tc := range []struct {
-		name, user string
-		want       []string
-	}{
-		{"web-2", "web-1", []string{`NATS refused host "web-2" its own subjects`, `NATS user "web-1"`, "--name web-1", "--agent_credential web-2"}},
-		{"web-3", "web-3", []string{`NATS refused host "web-3" its own subjects`, `NATS user "web-3" may not use them`, "deploy/nats/cluster-node.conf"}},
-	} {
-		a, err := New(Config{Servers: []string{ns.ClientURL()}, Name: tc.name, User: tc.user, Password: "p1",
-			StateDir: t.TempDir(), Cwd: t.TempDir(), Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- a.Run(context.Background()) }()
-		select {
-		case err = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run kept going with a credential NATS refuses the host")
-		}
-		var refused *JoinRefusedError
-		if !errors.As(err, &refused) || !errors.Is(err, nats.ErrPermissionViolation) {
-			t.Fatalf("Run = %v, want a JoinRefusedError", err)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%q does not mention %q", err, w)
-			}
-		}
-	}
-	if m, err := announces.NextMsg(100 * time.Millisecond); err == nil {
-		t.Errorf("the refused agent was announced: %s %s", m.Subject, m.Data)
-	}
-}
 
 // connect gives up on a server that takes the connection and never
 // answers as soon as its context ends, instead of after its handshake

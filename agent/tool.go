@@ -74,10 +74,12 @@ type toolboxConfig struct {
 	// any file with binary_base64 (0: 20 MiB).
 	BinaryMaxBytes int64
 	// SpillMaxBytes bounds one bash full-output file (0: 100 MiB);
-	// SpillMaxAge and SpillMaxFiles bound the ones kept (0: 7 days, 500).
+	// SpillMaxAge, SpillMaxFiles and SpillMaxTotal bound the ones kept
+	// (0: 7 days, 500, 1 GiB).
 	SpillMaxBytes int64
 	SpillMaxAge   time.Duration
 	SpillMaxFiles int
+	SpillMaxTotal int64
 	// Host is this host's name, for messages.
 	Host string
 	// Tasks bounds background tasks (zero values: the defaults).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -16,21 +17,53 @@ type Config struct {
 	// Listen is the HTTP address of the MCP endpoint. Default
 	// 127.0.0.1:8080.
 	Listen string
-	// DataDir holds the embedded NATS server's state (JetStream) and its
-	// credentials. Required when NATS is embedded.
+	// DataDir holds the embedded NATS server's state (JetStream), its
+	// operator-mode keys (nats/) and the fleet CA (tls/). Required when
+	// NATS is embedded.
 	DataDir string
 
 	// NATSURLs, when set, connect the gateway to an external NATS cluster
 	// instead of embedding a server. Several gateways may share a cluster.
+	// The cluster runs in operator mode; the four files below are then
+	// required (fleet-gateway nats-setup writes them).
 	NATSURLs []string
-	// NATSUser and NATSPassword authenticate to an external cluster.
-	NATSUser, NATSPassword string
+	// NATSCredsFile is the gateway's own user (a creds file: JWT and
+	// seed) on the external cluster.
+	NATSCredsFile string
+	// NATSSystemCredsFile is a system account user, with which the
+	// gateway looks up and pushes the fleet account JWT.
+	NATSSystemCredsFile string
+	// NATSAgentSigningKeyFile is the seed of the fleet account's scoped
+	// signing key for agents.
+	NATSAgentSigningKeyFile string
+	// NATSOperatorSigningKeyFile is the seed of a signing key of the
+	// cluster's operator, with which the gateway re-signs the fleet
+	// account JWT to change its revocations.
+	NATSOperatorSigningKeyFile string
+	// NATSCAFile is the CA of an external cluster's TLS certificates (PEM)
+	// when the system's roots do not know it: the gateway trusts it, and
+	// agents get it at enrolment.
+	NATSCAFile string
 	// NATSListen is where the embedded server listens for agents
 	// (host:port). Empty: it listens nowhere and only in-process clients
-	// connect. Default for the command line: 127.0.0.1:4222.
+	// connect. Default for the command line: 127.0.0.1:4222. Beyond
+	// loopback it serves TLS only.
 	NATSListen string
+	// NATSTLS makes the embedded server serve TLS on a loopback listener
+	// too.
+	NATSTLS bool
+	// NATSAdvertise are the NATS URLs agents dial, as they reach this
+	// gateway (a load balancer, a DNS name). Default: derived from
+	// NATSListen (tls://HOSTNAME:PORT beyond loopback), or NATSURLs.
+	NATSAdvertise []string
+	// Advertise are further names (DNS names or IP addresses) agents
+	// reach this machine by, added to its certificates.
+	Advertise []string
 	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
 	NATSMaxPayload int32
+	// AgentCredentialTTL is how long an agent's NATS credential is valid.
+	// Default 720h (30 days).
+	AgentCredentialTTL time.Duration
 
 	// AuthDisabled turns caller authentication off. It is only allowed on
 	// a loopback listener, and then the one local caller may do
@@ -120,6 +153,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.Silence, 5*time.Second)
 	setDur(&c.OfflineAfter, 15*time.Second)
 	setDur(&c.ProgressIdle, 5*time.Second)
+	setDur(&c.AgentCredentialTTL, 720*time.Hour)
 	c.Auth.setDefaults()
 	c.Audit.setDefaults()
 	c.Hosts.setDefaults()
@@ -144,6 +178,15 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("--nats_url: %w", err))
 		}
 	}
+	for _, u := range c.NATSAdvertise {
+		if err := protocol.ValidateNATSURL(u); err != nil {
+			errs = append(errs, fmt.Errorf("--nats_advertise: %w", err))
+		}
+	}
+	errs = append(errs, c.validateExternal()...)
+	if c.AgentCredentialTTL < time.Second || c.AgentCredentialTTL > 366*24*time.Hour {
+		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
+	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Hosts.validate()...)
@@ -161,6 +204,38 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("offline-after %s: use 1s to 10m", c.OfflineAfter))
 	}
 	return errors.Join(errs...)
+}
+
+// validateExternal checks the files an external cluster needs, and that
+// the embedded server's settings are not given with one.
+func (c *Config) validateExternal() []error {
+	files := []struct{ flag, value string }{
+		{"--nats_creds", c.NATSCredsFile}, {"--nats_system_creds", c.NATSSystemCredsFile},
+		{"--nats_agent_signing_key", c.NATSAgentSigningKeyFile}, {"--nats_operator_signing_key", c.NATSOperatorSigningKeyFile},
+	}
+	var errs []error
+	if len(c.NATSURLs) == 0 {
+		for _, f := range append(files, struct{ flag, value string }{"--nats_ca", c.NATSCAFile}) {
+			if f.value != "" {
+				errs = append(errs, fmt.Errorf("%s is for an external NATS cluster (--nats_url); the embedded server makes its own keys in --data_dir", f.flag))
+			}
+		}
+		return errs
+	}
+	var missing []string
+	for _, f := range files {
+		if f.value == "" {
+			missing = append(missing, f.flag)
+		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("an external NATS cluster (--nats_url) runs in operator mode and needs %s: fleet-gateway nats-setup --out DIR writes them with the cluster's configuration (see deploy/nats/README.md)",
+			strings.Join(missing, ", ")))
+	}
+	if c.NATSTLS {
+		errs = append(errs, errors.New("--nats_tls is for the embedded server; an external cluster's URLs say whether it uses TLS (tls://)"))
+	}
+	return errs
 }
 
 func (c *Config) validateAuth() []error {

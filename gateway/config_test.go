@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// external sets the files an external cluster needs.
+func external(c Config) Config {
+	c.NATSCredsFile, c.NATSSystemCredsFile = "gw.creds", "sys.creds"
+	c.NATSAgentSigningKeyFile, c.NATSOperatorSigningKeyFile = "agent.nk", "op.nk"
+	return c
+}
+
 func TestConfigValidate(t *testing.T) {
 	dev := func(c Config) Config { // a valid loopback, auth-off setup
 		if c.DataDir == "" && c.NATSURLs == nil {
@@ -25,7 +32,13 @@ func TestConfigValidate(t *testing.T) {
 		{"loopback IPv6", dev(Config{Listen: "[::1]:8080"}), nil},
 		{"localhost", dev(Config{Listen: "localhost:8080"}), nil},
 		{"random port", dev(Config{Listen: "127.0.0.1:0"}), nil},
-		{"external NATS needs no data dir", dev(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}}), nil},
+		{"external NATS needs no data dir", dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}})), nil},
+		{"external NATS without its files", dev(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}, NATSCredsFile: "gw.creds"}),
+			[]string{"operator mode", "--nats_system_creds, --nats_agent_signing_key, --nats_operator_signing_key", "nats-setup"}},
+		{"external files for the embedded server", dev(Config{DataDir: "/d", NATSAgentSigningKeyFile: "k.nk"}), []string{"--nats_agent_signing_key is for an external NATS cluster"}},
+		{"TLS flag for an external cluster", dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}, NATSTLS: true})), []string{"--nats_tls is for the embedded server"}},
+		{"HTTP URL advertised to agents", dev(Config{DataDir: "/d", NATSAdvertise: []string{"http://gw:8080"}}), []string{"--nats_advertise", "HTTP URL"}},
+		{"agent credential TTL too short", dev(Config{DataDir: "/d", AgentCredentialTTL: time.Millisecond}), []string{"agent credential TTL 1ms"}},
 		{"auth off on all interfaces", dev(Config{Listen: "0.0.0.0:8080"}), []string{"loopback", `"0.0.0.0:8080"`, "--listen 127.0.0.1"}},
 		{"auth off on empty host", dev(Config{Listen: ":8080"}), []string{"loopback", `":8080"`}},
 		{"auth off on IPv6 any", dev(Config{Listen: "[::]:8080"}), []string{"loopback"}},

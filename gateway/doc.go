@@ -4,12 +4,17 @@
 // callers are authenticated and their access decided, and where every call
 // is recorded.
 //
-// One file per concern: config; embedded NATS; registry; router; the MCP
-// surface (mcp.go) and its tools; auth.go, jwt.go and apitokens.go, the
-// bearer tokens a caller may present; access.go and accessfile.go, the
-// caller access rules (host selectors are policy.Selector); guard.go, the
-// MCP middleware that applies the rules and writes the audit trail
-// (audit.go, auditread.go, redact.go); and result.go, the one place where
-// failures become MCP tool errors or JSON-RPC errors. It must not import
-// the agent package.
+// One file per concern: config; embedded NATS (natsserver.go,
+// natsembedded.go) or an external cluster (natsexternal.go, and
+// natssetup.go for its setup); the agents' NATS identities: the operator
+// mode keys (natskeys.go), the authority that issues credentials and
+// pushes revocations (natsauth.go, revocation.go), the agent records
+// (agents.go, bucketwatch.go) and enrolment (agentadmin.go), the fleet CA
+// (tlsca.go); registry; router; the MCP surface (mcp.go) and its tools;
+// auth.go, jwt.go and apitokens.go, the bearer tokens a caller may
+// present; access.go and accessfile.go, the caller access rules (host
+// selectors are policy.Selector); guard.go, the MCP middleware that
+// applies the rules and writes the audit trail (audit.go, auditread.go,
+// redact.go); and result.go, the one place where failures become MCP tool
+// errors or JSON-RPC errors. It must not import the agent package.
 package gateway

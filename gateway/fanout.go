@@ -332,6 +332,8 @@ func classifyRouting(o *hostOutcome, err error) bool {
 	switch {
 	case errors.As(err, &he) && (he.Kind == HostOffline || he.Kind == HostUnknown):
 		o.Status, o.note, o.Reason = bucketOffline, bucketOffline, he.Msg
+	case errors.As(err, &he) && he.Kind == HostRevoked:
+		o.Status, o.note, o.Reason = bucketOffline, "revoked", he.Msg
 	case errors.As(err, &he) && he.Kind == HostGone:
 		o.Status, o.note, o.Reason = bucketOffline, "not connected", he.Msg
 	case errors.As(err, &he) && he.Kind == HostTimeout:

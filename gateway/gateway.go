@@ -2,18 +2,20 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -25,17 +27,36 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 
-	ns    *server.Server // nil with an external cluster
-	creds Credentials
+	ns *embeddedServer // nil with an external cluster
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
 	nc       *nats.Conn
-	reg      *registry
-	store    *hostStore
-	router   *router
-	auth     *authenticator // nil with authentication off
-	audit    *auditor
+	// sys is the system user's connection: account JWT pushes and
+	// lookups.
+	sys    *nats.Conn
+	reg    *registry
+	store  *hostStore
+	router *router
+	auth   *authenticator // nil with authentication off
+	audit  *auditor
+
+	// authority issues agent credentials and keeps the revocations;
+	// agents are the agent records, agentIndex the gateway's copy of them.
+	authority  *authority
+	agents     *agentStore
+	agentIndex *agentIndex
+	// natsCA is the fleet CA when the embedded server serves TLS;
+	// natsCAPEM the CA agents get for the NATS servers (empty: no TLS,
+	// or the system's roots).
+	natsCA    *fleetCA
+	natsCAPEM []byte
+	// reconcileCh asks the revocation loop for a reconcile; stopLoops
+	// ends the loops the gateway runs, loops joins them.
+	reconcileCh chan struct{}
+	stopLoops   context.CancelFunc
+	loops       sync.WaitGroup
+	now         func() time.Time
 
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
@@ -62,7 +83,8 @@ func Start(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), agentLogs: newLogLimiter(logEvery, 1),
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
+		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
@@ -95,6 +117,20 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
+	if err := g.openAgents(); err != nil {
+		ln.Close()
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
+	}
+	if g.ns != nil && g.cfg.NATSListen != "" {
+		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
+			ln.Close()
+			_ = g.audit.close(context.Background())
+			g.stopNATS()
+			return nil, err
+		}
+	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { g.done <- g.http.Serve(ln) }()
@@ -104,13 +140,35 @@ func Start(cfg Config) (*Gateway, error) {
 }
 
 func (g *Gateway) startNATS() error {
-	opts := []nats.Option{
+	var err error
+	if len(g.cfg.NATSURLs) > 0 {
+		err = g.connectExternal()
+	} else {
+		err = g.startEmbedded()
+	}
+	if err != nil {
+		return err
+	}
+	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
+	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
+	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
+		return fmt.Errorf("subscribe presence: %w", err)
+	}
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers); err != nil {
+		return err
+	}
+	if err := g.nc.Flush(); err != nil {
+		return fmt.Errorf("NATS: %w", err)
+	}
+	// Ask every agent to announce itself now rather than at its next
+	// heartbeat.
+	return g.nc.Publish(protocol.DiscoverSubject(), nil)
+}
+
+// natsOptions are the options of the gateway's own connection.
+func (g *Gateway) natsOptions() []nats.Option {
+	return append(reconnectOptions(),
 		nats.Name("fleet-gateway"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.PingInterval(10 * time.Second),
-		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			g.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			_ = nc.Publish(protocol.DiscoverSubject(), nil)
@@ -123,51 +181,142 @@ func (g *Gateway) startNATS() error {
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			g.log.Warn("NATS error", "err", err)
 		}),
+	)
+}
+
+// reconnectOptions keep a gateway connection alive for good, noticing a
+// dead server within about 30 s.
+func reconnectOptions() []nats.Option {
+	return []nats.Option{
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.PingInterval(10 * time.Second),
+		nats.MaxPingsOutstanding(2),
 	}
-	var url string
-	if len(g.cfg.NATSURLs) > 0 {
-		url = strings.Join(g.cfg.NATSURLs, ",")
-		if g.cfg.NATSUser != "" {
-			opts = append(opts, nats.UserInfo(g.cfg.NATSUser, g.cfg.NATSPassword))
-		}
-	} else {
-		// Nothing in the data directory is touched before it is ours.
-		var err error
-		if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
-			return err
-		}
-		creds, err := CreateCredentials(g.cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		g.creds = creds
-		if g.ns, err = startEmbedded(&g.cfg, creds); err != nil {
-			return err
-		}
-		opts = append(opts, nats.InProcessServer(g.ns), nats.UserInfo(gatewayUser, creds.GatewayPassword))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", url, err)
-	}
-	g.nc = nc
-	g.reg = newRegistry(g.log, g.cfg.OfflineAfter)
-	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
-	if _, err := nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
-		return fmt.Errorf("subscribe presence: %w", err)
-	}
-	if g.router, err = newRouter(nc, g.reg, g.log, g.cfg.Silence, g.transfers); err != nil {
+}
+
+// sysOptions are the options of the system user's connection.
+func (g *Gateway) sysOptions() []nats.Option {
+	return append(reconnectOptions(),
+		nats.Name("fleet-gateway system"),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			g.log.Warn("NATS error (system user)", "err", err)
+		}),
+	)
+}
+
+// startEmbedded starts the embedded server in operator mode, with TLS
+// beyond loopback, and connects the gateway and its system user in
+// process.
+func (g *Gateway) startEmbedded() error {
+	// Nothing in the data directory is touched before it is ours.
+	var err error
+	if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
 		return err
 	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("NATS: %w", err)
+	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir)
+	if err != nil {
+		return err
 	}
-	// Ask every agent to announce itself now rather than at its next
-	// heartbeat.
-	return nc.Publish(protocol.DiscoverSubject(), nil)
+	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.log)
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	if g.natsTLS() {
+		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+			return err
+		}
+		host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
+		if tlsConf, err = g.natsCA.serverTLS(leafNames(host, g.advertisedNames())); err != nil {
+			return fmt.Errorf("embedded NATS TLS: %w", err)
+		}
+		g.natsCAPEM = g.natsCA.pem
+	}
+	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf); err != nil {
+		return err
+	}
+	gwUser, err := localUser("fleet-gateway", keys.account)
+	if err != nil {
+		return err
+	}
+	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	sysUser, err := localUser("fleet-gateway system", keys.system)
+	if err != nil {
+		return err
+	}
+	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
+	}
+	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: publicKey(keys.account), agentSigner: keys.agentSigner,
+		ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
+	return nil
+}
+
+// natsTLS reports whether the embedded server serves TLS: beyond
+// loopback always, on loopback when asked to.
+func (g *Gateway) natsTLS() bool {
+	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || !isLoopback(g.cfg.NATSListen))
+}
+
+// connectExternal connects to an external cluster with the files of its
+// setup, and checks them.
+func (g *Gateway) connectExternal() error {
+	x, err := loadExternalAuth(&g.cfg)
+	if err != nil {
+		return err
+	}
+	url := strings.Join(g.cfg.NATSURLs, ",")
+	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
+	}
+	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
+		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*pushTimeout)
+	defer cancel()
+	if err := x.check(ctx, g.sys); err != nil {
+		return fmt.Errorf("external NATS cluster: %w", err)
+	}
+	g.natsCAPEM = x.caPEM
+	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
+		ttl: g.cfg.AgentCredentialTTL, src: &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}, now: time.Now, sys: g.sys}
+	return nil
+}
+
+// openAgents opens the agent records, brings the servers' revocations in
+// step with them (a gateway may have stopped between a revocation and
+// its push) and starts the revocation loop.
+func (g *Gateway) openAgents() error {
+	g.agentIndex.revoked = func(string) { g.reconcileSoon() }
+	var err error
+	if g.agents, err = openAgentStore(g.nc, g.agentIndex, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
+		return err
+	}
+	g.authority.records = g.agents
+	ctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
+	err = g.authority.Reconcile(ctx)
+	cancel()
+	if err != nil {
+		g.log.Warn("revocations not in step with the NATS servers yet; retrying in the background", "err", err)
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	g.stopLoops = stop
+	g.loops.Go(func() { g.revocationLoop(lctx) })
+	return nil
 }
 
 func (g *Gateway) stopNATS() {
+	if g.stopLoops != nil {
+		g.stopLoops()
+		g.loops.Wait()
+	}
+	if g.agents != nil {
+		g.agents.close()
+	}
 	if g.store != nil {
 		g.store.close()
 	}
@@ -176,6 +325,9 @@ func (g *Gateway) stopNATS() {
 	}
 	if g.nc != nil {
 		g.nc.Close()
+	}
+	if g.sys != nil {
+		g.sys.Close()
 	}
 	if g.ns != nil {
 		g.ns.Shutdown()
@@ -187,19 +339,33 @@ func (g *Gateway) stopNATS() {
 }
 
 // SecretPaths are the files and directories that hold the gateway's
-// secrets and state: its data directory (JetStream, the embedded
-// server's credentials) and the credentials file itself, which no agent
-// running in the gateway's process may let its tools reach. Empty with
-// an external cluster.
+// secrets and state, which no agent running in the gateway's process may
+// let its tools reach: its data directory (JetStream, the agent records)
+// and in it the NATS keys (nats/: operator, accounts, the agent signing
+// key, the account JWT) and the fleet CA's key. With an external cluster,
+// the files of its setup: the creds and signing key seeds.
 func (g *Gateway) SecretPaths() []string {
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
 	if g.ns == nil {
-		return nil
+		var out []string
+		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
+			if f != "" {
+				out = append(out, abs(f))
+			}
+		}
+		return out
 	}
-	dir, err := filepath.Abs(g.cfg.DataDir)
-	if err != nil {
-		dir = g.cfg.DataDir
+	dir := abs(g.cfg.DataDir)
+	out := []string{dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile)}
+	for _, f := range keyFiles {
+		out = append(out, filepath.Join(dir, natsDir, f.name))
 	}
-	return []string{dir, filepath.Join(dir, credentialsFile)}
+	return out
 }
 
 // logAccess summarises who may do what, once at startup.
@@ -253,8 +419,9 @@ func (g *Gateway) Addr() string { return g.ln.Addr().String() }
 // MCPURL returns the URL an MCP client connects to.
 func (g *Gateway) MCPURL() string { return "http://" + g.Addr() + "/mcp" }
 
-// NATSURL returns the URL agents dial: the embedded server's client
-// address, or the external cluster's URLs.
+// NATSURL returns the URL of the NATS servers as this machine reaches
+// them: the embedded server's client address (tls:// when it serves
+// TLS), or the external cluster's URLs.
 func (g *Gateway) NATSURL() string {
 	if g.ns == nil {
 		return strings.Join(g.cfg.NATSURLs, ",")
@@ -265,14 +432,60 @@ func (g *Gateway) NATSURL() string {
 	return g.ns.ClientURL()
 }
 
-// AgentCredentials returns the NATS user and password with which the agent
-// of host joins the embedded server (empty with an external cluster, which
-// has its own users).
-func (g *Gateway) AgentCredentials(host string) (user, password string) {
-	if g.ns == nil {
-		return "", ""
+// AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
+// else the external cluster's URLs, or the embedded server's address,
+// with the machine's hostname when it listens on every interface.
+func (g *Gateway) AgentNATSURLs() []string {
+	if len(g.cfg.NATSAdvertise) > 0 {
+		return slices.Clone(g.cfg.NATSAdvertise)
 	}
-	return host, g.creds.AgentPassword(host)
+	if g.ns == nil {
+		return slices.Clone(g.cfg.NATSURLs)
+	}
+	raw := g.NATSURL()
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return []string{raw}
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil && name != "" {
+			u.Host = net.JoinHostPort(name, u.Port())
+		}
+	}
+	return []string{u.String()}
+}
+
+// NATSCAPEM returns the CA (PEM) that signs the NATS servers'
+// certificates, for agents to trust; empty when NATS does not use TLS or
+// the system's roots know its CA.
+func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.natsCAPEM) }
+
+// NATSCAPin returns the pin of the fleet CA (protocol.CAPin), empty when
+// the embedded server does not serve TLS.
+func (g *Gateway) NATSCAPin() string {
+	if g.natsCA == nil {
+		return ""
+	}
+	return g.natsCA.Pin()
+}
+
+// advertisedNames are the names agents reach this machine by: Advertise
+// and the hosts of NATSAdvertise.
+func (g *Gateway) advertisedNames() []string {
+	names := slices.Clone(g.cfg.Advertise)
+	for _, a := range g.cfg.NATSAdvertise {
+		full := a
+		if !strings.Contains(a, "://") {
+			full = "nats://" + a
+		}
+		if u, err := url.Parse(full); err == nil && u.Hostname() != "" {
+			names = append(names, u.Hostname())
+		}
+	}
+	return names
 }
 
 // Shutdown stops accepting requests, waits for in-flight ones until ctx

@@ -107,6 +107,9 @@ const (
 	holdAfterFailure = 30 * time.Second
 	// storeLoadTimeout bounds the wait for the bucket's records at start.
 	storeLoadTimeout = 10 * time.Second
+	// watchPatience is how long a watch is retried while JetStream does
+	// not answer (as while a whole fleet reconnects).
+	watchPatience = 20 * time.Second
 )
 
 // hostRecord is a record of the hosts bucket.
@@ -163,7 +166,7 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 	}
 	s := &hostStore{kv: kv, nc: nc, reg: reg, log: log, retention: cfg.Retention}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = watchBucket(s.ctx, kv); err != nil {
+	if s.first, err = watchBucket(s.ctx, kv, watchPatience); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -181,7 +184,7 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 // ensureHostsBucket creates or updates the bucket, retrying while
 // JetStream starts up.
 func ensureHostsBucket(js jetstream.JetStream, cfg HostsConfig) (jetstream.KeyValue, error) {
-	kc := jetstream.KeyValueConfig{
+	return ensureBucket(js, watchPatience, jetstream.KeyValueConfig{
 		Bucket:      protocol.HostsBucket,
 		Description: "fleetmcp host registry: each host's last announce and when it was last seen",
 		History:     1,
@@ -189,73 +192,7 @@ func ensureHostsBucket(js jetstream.JetStream, cfg HostsConfig) (jetstream.KeyVa
 		MaxValueSize: maxRecordBytes,
 		Storage:      jetstream.FileStorage,
 		Replicas:     cfg.Replicas,
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
-		cancel()
-		switch {
-		case err == nil:
-			return kv, nil
-		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-			return nil, fmt.Errorf("the host registry needs JetStream, which the NATS server does not offer: enable jetstream in its configuration (see deploy/nats/cluster-node.conf)")
-		case time.Now().After(deadline):
-			return nil, fmt.Errorf("hosts bucket %s: %w", protocol.HostsBucket, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// bucketWatch is one watch of the bucket; cancel ends it.
-type bucketWatch struct {
-	w      jetstream.KeyWatcher
-	cancel context.CancelFunc
-}
-
-// watchBucket starts watching every key of kv until ctx ends or the
-// watch is cancelled, retrying for up to 20 s while JetStream does not
-// answer. (A watch ends when the context given to WatchAll does, so that
-// context cannot carry a timeout.)
-func watchBucket(ctx context.Context, kv jetstream.KeyValue) (bucketWatch, error) {
-	type result struct {
-		w   jetstream.KeyWatcher
-		err error
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan result, 1)
-		go func() {
-			w, err := kv.WatchAll(wctx)
-			done <- result{w, err}
-		}()
-		var res result
-		select {
-		case res = <-done:
-		case <-time.After(jsTimeout):
-			cancel() // ends the request, or the watch it started
-			if res = <-done; res.err == nil {
-				drain(res.w)
-				res.err = context.DeadlineExceeded
-			}
-		}
-		if res.err == nil {
-			return bucketWatch{w: res.w, cancel: cancel}, nil
-		}
-		cancel()
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return bucketWatch{}, fmt.Errorf("hosts bucket: watch: %w", res.err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// drain discards a cancelled watch's updates until its channel closes:
-// the subscription delivering them ends only once its last send is taken.
-func drain(w jetstream.KeyWatcher) {
-	for range w.Updates() {
-	}
+	})
 }
 
 // close stops watching and writing. Records not yet written are left to
@@ -266,66 +203,10 @@ func (s *hostStore) close() {
 }
 
 // watch applies the bucket's records to the registry: the current ones
-// first (then loaded is closed), then every change. When the connection
-// comes back after an outage it starts a new watch at once, rather than
-// wait until the old one notices missed heartbeats (about 20 s later);
-// records seen before are skipped by their revision.
+// first (then loaded is closed), then every change (see followBucket).
 func (s *hostStore) watch(loaded chan struct{}) {
 	defer s.wg.Done()
-	reconnected := s.nc.StatusChanged(nats.CONNECTED)
-	defer s.nc.RemoveStatusListener(reconnected)
-	cur := s.first
-	retire := func(bw bucketWatch) {
-		bw.cancel()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			drain(bw.w)
-		}()
-	}
-	defer func() { retire(cur) }()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-reconnected:
-			next, err := watchBucket(s.ctx, s.kv)
-			if err != nil {
-				s.log.Warn("hosts bucket: cannot watch again after reconnecting; the old watch recovers by itself", "err", err)
-				continue
-			}
-			retire(cur)
-			cur = next
-		case e, ok := <-cur.w.Updates():
-			switch {
-			case !ok && s.ctx.Err() != nil:
-				return
-			case !ok:
-				// The watch ended by itself (its consumer or the bucket
-				// went away): start another.
-				s.log.Warn("hosts bucket: watch ended; watching again")
-				next, err := watchBucket(s.ctx, s.kv)
-				for err != nil {
-					select {
-					case <-s.ctx.Done():
-						return
-					case <-time.After(5 * time.Second):
-					}
-					next, err = watchBucket(s.ctx, s.kv)
-				}
-				retire(cur)
-				cur = next
-			case e == nil:
-				select {
-				case <-loaded:
-				default:
-					close(loaded)
-				}
-			default:
-				s.apply(e)
-			}
-		}
-	}
+	followBucket(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply)
 }
 
 func (s *hostStore) apply(e jetstream.KeyValueEntry) {
@@ -349,7 +230,7 @@ func (s *hostStore) apply(e jetstream.KeyValueEntry) {
 		_ = s.reg.applyRecord(host, e.Revision(), nil, factsDigest{}, time.Time{})
 		return
 	}
-	rec.Announce.Busy, rec.Announce.Leaving = 0, false
+	rec.Announce.Busy, rec.Announce.Leaving, rec.Announce.Labels = 0, false, nil
 	if err := s.reg.applyRecord(host, e.Revision(), rec.Announce, digestOf(rec.Announce), rec.LastSeen); err != nil {
 		s.reg.rejects.log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
 	}

@@ -49,7 +49,7 @@ type replica struct {
 
 func newReplica(t *testing.T, ns *server.Server, clock *testClock, retention time.Duration) *replica {
 	t.Helper()
-	reg := newRegistry(discardLogger(), 15*time.Second)
+	reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
 	reg.now = clock.now
 	s, err := newHostStore(connectNATS(t, ns, "gateway"), reg, HostsConfig{Retention: retention, Replicas: 1}, discardLogger())
 	if err != nil {
@@ -202,8 +202,8 @@ func TestHostStoreSteadyState(t *testing.T) {
 		t.Errorf("web-3 busy %d online %v, want the last heartbeat's busy %d, online", h.Busy, h.Online, 119%3)
 	}
 
-	// New labels: written once.
-	fleet[3].Labels = map[string]string{"role": "db"}
+	// New facts: written once.
+	fleet[3].AgentVersion = "0.2.0"
 	announce(t, a.reg, fleet[3])
 	announce(t, b.reg, fleet[3])
 	b.store.flush()
@@ -212,10 +212,23 @@ func TestHostStoreSteadyState(t *testing.T) {
 	a.store.flush()
 	b.store.flush()
 	if w := writes(a, b); w != n+1 {
-		t.Fatalf("a label change wrote %d records, want 1", w-n)
+		t.Fatalf("a change of facts wrote %d records, want 1", w-n)
 	}
-	if rec, _ := record(t, kv, "web-3"); rec.Announce.Labels["role"] != "db" || rec.Announce.Busy != 0 {
-		t.Errorf("record of web-3 after the change: labels %v busy %d", rec.Announce.Labels, rec.Announce.Busy)
+	if rec, _ := record(t, kv, "web-3"); rec.Announce.AgentVersion != "0.2.0" || rec.Announce.Busy != 0 {
+		t.Errorf("record of web-3 after the change: agent version %q busy %d", rec.Announce.AgentVersion, rec.Announce.Busy)
+	}
+	// Labels an agent announces are not its to choose: a change of them
+	// writes nothing, and the bucket never holds them.
+	fleet[3].Labels = map[string]string{"role": "db"}
+	announce(t, a.reg, fleet[3])
+	announce(t, b.reg, fleet[3])
+	a.store.flush()
+	b.store.flush()
+	if w := writes(a, b); w != n+1 {
+		t.Errorf("a change of announced labels wrote %d records, want none", w-n-1)
+	}
+	if rec, _ := record(t, kv, "web-3"); rec.Announce.Labels != nil {
+		t.Errorf("the bucket holds the labels web-3 announced: %v", rec.Announce.Labels)
 	}
 }
 
@@ -243,11 +256,13 @@ func TestHostStoreSharesFacts(t *testing.T) {
 			t.Errorf("%s shows web-1 online without hearing it", who)
 		case !h.LastSeen.Equal(heard):
 			t.Errorf("%s: web-1 last seen %v, want %v", who, h.LastSeen, heard)
-		case h.Labels["role"] != "web" || h.Cwd != "/srv" || len(h.Skills) != 2 || h.Skills[1].Problem == "" || !h.StartedAt.Equal(ann.StartedAt):
+		case h.Cwd != "/srv" || len(h.Skills) != 2 || h.Skills[1].Problem == "" || !h.StartedAt.Equal(ann.StartedAt):
 			t.Errorf("%s: web-1 facts %+v, want those announced %+v", who, h.Announce, ann)
+		case h.Labels != nil:
+			t.Errorf("%s: web-1 has the labels it announced, %v", who, h.Labels)
 		}
-		if l := rp.reg.list("role=web,region in (eu-*)"); len(l) != 1 || l[0].Host != "web-1" {
-			t.Errorf("%s: selector on labels from the bucket found %v", who, l)
+		if l := rp.reg.list("web-*"); len(l) != 1 || l[0].Host != "web-1" {
+			t.Errorf("%s: selector web-* found %v", who, l)
 		}
 	}
 	check("a replica that did not hear it", b)
@@ -559,7 +574,7 @@ func TestHostStoreSurvivesNATSRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		reg := newRegistry(discardLogger(), 15*time.Second)
+		reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
 		reg.now = clock.now
 		s, err := newHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
 		if err != nil {
@@ -606,7 +621,7 @@ func TestHostStoreCloseLeavesNoGoroutines(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			base = runtime.NumGoroutine()
 		}
-		reg := newRegistry(discardLogger(), 15*time.Second)
+		reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
 		s, err := openHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
 		if err != nil {
 			t.Fatal(err)

@@ -1,205 +1,39 @@
 package gateway
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// gatewayUser is the gateway's own NATS user on the embedded server. Agents
-// log in with their host name as user name.
-const gatewayUser = "_gateway"
-
-// Credentials are the secrets of the embedded NATS server. They are
-// generated on first start and kept in DataDir/credentials.json (0600), so
-// agents that joined keep working across gateway restarts.
-type Credentials struct {
-	GatewayPassword string `json:"gateway_password"`
-	// AgentKey derives each agent's password from its host name (see
-	// AgentPassword); it is never given to an agent.
-	AgentKey string `json:"agent_key"`
-}
-
-// AgentPassword is the NATS password of host on the embedded server: an
-// HMAC of the host name under the agent key, so each agent has its own
-// credential and the gateway stores none of them.
-func (c Credentials) AgentPassword(host string) string {
-	m := hmac.New(sha256.New, []byte(c.AgentKey))
-	m.Write([]byte("fleetmcp agent password\x00" + host))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// credentialsFile is where the embedded server's credentials are kept in
-// the data directory.
-const credentialsFile = "credentials.json"
-
-// ErrNoCredentials reports a data directory that holds no credentials:
-// no gateway has started on it (or it is the wrong directory).
-var ErrNoCredentials = errors.New("no credentials")
-
-// LoadCredentials reads the embedded server's credentials from dataDir.
-// It never creates them: a directory without any gives an error wrapping
-// ErrNoCredentials (see CreateCredentials).
-func LoadCredentials(dataDir string) (Credentials, error) {
-	path := filepath.Join(dataDir, credentialsFile)
-	var c Credentials
-	data, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return c, fmt.Errorf("%w in %s (%s does not exist)", ErrNoCredentials, dataDir, credentialsFile)
-	case err != nil:
-		return c, fmt.Errorf("read credentials: %w", err)
-	}
-	if err := json.Unmarshal(data, &c); err != nil || c.GatewayPassword == "" || c.AgentKey == "" {
-		return c, fmt.Errorf("%s is damaged (%v): delete it to generate new credentials (agents must then rejoin)", path, err)
-	}
-	return c, nil
-}
-
-// CreateCredentials returns the embedded server's credentials in dataDir,
-// generating them first if it has none. The file appears whole or not at
-// all, and two processes creating it at once end up with the same
-// credentials.
-func CreateCredentials(dataDir string) (Credentials, error) {
-	c, err := LoadCredentials(dataDir)
-	if !errors.Is(err, ErrNoCredentials) {
-		return c, err
-	}
-	c = Credentials{GatewayPassword: randomSecret(), AgentKey: randomSecret()}
-	data, _ := json.MarshalIndent(c, "", "  ")
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return c, fmt.Errorf("create data dir: %w", err)
-	}
-	tmp, err := os.CreateTemp(dataDir, "."+credentialsFile+".new-*") // mode 0600
-	if err != nil {
-		return c, fmt.Errorf("write credentials: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return c, fmt.Errorf("write credentials: %w", err)
-	}
-	// A hard link never replaces a file another process created
-	// meanwhile; where links are not supported, a rename is the next
-	// best thing.
-	path := filepath.Join(dataDir, credentialsFile)
-	switch err := os.Link(tmp.Name(), path); {
-	case errors.Is(err, os.ErrExist):
-		return LoadCredentials(dataDir)
-	case err != nil:
-		if err := os.Rename(tmp.Name(), path); err != nil {
-			return c, fmt.Errorf("write credentials: %w", err)
-		}
-	}
-	if d, err := os.Open(dataDir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return c, nil
-}
-
-func randomSecret() string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// HostPermissions are what the agent of one host may do on NATS: hear the
-// calls, cancels and fetches addressed to its host, the gateway's discover
-// request and replies to its own inbox; publish its own presence; and
-// answer the messages it received (any number of frames per call, for as
-// long as the longest call may run). It can neither hear other hosts'
-// calls, nor announce another host, nor publish calls.
-func HostPermissions(host string, maxCall time.Duration) *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{protocol.PresenceSubject(host)}},
-		Subscribe: &server.SubjectPermission{Allow: []string{
-			protocol.HostSubjects(host), protocol.DiscoverSubject(), protocol.AgentInboxPrefix(host) + ".>",
-		}},
-		Response: &server.ResponsePermission{MaxMsgs: -1, Expires: maxCall},
-	}
-}
-
-// AgentPermissions are the permissions of a user shared by all agents, as
-// an external cluster configured from deploy/nats may have: like
-// HostPermissions, but for every host at once.
-func AgentPermissions(maxCall time.Duration) *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{protocol.AllPresence()}},
-		Subscribe: &server.SubjectPermission{Allow: []string{
-			protocol.AllHosts(), protocol.DiscoverSubject(),
-		}},
-		Response: &server.ResponsePermission{MaxMsgs: -1, Expires: maxCall},
-	}
-}
-
-// embeddedAuth admits the gateway and, under its host name, each agent
-// whose password matches; nobody else. An admitted agent gets permissions
-// for its own host only.
-type embeddedAuth struct {
-	creds   Credentials
-	maxCall time.Duration
-}
-
-func (a *embeddedAuth) Check(c server.ClientAuthentication) bool {
-	if c.Kind() != server.CLIENT {
-		return false
-	}
-	o := c.GetOpts()
-	if o == nil || o.Username == "" {
-		return false // never anonymous
-	}
-	if o.Username == gatewayUser {
-		if !equal(o.Password, a.creds.GatewayPassword) {
-			return false
-		}
-		c.RegisterUser(&server.User{Username: gatewayUser})
-		return true
-	}
-	if protocol.ValidateHost(o.Username) != nil || !equal(o.Password, a.creds.AgentPassword(o.Username)) {
-		return false
-	}
-	c.RegisterUser(&server.User{Username: o.Username, Permissions: HostPermissions(o.Username, a.maxCall)})
-	return true
-}
-
-func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
-
-// embeddedOptions builds the embedded server's options. It never allows an
-// anonymous client: the gateway and each agent have their own user.
-func embeddedOptions(cfg *Config, creds Credentials) (*server.Options, error) {
+// embeddedOptions builds the embedded server's options: operator mode
+// with the accounts of auth, never an anonymous client; TLS with tlsConf
+// when it is set. The server starts without listening (DontListen): the
+// gateway, connected in process, gets its stores and revocations ready
+// first, then lets agents in (listenForAgents).
+func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*server.Options, error) {
 	opts := &server.Options{
-		ServerName:                 "fleet-gateway",
-		NoSigs:                     true,
-		NoLog:                      true,
-		JetStream:                  true,
-		StoreDir:                   filepath.Join(cfg.DataDir, "jetstream"),
-		MaxPayload:                 cfg.NATSMaxPayload,
-		CustomClientAuthentication: &embeddedAuth{creds: creds, maxCall: cfg.MaxCallDuration},
+		ServerName: "fleet-gateway",
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: true,
+		JetStream:  true,
+		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
+		MaxPayload: cfg.NATSMaxPayload,
+		// A fleet reconnecting at once queues for the server's lock while
+		// each credential is checked; a client cut off after the default
+		// 2 s would come back and queue again.
+		AuthTimeout: authTimeout.Seconds(),
 	}
+	auth.configure(opts)
 	if cfg.NATSListen == "" {
-		opts.DontListen = true
 		return opts, nil
 	}
 	host, port, err := net.SplitHostPort(cfg.NATSListen)
@@ -213,18 +47,23 @@ func embeddedOptions(cfg *Config, creds Credentials) (*server.Options, error) {
 	if opts.Port == 0 {
 		opts.Port = server.RANDOM_PORT
 	}
+	if tlsConf != nil {
+		opts.TLSConfig = tlsConf
+		opts.TLS = true
+		opts.TLSTimeout = 5
+	}
 	return opts, nil
 }
 
 // startEmbedded starts the embedded NATS server and waits until it takes
 // connections. A listen address another process holds is reported as
 // such, at once.
-func startEmbedded(cfg *Config, creds Credentials) (*server.Server, error) {
-	opts, err := embeddedOptions(cfg, creds)
+func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*embeddedServer, error) {
+	opts, err := embeddedOptions(cfg, auth, tlsConf)
 	if err != nil {
 		return nil, err
 	}
-	if !opts.DontListen && opts.Port != server.RANDOM_PORT {
+	if cfg.NATSListen != "" && opts.Port != server.RANDOM_PORT {
 		// The server would only log that it cannot listen, and never
 		// become ready: try the address first.
 		ln, err := listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
@@ -244,8 +83,39 @@ func startEmbedded(cfg *Config, creds Credentials) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded NATS server (listen %s): %w", cfg.NATSListen, err)
 	}
-	return ns, nil
+	return &embeddedServer{Server: ns, fatal: failed.msgs}, nil
 }
+
+// embeddedServer is the embedded NATS server, with the fatal errors its
+// logger kept.
+type embeddedServer struct {
+	*server.Server
+	fatal <-chan string
+}
+
+// listenForAgents opens the embedded server's client listener. Until
+// then only in-process clients (the gateway) reach it: a fleet that
+// reconnects at once after a restart finds the gateway ready, with the
+// revocations in place.
+func (ns *embeddedServer) listenForAgents(listen string) error {
+	ready := make(chan struct{})
+	go ns.AcceptLoop(ready)
+	<-ready
+	if ns.Addr() == nil {
+		msg := "it did not listen"
+		select {
+		case msg = <-ns.fatal:
+		default:
+		}
+		return fmt.Errorf("embedded NATS server cannot listen on %s: %s; if another process holds the address, choose another with --nats_listen", listen, msg)
+	}
+	return nil
+}
+
+// authTimeout is how long the embedded server waits for a client's
+// credential: as long as agents wait for their handshake
+// (agent.HandshakeTimeout).
+const authTimeout = 20 * time.Second
 
 // readyTimeout bounds how long the embedded server may take to start.
 const readyTimeout = 10 * time.Second

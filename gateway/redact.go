@@ -63,7 +63,7 @@ const (
 	value = `(?:'[^']*'|"(?:[^"\\]|\\.)*"|\$'[^']*'|[^\s'"();&|<>]+)`
 	// secretName is a name (of a variable, an option, a JSON key) that
 	// says its value is a secret.
-	secretName = `(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|auth|cookie)`
+	secretName = `(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|cred(?:ential)?s?|auth|cookie)`
 	// optValue is an option's value: a value that does not start with
 	// "-", which would be the next option.
 	optValue = `(?:'[^']*'|"(?:[^"\\]|\\.)*"|\$'[^']*'|[^\s'"();&|<>-][^\s'"();&|<>]*)`
@@ -81,12 +81,16 @@ func newRedactor() *redactor {
 		`npm_[A-Za-z0-9]{36}`, `pypi-[A-Za-z0-9_-]{50,}`, `hf_[A-Za-z0-9]{30,}`,
 		`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `dop_v1_[a-f0-9]{64}`,
 		`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`, // JWTs
+		`hv[sbr]\.[A-Za-z0-9_-]{20,}`,                             // Vault
+		// Webhook URLs are their own credential.
+		`hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+`, `discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+`,
 		apiTokenPrefix + `[A-Za-z0-9_-]{20,}`,
 	}, "|")
 	// secretWords are in every name secretName matches; tokenStarts
 	// begin every token in tokens.
-	secretWords := []string{"pass", "pwd", "secret", "token", "key", "credential", "auth", "cookie"}
-	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj", apiTokenPrefix}
+	secretWords := []string{"pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie"}
+	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj",
+		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", apiTokenPrefix}
 	rules := []redaction{
 		{name: "private key", need: []string{"private key"}, re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)`),
 			repl: "[redacted private key]"},
@@ -102,7 +106,7 @@ func newRedactor() *redactor {
 		// scheme://user:password@host keeps the user.
 		{name: "url credentials", need: []string{"@"}, re: regexp.MustCompile(`(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'"]*:)[^@\s/'"]+@`), repl: "${keep}" + redacted + "@"},
 		// curl -u user:password, --user user:password; not uid:gid.
-		{name: "user option", need: []string{"-u", "--user", "--proxy-user"}, re: regexp.MustCompile(`(?P<keep>(?:^|\s)(?:-u\s*|--user[=\s]\s*|--proxy-user[=\s]\s*)['"]?(?P<user>[^\s:'"]+):)(?P<pass>[^\s'"]+)`),
+		{name: "user option", need: []string{"-u", "--user", "--proxy-user"}, re: regexp.MustCompile(`(?P<keep>(?:^|\s)(?:-u\s*|--user[=\s]\s*|--proxy-user[=\s]\s*)['"]?(?P<user>[^\s:'"]*):)(?P<pass>[^\s'"]+)`),
 			repl: "${keep}" + redacted, spare: func(g []string) bool {
 				return allDigits(g[2]) && allDigits(g[3]) || strings.HasPrefix(g[3], "//") || strings.Contains(g[3], redacted)
 			}},
@@ -113,7 +117,25 @@ func newRedactor() *redactor {
 		{name: "password short option", need: []string{"sshpass", "redis-cli", "ldap", "mongo"}, re: regexp.MustCompile(`(?P<keep>\b(?:sshpass(?:\s+-[a-oq-zA-Z]\S*)*\s+-p|redis-cli\b[^;&|\n]*?\s-a|ldap(?:search|add|modify|delete|passwd|whoami)\b[^;&|\n]*?\s-w|(?:mongo|mongosh|mongodump|mongorestore)\b[^;&|\n]*?\s-p)\s*)` + value),
 			repl: "${keep}" + redacted},
 		{name: "smbclient -U", need: []string{"smbclient", "rpcclient", "smbmap"}, re: regexp.MustCompile(`(?P<keep>\b(?:smbclient|rpcclient|smbmap)\b[^;&|\n]*?\s-U\s*['"]?[^\s%'"]+%)[^\s'"]+`), repl: "${keep}" + redacted},
+		// Registry and cloud logins: docker login -u bob -p SECRET (not
+		// docker run -p 8080:80, a port).
+		{name: "login -p", need: []string{"login"}, re: regexp.MustCompile(`(?P<keep>\b(?:docker|podman|buildah|nerdctl|helm|oras|skopeo|crane|regctl|az|cf)\b[^;&|\n]*?\blogin\b[^;&|\n]*?\s-p\s*)` + value),
+			repl: "${keep}" + redacted},
+		{name: "sqlcmd -P", need: []string{"sqlcmd", "bcp", "osql", "isql"}, re: regexp.MustCompile(`(?P<keep>\b(?:sqlcmd|bcp|osql|isql)\b[^;&|\n]*?\s-P\s*)` + value), repl: "${keep}" + redacted},
+		{name: "archive password", need: []string{"zip", "7z"}, re: regexp.MustCompile(`(?P<keep>\b(?:(?:zip|unzip|zipcloak)\b[^;&|\n]*?\s-P\s*|7z[ar]?\b[^;&|\n]*?\s-p))` + value),
+			repl: "${keep}" + redacted},
+		{name: "gh secret set", need: []string{"gh"}, re: regexp.MustCompile(`(?P<keep>\bgh\s+secret\s+set\b[^;&|\n]*?\s(?:--body[=\s]\s*|-b\s*))` + value), repl: "${keep}" + redacted},
+		// ssh-keygen -N NEW -P OLD: both options, wherever they are, in
+		// text that runs ssh-keygen (a number is a port or a count).
+		{name: "ssh-keygen -N", need: []string{"ssh-keygen"}, re: regexp.MustCompile(`(?P<keep>(?:^|\s)-[NP]\s*)(?P<val>` + value + `)`), repl: "${keep}" + redacted,
+			spare: func(g []string) bool { return allDigits(g[2]) || strings.Contains(g[2], redacted) }},
+		// htpasswd -b FILE USER PASSWORD, htpasswd -nb USER PASSWORD.
+		{name: "htpasswd -b", need: []string{"htpasswd"}, re: regexp.MustCompile(`(?P<keep>\bhtpasswd\s+(?P<opts>(?:-[A-Za-z]+\s+)+)(?:[^\s-]\S*\s+)?[^\s-]\S*\s+)(?P<val>` + value + `)`),
+			repl: "${keep}" + redacted, spare: spareHtpasswd},
 		{name: "openssl pass:", need: []string{"pass:"}, re: regexp.MustCompile(`(?P<keep>\bpass:)[^\s'"]+`), repl: "${keep}" + redacted},
+		// Signed URLs: Azure SAS (sig=), S3 and GCS presigned URLs.
+		{name: "url signature", need: []string{"sig=", "signature="}, re: regexp.MustCompile(`(?i)(?P<keep>[?&](?:sig|x-amz-signature|x-goog-signature|signature)=)[^&\s'"#]+`),
+			repl: "${keep}" + redacted},
 		// --password X, --password=X, --api-key X, -password X...
 		{name: "secret option", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>(?:^|\s)--?(?P<opt>[a-z0-9_-]*` + secretName + `[a-z0-9_-]*)(?:=|\s+))(?P<val>` + optValue + `)`),
 			repl: "${keep}" + redacted, spare: spareOption},
@@ -165,9 +187,24 @@ func harmlessName(name string) bool {
 }
 
 // spareOption spares options whose names say secret but whose values are
-// not (see harmlessName).
+// not (see harmlessName), and a short option with a value glued on
+// (-pS3cretPass): the word after it is not its value.
 func spareOption(g []string) bool {
-	return harmlessName(g[2]) || strings.Contains(g[3], redacted)
+	glued := !strings.HasPrefix(strings.TrimSpace(g[1]), "--") && strings.ContainsAny(g[2], "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+	return harmlessName(g[2]) || strings.Contains(g[3], redacted) || glued
+}
+
+// spareHtpasswd spares an htpasswd command line without -b, whose
+// password is not on it, and one whose -n leaves no file before the user
+// name when the match took one.
+func spareHtpasswd(g []string) bool {
+	opts := strings.ReplaceAll(strings.Join(strings.Fields(g[2]), ""), "-", "")
+	words := strings.Fields(strings.TrimPrefix(g[1][strings.Index(g[1], g[2])+len(g[2]):], " "))
+	want := 2 // FILE USER
+	if strings.Contains(opts, "n") {
+		want = 1 // USER
+	}
+	return !strings.Contains(opts, "b") || len(words) != want || strings.Contains(g[3], redacted)
 }
 
 // spareAssignment spares variables named like secrets that hold none

@@ -53,6 +53,24 @@ func TestRedactClasses(t *testing.T) {
 		{"mongosh -p", "mongosh -u admin -p S3cret --eval 'db.stats()'", "mongosh -u admin -p [redacted] --eval 'db.stats()'"},
 		{"smbclient -U", "smbclient //srv/share -U alice%S3cret", "smbclient //srv/share -U alice%[redacted]"},
 		{"openssl pass:", "openssl enc -aes256 -pass pass:S3cret -in f", "openssl enc -aes256 -pass pass:[redacted] -in f"},
+		{"login -p", "docker login -u bob -p S3cret registry.example.com", "docker login -u bob -p [redacted] registry.example.com"},
+		{"login -p", "docker login -u bob -pS3cretPassw0rd registry.example.com", "docker login -u bob -p[redacted] registry.example.com"},
+		{"login -p", "podman login --tls-verify=false -u bob -p 'S3cret x' quay.io", "podman login --tls-verify=false -u bob -p [redacted] quay.io"},
+		{"login -p", "helm registry login r.io -u bob -p S3cret", "helm registry login r.io -u bob -p [redacted]"},
+		{"login -p", "az login --service-principal -u app -p S3cret --tenant t", "az login --service-principal -u app -p [redacted] --tenant t"},
+		{"sqlcmd -P", "sqlcmd -S db -U sa -P S3cret -Q 'select 1'", "sqlcmd -S db -U sa -P [redacted] -Q 'select 1'"},
+		{"archive", "zip -P S3cret out.zip f", "zip -P [redacted] out.zip f"},
+		{"archive", "unzip -P S3cret in.zip", "unzip -P [redacted] in.zip"},
+		{"archive", "7z a -pS3cret out.7z f", "7z a -p[redacted] out.7z f"},
+		{"ssh-keygen -N", "ssh-keygen -t ed25519 -N 'S3cret' -f k", "ssh-keygen -t ed25519 -N [redacted] -f k"},
+		{"ssh-keygen -N", "ssh-keygen -p -P S3cret -N S3cret2 -f k", "ssh-keygen -p -P [redacted] -N [redacted] -f k"},
+		{"htpasswd -b", "htpasswd -b .htpasswd bob S3cret", "htpasswd -b .htpasswd bob [redacted]"},
+		{"htpasswd -b", "htpasswd -cbB /etc/nginx/htpasswd bob S3cret", "htpasswd -cbB /etc/nginx/htpasswd bob [redacted]"},
+		{"htpasswd -b", "htpasswd -nb bob S3cret", "htpasswd -nb bob [redacted]"},
+		{"gh secret set", "gh secret set API_KEY --body S3cret", "gh secret set API_KEY --body [redacted]"},
+		{"gh secret set", "gh secret set X -b S3cret -R o/r", "gh secret set X -b [redacted] -R o/r"},
+		{"creds", "skopeo copy --src-creds bob:S3cret docker://a docker://b", "skopeo copy --src-creds [redacted] docker://a docker://b"},
+		{"creds", "podman pull --creds=bob:S3cret quay.io/x", "podman pull --creds=[redacted] quay.io/x"},
 		// Long options, = and separate word forms.
 		{"option", "psql --password=S3cret -h db", "psql --password=[redacted] -h db"},
 		{"option", "tool --passwd S3cret run", "tool --passwd [redacted] run"},
@@ -87,6 +105,10 @@ func TestRedactClasses(t *testing.T) {
 		{"url", "redis-cli -u redis://:S3cret@cache:6379", "redis-cli -u redis://:[redacted]@cache:6379"},
 		{"url", "curl -u bob:S3cret https://x", "curl -u bob:[redacted] https://x"},
 		{"url", "curl --user 'bob:S3cret' https://x", "curl --user 'bob:[redacted]' https://x"},
+		{"url", "curl -u :S3cret https://x", "curl -u :[redacted] https://x"},
+		{"url", "az storage blob download --blob-url 'https://a.blob.core.windows.net/c/f?sv=2020-08-04&sig=S3cret%2Bx%3D&se=x'",
+			"az storage blob download --blob-url 'https://a.blob.core.windows.net/c/f?sv=2020-08-04&sig=[redacted]&se=x'"},
+		{"url", "curl 'https://b.s3.amazonaws.com/k?X-Amz-Credential=AK&X-Amz-Signature=S3cretabc'", "curl 'https://b.s3.amazonaws.com/k?X-Amz-Credential=[redacted]&X-Amz-Signature=[redacted]'"},
 		// AWS keys.
 		{"aws", "aws configure set aws_access_key_id ASIAABCDEFGHIJKLMNOP", "aws configure set aws_access_key_id [redacted]"},
 		{"aws", "aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws configure set aws_secret_access_key [redacted]"},
@@ -99,6 +121,12 @@ func TestRedactClasses(t *testing.T) {
 		{"token", "maps AIzaSyA1234567890abcdefghijklmnopqrstuv", "maps [redacted]"},
 		{"token", "charge sk_live_4eC39HqLyjWDarjtT1zdp7dc", "charge [redacted]"},
 		{"token", "push glpat-abcdefghij0123456789", "push [redacted]"},
+		{"token", "vault login hvs.CAESIJlWh3Q7XyzS3cret0123456789", "vault login [redacted]"},
+		{"token", "curl -X POST https://hooks.slack.com/services/T000/B000/S3cretXXXX -d x", "curl -X POST https://[redacted] -d x"},
+		{"token", "curl https://discord.com/api/webhooks/123456/S3cret-abc", "curl https://[redacted]"},
+		// A short option with a value glued on is not taken for an
+		// option named like a secret: the word after it stays.
+		{"glued", "tool -xPass1 next", "tool -xPass1 next"},
 		// Config files written by a command.
 		{"json", `curl -d '{"user":"bob","password":"S3c\"ret"}' https://x`, `curl -d '{"user":"bob","password":"[redacted]"}' https://x`},
 		{"yaml", "cat > app.yaml <<EOF\ndb:\n  host: db\n  password: S3cret\nEOF", "cat > app.yaml <<EOF\ndb:\n  host: db\n  password: [redacted]\nEOF"},
@@ -139,6 +167,12 @@ func TestRedactKeepsLookAlikes(t *testing.T) {
 		"export TOKEN_URL=https://auth.example.com/token",
 		"find . -name '*.pem' -newer key.pem",
 		`curl -d '{"token_type":"bearer","password_length":12}' https://x`,
+		"docker run -p 8080:80 -e MODE=login app", // a port, not a password
+		"htpasswd -D .htpasswd bob",
+		"zip -r out.zip dir; unzip -p in.zip f",
+		"ssh-keygen -t ed25519 -f k -C bob@host",
+		"gh secret list; gh secret set X < value.txt",
+		"kubectl get secret db-creds -o yaml --show-managed-fields",
 	} {
 		if got := r.text(in); got != in {
 			t.Errorf("text(%q) = %q, want it unchanged", in, got)
@@ -165,6 +199,8 @@ func FuzzRedact(f *testing.F) {
 		"mysql -u root -p" + secret + " db", "sshpass -p " + secret + " ssh h", "psql --password=" + secret, "tool --token " + secret,
 		"curl -H 'Authorization: Bearer " + secret + "' u", `curl -H "X-Api-Key: ` + secret + `" u`, "PGPASSWORD=" + secret + " psql",
 		"export API_TOKEN=" + secret, "git clone https://bob:" + secret + "@h/r", "curl -u bob:" + secret + " u",
+		"docker login -u bob -p " + secret + " r", "sqlcmd -U sa -P " + secret, "zip -P " + secret + " o.zip f", "htpasswd -b f bob " + secret,
+		"skopeo copy --creds bob:" + secret + " a b",
 	}
 	f.Fuzz(func(t *testing.T, pre, post string) {
 		if len(pre) > 300 || len(post) > 300 {

@@ -31,11 +31,16 @@ import (
 // heartbeating is offline everywhere at most that long after its last
 // heartbeat.
 
-// HostInfo is what the gateway knows about one host.
+// HostInfo is what the gateway knows about one host. Its Labels are the
+// host's labels in its agent record (set by the operator), never those an
+// agent announces.
 type HostInfo struct {
 	protocol.Announce
 	LastSeen time.Time `json:"last_seen"`
 	Online   bool      `json:"online"`
+	// Revoked is set when the host's agent was revoked: it cannot
+	// connect, and calls to it are refused.
+	Revoked bool `json:"revoked,omitempty"`
 	// Conflict is set when more than one agent process currently announces
 	// this host name; calls to it are refused until only one is left.
 	Conflict string `json:"conflict,omitempty"`
@@ -119,7 +124,10 @@ func (e *hostEntry) lastSeen() time.Time {
 // beyond is ignored. Messages it ignores are logged through a limiter, a
 // few lines per agent a minute with the offending value cut short.
 type registry struct {
-	log          *slog.Logger
+	log *slog.Logger
+	// agents are the agent records: the hosts' labels and revocations
+	// (nil: no host has labels).
+	agents       *agentIndex
 	offlineAfter time.Duration
 	maxBytes     int64
 	now          func() time.Time
@@ -148,8 +156,8 @@ const maxInstances = 8
 // logEvery is the interval of the registry's log limiters.
 const logEvery = time.Minute
 
-func newRegistry(log *slog.Logger, offlineAfter time.Duration) *registry {
-	return &registry{log: log, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
+func newRegistry(log *slog.Logger, offlineAfter time.Duration, agents *agentIndex) *registry {
+	return &registry{log: log, agents: agents, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
 		rejects: newLogLimiter(logEvery, 1), events: newLogLimiter(logEvery, 10),
 		hosts: make(map[string]*hostEntry), strings: interner{m: make(map[string]*internRef)}}
 }
@@ -186,7 +194,9 @@ func (r *registry) onPresence(m *nats.Msg) {
 		return
 	}
 	leaving, busy := a.Leaving, a.Busy
-	a.Leaving, a.Busy = false, 0
+	// Labels an agent claims for itself authorise nothing: they are
+	// dropped, and the agent record's are used.
+	a.Leaving, a.Busy, a.Labels = false, 0, nil
 	now := r.now()
 	r.mu.Lock()
 	e := r.hosts[host]
@@ -463,10 +473,24 @@ func (r *registry) liveCount(e *hostEntry, now time.Time) int {
 	return n
 }
 
+// labels returns host's labels as its agent record has them (shared: not
+// to be modified), and whether it was revoked.
+func (r *registry) labels(host string) (map[string]string, bool) {
+	if r.agents == nil {
+		return nil, false
+	}
+	rec, ok := r.agents.record(host)
+	if !ok {
+		return nil, false
+	}
+	return rec.Labels, rec.Revoked()
+}
+
 // view returns a copy of e's info with Online and Conflict computed now.
-func (r *registry) view(e *hostEntry, now time.Time) HostInfo {
+func (r *registry) view(host string, e *hostEntry, now time.Time) HostInfo {
 	h := HostInfo{Announce: *e.facts, LastSeen: e.lastSeen()}
 	h.Busy = e.busy
+	h.Labels, h.Revoked = r.labels(host)
 	c := h.clone()
 	live := r.live(e, now)
 	c.Online = len(live) > 0
@@ -484,7 +508,7 @@ func (r *registry) get(host string) (HostInfo, bool) {
 	if e == nil || e.facts == nil {
 		return HostInfo{}, false
 	}
-	return r.view(e, r.now()), true
+	return r.view(host, e, r.now()), true
 }
 
 // list returns every host matching filter, sorted by name. An empty filter
@@ -502,8 +526,11 @@ func (r *registry) list(filter string) []HostInfo {
 	r.mu.RLock()
 	out := make([]HostInfo, 0, len(r.hosts))
 	for name, e := range r.hosts {
-		if e.facts != nil && (filter == "" || sel.Match(name, e.facts.Labels)) {
-			out = append(out, r.view(e, now))
+		if e.facts == nil {
+			continue
+		}
+		if labels, _ := r.labels(name); filter == "" || sel.Match(name, labels) {
+			out = append(out, r.view(name, e, now))
 		}
 	}
 	r.mu.RUnlock()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -38,9 +39,16 @@ func (c *testClock) advance(d time.Duration) {
 // stands still until the test moves it.
 func newTestRegistry() (*registry, *testClock) {
 	clock := &testClock{t: time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)}
-	r := newRegistry(discardLogger(), 15*time.Second)
+	r := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
 	r.now = clock.now
 	return r, clock
+}
+
+// setLabels gives host labels in r's agent records, as an enrolment
+// does.
+func setLabels(r *registry, host string, labels map[string]string) {
+	rev, _ := r.agents.progress()
+	r.agents.apply(host, rev+1, &AgentRecord{Host: host, PublicKey: "U" + host, Labels: labels})
 }
 
 func announceOf(host string) protocol.Announce {
@@ -70,7 +78,7 @@ func announce(t *testing.T, r *registry, a protocol.Announce) {
 func TestRegistryRecordsAnnounce(t *testing.T) {
 	r, clock := newTestRegistry()
 	a := announceOf("web-1")
-	a.Labels = map[string]string{"role": "web"}
+	setLabels(r, "web-1", map[string]string{"role": "web"})
 	a.Busy = 3
 	announce(t, r, a)
 
@@ -231,7 +239,7 @@ func TestRegistryList(t *testing.T) {
 		{"web-10", map[string]string{"role": "web"}},
 	} {
 		a := announceOf(h.host)
-		a.Labels = h.labels
+		setLabels(r, h.host, h.labels)
 		fleet = append(fleet, a)
 		announce(t, r, a)
 	}
@@ -284,7 +292,7 @@ func TestRegistryList(t *testing.T) {
 func TestRegistryGetReturnsCopy(t *testing.T) {
 	r, clock := newTestRegistry()
 	a := announceOf("web-1")
-	a.Labels = map[string]string{"role": "web"}
+	setLabels(r, "web-1", map[string]string{"role": "web"})
 	announce(t, r, a)
 
 	if _, ok := r.get("web-2"); ok {
@@ -325,5 +333,49 @@ func TestRegistryGetReturnsCopy(t *testing.T) {
 	l[0].Labels["role"] = "cache"
 	if again, _ := r.get("web-1"); again.Labels["role"] != "web" {
 		t.Errorf("editing the labels of list's result changed the registry: labels %v", again.Labels)
+	}
+}
+
+// Labels an agent announces for itself are ignored: a host's labels, for
+// the listing and for selectors, are those of its agent record, so an
+// agent cannot move itself into or out of a selector (env!=prod). A
+// revoked host is listed as revoked.
+func TestRegistryLabelsFromRecords(t *testing.T) {
+	r, _ := newTestRegistry()
+	setLabels(r, "web-1", map[string]string{"env": "prod"})
+	a := announceOf("web-1")
+	a.Labels = map[string]string{"env": "staging", "role": "db"}
+	announce(t, r, a)
+	b := announceOf("web-2") // announced, never enrolled
+	b.Labels = map[string]string{"env": "staging"}
+	announce(t, r, b)
+
+	h, _ := r.get("web-1")
+	if !maps.Equal(h.Labels, map[string]string{"env": "prod"}) {
+		t.Errorf("web-1 has labels %v; want its record's env=prod", h.Labels)
+	}
+	if h, _ := r.get("web-2"); len(h.Labels) != 0 {
+		t.Errorf("web-2, which has no record, has labels %v; want none", h.Labels)
+	}
+	for filter, want := range map[string][]string{
+		"env=staging": nil, "env!=prod": {"web-2"}, "role=db": nil, "env=prod": {"web-1"},
+	} {
+		var got []string
+		for _, h := range r.list(filter) {
+			got = append(got, h.Host)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("list(%q) = %v, want %v", filter, got, want)
+		}
+	}
+	// The record changes: at once, without an announce.
+	setLabels(r, "web-1", map[string]string{"env": "staging"})
+	if l := r.list("env=staging"); len(l) != 1 || l[0].Host != "web-1" {
+		t.Errorf("after the record changed, env=staging lists %v", l)
+	}
+	rev, _ := r.agents.progress()
+	r.agents.apply("web-1", rev+1, &AgentRecord{Host: "web-1", PublicKey: "Uweb-1", RevokedAt: time.Now()})
+	if h, _ := r.get("web-1"); !h.Revoked {
+		t.Error("web-1 is revoked in its record but not in the registry")
 	}
 }

@@ -79,6 +79,7 @@ type hostFacts struct {
 	Tools        []string          `json:"tools"`
 	PolicyDigest string            `json:"policy_digest"`
 	Conflict     string            `json:"conflict,omitempty"`
+	Revoked      bool              `json:"revoked,omitempty"`
 }
 
 func factsOf(h HostInfo) hostFacts {
@@ -93,7 +94,7 @@ func factsOf(h HostInfo) hostFacts {
 	return hostFacts{
 		Name: h.Host, OS: h.OS, Arch: h.Arch, Shell: h.Shell, Cwd: h.Cwd, Labels: labels,
 		Online: h.Online, LastSeen: h.LastSeen.UTC(), AgentVersion: h.AgentVersion, Tools: tools,
-		PolicyDigest: h.PolicyDigest, Conflict: h.Conflict,
+		PolicyDigest: h.PolicyDigest, Conflict: h.Conflict, Revoked: h.Revoked,
 	}
 }
 

@@ -40,6 +40,8 @@ const (
 	// HostBusy: the gateway had no room for the call's large result
 	// (its transfer budget).
 	HostBusy
+	// HostRevoked: the host's agent was revoked.
+	HostRevoked
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -202,6 +204,14 @@ func (fl *inflight) take() ([]protocol.Frame, bool) {
 	return frames, nr
 }
 
+// resultWaiting reports whether result frames are buffered, not yet
+// taken by the waiter.
+func (fl *inflight) resultWaiting() bool {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.pendingResult > 0
+}
+
 // callRequest is one tool call to route.
 type callRequest struct {
 	// ID is the call's ID; empty: the router makes one.
@@ -281,6 +291,9 @@ func (r *router) checkHost(host string) error {
 	if !ok {
 		return unknownHost(host)
 	}
+	if h.Revoked {
+		return &HostError{Host: host, Kind: HostRevoked, Msg: fmt.Sprintf("host %q was revoked: its agent may no longer join the fleet; call hosts to see which hosts are online", host)}
+	}
 	if h.Conflict != "" {
 		return &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}
 	}
@@ -349,9 +362,16 @@ type waiter struct {
 
 	// hold, when not nil, keeps what the call's result takes of the
 	// transfer budget; taken counts what the waiter took itself and gives
-	// back when the call returns.
+	// back when the call returns, got all it took for the result.
 	hold  *transferHold
 	taken int64
+	got   int64
+
+	// claim is the size the result being delivered says it has (its
+	// parts times the size of its first); partAt is when its last part
+	// arrived, or when it was asked for again.
+	claim  int64
+	partAt time.Time
 
 	asm       *protocol.Assembly
 	broken    bool // the current delivery lost a part; skip until a new part 1
@@ -389,6 +409,10 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 				w.r.cancel(host, id, "host went silent")
 				return nil, err
 			}
+			if err := w.checkStall(now); err != nil {
+				w.r.cancel(host, id, "result stopped arriving")
+				return nil, err
+			}
 			silence.Reset(w.r.silence / 2)
 		case <-w.fl.notify:
 			frames, noResponders := w.fl.take()
@@ -410,30 +434,66 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 			if res, err := w.handle(frames); res != nil || err != nil {
 				return res, err
 			}
+			if err := w.checkStall(time.Now()); err != nil {
+				w.r.cancel(host, id, "result stopped arriving")
+				return nil, err
+			}
 		}
 	}
 }
 
-// reserve takes what a large result, whose first part is f, will take
-// from the transfer budget, unless the call holds enough already. With no
-// room it drops the result's parts, waits for room (at most the budget's
-// wait), and fetches the result again from the agent, which keeps it; it
-// then reports waited, and w.broken is set until the new first part
-// arrives.
-func (w *waiter) reserve(f protocol.Frame) (waited bool, err error) {
+// checkStall asks for a result again when its delivery stalled: it began
+// (or was asked for again) and no part of it came for the silence
+// period, whatever other frames did. An agent sends a result's parts one
+// after another; one that keeps a call alive with keepalives while it
+// holds back the rest of a result would otherwise keep what the result
+// took of the transfer budget for as long as the call may last. After
+// maxRefetch such requests the call fails.
+func (w *waiter) checkStall(now time.Time) error {
+	if w.asm == nil && !w.broken || now.Sub(w.partAt) < w.r.silence || w.fl.resultWaiting() {
+		return nil // parts that came while the waiter was busy are not lost
+	}
+	w.asm, w.broken = nil, true
+	if w.refetch++; w.refetch > maxRefetch {
+		return &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s stopped sending the result of %s partway, %d times; the call is given up",
+			w.call.Host, w.call.Tool, w.refetch)}
+	}
+	w.r.log.Warn("result stopped arriving; fetching it again", "host", w.call.Host, "call", w.call.ID, "after", now.Sub(w.partAt).Round(time.Millisecond))
+	w.partAt = now
+	w.r.fetch(w.call.Host, w.call.ID)
+	return nil
+}
+
+// reserve takes from the transfer budget what a large result needs once
+// received bytes of it have arrived: when they pass the room it holds,
+// twice what has arrived (at least 2 MiB), up to the size it claims, so
+// that an agent holds no more of the budget than it has sent, whatever
+// it claims, and the result is copied a few times only as it grows. A
+// result larger than it claimed grows up to protocol.MaxResultBytes the
+// same way. With no room it drops the result's parts, waits for room for
+// the whole result (at most the budget's wait), and fetches the result
+// again from the agent, which keeps it; it then reports waited, and
+// w.broken is set until the new first part arrives.
+func (w *waiter) reserve(received int64) (waited bool, err error) {
 	t := w.r.transfers
-	need := min(int64(f.Parts)*int64(len(f.Data)), protocol.MaxResultBytes)
-	if t == nil || need <= largeTransfer {
+	claim := min(w.claim, protocol.MaxResultBytes)
+	if received > claim {
+		claim = protocol.MaxResultBytes // it said less than it sends
+	}
+	if t == nil || received <= w.got || max(w.claim, received) <= largeTransfer {
 		return false, nil
 	}
-	need -= w.reserved()
-	if need <= 0 {
-		return false, nil
-	}
+	need := min(max(2*received, 2*largeTransfer), claim) - w.got
 	if t.tryAcquire(need) {
 		w.keep(need)
+		if w.asm != nil {
+			// Room the budget holds for it, so that it is not copied
+			// each time it grows.
+			w.asm.Grow(int(w.got) - len(w.asm.Bytes()))
+		}
 		return false, nil
 	}
+	need = claim - w.got
 	w.asm, w.broken = nil, true
 	w.fl.discardResults(true)
 	ctx, cancel := context.WithTimeout(w.ctx, t.wait)
@@ -447,7 +507,7 @@ func (w *waiter) reserve(f protocol.Frame) (waited bool, err error) {
 	}
 	w.keep(need)
 	w.fl.discardResults(false)
-	w.lastHeard = time.Now()
+	w.lastHeard, w.partAt = time.Now(), time.Now()
 	w.r.fetch(w.call.Host, w.call.ID)
 	return true, nil
 }
@@ -456,17 +516,10 @@ func (w *waiter) reserve(f protocol.Frame) (waited bool, err error) {
 // its hold, which keeps them until the result is answered, or, with no
 // hold open, by the waiter until the call returns.
 func (w *waiter) keep(n int64) {
+	w.got += n
 	if w.hold == nil || !w.hold.adopt(n) {
 		w.taken += n
 	}
-}
-
-func (w *waiter) reserved() int64 {
-	n := w.taken
-	if w.hold != nil {
-		n += w.hold.held()
-	}
-	return n
 }
 
 // giveBack returns what the waiter took itself.
@@ -505,16 +558,10 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			continue
 		}
 		if f.Part == 1 {
-			waited, err := w.reserve(f)
-			if err != nil {
-				return nil, err
-			}
-			if waited {
-				return nil, nil // the result comes again
-			}
 			w.asm, w.broken = protocol.NewAssembly(protocol.MaxResultBytes), false
-			if size := int64(f.Parts) * int64(len(f.Data)); size > largeTransfer && w.reserved() >= size {
-				w.asm.Grow(int(size)) // room the budget holds for it
+			w.claim = int64(f.Parts) * int64(len(f.Data))
+			if w.got > 0 {
+				w.asm.Grow(int(w.got)) // room the budget holds for it already
 			}
 		}
 		if w.broken {
@@ -523,6 +570,14 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		if w.asm == nil {
 			w.asm = protocol.NewAssembly(protocol.MaxResultBytes) // Add reports the missing first part
 		}
+		waited, err := w.reserve(int64(len(w.asm.Bytes()) + len(f.Data)))
+		if err != nil {
+			return nil, err
+		}
+		if waited {
+			return nil, nil // the result comes again
+		}
+		w.partAt = time.Now()
 		done, err := w.asm.Add(f)
 		if err != nil {
 			w.asm, w.broken = nil, true
@@ -530,6 +585,7 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 				return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("result of %s on %s kept arriving incomplete: %v", w.call.Tool, w.call.Host, err)}
 			}
 			w.r.log.Warn("result frames lost; fetching the result again", "host", w.call.Host, "call", w.call.ID, "err", err)
+			w.partAt = time.Now()
 			w.r.fetch(w.call.Host, w.call.ID)
 			return nil, nil
 		}

@@ -53,7 +53,7 @@ func connectNATS(t *testing.T, ns *server.Server, name string) *nats.Conn {
 // registry in which host is online.
 func newTestRouter(t *testing.T, ns *server.Server, host string, silence time.Duration) (*router, *registry) {
 	t.Helper()
-	reg := newRegistry(discardLogger(), time.Minute)
+	reg := newRegistry(discardLogger(), time.Minute, nil)
 	if host != "" {
 		announce(t, reg, announceOf(host))
 		if h, ok := reg.get(host); !ok || !h.Online {

@@ -232,7 +232,10 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 	now := time.Now()
 	for _, h := range hosts {
 		state := "online"
-		if !h.Online {
+		switch {
+		case h.Revoked:
+			state = "revoked"
+		case !h.Online:
 			state = "offline"
 		}
 		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s\tshell %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,

@@ -31,10 +31,11 @@ import (
 // of the arguments cut (shrinkArgs), so that it decodes, validates and
 // copies only a few kilobytes, and the tool call finds the arguments in
 // full, a part of that buffer, through the request's state; the router
-// streams them to the agent in parts. A large result takes its size from
-// the budget when its first part arrives, or waits for room with its
-// parts left with the agent, which keeps results, and fetches them once
-// there is; it holds its room until the response carrying it is written.
+// streams them to the agent in parts. A large result takes room from the
+// budget as its parts arrive (see waiter.reserve), or waits for room for
+// all of it with its parts left with the agent, which keeps results, and
+// fetches them once there is; it holds its room until the response
+// carrying it is written.
 
 // largeTransfer is the size from which a request or a result counts as a
 // large transfer.

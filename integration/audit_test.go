@@ -163,11 +163,7 @@ func TestAuditTrailCannotBeErased(t *testing.T) {
 	mustOK(t, call(t, cs, "hosts", nil))
 	ctx := context.Background()
 
-	gw, err := nats.Connect(env.NATSURL(), nats.UserInfo("gateway", env.natsPass.gateway))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
+	gw := env.GatewayConn()
 	js, _ := jetstream.New(gw)
 	stream, err := js.Stream(ctx, protocol.AuditStream)
 	if err != nil {
@@ -184,18 +180,13 @@ func TestAuditTrailCannotBeErased(t *testing.T) {
 		t.Error("purging the audit stream succeeded")
 	}
 
-	// Agents: the shared user of an external cluster, and a host's own
-	// identity on the embedded server.
+	// Agents, each with its own identity: on an external cluster and on
+	// the embedded server.
 	embedded := NewEnv(t)
-	user, pass := embedded.Gateway.AgentCredentials("alpha")
-	for name, conn := range map[string]struct{ url, user, pass string }{
-		"external agent user": {env.NATSURL(), "agent", env.natsPass.agent},
-		"embedded host alpha": {embedded.NATSURL(), user, pass},
-	} {
+	for name, fleet := range map[string]*Env{"external host alpha": env, "embedded host alpha": embedded} {
 		t.Run(name, func(t *testing.T) {
 			errs := make(chan error, 8)
-			nc, err := nats.Connect(conn.url, nats.UserInfo(conn.user, conn.pass),
-				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+			nc, err := fleet.AgentConn("alpha", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 			if err != nil {
 				t.Fatal(err)
 			}

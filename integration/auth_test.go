@@ -14,9 +14,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
-	"github.com/nats-io/nats.go"
 
-	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -78,7 +76,7 @@ func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
 	}
 	f := &authFleet{is: is, ciToken: ci, auditLog: t.TempDir() + "/audit.jsonl"}
 	opts.Agents = []string{"alpha", "beta", "gamma"}
-	opts.Agent = func(c *agent.Config) { c.Labels = map[string]string{"env": hostEnvs[c.Name]} }
+	opts.Labels = func(host string) map[string]string { return map[string]string{"env": hostEnvs[host]} }
 	opts.Gateway = func(c *gateway.Config) {
 		c.AuthDisabled = false
 		c.Auth = gateway.AuthConfig{
@@ -384,11 +382,7 @@ func TestKeyRotation(t *testing.T) {
 // names the caller, nothing more.
 func TestTokenNeverReachesAgents(t *testing.T) {
 	f := newAuthFleetWith(t, Options{ExternalNATS: true})
-	nc, err := nats.Connect(f.NATSURL(), nats.UserInfo("gateway", f.natsPass.gateway))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := f.GatewayConn()
 	sub, err := nc.SubscribeSync(protocol.CallSubject("alpha"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,42 +2,46 @@ package integration
 
 import (
 	"os"
-	"reflect"
+	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 )
 
-// TestClusterConfigMatchesAgentPermissions keeps the external-cluster
-// example in deploy/ in step with the permissions the embedded server
-// gives agents.
-func TestClusterConfigMatchesAgentPermissions(t *testing.T) {
-	t.Setenv("NODE_NAME", "n1")
-	t.Setenv("GATEWAY_PASSWORD", "gw-secret")
-	t.Setenv("AGENT_PASSWORD", "agent-secret")
-	opts, err := server.ProcessConfigFile("../deploy/nats/cluster-node.conf")
+// TestClusterConfigExample: deploy/nats/cluster-node.conf, with the
+// include fleet-gateway nats-setup writes, puts a node in operator mode
+// with a full resolver, TLS on the client and route listeners, and no
+// user of its own (no shared agent user).
+func TestClusterConfigExample(t *testing.T) {
+	dir := t.TempDir()
+	conf := clusterNodeConf(t, dir, "n1", 4222, 6222, []int{6222})
+	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
 		t.Fatalf("deploy/nats/cluster-node.conf: %v", err)
 	}
-	users := map[string]*server.User{}
-	for _, u := range opts.Users {
-		users[u.Username] = u
+	setup := filepath.Join(dir, "setup")
+	op := opts.TrustedOperators
+	switch {
+	case len(op) != 1 || op[0].Subject != readPub(t, setup, gateway.NATSSetupFiles.OperatorJWT):
+		t.Errorf("trusted operators %v, want the one nats-setup made", op)
+	case opts.SystemAccount == "" || opts.SystemAccount != op[0].SystemAccount:
+		t.Errorf("system account %q, operator's %q", opts.SystemAccount, op[0].SystemAccount)
+	case opts.TLSConfig == nil || opts.Cluster.TLSConfig == nil:
+		t.Errorf("TLS: clients %v, routes %v; want both", opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil)
+	case len(opts.Users) > 0 || len(opts.Nkeys) > 0:
+		t.Errorf("the example defines users of its own: %d users, %d nkeys", len(opts.Users), len(opts.Nkeys))
+	case !opts.JetStream:
+		t.Error("JetStream is off")
 	}
-	if users["gateway"] == nil || users["gateway"].Password != "gw-secret" {
-		t.Fatalf("gateway user missing or password not taken from the environment")
+	if _, ok := opts.AccountResolver.(*server.DirAccResolver); !ok {
+		t.Errorf("account resolver %T, want the full (directory) resolver", opts.AccountResolver)
 	}
-	a := users["agent"]
-	if a == nil || a.Password != "agent-secret" {
-		t.Fatalf("agent user missing or password not taken from the environment")
-	}
-	want := gateway.AgentPermissions(time.Hour)
-	if !reflect.DeepEqual(a.Permissions, want) {
-		t.Fatalf("agent permissions in the example differ from the embedded server's:\n got %+v %+v %+v\nwant %+v %+v %+v",
-			a.Permissions.Publish, a.Permissions.Subscribe, a.Permissions.Response, want.Publish, want.Subscribe, want.Response)
+	text, _ := os.ReadFile("../deploy/nats/cluster-node.conf")
+	if strings.Contains(string(text), "password") || strings.Contains(string(text), "user: agent") {
+		t.Error("the example still has password users")
 	}
 }
 

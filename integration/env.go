@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,9 +21,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/simfleet"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Options shape an Env. Zero values give a small, fast fleet.
@@ -33,12 +41,20 @@ type Options struct {
 	Gateway func(*gateway.Config)
 	// Agent adjusts every in-process agent's config before start.
 	Agent func(*agent.Config)
+	// Labels are the labels each agent is enrolled with (default:
+	// env=test). Env.Label changes one host's.
+	Labels func(host string) map[string]string
 	// Quiet drops component logs (benchmarks).
 	Quiet bool
 	// ExternalNATS runs the NATS server outside the gateway, as a cluster
-	// would be, so that tests can stop and restart it. By default the
-	// gateway embeds it, as it does out of the box.
+	// would be, so that tests can stop and restart it: in operator mode,
+	// configured from the files fleet-gateway nats-setup writes. By
+	// default the gateway embeds it, as it does out of the box.
 	ExternalNATS bool
+	// ServerURL and ServerSetup connect the gateway to a NATS server the
+	// test started itself, in operator mode from the files nats-setup
+	// wrote into ServerSetup.
+	ServerURL, ServerSetup string
 }
 
 // Env is a running fleet for one test.
@@ -47,14 +63,20 @@ type Env struct {
 	opts     Options
 	log      *slog.Logger
 	natsPort int
-	natsPass struct{ gateway, agent string }
-	natsDir  string // JetStream state of the external server
+	// setup is the external server's operator-mode setup (nats-setup's
+	// directory); natsDir its JetStream and resolver state.
+	setup   string
+	natsDir string
 
 	gwConfig gateway.Config // as first started, for RestartGateway and StartGateway
 
-	mu       sync.Mutex
-	nats     *server.Server
-	agents   map[string]*agentRun
+	mu     sync.Mutex
+	nats   *server.Server
+	agents map[string]*agentRun
+	// keys are the agents' nkeys by host, made at their first enrolment;
+	// labels the labels Label gave hosts.
+	keys     map[string]nkeys.KeyPair
+	labels   map[string]map[string]string
 	procs    map[string]procSpec // how each agent process was started
 	Gateway  *gateway.Gateway
 	replicas []*gateway.Gateway // started by StartGateway
@@ -90,7 +112,8 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	if opts.Agents == nil {
 		opts.Agents = []string{"alpha"}
 	}
-	e := &Env{t: t, opts: opts, agents: make(map[string]*agentRun), procs: make(map[string]procSpec)}
+	e := &Env{t: t, opts: opts, agents: make(map[string]*agentRun), procs: make(map[string]procSpec),
+		keys: make(map[string]nkeys.KeyPair), labels: make(map[string]map[string]string)}
 	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if opts.Quiet {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -102,14 +125,22 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		OfflineAfter: 3 * time.Second,
 		Logger:       e.log.With("component", "gateway"),
 	}
-	if opts.ExternalNATS {
+	switch {
+	case opts.ServerURL != "":
+		e.setup = opts.ServerSetup
+		cfg.NATSURLs = []string{opts.ServerURL}
+		e.externalFiles(&cfg)
+	case opts.ExternalNATS:
 		e.natsPort = freePort(t)
-		e.natsPass.gateway, e.natsPass.agent = "gw-"+t.Name(), "agent-"+t.Name()
 		e.natsDir = t.TempDir()
+		e.setup = filepath.Join(t.TempDir(), "nats-setup")
+		if _, err := gateway.NATSSetup(e.setup, 0); err != nil {
+			t.Fatal(err)
+		}
 		e.startNATS()
 		cfg.NATSURLs = []string{e.NATSURL()}
-		cfg.NATSUser, cfg.NATSPassword = "gateway", e.natsPass.gateway
-	} else {
+		e.externalFiles(&cfg)
+	default:
 		cfg.DataDir = t.TempDir()
 		cfg.NATSListen = "127.0.0.1:0"
 		cfg.NATSMaxPayload = opts.MaxPayload
@@ -133,23 +164,59 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	return e
 }
 
+// externalFiles points cfg at the files of the external server's setup.
+func (e *Env) externalFiles(cfg *gateway.Config) {
+	f := gateway.NATSSetupFiles
+	cfg.NATSCredsFile = filepath.Join(e.setup, f.GatewayCreds)
+	cfg.NATSSystemCredsFile = filepath.Join(e.setup, f.SystemCreds)
+	cfg.NATSAgentSigningKeyFile = filepath.Join(e.setup, f.AgentSigningKey)
+	cfg.NATSOperatorSigningKeyFile = filepath.Join(e.setup, f.OperatorSigningKey)
+}
+
 // natsOptions builds a fresh server config each time (options must not be
-// reused after NewServer).
+// reused after NewServer): the operator-mode include nats-setup wrote,
+// with this server's address, JetStream and resolver directories.
 func (e *Env) natsOptions() *server.Options {
-	return &server.Options{
-		Host:       "127.0.0.1",
-		Port:       e.natsPort,
-		NoSigs:     true,
-		NoLog:      true,
-		MaxPayload: e.opts.MaxPayload,
-		// The gateway keeps its audit trail in JetStream, as on a cluster.
-		JetStream: true,
-		StoreDir:  e.natsDir,
-		Users: []*server.User{
-			{Username: "gateway", Password: e.natsPass.gateway},
-			{Username: "agent", Password: e.natsPass.agent, Permissions: gateway.AgentPermissions(time.Hour)},
-		},
+	// An include is relative to the file that includes it.
+	name := gateway.NATSSetupFiles.ServerConfig
+	include, err := os.ReadFile(filepath.Join(e.setup, name))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(e.natsDir, name), include, 0o600)
 	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conf := filepath.Join(e.natsDir, "server.conf")
+	text := fmt.Sprintf("include %q\nlisten: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n"+
+		"resolver { type: full, dir: %q, allow_delete: false, interval: \"2m\", timeout: \"5s\" }\n",
+		name, e.natsPort, filepath.Join(e.natsDir, "jetstream"), filepath.Join(e.natsDir, "jwt"))
+	if e.opts.MaxPayload > 0 {
+		text += fmt.Sprintf("max_payload: %d\n", e.opts.MaxPayload)
+	}
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		e.t.Fatalf("nats server config: %v", err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	return opts
+}
+
+// GatewayConn connects to the external NATS server as the gateway's
+// user (unrestricted in the fleet account).
+func (e *Env) GatewayConn() *nats.Conn {
+	e.t.Helper()
+	if e.setup == "" {
+		e.t.Fatal("GatewayConn needs an external NATS server")
+	}
+	nc, err := nats.Connect(e.NATSURL(), nats.UserCredentials(filepath.Join(e.setup, gateway.NATSSetupFiles.GatewayCreds)))
+	if err != nil {
+		e.t.Fatalf("connect as the gateway: %v", err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
 }
 
 func (e *Env) startNATS() {
@@ -190,21 +257,24 @@ func (e *Env) RestartNATS() {
 
 // NATSURL is the URL agents dial.
 func (e *Env) NATSURL() string {
+	if e.opts.ServerURL != "" {
+		return e.opts.ServerURL
+	}
 	if !e.opts.ExternalNATS {
 		return e.Gateway.NATSURL()
 	}
 	return fmt.Sprintf("nats://127.0.0.1:%d", e.natsPort)
 }
 
-// AgentConfig returns the config an in-process agent called name gets.
+// AgentConfig returns the config an in-process agent called name gets,
+// enrolling it with the gateway.
 func (e *Env) AgentConfig(name string) agent.Config {
 	dir := e.t.TempDir()
-	user, pass := e.agentCredentials(name)
+	creds, seed := e.Enrol(name)
 	cfg := agent.Config{
 		Servers:      []string{e.NATSURL()},
 		Name:         name,
-		User:         user,
-		Password:     pass,
+		Credentials:  agent.Credentials{JWT: func() (string, error) { return creds.JWT, nil }, Seed: seed, CA: creds.CAPEM},
 		Cwd:          dir,
 		StateDir:     filepath.Join(dir, ".state"),
 		Heartbeat:    500 * time.Millisecond,
@@ -212,7 +282,6 @@ func (e *Env) AgentConfig(name string) agent.Config {
 		ReconnectMin: 50 * time.Millisecond,
 		ReconnectMax: 500 * time.Millisecond,
 		DrainTimeout: 5 * time.Second,
-		Labels:       map[string]string{"env": "test"},
 		Logger:       e.log.With("component", "agent", "host", name),
 	}
 	// The test binary runs the git guard (TestMain calls
@@ -226,14 +295,86 @@ func (e *Env) AgentConfig(name string) agent.Config {
 	return cfg
 }
 
-// agentCredentials returns how agent name logs in to NATS: its own
-// credential on the embedded server, the shared agent user on the external
-// one.
-func (e *Env) agentCredentials(name string) (user, password string) {
-	if e.opts.ExternalNATS {
-		return "agent", e.natsPass.agent
+// Enrol enrols host with the gateway, with the key the Env made for it
+// at its first enrolment and the labels Label gave it (else
+// Options.Labels, else env=test), and returns its credential and seed.
+func (e *Env) Enrol(host string) (gateway.AgentCredentials, []byte) {
+	e.t.Helper()
+	e.mu.Lock()
+	kp := e.keys[host]
+	if kp == nil {
+		var err error
+		if kp, err = nkeys.CreateUser(); err != nil {
+			e.mu.Unlock()
+			e.t.Fatal(err)
+		}
+		e.keys[host] = kp
 	}
-	return e.Gateway.AgentCredentials(name)
+	labels, ok := e.labels[host]
+	gw := e.Gateway
+	e.mu.Unlock()
+	if !ok {
+		labels = map[string]string{"env": "test"}
+		if e.opts.Labels != nil {
+			labels = e.opts.Labels(host)
+		}
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	creds, err := gw.EnrolLocal(ctx, host, pub, labels)
+	if err != nil {
+		e.t.Fatalf("enrol %s: %v", host, err)
+	}
+	return creds, slices.Clone(seed)
+}
+
+// Label gives host labels: at its enrolments from now on, and at once if
+// it is enrolled already.
+func (e *Env) Label(host string, labels map[string]string) {
+	e.t.Helper()
+	e.mu.Lock()
+	e.labels[host] = labels
+	_, enrolled := e.keys[host]
+	e.mu.Unlock()
+	if !enrolled {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rec, err := e.Gateway.Agent(ctx, host)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var remove []string
+	for k := range rec.Labels {
+		if _, ok := labels[k]; !ok {
+			remove = append(remove, k)
+		}
+	}
+	if _, err := e.Gateway.SetAgentLabels(ctx, host, labels, remove); err != nil {
+		e.t.Fatalf("label %s: %v", host, err)
+	}
+}
+
+// SimCredentials enrols simulated agents (package simfleet) with labels.
+func (e *Env) SimCredentials(labels map[string]string) func(host string) (simfleet.Credential, error) {
+	return func(host string) (simfleet.Credential, error) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return simfleet.Credential{}, err
+		}
+		pub, _ := kp.PublicKey()
+		seed, _ := kp.Seed()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		creds, err := e.Gateway.EnrolLocal(ctx, host, pub, labels)
+		if err != nil {
+			return simfleet.Credential{}, err
+		}
+		return simfleet.Credential{JWT: creds.JWT, Seed: slices.Clone(seed), CA: creds.CAPEM}, nil
+	}
 }
 
 // StartAgent starts an in-process agent; mod may adjust its config.
@@ -313,19 +454,42 @@ func (e *Env) RestartAgentProcess(name string) {
 }
 
 // AgentCommand returns the command that runs agent name as a real
-// fleet-agent process working in dir, with its state in dir/.state, as
+// fleet-agent process working in dir, with its state in dir/.state
+// (where the agent's identity is written, enrolled with the gateway), as
 // StartAgentProcess runs it; extraArgs come last, so they may override
 // any of its flags. Its stderr goes to the test log.
 func (e *Env) AgentCommand(name, dir string, extraArgs ...string) *exec.Cmd {
 	e.t.Helper()
 	bin := agentBinary(e.t)
-	user, pass := e.agentCredentials(name)
-	args := append([]string{"--nats", e.NATSURL(), "--name", name, "--nats_user", user, "--cwd", dir,
-		"--state_dir", filepath.Join(dir, ".state"), "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
+	stateDir := filepath.Join(dir, ".state")
+	e.WriteIdentity(name, stateDir)
+	args := append([]string{"--nats", e.NATSURL(), "--cwd", dir,
+		"--state_dir", stateDir, "--heartbeat", "500ms", "--log_level", "warn"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "FLEET_NATS_PASSWORD="+pass)
 	cmd.Stderr = testWriter{e.t}
 	return cmd
+}
+
+// WriteIdentity enrols host and writes its identity into stateDir, as
+// fleet-agent join does.
+func (e *Env) WriteIdentity(host, stateDir string) {
+	e.t.Helper()
+	creds, seed := e.Enrol(host)
+	store := identity.Open(stateDir)
+	err := os.MkdirAll(store.Dir(), 0o700)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(store.Dir(), identity.KeyFile), append(seed, '\n'), 0o600)
+	}
+	if err == nil {
+		err = store.SaveJWT(creds.JWT)
+	}
+	if err == nil {
+		err = store.SaveEnrolment(&identity.Enrolment{Host: host, NATSURLs: []string{e.NATSURL()}, NATSCA: string(creds.CAPEM),
+			CAPin: creds.CAPin, Labels: creds.Labels, EnrolledAt: time.Now().UTC(), Expires: creds.Expires})
+	}
+	if err != nil {
+		e.t.Fatalf("write the identity of %s: %v", host, err)
+	}
 }
 
 func (e *Env) startAgentProcess(name string, spec procSpec) {
@@ -572,4 +736,27 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// AgentConn connects to NATS with host's credential (enrolling it with
+// its key), as its agent would, with the agent's inbox prefix and opts.
+func (e *Env) AgentConn(host string, opts ...nats.Option) (*nats.Conn, error) {
+	e.t.Helper()
+	creds, seed := e.Enrol(host)
+	all := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host))}
+	if len(creds.CAPEM) > 0 {
+		all = append(all, agentTLS(creds.CAPEM))
+	}
+	nc, err := nats.Connect(e.NATSURL(), append(all, opts...)...)
+	if err == nil {
+		e.t.Cleanup(nc.Close)
+	}
+	return nc, err
+}
+
+// agentTLS trusts caPEM alone, as agents do.
+func agentTLS(caPEM []byte) nats.Option {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 }

@@ -60,8 +60,8 @@ func fanoutOf(t *testing.T, res *mcp.CallToolResult) (fanoutResult, map[string]f
 // writes its act.sh, the script the fan-outs below run on every host.
 func stagingHost(t *testing.T, env *Env, name, act string, mod func(*agent.Config)) {
 	t.Helper()
+	env.Label(name, map[string]string{"env": "staging"})
 	env.StartAgent(name, func(c *agent.Config) {
-		c.Labels = map[string]string{"env": "staging"}
 		writeFile(t, filepath.Join(c.Cwd, "act.sh"), act)
 		if mod != nil {
 			mod(c)
@@ -87,7 +87,8 @@ func TestFanoutBuckets(t *testing.T) {
 	stagingHost(t, f.Env, "leaver", "echo never\n", nil)
 	f.StopAgent("leaver") // a goodbye: the gateway knows it offline
 	f.WaitHost("leaver", false)
-	f.StartAgentProcess("victim", "--label", "env=staging")
+	f.Label("victim", map[string]string{"env": "staging"})
+	f.StartAgentProcess("victim")
 	f.WaitHost("victim", true)
 	f.KillAgent("victim") // no goodbye: the gateway still thinks it online
 
@@ -309,7 +310,7 @@ func TestFanoutBudget500(t *testing.T) {
 	line := strings.Repeat("y", 99) + "\n"
 	fleet, err := simfleet.Start(context.Background(), simfleet.Config{
 		URL: env.NATSURL(), Hosts: hosts, Heartbeat: time.Second,
-		Credential: env.Gateway.AgentCredentials,
+		Credentials: env.SimCredentials(nil),
 		Handler: func(host string, call *protocol.Call) *protocol.Result {
 			out := host + " begins\n" + strings.Repeat(line, 101) + host + " ends\n"
 			if strings.HasSuffix(host, "0") {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,9 +16,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent"
-	"github.com/fleetmcp/fleetmcp/gateway"
 )
 
 // gatewayProc is a fleet-gateway process, so that its memory can be
@@ -27,7 +29,7 @@ type gatewayProc struct {
 	cmd     *exec.Cmd
 	mcpURL  string
 	natsURL string
-	creds   gateway.Credentials
+	dataDir string
 	done    chan struct{}
 }
 
@@ -36,10 +38,6 @@ type gatewayProc struct {
 func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
 	t.Helper()
 	dir := t.TempDir()
-	creds, err := gateway.CreateCredentials(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := append([]string{"--no_auth", "--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}, extra...)
@@ -48,7 +46,7 @@ func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway process: %v", err)
 	}
-	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, creds: creds, done: make(chan struct{})}
+	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.stop)
 	waitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
@@ -78,7 +76,7 @@ func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
 	p.t.Helper()
 	dir := p.t.TempDir()
 	cfg := agent.Config{
-		Servers: []string{p.natsURL}, Name: name, User: name, Password: p.creds.AgentPassword(name),
+		Servers: []string{p.natsURL}, Name: name, Credentials: p.credentials(name),
 		Cwd: dir, StateDir: filepath.Join(dir, ".state"), Heartbeat: 500 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, DrainTimeout: 5 * time.Second,
 	}
@@ -98,6 +96,39 @@ func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": name}})
 		return err == nil && strings.Contains(text(res), name+"\tonline")
 	})
+}
+
+// credentials mints an agent credential for host with the agent signing
+// key the gateway process keeps in its data directory, as the gateway
+// itself would (a scoped user JWT naming the host).
+func (p *gatewayProc) credentials(host string) agent.Credentials {
+	p.t.Helper()
+	readKey := func(name string) nkeys.KeyPair {
+		seed, err := os.ReadFile(filepath.Join(p.dataDir, "nats", name))
+		if err != nil {
+			p.t.Fatalf("the gateway's %s: %v", name, err)
+		}
+		kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+		if err != nil {
+			p.t.Fatalf("the gateway's %s: %v", name, err)
+		}
+		return kp
+	}
+	account, signer := readKey("account.nk"), readKey("agent-signer.nk")
+	accountPub, _ := account.PublicKey()
+	user, _ := nkeys.CreateUser()
+	userPub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name, uc.IssuerAccount, uc.Expires = host, accountPub, time.Now().Add(time.Hour).Unix()
+	// The signing key is scoped: its users carry no permissions or
+	// limits of their own (the defaults count as limits).
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(signer)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return agent.Credentials{JWT: func() (string, error) { return token, nil }, Seed: seed}
 }
 
 func (p *gatewayProc) client() *mcp.ClientSession {

@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -61,8 +60,10 @@ func sameHost(a, b listedHost) bool {
 // hosts bucket.
 func TestRegistrySharedBetweenGateways(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true})
-	env.StartAgent("beta", func(c *agent.Config) { c.Labels = map[string]string{"role": "db", "region": "eu-west"} })
-	env.StartAgentProcess("gamma", "--label", "role=web", "--label", "region=us-east")
+	env.Label("beta", map[string]string{"role": "db", "region": "eu-west"})
+	env.StartAgent("beta", nil)
+	env.Label("gamma", map[string]string{"role": "web", "region": "us-east"})
+	env.StartAgentProcess("gamma")
 	gw1 := env.Gateway
 	gw2 := env.StartGateway(nil)
 	for _, gw := range []*gateway.Gateway{gw1, gw2} {
@@ -90,11 +91,7 @@ func TestRegistrySharedBetweenGateways(t *testing.T) {
 	// Steady state: count every message sent to the bucket (writes and
 	// refused attempts alike) while a call keeps an agent's busy count
 	// changing across heartbeats.
-	nc, err := nats.Connect(env.NATSURL(), nats.UserInfo("gateway", env.natsPass.gateway))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := env.GatewayConn()
 	var kvMsgs atomic.Int64
 	sub, err := nc.Subscribe("$KV."+protocol.HostsBucket+".>", func(*nats.Msg) { kvMsgs.Add(1) })
 	if err != nil {

@@ -57,12 +57,10 @@ func (l *logTally) take() (lines, bytes int) {
 // own checks.
 func rogueAgent(t *testing.T, env *Env, host string) *nats.Conn {
 	t.Helper()
-	user, pass := env.Gateway.AgentCredentials(host)
-	nc, err := nats.Connect(env.NATSURL(), nats.UserInfo(user, pass), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)))
+	nc, err := env.AgentConn(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
 	return nc
 }
 
@@ -335,4 +333,101 @@ func TestRogueOversizedResult(t *testing.T) {
 	if got := text(res); got != big {
 		t.Errorf("binary_base64 data of 20 MiB came back as %d bytes", len(got))
 	}
+}
+
+// TestRogueResultHoldsBudget: an agent that starts a result and then
+// holds back its parts, keeping the call alive with keepalives, holds
+// only what it sent of the gateway's transfer budget, and only for a few
+// silence periods: one 32 KiB part claiming 128 MiB no longer shuts every
+// other host's large transfers out for the call's whole timeout, and a
+// first part claiming a small result does not let megabytes past the
+// budget.
+func TestRogueResultHoldsBudget(t *testing.T) {
+	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.TransferWait = 500 * time.Millisecond }})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	keepalives := func(f *rogueFrames) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+					f.send(protocol.KindKeepalive, nil)
+				}
+			}
+		}()
+	}
+	part := func(f *rogueFrames, n, parts int, data []byte) {
+		f.seq++
+		h, body := protocol.Frame{Kind: protocol.KindResult, CallID: f.id, Seq: f.seq, Part: n, Parts: parts, Data: data}.Encode()
+		if err := f.r.nc.PublishMsg(&nats.Msg{Subject: f.reply, Header: nats.Header(h), Data: body}); err != nil {
+			t.Error(err)
+		}
+	}
+	startRogueHost(t, env, "rogue", func(call *protocol.Call, f *rogueFrames) {
+		var args struct {
+			Command string `json:"command"`
+		}
+		_ = json.Unmarshal(call.Args, &args)
+		switch args.Command {
+		case "claim":
+			// One part, claiming the largest result there is.
+			part(f, 1, protocol.MaxResultBytes/protocol.ChunkSize, make([]byte, protocol.ChunkSize))
+		case "understate":
+			// A first part of one byte, then 6 MiB in the parts after it.
+			part(f, 1, 400, []byte{'x'})
+			for n := 2; n <= 200; n++ {
+				part(f, n, 400, make([]byte, protocol.ChunkSize))
+			}
+		}
+		keepalives(f)
+	})
+	cs := env.Client("2025-11-25", nil)
+	type outcome struct {
+		res  *mcp.CallToolResult
+		took time.Duration
+	}
+	rogueCall := func(command string) chan outcome {
+		done := make(chan outcome, 1)
+		go func() {
+			start := time.Now()
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "rogue", "command": command, "timeout": 600}})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- outcome{res, time.Since(start)}
+		}()
+		return done
+	}
+
+	claimed := rogueCall("claim")
+	waitFor(t, 10*time.Second, "the claimed result to take room", func() bool { return env.Gateway.TransferBytesInUse() > 0 })
+	if inUse := env.Gateway.TransferBytesInUse(); inUse > 4*mib {
+		t.Errorf("one 32 KiB part claiming 128 MiB holds %.1f MiB of the transfer budget", float64(inUse)/mib)
+	}
+	res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "big.txt", "content": largeContent(8)})
+	if res.IsError {
+		t.Errorf("a large write to another host while the rogue holds its result back: %s", text(res))
+	}
+	o := <-claimed
+	t.Logf("the held-back result failed after %s: %.200s", o.took.Round(time.Millisecond), text(o.res))
+	if o.res == nil || !o.res.IsError || !strings.Contains(text(o.res), "stopped sending the result") {
+		t.Errorf("held-back result: %v", o.res)
+	}
+	if o.took > 30*time.Second {
+		t.Errorf("a result held back kept its call for %s; a few silence periods (2s) at most", o.took)
+	}
+	waitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
+
+	understated := rogueCall("understate")
+	waitFor(t, 10*time.Second, "6 MiB of an understated result to be counted", func() bool { return env.Gateway.TransferBytesInUse() >= 6*mib })
+	o = <-understated
+	if o.res == nil || !o.res.IsError {
+		t.Errorf("understated result held back: %v", o.res)
+	}
+	waitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
 }

@@ -37,6 +37,9 @@ func (p *gatewayProc) writePeak(t *testing.T, cs *mcp.ClientSession, host, path,
 // than three times its size at its peak (it cost 8 times before the
 // arguments were streamed through).
 func TestLargeWriteMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
+	}
 	p := startGatewayProcess(t)
 	p.startAgent("big", nil)
 	cs := p.client()
@@ -53,10 +56,13 @@ func TestLargeWriteMemory(t *testing.T) {
 // TestLargeWritesShareBudget: four 40 MiB writes at once, under a 64 MiB
 // transfer budget, run one at a time (each waits for room), and all
 // succeed. Measured on the gateway process: after one such write, the four
-// together grow it by less than twice what that first write took from a
-// fresh start, where four at once would take about four times as much; and
-// in process, the budget in use never passes one write's size.
+// grow it by less than 3/4 of what they grow a gateway whose budget holds
+// them all at once; and in process, the budget in use never passes one
+// write's size.
 func TestLargeWritesShareBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
+	}
 	const budget = 64
 	content := largeContent(40)
 	fourWrites := func(t *testing.T, cs *mcp.ClientSession) {
@@ -78,18 +84,27 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		wg.Wait()
 	}
 	t.Run("process", func(t *testing.T) {
-		p := startGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budget), "--transfer_wait", "5m")
-		p.startAgent("big", nil)
-		cs := p.client()
-		start, first := p.writePeak(t, cs, "big", "first.txt", content)
-		before, _ := p.memory()
-		p.resetPeak()
-		fourWrites(t, cs)
-		_, peak := p.memory()
-		one, four := float64(first-start)/mib, float64(peak-before)/mib
-		t.Logf("under a %d MiB budget: one 40 MiB write grew the gateway by %.0f MiB from a fresh start; four at once, after it, by %.0f MiB more", budget, one, four)
-		if four > 2*one {
-			t.Errorf("four 40 MiB writes at once grew the gateway by %.0f MiB, more than twice the %.0f MiB of one: they did not wait for each other", four, one)
+		// The same four writes against a gateway whose budget holds them
+		// all at once are the floor the budget is measured against.
+		growth := func(budgetMiB int) (one, four float64) {
+			p := startGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budgetMiB), "--transfer_wait", "5m")
+			p.startAgent("big", nil)
+			cs := p.client()
+			start, first := p.writePeak(t, cs, "big", "first.txt", content)
+			before, _ := p.memory()
+			p.resetPeak()
+			fourWrites(t, cs)
+			_, peak := p.memory()
+			p.stop()
+			return float64(first-start) / mib, float64(peak-before) / mib
+		}
+		one, waited := growth(budget)
+		_, together := growth(1024)
+		t.Logf("one 40 MiB write grew the gateway by %.0f MiB from a fresh start; four at once, after it, by %.0f MiB under a %d MiB budget and by %.0f MiB under a budget that holds them all",
+			one, waited, budget, together)
+		if waited > 0.75*together {
+			t.Errorf("four 40 MiB writes under a %d MiB budget grew the gateway by %.0f MiB, more than 3/4 of the %.0f MiB they take together: they did not wait for each other",
+				budget, waited, together)
 		}
 	})
 	t.Run("budget", func(t *testing.T) {
@@ -242,7 +257,7 @@ func TestLargeArgumentsArriveWhole(t *testing.T) {
 			}
 		})
 	}
-	if n := env.Gateway.TransferBytesInUse(); n != 0 {
-		t.Errorf("%d bytes of the transfer budget held after the calls", n)
-	}
+	// A call's room is given back once its response is written, which the
+	// client may see a moment before the handler returns.
+	waitFor(t, 5*time.Second, "the transfer budget to be free after the calls", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -193,8 +195,39 @@ func (c *checker) npmRuns(name string, args []shWord) ([]runs, error) {
 		}
 	case "init", "create", "innit", "edit":
 		return append(rs, hiddenRun("runs a package or an editor that "+sub+" names")), nil
+	case "test", "tst", "t", "start", "stop", "restart", "run", "run-script", "rum", "urn":
+		if r, ok := npmScriptArgs(sub, rest); ok {
+			return append(rs, r), nil
+		}
 	}
 	return rs, nil
+}
+
+// npmScriptArgs returns what npm hands a package script that the rules
+// cannot follow: the script's program gets the words after the script's
+// name, and node, mocha and test runners load a file they name as code
+// (node --test --require FILE, --import, --config, --setupFiles), a file
+// the caller may have written wherever it may write. A word naming a
+// file (holding a slash) or only known when the line runs is refused
+// under bash.allow.
+func npmScriptArgs(sub string, rest []shWord) (runs, bool) {
+	script := sub
+	switch sub {
+	case "run", "run-script", "rum", "urn":
+		if len(rest) == 0 {
+			return runs{}, false
+		}
+		script, rest = rest[0].text, rest[1:]
+	case "tst", "t":
+		script = "test"
+	}
+	for _, w := range rest {
+		if w.text != "--" && (!w.literal() || strings.ContainsAny(w.text, `/\`)) {
+			return hiddenRun(fmt.Sprintf("hands %s to the package's %s script, whose program may load a file it names as code (node --require, a test runner's --config)",
+				clip(w.src), script)), true
+		}
+	}
+	return runs{}, false
 }
 
 func indexWord(ws []shWord, t string) int {
@@ -247,7 +280,9 @@ func makeSpec() optSpec {
 // besides the makefile's recipes: --eval text and a makefile read from
 // standard input are make's own language, a variable value holding $ can
 // call $(shell ...), NAME!=CMD runs CMD, and SHELL, MAKEFLAGS and the
-// like change how every recipe runs.
+// like change how every recipe runs. Variables make takes from its
+// environment are held to the same rules: a recipe that uses one pastes
+// its value into a shell command line, whichever way it was set.
 func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 	p, err := c.parseOpts("make", args, makeSpec())
 	if err != nil {
@@ -266,7 +301,7 @@ func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 			c.line.cd = true
 		}
 	}
-	for _, w := range p.rest {
+	for _, w := range append(slices.Clip(c.assigns), p.rest...) {
 		r, err := c.makeVariable(w)
 		if err != nil {
 			return nil, err
@@ -275,6 +310,10 @@ func (c *checker) makeRuns(args []shWord) ([]runs, error) {
 	}
 	return rs, nil
 }
+
+// recipeSyntax are the characters with which a variable's value, pasted
+// into a recipe, ends its command and starts another.
+const recipeSyntax = ";&|<>()`\n"
 
 // makeVariable checks one operand of make that sets a variable.
 func (c *checker) makeVariable(w shWord) ([]runs, error) {
@@ -297,6 +336,8 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 		return []runs{hiddenRun("sets make variable " + name + " to text make expands, which can run commands ($(shell ...))")}, nil
 	case shellAssign:
 		return []runs{{script: value, isScript: true, lang: langSh, via: name + "!="}}, nil
+	case strings.ContainsAny(value, recipeSyntax):
+		return []runs{hiddenRun("sets make variable " + name + " to text holding shell syntax (" + clip(w.src) + "), which a recipe using it runs as commands")}, nil
 	}
 	return nil, nil
 }

@@ -124,6 +124,10 @@ type checker struct {
 	// gitEnv says why commands run without the environment the agent
 	// gives bash (sudo, env -i, ...): git would miss its guard there.
 	gitEnv string
+	// assigns are the variables the line puts in the environment of the
+	// command being checked ("NAME=value" words): its prefix
+	// assignments and those of env and the like that run it.
+	assigns []shWord
 }
 
 func (c *checker) allowList() bool { return len(c.p.bash.allow) > 0 }
@@ -298,6 +302,17 @@ func (c *checker) call(ce *syntax.CallExpr) error {
 	for _, a := range ce.Assigns {
 		if err := c.assign(a); err != nil {
 			return err
+		}
+		if a.Name != nil && a.Value != nil && a.Array == nil && a.Index == nil {
+			vs, err := c.words([]*syntax.Word{a.Value})
+			if err != nil {
+				return err
+			}
+			w := shWord{text: a.Name.Value + "=", src: c.text(a)}
+			for _, v := range vs {
+				w.text += v.text
+			}
+			c.assigns = append(c.assigns, w)
 		}
 	}
 	words, err := c.words(ce.Args)

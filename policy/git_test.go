@@ -99,6 +99,22 @@ func TestGitCheckConfig(t *testing.T) {
 		{entry("local", "sendemail.smtpserver", "/tmp/x"), "sendemail.smtpserver"},
 		{entry("local", "difftool.x.cmd", "id"), "difftool.x.cmd"},
 		{entry("local", "tar.tgz.command", "id"), "tar.tgz.command"},
+		// gc, which git runs by itself: a shell command, and a path it
+		// writes to, in newer gits.
+		{entry("local", "gc.recentobjectshook", "touch /tmp/m"), "gc.recentobjectshook"},
+		{entry("local", "gc.repackfilterto", "/tmp/x"), "gc.repackfilterto"},
+		{entry("local", "gc.auto", "1"), ""},
+		{entry("local", "gc.refs/remotes/*.reflogexpire", "never"), ""},
+		// A URL whose scheme git does not speak runs git-remote-SCHEME.
+		{entry("local", "remote.origin.url", "evil://host/x"), "remote.origin.url"},
+		{entry("local", "remote.origin.pushurl", "Foo+bar://x"), "remote.origin.pushurl"},
+		{entry("local", "submodule.s.url", "testgit://x"), "submodule.s.url"},
+		{entry("local", "remote.origin.url", "ssh://git@host/x.git"), ""},
+		{entry("local", "remote.origin.url", "git+ssh://host/x"), ""},
+		{entry("local", "remote.origin.url", "file:///srv/x.git"), ""},
+		{entry("local", "remote.origin.url", "HTTPS://host/x"), ""},
+		{entry("local", "remote.origin.url", "/srv/x.git"), ""},
+		{entry("local", "remote.origin.url", "../x"), ""},
 		// Settings the agent overrides: files are overridden quietly,
 		// the command line only with the override's own value.
 		{entry("global", "core.pager", "less"), ""},

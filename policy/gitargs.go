@@ -150,7 +150,7 @@ var gitCommands = map[string]gitCommand{
 	// Options that run a program: the remote's upload-pack or
 	// receive-pack (run through a shell for local and ssh remotes), the
 	// command of archive --remote, rebase's commands between steps,
-	// difftool's and mergetool's tools, grep's pager.
+	// grep's pager.
 	"fetch":      {runs: []string{"upload-pack"}},
 	"pull":       {runs: []string{"upload-pack"}},
 	"ls-remote":  {runs: []string{"upload-pack", "exec"}},
@@ -164,8 +164,6 @@ var gitCommands = map[string]gitCommand{
 	"rebase":      {runs: []string{"exec"}, runShort: "x", valued: "xsXC", attached: "S", resumable: true},
 	"cherry-pick": {resumable: true},
 	"revert":      {resumable: true},
-	"difftool":    {runs: []string{"extcmd", "tool"}, runShort: "xt", valued: "xt"},
-	"mergetool":   {runs: []string{"tool"}, runShort: "t", valued: "t", attached: "O"},
 	"grep":        {runs: []string{"open-files-in-pager"}, runShort: "O", valued: "efABCm"},
 	// Operands that run a program, or schedule git to run outside the
 	// agent.
@@ -176,7 +174,11 @@ var gitCommands = map[string]gitCommand{
 	// every command that shows a diff takes).
 	"format-patch": {writes: []string{"output-directory"}, writeShort: "o", valued: "ov"},
 	"config":       {writes: []string{"file"}, writeShort: "f", valued: "f"},
-	// Commands that run programs whatever their arguments.
+	// Commands that run programs whatever their arguments. difftool and
+	// mergetool start a tool even when none is configured (vimdiff),
+	// which reads its own configuration and environment (VIMINIT).
+	"difftool":         {refused: "git difftool runs a program to show each diff (vimdiff when none is configured), which runs what its own configuration and environment say"},
+	"mergetool":        {refused: "git mergetool runs a program to resolve each conflict (vimdiff when none is configured), which runs what its own configuration and environment say"},
 	"filter-branch":    {refused: "git filter-branch runs the shell commands it is given"},
 	"send-email":       {refused: "git send-email runs mail programs and commands it is given"},
 	"instaweb":         {refused: "git instaweb starts a web server and a browser"},

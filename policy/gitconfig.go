@@ -149,7 +149,14 @@ var gitHarmless = []string{
 	"credential.usehttppath", "credential.username", "credential.*.usehttppath", "credential.*.username",
 	"pager.*", // GIT_PAGER=cat wins over any of them
 	"status.*", "log.*", "color.*", "advice.*", "column.*", "blame.*", "grep.*", "pretty.*", "rebase.*",
-	"gc.*", "pack.*", "index.*", "feature.*",
+	"pack.*", "index.*", "feature.*",
+	// gc, which git runs by itself (gc.auto), one by one: newer gits
+	// have gc.recentObjectsHook, a shell command, and gc.repackFilterTo,
+	// a path the filtered-out objects are written to.
+	"gc.aggressivedepth", "gc.aggressivewindow", "gc.auto", "gc.autopacklimit", "gc.autodetach",
+	"gc.bigpackthreshold", "gc.writecommitgraph", "gc.logexpiry", "gc.packrefs", "gc.cruftpacks", "gc.maxcruftsize",
+	"gc.pruneexpire", "gc.worktreepruneexpire", "gc.reflogexpire", "gc.*.reflogexpire", "gc.reflogexpireunreachable",
+	"gc.*.reflogexpireunreachable", "gc.rerereresolved", "gc.rerereunresolved", "gc.repackfilter",
 }
 
 // gitURLKeys hold a URL git fetches from: "helper::address" runs the
@@ -364,11 +371,23 @@ func (g *GitRules) allowed(e GitConfigEntry) bool {
 	return true
 }
 
-// remoteHelperURL reports whether url has the form helper::address,
-// which makes git run the program git-remote-helper.
+// remoteHelperURL reports whether url makes git run a remote helper,
+// the program git-remote-NAME: it has the form NAME::address, or
+// NAME://address with a NAME git does not speak itself.
 func remoteHelperURL(url string) bool {
 	scheme, _, ok := strings.Cut(url, "::")
-	return ok && scheme != "" && strings.Trim(strings.ToLower(scheme), "abcdefghijklmnopqrstuvwxyz0123456789+.-") == ""
+	if ok && scheme != "" && strings.Trim(strings.ToLower(scheme), "abcdefghijklmnopqrstuvwxyz0123456789+.-") == "" {
+		return true
+	}
+	scheme, _, ok = strings.Cut(url, "://")
+	if !ok || scheme == "" || strings.Trim(strings.ToLower(scheme), "abcdefghijklmnopqrstuvwxyz0123456789+.-") != "" {
+		return false // a path or scp-like host:path
+	}
+	switch strings.ToLower(scheme) {
+	case "http", "https", "ftp", "ftps", "git", "ssh", "git+ssh", "ssh+git", "file":
+		return false // git's own transports, and its own helpers for them
+	}
+	return true
 }
 
 // CheckGitTodo returns nil when the list of steps a paused rebase,

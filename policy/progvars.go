@@ -15,13 +15,16 @@ func (c *checker) steers(name string) bool {
 // optionsVariable reports whether variable name holds options or a
 // configuration file for a program, through which it can be made to run
 // another: less's key bindings, man's options, zip's options, rsync's
-// connection program, ripgrep's configuration.
+// connection program, ripgrep's configuration, gpg's home (whose gpg.conf
+// names the agent and dirmngr programs gpg starts when git signs or
+// verifies: git log --show-signature), vim's start-up commands and
+// runtime files.
 func optionsVariable(name string) bool {
 	switch name {
 	case "LESSKEY", "LESSKEYIN", "LESSKEY_CONTENT", "LESSKEY_SYSTEM", "LESSKEYIN_SYSTEM", "LESSEDIT",
 		"LESSGLOBALTAGS", "MANOPT", "MANROFFOPT", "ZIPOPT", "ZIP", "UNZIP", "UNZIPOPT", "RSYNC_CONNECT_PROG",
 		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PYTHONSTARTUP",
-		"PYTHONINSPECT":
+		"PYTHONINSPECT", "GNUPGHOME", "VIMINIT", "GVIMINIT", "EXINIT", "MYVIMRC", "VIMRUNTIME", "VIM":
 		return true
 	}
 	return false
@@ -29,21 +32,47 @@ func optionsVariable(name string) bool {
 
 // toolVariable reports whether variable name names a program, or flags
 // or configuration that can name one, for a compiler or build tool: CC
-// and CFLAGS (gcc -wrapper), GOFLAGS (-toolexec), RUSTC_WRAPPER, cargo's
-// and npm's configuration, make's flags, the module paths interpreters
+// and CFLAGS (gcc -wrapper), GOFLAGS (-toolexec), GOCACHEPROG, RUSTC_WRAPPER,
+// cargo's and npm's configuration, make's flags and the programs of its
+// built-in rules, the compilers and generators build scripts run
+// (TARGET_CC, CC_<target>, PROTOC, CMAKE), the module paths interpreters
 // load code from.
 func toolVariable(name string) bool {
 	switch name {
 	case "CC", "CXX", "CPP", "FC", "F77", "F90", "AR", "AS", "LD", "NM", "RANLIB", "STRIP", "OBJCOPY", "OBJDUMP",
 		"PKG_CONFIG", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS", "FFLAGS", "MAKE", "MAKEFLAGS",
 		"MFLAGS", "GNUMAKEFLAGS", "MAKEFILES", "MAKESHELL",
+		// The programs of make's built-in rules: "make dir/x.log GET=sh"
+		// runs "sh dir/s.x.log", a file of the caller's (SCCS's rule).
+		"GET", "CO", "LEX", "YACC", "LINT", "M2C", "PC", "OBJC", "TEX", "TEXI2DVI", "MAKEINFO", "WEAVE",
+		"CWEAVE", "TANGLE", "CTANGLE", "RM",
+		// GOCACHEPROG and GOAUTH name programs every build (or fetch)
+		// runs; a GOWORK file replaces the project's modules and toolchain.
 		"GOFLAGS", "GOENV", "GOTOOLCHAIN", "GOROOT", "GCCGO", "GOGCCFLAGS", "GOPROXY", "GOSUMDB", "GONOSUMDB",
-		"GONOSUMCHECK", "GOINSECURE",
+		"GONOSUMCHECK", "GOINSECURE", "GOCACHEPROG", "GOAUTH", "GOWORK",
 		"RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS", "RUSTDOCFLAGS",
 		"RUSTUP_TOOLCHAIN", "RUSTUP_HOME",
+		// What build scripts run: the cc crate's compilers, cmake,
+		// protoc, the Python of PyO3, bindgen's clang.
+		"CROSS_COMPILE", "TARGET_CC", "HOST_CC", "TARGET_CXX", "HOST_CXX", "TARGET_AR", "HOST_AR",
+		"TARGET_CFLAGS", "HOST_CFLAGS", "TARGET_CXXFLAGS", "HOST_CXXFLAGS", "CMAKE", "PROTOC", "PYO3_PYTHON",
+		"LIBCLANG_PATH", "CLANG_PATH",
 		"PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PERL5LIB", "PERLLIB", "RUBYLIB",
 		"NODE_PATH":
 		return true
+	}
+	if prog, _, ok := strings.Cut(name, "."); ok {
+		// Make's built-in recipes start with these: COMPILE.c, LINK.o.
+		switch prog {
+		case "COMPILE", "LINK", "PREPROCESS", "LEX", "YACC", "LINT":
+			return true
+		}
+	}
+	for _, prefix := range []string{"CC_", "CXX_", "AR_", "CFLAGS_", "CXXFLAGS_", "RANLIB_"} {
+		// The cc crate's per-target compilers: CC_x86_64_unknown_linux_gnu.
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
 	}
 	switch {
 	case strings.HasPrefix(name, "CGO_"):

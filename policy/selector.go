@@ -451,3 +451,45 @@ func Glob(pattern, s string) bool {
 	}
 	return pi == len(pattern)
 }
+
+// Label limits: how many labels a host may have and how long their keys
+// and values may be.
+const (
+	MaxLabels        = 64
+	MaxLabelKeyLen   = 128
+	MaxLabelValueLen = 256
+)
+
+// ValidateLabels reports whether labels can be given to a host: keys that
+// selectors can name (letters, digits, '-', '_', '.' and '/'), values
+// that selectors can match (printable, without spaces or any of , = ! ( )
+// and not made of glob characters only by accident: '*' and '?' are
+// refused, so a value always matches itself), within the limits above.
+func ValidateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("%d labels: at most %d are allowed", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		switch {
+		case k == "":
+			return fmt.Errorf("label with an empty key (value %q): write key=value", v)
+		case len(k) > MaxLabelKeyLen:
+			return fmt.Errorf("label key %.20q... is %d bytes long; at most %d are allowed", k, len(k), MaxLabelKeyLen)
+		case len(v) > MaxLabelValueLen:
+			return fmt.Errorf("value of label %q is %d bytes long; at most %d are allowed", k, len(v), MaxLabelValueLen)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("value %q of label %q is not valid UTF-8", v, k)
+		}
+		for _, r := range k {
+			if !isLabelKeyChar(r) {
+				return fmt.Errorf("label key %q has %q: keys use letters, digits, '-', '_', '.' and '/'", k, string(r))
+			}
+		}
+		for _, r := range v {
+			if !unicode.IsGraphic(r) || unicode.IsSpace(r) || strings.ContainsRune(",=!()*?", r) {
+				return fmt.Errorf("value %q of label %q has %q: values cannot contain spaces, control characters or any of , = ! ( ) * ?", v, k, string(r))
+			}
+		}
+	}
+	return nil
+}

@@ -17,7 +17,9 @@ func steersShell(name string) bool {
 		"PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_LOADABLES_PATH", "EXECIGNORE",
 		"PAGER", "MANPAGER", "SYSTEMD_PAGER", "LESS", "LESSOPEN", "LESSCLOSE", "EDITOR", "VISUAL", "FCEDIT",
 		"SUDO_EDITOR", "SYSTEMD_EDITOR", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "GCONV_PATH",
-		"TAR_OPTIONS", "RSYNC_RSH", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT":
+		"TAR_OPTIONS", "RSYNC_RSH", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT",
+		// The ssh of systemctl -H, git svn and git cvsimport.
+		"SYSTEMD_SSH", "SVN_SSH", "CVS_RSH", "CVS_SERVER":
 		return true
 	}
 	for _, prefix := range []string{"LD_", "DYLD_", "GIT_", "BASH_FUNC_"} {

@@ -123,6 +123,7 @@ func (c *checker) skipAssignments(cmd string, args []shWord) ([]shWord, error) {
 		case ok && c.steers(name):
 			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, clip(w.src), name)
 		case ok:
+			c.assigns = append(c.assigns, w)
 		case !w.literal():
 			return nil, c.refuse("%s %s: whether it sets a variable (PATH, say) or names the command to run is only known when the line runs", cmd, clip(w.src))
 		default:

@@ -1,5 +1,6 @@
 // Command fleet-agent joins a machine to a fleetmcp fleet: it dials NATS
-// (outbound only), announces the machine and runs the tool calls the
+// (outbound only) with the identity the machine enrolled with (kept in
+// its state directory), announces the machine and runs the tool calls the
 // gateway routes to it.
 package main
 
@@ -19,8 +20,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
-	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 func main() {
@@ -78,32 +79,13 @@ func (p *pathsFlag) Set(s string) error {
 	return nil
 }
 
-// labelFlag collects repeated --label key=value flags.
-type labelFlag map[string]string
-
-func (l labelFlag) String() string { return fmt.Sprint(map[string]string(l)) }
-
-func (l labelFlag) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	k = strings.TrimSpace(k)
-	if !ok || k == "" {
-		return fmt.Errorf("label %q: want key=value", s)
-	}
-	l[k] = strings.TrimSpace(v)
-	return nil
-}
-
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	hostname, _ := os.Hostname()
-	labels := labelFlag{}
 	var protected pathsFlag
 	var (
-		servers    = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL)")
-		name       = fs.String("name", protocol.HostFromName(hostname), "this host's name in the fleet")
-		user       = fs.String("nats_user", "", "NATS user name (default: the --name; the gateway's embedded server knows each host by its name)")
-		passFile   = fs.String("nats_password_file", "", "file holding the NATS password (default: env FLEET_NATS_PASSWORD)")
+		servers    = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL; default: those the agent got when it enrolled)")
+		name       = fs.String("name", "", "this host's name in the fleet (default: the name it enrolled with; another one is refused)")
 		cwd        = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
 		policy     = fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)")
 		stateDir   = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
@@ -118,6 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		outFileMiB = fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved")
 		outKeep    = fs.Duration("output_retention", 7*24*time.Hour, "how long bash full-output files are kept")
 		outFiles   = fs.Int("max_output_files", 500, "bash full-output files kept; beyond it the oldest are removed")
+		outAllMiB  = fs.Int64("max_output_files_mib", 1024, "MiB all bash full-output files kept may take; beyond it the oldest are removed")
 		binaryMax  = fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64")
 		taskDef    = fs.Duration("task_timeout", time.Hour, "default timeout of a background task (bash with background: true)")
 		taskMax    = fs.Duration("task_max_timeout", 24*time.Hour, "largest background task timeout a caller may ask for")
@@ -132,7 +115,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		heartbeat  = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
 		logLevel   = fs.String("log_level", "info", "debug, info, warn or error")
 	)
-	fs.Var(labels, "label", "key=value label for targeting (repeatable)")
 	fs.Var(&protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -144,26 +126,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	password := getenv("FLEET_NATS_PASSWORD")
-	// Read once: what the agent starts must not find it in the
-	// environment.
-	os.Unsetenv("FLEET_NATS_PASSWORD")
-	if *passFile != "" {
-		data, err := os.ReadFile(*passFile)
-		if err != nil {
-			return fmt.Errorf("--nats_password_file: %w", err)
-		}
-		password = strings.TrimSpace(string(data))
+	if *stateDir == "" {
+		return errors.New("no state directory: set --state_dir (or HOME)")
 	}
-	if password == "" {
-		return errors.New("no NATS password: set FLEET_NATS_PASSWORD or --nats_password_file (the gateway prints it at start)")
+	id, err := identity.Load(*stateDir)
+	if err != nil {
+		return err
 	}
-	if *user == "" {
-		*user = *name
+	if *name != "" && *name != id.Enrolment.Host {
+		return fmt.Errorf("--name %s: the agent of state directory %s is enrolled as %q, and its credential is for that name only; drop --name, or give a host of another name its own --state_dir and enrolment",
+			*name, *stateDir, id.Enrolment.Host)
 	}
-	var secrets []string
-	if *passFile != "" {
-		secrets = append(secrets, *passFile)
+	urls := splitList(*servers)
+	if len(urls) == 0 {
+		urls = id.Enrolment.NATSURLs
 	}
 	// Without its own executable the agent refuses git under command
 	// rules.
@@ -172,13 +148,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Warn("cannot find the agent's own executable to run git through its guard", "err", err)
 	}
 	a, err := agent.New(agent.Config{
-		Servers: splitList(*servers), Name: *name, Labels: labels, User: *user, Password: password,
-		Cwd: *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell, GitGuard: self, TaskWrapper: self,
-		PolicyFile: *policy, SecretFiles: secrets, ProtectedPaths: protected,
+		Servers: urls, Name: id.Enrolment.Host,
+		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		Cwd:         *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell,
+		GitGuard: self, TaskWrapper: self,
+		PolicyFile: *policy, ProtectedPaths: protected,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
 		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
 		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
-		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles,
+		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles, OutputFilesMaxBytes: *outAllMiB << 20,
 		TaskDefaultTimeout: *taskDef, TaskMaxTimeout: *taskMax,
 		MaxRunningTasks: *maxTasks, MaxQueuedTasks: *taskQueue,
 		TaskRetention: *retention, MaxKeptTasks: *maxKept,

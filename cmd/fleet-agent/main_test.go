@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/agent/identity"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
@@ -44,48 +48,90 @@ func runFails(t *testing.T, args []string, vars map[string]string) (stderrText s
 	}
 }
 
-func TestRunRefusesBadFlags(t *testing.T) {
+// enrolled writes an identity for host into a new state directory, as
+// fleet-agent join does, and returns the directory. The credential is
+// signed by a key no server trusts: these tests never reach NATS.
+func enrolled(t *testing.T, host string) string {
+	t.Helper()
 	dir := t.TempDir()
-	emptyFile := filepath.Join(dir, "empty")
-	if err := os.WriteFile(emptyFile, []byte(" \n"), 0o600); err != nil {
+	kp, _ := nkeys.CreateUser()
+	writeIdentity(t, dir, host, kp, kp)
+	return dir
+}
+
+// writeIdentity writes into dir the key of keyOwner and a credential for
+// host issued for the key of jwtFor.
+func writeIdentity(t *testing.T, dir, host string, keyOwner, jwtFor nkeys.KeyPair) {
+	t.Helper()
+	acc, _ := nkeys.CreateAccount()
+	pub, _ := jwtFor.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = host
+	uc.Expires = time.Now().Add(time.Hour).Unix()
+	token, err := uc.Encode(acc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	withPassword := map[string]string{"FLEET_NATS_PASSWORD": "secret"}
+	store := identity.Open(dir)
+	seed, _ := keyOwner.Seed()
+	if err := os.MkdirAll(store.Dir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(store.Dir(), identity.KeyFile), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SaveJWT(token); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SaveEnrolment(&identity.Enrolment{Host: host, NATSURLs: []string{"nats://127.0.0.1:1"}, EnrolledAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	state := enrolled(t, "web-1")
 	nats := "nats://127.0.0.1:4222"
 	typo := filepath.Join(dir, "typo.yaml")
 	if err := os.WriteFile(typo, []byte("tools: {deny: [write]}\nbash: {alow: [ls]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	policyEnv := map[string]string{"FLEET_NATS_PASSWORD": "secret", "FLEET_POLICY": typo}
+	policyEnv := map[string]string{"FLEET_POLICY": typo}
+	otherKey := t.TempDir()
+	mine, _ := nkeys.CreateUser()
+	theirs, _ := nkeys.CreateUser()
+	writeIdentity(t, otherKey, "web-1", mine, theirs)
+	noJWT := enrolled(t, "web-1")
+	if err := os.Remove(filepath.Join(noJWT, identity.Dir, identity.JWTFile)); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		vars map[string]string
 		want []string
 	}{
-		{"unknown flag", []string{"--bogus"}, withPassword, []string{"bogus", "not defined"}},
-		{"stray argument", []string{"--nats", nats, "extra"}, withPassword, []string{`unexpected argument "extra"`}},
-		{"flag after argument", []string{"web-1", "--nats", nats}, withPassword, []string{`unexpected argument "web-1"`}},
-		{"label without value", []string{"--label", "role"}, withPassword, []string{"label", `"role"`, "key=value"}},
-		{"label without key", []string{"--label", "=web"}, withPassword, []string{"label", `"=web"`, "key=value"}},
-		{"label with blank key", []string{"--label", " =web"}, withPassword, []string{"label", "key=value"}},
-		{"bad duration", []string{"--heartbeat", "often"}, withPassword, []string{"heartbeat", "often"}},
-		{"missing password", []string{"--nats", nats}, nil, []string{"no NATS password", "FLEET_NATS_PASSWORD", "--nats_password_file"}},
-		{"empty password file", []string{"--nats", nats, "--nats_password_file", emptyFile}, nil, []string{"no NATS password"}},
-		{"missing password file", []string{"--nats", nats, "--nats_password_file", filepath.Join(dir, "nope")}, nil, []string{"--nats_password_file", "nope"}},
-		{"bad log level", []string{"--nats", nats, "--log_level", "loud"}, withPassword, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
-		{"no server", []string{"--name", "web-1", "--state_dir", dir}, withPassword, []string{"no NATS server", "--nats"}},
-		{"bad name", []string{"--nats", nats, "--name", "web.1", "--state_dir", dir}, withPassword, []string{"--name", `"web.1"`}},
-		{"policy typo", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", typo}, withPassword, []string{"typo.yaml", "line 2", `unknown key "alow"`}},
-		{"policy from environment", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir}, policyEnv, []string{"typo.yaml", `unknown key "alow"`}},
-		{"task timeouts", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--task_timeout", "48h"}, withPassword, []string{"--task_timeout 48h0m0s", "--task_max_timeout 24h0m0s"}},
-		{"no tasks", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--max_tasks", "-1"}, withPassword, []string{"--max_tasks", "at least 1, not -1"}},
-		{"http URL", []string{"--nats", "http://127.0.0.1:8080/mcp", "--name", "web-1", "--state_dir", dir}, withPassword, []string{"--nats", "HTTP URL, not a NATS one", "nats://HOST:4222", "tls://HOST:4222"}},
-		{"https URL among others", []string{"--nats", nats + ",https://fleet.example", "--name", "web-1", "--state_dir", dir}, withPassword, []string{"https://fleet.example", "HTTP URL"}},
-		{"unknown scheme", []string{"--nats", "ftp://127.0.0.1:4222", "--name", "web-1", "--state_dir", dir}, withPassword, []string{`unknown scheme "ftp"`}},
-		{"http URL from the environment", []string{"--name", "web-1", "--state_dir", dir}, map[string]string{"FLEET_NATS_PASSWORD": "secret", "FLEET_NATS_URL": "http://gw:8080"}, []string{"HTTP URL"}},
-		{"empty protected path", []string{"--nats", nats, "--protect_path", ""}, withPassword, []string{"protect_path", "empty path"}},
-		{"missing policy", []string{"--nats", nats, "--name", "web-1", "--state_dir", dir, "--policy", filepath.Join(dir, "nope.yaml")}, withPassword, []string{"host policy", "nope.yaml", "no such file"}},
+		{"unknown flag", []string{"--bogus"}, nil, []string{"bogus", "not defined"}},
+		{"stray argument", []string{"--nats", nats, "extra"}, nil, []string{`unexpected argument "extra"`}},
+		{"flag after argument", []string{"web-1", "--nats", nats}, nil, []string{`unexpected argument "web-1"`}},
+		{"labels are the operator's", []string{"--label", "role=web", "--state_dir", state}, nil, []string{"-label", "not defined"}},
+		{"password flags are gone", []string{"--nats_password_file", "p", "--state_dir", state}, nil, []string{"-nats_password_file", "not defined"}},
+		{"bad duration", []string{"--heartbeat", "often"}, nil, []string{"heartbeat", "often"}},
+		{"not enrolled", []string{"--nats", nats, "--state_dir", dir}, nil, []string{"not enrolled", dir, "fleet-agent join", "fleetctl token create"}},
+		{"enrolment interrupted", []string{"--state_dir", noJWT}, nil, []string{"not enrolled", "no credential", "fleet-agent join"}},
+		{"credential of another key", []string{"--state_dir", otherKey}, nil, []string{"is for key", "not for this agent's key", "enrol the host again"}},
+		{"another name", []string{"--name", "web-2", "--state_dir", state}, nil, []string{"--name web-2", `enrolled as "web-1"`, "drop --name"}},
+		{"bad log level", []string{"--nats", nats, "--log_level", "loud"}, nil, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
+		{"policy typo", []string{"--nats", nats, "--state_dir", state, "--policy", typo}, nil, []string{"typo.yaml", "line 2", `unknown key "alow"`}},
+		{"policy from environment", []string{"--nats", nats, "--state_dir", state}, policyEnv, []string{"typo.yaml", `unknown key "alow"`}},
+		{"task timeouts", []string{"--nats", nats, "--state_dir", state, "--task_timeout", "48h"}, nil, []string{"--task_timeout 48h0m0s", "--task_max_timeout 24h0m0s"}},
+		{"no tasks", []string{"--nats", nats, "--state_dir", state, "--max_tasks", "-1"}, nil, []string{"--max_tasks", "at least 1, not -1"}},
+		{"http URL", []string{"--nats", "http://127.0.0.1:8080/mcp", "--state_dir", state}, nil, []string{"--nats", "HTTP URL, not a NATS one", "nats://HOST:4222", "tls://HOST:4222"}},
+		{"https URL among others", []string{"--nats", nats + ",https://fleet.example", "--state_dir", state}, nil, []string{"https://fleet.example", "HTTP URL"}},
+		{"unknown scheme", []string{"--nats", "ftp://127.0.0.1:4222", "--state_dir", state}, nil, []string{`unknown scheme "ftp"`}},
+		{"http URL from the environment", []string{"--state_dir", state}, map[string]string{"FLEET_NATS_URL": "http://gw:8080"}, []string{"HTTP URL"}},
+		{"empty protected path", []string{"--nats", nats, "--protect_path", ""}, nil, []string{"protect_path", "empty path"}},
+		{"missing policy", []string{"--nats", nats, "--state_dir", state, "--policy", filepath.Join(dir, "nope.yaml")}, nil, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,48 +150,34 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-nats", "-name", "-label", "-nats_password_file", "-log_level", "-policy", "-skills_dir", "-task_timeout", "-max_tasks", "-task_retention", "-max_task_output_mib"} {
+	for _, f := range []string{"-nats", "-name", "-state_dir", "-log_level", "-policy", "-skills_dir", "-task_timeout", "-max_tasks", "-task_retention", "-max_task_output_mib"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
 	}
 }
 
-// The NATS URL and password may come from the environment alone. With no
-// server there, the agent keeps dialling (it never gives up) until its
-// context ends, and then stops cleanly.
+// The NATS URL may come from the environment, overriding the enrolment's.
+// With no server there, the agent keeps dialling (it never gives up)
+// until its context ends, and then stops cleanly.
 func TestRunTakesEnvironment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
+	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:2"}
 	var stderr bytes.Buffer
 	start := time.Now()
 	skills := filepath.Join(t.TempDir(), "skills")
-	err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--skills_dir", skills, "--drain_timeout", "1s"}, env(vars), &stderr)
+	err := run(ctx, []string{"--state_dir", enrolled(t, "web-1"), "--skills_dir", skills, "--drain_timeout", "1s"}, env(vars), &stderr)
 	if err != nil {
 		t.Fatalf("run = %v, want nil after the context ended\n%s", err, stderr.String())
 	}
 	if elapsed := time.Since(start); elapsed < 900*time.Millisecond || elapsed > 10*time.Second {
 		t.Errorf("run returned after %v, want shortly after its 1s context ended", elapsed)
 	}
-	if !strings.Contains(stderr.String(), "agent starting") || !strings.Contains(stderr.String(), "skills_dir="+skills) {
-		t.Errorf("the agent did not start:\n%s", stderr.String())
-	}
-}
-
-// The password read from the environment leaves it, so that nothing the
-// agent starts finds it there.
-func TestRunUnsetsPassword(t *testing.T) {
-	t.Setenv("FLEET_NATS_PASSWORD", "secret")
-	// A bad name fails after the password is read and before anything
-	// starts.
-	args := []string{"--nats", "nats://127.0.0.1:4222", "--name", "web.1", "--state_dir", t.TempDir()}
-	err := run(context.Background(), args, os.Getenv, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--name") {
-		t.Fatalf("run(%q) = %v, want the bad name refused", args, err)
-	}
-	if v, ok := os.LookupEnv("FLEET_NATS_PASSWORD"); ok {
-		t.Errorf("FLEET_NATS_PASSWORD is still set (%q) after run read it", v)
+	for _, w := range []string{"agent starting", "skills_dir=" + skills, "nats://127.0.0.1:2", "host=web-1"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("the agent did not start as asked (%q):\n%s", w, stderr.String())
+		}
 	}
 }
 
@@ -168,12 +200,12 @@ func TestRunLogsPolicy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
+			vars := map[string]string{}
 			for k, v := range tt.vars {
 				vars[k] = v
 			}
 			var stderr bytes.Buffer
-			if err := run(ctx, []string{"--name", "web-1", "--state_dir", t.TempDir(), "--drain_timeout", "1s"}, env(vars), &stderr); err != nil {
+			if err := run(ctx, []string{"--state_dir", enrolled(t, "web-1"), "--drain_timeout", "1s"}, env(vars), &stderr); err != nil {
 				t.Fatalf("run = %v\n%s", err, stderr.String())
 			}
 			for _, w := range tt.want {
@@ -188,9 +220,9 @@ func TestRunLogsPolicy(t *testing.T) {
 // A second agent on the state directory of a running one is refused at
 // once, naming the first.
 func TestRunStateDirInUse(t *testing.T) {
-	state := t.TempDir()
-	vars := map[string]string{"FLEET_NATS_URL": "nats://127.0.0.1:1", "FLEET_NATS_PASSWORD": "secret"}
-	args := []string{"--name", "web-1", "--state_dir", state, "--drain_timeout", "1s"}
+	state := enrolled(t, "web-1")
+	vars := map[string]string{}
+	args := []string{"--state_dir", state, "--drain_timeout", "1s"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var firstLog syncBuffer
 	first := make(chan error, 1)
@@ -203,7 +235,7 @@ func TestRunStateDirInUse(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, err := runFails(t, append([]string{"--name", "web-2"}, args[2:]...), vars)
+	_, err := runFails(t, args, vars)
 	want := "state directory " + state + " is in use by another fleet-agent (pid " + strconv.Itoa(os.Getpid()) + ")"
 	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--state_dir") {
 		t.Errorf("second agent: %v; want %q and a hint at --state_dir", err, want)

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -53,15 +54,18 @@ type options struct {
 	listen     string
 	dataDir    string
 	natsListen string
+	natsTLS    bool
 	natsURL    string
-	natsUser   string
 	maxPayload int
 	sessionTTL time.Duration
 	agentName  string
-	agentCred  string
-	createCred bool
+	agentTTL   time.Duration
 	logLevel   string
 	promptFile string
+
+	natsAdvertise, advertise        string
+	natsCreds, natsSysCreds, natsCA string
+	natsAgentKey, natsOperatorKey   string
 
 	jwtIssuer, jwtAudience, jwksURI string
 	jwtAlgs, scopes                 string
@@ -92,14 +96,20 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.BoolVar(&o.noAuth, "no_auth", false, "turn caller authentication off (only allowed on a loopback --listen)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the MCP endpoint")
 	fs.StringVar(&o.dataDir, "data_dir", defaultDataDir(getenv), "state directory for the embedded NATS server")
-	fs.StringVar(&o.natsListen, "nats_listen", "127.0.0.1:4222", "where the embedded NATS server listens for agents")
+	fs.StringVar(&o.natsListen, "nats_listen", "127.0.0.1:4222", "where the embedded NATS server listens for agents (TLS beyond loopback)")
+	fs.BoolVar(&o.natsTLS, "nats_tls", false, "the embedded NATS server serves TLS on a loopback --nats_listen too")
+	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
+	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
 	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
-	fs.StringVar(&o.natsUser, "nats_user", "", "user for the external cluster (password: env FLEET_NATS_PASSWORD)")
+	fs.StringVar(&o.natsCreds, "nats_creds", "", "external cluster: the gateway's user creds file")
+	fs.StringVar(&o.natsSysCreds, "nats_system_creds", "", "external cluster: a system account user's creds file (account JWT lookups and pushes)")
+	fs.StringVar(&o.natsAgentKey, "nats_agent_signing_key", "", "external cluster: seed file of the fleet account's scoped agent signing key")
+	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
+	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
+	fs.DurationVar(&o.agentTTL, "agent_credential_ttl", 720*time.Hour, "how long an agent's NATS credential is valid")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
-	fs.StringVar(&o.agentCred, "agent_credential", "", "print the NATS credential with which host NAME joins the embedded server of the gateway on --data_dir, then exit")
-	fs.BoolVar(&o.createCred, "create_credentials", false, "with --agent_credential: create the embedded server's credentials in --data_dir if it has none (a new fleet whose gateway has not started yet)")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
@@ -149,6 +159,9 @@ func defaultDataDir(getenv func(string) string) string {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "nats-setup" {
+		return runNATSSetup(args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -158,12 +171,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("--log_level %q: want debug, info, warn or error", o.logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if o.createCred && o.agentCred == "" {
-		return errors.New("--create_credentials goes with --agent_credential NAME (a gateway creates its credentials itself when it first starts)")
-	}
-	if o.agentCred != "" {
-		return printCredential(stdout, o)
-	}
 	if o.newAPIToken != "" {
 		return printAPIToken(stdout, o)
 	}
@@ -179,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g, gctx := errgroup.WithContext(ctx)
 	agentDone := make(chan struct{})
 	if o.dev {
-		a, err := devAgent(gw, o, getenv, log)
+		a, err := devAgent(ctx, gw, o, getenv, log)
 		if err != nil {
 			_ = gw.Shutdown(context.Background())
 			return err
@@ -209,7 +216,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // config.
 func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
 	cfg := gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen,
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS,
+		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
@@ -227,11 +235,9 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 			return cfg, errors.New("--dev runs its own NATS server; drop --nats_url")
 		}
 		cfg.NATSURLs = splitList(o.natsURL)
-		cfg.NATSUser, cfg.NATSPassword = o.natsUser, getenv("FLEET_NATS_PASSWORD")
-		if cfg.NATSUser != "" && cfg.NATSPassword == "" {
-			return cfg, errors.New("--nats_user is set but FLEET_NATS_PASSWORD is empty: set the external cluster's password for that user")
-		}
 	}
+	cfg.NATSCredsFile, cfg.NATSSystemCredsFile, cfg.NATSCAFile = o.natsCreds, o.natsSysCreds, o.natsCA
+	cfg.NATSAgentSigningKeyFile, cfg.NATSOperatorSigningKeyFile = o.natsAgentKey, o.natsOperatorKey
 	return cfg, nil
 }
 
@@ -310,8 +316,9 @@ Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and resta
 // printServing tells how to reach a gateway that is not in --dev mode.
 func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	fmt.Fprintf(w, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
-	if len(cfg.NATSURLs) == 0 {
-		fmt.Fprintf(w, "  NATS:         %s (agents join with the credential --data_dir %s --agent_credential NAME prints)\n", gw.NATSURL(), cfg.DataDir)
+	fmt.Fprintf(w, "  NATS:         %s (agents dial %s)\n", gw.NATSURL(), strings.Join(gw.AgentNATSURLs(), ","))
+	if pin := gw.NATSCAPin(); pin != "" {
+		fmt.Fprintf(w, "  CA pin:       %s\n", pin)
 	}
 	switch {
 	case cfg.AuthDisabled:
@@ -332,55 +339,83 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	}
 }
 
-// printCredential prints how host o.agentCred joins the embedded server.
-// The credential derives from the key in --data_dir: a directory without
-// one is refused (unless --create_credentials), since a key made up here
-// would give a password the running gateway rejects.
-func printCredential(w io.Writer, o *options) error {
-	if err := protocol.ValidateHost(o.agentCred); err != nil {
-		return fmt.Errorf("--agent_credential: %w", err)
-	}
-	load := gateway.LoadCredentials
-	if o.createCred {
-		load = gateway.CreateCredentials
-	}
-	creds, err := load(o.dataDir)
-	if errors.Is(err, gateway.ErrNoCredentials) {
-		return fmt.Errorf("--agent_credential: %w. A host's credential derives from the key of the gateway that runs on a data directory: "+
-			"give that gateway's --data_dir (it names it at start), or add --create_credentials to create the credentials of a new fleet whose gateway has not started yet",
-			err)
-	}
+// devAgent enrols this machine's agent with the gateway in process (its
+// key is made once in its state directory under --data_dir) and returns
+// it, ready to run.
+func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
+	stateDir := filepath.Join(o.dataDir, "agent")
+	id, err := enrolDevAgent(ctx, gw, stateDir, o.agentName)
 	if err != nil {
-		return fmt.Errorf("--agent_credential: %w", err)
+		return nil, err
 	}
-	fmt.Fprintf(w, "FLEET_NATS_PASSWORD=%s fleet-agent --nats NATS_URL --nats_user %s --name %s\n",
-		creds.AgentPassword(o.agentCred), o.agentCred, o.agentCred)
-	return nil
-}
-
-func devAgent(gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
-	user, pass := gw.AgentCredentials(o.agentName)
 	self, _ := os.Executable() // without it, git is refused under command rules
 	return agent.New(agent.Config{
-		GitGuard: self, TaskWrapper: self,
-		Servers:  []string{gw.NATSURL()},
-		Name:     o.agentName,
-		User:     user,
-		Password: pass,
-		StateDir: filepath.Join(o.dataDir, "agent"),
+		GitGuard:    self,
+		TaskWrapper: self,
+		Servers:     id.Enrolment.NATSURLs,
+		Name:        o.agentName,
+		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		StateDir:    stateDir,
 		// The agent's tools must not reach the gateway's state and
-		// secrets (the master key of every agent's credential).
+		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),
 		Home:           getenv("HOME"),
-		Labels:         map[string]string{"dev": "true"},
 		Logger:         log.With("component", "agent"),
 	})
 }
 
+// enrolDevAgent enrols the agent of stateDir as host name, with a key
+// made for that name: an agent renamed with --agent_name gets a new key.
+func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name string) (*identity.Identity, error) {
+	store := identity.Open(stateDir)
+	if e, err := store.LoadEnrolment(); err == nil && e.Host != name {
+		if err := store.RemoveKey(); err != nil {
+			return nil, fmt.Errorf("dev agent: %w", err)
+		}
+	}
+	kp, err := store.LoadOrCreateKey()
+	if err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
+	pub, _ := kp.PublicKey()
+	kp.Wipe()
+	creds, err := gw.EnrolLocal(ctx, name, pub, map[string]string{"dev": "true"})
+	if err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
+	urls := make([]string, 0, 1)
+	if raw := gw.NATSURL(); raw != "" {
+		urls = append(urls, loopbackURL(raw))
+	}
+	if len(urls) == 0 {
+		return nil, errors.New("dev agent: the embedded NATS server listens nowhere; give --nats_listen")
+	}
+	if err := store.SaveJWT(creds.JWT); err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
+	if err := store.SaveEnrolment(&identity.Enrolment{Host: name, CAPin: creds.CAPin, NATSURLs: urls, NATSCA: string(creds.CAPEM),
+		Labels: creds.Labels, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
+	return identity.Load(stateDir)
+}
+
+// loopbackURL turns a URL of the embedded server into one this machine
+// dials over loopback (the server's certificate names 127.0.0.1).
+func loopbackURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	}
+	return u.String()
+}
+
 func printDev(w io.Writer, gw *gateway.Gateway, o *options) {
-	other := otherName(o.agentName)
-	user, pass := gw.AgentCredentials(other)
-	natsURL, reach := joinURL(gw.NATSURL())
+	urls := gw.AgentNATSURLs()
+	reach := whoReaches(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
 
   MCP endpoint:  %s
@@ -391,38 +426,32 @@ Connect an MCP client:
   claude mcp add --transport http fleet %s
   npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
 
-Join another agent as host %q (%s):
-  FLEET_NATS_PASSWORD=%s go run ./cmd/fleet-agent --nats %s --nats_user %s --name %s
-Each host has its own credential; for another name:
-  go run ./cmd/fleet-gateway --data_dir %s --agent_credential NAME
-
-`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), other, reach, pass, natsURL, user, other, o.dataDir)
-}
-
-// otherName suggests a host name for a second agent.
-func otherName(name string) string {
-	if len(name) > protocol.MaxHostLen-2 {
-		name = name[:protocol.MaxHostLen-2]
+Join another agent (%s):
+  NATS URL:      %s
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), reach, strings.Join(urls, ","))
+	if pin := gw.NATSCAPin(); pin != "" {
+		fmt.Fprintf(w, "  CA pin:        %s\n", pin)
+	} else {
+		fmt.Fprintln(w, "  TLS:           off on loopback (--nats_tls turns it on; beyond loopback it is always on)")
 	}
-	return name + "-2"
+	fmt.Fprint(w, `  Each agent enrols with its own key and gets its own credential;
+  fleetctl token create prints the command that joins a host.
+
+`)
 }
 
-// joinURL turns the embedded server's client URL into one an agent can
-// dial, and says who can reach it.
-func joinURL(raw string) (string, string) {
+// whoReaches says who can reach the embedded server's client URL.
+func whoReaches(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return raw, "from this machine"
+		return "from this machine"
 	}
 	host := u.Hostname()
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		if name, err := os.Hostname(); err == nil {
-			u.Host = net.JoinHostPort(name, u.Port())
-		}
-		return u.String(), "from any machine that reaches this one"
+		return "from any machine that reaches this one"
 	}
 	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
-		return u.String(), "from this machine; --nats_listen 0.0.0.0:4222 lets other machines join"
+		return "from this machine; --nats_listen 0.0.0.0:4222 lets other machines join"
 	}
-	return u.String(), "from machines that reach " + host
+	return "from machines that reach " + host
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -20,9 +19,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
-
-	"github.com/fleetmcp/fleetmcp/agent"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
@@ -118,6 +114,14 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"short hosts retention", with("--dev", "--hosts_retention", "5m"), nil, []string{"hosts retention 5m0s", "minimum 1h"}},
 		{"bad API token name", with("--new_api_token", "a b"), nil, []string{"--new_api_token", `"a b"`}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
+		{"external cluster without its setup", []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://127.0.0.1:4222"}, nil,
+			[]string{"operator mode", "--nats_creds", "--nats_system_creds", "--nats_agent_signing_key", "--nats_operator_signing_key", "nats-setup"}},
+		{"external setup files for the embedded server", with("--dev", "--nats_creds", "gw.creds"), nil, []string{"--nats_creds is for an external NATS cluster"}},
+		{"password flags are gone", with("--dev", "--nats_user", "gateway"), nil, []string{"-nats_user", "not defined"}},
+		{"credential printing is gone", with("--agent_credential", "web-1"), nil, []string{"-agent_credential", "not defined"}},
+		{"HTTP URL for agents", with("--dev", "--nats_advertise", "https://gw.example"), nil, []string{"--nats_advertise", "HTTP URL"}},
+		{"credential TTL too long", with("--dev", "--agent_credential_ttl", "10000h"), nil, []string{"agent credential TTL"}},
+		{"nats-setup without a directory", []string{"nats-setup"}, nil, []string{"--out DIR is required"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,22 +145,13 @@ func writeFile(t *testing.T, content string) string {
 	return p
 }
 
-// A user name for the external cluster without a password is a
-// misconfiguration that must be named, not reported as a failed dial.
-func TestRunRefusesMissingNATSPassword(t *testing.T) {
-	args := []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://" + closedPort(t), "--nats_user", "fleet"}
-	_, err := runFails(t, args, nil)
-	if !strings.Contains(err.Error(), "FLEET_NATS_PASSWORD") {
-		t.Errorf("run(%q) = %q, want it to say FLEET_NATS_PASSWORD is not set", args, err)
-	}
-}
-
 func TestRunHelp(t *testing.T) {
 	stderr, err := runFails(t, []string{"-h"}, nil)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-dev", "-no_auth", "-listen", "-data_dir", "-nats_url", "-agent_name"} {
+	for _, f := range []string{"-dev", "-no_auth", "-listen", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
+		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
@@ -241,39 +236,28 @@ func TestDevSmoke(t *testing.T) {
 		t.Fatalf("MCP endpoint %q is not an http URL on 127.0.0.1 with a real port (%v)", mcpURL, err)
 	}
 	out := stdout.String()
-	for _, want := range []string{"fleet-agent --nats nats://127.0.0.1:", "FLEET_NATS_PASSWORD=", `"devhost"`, dataDir} {
+	for _, want := range []string{"NATS URL:      nats://127.0.0.1:", `"devhost"`, dataDir, "fleetctl token create"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout does not contain %q", want)
 		}
 	}
-	if strings.Contains(out, "nats://127.0.0.1:0 ") {
-		t.Errorf("the join command names port 0 instead of the port NATS listens on")
+	if strings.Contains(out, "nats://127.0.0.1:0\n") || strings.Contains(out, "PASSWORD") {
+		t.Errorf("the join instructions name port 0 or a password:\n%s", out)
 	}
-
-	// The credentials file is readable by its owner only.
-	credPath := filepath.Join(dataDir, "credentials.json")
-	fi, err := os.Stat(credPath)
-	if err != nil {
-		t.Fatalf("credentials: %v", err)
+	// The fleet's keys and the dev agent's identity are readable by their
+	// owner only.
+	for _, f := range []string{"nats/operator.nk", "nats/system.nk", "nats/account.nk", "nats/agent-signer.nk", "nats/account.jwt",
+		"agent/identity/agent.nk", "agent/identity/agent.jwt", "agent/identity/enrolment.json"} {
+		fi, err := os.Stat(filepath.Join(dataDir, f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		} else if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %04o, want 0600", f, mode)
+		}
 	}
-	if mode := fi.Mode().Perm(); mode != 0o600 {
-		t.Errorf("%s has mode %04o, want 0600", credPath, mode)
+	if _, err := os.Stat(filepath.Join(dataDir, "credentials.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a password file was made: %v", err)
 	}
-	// The printed join command works as printed: an agent started with
-	// exactly its values joins the fleet.
-	join := regexp.MustCompile(`FLEET_NATS_PASSWORD=(\S+) go run ./cmd/fleet-agent --nats (\S+) --nats_user (\S+) --name (\S+)`).FindStringSubmatch(out)
-	if join == nil {
-		t.Fatalf("no join command in:\n%s", out)
-	}
-	second, err := agent.New(agent.Config{Servers: []string{join[2]}, User: join[3], Password: join[1], Name: join[4],
-		Cwd: t.TempDir(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, acancel := context.WithCancel(ctx)
-	agentDone := make(chan struct{})
-	go func() { defer close(agentDone); _ = second.Run(actx) }()
-	defer func() { acancel(); <-agentDone }()
 
 	cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
 	defer ccancel()
@@ -292,12 +276,12 @@ func TestDevSmoke(t *testing.T) {
 			return false
 		}
 		hosts = resultText(res)
-		return !res.IsError && strings.Contains(hosts, "devhost\tonline") && strings.Contains(hosts, join[4]+"\tonline")
+		return !res.IsError && strings.Contains(hosts, "devhost\tonline") && strings.Contains(hosts, "labels dev=true")
 	}) {
-		t.Fatalf("devhost and %s did not come online within 20s; hosts said:\n%s", join[4], hosts)
+		t.Fatalf("devhost did not come online within 20s with its labels; hosts said:\n%s", hosts)
 	}
 
-	for _, host := range []string{"devhost", join[4]} {
+	for _, host := range []string{"devhost"} {
 		res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": host, "command": "echo dev-ok"}})
 		if err != nil {
 			t.Fatalf("bash on %s: %v", host, err)
@@ -307,8 +291,6 @@ func TestDevSmoke(t *testing.T) {
 		}
 	}
 	cs.Close()
-	acancel()
-	<-agentDone
 
 	cancel()
 	stopped = true
@@ -418,70 +400,39 @@ func TestDevIgnoresJWTEnvironment(t *testing.T) {
 	startRun(t, args, vars)
 }
 
-// --agent_credential derives a host's password from the key in
-// --data_dir: on a directory without one (a mistyped or missing
-// --data_dir) it refuses instead of inventing a key the running gateway
-// does not know; --create_credentials creates the key of a new fleet,
-// which its gateway then uses.
-func TestAgentCredential(t *testing.T) {
-	credential := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := run(context.Background(), args, env(nil), &out, io.Discard)
-		return out.String(), err
-	}
-	passwordOf := func(t *testing.T, out string) string {
-		t.Helper()
-		m := regexp.MustCompile(`^FLEET_NATS_PASSWORD=(\S+) fleet-agent --nats NATS_URL --nats_user web-1 --name web-1\n$`).FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("--agent_credential printed %q", out)
-		}
-		return m[1]
-	}
-
-	empty := filepath.Join(t.TempDir(), "typo")
-	out, err := credential("--data_dir", empty, "--agent_credential", "web-1")
-	if err == nil || out != "" {
-		t.Fatalf("--agent_credential on a directory without credentials printed %q, err %v; want a refusal", out, err)
-	}
-	for _, want := range []string{"no credentials in " + empty, "--data_dir", "--create_credentials"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("refusal %q does not mention %q", err, want)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(empty, "credentials.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refusal left credentials behind: %v", err)
-	}
-	if _, err := credential("--data_dir", empty, "--create_credentials"); err == nil || !strings.Contains(err.Error(), "--agent_credential") {
-		t.Errorf("--create_credentials alone: %v; want it refused", err)
-	}
-
-	dir := t.TempDir()
-	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
-	if err != nil {
+// nats-setup writes an external cluster's setup with private seeds and
+// creds, says which flags the gateways take, and refuses to overwrite a
+// setup (that would be another fleet).
+func TestNATSSetupCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet-nats")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"nats-setup", "--out", dir}, env(nil), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	created := passwordOf(t, out)
-	out, err = credential("--data_dir", dir, "--agent_credential", "web-1", "--create_credentials")
-	if err != nil || passwordOf(t, out) != created {
-		t.Fatalf("--create_credentials again gave %q (%v); want the same password", out, err)
+	for _, want := range []string{"--nats_creds " + filepath.Join(dir, "gateway.creds"), "--nats_system_creds " + filepath.Join(dir, "system.creds"),
+		"--nats_agent_signing_key " + filepath.Join(dir, "agent-signer.nk"), "--nats_operator_signing_key " + filepath.Join(dir, "operator-signer.nk"),
+		"include fleet-auth.conf", "offline"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("nats-setup output lacks %q:\n%s", want, out.String())
+		}
 	}
-
-	// The gateway started on that directory accepts the printed
-	// password; --agent_credential works while it runs.
-	_, stdout := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}, nil)
-	natsURL := regexp.MustCompile(`--nats (nats://\S+)`).FindStringSubmatch(stdout.String())
-	if natsURL == nil {
-		t.Fatalf("no NATS URL in:\n%s", stdout.String())
+	for name, mode := range map[string]os.FileMode{"operator.nk": 0o600, "operator-signer.nk": 0o600, "account.nk": 0o600, "agent-signer.nk": 0o600,
+		"system-account.nk": 0o600, "gateway.creds": 0o600, "system.creds": 0o600, "fleet-auth.conf": 0o644, "account.jwt": 0o644} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if fi.Mode().Perm() != mode {
+			t.Errorf("%s has mode %04o, want %04o", name, fi.Mode().Perm(), mode)
+		}
 	}
-	out, err = credential("--data_dir", dir, "--agent_credential", "web-1")
-	if err != nil || passwordOf(t, out) != created {
-		t.Fatalf("--agent_credential while the gateway runs: %q (%v); want the created password", out, err)
+	before, _ := os.ReadFile(filepath.Join(dir, "account.nk"))
+	err := run(context.Background(), []string{"nats-setup", "--out", dir}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "already holds a setup") {
+		t.Fatalf("a second nats-setup into %s: %v; want a refusal", dir, err)
 	}
-	nc, err := nats.Connect(natsURL[1], nats.UserInfo("web-1", created))
-	if err != nil {
-		t.Fatalf("the gateway refused the password --agent_credential printed: %v", err)
+	if after, _ := os.ReadFile(filepath.Join(dir, "account.nk")); !bytes.Equal(before, after) {
+		t.Error("the refused second setup changed the account key")
 	}
-	nc.Close()
 }
 
 // Two gateways on one --data_dir would share one JetStream store: the
@@ -498,34 +449,36 @@ func TestRunDataDirInUse(t *testing.T) {
 }
 
 // TestDevAgentKeepsOffGatewayData: the agent --dev runs in the gateway's
-// process cannot reach the gateway's data directory (its credentials are
-// the key to every agent's password) with any file tool, by name,
-// through links or "..", or under another name; its own bash full
-// outputs, kept in that directory, stay readable.
+// process cannot reach the gateway's data directory — the NATS keys (the
+// agent signing key issues any agent's credential) and the fleet CA's key
+// among them — with any file tool, by name, through links or "..", or
+// under another name; its own bash full outputs, kept in that directory,
+// stay readable.
 func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts NATS, the gateway and an agent")
 	}
 	dataDir := t.TempDir()
-	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
-	creds := filepath.Join(dataDir, "credentials.json")
+	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--nats_tls", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
+	creds := filepath.Join(dataDir, "nats", "agent-signer.nk")
+	caKey := filepath.Join(dataDir, "tls", "ca.key")
 	secret, err := os.ReadFile(creds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var key struct {
-		AgentKey string `json:"agent_key"`
+	caSecret, err := os.ReadFile(caKey)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal(secret, &key); err != nil || key.AgentKey == "" {
-		t.Fatalf("credentials.json: %v", err)
-	}
+	seed := strings.TrimSpace(string(secret))
+	caLine := strings.Split(strings.TrimSpace(string(caSecret)), "\n")[1]
 	links := t.TempDir()
 	for name, target := range map[string]string{"creds-link": creds, "data-link": dataDir} {
 		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Link(creds, filepath.Join(links, "hard.json")); err != nil {
+	if err := os.Link(creds, filepath.Join(links, "hard.nk")); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -542,8 +495,8 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %v: %v", tool, args, err)
 		}
-		if strings.Contains(resultText(res), key.AgentKey) {
-			t.Fatalf("%s %v revealed the agent key:\n%s", tool, args, resultText(res))
+		if out := resultText(res); strings.Contains(out, seed) || strings.Contains(out, caLine) {
+			t.Fatalf("%s %v revealed a key:\n%s", tool, args, out)
 		}
 		return res
 	}
@@ -559,20 +512,26 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		args map[string]any
 	}{
 		{"read", map[string]any{"path": creds}},
-		{"read", map[string]any{"path": filepath.Join(dataDir, "agent", "..", "credentials.json")}},
+		{"read", map[string]any{"path": caKey}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "nats", "operator.nk")}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "agent", "..", "nats", "agent-signer.nk")}},
+		{"read", map[string]any{"path": filepath.Join(dataDir, "agent", "identity", "agent.nk")}},
 		{"read", map[string]any{"path": filepath.Join(links, "creds-link")}},
-		{"read", map[string]any{"path": filepath.Join(links, "data-link", "credentials.json")}},
-		{"read", map[string]any{"path": filepath.Join(links, "hard.json")}},
+		{"read", map[string]any{"path": filepath.Join(links, "data-link", "nats", "agent-signer.nk")}},
+		{"read", map[string]any{"path": filepath.Join(links, "hard.nk")}},
 		{"read", map[string]any{"path": filepath.Join(dataDir, "gateway.lock")}},
 		{"list", map[string]any{"path": dataDir}},
+		{"list", map[string]any{"path": filepath.Join(dataDir, "nats")}},
 		{"list", map[string]any{"path": filepath.Join(links, "data-link")}},
-		{"search", map[string]any{"path": dataDir, "query": "agent_key"}},
-		{"search", map[string]any{"path": filepath.Join(links, "hard.json"), "query": "agent_key"}},
+		{"search", map[string]any{"path": dataDir, "query": "SA"}},
+		{"search", map[string]any{"path": filepath.Join(links, "hard.nk"), "query": "SA"}},
 		{"write", map[string]any{"path": filepath.Join(dataDir, "x.txt"), "content": "x"}},
+		{"write", map[string]any{"path": filepath.Join(dataDir, "nats", "account.jwt"), "content": "x"}},
 		{"write", map[string]any{"path": filepath.Join(links, "creds-link"), "content": "{}"}},
-		{"edit", map[string]any{"path": creds, "edits": []map[string]any{{"old_string": "agent_key", "new_string": "k"}}}},
+		{"edit", map[string]any{"path": creds, "edits": []map[string]any{{"old_string": "SA", "new_string": "k"}}}},
 		{"delete", map[string]any{"path": creds}},
-		{"move", map[string]any{"path": creds, "destination": filepath.Join(links, "stolen.json")}},
+		{"delete", map[string]any{"path": caKey}},
+		{"move", map[string]any{"path": creds, "destination": filepath.Join(links, "stolen.nk")}},
 		{"delete", map[string]any{"path": filepath.Join(dataDir, "jetstream"), "recursive": true}},
 	} {
 		res := callTool(tc.tool, tc.args)
@@ -581,9 +540,9 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		}
 	}
 	// A search of a tree holding the links finds nothing through them.
-	callTool("search", map[string]any{"path": links, "query": "agent_key"})
+	callTool("search", map[string]any{"path": links, "query": "SA"})
 	if after, err := os.ReadFile(creds); err != nil || !bytes.Equal(after, secret) {
-		t.Fatalf("credentials.json changed: %v", err)
+		t.Fatalf("the agent signing key changed: %v", err)
 	}
 
 	// The agent's own full outputs, kept under the data directory, are

@@ -17,10 +17,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,11 +46,10 @@ type Config struct {
 	URL string
 	// Hosts are the agents' host names.
 	Hosts []string
-	// Credential returns the NATS user and password of a host (nil: no
-	// authentication).
-	Credential func(host string) (user, password string)
-	// Labels are announced by every agent.
-	Labels map[string]string
+	// Credentials returns the NATS credential of a host, as its
+	// enrolment gives it (nil: no authentication). It is called for every
+	// host before any connects, up to DialConcurrency at once.
+	Credentials func(host string) (Credential, error)
 	// Heartbeat is how often each agent announces itself. Default 5 s,
 	// as real agents do; the agents' heartbeats are spread over it.
 	Heartbeat time.Duration
@@ -65,6 +67,14 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives connection trouble. Default: discarded.
 	Logger *slog.Logger
+}
+
+// Credential is a simulated agent's NATS identity: its user JWT and nkey
+// seed, and the CA of the servers' certificates (empty: no TLS).
+type Credential struct {
+	JWT  string
+	Seed []byte
+	CA   []byte
 }
 
 // Fleet is a running simulated fleet.
@@ -88,6 +98,7 @@ type Fleet struct {
 type simAgent struct {
 	f        *Fleet
 	host     string
+	cred     Credential
 	announce []byte // the announce, encoded once
 	mu       sync.Mutex
 	nc       *nats.Conn
@@ -132,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 		a := &simAgent{f: f, host: h}
 		a.announce = mustJSON(protocol.Announce{
-			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim", Labels: cfg.Labels,
+			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim",
 			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
 			StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
 		})
@@ -141,17 +152,40 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	for range cfg.Workers {
 		f.wg.Go(f.worker)
 	}
-	sem := make(chan struct{}, cfg.DialConcurrency)
+	if cfg.Credentials != nil {
+		if err := f.each(func(a *simAgent) (err error) {
+			a.cred, err = cfg.Credentials(a.host)
+			if err != nil {
+				return fmt.Errorf("credential of simulated agent %s: %w", a.host, err)
+			}
+			return nil
+		}); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.each((*simAgent).dial); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.startHeartbeats()
+	return f, nil
+}
+
+// each runs do for every agent, DialConcurrency at once, and returns the
+// first error with how many failed.
+func (f *Fleet) each(do func(*simAgent) error) error {
+	sem := make(chan struct{}, f.cfg.DialConcurrency)
 	errs := make(chan error, len(f.agents))
-	var dials sync.WaitGroup
+	var wg sync.WaitGroup
 	for _, a := range f.agents {
 		sem <- struct{}{}
-		dials.Go(func() {
+		wg.Go(func() {
 			defer func() { <-sem }()
-			errs <- a.dial()
+			errs <- do(a)
 		})
 	}
-	dials.Wait()
+	wg.Wait()
 	close(errs)
 	var all []error
 	for err := range errs {
@@ -160,11 +194,9 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 	}
 	if len(all) > 0 {
-		f.Close()
-		return nil, fmt.Errorf("%d of %d simulated agents could not connect; first: %w", len(all), len(f.agents), all[0])
+		return fmt.Errorf("%d of %d simulated agents failed; first: %w", len(all), len(f.agents), all[0])
 	}
-	f.startHeartbeats()
-	return f, nil
+	return nil
 }
 
 func mustJSON(v any) []byte {
@@ -186,6 +218,8 @@ func (a *simAgent) dial() error {
 	cfg := &a.f.cfg
 	opts := []nats.Option{
 		nats.Name("fleet-sim " + a.host),
+		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}}),
+		nats.Timeout(agent.HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return agent.ReconnectDelay(attempts, cfg.ReconnectMin, cfg.ReconnectMax)
@@ -203,15 +237,24 @@ func (a *simAgent) dial() error {
 			a.connected.Store(true)
 			a.publishAnnounce(nc)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { a.connected.Store(false) }),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			a.connected.Store(false)
+			if a.f.ctx.Err() == nil {
+				a.f.reconnectFailed(fmt.Errorf("connection closed for good: %v", nc.LastError()))
+			}
+		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.f.reconnectFailed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			cfg.Logger.Warn("NATS error", "host", a.host, "err", err)
 		}),
 	}
-	if cfg.Credential != nil {
-		user, pass := cfg.Credential(a.host)
-		opts = append(opts, nats.UserInfo(user, pass))
+	if a.cred.JWT != "" {
+		opts = append(opts, nats.UserJWTAndSeed(a.cred.JWT, string(a.cred.Seed)))
+	}
+	if len(a.cred.CA) > 0 {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(a.cred.CA)
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	}
 	var nc *nats.Conn
 	var err error
@@ -243,6 +286,35 @@ func (a *simAgent) dial() error {
 	a.connected.Store(true)
 	a.publishAnnounce(nc)
 	return nil
+}
+
+// oneConnDialer dials an agent's connections and closes the one before
+// each time: nats.go leaves the socket of a failed handshake to the
+// garbage collector, and in a reconnect storm thousands of agents in one
+// process would otherwise run out of file descriptors long before it
+// runs. An agent has one connection at a time, so the one before is
+// always dead when a new one is dialled.
+type oneConnDialer struct {
+	mu   sync.Mutex
+	last net.Conn
+	d    net.Dialer
+}
+
+func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
+	o.mu.Lock()
+	if o.last != nil {
+		o.last.Close()
+		o.last = nil
+	}
+	o.mu.Unlock()
+	c, err := o.d.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.last = c
+	o.mu.Unlock()
+	return c, nil
 }
 
 func (a *simAgent) conn() *nats.Conn {

@@ -1,10 +1,13 @@
 // Command fleetload measures fan-out at scale on one machine. It runs the
 // gateway, with its embedded NATS server, in a child process (this same
 // binary with -role gateway), starts N simulated agents in its own process
-// (package simfleet: one NATS connection and credential each, the real
-// wire protocol, the agent's reconnect backoff), and drives the gateway
-// with the go-sdk MCP client over HTTP. It reports:
+// (package simfleet: one NATS connection and operator-mode credential
+// each, the real wire protocol, the agent's reconnect backoff), and drives
+// the gateway with the go-sdk MCP client over HTTP. It reports:
 //
+//   - how long making N agent keys takes here, and enrolling them with
+//     the gateway (each a record in the agent bucket and a user JWT,
+//     through the gateway's local enrolment);
 //   - fleet_read of a small file and fleet_bash "true" across all N hosts:
 //     p50 and p90 of the client-side latency over -runs runs;
 //   - the gateway process's memory per connected idle host: its RSS (after
@@ -40,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,6 +71,8 @@ type options struct {
 	concurrency []int
 	settle      time.Duration
 	restart     bool
+	latency     bool
+	restartProf string
 	dataDir     string
 	listen      string
 	natsListen  string
@@ -85,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 10*time.Second, "idle time before memory is measured")
 	fs.IntVar(&o.soak, "soak", 0, "after the latency runs, this many more fleet_bash calls, then the gateway's memory again (what a used fleet costs)")
 	fs.BoolVar(&o.restart, "restart", true, "measure reconnection after a NATS restart")
+	fs.BoolVar(&o.latency, "latency", true, "measure fan-out latency (false: only joining, memory and the restart)")
+	fs.StringVar(&o.restartProf, "restart_profile", "", "write the gateway's CPU profile over the 20 s after its restart begins to this file")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file, and its heap profile at the end to FILE.heap")
 	fs.StringVar(&o.role, "role", "", "internal: 'gateway' runs the gateway child")
 	fs.StringVar(&o.dataDir, "data_dir", "", "internal: the gateway child's data directory")
@@ -166,19 +174,20 @@ type stats struct {
 // a stats endpoint on loopback.
 func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	gw, err := gateway.Start(gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, AuthDisabled: true, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
+	// The stats server comes first, so that the gateway's start can be
+	// profiled (-restart_profile); /stats answers once the gateway runs.
 	ln, err := net.Listen("tcp", o.statsListen)
 	if err != nil {
-		_ = gw.Shutdown(context.Background())
 		return err
 	}
+	var running atomic.Pointer[gateway.Gateway]
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		gw := running.Load()
+		if gw == nil {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
 		n, _ := strconv.Atoi(r.URL.Query().Get("hosts"))
 		st := stats{}
 		for i := range n {
@@ -196,13 +205,29 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		st.CPUSeconds = cpuSeconds()
 		_ = json.NewEncoder(w).Encode(st)
 	})
+	mux.HandleFunc("POST /enrol", func(w http.ResponseWriter, r *http.Request) {
+		if gw := running.Load(); gw != nil {
+			enrolHandler(gw, w, r)
+			return
+		}
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	})
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
+	mux.Handle("GET /debug/pprof/goroutine", pprof.Handler("goroutine"))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
+	gw, err := gateway.Start(gateway.Config{
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, AuthDisabled: true, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	running.Store(gw)
 	fmt.Fprintf(stdout, "READY %s %s\n", gw.MCPURL(), gw.NATSURL())
 	<-ctx.Done()
-	_ = srv.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return gw.Shutdown(sctx)
@@ -266,9 +291,9 @@ func startChild(ctx context.Context, o *options, dataDir, listen, natsListen, st
 		return c, nil
 	case <-c.done:
 		return nil, errors.New("gateway child exited before it was ready")
-	case <-time.After(60 * time.Second):
+	case <-time.After(3 * time.Minute):
 		c.stop()
-		return nil, errors.New("gateway child not ready within 60s")
+		return nil, errors.New("gateway child not ready within 3 min")
 	case <-ctx.Done():
 		c.stop()
 		return nil, ctx.Err()
@@ -299,6 +324,25 @@ func (c *child) get(hosts int, gc bool) (stats, error) {
 	defer resp.Body.Close()
 	var st stats
 	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// profileStart writes the CPU profile of the gateway child being
+// started over its first 20 s to file.
+func (b *bench) profileStart(file string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := net.DialTimeout("tcp", b.addrs[2], time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway child's stats server did not come up: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := &child{stats: "http://" + b.addrs[2] + "/stats"}
+	return c.profile(file, 20)
 }
 
 // profile writes the child's CPU profile over the next seconds to file.
@@ -336,7 +380,7 @@ func (c *child) waitOnline(ctx context.Context, n int, limit time.Duration) (tim
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	st, _ := c.get(n, false)
@@ -380,10 +424,6 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		return err
 	}
 	defer os.RemoveAll(b.dataDir)
-	creds, err := gateway.CreateCredentials(b.dataDir)
-	if err != nil {
-		return err
-	}
 	for i := range b.addrs {
 		if b.addrs[i], err = freeAddr(); err != nil {
 			return err
@@ -407,12 +447,15 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	for i := range hosts {
 		hosts[i] = hostName(i)
 	}
+	creds, err := b.enrol(ctx, hosts)
+	if err != nil {
+		return err
+	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
 		URL: b.gw.natsURL, Hosts: hosts,
-		Credential: func(h string) (string, string) { return h, creds.AgentPassword(h) },
-		Labels:     map[string]string{"role": "sim"},
-		Handler:    simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
+		Credentials: func(h string) (simfleet.Credential, error) { return creds[h], nil },
+		Handler:     simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
 	})
 	if err != nil {
 		return err
@@ -438,6 +481,9 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		return err
 	}
 	for _, c := range o.concurrency {
+		if !o.latency {
+			break
+		}
 		for _, tool := range []string{"fleet_read", "fleet_bash"} {
 			if err := b.latency(ctx, cs, tool, c); err != nil {
 				cs.Close()
@@ -546,12 +592,23 @@ func (b *bench) restart(ctx context.Context) error {
 	b.gw.stop()
 	b.gw = nil
 	stopped := time.Since(down)
+	started := time.Now()
+	profDone := make(chan error, 1)
+	if b.o.restartProf != "" {
+		go func() { profDone <- b.profileStart(b.o.restartProf) }()
+	} else {
+		profDone <- nil
+	}
 	if err := b.startGateway(ctx); err != nil {
 		return err
 	}
 	ready := time.Now()
 	online, err := b.gw.waitOnline(ctx, n, 2*time.Minute)
 	if err != nil {
+		fmt.Fprintf(b.stdout, "%d of %d simulated agents connected\n", b.fleet.Connected(), n)
+		for msg, count := range b.fleet.ReconnectErrors() {
+			fmt.Fprintf(b.stdout, "failed reconnect attempts: %d × %s\n", count, msg)
+		}
 		return err
 	}
 	back := b.fleet.ReconnectedSince(down)
@@ -571,8 +628,12 @@ func (b *bench) restart(ctx context.Context) error {
 	for msg, count := range b.fleet.ReconnectErrors() {
 		fmt.Fprintf(b.stdout, "failed reconnect attempts: %d × %s\n", count, msg)
 	}
-	fmt.Fprintf(b.stdout, "NATS restart: gateway stopped in %s and ready again %s after the stop began; all %d agents reconnected within %s of it being ready (first %s, last %s), the gateway saw all online after %s; busiest 100 ms: %d reconnects (%.0f%%)\n",
-		r(stopped), r(ready.Sub(down)), n, r(back[len(back)-1].Sub(ready)), r(back[0].Sub(ready)), r(back[len(back)-1].Sub(ready)), r(online), peak, 100*float64(peak)/float64(n))
+	fmt.Fprintf(b.stdout, "NATS restart: gateway stopped in %s; its new process (NATS taking agents from its start) ready %s after it was started; "+
+		"all %d agents reconnected within %s of the new process's start (first %s, last %s), the gateway saw all online %s after it was ready; busiest 100 ms: %d reconnects (%.0f%%)\n",
+		r(stopped), r(ready.Sub(started)), n, r(back[len(back)-1].Sub(started)), r(back[0].Sub(started)), r(back[len(back)-1].Sub(started)), r(online), peak, 100*float64(peak)/float64(n))
+	if err := <-profDone; err != nil {
+		return fmt.Errorf("restart profile: %w", err)
+	}
 	cs, err := connect(ctx, b.gw.mcpURL)
 	if err != nil {
 		return err

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// runNATSSetup is `fleet-gateway nats-setup --out DIR`: it writes the
+// operator-mode setup of an external NATS cluster (what nsc would make)
+// and says what goes where.
+func runNATSSetup(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fleet-gateway nats-setup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "directory to write the setup to (created 0700; must not hold a setup already)")
+	maxCall := fs.Duration("max_call_duration", time.Hour, "how long agents may answer one call (the gateways' longest call)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleet-gateway nats-setup --out DIR\n\nWrites the operator, accounts, keys and creds an external NATS cluster runs the fleet with, and the configuration include for its servers.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("nats-setup: unexpected argument %q: all options are flags", fs.Arg(0))
+	}
+	if *out == "" {
+		return errors.New("nats-setup: --out DIR is required")
+	}
+	if *maxCall < time.Second {
+		return fmt.Errorf("nats-setup: --max_call_duration %s is too short", *maxCall)
+	}
+	res, err := gateway.NATSSetup(*out, *maxCall)
+	if err != nil {
+		return err
+	}
+	f := gateway.NATSSetupFiles
+	p := func(name string) string { return filepath.Join(res.Dir, name) }
+	fmt.Fprintf(stdout, `NATS operator-mode setup written to %s
+
+  operator        %s (signing key %s)
+  system account  %s
+  fleet account   %s (agent signing key %s)
+
+Every NATS server of the cluster: copy %s next to its configuration,
+add "include %s" to it, and give each server its own resolver dir.
+
+Every gateway replica:
+  fleet-gateway --nats_url nats://n1:4222,... \
+    --nats_creds %s \
+    --nats_system_creds %s \
+    --nats_agent_signing_key %s \
+    --nats_operator_signing_key %s
+
+Keep %s, %s and %s offline: they can make any account or user.
+`, res.Dir, res.Operator, res.OperatorSigningKey, res.SystemAccount, res.Account, res.AgentSigningKey,
+		p(f.ServerConfig), f.ServerConfig, p(f.GatewayCreds), p(f.SystemCreds), p(f.AgentSigningKey), p(f.OperatorSigningKey),
+		p(f.OperatorKey), p(f.SystemAccountKey), p(f.AccountKey))
+	return nil
+}

@@ -1,0 +1,300 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file enrols, labels and revokes agents: it writes the agent
+// records (agents.go) and issues credentials (natsauth.go). EnrolLocal is
+// the enrolment of the dev agent, tests and load tools; enrolment over the
+// network calls enrol after its own checks (token, proof of possession).
+
+// Errors of enrolment and revocation; the messages they wrap say what to
+// do.
+var (
+	// ErrHostRevoked: the host name was revoked; only a replacing
+	// enrolment may take it again, with another key.
+	ErrHostRevoked = errors.New("host revoked")
+	// ErrNameTaken: another active key holds the host name.
+	ErrNameTaken = errors.New("host name taken")
+	// ErrKeyRevoked: the key was revoked; no credential is ever issued
+	// for it again.
+	ErrKeyRevoked = errors.New("key revoked")
+	// ErrKeyInUse: the key is enrolled under another host name.
+	ErrKeyInUse = errors.New("key enrolled under another name")
+)
+
+// AgentCredentials are what an enrolled agent needs to join the fleet.
+type AgentCredentials struct {
+	Host string
+	// JWT is the agent's NATS user JWT; it is worth nothing without the
+	// agent's seed.
+	JWT     string
+	Expires time.Time
+	// NATSURLs are the URLs agents dial.
+	NATSURLs []string
+	// CAPEM is the CA that signs the NATS servers' certificates (empty
+	// when NATS does not use TLS); CAPin is its pin.
+	CAPEM []byte
+	CAPin string
+	// Labels are the host's labels as recorded.
+	Labels map[string]string
+}
+
+// EnrolOption adjusts a local enrolment.
+type EnrolOption func(*enrolment)
+
+// ReplaceHost lets an enrolment take over the host name from another
+// key, even a revoked one: the old key is revoked.
+func ReplaceHost() EnrolOption { return func(e *enrolment) { e.replace = true } }
+
+// enrolment is one request to enrol a host's key.
+type enrolment struct {
+	host, userPub string
+	labels        map[string]string
+	tokenID       string
+	facts         protocol.AgentFacts
+	// replace lets the key take the name from another key, revoked or
+	// not; by is who asked (for the revocation of the old key).
+	replace bool
+	by      string
+}
+
+// EnrolLocal enrols host with the public key userPub (an nkey user key
+// whose seed the agent keeps) and labels, and issues its credential. It
+// is the enrolment of agents the gateway's operator starts itself (the
+// agent of --dev, tests, load tools). A host already enrolled with the
+// same key is enrolled again (its labels replaced); another key for an
+// enrolled or revoked host name is refused unless ReplaceHost is given,
+// and a revoked key is always refused.
+func (g *Gateway) EnrolLocal(ctx context.Context, host, userPub string, labels map[string]string, opts ...EnrolOption) (AgentCredentials, error) {
+	e := enrolment{host: host, userPub: userPub, labels: labels, by: "local"}
+	for _, o := range opts {
+		o(&e)
+	}
+	return g.enrol(ctx, e)
+}
+
+// enrol writes the host's record and issues its credential.
+func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, error) {
+	if err := protocol.ValidateHost(e.host); err != nil {
+		return AgentCredentials{}, fmt.Errorf("enrol: %w", err)
+	}
+	if !nkeys.IsValidPublicUserKey(e.userPub) {
+		return AgentCredentials{}, fmt.Errorf("enrol %s: %q is not an nkey user public key (U...)", e.host, e.userPub)
+	}
+	if err := policy.ValidateLabels(e.labels); err != nil {
+		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
+	}
+	if err := g.agents.sync(ctx); err != nil {
+		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
+	}
+	if err := g.checkKey(e.host, e.userPub); err != nil {
+		return AgentCredentials{}, err
+	}
+	expires := g.now().Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
+	rec, revokedOld, err := g.writeEnrolment(ctx, &e, expires)
+	if err != nil {
+		return AgentCredentials{}, err
+	}
+	if revokedOld {
+		// The key the host name had is revoked in the record; its
+		// connections end now (or at the next reconcile if this fails).
+		if err := g.authority.Reconcile(ctx); err != nil {
+			g.log.Error("enrol: the replaced key of the host is revoked in its record but not yet on the NATS servers; retrying in the background",
+				"host", e.host, "err", err)
+			g.reconcileSoon()
+		}
+	}
+	token, err := g.authority.AgentJWT(e.host, e.userPub, expires)
+	if err != nil {
+		return AgentCredentials{}, err
+	}
+	g.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
+	return AgentCredentials{
+		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(),
+		CAPEM: g.NATSCAPEM(), CAPin: g.NATSCAPin(), Labels: maps.Clone(rec.Labels),
+	}, nil
+}
+
+// checkKey refuses a key that was revoked as another host, or that
+// another host uses (the host's own record is checked when it is
+// written).
+func (g *Gateway) checkKey(host, pub string) error {
+	other, ok := g.agentIndex.keyHost(pub)
+	if !ok || other == host {
+		return nil
+	}
+	rec, ok := g.agentIndex.record(other)
+	if !ok {
+		return nil
+	}
+	for _, k := range rec.revokedKeys() {
+		if k.pub == pub {
+			return fmt.Errorf("enrol %s: %w: key %s was revoked on %s (as host %s); the agent must make a new key",
+				host, ErrKeyRevoked, pub, k.revokedAt.UTC().Format(time.RFC3339), other)
+		}
+	}
+	if rec.PublicKey == pub {
+		return fmt.Errorf("enrol %s: %w: key %s is enrolled as host %s; one key serves one host name (revoke %s first, or give this host its own state directory)",
+			host, ErrKeyInUse, pub, other, other)
+	}
+	return nil
+}
+
+// writeEnrolment creates or updates host's record for e (with
+// compare-and-swap, again as often as another writer comes first). It
+// reports whether it revoked the key the host had.
+func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time.Time) (*AgentRecord, bool, error) {
+	for {
+		now := g.now().UTC()
+		rec, rev, err := g.agents.get(ctx, e.host)
+		if errors.Is(err, ErrUnknownAgent) {
+			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
+				EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts}
+			if _, err = g.agents.create(ctx, rec); err == nil {
+				return rec, false, nil
+			}
+		} else if err == nil {
+			var revokedOld bool
+			if revokedOld, err = e.apply(rec, now, expires); err != nil {
+				return nil, false, err
+			}
+			if _, err = g.agents.update(ctx, rec, rev); err == nil {
+				return rec, revokedOld, nil
+			}
+		}
+		if !errors.Is(err, errRecordChanged) || ctx.Err() != nil {
+			return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
+		}
+	}
+}
+
+// apply turns rec, host's record, into the record after e. It refuses
+// what e may not do, and reports whether it revoked the host's key.
+func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld bool, err error) {
+	for _, k := range rec.RevokedKeys {
+		if k.PublicKey == e.userPub {
+			return false, fmt.Errorf("enrol %s: %w: key %s was revoked on %s; the agent must make a new key",
+				e.host, ErrKeyRevoked, e.userPub, k.RevokedAt.Format(time.RFC3339))
+		}
+	}
+	switch {
+	case rec.PublicKey == e.userPub && rec.Revoked():
+		return false, fmt.Errorf("enrol %s: %w (and %w): the host and its key were revoked on %s by %s; the agent must make a new key, and re-enrolling the name needs a token made with --replace %s",
+			e.host, ErrHostRevoked, ErrKeyRevoked, rec.RevokedAt.Format(time.RFC3339), rec.RevokedBy, e.host)
+	case rec.PublicKey == e.userPub:
+		// The same agent again: new labels, a new credential.
+		rec.Labels, rec.Facts = maps.Clone(e.labels), e.facts
+		if e.tokenID != "" {
+			rec.TokenID = e.tokenID
+		}
+		if expires.After(rec.CredentialExpiresAt) {
+			rec.CredentialExpiresAt = expires
+		}
+		return false, nil
+	case !e.replace && rec.Revoked():
+		return false, fmt.Errorf("enrol %s: %w: it was revoked on %s by %s; re-enrolling the name needs a token made with --replace %s",
+			e.host, ErrHostRevoked, rec.RevokedAt.Format(time.RFC3339), rec.RevokedBy, e.host)
+	case !e.replace:
+		return false, fmt.Errorf("enrol %s: %w: host %s is enrolled with another key (since %s); choose another name, or revoke it and enrol with a token made with --replace %s",
+			e.host, ErrNameTaken, e.host, rec.EnrolledAt.Format(time.RFC3339), e.host)
+	}
+	// Another key takes the name over: the old key joins the revoked
+	// ones (it may be revoked already).
+	old := RevokedKey{PublicKey: rec.PublicKey, RevokedAt: rec.RevokedAt, RevokedBy: rec.RevokedBy, CredentialExpiresAt: rec.CredentialExpiresAt}
+	if !rec.Revoked() {
+		old.RevokedAt, old.RevokedBy, revokedOld = now, e.by+" (replaced)", true
+	}
+	*rec = AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
+		EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts, RevokedKeys: append(rec.RevokedKeys, old)}
+	return revokedOld, nil
+}
+
+// RevokeAgent revokes host: its record is marked revoked (by whom, and
+// when), its key is added to the fleet account's revocations and pushed
+// to the NATS servers, which close its connections at once and refuse it
+// from then on. No credential is issued again for its key, nor for its
+// name without a replacing enrolment. Revoking a revoked host again
+// pushes the revocations again and changes nothing else.
+func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
+	if err := protocol.ValidateHost(host); err != nil {
+		return fmt.Errorf("revoke: %w", err)
+	}
+	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+		if r.Revoked() {
+			return errSkip
+		}
+		r.RevokedAt, r.RevokedBy = g.now().UTC(), by
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("revoke %s: %w", host, err)
+	}
+	if err := g.authority.Revoke(ctx, rec.PublicKey); err != nil {
+		g.reconcileSoon()
+		return fmt.Errorf("revoke %s: the record says revoked, but the NATS servers have not taken the revocation yet (retrying in the background): %w", host, err)
+	}
+	g.log.Info("agent revoked", "host", host, "key", rec.PublicKey, "by", by)
+	return nil
+}
+
+// SetAgentLabels sets the labels in set and removes those named in remove
+// from host's record, and returns the host's labels after the change.
+// Access rules and selectors see the new labels at once.
+func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[string]string, remove []string) (map[string]string, error) {
+	if err := protocol.ValidateHost(host); err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	if err := policy.ValidateLabels(set); err != nil {
+		return nil, fmt.Errorf("labels of %s: %w", host, err)
+	}
+	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+		labels := maps.Clone(r.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		maps.Copy(labels, set)
+		for _, k := range remove {
+			delete(labels, k)
+		}
+		if maps.Equal(labels, r.Labels) {
+			return errSkip
+		}
+		if err := policy.ValidateLabels(labels); err != nil {
+			return err
+		}
+		r.Labels = labels
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("labels of %s: %w", host, err)
+	}
+	return maps.Clone(rec.Labels), nil
+}
+
+// Agents returns every agent record, sorted by host.
+func (g *Gateway) Agents(ctx context.Context) ([]AgentRecord, error) {
+	if err := g.agents.sync(ctx); err != nil {
+		return nil, err
+	}
+	return g.agentIndex.all(), nil
+}
+
+// Agent returns host's record as stored now.
+func (g *Gateway) Agent(ctx context.Context, host string) (AgentRecord, error) {
+	rec, _, err := g.agents.get(ctx, host)
+	if err != nil {
+		return AgentRecord{}, err
+	}
+	return *rec, nil
+}

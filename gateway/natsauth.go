@@ -1,0 +1,346 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file is the fleet's NATS identity authority. NATS runs in
+// operator mode: the fleet account (FLEET) holds the gateways and the
+// agents, and a scoped signing key of that account issues one user JWT
+// per agent, named after its host, for the public key the agent generated
+// itself. The key's template (protocol.AgentPublishTemplate and friends)
+// gives each agent its own subjects only; the JWTs it signs carry no
+// permissions of their own, and are not bearer tokens: the agent signs
+// the server's nonce with its seed on every connect.
+//
+// Revoking an agent adds its key to the fleet account JWT's revocations
+// (covering every JWT issued for it up to then) and pushes the re-signed
+// account JWT to $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE: every server
+// closes the agent's connections at once and refuses it from then on.
+// Revocations are derived from the agent records (agents.go), which keep
+// every revoked key for ever, so that replicas agree and a server that
+// restarted with stale claims is brought back in line.
+
+const (
+	// fleetAccountName and systemAccountName name the accounts in their
+	// JWTs (for people reading them; NATS knows accounts by key).
+	fleetAccountName  = "FLEET"
+	systemAccountName = "SYS"
+	operatorName      = "fleetmcp"
+
+	// pushTimeout bounds one claims push or lookup; pushAttempts are made
+	// before a push fails.
+	pushTimeout  = 3 * time.Second
+	pushAttempts = 3
+	// pruneSlack is how long after the last credential issued for a
+	// revoked key expires its revocation entry is kept.
+	pruneSlack = 5 * time.Minute
+	// reconcileRounds bounds the pushes of one reconcile: more are needed
+	// only while other replicas keep revoking.
+	reconcileRounds = 5
+)
+
+// fleetAccountClaims are the fleet account's claims as the gateway
+// builds them (embedded) or nats-setup writes them (external): JetStream
+// without limits, no bearer tokens, and the scoped agent signing key
+// whose template is the agent permissions, answering calls for up to
+// maxCall.
+func fleetAccountClaims(accountPub, agentSignerPub string, maxCall time.Duration) *jwt.AccountClaims {
+	ac := jwt.NewAccountClaims(accountPub)
+	ac.Name = fleetAccountName
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
+	ac.Limits.DisallowBearer = true
+	ac.SigningKeys.AddScopedSigner(agentScope(agentSignerPub, maxCall))
+	return ac
+}
+
+// agentScope is the scope of the agent signing key: the agent
+// permissions, with {{name()}} for the host.
+func agentScope(signerPub string, maxCall time.Duration) *jwt.UserScope {
+	s := jwt.NewUserScope()
+	s.Key = signerPub
+	s.Role = protocol.AgentSigningRole
+	s.Description = "fleetmcp agents: each user may use its own host's subjects only"
+	s.Template.Pub.Allow.Add(protocol.AgentPublishTemplate()...)
+	s.Template.Sub.Allow.Add(protocol.AgentSubscribeTemplate()...)
+	s.Template.Resp = &jwt.ResponsePermission{MaxMsgs: -1, Expires: maxCall}
+	return s
+}
+
+// userJWT issues an unrestricted user JWT for kp, signed by issuer (an
+// account key, or with issuerAccount set a signing key of that account).
+func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount string) (string, error) {
+	uc := jwt.NewUserClaims(publicKey(kp))
+	uc.Name = name
+	uc.IssuerAccount = issuerAccount
+	return uc.Encode(issuer)
+}
+
+// accountSource is where the fleet account JWT comes from and how it is
+// re-signed: built by the gateway for its embedded server, looked up from
+// an external cluster's servers.
+type accountSource interface {
+	// current returns the account claims the servers hold now.
+	current(ctx context.Context, sys *nats.Conn) (*jwt.AccountClaims, error)
+	// sign encodes claims, signed by the operator (or a signing key of
+	// it).
+	sign(ac *jwt.AccountClaims) (string, error)
+	// save keeps token before it is pushed (embedded: for the next
+	// start); pushed records that the servers accepted it.
+	save(token string) error
+	pushed(ac *jwt.AccountClaims, token string)
+}
+
+// revokedKey is one revoked agent key: when it was revoked and until
+// when credentials issued for it are valid at the latest.
+type revokedKey struct {
+	pub       string
+	revokedAt time.Time
+	expires   time.Time
+}
+
+// keyRegistry is what the authority needs of the agent records.
+type keyRegistry interface {
+	// revokedKeys returns, as of now, every key revoked in the records.
+	revokedKeys(ctx context.Context) ([]revokedKey, error)
+}
+
+// authority issues agent credentials and keeps the fleet account's
+// revocations in step with the agent records.
+type authority struct {
+	log         *slog.Logger
+	accountPub  string
+	agentSigner nkeys.KeyPair
+	// ttl is how long an agent credential is valid.
+	ttl time.Duration
+	src accountSource
+	now func() time.Time
+
+	// sys is the system user's connection, for pushes and lookups;
+	// records are the agent records. Both are set once at start.
+	sys     *nats.Conn
+	records keyRegistry
+
+	mu sync.Mutex // one reconcile at a time
+}
+
+// AgentJWT issues the user JWT of host's agent for its public key
+// userPub, valid until expires.
+func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, error) {
+	if err := protocol.ValidateHost(host); err != nil {
+		return "", err
+	}
+	if !nkeys.IsValidPublicUserKey(userPub) {
+		return "", fmt.Errorf("%q is not an nkey user public key (U...)", userPub)
+	}
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = host
+	uc.IssuerAccount = a.accountPub
+	uc.Expires = expires.Unix()
+	// A scoped signing key's users carry no permissions or limits of
+	// their own: the scope's template gives them.
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(a.agentSigner)
+	if err != nil {
+		return "", fmt.Errorf("issue the credential of %s: %w", host, err)
+	}
+	return token, nil
+}
+
+// Revoke brings the account's revocations in step with the agent
+// records and checks that they cover userPubs: the records, not this
+// call, say what is revoked, so the caller records the revocation first.
+func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
+	revs, err := a.reconcile(ctx)
+	if err != nil {
+		return err
+	}
+	for _, pub := range userPubs {
+		if _, ok := revs[pub]; !ok {
+			return fmt.Errorf("key %s is not revoked in the agent records (or its credentials have all expired)", pub)
+		}
+	}
+	return nil
+}
+
+// Reconcile rebuilds the account's revocations from the agent records
+// and pushes the account JWT if the servers' differ.
+func (a *authority) Reconcile(ctx context.Context) error {
+	_, err := a.reconcile(ctx)
+	return err
+}
+
+// reconcile pushes the revocations the records call for until the
+// servers hold them, and returns them. Each round reads the records
+// again after a push: when another replica revoked a key at the same
+// time, its push may have crossed this one, and the next round pushes
+// the union.
+func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for range reconcileRounds {
+		revoked, err := a.records.revokedKeys(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("revocations: %w", err)
+		}
+		ac, err := a.src.current(ctx, a.sys)
+		if err != nil {
+			return nil, fmt.Errorf("revocations: %w", err)
+		}
+		want := a.revocations(ac.Revocations, revoked)
+		if maps.Equal(ac.Revocations, want) || len(ac.Revocations) == 0 && len(want) == 0 {
+			return want, nil
+		}
+		added, removed := diffRevocations(ac.Revocations, want)
+		ac.Revocations = want
+		if err := a.push(ctx, ac); err != nil {
+			return nil, err
+		}
+		a.log.Info("fleet account revocations pushed", "revoked", len(want), "added", added, "pruned", removed)
+	}
+	return nil, fmt.Errorf("revocations: still changing after %d pushes (other gateways revoking at the same time?); retrying later", reconcileRounds)
+}
+
+// revocations returns the revocation list the records call for: cur
+// with every revoked key added at the second it was revoked, and without
+// the keys whose credentials have all expired (with pruneSlack to spare).
+// Entries the records know nothing of (made by hand with nsc, say) are
+// left alone: the gateway never lifts a revocation it cannot account for.
+func (a *authority) revocations(cur jwt.RevocationList, revoked []revokedKey) jwt.RevocationList {
+	now := a.now()
+	want := maps.Clone(cur)
+	if want == nil {
+		want = jwt.RevocationList{}
+	}
+	for _, k := range revoked {
+		until := k.revokedAt.Add(a.ttl)
+		if k.expires.After(until) {
+			until = k.expires
+		}
+		if now.After(until.Add(pruneSlack)) {
+			delete(want, k.pub) // every credential issued for the key has expired
+			continue
+		}
+		if at := k.revokedAt.Unix(); at > want[k.pub] {
+			want[k.pub] = at
+		}
+	}
+	return want
+}
+
+func diffRevocations(old, now jwt.RevocationList) (added, removed int) {
+	for k := range now {
+		if _, ok := old[k]; !ok {
+			added++
+		}
+	}
+	for k := range old {
+		if _, ok := now[k]; !ok {
+			removed++
+		}
+	}
+	return added, removed
+}
+
+// push signs ac and sends it to the servers, retrying a few times while
+// they do not answer.
+func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
+	token, err := a.src.sign(ac)
+	if err != nil {
+		return fmt.Errorf("sign the fleet account JWT: %w", err)
+	}
+	if n := len(token); n > maxAccountJWT {
+		a.log.Warn("the fleet account JWT is large; revoked agents' entries are pruned once their credentials expire",
+			"bytes", n, "revocations", len(ac.Revocations))
+	}
+	if err := a.src.save(token); err != nil {
+		return err
+	}
+	subject := fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.UPDATE", a.accountPub)
+	var lastErr error
+	for attempt := 1; attempt <= pushAttempts; attempt++ {
+		if lastErr = a.pushOnce(ctx, subject, token); lastErr == nil {
+			a.src.pushed(ac, token)
+			return nil
+		}
+		var refused *claimsRefusedError
+		if errors.As(lastErr, &refused) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("push the fleet account JWT: %w", lastErr)
+}
+
+// maxAccountJWT is the size beyond which the account JWT is reported as
+// large: NATS carries it in one message (max_payload, 1 MiB by default).
+const maxAccountJWT = 512 << 10
+
+// claimsRefusedError is a server's refusal of a pushed account JWT.
+type claimsRefusedError struct{ msg string }
+
+func (e *claimsRefusedError) Error() string { return "the NATS server refused it: " + e.msg }
+
+func (a *authority) pushOnce(ctx context.Context, subject, token string) error {
+	rctx, cancel := context.WithTimeout(ctx, pushTimeout)
+	defer cancel()
+	msg, err := a.sys.RequestWithContext(rctx, subject, []byte(token))
+	if err != nil {
+		return err
+	}
+	var resp server.ServerAPIClaimUpdateResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("unreadable answer %.200q: %w", msg.Data, err)
+	}
+	if resp.Error != nil {
+		return &claimsRefusedError{msg: strings.TrimSpace(resp.Error.Description)}
+	}
+	return nil
+}
+
+// lookupAccount asks the servers for the account JWT they hold.
+func lookupAccount(ctx context.Context, sys *nats.Conn, accountPub string) (*jwt.AccountClaims, error) {
+	subject := fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.LOOKUP", accountPub)
+	var lastErr error
+	for attempt := 1; attempt <= pushAttempts; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, pushTimeout)
+		msg, err := sys.RequestWithContext(rctx, subject, nil)
+		cancel()
+		if err == nil {
+			if len(msg.Data) == 0 {
+				return nil, fmt.Errorf("the NATS servers do not know the fleet account %s: preload its JWT (resolver_preload, see fleet-gateway nats-setup)", accountPub)
+			}
+			ac, err := jwt.DecodeAccountClaims(string(msg.Data))
+			if err != nil {
+				return nil, fmt.Errorf("the fleet account JWT the servers hold does not decode: %w", err)
+			}
+			if ac.Subject != accountPub {
+				return nil, fmt.Errorf("the servers answered with the JWT of account %s, not %s", ac.Subject, accountPub)
+			}
+			return ac, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("look up the fleet account JWT: %w", lastErr)
+}
