@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -177,31 +176,6 @@ func TestCallTableCancelAbandon(t *testing.T) {
 	if !tab.start(j3) {
 		t.Error("a call that never ran cannot be started again after abandon")
 	}
-}
-
-func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// newTestAgent returns an Agent that is never run, for unit tests.
-func newTestAgent(t *testing.T, cfg Config) *Agent {
-	t.Helper()
-	if cfg.Servers == nil {
-		cfg.Servers = []string{"nats://127.0.0.1:1"}
-	}
-	if cfg.Name == "" {
-		cfg.Name = "asm-1"
-	}
-	cfg.StateDir = t.TempDir()
-	cfg.Cwd = t.TempDir()
-	cfg.Logger = quietLogger()
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func callFrame(id string, part, parts int, data string) protocol.Frame {
-	return protocol.Frame{Kind: protocol.KindCall, CallID: id, Seq: uint64(part), Part: part, Parts: parts, Data: []byte(data)}
 }
 
 func TestAssembleSinglePart(t *testing.T) {

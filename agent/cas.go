@@ -69,7 +69,7 @@ func (t *toolbox) currentSHA256(ctx context.Context, target string) (string, err
 	if err != nil {
 		return "", err
 	}
-	if !fi.Mode().IsRegular() {
+	if !openedRegular(fi) {
 		return "", fmt.Errorf("%s is not a regular file", target)
 	}
 	if err := t.guard.checkOpened(target, fi); err != nil {

@@ -40,7 +40,9 @@ type guard struct {
 
 // secretID is a file no tool may read under any name.
 type secretID struct {
-	id   fileID
+	// fi describes the open file (so that on Windows it holds the
+	// volume serial number and file index os.SameFile compares).
+	fi   fs.FileInfo
 	what string // for messages, such as "the agent's credentials"
 }
 
@@ -78,7 +80,9 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 			return err
 		}
 		g.own = append(g.own, ownPath{abs, what, readable, state})
-		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		// Where the links on the way lead (junctions too, on Windows),
+		// even for a file not made yet.
+		if real, err := realPath(abs); err == nil && real != abs {
 			g.own = append(g.own, ownPath{real, what, readable, state})
 		}
 		return nil
@@ -88,10 +92,8 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 		errs = append(errs, add(policyFile, "its policy file", true, false))
 	}
 	secret := func(f, what string) {
-		if fi, err := os.Stat(f); err == nil && !fi.IsDir() {
-			if id, ok := identity(fi); ok {
-				g.secrets = append(g.secrets, secretID{id, what})
-			}
+		if fi, err := openedInfo(f); err == nil && !fi.IsDir() {
+			g.secrets = append(g.secrets, secretID{fi, what})
 		}
 	}
 	for _, f := range secretFiles {
@@ -185,16 +187,16 @@ func (g *guard) refuseOwn(op policy.Op, given, resolved, path, what string) erro
 // output file of a background task.
 func (g *guard) isOutputFile(p string) bool {
 	for _, dir := range g.outputs {
-		if filepath.Dir(p) == dir && strings.HasSuffix(p, ".log") {
+		if samePath(filepath.Dir(p), dir) && strings.HasSuffix(pathKey(p, foldNames), pathKey(".log", foldNames)) {
 			return true
 		}
 	}
-	if filepath.Base(p) != taskOutputFile {
+	if !samePath(filepath.Base(p), taskOutputFile) {
 		return false
 	}
 	task := filepath.Dir(p)
 	for _, dir := range g.tasks {
-		if filepath.Dir(task) == dir && validTaskID(filepath.Base(task)) == nil {
+		if samePath(filepath.Dir(task), dir) && validTaskID(filepath.Base(task)) == nil {
 			return true
 		}
 	}
@@ -223,16 +225,28 @@ func (g *guard) isOwnProcess(p string) bool {
 // checkOpened refuses a file opened for reading that is one of the
 // credentials or protected files under another name.
 func (g *guard) checkOpened(display string, fi fs.FileInfo) error {
-	id, ok := identity(fi)
-	if !ok {
-		return nil
-	}
 	for _, s := range g.secrets {
-		if s.id == id {
+		if os.SameFile(s.fi, fi) {
 			return &ownError{fmt.Sprintf("denied: read %s: it is %s under another name (a hard link); no tool may read it", display, s.what)}
 		}
 	}
 	return nil
+}
+
+// openedInfo describes the file at path (links followed) from an open
+// handle, which on every system carries the file's identity. A file that
+// is not regular (a FIFO) is only described: opening it could block.
+func openedInfo(path string) (fs.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return fi, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Stat()
 }
 
 // checkCommandIn checks a bash command line that runs in dir against the
@@ -258,12 +272,34 @@ func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
 // within reports whether p is dir or inside it. On Windows names are
 // compared without case, as NTFS does.
 func within(p, dir string) bool {
-	if runtime.GOOS == "windows" {
-		p, dir = strings.ToLower(p), strings.ToLower(dir)
-	}
-	sep := string(filepath.Separator)
+	return withinKey(pathKey(p, foldNames), pathKey(dir, foldNames), string(filepath.Separator))
+}
+
+// withinKey is within for paths already in their pathKey form, with sep
+// between names.
+func withinKey(p, dir, sep string) bool {
 	return p == dir || strings.HasSuffix(dir, sep) && strings.HasPrefix(p, dir) || strings.HasPrefix(p, dir+sep)
 }
+
+// onWindows says whether the agent runs on Windows; foldNames whether
+// this system's file names compare without case (Windows' do).
+const (
+	onWindows = runtime.GOOS == "windows"
+	foldNames = onWindows
+)
+
+// pathKey is the form in which the agent compares path p with another:
+// with fold (on Windows), letters folded as NTFS folds them for its
+// comparisons.
+func pathKey(p string, fold bool) string {
+	if fold {
+		return strings.ToUpper(p)
+	}
+	return p
+}
+
+// samePath reports whether a and b name the same path on this system.
+func samePath(a, b string) bool { return pathKey(a, foldNames) == pathKey(b, foldNames) }
 
 // isDenied reports whether err is a refusal rather than a failure.
 func isDenied(err error) bool {

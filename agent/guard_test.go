@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -362,5 +363,30 @@ func BenchmarkReadTool(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnFileNotMadeYetThroughLink: one of the agent's own files that
+// does not exist yet, named through a directory link, is the agent's at
+// the link's destination too: no tool may create it there.
+func TestOwnFileNotMadeYetThroughLink(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGuard(nil, ownFiles{StateDir: t.TempDir(), SecretFiles: []string{filepath.Join(dir, "link", "creds.json")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own *ownError
+	if _, err := g.checkPath(filepath.Join(real, "creds.json"), policy.Write); !errors.As(err, &own) {
+		t.Errorf("write to the credentials' real place: %v, want a refusal", err)
 	}
 }

@@ -197,7 +197,7 @@ func (t *toolbox) openRegular(path, target, refusal string) (*os.File, int64, er
 // openRegular is toolbox.openRegular for what reads files outside a
 // tool call (the skill catalog).
 func (g *guard) openRegular(path, target, refusal string) (*os.File, int64, error) {
-	if target == "/" {
+	if isRoot(target) {
 		return nil, 0, problem(notRegular(path, fs.ModeDir, refusal))
 	}
 	d, err := openDir(filepath.Dir(target), false)
@@ -222,8 +222,8 @@ func (g *guard) openRegular(path, target, refusal string) (*os.File, int64, erro
 	}
 	fi, err := f.Stat()
 	if err == nil {
-		if p := notRegular(path, fi.Mode(), refusal); p != "" {
-			err = problem(p)
+		if !openedRegular(fi) {
+			err = problem(notRegular(path, fi.Mode(), refusal))
 		} else {
 			err = g.checkOpened(path, fi)
 		}

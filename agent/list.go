@@ -85,7 +85,7 @@ func (t *toolbox) list(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	if target != "/" {
+	if !isRoot(target) {
 		d, meta, err := entryMeta(target)
 		if err != nil {
 			return toolFailure(tc, "%s", fsProblem(path, err))

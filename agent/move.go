@@ -50,7 +50,10 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r != nil {
 		return r
 	}
-	if target == destTarget {
+	switch {
+	case samePath(target, destTarget) && path != dest && samePath(path, dest):
+		return toolFailure(tc, "destination %s names the same file as path %s: this host compares names without case; nothing was moved. To change only the case of a name, move it to another name first, then to the new one", dest, path)
+	case samePath(target, destTarget):
 		return toolFailure(tc, "destination %s is the same as path %s; nothing to move", dest, path)
 	}
 	unlock, err := t.lockFiles(target, destTarget)
@@ -138,14 +141,13 @@ func checkDestination(tc *toolCall, path, dest, destTarget string, meta *fileMet
 		return destExists(tc, path, dest)
 	}
 	for p := filepath.Dir(destTarget); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			if p == "/" {
-				return nil
-			}
+		dev, ok := deviceOf(p)
+		switch {
+		case !ok && isRoot(p):
+			return nil
+		case !ok:
 			continue
-		}
-		if id, ok := identity(fi); ok && id.dev != meta.dev {
+		case dev != meta.dev:
 			return crossDevice(tc, path, dest)
 		}
 		return nil

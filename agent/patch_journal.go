@@ -102,10 +102,7 @@ func (r *journalRecord) backup(i int) string { return hiddenName(r.Entries[i].Na
 // hiddenName is the name of a commit's hidden file for name: like the
 // temporary files of write (".name.tmp-...") but tied to the journal.
 func hiddenName(name, kind, id string, i int) string {
-	if len(name) > 100 {
-		name = name[:100]
-	}
-	return "." + name + "." + kind + "-" + id + "-" + strconv.Itoa(i)
+	return "." + cutName(name, 100) + "." + kind + "-" + id + "-" + strconv.Itoa(i)
 }
 
 // newJournalID returns a random journal ID: 32 hexadecimal digits.
@@ -209,7 +206,7 @@ func (e *journalEntry) validate() error {
 		if k+1 < len(e.Made) {
 			want = filepath.Dir(e.Made[k+1])
 		}
-		if !cleanAbs(d) || d != want || d == "/" {
+		if !cleanAbs(d) || d != want || isRoot(d) {
 			return fmt.Errorf("made directory %q is not on the way to %s", d, e.Dir)
 		}
 	}

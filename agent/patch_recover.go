@@ -353,7 +353,7 @@ func hashAt(d *dirHandle, name string) (fileState, error) {
 		return fileState{}, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	if fi, err := f.Stat(); err != nil || !openedRegular(fi) {
 		return fileState{exists: true}, err
 	}
 	sum, err := hashReader(context.Background(), f)

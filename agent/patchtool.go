@@ -111,7 +111,7 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	}
 	keys := make([]string, len(targets))
 	for i, pt := range targets {
-		keys[i] = pt.key
+		keys[i] = pt.target
 	}
 	// A commit a dead process left half done is finished or undone
 	// before anything else touches its files.

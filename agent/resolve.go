@@ -31,14 +31,45 @@ func realPath(path string) (string, error) {
 		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
 	if runtime.GOOS == "windows" {
-		return evalExisting(filepath.Clean(path))
+		resolved, err := winRealPath(filepath.Clean(path), readWinLink)
+		if err != nil {
+			return "", err
+		}
+		return evalExisting(resolved)
 	}
 	return walkPath(filepath.Clean(path), false)
 }
 
-// evalExisting follows the links (symbolic links and junctions) in the
-// longest part of path that exists and appends the rest as it is: realPath
-// where the component walk, which knows only "/", does not apply.
+// readWinLink is the winLinkReader of the running system: a symbolic link
+// (ModeSymlink) or junction (which Go reports as irregular) whose
+// destination os.Readlink can read. Another reparse point (a file a
+// cloud-sync filter serves) is not a link; an unreadable one is left to
+// the file layer, which refuses to go through it.
+func readWinLink(p string) (string, bool, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return "", false, err
+	}
+	m := fi.Mode()
+	if m&(fs.ModeSymlink|fs.ModeIrregular) == 0 {
+		return "", false, nil
+	}
+	dest, err := os.Readlink(p)
+	switch {
+	case err == nil:
+		return dest, true, nil
+	case m&fs.ModeSymlink != 0:
+		return "", false, err
+	}
+	return "", false, nil
+}
+
+// evalExisting normalises the longest part of path that exists, a path
+// without links, to the names its directories hold (filepath.EvalSymlinks
+// gives each name its case on disk, and a short 8.3 name its long name)
+// and appends the rest as it is: on Windows the path rules must judge the
+// names the files have, since Windows opens C:\PROGRA~1 and
+// c:\program files as C:\Program Files.
 func evalExisting(path string) (string, error) {
 	rest := ""
 	for p := path; ; {

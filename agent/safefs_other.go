@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package agent
 
@@ -9,14 +9,13 @@ import (
 	"time"
 )
 
-// The race-free file layer needs openat and O_NOFOLLOW; on other systems
-// (Windows) the file tools refuse to work rather than work unsafely.
+// The race-free file layer needs openat and O_NOFOLLOW (Unix) or
+// NtCreateFile relative to a directory handle (Windows); on other systems
+// the file tools refuse to work rather than work unsafely.
 
-var errNoSafeFS = errors.New("the file tools are not available on this host yet: its agent runs on Windows, where they cannot refuse links and junctions race-free; use bash, which runs PowerShell here")
+var errNoSafeFS = errors.New("the file tools are not available on this host: its agent runs on a system that cannot open files without following links")
 
 type dirHandle struct{ path string }
-
-type fileID struct{ dev, ino uint64 }
 
 func openDir(string, bool) (*dirHandle, error)                       { return nil, errNoSafeFS }
 func (d *dirHandle) Close() error                                    { return nil }
@@ -30,7 +29,6 @@ func (d *dirHandle) stageAs(string, []byte, *fileMeta) error         { return er
 func (d *dirHandle) link(string, string) error                       { return errNoSafeFS }
 func (d *dirHandle) renameNew(string, string) error                  { return errNoSafeFS }
 func (d *dirHandle) sync()                                           {}
-func identity(fs.FileInfo) (fileID, bool)                            { return fileID{}, false }
 func (d *dirHandle) sub(string) (*dirHandle, error)                  { return nil, errNoSafeFS }
 func (d *dirHandle) readNames(int) ([]string, bool, error)           { return nil, false, errNoSafeFS }
 func (d *dirHandle) readlink(string) (string, error)                 { return "", errNoSafeFS }
@@ -39,10 +37,14 @@ func (d *dirHandle) moveTo(string, *dirHandle, string, bool) error {
 	return errNoSafeFS
 }
 
-func flockDir(string, time.Duration) (int, error) { return -1, nil }
-func noHardLinks(error) bool                      { return false }
-func lockNB(*os.File) (bool, error)               { return false, errNoSafeFS }
+func flockDir(string, time.Duration) (func(), error) { return func() {}, nil }
+func noHardLinks(error) bool                         { return false }
+func lockNB(*os.File) (bool, error)                  { return false, errNoSafeFS }
+func deviceOf(string) (uint64, bool)                 { return 0, false }
+func openedRegular(fi fs.FileInfo) bool              { return fi.Mode().IsRegular() }
+func realName(_, name string) (string, error)        { return name, nil }
 
 const noFollow = 0
 
-func closeFD(int) {}
+// linkKind names what the layer refuses to go through, for messages.
+const linkKind = "a symbolic link"

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -123,7 +120,7 @@ func (d *dirHandle) lstat(name string) (*fileMeta, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(d.path, name), Err: err}
 	}
-	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid), size: st.Size, dev: uint64(st.Dev)}, nil // the types differ by system
+	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid), size: st.Size, dev: uint64(st.Dev), name: name}, nil // the types differ by system
 }
 
 func fileMode(m uint32) fs.FileMode {
@@ -257,12 +254,8 @@ func noHardLinks(err error) bool {
 // createTemp creates a new hidden file next to name, readable by the
 // agent only until fillTemp gives it its mode.
 func (d *dirHandle) createTemp(name string) (*os.File, string, error) {
-	base := name
-	if len(base) > 100 {
-		base = base[:100]
-	}
 	for range 100 {
-		tmpName := "." + base + ".tmp-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
+		tmpName := tempName(name)
 		f, err := d.open(tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			return f, tmpName, err
@@ -393,47 +386,51 @@ func renameChecked(oldfd int, oldName string, newfd int, newName string, isDir b
 	return unix.Renameat(oldfd, oldName, newfd, newName)
 }
 
-// fileID identifies a file whatever its name: hard links share it.
-type fileID struct{ dev, ino uint64 }
-
-func identity(fi fs.FileInfo) (fileID, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}, false
+// deviceOf returns the file system of the file at path (links
+// followed), as lstat reports it in fileMeta.dev.
+func deviceOf(path string) (uint64, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, false
 	}
-	return fileID{uint64(st.Dev), uint64(st.Ino)}, true // the types differ by system
+	return uint64(st.Dev), true // the type differs by system
 }
 
+// openedRegular reports whether fi, the description of a file the layer
+// opened, is a regular file.
+func openedRegular(fi fs.FileInfo) bool { return fi.Mode().IsRegular() }
+
+// realName returns the name, as the directory holds it, of the entry
+// name in dir: on Unix the name itself.
+func realName(dir, name string) (string, error) { return name, nil }
+
 // flockDir takes an exclusive flock on the directory dir and returns the
-// descriptor that holds it (closing it releases the lock). It polls, so
-// that a process that holds the lock for good cannot make it wait for
-// ever: after wait it gives up with errDirLocked.
-func flockDir(dir string, wait time.Duration) (int, error) {
+// function that releases it (closing the descriptor that holds it). It
+// polls, so that a process that holds the lock for good cannot make it
+// wait for ever: after wait it gives up with errDirLocked.
+func flockDir(dir string, wait time.Duration) (func(), error) {
 	fd, err := retry(func() (int, error) {
 		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	})
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	deadline := time.Now().Add(wait)
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		_, err := retry(func() (int, error) { return 0, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
 		if err == nil {
-			return fd, nil
+			return func() { unix.Close(fd) }, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
 			unix.Close(fd)
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				err = errDirLocked
 			}
-			return -1, err
+			return nil, err
 		}
 		time.Sleep(pause)
 	}
 }
-
-// closeFD closes a descriptor flockDir returned.
-func closeFD(fd int) { unix.Close(fd) }
 
 // noFollow makes an open fail on a symbolic link.
 const noFollow = unix.O_NOFOLLOW
@@ -450,3 +447,6 @@ func lockNB(f *os.File) (bool, error) {
 	}
 	return false, err
 }
+
+// linkKind names what the layer refuses to go through, for messages.
+const linkKind = "a symbolic link"

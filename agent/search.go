@@ -175,7 +175,7 @@ type searcher struct {
 // run searches the top, a file or a directory. It returns a result only
 // when the search cannot give one of its own.
 func (s *searcher) run(tc *toolCall) *protocol.Result {
-	if s.target == "/" {
+	if isRoot(s.target) {
 		return s.runDir(tc)
 	}
 	d, meta, err := entryMeta(s.target)
@@ -343,7 +343,7 @@ func (s *searcher) file(d *dirHandle, name, rel string) (skip string, err error)
 	if err != nil {
 		return "", err
 	}
-	if !fi.Mode().IsRegular() {
+	if !openedRegular(fi) {
 		return "other", nil // changed since it was looked at
 	}
 	shown := filepath.Join(s.shown, filepath.FromSlash(rel))

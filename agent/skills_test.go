@@ -86,20 +86,6 @@ func FuzzParseSkill(f *testing.F) {
 
 // writeSkill writes root/name/SKILL.md with the given description, or
 // with text as is when text is not empty.
-func writeSkill(t *testing.T, root, name, desc, text string) {
-	t.Helper()
-	if text == "" {
-		text = fmt.Sprintf("---\nname: %s\ndescription: %s\n---\n# %s\n", name, desc, name)
-	}
-	dir := filepath.Join(root, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, skillFile), []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func testPolicy(t *testing.T, text string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse([]byte(text), policy.Env{Cwd: "/", Tools: toolNames(), Shell: "/bin/sh"})
@@ -107,17 +93,6 @@ func testPolicy(t *testing.T, text string) *policy.Policy {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// testGuard returns a guard for pol (nil: unrestricted) with a state
-// directory of its own.
-func testGuard(t *testing.T, pol *policy.Policy) *guard {
-	t.Helper()
-	g, err := newGuard(pol, ownFiles{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }
 
 func TestCatalogScan(t *testing.T) {

@@ -520,7 +520,7 @@ func readTail(path string, maxBytes, maxLines int, check func(fs.FileInfo) error
 	if err != nil {
 		return "", false, err
 	}
-	if !fi.Mode().IsRegular() {
+	if !openedRegular(fi) {
 		return "", false, fmt.Errorf("%s is not a regular file", path)
 	}
 	if check != nil {

@@ -156,13 +156,17 @@ func (t *toolbox) tools() map[string]toolFunc {
 }
 
 // resolve turns a path given by a caller into a clean absolute path: "~"
-// and "~/..." are relative to the user's home, other relative paths to the
-// working directory.
+// and "~/..." ("~\..." on Windows) are relative to the user's home, other
+// relative paths to the working directory. On Windows a path rooted
+// without a drive (\x) or naming a drive without a separator (C:x) is
+// refused: it is relative to something other than the working directory.
 func (t *toolbox) resolve(p string) (string, error) {
 	switch {
 	case p == "":
 		return "", errors.New("path is empty; give a file path")
-	case p == "~" || strings.HasPrefix(p, "~/"):
+	case onWindows && winRelativeProblem(p) != "":
+		return "", errors.New(winRelativeProblem(p))
+	case p == "~" || strings.HasPrefix(p, "~/") || onWindows && strings.HasPrefix(p, `~\`):
 		if t.home == "" {
 			return "", fmt.Errorf("cannot expand %s: the agent's user has no home directory; give an absolute path", p)
 		}
@@ -194,8 +198,10 @@ func (t *toolbox) lockFile(path string) (unlock func(), err error) {
 // locked for longer than dirLockWait fails the call with errDirLocked.
 func (t *toolbox) lockFiles(paths ...string) (unlock func(), err error) {
 	keys := make([]string, len(paths))
+	dirs := map[string]string{} // the key of each directory: the directory
 	for i, p := range paths {
 		keys[i] = lockKey(p)
+		dirs[filepath.Dir(keys[i])] = filepath.Dir(lockPath(p))
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -208,13 +214,8 @@ func (t *toolbox) lockFiles(paths ...string) (unlock func(), err error) {
 	for _, k := range keys {
 		undo = append(undo, t.locks.lock(k))
 	}
-	dirs := make([]string, len(keys))
-	for i, k := range keys {
-		dirs[i] = filepath.Dir(k)
-	}
-	slices.Sort(dirs)
-	for _, d := range slices.Compact(dirs) {
-		u, err := t.dirLocks.lock(d)
+	for _, k := range slices.Sorted(maps.Keys(dirs)) {
+		u, err := t.dirLocks.lock(k, dirs[k])
 		if err != nil {
 			release()
 			return nil, err
@@ -241,28 +242,28 @@ type dirLocks struct {
 }
 
 type dirLock struct {
-	ready chan struct{} // closed once fd and err are set
-	fd    int
-	err   error
-	refs  int // guarded by dirLocks.mu
+	ready   chan struct{} // closed once release and err are set
+	release func()        // nil when there was nothing to lock
+	err     error
+	refs    int // guarded by dirLocks.mu
 }
 
-// lock locks dir against other processes and returns the function that
-// unlocks it.
-func (l *dirLocks) lock(dir string) (unlock func(), err error) {
+// lock locks dir, known as key (its pathKey), against other processes
+// and returns the function that unlocks it.
+func (l *dirLocks) lock(key, dir string) (unlock func(), err error) {
 	l.mu.Lock()
 	if l.m == nil {
 		l.m = map[string]*dirLock{}
 	}
-	e := l.m[dir]
+	e := l.m[key]
 	if e == nil {
 		e = &dirLock{ready: make(chan struct{})}
-		l.m[dir] = e
+		l.m[key] = e
 		e.refs++
 		l.mu.Unlock()
-		e.fd, e.err = flockDir(dir, dirLockWait)
+		e.release, e.err = flockDir(dir, dirLockWait)
 		if errors.Is(e.err, fs.ErrNotExist) {
-			e.err = nil // nothing there to protect yet
+			e.release, e.err = nil, nil // nothing there to protect yet
 		}
 		close(e.ready)
 	} else {
@@ -274,9 +275,9 @@ func (l *dirLocks) lock(dir string) (unlock func(), err error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if e.refs--; e.refs == 0 {
-			delete(l.m, dir)
-			if e.fd >= 0 && e.err == nil {
-				closeFD(e.fd)
+			delete(l.m, key)
+			if e.release != nil {
+				e.release()
 			}
 		}
 	}
@@ -288,8 +289,12 @@ func (l *dirLocks) lock(dir string) (unlock func(), err error) {
 	return release, nil
 }
 
-// lockKey is the name under which lockFile locks path.
-func lockKey(path string) string {
+// lockKey is the name under which lockFile locks path: lockPath, on
+// Windows without case, as NTFS names one file C:\A.txt and c:\a.TXT.
+func lockKey(path string) string { return pathKey(lockPath(path), foldNames) }
+
+// lockPath is path with the links in its directory followed.
+func lockPath(path string) string {
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
 		return filepath.Join(dir, filepath.Base(path))
 	}

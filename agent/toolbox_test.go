@@ -316,11 +316,11 @@ func TestTwoAgentsOneFileCompareAndSwap(t *testing.T) {
 // locked.
 func TestDirLockHeldElsewhere(t *testing.T) {
 	dir := t.TempDir()
-	fd, err := flockDir(dir, time.Second)
+	release, err := flockDir(dir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeFD(fd)
+	defer release()
 	start := time.Now()
 	if _, err := flockDir(dir, 100*time.Millisecond); !errors.Is(err, errDirLocked) {
 		t.Fatalf("second lock: %v, want errDirLocked", err)
@@ -329,7 +329,7 @@ func TestDirLockHeldElsewhere(t *testing.T) {
 		t.Errorf("gave up after %v", d)
 	}
 	var l dirLocks
-	unlock, err := l.lock(filepath.Join(dir, "not-yet"))
+	unlock, err := l.lock(filepath.Join(dir, "not-yet"), filepath.Join(dir, "not-yet"))
 	if err != nil {
 		t.Fatalf("missing directory: %v", err)
 	}

@@ -35,14 +35,18 @@ const (
 // moved, not what it points to. It returns the resolved path if the tools
 // may do every one of ops with it.
 func (g *guard) checkLink(given string, ops ...policy.Op) (string, error) {
-	if given == "/" {
-		return "", errors.New("/ is the root directory; no tool deletes or moves it")
+	if isRoot(given) {
+		return "", fmt.Errorf("%s is the root directory; no tool deletes or moves it", given)
 	}
 	parent, err := realPath(filepath.Dir(given))
 	if err != nil {
 		return "", err
 	}
-	resolved := filepath.Join(parent, filepath.Base(given))
+	name, err := realName(parent, filepath.Base(given))
+	if err != nil {
+		return "", err
+	}
+	resolved := filepath.Join(parent, name)
 	if err := g.checkResolved(given, resolved, ops...); err != nil {
 		return "", err
 	}
@@ -84,7 +88,7 @@ func (t *toolbox) refuseTree(tc *toolCall, verb, path, target string) *protocol.
 		return deniedResult(tc, err)
 	}
 	cwds := []string{t.cfg.Cwd}
-	if real, err := filepath.EvalSymlinks(t.cfg.Cwd); err == nil {
+	if real, err := realPath(t.cfg.Cwd); err == nil {
 		cwds = append(cwds, real)
 	}
 	for _, cwd := range cwds {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/fleetmcp/fleetmcp/policy"
@@ -98,10 +100,18 @@ type fileMeta struct {
 	uid, gid int
 	size     int64
 	dev      uint64 // the file system it is on
+	// name is the entry described, in the directory it was read from: on
+	// Windows a replacement takes its access rules from it.
+	name string
 }
 
 // errSwapped reports a path that changed between its check and its use.
-var errSwapped = errors.New("a symbolic link appeared in it after it was checked")
+var errSwapped = errors.New(linkKind + " appeared in it after it was checked")
+
+// tempName is a new hidden name next to name for a file that replaces it.
+func tempName(name string) string {
+	return "." + cutName(name, 100) + ".tmp-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
+}
 
 // writeFileAtomic is replaceFile for callers that need not know whether
 // the file was created.
@@ -121,7 +131,7 @@ func writeFileAtomic(path string, data []byte) error {
 // reports that no file was there before.
 func replaceFile(path string, data []byte) (created bool, err error) {
 	dir, name := filepath.Dir(path), filepath.Base(path)
-	if path == "/" {
+	if isRoot(path) {
 		return false, fmt.Errorf("%s is a directory; give the path of a file", path)
 	}
 	d, err := openDir(dir, true)
@@ -145,9 +155,21 @@ func replaceFile(path string, data []byte) (created bool, err error) {
 	return old == nil, d.replace(name, data, old)
 }
 
+// isRoot reports whether p, an absolute clean path, is the root of its
+// file system: "/", or on Windows a drive (C:\) or share (\\srv\share).
+func isRoot(p string) bool { return filepath.Dir(p) == p }
+
 // fillTemp writes data to tmp, gives it the owner and mode of old (0644
 // when old is nil), syncs and closes it.
 func fillTemp(tmp *os.File, data []byte, old *fileMeta) error {
+	if err := writeTemp(tmp, data, old); err != nil {
+		return err
+	}
+	return tmp.Close()
+}
+
+// writeTemp is fillTemp without the close.
+func writeTemp(tmp *os.File, data []byte, old *fileMeta) error {
 	if _, err := tmp.Write(data); err != nil {
 		return err
 	}
@@ -164,10 +186,7 @@ func fillTemp(tmp *os.File, data []byte, old *fileMeta) error {
 	if err := tmp.Chmod(mode); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	return tmp.Close()
+	return tmp.Sync()
 }
 
 // fsProblem describes a file-system error on path for a model.
@@ -182,7 +201,7 @@ func fsProblem(path string, err error) string {
 	case errors.Is(err, syscall.ELOOP):
 		return path + ": too many levels of symbolic links"
 	case errors.Is(err, errSwapped):
-		return path + ": changed while it was being checked (a symbolic link appeared in it); try again"
+		return path + ": changed while it was being checked (" + linkKind + " appeared in it); try again"
 	}
 	return err.Error()
 }
