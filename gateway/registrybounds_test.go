@@ -99,6 +99,8 @@ func TestRegistryRefusesOversizedAnnounces(t *testing.T) {
 			r, _ := newTestRegistry()
 			logs := &logCounter{}
 			r.log = slog.New(logs)
+			// One window for the whole flood, however slow the machine.
+			r.rejects = newLogLimiter(time.Hour, 1)
 			data := tc.raw
 			if data == nil {
 				a := announceOf("web-1")
@@ -259,6 +261,7 @@ func TestRegistryMalformedFlood(t *testing.T) {
 	r, _ := newTestRegistry()
 	logs := &logCounter{}
 	r.log = slog.New(logs)
+	r.rejects = newLogLimiter(time.Hour, 1)
 	presenceFlood(r, protocol.PresenceSubject("web-1"), []byte(`{"host":"web-1","cwd":`+strings.Repeat("9", 10000)), 20000)
 	presenceFlood(r, protocol.PresenceSubject("web-2"), []byte(`not json at all`), 20000)
 	if lines, n, last := logs.counts(); lines != 2 || n > 2000 {

@@ -148,8 +148,11 @@ func TestRouterLargeResultWaitsForRoom(t *testing.T) {
 	for _, room := range []bool{true, false} {
 		t.Run(fmt.Sprintf("room=%v", room), func(t *testing.T) {
 			ns := startNATS(t, 0)
-			r, _ := newTestRouter(t, ns, "web-1", 5*time.Second)
-			r.transfers = newTransfers(16<<20, 2*time.Second)
+			// Silence never ends the call, however slow the machine.
+			r, _ := newTestRouter(t, ns, "web-1", time.Minute)
+			// With room, the wait outlasts a loaded machine: the room is
+			// given back as soon as the result was dropped.
+			r.transfers = newTransfers(16<<20, time.Minute)
 			if !room {
 				r.transfers.wait = 200 * time.Millisecond
 			}
@@ -169,6 +172,10 @@ func TestRouterLargeResultWaitsForRoom(t *testing.T) {
 					r.mu.Lock()
 					fl := r.calls[rc.call.ID]
 					r.mu.Unlock()
+					if fl == nil {
+						out := recv(t, done, "call result")
+						t.Fatalf("the call ended before its result waited for room: %v", out.err)
+					}
 					fl.mu.Lock()
 					defer fl.mu.Unlock()
 					return fl.discard
