@@ -34,9 +34,15 @@ type JoinOptions struct {
 	Now func() time.Time
 }
 
-// validate checks every option, so that a bad one is refused before the
-// agent makes a key or dials anything; it returns the gateway URL in the
-// form enrolment.json keeps.
+// CheckJoinOptions checks every option of a join, so that a bad one is
+// refused before anything is made or dialled.
+func CheckJoinOptions(o *JoinOptions) error {
+	_, err := o.validate()
+	return err
+}
+
+// validate checks every option (CheckJoinOptions); it returns the
+// gateway URL in the form enrolment.json keeps.
 func (o *JoinOptions) validate() (string, error) {
 	var errs []error
 	gw, err := ParseGatewayURL(o.GatewayURL)
