@@ -34,16 +34,26 @@ type JoinOptions struct {
 	Now func() time.Time
 }
 
-// CheckJoinOptions checks every option of a join, so that a bad one is
-// refused before anything is made or dialled.
+// CheckJoinOptions checks the options of a join but the state directory
+// (which an installer chooses later), so that a bad one is refused before
+// anything is made or dialled.
 func CheckJoinOptions(o *JoinOptions) error {
-	_, err := o.validate()
+	_, err := o.check()
 	return err
 }
 
-// validate checks every option (CheckJoinOptions); it returns the
-// gateway URL in the form enrolment.json keeps.
+// validate checks every option; it returns the gateway URL in the form
+// enrolment.json keeps.
 func (o *JoinOptions) validate() (string, error) {
+	gw, err := o.check()
+	if o.StateDir == "" {
+		err = errors.Join(err, errors.New("no state directory: set --state_dir"))
+	}
+	return gw, err
+}
+
+// check checks every option but the state directory.
+func (o *JoinOptions) check() (string, error) {
 	var errs []error
 	gw, err := ParseGatewayURL(o.GatewayURL)
 	if err != nil {
@@ -59,9 +69,6 @@ func (o *JoinOptions) validate() (string, error) {
 		if err := protocol.ValidateHost(o.Host); err != nil {
 			errs = append(errs, fmt.Errorf("--name: %w", err))
 		}
-	}
-	if o.StateDir == "" {
-		errs = append(errs, errors.New("no state directory: set --state_dir"))
 	}
 	return gw, errors.Join(errs...)
 }

@@ -84,11 +84,7 @@ func (o *Options) validate() error {
 		}
 	}
 	// The enrolment's options are checked before anything is written.
-	check := o.Join
-	if check.StateDir == "" {
-		check.StateDir = "-"
-	}
-	return identity.CheckJoinOptions(&check)
+	return identity.CheckJoinOptions(&o.Join)
 }
 
 // path returns the system path p under the prefix.
