@@ -52,12 +52,20 @@ func ParseGatewayURL(raw string) (string, error) {
 	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
 		return "", fmt.Errorf("gateway URL %q has a path, query or fragment; %s", clip(raw), want)
 	}
+	host := strings.ToLower(u.Hostname())
+	if strings.ContainsAny(host, "%[]") {
+		return "", fmt.Errorf("gateway URL %q: an IPv6 zone or bracket in the host name; %s", clip(raw), want)
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return "", fmt.Errorf("gateway URL %q: port %q is not 1-65535", clip(raw), p)
 		}
+		host += ":" + p
 	}
-	return "https://" + strings.ToLower(u.Host), nil
+	return "https://" + host, nil
 }
 
 func clip(s string) string {

@@ -10,9 +10,14 @@
 //	<state_dir>/identity/enrolment.json  the enrolment (0600)
 //
 // Every file is replaced atomically (temporary file, fsync, rename, fsync
-// of the directory), so a crash leaves the old one or the new one. This
-// package must not import the agent package; it imports nothing of the
-// module but protocol.
+// of the directory), so a crash leaves the old one or the new one.
+//
+// It is also the agent's side of enrolment (protocol/enrol.go): Join
+// enrols over the gateway's fleet API, trusting only the CA the operator
+// pinned (pin.go); Identity.Recover gets a new credential the same way
+// when the old one expired; Identity.Renew renews it over the agent's
+// NATS connection. This package must not import the agent package; it
+// imports nothing of the module but protocol.
 package identity
 
 import (

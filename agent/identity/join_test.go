@@ -308,7 +308,7 @@ func TestParseGatewayURL(t *testing.T) {
 			t.Errorf("ParseGatewayURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"http://gw:8443", "gw:8443", "https://", "https://gw:0", "https://gw:8443/x", "https://gw?x=1", "https://gw#f", "https://u@gw", "nats://gw:4222", "https:gw"} {
+	for _, in := range []string{"http://gw:8443", "gw:8443", "https://", "https://gw:0", "https://gw:8443/x", "https://gw?x=1", "https://gw#f", "https://u@gw", "nats://gw:4222", "https:gw", "https://[fe80::1%25en0]:8443"} {
 		if got, err := ParseGatewayURL(in); err == nil {
 			t.Errorf("ParseGatewayURL(%q) = %q, want an error", in, got)
 		}
@@ -318,7 +318,7 @@ func TestParseGatewayURL(t *testing.T) {
 // FuzzParseGatewayURL: what ParseGatewayURL accepts is an https URL of a
 // host only, and accepting it again changes nothing.
 func FuzzParseGatewayURL(f *testing.F) {
-	for _, s := range []string{"https://gw:8443", "http://gw", "https://[::1]:1", "https://u@h", "https://h/p?q#f", "https:h", "https://h:99999"} {
+	for _, s := range []string{"https://gw:8443", "http://gw", "https://[::1]:1", "https://u@h", "https://h/p?q#f", "https:h", "https://h:99999", "https://[fe80::1%25en0]:1", "https://gw:"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
