@@ -201,24 +201,24 @@ func (c *apiClient) post(ctx context.Context, op, path string, body, out any) er
 	return nil
 }
 
-// newProof returns a proof for the key of kp, dated now, without its
-// signature.
-func newProof(kp nkeys.KeyPair, now time.Time) (protocol.Proof, error) {
+// signedRequest is a request that carries a proof of possession.
+type signedRequest interface{ SigningBytes() []byte }
+
+// prove fills p, the proof embedded in req, for the key of kp at now: the
+// public key, a fresh nonce, the time, and kp's signature over req's
+// signing bytes (base64url without padding).
+func prove(kp nkeys.KeyPair, req signedRequest, p *protocol.Proof, now time.Time) error {
 	pub, err := kp.PublicKey()
 	if err != nil {
-		return protocol.Proof{}, err
+		return err
 	}
-	return protocol.Proof{PublicKey: pub, Nonce: protocol.NewNonce(), Time: now.UTC()}, nil
-}
-
-// sign returns the signature of kp over data in the form a Proof
-// carries.
-func sign(kp nkeys.KeyPair, data []byte) (string, error) {
-	sig, err := kp.Sign(data)
+	*p = protocol.Proof{PublicKey: pub, Nonce: protocol.NewNonce(), Time: now.UTC()}
+	sig, err := kp.Sign(req.SigningBytes())
 	if err != nil {
-		return "", fmt.Errorf("sign the request: %w", err)
+		return fmt.Errorf("sign the request: %w", err)
 	}
-	return base64.RawURLEncoding.EncodeToString(sig), nil
+	p.Signature = base64.RawURLEncoding.EncodeToString(sig)
+	return nil
 }
 
 // checkCredential makes sure token is a user JWT for the key pub and

@@ -116,12 +116,8 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if facts == (protocol.AgentFacts{}) {
 		facts = Facts()
 	}
-	proof, err := newProof(kp, now())
-	if err != nil {
-		return nil, false, err
-	}
-	req := &protocol.EnrolRequest{Token: strings.TrimSpace(opts.Token), Host: opts.Host, CAPin: opts.CAPin, Facts: facts, Proof: proof}
-	if req.Signature, err = sign(kp, req.SigningBytes()); err != nil {
+	req := &protocol.EnrolRequest{Token: strings.TrimSpace(opts.Token), Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
+	if err := prove(kp, req, &req.Proof, now()); err != nil {
 		return nil, false, err
 	}
 	var resp protocol.EnrolResponse
@@ -131,7 +127,7 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if opts.Host != "" && resp.Host != opts.Host {
 		return nil, false, fmt.Errorf("enrolment: asked for host %q, the gateway enrolled %q: refusing a name not asked for", opts.Host, resp.Host)
 	}
-	if err := store.saveAnswer(gw, opts.CAPin, proof.PublicKey, &resp, now()); err != nil {
+	if err := store.saveAnswer(gw, opts.CAPin, req.PublicKey, &resp, now()); err != nil {
 		return nil, false, fmt.Errorf("enrolment: %w", err)
 	}
 	id, err := Load(opts.StateDir)

@@ -16,13 +16,14 @@ import (
 // there is no fleet API to recover its credential from.
 var ErrNoGateway = errors.New("the agent was not enrolled over a gateway's fleet API: there is nowhere to recover its credential from")
 
-// key returns the agent's key pair; the caller wipes it.
-func (id *Identity) key() (nkeys.KeyPair, error) {
+// prove fills p, the proof embedded in req, with the agent's key.
+func (id *Identity) prove(req signedRequest, p *protocol.Proof) error {
 	kp, err := nkeys.FromSeed(id.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("the agent's key: %w", err)
+		return fmt.Errorf("the agent's key: %w", err)
 	}
-	return kp, nil
+	defer kp.Wipe()
+	return prove(kp, req, p, time.Now())
 }
 
 // Renew asks the gateway for a new credential over the agent's NATS
@@ -31,17 +32,8 @@ func (id *Identity) key() (nkeys.KeyPair, error) {
 // reply (nats.Conn.RequestWithContext on the agent's connection, whose
 // inbox is the agent's own). A refusal is a *RefusedError.
 func (id *Identity) Renew(ctx context.Context, request func(ctx context.Context, subject string, data []byte) ([]byte, error)) error {
-	kp, err := id.key()
-	if err != nil {
-		return err
-	}
-	defer kp.Wipe()
-	proof, err := newProof(kp, time.Now())
-	if err != nil {
-		return err
-	}
-	req := &protocol.RenewRequest{Host: id.Enrolment.Host, Proof: proof}
-	if req.Signature, err = sign(kp, req.SigningBytes()); err != nil {
+	req := &protocol.RenewRequest{Host: id.Enrolment.Host}
+	if err := id.prove(req, &req.Proof); err != nil {
 		return err
 	}
 	data, err := json.Marshal(req)
@@ -100,17 +92,8 @@ func (id *Identity) Recover(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", EnrolmentFile, err)
 	}
 	defer client.close()
-	kp, err := id.key()
-	if err != nil {
-		return err
-	}
-	defer kp.Wipe()
-	proof, err := newProof(kp, time.Now())
-	if err != nil {
-		return err
-	}
-	req := &protocol.RecoverRequest{Host: e.Host, CAPin: e.CAPin, Proof: proof}
-	if req.Signature, err = sign(kp, req.SigningBytes()); err != nil {
+	req := &protocol.RecoverRequest{Host: e.Host, CAPin: e.CAPin}
+	if err := id.prove(req, &req.Proof); err != nil {
 		return err
 	}
 	var resp protocol.EnrolResponse

@@ -85,12 +85,9 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *rf.logLevel)
+	log, err := rf.logger(stderr)
 	if err != nil {
 		return err
-	}
-	if *rf.stateDir == "" {
-		return errors.New("no state directory: set --state_dir (or HOME)")
 	}
 	opts, err := jf.options(getenv, *rf.name, *rf.stateDir)
 	if err != nil {

@@ -98,12 +98,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *rf.logLevel)
+	log, err := rf.logger(stderr)
 	if err != nil {
 		return err
-	}
-	if *rf.stateDir == "" {
-		return errors.New("no state directory: set --state_dir (or HOME)")
 	}
 	id, err := identity.Load(*rf.stateDir)
 	if err != nil {
@@ -184,6 +181,19 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 	}
 	fs.Var(&rf.protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	return rf
+}
+
+// logger returns the agent's logger, once the flags every start needs
+// are known good.
+func (rf *runFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	log, err := newLogger(stderr, *rf.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	if *rf.stateDir == "" {
+		return nil, errors.New("no state directory: set --state_dir (or HOME)")
+	}
+	return log, nil
 }
 
 // start runs the agent of identity id until ctx ends.
