@@ -94,6 +94,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage:
+  fleet-agent [flags]           run with the identity in --state_dir
+  fleet-agent join [flags]      enrol with a gateway (--gateway, --token_file, --ca_pin), then run
+  fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	rf := addRunFlags(fs, getenv)
 	if err := parse(fs, args); err != nil {
 		return err
