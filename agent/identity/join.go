@@ -95,7 +95,12 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 		}
 		return id, false, nil
 	} else if !errors.Is(err, ErrNotEnrolled) {
-		return nil, false, err
+		// A damaged key is the operator's to restore or delete; a
+		// credential or enrolment that does not fit a good key is what a
+		// new enrolment replaces.
+		if _, kerr := Open(opts.StateDir).LoadKey(); kerr != nil {
+			return nil, false, err
+		}
 	}
 	client, err := newAPIClient(gw, opts.CAPin)
 	if err != nil {

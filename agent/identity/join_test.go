@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -91,6 +93,21 @@ func TestJoin(t *testing.T) {
 	id3, enrolled, err := Join(context.Background(), opts(g, state))
 	if err != nil || !enrolled || id3.PublicKey != id.PublicKey {
 		t.Fatalf("join after an interrupted one: %v, enrolled %v", err, enrolled)
+	}
+	// So does one whose credential does not fit its key (a restore gone
+	// wrong); a damaged key is left for the operator.
+	other, _ := nkeys.CreateUser()
+	if err := Open(state).SaveJWT(credential(t, other, "web-1", time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if _, enrolled, err := Join(context.Background(), opts(g, state)); err != nil || !enrolled {
+		t.Fatalf("join over a credential of another key: %v, enrolled %v", err, enrolled)
+	}
+	if err := os.WriteFile(filepath.Join(state, Dir, KeyFile), []byte("SUjunk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Join(context.Background(), opts(g, state)); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("join over a damaged key: %v", err)
 	}
 }
 
