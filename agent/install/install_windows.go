@@ -60,6 +60,15 @@ func install(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	if o.system() {
+		// Windows does not replace the executable of a running process:
+		// a service that runs an older binary is stopped first.
+		if same, err := sameContent(o.Executable, bin); err == nil && !same {
+			if err := stopInstalled(bin); err != nil {
+				return err
+			}
+		}
+	}
 	c, err := copyIfChanged(o.Executable, bin, 0o755)
 	if err != nil {
 		return fmt.Errorf("install the binary: %w", err)
@@ -139,6 +148,22 @@ func register(def service.WindowsConfig, changed bool) error {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	return nil
+}
+
+// stopInstalled stops the agent's service, if it is registered, so that
+// its binary can be replaced.
+func stopInstalled(bin string) error {
+	m, err := mgr.Connect()
+	if err != nil {
+		return fmt.Errorf("the service control manager: %w (run as an administrator)", err)
+	}
+	defer m.Disconnect()
+	s, err := m.OpenService(windowsService)
+	if err != nil {
+		return nil // not registered yet
+	}
+	defer s.Close()
+	return stopService(s, 45*time.Second)
 }
 
 // stopService stops s, if it runs, and waits until it has stopped (the
