@@ -64,7 +64,7 @@ func install(ctx context.Context, o *Options) error {
 		// Windows does not replace the executable of a running process:
 		// a service that runs an older binary is stopped first.
 		if same, err := sameContent(o.Executable, bin); err == nil && !same {
-			if err := stopInstalled(bin); err != nil {
+			if err := stopInstalled(); err != nil {
 				return err
 			}
 		}
@@ -152,7 +152,7 @@ func register(def service.WindowsConfig, changed bool) error {
 
 // stopInstalled stops the agent's service, if it is registered, so that
 // its binary can be replaced.
-func stopInstalled(bin string) error {
+func stopInstalled() error {
 	m, err := mgr.Connect()
 	if err != nil {
 		return fmt.Errorf("the service control manager: %w (run as an administrator)", err)
