@@ -72,6 +72,15 @@ type Agent struct {
 	// lastDialFailure is the reason the last connection attempt failed
 	// (owned by dialLoop).
 	lastDialFailure string
+	// recoverState is the credential state a recovery was last asked for
+	// in ("": none since the last connection), at recoverAsked (owned by
+	// dialLoop).
+	recoverState string
+	recoverAsked time.Time
+	// joined wakes the renewal loop when the agent (re)joins; renewRetry
+	// is the first wait after a failed renewal.
+	joined     chan struct{}
+	renewRetry time.Duration
 }
 
 // New validates cfg, takes the state directory for this process (a
@@ -152,6 +161,8 @@ func New(cfg Config) (*Agent, error) {
 		skills:      skills,
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
+		joined:      make(chan struct{}, 1),
+		renewRetry:  renewRetryMin,
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
 		queue:       make(chan *job, cfg.MaxQueue),
@@ -240,6 +251,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	var session sync.WaitGroup
 	session.Go(func() { a.dialLoop(sessCtx, refused) })
 	session.Go(func() { a.keepaliveLoop(sessCtx) })
+	if a.cfg.Renewer != nil {
+		session.Go(func() { a.renewLoop(runCtx) })
+	}
 	var watcher sync.WaitGroup
 	watcher.Go(func() { a.skills.watch(runCtx, a.skillsChanged) })
 
@@ -349,10 +363,11 @@ func (a *Agent) abandonStuck(jobs []*job) {
 func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 	attempt, joined := 0, false
 	for ctx.Err() == nil {
+		a.maybeRecover(ctx, a.credentialState(nil))
 		closed := make(chan struct{})
 		nc, err := a.connect(ctx, closed)
 		if err == nil {
-			a.lastDialFailure = ""
+			a.lastDialFailure, a.recoverState = "", ""
 			err = a.serve(ctx, nc, closed)
 			if err == nil {
 				attempt, joined = 0, true
@@ -369,6 +384,9 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 		}
 		attempt++
 		wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
+		if a.maybeRecover(ctx, a.credentialState(err)) {
+			wait = 0 // dial at once with the recovered credential
+		}
 		a.logDialError(err, wait)
 		select {
 		case <-ctx.Done():
@@ -463,6 +481,7 @@ func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, 
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			a.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			a.announce(nc, false)
+			a.signalJoined()
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			a.log.Warn("NATS error", "err", err)
@@ -554,6 +573,7 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("join the fleet: %w", err)
 	}
+	a.signalJoined()
 	return subs, nil
 }
 

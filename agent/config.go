@@ -33,6 +33,11 @@ type Config struct {
 	// Labels are not the agent's to choose: the operator gives them at
 	// enrolment.
 	Credentials Credentials
+	// Renewer, when set, renews the credential before it expires (over
+	// the agent's NATS connection) and recovers it when it has expired or
+	// NATS refuses it (over the gateway's fleet API): fleet-agent sets
+	// its identity. Nil: the credential is used as it is.
+	Renewer Renewer
 
 	// Cwd is the working directory for bash and relative paths. Default:
 	// the process's working directory.

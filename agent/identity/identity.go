@@ -10,9 +10,14 @@
 //	<state_dir>/identity/enrolment.json  the enrolment (0600)
 //
 // Every file is replaced atomically (temporary file, fsync, rename, fsync
-// of the directory), so a crash leaves the old one or the new one. This
-// package must not import the agent package; it imports nothing of the
-// module but protocol.
+// of the directory), so a crash leaves the old one or the new one.
+//
+// It is also the agent's side of enrolment (protocol/enrol.go): Join
+// enrols over the gateway's fleet API, trusting only the CA the operator
+// pinned (pin.go); Identity.Recover gets a new credential the same way
+// when the old one expired; Identity.Renew renews it over the agent's
+// NATS connection. This package must not import the agent package; it
+// imports nothing of the module but protocol.
 package identity
 
 import (
@@ -205,9 +210,12 @@ type Identity struct {
 	PublicKey string
 	Enrolment Enrolment
 
-	mu      sync.Mutex
-	token   string
-	expires time.Time
+	// replaceMu serialises changes of the stored credential.
+	replaceMu sync.Mutex
+	mu        sync.Mutex
+	token     string
+	issued    time.Time
+	expires   time.Time
 }
 
 // Load reads the identity in stateDir. Its error wraps ErrNotEnrolled,
@@ -239,33 +247,30 @@ func Load(stateDir string) (*Identity, error) {
 }
 
 // check makes sure token is a user JWT for the agent's key and host,
-// and returns its expiry (zero: none).
-func (id *Identity) check(token string) (time.Time, error) {
-	uc, err := jwt.DecodeUserClaims(token)
+// and returns when it was issued and when it expires (zero: never).
+func (id *Identity) check(token string) (issued, expires time.Time, err error) {
+	uc, err := checkCredential(token, id.PublicKey, id.Enrolment.Host)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("not a user JWT: %w", err)
+		return time.Time{}, time.Time{}, err
 	}
-	if uc.Subject != id.PublicKey {
-		return time.Time{}, fmt.Errorf("the credential is for key %s, not for this agent's key %s", uc.Subject, id.PublicKey)
-	}
-	if uc.Name != id.Enrolment.Host {
-		return time.Time{}, fmt.Errorf("the credential is for host %q, but the agent enrolled as %q", uc.Name, id.Enrolment.Host)
+	if uc.IssuedAt > 0 {
+		issued = time.Unix(uc.IssuedAt, 0)
 	}
 	if uc.Expires > 0 {
-		return time.Unix(uc.Expires, 0), nil
+		expires = time.Unix(uc.Expires, 0)
 	}
-	return time.Time{}, nil
+	return issued, expires, nil
 }
 
 // setJWT takes token as the current credential.
 func (id *Identity) setJWT(token string) error {
-	expires, err := id.check(token)
+	issued, expires, err := id.check(token)
 	if err != nil {
 		return err
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	id.token, id.expires = token, expires
+	id.token, id.issued, id.expires = token, issued, expires
 	return nil
 }
 
@@ -283,12 +288,22 @@ func (id *Identity) Expires() time.Time {
 	return id.expires
 }
 
+// Validity returns when the current credential was issued and when it
+// expires (zero: not said, never).
+func (id *Identity) Validity() (issued, expires time.Time) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.issued, id.expires
+}
+
 // Replace stores token, a new credential for the same key and host, and
 // makes it the current one: the next connection uses it.
 func (id *Identity) Replace(token string) error {
-	if _, err := id.check(token); err != nil {
+	if _, _, err := id.check(token); err != nil {
 		return fmt.Errorf("new credential: %w", err)
 	}
+	id.replaceMu.Lock()
+	defer id.replaceMu.Unlock()
 	if err := id.store.SaveJWT(token); err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Command fleet-agent joins a machine to a fleetmcp fleet: it dials NATS
 // (outbound only) with the identity the machine enrolled with (kept in
 // its state directory), announces the machine and runs the tool calls the
-// gateway routes to it.
+// gateway routes to it. "fleet-agent join" enrols the machine first;
+// "fleet-agent install" installs it as a system service.
 package main
 
 import (
@@ -79,65 +80,135 @@ func (p *pathsFlag) Set(s string) error {
 	return nil
 }
 
+// run dispatches: "join" enrols the machine and runs the agent,
+// "install" installs it as a service, anything else runs the agent with
+// the identity it has.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "join":
+			return runJoin(ctx, args[1:], getenv, stderr)
+		case "install":
+			return runInstall(ctx, args[1:], getenv, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var protected pathsFlag
-	var (
-		servers    = fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL; default: those the agent got when it enrolled)")
-		name       = fs.String("name", "", "this host's name in the fleet (default: the name it enrolled with; another one is refused)")
-		cwd        = fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)")
-		policy     = fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)")
-		stateDir   = fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files")
-		skillsDir  = fs.String("skills_dir", "", "directory of the host's skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)")
-		shell      = fs.String("shell", "", "shell for bash commands (default: bash from PATH)")
-		maxConc    = fs.Int("max_concurrent", 16, "calls running at once")
-		maxQueue   = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
-		bashDef    = fs.Duration("bash_timeout", 120*time.Second, "default bash timeout")
-		bashMax    = fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for")
-		imageDim   = fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down")
-		imageMax   = fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller")
-		outFileMiB = fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved")
-		outKeep    = fs.Duration("output_retention", 7*24*time.Hour, "how long bash full-output files are kept")
-		outFiles   = fs.Int("max_output_files", 500, "bash full-output files kept; beyond it the oldest are removed")
-		outAllMiB  = fs.Int64("max_output_files_mib", 1024, "MiB all bash full-output files kept may take; beyond it the oldest are removed")
-		binaryMax  = fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64")
-		taskDef    = fs.Duration("task_timeout", time.Hour, "default timeout of a background task (bash with background: true)")
-		taskMax    = fs.Duration("task_max_timeout", 24*time.Hour, "largest background task timeout a caller may ask for")
-		maxTasks   = fs.Int("max_tasks", 8, "background tasks running at once")
-		taskQueue  = fs.Int("max_task_queue", 32, "background tasks waiting to start before new ones are refused as busy (negative: none wait)")
-		retention  = fs.Duration("task_retention", 30*24*time.Hour, "finished background tasks older than this are removed when a new one starts")
-		maxKept    = fs.Int("max_kept_tasks", 1000, "background task folders kept; beyond it the oldest finished ones are removed")
-		keptMiB    = fs.Int64("max_kept_task_output_mib", 1024, "MiB of background task output kept; beyond it the oldest finished tasks are removed")
-		outMiB     = fs.Int64("max_task_output_mib", 100, "MiB of output one background task may write before it is killed")
-		tailBytes  = fs.Int("task_tail_bytes", 8<<10, "bytes of a finished task's output task_status returns (at most 50 lines)")
-		drain      = fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled")
-		heartbeat  = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
-		logLevel   = fs.String("log_level", "info", "debug, info, warn or error")
-	)
-	fs.Var(&protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage:
+  fleet-agent [flags]           run with the identity in --state_dir
+  fleet-agent join [flags]      enrol with a gateway (--gateway, --token_file, --ca_pin), then run
+  fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	rf := addRunFlags(fs, getenv)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := rf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	id, err := identity.Load(*rf.stateDir)
+	if err != nil {
+		return err
+	}
+	if *rf.name != "" && *rf.name != id.Enrolment.Host {
+		return fmt.Errorf("--name %s: the agent of state directory %s is enrolled as %q, and its credential is for that name only; drop --name, or give a host of another name its own --state_dir and enrolment",
+			*rf.name, *rf.stateDir, id.Enrolment.Host)
+	}
+	return start(ctx, rf, id, getenv, log)
+}
+
+// parse parses args into fs; there are no positional arguments.
+func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
 	}
-	log, err := newLogger(stderr, *logLevel)
+	return nil
+}
+
+// runFlags are the flags of a running agent (plain start, join, and what
+// install writes into the service definition).
+type runFlags struct {
+	servers, name, cwd, policy, stateDir, skillsDir, shell *string
+	maxConc, maxQueue                                      *int
+	bashDef, bashMax                                       *time.Duration
+	imageDim, imageMax                                     *int
+	outFileMiB                                             *int64
+	outKeep                                                *time.Duration
+	outFiles                                               *int
+	outAllMiB, binaryMax                                   *int64
+	taskDef, taskMax                                       *time.Duration
+	maxTasks, taskQueue                                    *int
+	retention                                              *time.Duration
+	maxKept                                                *int
+	keptMiB, outMiB                                        *int64
+	tailBytes                                              *int
+	drain, heartbeat                                       *time.Duration
+	logLevel                                               *string
+	protected                                              pathsFlag
+}
+
+func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
+	rf := &runFlags{
+		servers:    fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL; default: those the agent got when it enrolled)"),
+		name:       fs.String("name", "", "this host's name in the fleet (default: the name it enrolled with; another one is refused)"),
+		cwd:        fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)"),
+		policy:     fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)"),
+		stateDir:   fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files"),
+		skillsDir:  fs.String("skills_dir", "", "directory of the host's skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)"),
+		shell:      fs.String("shell", "", "shell for bash commands (default: bash from PATH)"),
+		maxConc:    fs.Int("max_concurrent", 16, "calls running at once"),
+		maxQueue:   fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy"),
+		bashDef:    fs.Duration("bash_timeout", 120*time.Second, "default bash timeout"),
+		bashMax:    fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for"),
+		imageDim:   fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down"),
+		imageMax:   fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller"),
+		outFileMiB: fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved"),
+		outKeep:    fs.Duration("output_retention", 7*24*time.Hour, "how long bash full-output files are kept"),
+		outFiles:   fs.Int("max_output_files", 500, "bash full-output files kept; beyond it the oldest are removed"),
+		outAllMiB:  fs.Int64("max_output_files_mib", 1024, "MiB all bash full-output files kept may take; beyond it the oldest are removed"),
+		binaryMax:  fs.Int64("binary_max_bytes", 20<<20, "largest file read loads whole: an image, or any file with binary_base64"),
+		taskDef:    fs.Duration("task_timeout", time.Hour, "default timeout of a background task (bash with background: true)"),
+		taskMax:    fs.Duration("task_max_timeout", 24*time.Hour, "largest background task timeout a caller may ask for"),
+		maxTasks:   fs.Int("max_tasks", 8, "background tasks running at once"),
+		taskQueue:  fs.Int("max_task_queue", 32, "background tasks waiting to start before new ones are refused as busy (negative: none wait)"),
+		retention:  fs.Duration("task_retention", 30*24*time.Hour, "finished background tasks older than this are removed when a new one starts"),
+		maxKept:    fs.Int("max_kept_tasks", 1000, "background task folders kept; beyond it the oldest finished ones are removed"),
+		keptMiB:    fs.Int64("max_kept_task_output_mib", 1024, "MiB of background task output kept; beyond it the oldest finished tasks are removed"),
+		outMiB:     fs.Int64("max_task_output_mib", 100, "MiB of output one background task may write before it is killed"),
+		tailBytes:  fs.Int("task_tail_bytes", 8<<10, "bytes of a finished task's output task_status returns (at most 50 lines)"),
+		drain:      fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled"),
+		heartbeat:  fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself"),
+		logLevel:   fs.String("log_level", "info", "debug, info, warn or error"),
+	}
+	fs.Var(&rf.protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
+	return rf
+}
+
+// logger returns the agent's logger, once the flags every start needs
+// are known good.
+func (rf *runFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	log, err := newLogger(stderr, *rf.logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if *stateDir == "" {
-		return errors.New("no state directory: set --state_dir (or HOME)")
+	if *rf.stateDir == "" {
+		return nil, errors.New("no state directory: set --state_dir (or HOME)")
 	}
-	id, err := identity.Load(*stateDir)
-	if err != nil {
-		return err
-	}
-	if *name != "" && *name != id.Enrolment.Host {
-		return fmt.Errorf("--name %s: the agent of state directory %s is enrolled as %q, and its credential is for that name only; drop --name, or give a host of another name its own --state_dir and enrolment",
-			*name, *stateDir, id.Enrolment.Host)
-	}
-	urls := splitList(*servers)
+	return log, nil
+}
+
+// start runs the agent of identity id until ctx ends.
+func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func(string) string, log *slog.Logger) error {
+	urls := splitList(*rf.servers)
 	if len(urls) == 0 {
 		urls = id.Enrolment.NATSURLs
 	}
@@ -150,18 +221,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		Cwd:         *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell,
+		Renewer:     id,
+		Cwd:         *rf.cwd, StateDir: *rf.stateDir, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
 		GitGuard: self, TaskWrapper: self,
-		PolicyFile: *policy, ProtectedPaths: protected,
-		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
-		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
-		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
-		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles, OutputFilesMaxBytes: *outAllMiB << 20,
-		TaskDefaultTimeout: *taskDef, TaskMaxTimeout: *taskMax,
-		MaxRunningTasks: *maxTasks, MaxQueuedTasks: *taskQueue,
-		TaskRetention: *retention, MaxKeptTasks: *maxKept,
-		MaxKeptTaskOutput: *keptMiB << 20, MaxTaskOutput: *outMiB << 20, TaskTailBytes: *tailBytes,
-		DrainTimeout: *drain, Heartbeat: *heartbeat, Logger: log,
+		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
+		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,
+		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax,
+		ImageMaxDimension: *rf.imageDim, ImageMaxBytes: *rf.imageMax, BinaryMaxBytes: *rf.binaryMax,
+		OutputFileMaxBytes: *rf.outFileMiB << 20, OutputRetention: *rf.outKeep, MaxOutputFiles: *rf.outFiles, OutputFilesMaxBytes: *rf.outAllMiB << 20,
+		TaskDefaultTimeout: *rf.taskDef, TaskMaxTimeout: *rf.taskMax,
+		MaxRunningTasks: *rf.maxTasks, MaxQueuedTasks: *rf.taskQueue,
+		TaskRetention: *rf.retention, MaxKeptTasks: *rf.maxKept,
+		MaxKeptTaskOutput: *rf.keptMiB << 20, MaxTaskOutput: *rf.outMiB << 20, TaskTailBytes: *rf.tailBytes,
+		DrainTimeout: *rf.drain, Heartbeat: *rf.heartbeat, Logger: log,
 	})
 	if err != nil {
 		return err

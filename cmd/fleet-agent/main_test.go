@@ -150,7 +150,7 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-nats", "-name", "-state_dir", "-log_level", "-policy", "-skills_dir", "-task_timeout", "-max_tasks", "-task_retention", "-max_task_output_mib"} {
+	for _, f := range []string{"fleet-agent join", "fleet-agent install", "-nats", "-name", "-state_dir", "-log_level", "-policy", "-skills_dir", "-task_timeout", "-max_tasks", "-task_retention", "-max_task_output_mib"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}

@@ -1,0 +1,193 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// JoinOptions are what fleet-agent join is given.
+type JoinOptions struct {
+	// GatewayURL is the gateway's fleet API, https://HOST[:PORT].
+	GatewayURL string
+	// Token is the join token (fleetctl token create).
+	Token string
+	// CAPin is the pin of the fleet's CA (sha256:...): the only thing
+	// that makes the gateway's certificate trusted.
+	CAPin string
+	// Host is the name the agent asks for; empty: the one the token
+	// gives (the gateway refuses an empty name when the token gives only
+	// a pattern).
+	Host string
+	// StateDir is the agent's state directory.
+	StateDir string
+	// Facts are reported to the gateway; the zero value: this machine's
+	// (Facts()).
+	Facts protocol.AgentFacts
+	// Now returns the time the request is dated with (default time.Now).
+	Now func() time.Time
+}
+
+// CheckJoinOptions checks the options of a join but the state directory
+// (which an installer chooses later), so that a bad one is refused before
+// anything is made or dialled.
+func CheckJoinOptions(o *JoinOptions) error {
+	_, err := o.check()
+	return err
+}
+
+// validate checks every option; it returns the gateway URL in the form
+// enrolment.json keeps.
+func (o *JoinOptions) validate() (string, error) {
+	gw, err := o.check()
+	if o.StateDir == "" {
+		err = errors.Join(err, errors.New("no state directory: set --state_dir"))
+	}
+	return gw, err
+}
+
+// check checks every option but the state directory.
+func (o *JoinOptions) check() (string, error) {
+	var errs []error
+	gw, err := ParseGatewayURL(o.GatewayURL)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--gateway: %w", err))
+	}
+	if _, _, err := protocol.ParseJoinToken(o.Token); err != nil {
+		errs = append(errs, fmt.Errorf("--token: %w", err))
+	}
+	if !protocol.ValidCAPin(o.CAPin) {
+		errs = append(errs, fmt.Errorf("--ca_pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", clip(o.CAPin)))
+	}
+	if o.Host != "" {
+		if err := protocol.ValidateHost(o.Host); err != nil {
+			errs = append(errs, fmt.Errorf("--name: %w", err))
+		}
+	}
+	return gw, errors.Join(errs...)
+}
+
+// Join enrols the agent of opts.StateDir with the gateway and returns its
+// identity, and whether it enrolled now: an agent enrolled already with
+// this gateway and CA (and, when opts.Host is set, under that name) sends
+// nothing and keeps its identity. An agent enrolled with another gateway
+// is refused: moving a host to another fleet is a deliberate act.
+//
+// Join makes the agent's key when the state directory has none (the seed
+// never leaves the host), dials the gateway with its CA pinned (the token
+// is sent only to a server that proves it holds a certificate of that
+// CA), proves possession of the key, and stores the credential and the
+// enrolment. A refusal is a *RefusedError that says what to do.
+func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
+	gw, err := opts.validate()
+	if err != nil {
+		return nil, false, err
+	}
+	if id, err := Load(opts.StateDir); err == nil {
+		if err := id.sameEnrolment(gw, opts.CAPin, opts.Host, opts.StateDir); err != nil {
+			return nil, false, err
+		}
+		return id, false, nil
+	} else if !errors.Is(err, ErrNotEnrolled) {
+		// A damaged key is the operator's to restore or delete; a
+		// credential or enrolment that does not fit a good key is what a
+		// new enrolment replaces.
+		if _, kerr := Open(opts.StateDir).LoadKey(); kerr != nil {
+			return nil, false, err
+		}
+	}
+	client, err := newAPIClient(gw, opts.CAPin)
+	if err != nil {
+		return nil, false, err
+	}
+	defer client.close()
+	store := Open(opts.StateDir)
+	kp, err := store.LoadOrCreateKey()
+	if err != nil {
+		return nil, false, err
+	}
+	defer kp.Wipe()
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	facts := opts.Facts
+	if facts == (protocol.AgentFacts{}) {
+		facts = Facts()
+	}
+	req := &protocol.EnrolRequest{Token: strings.TrimSpace(opts.Token), Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
+	if err := prove(kp, req, &req.Proof, now()); err != nil {
+		return nil, false, err
+	}
+	var resp protocol.EnrolResponse
+	if err := client.post(ctx, "enrolment", protocol.EnrolPath, req, &resp); err != nil {
+		return nil, false, err
+	}
+	if opts.Host != "" && resp.Host != opts.Host {
+		return nil, false, fmt.Errorf("enrolment: asked for host %q, the gateway enrolled %q: refusing a name not asked for", opts.Host, resp.Host)
+	}
+	if err := store.saveAnswer(gw, opts.CAPin, req.PublicKey, &resp, now()); err != nil {
+		return nil, false, fmt.Errorf("enrolment: %w", err)
+	}
+	id, err := Load(opts.StateDir)
+	if err != nil {
+		return nil, false, fmt.Errorf("enrolment stored, but it does not load: %w", err)
+	}
+	return id, true, nil
+}
+
+// sameEnrolment checks that an agent enrolled already is enrolled with
+// the gateway and CA a join names, under the name it asks for.
+func (id *Identity) sameEnrolment(gw, pin, host, stateDir string) error {
+	e := &id.Enrolment
+	if e.GatewayURL != gw || e.CAPin != pin {
+		where := e.GatewayURL
+		if where == "" {
+			where = "a gateway in process (dev mode)"
+		}
+		return fmt.Errorf("the agent of state directory %s is enrolled as %q with %s (CA %s), not with %s (CA %s): to move this host to another fleet, delete %s (it leaves its fleet) and join again, or give the second fleet's agent its own --state_dir",
+			stateDir, e.Host, where, e.CAPin, gw, pin, id.store.Dir())
+	}
+	if host != "" && host != e.Host {
+		return fmt.Errorf("--name %s: the agent of state directory %s is enrolled as %q with this gateway; drop --name, or give a host of another name its own --state_dir",
+			host, stateDir, e.Host)
+	}
+	return nil
+}
+
+// saveAnswer checks the gateway's answer to an enrolment or recovery of
+// the key pub and stores it: the credential, then the enrolment.
+func (s *Store) saveAnswer(gw, pin, pub string, resp *protocol.EnrolResponse, now time.Time) error {
+	if err := protocol.ValidateHost(resp.Host); err != nil {
+		return fmt.Errorf("the gateway's answer names host %q: %w", resp.Host, err)
+	}
+	uc, err := checkCredential(resp.JWT, pub, resp.Host)
+	if err != nil {
+		return fmt.Errorf("the gateway's answer: %w", err)
+	}
+	expires := resp.Expires
+	if uc.Expires > 0 {
+		expires = time.Unix(uc.Expires, 0).UTC()
+	}
+	e := &Enrolment{Host: resp.Host, GatewayURL: gw, CAPin: pin, NATSURLs: resp.NATSURLs, NATSCA: resp.NATSCA,
+		Labels: resp.Labels, EnrolledAt: now.UTC().Truncate(time.Second), Expires: expires}
+	if err := e.validate(); err != nil {
+		return fmt.Errorf("the gateway's answer: %w", err)
+	}
+	if err := s.SaveJWT(resp.JWT); err != nil {
+		return err
+	}
+	return s.SaveEnrolment(e)
+}
+
+// Facts returns what the agent reports about this machine when it enrols.
+func Facts() protocol.AgentFacts {
+	host, _ := os.Hostname()
+	return protocol.AgentFacts{OS: runtime.GOOS, Arch: runtime.GOARCH, Hostname: host, Kernel: kernelRelease()}
+}

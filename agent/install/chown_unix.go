@@ -1,0 +1,20 @@
+//go:build unix
+
+package install
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// chownTree gives dir and everything in it to uid:gid, not following
+// symbolic links.
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}

@@ -1,0 +1,143 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/agent/identity"
+)
+
+// DefaultUser is the user the agent runs as unless --user says otherwise
+// (on Windows: LocalSystem).
+const DefaultUser = "fleet-agent"
+
+// Options are what fleet-agent install is given.
+type Options struct {
+	// Join enrols the machine (its StateDir is the install's).
+	Join identity.JoinOptions
+	// Prefix is the root of the file system installed into: "/" for the
+	// machine itself. Under another prefix no user is made and no files
+	// change owner.
+	Prefix string
+	// User runs the agent; made (a system user without a login) when
+	// missing, on Linux.
+	User string
+	// NoStart leaves the service manager alone: files only.
+	NoStart bool
+	// Executable is the fleet-agent binary installed (default: the
+	// running one).
+	Executable string
+	// Args are the agent's flags beyond --state_dir (the run flags given
+	// to install), and Env the variables it reads (FLEET_POLICY,
+	// FLEET_NATS_URL); WorkDirs the directories it works in (--cwd,
+	// --skills_dir), kept writable.
+	Args     []string
+	Env      map[string]string
+	WorkDirs []string
+	// DrainTimeout is the agent's --drain_timeout (how long a stop may
+	// take).
+	DrainTimeout time.Duration
+	// Out receives what install did, a line per step.
+	Out io.Writer
+	// Command runs a system command (useradd, systemctl, launchctl);
+	// default: the command itself, its output to Out.
+	Command func(ctx context.Context, name string, args ...string) error
+}
+
+// validate checks the options and fills in defaults.
+func (o *Options) validate() error {
+	if o.Prefix == "" {
+		o.Prefix = "/"
+	}
+	if !filepath.IsAbs(o.Prefix) {
+		return fmt.Errorf("--prefix %q: want an absolute path", o.Prefix)
+	}
+	o.Prefix = filepath.Clean(o.Prefix)
+	if o.User == "" || strings.Trim(strings.ToLower(o.User), "abcdefghijklmnopqrstuvwxyz0123456789_-.") != "" || strings.HasPrefix(o.User, "-") || len(o.User) > 32 {
+		return fmt.Errorf("--user %q: want a user name (letters, digits, '_', '-', '.')", o.User)
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find the fleet-agent binary to install: %w", err)
+		}
+		o.Executable = exe
+	}
+	if o.Command == nil {
+		o.Command = func(ctx context.Context, name string, args ...string) error {
+			cmd := exec.CommandContext(ctx, name, args...)
+			cmd.Stdout, cmd.Stderr = o.Out, o.Out
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+			}
+			return nil
+		}
+	}
+	// The enrolment's options are checked before anything is written.
+	return identity.CheckJoinOptions(&o.Join)
+}
+
+// path returns the system path p under the prefix.
+func (o *Options) path(p string) string { return filepath.Join(o.Prefix, p) }
+
+// system reports whether the install is into the machine itself.
+func (o *Options) system() bool { return o.Prefix == string(filepath.Separator) }
+
+// say reports one step.
+func (o *Options) say(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+
+// step reports a file written or found as it should be.
+func (o *Options) step(what, path string, changed bool) {
+	if changed {
+		o.say("%s: %s written", what, path)
+	} else {
+		o.say("%s: %s unchanged", what, path)
+	}
+}
+
+// Install installs the agent as a service of this machine (see the
+// package comment), enrolling it first: a bad token or a gateway that
+// fails its CA pin stops the install before the binary or the service
+// definition are touched.
+func Install(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	return install(ctx, &o)
+}
+
+// enrol makes the state directory (0700) and enrols the machine into it,
+// or keeps the identity it holds; it reports whether it enrolled now.
+func (o *Options) enrol(ctx context.Context, stateDir string) (bool, error) {
+	if err := os.MkdirAll(filepath.Dir(stateDir), 0o755); err != nil {
+		return false, err
+	}
+	if _, err := ensureDir(stateDir, 0o700); err != nil {
+		return false, err
+	}
+	join := o.Join
+	join.StateDir = stateDir
+	id, enrolled, err := identity.Join(ctx, join)
+	if err != nil {
+		return false, err
+	}
+	if enrolled {
+		o.say("identity: enrolled as %q with %s; kept in %s", id.Enrolment.Host, id.Enrolment.GatewayURL, stateDir)
+	} else {
+		o.say("identity: enrolled already as %q with %s; kept", id.Enrolment.Host, id.Enrolment.GatewayURL)
+	}
+	return enrolled, nil
+}
+
+// errNotRoot explains a failure to write system files.
+var errNotRoot = errors.New("fleet-agent install writes system files: run it as root (sudo), or give --prefix to install into a directory")

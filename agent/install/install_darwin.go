@@ -1,0 +1,99 @@
+//go:build darwin
+
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+
+	"github.com/fleetmcp/fleetmcp/agent/service"
+)
+
+// Where the agent is installed on macOS (under Options.Prefix).
+const (
+	DarwinBinary   = "/usr/local/bin/fleet-agent"
+	DarwinStateDir = "/Library/Application Support/fleetmcp-agent"
+	DarwinLog      = "/Library/Logs/fleetmcp-agent.log"
+	darwinLabel    = "io.fleetmcp.agent"
+	DarwinPlist    = "/Library/LaunchDaemons/" + darwinLabel + ".plist"
+)
+
+// install installs the agent as a launchd daemon running as --user,
+// which must exist (macOS has no useradd: make it with sysadminctl, or
+// pass --user root).
+func install(ctx context.Context, o *Options) error {
+	if o.system() && os.Geteuid() != 0 {
+		return errNotRoot
+	}
+	uid, gid := -1, -1
+	if o.system() {
+		u, err := user.Lookup(o.User)
+		if err != nil {
+			return fmt.Errorf("the agent's user %s: %w; create it first (sysadminctl -addUser %s ...), or pass --user root", o.User, err, o.User)
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	} else {
+		o.say("user: not giving the files to %s: --prefix %s is not this machine's root", o.User, o.Prefix)
+	}
+	stateDir := o.path(DarwinStateDir)
+	changed, err := o.enrol(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	if uid >= 0 {
+		if err := chownTree(stateDir, uid, gid); err != nil {
+			return fmt.Errorf("give %s to user %s: %w", stateDir, o.User, err)
+		}
+	}
+	bin := o.path(DarwinBinary)
+	c, err := copyIfChanged(o.Executable, bin, 0o755)
+	if err != nil {
+		return fmt.Errorf("install the binary: %w", err)
+	}
+	o.step("binary", bin, c)
+	changed = changed || c
+	var env []string
+	for k, v := range o.Env {
+		env = append(env, k+"="+v)
+	}
+	userName := o.User
+	if userName == "root" {
+		userName = ""
+	}
+	plist, err := service.LaunchdPlist(service.Definition{Name: darwinLabel, Executable: DarwinBinary,
+		Args: append([]string{"--state_dir", DarwinStateDir}, o.Args...), Env: env, LogFile: DarwinLog,
+		User: userName, DrainTimeout: o.DrainTimeout})
+	if err != nil {
+		return err
+	}
+	plistPath := o.path(DarwinPlist)
+	if c, err = writeIfChanged(plistPath, plist, 0o644); err != nil {
+		return err
+	}
+	o.step("launchd", plistPath, c)
+	changed = changed || c
+	if o.NoStart || !o.system() {
+		o.say("service: not loaded (--no_start or --prefix); load it with launchctl bootstrap system %s", DarwinPlist)
+		return nil
+	}
+	loaded := o.Command(ctx, "launchctl", "print", "system/"+darwinLabel) == nil
+	if loaded && !changed {
+		o.say("service: %s loaded", darwinLabel)
+		return nil
+	}
+	if loaded {
+		if err := o.Command(ctx, "launchctl", "bootout", "system/"+darwinLabel); err != nil {
+			return fmt.Errorf("unload the old service: %w", err)
+		}
+	}
+	if err := o.Command(ctx, "launchctl", "bootstrap", "system", DarwinPlist); err != nil {
+		return errors.Join(fmt.Errorf("load the service"), err)
+	}
+	o.say("service: %s loaded and running", darwinLabel)
+	return nil
+}

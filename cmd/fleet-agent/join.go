@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fleetmcp/fleetmcp/agent/identity"
+)
+
+// joinFlags are how join and install enrol the machine.
+type joinFlags struct {
+	gateway, token, tokenFile, caPin *string
+}
+
+func addJoinFlags(fs *flag.FlagSet, getenv func(string) string) *joinFlags {
+	return &joinFlags{
+		gateway:   fs.String("gateway", getenv("FLEET_GATEWAY"), "the gateway's fleet API, https://HOST:8443 (env FLEET_GATEWAY)"),
+		token:     fs.String("token", "", "the join token from fleetctl token create (visible to ps: prefer --token_file or env FLEET_JOIN_TOKEN)"),
+		tokenFile: fs.String("token_file", "", "a file holding the join token"),
+		caPin:     fs.String("ca_pin", getenv("FLEET_CA_PIN"), "the pin of the fleet's CA, sha256:... as fleetctl token create prints it (env FLEET_CA_PIN)"),
+	}
+}
+
+// maxTokenFileBytes bounds a token file (a token is about 60 bytes).
+const maxTokenFileBytes = 4 << 10
+
+// options returns the join's options for the agent of stateDir asking for
+// host (empty: the token's). The token comes from --token, --token_file
+// or FLEET_JOIN_TOKEN, exactly one.
+func (j *joinFlags) options(getenv func(string) string, host, stateDir string) (identity.JoinOptions, error) {
+	o := identity.JoinOptions{GatewayURL: *j.gateway, CAPin: strings.TrimSpace(*j.caPin), Host: host, StateDir: stateDir}
+	env := getenv("FLEET_JOIN_TOKEN")
+	given := 0
+	for _, s := range []string{*j.token, *j.tokenFile} {
+		if s != "" {
+			given++
+		}
+	}
+	switch {
+	case given > 1:
+		return o, errors.New("--token and --token_file both given: pass the join token once")
+	case *j.tokenFile != "":
+		f, err := os.Open(*j.tokenFile)
+		if err != nil {
+			return o, fmt.Errorf("--token_file: %w", err)
+		}
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+		if err != nil {
+			return o, fmt.Errorf("--token_file: %w", err)
+		}
+		if len(data) > maxTokenFileBytes {
+			return o, fmt.Errorf("--token_file %s: more than %d bytes, not a join token", *j.tokenFile, maxTokenFileBytes)
+		}
+		o.Token = strings.TrimSpace(string(data))
+	case *j.token != "":
+		o.Token = *j.token
+	default:
+		o.Token = strings.TrimSpace(env)
+	}
+	if o.Token == "" {
+		return o, errors.New("no join token: pass --token_file FILE, set FLEET_JOIN_TOKEN, or pass --token (get one with fleetctl token create)")
+	}
+	if *j.gateway == "" {
+		return o, errors.New("no gateway: pass --gateway https://GATEWAY:8443 (or set FLEET_GATEWAY)")
+	}
+	if o.CAPin == "" {
+		return o, errors.New("no CA pin: pass --ca_pin sha256:... as fleetctl token create prints it (or set FLEET_CA_PIN); it is what makes the gateway trusted")
+	}
+	return o, identity.CheckJoinOptions(&o)
+}
+
+// runJoin enrols the machine with the gateway (or finds it enrolled with
+// it already), then runs the agent as a plain start does.
+func runJoin(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fleet-agent join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	jf := addJoinFlags(fs, getenv)
+	rf := addRunFlags(fs, getenv)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := rf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	opts, err := jf.options(getenv, *rf.name, *rf.stateDir)
+	if err != nil {
+		return err
+	}
+	id, enrolled, err := identity.Join(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if enrolled {
+		log.Info("enrolled", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL, "labels", id.Enrolment.Labels,
+			"expires", id.Enrolment.Expires, "state_dir", *rf.stateDir)
+	} else {
+		log.Info("enrolled already with this gateway: the token was not used", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL)
+	}
+	return start(ctx, rf, id, getenv, log)
+}

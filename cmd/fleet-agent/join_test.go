@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
+)
+
+// runUntil runs the agent with args until its log says "agent starting",
+// then stops it, and returns the log.
+func runUntil(t *testing.T, args []string, vars map[string]string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(vars), &log) }()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(log.String(), "agent starting") {
+		select {
+		case err := <-done:
+			t.Fatalf("run(%q) = %v before the agent started\n%s", args, err, log.String())
+		case <-deadline:
+			t.Fatalf("run(%q): the agent did not start\n%s", args, log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run(%q) = %v after its context ended\n%s", args, err, log.String())
+	}
+	return log.String()
+}
+
+// fleet-agent join enrols with the token from a file, then runs as a
+// plain start; run again, it sends nothing and runs; a plain start runs
+// with the identity join wrote.
+func TestJoinThenRun(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(g.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"join", "--gateway", g.URL, "--token_file", tokenFile, "--ca_pin", g.Pin, "--name", "web-1",
+		"--state_dir", state, "--drain_timeout", "1s"}
+	out := runUntil(t, args, nil)
+	if !strings.Contains(out, "msg=enrolled host=web-1") || g.Requests() != 1 {
+		t.Errorf("join: %d requests\n%s", g.Requests(), out)
+	}
+	if _, err := identity.Load(state); err != nil {
+		t.Fatal(err)
+	}
+	out = runUntil(t, args, nil)
+	if !strings.Contains(out, "enrolled already") || g.Requests() != 1 {
+		t.Errorf("second join: %d requests\n%s", g.Requests(), out)
+	}
+	out = runUntil(t, []string{"--state_dir", state, "--drain_timeout", "1s"}, nil)
+	if !strings.Contains(out, "host=web-1") || !strings.Contains(out, "tls://127.0.0.1:1") {
+		t.Errorf("plain start after join:\n%s", out)
+	}
+	// The token from the environment, the CA pin and gateway too.
+	state2 := t.TempDir()
+	out = runUntil(t, []string{"join", "--name", "web-2", "--state_dir", state2, "--drain_timeout", "1s"},
+		map[string]string{"FLEET_JOIN_TOKEN": g.Token, "FLEET_GATEWAY": g.URL, "FLEET_CA_PIN": g.Pin})
+	if !strings.Contains(out, "msg=enrolled host=web-2") {
+		t.Errorf("join from the environment:\n%s", out)
+	}
+}
+
+// Join refuses bad or missing options before it sends anything.
+func TestJoinRefusesBadFlags(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	_ = os.WriteFile(tokenFile, []byte(g.Token), 0o600)
+	big := filepath.Join(t.TempDir(), "big")
+	_ = os.WriteFile(big, []byte(strings.Repeat("x", 5000)), 0o600)
+	base := func(extra ...string) []string {
+		return append([]string{"join", "--gateway", g.URL, "--ca_pin", g.Pin, "--state_dir", state}, extra...)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{"no token", base(), nil, "no join token"},
+		{"two tokens", base("--token", g.Token, "--token_file", tokenFile), nil, "both given"},
+		{"missing token file", base("--token_file", filepath.Join(state, "nope")), nil, "--token_file"},
+		{"huge token file", base("--token_file", big), nil, "not a join token"},
+		{"bad token", base("--token", "fmcp1.x.y"), nil, "not a join token"},
+		{"http", []string{"join", "--gateway", strings.Replace(g.URL, "https", "http", 1), "--ca_pin", g.Pin, "--token", g.Token, "--state_dir", state}, nil, "plain http"},
+		{"no gateway", []string{"join", "--ca_pin", g.Pin, "--token", g.Token, "--state_dir", state}, nil, "no gateway"},
+		{"no pin", []string{"join", "--gateway", g.URL, "--token", g.Token, "--state_dir", state}, nil, "no CA pin"},
+		{"bad pin", []string{"join", "--gateway", g.URL, "--ca_pin", "sha256:00", "--token", g.Token, "--state_dir", state}, nil, "--ca_pin"},
+		{"bad name", base("--token", g.Token, "--name", "a.b"), nil, "--name"},
+		{"stray argument", base("--token", g.Token, "extra"), nil, `unexpected argument "extra"`},
+		{"wrong CA", []string{"join", "--gateway", g.URL, "--ca_pin", identitytest.NewCA(t, "x").Pin(), "--token", g.Token, "--state_dir", state}, nil, "holds no CA certificate of the pin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runFails(t, tc.args, tc.vars)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+	if g.Requests() != 0 {
+		t.Errorf("refused joins sent %d requests", g.Requests())
+	}
+}
+
+// fleet-agent install with --prefix and --no_start writes the files, the
+// agent's flags into the unit and the policy into the environment file;
+// run again, it changes nothing.
+func TestInstallCommand(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	prefix := t.TempDir()
+	work := t.TempDir()
+	args := []string{"install", "--prefix", prefix, "--no_start", "--gateway", g.URL, "--token", g.Token, "--ca_pin", g.Pin,
+		"--name", "web-1", "--policy", "policy.yaml", "--cwd", work, "--max_concurrent", "4", "--protect_path", "/srv/secret", "--protect_path", "/srv/other"}
+	var log syncBuffer
+	if err := run(context.Background(), args, env(nil), &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	unit, err := os.ReadFile(filepath.Join(prefix, "etc/systemd/system/fleet-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExec := "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd=" + work + " --max_concurrent=4 --protect_path=/srv/secret --protect_path=/srv/other\n"
+	if !strings.Contains(string(unit), wantExec) {
+		t.Errorf("the unit lacks\n%s\n%s", wantExec, unit)
+	}
+	cwd, _ := os.Getwd()
+	envFile, _ := os.ReadFile(filepath.Join(prefix, "etc/fleetmcp/agent.env"))
+	if !strings.Contains(string(envFile), `FLEET_POLICY="`+filepath.Join(cwd, "policy.yaml")+`"`) {
+		t.Errorf("the env file:\n%s", envFile)
+	}
+	if _, err := identity.Load(filepath.Join(prefix, "var/lib/fleetmcp-agent")); err != nil {
+		t.Fatal(err)
+	}
+	log = syncBuffer{}
+	if err := run(context.Background(), args, env(nil), &log); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "written") || g.Requests() != 1 {
+		t.Errorf("the second install: %d requests\n%s", g.Requests(), log.String())
+	}
+	if _, err := runFails(t, append(args, "--state_dir", t.TempDir()), nil); err == nil || !strings.Contains(err.Error(), "--state_dir") {
+		t.Errorf("install with --state_dir: %v", err)
+	}
+}
