@@ -297,7 +297,7 @@ func (c *client) explain(err error) error {
 			host, c.trust, authErr)
 	case errors.As(err, &invalid):
 		return fmt.Errorf("refused the gateway at %s: %v; check the clocks of both machines, and that the gateway's certificate is current", host, invalid)
-	case errors.As(err, &record):
+	case errors.As(err, &record) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("the server at %s does not speak TLS: --gateway must be the gateway's fleet API (--api_listen, HTTPS, default port 8443)", host)
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return fmt.Errorf("no answer from the gateway at %s in time (--timeout): check the address and that nothing drops the traffic: %w", host, err)

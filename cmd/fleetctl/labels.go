@@ -12,7 +12,7 @@ import (
 )
 
 // parseLabels reads the --labels of a join token: "k=v,k2=v2" (empty:
-// none). A value cannot hold a comma; a key may appear once.
+// none). A key may appear once.
 func parseLabels(s string) (map[string]string, error) {
 	labels := map[string]string{}
 	if strings.TrimSpace(s) == "" {
@@ -24,6 +24,9 @@ func parseLabels(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("label %q has no '=': write key=value, several separated by commas (env=prod,role=web)", item)
 		}
 		if err := checkLabelKey(k); err != nil {
+			return nil, err
+		}
+		if err := checkLabelValue(k, v); err != nil {
 			return nil, err
 		}
 		if _, dup := labels[k]; dup {
@@ -64,6 +67,9 @@ func parseLabelEdits(args []string) (labelEdits, error) {
 		if err := checkLabelKey(k); err != nil {
 			return labelEdits{}, err
 		}
+		if err := checkLabelValue(k, v); err != nil {
+			return labelEdits{}, err
+		}
 		if seen[k] {
 			return labelEdits{}, fmt.Errorf("label %q is changed twice: give each key once", k)
 		}
@@ -90,9 +96,29 @@ func checkLabelKey(k string) error {
 	if len(k) > protocol.MaxLabelKeyLen {
 		return fmt.Errorf("label key %.20q... is %d bytes; at most %d are allowed", k, len(k), protocol.MaxLabelKeyLen)
 	}
+	if !utf8.ValidString(k) {
+		return fmt.Errorf("label key %q is not UTF-8 text", k)
+	}
 	if i := strings.IndexFunc(k, func(r rune) bool { return r == '=' || r == ',' || unicode.IsSpace(r) || !unicode.IsPrint(r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(k[i:])
 		return fmt.Errorf("label key %q has %q: keys are made of letters, digits and punctuation other than '=' and ','", k, r)
+	}
+	return nil
+}
+
+// checkLabelValue refuses control characters in the value of label k
+// (they would garble every list that shows it), and commas (host
+// selectors, env=prod,role=web, could never name the value).
+func checkLabelValue(k, v string) error {
+	if strings.Contains(v, ",") {
+		return fmt.Errorf("the value of label %q has a ',': host selectors separate terms with commas, so it could never be selected", k)
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(v[i:])
+		return fmt.Errorf("the value of label %q has the control character %q: values are one line of text", k, r)
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("the value of label %q is not UTF-8 text", k)
 	}
 	return nil
 }
