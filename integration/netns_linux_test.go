@@ -11,7 +11,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,7 +45,8 @@ func newNetNS(t testing.TB) *netNS {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	id := fmt.Sprintf("%08x", binary.BigEndian.Uint32(r[:]))[:7]
-	ns := &netNS{t: t, Name: "fleetmcp-" + id, HostIf: "fmh" + id, NSIf: "fmn" + id, commandTimeout: 20 * time.Second}
+	ns := &netNS{t: t, Name: fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), id), HostIf: "fmh" + id, NSIf: "fmn" + id, commandTimeout: 20 * time.Second}
+	ns.sweep()
 	if out, err := ns.ip("netns", "add", ns.Name); err != nil {
 		t.Skipf("cannot make a network namespace here (%v): %s", err, out)
 	}
@@ -66,6 +69,37 @@ func newNetNS(t testing.TB) *netNS {
 		}
 	}
 	return ns
+}
+
+// nsPrefix starts the names of the namespaces tests make, followed by
+// the test process's pid.
+const nsPrefix = "fleetmcp-test-"
+
+// sweep removes the namespaces of test processes that are gone (a test
+// binary killed by its timeout runs no cleanup); those of live ones,
+// parallel runs, are left alone.
+func (ns *netNS) sweep() {
+	out, err := ns.ip("netns", "list")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		rest, ok := strings.CutPrefix(name, nsPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		if out, err := ns.ip("netns", "del", name); err != nil {
+			ns.t.Logf("remove stale namespace %s: %v: %s", name, err, out)
+		} else {
+			ns.t.Logf("removed stale namespace %s (its test process %d is gone)", name, pid)
+		}
+	}
 }
 
 // ip runs the ip command, bounded in time.

@@ -87,6 +87,9 @@ func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL stri
 	a := &nsAgent{stderr: &syncBuffer{}}
 	a.cmd = ns.command(agentBinary(t), "--state_dir", stateDir, "--cwd", dir, "--heartbeat", "500ms", "--log_level", "info")
 	a.cmd.Stderr = io.MultiWriter(a.stderr, testWriter{t})
+	// ip netns exec execs the agent, which keeps this: it dies with the
+	// test binary.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start fleet-agent in %s: %v", ns.Name, err)
 	}

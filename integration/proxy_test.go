@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package integration
 
@@ -40,8 +40,8 @@ func TestProxyNginx(t *testing.T) {
 	port := freePort(t)
 	dir := t.TempDir()
 	site := examineExample(t, "nginx.conf", map[string]string{
-		"server 127.0.0.1:8080;": "server " + strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://") + ";",
-		"listen 443 ssl;":        fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
+		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://") + ";",
+		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
 		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
 		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
 	})
@@ -51,7 +51,9 @@ func TestProxyNginx(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// One process, which dies with the test binary (see startProxy).
 	main := fmt.Sprintf(`daemon off;
+master_process off;
 pid %[1]s/nginx.pid;
 error_log stderr warn;
 events { worker_connections 64; }
@@ -132,10 +134,12 @@ func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 	return gw, token
 }
 
-// startProxy runs the proxy and stops it with the test.
+// startProxy runs the proxy and stops it with the test, or with the test
+// binary should that die first (a timeout's panic runs no cleanup).
 func startProxy(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
 	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
