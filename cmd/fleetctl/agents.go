@@ -19,18 +19,9 @@ var agentListCmd = &command{
 			if err := c.wantArgs(args, 0); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
 			var list protocol.AgentList
-			data, err := cl.call(ctx, http.MethodGet, protocol.AdminAgentsPath, nil, &list)
-			if err != nil {
+			if printed, err := c.ask(ctx, http.MethodGet, protocol.AdminAgentsPath, nil, &list); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			c.printAgents(list.Agents)
 			return nil
@@ -78,13 +69,8 @@ var agentRevokeCmd = &command{
 			if err != nil {
 				return err
 			}
-			data, _, err := c.agentAction(ctx, host, "revoke", nil)
-			if err != nil {
+			if printed, err := c.agentAction(ctx, host, "revoke", nil, nil); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			fmt.Fprintf(c.stdout, "Host %s revoked: its credential no longer works and its connection is closed.\n"+
 				"It can enrol again only with a token made with --replace %s.\n", host, host)
@@ -113,13 +99,9 @@ var agentLabelCmd = &command{
 			if len(req.Set) == 0 {
 				req.Set = nil
 			}
-			data, info, err := c.agentAction(ctx, host, "labels", req)
-			if err != nil {
+			var info protocol.AgentInfo
+			if printed, err := c.agentAction(ctx, host, "labels", req, &info); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			if info.Host != "" {
 				fmt.Fprintf(c.stdout, "Labels of %s: %s\n", host, formatLabels(info.Labels))
@@ -144,13 +126,9 @@ var agentRecoveryCmd = &command{
 			if *count < 1 {
 				return usagef("--count %d: allow at least one recovery", *count)
 			}
-			data, info, err := c.agentAction(ctx, host, "allow-recovery", &protocol.AllowRecoveryRequest{Count: *count})
-			if err != nil {
+			var info protocol.AgentInfo
+			if printed, err := c.agentAction(ctx, host, "allow-recovery", &protocol.AllowRecoveryRequest{Count: *count}, &info); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			left := *count
 			if info.Host != "" {
@@ -173,15 +151,8 @@ func (c *cli) hostArg(args []string, n int) (string, error) {
 	return args[0], nil
 }
 
-// agentAction posts body to AdminAgentsPath/host/action, and returns the
-// answer, and the host as the gateway now describes it when the answer
-// does.
-func (c *cli) agentAction(ctx context.Context, host, action string, body any) ([]byte, protocol.AgentInfo, error) {
-	var info protocol.AgentInfo
-	cl, err := c.client()
-	if err != nil {
-		return nil, info, err
-	}
-	data, err := cl.call(ctx, http.MethodPost, protocol.AdminAgentsPath+"/"+host+"/"+action, body, &info)
-	return data, info, err
+// agentAction posts body to AdminAgentsPath/host/action (as ask does);
+// out gets the host as the gateway now describes it, when it does.
+func (c *cli) agentAction(ctx context.Context, host, action string, body, out any) (printed bool, err error) {
+	return c.ask(ctx, http.MethodPost, protocol.AdminAgentsPath+"/"+host+"/"+action, body, out)
 }

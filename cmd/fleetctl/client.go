@@ -270,8 +270,10 @@ func (c *client) refusal(method string, u *url.URL, resp *http.Response, data []
 		return fmt.Errorf("%s to %s, which fleetctl does not follow (the admin token goes only to --gateway): give that address as --gateway if you trust it", what, resp.Header.Get("Location"))
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s: %s has no admin API; --gateway must be the gateway's fleet API (--api_listen, default port 8443), not its MCP endpoint", what, c.base)
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return &apiError{status: resp.StatusCode, api: protocol.APIError{Code: map[bool]protocol.APICode{true: protocol.APIUnauthorized, false: protocol.APIForbidden}[resp.StatusCode == http.StatusUnauthorized], Message: what}}
+	case resp.StatusCode == http.StatusUnauthorized:
+		return &apiError{status: resp.StatusCode, api: protocol.APIError{Code: protocol.APIUnauthorized, Message: what}}
+	case resp.StatusCode == http.StatusForbidden:
+		return &apiError{status: resp.StatusCode, api: protocol.APIError{Code: protocol.APIForbidden, Message: what}}
 	}
 	return errors.New(what)
 }

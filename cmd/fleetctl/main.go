@@ -177,6 +177,21 @@ func findCommand(group, name string) *command {
 // client returns a client for the gateway the global flags name.
 func (c *cli) client() (*client, error) { return newClient(c.g.conn) }
 
+// ask sends a request to the gateway and decodes its answer into out;
+// with --json it prints the answer as it came instead, and says it did.
+func (c *cli) ask(ctx context.Context, method, path string, body, out any) (printed bool, err error) {
+	cl, err := c.client()
+	if err != nil {
+		return false, err
+	}
+	data, err := cl.call(ctx, method, path, body, out)
+	if err != nil || !c.g.json {
+		return false, err
+	}
+	c.printJSON(data)
+	return true, nil
+}
+
 // printJSON prints an answer as the gateway gave it.
 func (c *cli) printJSON(data []byte) {
 	data = []byte(strings.TrimSpace(string(data)))

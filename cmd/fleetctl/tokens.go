@@ -31,18 +31,9 @@ var tokenCreateCmd = &command{
 			if err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
 			var resp protocol.TokenCreateResponse
-			data, err := cl.call(ctx, http.MethodPost, protocol.AdminTokensPath, req, &resp)
-			if err != nil {
+			if printed, err := c.ask(ctx, http.MethodPost, protocol.AdminTokensPath, req, &resp); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			c.printCreated(&resp)
 			return nil
@@ -120,18 +111,9 @@ var tokenListCmd = &command{
 			if err := c.wantArgs(args, 0); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
 			var list protocol.TokenList
-			data, err := cl.call(ctx, http.MethodGet, protocol.AdminTokensPath, nil, &list)
-			if err != nil {
+			if printed, err := c.ask(ctx, http.MethodGet, protocol.AdminTokensPath, nil, &list); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			c.printTokens(list.Tokens)
 			return nil
@@ -171,18 +153,9 @@ var tokenRevokeCmd = &command{
 			if err := protocol.CheckTokenID(id); err != nil {
 				return usagef("%v: give the ID column of fleetctl token list", err)
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
 			var info protocol.TokenInfo
-			data, err := cl.call(ctx, http.MethodDelete, protocol.AdminTokensPath+"/"+id, nil, &info)
-			if err != nil {
+			if printed, err := c.ask(ctx, http.MethodDelete, protocol.AdminTokensPath+"/"+id, nil, &info); err != nil || printed {
 				return err
-			}
-			if c.g.json {
-				c.printJSON(data)
-				return nil
 			}
 			fmt.Fprintf(c.stdout, "Token %s revoked: no host can enrol with it any more (hosts that enrolled with it stay enrolled).\n", id)
 			return nil
