@@ -227,6 +227,18 @@ func TestDepsModuleRules(t *testing.T) {
 				}
 				return !q.Standard
 			})
+		case p.ImportPath == module+"/cmd/fleetctl":
+			checked["fleetctl"] = true
+			rule("may import only protocol and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
+				if imp == protocol || imp == p.ImportPath {
+					return false
+				}
+				if q := g[imp]; q != nil {
+					return !q.Standard
+				}
+				first, _, _ := strings.Cut(imp, "/")
+				return strings.Contains(first, ".")
+			})
 		case under(p.ImportPath, policy):
 			checked["policy"] = true
 			rule("may import only protocol from this module", func(imp string) bool {
@@ -234,7 +246,7 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		}
 	}
-	for _, name := range []string{"gateway", "agent", "protocol"} {
+	for _, name := range []string{"gateway", "agent", "protocol", "fleetctl"} {
 		if !checked[name] {
 			t.Errorf("package %s was not found, so its import rule was not checked", name)
 		}

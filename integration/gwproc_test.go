@@ -30,6 +30,7 @@ type gatewayProc struct {
 	mcpURL  string
 	natsURL string
 	dataDir string
+	token   string // the callers' bearer token; empty: authentication is off
 	done    chan struct{}
 }
 
@@ -37,16 +38,29 @@ type gatewayProc struct {
 // loopback ports, with extra flags, and waits until it answers.
 func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
 	t.Helper()
+	return launchGatewayProcess(t, "", extra...)
+}
+
+// launchGatewayProcess runs fleet-gateway on loopback ports with extra
+// flags, and waits until it answers. With a token (which extra's
+// --api_tokens must accept) callers authenticate with it; without one
+// authentication is off.
+func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayProc {
+	t.Helper()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := append([]string{"--no_auth", "--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}, extra...)
+	args := []string{"--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}
+	if token == "" {
+		args = append(args, "--no_auth")
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(gatewayBinary(t), args...)
 	cmd.Stderr = testWriter{t}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway process: %v", err)
 	}
-	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, done: make(chan struct{})}
+	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, token: token, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.stop)
 	waitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
@@ -136,7 +150,11 @@ func (p *gatewayProc) client() *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.mcpURL, DisableStandaloneSSE: true}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	transport := &mcp.StreamableClientTransport{Endpoint: p.mcpURL, DisableStandaloneSSE: true}
+	if p.token != "" {
+		transport.HTTPClient = BearerClient(p.token)
+	}
+	cs, err := c.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		p.t.Fatalf("connect MCP client: %v", err)
 	}

@@ -1,0 +1,276 @@
+//go:build linux
+
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/gateway"
+)
+
+// The reverse-proxy examples of deploy/proxy, run as they are (only the
+// addresses and certificate paths changed) in front of a gateway process
+// with authentication on, and driven by the MCP client through them.
+
+// TestProxyNginx: deploy/proxy/nginx.conf streams answers, passes the
+// session and the Host the gateway builds its metadata from, and refuses
+// foreign origins.
+func TestProxyNginx(t *testing.T) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Skip("no nginx here (.ci/install-test-tools installs it)")
+	}
+	gw, token := startAuthGateway(t)
+	tlsDir := testTLS(t, t.TempDir())
+	port := freePort(t)
+	dir := t.TempDir()
+	site := examineExample(t, "nginx.conf", map[string]string{
+		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://") + ";",
+		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
+		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
+		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
+	})
+	writeFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
+	for _, sub := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One process, which dies with the test binary (see startProxy).
+	main := fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log stderr warn;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    include %[1]s/fleetmcp.conf;
+}
+`, dir)
+	writeFile(t, filepath.Join(dir, "nginx.conf"), main)
+	startProxy(t, exec.Command(bin, "-e", "stderr", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")))
+	checkProxy(t, gw, token, fmt.Sprintf("https://127.0.0.1:%d", port), filepath.Join(tlsDir, "ca.pem"))
+}
+
+// TestProxyCaddy: the same for deploy/proxy/Caddyfile.
+func TestProxyCaddy(t *testing.T) {
+	bin, err := exec.LookPath("caddy")
+	if err != nil {
+		t.Skip("no caddy here (.ci/install-test-tools installs it)")
+	}
+	gw, token := startAuthGateway(t)
+	tlsDir := testTLS(t, t.TempDir())
+	port := freePort(t)
+	dir := t.TempDir()
+	upstream := strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://")
+	site := examineExample(t, "Caddyfile", map[string]string{
+		"fleet.example.com {": fmt.Sprintf("https://127.0.0.1:%d {\n\ttls %s %s", port, filepath.Join(tlsDir, "server.pem"), filepath.Join(tlsDir, "server-key.pem")),
+	})
+	if n := strings.Count(site, "reverse_proxy 127.0.0.1:8080"); n != 3 {
+		t.Fatalf("the Caddyfile proxies to 127.0.0.1:8080 %d times; the test expects 3", n)
+	}
+	site = strings.ReplaceAll(site, "reverse_proxy 127.0.0.1:8080", "reverse_proxy "+upstream)
+	// Global options: no admin endpoint, no ACME, state in the test.
+	site = fmt.Sprintf("{\n\tadmin off\n\tauto_https off\n\tstorage file_system %s\n}\n\n", filepath.Join(dir, "data")) + site
+	conf := filepath.Join(dir, "Caddyfile")
+	writeFile(t, conf, site)
+	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", conf)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	startProxy(t, cmd)
+	checkProxy(t, gw, token, fmt.Sprintf("https://127.0.0.1:%d", port), filepath.Join(tlsDir, "ca.pem"))
+}
+
+// examineExample reads deploy/proxy/name and makes the replacements, each
+// of which must match exactly once (so the test notices when the example
+// changes shape).
+func examineExample(t *testing.T, name string, replace map[string]string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "proxy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for old, repl := range replace {
+		if n := strings.Count(s, old); n != 1 {
+			t.Fatalf("deploy/proxy/%s has %q %d times; the test expects it once", name, old, n)
+		}
+		s = strings.Replace(s, old, repl, 1)
+	}
+	return s
+}
+
+// startAuthGateway runs a gateway process whose callers authenticate
+// with an API token that may use every tool, with an agent "behind".
+func startAuthGateway(t *testing.T) (*gatewayProc, string) {
+	t.Helper()
+	token, line, err := gateway.NewAPIToken("proxy-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
+	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"]`, 1)+"\n")
+	gw := launchGatewayProcess(t, token, "--api_tokens", file)
+	gw.startAgent("behind", nil)
+	return gw, token
+}
+
+// startProxy runs the proxy and stops it with the test, or with the test
+// binary should that die first (a timeout's panic runs no cleanup).
+func startProxy(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := waitProcess(cmd)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s did not stop within 20s of SIGTERM", cmd.Path)
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	go func() {
+		<-done
+		if cmd.ProcessState != nil && !cmd.ProcessState.Success() && cmd.ProcessState.ExitCode() > 0 {
+			t.Logf("%s exited: %v", cmd.Path, cmd.ProcessState)
+		}
+	}()
+}
+
+// checkProxy drives the gateway through the proxy at base (https, its
+// certificate from the CA in caFile).
+func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
+	t.Helper()
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	// A proxy that buffers holds the headers of a stream back: fail, do
+	// not hang, when none come.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ResponseHeaderTimeout: 10 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	plain := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	waitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
+		resp, err := plain.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	t.Run("metadata from Host and X-Forwarded-Proto", func(t *testing.T) {
+		resp := post(t, plain, base+"/mcp", "")
+		want := `resource_metadata="` + base + `/.well-known/oauth-protected-resource/mcp"`
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), want) {
+			t.Errorf("without a token: %s, WWW-Authenticate %q; want 401 naming %s", resp.Status, resp.Header.Get("WWW-Authenticate"), want)
+		}
+		r, err := plain.Get(base + "/.well-known/oauth-protected-resource/mcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var meta struct{ Resource string }
+		if err := json.NewDecoder(r.Body).Decode(&meta); err != nil || meta.Resource != base+"/mcp" {
+			t.Errorf("the metadata names resource %q (%v); want %s/mcp", meta.Resource, err, base)
+		}
+	})
+
+	t.Run("foreign origin refused", func(t *testing.T) {
+		if resp := post(t, plain, base+"/mcp", "https://evil.example"); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a request from https://evil.example: %s; want 403", resp.Status)
+		}
+		if resp := post(t, plain, base+"/mcp", "https://fleet.example.com"); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a request from the endpoint's own origin: %s; want it to reach the gateway (401 without a token)", resp.Status)
+		}
+	})
+
+	t.Run("sessions and streaming", func(t *testing.T) {
+		var pl progressLog
+		c := mcp.NewClient(&mcp.Implementation{Name: "fleet-proxy-test", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		hc := &http.Client{Transport: bearerTransport{token: token, base: tr}}
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatalf("connect through the proxy: %v", err)
+		}
+		defer cs.Close()
+		if cs.ID() == "" {
+			t.Error("no Mcp-Session-Id came back through the proxy")
+		}
+		if out := mustOK(t, call(t, cs, "hosts", map[string]any{"filter": "behind"})); !strings.Contains(out, "behind\tonline") {
+			t.Fatalf("hosts through the proxy:\n%s", out)
+		}
+		// Output printed over 2 s must arrive as it is printed, not
+		// when the call ends.
+		params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "behind",
+			"command": "for i in 1 2 3 4 5; do echo tick$i; sleep 0.5; done"}}
+		params.SetProgressToken("ticks")
+		res, err := cs.CallTool(ctx, params)
+		ended := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustOK(t, res)
+		pl.mu.Lock()
+		at := append([]time.Time(nil), pl.at...)
+		pl.mu.Unlock()
+		if len(at) == 0 {
+			t.Fatal("no progress came through the proxy")
+		}
+		if early := ended.Sub(at[0]); early < time.Second {
+			t.Errorf("the first output arrived %s before the result; want it as printed (about 2 s before): the proxy buffers", early.Round(time.Millisecond))
+		}
+		t.Logf("%d progress notifications; the first %s before the result", len(at), ended.Sub(at[0]).Round(time.Millisecond))
+	})
+}
+
+// post sends an MCP initialize to url, with origin when not empty, and
+// returns the answer (its body read and closed).
+func post(t *testing.T, c *http.Client, url, origin string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
