@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
 func main() {
@@ -114,6 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		drain      = fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled")
 		heartbeat  = fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself")
 		logLevel   = fs.String("log_level", "info", "debug, info, warn or error")
+		showVer    = fs.Bool("version", false, "print the version, commit, build date and Go version, then exit")
 	)
 	fs.Var(&protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -121,6 +123,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
+	}
+	if *showVer {
+		version.Print(os.Stdout, "fleet-agent")
+		return nil
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
