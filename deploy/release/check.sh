@@ -64,7 +64,7 @@ if [ "$(id -u)" != 0 ] || ! command -v dpkg >/dev/null; then
 	echo "check: not root on a dpkg system: package installation not tried"
 	exit 0
 fi
-for p in fleet-gateway fleet-agent; do
+for p in fleet-gateway fleet-agent fleetctl; do
 	if dpkg -s "$p" >/dev/null 2>&1; then
 		echo "check: $p is installed on this machine: package installation not tried"
 		exit 0
@@ -79,7 +79,7 @@ for d in /var/lib/fleetmcp /var/log/fleetmcp /var/lib/fleetmcp-agent /var/lib/fl
 	[ -e "$d" ] || leftovers+=("$d")
 done
 restore() {
-	dpkg --purge fleet-gateway fleet-agent >/dev/null 2>&1 || true
+	dpkg --purge fleet-gateway fleet-agent fleetctl >/dev/null 2>&1 || true
 	for u in "${created[@]}"; do userdel "$u" >/dev/null 2>&1 || true; done
 	for u in "${created[@]}"; do groupdel "$u" >/dev/null 2>&1 || true; done
 	for d in "${leftovers[@]}"; do rm -rf "$d"; done
@@ -87,8 +87,14 @@ restore() {
 }
 trap restore EXIT
 
-dpkg -i "$work/1.0.0/fleet-gateway_1.0.0-1_$arch.deb" "$work/1.0.0/fleet-agent_1.0.0-1_$arch.deb" >"$work/dpkg.log" 2>&1 ||
-	{ cat "$work/dpkg.log"; fail "dpkg -i"; }
+debs=("$work/1.0.0/fleet-gateway_1.0.0-1_$arch.deb" "$work/1.0.0/fleet-agent_1.0.0-1_$arch.deb")
+fleetctl="$work/1.0.0/fleetctl_1.0.0-1_$arch.deb"
+[ -f "$fleetctl" ] && debs+=("$fleetctl")
+dpkg -i "${debs[@]}" >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i"; }
+if [ -f "$fleetctl" ]; then
+	/usr/bin/fleetctl --version | grep -qx "fleetctl 1.0.0" ||
+		fail "installed fleetctl --version must print \"fleetctl 1.0.0\" first (cmd/internal/version.Print)"
+fi
 /usr/bin/fleet-gateway --version | grep -qx "fleet-gateway 1.0.0" || fail "installed fleet-gateway --version: $(/usr/bin/fleet-gateway --version)"
 /usr/bin/fleet-agent --version | grep -qx "fleet-agent 1.0.0" || fail "installed fleet-agent --version"
 for want in "fleetmcp /var/lib/fleetmcp 700" "fleetmcp /var/log/fleetmcp 750" \
@@ -117,6 +123,6 @@ grep -q "login.example.com/check" /etc/fleetmcp/gateway.env || fail "the upgrade
 [ -f /var/lib/fleetmcp/check-data ] || fail "the upgrade lost /var/lib/fleetmcp"
 echo "check: upgrade to 1.0.1 kept the edited gateway.env and the data directory"
 
-dpkg --purge fleet-gateway fleet-agent >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg --purge"; }
+dpkg --purge fleet-gateway fleet-agent $([ -f "$fleetctl" ] && echo fleetctl) >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg --purge"; }
 [ ! -e /usr/bin/fleet-gateway ] && [ ! -e /etc/fleetmcp/gateway.env ] || fail "purge left the binary or gateway.env"
 echo "check: purged"
