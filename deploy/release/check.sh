@@ -22,6 +22,11 @@ fail() {
 	exit 1
 }
 
+if ! command -v file >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	apt-get install -y --no-install-recommends file >/dev/null 2>&1 || true
+fi
+command -v file >/dev/null || fail "file(1) is needed to check the binaries: install it"
+
 # 1. Every target, no packages: static binaries.
 FLEET_PACKAGES="" FLEET_DIST="$work/all" deploy/release/release.sh 1.0.0 >"$work/release.log" ||
 	{ cat "$work/release.log"; fail "release.sh"; }
