@@ -49,7 +49,7 @@ else
 	version="0.0.0+git.$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 fi
 commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-if [ "$commit" != unknown ] && [ -n "$(git status --porcelain 2>/dev/null)" ]; then
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
 	commit="$commit-modified"
 fi
 date="$(git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)"
