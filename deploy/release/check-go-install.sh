@@ -21,6 +21,7 @@ cleanup() {
 	rm -rf "$work"
 	chmod -R u+w "$modcache/$mod@$v" 2>/dev/null || true
 	rm -rf "$modcache/$mod@$v" "$modcache/cache/download/$mod"
+	rmdir "$modcache/${mod%/*}" "$modcache/cache/download/${mod%/*}" 2>/dev/null || true
 }
 trap cleanup EXIT
 mkdir -p "$work/proxy/$mod/@v" "$work/bin" "$work/outside"
