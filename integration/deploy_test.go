@@ -62,7 +62,7 @@ func TestGatewayExamplesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--access /etc/fleetmcp/access.yaml", "EnvironmentFile=/etc/fleetmcp/gateway.env", "--resource_url"} {
+	for _, want := range []string{"EnvironmentFile=/etc/fleetmcp/gateway.env", "$FLEET_GATEWAY_FLAGS", "--data_dir /var/lib/fleetmcp"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("fleet-gateway.service does not contain %q", want)
 		}
@@ -71,7 +71,7 @@ func TestGatewayExamplesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"JWT_ISSUER=", "JWT_AUDIENCE="} {
+	for _, want := range []string{"FLEET_GATEWAY_FLAGS=", "--access /etc/fleetmcp/access.yaml", "--resource_url", "JWT_ISSUER=", "JWT_AUDIENCE="} {
 		if !strings.Contains(string(env), want) {
 			t.Errorf("gateway.env does not set %s", want)
 		}

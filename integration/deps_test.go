@@ -229,8 +229,8 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		case p.ImportPath == module+"/cmd/fleetctl":
 			checked["fleetctl"] = true
-			rule("may import only protocol and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
-				if imp == protocol || imp == p.ImportPath {
+			rule("may import only protocol, the version package and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
+				if imp == protocol || imp == p.ImportPath || imp == module+"/cmd/internal/version" {
 					return false
 				}
 				if q := g[imp]; q != nil {

@@ -16,7 +16,7 @@ import (
 
 // DefaultUser is the user the agent runs as unless --user says otherwise
 // (on Windows: LocalSystem).
-const DefaultUser = "fleet-agent"
+const DefaultUser = "fleetmcp-agent"
 
 // Options are what fleet-agent install is given.
 type Options struct {

@@ -94,7 +94,7 @@ func TestInstallIntoPrefix(t *testing.T) {
 		t.Fatalf("the installed identity: %v", err)
 	}
 	unitText, _ := os.ReadFile(filepath.Join(root, LinuxUnit))
-	for _, want := range []string{"User=fleet-agent\n", "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work --max_concurrent=4\n",
+	for _, want := range []string{"User=fleetmcp-agent\n", "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work --max_concurrent=4\n",
 		"EnvironmentFile=-/etc/fleetmcp/agent.env\n", "NoNewPrivileges=yes\n", "ProtectHome=read-only\n"} {
 		if !strings.Contains(string(unitText), want) {
 			t.Errorf("the unit lacks %q:\n%s", want, unitText)
@@ -106,7 +106,7 @@ func TestInstallIntoPrefix(t *testing.T) {
 	if env, _ := os.ReadFile(filepath.Join(root, LinuxEnvFile)); !strings.Contains(string(env), "FLEET_POLICY=\"/etc/fleetmcp/policy.yaml\"\n") {
 		t.Errorf("the env file:\n%s", env)
 	}
-	for _, want := range []string{"not creating fleet-agent", "enrolled as \"web-1\"", "not started (--no_start)"} {
+	for _, want := range []string{"not creating fleetmcp-agent", "enrolled as \"web-1\"", "not started (--no_start)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report does not say %q:\n%s", want, out.String())
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
 func main() {
@@ -105,8 +106,13 @@ flags:
 		fs.PrintDefaults()
 	}
 	rf := addRunFlags(fs, getenv)
+	showVersion := fs.Bool("version", false, "print the version, commit, build date and Go version, then exit")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *showVersion {
+		version.Print(os.Stdout, "fleet-agent")
+		return nil
 	}
 	log, err := rf.logger(stderr)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -82,6 +83,7 @@ type options struct {
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
 	transferWait                    time.Duration
+	version                         bool
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -118,6 +120,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	authFlags(fs, o, getenv)
+	fs.BoolVar(&o.version, "version", false, "print the version, commit, build date and Go version, then exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -165,6 +168,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if o.version {
+		version.Print(stdout, "fleet-gateway")
+		return nil
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
 func main() {
@@ -95,9 +97,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	root := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
 	root.SetOutput(stderr)
 	c.g.register(root)
+	showVersion := root.Bool("version", false, "print the version, commit, build date and Go version, then exit")
 	root.Usage = func() { c.usage(root) }
 	if err := root.Parse(args); err != nil {
 		return flagErr(err)
+	}
+	if *showVersion {
+		version.Print(stdout, "fleetctl")
+		return nil
 	}
 	words := root.Args()
 	if len(words) == 0 {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Checks that `go install github.com/fleetmcp/fleetmcp/cmd/...@latest`
+# works for the committed tree as it would from the module proxy: the
+# module zip made from HEAD is served by a file:// proxy in front of the
+# real one, installed outside any checkout, and the binaries report the
+# module version. Slow (a full build in module mode); not part of CI.
+# usage: deploy/release/check-go-install.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="/usr/local/go/bin:$PATH"
+mod="$(go list -m)"
+[ "$mod" = github.com/fleetmcp/fleetmcp ] || { echo "check: module path is $mod" >&2; exit 1; }
+if grep -q '^replace\|^[[:space:]]*replace ' go.mod; then
+	echo "check: go.mod has a replace directive: go install ...@latest ignores it and fails" >&2
+	exit 1
+fi
+v=v0.0.1-installcheck
+work="$(mktemp -d)"
+modcache="$(go env GOMODCACHE)"
+cleanup() {
+	rm -rf "$work"
+	chmod -R u+w "$modcache/$mod@$v" 2>/dev/null || true
+	rm -rf "$modcache/$mod@$v" "$modcache/cache/download/$mod"
+	rmdir "$modcache/${mod%/*}" "$modcache/cache/download/${mod%/*}" 2>/dev/null || true
+}
+trap cleanup EXIT
+mkdir -p "$work/proxy/$mod/@v" "$work/bin" "$work/outside"
+git archive --format=zip --prefix="$mod@$v/" -o "$work/proxy/$mod/@v/$v.zip" HEAD
+cp go.mod "$work/proxy/$mod/@v/$v.mod"
+echo "$v" >"$work/proxy/$mod/@v/list"
+printf '{"Version":"%s","Time":"%s"}\n' "$v" "$(git log -1 --format=%cI)" >"$work/proxy/$mod/@v/$v.info"
+(cd "$work/outside" && GOBIN="$work/bin" GOPROXY="file://$work/proxy,$(go env GOPROXY)" GONOSUMDB="$mod" \
+	GOFLAGS=-trimpath go install "$mod/cmd/...@latest")
+for c in cmd/*/; do
+	c="$(basename "$c")"
+	[ "$c" = internal ] && continue
+	"$work/bin/$c" --version | grep -qx "$c $v" || { echo "check: $c --version: $("$work/bin/$c" --version)" >&2; exit 1; }
+done
+echo "check: go install $mod/cmd/...@latest installs $(ls "$work/bin" | tr '\n' ' ')at $v"

@@ -1,0 +1,6 @@
+#!/bin/sh
+# fleet-agent package: after removal or upgrade.
+set -e
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+fi
