@@ -40,7 +40,7 @@ func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := append([]string{"--no_auth", "--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}, extra...)
+	args := append([]string{"--no_auth", "--listen", listen, "--nats_listen", natsListen, "--api_listen", "127.0.0.1:0", "--data_dir", dir, "--log_level", "warn"}, extra...)
 	cmd := exec.Command(gatewayBinary(t), args...)
 	cmd.Stderr = testWriter{t}
 	if err := cmd.Start(); err != nil {

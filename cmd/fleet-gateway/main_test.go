@@ -82,7 +82,7 @@ func closedPort(t *testing.T) string {
 
 func TestRunRefusesBadFlags(t *testing.T) {
 	dir := t.TempDir()
-	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0"}
+	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0"}
 	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
 	tests := []struct {
 		name string
@@ -193,7 +193,7 @@ func TestDevSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
 	go func() { done <- run(ctx, args, env(nil), &stdout, &stderr) }()
 	stopped := false
 	defer func() {
@@ -362,7 +362,7 @@ func TestRunWithAPITokens(t *testing.T) {
 		t.Fatalf("--new_api_token printed no token and entry:\n%s", out.String())
 	}
 	tokens := writeFile(t, "tokens:\n  "+m[2]+"\n")
-	args := []string{"--api_tokens", tokens, "--listen", "0.0.0.0:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir()}
+	args := []string{"--api_tokens", tokens, "--listen", "0.0.0.0:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", t.TempDir()}
 	mcpURL, stdout := startRun(t, args, nil)
 	if !strings.Contains(stdout.String(), "API tokens:   "+tokens) {
 		t.Errorf("startup output does not name the tokens file:\n%s", stdout.String())
@@ -396,7 +396,7 @@ func TestDevIgnoresJWTEnvironment(t *testing.T) {
 		t.Skip("starts NATS, the gateway and an agent")
 	}
 	vars := map[string]string{"JWT_ISSUER": "https://id.example", "JWT_AUDIENCE": "fleet", "JWKS_URI": "https://id.example/jwks"}
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
 	startRun(t, args, vars)
 }
 
@@ -439,7 +439,7 @@ func TestNATSSetupCommand(t *testing.T) {
 // second is refused, naming the first.
 func TestRunDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
 	startRun(t, args, nil)
 	_, err := runFails(t, args, nil)
 	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
@@ -459,7 +459,7 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		t.Skip("starts NATS, the gateway and an agent")
 	}
 	dataDir := t.TempDir()
-	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--nats_tls", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
+	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--nats_tls", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
 	creds := filepath.Join(dataDir, "nats", "agent-signer.nk")
 	caKey := filepath.Join(dataDir, "tls", "ca.key")
 	secret, err := os.ReadFile(creds)
