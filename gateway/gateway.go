@@ -84,7 +84,7 @@ type Gateway struct {
 	ln     net.Listener
 	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
 	http   *http.Server
-	done chan error
+	done   chan error
 }
 
 // Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
