@@ -102,7 +102,7 @@ func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
 	}
 	if d := g.cfg.Access.For(id).Admin(); !d.Allowed {
 		aerr := apiErr(protocol.APIForbidden, "%s is not an admin (%s): an admin API token (admin: true in --api_tokens) or an access rule with admin: true is needed", id.Name(), d.Reason)
-		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, aerr)
+		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
 		return nil, aerr
 	}
 	return id, nil
@@ -139,7 +139,11 @@ func (a *adminAction) serve() {
 
 // finish answers the request and audits it.
 func (a *adminAction) finish(tool, target string, args map[string]any, resp any, aerr *protocol.APIError) {
-	a.g.auditAdmin(a.id, tool, target, a.src, args, aerr)
+	var hosts []string
+	if a.route.kind == "agent" {
+		hosts = []string{target}
+	}
+	a.g.auditAdmin(a.id, tool, target, a.src, hosts, args, aerr)
 	if aerr != nil {
 		writeAPIError(a.w, aerr)
 		return
@@ -221,7 +225,7 @@ func (a *adminAction) agentAction() {
 		_, err = a.g.SetAgentLabels(ctx, host, req.Set, req.Remove)
 	case actionAllowRecovery:
 		var req protocol.AllowRecoveryRequest
-		if aerr := decodeAPIBody(a.w, a.r, &req); aerr != nil {
+		if aerr := decodeOptionalAPIBody(a.w, a.r, &req); aerr != nil {
 			a.finish(tool, host, nil, nil, aerr)
 			return
 		}
@@ -316,9 +320,9 @@ func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) err
 }
 
 // auditAdmin writes the audit record of an admin action.
-func (g *Gateway) auditAdmin(id *Identity, tool, target, src string, args map[string]any, aerr *protocol.APIError) {
+func (g *Gateway) auditAdmin(id *Identity, tool, target, src string, hosts []string, args map[string]any, aerr *protocol.APIError) {
 	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID},
-		ProjectID: id.ProjectID, Tool: tool, Target: target, Source: src, Args: args, Decision: decisionAllowed, Outcome: outcomeOK}
+		ProjectID: id.ProjectID, Tool: tool, Hosts: hosts, Target: target, Source: src, Args: args, Decision: decisionAllowed, Outcome: outcomeOK}
 	if aerr != nil {
 		rec.Outcome, rec.Reason, rec.Error = outcomeRefused, string(aerr.Code), aerr.Message
 		if aerr.Code == protocol.APIForbidden {

@@ -183,10 +183,10 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 // enrolError turns an error of enrol into the API error the host gets.
 func enrolError(host string, err error) *protocol.APIError {
 	switch {
-	case errors.Is(err, ErrHostRevoked):
-		return apiErr(protocol.APIHostRevoked, "%v", err)
 	case errors.Is(err, ErrKeyRevoked):
 		return apiErr(protocol.APIKeyRevoked, "%v", err)
+	case errors.Is(err, ErrHostRevoked):
+		return apiErr(protocol.APIHostRevoked, "%v", err)
 	case errors.Is(err, ErrNameTaken):
 		return apiErr(protocol.APINameTaken, "%v", err)
 	case errors.Is(err, ErrKeyInUse):

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -62,6 +64,8 @@ func (g *Gateway) startFleetAPI() error {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    32 << 10,
+		// Handshakes of scanners and plain-HTTP clients are no news.
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	tl := tls.NewListener(ln, conf)
 	go func() { g.api.done <- g.api.srv.Serve(tl) }()
@@ -206,6 +210,19 @@ func decodeAPIBody(w http.ResponseWriter, r *http.Request, v any) *protocol.APIE
 	}
 	body := http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes)
 	return decodeAPIJSON(body, v)
+}
+
+// decodeOptionalAPIBody is decodeAPIBody for endpoints whose every field
+// has a default: an empty body leaves v as it is.
+func decodeOptionalAPIBody(w http.ResponseWriter, r *http.Request, v any) *protocol.APIError {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes))
+	if err != nil {
+		return apiErr(protocol.APIBadRequest, "the body could not be read (at most %d bytes): %v", protocol.MaxAPIRequestBytes, err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return decodeAPIJSON(bytes.NewReader(data), v)
 }
 
 // decodeAPIJSON decodes one JSON object from rd into v, refusing unknown
