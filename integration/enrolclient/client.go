@@ -110,6 +110,16 @@ func (c *Client) Recover(ctx context.Context, kp nkeys.KeyPair, host string) (*p
 	return &resp, c.Post(ctx, protocol.RecoverPath, req, &resp)
 }
 
+// Get fetches path and decodes the answer into out; a refusal is a
+// *protocol.APIError.
+func (c *Client) Get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	return c.do(req, out)
+}
+
 // Post sends body as JSON to path and decodes the answer into out; a
 // refusal is a *protocol.APIError.
 func (c *Client) Post(ctx context.Context, path string, body, out any) error {
@@ -122,12 +132,16 @@ func (c *Client) Post(ctx context.Context, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.do(req, out)
+}
+
+func (c *Client) do(req *http.Request, out any) error {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	data, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return err
 	}
