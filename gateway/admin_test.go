@@ -370,3 +370,26 @@ func FuzzDecodeEnrolRequest(f *testing.F) {
 		}
 	})
 }
+
+// Refused requests from one address are limited: a burst, then one per
+// failureEvery; other addresses are not affected, and time restores them.
+func TestFailureLimiter(t *testing.T) {
+	f := newFailureLimiter()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range failureBurst {
+		if _, ok := f.allowed("192.0.2.1", now); !ok {
+			t.Fatalf("refused after %d failures, before the burst of %d", i, failureBurst)
+		}
+		f.fail("192.0.2.1", now)
+	}
+	wait, ok := f.allowed("192.0.2.1", now)
+	if ok || wait <= 0 || wait > failureEvery {
+		t.Errorf("after the burst: allowed %v, wait %s", ok, wait)
+	}
+	if _, ok := f.allowed("192.0.2.2", now); !ok {
+		t.Error("another address is refused")
+	}
+	if _, ok := f.allowed("192.0.2.1", now.Add(failureEvery)); !ok {
+		t.Error("still refused a refill later")
+	}
+}

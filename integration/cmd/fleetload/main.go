@@ -5,9 +5,10 @@
 // each, the real wire protocol, the agent's reconnect backoff), and drives
 // the gateway with the go-sdk MCP client over HTTP. It reports:
 //
-//   - how long making N agent keys takes here, and enrolling them with
-//     the gateway (each a record in the agent bucket and a user JWT,
-//     through the gateway's local enrolment);
+//   - how long enrolling N agents takes: by default as hosts do it (each
+//     makes its key and enrols over HTTPS with one join token, a signed
+//     request each, -enrol_conns at a time), or with -enrol local through
+//     the gateway's in-process enrolment; -enrol_only stops there;
 //   - fleet_read of a small file and fleet_bash "true" across all N hosts:
 //     p50 and p90 of the client-side latency over -runs runs;
 //   - the gateway process's memory per connected idle host: its RSS (after
