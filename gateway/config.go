@@ -142,6 +142,10 @@ type Config struct {
 
 	// Logger receives the gateway's log. Default slog.Default().
 	Logger *slog.Logger
+
+	// clock, when set (tests), is the gateway's clock instead of
+	// time.Now.
+	clock func() time.Time
 }
 
 // DefaultMaxTransferBytes is the default of Config.MaxTransferBytes.

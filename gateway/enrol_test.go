@@ -23,7 +23,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// testClock is a clock a test moves; safe for concurrent use.
+// apiClock is a clock a test moves; safe for concurrent use.
 type apiClock struct {
 	mu     sync.Mutex
 	offset time.Duration
@@ -50,15 +50,15 @@ func startAPIGateway(t *testing.T, clock *apiClock, mod func(*Config)) *Gateway 
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), NATSListen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
 		AuthDisabled: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+	if clock != nil {
+		cfg.clock = clock.now
+	}
 	if mod != nil {
 		mod(&cfg)
 	}
 	gw, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
-	}
-	if clock != nil {
-		gw.now = clock.now
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
