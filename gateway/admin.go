@@ -291,11 +291,12 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
 	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
 	args := fmt.Sprintf("--gateway %s --token %s --ca_pin %s", resp.GatewayURL, token, resp.CAPin)
-	if t.NamePattern != "" || t.Name == "" {
+	if t.NamePattern != "" {
+		// The host's own name may not match the pattern.
 		args += " --name NAME"
 	}
 	resp.JoinCommand = "fleet-agent join " + args
-	resp.InstallCommand = "sudo fleet-agent install " + args
+	resp.InstallCommand = "fleet-agent install " + args
 	return resp, nil
 }
 

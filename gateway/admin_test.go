@@ -265,7 +265,7 @@ func TestTokenCreateValidation(t *testing.T) {
 // Tokens that stopped working are listed for a day, then swept; tokens
 // that work are kept; two gateways sweeping at once do no harm.
 func TestTokenSweep(t *testing.T) {
-	clock := &apiClock{}
+	clock := &testClock{t: time.Now()}
 	gw := startAPIGateway(t, clock, nil)
 	c := newAPIClient(t, gw)
 	active := c.createToken(protocol.TokenCreateRequest{TTL: "720h"})

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,28 +22,10 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// apiClock is a clock a test moves; safe for concurrent use.
-type apiClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *apiClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *apiClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.offset += d
-	c.mu.Unlock()
-}
-
 // startAPIGateway starts a gateway with embedded NATS (listening on
 // loopback for agents) and the fleet API on a loopback port, with the
 // clock clock, adjusted by mod.
-func startAPIGateway(t *testing.T, clock *apiClock, mod func(*Config)) *Gateway {
+func startAPIGateway(t *testing.T, clock *testClock, mod func(*Config)) *Gateway {
 	t.Helper()
 	cfg := Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), NATSListen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
@@ -220,7 +201,7 @@ func TestEnrolOverHTTPS(t *testing.T) {
 	c := newAPIClient(t, gw)
 	tok := c.createToken(protocol.TokenCreateRequest{Labels: map[string]string{"env": "prod"}, Uses: 2})
 	if !strings.Contains(tok.JoinCommand, "fleet-agent join --gateway "+gw.APIURL()+" --token "+tok.Token+" --ca_pin "+gw.APICAPin()) ||
-		!strings.Contains(tok.InstallCommand, "fleet-agent install --gateway ") || tok.CAPin != gw.APICAPin() || !protocol.ValidCAPin(tok.CAPin) {
+		tok.InstallCommand != strings.Replace(tok.JoinCommand, " join ", " install ", 1) || tok.CAPin != gw.APICAPin() || !protocol.ValidCAPin(tok.CAPin) {
 		t.Errorf("token create answer %+v: want the ready join and install commands with the gateway URL and pin", tok)
 	}
 	kp := newUser(t)
@@ -257,7 +238,7 @@ func TestEnrolOverHTTPS(t *testing.T) {
 // Every refusal of an enrolment has its own code, and a refusal after a
 // use was consumed gives the use back.
 func TestEnrolRefusals(t *testing.T) {
-	clock := &apiClock{}
+	clock := &testClock{t: time.Now()}
 	gw := startAPIGateway(t, clock, nil)
 	c := newAPIClient(t, gw)
 	now := time.Now

@@ -71,7 +71,7 @@ func renewAnswer(t *testing.T, m *nats.Msg) (protocol.RenewResponse, protocol.AP
 // not its to publish on; another key, a request for another host, a
 // replay and a revoked host are refused.
 func TestRenewOverNATS(t *testing.T) {
-	clock := &apiClock{}
+	clock := &testClock{t: time.Now()}
 	gw := startAPIGateway(t, clock, nil)
 	c := newAPIClient(t, gw)
 	tok := c.createToken(protocol.TokenCreateRequest{Uses: 5})

@@ -254,7 +254,7 @@ func TestDevSmoke(t *testing.T) {
 	}
 	// The printed join command works: its token enrols one more host
 	// over the fleet API, whose CA has the printed pin; only once.
-	join := regexp.MustCompile(`fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --token (\S+) --ca_pin (sha256:[0-9a-f]{64}) --name NAME`).FindStringSubmatch(out)
+	join := regexp.MustCompile(`fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --token (\S+) --ca_pin (sha256:[0-9a-f]{64})\n`).FindStringSubmatch(out)
 	if join == nil {
 		t.Fatalf("no ready join command on stdout:\n%s", out)
 	}
