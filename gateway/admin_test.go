@@ -151,6 +151,9 @@ rules:
 	if rec.Caller.Kind != KindAPIToken || rec.Caller.Subject != "ops" || rec.Target != tok.Info.ID || rec.Source != "127.0.0.1" {
 		t.Errorf("token create record %+v", rec)
 	}
+	if line := rec.line(); !strings.Contains(line, "\ttarget "+tok.Info.ID+"\t") {
+		t.Errorf("the audit tool's line %q does not name the token", line)
+	}
 	if strings.Contains(mustJSON(t, rec), strings.Split(tok.Token, ".")[2]) {
 		t.Error("the audit record holds the token's secret")
 	}
