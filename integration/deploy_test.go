@@ -62,7 +62,7 @@ func TestGatewayExamplesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--access /etc/fleetmcp/access.yaml", "EnvironmentFile=/etc/fleetmcp/gateway.env", "--resource_url"} {
+	for _, want := range []string{"--access /etc/fleetmcp/access.yaml", "EnvironmentFile=/etc/fleetmcp/gateway.env", "--resource_url", "--api_listen 0.0.0.0:8443"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("fleet-gateway.service does not contain %q", want)
 		}
