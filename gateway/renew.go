@@ -31,9 +31,14 @@ const renewWorkers = 16
 type renewer struct {
 	sub  *nats.Subscription
 	sem  chan struct{}
-	wg   sync.WaitGroup
 	ctx  context.Context
 	stop context.CancelFunc
+
+	// mu guards closed and the start of a renewal, so that none starts
+	// once close waits for them.
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // startRenewals subscribes the gateway to the renewal subjects.
@@ -47,6 +52,12 @@ func (g *Gateway) startRenewals() error {
 		select {
 		case r.sem <- struct{}{}:
 		case <-r.ctx.Done():
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed {
+			<-r.sem
 			return
 		}
 		r.wg.Go(func() {
@@ -70,6 +81,9 @@ func (r *renewer) close() {
 	}
 	_ = r.sub.Unsubscribe()
 	r.stop()
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.wg.Wait()
 }
 
