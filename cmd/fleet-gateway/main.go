@@ -449,25 +449,32 @@ Join another agent (%s):
 	} else {
 		fmt.Fprintln(w, "  TLS:           off on loopback (--nats_tls turns it on; beyond loopback it is always on)")
 	}
-	fmt.Fprint(w, `  Each agent enrols with its own key and gets its own credential;
-  fleetctl token create prints the command that joins a host.
-`)
+	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n\n"
 	if gw.APIURL() == "" {
-		fmt.Fprint(w, "  Fleet API:     off (--api_listen); hosts cannot join over the network\n\n")
+		fmt.Fprint(w, "  Fleet API:     off (--api_listen); hosts cannot join over the network\n\n"+howto)
 		return
 	}
-	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s)\n", gw.APIURL(), gw.APICAPin())
+	hint := ""
+	if ip := net.ParseIP(strings.Trim(hostOf(gw.APIURL()), "[]")); ip != nil && ip.IsLoopback() {
+		hint = "; --api_listen 0.0.0.0:8443 lets other machines enrol"
+	}
+	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n", gw.APIURL(), gw.APICAPin(), hint)
 	tok, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{TTL: "15m", Uses: 1, Labels: map[string]string{"dev": "true"}}, "dev")
 	if err != nil {
 		log.Warn("dev: no join token made", "err", err)
-		fmt.Fprintln(w)
+		fmt.Fprint(w, "\n"+howto)
 		return
 	}
-	fmt.Fprintf(w, `
-Join one more host with this token (one use, valid 15 minutes):
-  %s
-`, tok.JoinCommand)
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\nJoin one more host with this token (one use, valid 15 minutes):\n  %s\n\n%s", tok.JoinCommand, howto)
+}
+
+// hostOf returns the host of a URL ("" if it does not parse).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // whoReaches says who can reach the embedded server's client URL.
