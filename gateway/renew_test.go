@@ -85,6 +85,7 @@ func TestRenewOverNATS(t *testing.T) {
 		t.Fatal(code)
 	}
 	nc := agentConn(t, gw, "web-1", kp, first)
+	tap := tapAudit(t, gw)
 
 	clock.advance(time.Hour)
 	m, err := nc.Request(protocol.RenewSubject("web-1"), renewReq(t, kp, "web-1", clock.now()), 10*time.Second)
@@ -180,6 +181,13 @@ func TestRenewOverNATS(t *testing.T) {
 			if _, code := renewAnswer(t, m); code != want {
 				t.Errorf("request %d: %q, want %q", i+1, code, want)
 			}
+		}
+	})
+	t.Run("audited", func(t *testing.T) {
+		ok := tap.find(t, gw, "renew", outcomeOK)
+		refused := tap.find(t, gw, "renew", outcomeRefused)
+		if ok.Caller.Kind != KindAgent || ok.Caller.Subject != pub || len(ok.Hosts) != 1 || ok.Hosts[0] != "web-1" || refused.Reason == "" {
+			t.Errorf("renewal records %+v and %+v", ok, refused)
 		}
 	})
 	t.Run("revoked", func(t *testing.T) {
