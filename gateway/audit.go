@@ -63,6 +63,11 @@ type AuditRecord struct {
 	WorkspaceID string      `json:"workspace_id,omitempty"`
 	Tool        string      `json:"tool"`
 	Hosts       []string    `json:"hosts,omitempty"`
+	// Target is what an admin action or an enrolment acted on besides
+	// hosts (a join token's id); Source the address the request came
+	// from (fleet API requests).
+	Target string `json:"target,omitempty"`
+	Source string `json:"source,omitempty"`
 	// Args summarises the arguments: commands and paths, never contents;
 	// secret-looking values blanked.
 	Args map[string]any `json:"args,omitempty"`

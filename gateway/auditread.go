@@ -276,6 +276,9 @@ func (r *AuditRecord) line() string {
 	if len(r.Hosts) > 0 {
 		fmt.Fprintf(&b, "\t%s", strings.Join(r.Hosts, ","))
 	}
+	if r.Target != "" {
+		fmt.Fprintf(&b, "\ttarget %s", r.Target)
+	}
 	fmt.Fprintf(&b, "\t%s", r.Decision)
 	if r.Rule != "" {
 		fmt.Fprintf(&b, " (%s)", r.Rule)

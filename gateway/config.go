@@ -61,6 +61,17 @@ type Config struct {
 	Advertise []string
 	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
 	NATSMaxPayload int32
+	// APIListen is the address of the fleet API (host enrolment and
+	// recovery, the admin API), always served over TLS. Empty: no fleet
+	// API. Default for the command line: 127.0.0.1:8443.
+	APIListen string
+	// APITLSCert and APITLSKey are the fleet API's certificate chain and
+	// key (PEM files, both or neither). Default: a certificate from the
+	// fleet CA in DataDir. Hosts pin the last certificate of the chain.
+	APITLSCert, APITLSKey string
+	// TLSCert and TLSKey make the MCP endpoint serve TLS with this
+	// certificate chain and key (PEM files, both or neither).
+	TLSCert, TLSKey string
 	// AgentCredentialTTL is how long an agent's NATS credential is valid.
 	// Default 720h (30 days).
 	AgentCredentialTTL time.Duration
@@ -131,6 +142,10 @@ type Config struct {
 
 	// Logger receives the gateway's log. Default slog.Default().
 	Logger *slog.Logger
+
+	// clock, when set (tests), is the gateway's clock instead of
+	// time.Now.
+	clock func() time.Time
 }
 
 // DefaultMaxTransferBytes is the default of Config.MaxTransferBytes.
@@ -184,6 +199,7 @@ func (c *Config) validate() error {
 		}
 	}
 	errs = append(errs, c.validateExternal()...)
+	errs = append(errs, c.validateTLS()...)
 	if c.AgentCredentialTTL < time.Second || c.AgentCredentialTTL > 366*24*time.Hour {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
 	}
@@ -204,6 +220,29 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("offline-after %s: use 1s to 10m", c.OfflineAfter))
 	}
 	return errors.Join(errs...)
+}
+
+// validateTLS checks the certificate settings of the listeners.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	for _, p := range []struct{ cert, key, certFlag, keyFlag string }{
+		{c.APITLSCert, c.APITLSKey, "--api_tls_cert", "--api_tls_key"}, {c.TLSCert, c.TLSKey, "--tls_cert", "--tls_key"},
+	} {
+		if (p.cert == "") != (p.key == "") {
+			errs = append(errs, fmt.Errorf("%s and %s go together: give both (the certificate chain and its key, PEM files) or neither", p.certFlag, p.keyFlag))
+		}
+	}
+	if c.APIListen != "" {
+		if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
+			errs = append(errs, fmt.Errorf("--api_listen %q is not host:port (\"off\" turns the fleet API off): %w", c.APIListen, err))
+		}
+		if c.APITLSCert == "" && c.DataDir == "" {
+			errs = append(errs, errors.New("the fleet API (--api_listen) serves TLS with a certificate from the fleet CA in --data_dir: give --data_dir (every replica the same CA), or --api_tls_cert and --api_tls_key"))
+		}
+	} else if c.APITLSCert != "" {
+		errs = append(errs, errors.New("--api_tls_cert is for the fleet API, which is off: give --api_listen too"))
+	}
+	return errs
 }
 
 // validateExternal checks the files an external cluster needs, and that

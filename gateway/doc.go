@@ -10,7 +10,9 @@
 // mode keys (natskeys.go), the authority that issues credentials and
 // pushes revocations (natsauth.go, revocation.go), the agent records
 // (agents.go, bucketwatch.go) and enrolment (agentadmin.go), the fleet CA
-// (tlsca.go); registry; router; the MCP surface (mcp.go) and its tools;
+// (tlsca.go); the fleet API listener (fleetapi.go), where hosts enrol and
+// recover with join tokens (enrol.go, tokens.go) and operators use the
+// admin API (admin.go), and renewal over NATS (renew.go); registry; router; the MCP surface (mcp.go) and its tools;
 // auth.go, jwt.go and apitokens.go, the bearer tokens a caller may
 // present; access.go and accessfile.go, the caller access rules (host
 // selectors are policy.Selector); guard.go, the MCP middleware that

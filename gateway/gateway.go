@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -46,6 +47,15 @@ type Gateway struct {
 	authority  *authority
 	agents     *agentStore
 	agentIndex *agentIndex
+	// tokens are the join tokens, nonces the request nonces seen;
+	// renewals serves credential renewals over NATS; api is the fleet
+	// API listener (enrolment and admin), apiCA the fleet CA when only
+	// the fleet API uses it.
+	tokens   *tokenStore
+	nonces   *nonceStore
+	renewals *renewer
+	api      *fleetAPI
+	apiCA    *fleetCA
 	// natsCA is the fleet CA when the embedded server serves TLS;
 	// natsCAPEM the CA agents get for the NATS servers (empty: no TLS,
 	// or the system's roots).
@@ -71,9 +81,10 @@ type Gateway struct {
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 
-	ln   net.Listener
-	http *http.Server
-	done chan error
+	ln     net.Listener
+	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
+	http   *http.Server
+	done   chan error
 }
 
 // Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
@@ -86,6 +97,9 @@ func Start(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
 		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
+	if cfg.clock != nil {
+		g.now = cfg.clock
+	}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
@@ -123,20 +137,62 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
+	if err := g.startEnrolment(); err != nil {
+		ln.Close()
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
+	}
 	if g.ns != nil && g.cfg.NATSListen != "" {
 		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
 			ln.Close()
+			_ = g.stopFleetAPI(context.Background())
 			_ = g.audit.close(context.Background())
 			g.stopNATS()
 			return nil, err
 		}
 	}
+	if g.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCert, g.cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			_ = g.stopFleetAPI(context.Background())
+			_ = g.audit.close(context.Background())
+			g.stopNATS()
+			return nil, fmt.Errorf("MCP endpoint TLS (--tls_cert %s, --tls_key %s): %w", g.cfg.TLSCert, g.cfg.TLSKey, err)
+		}
+		g.mcpTLS = true
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { g.done <- g.http.Serve(ln) }()
 	g.logAccess()
-	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "auth", !cfg.AuthDisabled)
+	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "auth", !cfg.AuthDisabled)
 	return g, nil
+}
+
+// startEnrolment opens the join tokens and nonces, serves renewals,
+// starts the token sweeper and the fleet API listener.
+func (g *Gateway) startEnrolment() error {
+	js, err := jetstream.New(g.nc)
+	if err != nil {
+		return fmt.Errorf("enrolment: %w", err)
+	}
+	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.log.With("component", "tokens")); err != nil {
+		return err
+	}
+	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
+		return err
+	}
+	if err := g.startRenewals(); err != nil {
+		return err
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	prev := g.stopLoops
+	g.stopLoops = func() { stop(); prev() }
+	g.loops.Go(func() { g.sweepLoop(lctx) })
+	return g.startFleetAPI()
 }
 
 func (g *Gateway) startNATS() error {
@@ -314,6 +370,7 @@ func (g *Gateway) stopNATS() {
 		g.stopLoops()
 		g.loops.Wait()
 	}
+	g.renewals.close()
 	if g.agents != nil {
 		g.agents.close()
 	}
@@ -343,7 +400,9 @@ func (g *Gateway) stopNATS() {
 // let its tools reach: its data directory (JetStream, the agent records)
 // and in it the NATS keys (nats/: operator, accounts, the agent signing
 // key, the account JWT) and the fleet CA's key. With an external cluster,
-// the files of its setup: the creds and signing key seeds.
+// the files of its setup: the creds and signing key seeds, and the fleet
+// CA's key when the fleet API uses it. Always the keys of the fleet API's
+// and the MCP endpoint's own certificates (--api_tls_key, --tls_key).
 func (g *Gateway) SecretPaths() []string {
 	abs := func(p string) string {
 		if a, err := filepath.Abs(p); err == nil {
@@ -351,17 +410,27 @@ func (g *Gateway) SecretPaths() []string {
 		}
 		return p
 	}
+	var out []string
+	// The private keys of the listeners' own certificates.
+	for _, f := range []string{g.cfg.APITLSKey, g.cfg.TLSKey} {
+		if f != "" {
+			out = append(out, abs(f))
+		}
+	}
 	if g.ns == nil {
-		var out []string
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
 			}
 		}
+		if g.apiCA != nil {
+			// The fleet CA of the fleet API, in the data directory.
+			out = append(out, filepath.Join(abs(g.cfg.DataDir), tlsDir, caKeyFile))
+		}
 		return out
 	}
 	dir := abs(g.cfg.DataDir)
-	out := []string{dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile)}
+	out = append(out, dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile))
 	for _, f := range keyFiles {
 		out = append(out, filepath.Join(dir, natsDir, f.name))
 	}
@@ -417,7 +486,12 @@ func (g *Gateway) Handler() http.Handler {
 func (g *Gateway) Addr() string { return g.ln.Addr().String() }
 
 // MCPURL returns the URL an MCP client connects to.
-func (g *Gateway) MCPURL() string { return "http://" + g.Addr() + "/mcp" }
+func (g *Gateway) MCPURL() string {
+	if g.mcpTLS {
+		return "https://" + g.Addr() + "/mcp"
+	}
+	return "http://" + g.Addr() + "/mcp"
+}
 
 // NATSURL returns the URL of the NATS servers as this machine reaches
 // them: the embedded server's client address (tls:// when it serves
@@ -500,6 +574,7 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = g.http.Close()
 	}
+	err = errors.Join(err, g.stopFleetAPI(ctx))
 	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}

@@ -21,6 +21,9 @@ const (
 	// KindLocal is the single caller of a gateway whose authentication is
 	// off (--dev, --no_auth); it may do everything.
 	KindLocal IdentityKind = "local"
+	// KindAgent is a host's agent enrolling or renewing its credential
+	// (audit records only: its subject is the agent's public key).
+	KindAgent IdentityKind = "agent"
 )
 
 // Identity is an authenticated caller. It is built once per request by

@@ -50,7 +50,7 @@ func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayP
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := []string{"--listen", listen, "--nats_listen", natsListen, "--data_dir", dir, "--log_level", "warn"}
+	args := []string{"--listen", listen, "--nats_listen", natsListen, "--api_listen", "127.0.0.1:0", "--data_dir", dir, "--log_level", "warn"}
 	if token == "" {
 		args = append(args, "--no_auth")
 	}

@@ -64,6 +64,9 @@ type options struct {
 	logLevel   string
 	promptFile string
 
+	apiListen, apiTLSCert, apiTLSKey string
+	tlsCert, tlsKey                  string
+
 	natsAdvertise, advertise        string
 	natsCreds, natsSysCreds, natsCA string
 	natsAgentKey, natsOperatorKey   string
@@ -99,6 +102,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the MCP endpoint")
 	fs.StringVar(&o.dataDir, "data_dir", defaultDataDir(getenv), "state directory for the embedded NATS server")
 	fs.StringVar(&o.natsListen, "nats_listen", "127.0.0.1:4222", "where the embedded NATS server listens for agents (TLS beyond loopback)")
+	fs.StringVar(&o.apiListen, "api_listen", "127.0.0.1:8443", `address of the fleet API (host enrolment and the admin API; always TLS); "off" turns it off`)
+	fs.StringVar(&o.apiTLSCert, "api_tls_cert", "", "certificate chain (PEM) of the fleet API (default: issued from the fleet CA in --data_dir); hosts pin its last certificate")
+	fs.StringVar(&o.apiTLSKey, "api_tls_key", "", "private key (PEM) of --api_tls_cert")
+	fs.StringVar(&o.tlsCert, "tls_cert", "", "certificate chain (PEM): the MCP endpoint serves HTTPS with it (with --tls_key)")
+	fs.StringVar(&o.tlsKey, "tls_key", "", "private key (PEM) of --tls_cert")
 	fs.BoolVar(&o.natsTLS, "nats_tls", false, "the embedded NATS server serves TLS on a loopback --nats_listen too")
 	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
 	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
@@ -202,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			defer close(agentDone)
 			return a.Run(gctx)
 		})
-		printDev(stdout, gw, o)
+		printDev(ctx, stdout, gw, o, log)
 	} else {
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
@@ -228,8 +236,12 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
-		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
-		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
+		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
+		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
+		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+	}
+	if strings.EqualFold(strings.TrimSpace(o.apiListen), "off") {
+		cfg.APIListen = ""
 	}
 	if o.hostsRetention == 0 {
 		cfg.Hosts.Retention = -1 // never; zero would mean the default
@@ -324,6 +336,9 @@ Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and resta
 func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	fmt.Fprintf(w, "fleetmcp gateway %s\n  MCP endpoint: %s\n", gateway.Version, gw.MCPURL())
 	fmt.Fprintf(w, "  NATS:         %s (agents dial %s)\n", gw.NATSURL(), strings.Join(gw.AgentNATSURLs(), ","))
+	if u := gw.APIURL(); u != "" {
+		fmt.Fprintf(w, "  Fleet API:    %s (enrolment, admin; CA pin %s)\n", u, gw.APICAPin())
+	}
 	if pin := gw.NATSCAPin(); pin != "" {
 		fmt.Fprintf(w, "  CA pin:       %s\n", pin)
 	}
@@ -420,7 +435,7 @@ func loopbackURL(raw string) string {
 	return u.String()
 }
 
-func printDev(w io.Writer, gw *gateway.Gateway, o *options) {
+func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options, log *slog.Logger) {
 	urls := gw.AgentNATSURLs()
 	reach := whoReaches(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
@@ -441,10 +456,32 @@ Join another agent (%s):
 	} else {
 		fmt.Fprintln(w, "  TLS:           off on loopback (--nats_tls turns it on; beyond loopback it is always on)")
 	}
-	fmt.Fprint(w, `  Each agent enrols with its own key and gets its own credential;
-  fleetctl token create prints the command that joins a host.
+	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n\n"
+	if gw.APIURL() == "" {
+		fmt.Fprint(w, "  Fleet API:     off (--api_listen); hosts cannot join over the network\n\n"+howto)
+		return
+	}
+	hint := ""
+	if ip := net.ParseIP(strings.Trim(hostOf(gw.APIURL()), "[]")); ip != nil && ip.IsLoopback() {
+		hint = "; --api_listen 0.0.0.0:8443 lets other machines enrol"
+	}
+	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n", gw.APIURL(), gw.APICAPin(), hint)
+	tok, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{TTL: "15m", Uses: 1, Labels: map[string]string{"dev": "true"}}, "dev")
+	if err != nil {
+		log.Warn("dev: no join token made", "err", err)
+		fmt.Fprint(w, "\n"+howto)
+		return
+	}
+	fmt.Fprintf(w, "\nJoin one more host with this token (one use, valid 15 minutes):\n  %s\n\n%s", tok.JoinCommand, howto)
+}
 
-`)
+// hostOf returns the host of a URL ("" if it does not parse).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // whoReaches says who can reach the embedded server's client URL.

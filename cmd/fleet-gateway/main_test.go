@@ -19,6 +19,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
@@ -82,7 +86,7 @@ func closedPort(t *testing.T) string {
 
 func TestRunRefusesBadFlags(t *testing.T) {
 	dir := t.TempDir()
-	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0"}
+	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0"}
 	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
 	tests := []struct {
 		name string
@@ -120,6 +124,10 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"password flags are gone", with("--dev", "--nats_user", "gateway"), nil, []string{"-nats_user", "not defined"}},
 		{"credential printing is gone", with("--agent_credential", "web-1"), nil, []string{"-agent_credential", "not defined"}},
 		{"HTTP URL for agents", with("--dev", "--nats_advertise", "https://gw.example"), nil, []string{"--nats_advertise", "HTTP URL"}},
+		{"MCP certificate without its key", with("--dev", "--tls_cert", "mcp.pem"), nil, []string{"--tls_cert and --tls_key go together"}},
+		{"fleet API key without its certificate", with("--dev", "--api_tls_key", "api.key"), nil, []string{"--api_tls_cert and --api_tls_key go together"}},
+		{"fleet API certificate with the API off", with("--dev", "--api_listen", "off", "--api_tls_cert", "a.pem", "--api_tls_key", "a.key"), nil, []string{"--api_tls_cert is for the fleet API"}},
+		{"fleet API address without a port", with("--dev", "--api_listen", "8443"), nil, []string{"--api_listen", `"8443"`}},
 		{"credential TTL too long", with("--dev", "--agent_credential_ttl", "10000h"), nil, []string{"agent credential TTL"}},
 		{"nats-setup without a directory", []string{"nats-setup"}, nil, []string{"--out DIR is required"}},
 	}
@@ -150,7 +158,7 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-dev", "-no_auth", "-listen", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
+	for _, f := range []string{"-dev", "-no_auth", "-listen", "-api_listen", "-api_tls_cert", "-api_tls_key", "-tls_cert", "-tls_key", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
 		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
@@ -193,7 +201,7 @@ func TestDevSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
 	go func() { done <- run(ctx, args, env(nil), &stdout, &stderr) }()
 	stopped := false
 	defer func() {
@@ -243,6 +251,22 @@ func TestDevSmoke(t *testing.T) {
 	}
 	if strings.Contains(out, "nats://127.0.0.1:0\n") || strings.Contains(out, "PASSWORD") {
 		t.Errorf("the join instructions name port 0 or a password:\n%s", out)
+	}
+	// The printed join command works: its token enrols one more host
+	// over the fleet API, whose CA has the printed pin; only once.
+	join := regexp.MustCompile(`fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --token (\S+) --ca_pin (sha256:[0-9a-f]{64})\n`).FindStringSubmatch(out)
+	if join == nil {
+		t.Fatalf("no ready join command on stdout:\n%s", out)
+	}
+	jc := enrolclient.New(join[1], join[3], 1)
+	defer jc.Close()
+	kp, _ := nkeys.CreateUser()
+	if resp, err := jc.Enrol(ctx, kp, join[2], "other-1"); err != nil || resp.Labels["dev"] != "true" {
+		t.Errorf("enrol with the printed join command: %v %+v", err, resp)
+	}
+	var aerr *protocol.APIError
+	if _, err := jc.Enrol(ctx, kp, join[2], "other-2"); !errors.As(err, &aerr) || aerr.Code != protocol.APITokenSpent {
+		t.Errorf("the dev token used twice: %v", err)
 	}
 	// The fleet's keys and the dev agent's identity are readable by their
 	// owner only.
@@ -362,7 +386,7 @@ func TestRunWithAPITokens(t *testing.T) {
 		t.Fatalf("--new_api_token printed no token and entry:\n%s", out.String())
 	}
 	tokens := writeFile(t, "tokens:\n  "+m[2]+"\n")
-	args := []string{"--api_tokens", tokens, "--listen", "0.0.0.0:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir()}
+	args := []string{"--api_tokens", tokens, "--listen", "0.0.0.0:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", t.TempDir()}
 	mcpURL, stdout := startRun(t, args, nil)
 	if !strings.Contains(stdout.String(), "API tokens:   "+tokens) {
 		t.Errorf("startup output does not name the tokens file:\n%s", stdout.String())
@@ -396,7 +420,7 @@ func TestDevIgnoresJWTEnvironment(t *testing.T) {
 		t.Skip("starts NATS, the gateway and an agent")
 	}
 	vars := map[string]string{"JWT_ISSUER": "https://id.example", "JWT_AUDIENCE": "fleet", "JWKS_URI": "https://id.example/jwks"}
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", t.TempDir(), "--agent_name", "devhost"}
 	startRun(t, args, vars)
 }
 
@@ -439,7 +463,7 @@ func TestNATSSetupCommand(t *testing.T) {
 // second is refused, naming the first.
 func TestRunDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
+	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dir, "--agent_name", "devhost"}
 	startRun(t, args, nil)
 	_, err := runFails(t, args, nil)
 	want := "data directory " + dir + " is in use by another fleet-gateway (pid " + strconv.Itoa(os.Getpid()) + ")"
@@ -459,7 +483,7 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		t.Skip("starts NATS, the gateway and an agent")
 	}
 	dataDir := t.TempDir()
-	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--nats_tls", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
+	mcpURL, _ := startRun(t, []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--nats_tls", "--data_dir", dataDir, "--agent_name", "devhost"}, nil)
 	creds := filepath.Join(dataDir, "nats", "agent-signer.nk")
 	caKey := filepath.Join(dataDir, "tls", "ca.key")
 	secret, err := os.ReadFile(creds)

@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // enrolRequest asks the gateway child to enrol hosts with their public
@@ -115,5 +117,65 @@ func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.
 	fmt.Fprintf(b.stdout, "\n%d agent keys made in %s (%.0f/s); enrolled with the gateway (record + user JWT each, %d at a time) in %s (%.0f/s)\n",
 		len(hosts), made.Round(time.Millisecond), float64(len(hosts))/made.Seconds(), enrolWorkers,
 		enrolled.Round(time.Millisecond), float64(len(hosts))/enrolled.Seconds())
+	return creds, nil
+}
+
+// enrolHTTPS enrols every host as a host does: the operator makes a join
+// token through the admin API (enough uses for all, names sim-*), then
+// each host makes its key and enrols over HTTPS with it, pinning the
+// gateway's CA and signing its request, -enrol_conns at a time.
+func (b *bench) enrolHTTPS(ctx context.Context, hosts []string) (map[string]simfleet.Credential, error) {
+	admin := enrolclient.New(b.gw.apiURL, b.gw.apiPin, 1)
+	defer admin.Close()
+	var tok protocol.TokenCreateResponse
+	if err := admin.Post(ctx, protocol.AdminTokensPath, protocol.TokenCreateRequest{Uses: len(hosts), NamePattern: "sim-*", TTL: "1h",
+		Labels: map[string]string{"role": "sim"}}, &tok); err != nil {
+		return nil, fmt.Errorf("create a join token: %w", err)
+	}
+	c := enrolclient.New(b.gw.apiURL, b.gw.apiPin, b.o.enrolConns)
+	defer c.Close()
+	creds := make(map[string]simfleet.Credential, len(hosts))
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, b.o.enrolConns)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, h := range hosts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			kp, err := nkeys.CreateUser()
+			var resp *protocol.EnrolResponse
+			if err == nil {
+				resp, err = c.Enrol(ctx, kp, tok.Token, h)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("enrol %s: %w", h, err)
+				}
+				return
+			}
+			seed, _ := kp.Seed()
+			creds[h] = simfleet.Credential{JWT: resp.JWT, Seed: seed}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	var info protocol.TokenList
+	if err := admin.Get(ctx, protocol.AdminTokensPath, &info); err != nil {
+		return nil, err
+	}
+	for _, ti := range info.Tokens {
+		if ti.ID == tok.Info.ID && (ti.Used != len(hosts) || ti.State != protocol.TokenSpent) {
+			return nil, fmt.Errorf("after %d enrolments the token says %d of %d uses (%s)", len(hosts), ti.Used, ti.Uses, ti.State)
+		}
+	}
+	fmt.Fprintf(b.stdout, "\n%d hosts enrolled over HTTPS with one join token (key made on the host, signed request, token use, record, user JWT; %d at a time) in %s (%.0f/s)\n",
+		len(hosts), b.o.enrolConns, took.Round(time.Millisecond), float64(len(hosts))/took.Seconds())
 	return creds, nil
 }

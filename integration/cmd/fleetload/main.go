@@ -5,9 +5,10 @@
 // each, the real wire protocol, the agent's reconnect backoff), and drives
 // the gateway with the go-sdk MCP client over HTTP. It reports:
 //
-//   - how long making N agent keys takes here, and enrolling them with
-//     the gateway (each a record in the agent bucket and a user JWT,
-//     through the gateway's local enrolment);
+//   - how long enrolling N agents takes: by default as hosts do it (each
+//     makes its key and enrols over HTTPS with one join token, a signed
+//     request each, -enrol_conns at a time), or with -enrol local through
+//     the gateway's in-process enrolment; -enrol_only stops there;
 //   - fleet_read of a small file and fleet_bash "true" across all N hosts:
 //     p50 and p90 of the client-side latency over -runs runs;
 //   - the gateway process's memory per connected idle host: its RSS (after
@@ -77,6 +78,10 @@ type options struct {
 	listen      string
 	natsListen  string
 	statsListen string
+	apiListen   string
+	enrolVia    string
+	enrolOnly   bool
+	enrolConns  int
 	profile     string
 	soak        int
 }
@@ -94,11 +99,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.latency, "latency", true, "measure fan-out latency (false: only joining, memory and the restart)")
 	fs.StringVar(&o.restartProf, "restart_profile", "", "write the gateway's CPU profile over the 20 s after its restart begins to this file")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file, and its heap profile at the end to FILE.heap")
+	fs.StringVar(&o.enrolVia, "enrol", "https", "how the agents enrol: https (a join token each through the fleet API, as hosts do) or local (the gateway's in-process enrolment)")
+	fs.BoolVar(&o.enrolOnly, "enrol_only", false, "measure the enrolment only, then stop")
+	fs.IntVar(&o.enrolConns, "enrol_conns", 64, "with -enrol https: concurrent enrolments (HTTPS connections)")
 	fs.StringVar(&o.role, "role", "", "internal: 'gateway' runs the gateway child")
 	fs.StringVar(&o.dataDir, "data_dir", "", "internal: the gateway child's data directory")
 	fs.StringVar(&o.listen, "listen", "", "internal: the gateway child's MCP address")
 	fs.StringVar(&o.natsListen, "nats_listen", "", "internal: the gateway child's NATS address")
 	fs.StringVar(&o.statsListen, "stats_listen", "", "internal: the gateway child's stats address")
+	fs.StringVar(&o.apiListen, "api_listen", "", "internal: the gateway child's fleet API address")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -118,6 +127,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-concurrency %q: want values from 0 to 500, comma-separated", *concurrency)
 		}
 		o.concurrency = append(o.concurrency, c)
+	}
+	if o.enrolVia != "https" && o.enrolVia != "local" {
+		return nil, fmt.Errorf("-enrol %q: want https or local", o.enrolVia)
+	}
+	if o.enrolConns < 1 || o.enrolConns > 1024 {
+		return nil, fmt.Errorf("-enrol_conns %d: want 1 to 1024", o.enrolConns)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return nil, fmt.Errorf("-runs %d: want 1 to 100", o.runs)
@@ -220,13 +235,13 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Close(); <-served }()
 	gw, err := gateway.Start(gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, AuthDisabled: true, Logger: log,
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, APIListen: o.apiListen, AuthDisabled: true, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	running.Store(gw)
-	fmt.Fprintf(stdout, "READY %s %s\n", gw.MCPURL(), gw.NATSURL())
+	fmt.Fprintf(stdout, "READY %s %s %s %s\n", gw.MCPURL(), gw.NATSURL(), gw.APIURL(), gw.APICAPin())
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -255,16 +270,20 @@ type child struct {
 	cmd     *exec.Cmd
 	mcpURL  string
 	natsURL string
-	stats   string
-	done    chan struct{}
+	// apiURL and apiPin are the fleet API's URL and CA pin.
+	apiURL, apiPin string
+	stats          string
+	done           chan struct{}
 }
 
-func startChild(ctx context.Context, o *options, dataDir, listen, natsListen, statsListen string, stderr io.Writer) (*child, error) {
+func startChild(ctx context.Context, o *options, dataDir string, addrs [4]string, stderr io.Writer) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-role", "gateway", "-data_dir", dataDir, "-listen", listen, "-nats_listen", natsListen, "-stats_listen", statsListen)
+	listen, natsListen, statsListen := addrs[0], addrs[1], addrs[2]
+	cmd := exec.Command(exe, "-role", "gateway", "-data_dir", dataDir, "-listen", listen, "-nats_listen", natsListen, "-stats_listen", statsListen,
+		"-api_listen", addrs[3])
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -287,7 +306,11 @@ func startChild(ctx context.Context, o *options, dataDir, listen, natsListen, st
 	select {
 	case line := <-ready:
 		f := strings.Fields(line)
-		c.mcpURL, c.natsURL = f[0], f[1]
+		if len(f) != 4 {
+			c.stop()
+			return nil, fmt.Errorf("gateway child said %q", line)
+		}
+		c.mcpURL, c.natsURL, c.apiURL, c.apiPin = f[0], f[1], f[2], f[3]
 		return c, nil
 	case <-c.done:
 		return nil, errors.New("gateway child exited before it was ready")
@@ -404,7 +427,7 @@ type bench struct {
 	o       *options
 	n       int
 	dataDir string
-	addrs   [3]string // MCP, NATS and stats addresses of the gateway child
+	addrs   [4]string // MCP, NATS, stats and fleet API addresses of the gateway child
 	gw      *child
 	fleet   *simfleet.Fleet
 	stdout  io.Writer
@@ -412,7 +435,7 @@ type bench struct {
 }
 
 func (b *bench) startGateway(ctx context.Context) error {
-	gw, err := startChild(ctx, b.o, b.dataDir, b.addrs[0], b.addrs[1], b.addrs[2], b.stderr)
+	gw, err := startChild(ctx, b.o, b.dataDir, b.addrs, b.stderr)
 	b.gw = gw
 	return err
 }
@@ -447,9 +470,16 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	for i := range hosts {
 		hosts[i] = hostName(i)
 	}
-	creds, err := b.enrol(ctx, hosts)
+	enrol := b.enrol
+	if o.enrolVia == "https" {
+		enrol = b.enrolHTTPS
+	}
+	creds, err := enrol(ctx, hosts)
 	if err != nil {
 		return err
+	}
+	if o.enrolOnly {
+		return nil
 	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{

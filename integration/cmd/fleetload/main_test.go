@@ -48,8 +48,25 @@ func TestLoadSmallFleet(t *testing.T) {
 	}
 }
 
+// The enrolment mode enrols every host over HTTPS with one join token,
+// and the token ends spent with exactly as many uses.
+func TestLoadEnrolOverHTTPS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errs bytes.Buffer
+	if err := run(ctx, []string{"-hosts", "50", "-enrol_only", "-enrol_conns", "8"}, &out, &errs); err != nil {
+		t.Fatalf("fleetload: %v\n%s\n%s", err, out.String(), errs.String())
+	}
+	if !strings.Contains(out.String(), "50 hosts enrolled over HTTPS with one join token") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
 func TestParseFlags(t *testing.T) {
-	for _, bad := range [][]string{{"-hosts", "0"}, {"-hosts", "x"}, {"-runs", "0"}, {"-concurrency", "501"}, {"extra"}} {
+	for _, bad := range [][]string{{"-hosts", "0"}, {"-hosts", "x"}, {"-runs", "0"}, {"-concurrency", "501"}, {"extra"}, {"-enrol", "carrier-pigeon"}, {"-enrol_conns", "0"}} {
 		if _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}

@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// The admin API, under protocol.AdminPath on the fleet API listener: join
+// tokens and agent records, for fleetctl. A caller is an admin with an
+// API token whose entry says admin: true, or an OIDC token whose access
+// rule says admin: true (the same verification as the MCP endpoint);
+// with authentication off, the caller on this machine. Every action is
+// an audit record: who, what, the target, the outcome.
+
+// adminRoute is a parsed admin path.
+type adminRoute struct {
+	// kind is "tokens", "token", "agents" or "agent".
+	kind string
+	// target is the token id or host name; action the agent action.
+	target, action string
+}
+
+// Agent actions under AdminAgentsPath/NAME/.
+const (
+	actionRevoke        = "revoke"
+	actionLabels        = "labels"
+	actionAllowRecovery = "allow-recovery"
+)
+
+// parseAdminPath parses the path of an admin request.
+func parseAdminPath(path string) (adminRoute, error) {
+	rest, ok := strings.CutPrefix(path, protocol.AdminPath)
+	if !ok {
+		return adminRoute{}, fmt.Errorf("%s is not under %s", clipText(path, 80), protocol.AdminPath)
+	}
+	parts := strings.Split(rest, "/")
+	coll := func(p string) string { return strings.TrimPrefix(p, protocol.AdminPath) }
+	switch {
+	case len(parts) == 1 && parts[0] == coll(protocol.AdminTokensPath):
+		return adminRoute{kind: "tokens"}, nil
+	case len(parts) == 1 && parts[0] == coll(protocol.AdminAgentsPath):
+		return adminRoute{kind: "agents"}, nil
+	case len(parts) == 2 && parts[0] == coll(protocol.AdminTokensPath):
+		if err := protocol.CheckTokenID(parts[1]); err != nil {
+			return adminRoute{}, err
+		}
+		return adminRoute{kind: "token", target: parts[1]}, nil
+	case len(parts) == 3 && parts[0] == coll(protocol.AdminAgentsPath):
+		if err := protocol.ValidateHost(parts[1]); err != nil {
+			return adminRoute{}, err
+		}
+		switch parts[2] {
+		case actionRevoke, actionLabels, actionAllowRecovery:
+			return adminRoute{kind: "agent", target: parts[1], action: parts[2]}, nil
+		}
+		return adminRoute{}, fmt.Errorf("no agent action %q: use %s, %s or %s", clipText(parts[2], 40), actionRevoke, actionLabels, actionAllowRecovery)
+	}
+	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s or %s/NAME/ACTION", clipText(path, 80),
+		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath)
+}
+
+// adminHandler serves the admin API.
+func (g *Gateway) adminHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, aerr := g.adminCaller(r)
+		if aerr != nil {
+			writeAPIError(w, aerr)
+			return
+		}
+		route, err := parseAdminPath(r.URL.Path)
+		if err != nil {
+			writeAPIError(w, apiErr(protocol.APINotFound, "%v", err))
+			return
+		}
+		a := adminAction{g: g, id: id, w: w, r: r, route: route, src: sourceOf(r)}
+		a.serve()
+	})
+}
+
+// adminCaller authenticates the caller and checks it is an admin.
+func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
+	if g.auth == nil {
+		if ip := net.ParseIP(sourceOf(r)); ip == nil || !ip.IsLoopback() {
+			return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), so its admin API answers callers on this machine only")
+		}
+		return localIdentity(), nil
+	}
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if raw = strings.TrimSpace(raw); !ok || raw == "" {
+		return nil, apiErr(protocol.APIUnauthorized, "the admin API needs Authorization: Bearer with an admin API token (an --api_tokens entry with admin: true) or an OIDC token whose access rule says admin: true; set --api_token or FLEET_API_TOKEN")
+	}
+	id, _, err := g.auth.identify(r.Context(), raw)
+	if err != nil {
+		g.log.Info("admin API: refused bearer token", "source", sourceOf(r), "reason", err)
+		return nil, apiErr(protocol.APIUnauthorized, "the bearer token was refused (%v): use a valid admin API token or a current OIDC token", err)
+	}
+	if d := g.cfg.Access.For(id).Admin(); !d.Allowed {
+		aerr := apiErr(protocol.APIForbidden, "%s is not an admin (%s): an admin API token (admin: true in --api_tokens) or an access rule with admin: true is needed", id.Name(), d.Reason)
+		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
+		return nil, aerr
+	}
+	return id, nil
+}
+
+// adminAction is one admin request of an admin.
+type adminAction struct {
+	g     *Gateway
+	id    *Identity
+	w     http.ResponseWriter
+	r     *http.Request
+	route adminRoute
+	src   string
+}
+
+func (a *adminAction) serve() {
+	m := a.r.Method
+	switch rt := a.route; {
+	case rt.kind == "tokens" && m == http.MethodPost:
+		a.createToken()
+	case rt.kind == "tokens" && m == http.MethodGet:
+		a.listTokens()
+	case rt.kind == "token" && m == http.MethodDelete:
+		a.revokeToken()
+	case rt.kind == "agents" && m == http.MethodGet:
+		a.listAgents()
+	case rt.kind == "agent" && m == http.MethodPost:
+		a.agentAction()
+	default:
+		a.w.Header().Set("Allow", map[string]string{"tokens": "GET, POST", "token": "DELETE", "agents": "GET", "agent": "POST"}[rt.kind])
+		writeAPIErrorStatus(a.w, http.StatusMethodNotAllowed, apiErr(protocol.APIBadRequest, "%s does not take %s", a.r.URL.Path, m))
+	}
+}
+
+// finish answers the request and audits it.
+func (a *adminAction) finish(tool, target string, args map[string]any, resp any, aerr *protocol.APIError) {
+	var hosts []string
+	if a.route.kind == "agent" {
+		hosts = []string{target}
+	}
+	a.g.auditAdmin(a.id, tool, target, a.src, hosts, args, aerr)
+	if aerr != nil {
+		writeAPIError(a.w, aerr)
+		return
+	}
+	writeJSON(a.w, http.StatusOK, resp)
+}
+
+func (a *adminAction) createToken() {
+	var req protocol.TokenCreateRequest
+	if aerr := decodeAPIBody(a.w, a.r, &req); aerr != nil {
+		a.finish("admin_token_create", "", nil, nil, aerr)
+		return
+	}
+	resp, err := a.g.CreateJoinToken(a.r.Context(), &req, a.id.Name())
+	args := map[string]any{"labels": formatLabels(req.Labels), "ttl": req.TTL, "uses": req.Uses, "name": req.Name,
+		"name_pattern": req.NamePattern, "replace": req.Replace}
+	if err != nil {
+		a.finish("admin_token_create", "", args, nil, adminError(err))
+		return
+	}
+	a.finish("admin_token_create", resp.Info.ID, args, resp, nil)
+}
+
+func (a *adminAction) listTokens() {
+	all, err := a.g.tokens.all(a.r.Context())
+	if err != nil {
+		a.finish("admin_token_list", "", nil, nil, adminError(err))
+		return
+	}
+	now := a.g.now()
+	list := protocol.TokenList{Tokens: make([]protocol.TokenInfo, 0, len(all))}
+	for _, e := range all {
+		list.Tokens = append(list.Tokens, e.rec.info(now))
+	}
+	a.finish("admin_token_list", "", nil, list, nil)
+}
+
+func (a *adminAction) revokeToken() {
+	t, err := a.g.tokens.revoke(a.r.Context(), a.route.target, a.id.Name(), a.g.now())
+	if err != nil {
+		a.finish("admin_token_revoke", a.route.target, nil, nil, adminError(err))
+		return
+	}
+	a.finish("admin_token_revoke", t.ID, nil, t.info(a.g.now()), nil)
+}
+
+func (a *adminAction) listAgents() {
+	recs, err := a.g.Agents(a.r.Context())
+	if err != nil {
+		a.finish("admin_agent_list", "", nil, nil, adminError(err))
+		return
+	}
+	list := protocol.AgentList{Agents: make([]protocol.AgentInfo, 0, len(recs))}
+	for i := range recs {
+		list.Agents = append(list.Agents, a.g.agentInfo(&recs[i]))
+	}
+	a.finish("admin_agent_list", "", nil, list, nil)
+}
+
+func (a *adminAction) agentAction() {
+	host, ctx := a.route.target, a.r.Context()
+	tool := "admin_agent_" + strings.ReplaceAll(a.route.action, "-", "_")
+	var args map[string]any
+	var err error
+	switch a.route.action {
+	case actionRevoke:
+		err = a.g.RevokeAgent(ctx, host, a.id.Name())
+	case actionLabels:
+		var req protocol.LabelsRequest
+		if aerr := decodeAPIBody(a.w, a.r, &req); aerr != nil {
+			a.finish(tool, host, nil, nil, aerr)
+			return
+		}
+		args = map[string]any{"set": formatLabels(req.Set), "remove": strings.Join(req.Remove, ",")}
+		if len(req.Set) == 0 && len(req.Remove) == 0 {
+			a.finish(tool, host, args, nil, apiErr(protocol.APIBadRequest, "nothing to change: give labels to set (k=v) or to remove (k-)"))
+			return
+		}
+		_, err = a.g.SetAgentLabels(ctx, host, req.Set, req.Remove)
+	case actionAllowRecovery:
+		var req protocol.AllowRecoveryRequest
+		if aerr := decodeOptionalAPIBody(a.w, a.r, &req); aerr != nil {
+			a.finish(tool, host, nil, nil, aerr)
+			return
+		}
+		if req.Count == 0 {
+			req.Count = 1
+		}
+		args = map[string]any{"count": req.Count}
+		err = a.g.AllowRecovery(ctx, host, req.Count)
+	}
+	if err != nil {
+		a.finish(tool, host, args, nil, adminError(err))
+		return
+	}
+	rec, err := a.g.Agent(ctx, host)
+	if err != nil {
+		a.finish(tool, host, args, nil, adminError(err))
+		return
+	}
+	a.finish(tool, host, args, a.g.agentInfo(&rec), nil)
+}
+
+// errBadAdminRequest marks an admin request that cannot be done as asked.
+var errBadAdminRequest = errors.New("bad request")
+
+// adminError turns an error of an admin action into an API error.
+func adminError(err error) *protocol.APIError {
+	switch {
+	case errors.Is(err, ErrUnknownAgent):
+		return apiErr(protocol.APINotFound, "%v", err)
+	case errors.Is(err, errTokenNotFound):
+		return apiErr(protocol.APINotFound, "%v (tokens are deleted a day after they stop working)", err)
+	case errors.Is(err, errHostRevoked):
+		return apiErr(protocol.APIHostRevoked, "%v", err)
+	case errors.Is(err, errBadAdminRequest):
+		return apiErr(protocol.APIBadRequest, "%v", err)
+	}
+	return apiErr(protocol.APIUnavailable, "%v", err)
+}
+
+// agentInfo describes a record for the admin API, with whether the host
+// is online now.
+func (g *Gateway) agentInfo(r *AgentRecord) protocol.AgentInfo {
+	info := protocol.AgentInfo{Host: r.Host, PublicKey: r.PublicKey, Labels: r.Labels, Facts: r.Facts, TokenID: r.TokenID,
+		EnrolledAt: r.EnrolledAt, CredentialExpiresAt: r.CredentialExpiresAt, RevokedAt: r.RevokedAt, RevokedBy: r.RevokedBy,
+		RecoveriesLeft: r.RecoveriesLeft}
+	if h, ok := g.reg.get(r.Host); ok {
+		info.Online = h.Online && !r.Revoked()
+	}
+	return info
+}
+
+// CreateJoinToken creates a join token as req says, made by by, and
+// returns it with the commands that join a host with it.
+func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreateRequest, by string) (*protocol.TokenCreateResponse, error) {
+	t, token, err := newTokenRecord(req, by, g.now())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadAdminRequest, err)
+	}
+	if err := g.tokens.create(ctx, t); err != nil {
+		return nil, err
+	}
+	g.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", formatLabels(t.Labels),
+		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
+	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
+	args := fmt.Sprintf("--gateway %s --token %s --ca_pin %s", resp.GatewayURL, token, resp.CAPin)
+	if t.NamePattern != "" {
+		// The host's own name may not match the pattern.
+		args += " --name NAME"
+	}
+	resp.JoinCommand = "fleet-agent join " + args
+	resp.InstallCommand = "fleet-agent install " + args
+	return resp, nil
+}
+
+// AllowRecovery lets host recover its credential count more times (it
+// may then get a new credential with its key alone, once expired).
+func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) error {
+	if count < 1 || count > 100 {
+		return fmt.Errorf("%w: count %d: use 1 to 100", errBadAdminRequest, count)
+	}
+	_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+		if r.Revoked() {
+			return fmt.Errorf("%w: %s was revoked; a revoked host never recovers (enrol a new key with a token made with --replace %s)", errHostRevoked, host, host)
+		}
+		r.RecoveriesLeft = count
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("allow recovery of %s: %w", host, err)
+	}
+	g.log.Info("agent may recover its credential", "host", host, "count", count)
+	return nil
+}
+
+// auditAdmin writes the audit record of an admin action.
+func (g *Gateway) auditAdmin(id *Identity, tool, target, src string, hosts []string, args map[string]any, aerr *protocol.APIError) {
+	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID},
+		ProjectID: id.ProjectID, Tool: tool, Hosts: hosts, Target: target, Source: src, Args: args, Decision: decisionAllowed, Outcome: outcomeOK}
+	if aerr != nil {
+		rec.Outcome, rec.Reason, rec.Error = outcomeRefused, string(aerr.Code), aerr.Message
+		if aerr.Code == protocol.APIForbidden {
+			rec.Decision = decisionDenied
+		}
+		if aerr.Code == protocol.APIUnavailable {
+			rec.Outcome = outcomeError
+		}
+	}
+	g.audit.write(rec)
+	g.log.Info("admin action", "caller", id.Name(), "action", tool, "target", target, "outcome", rec.Outcome, "reason", rec.Error)
+}

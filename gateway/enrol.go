@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file is enrolment over the network: a host proves it holds its
+// key (a signature over the request's canonical bytes, a fresh nonce, the
+// time) and presents a join token (enrol) or its still-enrolled key
+// (recover); the gateway checks, in this order, the request, the token,
+// the name rules, consumes one use of the token, writes the agent record
+// and mints the credential, giving the use back if the record step fails.
+
+const (
+	noncesBucket = "fleet_nonces"
+	// nonceTTL is how long a nonce is remembered: longer than the window
+	// of times a request may carry (MaxClockSkew each way).
+	nonceTTL = 15 * time.Minute
+	// maxFactLen bounds each reported fact.
+	maxFactLen = 256
+)
+
+// nonceStore remembers the nonces of requests seen, so none is accepted
+// twice.
+type nonceStore struct{ kv jetstream.KeyValue }
+
+func openNonceStore(js jetstream.JetStream, replicas int) (*nonceStore, error) {
+	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+		Bucket:      noncesBucket,
+		Description: "fleetmcp request nonces seen in the last 15 minutes (replay protection)",
+		History:     1,
+		TTL:         nonceTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		MaxBytes:    256 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("request nonces: %w", err)
+	}
+	return &nonceStore{kv: kv}, nil
+}
+
+// record remembers nonce; a nonce seen before is refused as replayed.
+func (s *nonceStore) record(ctx context.Context, nonce string) *protocol.APIError {
+	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	_, err := s.kv.Create(ctx, nonce, nil)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return apiErr(protocol.APIReplayed, "this request was sent before (its nonce was seen): a request is accepted once; make a new one (a new nonce, the time now) and sign it again")
+	case err != nil:
+		return apiErr(protocol.APIUnavailable, "the gateway could not record the request's nonce (%v): try again in a moment", err)
+	}
+	return nil
+}
+
+// checkProof verifies the proof of possession of a request whose
+// canonical bytes are signing: the key's signature, the time, and that
+// its nonce is new.
+func (g *Gateway) checkProof(ctx context.Context, p *protocol.Proof, signing []byte) *protocol.APIError {
+	if aerr := checkProofShape(p); aerr != nil {
+		return aerr
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(p.Signature)
+	if err != nil {
+		return apiErr(protocol.APIBadSignature, "the signature is not base64url without padding: sign the request's signing bytes with the agent's key")
+	}
+	kp, err := nkeys.FromPublicKey(p.PublicKey)
+	if err != nil || kp.Verify(signing, sig) != nil {
+		return apiErr(protocol.APIBadSignature, "the signature does not verify with public key %s over this request: the request was changed on its way, or signed with another key; sign it again with the agent's key", p.PublicKey)
+	}
+	if err := p.CheckTime(g.now()); err != nil {
+		return apiErr(protocol.APIClockSkew, "%v", err)
+	}
+	return g.nonces.record(ctx, p.Nonce)
+}
+
+// checkProofShape checks the fields of a proof that need no key.
+func checkProofShape(p *protocol.Proof) *protocol.APIError {
+	switch {
+	case !nkeys.IsValidPublicUserKey(p.PublicKey):
+		return apiErr(protocol.APIBadRequest, "public_key %q is not an nkey user public key (U...): send the public key of the agent's key", clipText(p.PublicKey, 60))
+	case p.Time.IsZero():
+		return apiErr(protocol.APIBadRequest, "time is missing: send the time of the request (RFC 3339, UTC)")
+	case p.Signature == "":
+		return apiErr(protocol.APIBadSignature, "signature is missing: sign the request's signing bytes with the agent's key")
+	}
+	if err := protocol.CheckNonce(p.Nonce); err != nil {
+		return apiErr(protocol.APIBadRequest, "%v: send protocol.NewNonce()", err)
+	}
+	return nil
+}
+
+// checkPin refuses a pin other than the gateway's own: the agent checked
+// the certificate of another CA (a man in the middle, or another fleet).
+func (g *Gateway) checkPin(pin string) *protocol.APIError {
+	if !protocol.ValidCAPin(pin) {
+		return apiErr(protocol.APIBadRequest, "ca_pin %q is not sha256:<64 lowercase hex digits>: copy it from fleetctl token create", clipText(pin, 80))
+	}
+	for _, p := range g.api.pins {
+		if p == pin {
+			return nil
+		}
+	}
+	return apiErr(protocol.APIWrongCA, "ca_pin %s is not the pin of this gateway's CA (%s): the connection went to another server than the one the token is for; check the URL and the pin", pin, g.api.pin)
+}
+
+// checkFacts bounds the facts a host reports.
+func checkFacts(f *protocol.AgentFacts) *protocol.APIError {
+	for name, v := range map[string]string{"os": f.OS, "arch": f.Arch, "hostname": f.Hostname, "kernel": f.Kernel} {
+		if len(v) > maxFactLen || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return apiErr(protocol.APIBadRequest, "fact %s is longer than %d bytes or holds control characters", name, maxFactLen)
+		}
+	}
+	return nil
+}
+
+// enrolOutcome is what the audit and the log say about one request.
+type enrolOutcome struct {
+	host, key, tokenID string
+	labels             map[string]string
+}
+
+// enrolHost handles an enrolment request.
+func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.key, out.host = req.PublicKey, req.Host
+	id, secret, err := protocol.ParseJoinToken(req.Token)
+	if err != nil {
+		return nil, apiErr(protocol.APIBadRequest, "%v", err)
+	}
+	out.tokenID = id
+	if req.Host != "" {
+		if err := protocol.ValidateHost(req.Host); err != nil {
+			return nil, apiErr(protocol.APINameNotAllowed, "%v", err)
+		}
+	}
+	if aerr := checkFacts(&req.Facts); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := g.checkPin(req.CAPin); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+		return nil, aerr
+	}
+	var host string
+	var replace bool
+	tok, aerr := g.tokens.consume(ctx, id, secret, g.now, func(t *tokenRecord) *protocol.APIError {
+		var aerr *protocol.APIError
+		host, replace, aerr = t.allowName(req.Host)
+		return aerr
+	})
+	if aerr != nil {
+		return nil, aerr
+	}
+	out.host, out.labels = host, tok.Labels
+	creds, err := g.enrol(ctx, enrolment{host: host, userPub: req.PublicKey, labels: tok.Labels, tokenID: id, facts: req.Facts,
+		replace: replace, by: "token " + id})
+	if err != nil {
+		// The use goes back: the host did not enrol. A context that ended
+		// must not keep it from going back.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jsTimeout)
+		defer cancel()
+		if berr := g.tokens.giveBack(bctx, id); berr != nil {
+			g.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)
+		}
+		return nil, enrolError(host, err)
+	}
+	return g.enrolResponse(&creds), nil
+}
+
+// enrolError turns an error of enrol into the API error the host gets.
+func enrolError(host string, err error) *protocol.APIError {
+	switch {
+	case errors.Is(err, ErrKeyRevoked):
+		return apiErr(protocol.APIKeyRevoked, "%v", err)
+	case errors.Is(err, ErrHostRevoked):
+		return apiErr(protocol.APIHostRevoked, "%v", err)
+	case errors.Is(err, ErrNameTaken):
+		return apiErr(protocol.APINameTaken, "%v", err)
+	case errors.Is(err, ErrKeyInUse):
+		return apiErr(protocol.APINameTaken, "%v", err)
+	}
+	return apiErr(protocol.APIUnavailable, "enrolling %s failed on the gateway (%v): try again in a moment", host, err)
+}
+
+func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
+	urls := c.NATSURLs
+	if urls == nil {
+		urls = []string{}
+	}
+	return &protocol.EnrolResponse{Host: c.Host, JWT: c.JWT, Expires: c.Expires, NATSURLs: urls, NATSCA: string(c.CAPEM),
+		Labels: c.Labels, SigningKeys: []string{}}
+}
+
+// Errors of recovery and renewal.
+var (
+	errNotTheKey   = errors.New("not the host's key")
+	errNoRecovery  = errors.New("no recovery allowed")
+	errHostRevoked = errors.New("host revoked")
+)
+
+// recoverHost handles a recovery: an enrolled key whose credential
+// expired gets a new one, if the operator allowed a recovery.
+func (g *Gateway) recoverHost(ctx context.Context, req *protocol.RecoverRequest, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.key, out.host = req.PublicKey, req.Host
+	if err := protocol.ValidateHost(req.Host); err != nil {
+		return nil, apiErr(protocol.APIBadRequest, "%v", err)
+	}
+	if aerr := g.checkPin(req.CAPin); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+		return nil, aerr
+	}
+	expires := g.now().Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
+	rec, err := g.agents.modify(ctx, req.Host, func(r *AgentRecord) error {
+		if err := keyHolds(r, req.PublicKey); err != nil {
+			return err
+		}
+		if r.RecoveriesLeft <= 0 {
+			return errNoRecovery
+		}
+		r.RecoveriesLeft--
+		if expires.After(r.CredentialExpiresAt) {
+			r.CredentialExpiresAt = expires
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, credentialError("recover", req.Host, req.PublicKey, err)
+	}
+	out.labels = rec.Labels
+	jwt, err := g.authority.AgentJWT(req.Host, req.PublicKey, expires)
+	if err != nil {
+		if _, gerr := g.agents.modify(context.WithoutCancel(ctx), req.Host, func(r *AgentRecord) error { r.RecoveriesLeft++; return nil }); gerr != nil {
+			g.log.Error("recover: a recovery was spent on a credential that could not be issued", "host", req.Host, "err", gerr)
+		}
+		return nil, apiErr(protocol.APIUnavailable, "the gateway could not issue a credential for %s (%v): try again in a moment", req.Host, err)
+	}
+	c := AgentCredentials{Host: req.Host, JWT: jwt, Expires: expires, NATSURLs: g.AgentNATSURLs(), CAPEM: g.NATSCAPEM(), Labels: rec.Labels}
+	return g.enrolResponse(&c), nil
+}
+
+// keyHolds refuses a request for host's record r made with another key
+// than r's, or for a revoked host.
+func keyHolds(r *AgentRecord, pub string) error {
+	if r.PublicKey != pub {
+		return errNotTheKey
+	}
+	if r.Revoked() {
+		return errHostRevoked
+	}
+	return nil
+}
+
+// credentialError turns an error of recovery or renewal into an API
+// error.
+func credentialError(what, host, pub string, err error) *protocol.APIError {
+	switch {
+	case errors.Is(err, ErrUnknownAgent):
+		return apiErr(protocol.APIUnknownHost, "host %s is not enrolled on this gateway: join it with a token (fleet-agent join)", host)
+	case errors.Is(err, errNotTheKey):
+		return apiErr(protocol.APIForbidden, "key %s is not the key host %s is enrolled with: %s is refused; join again with a token (an operator may need --replace %s)", pub, host, what, host)
+	case errors.Is(err, errHostRevoked):
+		return apiErr(protocol.APIHostRevoked, "host %s was revoked: no credential is issued for its key again; join with a new key and a token made with --replace %s", host, host)
+	case errors.Is(err, errNoRecovery):
+		return apiErr(protocol.APINoRecovery, "host %s may not recover its credential: an operator must allow it first (fleetctl agent allow-recovery %s), or join again with a token", host, host)
+	}
+	return apiErr(protocol.APIUnavailable, "%s of %s failed on the gateway (%v): try again in a moment", what, host, err)
+}

@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeLeaf issues a certificate for 127.0.0.1 from a new CA and writes
+// its chain and key as PEM files; it returns their paths and the CA.
+func writeLeaf(t *testing.T) (certFile, keyFile string, ca *fleetCA) {
+	t.Helper()
+	ca, _, err := newCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.issueLeaf([]string{"127.0.0.1", "localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var chain []byte
+	for _, der := range leaf.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(leaf.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, chain, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, ca
+}
+
+// --tls_cert/--tls_key make the MCP endpoint serve HTTPS; the fleet API
+// serves a given certificate with --api_tls_cert/--api_tls_key and its
+// pin is the chain's CA; both keys are among the secret paths.
+func TestListenerCertificates(t *testing.T) {
+	certFile, keyFile, ca := writeLeaf(t)
+	gw := startAPIGateway(t, nil, func(c *Config) {
+		c.TLSCert, c.TLSKey = certFile, keyFile
+		c.APITLSCert, c.APITLSKey = certFile, keyFile
+	})
+	if !strings.HasPrefix(gw.MCPURL(), "https://127.0.0.1:") {
+		t.Errorf("MCP URL %s", gw.MCPURL())
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	resp, err := hc.Get("https://" + gw.Addr() + "/healthz")
+	if err != nil {
+		t.Fatalf("MCP endpoint over TLS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz: %s", resp.Status)
+	}
+	if gw.APICAPin() != ca.Pin() {
+		t.Errorf("fleet API pin %s, want the chain's CA %s", gw.APICAPin(), ca.Pin())
+	}
+	resp, err = hc.Get("https://" + gw.APIAddr() + "/v1/none")
+	if err != nil {
+		t.Fatalf("fleet API with the given certificate: %v", err)
+	}
+	resp.Body.Close()
+	secrets := strings.Join(gw.SecretPaths(), "\n")
+	if !strings.Contains(secrets, keyFile) {
+		t.Errorf("secret paths %s do not name %s", secrets, keyFile)
+	}
+}
+
+// A certificate that cannot be loaded stops the start with the flag's
+// name.
+func TestListenerCertificateErrors(t *testing.T) {
+	certFile, keyFile, _ := writeLeaf(t)
+	missing := filepath.Join(t.TempDir(), "none.pem")
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"MCP certificate missing", func(c *Config) { c.TLSCert, c.TLSKey = missing, keyFile }, "--tls_cert"},
+		{"MCP key is the certificate", func(c *Config) { c.TLSCert, c.TLSKey = certFile, certFile }, "--tls_key"},
+		{"fleet API certificate missing", func(c *Config) { c.APITLSCert, c.APITLSKey = missing, keyFile }, "--api_tls_cert"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), APIListen: "127.0.0.1:0", AuthDisabled: true, Logger: discardLogger()}
+			tc.mod(&cfg)
+			gw, err := Start(cfg)
+			if err == nil {
+				gw.Shutdown(t.Context())
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,480 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file keeps the join tokens: one record per token in the JetStream
+// key-value bucket tokensBucket (key = the token's public id), holding
+// the SHA-256 of its secret (never the secret), what it gives a host
+// (labels), which names it may enrol and how many times. A use is
+// consumed with compare-and-swap over the revision read, so two gateway
+// replicas never spend the same use, and is given back when the
+// enrolment fails after it. Tokens that stopped working are kept for
+// tokenKeep so a list shows why, then the sweeper deletes them.
+
+const (
+	tokensBucket = "fleet_tokens"
+	// tokenKeep is how long a token that stopped working (expired, spent,
+	// revoked) stays listed.
+	tokenKeep = 24 * time.Hour
+	// tokenSweepEvery is how often each gateway sweeps the tokens.
+	tokenSweepEvery = 10 * time.Minute
+	// Token lifetimes: the default and the longest.
+	defaultTokenTTL = time.Hour
+	maxTokenTTL     = 30 * 24 * time.Hour
+	// maxTokenUses bounds the uses of one token.
+	maxTokenUses = 100000
+)
+
+// tokenRecord is a join token as stored.
+type tokenRecord struct {
+	ID string `json:"id"`
+	// SecretSHA256 is the hex SHA-256 of the token's secret.
+	SecretSHA256 string            `json:"secret_sha256"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Name         string            `json:"name,omitempty"`
+	NamePattern  string            `json:"name_pattern,omitempty"`
+	Replace      string            `json:"replace,omitempty"`
+	Uses         int               `json:"uses"`
+	Used         int               `json:"used"`
+	CreatedAt    time.Time         `json:"created_at"`
+	CreatedBy    string            `json:"created_by,omitempty"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	RevokedAt    time.Time         `json:"revoked_at,omitzero"`
+	RevokedBy    string            `json:"revoked_by,omitempty"`
+	// SpentAt is when its last use was consumed.
+	SpentAt time.Time `json:"spent_at,omitzero"`
+}
+
+// state says whether the token works at now, and if not why.
+func (t *tokenRecord) state(now time.Time) string {
+	switch {
+	case !t.RevokedAt.IsZero():
+		return protocol.TokenRevoked
+	case t.Used >= t.Uses:
+		return protocol.TokenSpent
+	case !now.Before(t.ExpiresAt):
+		return protocol.TokenExpired
+	}
+	return protocol.TokenActive
+}
+
+// stoppedAt is when the token stopped working (zero: it works at now).
+func (t *tokenRecord) stoppedAt(now time.Time) time.Time {
+	var at []time.Time
+	if !t.RevokedAt.IsZero() {
+		at = append(at, t.RevokedAt)
+	}
+	if t.Used >= t.Uses {
+		at = append(at, cmpOr(t.SpentAt, t.CreatedAt))
+	}
+	if !now.Before(t.ExpiresAt) {
+		at = append(at, t.ExpiresAt)
+	}
+	if len(at) == 0 {
+		return time.Time{}
+	}
+	return slices.MinFunc(at, time.Time.Compare)
+}
+
+func cmpOr(a, b time.Time) time.Time {
+	if a.IsZero() {
+		return b
+	}
+	return a
+}
+
+// info describes the token for the admin API.
+func (t *tokenRecord) info(now time.Time) protocol.TokenInfo {
+	return protocol.TokenInfo{ID: t.ID, State: t.state(now), Labels: maps.Clone(t.Labels), Name: t.Name, NamePattern: t.NamePattern,
+		Replace: t.Replace, Uses: t.Uses, Used: t.Used, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, ExpiresAt: t.ExpiresAt,
+		RevokedAt: t.RevokedAt, RevokedBy: t.RevokedBy}
+}
+
+// secretMatches compares the SHA-256 of secret with the stored one in
+// constant time.
+func (t *tokenRecord) secretMatches(secret []byte) bool {
+	sum := sha256.Sum256(secret)
+	want, err := hex.DecodeString(t.SecretSHA256)
+	return err == nil && subtle.ConstantTimeCompare(sum[:], want) == 1
+}
+
+// refusal is the API error of a token that does not work at now.
+func (t *tokenRecord) refusal(now time.Time) *protocol.APIError {
+	switch t.state(now) {
+	case protocol.TokenRevoked:
+		return apiErr(protocol.APITokenRevoked, "join token %s was revoked on %s by %s: ask for a new token (fleetctl token create)",
+			t.ID, t.RevokedAt.UTC().Format(time.RFC3339), t.RevokedBy)
+	case protocol.TokenSpent:
+		return apiErr(protocol.APITokenSpent, "join token %s is used up (%d of %d uses): ask for a new token (fleetctl token create)", t.ID, t.Used, t.Uses)
+	case protocol.TokenExpired:
+		return apiErr(protocol.APITokenExpired, "join token %s expired on %s: ask for a new token (fleetctl token create --ttl ...)",
+			t.ID, t.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// allowName decides the host name an enrolment with the token gets for
+// the asked name (may be empty when the token names the host), and
+// whether it may replace the key that holds it.
+func (t *tokenRecord) allowName(asked string) (host string, replace bool, _ *protocol.APIError) {
+	switch {
+	case t.Name != "" && asked != "" && asked != t.Name:
+		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s enrols only the host %s, not %s: join without --name, or ask for a token for %s",
+			t.ID, t.Name, asked, asked)
+	case t.Name != "":
+		host = t.Name
+	case asked == "":
+		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s needs the host's name: join with --name NAME", t.ID)
+	case t.NamePattern != "":
+		if ok, _ := doublestar.Match(t.NamePattern, asked); !ok {
+			return "", false, apiErr(protocol.APINameNotAllowed, "join token %s enrols host names matching %s, and %s does not: choose a matching --name, or ask for another token",
+				t.ID, t.NamePattern, asked)
+		}
+		host = asked
+	default:
+		host = asked
+	}
+	return host, t.Replace != "" && t.Replace == host, nil
+}
+
+// newTokenRecord validates a creation request and returns the record of
+// a new token, and the token itself.
+func newTokenRecord(req *protocol.TokenCreateRequest, by string, now time.Time) (*tokenRecord, string, error) {
+	ttl := defaultTokenTTL
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil {
+			return nil, "", fmt.Errorf("ttl %q is not a duration such as 30m, 1h or 720h", req.TTL)
+		}
+		ttl = d
+	}
+	var errs []error
+	if ttl <= 0 || ttl > maxTokenTTL {
+		errs = append(errs, fmt.Errorf("ttl %s: use more than 0 and at most %s (30 days)", ttl, maxTokenTTL))
+	}
+	uses := req.Uses
+	if uses == 0 {
+		uses = 1
+	}
+	if uses < 1 || uses > maxTokenUses {
+		errs = append(errs, fmt.Errorf("uses %d: use 1 to %d", req.Uses, maxTokenUses))
+	}
+	if err := policy.ValidateLabels(req.Labels); err != nil {
+		errs = append(errs, fmt.Errorf("labels: %w", err))
+	}
+	errs = append(errs, validateTokenNames(req)...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, "", err
+	}
+	id, secret, token := protocol.NewJoinToken()
+	sum := sha256.Sum256(secret)
+	return &tokenRecord{ID: id, SecretSHA256: hex.EncodeToString(sum[:]), Labels: maps.Clone(req.Labels), Name: req.Name,
+		NamePattern: req.NamePattern, Replace: req.Replace, Uses: uses, CreatedAt: now.UTC(), CreatedBy: by,
+		ExpiresAt: now.Add(ttl).UTC()}, token, nil
+}
+
+// validateTokenNames checks name, name_pattern and replace.
+func validateTokenNames(req *protocol.TokenCreateRequest) []error {
+	var errs []error
+	if req.Name != "" && req.NamePattern != "" {
+		errs = append(errs, errors.New("give name or name_pattern, not both"))
+	}
+	if req.Name != "" {
+		if err := protocol.ValidateHost(req.Name); err != nil {
+			errs = append(errs, fmt.Errorf("name: %w", err))
+		}
+	}
+	if p := req.NamePattern; p != "" {
+		if len(p) > 256 || !doublestar.ValidatePattern(p) || strings.ContainsAny(p, "/\\") {
+			errs = append(errs, fmt.Errorf("name_pattern %q is not a valid pattern over host names (use * ? [a-z] {a,b}, e.g. web-*)", clipText(p, 60)))
+		}
+	}
+	if req.Replace != "" {
+		err := protocol.ValidateHost(req.Replace)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("replace: %w", err))
+		case req.Name != "" && req.Replace != req.Name:
+			errs = append(errs, fmt.Errorf("replace %s: the token enrols only %s, so it could never replace %s; give --name %s", req.Replace, req.Name, req.Replace, req.Replace))
+		case req.NamePattern != "":
+			if ok, _ := doublestar.Match(req.NamePattern, req.Replace); !ok {
+				errs = append(errs, fmt.Errorf("replace %s does not match name_pattern %s", req.Replace, req.NamePattern))
+			}
+		}
+	}
+	return errs
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// tokenStore reads and writes the token records.
+type tokenStore struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+}
+
+func openTokenStore(js jetstream.JetStream, replicas int, log *slog.Logger) (*tokenStore, error) {
+	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+		Bucket:      tokensBucket,
+		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("join tokens: %w", err)
+	}
+	return &tokenStore{kv: kv, log: log}, nil
+}
+
+// errTokenNotFound: no token of that id (or it was swept).
+var errTokenNotFound = errors.New("no such join token")
+
+func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
+	}
+	var t tokenRecord
+	if err := json.Unmarshal(e.Value(), &t); err != nil || t.ID != id {
+		return nil, 0, fmt.Errorf("join token %s: damaged record", id)
+	}
+	return &t, e.Revision(), nil
+}
+
+func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	if _, err := s.kv.Create(ctx, t.ID, data); err != nil {
+		return fmt.Errorf("store join token %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// errTokenChanged: another write came first.
+var errTokenChanged = errors.New("join token changed meanwhile")
+
+func (s *tokenStore) update(ctx context.Context, t *tokenRecord, rev uint64) error {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	_, err = s.kv.Update(ctx, t.ID, data, rev)
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return errTokenChanged
+	}
+	if err != nil {
+		return fmt.Errorf("update join token %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// modify applies change to the token's record with compare-and-swap,
+// again as often as another writer comes first. change returns errSkip
+// when there is nothing to write.
+func (s *tokenStore) modify(ctx context.Context, id string, change func(*tokenRecord) error) (*tokenRecord, error) {
+	for {
+		t, rev, err := s.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := change(t); errors.Is(err, errSkip) {
+			return t, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if err = s.update(ctx, t, rev); err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, errTokenChanged) || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// consume spends one use of the token id whose secret is secret, if it
+// works at now and check (the caller's name rules) accepts it. Every
+// check is made again on the record as read before each attempt, so a
+// use is never spent past Uses, nor on a token revoked meanwhile.
+func (s *tokenStore) consume(ctx context.Context, id string, secret []byte, now func() time.Time, check func(*tokenRecord) *protocol.APIError) (*tokenRecord, *protocol.APIError) {
+	var refused *protocol.APIError
+	t, err := s.modify(ctx, id, func(t *tokenRecord) error {
+		if !t.secretMatches(secret) {
+			refused = unknownToken(id)
+			return errSkip
+		}
+		at := now()
+		if refused = t.refusal(at); refused != nil {
+			return errSkip
+		}
+		if refused = check(t); refused != nil {
+			return errSkip
+		}
+		t.Used++
+		if t.Used >= t.Uses {
+			t.SpentAt = at.UTC()
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTokenNotFound):
+		return nil, unknownToken(id)
+	case err != nil:
+		return nil, apiErr(protocol.APIUnavailable, "the gateway could not read or update join token %s (%v): try again in a moment", id, err)
+	case refused != nil:
+		return nil, refused
+	}
+	return t, nil
+}
+
+func unknownToken(id string) *protocol.APIError {
+	return apiErr(protocol.APITokenUnknown, "join token %s is not known to this gateway (mistyped, from another gateway, or deleted a day after it stopped working): copy it again, or ask for a new one", id)
+}
+
+// giveBack returns a use consumed by an enrolment that failed after it.
+func (s *tokenStore) giveBack(ctx context.Context, id string) error {
+	_, err := s.modify(ctx, id, func(t *tokenRecord) error {
+		if t.Used == 0 {
+			return errSkip
+		}
+		t.Used--
+		if t.Used < t.Uses {
+			t.SpentAt = time.Time{}
+		}
+		return nil
+	})
+	return err
+}
+
+// revoke marks the token revoked by by; revoking it again changes
+// nothing.
+func (s *tokenStore) revoke(ctx context.Context, id, by string, now time.Time) (*tokenRecord, error) {
+	return s.modify(ctx, id, func(t *tokenRecord) error {
+		if !t.RevokedAt.IsZero() {
+			return errSkip
+		}
+		t.RevokedAt, t.RevokedBy = now.UTC(), by
+		return nil
+	})
+}
+
+// tokenEntry is a record with its revision.
+type tokenEntry struct {
+	rec *tokenRecord
+	rev uint64
+}
+
+// all returns every token record, oldest first.
+func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	defer cancel()
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
+	defer w.Stop()
+	var out []tokenEntry
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				slices.SortFunc(out, func(a, b tokenEntry) int { return a.rec.CreatedAt.Compare(b.rec.CreatedAt) })
+				return out, nil
+			}
+			var t tokenRecord
+			if err := json.Unmarshal(e.Value(), &t); err != nil || t.ID != e.Key() {
+				s.log.Warn("join tokens: ignoring a damaged record", "key", e.Key())
+				continue
+			}
+			out = append(out, tokenEntry{rec: &t, rev: e.Revision()})
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list join tokens: %w", ctx.Err())
+		}
+	}
+}
+
+// sweep deletes the tokens that stopped working more than tokenKeep
+// before now. A delete names the revision read, so a token changed
+// meanwhile (or deleted by another gateway) is left alone: several
+// gateways sweeping at once do no harm.
+func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
+	all, err := s.all(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range all {
+		at := e.rec.stoppedAt(now)
+		if at.IsZero() || now.Sub(at) < tokenKeep {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		err := s.kv.Purge(dctx, e.rec.ID, jetstream.LastRevision(e.rev))
+		cancel()
+		if err == nil {
+			n++
+			s.log.Info("join token deleted a day after it stopped working", "token", e.rec.ID, "state", e.rec.state(now), "since", at)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	// Purge markers older than the default (30 min) go too.
+	_ = s.kv.PurgeDeletes(pctx)
+	return n, nil
+}
+
+// sweepLoop sweeps every tokenSweepEvery until ctx ends.
+func (g *Gateway) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(tokenSweepEvery)
+	defer t.Stop()
+	for {
+		if _, err := g.tokens.sweep(ctx, g.now()); err != nil && ctx.Err() == nil {
+			g.log.Warn("join tokens: sweep failed; trying again later", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// apiErr builds an API error with a formatted message.
+func apiErr(code protocol.APICode, format string, args ...any) *protocol.APIError {
+	return &protocol.APIError{Code: code, Message: fmt.Sprintf(format, args...)}
+}

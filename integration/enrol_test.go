@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Two gateway replicas share one NATS cluster, its token bucket and one
+// fleet CA. Twenty hosts enrol at once through both with one token of
+// five uses: exactly five get in, every other is told the token is
+// spent, and both replicas list it spent with five uses. A host enrolled
+// through one replica renews over NATS, answered by either, and its
+// credential connects.
+func TestTokenUsesUnderConcurrentEnrolment(t *testing.T) {
+	dataDir := t.TempDir()
+	e := NewEnv(t, Options{ExternalNATS: true, Agents: []string{}, Gateway: func(c *gateway.Config) {
+		c.APIListen, c.DataDir = "127.0.0.1:0", dataDir
+	}})
+	gw1 := e.Gateway
+	gw2 := e.StartGateway(nil)
+	if gw1.APICAPin() != gw2.APICAPin() || gw1.APICAPin() == "" {
+		t.Fatalf("the replicas pin %q and %q: they share the data directory's CA", gw1.APICAPin(), gw2.APICAPin())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tok, err := gw1.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Uses: 5, NamePattern: "host-*", Labels: map[string]string{"role": "load"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := []*enrolclient.Client{enrolclient.New("https://"+gw1.APIAddr(), tok.CAPin, 20), enrolclient.New("https://"+gw2.APIAddr(), tok.CAPin, 20)}
+	defer clients[0].Close()
+	defer clients[1].Close()
+
+	const hosts = 20
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		enrolled = map[string]*protocol.EnrolResponse{}
+		keys     = map[string]nkeys.KeyPair{}
+		codes    = map[protocol.APICode]int{}
+	)
+	start := make(chan struct{})
+	for i := range hosts {
+		kp, _ := nkeys.CreateUser()
+		host := fmt.Sprintf("host-%02d", i)
+		wg.Go(func() {
+			<-start
+			resp, err := clients[i%2].Enrol(ctx, kp, tok.Token, host)
+			mu.Lock()
+			defer mu.Unlock()
+			var aerr *protocol.APIError
+			switch {
+			case err == nil:
+				enrolled[host], keys[host] = resp, kp
+			case errors.As(err, &aerr):
+				codes[aerr.Code]++
+			default:
+				t.Errorf("enrol %s: %v", host, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(enrolled) != 5 || codes[protocol.APITokenSpent] != hosts-5 || len(codes) != 1 {
+		t.Fatalf("%d enrolled, refusals %v; want 5 enrolled and %d token_spent", len(enrolled), codes, hosts-5)
+	}
+	for _, gw := range []*gateway.Gateway{gw1, gw2} {
+		recs, err := gw.Agents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 5 {
+			t.Errorf("%d agent records, want 5", len(recs))
+		}
+	}
+	// A sixth host through either replica: spent.
+	kp, _ := nkeys.CreateUser()
+	var aerr *protocol.APIError
+	if _, err := clients[1].Enrol(ctx, kp, tok.Token, "host-99"); !errors.As(err, &aerr) || aerr.Code != protocol.APITokenSpent {
+		t.Errorf("after five: %v", err)
+	}
+
+	// Renewal over NATS, with the credential from the fleet API.
+	var host string
+	for h := range enrolled {
+		host = h
+		break
+	}
+	resp := enrolled[host]
+	if resp.Labels["role"] != "load" || len(resp.NATSURLs) == 0 {
+		t.Errorf("enrolment answer %+v", resp)
+	}
+	seed, _ := keys[host].Seed()
+	nc, err := nats.Connect(e.NATSURL(), nats.UserJWTAndSeed(resp.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)))
+	if err != nil {
+		t.Fatalf("connect with the enrolled credential: %v", err)
+	}
+	defer nc.Close()
+	for i := range 4 { // the queue group hands them to either replica
+		r := &protocol.RenewRequest{Host: host}
+		if err := enrolclient.Sign(keys[host], &r.Proof, time.Now(), r.SigningBytes); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(r)
+		m, err := nc.Request(protocol.RenewSubject(host), data, 10*time.Second)
+		if err != nil {
+			t.Fatalf("renewal %d: %v", i, err)
+		}
+		var rr protocol.RenewResponse
+		if err := json.Unmarshal(m.Data, &rr); err != nil || rr.JWT == "" {
+			t.Fatalf("renewal %d answered %s", i, m.Data)
+		}
+	}
+}
