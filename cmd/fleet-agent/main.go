@@ -150,6 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		GatewayKeys: id.Enrolment.SigningKeys,
 		Cwd:         *cwd, StateDir: *stateDir, SkillsDir: *skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *shell,
 		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *policy, ProtectedPaths: protected,
