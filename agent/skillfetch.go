@@ -123,8 +123,8 @@ func checkManifest(sm *protocol.SignedManifest, keys []string, name, id string) 
 func (s *skillStore) stage(ctx context.Context, src bundleSource, m *protocol.Manifest) error {
 	name, v := m.Name, shortID(m.BundleID())
 	dir := s.versionsDir(name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("make %s: %w", dir, err)
+	if err := s.ownDirs(name, true); err != nil {
+		return err
 	}
 	staging := filepath.Join(dir, stagingPrefix+v+"-"+randomSuffix())
 	if err := os.Mkdir(staging, 0o755); err != nil {

@@ -55,6 +55,28 @@ type skillStore struct {
 
 func (s *skillStore) versionsDir(name string) string { return filepath.Join(s.root, fleetDir, name) }
 
+// ownDirs makes sure .fleet and .fleet/<name> are real folders (made
+// when missing, with create): the agent writes and deletes in them, so a
+// link planted there (by anyone who may write in the skills folder)
+// must not lead it elsewhere.
+func (s *skillStore) ownDirs(name string, create bool) error {
+	for _, dir := range []string{filepath.Join(s.root, fleetDir), s.versionsDir(name)} {
+		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) && create {
+			if err = os.MkdirAll(dir, 0o755); err == nil {
+				fi, err = os.Lstat(dir)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("skill versions folder: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a folder (a link, or a file): the agent keeps the fleet's skill versions only in folders it made; remove it", dir)
+		}
+	}
+	return nil
+}
+
 // shortID is the folder name of bundle id's version.
 func shortID(id string) string { return strings.TrimPrefix(id, "sha256:")[:12] }
 
@@ -83,8 +105,9 @@ func managedFolder(root, name string) string {
 	if !ok {
 		return ""
 	}
-	dir := filepath.Join(root, fleetDir, name, v)
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+	store := &skillStore{root: root}
+	dir := filepath.Join(store.versionsDir(name), v)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || store.ownDirs(name, false) != nil {
 		return ""
 	}
 	return dir
@@ -106,6 +129,9 @@ func (s *skillStore) active(name string) string {
 
 // readManifest reads the manifest kept beside version v of name.
 func (s *skillStore) readManifest(name, v string) (*protocol.Manifest, error) {
+	if err := s.ownDirs(name, false); err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(filepath.Join(s.versionsDir(name), v+".json"))
 	if err != nil {
 		return nil, err
@@ -122,6 +148,9 @@ func (s *skillStore) readManifest(name, v string) (*protocol.Manifest, error) {
 
 // versions returns the version folders of name on disk, newest first.
 func (s *skillStore) versions(name string) []string {
+	if s.ownDirs(name, false) != nil {
+		return nil
+	}
 	entries, err := os.ReadDir(s.versionsDir(name))
 	if err != nil {
 		return nil
@@ -170,6 +199,10 @@ func (s *skillStore) managedNames() []string {
 // complete version, so nothing else needs repair.
 func (s *skillStore) recover() {
 	for _, name := range s.managedNames() {
+		if err := s.ownDirs(name, false); err != nil {
+			s.log.Warn("skills: "+err.Error(), "skill", name)
+			continue
+		}
 		dir := s.versionsDir(name)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -273,6 +306,9 @@ func checkFile(p string, f protocol.BundleFile) error {
 // hand-made folder, a file, another link) is moved aside first to
 // .fleet/<name>/adopted-<unix time>; swapLink returns where, or "".
 func (s *skillStore) swapLink(name, v string) (adopted string, err error) {
+	if err := s.ownDirs(name, true); err != nil {
+		return "", err
+	}
 	tmp := filepath.Join(s.versionsDir(name), linkPrefix+randomSuffix())
 	if err := os.Symlink(filepath.Join(fleetDir, name, v), tmp); err != nil {
 		return "", fmt.Errorf("make the link of %s: %w", name, err)
@@ -327,6 +363,9 @@ func (s *skillStore) prune(name string) {
 }
 
 func (s *skillStore) removeVersion(name, v string) {
+	if s.ownDirs(name, false) != nil {
+		return
+	}
 	dir := s.versionsDir(name)
 	// The manifest goes last: a version without one is removed at start.
 	err := errors.Join(os.RemoveAll(filepath.Join(dir, v)), os.Remove(filepath.Join(dir, v+".json")))
@@ -347,6 +386,11 @@ func (s *skillStore) remove(name string) error {
 			}
 			syncDir(s.root)
 		}
+	}
+	if err := s.ownDirs(name, false); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	dir := s.versionsDir(name)
 	entries, err := os.ReadDir(dir)

@@ -155,6 +155,13 @@ func (s *skillSync) syncOnce(ctx context.Context, nc *nats.Conn) error {
 		}
 		s.apply(ctx, nc, src, name, d.State.Skills[name])
 	}
+	// The status reports the skills desired and those the fleet's links
+	// serve; a skill dropped from the record and not served is gone.
+	for name := range s.skills {
+		if _, desired := d.State.Skills[name]; !desired && s.store.active(name) == "" {
+			delete(s.skills, name)
+		}
+	}
 	return nil
 }
 

@@ -480,3 +480,32 @@ func TestSkillDesiredGetPermissions(t *testing.T) {
 		t.Error("the server did not report a permissions violation for another host's key")
 	}
 }
+
+// TestSkillRolloutPlantedLink: a link planted where the agent keeps the
+// versions (by anyone who may write in the skills folder) does not lead
+// it to write, or delete, elsewhere: the rollout fails and says why.
+func TestSkillRolloutPlantedLink(t *testing.T) {
+	g := startSkillGateway(t)
+	cwd, elsewhere := t.TempDir(), t.TempDir()
+	root := filepath.Join(cwd, ".agents", "skills")
+	if err := os.MkdirAll(filepath.Join(root, fleetDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(elsewhere, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(root, fleetDir, "deploy")); err != nil {
+		t.Fatal(err)
+	}
+	g.runSkillAgent(t, "web-1", Config{Cwd: cwd}, nil)
+	v1 := g.version("deploy", "v1")
+	rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+	s := g.waitState(t, "web-1", "deploy", protocol.SkillFailed, v1.BundleID, rev)
+	mustContain(t, "reason", s.Reason, "is not a folder", "remove it")
+	rev = g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": {Remove: true}})
+	g.waitSkill(t, "web-1", "deploy", func(st protocol.SkillStatus, s protocol.SkillState) bool { return st.Revision >= rev })
+	entries, _ := os.ReadDir(elsewhere)
+	if len(entries) != 1 || entries[0].Name() != "keep" {
+		t.Errorf("the agent wrote or deleted through the planted link: %v", entries)
+	}
+}
