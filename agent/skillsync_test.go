@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -508,4 +510,54 @@ func TestSkillRolloutPlantedLink(t *testing.T) {
 	if len(entries) != 1 || entries[0].Name() != "keep" {
 		t.Errorf("the agent wrote or deleted through the planted link: %v", entries)
 	}
+}
+
+// put writes host's desired state without poking it.
+func (g *skillGateway) put(t *testing.T, host string, skills map[string]protocol.DesiredSkill) uint64 {
+	t.Helper()
+	g.mu.Lock()
+	g.rev[host]++
+	rev := g.rev[host]
+	g.mu.Unlock()
+	d := protocol.DesiredState{Host: host, Revision: rev, Skills: skills, At: time.Now()}
+	data, _ := json.Marshal(protocol.SignedDesiredState{State: d, Signature: protocol.SignBytes(g.priv, protocol.PurposeDesired, d.CanonicalBytes())})
+	if _, err := g.kv.Put(t.Context(), host, data); err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// TestSkillReadOnReconnectAndTimer: a record written while no poke
+// reached the agent is read when its connection comes back, and, failing
+// that, by its timer.
+func TestSkillReadOnReconnectAndTimer(t *testing.T) {
+	t.Run("reconnect", func(t *testing.T) {
+		g := startSkillGateway(t)
+		g.runSkillAgent(t, "web-1", Config{ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond},
+			func(a *Agent) { a.skillSync.every = time.Hour })
+		v1 := g.version("deploy", "v1")
+		rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+		g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
+		v2 := g.version("deploy", "v2")
+		rev = g.put(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v2.BundleID)})
+		connz, err := g.fleet.ns.Connz(&server.ConnzOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range connz.Conns {
+			if c.Name == "fleet-agent web-1" {
+				if err := g.fleet.ns.DisconnectClientByID(c.Cid); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v2.BundleID, rev)
+	})
+	t.Run("timer", func(t *testing.T) {
+		g := startSkillGateway(t)
+		g.runSkillAgent(t, "web-1", Config{}, func(a *Agent) { a.skillSync.every = 200 * time.Millisecond })
+		v1 := g.version("deploy", "v1")
+		rev := g.put(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+		g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
+	})
 }
