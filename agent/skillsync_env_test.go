@@ -16,11 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -48,7 +45,7 @@ type skillGateway struct {
 
 func startSkillGateway(t *testing.T) *skillGateway {
 	t.Helper()
-	f := startJetStreamOperatorNATS(t)
+	f := startOperatorNATSWith(t, protocol.AgentPublishTemplate(), protocol.AgentSubscribeTemplate(), true)
 	g := &skillGateway{fleet: f, nc: f.watcher(t), manifests: map[string]protocol.SignedManifest{},
 		blobs: map[string][]byte{}, rev: map[string]uint64{}, statusCh: make(chan struct{}, 1)}
 	_, g.priv, _ = ed25519.GenerateKey(nil)
@@ -77,48 +74,6 @@ func startSkillGateway(t *testing.T) *skillGateway {
 		t.Fatal(err)
 	}
 	return g
-}
-
-// startJetStreamOperatorNATS is startOperatorNATS with JetStream on, for
-// the account too, and the fleet's agent permissions.
-func startJetStreamOperatorNATS(t *testing.T) *opFleet {
-	t.Helper()
-	op, _ := nkeys.CreateOperator()
-	acc, _ := nkeys.CreateAccount()
-	signer, _ := nkeys.CreateAccount()
-	sys, _ := nkeys.CreateAccount()
-	opPub, _ := op.PublicKey()
-	accPub, _ := acc.PublicKey()
-	sysPub, _ := sys.PublicKey()
-	signerPub, _ := signer.PublicKey()
-	oc := jwt.NewOperatorClaims(opPub)
-	oc.SystemAccount = sysPub
-	opJWT, _ := oc.Encode(op)
-	opClaims, _ := jwt.DecodeOperatorClaims(opJWT)
-	sysJWT, _ := jwt.NewAccountClaims(sysPub).Encode(op)
-	ac := jwt.NewAccountClaims(accPub)
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	scope := jwt.NewUserScope()
-	scope.Key = signerPub
-	scope.Template.Pub.Allow.Add(protocol.AgentPublishTemplate()...)
-	scope.Template.Sub.Allow.Add(protocol.AgentSubscribeTemplate()...)
-	scope.Template.Resp = &jwt.ResponsePermission{MaxMsgs: -1, Expires: time.Minute}
-	ac.SigningKeys.AddScopedSigner(scope)
-	accJWT, err := ac.Encode(op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := &server.MemAccResolver{}
-	_ = res.Store(accPub, accJWT)
-	_ = res.Store(sysPub, sysJWT)
-	ns := startTestNATSWith(t, func(o *server.Options) {
-		o.TrustedOperators = []*jwt.OperatorClaims{opClaims}
-		o.SystemAccount = sysPub
-		o.AccountResolver = res
-		o.JetStream = true
-		o.StoreDir = t.TempDir()
-	})
-	return &opFleet{ns: ns, account: acc, signer: signer}
 }
 
 // file is one file of a test bundle.
