@@ -146,7 +146,8 @@ func (s *skillStore) readManifest(name, v string) (*protocol.Manifest, error) {
 	return &m, nil
 }
 
-// versions returns the version folders of name on disk, newest first.
+// versions returns the version folders of name on disk, the most
+// recently served first.
 func (s *skillStore) versions(name string) []string {
 	if s.ownDirs(name, false) != nil {
 		return nil
@@ -330,6 +331,10 @@ func (s *skillStore) swapLink(name, v string) (adopted string, err error) {
 		return adopted, fmt.Errorf("swap the link of %s: %w", name, err)
 	}
 	syncDir(s.root)
+	// The manifest's time is when the version was last served: prune
+	// keeps the most recently served ones, which rollbacks go back to.
+	now := time.Now()
+	_ = os.Chtimes(filepath.Join(s.versionsDir(name), v+".json"), now, now)
 	return adopted, nil
 }
 

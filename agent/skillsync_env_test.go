@@ -114,6 +114,20 @@ func (g *skillGateway) version(name, version string) protocol.SignedManifest {
 		file{path: "scripts/run.sh", data: "#!/bin/sh\necho " + version + "\n", mode: 0o755})
 }
 
+// manifestOf returns the bundle ID of the version pushed by version.
+func (g *skillGateway) manifestOf(name, version string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, sm := range g.manifests {
+		for _, f := range sm.Manifest.Files {
+			if sm.Manifest.Name == name && f.Path == "only-"+version+".md" {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
 // desire writes host's desired state (the next revision) and pokes it.
 func (g *skillGateway) desire(t *testing.T, host string, skills map[string]protocol.DesiredSkill) uint64 {
 	t.Helper()

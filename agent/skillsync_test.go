@@ -81,8 +81,11 @@ func TestSkillRolloutLifecycle(t *testing.T) {
 		rev = g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(sm.BundleID)})
 		g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, sm.BundleID, rev)
 	}
-	if dirs := r.versionDirs("deploy"); len(dirs) != keepVersions {
-		t.Errorf("versions kept: %v, want %d", dirs, keepVersions)
+	// Kept: v4 (served), v3, and v1, served more recently than v2.
+	want := []string{shortID(v1.BundleID), shortID(g.manifestOf("deploy", "v3")), shortID(g.manifestOf("deploy", "v4"))}
+	slices.Sort(want)
+	if dirs := r.versionDirs("deploy"); !slices.Equal(dirs, want) {
+		t.Errorf("versions kept: %v, want %v (v1 %s, v2 %s)", dirs, want, shortID(v1.BundleID), shortID(v2.BundleID))
 	}
 
 	rev = g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": {Remove: true, Rollout: "r-rm"}})
