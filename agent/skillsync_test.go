@@ -564,3 +564,35 @@ func TestSkillReadOnReconnectAndTimer(t *testing.T) {
 		g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
 	})
 }
+
+// TestSkillRevisionSurvivesRestart: the revision acted on is kept in the
+// state directory, so an older record handed to a restarted agent is
+// refused too.
+func TestSkillRevisionSurvivesRestart(t *testing.T) {
+	g := startSkillGateway(t)
+	cwd, state := t.TempDir(), t.TempDir()
+	r := g.runSkillAgent(t, "web-1", Config{Cwd: cwd, StateDir: state}, nil)
+	v1, v2 := g.version("deploy", "v1"), g.version("deploy", "v2")
+	g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v2.BundleID)})
+	rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+	g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
+	r.stop(t)
+	old := protocol.DesiredState{Host: "web-1", Revision: rev - 1, Skills: map[string]protocol.DesiredSkill{"deploy": install(v2.BundleID)}, At: time.Now()}
+	g.write(t, "web-1", old, g.priv)
+	r = g.runSkillAgent(t, "web-1", Config{Cwd: cwd, StateDir: state}, nil)
+	s := g.waitState(t, "web-1", "deploy", protocol.SkillFailed, v2.BundleID, rev)
+	mustContain(t, "reason", s.Reason, "older than revision")
+	if s.Active != v1.BundleID {
+		t.Errorf("active %s, want v1", s.Active)
+	}
+}
+
+// TestConfigGatewayKeys: a trusted key that is not one is refused at
+// start, saying what to do.
+func TestConfigGatewayKeys(t *testing.T) {
+	_, err := New(Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "web-1", StateDir: t.TempDir(), Cwd: t.TempDir(),
+		GatewayKeys: []string{"ed25519:nope"}, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "gateway signing keys") || !strings.Contains(err.Error(), "fleet-agent join") {
+		t.Errorf("New with a bad gateway key: %v", err)
+	}
+}
