@@ -46,6 +46,8 @@ type skillSync struct {
 	// failed remembers the bundle that failed for good per skill at
 	// lastRev: it is not fetched again until the record changes.
 	failed map[string]string
+	// lastReadErr is why the last read failed ("" if it did not).
+	lastReadErr string
 }
 
 func newSkillSync(host string, keys []string, pol *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
@@ -102,14 +104,36 @@ func (s *skillSync) run(ctx context.Context, conn func() *nats.Conn) {
 			continue
 		}
 		next := s.every
-		if err := s.syncOnce(ctx, nc); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("skills: cannot read this host's desired skills; trying again", "err", err)
+		err := s.syncOnce(ctx, nc)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			next = s.retry
 		}
+		s.logReadError(err, jitter(next))
 		timer.Reset(jitter(next))
+	}
+}
+
+// logReadError logs why the desired state could not be read: as a
+// warning when the reason differs from the last read's, so that a host
+// that cannot read it for hours does not fill its log.
+func (s *skillSync) logReadError(err error, in time.Duration) {
+	reason := ""
+	if err != nil {
+		reason = err.Error()
+	}
+	last := s.lastReadErr
+	s.lastReadErr = reason
+	switch {
+	case err == nil && last != "":
+		s.log.Info("skills: the desired skills are read again")
+	case err == nil:
+	case reason != last:
+		s.log.Warn("skills: cannot read this host's desired skills; trying again", "err", err, "in", in.Round(time.Second))
+	default:
+		s.log.Debug("skills: cannot read this host's desired skills; trying again", "err", err, "in", in.Round(time.Second))
 	}
 }
 
@@ -121,10 +145,13 @@ func (s *skillSync) syncOnce(ctx context.Context, nc *nats.Conn) error {
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	msg, err := nc.RequestWithContext(rctx, protocol.SkillsDesiredGetSubject(s.host), nil)
 	cancel()
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No bucket yet (no skill was ever rolled out) or JetStream is
+		// starting: nothing desired; the next poke or timer reads again.
+		s.log.Debug("skills: JetStream has no desired-skills bucket to read yet")
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return errors.New("JetStream does not answer for the desired-skills bucket (not created yet, or JetStream is starting)")
-		}
 		return fmt.Errorf("read the desired state: %w", err)
 	}
 	d, err := decodeDesiredReply(s.host, msg.Header, msg.Data)

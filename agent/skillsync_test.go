@@ -7,6 +7,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -594,5 +595,33 @@ func TestConfigGatewayKeys(t *testing.T) {
 		GatewayKeys: []string{"ed25519:nope"}, Logger: quietLogger()})
 	if err == nil || !strings.Contains(err.Error(), "gateway signing keys") || !strings.Contains(err.Error(), "fleet-agent join") {
 		t.Errorf("New with a bad gateway key: %v", err)
+	}
+}
+
+// TestSkillNoBucketYet: before any rollout there is no desired-skills
+// bucket: the agent still reports its status on connect, and does not
+// warn about it.
+func TestSkillNoBucketYet(t *testing.T) {
+	f := startOperatorNATSWith(t, protocol.AgentPublishTemplate(), protocol.AgentSubscribeTemplate(), true)
+	status, err := f.watcher(t).SubscribeSync(protocol.SkillsStatusSubjectAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log lockedBuffer
+	g := &skillGateway{fleet: f}
+	g.runSkillAgent(t, "web-1", Config{GatewayKeys: []string{}}, func(a *Agent) {
+		a.skillSync.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		a.skillSync.retry = 10 * time.Millisecond
+	})
+	m, err := status.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no status on connect: %v", err)
+	}
+	var st protocol.SkillStatus
+	if err := json.Unmarshal(m.Data, &st); err != nil || st.Host != "web-1" || m.Subject != protocol.SkillsStatusSubject("web-1") {
+		t.Errorf("status %s on %s: %v", m.Data, m.Subject, err)
+	}
+	if out := log.String(); strings.Contains(out, "level=WARN") {
+		t.Errorf("the agent warned about a missing bucket:\n%s", out)
 	}
 }
