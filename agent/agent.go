@@ -36,6 +36,8 @@ type Agent struct {
 	refused map[string]bool
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
+	// skillSync installs the skills the fleet rolls out to the host.
+	skillSync *skillSync
 	// instance tells this process's announces from those of another
 	// process using the same host name; agentID (from the state
 	// directory) stays the same across restarts.
@@ -152,7 +154,7 @@ func New(cfg Config) (*Agent, error) {
 	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
 	tb.skills = skills
 	tools, refused := servedTools(tb.tools(), pol)
-	return &Agent{
+	a := &Agent{
 		cfg:         cfg,
 		log:         log,
 		tools:       tools,
@@ -170,7 +172,10 @@ func New(cfg Config) (*Agent, error) {
 		state:       state,
 		agentID:     state.agentID,
 		shell:       describeShell(context.Background(), tb.shell),
-	}, nil
+	}
+	a.skillSync = newSkillSync(cfg.Name, cfg.GatewayKeys, pol, cfg.SkillsDir, cfg.StateDir, log,
+		func() { skills.refresh(a.skillsChanged) })
+	return a, nil
 }
 
 // Close releases the state directory of an agent that will not Run. Run
@@ -256,6 +261,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var watcher sync.WaitGroup
 	watcher.Go(func() { a.skills.watch(runCtx, a.skillsChanged) })
+	watcher.Go(func() { a.skillSync.run(runCtx, a.nc.Load) })
 
 	var runErr error
 	select {
@@ -482,6 +488,7 @@ func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, 
 			a.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			a.announce(nc, false)
 			a.signalJoined()
+			a.skillSync.poke() // a rollout may have come while it was away
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			a.log.Warn("NATS error", "err", err)
@@ -556,6 +563,7 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		sub(protocol.DiscoverSubject(), func(*nats.Msg) {
 			time.AfterFunc(rand.N(200*time.Millisecond), func() { a.announce(nc, false) })
 		}),
+		sub(protocol.SkillsPokeSubject(a.cfg.Name), func(*nats.Msg) { a.skillSync.poke() }),
 	)
 	if err == nil {
 		err = a.checkAccepted(nc)
@@ -568,6 +576,8 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		a.announce(nc, false)
 		if err = a.checkAccepted(nc); err != nil {
 			a.nc.CompareAndSwap(nc, nil)
+		} else {
+			a.skillSync.poke() // read the desired skills, report status
 		}
 	}
 	if err != nil {

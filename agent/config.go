@@ -56,6 +56,11 @@ type Config struct {
 	// taken relative to the process's working directory. It need not
 	// exist: skills appear when it does.
 	SkillsDir string
+	// GatewayKeys are the gateway signing keys the agent trusts
+	// (protocol.FormatSigningKey), learnt when it enrolled: skill
+	// rollouts are installed only when their desired state and manifests
+	// are signed by one of them. None: every rollout is refused.
+	GatewayKeys []string
 	// SecretFiles hold the agent's credentials when they live outside the
 	// state directory (which is protected anyway): no tool may read or
 	// write them.
@@ -248,6 +253,11 @@ func (c *Config) validate() error {
 	for _, s := range c.Servers {
 		if err := protocol.ValidateNATSURL(s); err != nil {
 			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+	}
+	for _, k := range c.GatewayKeys {
+		if _, err := protocol.ParseSigningKey(k); err != nil {
+			errs = append(errs, fmt.Errorf("gateway signing keys: %w; enrol the host again (fleet-agent join)", err))
 		}
 	}
 	for _, p := range c.ProtectedPaths {

@@ -32,16 +32,31 @@ type opFleet struct {
 
 func startOperatorNATS(t *testing.T, pub, sub []string) *opFleet {
 	t.Helper()
+	return startOperatorNATSWith(t, pub, sub, false)
+}
+
+// startOperatorNATSWith is startOperatorNATS, with JetStream on (for the
+// account too, and a system account as JetStream needs) when js.
+func startOperatorNATSWith(t *testing.T, pub, sub []string, js bool) *opFleet {
+	t.Helper()
 	op, _ := nkeys.CreateOperator()
 	acc, _ := nkeys.CreateAccount()
 	signer, _ := nkeys.CreateAccount()
+	sys, _ := nkeys.CreateAccount()
 	opPub, _ := op.PublicKey()
 	accPub, _ := acc.PublicKey()
 	signerPub, _ := signer.PublicKey()
+	sysPub, _ := sys.PublicKey()
 	oc := jwt.NewOperatorClaims(opPub)
+	if js {
+		oc.SystemAccount = sysPub
+	}
 	opJWT, _ := oc.Encode(op)
 	opClaims, _ := jwt.DecodeOperatorClaims(opJWT)
 	ac := jwt.NewAccountClaims(accPub)
+	if js {
+		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	}
 	scope := jwt.NewUserScope()
 	scope.Key = signerPub
 	scope.Template.Pub.Allow.Add(pub...)
@@ -57,6 +72,13 @@ func startOperatorNATS(t *testing.T, pub, sub []string) *opFleet {
 	ns := startTestNATSWith(t, func(o *server.Options) {
 		o.TrustedOperators = []*jwt.OperatorClaims{opClaims}
 		o.AccountResolver = res
+		if js {
+			sysJWT, _ := jwt.NewAccountClaims(sysPub).Encode(op)
+			_ = res.Store(sysPub, sysJWT)
+			o.SystemAccount = sysPub
+			o.JetStream = true
+			o.StoreDir = t.TempDir()
+		}
 	})
 	return &opFleet{ns: ns, account: acc, signer: signer}
 }

@@ -211,3 +211,52 @@ func TestSkillNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSkillManagedLinks: a skill the fleet installed is served through
+// its link, from the version folder the link names; .fleet is hidden
+// even with a SKILL.md in it; a link of the fleet's form whose version
+// folder is itself a link out, or a link of another form into .fleet, is
+// not taken for the fleet's and is read as any link is, under the policy.
+func TestSkillManagedLinks(t *testing.T) {
+	outside := t.TempDir()
+	tbFile(t, outside, "x/SKILL.md", secretSkill)
+	g, root := skillHost(t, `paths: {allow: ["CWD/**"]}`)
+	tbFile(t, root, ".fleet/SKILL.md", "---\nname: fleet\ndescription: not a skill\n---\n")
+	tbFile(t, root, ".fleet/deploy/0123456789ab/SKILL.md", "---\nname: deploy\ndescription: managed\n---\nbody\n")
+	tbFile(t, root, ".fleet/deploy/0123456789ab/ref.md", "ref\n")
+	for link, target := range map[string]string{
+		"deploy": ".fleet/deploy/0123456789ab",
+		"other":  ".fleet/deploy/0123456789ab", // the form is deploy's, not other's
+	} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdirs(t, filepath.Join(root, ".fleet", "x"))
+	if err := os.Symlink(filepath.Join(outside, "x"), filepath.Join(root, ".fleet", "x", "aaaaaaaaaaaa")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(".fleet/x/aaaaaaaaaaaa", filepath.Join(root, "x")); err != nil {
+		t.Fatal(err)
+	}
+	g.skills.rescan()
+	if _, ok := g.skills.lookup(fleetDir); ok {
+		t.Error("the catalog shows .fleet")
+	}
+	s, ok := g.skills.lookup("deploy")
+	if !ok || s.Problem != "" || s.Path != filepath.Join(root, "deploy", skillFile) {
+		t.Errorf("managed skill: %+v, want it served through its link", s)
+	}
+	text := tbText(t, run(t, g.toolbox, "skill", map[string]any{"name": "deploy"}))
+	if !strings.Contains(text, "folder "+filepath.Join(root, ".fleet", "deploy", "0123456789ab")+"]") || !strings.Contains(text, "ref.md") {
+		t.Errorf("skill tool for a managed skill:\n%s", text)
+	}
+	if s, _ := g.skills.lookup("other"); !strings.Contains(s.Problem, "differs from its folder name") {
+		t.Errorf("a link of another form into .fleet: %+v, want it read as any link (and its name checked)", s)
+	}
+	s, _ = g.skills.lookup("x")
+	if !strings.Contains(s.Problem, "refused by the host policy (paths.allow)") {
+		t.Errorf("a version folder that links out: %+v, want the policy's refusal", s)
+	}
+	noSecret(t, "version folder linking out", g, tbText(t, run(t, g.toolbox, "skill", map[string]any{"name": "x"})))
+}

@@ -222,8 +222,8 @@ func (c *catalog) scan() []protocol.Skill {
 	left := 0
 	for _, e := range entries {
 		name := e.Name()
-		if !c.allows(name) {
-			continue
+		if name == fleetDir || !c.allows(name) {
+			continue // .fleet holds the versions the fleet installed
 		}
 		dir := filepath.Join(c.root, name)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -237,7 +237,7 @@ func (c *catalog) scan() []protocol.Skill {
 			c.log.Warn("skills: leaving out a folder whose name or path is too long to announce", "folder", protocol.Excerpt(name))
 			continue
 		}
-		s, ok := c.load(dir)
+		s, ok := c.load(name, c.folder(name))
 		if ok {
 			skills = append(skills, s)
 		}
@@ -255,12 +255,25 @@ func (c *catalog) allows(name string) bool {
 	return c.guard.pol.AllowSkill(name)
 }
 
-// load reads dir/SKILL.md. It reports false when there is none.
-func (c *catalog) load(dir string) (protocol.Skill, bool) {
-	name := filepath.Base(dir)
-	path := filepath.Join(dir, skillFile)
+// folder returns the folder the skill called name is read from: for a
+// skill the fleet installed, the version its link serves (resolved once,
+// so that one answer never mixes two versions); else <root>/<name>.
+// Only a link of exactly the fleet's form is resolved here; any other
+// link is followed, and checked, as the read tool follows links.
+func (c *catalog) folder(name string) string {
+	if v := managedFolder(c.root, name); v != "" {
+		return v
+	}
+	return filepath.Join(c.root, name)
+}
+
+// load reads the SKILL.md of the skill called name from dir. It reports
+// false when there is none. The skill's path is <root>/<name>/SKILL.md,
+// through the fleet's link for a skill the fleet installed.
+func (c *catalog) load(name, dir string) (protocol.Skill, bool) {
+	path := filepath.Join(c.root, name, skillFile)
 	s := protocol.Skill{Name: name, Path: path}
-	data, err := c.guard.readSkillFile(path)
+	data, err := c.guard.readSkillFile(filepath.Join(dir, skillFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return s, false
 	}

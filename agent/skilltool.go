@@ -38,14 +38,17 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 	case s.Problem != "":
 		return toolFailure(tc, "skill %s on host %s is invalid: %s (%s)", s.Name, c.hostName(), s.Problem, s.Path)
 	}
-	data, err := t.guard.readSkillFile(s.Path)
+	// One version answers: a skill the fleet installed is read from the
+	// version its link serves now, even if a rollout swaps it meanwhile.
+	dir := c.folder(s.Name)
+	path := filepath.Join(dir, skillFile)
+	data, err := t.guard.readSkillFile(path)
 	if isDenied(err) {
 		return deniedResult(tc, err)
 	}
 	if err != nil {
-		return toolFailure(tc, "skill %s on host %s: %s", s.Name, c.hostName(), skillProblem(s.Path, err))
+		return toolFailure(tc, "skill %s on host %s: %s", s.Name, c.hostName(), skillProblem(path, err))
 	}
-	dir := filepath.Dir(s.Path)
 	files, more, err := t.skillFiles(ctx, dir)
 	switch {
 	case ctx.Err() != nil:

@@ -211,7 +211,19 @@ func TestSkills(t *testing.T) {
 		}
 	}
 	var nilPolicy *Policy
-	if !nilPolicy.AllowSkill("x") {
+	if !nilPolicy.AllowSkill("x") || nilPolicy.CheckSkill("x") != nil {
 		t.Error("nil policy refuses a skill")
+	}
+	// CheckSkill names the rule that refuses, for the rollout's status.
+	p := mustParse(t, "skills: {allow: [\"git-*\"], deny: [git-push]}")
+	for skill, rule := range map[string]string{"git-push": "skills.deny", "deploy": "skills.allow", "git-log": ""} {
+		err := p.CheckSkill(skill)
+		var d *Denial
+		switch {
+		case rule == "" && err != nil:
+			t.Errorf("CheckSkill(%s) = %v, want nil", skill, err)
+		case rule != "" && (!errors.As(err, &d) || d.Rule != rule || !strings.Contains(d.Reason, skill)):
+			t.Errorf("CheckSkill(%s) = %v, want a denial by %s naming the skill", skill, err, rule)
+		}
 	}
 }

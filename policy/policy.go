@@ -139,7 +139,22 @@ func (p *Policy) AllowTool(name string) error {
 // name. A skill the policy refuses is left out of the host's skill catalog
 // altogether.
 func (p *Policy) AllowSkill(name string) bool {
-	return p == nil || p.skills.decide(name) == ""
+	return p.CheckSkill(name) == nil
+}
+
+// CheckSkill returns nil when the host shows and runs the skill called
+// name, or a *Denial naming the rule that refuses it.
+func (p *Policy) CheckSkill(name string) error {
+	if p == nil {
+		return nil
+	}
+	switch p.skills.decide(name) {
+	case "deny":
+		return &Denial{"skills.deny", fmt.Sprintf("skill %s is refused on this host (skills.deny lists it)", name)}
+	case "allow":
+		return &Denial{"skills.allow", fmt.Sprintf("skill %s is refused on this host (skills.allow lists only %s)", name, strings.Join(p.skills.allow, ", "))}
+	}
+	return nil
 }
 
 // Summary returns one line per dimension (tools, paths, bash, skills),

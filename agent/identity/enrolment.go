@@ -37,6 +37,10 @@ type Enrolment struct {
 	// it got then expires.
 	EnrolledAt time.Time `json:"enrolled_at"`
 	Expires    time.Time `json:"expires,omitzero"`
+	// SigningKeys are the gateway's signing keys (protocol.FormatSigningKey)
+	// as the agent learnt them when it enrolled: it installs only skill
+	// rollouts signed by one of them.
+	SigningKeys []string `json:"signing_keys,omitempty"`
 }
 
 // maxEnrolmentBytes bounds enrolment.json.
@@ -87,6 +91,11 @@ func (e *Enrolment) validate() error {
 	if e.NATSCA != "" {
 		if err := checkCAPEM([]byte(e.NATSCA)); err != nil {
 			return fmt.Errorf("nats_ca: %w", err)
+		}
+	}
+	for _, k := range e.SigningKeys {
+		if _, err := protocol.ParseSigningKey(k); err != nil {
+			return fmt.Errorf("signing_keys: %w", err)
 		}
 	}
 	for k := range e.Labels {

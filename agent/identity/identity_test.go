@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // credential issues a user JWT for kp named host (signed by a throwaway
@@ -169,10 +172,27 @@ func TestParseEnrolment(t *testing.T) {
 		{"plain gateway", `{"host":"web-1","nats_urls":["nats://a:4222"],"gateway_url":"http://gw:8443"}`, "https://"},
 		{"bad pin", `{"host":"web-1","nats_urls":["nats://a:4222"],"ca_pin":"sha256:abc"}`, "ca_pin"},
 		{"bad CA", `{"host":"web-1","nats_urls":["nats://a:4222"],"nats_ca":"junk"}`, "nats_ca"},
+		{"bad signing key", `{"host":"web-1","nats_urls":["nats://a:4222"],"signing_keys":["ed25519:short"]}`, "signing_keys"},
 	} {
 		if _, err := ParseEnrolment([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// The gateway's signing keys an agent learnt at enrolment are kept, and
+// read back, with the enrolment.
+func TestEnrolmentSigningKeys(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(nil)
+	e := enrolment("web-1")
+	e.SigningKeys = []string{protocol.FormatSigningKey(pub)}
+	data, err := e.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseEnrolment(data)
+	if err != nil || len(got.SigningKeys) != 1 || got.SigningKeys[0] != e.SigningKeys[0] {
+		t.Fatalf("ParseEnrolment: %+v %v, want the signing key back", got, err)
 	}
 }
 

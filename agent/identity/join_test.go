@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,7 +38,8 @@ func TestJoin(t *testing.T) {
 		t.Fatalf("Join: %v (enrolled %v)", err, enrolled)
 	}
 	e := id.Enrolment
-	if e.Host != "web-1" || e.GatewayURL != g.URL || e.CAPin != g.Pin || e.NATSCA != g.NATSCA || e.Labels["env"] != "prod" || e.Expires.IsZero() {
+	if e.Host != "web-1" || e.GatewayURL != g.URL || e.CAPin != g.Pin || e.NATSCA != g.NATSCA || e.Labels["env"] != "prod" || e.Expires.IsZero() ||
+		!slices.Equal(e.SigningKeys, g.SigningKeys) {
 		t.Errorf("enrolment %+v", e)
 	}
 	last := g.LastEnrolment()

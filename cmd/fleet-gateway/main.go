@@ -377,6 +377,7 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		Servers:     id.Enrolment.NATSURLs,
 		Name:        o.agentName,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		GatewayKeys: id.Enrolment.SigningKeys,
 		StateDir:    stateDir,
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).

@@ -7,6 +7,7 @@ package identitytest
 
 import (
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -119,9 +120,11 @@ type Gateway struct {
 	// URL is the API's https:// URL, Pin the pin it answers to, Token
 	// the one join token it knows, NATSCA the NATS CA its answers carry.
 	URL, Pin, Token, NATSCA string
-	// NATSURLs are the URLs its answers carry.
-	NATSURLs []string
-	account  nkeys.KeyPair
+	// NATSURLs are the URLs its answers carry; SigningKeys the gateway
+	// signing keys.
+	NATSURLs    []string
+	SigningKeys []string
+	account     nkeys.KeyPair
 
 	mu       sync.Mutex
 	requests int
@@ -146,8 +149,9 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	t.Helper()
 	_, _, token := protocol.NewJoinToken()
 	acc, _ := nkeys.CreateAccount()
+	signing, _, _ := ed25519.GenerateKey(nil)
 	g := &Gateway{t: t, Pin: pin, Token: token, account: acc, nonces: map[string]bool{}, keys: map[string]string{},
-		NATSCA: NewCA(t, "nats").PEM(), NATSURLs: []string{"tls://127.0.0.1:1"}}
+		NATSCA: NewCA(t, "nats").PEM(), NATSURLs: []string{"tls://127.0.0.1:1"}, SigningKeys: []string{protocol.FormatSigningKey(signing)}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.EnrolPath, g.enrol)
 	mux.HandleFunc("POST "+protocol.RecoverPath, g.recover)
@@ -229,7 +233,7 @@ func (g *Gateway) answer(w http.ResponseWriter, host, pub string) {
 		g.t.Error(err)
 	}
 	_ = json.NewEncoder(w).Encode(&protocol.EnrolResponse{Host: host, JWT: token, Expires: time.Unix(uc.Expires, 0),
-		NATSURLs: g.NATSURLs, NATSCA: g.NATSCA, Labels: map[string]string{"env": "prod"}, SigningKeys: []string{}})
+		NATSURLs: g.NATSURLs, NATSCA: g.NATSCA, Labels: map[string]string{"env": "prod"}, SigningKeys: g.SigningKeys})
 }
 
 func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {

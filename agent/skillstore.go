@@ -1,0 +1,425 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// The skills the fleet rolls out live beside the hand-made ones, in the
+// same skills folder, in a layout that makes every change one atomic
+// rename:
+//
+//	<root>/<name>                     → .fleet/<name>/<hex12> (a symbolic link)
+//	<root>/.fleet/<name>/<hex12>/     one complete version of the skill
+//	<root>/.fleet/<name>/<hex12>.json its signed manifest (the full bundle ID)
+//	<root>/.fleet/<name>/.staging-*   a version being written (never served)
+//	<root>/.fleet/<name>/adopted-<t>  the hand-made folder that was at <name>
+//
+// hex12 is the first 12 hex digits of the bundle ID. A version is staged,
+// synced to disk, and renamed into place whole; the link is then made
+// under a temporary name and renamed over the served one, so a reader
+// sees the old version or the new one, never a mix, and a crash leaves at
+// most a staging folder, which the next start removes.
+
+const (
+	// fleetDir is the folder of managed versions in the skills root. It
+	// is not a valid skill name, and the catalog hides it.
+	fleetDir = ".fleet"
+	// keepVersions is how many versions of a skill stay on disk (the
+	// served one included), so that a rollback needs no fetch.
+	keepVersions  = 3
+	stagingPrefix = ".staging-"
+	linkPrefix    = ".link-"
+	adoptedPrefix = "adopted-"
+)
+
+// skillStore is the managed layout under one skills root.
+type skillStore struct {
+	root string // absolute
+	log  *slog.Logger
+}
+
+func (s *skillStore) versionsDir(name string) string { return filepath.Join(s.root, fleetDir, name) }
+
+// ownDirs makes sure .fleet and .fleet/<name> are real folders (made
+// when missing, with create): the agent writes and deletes in them, so a
+// link planted there (by anyone who may write in the skills folder)
+// must not lead it elsewhere.
+func (s *skillStore) ownDirs(name string, create bool) error {
+	for _, dir := range []string{filepath.Join(s.root, fleetDir), s.versionsDir(name)} {
+		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) && create {
+			if err = os.MkdirAll(dir, 0o755); err == nil {
+				fi, err = os.Lstat(dir)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("skill versions folder: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a folder (a link, or a file): the agent keeps the fleet's skill versions only in folders it made; remove it", dir)
+		}
+	}
+	return nil
+}
+
+// shortID is the folder name of bundle id's version.
+func shortID(id string) string { return strings.TrimPrefix(id, "sha256:")[:12] }
+
+// managedVersion reads a link's target: a managed link of the skill
+// called name is exactly ".fleet/<name>/<hex12>"; it returns hex12.
+func managedVersion(name, target string) (string, bool) {
+	rest, ok := strings.CutPrefix(filepath.ToSlash(target), fleetDir+"/"+name+"/")
+	if !ok || len(rest) != 12 {
+		return "", false
+	}
+	return rest, rest != "" && isLowerHex(rest)
+}
+
+// servedVersion returns the folder of the version <root>/<name> serves
+// when it is a managed link to a version folder (a real folder, not a
+// link); "" when it is not.
+func (s *skillStore) servedVersion(name string) string { return managedFolder(s.root, name) }
+
+// managedFolder is servedVersion for the skills root root.
+func managedFolder(root, name string) string {
+	target, err := os.Readlink(filepath.Join(root, name))
+	if err != nil {
+		return ""
+	}
+	v, ok := managedVersion(name, target)
+	if !ok {
+		return ""
+	}
+	store := &skillStore{root: root}
+	dir := filepath.Join(store.versionsDir(name), v)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || store.ownDirs(name, false) != nil {
+		return ""
+	}
+	return dir
+}
+
+// active returns the bundle ID <root>/<name> serves, "" when it serves
+// none the fleet installed.
+func (s *skillStore) active(name string) string {
+	dir := s.servedVersion(name)
+	if dir == "" {
+		return ""
+	}
+	m, err := s.readManifest(name, filepath.Base(dir))
+	if err != nil {
+		return ""
+	}
+	return m.BundleID()
+}
+
+// readManifest reads the manifest kept beside version v of name.
+func (s *skillStore) readManifest(name, v string) (*protocol.Manifest, error) {
+	if err := s.ownDirs(name, false); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(s.versionsDir(name), v+".json"))
+	if err != nil {
+		return nil, err
+	}
+	var m protocol.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("manifest of %s version %s: %w", name, v, err)
+	}
+	if m.Name != name || shortID(m.BundleID()) != v {
+		return nil, fmt.Errorf("manifest of %s version %s is for another bundle", name, v)
+	}
+	return &m, nil
+}
+
+// versions returns the version folders of name on disk, the most
+// recently served first.
+func (s *skillStore) versions(name string) []string {
+	if s.ownDirs(name, false) != nil {
+		return nil
+	}
+	entries, err := os.ReadDir(s.versionsDir(name))
+	if err != nil {
+		return nil
+	}
+	type ver struct {
+		v  string
+		at time.Time
+	}
+	var vs []ver
+	for _, e := range entries {
+		if !e.IsDir() || len(e.Name()) != 12 || !isLowerHex(e.Name()) {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(s.versionsDir(name), e.Name()+".json"))
+		if err != nil {
+			continue
+		}
+		vs = append(vs, ver{e.Name(), fi.ModTime()})
+	}
+	slices.SortFunc(vs, func(a, b ver) int { return b.at.Compare(a.at) })
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.v
+	}
+	return out
+}
+
+// managedNames lists the skills with a folder in .fleet.
+func (s *skillStore) managedNames() []string {
+	entries, err := os.ReadDir(filepath.Join(s.root, fleetDir))
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && protocol.ValidateSkillName(e.Name()) == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// recover cleans what an interrupted install left: staging folders and
+// temporary links, manifests without their version and versions without
+// their manifest (unless served). Served links always point at a
+// complete version, so nothing else needs repair.
+func (s *skillStore) recover() {
+	for _, name := range s.managedNames() {
+		if err := s.ownDirs(name, false); err != nil {
+			s.log.Warn("skills: "+err.Error(), "skill", name)
+			continue
+		}
+		dir := s.versionsDir(name)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		served := filepath.Base(s.servedVersion(name))
+		for _, e := range entries {
+			n := e.Name()
+			var why string
+			switch {
+			case strings.HasPrefix(n, stagingPrefix):
+				why = "an install that did not finish"
+			case strings.HasPrefix(n, linkPrefix):
+				why = "a link swap that did not finish"
+			case strings.HasSuffix(n, ".json") && len(n) == 17:
+				if _, err := os.Lstat(filepath.Join(dir, strings.TrimSuffix(n, ".json"))); errors.Is(err, fs.ErrNotExist) {
+					why = "the manifest of a version that is not on disk"
+				}
+			case e.IsDir() && len(n) == 12 && isLowerHex(n) && n != served:
+				if _, err := os.Lstat(filepath.Join(dir, n+".json")); errors.Is(err, fs.ErrNotExist) {
+					why = "a version without its manifest"
+				}
+			}
+			if why == "" {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				s.log.Warn("skills: cannot remove what an interrupted install left", "path", filepath.Join(dir, n), "err", err)
+				continue
+			}
+			s.log.Info("skills: removed "+why, "skill", name, "path", filepath.Join(dir, n))
+		}
+	}
+}
+
+// verifyVersion checks that version folder dir holds exactly m's files,
+// each a regular file of its size, digest and executable bit.
+func verifyVersion(dir string, m *protocol.Manifest) error {
+	want := make(map[string]protocol.BundleFile, len(m.Files))
+	for _, f := range m.Files {
+		want[f.Path] = f
+	}
+	seen := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case rel == ".":
+			return nil
+		case d.IsDir():
+			return nil // folders are checked by the files in them
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", rel)
+		}
+		f, ok := want[rel]
+		if !ok {
+			return fmt.Errorf("%s is not in the bundle", rel)
+		}
+		seen++
+		return checkFile(p, f)
+	})
+	if err == nil && seen != len(m.Files) {
+		err = fmt.Errorf("%d of the bundle's %d files are missing", len(m.Files)-seen, len(m.Files))
+	}
+	return err
+}
+
+// checkFile checks the file at p against f.
+func checkFile(p string, f protocol.BundleFile) error {
+	fh, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != f.Size {
+		return fmt.Errorf("%s is %d bytes, not %d", f.Path, fi.Size(), f.Size)
+	}
+	if fs.FileMode(f.Mode)&0o100 != fi.Mode()&0o100 && !windowsModes() {
+		return fmt.Errorf("%s has mode %o, not %o", f.Path, fi.Mode().Perm(), f.Mode)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("%s has SHA-256 %s, not %s", f.Path, got, f.SHA256)
+	}
+	return nil
+}
+
+// swapLink makes <root>/<name> serve version v: a link made under a
+// temporary name beside the versions and renamed over the served name,
+// atomically. What is at <root>/<name> and is not the fleet's link (a
+// hand-made folder, a file, another link) is moved aside first to
+// .fleet/<name>/adopted-<unix time>; swapLink returns where, or "".
+func (s *skillStore) swapLink(name, v string) (adopted string, err error) {
+	if err := s.ownDirs(name, true); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(s.versionsDir(name), linkPrefix+randomSuffix())
+	if err := os.Symlink(filepath.Join(fleetDir, name, v), tmp); err != nil {
+		return "", fmt.Errorf("make the link of %s: %w", name, err)
+	}
+	defer os.Remove(tmp) // gone after the rename; left only if it failed
+	served := filepath.Join(s.root, name)
+	if fi, err := os.Lstat(served); err == nil {
+		target, _ := os.Readlink(served)
+		if _, managed := managedVersion(name, target); fi.Mode()&fs.ModeSymlink == 0 || !managed {
+			adopted = s.adoptPath(name)
+			if err := os.Rename(served, adopted); err != nil {
+				return "", fmt.Errorf("move the hand-made %s aside: %w", served, err)
+			}
+			s.log.Warn("skills: a fleet rollout took over a hand-made skill; the hand-made folder is kept",
+				"skill", name, "moved_to", adopted)
+		}
+	}
+	if err := os.Rename(tmp, served); err != nil {
+		return adopted, fmt.Errorf("swap the link of %s: %w", name, err)
+	}
+	syncDir(s.root)
+	// The manifest's time is when the version was last served: prune
+	// keeps the most recently served ones, which rollbacks go back to.
+	now := time.Now()
+	_ = os.Chtimes(filepath.Join(s.versionsDir(name), v+".json"), now, now)
+	return adopted, nil
+}
+
+// adoptPath returns a free adopted-<unix time> path for name.
+func (s *skillStore) adoptPath(name string) string {
+	base := filepath.Join(s.versionsDir(name), adoptedPrefix+strconv.FormatInt(time.Now().Unix(), 10))
+	p := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return p
+		}
+		p = base + "-" + strconv.Itoa(i)
+	}
+}
+
+// prune keeps the served version of name and the newest others, up to
+// keepVersions in all.
+func (s *skillStore) prune(name string) {
+	served := filepath.Base(s.servedVersion(name))
+	kept := 1
+	for _, v := range s.versions(name) {
+		if v == served {
+			continue
+		}
+		if kept < keepVersions {
+			kept++
+			continue
+		}
+		s.removeVersion(name, v)
+	}
+}
+
+func (s *skillStore) removeVersion(name, v string) {
+	if s.ownDirs(name, false) != nil {
+		return
+	}
+	dir := s.versionsDir(name)
+	// The manifest goes last: a version without one is removed at start.
+	err := errors.Join(os.RemoveAll(filepath.Join(dir, v)), os.Remove(filepath.Join(dir, v+".json")))
+	if err != nil {
+		s.log.Warn("skills: cannot remove an old version", "skill", name, "version", v, "err", err)
+	}
+}
+
+// remove deletes the fleet's link of name and its versions. A hand-made
+// folder at <root>/<name> is not the fleet's and stays, as do the
+// hand-made folders adopted earlier.
+func (s *skillStore) remove(name string) error {
+	served := filepath.Join(s.root, name)
+	if target, err := os.Readlink(served); err == nil {
+		if _, managed := managedVersion(name, target); managed {
+			if err := os.Remove(served); err != nil {
+				return fmt.Errorf("remove the link of %s: %w", name, err)
+			}
+			syncDir(s.root)
+		}
+	}
+	if err := s.ownDirs(name, false); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	dir := s.versionsDir(name)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove the versions of %s: %w", name, err)
+	}
+	adopted := false
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), adoptedPrefix) {
+			adopted = true
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("remove the versions of %s: %w", name, err)
+		}
+	}
+	if !adopted {
+		_ = os.Remove(dir)
+	}
+	return nil
+}
+
+// randomSuffix names a temporary file or folder.
+func randomSuffix() string { return newInstanceID() }
