@@ -318,13 +318,14 @@ func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 		a.replyState(reply, call.ID)
 		return
 	}
-	tool := a.tools[call.Tool]
+	hp := a.served()
+	tool := hp.tools[call.Tool]
 	switch {
-	case tool == nil && a.refused[call.Tool]:
-		fail(protocol.CodeDenied, "%v; host %s serves: %s", a.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(a.toolList(), ", "))
+	case tool == nil && hp.refused[call.Tool]:
+		fail(protocol.CodeDenied, "%v; host %s serves: %s", hp.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(hp.toolList(), ", "))
 		return
 	case tool == nil:
-		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(a.toolList(), ", "))
+		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(hp.toolList(), ", "))
 		return
 	}
 	ctx, cancel := context.WithCancel(a.workCtx)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +41,10 @@ type Gateway struct {
 	router *router
 	auth   *authenticator // nil with authentication off
 	audit  *auditor
+	// access are the access rules in force; a reload swaps them.
+	access atomic.Pointer[AccessRules]
+	// reloadMu makes reloads one at a time.
+	reloadMu sync.Mutex
 
 	// authority issues agent credentials and keeps the revocations;
 	// agents are the agent records, agentIndex the gateway's copy of them.
@@ -86,6 +91,7 @@ func Start(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
 		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
+	g.access.Store(cfg.Access)
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
@@ -378,14 +384,22 @@ func (g *Gateway) logAccess() {
 	if a.Issuer != "" {
 		g.log.Info("JWT callers", "issuer", a.Issuer, "audience", a.Audience, "algorithms", strings.Join(a.Algorithms, ","), "leeway", a.Leeway)
 	}
-	if a.APITokens != nil {
-		for _, line := range a.APITokens.Summary() {
+	g.logGrants()
+}
+
+// logGrants logs the API tokens' grants and the access rules in force.
+func (g *Gateway) logGrants() {
+	if g.auth == nil {
+		return
+	}
+	if tokens := g.auth.tokens.Load(); tokens != nil {
+		for _, line := range tokens.Summary() {
 			g.log.Info("API token", "grant", line)
 		}
 	}
-	if g.cfg.Access != nil {
-		g.log.Info("access rules", "file", g.cfg.Access.Source, "rules", len(g.cfg.Access.rules))
-		for _, line := range g.cfg.Access.Summary() {
+	if rules := g.access.Load(); rules != nil {
+		g.log.Info("access rules", "file", rules.Source, "rules", len(rules.rules))
+		for _, line := range rules.Summary() {
 			g.log.Info("access rule", "rule", line)
 		}
 	}

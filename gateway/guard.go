@@ -94,7 +94,7 @@ func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToo
 	if err != nil || !ok {
 		return res, err
 	}
-	grants := g.cfg.Access.For(g.identityOf(req.Extra))
+	grants := g.access.Load().For(g.identityOf(req.Extra))
 	list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool { return !grants.ToolVisible(t.Name) })
 	list.CacheScope = "private"
 	return list, nil
@@ -106,7 +106,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	defer g.calls.Done()
 	start := time.Now()
 	id := g.identityOf(req.Extra)
-	cc := &callContext{id: id, grants: g.cfg.Access.For(id), callID: newCallID()}
+	cc := &callContext{id: id, grants: g.access.Load().For(id), callID: newCallID()}
 	tool := req.Params.Name
 	host := ""
 	if perHostTool(tool) {

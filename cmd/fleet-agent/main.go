@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,6 +81,10 @@ func (p *pathsFlag) Set(s string) error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	// SIGHUP reloads the host policy; it never ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var protected pathsFlag
@@ -166,7 +171,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	rctx, stopReload := context.WithCancel(ctx)
+	var reloads sync.WaitGroup
+	reloads.Go(func() { reloadOnHangup(rctx, hup, a) })
+	defer reloads.Wait()
+	defer stopReload()
 	return a.Run(ctx)
+}
+
+// reloadOnHangup reloads the host policy on each SIGHUP until ctx ends.
+// The agent logs what it refused.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = a.Reload()
+		}
+	}
 }
 
 // defaultStateDir follows the XDG base directory convention, and on

@@ -159,6 +159,10 @@ func defaultDataDir(getenv func(string) string) string {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// SIGHUP reloads (see reloadOnHangup); it never ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if len(args) > 0 && args[0] == "nats-setup" {
 		return runNATSSetup(args[1:], stdout, stderr)
 	}
@@ -200,6 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
 	}
+	g.Go(func() error { reloadOnHangup(gctx, hup, gw); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		// The in-process agent drains first, while NATS is still up, so
@@ -210,6 +215,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return gw.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// reloadOnHangup reloads the access rules, the API tokens and the audit
+// file on each SIGHUP until ctx ends. The gateway logs what it refused.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = gw.Reload()
+		}
+	}
 }
 
 // gatewayConfig turns the flags (and the environment) into the gateway's
@@ -306,7 +324,7 @@ func printAPIToken(w io.Writer, o *options) error {
   %s
 
 Clients send it as the header "Authorization: Bearer <token>".
-Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and restart the gateway:
+Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and reload the gateway (kill -HUP its process) or restart it:
 
   %s
 `, o.newAPIToken, token, file, line)
