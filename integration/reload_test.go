@@ -269,3 +269,75 @@ func TestGatewayProcessReloadsOnHangup(t *testing.T) {
 	default:
 	}
 }
+
+// fleet-agent reloads its host policy on SIGHUP: a session opened before
+// sees the new policy at once (tools and paths), the new digest is
+// announced, and a broken file is refused with one log line naming it
+// while the policy in force stays.
+func TestAgentProcessReloadsPolicyOnHangup(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}})
+	dir := t.TempDir()
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policyFile, "tools: {deny: [write]}\n")
+	writeFile(t, filepath.Join(dir, "secret", "key.txt"), "key\n")
+	logs := &logBuffer{}
+	cmd := env.AgentCommand("beta", dir, "--policy", policyFile)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	env.WaitHost("beta", true)
+	h, _ := env.Gateway.Host("beta")
+	first := h.PolicyDigest
+	cs := env.Client("2025-11-25", nil)
+	mustErr(t, call(t, cs, "write", map[string]any{"host": "beta", "path": "x.txt", "content": "x"}), "tool write is not served")
+	mustOK(t, call(t, cs, "read", map[string]any{"host": "beta", "path": "secret/key.txt"}))
+
+	hangup := func() {
+		t.Helper()
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, policyFile, "tools: {deny: [bash]}\npaths: {deny: [\"**/secret/**\"]}\n")
+	hangup()
+	var second string
+	waitFor(t, 20*time.Second, "the new policy digest announced", func() bool {
+		h, _ := env.Gateway.Host("beta")
+		second = h.PolicyDigest
+		return second != first && h.Online
+	})
+	mustOK(t, call(t, cs, "write", map[string]any{"host": "beta", "path": "x.txt", "content": "x"}))
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "true"}), "tool bash is not served")
+	mustErr(t, call(t, cs, "read", map[string]any{"host": "beta", "path": "secret/key.txt"}), "denied")
+
+	writeFile(t, policyFile, "tools: {deny: [bash]}\npathz: {}\n")
+	hangup()
+	waitFor(t, 20*time.Second, "the refusal of the broken policy logged", func() bool {
+		return len(logs.lines("level=ERROR", "reload refused", policyFile)) > 0
+	})
+	if got := logs.lines("reload refused"); len(got) != 1 || !strings.Contains(got[0], "pathz") {
+		t.Fatalf("log lines about the refused policy: %q; want one naming the file and the bad key", got)
+	}
+	select {
+	case <-done:
+		t.Fatal("fleet-agent exited on SIGHUP")
+	default:
+	}
+	if h, _ := env.Gateway.Host("beta"); h.PolicyDigest != second || !h.Online {
+		t.Fatalf("after a refused reload: digest %s online %v, want %s online", h.PolicyDigest, h.Online, second)
+	}
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "true"}), "tool bash is not served")
+	mustOK(t, call(t, cs, "write", map[string]any{"host": "beta", "path": "y.txt", "content": "y"}))
+}
