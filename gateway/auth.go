@@ -101,7 +101,7 @@ func (c *AuthConfig) validate() []error {
 
 // authenticator verifies the bearer tokens of MCP requests.
 type authenticator struct {
-	cfg    AuthConfig
+	cfg AuthConfig
 	jwt *jwtVerifier // nil without an issuer
 	// tokens are the API tokens in force; a reload swaps them.
 	tokens atomic.Pointer[APITokens]
