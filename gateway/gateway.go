@@ -129,6 +129,9 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
+	if err := g.watchAuthErrors(); err != nil {
+		g.log.Warn("refused NATS connections will not be logged", "err", err)
+	}
 	if g.ns != nil && g.cfg.NATSListen != "" {
 		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
 			ln.Close()

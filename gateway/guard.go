@@ -136,12 +136,14 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	} else {
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		res = errorResult(refusal)
-		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", dec.Rule, "reason", dec.Reason)
 	}
 	g.finishRecord(rec, cc, res, err)
 	if cc.hostDenied != "" {
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		rec.Rule, rec.Reason = "host policy", cc.hostDenied
+	}
+	if rec.Decision == decisionDenied {
+		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
 	g.audit.write(rec)

@@ -274,6 +274,7 @@ func (s *hostStore) run() {
 		case <-s.reg.changed:
 		case <-tick.C:
 		}
+		s.reg.logOffline(s.reg.now())
 		s.flush()
 		select {
 		case <-s.ctx.Done():

@@ -101,6 +101,10 @@ type hostEntry struct {
 	// holdUntil pauses writes after a write lost a race with another
 	// gateway's, until the watch brings the newer record.
 	holdUntil time.Time
+	// logged is the state this gateway last logged for the host (online
+	// or not), and loggedAt when: each change is logged once.
+	logged   bool
+	loggedAt time.Time
 }
 
 // lastSeen is when the host was last heard by this gateway or, as the
@@ -221,8 +225,18 @@ func (r *registry) onPresence(m *nats.Msg) {
 	if !leaving || r.liveCount(e, now) == 0 {
 		e.busy = busy
 	}
+	// back is how long a host this gateway logged offline was away.
+	wasLogged, back := e.logged, time.Duration(0)
+	if !e.loggedAt.IsZero() && !e.logged {
+		back = max(now.Sub(e.heard), time.Nanosecond)
+	}
 	e.heard = now
 	instances := r.live(e, now)
+	if leaving && r.liveCount(e, now) == 0 {
+		e.logged, e.loggedAt = false, now
+	} else if !leaving {
+		e.logged, e.loggedAt = true, now
+	}
 	r.mu.Unlock()
 	if changed || leaving || !wasOnline {
 		r.notify()
@@ -234,8 +248,33 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.events.log(r.log, slog.LevelWarn, host, "two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
 	case took != "":
 		r.events.log(r.log, slog.LevelInfo, host, "host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
-	case !wasOnline:
+	case wasLogged:
+	case back > 0:
+		r.events.log(r.log, slog.LevelInfo, host, "host back online", "host", host, "away", back.Round(time.Second), "agent", a.AgentVersion)
+	default:
 		r.events.log(r.log, slog.LevelInfo, host, "host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
+	}
+}
+
+// logOffline logs, once each, the hosts this gateway logged online that
+// have since stopped announcing (a host that said goodbye was logged as
+// leaving). The hosts store calls it on each pass.
+func (r *registry) logOffline(now time.Time) {
+	type gone struct {
+		host string
+		seen time.Time
+	}
+	var off []gone
+	r.mu.Lock()
+	for host, e := range r.hosts {
+		if e.logged && r.liveCount(e, now) == 0 {
+			e.logged, e.loggedAt = false, now
+			off = append(off, gone{host, e.heard})
+		}
+	}
+	r.mu.Unlock()
+	for _, g := range off {
+		r.events.log(r.log, slog.LevelWarn, g.host, "host offline: no announce within its offline bound", "host", g.host, "last_seen", g.seen.UTC().Format(time.RFC3339))
 	}
 }
 
