@@ -110,6 +110,8 @@ func New(cfg Config) (*Agent, error) {
 		TaskWrapper:        cfg.TaskWrapper,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
+		BashMaxLines:       cfg.BashMaxLines,
+		BashMaxBytes:       cfg.BashMaxBytes,
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,

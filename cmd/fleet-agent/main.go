@@ -100,6 +100,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		maxQueue   = fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy")
 		bashDef    = fs.Duration("bash_timeout", 120*time.Second, "default bash timeout")
 		bashMax    = fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for")
+		bashLines  = fs.Int("bash_max_lines", 2000, "lines of output a bash result shows at most (its last ones; the full output is saved on the host), 1 to 100000")
+		bashBytes  = fs.Int("bash_max_bytes", 50<<10, "bytes of output a bash result shows at most, 1024 to 4194304 (4 MiB)")
 		imageDim   = fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down")
 		imageMax   = fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller")
 		outFileMiB = fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved")
@@ -159,7 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *policy, ProtectedPaths: protected,
 		MaxConcurrent: *maxConc, MaxQueue: *maxQueue,
-		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax,
+		BashDefaultTimeout: *bashDef, BashMaxTimeout: *bashMax, BashMaxLines: *bashLines, BashMaxBytes: *bashBytes,
 		ImageMaxDimension: *imageDim, ImageMaxBytes: *imageMax, BinaryMaxBytes: *binaryMax,
 		OutputFileMaxBytes: *outFileMiB << 20, OutputRetention: *outKeep, MaxOutputFiles: *outFiles, OutputFilesMaxBytes: *outAllMiB << 20,
 		TaskDefaultTimeout: *taskDef, TaskMaxTimeout: *taskMax,
