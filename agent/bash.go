@@ -346,9 +346,9 @@ type outputSink struct {
 	spillPath string
 	lim       outputLimits // what the result shows
 	buf       []byte       // the output, or its last keep()+ bytes
-	spill     *os.File // open while the output is being saved
-	spillErr  error    // why the output could not be saved
-	spilled   bool     // the full-output file was created
+	spill     *os.File     // open while the output is being saved
+	spillErr  error        // why the output could not be saved
+	spilled   bool         // the full-output file was created
 	// maxSpill bounds the full-output file (0: spillMaxBytes); what
 	// comes after is not saved. maxAge, maxFiles and maxTotal bound the
 	// files kept (0: spillMaxAge, spillMaxFiles, spillMaxTotal).
