@@ -97,6 +97,11 @@ type Config struct {
 	// budget. Default 10 s.
 	TransferWait time.Duration
 
+	// CORSOrigins are the browser origins (scheme://host[:port]) whose
+	// pages may call the MCP endpoint: their CORS preflight is answered
+	// and the MCP headers exposed. Default none.
+	CORSOrigins []string
+
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
 	// FileCallTimeout bounds file tool calls (read, write, edit, patch,
@@ -188,6 +193,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, validateCORSOrigins(c.CORSOrigins)...)
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Hosts.validate()...)
 	if c.MaxTransferBytes < c.MaxRequestBytes {

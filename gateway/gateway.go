@@ -427,7 +427,7 @@ func (g *Gateway) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
+	return cors(g.cfg.CORSOrigins, mux)
 }
 
 // Addr returns the address the MCP endpoint listens on.

@@ -82,6 +82,7 @@ type options struct {
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
 	transferWait                    time.Duration
+	corsOrigins                     string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -117,6 +118,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
+	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
 	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -238,7 +240,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
+		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 	}
