@@ -75,6 +75,8 @@ type Gateway struct {
 	agentLogs *logLimiter
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
+	// readiness is the last answer of /readyz (health.go).
+	readiness readiness
 
 	ln   net.Listener
 	http *http.Server
@@ -408,8 +410,9 @@ func (g *Gateway) logGrants() {
 	}
 }
 
-// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp, a
-// health check at /healthz and, with authentication on, the
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp,
+// health checks at /healthz and /readyz (health.go) and, with
+// authentication on, the
 // protected-resource metadata under /.well-known/oauth-protected-resource.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -420,13 +423,7 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle(wellKnownResource+"/mcp", g.auth.metadata())
 	}
 	mux.Handle("/mcp", mcpHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !g.nc.IsConnected() {
-			http.Error(w, "NATS not connected", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	g.healthHandlers(mux)
 	return cors(g.cfg.CORSOrigins, mux)
 }
 
