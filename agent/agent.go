@@ -63,6 +63,8 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// counts are the calls served, failed and refused (stats.go).
+	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
 	tasks *taskManager
 
@@ -659,6 +661,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Skills:       a.skills.list(),
 		Busy:         a.calls.running(),
 		Limit:        a.cfg.MaxConcurrent,
+		Stats:        a.stats(),
 	}
 	data, dropped, err := fitAnnounce(&msg, min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
 	if err != nil {

@@ -74,6 +74,13 @@ func TestAnnounceLimits(t *testing.T) {
 		{"skill description", "description", func(a *Announce) { a.Skills[0].Description = big(MaxSkillDescriptionLen + 1) }},
 		{"skill path", "path", func(a *Announce) { a.Skills[0].Path = big(MaxPathLen + 1) }},
 		{"skill problem", "problem", func(a *Announce) { a.Skills[0].Problem = big(MaxSkillProblemLen + 1) }},
+		{"stats", "", func(a *Announce) {
+			a.Stats = &AgentStats{CallsServed: 9, CallsFailed: 2, CallsRefused: 1, Queued: 3, Tasks: 1, RSSBytes: 20 << 20}
+		}},
+		{"stats negative queue", "stats", func(a *Announce) { a.Stats = &AgentStats{Queued: -1} }},
+		{"stats negative tasks", "stats", func(a *Announce) { a.Stats = &AgentStats{Tasks: -1} }},
+		{"stats negative memory", "stats", func(a *Announce) { a.Stats = &AgentStats{RSSBytes: -1} }},
+		{"stats more failed than served", "stats", func(a *Announce) { a.Stats = &AgentStats{CallsServed: 1, CallsFailed: 2} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
