@@ -125,8 +125,9 @@ type auditor struct {
 	fileMu   sync.Mutex
 	file     *os.File
 	filePath string
-	// fileFailures counts batches of records the file did not take.
-	fileFailures atomic.Int64
+	// failures counts records the stream did not take, and batches of
+	// records the file did not take.
+	failures atomic.Int64
 
 	// storeLag bounds how long after its call started a record is
 	// stored: the longest call, plus time in the queue.
@@ -348,7 +349,7 @@ func (a *auditor) writeFile(lines []byte) {
 		return
 	}
 	if _, err := a.file.Write(lines); err != nil {
-		a.fileFailures.Add(1)
+		a.failures.Add(1)
 		a.log.Error("audit records not written to the file", "file", a.filePath, "err", err, "records", string(lines))
 	}
 }
@@ -397,6 +398,7 @@ func (a *auditor) store(e encodedRecord) {
 			return
 		}
 	}
+	a.failures.Add(1)
 	a.log.Error("audit record not stored in the stream", "err", perr, "record", string(e.data))
 }
 

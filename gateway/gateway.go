@@ -77,6 +77,11 @@ type Gateway struct {
 	transfers *transfers
 	// readiness is the last answer of /readyz (health.go).
 	readiness readiness
+	// metrics are the Prometheus metrics (metrics.go); metricsSrv serves
+	// them on Config.MetricsListen (nil: not there).
+	metrics    *metrics
+	metricsSrv *http.Server
+	metricsLn  net.Listener
 
 	ln   net.Listener
 	http *http.Server
@@ -141,6 +146,13 @@ func Start(cfg Config) (*Gateway, error) {
 			g.stopNATS()
 			return nil, err
 		}
+	}
+	g.metrics = newMetrics(g)
+	if err := g.serveMetrics(); err != nil {
+		ln.Close()
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
 	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -424,6 +436,9 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux.Handle("/mcp", mcpHandler)
 	g.healthHandlers(mux)
+	if g.cfg.Metrics {
+		mux.Handle("GET /metrics", g.metrics.handler())
+	}
 	return cors(g.cfg.CORSOrigins, mux)
 }
 
@@ -513,6 +528,9 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	err := g.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = g.http.Close()
+	}
+	if g.metricsSrv != nil {
+		err = errors.Join(err, g.metricsSrv.Close())
 	}
 	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)

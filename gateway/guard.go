@@ -146,6 +146,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
+	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
 	g.audit.write(rec)
 	return res, err
 }
@@ -242,6 +243,7 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decis
 	if rd.rule != "" {
 		from = rd.rule
 	}
+	g.metrics.rateLimited.Inc()
 	secs := math.Ceil(wait.Seconds()*10) / 10
 	return deniedBy(rd.rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.limit, from, secs)
 }

@@ -86,6 +86,9 @@ type hostEntry struct {
 	facts  *protocol.Announce
 	digest factsDigest
 	busy   int
+	// stats are the agent's counters from its last announce (never
+	// modified: replaced), kept out of facts as busy is.
+	stats *protocol.AgentStats
 	// heard is when this gateway last heard the host announce; zero when
 	// it knows the host only from the bucket.
 	heard time.Time
@@ -197,10 +200,10 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.reject(host, m.Subject, err)
 		return
 	}
-	leaving, busy := a.Leaving, a.Busy
+	leaving, busy, stats := a.Leaving, a.Busy, a.Stats
 	// Labels an agent claims for itself authorise nothing: they are
 	// dropped, and the agent record's are used.
-	a.Leaving, a.Busy, a.Labels = false, 0, nil
+	a.Leaving, a.Busy, a.Labels, a.Stats = false, 0, nil, nil
 	now := r.now()
 	r.mu.Lock()
 	e := r.hosts[host]
@@ -223,7 +226,7 @@ func (r *registry) onPresence(m *nats.Msg) {
 	}
 	took := r.claim(e, a, leaving, now)
 	if !leaving || r.liveCount(e, now) == 0 {
-		e.busy = busy
+		e.busy, e.stats = busy, stats
 	}
 	// back is how long a host this gateway logged offline was away.
 	wasLogged, back := e.logged, time.Duration(0)

@@ -83,6 +83,8 @@ type options struct {
 	maxTransferMiB                  int64
 	transferWait                    time.Duration
 	corsOrigins                     string
+	metrics                         bool
+	metricsListen                   string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -119,6 +121,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
+	fs.BoolVar(&o.metrics, "metrics", false, "serve Prometheus metrics at /metrics on a loopback --listen too (no authentication)")
+	fs.StringVar(&o.metricsListen, "metrics_listen", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (no authentication: keep it on loopback or a network only Prometheus reaches)")
 	authFlags(fs, o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -241,6 +245,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
+		Metrics: o.metrics, MetricsListen: o.metricsListen,
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 	}
