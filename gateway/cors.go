@@ -32,7 +32,9 @@ func validateCORSOrigins(origins []string) []error {
 			errs = append(errs, fmt.Errorf("--cors_origins %q: list each origin (e.g. https://app.example.com); %s would admit any page", o, o))
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil:
 			errs = append(errs, fmt.Errorf("--cors_origins %q: want an origin such as https://app.example.com or http://localhost:6274", o))
-		case u.Path != "" || u.RawQuery != "" || u.Fragment != "":
+		case u.Scheme+"://"+u.Host != o && strings.EqualFold(u.Scheme+"://"+u.Host, o):
+			errs = append(errs, fmt.Errorf("--cors_origins %q: browsers send origins in lower case: use %s", o, strings.ToLower(o)))
+		case u.Scheme+"://"+u.Host != o:
 			errs = append(errs, fmt.Errorf("--cors_origins %q: an origin has no path, query or fragment: use %s://%s", o, u.Scheme, u.Host))
 		case strings.ToLower(o) != o:
 			errs = append(errs, fmt.Errorf("--cors_origins %q: browsers send origins in lower case: use %s", o, strings.ToLower(o)))

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,8 @@ func TestValidateCORSOrigins(t *testing.T) {
 		{"https://app.example.com/", "use https://app.example.com"},
 		{"https://app.example.com/mcp", "no path"},
 		{"https://App.Example.com", "lower case"},
+		{"https://app.example.com?", "no path"},
+		{"https://app.example.com#", "no path"},
 	} {
 		err := errors.Join(validateCORSOrigins([]string{tc.origin})...)
 		switch {
@@ -30,4 +33,22 @@ func TestValidateCORSOrigins(t *testing.T) {
 			t.Errorf("%q: err = %v, want one saying %q", tc.origin, err, tc.want)
 		}
 	}
+}
+
+// FuzzValidateCORSOrigins: whatever is given, an origin accepted is one a
+// browser can send: http(s)://host[:port] in lower case, nothing more.
+func FuzzValidateCORSOrigins(f *testing.F) {
+	for _, s := range []string{"https://app.example.com", "http://localhost:6274", "*", "https://a/b", "HTTPS://A", "https://u@h", "http://[::1]:1", "javascript:alert(1)", "https://a.b?", "https://a.b#"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, origin string) {
+		if len(validateCORSOrigins([]string{origin})) > 0 {
+			return
+		}
+		u, err := url.Parse(origin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil ||
+			strings.ToLower(origin) != origin || u.Scheme+"://"+u.Host != origin {
+			t.Fatalf("accepted %q", origin)
+		}
+	})
 }

@@ -159,6 +159,8 @@ func FuzzDecodeAnnounce(f *testing.F) {
 	f.Add([]byte(`{"host":"a","skills":[{"name":"x","description":"` + strings.Repeat("d", 5000) + `"}]}`))
 	f.Add([]byte(`{"host":"a\u0000"}`))
 	f.Add([]byte(`{"host":"a","tools":null,"labels":null}`))
+	f.Add([]byte(`{"host":"a","stats":{"calls_served":3,"calls_failed":1,"calls_refused":2,"queued":1,"tasks":0,"rss_bytes":1048576}}`))
+	f.Add([]byte(`{"host":"a","stats":{"queued":-1,"calls_failed":9}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := DecodeAnnounce(data)
 		if err != nil {
@@ -178,6 +180,9 @@ func FuzzDecodeAnnounce(f *testing.F) {
 			if len(s.Description) > MaxSkillDescriptionLen || len(s.Name) > MaxSkillNameLen {
 				t.Fatalf("accepted skill %+v", s)
 			}
+		}
+		if s := a.Stats; s != nil && (s.Queued < 0 || s.Tasks < 0 || s.RSSBytes < 0 || s.CallsFailed > s.CallsServed) {
+			t.Fatalf("accepted stats %+v", *s)
 		}
 	})
 }
