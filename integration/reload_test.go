@@ -341,3 +341,42 @@ func TestAgentProcessReloadsPolicyOnHangup(t *testing.T) {
 	mustErr(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "true"}), "tool bash is not served")
 	mustOK(t, call(t, cs, "write", map[string]any{"host": "beta", "path": "y.txt", "content": "y"}))
 }
+
+// fleet-gateway drains on SIGTERM: a call in flight finishes and is
+// audited, then the process exits cleanly.
+func TestGatewayProcessDrainsOnSIGTERM(t *testing.T) {
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	p := startGatewayProcess(t, "--audit_file", auditFile)
+	p.startAgent("alpha", nil)
+	cs := p.client()
+	started := filepath.Join(t.TempDir(), "started")
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "alpha", "command": "touch " + started + "; sleep 1; echo finished"}})
+		if err != nil {
+			t.Errorf("call in flight at SIGTERM: %v", err)
+		}
+		done <- res
+	}()
+	waitFor(t, 20*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res == nil || !strings.Contains(text(res), "finished") {
+		t.Fatalf("call in flight at SIGTERM: %+v", res)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("fleet-gateway did not exit after SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if data, _ := os.ReadFile(auditFile); !strings.Contains(string(data), `"tool":"bash"`) {
+		t.Errorf("no audit record of the drained call in %q", data)
+	}
+}
