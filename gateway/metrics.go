@@ -180,9 +180,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		online++
 		versions[h.version]++
 		policies[strings.TrimSpace(h.digest)]++
-		gauge := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, t, v, h.host)
-		}
+		gauge := func(d *prometheus.Desc, t prometheus.ValueType, v float64) { emit(ch, d, t, v, h.host) }
 		gauge(metricBusy, prometheus.GaugeValue, float64(h.busy))
 		if s := h.stats; s != nil {
 			gauge(metricServed, prometheus.CounterValue, float64(s.CallsServed))
@@ -196,16 +194,25 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for state, n := range map[string]int{"online": online, "offline": offline, "revoked": revoked} {
-		ch <- prometheus.MustNewConstMetric(metricHosts, prometheus.GaugeValue, float64(n), state)
+		emit(ch, metricHosts, prometheus.GaugeValue, float64(n), state)
 	}
 	for v, n := range versions {
-		ch <- prometheus.MustNewConstMetric(metricVersions, prometheus.GaugeValue, float64(n), v)
+		emit(ch, metricVersions, prometheus.GaugeValue, float64(n), v)
 	}
 	for d, n := range policies {
 		if d == "" {
 			d = "unrestricted"
 		}
-		ch <- prometheus.MustNewConstMetric(metricPolicies, prometheus.GaugeValue, float64(n), d)
+		emit(ch, metricPolicies, prometheus.GaugeValue, float64(n), d)
+	}
+}
+
+// emit sends one sample. Label values come from announces, which JSON
+// decoding keeps valid UTF-8; one the client library refuses anyway is
+// left out rather than failing the scrape.
+func emit(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	if m, err := prometheus.NewConstMetric(d, t, v, labels...); err == nil {
+		ch <- m
 	}
 }
 
