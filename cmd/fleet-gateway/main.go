@@ -85,6 +85,7 @@ type options struct {
 	corsOrigins                     string
 	metrics                         bool
 	metricsListen                   string
+	configFile                      string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -121,6 +122,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
+	fs.StringVar(&o.configFile, "config", "", "YAML FILE of settings, one key per flag (its name without dashes); flags on the command line win")
 	fs.BoolVar(&o.metrics, "metrics", false, "serve Prometheus metrics at /metrics on a loopback --listen too (no authentication)")
 	fs.StringVar(&o.metricsListen, "metrics_listen", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (no authentication: keep it on loopback or a network only Prometheus reaches)")
 	authFlags(fs, o, getenv)
@@ -132,6 +134,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if o.configFile != "" {
+		if err := applyConfig(fs, o.configFile, o.set); err != nil {
+			return nil, err
+		}
+		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	}
 	return o, nil
 }
 
