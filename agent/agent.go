@@ -27,13 +27,17 @@ import (
 
 // Agent is one machine's member of the fleet.
 type Agent struct {
-	cfg   Config
-	log   *slog.Logger
-	tools map[string]toolFunc // the tools the host serves
-	// pol is the host policy (nil: unrestricted); refused holds the tools
-	// it refuses, so that calls to them are told why.
-	pol     *policy.Policy
-	refused map[string]bool
+	cfg Config
+	log *slog.Logger
+	// hp is the host policy in force and the tools it lets the host
+	// serve; Reload swaps it. allTools are the toolbox's tools, guard
+	// the checks the tools make with the policy, policyEnv what the
+	// policy is read for.
+	hp        atomic.Pointer[hostPolicy]
+	allTools  map[string]toolFunc
+	guard     *guard
+	policyEnv policy.Env
+	reloadMu  sync.Mutex
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// skillSync installs the skills the fleet rolls out to the host.
@@ -61,6 +65,8 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// counts are the calls served, failed and refused (stats.go).
+	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
 	tasks *taskManager
 
@@ -95,8 +101,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	pol, err := loadPolicy(cfg.PolicyFile, policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
-		GitGuarded: cfg.GitGuard != ""})
+	env := policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+		GitGuarded: cfg.GitGuard != ""}
+	pol, err := loadPolicy(cfg.PolicyFile, env)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +123,8 @@ func New(cfg Config) (*Agent, error) {
 		TaskWrapper:        cfg.TaskWrapper,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
+		BashMaxLines:       cfg.BashMaxLines,
+		BashMaxBytes:       cfg.BashMaxBytes,
 		Policy:             pol,
 		PolicyFile:         cfg.PolicyFile,
 		SecretFiles:        cfg.SecretFiles,
@@ -153,13 +162,13 @@ func New(cfg Config) (*Agent, error) {
 	// Skills are read as the read tool reads files: through its guard.
 	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
 	tb.skills = skills
-	tools, refused := servedTools(tb.tools(), pol)
+	all := tb.tools()
 	a := &Agent{
 		cfg:         cfg,
 		log:         log,
-		tools:       tools,
-		pol:         pol,
-		refused:     refused,
+		allTools:    all,
+		guard:       tb.guard,
+		policyEnv:   env,
 		skills:      skills,
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
@@ -173,7 +182,8 @@ func New(cfg Config) (*Agent, error) {
 		agentID:     state.agentID,
 		shell:       describeShell(context.Background(), tb.shell),
 	}
-	a.skillSync = newSkillSync(cfg.Name, cfg.GatewayKeys, pol, cfg.SkillsDir, cfg.StateDir, log,
+	a.hp.Store(newHostPolicy(all, pol))
+	a.skillSync = newSkillSync(cfg.Name, cfg.GatewayKeys, func() *policy.Policy { return a.served().pol }, cfg.SkillsDir, cfg.StateDir, log,
 		func() { skills.refresh(a.skillsChanged) })
 	return a, nil
 }
@@ -181,6 +191,23 @@ func New(cfg Config) (*Agent, error) {
 // Close releases the state directory of an agent that will not Run. Run
 // releases it itself when it returns.
 func (a *Agent) Close() { a.state.close() }
+
+// hostPolicy is a host policy and what follows from it.
+type hostPolicy struct {
+	pol   *policy.Policy      // nil: unrestricted
+	tools map[string]toolFunc // the tools the host serves
+	// refused holds the tools the policy refuses, so that calls to them
+	// are told why.
+	refused map[string]bool
+}
+
+func newHostPolicy(all map[string]toolFunc, pol *policy.Policy) *hostPolicy {
+	tools, refused := servedTools(all, pol)
+	return &hostPolicy{pol: pol, tools: tools, refused: refused}
+}
+
+// served returns the host policy in force.
+func (a *Agent) served() *hostPolicy { return a.hp.Load() }
 
 // servedTools splits tools into those pol lets the host serve and the
 // names of those it refuses. The task tools come with bash.
@@ -202,7 +229,11 @@ func servedTools(tools map[string]toolFunc, pol *policy.Policy) (map[string]tool
 
 // toolList returns the names of the tools the host serves, sorted.
 func (a *Agent) toolList() []string {
-	return slices.Sorted(maps.Keys(a.tools))
+	return a.served().toolList()
+}
+
+func (hp *hostPolicy) toolList() []string {
+	return slices.Sorted(maps.Keys(hp.tools))
 }
 
 // newInstanceID returns a random ID for this process.
@@ -300,20 +331,21 @@ func (a *Agent) leave() {
 // logPolicy logs the host policy: its file and digest, then one line per
 // dimension.
 func (a *Agent) logPolicy() {
+	hp := a.served()
 	switch {
 	case a.cfg.PolicyFile == "":
 		a.log.Info("host policy: none given (--policy); the host is unrestricted")
-	case a.pol.Unrestricted():
+	case hp.pol.Unrestricted():
 		a.log.Info("host policy: the file has no rules; the host is unrestricted", "file", a.cfg.PolicyFile)
 	default:
-		a.log.Info("host policy", "file", a.cfg.PolicyFile, "digest", a.pol.Digest(), "tools", strings.Join(a.toolList(), ","))
+		a.log.Info("host policy", "file", a.cfg.PolicyFile, "digest", hp.pol.Digest(), "tools", strings.Join(hp.toolList(), ","))
 	}
-	for _, line := range a.pol.Summary() {
+	for _, line := range hp.pol.Summary() {
 		a.log.Info("host policy: " + line)
 	}
 	switch {
-	case a.pol.GitRules() == nil:
-	case a.pol.GitGuarded():
+	case hp.pol.GitRules() == nil:
+	case hp.pol.GitGuarded():
 		a.log.Info("host policy: git runs through the agent's git guard, which refuses configuration that could run programs")
 	default:
 		a.log.Warn("host policy: git is refused: this agent has no executable to run its git guard")
@@ -638,6 +670,7 @@ func (a *Agent) keepaliveLoop(ctx context.Context) {
 
 func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 	host, _ := os.Hostname()
+	hp := a.served()
 	msg := protocol.Announce{
 		Host:         a.cfg.Name,
 		Instance:     a.instance,
@@ -649,14 +682,15 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Hostname:     host,
 		Cwd:          a.cfg.Cwd,
 		Shell:        a.shell,
-		Tools:        a.toolList(),
-		PolicyDigest: a.pol.Digest(),
+		Tools:        hp.toolList(),
+		PolicyDigest: hp.pol.Digest(),
 		StartedAt:    a.started,
 		HeartbeatMS:  a.cfg.Heartbeat.Milliseconds(),
 		Leaving:      leaving,
 		Skills:       a.skills.list(),
 		Busy:         a.calls.running(),
 		Limit:        a.cfg.MaxConcurrent,
+		Stats:        a.stats(),
 	}
 	data, dropped, err := fitAnnounce(&msg, min(protocol.MaxAnnounceBytes, int(nc.MaxPayload())))
 	if err != nil {

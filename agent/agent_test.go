@@ -102,7 +102,7 @@ func TestNewKeepsAgentVariablesFromCommands(t *testing.T) {
 	t.Setenv("FLEETMCP_TEST_KEPT", "kept")
 	a := newTestAgent(t, Config{})
 	args, _ := json.Marshal(map[string]string{"command": "env"})
-	res := a.tools["bash"](context.Background(), &toolCall{ID: "env-1", Args: args, Output: func([]byte) {}})
+	res := a.served().tools["bash"](context.Background(), &toolCall{ID: "env-1", Args: args, Output: func([]byte) {}})
 	text := resultText(t, res)
 	if strings.Contains(text, "FLEET_") || strings.Contains(text, "s3cret") {
 		t.Errorf("a command saw the agent's variables:\n%s", text)
@@ -257,7 +257,7 @@ func TestDrainBounded(t *testing.T) {
 	release := make(chan struct{})
 	r := startAgent(t, ns, Config{Name: host, DrainTimeout: 200 * time.Millisecond}, func(a *Agent) {
 		a.cancelGrace = 300 * time.Millisecond
-		a.tools["stuck"] = func(ctx context.Context, tc *toolCall) *protocol.Result {
+		a.served().tools["stuck"] = func(ctx context.Context, tc *toolCall) *protocol.Result {
 			started <- struct{}{}
 			<-release // ignores ctx
 			return toolText(tc, "late")

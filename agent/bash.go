@@ -88,7 +88,7 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
 	}
 	defer cleanup()
-	out := newOutputSink(tc.Output, t.spillPath(tc.ID))
+	out := newOutputSink(tc.Output, t.spillPath(tc.ID), t.cfg.bashLimits())
 	out.maxSpill, out.maxAge, out.maxFiles, out.maxTotal = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles, t.cfg.SpillMaxTotal
 	st, err := t.runShell(ctx, inv, dir, timeout, out)
 	if err != nil {
@@ -290,7 +290,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		text = "(no output)"
 	}
 	if tr.Truncated {
-		text += "\n\n" + spillNote(tr, out.lastLineLen(), saved, saveErr, out.savedPart())
+		text += "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
 	}
 	status := ""
 	switch {
@@ -315,7 +315,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 
 // spillNote is the note after truncated output that says what is shown
 // and where the rest is.
-func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error, part string) string {
+func spillNote(tr truncation, lim outputLimits, lastLineLen int64, saved string, saveErr error, part string) string {
 	where := "Full output: " + saved
 	switch {
 	case saveErr != nil:
@@ -325,17 +325,17 @@ func spillNote(tr truncation, lastLineLen int64, saved string, saveErr error, pa
 	}
 	switch {
 	case tr.LastLinePartial:
-		return fmt.Sprintf("[Showing last 50KB of line %d (line is %s). %s]", tr.EndLine, humanSize(lastLineLen), where)
+		return fmt.Sprintf("[Showing last %s of line %d (line is %s). %s]", sizeLabel(lim.bytes), tr.EndLine, humanSize(lastLineLen), where)
 	case tr.By == "lines":
 		return fmt.Sprintf("[Showing lines %d-%d of %d. %s]", tr.StartLine, tr.EndLine, tr.TotalLines, where)
 	default:
-		return fmt.Sprintf("[Showing lines %d-%d of %d (50KB limit). %s]", tr.StartLine, tr.EndLine, tr.TotalLines, where)
+		return fmt.Sprintf("[Showing lines %d-%d of %d (%s limit). %s]", tr.StartLine, tr.EndLine, tr.TotalLines, sizeLabel(lim.bytes), where)
 	}
 }
 
-// sinkKeep is how much of the end of the output outputSink keeps once the
+// keep is how much of the end of the output the sink keeps once the
 // output exceeds the byte limit: enough to tail-truncate it (see cutTail).
-const sinkKeep = truncMaxBytes + 1
+func (s *outputSink) keep() int { return s.lim.bytes + 1 }
 
 // outputSink collects a command's output. It streams every chunk to live,
 // keeps the output in memory until it exceeds the byte limit and from
@@ -344,10 +344,11 @@ const sinkKeep = truncMaxBytes + 1
 type outputSink struct {
 	live      func([]byte)
 	spillPath string
-	buf       []byte   // the output, or its last sinkKeep+ bytes
-	spill     *os.File // open while the output is being saved
-	spillErr  error    // why the output could not be saved
-	spilled   bool     // the full-output file was created
+	lim       outputLimits // what the result shows
+	buf       []byte       // the output, or its last keep()+ bytes
+	spill     *os.File     // open while the output is being saved
+	spillErr  error        // why the output could not be saved
+	spilled   bool         // the full-output file was created
 	// maxSpill bounds the full-output file (0: spillMaxBytes); what
 	// comes after is not saved. maxAge, maxFiles and maxTotal bound the
 	// files kept (0: spillMaxAge, spillMaxFiles, spillMaxTotal).
@@ -367,11 +368,11 @@ type outputSink struct {
 
 // newOutputSink returns a sink that streams to live and saves the full
 // output, when it must, at spillPath.
-func newOutputSink(live func([]byte), spillPath string) *outputSink {
+func newOutputSink(live func([]byte), spillPath string, lim outputLimits) *outputSink {
 	if live == nil {
 		live = func([]byte) {}
 	}
-	return &outputSink{live: live, spillPath: spillPath}
+	return &outputSink{live: live, spillPath: spillPath, lim: lim}
 }
 
 // readFrom copies r into the sink until r fails or ends.
@@ -395,15 +396,15 @@ func (s *outputSink) write(p []byte) {
 	}
 	s.live(p)
 	s.count(p)
-	if !s.spilled && s.total > truncMaxBytes {
+	if !s.spilled && s.total > int64(s.lim.bytes) {
 		s.startSpill()
 	}
 	if s.spill != nil {
 		s.save(p)
 	}
 	s.buf = append(s.buf, p...)
-	if len(s.buf) > 2*sinkKeep {
-		n := copy(s.buf, s.buf[len(s.buf)-sinkKeep:])
+	if keep := s.keep(); len(s.buf) > 2*keep {
+		n := copy(s.buf, s.buf[len(s.buf)-keep:])
 		s.buf = s.buf[:n]
 	}
 }
@@ -498,7 +499,7 @@ func (s *outputSink) lastLineLen() int64 {
 
 // truncation tail-truncates the output to the output limits.
 func (s *outputSink) truncation() truncation {
-	return cutTail(string(s.buf), s.lines(), s.whole(), defaultLimits())
+	return cutTail(string(s.buf), s.lines(), s.whole(), s.lim)
 }
 
 // finish closes the full-output file, first creating it when the output

@@ -290,7 +290,7 @@ func TestBashStructured(t *testing.T) {
 func TestBashOutputSinkBounded(t *testing.T) {
 	spill := filepath.Join(t.TempDir(), "output", "x.log")
 	var streamed int
-	s := newOutputSink(func(p []byte) { streamed += len(p) }, spill)
+	s := newOutputSink(func(p []byte) { streamed += len(p) }, spill, defaultLimits())
 	rng := rand.New(rand.NewPCG(1, 2))
 	var all bytes.Buffer
 	var maxCap int
@@ -312,7 +312,7 @@ func TestBashOutputSinkBounded(t *testing.T) {
 		s.write(chunk)
 		maxCap = max(maxCap, cap(s.buf))
 	}
-	if bound := 4*sinkKeep + 4*bashReadSize + 160000; maxCap > bound {
+	if bound := 4*(truncMaxBytes+1) + 4*bashReadSize + 160000; maxCap > bound {
 		t.Errorf("buffer grew to %d bytes for %d bytes of output, want at most %d", maxCap, all.Len(), bound)
 	}
 	want := truncateTail(all.String())
@@ -529,5 +529,46 @@ func TestConfigFullOutputTotal(t *testing.T) {
 		OutputFileMaxBytes: 200 << 20, OutputFilesMaxBytes: 100 << 20}
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "--max_output_files_mib") {
 		t.Errorf("a total below one file's limit: %v", err)
+	}
+}
+
+// The agent's bash output limits replace 2000 lines and 50KB: the result
+// shows the last lines within both, and its note names the byte limit.
+func TestBashConfiguredLimits(t *testing.T) {
+	newTB := func(lines, bytes int) *toolbox {
+		t.Helper()
+		tb, err := newToolbox(toolboxConfig{Cwd: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "state"), Shell: "/bin/sh",
+			BashDefaultTimeout: 30 * time.Second, BashMaxTimeout: 30 * time.Second, BashMaxLines: lines, BashMaxBytes: bytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	tb := newTB(10, 0)
+	spill := filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
+	text, _, _ := tbBash(t, tb, map[string]any{"command": "seq 1 30"})
+	if want := strings.TrimPrefix(numbered(30), numbered(20)) + "\n\n[Showing lines 21-30 of 30. Full output: " + spill + "]"; text != want {
+		t.Errorf("10 lines: text = %q, want %q", text, want)
+	}
+	tb = newTB(0, 2048)
+	spill = filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
+	text, _, _ = tbBash(t, tb, map[string]any{"command": `i=0; while [ $i -lt 100 ]; do printf '%099d\n' 0; i=$((i+1)); done`})
+	wide := strings.Repeat(strings.Repeat("0", 99)+"\n", 100)
+	if want := wide[80*100:] + "\n\n[Showing lines 81-100 of 100 (2KB limit). Full output: " + spill + "]"; text != want {
+		t.Errorf("2KB: text = %s, want %s", abbrev(text), abbrev(want))
+	}
+	if got := tbRead(t, spill); got != wide {
+		t.Errorf("full output file has %d bytes, want %d", len(got), len(wide))
+	}
+	tb = newTB(0, 1500)
+	text, _, _ = tbBash(t, tb, map[string]any{"command": `head -c 4000 /dev/zero | tr '\0' x`})
+	if !strings.HasPrefix(text, strings.Repeat("x", 1500)+"\n\n[Showing last 1500 bytes of line 1 (line is 3.9KB).") {
+		t.Errorf("1500 bytes: text = %s", abbrev(text))
+	}
+	for _, bad := range []struct{ lines, bytes int }{{-1, 0}, {100_001, 0}, {0, 1023}, {0, 4<<20 + 1}} {
+		if _, err := newToolbox(toolboxConfig{Cwd: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "state"), Shell: "/bin/sh",
+			BashDefaultTimeout: time.Second, BashMaxTimeout: time.Second, BashMaxLines: bad.lines, BashMaxBytes: bad.bytes}); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("limits %+v: err = %v", bad, err)
+		}
 	}
 }

@@ -300,6 +300,7 @@ func (a *Agent) prunePending(now time.Time) {
 // sequence number already used on reply.
 func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 	fail := func(code protocol.Code, format string, args ...any) {
+		a.counts.refused.Add(1)
 		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), seq)
 	}
 	switch {
@@ -318,13 +319,14 @@ func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 		a.replyState(reply, call.ID)
 		return
 	}
-	tool := a.tools[call.Tool]
+	hp := a.served()
+	tool := hp.tools[call.Tool]
 	switch {
-	case tool == nil && a.refused[call.Tool]:
-		fail(protocol.CodeDenied, "%v; host %s serves: %s", a.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(a.toolList(), ", "))
+	case tool == nil && hp.refused[call.Tool]:
+		fail(protocol.CodeDenied, "%v; host %s serves: %s", hp.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(hp.toolList(), ", "))
 		return
 	case tool == nil:
-		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(a.toolList(), ", "))
+		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(hp.toolList(), ", "))
 		return
 	}
 	ctx, cancel := context.WithCancel(a.workCtx)
@@ -389,6 +391,12 @@ func (a *Agent) run(j *job) {
 		res = a.invoke(j)
 	}
 	res.CallID = j.call.ID
+	// Served before failed, and stats reads them the other way round:
+	// an announce never shows more failed calls than served ones.
+	a.counts.served.Add(1)
+	if res.IsError || res.Error != nil {
+		a.counts.failed.Add(1)
+	}
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
 		data, _ = protocol.EncodeResult(protocol.ErrorResult(j.call.ID, protocol.CodeInternal, err.Error()))

@@ -94,6 +94,12 @@ type Config struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any bash timeout. Default 600 s.
 	BashMaxTimeout time.Duration
+	// BashMaxLines and BashMaxBytes bound the output a bash result shows:
+	// its last lines within both limits; the full output goes to a file
+	// on the host. Defaults 2000 lines and 50 KiB (51,200 bytes), as the
+	// pi coding agent has them; 1 to 100,000 lines, 1 KiB to 4 MiB.
+	BashMaxLines int
+	BashMaxBytes int
 	// ImageMaxDimension is the longest side, in pixels, of an image read
 	// returns; larger images are scaled down. Default 2000, at least 16.
 	ImageMaxDimension int

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -30,7 +31,9 @@ import (
 // files are refused by name and, when opened under another name (a hard
 // link), by identity.
 type guard struct {
-	pol     *policy.Policy // nil: unrestricted
+	// pol is the host policy in force (nil: unrestricted); a reload
+	// swaps it, and each check reads it once.
+	pol     atomic.Pointer[policy.Policy]
 	own     []ownPath
 	outputs []string   // the directory of bash full-output files, as given and resolved
 	tasks   []string   // the directory of background tasks, as given and resolved
@@ -73,7 +76,8 @@ type ownFiles struct {
 // newGuard returns the guard for pol and the agent's own files.
 func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 	policyFile, secretFiles, stateDir := files.PolicyFile, files.SecretFiles, files.StateDir
-	g := &guard{pol: pol, pid: os.Getpid()}
+	g := &guard{pid: os.Getpid()}
+	g.pol.Store(pol)
 	add := func(p, what string, readable, state bool) error {
 		abs, err := filepath.Abs(p)
 		if err != nil {
@@ -134,13 +138,14 @@ func (g *guard) checkPath(given string, ops ...policy.Op) (string, error) {
 // walk a directory opened without following links check its entries
 // with it.
 func (g *guard) checkResolved(given, resolved string, ops ...policy.Op) error {
+	pol := g.pol.Load()
 	for _, op := range ops {
 		if err := g.checkOwn(op, given, resolved); err != nil {
 			return err
 		}
-		check := g.pol.CheckPath
+		check := pol.CheckPath
 		if op == policy.Read && g.isOutputFile(resolved) {
-			check = g.pol.CheckPathDeny // the bash tool hands these out
+			check = pol.CheckPathDeny // the bash tool hands these out
 		}
 		if err := check(op, given, resolved); err != nil {
 			return err
@@ -253,7 +258,7 @@ func openedInfo(path string) (fs.FileInfo, error) {
 // policy's command rules; the files its redirections open must pass
 // checkRedirect.
 func (g *guard) checkCommandIn(line, dir string) error {
-	return g.pol.CheckCommandIn(line, dir, g.checkRedirect)
+	return g.pol.Load().CheckCommandIn(line, dir, g.checkRedirect)
 }
 
 // checkRedirect checks a file a redirection opens for ops. path is what

@@ -69,8 +69,8 @@ func TestAgentPolicy(t *testing.T) {
 func TestAgentUnrestricted(t *testing.T) {
 	a := newTestAgent(t, Config{})
 	all := slices.Sorted(slices.Values(append(toolNames(), taskToolNames()...)))
-	if got := slices.Sorted(maps.Keys(a.tools)); !slices.Equal(got, all) || len(a.refused) != 0 || a.pol.Digest() != "" {
-		t.Errorf("tools %v, refused %v, digest %q", got, a.refused, a.pol.Digest())
+	if got := slices.Sorted(maps.Keys(a.served().tools)); !slices.Equal(got, all) || len(a.served().refused) != 0 || a.served().pol.Digest() != "" {
+		t.Errorf("tools %v, refused %v, digest %q", got, a.served().refused, a.served().pol.Digest())
 	}
 	if want := []string{"bash", "delete", "edit", "list", "move", "patch", "read", "search", "skill", "write"}; !slices.Equal(toolNames(), want) {
 		t.Errorf("toolNames() = %v, want %v", toolNames(), want)

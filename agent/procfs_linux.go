@@ -1,6 +1,12 @@
 package agent
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
 
 // onProcFS reports whether dir, a directory without links in its path, is
 // on a proc file system, wherever it is mounted.
@@ -10,4 +16,21 @@ func onProcFS(dir string) bool {
 		return within(dir, "/proc")
 	}
 	return st.Type == unix.PROC_SUPER_MAGIC
+}
+
+// selfRSS returns the process's resident memory in bytes (0: unknown).
+func selfRSS() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }

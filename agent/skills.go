@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -154,6 +155,9 @@ type catalog struct {
 	guard *guard // reads the files; its policy decides which skills show
 	log   *slog.Logger
 	snap  atomic.Pointer[skillSnapshot]
+	// scanMu makes rescans one at a time, so that the last one stored
+	// is the last one made (a reload rescans with the new policy).
+	scanMu sync.Mutex
 
 	// pollEvery is how often the folders are looked at when the system
 	// cannot report changes, and how often a missing root is looked for.
@@ -199,6 +203,8 @@ func (c *catalog) lookup(name string) (protocol.Skill, bool) {
 
 // rescan rebuilds the snapshot and reports whether it changed.
 func (c *catalog) rescan() bool {
+	c.scanMu.Lock()
+	defer c.scanMu.Unlock()
 	skills := c.scan()
 	if old := c.snap.Load(); old != nil && slices.Equal(old.skills, skills) {
 		return false
@@ -252,7 +258,7 @@ func (c *catalog) scan() []protocol.Skill {
 
 // allows reports whether the host policy shows the skill called name.
 func (c *catalog) allows(name string) bool {
-	return c.guard.pol.AllowSkill(name)
+	return c.guard.pol.Load().AllowSkill(name)
 }
 
 // folder returns the folder the skill called name is read from: for a

@@ -25,8 +25,8 @@ import (
 // goroutine (run) does all of it, one skill at a time.
 type skillSync struct {
 	host     string
-	keys     []string // trusted gateway signing keys
-	pol      *policy.Policy
+	keys     []string              // trusted gateway signing keys
+	pol      func() *policy.Policy // the host policy in force
 	store    *skillStore
 	stateDir string
 	log      *slog.Logger
@@ -50,7 +50,7 @@ type skillSync struct {
 	lastReadErr string
 }
 
-func newSkillSync(host string, keys []string, pol *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
+func newSkillSync(host string, keys []string, pol func() *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
 	return &skillSync{
 		host: host, keys: keys, pol: pol, stateDir: stateDir, log: log, changed: changed,
 		store: &skillStore{root: root, log: log},
@@ -198,7 +198,7 @@ func (s *skillSync) apply(ctx context.Context, nc *nats.Conn, src bundleSource, 
 		s.removeSkill(name, ds)
 		return
 	}
-	if err := s.pol.CheckSkill(name); err != nil {
+	if err := s.pol().CheckSkill(name); err != nil {
 		var d *policy.Denial
 		reason := err.Error()
 		if errors.As(err, &d) {

@@ -305,7 +305,7 @@ func (r *skillAgent) stop(t *testing.T) {
 func (r *skillAgent) call(t *testing.T, tool string, args map[string]any) *protocol.Result {
 	t.Helper()
 	data, _ := json.Marshal(args)
-	f, ok := r.a.tools[tool]
+	f, ok := r.a.served().tools[tool]
 	if !ok {
 		t.Fatalf("the agent serves no %s tool", tool)
 	}

@@ -123,7 +123,7 @@ func TestSkillToolFileCap(t *testing.T) {
 // TestSkillToolPolicy: the skill tool is subject to the tools rules.
 func TestSkillToolPolicy(t *testing.T) {
 	a := newTestAgent(t, Config{})
-	if _, ok := a.tools["skill"]; !ok {
+	if _, ok := a.served().tools["skill"]; !ok {
 		t.Fatal("the skill tool is not served")
 	}
 	file := filepath.Join(t.TempDir(), "policy.yaml")
@@ -131,7 +131,7 @@ func TestSkillToolPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	a = newTestAgent(t, Config{PolicyFile: file})
-	if _, ok := a.tools["skill"]; ok || !a.refused["skill"] {
+	if _, ok := a.served().tools["skill"]; ok || !a.served().refused["skill"] {
 		t.Error("tools.deny [skill] does not refuse the skill tool")
 	}
 }

@@ -50,6 +50,9 @@ type toolboxConfig struct {
 	BashDefaultTimeout time.Duration
 	// BashMaxTimeout caps any requested timeout (600 s).
 	BashMaxTimeout time.Duration
+	// BashMaxLines and BashMaxBytes bound the output a bash result shows
+	// (0: 2000 lines and 50 KiB; see Config).
+	BashMaxLines, BashMaxBytes int
 	// Policy is the host policy; nil: unrestricted.
 	Policy *policy.Policy
 	// PolicyFile and SecretFiles are the agent's own policy file and

@@ -77,6 +77,9 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err := cfg.setMediaDefaults(); err != nil {
 		return nil, err
 	}
+	if err := cfg.setBashLimits(); err != nil {
+		return nil, err
+	}
 	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir})
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)

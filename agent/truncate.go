@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -19,6 +20,46 @@ const (
 type outputLimits struct {
 	lines int
 	bytes int
+}
+
+// Bounds of the bash output limits an agent may set.
+const (
+	bashMaxLinesLimit = 100_000
+	bashMinBytes      = 1 << 10
+	bashMaxBytesLimit = 4 << 20
+)
+
+// setBashLimits defaults and checks the bash output limits.
+func (c *toolboxConfig) setBashLimits() error {
+	if c.BashMaxLines == 0 {
+		c.BashMaxLines = truncMaxLines
+	}
+	if c.BashMaxBytes == 0 {
+		c.BashMaxBytes = truncMaxBytes
+	}
+	var errs []error
+	if c.BashMaxLines < 1 || c.BashMaxLines > bashMaxLinesLimit {
+		errs = append(errs, fmt.Errorf("toolbox: bash output limit of %d lines (--bash_max_lines) is out of range: use 1 to %d (default %d)",
+			c.BashMaxLines, bashMaxLinesLimit, truncMaxLines))
+	}
+	if c.BashMaxBytes < bashMinBytes || c.BashMaxBytes > bashMaxBytesLimit {
+		errs = append(errs, fmt.Errorf("toolbox: bash output limit of %d bytes (--bash_max_bytes) is out of range: use %d (1 KiB) to %d (4 MiB) (default %d)",
+			c.BashMaxBytes, bashMinBytes, bashMaxBytesLimit, truncMaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// bashLimits returns the limits bash results are shown within.
+func (c *toolboxConfig) bashLimits() outputLimits {
+	return outputLimits{lines: c.BashMaxLines, bytes: c.BashMaxBytes}
+}
+
+// sizeLabel names a byte limit as the notes do: "50KB" for 51,200.
+func sizeLabel(n int) string {
+	if n%1024 == 0 {
+		return fmt.Sprintf("%dKB", n/1024)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // defaultLimits returns the limits the tools apply.

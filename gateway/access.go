@@ -77,6 +77,8 @@ type AccessRules struct {
 	// Source names where the rules came from, for messages.
 	Source string
 	rules  []*rule
+	// path is the file LoadAccess read, which a reload reads again.
+	path string
 }
 
 // rule is one compiled access rule (or an API token's grant).

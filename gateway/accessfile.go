@@ -110,7 +110,12 @@ func LoadAccess(path string) (*AccessRules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("access rules: %w", err)
 	}
-	return ParseAccess(path, data)
+	a, err := ParseAccess(path, data)
+	if err != nil {
+		return nil, err
+	}
+	a.path = path
+	return a, nil
 }
 
 func readSmallFile(path string) ([]byte, error) {

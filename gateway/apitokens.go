@@ -39,6 +39,8 @@ type APITokens struct {
 	Source string
 	byHash map[[sha256.Size]byte]*apiToken
 	names  []string
+	// path is the file LoadAPITokens read, which a reload reads again.
+	path string
 }
 
 type tokensFile struct {
@@ -57,7 +59,12 @@ func LoadAPITokens(path string) (*APITokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API tokens: %w", err)
 	}
-	return ParseAPITokens(path, data)
+	t, err := ParseAPITokens(path, data)
+	if err != nil {
+		return nil, err
+	}
+	t.path = path
+	return t, nil
 }
 
 // ParseAPITokens parses a tokens file; name is used in messages.

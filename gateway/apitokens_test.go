@@ -26,7 +26,8 @@ func TestNewAPITokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed line %q does not parse: %v", line, err)
 	}
-	a := &authenticator{tokens: tokens, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := &authenticator{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a.tokens.Store(tokens)
 	ti, err := a.verify(context.Background(), token, httptest.NewRequest("POST", "/mcp", nil))
 	if err != nil {
 		t.Fatalf("generated token refused: %v", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -125,7 +126,13 @@ type auditor struct {
 	stream jetstream.Stream
 	log    *slog.Logger
 	redact *redactor
-	file   *os.File
+	// fileMu guards file, which reopen swaps while the writer appends.
+	fileMu   sync.Mutex
+	file     *os.File
+	filePath string
+	// failures counts records the stream did not take, and batches of
+	// records the file did not take.
+	failures atomic.Int64
 
 	// storeLag bounds how long after its call started a record is
 	// stored: the longest call, plus time in the queue.
@@ -162,11 +169,11 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall time.Duration, log *slog
 		return nil, err
 	}
 	if cfg.File != "" {
-		f, err := os.OpenFile(cfg.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := openAuditFile(cfg.File)
 		if err != nil {
-			return nil, fmt.Errorf("audit file: %w", err)
+			return nil, err
 		}
-		a.file = f
+		a.file, a.filePath = f, cfg.File
 	}
 	go a.run()
 	return a, nil
@@ -326,11 +333,52 @@ func (a *auditor) storeBatch(recs []*AuditRecord) {
 			a.store(data[i])
 		}
 	}
-	if a.file != nil && len(lines) > 0 {
-		if _, err := a.file.Write(lines); err != nil {
-			a.log.Error("audit records not written to the file", "err", err, "records", string(lines))
-		}
+	if len(lines) > 0 {
+		a.writeFile(lines)
 	}
+}
+
+func openAuditFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit file: %w", err)
+	}
+	return f, nil
+}
+
+// writeFile appends lines to the audit file, if there is one.
+func (a *auditor) writeFile(lines []byte) {
+	a.fileMu.Lock()
+	defer a.fileMu.Unlock()
+	if a.file == nil {
+		return
+	}
+	if _, err := a.file.Write(lines); err != nil {
+		a.failures.Add(1)
+		a.log.Error("audit records not written to the file", "file", a.filePath, "err", err, "records", string(lines))
+	}
+}
+
+// reopen opens the audit file's path again and writes there from now on,
+// so that a file renamed away (by logrotate) is let go. Records written
+// before reopen returns are in the old file, later ones in the new: none
+// is lost. When the path cannot be opened, the old file is kept.
+func (a *auditor) reopen() error {
+	if a == nil || a.filePath == "" {
+		return nil
+	}
+	f, err := openAuditFile(a.filePath)
+	if err != nil {
+		return err
+	}
+	a.fileMu.Lock()
+	old := a.file
+	a.file = f
+	a.fileMu.Unlock()
+	if old == nil {
+		return nil
+	}
+	return old.Close()
 }
 
 // encodedRecord is a record ready to publish.
@@ -355,6 +403,7 @@ func (a *auditor) store(e encodedRecord) {
 			return
 		}
 	}
+	a.failures.Add(1)
 	a.log.Error("audit record not stored in the stream", "err", perr, "record", string(e.data))
 }
 
@@ -379,8 +428,12 @@ func (a *auditor) close(ctx context.Context) error {
 	case <-ctx.Done():
 		a.log.Warn("audit records still queued at shutdown were not stored", "queued", len(a.queue))
 	}
+	a.fileMu.Lock()
+	defer a.fileMu.Unlock()
 	if a.file == nil {
 		return nil
 	}
-	return a.file.Close()
+	err := a.file.Close()
+	a.file = nil
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -100,14 +101,16 @@ func (c *AuthConfig) validate() []error {
 
 // authenticator verifies the bearer tokens of MCP requests.
 type authenticator struct {
-	cfg    AuthConfig
-	jwt    *jwtVerifier // nil without an issuer
-	tokens *APITokens
+	cfg AuthConfig
+	jwt *jwtVerifier // nil without an issuer
+	// tokens are the API tokens in force; a reload swaps them.
+	tokens atomic.Pointer[APITokens]
 	log    *slog.Logger
 }
 
 func newAuthenticator(cfg AuthConfig, log *slog.Logger) (*authenticator, error) {
-	a := &authenticator{cfg: cfg, tokens: cfg.APITokens, log: log}
+	a := &authenticator{cfg: cfg, log: log}
+	a.tokens.Store(cfg.APITokens)
 	if cfg.Issuer != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -135,7 +138,7 @@ func (a *authenticator) verify(ctx context.Context, token string, r *http.Reques
 
 func (a *authenticator) identify(ctx context.Context, token string) (*Identity, time.Time, error) {
 	if strings.HasPrefix(token, apiTokenPrefix) {
-		t := a.tokens.lookup(token)
+		t := a.tokens.Load().lookup(token)
 		if t == nil {
 			return nil, time.Time{}, invalidToken("unknown API token")
 		}

@@ -108,6 +108,20 @@ type Config struct {
 	// budget. Default 10 s.
 	TransferWait time.Duration
 
+	// CORSOrigins are the browser origins (scheme://host[:port]) whose
+	// pages may call the MCP endpoint: their CORS preflight is answered
+	// and the MCP headers exposed. Default none.
+	CORSOrigins []string
+
+	// Metrics serves the Prometheus metrics at /metrics on the MCP
+	// listener too, without authentication: only allowed on a loopback
+	// Listen. MetricsListen serves them on a listener of their own
+	// (host:port; empty: none), for a Prometheus server to scrape; that
+	// endpoint has no authentication either, so keep it on loopback or a
+	// network only the scraper reaches.
+	Metrics       bool
+	MetricsListen string
+
 	// SessionTimeout closes MCP sessions idle this long. Default 30 min.
 	SessionTimeout time.Duration
 	// FileCallTimeout bounds file tool calls (read, write, edit, patch,
@@ -204,6 +218,10 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, validateCORSOrigins(c.CORSOrigins)...)
+	if c.Metrics && !isLoopback(c.Listen) {
+		errs = append(errs, fmt.Errorf("--metrics serves /metrics without authentication on the MCP endpoint, which listens beyond loopback (%s): use --metrics_listen 127.0.0.1:9464 (or an address only your Prometheus reaches) instead", c.Listen))
+	}
 	errs = append(errs, c.Audit.validate()...)
 	errs = append(errs, c.Hosts.validate()...)
 	if c.MaxTransferBytes < c.MaxRequestBytes {

@@ -18,5 +18,8 @@
 // selectors are policy.Selector); guard.go, the MCP middleware that
 // applies the rules and writes the audit trail (audit.go, auditread.go,
 // redact.go); and result.go, the one place where failures become MCP tool
-// errors or JSON-RPC errors. It must not import the agent package.
+// errors or JSON-RPC errors. Running it: reload.go (what SIGHUP reloads),
+// health.go (/healthz, /readyz), metrics.go (Prometheus), cors.go,
+// authevents.go and sdklog.go (what is logged). It must not import the
+// agent package.
 package gateway

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,10 @@ type Gateway struct {
 	router *router
 	auth   *authenticator // nil with authentication off
 	audit  *auditor
+	// access are the access rules in force; a reload swaps them.
+	access atomic.Pointer[AccessRules]
+	// reloadMu makes reloads one at a time.
+	reloadMu sync.Mutex
 
 	// authority issues agent credentials and keeps the revocations;
 	// agents are the agent records, agentIndex the gateway's copy of them.
@@ -80,6 +85,13 @@ type Gateway struct {
 	agentLogs *logLimiter
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
+	// readiness is the last answer of /readyz (health.go).
+	readiness readiness
+	// metrics are the Prometheus metrics (metrics.go); metricsSrv serves
+	// them on Config.MetricsListen (nil: not there).
+	metrics    *metrics
+	metricsSrv *http.Server
+	metricsLn  net.Listener
 
 	ln     net.Listener
 	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
@@ -100,6 +112,7 @@ func Start(cfg Config) (*Gateway, error) {
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
+	g.access.Store(cfg.Access)
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
@@ -143,6 +156,9 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
+	if err := g.watchAuthErrors(); err != nil {
+		g.log.Warn("refused NATS connections will not be logged", "err", err)
+	}
 	if g.ns != nil && g.cfg.NATSListen != "" {
 		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
 			ln.Close()
@@ -163,6 +179,14 @@ func Start(cfg Config) (*Gateway, error) {
 		}
 		g.mcpTLS = true
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	g.metrics = newMetrics(g)
+	if err := g.serveMetrics(); err != nil {
+		ln.Close()
+		_ = g.stopFleetAPI(context.Background())
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
 	}
 	g.ln = ln
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -447,21 +471,30 @@ func (g *Gateway) logAccess() {
 	if a.Issuer != "" {
 		g.log.Info("JWT callers", "issuer", a.Issuer, "audience", a.Audience, "algorithms", strings.Join(a.Algorithms, ","), "leeway", a.Leeway)
 	}
-	if a.APITokens != nil {
-		for _, line := range a.APITokens.Summary() {
+	g.logGrants()
+}
+
+// logGrants logs the API tokens' grants and the access rules in force.
+func (g *Gateway) logGrants() {
+	if g.auth == nil {
+		return
+	}
+	if tokens := g.auth.tokens.Load(); tokens != nil {
+		for _, line := range tokens.Summary() {
 			g.log.Info("API token", "grant", line)
 		}
 	}
-	if g.cfg.Access != nil {
-		g.log.Info("access rules", "file", g.cfg.Access.Source, "rules", len(g.cfg.Access.rules))
-		for _, line := range g.cfg.Access.Summary() {
+	if rules := g.access.Load(); rules != nil {
+		g.log.Info("access rules", "file", rules.Source, "rules", len(rules.rules))
+		for _, line := range rules.Summary() {
 			g.log.Info("access rule", "rule", line)
 		}
 	}
 }
 
-// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp, a
-// health check at /healthz and, with authentication on, the
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp,
+// health checks at /healthz and /readyz (health.go) and, with
+// authentication on, the
 // protected-resource metadata under /.well-known/oauth-protected-resource.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -472,14 +505,11 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle(wellKnownResource+"/mcp", g.auth.metadata())
 	}
 	mux.Handle("/mcp", mcpHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !g.nc.IsConnected() {
-			http.Error(w, "NATS not connected", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	g.healthHandlers(mux)
+	if g.cfg.Metrics {
+		mux.Handle("GET /metrics", g.metrics.handler())
+	}
+	return cors(g.cfg.CORSOrigins, mux)
 }
 
 // Addr returns the address the MCP endpoint listens on.
@@ -575,6 +605,9 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 		err = g.http.Close()
 	}
 	err = errors.Join(err, g.stopFleetAPI(ctx))
+	if g.metricsSrv != nil {
+		err = errors.Join(err, g.metricsSrv.Close())
+	}
 	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}

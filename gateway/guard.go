@@ -94,7 +94,7 @@ func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToo
 	if err != nil || !ok {
 		return res, err
 	}
-	grants := g.cfg.Access.For(g.identityOf(req.Extra))
+	grants := g.access.Load().For(g.identityOf(req.Extra))
 	list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool { return !grants.ToolVisible(t.Name) })
 	list.CacheScope = "private"
 	return list, nil
@@ -106,7 +106,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	defer g.calls.Done()
 	start := time.Now()
 	id := g.identityOf(req.Extra)
-	cc := &callContext{id: id, grants: g.cfg.Access.For(id), callID: newCallID()}
+	cc := &callContext{id: id, grants: g.access.Load().For(id), callID: newCallID()}
 	tool := req.Params.Name
 	host := ""
 	if perHostTool(tool) {
@@ -136,14 +136,17 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	} else {
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		res = errorResult(refusal)
-		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", dec.Rule, "reason", dec.Reason)
 	}
 	g.finishRecord(rec, cc, res, err)
 	if cc.hostDenied != "" {
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		rec.Rule, rec.Reason = "host policy", cc.hostDenied
 	}
+	if rec.Decision == decisionDenied {
+		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
+	}
 	rec.Fanout = cc.fanout
+	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
 	g.audit.write(rec)
 	return res, err
 }
@@ -240,6 +243,7 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decis
 	if rd.rule != "" {
 		from = rd.rule
 	}
+	g.metrics.rateLimited.Inc()
 	secs := math.Ceil(wait.Seconds()*10) / 10
 	return deniedBy(rd.rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.limit, from, secs)
 }

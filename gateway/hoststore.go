@@ -129,6 +129,7 @@ type hostStore struct {
 
 	nc     *nats.Conn
 	first  bucketWatch     // the watch started at open; then owned by watch
+	loaded chan struct{}   // closed once the bucket's records are in the registry
 	ctx    context.Context // ends at close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -170,15 +171,25 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 		s.cancel()
 		return nil, err
 	}
-	loaded := make(chan struct{})
+	s.loaded = make(chan struct{})
 	s.wg.Add(1)
-	go s.watch(loaded)
+	go s.watch(s.loaded)
 	select {
-	case <-loaded:
+	case <-s.loaded:
 	case <-time.After(storeLoadTimeout):
 		log.Warn("hosts bucket not loaded yet; hosts that are offline may show up late", "waited", storeLoadTimeout)
 	}
 	return s, nil
+}
+
+// isLoaded reports whether the bucket's records are in the registry.
+func (s *hostStore) isLoaded() bool {
+	select {
+	case <-s.loaded:
+		return true
+	default:
+		return false
+	}
 }
 
 // ensureHostsBucket creates or updates the bucket, retrying while
@@ -274,6 +285,7 @@ func (s *hostStore) run() {
 		case <-s.reg.changed:
 		case <-tick.C:
 		}
+		s.reg.logOffline(s.reg.now())
 		s.flush()
 		select {
 		case <-s.ctx.Done():

@@ -22,7 +22,7 @@ const instructions = "fleetmcp controls a fleet of machines. Call hosts first to
 // calls getServer on every request, so it must stay cheap.
 func (g *Gateway) newMCPServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: g.log.With("component", "mcp")})
+		&mcp.ServerOptions{Instructions: instructions, Logger: sdkLogger(g.log, "mcp")})
 	g.addTools(s)
 	g.addResources(s)
 	s.AddReceivingMiddleware(g.guard)
@@ -45,14 +45,14 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		SessionTimeout:             g.cfg.SessionTimeout,
 		MaxRequestBodyBytes:        g.cfg.MaxRequestBytes,
-		Logger:                     g.log.With("component", "mcp-http"),
+		Logger:                     sdkLogger(g.log, "mcp-http"),
 		DisableLocalhostProtection: authOn,
 	})
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:                    true,
 		PropagateRequestCancellation: true,
 		MaxRequestBodyBytes:          g.cfg.MaxRequestBytes,
-		Logger:                       g.log.With("component", "mcp-http"),
+		Logger:                       sdkLogger(g.log, "mcp-http"),
 		DisableLocalhostProtection:   authOn,
 	})
 	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

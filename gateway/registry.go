@@ -86,6 +86,9 @@ type hostEntry struct {
 	facts  *protocol.Announce
 	digest factsDigest
 	busy   int
+	// stats are the agent's counters from its last announce (never
+	// modified: replaced), kept out of facts as busy is.
+	stats *protocol.AgentStats
 	// heard is when this gateway last heard the host announce; zero when
 	// it knows the host only from the bucket.
 	heard time.Time
@@ -101,6 +104,10 @@ type hostEntry struct {
 	// holdUntil pauses writes after a write lost a race with another
 	// gateway's, until the watch brings the newer record.
 	holdUntil time.Time
+	// logged is the state this gateway last logged for the host (online
+	// or not), and loggedAt when: each change is logged once.
+	logged   bool
+	loggedAt time.Time
 }
 
 // lastSeen is when the host was last heard by this gateway or, as the
@@ -193,10 +200,10 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.reject(host, m.Subject, err)
 		return
 	}
-	leaving, busy := a.Leaving, a.Busy
+	leaving, busy, stats := a.Leaving, a.Busy, a.Stats
 	// Labels an agent claims for itself authorise nothing: they are
 	// dropped, and the agent record's are used.
-	a.Leaving, a.Busy, a.Labels = false, 0, nil
+	a.Leaving, a.Busy, a.Labels, a.Stats = false, 0, nil, nil
 	now := r.now()
 	r.mu.Lock()
 	e := r.hosts[host]
@@ -219,10 +226,20 @@ func (r *registry) onPresence(m *nats.Msg) {
 	}
 	took := r.claim(e, a, leaving, now)
 	if !leaving || r.liveCount(e, now) == 0 {
-		e.busy = busy
+		e.busy, e.stats = busy, stats
+	}
+	// back is how long a host this gateway logged offline was away.
+	wasLogged, back := e.logged, time.Duration(0)
+	if !e.loggedAt.IsZero() && !e.logged {
+		back = max(now.Sub(e.heard), time.Nanosecond)
 	}
 	e.heard = now
 	instances := r.live(e, now)
+	if leaving && r.liveCount(e, now) == 0 {
+		e.logged, e.loggedAt = false, now
+	} else if !leaving {
+		e.logged, e.loggedAt = true, now
+	}
 	r.mu.Unlock()
 	if changed || leaving || !wasOnline {
 		r.notify()
@@ -234,8 +251,33 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.events.log(r.log, slog.LevelWarn, host, "two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
 	case took != "":
 		r.events.log(r.log, slog.LevelInfo, host, "host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
-	case !wasOnline:
+	case wasLogged:
+	case back > 0:
+		r.events.log(r.log, slog.LevelInfo, host, "host back online", "host", host, "away", back.Round(time.Second), "agent", a.AgentVersion)
+	default:
 		r.events.log(r.log, slog.LevelInfo, host, "host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
+	}
+}
+
+// logOffline logs, once each, the hosts this gateway logged online that
+// have since stopped announcing (a host that said goodbye was logged as
+// leaving). The hosts store calls it on each pass.
+func (r *registry) logOffline(now time.Time) {
+	type gone struct {
+		host string
+		seen time.Time
+	}
+	var off []gone
+	r.mu.Lock()
+	for host, e := range r.hosts {
+		if e.logged && r.liveCount(e, now) == 0 {
+			e.logged, e.loggedAt = false, now
+			off = append(off, gone{host, e.heard})
+		}
+	}
+	r.mu.Unlock()
+	for _, g := range off {
+		r.events.log(r.log, slog.LevelWarn, g.host, "host offline: no announce within its offline bound", "host", g.host, "last_seen", g.seen.UTC().Format(time.RFC3339))
 	}
 }
 

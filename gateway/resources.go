@@ -57,7 +57,7 @@ func (g *Gateway) resourceGrants(req *mcp.ReadResourceRequest) *Grants {
 	if req != nil {
 		extra = req.Extra
 	}
-	return g.cfg.Access.For(g.identityOf(extra))
+	return g.access.Load().For(g.identityOf(extra))
 }
 
 // visibleHosts returns the hosts gr may see, sorted by name.

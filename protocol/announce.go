@@ -136,6 +136,9 @@ func (a *Announce) Validate() error {
 			return err
 		}
 	}
+	if s := a.Stats; s != nil && (s.Queued < 0 || s.Tasks < 0 || s.RSSBytes < 0 || s.CallsFailed > s.CallsServed) {
+		return fmt.Errorf("stats %+v: counts must not be negative, nor failed calls more than served ones", *s)
+	}
 	return validateSkills(a.Skills)
 }
 

@@ -74,6 +74,13 @@ func TestAnnounceLimits(t *testing.T) {
 		{"skill description", "description", func(a *Announce) { a.Skills[0].Description = big(MaxSkillDescriptionLen + 1) }},
 		{"skill path", "path", func(a *Announce) { a.Skills[0].Path = big(MaxPathLen + 1) }},
 		{"skill problem", "problem", func(a *Announce) { a.Skills[0].Problem = big(MaxSkillProblemLen + 1) }},
+		{"stats", "", func(a *Announce) {
+			a.Stats = &AgentStats{CallsServed: 9, CallsFailed: 2, CallsRefused: 1, Queued: 3, Tasks: 1, RSSBytes: 20 << 20}
+		}},
+		{"stats negative queue", "stats", func(a *Announce) { a.Stats = &AgentStats{Queued: -1} }},
+		{"stats negative tasks", "stats", func(a *Announce) { a.Stats = &AgentStats{Tasks: -1} }},
+		{"stats negative memory", "stats", func(a *Announce) { a.Stats = &AgentStats{RSSBytes: -1} }},
+		{"stats more failed than served", "stats", func(a *Announce) { a.Stats = &AgentStats{CallsServed: 1, CallsFailed: 2} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -152,6 +159,8 @@ func FuzzDecodeAnnounce(f *testing.F) {
 	f.Add([]byte(`{"host":"a","skills":[{"name":"x","description":"` + strings.Repeat("d", 5000) + `"}]}`))
 	f.Add([]byte(`{"host":"a\u0000"}`))
 	f.Add([]byte(`{"host":"a","tools":null,"labels":null}`))
+	f.Add([]byte(`{"host":"a","stats":{"calls_served":3,"calls_failed":1,"calls_refused":2,"queued":1,"tasks":0,"rss_bytes":1048576}}`))
+	f.Add([]byte(`{"host":"a","stats":{"queued":-1,"calls_failed":9}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := DecodeAnnounce(data)
 		if err != nil {
@@ -171,6 +180,9 @@ func FuzzDecodeAnnounce(f *testing.F) {
 			if len(s.Description) > MaxSkillDescriptionLen || len(s.Name) > MaxSkillNameLen {
 				t.Fatalf("accepted skill %+v", s)
 			}
+		}
+		if s := a.Stats; s != nil && (s.Queued < 0 || s.Tasks < 0 || s.RSSBytes < 0 || s.CallsFailed > s.CallsServed) {
+			t.Fatalf("accepted stats %+v", *s)
 		}
 	})
 }

@@ -123,6 +123,27 @@ type Announce struct {
 	// Busy and Limit describe the agent's worker pool at announce time.
 	Busy  int `json:"busy"`
 	Limit int `json:"limit"`
+	// Stats are the agent's own counters at announce time, which gateways
+	// export as metrics per host. Nil: an agent that predates them.
+	Stats *AgentStats `json:"stats,omitempty"`
+}
+
+// AgentStats are an agent's counters since its process started (the
+// calls) and its state at announce time (the rest). Fixed-size: an
+// announce carrying them stays within its bounds.
+type AgentStats struct {
+	// CallsServed counts calls run to a result, CallsFailed those of
+	// them that ended in a tool error, CallsRefused calls answered
+	// without running (host policy, busy, shutting down, unknown tool,
+	// bad request).
+	CallsServed  uint64 `json:"calls_served"`
+	CallsFailed  uint64 `json:"calls_failed"`
+	CallsRefused uint64 `json:"calls_refused"`
+	// Queued are calls waiting for a worker, Tasks background tasks
+	// running, RSSBytes the agent process's resident memory (0: unknown).
+	Queued   int   `json:"queued"`
+	Tasks    int   `json:"tasks"`
+	RSSBytes int64 `json:"rss_bytes"`
 }
 
 // Skill is one entry of a host's skill catalog: an Agent Skills folder

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -146,6 +147,7 @@ type runFlags struct {
 	servers, name, cwd, policy, stateDir, skillsDir, shell *string
 	maxConc, maxQueue                                      *int
 	bashDef, bashMax                                       *time.Duration
+	bashLines, bashBytes                                   *int
 	imageDim, imageMax                                     *int
 	outFileMiB                                             *int64
 	outKeep                                                *time.Duration
@@ -175,6 +177,8 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 		maxQueue:   fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy"),
 		bashDef:    fs.Duration("bash_timeout", 120*time.Second, "default bash timeout"),
 		bashMax:    fs.Duration("bash_max_timeout", 600*time.Second, "largest bash timeout a caller may ask for"),
+		bashLines:  fs.Int("bash_max_lines", 2000, "lines of output a bash result shows at most (its last ones; the full output is saved on the host), 1 to 100000"),
+		bashBytes:  fs.Int("bash_max_bytes", 50<<10, "bytes of output a bash result shows at most, 1024 to 4194304 (4 MiB)"),
 		imageDim:   fs.Int("image_max_dimension", 2000, "longest side in pixels of an image read returns; larger ones are scaled down"),
 		imageMax:   fs.Int("image_max_bytes", 4_500_000, "largest image read returns, in bytes once base64-encoded; larger ones are re-encoded smaller"),
 		outFileMiB: fs.Int64("max_output_file_mib", 100, "MiB of a truncated bash call's full output saved on the host; the rest is not saved"),
@@ -232,7 +236,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
 		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,
-		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax,
+		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax, BashMaxLines: *rf.bashLines, BashMaxBytes: *rf.bashBytes,
 		ImageMaxDimension: *rf.imageDim, ImageMaxBytes: *rf.imageMax, BinaryMaxBytes: *rf.binaryMax,
 		OutputFileMaxBytes: *rf.outFileMiB << 20, OutputRetention: *rf.outKeep, MaxOutputFiles: *rf.outFiles, OutputFilesMaxBytes: *rf.outAllMiB << 20,
 		TaskDefaultTimeout: *rf.taskDef, TaskMaxTimeout: *rf.taskMax,
@@ -244,7 +248,29 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the host policy; it never ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rctx, stopReload := context.WithCancel(ctx)
+	var reloads sync.WaitGroup
+	reloads.Go(func() { reloadOnHangup(rctx, hup, a) })
+	defer reloads.Wait()
+	defer stopReload()
 	return a.Run(ctx)
+}
+
+// reloadOnHangup reloads the host policy on each SIGHUP until ctx ends.
+// The agent logs what it refused.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = a.Reload()
+		}
+	}
 }
 
 // defaultStateDir follows the XDG base directory convention, and on

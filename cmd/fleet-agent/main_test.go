@@ -131,6 +131,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"unknown scheme", []string{"--nats", "ftp://127.0.0.1:4222", "--state_dir", state}, nil, []string{`unknown scheme "ftp"`}},
 		{"http URL from the environment", []string{"--state_dir", state}, map[string]string{"FLEET_NATS_URL": "http://gw:8080"}, []string{"HTTP URL"}},
 		{"empty protected path", []string{"--nats", nats, "--protect_path", ""}, nil, []string{"protect_path", "empty path"}},
+		{"bash lines", []string{"--nats", nats, "--state_dir", state, "--bash_max_lines", "-5"}, nil, []string{"--bash_max_lines", "-5 lines", "1 to 100000"}},
+		{"bash bytes", []string{"--nats", nats, "--state_dir", state, "--bash_max_bytes", "100"}, nil, []string{"--bash_max_bytes", "100 bytes", "1024 (1 KiB) to 4194304 (4 MiB)"}},
+		{"bash bytes too many", []string{"--nats", nats, "--state_dir", state, "--bash_max_bytes", "8388608"}, nil, []string{"--bash_max_bytes", "out of range"}},
 		{"missing policy", []string{"--nats", nats, "--state_dir", state, "--policy", filepath.Join(dir, "nope.yaml")}, nil, []string{"host policy", "nope.yaml", "no such file"}},
 	}
 	for _, tc := range tests {

@@ -87,6 +87,10 @@ type options struct {
 	maxTransferMiB                  int64
 	transferWait                    time.Duration
 	version                         bool
+	corsOrigins                     string
+	metrics                         bool
+	metricsListen                   string
+	configFile                      string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -127,6 +131,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
+	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
+	fs.StringVar(&o.configFile, "config", "", "YAML FILE of settings, one key per flag (its name without dashes); flags on the command line win")
+	fs.BoolVar(&o.metrics, "metrics", false, "serve Prometheus metrics at /metrics on a loopback --listen too (no authentication)")
+	fs.StringVar(&o.metricsListen, "metrics_listen", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (no authentication: keep it on loopback or a network only Prometheus reaches)")
 	authFlags(fs, o, getenv)
 	fs.BoolVar(&o.version, "version", false, "print the version, commit, build date and Go version, then exit")
 	if err := fs.Parse(args); err != nil {
@@ -137,6 +145,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if o.configFile != "" {
+		if err := applyConfig(fs, o.configFile, o.set); err != nil {
+			return nil, err
+		}
+		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	}
 	return o, nil
 }
 
@@ -170,6 +184,10 @@ func defaultDataDir(getenv func(string) string) string {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// SIGHUP reloads (see reloadOnHangup); it never ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if len(args) > 0 && args[0] == "nats-setup" {
 		return runNATSSetup(args[1:], stdout, stderr)
 	}
@@ -215,6 +233,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
 	}
+	g.Go(func() error { reloadOnHangup(gctx, hup, gw); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		// The in-process agent drains first, while NATS is still up, so
@@ -227,6 +246,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return g.Wait()
 }
 
+// reloadOnHangup reloads the access rules, the API tokens and the audit
+// file on each SIGHUP until ctx ends. The gateway logs what it refused.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = gw.Reload()
+		}
+	}
+}
+
 // gatewayConfig turns the flags (and the environment) into the gateway's
 // config.
 func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
@@ -235,7 +267,8 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
+		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
+		Metrics: o.metrics, MetricsListen: o.metricsListen,
 		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
@@ -325,7 +358,7 @@ func printAPIToken(w io.Writer, o *options) error {
   %s
 
 Clients send it as the header "Authorization: Bearer <token>".
-Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and restart the gateway:
+Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and reload the gateway (kill -HUP its process) or restart it:
 
   %s
 `, o.newAPIToken, token, file, line)

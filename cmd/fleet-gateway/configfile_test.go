@@ -1,0 +1,86 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// --config sets flags from YAML: lists become comma-separated values, the
+// command line wins over the file and the file over the environment.
+func TestConfigFile(t *testing.T) {
+	path := writeConfig(t, `# fleet-gateway settings
+listen: 127.0.0.1:9000
+session_timeout: 5m
+cors_origins: [https://app.example.com, http://localhost:6274]
+metrics: true
+jwt_issuer: https://id.example
+rate_limit: 10/s
+`)
+	getenv := env(map[string]string{"JWT_ISSUER": "https://from-env.example"})
+	o, err := parseFlags([]string{"--config", path, "--rate_limit", "5/s"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.listen != "127.0.0.1:9000" || o.sessionTTL != 5*time.Minute || o.corsOrigins != "https://app.example.com,http://localhost:6274" ||
+		!o.metrics || o.jwtIssuer != "https://id.example" || o.rateLimit != "5/s" {
+		t.Fatalf("options %+v", o)
+	}
+	if !o.set["jwt_issuer"] || !o.set["listen"] {
+		t.Errorf("settings from the file count as given: %v", o.set)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"listen: 127.0.0.1:9000\nlisen: x\n", `unknown key "lisen"`},
+		{"session_timeout: soon\n", "session_timeout"},
+		{"listen: a\nlisten: b\n", `"listen" is set twice`},
+		{"- listen\n", "key: value"},
+		{"cors_origins: {a: b}\n", "not a mapping"},
+		{"config: other.yaml\n", "command-line flag only"},
+		{"listen: a\n---\nlisten: b\n", "more than one YAML document"},
+		{"listen: [a, 'b,c']\n", "has a comma"},
+		{"listen: [\n", "gateway.yaml"},
+	} {
+		_, err := parseFlags([]string{"--config", writeConfig(t, tc.text)}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--config") {
+			t.Errorf("config %q: err = %v, want one naming %s", tc.text, err, tc.want)
+		}
+	}
+	if _, err := parseFlags([]string{"--config", filepath.Join(t.TempDir(), "none.yaml")}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("missing config file: %v", err)
+	}
+	if o, err := parseFlags([]string{"--config", writeConfig(t, "# nothing yet\n")}, env(nil), io.Discard); err != nil || o.listen != "127.0.0.1:8080" {
+		t.Errorf("empty config file: %v, listen %q", err, o.listen)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"listen: a\n", "cors_origins: [a, b]\n", "", "- x\n", "a: {b: c}\n", "a: &x 1\nb: *x\n", "a: b\n---\nc: d\n", "'': 1\n", "--listen: x\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		values, err := parseConfig("c.yaml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "c.yaml") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		for k := range values {
+			if k == "" || strings.HasPrefix(k, "-") {
+				t.Fatalf("key %q accepted", k)
+			}
+		}
+	})
+}

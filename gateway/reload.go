@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+)
+
+// This file reloads what an operator may change without a restart (on
+// SIGHUP): the access rules and API tokens files (with the rate limits
+// they set) and the audit file, which is opened again so that log
+// rotation works. MCP sessions stay open; each request afterwards is
+// decided with the new rules, as the call path reads them once per call
+// from atomic pointers.
+
+// Reload reads the access rules and API tokens files again and puts them
+// in force together, and reopens the audit file. A file that cannot be
+// read or parsed is refused with one log line naming it and the problem;
+// the rules and tokens in force then stay as they were. The returned
+// error joins every problem (nil: all reloaded).
+func (g *Gateway) Reload() error {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	var errs []error
+	access, tokens := g.access.Load(), (*APITokens)(nil)
+	if g.auth != nil {
+		tokens = g.auth.tokens.Load()
+	}
+	var newAccess *AccessRules
+	var newTokens *APITokens
+	var bad bool
+	if access != nil && access.path != "" {
+		var err error
+		if newAccess, err = LoadAccess(access.path); err != nil {
+			g.log.Error(refusedReload, "file", access.path, "err", err)
+			errs, bad = append(errs, err), true
+		}
+	}
+	if tokens != nil && tokens.path != "" {
+		var err error
+		if newTokens, err = LoadAPITokens(tokens.path); err != nil {
+			g.log.Error(refusedReload, "file", tokens.path, "err", err)
+			errs, bad = append(errs, err), true
+		}
+	}
+	if !bad && (newAccess != nil || newTokens != nil) {
+		if newAccess != nil {
+			g.access.Store(newAccess)
+		}
+		if newTokens != nil {
+			g.auth.tokens.Store(newTokens)
+		}
+		g.log.Info("reloaded access rules and API tokens")
+		g.logGrants()
+	}
+	if err := g.audit.reopen(); err != nil {
+		g.log.Error("reload: the audit file could not be reopened; records still go to the file open before", "file", g.cfg.Audit.File, "err", err)
+		errs = append(errs, fmt.Errorf("reopen: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// refusedReload is the message of a file a reload refuses.
+const refusedReload = "reload refused: the access rules and API tokens in force stay"
