@@ -70,6 +70,10 @@ type Gateway struct {
 	agentLogs *logLimiter
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
+	// signer is the signing key (nil: skill rollout is off); skills is
+	// the skill store and rollout controller (nil without a signer).
+	signer *signingKey
+	skills *skillService
 
 	ln   net.Listener
 	http *http.Server
@@ -118,6 +122,12 @@ func Start(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if err := g.openAgents(); err != nil {
+		ln.Close()
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
+	}
+	if err := g.openSkills(); err != nil {
 		ln.Close()
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
@@ -314,6 +324,9 @@ func (g *Gateway) stopNATS() {
 		g.stopLoops()
 		g.loops.Wait()
 	}
+	if g.skills != nil {
+		g.skills.close()
+	}
 	if g.agents != nil {
 		g.agents.close()
 	}
@@ -343,7 +356,8 @@ func (g *Gateway) stopNATS() {
 // let its tools reach: its data directory (JetStream, the agent records)
 // and in it the NATS keys (nats/: operator, accounts, the agent signing
 // key, the account JWT) and the fleet CA's key. With an external cluster,
-// the files of its setup: the creds and signing key seeds.
+// the files of its setup: the creds and signing key seeds. Always the
+// gateway's own signing key.
 func (g *Gateway) SecretPaths() []string {
 	abs := func(p string) string {
 		if a, err := filepath.Abs(p); err == nil {
@@ -351,8 +365,11 @@ func (g *Gateway) SecretPaths() []string {
 		}
 		return p
 	}
+	var out []string
+	if p := signingKeyPath(&g.cfg); p != "" {
+		out = append(out, abs(p))
+	}
 	if g.ns == nil {
-		var out []string
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
@@ -361,7 +378,7 @@ func (g *Gateway) SecretPaths() []string {
 		return out
 	}
 	dir := abs(g.cfg.DataDir)
-	out := []string{dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile)}
+	out = append(out, dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile))
 	for _, f := range keyFiles {
 		out = append(out, filepath.Join(dir, natsDir, f.name))
 	}

@@ -82,6 +82,7 @@ type options struct {
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
 	transferWait                    time.Duration
+	signingKey                      string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -107,6 +108,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
 	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
+	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's skill signing key FILE, shared by the replicas of a fleet (default: DATA_DIR/signing/gateway.key, made on first start)")
 	fs.DurationVar(&o.agentTTL, "agent_credential_ttl", 720*time.Hour, "how long an agent's NATS credential is valid")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
@@ -220,7 +222,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait,
+		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, SigningKeyFile: o.signingKey,
 		Audit: gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts: gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 	}
