@@ -354,6 +354,7 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	}
 	st, ok := s.status.get(host, r.Skill)
 	mine := ok && st.Rollout == r.ID
+	why, failed := r.Failed[host]
 	switch {
 	case r.Remove && ok && st.State == protocol.SkillRemoved:
 		return protocol.SkillRemoved, ""
@@ -361,11 +362,10 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 		return protocol.SkillInstalled, ""
 	case mine && (st.State == protocol.SkillFailed || st.State == protocol.SkillRefused):
 		return st.State, st.Reason
+	case failed:
+		return protocol.SkillFailed, why
 	case mine && st.State == protocol.SkillInstalling:
 		return protocol.SkillInstalling, ""
-	}
-	if why, failed := r.Failed[host]; failed {
-		return protocol.SkillFailed, why
 	}
 	if !s.fleet.online(host) {
 		return protocol.RolloutHostOffline, ""

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,7 +82,7 @@ func testSkills(t *testing.T, ns *server.Server, fleet fleetView, key *signingKe
 	t.Helper()
 	nc := connectNATS(t, ns, "gateway "+id)
 	s, err := openSkillService(nc, key, fleet, skillOptions{replicas: 1, leaderTTL: 2 * time.Second, tick: 20 * time.Millisecond,
-		cacheBytes: 8 << 20, id: id}, discardLogger())
+		cacheBytes: 8 << 20, id: id}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +98,14 @@ func testSigningKey(t *testing.T) *signingKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// testWriter writes a log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 // Behaviours of a simulated agent.
@@ -261,9 +271,9 @@ func (a *simAgent) apply(name string, want protocol.DesiredSkill) error {
 // fetch gets and checks a bundle's manifest and files.
 func (a *simAgent) fetch(bundle string) error {
 	req, _ := json.Marshal(protocol.SkillManifestRequest{BundleID: bundle})
-	m, err := a.nc.Request(protocol.SkillsManifestSubject(a.host), req, 3*time.Second)
+	m, err := request(a.nc, protocol.SkillsManifestSubject(a.host), req)
 	if err != nil {
-		return err
+		return fmt.Errorf("manifest: %w", err)
 	}
 	if m.Header.Get(protocol.SkillsErrorHeader) != "" {
 		return fmt.Errorf("manifest: %s", m.Data)
@@ -293,14 +303,27 @@ func (a *simAgent) fetch(bundle string) error {
 	return nil
 }
 
+// request asks the gateways, again after a timeout: a gateway that died
+// keeps its queue subscription until the server notices.
+func request(nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	var err error
+	for range 3 {
+		var m *nats.Msg
+		if m, err = nc.Request(subject, data, 2*time.Second); !errors.Is(err, nats.ErrTimeout) {
+			return m, err
+		}
+	}
+	return nil, err
+}
+
 // fetchBlob reads a file in MaxBlobChunk parts.
 func fetchBlob(nc *nats.Conn, host, digest string, size int64) ([]byte, error) {
 	var out []byte
 	for off := int64(0); off < size || size == 0 && off == 0; {
 		req, _ := json.Marshal(protocol.SkillBlobRequest{SHA256: digest, Offset: off, Length: protocol.MaxBlobChunk})
-		m, err := nc.Request(protocol.SkillsBlobSubject(host), req, 3*time.Second)
+		m, err := request(nc, protocol.SkillsBlobSubject(host), req)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("blob %s: %w", digest, err)
 		}
 		if m.Header.Get(protocol.SkillsErrorHeader) != "" {
 			return nil, fmt.Errorf("blob %s: %s", digest, m.Data)
