@@ -255,3 +255,9 @@ func (c *blobCache) stats() (bytes, loads int64) {
 	defer c.mu.Unlock()
 	return c.n, c.loads
 }
+
+// sha256Hex is data's lowercase hex SHA-256.
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
