@@ -280,6 +280,9 @@ func buildManifest(name string, files []pushFile) (protocol.Manifest, string, er
 	if err := protocol.ValidateSkillName(name); err != nil {
 		return refuse("%v", err)
 	}
+	if name == "rollouts" {
+		return refuse(`a skill may not be called "rollouts": the admin API's rollouts live under that name`)
+	}
 	if len(files) > protocol.MaxBundleFiles {
 		return refuse("the bundle has %d files; the limit is %d", len(files), protocol.MaxBundleFiles)
 	}

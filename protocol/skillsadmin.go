@@ -8,7 +8,7 @@ import "time"
 //
 //	GET  AdminSkillsPath                        → []SkillInfo
 //	POST AdminSkillsPath                        SkillPushRequest → SkillPushResponse
-//	GET  AdminSkillsPath + "/NAME/versions"     → []SkillVersion
+//	GET  AdminSkillsPath + "/NAME"              → []SkillVersion
 //	POST AdminSkillsPath + "/NAME/remove"       SkillRemoveRequest → RolloutInfo
 //	GET  AdminRolloutsPath                      → []RolloutInfo (without host lists)
 //	POST AdminRolloutsPath                      RolloutRequest → RolloutInfo
@@ -28,7 +28,7 @@ type SkillPushFile struct {
 }
 
 // SkillPushRequest pushes a bundle: the skill's name (the folder's
-// name) and its files.
+// name; not "rollouts", which names the rollouts' path) and its files.
 type SkillPushRequest struct {
 	Name  string          `json:"name"`
 	Files []SkillPushFile `json:"files"`
