@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -262,4 +264,31 @@ func (g *Gateway) controlRollout(ctx context.Context, id, action string) (protoc
 		return protocol.RolloutInfo{}, err
 	}
 	return s.info(r, false), nil
+}
+
+// SkillConsumers returns how many JetStream consumers the streams of
+// skill rollout have now, by stream: what rollouts cost the servers
+// (one ordered consumer per gateway on the status stream; none per host).
+func (g *Gateway) SkillConsumers(ctx context.Context) (map[string]int, error) {
+	s, err := g.skillService()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, name := range []string{protocol.SkillsStatusStream, "KV_" + protocol.SkillsDesiredBucket, "KV_" + skillBundlesBucket,
+		"KV_" + rolloutsBucket, "KV_" + leaderBucket, "OBJ_" + skillFilesBucket} {
+		cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		st, err := s.js.Stream(cctx, name)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = st.Info(cctx); err == nil {
+				out[name] = info.State.Consumers
+			}
+		}
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
+	return out, nil
 }

@@ -27,8 +27,10 @@ type enrolRequest struct {
 }
 
 type enrolResponse struct {
-	JWTs  []string `json:"jwts"`
-	Error string   `json:"error,omitempty"`
+	JWTs []string `json:"jwts"`
+	// SigningKeys are the gateway keys agents trust for skill rollout.
+	SigningKeys []string `json:"signing_keys"`
+	Error       string   `json:"error,omitempty"`
 }
 
 // enrolWorkers bounds the gateway child's concurrent enrolments.
@@ -42,7 +44,7 @@ func enrolHandler(gw *gateway.Gateway, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad enrol request", http.StatusBadRequest)
 		return
 	}
-	resp := enrolResponse{JWTs: make([]string, len(req.Hosts))}
+	resp := enrolResponse{JWTs: make([]string, len(req.Hosts)), SigningKeys: gw.SigningKeys()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, enrolWorkers)
@@ -64,8 +66,9 @@ func enrolHandler(gw *gateway.Gateway, w http.ResponseWriter, r *http.Request) {
 }
 
 // enrol makes a key for every host and enrols them with the gateway
-// child, reporting how long each step took.
-func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.Credential, error) {
+// child, reporting how long each step took. It returns the hosts'
+// credentials and the gateway's signing keys.
+func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.Credential, []string, error) {
 	start := time.Now()
 	keys := make([]nkeys.KeyPair, len(hosts))
 	var wg sync.WaitGroup
@@ -82,7 +85,7 @@ func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.
 	req := enrolRequest{Hosts: hosts, Labels: map[string]string{"role": "sim"}}
 	for _, kp := range keys {
 		if kp == nil {
-			return nil, fmt.Errorf("could not make %d nkeys", len(hosts))
+			return nil, nil, fmt.Errorf("could not make %d nkeys", len(hosts))
 		}
 		pub, _ := kp.PublicKey()
 		req.Keys = append(req.Keys, pub)
@@ -91,20 +94,20 @@ func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.
 	start = time.Now()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(b.gw.stats, "/stats")+"/enrol", bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hc := http.Client{Timeout: 10 * time.Minute}
 	resp, err := hc.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("enrol: %w", err)
+		return nil, nil, fmt.Errorf("enrol: %w", err)
 	}
 	defer resp.Body.Close()
 	var er enrolResponse
 	if err := json.NewDecoder(resp.Body).Decode(&er); err != nil {
-		return nil, fmt.Errorf("enrol: %s: %w", resp.Status, err)
+		return nil, nil, fmt.Errorf("enrol: %s: %w", resp.Status, err)
 	}
 	if er.Error != "" {
-		return nil, fmt.Errorf("enrol: %s", er.Error)
+		return nil, nil, fmt.Errorf("enrol: %s", er.Error)
 	}
 	enrolled := time.Since(start)
 	creds := make(map[string]simfleet.Credential, len(hosts))
@@ -115,5 +118,5 @@ func (b *bench) enrol(ctx context.Context, hosts []string) (map[string]simfleet.
 	fmt.Fprintf(b.stdout, "\n%d agent keys made in %s (%.0f/s); enrolled with the gateway (record + user JWT each, %d at a time) in %s (%.0f/s)\n",
 		len(hosts), made.Round(time.Millisecond), float64(len(hosts))/made.Seconds(), enrolWorkers,
 		enrolled.Round(time.Millisecond), float64(len(hosts))/enrolled.Seconds())
-	return creds, nil
+	return creds, er.SigningKeys, nil
 }

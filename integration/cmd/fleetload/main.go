@@ -18,9 +18,14 @@
 //     every agent has rejoined and announced itself is measured, with the
 //     spread of their reconnects.
 //
+// With -mode rollout it measures skill rollout instead (rollout.go): the
+// time until every simulated host has installed a newly pushed skill,
+// and the JetStream consumers that takes.
+//
 // All traffic stays on 127.0.0.1; every wait is bounded.
 //
 //	go run ./integration/cmd/fleetload -hosts 1000,10000 -runs 5
+//	go run ./integration/cmd/fleetload -mode rollout -hosts 1000,10000 -runs 3
 package main
 
 import (
@@ -79,6 +84,7 @@ type options struct {
 	statsListen string
 	profile     string
 	soak        int
+	mode        string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -94,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.latency, "latency", true, "measure fan-out latency (false: only joining, memory and the restart)")
 	fs.StringVar(&o.restartProf, "restart_profile", "", "write the gateway's CPU profile over the 20 s after its restart begins to this file")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file, and its heap profile at the end to FILE.heap")
+	fs.StringVar(&o.mode, "mode", "fanout", "what to measure: fanout (fan-out latency, memory, restart) or rollout (skill rollout to every host)")
 	fs.StringVar(&o.role, "role", "", "internal: 'gateway' runs the gateway child")
 	fs.StringVar(&o.dataDir, "data_dir", "", "internal: the gateway child's data directory")
 	fs.StringVar(&o.listen, "listen", "", "internal: the gateway child's MCP address")
@@ -118,6 +125,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-concurrency %q: want values from 0 to 500, comma-separated", *concurrency)
 		}
 		o.concurrency = append(o.concurrency, c)
+	}
+	if o.mode != "fanout" && o.mode != "rollout" {
+		return nil, fmt.Errorf("-mode %q: want fanout or rollout", o.mode)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return nil, fmt.Errorf("-runs %d: want 1 to 100", o.runs)
@@ -212,6 +222,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 		http.Error(w, "starting", http.StatusServiceUnavailable)
 	})
+	skillHandlers(mux, &running)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	mux.Handle("GET /debug/pprof/goroutine", pprof.Handler("goroutine"))
@@ -447,9 +458,12 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	for i := range hosts {
 		hosts[i] = hostName(i)
 	}
-	creds, err := b.enrol(ctx, hosts)
+	creds, keys, err := b.enrol(ctx, hosts)
 	if err != nil {
 		return err
+	}
+	if o.mode == "rollout" {
+		return measureRollout(ctx, b, hosts, creds, keys)
 	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
