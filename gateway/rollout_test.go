@@ -340,7 +340,6 @@ func TestRolloutLeaderFailover(t *testing.T) {
 	}
 }
 
-
 // What a gateway uses of JetStream does not grow with the hosts: one
 // ordered consumer on the status stream, none on the desired states
 // (agents read them by direct get).
