@@ -157,7 +157,11 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 		case "symlink":
 			return nil, "", fmt.Errorf("%s is a link; a skill bundle holds regular files only: copy the file into the folder", e.Path)
 		default:
-			return nil, "", fmt.Errorf("%s is a %s, not a regular file", e.Path, strings.TrimSpace(e.Kind+" "+e.Type))
+			what := e.Kind
+			if what == "" {
+				what = e.Type
+			}
+			return nil, "", fmt.Errorf("%s is a %s, not a regular file", e.Path, what)
 		}
 		if total += e.Size; total > protocol.MaxBundleBytes {
 			return nil, "", fmt.Errorf("the folder holds more than %d MiB", protocol.MaxBundleBytes>>20)

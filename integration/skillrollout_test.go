@@ -1,3 +1,5 @@
+//go:build unix
+
 package integration
 
 import (
@@ -6,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,6 +101,13 @@ func TestSkillRolloutEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustErr(t, call(t, cs, "skill_push", map[string]any{"host": "alpha", "path": dir}), "passwd is a link")
+	if err := os.Remove(filepath.Join(dir, "passwd")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "scripts", "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, call(t, cs, "skill_push", map[string]any{"host": "alpha", "path": dir}), "scripts/pipe is a named pipe")
 	if vs, _ := env.Gateway.SkillVersions(context.Background(), "deploy"); len(vs) != 1 {
 		t.Fatalf("a refused push added a version: %v", vs)
 	}
