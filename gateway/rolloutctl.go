@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -64,14 +65,22 @@ func (c *controller) leader() bool {
 	return c.leading && c.s.now().Sub(c.renewed) < c.s.opts.leaderTTL/2
 }
 
+// run keeps the leader key on one goroutine and drives the rollouts on
+// another, so that a long step (a batch of thousands of hosts) never
+// delays the key's renewal.
 func (c *controller) run(ctx context.Context) {
-	s := c.s
-	keep := time.NewTicker(s.opts.leaderTTL / 5)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.keepLeader(ctx) })
+	c.driveLoop(ctx)
+	wg.Wait()
+}
+
+// keepLeader takes or renews the leader key every fifth of its TTL, and
+// gives it up at a clean stop.
+func (c *controller) keepLeader(ctx context.Context) {
+	keep := time.NewTicker(c.s.opts.leaderTTL / 5)
 	defer keep.Stop()
-	tick := time.NewTicker(s.opts.tick)
-	defer tick.Stop()
 	c.campaign(ctx)
-	dirty, last := true, time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,6 +88,20 @@ func (c *controller) run(ctx context.Context) {
 			return
 		case <-keep.C:
 			c.campaign(ctx)
+		}
+	}
+}
+
+// driveLoop drives the rollouts while this replica leads.
+func (c *controller) driveLoop(ctx context.Context) {
+	s := c.s
+	tick := time.NewTicker(s.opts.tick)
+	defer tick.Stop()
+	dirty, last := true, time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case <-c.wake:
 			dirty = true
 		case <-s.status.next():
@@ -108,6 +131,11 @@ func (c *controller) campaign(ctx context.Context) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil && leading && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		// No answer in time: the key may still be ours; leader() stops
+		// counting on it once half its TTL passed without a renewal.
+		return
+	}
 	if err != nil {
 		if c.leading {
 			s.log.Warn("skills: no longer the rollout controller", "err", err)

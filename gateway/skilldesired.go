@@ -33,9 +33,10 @@ import (
 // changed anything.
 type desiredChange func(skills map[string]protocol.DesiredSkill) bool
 
-// setDesired applies change to host's desired state and pokes the host.
-// It returns the state written (or the current one when nothing changed)
-// and the skills before the change.
+// setDesired applies change to host's desired state and pokes the host,
+// also when there was nothing to change: a write whose answer was lost
+// (a timeout under load) is found done when it is retried, and its host
+// must still hear of it. It returns the skills before the change.
 func (s *skillService) setDesired(ctx context.Context, host string, change desiredChange) (before map[string]protocol.DesiredSkill, err error) {
 	for attempt := 0; ; attempt++ {
 		cur, rev, err := s.readDesired(ctx, host)
@@ -48,6 +49,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 			next.Skills = map[string]protocol.DesiredSkill{}
 		}
 		if !change(next.Skills) {
+			_ = s.nc.Publish(protocol.SkillsPokeSubject(host), nil)
 			return before, nil
 		}
 		data, err := json.Marshal(&protocol.SignedDesiredState{State: next, Signature: s.signer.sign(protocol.PurposeDesired, next.CanonicalBytes())})
