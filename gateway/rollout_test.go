@@ -380,3 +380,36 @@ func TestRolloutConsumersDoNotGrow(t *testing.T) {
 		t.Fatalf("40 hosts fetching 2 files read the object store %d times", loads)
 	}
 }
+
+// A desired-state write that finds nothing to change still pokes its
+// host: the write may have landed on an earlier attempt whose answer was
+// lost, and the host must hear of it.
+func TestDesiredWritePokesWhenAlreadyDone(t *testing.T) {
+	ns := startJetStream(t)
+	s := testSkills(t, ns, newFakeFleet("web-1"), testSigningKey(t), "a")
+	sub, err := connectNATS(t, ns, "agent").SubscribeSync(protocol.SkillsPokeSubject("web-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	want := protocol.DesiredSkill{BundleID: "sha256:" + strings.Repeat("a", 64), Rollout: "r-1"}
+	set := func(skills map[string]protocol.DesiredSkill) bool {
+		if skills["deploy"] == want {
+			return false
+		}
+		skills["deploy"] = want
+		return true
+	}
+	for range 2 {
+		if _, err := s.setDesired(ctx, "web-1", set); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sub.NextMsg(waitFor); err != nil {
+			t.Fatalf("no poke: %v", err)
+		}
+	}
+	d, rev, err := s.readDesired(ctx, "web-1")
+	if err != nil || rev != 1 || d.Revision != 1 {
+		t.Fatalf("after a write and a no-op: %+v at %d, %v", d, rev, err)
+	}
+}
