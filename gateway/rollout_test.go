@@ -413,3 +413,34 @@ func TestDesiredWritePokesWhenAlreadyDone(t *testing.T) {
 		t.Fatalf("after a write and a no-op: %+v at %d, %v", d, rev, err)
 	}
 }
+
+// A replica whose renewal landed but whose answer was lost holds the key
+// at a revision it did not learn: it finds the key is still its own and
+// keeps leading, rather than stalling until the key expires.
+func TestLeaderKeepsKeyAfterLostAnswer(t *testing.T) {
+	ns := startJetStream(t)
+	s := testSkills(t, ns, newFakeFleet("web-1"), testSigningKey(t), "a")
+	waitUntil(t, "the service leads", s.ctl.leader)
+	// Another write of the same value: what a renewal whose answer was
+	// lost leaves behind.
+	s.ctl.mu.Lock()
+	rev := s.ctl.rev
+	s.ctl.mu.Unlock()
+	if _, err := s.leader.Update(context.Background(), leaderKey, []byte("a"), rev); err != nil {
+		t.Fatal(err)
+	}
+	s.ctl.campaign(context.Background())
+	if !s.ctl.leader() {
+		t.Fatal("lost the lead to its own key")
+	}
+	s.ctl.mu.Lock()
+	got := s.ctl.rev
+	s.ctl.mu.Unlock()
+	if got != rev+1 {
+		t.Fatalf("holds revision %d, the key is at %d", got, rev+1)
+	}
+	s.ctl.campaign(context.Background())
+	if !s.ctl.leader() {
+		t.Fatal("the next renewal failed")
+	}
+}

@@ -124,10 +124,22 @@ func (c *controller) campaign(ctx context.Context) {
 	leading, rev := c.leading, c.rev
 	c.mu.Unlock()
 	var err error
+	renewed := s.now()
 	if leading {
 		rev, err = s.leader.Update(cctx, leaderKey, []byte(s.opts.id), rev)
 	} else {
 		rev, err = s.leader.Create(cctx, leaderKey, []byte(s.opts.id))
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// A write whose answer was lost may have made the key ours at a
+		// revision this replica did not learn: it still leads, as of
+		// when the server stored that write.
+		if e, gerr := s.leader.Get(cctx, leaderKey); gerr == nil && string(e.Value()) == s.opts.id {
+			rev, err = e.Revision(), nil
+			if e.Created().Before(renewed) {
+				renewed = e.Created()
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -147,7 +159,7 @@ func (c *controller) campaign(ctx context.Context) {
 		s.log.Info("skills: this gateway drives the rollouts", "id", s.opts.id)
 		c.nudgeLocked()
 	}
-	c.leading, c.rev, c.renewed = true, rev, s.now()
+	c.leading, c.rev, c.renewed = true, rev, renewed
 }
 
 func (c *controller) nudgeLocked() {
