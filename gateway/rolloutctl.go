@@ -36,6 +36,10 @@ type controller struct {
 	s    *skillService
 	wake chan struct{}
 
+	// scanned is when each rollout's earlier batches were last looked
+	// at (drive loop only).
+	scanned map[string]time.Time
+
 	mu      sync.Mutex
 	leading bool
 	rev     uint64
@@ -43,7 +47,7 @@ type controller struct {
 }
 
 func newController(s *skillService) *controller {
-	return &controller{s: s, wake: make(chan struct{}, 1)}
+	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}}
 }
 
 // nudge asks for a look at the rollouts soon.
@@ -213,7 +217,14 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	lo, hi := r.bounds(k)
 	failed := map[string]string{}
 	done := true
-	for i := range r.assigned() {
+	// The hosts of earlier batches (which may fail once they come back)
+	// are looked at once a driveEvery; the current batch's every time.
+	first := lo
+	if now.Sub(c.scanned[r.ID]) >= driveEvery {
+		first = 0
+		c.scanned[r.ID] = now
+	}
+	for i := first; i < r.assigned(); i++ {
 		host := r.Hosts[i]
 		state, reason := s.hostState(r, i)
 		switch {

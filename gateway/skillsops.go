@@ -77,7 +77,7 @@ func (r *registry) isOnline(host string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e := r.hosts[host]
-	return e != nil && e.facts != nil && len(r.live(e, r.now())) > 0
+	return e != nil && e.facts != nil && r.liveCount(e, r.now()) > 0
 }
 
 // skillService returns the service, or ErrSkillsOff.

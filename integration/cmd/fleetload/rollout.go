@@ -145,7 +145,7 @@ func measureRollout(ctx context.Context, b *bench, hosts []string, creds map[str
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(200 * time.Millisecond):
 			}
 			if err := b.gw.childJSON(ctx, "/skills/status?id="+info.ID, nil, &info); err != nil {
 				return err
