@@ -70,10 +70,10 @@ type Gateway struct {
 	agentLogs *logLimiter
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
-	// signer is the signing key (nil: skill rollout is off); skills is
+	// signer is the signing key (nil: skill rollout is off); skillStore is
 	// the skill store and rollout controller (nil without a signer).
-	signer *signingKey
-	skills *skillService
+	signer     *signingKey
+	skillStore *skillService
 
 	ln   net.Listener
 	http *http.Server
@@ -324,8 +324,8 @@ func (g *Gateway) stopNATS() {
 		g.stopLoops()
 		g.loops.Wait()
 	}
-	if g.skills != nil {
-		g.skills.close()
+	if g.skillStore != nil {
+		g.skillStore.close()
 	}
 	if g.agents != nil {
 		g.agents.close()

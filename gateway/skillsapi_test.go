@@ -26,7 +26,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{skills: f.s, audit: aud, log: discardLogger()}
+	g := &Gateway{skillStore: f.s, audit: aud, log: discardLogger()}
 	mux := http.NewServeMux()
 	admin := &Identity{Kind: KindAPIToken, Subject: "ops"}
 	for pattern, h := range g.skillsRoutes(func(*http.Request) *Identity { return admin }) {

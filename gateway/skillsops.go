@@ -34,7 +34,7 @@ func (g *Gateway) openSkills() error {
 	if err != nil {
 		return err
 	}
-	g.skills = s
+	g.skillStore = s
 	return nil
 }
 
@@ -82,10 +82,10 @@ func (r *registry) isOnline(host string) bool {
 
 // skillService returns the service, or ErrSkillsOff.
 func (g *Gateway) skillService() (*skillService, error) {
-	if g.skills == nil {
+	if g.skillStore == nil {
 		return nil, ErrSkillsOff
 	}
-	return g.skills, nil
+	return g.skillStore, nil
 }
 
 // auditSkillOp records one skill operation done through the Go API.
