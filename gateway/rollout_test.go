@@ -444,3 +444,31 @@ func TestLeaderKeepsKeyAfterLostAnswer(t *testing.T) {
 		t.Fatal("the next renewal failed")
 	}
 }
+
+func TestParseBatch(t *testing.T) {
+	for _, tt := range []struct {
+		batch string
+		n     int
+		want  int
+	}{{"10", 100, 10}, {"25%", 10, 3}, {"1%", 10, 1}, {"100%", 7, 7}, {"0", 5, 0}, {"101%", 5, 0}, {"x", 5, 0}, {"-1", 5, 0}, {"%", 5, 0}} {
+		got, err := parseBatch(tt.batch, tt.n)
+		if tt.want == 0 && err == nil || tt.want != 0 && (err != nil || got != tt.want) {
+			t.Errorf("parseBatch(%q, %d) = %d, %v; want %d", tt.batch, tt.n, got, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseBatch(f *testing.F) {
+	for _, s := range []string{"10", "25%", "100%", "0%", "1e3", " 5"} {
+		f.Add(s, 100)
+	}
+	f.Fuzz(func(t *testing.T, batch string, n int) {
+		if n < 1 || n > 100000 {
+			return
+		}
+		size, err := parseBatch(batch, n)
+		if err == nil && size < 1 {
+			t.Fatalf("parseBatch(%q, %d) = %d", batch, n, size)
+		}
+	})
+}
