@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+	"github.com/fleetmcp/fleetmcp/skillmd"
 )
 
 // Limits of the Agent Skills format, and of what the agent reads.
@@ -27,14 +28,14 @@ const (
 )
 
 // skillMeta is a SKILL.md's frontmatter.
-type skillMeta = protocol.SkillMeta
+type skillMeta = skillmd.Meta
 
 // parseSkill parses the contents of a SKILL.md found in a folder called
 // dir. It returns what it could read of the frontmatter and, for an
 // invalid skill, an error saying why (the gateway checks bundles with the
 // same parser).
 func parseSkill(dir string, data []byte) (skillMeta, error) {
-	return protocol.ParseSkillMD(dir, data)
+	return skillmd.Parse(dir, data)
 }
 
 // validateSkillName checks a skill name: 1 to 64 lowercase letters,

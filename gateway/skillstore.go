@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+	"github.com/fleetmcp/fleetmcp/skillmd"
 )
 
 // This file is the skill store of fleet-wide rollout. Files live in the
@@ -308,7 +309,7 @@ func buildManifest(name string, files []pushFile) (protocol.Manifest, string, er
 	if err := m.Validate(); err != nil {
 		return refuse("%v", err)
 	}
-	meta, err := protocol.ParseSkillMD(name, skillMD)
+	meta, err := skillmd.Parse(name, skillMD)
 	if err != nil {
 		return refuse("SKILL.md: %v", err)
 	}

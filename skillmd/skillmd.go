@@ -1,4 +1,8 @@
-package protocol
+// Package skillmd reads a SKILL.md's frontmatter by the Agent Skills
+// rules. It exists so that agents (for their catalogs) and gateways
+// (before they accept a bundle for rollout) judge a skill with one parser:
+// a bundle a gateway took is a skill every agent lists as valid.
+package skillmd
 
 import (
 	"bytes"
@@ -9,21 +13,18 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
-)
 
-// A SKILL.md starts with YAML frontmatter that names and describes the
-// skill (the Agent Skills format). Agents read it for their catalogs and
-// gateways check it before they accept a bundle, with this one parser, so
-// a bundle the gateway took is a skill every agent lists as valid.
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
 
 // Limits of the Agent Skills format.
 const (
-	MaxSkillDescription   = 1024
-	MaxSkillCompatibility = 500
+	MaxDescription   = 1024
+	MaxCompatibility = 500
 )
 
-// SkillMeta is a SKILL.md's frontmatter.
-type SkillMeta struct {
+// Meta is a SKILL.md's frontmatter.
+type Meta struct {
 	Name          string            `yaml:"name"`
 	Description   string            `yaml:"description"`
 	License       string            `yaml:"license"`
@@ -35,11 +36,11 @@ type SkillMeta struct {
 // skillKeys are the frontmatter keys the format defines.
 var skillKeys = []string{"name", "description", "license", "compatibility", "allowed-tools", "metadata"}
 
-// ParseSkillMD parses the contents of a SKILL.md found in a folder
+// Parse parses the contents of a SKILL.md found in a folder
 // called dir (a bundle's skill name). It returns what it could read of
 // the frontmatter and, for an invalid skill, an error saying why.
-func ParseSkillMD(dir string, data []byte) (SkillMeta, error) {
-	var m SkillMeta
+func Parse(dir string, data []byte) (Meta, error) {
+	var m Meta
 	front, err := frontmatter(data)
 	if err != nil {
 		return m, err
@@ -62,7 +63,7 @@ func ParseSkillMD(dir string, data []byte) (SkillMeta, error) {
 		return m, fmt.Errorf("frontmatter has unknown key(s) %s; the keys are %s",
 			strings.Join(unknown, ", "), strings.Join(skillKeys, ", "))
 	}
-	return m, validateSkillMeta(dir, m)
+	return m, validateMeta(dir, m)
 }
 
 // frontmatter returns the YAML between the opening "---" line of data and
@@ -88,10 +89,10 @@ func yamlProblem(err error) string {
 	return strings.TrimPrefix(err.Error(), "yaml: ")
 }
 
-// validateSkillMeta checks m against the Agent Skills format for a skill
+// validateMeta checks m against the Agent Skills format for a skill
 // in a folder called dir.
-func validateSkillMeta(dir string, m SkillMeta) error {
-	if err := ValidateSkillName(m.Name); err != nil {
+func validateMeta(dir string, m Meta) error {
+	if err := protocol.ValidateSkillName(m.Name); err != nil {
 		return err
 	}
 	if m.Name != dir {
@@ -100,11 +101,11 @@ func validateSkillMeta(dir string, m SkillMeta) error {
 	switch n := utf8.RuneCountInString(m.Description); {
 	case strings.TrimSpace(m.Description) == "":
 		return errors.New("description is missing or empty; say what the skill does and when to use it")
-	case n > MaxSkillDescription:
-		return fmt.Errorf("description is %d characters; the limit is %d", n, MaxSkillDescription)
+	case n > MaxDescription:
+		return fmt.Errorf("description is %d characters; the limit is %d", n, MaxDescription)
 	}
-	if n := utf8.RuneCountInString(m.Compatibility); n > MaxSkillCompatibility {
-		return fmt.Errorf("compatibility is %d characters; the limit is %d", n, MaxSkillCompatibility)
+	if n := utf8.RuneCountInString(m.Compatibility); n > MaxCompatibility {
+		return fmt.Errorf("compatibility is %d characters; the limit is %d", n, MaxCompatibility)
 	}
 	return nil
 }
