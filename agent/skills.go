@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,110 +13,30 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+	"github.com/fleetmcp/fleetmcp/skillmd"
 )
 
 // Limits of the Agent Skills format, and of what the agent reads.
 const (
-	skillFile           = "SKILL.md"
-	maxSkillName        = 64
-	maxSkillDescription = 1024
-	maxSkillCompat      = 500
+	skillFile    = "SKILL.md"
+	maxSkillName = 64
 	// maxSkillFileSize bounds a SKILL.md: larger ones are listed with a
 	// problem rather than read.
 	maxSkillFileSize = 1 << 20
 )
 
 // skillMeta is a SKILL.md's frontmatter.
-type skillMeta struct {
-	Name          string            `yaml:"name"`
-	Description   string            `yaml:"description"`
-	License       string            `yaml:"license"`
-	Compatibility string            `yaml:"compatibility"`
-	AllowedTools  string            `yaml:"allowed-tools"`
-	Metadata      map[string]string `yaml:"metadata"`
-}
-
-// skillKeys are the frontmatter keys the format defines.
-var skillKeys = []string{"name", "description", "license", "compatibility", "allowed-tools", "metadata"}
+type skillMeta = skillmd.Meta
 
 // parseSkill parses the contents of a SKILL.md found in a folder called
 // dir. It returns what it could read of the frontmatter and, for an
-// invalid skill, an error saying why.
+// invalid skill, an error saying why (the gateway checks bundles with the
+// same parser).
 func parseSkill(dir string, data []byte) (skillMeta, error) {
-	var m skillMeta
-	front, err := frontmatter(data)
-	if err != nil {
-		return m, err
-	}
-	var keys map[string]yaml.Node
-	if err := yaml.Unmarshal(front, &keys); err != nil {
-		return m, fmt.Errorf("frontmatter is not a YAML mapping: %s", yamlProblem(err))
-	}
-	var unknown []string
-	for k := range keys {
-		if !slices.Contains(skillKeys, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if err := yaml.Unmarshal(front, &m); err != nil {
-		return m, fmt.Errorf("frontmatter: %s", yamlProblem(err))
-	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return m, fmt.Errorf("frontmatter has unknown key(s) %s; the keys are %s",
-			strings.Join(unknown, ", "), strings.Join(skillKeys, ", "))
-	}
-	return m, validateSkill(dir, m)
-}
-
-// frontmatter returns the YAML between the opening "---" line of data and
-// the next "---" line.
-func frontmatter(data []byte) ([]byte, error) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	first, rest, _ := bytes.Cut(data, []byte("\n"))
-	if string(bytes.TrimRight(first, " \t\r")) != "---" {
-		return nil, errors.New(`SKILL.md does not start with YAML frontmatter: its first line must be "---"`)
-	}
-	for off := 0; off < len(rest); {
-		line, _, _ := bytes.Cut(rest[off:], []byte("\n"))
-		if string(bytes.TrimRight(line, " \t\r")) == "---" {
-			return rest[:off], nil
-		}
-		off += len(line) + 1
-	}
-	return nil, errors.New(`SKILL.md frontmatter is not closed: add a "---" line after it`)
-}
-
-// yamlProblem shortens a YAML error for a message.
-func yamlProblem(err error) string {
-	return strings.TrimPrefix(err.Error(), "yaml: ")
-}
-
-// validateSkill checks m against the Agent Skills format for a skill in
-// a folder called dir.
-func validateSkill(dir string, m skillMeta) error {
-	if err := validateSkillName(m.Name); err != nil {
-		return err
-	}
-	if m.Name != dir {
-		return fmt.Errorf("name %q differs from its folder name %q; they must be equal", m.Name, dir)
-	}
-	switch n := utf8.RuneCountInString(m.Description); {
-	case strings.TrimSpace(m.Description) == "":
-		return errors.New("description is missing or empty; say what the skill does and when to use it")
-	case n > maxSkillDescription:
-		return fmt.Errorf("description is %d characters; the limit is %d", n, maxSkillDescription)
-	}
-	if n := utf8.RuneCountInString(m.Compatibility); n > maxSkillCompat {
-		return fmt.Errorf("compatibility is %d characters; the limit is %d", n, maxSkillCompat)
-	}
-	return nil
+	return skillmd.Parse(dir, data)
 }
 
 // validateSkillName checks a skill name: 1 to 64 lowercase letters,

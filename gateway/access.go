@@ -69,7 +69,7 @@ func fanoutBase(tool string) string {
 }
 
 // adminToolNames are the tools only admins may call.
-func adminToolNames() []string { return []string{toolAudit} }
+func adminToolNames() []string { return append([]string{toolAudit}, skillToolNames()...) }
 
 // AccessRules decide what each caller may reach. Build them with
 // ParseAccess or LoadAccess; the zero value has no rules.

@@ -52,6 +52,10 @@ type Config struct {
 	// NATSTLS makes the embedded server serve TLS on a loopback listener
 	// too.
 	NATSTLS bool
+	// SigningKeyFile is the gateway's ed25519 signing key (skill manifests
+	// and desired states), shared by the replicas of one fleet. Default:
+	// DATA_DIR/signing/gateway.key, generated on first start.
+	SigningKeyFile string
 	// NATSAdvertise are the NATS URLs agents dial, as they reach this
 	// gateway (a load balancer, a DNS name). Default: derived from
 	// NATSListen (tls://HOSTNAME:PORT beyond loopback), or NATSURLs.

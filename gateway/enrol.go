@@ -200,8 +200,12 @@ func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
 	if urls == nil {
 		urls = []string{}
 	}
+	keys := c.SigningKeys
+	if keys == nil {
+		keys = []string{}
+	}
 	return &protocol.EnrolResponse{Host: c.Host, JWT: c.JWT, Expires: c.Expires, NATSURLs: urls, NATSCA: string(c.CAPEM),
-		Labels: c.Labels, SigningKeys: []string{}}
+		Labels: c.Labels, SigningKeys: keys}
 }
 
 // Errors of recovery and renewal.

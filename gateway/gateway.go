@@ -92,6 +92,10 @@ type Gateway struct {
 	metrics    *metrics
 	metricsSrv *http.Server
 	metricsLn  net.Listener
+	// signer is the signing key (nil: skill rollout is off); skillStore is
+	// the skill store and rollout controller (nil without a signer).
+	signer     *signingKey
+	skillStore *skillService
 
 	ln     net.Listener
 	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
@@ -145,6 +149,12 @@ func Start(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if err := g.openAgents(); err != nil {
+		ln.Close()
+		_ = g.audit.close(context.Background())
+		g.stopNATS()
+		return nil, err
+	}
+	if err := g.openSkills(); err != nil {
 		ln.Close()
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
@@ -395,6 +405,9 @@ func (g *Gateway) stopNATS() {
 		g.loops.Wait()
 	}
 	g.renewals.close()
+	if g.skillStore != nil {
+		g.skillStore.close()
+	}
 	if g.agents != nil {
 		g.agents.close()
 	}
@@ -426,7 +439,8 @@ func (g *Gateway) stopNATS() {
 // key, the account JWT) and the fleet CA's key. With an external cluster,
 // the files of its setup: the creds and signing key seeds, and the fleet
 // CA's key when the fleet API uses it. Always the keys of the fleet API's
-// and the MCP endpoint's own certificates (--api_tls_key, --tls_key).
+// and the MCP endpoint's own certificates (--api_tls_key, --tls_key), and
+// the gateway's own signing key.
 func (g *Gateway) SecretPaths() []string {
 	abs := func(p string) string {
 		if a, err := filepath.Abs(p); err == nil {
@@ -440,6 +454,9 @@ func (g *Gateway) SecretPaths() []string {
 		if f != "" {
 			out = append(out, abs(f))
 		}
+	}
+	if p := signingKeyPath(&g.cfg); p != "" {
+		out = append(out, abs(p))
 	}
 	if g.ns == nil {
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {

@@ -140,6 +140,7 @@ func (g *Gateway) addTools(s *mcp.Server) {
 	g.addTaskTools(s)
 	g.addFileTools(s)
 	g.addFanoutTools(s)
+	g.addSkillTools(s)
 }
 
 // checkBashIn refuses bash arguments every agent would refuse, before

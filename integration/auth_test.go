@@ -260,7 +260,8 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				tools, hosts  []string
 			}{
 				// The task tools come with bash.
-				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "fleet_bash", "fleet_read", "hosts", "list", "move", "patch", "read", "search", "skill", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
+				{"ops", f.user("ops"), []string{"audit", "bash", "delete", "edit", "fleet_bash", "fleet_read", "hosts", "list", "move", "patch", "read", "search", "skill",
+					"skill_push", "skill_rollout", "skill_rollout_control", "skill_rollout_status", "task_cancel", "task_list", "task_status", "write"}, []string{"alpha", "beta", "gamma"}},
 				{"dev", f.user("dev"), []string{"bash", "fleet_bash", "fleet_read", "hosts", "read", "task_cancel", "task_list", "task_status"}, []string{"alpha", "beta"}},
 				{"ci", f.ciToken, []string{"fleet_read", "hosts", "read"}, []string{"alpha"}},
 				{"stranger", f.user("stranger"), nil, nil},
@@ -287,6 +288,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				"bash not permitted for dev@example.com on beta (refused by rule no-bash-on-beta)")
 			mustErr(t, call(t, dev, "write", map[string]any{"host": "alpha", "path": "x", "content": "y"}), "write not permitted for dev@example.com")
 			mustErr(t, call(t, dev, "audit", nil), "audit not permitted for dev@example.com")
+			mustErr(t, call(t, dev, "skill_push", map[string]any{"host": "alpha", "path": "."}), "skill_push not permitted for dev@example.com")
 			hidden := mustErr(t, call(t, dev, "read", map[string]any{"host": "gamma", "path": "x"}), "unknown host")
 			missing := mustErr(t, call(t, dev, "read", map[string]any{"host": "delta", "path": "x"}), "unknown host")
 			if strings.ReplaceAll(hidden, "gamma", "delta") != missing {

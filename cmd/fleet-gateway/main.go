@@ -91,6 +91,7 @@ type options struct {
 	metrics                         bool
 	metricsListen                   string
 	configFile                      string
+	signingKey                      string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -121,6 +122,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
 	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
+	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's skill signing key FILE, shared by the replicas of a fleet (default: DATA_DIR/signing/gateway.key, made on first start)")
 	fs.DurationVar(&o.agentTTL, "agent_credential_ttl", 720*time.Hour, "how long an agent's NATS credential is valid")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
@@ -268,7 +270,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
-		Metrics: o.metrics, MetricsListen: o.metricsListen,
+		Metrics: o.metrics, MetricsListen: o.metricsListen, SigningKeyFile: o.signingKey,
 		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
@@ -450,7 +452,7 @@ func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name stri
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	if err := store.SaveEnrolment(&identity.Enrolment{Host: name, CAPin: creds.CAPin, NATSURLs: urls, NATSCA: string(creds.CAPEM),
-		Labels: creds.Labels, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
+		Labels: creds.Labels, SigningKeys: creds.SigningKeys, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	return identity.Load(stateDir)

@@ -67,6 +67,12 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives connection trouble. Default: discarded.
 	Logger *slog.Logger
+	// SigningKeys, when set, are the gateway keys the agents trust, and
+	// the agents take part in skill rollout (skills.go).
+	SigningKeys []string
+	// SkillConcurrency bounds agents syncing their skills at once.
+	// Default 256.
+	SkillConcurrency int
 }
 
 // Credential is a simulated agent's NATS identity: its user JWT and nkey
@@ -87,6 +93,8 @@ type Fleet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	done   *resultCache
+	// skillSem bounds skill syncs at once.
+	skillSem chan struct{}
 
 	// Calls counts calls answered.
 	Calls atomic.Int64
@@ -107,6 +115,7 @@ type simAgent struct {
 	// connection (zero: never).
 	reconnected atomic.Int64
 	connected   atomic.Bool
+	sk          skillState
 }
 
 // Start connects every agent and waits until each has subscribed and
@@ -133,15 +142,19 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.SkillConcurrency == 0 {
+		cfg.SkillConcurrency = 256
+	}
 	fctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{cfg: cfg, msgs: make(chan *nats.Msg, 1<<16), ctx: fctx, cancel: cancel, done: newResultCache(1 << 17)}
+	f := &Fleet{cfg: cfg, msgs: make(chan *nats.Msg, 1<<16), ctx: fctx, cancel: cancel, done: newResultCache(1 << 17),
+		skillSem: make(chan struct{}, cfg.SkillConcurrency)}
 	started := time.Now().UTC()
 	for _, h := range cfg.Hosts {
 		if err := protocol.ValidateHost(h); err != nil {
 			cancel()
 			return nil, err
 		}
-		a := &simAgent{f: f, host: h}
+		a := &simAgent{f: f, host: h, sk: skillState{active: map[string]string{}, states: map[string]protocol.SkillState{}}}
 		a.announce = mustJSON(protocol.Announce{
 			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim",
 			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
@@ -236,6 +249,7 @@ func (a *simAgent) dial() error {
 			a.reconnected.Store(time.Now().UnixNano())
 			a.connected.Store(true)
 			a.publishAnnounce(nc)
+			a.skillsPoke()
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			a.connected.Store(false)
@@ -285,6 +299,7 @@ func (a *simAgent) dial() error {
 	a.mu.Unlock()
 	a.connected.Store(true)
 	a.publishAnnounce(nc)
+	a.skillsPoke()
 	return nil
 }
 
@@ -370,6 +385,8 @@ func (a *simAgent) handle(m *nats.Msg) {
 	switch {
 	case m.Subject == protocol.DiscoverSubject():
 		a.publishAnnounce(a.conn())
+	case m.Subject == protocol.SkillsPokeSubject(a.host):
+		a.skillsPoke()
 	case m.Subject == protocol.CallSubject(a.host):
 		a.onCall(m)
 	case m.Subject == protocol.FetchSubject(a.host):

@@ -19,9 +19,14 @@
 //     every agent has rejoined and announced itself is measured, with the
 //     spread of their reconnects.
 //
+// With -mode rollout it measures skill rollout instead (rollout.go): the
+// time until every simulated host has installed a newly pushed skill,
+// and the JetStream consumers that takes.
+//
 // All traffic stays on 127.0.0.1; every wait is bounded.
 //
 //	go run ./integration/cmd/fleetload -hosts 1000,10000 -runs 5
+//	go run ./integration/cmd/fleetload -mode rollout -hosts 1000,10000 -runs 3
 package main
 
 import (
@@ -84,6 +89,7 @@ type options struct {
 	enrolConns  int
 	profile     string
 	soak        int
+	mode        string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -102,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.enrolVia, "enrol", "https", "how the agents enrol: https (a join token each through the fleet API, as hosts do) or local (the gateway's in-process enrolment)")
 	fs.BoolVar(&o.enrolOnly, "enrol_only", false, "measure the enrolment only, then stop")
 	fs.IntVar(&o.enrolConns, "enrol_conns", 64, "with -enrol https: concurrent enrolments (HTTPS connections)")
+	fs.StringVar(&o.mode, "mode", "fanout", "what to measure: fanout (fan-out latency, memory, restart) or rollout (skill rollout to every host)")
 	fs.StringVar(&o.role, "role", "", "internal: 'gateway' runs the gateway child")
 	fs.StringVar(&o.dataDir, "data_dir", "", "internal: the gateway child's data directory")
 	fs.StringVar(&o.listen, "listen", "", "internal: the gateway child's MCP address")
@@ -133,6 +140,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.enrolConns < 1 || o.enrolConns > 1024 {
 		return nil, fmt.Errorf("-enrol_conns %d: want 1 to 1024", o.enrolConns)
+	}
+	if o.mode != "fanout" && o.mode != "rollout" {
+		return nil, fmt.Errorf("-mode %q: want fanout or rollout", o.mode)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return nil, fmt.Errorf("-runs %d: want 1 to 100", o.runs)
@@ -227,6 +237,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 		http.Error(w, "starting", http.StatusServiceUnavailable)
 	})
+	skillHandlers(mux, &running)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	mux.Handle("GET /debug/pprof/goroutine", pprof.Handler("goroutine"))
@@ -474,12 +485,15 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	if o.enrolVia == "https" {
 		enrol = b.enrolHTTPS
 	}
-	creds, err := enrol(ctx, hosts)
+	creds, keys, err := enrol(ctx, hosts)
 	if err != nil {
 		return err
 	}
 	if o.enrolOnly {
 		return nil
+	}
+	if o.mode == "rollout" {
+		return measureRollout(ctx, b, hosts, creds, keys)
 	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{

@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// The skill store is the source of what the MCP Skills extension serves
+// (skillSource): for each skill, the bundle of its most recent rollout
+// that was not rolled back, else its most recently pushed bundle, and
+// the files of those bundles.
+
+// ServedSkills serves the MCP Skills extension: every pushed skill's served
+// bundle, by name.
+func (s *skillService) ServedSkills(ctx context.Context) ([]protocol.SignedManifest, error) {
+	var out []protocol.SignedManifest
+	for _, name := range s.skillNames() {
+		if rec, _, ok := s.served(name); ok {
+			out = append(out, rec.SignedManifest)
+		}
+	}
+	return out, nil
+}
+
+// ServedSkill serves the MCP Skills extension.
+func (s *skillService) ServedSkill(ctx context.Context, name string) (protocol.SignedManifest, bool, error) {
+	rec, _, ok := s.served(name)
+	if !ok {
+		return protocol.SignedManifest{}, false, nil
+	}
+	return rec.SignedManifest, true, nil
+}
+
+// SkillFile serves the MCP Skills extension: a file by digest, through the cache.
+func (s *skillService) SkillFile(ctx context.Context, sha256hex string) ([]byte, error) {
+	if !validHexDigest(sha256hex) {
+		return nil, ErrSkillNotFound
+	}
+	return s.cache.get(ctx, sha256hex, s.readFile)
+}
