@@ -65,12 +65,30 @@ func parseAdminPath(path string) (adminRoute, error) {
 		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath)
 }
 
-// adminHandler serves the admin API.
+// adminIDKey carries the admin's identity to the skills handlers.
+type adminIDKey struct{}
+
+// adminIdentity is the admin a request of the skills handlers is for.
+func adminIdentity(r *http.Request) *Identity {
+	id, _ := r.Context().Value(adminIDKey{}).(*Identity)
+	return id
+}
+
+// adminHandler serves the admin API: the skills and rollouts endpoints
+// (skillsapi.go) through their route table, the rest here.
 func (g *Gateway) adminHandler() http.Handler {
+	skills := http.NewServeMux()
+	for pattern, h := range g.skillsRoutes(adminIdentity) {
+		skills.HandleFunc(pattern, h)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, aerr := g.adminCaller(r)
 		if aerr != nil {
 			writeAPIError(w, aerr)
+			return
+		}
+		if p := r.URL.Path; underPath(p, protocol.AdminSkillsPath) || underPath(p, protocol.AdminRolloutsPath) {
+			skills.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), adminIDKey{}, id)))
 			return
 		}
 		route, err := parseAdminPath(r.URL.Path)
@@ -82,6 +100,9 @@ func (g *Gateway) adminHandler() http.Handler {
 		a.serve()
 	})
 }
+
+// underPath reports whether p is base or below it.
+func underPath(p, base string) bool { return p == base || strings.HasPrefix(p, base+"/") }
 
 // adminCaller authenticates the caller and checks it is an admin.
 func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
@@ -100,7 +121,7 @@ func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
 		g.log.Info("admin API: refused bearer token", "source", sourceOf(r), "reason", err)
 		return nil, apiErr(protocol.APIUnauthorized, "the bearer token was refused (%v): use a valid admin API token or a current OIDC token", err)
 	}
-	if d := g.cfg.Access.For(id).Admin(); !d.Allowed {
+	if d := g.access.Load().For(id).Admin(); !d.Allowed {
 		aerr := apiErr(protocol.APIForbidden, "%s is not an admin (%s): an admin API token (admin: true in --api_tokens) or an access rule with admin: true is needed", id.Name(), d.Reason)
 		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
 		return nil, aerr
