@@ -58,6 +58,10 @@ type Gateway struct {
 	loops       sync.WaitGroup
 	now         func() time.Time
 
+	// skills serves the fleet's skills through the MCP Skills extension
+	// (nil: not declared); set before Handler.
+	skills *skillServer
+
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
@@ -86,6 +90,9 @@ func Start(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
 		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
+	if cfg.SkillSource != nil {
+		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
+	}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
