@@ -452,8 +452,11 @@ func TestSkillsExtensionAccess(t *testing.T) {
 			for _, who := range []string{"reader", "elsewhere"} {
 				cs := skillsClient(t, e.Gateway.MCPURL(), version, tokens[who])
 				res, err := listSkills(t, cs, "")
-				if err != nil || len(res.Skills) != 0 || res.NextCursor != "" {
-					t.Fatalf("%s: skills/list = %+v, %v; want an empty list", who, res, err)
+				if err != nil {
+					t.Fatalf("%s: skills/list: %v", who, err)
+				}
+				if len(res.Skills) != 0 || res.NextCursor != "" {
+					t.Fatalf("%s: skills/list shows %d skills (next cursor %q); want an empty list", who, len(res.Skills), res.NextCursor)
 				}
 				_, err = getSkill(cs, "skill://deploy-app/SKILL.md")
 				if rpcCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), "no skill is served at skill://deploy-app/SKILL.md") {
