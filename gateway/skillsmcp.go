@@ -186,11 +186,10 @@ func (g *Gateway) listSkills(ctx context.Context, _ *mcp.ServerSession, p *listS
 	if !g.skillsVisible(id) {
 		return res, nil
 	}
-	served, err := g.skills.src.ServedSkills(ctx)
+	served, err := g.skills.served(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list the served skills: %w", err)
+		return nil, err
 	}
-	slices.SortFunc(served, func(a, b protocol.SignedManifest) int { return strings.Compare(a.Manifest.Name, b.Manifest.Name) })
 	last := ""
 	for _, sm := range served {
 		if sm.Manifest.Name <= after {
@@ -300,11 +299,10 @@ func (g *Gateway) listSkillResources(ctx context.Context, method string, req *mc
 	if err != nil || !ok || list.NextCursor != "" || !g.skillsVisible(g.identityOf(req.Extra)) {
 		return res, err
 	}
-	served, err := g.skills.src.ServedSkills(ctx)
+	served, err := g.skills.served(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list the served skills: %w", err)
+		return nil, err
 	}
-	slices.SortFunc(served, func(a, b protocol.SignedManifest) int { return strings.Compare(a.Manifest.Name, b.Manifest.Name) })
 	resources := slices.Clone(list.Resources)
 	for _, sm := range served {
 		entry, err := g.skills.entry(ctx, sm)
@@ -334,6 +332,18 @@ func skillResources(m protocol.Manifest, entry mcpSkill) []*mcp.Resource {
 		out = append(out, r)
 	}
 	return out
+}
+
+// served returns the served bundles sorted by skill name, one per name.
+func (ss *skillServer) served(ctx context.Context) ([]protocol.SignedManifest, error) {
+	served, err := ss.src.ServedSkills(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the served skills: %w", err)
+	}
+	// A copy: the source may hand out a slice it keeps.
+	served = slices.Clone(served)
+	slices.SortStableFunc(served, func(a, b protocol.SignedManifest) int { return strings.Compare(a.Manifest.Name, b.Manifest.Name) })
+	return slices.CompactFunc(served, func(a, b protocol.SignedManifest) bool { return a.Manifest.Name == b.Manifest.Name }), nil
 }
 
 // entry builds the Skill entry of a served bundle.
