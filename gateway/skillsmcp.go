@@ -45,9 +45,12 @@ const (
 	// skillsPageSize is how many skills one skills/list page holds; a
 	// skill's entry is never split across pages.
 	skillsPageSize = 50
-	// skillsTTLMs is the freshness hint of the extension's results: a
-	// rollout changes what is served.
-	skillsTTLMs = 60_000
+	// skillsTTLMs is how long a client may keep a skills/list page: a
+	// rollout changes what is served. skills/get and file reads are
+	// never kept (0): they are how a client that found a file changed
+	// catches up, and a kept answer would keep it stale.
+	skillsTTLMs     = 60_000
+	skillFreshTTLMs = 0
 	// Results depend on the caller's access.
 	skillsCacheScope = "private"
 	resultComplete   = "complete"
@@ -235,7 +238,7 @@ func (g *Gateway) getSkill(ctx context.Context, _ *mcp.ServerSession, p *getSkil
 		g.log.Warn("skill not served", "skill", name, "bundle", sm.BundleID, "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("skill %s cannot be served: %v", name, err)}
 	}
-	return &getSkillResult{ResultType: resultComplete, Skill: entry, TTLMs: skillsTTLMs, CacheScope: skillsCacheScope}, nil
+	return &getSkillResult{ResultType: resultComplete, Skill: entry, TTLMs: skillFreshTTLMs, CacheScope: skillsCacheScope}, nil
 }
 
 // servedSkill returns the bundle served as skill name, if id may see it.
@@ -288,7 +291,7 @@ func (g *Gateway) readSkillFile(ctx context.Context, req *mcp.ReadResourceReques
 		c.Blob = append([]byte{}, data...)
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c},
-		Cacheable: mcp.Cacheable{TTLMs: skillsTTLMs, CacheScope: skillsCacheScope}}, nil
+		Cacheable: mcp.Cacheable{TTLMs: skillFreshTTLMs, CacheScope: skillsCacheScope}}, nil
 }
 
 // listSkillResources adds the files of the skills the caller may see to

@@ -527,9 +527,8 @@ func TestSkillsExtensionDamagedStore(t *testing.T) {
 	// parsed it before (another gateway over the same store) leaves the
 	// skill out of skills/list and fails skills/get.
 	src.damage(sha("SKILL.md"), []byte(strings.Replace(deploySkillMD, "team's way", "attacker's way", 1)))
-	// (A new client: the first may keep its read for the result's ttlMs.)
-	fresh := skillsClient(t, e.Gateway.MCPURL(), "", "")
-	if _, err := fresh.ReadResource(ctx, &mcp.ReadResourceParams{URI: "skill://deploy-app/SKILL.md"}); rpcCode(err) != jsonrpc.CodeInternalError {
+	// (The same client: a file read is never to be kept, so it asks again.)
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "skill://deploy-app/SKILL.md"}); rpcCode(err) != jsonrpc.CodeInternalError {
 		t.Fatalf("read of a damaged SKILL.md: %v, want -32603", err)
 	}
 	e2 := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.SkillSource = src }})
