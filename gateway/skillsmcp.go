@@ -27,8 +27,9 @@ import (
 // (io.modelcontextprotocol/skills, SEP-2640): the extension declared in
 // the server's capabilities, skills/list and skills/get answering Skill
 // entries (the SKILL.md frontmatter as a JSON object, every file with its
-// sha256 digest and size), and each file a skill:// resource read with
-// resources/read and listed by resources/list.
+// sha256 digest and size), each file a skill:// resource read with
+// resources/read and listed by resources/list, and each skill folder a
+// directory resource read with resources/directory/read (skilldir.go).
 //
 // The skills are the bundles the gateway serves (skillSource), the same
 // for every caller who may see them: a caller sees them when its access
@@ -131,6 +132,7 @@ func (g *Gateway) addSkills(s *mcp.Server) {
 	}
 	must(mcp.AddReceivingCustomMethod(s, methodSkillList, g.listSkills))
 	must(mcp.AddReceivingCustomMethod(s, methodSkillGet, g.getSkill))
+	must(mcp.AddReceivingCustomMethod(s, methodDirectoryRead, g.readSkillDirectory))
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: skillScheme + "{skill}/{+path}", Name: "skill-file",
 		Description: "A file of one of the fleet's skills, as skills/list and skills/get list them (MCP Skills extension)."},
 		g.readSkillFile)
@@ -141,7 +143,7 @@ func (g *Gateway) addSkills(s *mcp.Server) {
 // declared (and logging, which the SDK declares by default).
 func skillsCapabilities() *mcp.ServerCapabilities {
 	caps := &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
-	caps.AddExtension(skillsExtension, nil)
+	caps.AddExtension(skillsExtension, map[string]any{"directoryRead": true})
 	return caps
 }
 
@@ -151,7 +153,7 @@ func skillsCapabilities() *mcp.ServerCapabilities {
 func (g *Gateway) skillsMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
-		case methodSkillList, methodSkillGet:
+		case methodSkillList, methodSkillGet, methodDirectoryRead:
 			ctx = context.WithValue(ctx, skillsCaller{}, g.identityOf(req.GetExtra()))
 			return next(ctx, method, req)
 		}

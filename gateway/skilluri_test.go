@@ -147,3 +147,21 @@ func FuzzParseFrontmatter(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseSkillDirURI(f *testing.F) {
+	for _, s := range []string{"skill://deploy", "skill://deploy/templates", "skill://deploy/", "skill://a/b%20c", "skill://A"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		name, dir, err := parseSkillDirURI(uri)
+		if err != nil {
+			return
+		}
+		if protocol.ValidateSkillName(name) != nil || (dir != "" && protocol.CheckBundlePath(dir) != nil) {
+			t.Fatalf("%q accepted as %q, %q", uri, name, dir)
+		}
+		if skillDirURI(name, dir) != uri {
+			t.Fatalf("%q accepted but spelled %q", uri, skillDirURI(name, dir))
+		}
+	})
+}

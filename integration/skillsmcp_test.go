@@ -179,6 +179,25 @@ type getParams struct {
 	URI string `json:"uri"`
 }
 
+type dirParams struct {
+	mcp.ParamsBase
+	URI    string `json:"uri"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+type dirResult struct {
+	mcp.ResultBase
+	ResultType string          `json:"resultType"`
+	Resources  []*mcp.Resource `json:"resources"`
+	NextCursor string          `json:"nextCursor"`
+}
+
+func readDir(cs *mcp.ClientSession, uri string) (*dirResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return mcp.CallCustomMethod[*dirParams, *dirResult](ctx, cs, "resources/directory/read", &dirParams{URI: uri})
+}
+
 type getResult struct {
 	mcp.ResultBase
 	ResultType string     `json:"resultType"`
@@ -197,6 +216,9 @@ func skillsClient(t *testing.T, url, version, token string) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	if err := mcp.AddSendingCustomMethod[*getParams, *getResult](c, "skills/get"); err != nil {
+		t.Fatal(err)
+	}
+	if err := mcp.AddSendingCustomMethod[*dirParams, *dirResult](c, "resources/directory/read"); err != nil {
 		t.Fatal(err)
 	}
 	tr := &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}
@@ -312,8 +334,8 @@ func TestSkillsExtension(t *testing.T) {
 				t.Fatalf("the latest client negotiated %s", cs.InitializeResult().ProtocolVersion)
 			}
 			ext := cs.InitializeResult().Capabilities.Extensions
-			if settings, ok := ext["io.modelcontextprotocol/skills"]; !ok || !reflect.DeepEqual(settings, map[string]any{}) {
-				t.Fatalf("capabilities.extensions = %v; want io.modelcontextprotocol/skills: {}", ext)
+			if settings, ok := ext["io.modelcontextprotocol/skills"]; !ok || !reflect.DeepEqual(settings, map[string]any{"directoryRead": true}) {
+				t.Fatalf("capabilities.extensions = %v; want io.modelcontextprotocol/skills: {directoryRead: true}", ext)
 			}
 			if cs.InitializeResult().Capabilities.Resources == nil {
 				t.Fatal("the resources capability is not declared; the extension requires it")
@@ -375,6 +397,8 @@ func TestSkillsExtension(t *testing.T) {
 				t.Error("resources/list lost the gateway's own resources")
 			}
 
+			checkDirectories(t, cs)
+
 			refused := []struct{ what, uri string }{
 				{"unknown skill", "skill://no-such-skill/SKILL.md"},
 				{"a file the skill lacks", "skill://deploy-app/missing.md"},
@@ -405,6 +429,49 @@ func TestSkillsExtension(t *testing.T) {
 				t.Errorf("skills/list with a forged cursor: %v, want -32602", err)
 			}
 		})
+	}
+}
+
+// checkDirectories reads deploy-app's folders with
+// resources/directory/read: direct children only, folders as
+// inode/directory resources, files with their metadata; a file, a
+// missing folder or skill is not a directory.
+func checkDirectories(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	type child struct {
+		URI, Name, MIME string
+		Size            int64
+	}
+	want := map[string][]child{
+		"skill://deploy-app": {
+			{"skill://deploy-app/SKILL.md", "SKILL.md", "text/markdown", int64(len(deploySkillMD))},
+			{"skill://deploy-app/assets", "assets", "inode/directory", 0},
+			{"skill://deploy-app/empty.txt", "empty.txt", "text/plain", 0},
+			{"skill://deploy-app/notes", "notes", "inode/directory", 0},
+			{"skill://deploy-app/scripts", "scripts", "inode/directory", 0},
+			{"skill://deploy-app/templates", "templates", "inode/directory", 0},
+		},
+		"skill://deploy-app/templates": {{"skill://deploy-app/templates/my%20file.md", "my file.md", "text/markdown", int64(len(deployFiles["templates/my file.md"]))}},
+		"skill://deploy-app/notes":     {{"skill://deploy-app/notes/r%C3%A9sum%C3%A9.txt", "résumé.txt", "text/plain", int64(len(deployFiles["notes/résumé.txt"]))}},
+	}
+	for uri, children := range want {
+		res, err := readDir(cs, uri)
+		if err != nil {
+			t.Fatalf("resources/directory/read %s: %v", uri, err)
+		}
+		var got []child
+		for _, r := range res.Resources {
+			got = append(got, child{r.URI, r.Name, r.MIMEType, r.Size})
+		}
+		if res.ResultType != "complete" || res.NextCursor != "" || !reflect.DeepEqual(got, children) {
+			t.Errorf("resources/directory/read %s: %q %+v\nwant %+v", uri, res.ResultType, got, children)
+		}
+	}
+	for _, uri := range []string{"skill://deploy-app/SKILL.md", "skill://deploy-app/missing", "skill://no-such-skill",
+		"skill://deploy-app/", "skill://deploy-app/templates/", "skill://Deploy-app", "resource://hosts"} {
+		if _, err := readDir(cs, uri); rpcCode(err) != jsonrpc.CodeInvalidParams {
+			t.Errorf("resources/directory/read %s: %v, want -32602", uri, err)
+		}
 	}
 }
 
@@ -461,6 +528,9 @@ func TestSkillsExtensionAccess(t *testing.T) {
 				_, err = getSkill(cs, "skill://deploy-app/SKILL.md")
 				if rpcCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), "no skill is served at skill://deploy-app/SKILL.md") {
 					t.Fatalf("%s: skills/get: %v; want the unknown-skill error", who, err)
+				}
+				if _, err := readDir(cs, "skill://deploy-app"); rpcCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), "no directory is served") {
+					t.Fatalf("%s: resources/directory/read: %v; want the unknown-directory error", who, err)
 				}
 				got := readErrText(t, cs, "skill://deploy-app/SKILL.md")
 				if strings.ReplaceAll(got, "deploy-app", "no-such-skill") != unknownRead {
