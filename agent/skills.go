@@ -21,8 +21,7 @@ import (
 
 // Limits of the Agent Skills format, and of what the agent reads.
 const (
-	skillFile    = "SKILL.md"
-	maxSkillName = 64
+	skillFile = "SKILL.md"
 	// maxSkillFileSize bounds a SKILL.md: larger ones are listed with a
 	// problem rather than read.
 	maxSkillFileSize = 1 << 20
@@ -37,27 +36,6 @@ type skillMeta = skillmd.Meta
 // same parser).
 func parseSkill(dir string, data []byte) (skillMeta, error) {
 	return skillmd.Parse(dir, data)
-}
-
-// validateSkillName checks a skill name: 1 to 64 lowercase letters,
-// digits and hyphens, with no hyphen first, last or next to another.
-func validateSkillName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("name is missing or empty")
-	case len(name) > maxSkillName:
-		return fmt.Errorf("name is %d characters; the limit is %d", len(name), maxSkillName)
-	case strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-"):
-		return fmt.Errorf("name %q starts or ends with a hyphen", name)
-	case strings.Contains(name, "--"):
-		return fmt.Errorf("name %q has two hyphens in a row", name)
-	}
-	for _, r := range name {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
-			return fmt.Errorf("name %q has %q; use only lowercase letters, digits and hyphens", name, r)
-		}
-	}
-	return nil
 }
 
 // catalog is a host's skill catalog: the folders <root>/<name>/SKILL.md

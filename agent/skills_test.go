@@ -78,7 +78,7 @@ func FuzzParseSkill(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if validateSkillName(m.Name) != nil || m.Name != dir || strings.TrimSpace(m.Description) == "" {
+		if protocol.ValidateSkillName(m.Name) != nil || m.Name != dir || strings.TrimSpace(m.Description) == "" {
 			t.Fatalf("parseSkill(%q) accepted %+v", text, m)
 		}
 	})

@@ -158,6 +158,11 @@ type Config struct {
 	// parsed falls back to the bundled template, with a warning logged.
 	SystemPromptFile string
 
+	// SkillSource, when set, is what the gateway serves through the MCP
+	// Skills extension (skillsmcp.go) instead of its own skill store: a
+	// deployment or a test that brings its skills from elsewhere.
+	SkillSource skillSource
+
 	// Logger receives the gateway's log. Default slog.Default().
 	Logger *slog.Logger
 

@@ -73,6 +73,10 @@ type Gateway struct {
 	loops       sync.WaitGroup
 	now         func() time.Time
 
+	// skills serves the fleet's skills through the MCP Skills extension
+	// (nil: not declared); set before Handler.
+	skills *skillServer
+
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
@@ -117,6 +121,9 @@ func Start(cfg Config) (*Gateway, error) {
 		g.now = cfg.clock
 	}
 	g.access.Store(cfg.Access)
+	if cfg.SkillSource != nil {
+		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
+	}
 	if !cfg.AuthDisabled {
 		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
@@ -159,6 +166,11 @@ func Start(cfg Config) (*Gateway, error) {
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
 		return nil, err
+	}
+	if g.skills == nil && g.skillStore != nil {
+		// The fleet's skills, as rolled out, are what the MCP Skills
+		// extension serves.
+		g.skills = newSkillServer(g.skillStore, g.log.With("component", "skills"))
 	}
 	if err := g.startEnrolment(); err != nil {
 		ln.Close()

@@ -21,10 +21,16 @@ const instructions = "fleetmcp controls a fleet of machines. Call hosts first to
 // newMCPServer builds the one MCP server shared by every session; the SDK
 // calls getServer on every request, so it must stay cheap.
 func (g *Gateway) newMCPServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: sdkLogger(g.log, "mcp")})
+	opts := &mcp.ServerOptions{Instructions: instructions, Logger: sdkLogger(g.log, "mcp")}
+	if g.skills != nil {
+		opts.Capabilities = skillsCapabilities()
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version}, opts)
 	g.addTools(s)
 	g.addResources(s)
+	if g.skills != nil {
+		g.addSkills(s)
+	}
 	s.AddReceivingMiddleware(g.guard)
 	return s
 }

@@ -10,6 +10,7 @@ import (
 // (skillSource): for each skill, the bundle of its most recent rollout
 // that was not rolled back, else its most recently pushed bundle, and
 // the files of those bundles.
+var _ skillSource = (*skillService)(nil)
 
 // ServedSkills serves the MCP Skills extension: every pushed skill's served
 // bundle, by name.
