@@ -4,10 +4,13 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent"
@@ -174,6 +178,10 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 		t.Errorf("%s (cannot install): %+v", broken.name, st)
 	}
 	checkNoSkill(t, denied)
+	// The MCP Skills extension serves the version rolled out last, its
+	// files' digests those of the files on the hosts.
+	skills := skillsClient(t, gw.mcpURL, "", token)
+	checkServedSkill(t, skills, hosts[0])
 	// The table says the same, aligned.
 	table := mustCtl("skills", "status", id)
 	for _, want := range []string{
@@ -224,6 +232,8 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 	for _, h := range hosts[6:] {
 		checkNoSkill(t, h)
 	}
+	// Rolled back, the extension serves version 1 again.
+	checkServedSkill(t, skills, hosts[0])
 	// A rolled-back rollout cannot be resumed: the gateway's refusal,
 	// as fleetctl prints it.
 	if out, err := ctl("skills", "resume", id); err == nil || !strings.Contains(out, "fleetctl: ") || !strings.Contains(out, "rolled_back") {
@@ -362,10 +372,71 @@ func checkSkillFiles(t *testing.T, h *skillHost, bundle string, files map[string
 	}
 }
 
+// checkServedSkill checks that the gateway's skills/list shows deploy
+// with the files h serves, each with the sha256 digest of its bytes on
+// h's disk.
+func checkServedSkill(t *testing.T, cs *mcp.ClientSession, h *skillHost) {
+	t.Helper()
+	onDisk := map[string]string{}
+	root := filepath.Join(h.skillsDir, "deploy") + "/"
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		sum := sha256.Sum256(data)
+		onDisk["skill://deploy/"+strings.TrimPrefix(p, root)] = "sha256:" + hex.EncodeToString(sum[:])
+		return err
+	})
+	if err != nil || len(onDisk) == 0 {
+		t.Fatalf("%s's skill files: %v (%d)", h.name, err, len(onDisk))
+	}
+	list, _ := listAllSkills(t, cs)
+	served := map[string]string{}
+	for _, s := range list {
+		if s.URI == "skill://deploy/SKILL.md" {
+			for _, f := range s.Resources {
+				served[f.URI] = f.Digest
+			}
+		}
+	}
+	if !maps.Equal(served, onDisk) {
+		t.Errorf("skills/list serves deploy as %v; %s holds %v", served, h.name, onDisk)
+	}
+}
+
 // checkNoSkill checks that h serves no deploy skill.
 func checkNoSkill(t *testing.T, h *skillHost) {
 	t.Helper()
 	if _, err := os.Lstat(filepath.Join(h.skillsDir, "deploy")); !os.IsNotExist(err) {
 		t.Errorf("%s has a deploy skill (%v)", h.name, err)
 	}
+}
+
+// TestSkillRolloutToEnvAgents: the agents an Env starts trust the
+// gateway's signing keys, so a rollout started with the Gateway's
+// methods installs on them.
+func TestSkillRolloutToEnvAgents(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{"alpha"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	skill := "---\nname: deploy\ndescription: Deploys the app.\n---\nRun it.\n"
+	pushed, err := env.Gateway.PushSkill(ctx, nil, "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: []byte(skill)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := env.Gateway.StartRollout(ctx, nil, protocol.RolloutRequest{Skill: "deploy", Selector: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info protocol.RolloutInfo
+	waitFor(t, 30*time.Second, "the rollout to alpha ends", func() bool {
+		info, err = env.Gateway.RolloutStatus(ctx, r.ID, true)
+		return err == nil && info.State != protocol.RolloutRunning
+	})
+	if info.State != protocol.RolloutDone {
+		t.Fatalf("the rollout to alpha: %s (%s), hosts %+v", info.State, info.Reason, info.HostStates)
+	}
+	h := &skillHost{name: "alpha", skillsDir: filepath.Join(env.AgentDir("alpha"), ".agents", "skills")}
+	checkSkillFiles(t, h, pushed.BundleID, map[string]string{"SKILL.md": skill})
 }
