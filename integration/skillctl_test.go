@@ -121,6 +121,12 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 	if bundle1 == "" || !strings.Contains(out, "a new version") {
 		t.Fatalf("skills push printed:\n%s", out)
 	}
+	// skill_push of the same folder (read through a host's agent) is the
+	// same version.
+	same := structured(t, call(t, gw.client(), "skill_push", map[string]any{"host": "sk-00", "path": dir}))
+	if same["bundle_id"] != bundle1 || same["created"] != false {
+		t.Fatalf("skill_push of the folder fleetctl pushed = %v; want %s, not created", same, bundle1)
+	}
 	for _, h := range hosts[:6] {
 		mustCtl("agent", "label", h.name, "role=skilltest", "wave=first")
 	}
@@ -240,7 +246,7 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 		t.Errorf("resuming a rolled-back rollout: %v\n%s", err, out)
 	}
 	out = mustCtl("skills", "rollouts")
-	if !regexp.MustCompile(`(?m)^` + id + ` +deploy +sha256:[0-9a-f]{12} +rolled_back `).MatchString(out) ||
+	if !regexp.MustCompile(`(?m)^`+id+` +deploy +sha256:[0-9a-f]{12} +rolled_back `).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^`+first[1]+` +deploy +sha256:[0-9a-f]{12} +done `).MatchString(out) {
 		t.Errorf("skills rollouts:\n%s", out)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -148,7 +149,7 @@ func fileKind(t fs.FileMode) string {
 }
 
 // readBundleFile reads a regular file of at most limit bytes, and says
-// its bundle mode: 0755 when the owner may run it, else 0644. The file
+// its bundle mode: 0755 for a script (it starts with "#!"), else 0644. The file
 // opened must be the one listed (not swapped for a link or a pipe since).
 func readBundleFile(path string, limit int64) ([]byte, uint32, error) {
 	before, err := os.Lstat(path)
@@ -180,8 +181,10 @@ func readBundleFile(path string, limit int64) ([]byte, uint32, error) {
 	if int64(len(data)) > limit {
 		return nil, 0, fmt.Errorf("too large: the bundle would be over %d MiB", protocol.MaxBundleBytes>>20)
 	}
+	// The rule skill_push applies, so that a folder is the same version
+	// whichever way it is pushed.
 	mode := uint32(0o644)
-	if after.Mode().Perm()&0o100 != 0 {
+	if bytes.HasPrefix(data, []byte("#!")) {
 		mode = 0o755
 	}
 	return data, mode, nil

@@ -156,7 +156,9 @@ const skillMD = "---\nname: deploy\ndescription: Deploys the app.\n---\nRun scri
 
 func TestSkillsPush(t *testing.T) {
 	g := startFakeGateway(t)
-	dir := writeTree(t, "deploy", map[string]string{"SKILL.md": skillMD, "scripts/run.sh*": "#!/bin/sh\necho hi\n", "reference.md": "details", "empty/x/y.txt": ""})
+	// Scripts (#!) are executable whatever their mode here, as skill_push
+	// makes them: the same folder is the same version either way.
+	dir := writeTree(t, "deploy", map[string]string{"SKILL.md": skillMD, "scripts/run.sh": "#!/bin/sh\necho hi\n", "reference.md*": "details", "empty/x/y.txt": ""})
 	r := mustRun(t, adminEnv(g), "skills", "push", dir)
 	got := g.last()
 	checkRequest(t, got, "POST", protocol.AdminSkillsPath)
