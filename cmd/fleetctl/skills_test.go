@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -451,4 +453,25 @@ func TestSkillsJSON(t *testing.T) {
 			t.Errorf("fleetctl %v printed\n%s\nwant the answer as it came:\n%s", args, r.stdout, want)
 		}
 	}
+}
+
+// FuzzCheckBatch: --batch is accepted only as a positive count or a
+// percentage from 1 to 100, the gateway's rule.
+func FuzzCheckBatch(f *testing.F) {
+	for _, s := range []string{"1", "25%", "100%", "101%", "0", "0%", "-1", "x", "", "%", "5%%", " 5", "+3", "9999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		err := checkBatch(s)
+		num, pct := strings.CutSuffix(s, "%")
+		n, perr := strconv.Atoi(num)
+		valid := perr == nil && n >= 1 && (!pct || n <= 100)
+		if (err == nil) != valid {
+			t.Fatalf("checkBatch(%q) = %v; the gateway would %s it", s, err, map[bool]string{true: "take", false: "refuse"}[valid])
+		}
+		var ue *usageError
+		if err != nil && !errors.As(err, &ue) {
+			t.Fatalf("checkBatch(%q) = %v, not a usage error", s, err)
+		}
+	})
 }
