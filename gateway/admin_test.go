@@ -369,7 +369,7 @@ func FuzzDecodeEnrolRequest(f *testing.F) {
 		_ = checkFacts(&req.Facts)
 		if _, _, err := protocol.ParseJoinToken(req.Token); err == nil {
 			rec := &tokenRecord{ID: "aaaaaaaaaa", Uses: 1, NamePattern: "web-*"}
-			_, _, _ = rec.allowName(req.Host)
+			_, _, _ = rec.allowName(req.Host, req.Facts.Hostname)
 		}
 	})
 }

@@ -158,7 +158,7 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 	var replace bool
 	tok, aerr := g.tokens.consume(ctx, id, secret, g.now, func(t *tokenRecord) *protocol.APIError {
 		var aerr *protocol.APIError
-		host, replace, aerr = t.allowName(req.Host)
+		host, replace, aerr = t.allowName(req.Host, req.Facts.Hostname)
 		return aerr
 	})
 	if aerr != nil {

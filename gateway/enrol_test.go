@@ -401,3 +401,32 @@ func agentConn(t *testing.T, gw *Gateway, host string, kp nkeys.KeyPair, resp pr
 	seed, _ := kp.Seed()
 	return connectAgent(t, gw, host, resp.JWT, seed, []byte(resp.NATSCA))
 }
+
+// TestEnrolTakesTheMachineName: a host that joins without --name, with a
+// token that does not name it, gets its machine's name (the first label,
+// in lowercase) when that is a valid host name; a pattern still applies,
+// and a machine name that is not a host name asks for --name.
+func TestEnrolTakesTheMachineName(t *testing.T) {
+	gw := startAPIGateway(t, &testClock{t: time.Now()}, nil)
+	c := newAPIClient(t, gw)
+	many := c.createToken(protocol.TokenCreateRequest{Uses: 5})
+	pattern := c.createToken(protocol.TokenCreateRequest{NamePattern: "db-*", Uses: 5})
+	req := func(token, hostname string) *protocol.EnrolRequest {
+		r := &protocol.EnrolRequest{Token: token, CAPin: c.pin, Facts: protocol.AgentFacts{OS: "linux", Arch: "amd64", Hostname: hostname}}
+		signProof(t, newUser(t), &r.Proof, time.Now(), r.SigningBytes)
+		return r
+	}
+	resp, code := c.enrol(req(many.Token, "Web-7.example.com"))
+	if code != "" || resp.Host != "web-7" {
+		t.Fatalf("enrol of machine Web-7.example.com without a name: %v, %q; want host web-7", resp, code)
+	}
+	for _, tc := range []struct{ token, hostname string }{
+		{pattern.Token, "web-8"},
+		{many.Token, "-dash.example.com"},
+		{many.Token, ""},
+	} {
+		if _, code := c.enrol(req(tc.token, tc.hostname)); code != protocol.APINameNotAllowed {
+			t.Errorf("enrol of machine %q without a name: %q, want %s", tc.hostname, code, protocol.APINameNotAllowed)
+		}
+	}
+}

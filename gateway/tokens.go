@@ -133,9 +133,13 @@ func (t *tokenRecord) refusal(now time.Time) *protocol.APIError {
 }
 
 // allowName decides the host name an enrolment with the token gets for
-// the asked name (may be empty when the token names the host), and
+// the asked name (may be empty when the token names the host, or to take
+// the machine's own name, hostname, when it is a valid host name), and
 // whether it may replace the key that holds it.
-func (t *tokenRecord) allowName(asked string) (host string, replace bool, _ *protocol.APIError) {
+func (t *tokenRecord) allowName(asked, hostname string) (host string, replace bool, _ *protocol.APIError) {
+	if asked == "" && t.Name == "" {
+		asked = machineHostName(hostname)
+	}
 	switch {
 	case t.Name != "" && asked != "" && asked != t.Name:
 		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s enrols only the host %s, not %s: join without --name, or ask for a token for %s",
@@ -143,7 +147,7 @@ func (t *tokenRecord) allowName(asked string) (host string, replace bool, _ *pro
 	case t.Name != "":
 		host = t.Name
 	case asked == "":
-		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s needs the host's name: join with --name NAME", t.ID)
+		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s needs the host's name, and this machine's name %q is not one (letters, digits, - and _): join with --name NAME", t.ID, clipText(hostname, 80))
 	case t.NamePattern != "":
 		if ok, _ := doublestar.Match(t.NamePattern, asked); !ok {
 			return "", false, apiErr(protocol.APINameNotAllowed, "join token %s enrols host names matching %s, and %s does not: choose a matching --name, or ask for another token",
@@ -154,6 +158,18 @@ func (t *tokenRecord) allowName(asked string) (host string, replace bool, _ *pro
 		host = asked
 	}
 	return host, t.Replace != "" && t.Replace == host, nil
+}
+
+// machineHostName is the host name a machine called hostname gets by
+// default: its first DNS label in lowercase, when that is a valid host
+// name ("" otherwise).
+func machineHostName(hostname string) string {
+	label, _, _ := strings.Cut(hostname, ".")
+	label = strings.ToLower(label)
+	if protocol.ValidateHost(label) != nil {
+		return ""
+	}
+	return label
 }
 
 // newTokenRecord validates a creation request and returns the record of

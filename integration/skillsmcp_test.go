@@ -612,21 +612,21 @@ func TestSkillsExtensionDamagedStore(t *testing.T) {
 	}
 }
 
-// TestSkillsExtensionOff: a gateway without a skill source declares no
-// extension and knows no skills/ methods; the skill tool and
-// resource://skills are there as before.
-func TestSkillsExtensionOff(t *testing.T) {
+// TestSkillsExtensionRolledOut: a gateway serves the extension from its
+// own skill store: before anything is pushed the list is empty, and the
+// skill tool and resource://skills are there as before.
+func TestSkillsExtensionRolledOut(t *testing.T) {
 	e := NewEnv(t)
 	for _, version := range []string{"2025-11-25", ""} {
 		cs := skillsClient(t, e.Gateway.MCPURL(), version, "")
-		if ext := cs.InitializeResult().Capabilities.Extensions; len(ext) != 0 {
-			t.Fatalf("(%q) extensions declared without a skill source: %v", version, ext)
+		if _, ok := cs.InitializeResult().Capabilities.Extensions["io.modelcontextprotocol/skills"]; !ok {
+			t.Fatalf("(%q) the gateway does not declare the skills extension", version)
 		}
 		var cat map[string]any
 		readJSON(t, cs, "resource://skills", &cat)
-		// The SDK refuses an unknown method (a 400 in the 2025 era).
-		if res, err := listSkills(t, cs, ""); err == nil {
-			t.Fatalf("(%q) skills/list without a skill source: %+v, want an error", version, res)
+		res, err := listSkills(t, cs, "")
+		if err != nil || len(res.Skills) != 0 {
+			t.Fatalf("(%q) skills/list with nothing pushed: %+v, %v; want an empty list", version, res, err)
 		}
 	}
 }
