@@ -61,12 +61,15 @@ func readSkillDir(dir, name string) (*protocol.SkillPushRequest, *protocol.Manif
 	if !fi.IsDir() {
 		return nil, nil, fmt.Errorf("skill folder %s is not a folder: give the folder that holds SKILL.md", dir)
 	}
+	// The folder named may be a link to it (links inside it are refused).
+	if dir, err = filepath.EvalSymlinks(dir); err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("skill folder: %w", err)
+	}
 	if name == "" {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("skill folder: %w", err)
-		}
-		name = filepath.Base(abs)
+		name = filepath.Base(dir)
 	}
 	if err := protocol.ValidateSkillName(name); err != nil {
 		return nil, nil, usagef("skill name %q (the folder's name, or --name): %v", name, err)

@@ -181,9 +181,14 @@ func TestSkillsPush(t *testing.T) {
 	}
 	contains(t, "skills push", r.stdout, "Skill deploy: "+resp.BundleID, "(4 files,", "a new version", "fleetctl skills rollout deploy --selector")
 
-	// The same folder again is the same version; --name names it.
+	// The same folder again, through a link to it, is the same version;
+	// --name names it.
+	link := filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
 	g.requests = nil
-	r = mustRun(t, adminEnv(g), "skills", "push", dir)
+	r = mustRun(t, adminEnv(g), "skills", "push", link)
 	contains(t, "the same push", r.stdout, resp.BundleID, "already pushed")
 	g.requests = nil
 	other := writeTree(t, "folder", map[string]string{"SKILL.md": skillMD})
