@@ -384,13 +384,17 @@ func (s *skillService) info(r *rollout, withHosts bool) protocol.RolloutInfo {
 	for i, h := range r.Hosts {
 		state, reason := s.hostState(r, i)
 		in.Counts[state]++
+		var active string
+		if st, ok := s.status.get(h, r.Skill); ok {
+			active = st.Active
+		}
 		if state == protocol.SkillFailed || state == protocol.SkillRefused {
 			if len(in.Problems) < protocol.MaxRolloutHostList {
-				in.Problems = append(in.Problems, protocol.RolloutHost{Host: h, State: state, Reason: reason})
+				in.Problems = append(in.Problems, protocol.RolloutHost{Host: h, State: state, Active: active, Reason: reason})
 			}
 		}
 		if list {
-			in.HostStates = append(in.HostStates, protocol.RolloutHost{Host: h, State: state, Reason: reason})
+			in.HostStates = append(in.HostStates, protocol.RolloutHost{Host: h, State: state, Active: active, Reason: reason})
 		}
 	}
 	return in

@@ -275,6 +275,7 @@ func (e *Env) AgentConfig(name string) agent.Config {
 		Servers:      []string{e.NATSURL()},
 		Name:         name,
 		Credentials:  agent.Credentials{JWT: func() (string, error) { return creds.JWT, nil }, Seed: seed, CA: creds.CAPEM},
+		GatewayKeys:  creds.SigningKeys,
 		Cwd:          dir,
 		StateDir:     filepath.Join(dir, ".state"),
 		Heartbeat:    500 * time.Millisecond,
@@ -485,7 +486,7 @@ func (e *Env) WriteIdentity(host, stateDir string) {
 	}
 	if err == nil {
 		err = store.SaveEnrolment(&identity.Enrolment{Host: host, NATSURLs: []string{e.NATSURL()}, NATSCA: string(creds.CAPEM),
-			CAPin: creds.CAPin, Labels: creds.Labels, EnrolledAt: time.Now().UTC(), Expires: creds.Expires})
+			CAPin: creds.CAPin, Labels: creds.Labels, SigningKeys: creds.SigningKeys, EnrolledAt: time.Now().UTC(), Expires: creds.Expires})
 	}
 	if err != nil {
 		e.t.Fatalf("write the identity of %s: %v", host, err)

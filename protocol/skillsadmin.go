@@ -117,8 +117,11 @@ const (
 // SkillState state, or "offline" for a host assigned while away (its
 // desired state waits for it), or "waiting" for a host of a later batch.
 type RolloutHost struct {
-	Host   string `json:"host"`
-	State  string `json:"state"`
+	Host  string `json:"host"`
+	State string `json:"state"`
+	// Active is the bundle of the skill the host serves now, by its last
+	// report (empty: none, or no report yet).
+	Active string `json:"active,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 

@@ -190,7 +190,8 @@ func (e *pinMismatchError) Error() string {
 		strings.Join(got, ", "), e.want)
 }
 
-// call sends a request with body as JSON (nil: none) and returns the
+// call sends a request with body as JSON (nil: none) to path (which may
+// end in a ?query) and returns the
 // answer's body; a 2xx answer is decoded into out (when not nil and not
 // empty).
 func (c *client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
@@ -202,7 +203,9 @@ func (c *client) call(ctx context.Context, method, path string, body, out any) (
 		}
 		rd = bytes.NewReader(b)
 	}
-	u := c.base.JoinPath(path)
+	p, query, _ := strings.Cut(path, "?")
+	u := c.base.JoinPath(p)
+	u.RawQuery = query
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return nil, err

@@ -91,8 +91,8 @@ const (
 
 // request is what fleetctl sent the fake gateway.
 type request struct {
-	Method, Path, Auth, ContentType string
-	Body                            []byte
+	Method, Path, Query, Auth, ContentType string
+	Body                                   []byte
 }
 
 // fakeGateway implements the admin API contract (protocol/admin.go) over
@@ -106,6 +106,7 @@ type fakeGateway struct {
 	requests []request
 	tokens   map[string]*protocol.TokenInfo
 	agents   map[string]*protocol.AgentInfo
+	skills   fakeSkills
 	lastBody []byte // the body of the last answer
 }
 
@@ -127,6 +128,7 @@ func startFakeGatewayWith(t *testing.T, ca *testCA, cert tls.Certificate) *fakeG
 	mux.HandleFunc("DELETE "+protocol.AdminTokensPath+"/{id}", g.revokeToken)
 	mux.HandleFunc("GET "+protocol.AdminAgentsPath, g.listAgents)
 	mux.HandleFunc("POST "+protocol.AdminAgentsPath+"/{name}/{action}", g.agentAction)
+	g.skillRoutes(mux)
 	g.srv = httptest.NewUnstartedServer(g.record(mux))
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	g.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are what some tests are about
@@ -155,9 +157,9 @@ func (g *fakeGateway) seed() {
 // sees it.
 func (g *fakeGateway) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, protocol.MaxAPIRequestBytes))
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 32<<20)) // a skill push is larger than other requests
 		g.mu.Lock()
-		g.requests = append(g.requests, request{Method: r.Method, Path: r.URL.Path, Auth: r.Header.Get("Authorization"),
+		g.requests = append(g.requests, request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"),
 			ContentType: r.Header.Get("Content-Type"), Body: body})
 		g.mu.Unlock()
 		r.Body = io.NopCloser(strings.NewReader(string(body)))

@@ -1,6 +1,6 @@
 // Command fleetctl is the operator's tool for a fleetmcp fleet: it makes
-// and revokes join tokens, and lists, revokes, labels and lets recover
-// enrolled hosts, over the gateway's admin API (HTTPS, an admin bearer
+// and revokes join tokens; lists, revokes, labels and lets recover
+// enrolled hosts; and pushes skills and rolls them out, over the gateway's admin API (HTTPS, an admin bearer
 // token). It speaks only the wire contract in protocol, so it stays a
 // small binary that knows nothing of the gateway's insides.
 package main
@@ -89,7 +89,12 @@ type command struct {
 
 func (cmd *command) path() string { return cmd.group + " " + cmd.name }
 
-var commands = []*command{tokenCreateCmd, tokenListCmd, tokenRevokeCmd, agentListCmd, agentRevokeCmd, agentLabelCmd, agentRecoveryCmd}
+var commands = []*command{tokenCreateCmd, tokenListCmd, tokenRevokeCmd, agentListCmd, agentRevokeCmd, agentLabelCmd, agentRecoveryCmd,
+	skillPushCmd, skillListCmd, skillVersionsCmd, skillRolloutCmd, skillStatusCmd, skillPauseCmd, skillResumeCmd, skillRollbackCmd,
+	skillRemoveCmd, skillRolloutsCmd}
+
+// isGroup says whether word is a command group.
+func isGroup(word string) bool { return word == "token" || word == "agent" || word == "skills" }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	c := &cli{stdout: stdout, stderr: stderr, now: time.Now}
@@ -115,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if group == "help" {
 		return c.help(root, words[1:])
 	}
-	if group != "token" && group != "agent" {
+	if !isGroup(group) {
 		return usagef("unknown command %q: see fleetctl help", group)
 	}
 	if len(words) < 2 || words[1] == "-h" || words[1] == "--help" || words[1] == "help" {
@@ -268,7 +273,7 @@ func (c *cli) help(root *flag.FlagSet, words []string) error {
 		c.usage(root)
 		return nil
 	case 1:
-		if words[0] == "token" || words[0] == "agent" {
+		if isGroup(words[0]) {
 			c.groupUsage(words[0])
 			return nil
 		}
