@@ -373,8 +373,11 @@ func (s *skillStore) removeVersion(name, v string) {
 	}
 	dir := s.versionsDir(name)
 	// The manifest goes last: a version without one is removed at start.
-	err := errors.Join(os.RemoveAll(filepath.Join(dir, v)), os.Remove(filepath.Join(dir, v+".json")))
-	if err != nil {
+	manifest := os.Remove(filepath.Join(dir, v+".json"))
+	if errors.Is(manifest, fs.ErrNotExist) {
+		manifest = nil // a version never finished, or removed already
+	}
+	if err := errors.Join(os.RemoveAll(filepath.Join(dir, v)), manifest); err != nil {
 		s.log.Warn("skills: cannot remove an old version", "skill", name, "version", v, "err", err)
 	}
 }

@@ -116,7 +116,7 @@ func TestResourceHosts(t *testing.T) {
 				tmpls = append(tmpls, r.URITemplate)
 			}
 			slices.Sort(tmpls)
-			if want := []string{"resource://hosts/{host}", "resource://hosts/{host}/cwd", "resource://hosts/{host}/skills"}; !slices.Equal(tmpls, want) {
+			if want := []string{"resource://hosts/{host}", "resource://hosts/{host}/cwd", "resource://hosts/{host}/skills", "skill://{skill}/{+path}"}; !slices.Equal(tmpls, want) {
 				t.Errorf("templates = %v, want %v", tmpls, want)
 			}
 
