@@ -373,11 +373,12 @@ func (s *skillStore) removeVersion(name, v string) {
 	}
 	dir := s.versionsDir(name)
 	// The manifest goes last: a version without one is removed at start.
+	files := os.RemoveAll(filepath.Join(dir, v))
 	manifest := os.Remove(filepath.Join(dir, v+".json"))
 	if errors.Is(manifest, fs.ErrNotExist) {
 		manifest = nil // a version never finished, or removed already
 	}
-	if err := errors.Join(os.RemoveAll(filepath.Join(dir, v)), manifest); err != nil {
+	if err := errors.Join(files, manifest); err != nil {
 		s.log.Warn("skills: cannot remove an old version", "skill", name, "version", v, "err", err)
 	}
 }
