@@ -55,6 +55,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleet-agent: warning: cannot hide the process from its own user's commands:", err)
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, errChecksFailed) {
+			os.Exit(1)
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
 		}
@@ -93,6 +96,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return runJoin(ctx, args[1:], getenv, stderr)
 		case "install":
 			return runInstall(ctx, args[1:], getenv, stderr)
+		case "doctor":
+			return runDoctor(ctx, args[1:], getenv, os.Stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
@@ -102,6 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
   fleet-agent [flags]           run with the identity in --state_dir
   fleet-agent join [flags]      enrol with a gateway (--gateway, --token_file, --ca_pin), then run
   fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
+  fleet-agent doctor [flags]    check the state directory, identity, policy, gateway and NATS (exit 1 on a failure)
 
 flags:
 `)
