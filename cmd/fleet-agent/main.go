@@ -151,8 +151,10 @@ func parse(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
-		// A token belongs in --token_file, not in a file of settings.
-		if err := configfile.Apply(fs, f.Value.String(), set, "token"); err != nil {
+		// A token belongs in --token_file, not in a file of settings; a
+		// repeatable flag takes one value per use, which a file cannot
+		// say without splitting paths at commas.
+		if err := configfile.Apply(fs, f.Value.String(), set, "token", "protect_path"); err != nil {
 			return nil, err
 		}
 	}

@@ -289,6 +289,7 @@ func TestRunConfigFile(t *testing.T) {
 		{"settings reach the agent", []string{"--config", conf("state_dir: " + state + "\npolicy: " + typo + "\n")}, []string{"typo.yaml", `unknown key "alow"`}},
 		{"bad value", []string{"--config", conf("heartbeat: often\n")}, []string{"agent.yaml", "heartbeat", "often"}},
 		{"command line wins", []string{"--config", conf("state_dir: " + state + "\nmax_tasks: 4\n"), "--max_tasks", "-1"}, []string{"--max_tasks", "not -1"}},
+		{"protect_path is the command line's", []string{"--config", conf("protect_path: [/a, /b]\n")}, []string{`"protect_path" is a command-line flag only`}},
 		{"token is the command line's", []string{"join", "--config", conf("token: secret\n")}, []string{`"token" is a command-line flag only`}},
 		{"join reads it", []string{"join", "--config", conf("ca_pin: nonsense\ngateway: https://gw.example:8443\ntoken_file: /nonexistent\nstate_dir: " + dir + "\n")}, []string{"nonexistent"}},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, []string{"--config", "none.yaml"}},
