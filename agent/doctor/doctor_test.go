@@ -373,6 +373,9 @@ func TestNATS(t *testing.T) {
 		{"plain", "nats://" + plainAddr, "", OK, "plain NATS"},
 		{"plain where TLS is required", "tls://" + plainAddr, ca.PEM(), Fail, "speaks no TLS"},
 		{"silent", "tls://" + silent.Addr().String(), ca.PEM(), Fail, "TLS"},
+		{"silent, plain", "nats://" + silent.Addr().String(), "", Fail, "no NATS INFO"},
+		{"no scheme", plainAddr, "", OK, "plain NATS"},
+		{"wss", "wss://" + tlsAddr, ca.PEM(), Fail, "TLS"}, // the client port wants INFO first, not a handshake
 	} {
 		start := time.Now()
 		r := checkNATS(context.Background(), tc.url, tc.ca, 2*time.Second, time.Now())

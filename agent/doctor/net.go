@@ -132,16 +132,24 @@ type natsInfo struct {
 // roots). It authenticates nothing.
 func checkNATS(ctx context.Context, rawURL, caPEM string, timeout time.Duration, now time.Time) Result {
 	r := Result{Check: "nats " + rawURL}
-	u, err := url.Parse(rawURL)
+	full := strings.TrimSpace(rawURL)
+	if !strings.Contains(full, "://") {
+		full = "nats://" + full
+	}
+	u, err := url.Parse(full)
 	if err != nil || u.Hostname() == "" {
-		return fail(r, fmt.Sprintf("not a URL: %v", err), reenrol)
+		return fail(r, fmt.Sprintf("not a NATS URL: %v", err), reenrol)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"ws": "80", "wss": "443"}[scheme]
+		if port == "" {
+			port = "4222"
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	port := u.Port()
-	if port == "" {
-		port = "4222"
-	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
 	if err != nil {
@@ -151,19 +159,24 @@ func checkNATS(ctx context.Context, rawURL, caPEM string, timeout time.Duration,
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
+	switch scheme {
+	case "ws":
+		return ok(r, "reached (websocket, no TLS; the NATS handshake is not tried)")
+	case "wss":
+		return natsTLS(r, conn, u.Hostname(), caPEM, now)
+	}
 	info, err := readInfo(conn, timeout/2)
-	wantTLS := u.Scheme == "tls" || caPEM != ""
+	wantTLS := scheme == "tls" || caPEM != ""
 	switch {
-	case err != nil && !isTimeout(err):
-		return fail(r, "no NATS INFO: "+err.Error(), "check that the URL is a NATS server's client port")
+	case err != nil && (!isTimeout(err) || !wantTLS):
+		return fail(r, "no NATS INFO from the server: "+err.Error(), "check that the URL is a NATS server's client port (the gateway's --nats_listen)")
 	case err == nil && !info.TLSRequired && !info.TLSAvailable:
 		if wantTLS {
 			return fail(r, "the server speaks no TLS, but the agent requires it", "check the URL: it is not the gateway's NATS port")
 		}
 		return ok(r, "reached; plain NATS (no TLS)")
 	}
-	// A server that sent no INFO waits for the TLS handshake first.
-	_ = conn.SetDeadline(time.Time{})
+	// A server that sent no INFO may wait for the TLS handshake first.
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
