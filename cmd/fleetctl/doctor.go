@@ -88,19 +88,43 @@ func (c *cli) runDoctor(ctx context.Context, args []string) error {
 	if agents != nil {
 		rs = append(rs, fleetChecks(agents, c.now())...)
 	}
-	failed := false
-	for _, r := range rs {
-		line := fmt.Sprintf("%-4s  %-18s %s", r.status, r.check, r.detail)
-		if r.fix != "" && r.status != checkOK {
-			line += ": " + r.fix
-		}
-		fmt.Fprintln(c.stdout, line)
-		failed = failed || r.status == checkFail
-	}
-	if failed {
+	if c.printChecks(rs) {
 		return errDoctorFailed
 	}
 	return nil
+}
+
+// printChecks prints one line per result, or with --json one JSON
+// object per result in an array, and returns whether any failed.
+func (c *cli) printChecks(rs []checkResult) (anyFailed bool) {
+	type jsonResult struct {
+		Check  string `json:"check"`
+		Status string `json:"status"`
+		Detail string `json:"detail"`
+		Fix    string `json:"fix,omitempty"`
+	}
+	out := make([]jsonResult, 0, len(rs))
+	for _, r := range rs {
+		anyFailed = anyFailed || r.status == checkFail
+		fix := r.fix
+		if r.status == checkOK {
+			fix = ""
+		}
+		out = append(out, jsonResult{Check: r.check, Status: strings.ToLower(r.status.String()), Detail: r.detail, Fix: fix})
+		if c.g.json {
+			continue
+		}
+		line := fmt.Sprintf("%-4s  %-18s %s", r.status, r.check, r.detail)
+		if fix != "" {
+			line += ": " + fix
+		}
+		fmt.Fprintln(c.stdout, line)
+	}
+	if c.g.json {
+		data, _ := json.MarshalIndent(out, "", "  ")
+		fmt.Fprintf(c.stdout, "%s\n", data)
+	}
+	return anyFailed
 }
 
 // adminChecks asks the admin API for the agent list, a cheap GET only an

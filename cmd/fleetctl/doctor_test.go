@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -143,6 +144,11 @@ func TestDoctorCommand(t *testing.T) {
 	r = fleetctl(t, env, "doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "FAIL  admin API") || !strings.Contains(r.stdout, "none of them") {
 		t.Errorf("another CA: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = fleetctl(t, env, "doctor", "--json")
+	var checks []struct{ Check, Status, Detail, Fix string }
+	if err := json.Unmarshal([]byte(r.stdout), &checks); err != nil || r.code != 1 || len(checks) != 1 || checks[0].Status != "fail" || checks[0].Check != "admin API" {
+		t.Errorf("--json: exit %d, %v, %+v\n%s", r.code, err, checks, r.stdout)
 	}
 	if r := fleetctl(t, adminEnv(g), "doctor", "extra"); r.code != 2 {
 		t.Errorf("an argument: exit %d", r.code)
