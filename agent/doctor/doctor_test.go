@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func TestLeafValidity(t *testing.T) {
 }
 
 func TestStateDir(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("modes and owners are ACLs on Windows")
+	}
 	dir := t.TempDir()
 	private := filepath.Join(dir, "private")
 	open := filepath.Join(dir, "open")
@@ -215,6 +219,9 @@ func TestFleetAPIPin(t *testing.T) {
 func TestIdentityBroken(t *testing.T) {
 	now := time.Now()
 	t.Run("key readable by others", func(t *testing.T) {
+		if runtime.GOOS == "windows" {
+			t.Skip("modes are ACLs on Windows")
+		}
 		state, _ := enrol(t)
 		key := filepath.Join(state, identity.Dir, identity.KeyFile)
 		if err := os.Chmod(key, 0o644); err != nil {
