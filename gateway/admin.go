@@ -294,6 +294,7 @@ func (g *Gateway) agentInfo(r *AgentRecord) protocol.AgentInfo {
 		RecoveriesLeft: r.RecoveriesLeft}
 	if h, ok := g.reg.get(r.Host); ok {
 		info.Online = h.Online && !r.Revoked()
+		info.AgentVersion = h.AgentVersion
 	}
 	return info
 }

@@ -90,6 +90,10 @@ type AgentInfo struct {
 	RecoveriesLeft      int               `json:"recoveries_left"`
 	// Online says whether the host is connected now.
 	Online bool `json:"online"`
+	// AgentVersion is the fleet-agent version the host last announced
+	// (empty: not known, e.g. never connected since the gateway started
+	// or forgotten after --hosts_retention).
+	AgentVersion string `json:"agent_version,omitempty"`
 }
 
 // AgentList answers GET AdminAgentsPath.

@@ -71,3 +71,11 @@ func verifyPinned(chain []*x509.Certificate, pin, serverName string, now time.Ti
 	}
 	return nil
 }
+
+// VerifyPinned checks chain (leaf first, as the server sent it) the way
+// every connection to the fleet API is checked: the leaf must verify for
+// serverName at now against the chain's certificate of the CA pin, and
+// that alone.
+func VerifyPinned(chain []*x509.Certificate, pin, serverName string, now time.Time) error {
+	return verifyPinned(chain, pin, serverName, now)
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/fleetmcp/fleetmcp/agent/install"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 )
 
 // installOwnFlags are install's flags that are not the agent's: they are
@@ -33,7 +34,8 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	prefix := fs.String("prefix", "/", "root of the file system to install into (another directory: files only, no user, no service started)")
 	noStart := fs.Bool("no_start", false, "write the files, but do not enable or start the service")
 	user := fs.String("user", install.DefaultUser, "the user the agent runs as, made when missing (Linux); its commands have its rights")
-	if err := parse(fs, args); err != nil {
+	cmdline, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
 	set := map[string]bool{}
@@ -43,6 +45,18 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	if _, err := newLogger(stderr, *rf.logLevel); err != nil {
 		return err
+	}
+	if *rf.config != "" {
+		// The service reads the same file: a change to it applies at
+		// the next restart. It runs with the agent's flags only.
+		if *rf.config, err = filepath.Abs(*rf.config); err != nil {
+			return err
+		}
+		svc := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
+		addRunFlags(svc, getenv)
+		if err := configfile.Apply(svc, *rf.config, map[string]bool{}); err != nil {
+			return fmt.Errorf("%w (the installed service reads this file with the agent's own flags: give install's and join's flags on the command line)", err)
+		}
 	}
 	opts, err := jf.options(getenv, *rf.name, "")
 	if err != nil {
@@ -69,8 +83,9 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 			o.WorkDirs = append(o.WorkDirs, *d)
 		}
 	}
+	// Settings from --config stay in the file the service reads.
 	fs.Visit(func(f *flag.Flag) {
-		if !installOwnFlags[f.Name] {
+		if cmdline[f.Name] && !installOwnFlags[f.Name] {
 			o.Args = append(o.Args, fmt.Sprintf("--%s=%s", f.Name, f.Value.String()))
 		}
 	})

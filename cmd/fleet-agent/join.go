@@ -82,7 +82,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	fs.SetOutput(stderr)
 	jf := addJoinFlags(fs, getenv)
 	rf := addRunFlags(fs, getenv)
-	if err := parse(fs, args); err != nil {
+	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	log, err := rf.logger(stderr)

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
@@ -54,6 +55,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleet-agent: warning: cannot hide the process from its own user's commands:", err)
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, errChecksFailed) {
+			os.Exit(1)
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
 		}
@@ -92,6 +96,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return runJoin(ctx, args[1:], getenv, stderr)
 		case "install":
 			return runInstall(ctx, args[1:], getenv, stderr)
+		case "doctor":
+			return runDoctor(ctx, args[1:], getenv, os.Stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
@@ -101,6 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
   fleet-agent [flags]           run with the identity in --state_dir
   fleet-agent join [flags]      enrol with a gateway (--gateway, --token_file, --ca_pin), then run
   fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
+  fleet-agent doctor [flags]    check the state directory, identity, policy, gateway and NATS (exit 1 on a failure)
 
 flags:
 `)
@@ -108,7 +115,7 @@ flags:
 	}
 	rf := addRunFlags(fs, getenv)
 	showVersion := fs.Bool("version", false, "print the version, commit, build date and Go version, then exit")
-	if err := parse(fs, args); err != nil {
+	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	if *showVersion {
@@ -130,15 +137,28 @@ flags:
 	return start(ctx, rf, id, getenv, log)
 }
 
-// parse parses args into fs; there are no positional arguments.
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses args into fs, then the --config file (when fs has the
+// flag and it is given) into the flags the command line did not set;
+// there are no positional arguments. It returns the flags given on the
+// command line.
+func parse(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q: all options are flags (see -h)", fs.Arg(0))
 	}
-	return nil
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
+		// A token belongs in --token_file, not in a file of settings; a
+		// repeatable flag takes one value per use, which a file cannot
+		// say without splitting paths at commas.
+		if err := configfile.Apply(fs, f.Value.String(), set, "token", "protect_path"); err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
 }
 
 // runFlags are the flags of a running agent (plain start, join, and what
@@ -160,7 +180,7 @@ type runFlags struct {
 	keptMiB, outMiB                                        *int64
 	tailBytes                                              *int
 	drain, heartbeat                                       *time.Duration
-	logLevel                                               *string
+	logLevel, config                                       *string
 	protected                                              pathsFlag
 }
 
@@ -198,6 +218,7 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 		drain:      fs.Duration("drain_timeout", 30*time.Second, "on shutdown, how long in-flight calls may take before they are cancelled"),
 		heartbeat:  fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself"),
 		logLevel:   fs.String("log_level", "info", "debug, info, warn or error"),
+		config:     fs.String("config", "", "YAML FILE of settings, one key per flag of this command (its name without dashes); flags on the command line win"),
 	}
 	fs.Var(&rf.protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	return rf

@@ -262,3 +262,47 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// --config sets the agent's flags from YAML: an unknown key is an error
+// naming it, the file's settings reach the agent, and the command line
+// wins over the file.
+func TestRunConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	state := enrolled(t, "web-1")
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("bash: {alow: [ls]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(text string) string {
+		p := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown key", []string{"--config", conf("state_dir: " + state + "\nhearbeat: 1s\n")}, []string{"agent.yaml", `unknown key "hearbeat"`}},
+		{"settings reach the agent", []string{"--config", conf("state_dir: " + state + "\npolicy: " + typo + "\n")}, []string{"typo.yaml", `unknown key "alow"`}},
+		{"bad value", []string{"--config", conf("heartbeat: often\n")}, []string{"agent.yaml", "heartbeat", "often"}},
+		{"command line wins", []string{"--config", conf("state_dir: " + state + "\nmax_tasks: 4\n"), "--max_tasks", "-1"}, []string{"--max_tasks", "not -1"}},
+		{"protect_path is the command line's", []string{"--config", conf("protect_path: [/a, /b]\n")}, []string{`"protect_path" is a command-line flag only`}},
+		{"token is the command line's", []string{"join", "--config", conf("token: secret\n")}, []string{`"token" is a command-line flag only`}},
+		{"join reads it", []string{"join", "--config", conf("ca_pin: nonsense\ngateway: https://gw.example:8443\ntoken_file: /nonexistent\nstate_dir: " + dir + "\n")}, []string{"nonexistent"}},
+		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, []string{"--config", "none.yaml"}},
+		{"the service's file has run flags only", []string{"install", "--prefix", dir, "--config", conf("user: x\n")}, []string{`unknown key "user"`, "installed service"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runFails(t, tc.args, nil)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("run(%q) = %q, want it to mention %s", tc.args, err, w)
+				}
+			}
+		})
+	}
+}

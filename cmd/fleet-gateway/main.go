@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -148,7 +149,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if o.configFile != "" {
-		if err := applyConfig(fs, o.configFile, o.set); err != nil {
+		if err := configfile.Apply(fs, o.configFile, o.set, "new_api_token"); err != nil {
 			return nil, err
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })

@@ -120,6 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if group == "help" {
 		return c.help(root, words[1:])
 	}
+	if group == "doctor" {
+		return c.runDoctor(ctx, words[1:])
+	}
 	if !isGroup(group) {
 		return usagef("unknown command %q: see fleetctl help", group)
 	}
@@ -240,6 +243,7 @@ func (c *cli) usage(root *flag.FlagSet) {
 	for _, cmd := range commands {
 		fmt.Fprintf(c.stderr, "  %-22s %s\n", cmd.path(), cmd.summary)
 	}
+	fmt.Fprintln(c.stderr, "  doctor                 check the admin API, the admin token, the clocks and the fleet's hosts")
 	fmt.Fprintln(c.stderr, "  help [COMMAND]         this text, or a command's")
 	fmt.Fprintln(c.stderr, "\nGlobal flags:")
 	printFlags(c.stderr, root, func(name string) bool { return true })

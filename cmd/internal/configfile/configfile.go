@@ -1,4 +1,8 @@
-package main
+// Package configfile reads the --config file of the fleetmcp daemons
+// (fleet-gateway, fleet-agent): YAML whose keys are the flag names, so
+// that a service definition can hold one path instead of a long command
+// line, and a setting is spelt the same on either.
+package configfile
 
 import (
 	"bytes"
@@ -13,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The --config file holds flags as YAML, one key per flag, named as the
+// A --config file holds flags as YAML, one key per flag, named as the
 // flag is without its dashes:
 //
 //	listen: 0.0.0.0:8443
@@ -25,14 +29,14 @@ import (
 // line win over the file; the file wins over the environment. An unknown
 // key is an error naming it.
 
-// maxConfigFile bounds the --config file.
-const maxConfigFile = 1 << 20
+// MaxSize bounds a --config file.
+const MaxSize = 1 << 20
 
-// parseConfig parses a --config file into flag values by flag name; name
-// is used in messages.
-func parseConfig(name string, data []byte) (map[string]string, error) {
-	if len(data) > maxConfigFile {
-		return nil, fmt.Errorf("%s is larger than %d KiB", name, maxConfigFile>>10)
+// Parse parses a --config file into flag values by flag name; name is
+// used in messages, and every error starts with it.
+func Parse(name string, data []byte) (map[string]string, error) {
+	if len(data) > MaxSize {
+		return nil, fmt.Errorf("%s is larger than %d KiB", name, MaxSize>>10)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -103,14 +107,15 @@ func configValue(v *yaml.Node) (string, error) {
 	}
 }
 
-// applyConfig sets the flags of fs from the --config file at path,
-// except those given on the command line (set).
-func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
+// Apply sets the flags of fs from the --config file at path, except
+// those given on the command line (set). The flags named in cmdlineOnly
+// (and "config" itself) may not be set from the file.
+func Apply(fs *flag.FlagSet, path string, set map[string]bool, cmdlineOnly ...string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	values, err := parseConfig(path, data)
+	values, err := Parse(path, data)
 	if err != nil {
 		return fmt.Errorf("--config %w", err)
 	}
@@ -124,13 +129,13 @@ func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 		switch {
 		case f == nil:
 			return fmt.Errorf("--config %s: unknown key %q: keys are the flag names without dashes (see -h)", path, k)
-		case k == "config" || k == "new_api_token":
+		case k == "config" || slices.Contains(cmdlineOnly, k):
 			return fmt.Errorf("--config %s: %q is a command-line flag only", path, k)
 		case set[k]:
 			continue // the command line wins
 		}
 		if err := fs.Set(k, values[k]); err != nil {
-			return fmt.Errorf("--config %s: %s: %w", path, k, err)
+			return fmt.Errorf("--config %s: %s %q: %w", path, k, values[k], err)
 		}
 	}
 	return nil
