@@ -17,7 +17,9 @@ import (
 )
 
 // Version is the agent's release version, reported in every announce.
-const Version = "0.1.0"
+// The binaries set it from their build (a release's version, or the
+// module version of go install); a development build keeps this one.
+var Version = "0.1.0"
 
 // Config configures an Agent. The zero value of every optional field means
 // the documented default; Run validates the whole struct once.

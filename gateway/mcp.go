@@ -9,8 +9,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Version is the gateway's release version.
-const Version = "0.1.0"
+// Version is the gateway's release version, as MCP clients see it. The
+// binary sets it from its build; a development build keeps this one.
+var Version = "0.1.0"
 
 const instructions = "fleetmcp controls a fleet of machines. Call hosts first to see the machines; " +
 	"the per-host tools take a host name. Files: read, list, search, write, edit, patch, delete, move. Commands: bash; long ones with background: true, " +

@@ -29,6 +29,9 @@ import (
 )
 
 func main() {
+	if v, ok := version.Release(); ok {
+		agent.Version = v
+	}
 	// The agent's own executable is the git guard bash runs git through
 	// under a policy with command rules.
 	if code, ok := agent.RunGitGuard(os.Args); ok {

@@ -31,6 +31,9 @@ import (
 )
 
 func main() {
+	if v, ok := version.Release(); ok {
+		agent.Version, gateway.Version = v, v
+	}
 	// The in-process agent of --dev runs git through this executable.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)

@@ -33,6 +33,13 @@ type Info struct {
 	Platform  string // GOOS/GOARCH
 }
 
+// Release returns the build's version when it has one (a release, or a
+// module version from go install), and ok false for a development build.
+func Release() (v string, ok bool) {
+	v = Get().Version
+	return v, v != "" && v != "(devel)"
+}
+
 // Get returns the running binary's Info.
 func Get() Info {
 	bi, _ := debug.ReadBuildInfo()
