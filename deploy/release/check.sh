@@ -8,6 +8,10 @@
 #      or started, --version; an upgrade keeps the edited configuration
 #      and the gateway's data; purge removes the packages. The machine
 #      is left as it was found.
+#   3. in between, the installed services make a fleet as their units
+#      run them (check-join.sh): fleetctl's join command enrols the
+#      agent, which comes online; fleet-agent doctor and fleetctl doctor
+#      pass; both stop on SIGTERM.
 # usage: deploy/release/check.sh   (FLEET_CHECK_KEEP=1 keeps the output)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -118,6 +122,17 @@ for u in fleet-gateway fleet-agent; do
 	fi
 done
 echo "check: packages installed: users, directories, config 0600, units verified and not enabled"
+
+# The installed gateway, fleetctl and agent make a fleet, as their units
+# run them: join, online, both doctors pass, SIGTERM stops them. They write
+# their state directories: only when this check made them.
+fresh=" ${leftovers[*]} "
+if [[ "$fresh" == *" /var/lib/fleetmcp "* && "$fresh" == *" /var/lib/fleetmcp-agent "* ]]; then
+	[ -f "$fleetctl" ] || fail "no fleetctl package: the join check needs it"
+	timeout -k 5 120 deploy/release/check-join.sh || fail "check-join.sh (exit $?)"
+else
+	echo "check: /var/lib/fleetmcp or /var/lib/fleetmcp-agent was here before the check: the join check not tried"
+fi
 
 # An upgrade keeps the operator's configuration and the gateway's data.
 echo "JWT_ISSUER=https://login.example.com/check" >>/etc/fleetmcp/gateway.env
