@@ -62,6 +62,9 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	if err := checkPolicyFirst(rf, getenv); err != nil {
+		return err
+	}
 	o := install.Options{Join: opts, Prefix: *prefix, User: *user, NoStart: *noStart, Out: stderr,
 		DrainTimeout: *rf.drain, Env: map[string]string{}}
 	// The agent's settings: the policy and NATS URLs in the environment

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 )
 
@@ -93,6 +95,9 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	if err := checkPolicyFirst(rf, getenv); err != nil {
+		return err
+	}
 	id, enrolled, err := identity.Join(ctx, opts)
 	if err != nil {
 		return err
@@ -104,4 +109,17 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 		log.Info("enrolled already with this gateway: the token was not used", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL)
 	}
 	return start(ctx, rf, id, getenv, log)
+}
+
+// checkPolicyFirst reads the host policy the agent will run with before
+// the machine enrols: a policy the agent would refuse must not cost the
+// token's use and the host's name.
+func checkPolicyFirst(rf *runFlags, getenv func(string) string) error {
+	self, _ := os.Executable()
+	_, err := agent.CheckPolicy(agent.Config{PolicyFile: *rf.policy, Cwd: *rf.cwd, Shell: *rf.shell,
+		Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), GitGuard: self})
+	if err != nil {
+		return fmt.Errorf("host policy %s: %w (nothing was enrolled: fix the policy, then join again)", *rf.policy, err)
+	}
+	return nil
 }

@@ -80,6 +80,8 @@ func TestJoinRefusesBadFlags(t *testing.T) {
 	state := t.TempDir()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	_ = os.WriteFile(tokenFile, []byte(g.Token), 0o600)
+	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
+	_ = os.WriteFile(badPolicy, []byte("tools: {allow: [no_such_tool]}\n"), 0o600)
 	big := filepath.Join(t.TempDir(), "big")
 	_ = os.WriteFile(big, []byte(strings.Repeat("x", 5000)), 0o600)
 	base := func(extra ...string) []string {
@@ -103,6 +105,8 @@ func TestJoinRefusesBadFlags(t *testing.T) {
 		{"bad name", base("--token", g.Token, "--name", "a.b"), nil, "--name"},
 		{"stray argument", base("--token", g.Token, "extra"), nil, `unexpected argument "extra"`},
 		{"wrong CA", []string{"join", "--gateway", g.URL, "--ca_pin", identitytest.NewCA(t, "x").Pin(), "--token", g.Token, "--state_dir", state}, nil, "holds no CA certificate of the pin"},
+		{"broken policy", base("--token", g.Token, "--policy", badPolicy), nil, "nothing was enrolled"},
+		{"missing policy", base("--token", g.Token, "--policy", filepath.Join(state, "nope.yaml")), nil, "nothing was enrolled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runFails(t, tc.args, tc.vars)
