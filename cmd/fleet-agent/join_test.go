@@ -127,8 +127,12 @@ func TestInstallCommand(t *testing.T) {
 	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
 	prefix := t.TempDir()
 	work := t.TempDir()
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte("tools:\n  deny: [write]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"install", "--prefix", prefix, "--no_start", "--gateway", g.URL, "--token", g.Token, "--ca_pin", g.Pin,
-		"--name", "web-1", "--policy", "policy.yaml", "--cwd", work, "--max_concurrent", "4", "--protect_path", "/srv/secret", "--protect_path", "/srv/other"}
+		"--name", "web-1", "--policy", policyFile, "--cwd", work, "--max_concurrent", "4", "--protect_path", "/srv/secret", "--protect_path", "/srv/other"}
 	var log syncBuffer
 	if err := run(context.Background(), args, env(nil), &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
@@ -141,9 +145,8 @@ func TestInstallCommand(t *testing.T) {
 	if !strings.Contains(string(unit), wantExec) {
 		t.Errorf("the unit lacks\n%s\n%s", wantExec, unit)
 	}
-	cwd, _ := os.Getwd()
 	envFile, _ := os.ReadFile(filepath.Join(prefix, "etc/fleetmcp/agent.env"))
-	if !strings.Contains(string(envFile), `FLEET_POLICY="`+filepath.Join(cwd, "policy.yaml")+`"`) {
+	if !strings.Contains(string(envFile), `FLEET_POLICY="`+policyFile+`"`) {
 		t.Errorf("the env file:\n%s", envFile)
 	}
 	if _, err := identity.Load(filepath.Join(prefix, "var/lib/fleetmcp-agent")); err != nil {
