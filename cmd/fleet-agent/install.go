@@ -44,7 +44,7 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	if _, err := newLogger(stderr, *rf.logLevel); err != nil {
 		return err
 	}
-	opts, err := jf.options(getenv, *rf.name, "")
+	opts, err := jf.options(getenv, *rf.name, "", *rf.servers)
 	if err != nil {
 		return err
 	}
