@@ -189,17 +189,26 @@ func (a *adminAction) createToken() {
 }
 
 func (a *adminAction) listTokens() {
-	all, err := a.g.tokens.all(a.r.Context())
+	tokens, err := a.g.JoinTokens(a.r.Context())
 	if err != nil {
 		a.finish("admin_token_list", "", nil, nil, adminError(err))
 		return
 	}
-	now := a.g.now()
-	list := protocol.TokenList{Tokens: make([]protocol.TokenInfo, 0, len(all))}
-	for _, e := range all {
-		list.Tokens = append(list.Tokens, e.rec.info(now))
+	a.finish("admin_token_list", "", nil, protocol.TokenList{Tokens: tokens}, nil)
+}
+
+// JoinTokens describes every join token kept, oldest first.
+func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) {
+	all, err := g.tokens.all(ctx)
+	if err != nil {
+		return nil, err
 	}
-	a.finish("admin_token_list", "", nil, list, nil)
+	now := g.now()
+	out := make([]protocol.TokenInfo, 0, len(all))
+	for _, e := range all {
+		out = append(out, e.rec.info(now))
+	}
+	return out, nil
 }
 
 func (a *adminAction) revokeToken() {
@@ -207,6 +216,14 @@ func (a *adminAction) revokeToken() {
 	if err != nil {
 		a.finish("admin_token_revoke", a.route.target, nil, nil, adminError(err))
 		return
+	}
+	if t.EnrolKey != "" {
+		// Its enrol credential stops working now, not at the next
+		// reconcile.
+		if err := a.g.authority.Reconcile(a.r.Context()); err != nil {
+			a.g.log.Warn("join token revoked; revoking its enrol credential failed, retrying in the background", "token", t.ID, "err", err)
+			a.g.reconcileSoon()
+		}
 	}
 	a.finish("admin_token_revoke", t.ID, nil, t.info(a.g.now()), nil)
 }
@@ -306,6 +323,13 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadAdminRequest, err)
 	}
+	var natsToken string
+	var natsURLs []string
+	if req.NATS {
+		if natsToken, natsURLs, err = g.natsJoinToken(t, token); err != nil {
+			return nil, err
+		}
+	}
 	if err := g.tokens.create(ctx, t); err != nil {
 		return nil, err
 	}
@@ -313,6 +337,10 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
 	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
 	args := fmt.Sprintf("--gateway %s --token %s --ca_pin %s", resp.GatewayURL, token, resp.CAPin)
+	if req.NATS {
+		resp.Token, resp.NATSURLs, resp.CAPin = natsToken, natsURLs, g.NATSCAPin()
+		args = fmt.Sprintf("--nats %s --token %s --ca_pin %s", natsURLs[0], natsToken, resp.CAPin)
+	}
 	if t.NamePattern != "" {
 		// The host's own name may not match the pattern.
 		args += " --name NAME"

@@ -113,7 +113,19 @@ func (g *Gateway) checkPin(pin string) *protocol.APIError {
 			return nil
 		}
 	}
-	return apiErr(protocol.APIWrongCA, "ca_pin %s is not the pin of this gateway's CA (%s): the connection went to another server than the one the token is for; check the URL and the pin", pin, g.api.pin)
+	if p := g.NATSCAPin(); p == pin {
+		// The host verified the NATS server's certificate (enrolment
+		// over NATS).
+		return nil
+	}
+	return apiErr(protocol.APIWrongCA, "ca_pin %s is not the pin of this gateway's CA (%s): the connection went to another server than the one the token is for; check the URL and the pin", pin, cmpOrString(g.api.pin, g.NATSCAPin()))
+}
+
+func cmpOrString(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
 }
 
 // checkFacts bounds the facts a host reports.
@@ -130,6 +142,9 @@ func checkFacts(f *protocol.AgentFacts) *protocol.APIError {
 type enrolOutcome struct {
 	host, key, tokenID string
 	labels             map[string]string
+	// tokenStopped: the enrolment spent the token's last use, and it has
+	// an enrol credential to revoke once the answer is sent.
+	tokenStopped bool
 }
 
 // enrolHost handles an enrolment request.
@@ -177,6 +192,7 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 		}
 		return nil, enrolError(host, err)
 	}
+	out.tokenStopped = !tok.enrolKeyRevokedAt().IsZero()
 	return g.enrolResponse(&creds), nil
 }
 

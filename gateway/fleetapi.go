@@ -180,6 +180,9 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
+	if out.tokenStopped {
+		g.reconcileSoon() // the token's enrol credential
+	}
 }
 
 // auditEnrolment logs and audits an enrolment, recovery or renewal.

@@ -59,8 +59,10 @@ type Gateway struct {
 	tokens   *tokenStore
 	nonces   *nonceStore
 	renewals *renewer
-	api      *fleetAPI
-	apiCA    *fleetCA
+	// natsEnrolments serves enrolments over NATS.
+	natsEnrolments *renewer
+	api            *fleetAPI
+	apiCA          *fleetCA
 	// natsCA is the fleet CA when the embedded server serves TLS;
 	// natsCAPEM the CA agents get for the NATS servers (empty: no TLS,
 	// or the system's roots).
@@ -231,6 +233,10 @@ func (g *Gateway) startEnrolment() error {
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
 		return err
 	}
+	// The enrol credentials of spent and revoked join tokens are revoked
+	// like the keys of revoked hosts.
+	g.authority.setRecords(keySources{g.agents, g.tokens})
+	g.reconcileSoon()
 	if err := g.startRenewals(); err != nil {
 		return err
 	}
@@ -238,7 +244,14 @@ func (g *Gateway) startEnrolment() error {
 	prev := g.stopLoops
 	g.stopLoops = func() { stop(); prev() }
 	g.loops.Go(func() { g.sweepLoop(lctx) })
-	return g.startFleetAPI()
+	if err := g.startFleetAPI(); err != nil {
+		return err
+	}
+	if err := g.startNATSEnrolment(); err != nil {
+		_ = g.stopFleetAPI(context.Background())
+		return err
+	}
+	return nil
 }
 
 func (g *Gateway) startNATS() error {
@@ -354,7 +367,7 @@ func (g *Gateway) startEmbedded() error {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: publicKey(keys.account), agentSigner: keys.agentSigner,
-		ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
+		enrolSigner: keys.account, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
 	return nil
 }
 
@@ -398,7 +411,7 @@ func (g *Gateway) openAgents() error {
 	if g.agents, err = openAgentStore(g.nc, g.agentIndex, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
 		return err
 	}
-	g.authority.records = g.agents
+	g.authority.setRecords(g.agents)
 	ctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
 	err = g.authority.Reconcile(ctx)
 	cancel()
@@ -417,6 +430,7 @@ func (g *Gateway) stopNATS() {
 		g.loops.Wait()
 	}
 	g.renewals.close()
+	g.natsEnrolments.close()
 	if g.skillStore != nil {
 		g.skillStore.close()
 	}

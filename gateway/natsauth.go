@@ -112,6 +112,9 @@ type revokedKey struct {
 	pub       string
 	revokedAt time.Time
 	expires   time.Time
+	// exact: expires is when the last credential of the key expires (an
+	// enrol credential), not only the record's latest agent credential.
+	exact bool
 }
 
 // keyRegistry is what the authority needs of the agent records.
@@ -126,17 +129,29 @@ type authority struct {
 	log         *slog.Logger
 	accountPub  string
 	agentSigner nkeys.KeyPair
+	// enrolSigner is the fleet account's key, which issues the enrol
+	// credentials of NATS join tokens; nil on an external cluster (the
+	// gateway does not hold the account key there).
+	enrolSigner nkeys.KeyPair
 	// ttl is how long an agent credential is valid.
 	ttl time.Duration
 	src accountSource
 	now func() time.Time
 
-	// sys is the system user's connection, for pushes and lookups;
-	// records are the agent records. Both are set once at start.
-	sys     *nats.Conn
-	records keyRegistry
+	// sys is the system user's connection, for pushes and lookups, set
+	// once at start; records are the agent records and join tokens
+	// (setRecords).
+	sys *nats.Conn
 
-	mu sync.Mutex // one reconcile at a time
+	mu      sync.Mutex // one reconcile at a time; guards records
+	records keyRegistry
+}
+
+// setRecords sets where the revoked keys come from.
+func (a *authority) setRecords(r keyRegistry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.records = r
 }
 
 // AgentJWT issues the user JWT of host's agent for its public key
@@ -193,6 +208,9 @@ func (a *authority) Reconcile(ctx context.Context) error {
 func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.records == nil {
+		return nil, errors.New("revocations: the agent records are not open yet")
+	}
 	for range reconcileRounds {
 		revoked, err := a.records.revokedKeys(ctx)
 		if err != nil {
@@ -229,7 +247,7 @@ func (a *authority) revocations(cur jwt.RevocationList, revoked []revokedKey) jw
 	}
 	for _, k := range revoked {
 		until := k.revokedAt.Add(a.ttl)
-		if k.expires.After(until) {
+		if k.exact || k.expires.After(until) {
 			until = k.expires
 		}
 		if now.After(until.Add(pruneSlack)) {

@@ -27,7 +27,9 @@ const renewQueue = "fleet-gateway-renew"
 // renewWorkers bounds the renewals one gateway handles at once.
 const renewWorkers = 16
 
-// renewer serves renewals until stopped.
+// renewer serves the requests of one subject in a queue group (the
+// renewals, the enrolments over NATS), a bounded number at a time, until
+// stopped.
 type renewer struct {
 	sub  *nats.Subscription
 	sem  chan struct{}
@@ -43,9 +45,20 @@ type renewer struct {
 
 // startRenewals subscribes the gateway to the renewal subjects.
 func (g *Gateway) startRenewals() error {
+	r, err := g.serveQueue(protocol.RenewSubjectAll, renewQueue, g.renew)
+	if err != nil {
+		return fmt.Errorf("subscribe to renewals: %w", err)
+	}
+	g.renewals = r
+	return nil
+}
+
+// serveQueue serves the requests on subject in queue with serve,
+// renewWorkers at a time.
+func (g *Gateway) serveQueue(subject, queue string, serve func(context.Context, *nats.Msg)) (*renewer, error) {
 	r := &renewer{sem: make(chan struct{}, renewWorkers)}
 	r.ctx, r.stop = context.WithCancel(context.Background())
-	sub, err := g.nc.QueueSubscribe(protocol.RenewSubjectAll, renewQueue, func(m *nats.Msg) {
+	sub, err := g.nc.QueueSubscribe(subject, queue, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
@@ -62,16 +75,15 @@ func (g *Gateway) startRenewals() error {
 		}
 		r.wg.Go(func() {
 			defer func() { <-r.sem }()
-			g.renew(r.ctx, m)
+			serve(r.ctx, m)
 		})
 	})
 	if err != nil {
 		r.stop()
-		return fmt.Errorf("subscribe to renewals: %w", err)
+		return nil, err
 	}
 	r.sub = sub
-	g.renewals = r
-	return nil
+	return r, nil
 }
 
 // close stops taking renewals and waits for those in progress.
@@ -87,6 +99,23 @@ func (r *renewer) close() {
 	r.wg.Wait()
 }
 
+// decodeNATSRequest decodes a request sent over NATS into v, a what: one
+// JSON object of known fields, at most protocol.MaxAPIRequestBytes.
+func decodeNATSRequest(data []byte, what string, v any) *protocol.APIError {
+	if len(data) > protocol.MaxAPIRequestBytes {
+		return apiErr(protocol.APIBadRequest, "the request is larger than %d bytes", protocol.MaxAPIRequestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiErr(protocol.APIBadRequest, "the request is not %s: %v", what, err)
+	}
+	if dec.More() {
+		return apiErr(protocol.APIBadRequest, "the request is not %s: data after the JSON object", what)
+	}
+	return nil
+}
+
 // renewHost returns the host of a renewal subject.
 func renewHost(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, strings.TrimSuffix(protocol.RenewSubjectAll, "*.renew"))
@@ -97,11 +126,33 @@ func renewHost(subject string) (string, bool) {
 	return host, ok && protocol.ValidateHost(host) == nil
 }
 
+// replyUnder reports whether reply is a subject under inboxPrefix, the
+// inbox prefix of the client that may send the request. The gateway
+// answers with its own, unrestricted rights: an answer sent to any
+// other subject would let a client make the gateway publish where the
+// client itself may not (a presence, another host's call, a JetStream
+// API request), so such a request gets no answer.
+func replyUnder(reply, inboxPrefix string) bool {
+	rest, ok := strings.CutPrefix(reply, inboxPrefix+".")
+	return ok && rest != "" && !strings.ContainsAny(rest, "*> \t\r\n")
+}
+
+// badReply is the refusal (audited, not sent) of a request whose reply
+// subject is not under inboxPrefix.
+func badReply(reply, inboxPrefix string) *protocol.APIError {
+	return apiErr(protocol.APIBadRequest, "the reply subject %q is not under the sender's inbox prefix %s: no answer is sent", clipText(reply, 80), inboxPrefix)
+}
+
 // renew answers one renewal request.
 func (g *Gateway) renew(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
 	defer cancel()
 	out := enrolOutcome{}
+	if host, ok := renewHost(m.Subject); !ok || !replyUnder(m.Reply, protocol.AgentInboxPrefix(host)) {
+		out.host = host
+		g.auditEnrolment("renew", "nats", &out, badReply(m.Reply, protocol.AgentInboxPrefix(host)))
+		return
+	}
 	resp, aerr := g.renewCredential(ctx, m, &out)
 	var data []byte
 	if aerr != nil {
@@ -121,14 +172,9 @@ func (g *Gateway) renewCredential(ctx context.Context, m *nats.Msg, out *enrolOu
 		return nil, apiErr(protocol.APIBadRequest, "subject %s is not a renewal subject", m.Subject)
 	}
 	out.host = host
-	if len(m.Data) > protocol.MaxAPIRequestBytes {
-		return nil, apiErr(protocol.APIBadRequest, "the request is larger than %d bytes", protocol.MaxAPIRequestBytes)
-	}
 	var req protocol.RenewRequest
-	dec := json.NewDecoder(bytes.NewReader(m.Data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, apiErr(protocol.APIBadRequest, "the request is not a renewal request: %v", err)
+	if aerr := decodeNATSRequest(m.Data, "a renewal request", &req); aerr != nil {
+		return nil, aerr
 	}
 	out.key = req.PublicKey
 	if req.Host != host {

@@ -62,6 +62,9 @@ type tokenRecord struct {
 	RevokedBy    string            `json:"revoked_by,omitempty"`
 	// SpentAt is when its last use was consumed.
 	SpentAt time.Time `json:"spent_at,omitzero"`
+	// EnrolKey is the public key of the token's enrol credential for
+	// enrolment over NATS (natsenrol.go), if it has one.
+	EnrolKey string `json:"enrol_key,omitempty"`
 }
 
 // state says whether the token works at now, and if not why.
@@ -106,7 +109,7 @@ func cmpOr(a, b time.Time) time.Time {
 func (t *tokenRecord) info(now time.Time) protocol.TokenInfo {
 	return protocol.TokenInfo{ID: t.ID, State: t.state(now), Labels: maps.Clone(t.Labels), Name: t.Name, NamePattern: t.NamePattern,
 		Replace: t.Replace, Uses: t.Uses, Used: t.Used, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, ExpiresAt: t.ExpiresAt,
-		RevokedAt: t.RevokedAt, RevokedBy: t.RevokedBy}
+		RevokedAt: t.RevokedAt, RevokedBy: t.RevokedBy, NATS: t.EnrolKey != ""}
 }
 
 // secretMatches compares the SHA-256 of secret with the stored one in
@@ -457,6 +460,11 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 	for _, e := range all {
 		at := e.rec.stoppedAt(now)
 		if at.IsZero() || now.Sub(at) < tokenKeep {
+			continue
+		}
+		if e.rec.EnrolKey != "" && now.Sub(e.rec.ExpiresAt) < tokenKeep {
+			// Its record says its enrol credential is revoked until the
+			// credential has expired.
 			continue
 		}
 		dctx, cancel := context.WithTimeout(ctx, jsTimeout)

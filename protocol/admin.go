@@ -30,6 +30,10 @@ type TokenCreateRequest struct {
 	// Replace is a host name the token may take over from another key,
 	// even a revoked one (the old key is revoked).
 	Replace string `json:"replace,omitempty"`
+	// NATS makes the token usable over NATS too, for hosts that cannot
+	// reach the fleet API: the answer's Token is then a NATS join token
+	// (NATSJoinToken) holding an enrol credential for this token alone.
+	NATS bool `json:"nats,omitempty"`
 }
 
 // Token states, as TokenInfo.State says them.
@@ -55,6 +59,8 @@ type TokenInfo struct {
 	ExpiresAt   time.Time         `json:"expires_at"`
 	RevokedAt   time.Time         `json:"revoked_at,omitzero"`
 	RevokedBy   string            `json:"revoked_by,omitempty"`
+	// NATS: the token has an enrol credential for NATS.
+	NATS bool `json:"nats,omitempty"`
 }
 
 // TokenCreateResponse answers a token creation: the token itself (shown
@@ -66,6 +72,8 @@ type TokenCreateResponse struct {
 	// its CA.
 	GatewayURL string `json:"gateway_url"`
 	CAPin      string `json:"ca_pin"`
+	// NATSURLs are the NATS URLs a host enrols at with a NATS token.
+	NATSURLs []string `json:"nats_urls,omitempty"`
 	// JoinCommand and InstallCommand are ready to paste on the host.
 	JoinCommand    string `json:"join_command"`
 	InstallCommand string `json:"install_command"`

@@ -16,6 +16,10 @@ import (
 type JoinOptions struct {
 	// GatewayURL is the gateway's fleet API, https://HOST[:PORT].
 	GatewayURL string
+	// NATSURL, instead of GatewayURL, enrols over NATS: the NATS server,
+	// tls://HOST:PORT, and Token a NATS join token (fleetctl token create
+	// --nats).
+	NATSURL string
 	// Token is the join token (fleetctl token create).
 	Token string
 	// CAPin is the pin of the fleet's CA (sha256:...): the only thing
@@ -52,15 +56,31 @@ func (o *JoinOptions) validate() (string, error) {
 	return gw, err
 }
 
-// check checks every option but the state directory.
+// check checks every option but the state directory. An enrolment over
+// NATS keeps no gateway URL ("").
 func (o *JoinOptions) check() (string, error) {
 	var errs []error
-	gw, err := ParseGatewayURL(o.GatewayURL)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("--gateway: %w", err))
-	}
-	if _, _, err := protocol.ParseJoinToken(o.Token); err != nil {
-		errs = append(errs, fmt.Errorf("--token: %w", err))
+	var gw string
+	var err error
+	switch {
+	case o.NATSURL != "" && o.GatewayURL != "":
+		errs = append(errs, errors.New("--gateway and --nats both given for the join: a NATS join token (fleetctl token create --nats) enrols over NATS, drop --gateway; a plain one over the fleet API, drop --nats"))
+	case o.NATSURL != "":
+		if _, err := ParseNATSEnrolURL(o.NATSURL); err != nil {
+			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+		if _, err := protocol.ParseNATSJoinToken(o.Token); err != nil {
+			errs = append(errs, fmt.Errorf("--token: %w (enrolment over NATS takes the token of fleetctl token create --nats)", err))
+		}
+	default:
+		if gw, err = ParseGatewayURL(o.GatewayURL); err != nil {
+			errs = append(errs, fmt.Errorf("--gateway: %w", err))
+		}
+		if protocol.IsNATSJoinToken(o.Token) {
+			errs = append(errs, errors.New("--token is a NATS join token: enrol over NATS with --nats tls://HOST:PORT (as fleetctl token create --nats prints it), not --gateway"))
+		} else if _, _, err := protocol.ParseJoinToken(o.Token); err != nil {
+			errs = append(errs, fmt.Errorf("--token: %w", err))
+		}
 	}
 	if !protocol.ValidCAPin(o.CAPin) {
 		errs = append(errs, fmt.Errorf("--ca_pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", clip(o.CAPin)))
@@ -102,11 +122,11 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 			return nil, false, err
 		}
 	}
-	client, err := newAPIClient(gw, opts.CAPin)
+	send, closeSend, token, err := opts.enroller(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	defer client.close()
+	defer closeSend()
 	store := Open(opts.StateDir)
 	kp, err := store.LoadOrCreateKey()
 	if err != nil {
@@ -121,12 +141,12 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if facts == (protocol.AgentFacts{}) {
 		facts = Facts()
 	}
-	req := &protocol.EnrolRequest{Token: strings.TrimSpace(opts.Token), Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
+	req := &protocol.EnrolRequest{Token: token, Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
 	if err := prove(kp, req, &req.Proof, now()); err != nil {
 		return nil, false, err
 	}
 	var resp protocol.EnrolResponse
-	if err := client.post(ctx, "enrolment", protocol.EnrolPath, req, &resp); err != nil {
+	if err := send(ctx, req, &resp); err != nil {
 		return nil, false, err
 	}
 	if opts.Host != "" && resp.Host != opts.Host {
@@ -142,14 +162,46 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	return id, true, nil
 }
 
+// enroller connects to the gateway the options name, over HTTPS or NATS,
+// with the CA pinned, and returns how to send the enrolment request, how
+// to close the connection, and the join token the request carries.
+func (o *JoinOptions) enroller(ctx context.Context) (func(context.Context, *protocol.EnrolRequest, *protocol.EnrolResponse) error, func(), string, error) {
+	if o.NATSURL == "" {
+		client, err := newAPIClient(o.GatewayURL, o.CAPin)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		send := func(ctx context.Context, req *protocol.EnrolRequest, resp *protocol.EnrolResponse) error {
+			return client.post(ctx, "enrolment", protocol.EnrolPath, req, resp)
+		}
+		return send, client.close, strings.TrimSpace(o.Token), nil
+	}
+	u, err := ParseNATSEnrolURL(o.NATSURL)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	nt, err := protocol.ParseNATSJoinToken(o.Token)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	e, err := dialNATSEnrol(ctx, u, o.CAPin, nt)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return e.enrol, e.close, nt.Token, nil
+}
+
 // sameEnrolment checks that an agent enrolled already is enrolled with
 // the gateway and CA a join names, under the name it asks for.
 func (id *Identity) sameEnrolment(gw, pin, host, stateDir string) error {
 	e := &id.Enrolment
 	if e.GatewayURL != gw || e.CAPin != pin {
+		if gw == "" {
+			gw = "a gateway over NATS"
+		}
 		where := e.GatewayURL
 		if where == "" {
-			where = "a gateway in process (dev mode)"
+			where = "a gateway over NATS or in process (dev mode)"
 		}
 		return fmt.Errorf("the agent of state directory %s is enrolled as %q with %s (CA %s), not with %s (CA %s): to move this host to another fleet, delete %s (it leaves its fleet) and join again, or give the second fleet's agent its own --state_dir",
 			stateDir, e.Host, where, e.CAPin, gw, pin, id.store.Dir())

@@ -81,7 +81,8 @@ func parseRenewAnswer(answer []byte) (*protocol.RenewResponse, error) {
 // it, and makes it the current one. The gateway allows it only when the
 // operator allowed a recovery for the host (fleetctl agent
 // allow-recovery); otherwise it is a *RefusedError whose code is
-// protocol.APINoRecovery. An agent enrolled in process gets ErrNoGateway.
+// protocol.APINoRecovery. An agent enrolled in process or over NATS gets
+// ErrNoGateway.
 func (id *Identity) Recover(ctx context.Context) error {
 	e := id.Enrolment
 	if e.GatewayURL == "" || e.CAPin == "" {

@@ -58,7 +58,7 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 			return fmt.Errorf("%w (the installed service reads this file with the agent's own flags: give install's and join's flags on the command line)", err)
 		}
 	}
-	opts, err := jf.options(getenv, *rf.name, "")
+	opts, err := jf.options(getenv, *rf.name, "", *rf.servers)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // joinFlags are how join and install enrol the machine.
@@ -22,19 +23,21 @@ type joinFlags struct {
 func addJoinFlags(fs *flag.FlagSet, getenv func(string) string) *joinFlags {
 	return &joinFlags{
 		gateway:   fs.String("gateway", getenv("FLEET_GATEWAY"), "the gateway's fleet API, https://HOST:8443 (env FLEET_GATEWAY)"),
-		token:     fs.String("token", "", "the join token from fleetctl token create (visible to ps: prefer --token_file or env FLEET_JOIN_TOKEN)"),
+		token:     fs.String("token", "", "the join token from fleetctl token create (visible to ps: prefer --token_file or env FLEET_JOIN_TOKEN); a NATS join token (token create --nats) enrols over NATS at --nats"),
 		tokenFile: fs.String("token_file", "", "a file holding the join token"),
 		caPin:     fs.String("ca_pin", getenv("FLEET_CA_PIN"), "the pin of the fleet's CA, sha256:... as fleetctl token create prints it (env FLEET_CA_PIN)"),
 	}
 }
 
-// maxTokenFileBytes bounds a token file (a token is about 60 bytes).
-const maxTokenFileBytes = 4 << 10
+// maxTokenFileBytes bounds a token file (a token is about 60 bytes, a
+// NATS join token about 2 KiB).
+const maxTokenFileBytes = 8 << 10
 
 // options returns the join's options for the agent of stateDir asking for
 // host (empty: the token's). The token comes from --token, --token_file
-// or FLEET_JOIN_TOKEN, exactly one.
-func (j *joinFlags) options(getenv func(string) string, host, stateDir string) (identity.JoinOptions, error) {
+// or FLEET_JOIN_TOKEN, exactly one. A NATS join token (fleetctl token
+// create --nats) enrols over NATS at the first of natsURLs (--nats).
+func (j *joinFlags) options(getenv func(string) string, host, stateDir, natsURLs string) (identity.JoinOptions, error) {
 	o := identity.JoinOptions{GatewayURL: *j.gateway, CAPin: strings.TrimSpace(*j.caPin), Host: host, StateDir: stateDir}
 	env := getenv("FLEET_JOIN_TOKEN")
 	given := 0
@@ -68,7 +71,13 @@ func (j *joinFlags) options(getenv func(string) string, host, stateDir string) (
 	if o.Token == "" {
 		return o, errors.New("no join token: pass --token_file FILE, set FLEET_JOIN_TOKEN, or pass --token (get one with fleetctl token create)")
 	}
-	if *j.gateway == "" {
+	if protocol.IsNATSJoinToken(o.Token) && *j.gateway == "" {
+		urls := splitList(natsURLs)
+		if len(urls) == 0 {
+			return o, errors.New("no NATS URL: a NATS join token enrols over NATS; pass --nats tls://GATEWAY:4222 as fleetctl token create --nats prints it")
+		}
+		o.NATSURL = urls[0]
+	} else if *j.gateway == "" {
 		return o, errors.New("no gateway: pass --gateway https://GATEWAY:8443 (or set FLEET_GATEWAY)")
 	}
 	if o.CAPin == "" {
@@ -91,7 +100,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	opts, err := jf.options(getenv, *rf.name, *rf.stateDir)
+	opts, err := jf.options(getenv, *rf.name, *rf.stateDir, *rf.servers)
 	if err != nil {
 		return err
 	}
@@ -103,7 +112,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	if enrolled {
-		log.Info("enrolled", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL, "labels", id.Enrolment.Labels,
+		log.Info("enrolled", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL, "nats", opts.NATSURL, "labels", id.Enrolment.Labels,
 			"expires", id.Enrolment.Expires, "state_dir", *rf.stateDir)
 	} else {
 		log.Info("enrolled already with this gateway: the token was not used", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL)

@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage:
   fleet-agent [flags]           run with the identity in --state_dir
-  fleet-agent join [flags]      enrol with a gateway (--gateway, --token_file, --ca_pin), then run
+  fleet-agent join [flags]      enrol with a gateway (--gateway, or --nats with a NATS join token; --token_file, --ca_pin), then run
   fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
   fleet-agent doctor [flags]    check the state directory, identity, policy, gateway and NATS (exit 1 on a failure)
 

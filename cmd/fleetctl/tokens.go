@@ -23,6 +23,7 @@ var tokenCreateCmd = &command{
 		name := fs.String("name", "", "the one host name it enrols")
 		pattern := fs.String("name_pattern", "", "a pattern host names must match, e.g. web-* (default: any name)")
 		replace := fs.String("replace", "", "a host name the token may take over from its old key, even a revoked one (the old key is revoked)")
+		overNATS := fs.Bool("nats", false, "make a NATS join token, for hosts that reach the gateway's NATS server (4222) but not its fleet API (8443)")
 		return func(ctx context.Context, c *cli, args []string) error {
 			if err := c.wantArgs(args, 0); err != nil {
 				return err
@@ -31,6 +32,7 @@ var tokenCreateCmd = &command{
 			if err != nil {
 				return err
 			}
+			req.NATS = *overNATS
 			var resp protocol.TokenCreateResponse
 			if printed, err := c.ask(ctx, http.MethodPost, protocol.AdminTokensPath, req, &resp); err != nil || printed {
 				return err
@@ -71,7 +73,11 @@ func tokenRequest(labels string, ttl time.Duration, uses int, name, pattern, rep
 
 func (c *cli) printCreated(r *protocol.TokenCreateResponse) {
 	w := c.stdout
-	fmt.Fprintf(w, "Join token (shown this once: the gateway keeps only its hash; copy it now):\n\n    %s\n\n", r.Token)
+	what := "Join token"
+	if r.Info.NATS {
+		what = "NATS join token (with its credential to enrol over NATS)"
+	}
+	fmt.Fprintf(w, "%s (shown this once: the gateway keeps only its hash; copy it now):\n\n    %s\n\n", what, r.Token)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  id:\t%s\n", r.Info.ID)
 	fmt.Fprintf(tw, "  expires:\t%s (in %s)\n", formatTime(r.Info.ExpiresAt), r.Info.ExpiresAt.Sub(c.now()).Round(time.Second))
@@ -81,8 +87,14 @@ func (c *cli) printCreated(r *protocol.TokenCreateResponse) {
 	if r.CAPin != "" {
 		fmt.Fprintf(tw, "  CA pin:\t%s\n", r.CAPin)
 	}
+	if len(r.NATSURLs) > 0 {
+		fmt.Fprintf(tw, "  NATS:\t%s\n", strings.Join(r.NATSURLs, ", "))
+	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nOn the host, join the fleet:\n\n    %s\n", r.JoinCommand)
+	if r.Info.NATS {
+		fmt.Fprintf(w, "\n(To keep the token out of ps, write it to a file and pass --token_file FILE instead of --token.)\n")
+	}
 	if r.InstallCommand != "" {
 		fmt.Fprintf(w, "\nor install the agent as a system service and join:\n\n    %s\n", r.InstallCommand)
 	}

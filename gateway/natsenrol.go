@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// Enrolment over NATS, for hosts that reach the NATS servers but not the
+// fleet API. A join token made with NATS set comes with an enrol
+// credential: a user JWT for a throw-away key (whose seed goes to the
+// operator with the token, and is never stored), signed by the fleet
+// account key, whose permissions allow publishing on the token's
+// enrolment subject and subscribing to its private inbox prefix, nothing
+// else, with a small payload and subscription limit and the token's
+// expiry. It is not a bearer token (the account allows none): the host
+// signs the server's nonce with the seed.
+//
+// The gateways serve protocol.EnrolSubjectAll in a queue group and answer
+// each request with enrolHost, the very checks of the fleet API, audited
+// the same way. Once the token is spent or revoked, the enrol
+// credential's key is revoked in the fleet account like a revoked host's
+// (tokenStore.revokedKeys feeds the same reconcile), after the answer is
+// sent, so the host still gets it.
+
+// natsEnrolQueue is the queue group of the gateways serving enrolments
+// over NATS.
+const natsEnrolQueue = "fleet-gateway-enrol"
+
+// EnrolJWT issues the enrol credential of join token tokenID for the
+// throw-away key userPub, valid until expires.
+func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
+	if a.enrolSigner == nil {
+		return "", errors.New("enrolment over NATS needs the fleet account key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
+	}
+	if err := protocol.CheckTokenID(tokenID); err != nil {
+		return "", err
+	}
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = "enrol-" + tokenID
+	uc.Expires = expires.Unix()
+	uc.Pub.Allow.Add(protocol.EnrolPublishAllow(tokenID)...)
+	uc.Sub.Allow.Add(protocol.EnrolSubscribeAllow(tokenID)...)
+	uc.Limits.Subs = protocol.EnrolMaxSubs
+	uc.Limits.Payload = protocol.EnrolMaxPayload
+	uc.AllowedConnectionTypes.Add(jwt.ConnectionTypeStandard)
+	token, err := uc.Encode(a.enrolSigner)
+	if err != nil {
+		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
+	}
+	return token, nil
+}
+
+// keySources are several sources of revoked keys.
+type keySources []keyRegistry
+
+func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+	var out []revokedKey
+	for _, r := range s {
+		keys, err := r.revokedKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+// revokedKeys returns the enrol credentials' keys of the tokens that
+// stopped working before they expired (spent or revoked). Their entries
+// go once the token has expired, when the credential has too.
+func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+	all, err := s.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []revokedKey
+	for _, e := range all {
+		if at := e.rec.enrolKeyRevokedAt(); !at.IsZero() {
+			out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: at, expires: e.rec.ExpiresAt, exact: true})
+		}
+	}
+	return out, nil
+}
+
+// enrolKeyRevokedAt is when the token's enrol credential must stop
+// working: when it was revoked or spent (zero: it has none, or the
+// token still works until it expires).
+func (t *tokenRecord) enrolKeyRevokedAt() time.Time {
+	if t.EnrolKey == "" {
+		return time.Time{}
+	}
+	var at time.Time
+	if t.Used >= t.Uses {
+		at = cmpOr(t.SpentAt, t.CreatedAt)
+	}
+	if !t.RevokedAt.IsZero() && (at.IsZero() || t.RevokedAt.Before(at)) {
+		at = t.RevokedAt
+	}
+	return at
+}
+
+// natsJoinToken gives the new token t an enrol credential, and returns
+// the NATS join token that holds it and token, and the URLs to dial.
+func (g *Gateway) natsJoinToken(t *tokenRecord, token string) (string, []string, error) {
+	urls := g.AgentNATSURLs()
+	if g.NATSCAPin() == "" || len(urls) == 0 {
+		return "", nil, fmt.Errorf("%w: nats: enrolment over NATS needs the embedded NATS server serving TLS (--nats_listen on a non-loopback address, or --nats_tls)", errBadAdminRequest)
+	}
+	for _, u := range urls {
+		if !strings.HasPrefix(u, "tls://") {
+			return "", nil, fmt.Errorf("%w: nats: the NATS URL %s agents are given is not tls://: set --nats_advertise tls://HOST:PORT", errBadAdminRequest, u)
+		}
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", nil, err
+	}
+	defer kp.Wipe()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	cred, err := g.authority.EnrolJWT(t.ID, pub, t.ExpiresAt)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: nats: %w", errBadAdminRequest, err)
+	}
+	t.EnrolKey = pub
+	nt := protocol.NATSJoinToken{Token: token, JWT: cred, Seed: string(seed)}
+	return nt.Encode(), urls, nil
+}
+
+// startNATSEnrolment subscribes the gateway to the enrolment subjects.
+func (g *Gateway) startNATSEnrolment() error {
+	r, err := g.serveQueue(protocol.EnrolSubjectAll, natsEnrolQueue, g.enrolOverNATS)
+	if err != nil {
+		return fmt.Errorf("subscribe to enrolments over NATS: %w", err)
+	}
+	g.natsEnrolments = r
+	return nil
+}
+
+// enrolOverNATS answers one enrolment request sent over NATS, as the
+// fleet API answers one sent over HTTPS.
+func (g *Gateway) enrolOverNATS(ctx context.Context, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	defer cancel()
+	out := enrolOutcome{}
+	id, ok := protocol.TokenIDOfEnrolSubject(m.Subject)
+	src := "nats:" + id
+	if !ok || !replyUnder(m.Reply, protocol.EnrolInboxPrefix(id)) {
+		out.tokenID = id
+		g.api.failures.fail(src, g.now())
+		g.auditEnrolment("enrol", "nats", &out, badReply(m.Reply, protocol.EnrolInboxPrefix(id)))
+		return
+	}
+	var resp *protocol.EnrolResponse
+	var aerr *protocol.APIError
+	if wait, ok := g.api.failures.allowed(src, g.now()); !ok {
+		aerr = apiErr(protocol.APIUnavailable, "too many refused requests for join token %s: wait %s and check the token, name and clock before trying again", id, wait.Round(time.Second))
+	} else {
+		resp, aerr = g.enrolNATSRequest(ctx, m, id, &out)
+	}
+	var data []byte
+	if aerr != nil {
+		if aerr.Code != protocol.APIUnavailable {
+			g.api.failures.fail(src, g.now())
+		}
+		data, _ = json.Marshal(aerr)
+	} else {
+		data, _ = json.Marshal(resp)
+	}
+	if err := m.Respond(data); err != nil {
+		g.log.Warn("enrolment over NATS: the answer could not be sent", "host", out.host, "token", id, "err", err)
+	}
+	g.auditEnrolment("enrol", "nats", &out, aerr)
+	if out.tokenStopped {
+		// The answer is on its way before the credential that asked is
+		// revoked (which closes its connection).
+		_ = g.nc.FlushTimeout(jsTimeout)
+		g.reconcileSoon()
+	}
+}
+
+func (g *Gateway) enrolNATSRequest(ctx context.Context, m *nats.Msg, id string, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.tokenID = id
+	if id == "" {
+		return nil, apiErr(protocol.APIBadRequest, "subject %s is not an enrolment subject", m.Subject)
+	}
+	var req protocol.EnrolRequest
+	if aerr := decodeNATSRequest(m.Data, "an enrolment request", &req); aerr != nil {
+		return nil, aerr
+	}
+	if tid, _, err := protocol.ParseJoinToken(req.Token); err == nil && tid != id {
+		out.key = req.PublicKey
+		return nil, apiErr(protocol.APIBadRequest, "the request carries join token %s but was sent on the subject of token %s: send it to %s", tid, id, protocol.EnrolSubject(tid))
+	}
+	return g.enrolHost(ctx, &req, out)
+}
