@@ -330,6 +330,9 @@ func (g *Gateway) startEmbedded() error {
 	if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
 		return err
 	}
+	if err := checkDataFormat(g.cfg.DataDir); err != nil {
+		return err
+	}
 	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir)
 	if err != nil {
 		return err
