@@ -46,7 +46,10 @@ func (g *Gateway) startRenewals() error {
 	r := &renewer{sem: make(chan struct{}, renewWorkers)}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	sub, err := g.nc.QueueSubscribe(protocol.RenewSubjectAll, renewQueue, func(m *nats.Msg) {
-		if m.Reply == "" {
+		if host, ok := renewHost(m.Subject); !ok || !protocol.IsAgentReply(host, m.Reply) {
+			// The answer goes to the agent's own inbox or nowhere.
+			g.log.Warn("renewal: ignoring a request whose reply subject is not the agent's inbox", "subject", m.Subject,
+				"reply", clipText(m.Reply, 120))
 			return
 		}
 		select {
