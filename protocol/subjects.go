@@ -46,26 +46,6 @@ func AllHosts() string { return prefix + ".host.>" }
 // that permissions can confine it to its own replies.
 func AgentInboxPrefix(host string) string { return "_INBOX_" + host }
 
-// IsAgentReply reports whether reply is a subject under host's own inbox
-// (AgentInboxPrefix(host) and at least one more token, no wildcard). An
-// agent chooses the reply subject of every request it sends, and a
-// gateway answers with its own unrestricted connection: a gateway that
-// answered on any other subject would publish wherever the agent asked
-// (on another host's call subject, into a KV bucket, to the JetStream
-// API). Gateways answer an agent's request only when this holds.
-func IsAgentReply(host, reply string) bool {
-	rest, ok := strings.CutPrefix(reply, AgentInboxPrefix(host)+".")
-	if !ok || rest == "" {
-		return false
-	}
-	for _, tok := range strings.Split(rest, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return false
-		}
-	}
-	return true
-}
-
 // HostFromPresence returns the host of a presence subject, or "" when
 // subject is not one.
 func HostFromPresence(subject string) string {
