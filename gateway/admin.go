@@ -104,11 +104,22 @@ func (g *Gateway) adminHandler() http.Handler {
 // underPath reports whether p is base or below it.
 func underPath(p, base string) bool { return p == base || strings.HasPrefix(p, base+"/") }
 
+// forwardingHeaders are the headers a reverse proxy adds to say whom it
+// forwards a request for.
+var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"}
+
 // adminCaller authenticates the caller and checks it is an admin.
 func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
 	if g.auth == nil {
 		if ip := net.ParseIP(sourceOf(r)); ip == nil || !ip.IsLoopback() {
 			return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), so its admin API answers callers on this machine only")
+		}
+		// A proxy on this machine connects from loopback for callers
+		// anywhere: a forwarded request is not the local caller's.
+		for _, h := range forwardingHeaders {
+			if r.Header.Get(h) != "" {
+				return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), and this request came through a proxy (%s): the admin API answers callers on this machine only, directly; turn authentication on to serve it through a proxy", h)
+			}
 		}
 		return localIdentity(), nil
 	}

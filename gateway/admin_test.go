@@ -225,6 +225,20 @@ func TestAdminAuthOff(t *testing.T) {
 	if _, aerr := gw.adminCaller(r); aerr == nil || aerr.Code != protocol.APIForbidden {
 		t.Errorf("a remote caller with authentication off: %v", aerr)
 	}
+	// A reverse proxy on this machine connects from loopback, for callers
+	// anywhere: what it forwards is not the local caller's.
+	for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host"} {
+		r, _ := http.NewRequest(http.MethodGet, protocol.AdminTokensPath, nil)
+		r.RemoteAddr = "127.0.0.1:5555"
+		r.Header.Set(h, "203.0.113.9")
+		if _, aerr := gw.adminCaller(r); aerr == nil || aerr.Code != protocol.APIForbidden {
+			t.Errorf("a request forwarded by a local proxy (%s) with authentication off: %v", h, aerr)
+		}
+	}
+	r.RemoteAddr = "127.0.0.1:5555"
+	if _, aerr := gw.adminCaller(r); aerr != nil {
+		t.Errorf("the local caller, directly: %v", aerr)
+	}
 }
 
 // Token creation checks what it is given.

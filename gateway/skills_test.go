@@ -141,7 +141,7 @@ func TestSkillPushVersions(t *testing.T) {
 func blobReply(t *testing.T, s *skillService, host string, req protocol.SkillBlobRequest) ([]byte, string) {
 	t.Helper()
 	data, _ := json.Marshal(req)
-	m, err := s.nc.Request(protocol.SkillsBlobSubject(host), data, waitFor)
+	m, err := agentRequest(s.nc, protocol.SkillsBlobSubject(host), data, waitFor)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestSkillServe(t *testing.T) {
 	// Manifests: known, unknown, malformed, revoked host.
 	manifest := func(host, id string) (protocol.SignedManifest, string) {
 		data, _ := json.Marshal(protocol.SkillManifestRequest{BundleID: id})
-		m, err := s.nc.Request(protocol.SkillsManifestSubject(host), data, waitFor)
+		m, err := agentRequest(s.nc, protocol.SkillsManifestSubject(host), data, waitFor)
 		if err != nil {
 			t.Fatal(err)
 		}

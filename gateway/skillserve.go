@@ -68,10 +68,14 @@ func subjectHost(subject string) string {
 }
 
 func (s *skillService) answer(m *nats.Msg) {
-	if m.Reply == "" {
+	host := subjectHost(m.Subject)
+	if !protocol.IsAgentReply(host, m.Reply) {
+		// The answer goes to the agent's own inbox or nowhere: the
+		// gateway's connection may publish anywhere.
+		s.log.Warn("skills: ignoring a request whose reply subject is not the agent's inbox", "subject", m.Subject,
+			"reply", protocol.Clip(m.Reply, 120))
 		return
 	}
-	host := subjectHost(m.Subject)
 	if err := s.fleet.agentOK(host); err != nil {
 		s.replyError(m, protocol.APIForbidden, err.Error())
 		return

@@ -309,7 +309,7 @@ func request(nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
 	var err error
 	for range 3 {
 		var m *nats.Msg
-		if m, err = nc.Request(subject, data, 2*time.Second); !errors.Is(err, nats.ErrTimeout) {
+		if m, err = agentRequest(nc, subject, data, 2*time.Second); !errors.Is(err, nats.ErrTimeout) {
 			return m, err
 		}
 	}

@@ -45,6 +45,26 @@ func AgentSubscribeAllow(host string) []string {
 	return []string{HostSubjects(host), DiscoverSubject(), AgentInboxPrefix(host) + ".>"}
 }
 
+// IsAgentReply reports whether reply is a subject under host's own inbox
+// (AgentInboxPrefix(host) and at least one more token, no wildcard). An
+// agent chooses the reply subject of every request it sends, and a
+// gateway answers with its own unrestricted connection: a gateway that
+// answered on any other subject would publish wherever the agent asked
+// (on another host's call subject, into a KV bucket, to the JetStream
+// API). Gateways answer an agent's request only when this holds.
+func IsAgentReply(host, reply string) bool {
+	rest, ok := strings.CutPrefix(reply, AgentInboxPrefix(host)+".")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			return false
+		}
+	}
+	return true
+}
+
 // AgentPublishTemplate is AgentPublishAllow for the signing key's
 // template: {{name()}} in place of the host.
 func AgentPublishTemplate() []string { return AgentPublishAllow(NameTemplate) }

@@ -94,3 +94,31 @@ func FuzzValidCAPin(f *testing.F) {
 		}
 	})
 }
+
+// IsAgentReply accepts subjects under the host's own inbox only.
+func TestIsAgentReply(t *testing.T) {
+	for _, tc := range []struct {
+		host, reply string
+		want        bool
+	}{
+		{"web-1", "_INBOX_web-1.abc", true},
+		{"web-1", "_INBOX_web-1.abc.7", true},
+		{"web-1", "", false},
+		{"web-1", "_INBOX_web-1", false},
+		{"web-1", "_INBOX_web-1.", false},
+		{"web-1", "_INBOX_web-1..x", false},
+		{"web-1", "_INBOX_web-1.*", false},
+		{"web-1", "_INBOX_web-1.a.>", false},
+		{"web-1", "_INBOX_web-10.abc", false},
+		{"web-1", "_INBOX_web-2.abc", false},
+		{"web-1", "fleet.v1.host.web-2.call", false},
+		{"web-1", "$KV.fleet_skills.web-2", false},
+		{"web-1", "$JS.API.STREAM.PURGE.KV_fleet_agents", false},
+		{"web-1", "x._INBOX_web-1.abc", false},
+		{"web-1", "_INBOX_web-1.a b", false},
+	} {
+		if got := IsAgentReply(tc.host, tc.reply); got != tc.want {
+			t.Errorf("IsAgentReply(%q, %q) = %v, want %v", tc.host, tc.reply, got, tc.want)
+		}
+	}
+}
