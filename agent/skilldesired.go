@@ -14,11 +14,12 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// The host's desired skills are one key of a JetStream KV bucket, which
-// the agent reads with a direct get of its own key: no consumer, no
-// watch, and a NATS permission for exactly that subject. The reply is the
-// stored message with JetStream's headers, or a status header when the
-// key has none.
+// The host's desired skills are one key of a JetStream KV bucket. The
+// agent asks the gateways for it on its own subject
+// (protocol.SkillsDesiredSubject): no consumer, no watch, and no JetStream
+// rights for agents. The reply is the stored record with the header
+// naming its key, a 404 status when the key has none, or a gateway's
+// error.
 
 // maxDesiredBytes bounds a desired-state record.
 const maxDesiredBytes = 1 << 20
@@ -27,11 +28,18 @@ const maxDesiredBytes = 1 << 20
 // written, or deleted): nothing is desired.
 var errNoDesired = errors.New("no desired-state record for this host")
 
-// decodeDesiredReply reads the reply to a direct get of host's key: the
+// decodeDesiredReply reads the reply to the read of host's key: the
 // signed record, or errNoDesired when the key has none (a 404 status, or
 // a delete or purge marker). It checks the reply's form only; the
 // signature and the record's contents are verifyDesired's.
 func decodeDesiredReply(host string, hdr nats.Header, data []byte) (*protocol.SignedDesiredState, error) {
+	if hdr.Get(protocol.SkillsErrorHeader) != "" {
+		var e protocol.APIError
+		if err := json.Unmarshal(data, &e); err != nil || e.Code == "" {
+			return nil, fmt.Errorf("the gateway refused the read of the desired state with an answer that is not an error: %s", protocol.Excerpt(string(data)))
+		}
+		return nil, fmt.Errorf("the gateway refused the read of the desired state: %s (%s)", protocol.Excerpt(e.Message), protocol.Excerpt(string(e.Code)))
+	}
 	if status := hdr.Get("Status"); status != "" {
 		if status == "404" {
 			return nil, errNoDesired

@@ -143,7 +143,7 @@ func (s *skillSync) logReadError(err error, in time.Duration) {
 func (s *skillSync) syncOnce(ctx context.Context, nc *nats.Conn) error {
 	defer s.publish(nc)
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	msg, err := nc.RequestWithContext(rctx, protocol.SkillsDesiredGetSubject(s.host), nil)
+	msg, err := nc.RequestWithContext(rctx, protocol.SkillsDesiredSubject(s.host), nil)
 	cancel()
 	if errors.Is(err, nats.ErrNoResponders) {
 		// No bucket yet (no skill was ever rolled out) or JetStream is

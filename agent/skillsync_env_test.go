@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,7 @@ func startSkillGateway(t *testing.T) *skillGateway {
 		t.Fatal(err)
 	}
 	for subject, h := range map[string]nats.MsgHandler{
+		protocol.SkillsDesiredSubjectAll:  g.serveDesired,
 		protocol.SkillsManifestSubjectAll: g.serveManifest,
 		protocol.SkillsBlobSubjectAll:     g.serveBlob,
 	} {
@@ -161,6 +163,25 @@ func install(id string) protocol.DesiredSkill {
 func fail(m *nats.Msg, msg string) {
 	data, _ := json.Marshal(protocol.APIError{Code: "not_found", Message: msg})
 	_ = m.RespondMsg(&nats.Msg{Data: data, Header: nats.Header{protocol.SkillsErrorHeader: []string{"1"}}})
+}
+
+// serveDesired answers a host's read of its desired state as the
+// gateways do: the record as the bucket keeps it, or Status 404.
+func (g *skillGateway) serveDesired(m *nats.Msg) {
+	host := strings.Split(m.Subject, ".")[3]
+	out := nats.NewMsg(m.Reply)
+	e, err := g.kv.Get(context.Background(), host)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		out.Header.Set("Status", "404")
+	case err != nil:
+		fail(m, err.Error())
+		return
+	default:
+		out.Header.Set("Nats-Subject", "$KV."+protocol.SkillsDesiredBucket+"."+host)
+		out.Data = e.Value()
+	}
+	_ = m.RespondMsg(out)
 }
 
 func (g *skillGateway) serveManifest(m *nats.Msg) {

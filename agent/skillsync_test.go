@@ -450,9 +450,12 @@ func TestSkillPokeReadsAtOnce(t *testing.T) {
 	}
 }
 
-// TestSkillDesiredGetPermissions: the agent's NATS permissions allow the
-// direct get of its own desired state, and refuse another host's.
-func TestSkillDesiredGetPermissions(t *testing.T) {
+// TestSkillDesiredPermissions: an agent may ask for its own desired
+// state and not another host's, and may publish no JetStream API request
+// at all: JetStream answers on whatever reply subject a request names, so
+// a direct get of its own key with another host's key as the reply
+// subject would write that key.
+func TestSkillDesiredPermissions(t *testing.T) {
 	g := startSkillGateway(t)
 	g.desire(t, "web-2", map[string]protocol.DesiredSkill{"deploy": install(g.version("deploy", "v1").BundleID)})
 	kp, _ := nkeys.CreateUser()
@@ -466,14 +469,33 @@ func TestSkillDesiredGetPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	msg, err := nc.Request(protocol.SkillsDesiredGetSubject("web-1"), nil, 5*time.Second)
+	msg, err := nc.Request(protocol.SkillsDesiredSubject("web-1"), nil, 5*time.Second)
 	if err != nil {
-		t.Fatalf("own direct get: %v", err)
+		t.Fatalf("own desired state: %v", err)
 	}
 	if _, err := decodeDesiredReply("web-1", msg.Header, msg.Data); !errors.Is(err, errNoDesired) {
-		t.Errorf("own direct get (no record): %v, want no desired state", err)
+		t.Errorf("own desired state (no record): %v, want no desired state", err)
 	}
-	_, err = nc.Request(protocol.SkillsDesiredGetSubject("web-2"), nil, time.Second)
+	before, err := g.kv.Get(context.Background(), "web-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := "$JS.API.DIRECT.GET.KV_" + protocol.SkillsDesiredBucket + ".$KV." + protocol.SkillsDesiredBucket + ".web-1"
+	if err := nc.PublishRequest(forged, "$KV."+protocol.SkillsDesiredBucket+".web-2", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-violations:
+		if !errors.Is(v, nats.ErrPermissionViolation) || !strings.Contains(v.Error(), "$JS.API") {
+			t.Errorf("violation %v", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the server did not refuse the agent's JetStream API request")
+	}
+	if after, err := g.kv.Get(context.Background(), "web-2"); err != nil || after.Revision() != before.Revision() {
+		t.Errorf("web-2's desired state changed after web-1's forged request: %v", err)
+	}
+	_, err = nc.Request(protocol.SkillsDesiredSubject("web-2"), nil, time.Second)
 	if err == nil {
 		t.Fatal("the agent of web-1 read web-2's desired state")
 	}

@@ -42,7 +42,7 @@ func TestFleetAccountClaims(t *testing.T) {
 		t.Fatalf("the agent signing key is not a scoped key: %v", scope)
 	}
 	want := jwt.Permissions{
-		Pub:  jwt.Permission{Allow: []string{"fleet.v1.presence.{{name()}}", "fleet.v1.agent.{{name()}}.>", "$JS.API.DIRECT.GET.KV_fleet_skills.$KV.fleet_skills.{{name()}}"}},
+		Pub:  jwt.Permission{Allow: []string{"fleet.v1.presence.{{name()}}", "fleet.v1.agent.{{name()}}.>"}},
 		Sub:  jwt.Permission{Allow: []string{"fleet.v1.host.{{name()}}.>", "fleet.v1.discover", "_INBOX_{{name()}}.>"}},
 		Resp: &jwt.ResponsePermission{MaxMsgs: -1, Expires: 45 * time.Minute},
 	}

@@ -88,9 +88,12 @@ func (s *skillService) readDesired(ctx context.Context, host string) (protocol.D
 	if err := json.Unmarshal(e.Value(), &sd); err != nil {
 		return protocol.DesiredState{}, 0, fmt.Errorf("the desired skills of %s are damaged: %w", host, err)
 	}
-	// A damaged record is replaced by one that carries on from its
-	// revision: agents never go back.
-	sd.State.Host = host
+	// Only a record this fleet's key signed for this host is carried on:
+	// whatever else is there is never signed again as this host's.
+	if err := protocol.VerifyBytes(s.signer.trusted, protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature); err != nil || sd.State.Host != host {
+		s.log.Warn("skills: the desired state of a host is not one this fleet signed for it; starting it afresh", "host", host, "err", err)
+		return protocol.DesiredState{Host: host, Revision: sd.State.Revision}, e.Revision(), nil
+	}
 	return sd.State, e.Revision(), nil
 }
 

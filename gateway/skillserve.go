@@ -36,7 +36,7 @@ const (
 
 // serve subscribes the manifest and blob subjects.
 func (s *skillService) serve() error {
-	for _, subj := range []string{protocol.SkillsManifestSubjectAll, protocol.SkillsBlobSubjectAll} {
+	for _, subj := range []string{protocol.SkillsDesiredSubjectAll, protocol.SkillsManifestSubjectAll, protocol.SkillsBlobSubjectAll} {
 		sub, err := s.nc.ChanQueueSubscribe(subj, skillsQueue, s.work)
 		if err != nil {
 			return fmt.Errorf("skills: subscribe %s: %w", subj, err)
@@ -82,11 +82,34 @@ func (s *skillService) answer(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 4*jsTimeout)
 	defer cancel()
-	if strings.HasSuffix(m.Subject, ".manifest") {
+	switch {
+	case strings.HasSuffix(m.Subject, ".desired"):
+		s.answerDesired(ctx, m, host)
+	case strings.HasSuffix(m.Subject, ".manifest"):
 		s.answerManifest(ctx, m)
-		return
+	default:
+		s.answerBlob(ctx, m)
 	}
-	s.answerBlob(ctx, m)
+}
+
+// answerDesired answers host's read of its desired state with the record
+// as the bucket keeps it (the agent checks its signature and host), or
+// Status 404 when it has none.
+func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host string) {
+	out := nats.NewMsg(m.Reply)
+	e, err := s.desired.Get(ctx, host)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		out.Header.Set("Status", "404")
+	case err != nil:
+		s.replyError(m, protocol.APIUnavailable, fmt.Sprintf("read the desired skills of %s: %v", host, err))
+		return
+	default:
+		out.Header.Set("Nats-Subject", "$KV."+protocol.SkillsDesiredBucket+"."+host)
+		out.Header.Set("Nats-Sequence", fmt.Sprint(e.Revision()))
+		out.Data = e.Value()
+	}
+	_ = m.RespondMsg(out)
 }
 
 func (s *skillService) answerManifest(ctx context.Context, m *nats.Msg) {

@@ -199,9 +199,9 @@ var errSimStopped = errors.New("stopped")
 
 // sync reads the desired state and acts on it.
 func (a *simAgent) sync() error {
-	m, err := a.nc.Request(protocol.SkillsDesiredGetSubject(a.host), nil, 3*time.Second)
+	m, err := agentRequest(a.nc, protocol.SkillsDesiredSubject(a.host), nil, 3*time.Second)
 	if err != nil {
-		return fmt.Errorf("direct get: %w", err)
+		return fmt.Errorf("read the desired state: %w", err)
 	}
 	var d protocol.SignedDesiredState
 	if m.Header.Get("Status") == "404" {

@@ -30,12 +30,13 @@ const AgentsBucket = "fleet_agents"
 // to the gateway on (credential renewal, for one).
 func AgentSubjects(host string) string { return prefix + ".agent." + host + ".>" }
 
-// AgentPublishAllow is what the agent of host may publish: its presence,
-// its own requests to the gateway, and the JetStream direct get of its
-// own desired skills. Answers to the calls it receives are allowed by the
-// response permission, not here.
+// AgentPublishAllow is what the agent of host may publish: its presence
+// and its own requests to the gateway. Answers to the calls it receives
+// are allowed by the response permission, not here. No JetStream API
+// subject is ever allowed: JetStream answers on whatever reply subject the
+// request names, so an agent could make it write anywhere.
 func AgentPublishAllow(host string) []string {
-	return []string{PresenceSubject(host), AgentSubjects(host), SkillsDesiredGetSubject(host)}
+	return []string{PresenceSubject(host), AgentSubjects(host)}
 }
 
 // AgentSubscribeAllow is what the agent of host may subscribe to: the

@@ -16,9 +16,9 @@ func TestAgentPermissions(t *testing.T) {
 		name      string
 		got, want []string
 	}{
-		{"publish template", AgentPublishTemplate(), []string{"fleet.v1.presence.{{name()}}", "fleet.v1.agent.{{name()}}.>", "$JS.API.DIRECT.GET.KV_fleet_skills.$KV.fleet_skills.{{name()}}"}},
+		{"publish template", AgentPublishTemplate(), []string{"fleet.v1.presence.{{name()}}", "fleet.v1.agent.{{name()}}.>"}},
 		{"subscribe template", AgentSubscribeTemplate(), []string{"fleet.v1.host.{{name()}}.>", "fleet.v1.discover", "_INBOX_{{name()}}.>"}},
-		{"publish web-1", AgentPublishAllow("web-1"), []string{"fleet.v1.presence.web-1", "fleet.v1.agent.web-1.>", "$JS.API.DIRECT.GET.KV_fleet_skills.$KV.fleet_skills.web-1"}},
+		{"publish web-1", AgentPublishAllow("web-1"), []string{"fleet.v1.presence.web-1", "fleet.v1.agent.web-1.>"}},
 		{"subscribe web-1", AgentSubscribeAllow("web-1"), []string{"fleet.v1.host.web-1.>", "fleet.v1.discover", "_INBOX_web-1.>"}},
 	} {
 		if !slices.Equal(tc.got, tc.want) {

@@ -25,9 +25,12 @@ import (
 // digest before it installs anything.
 //
 // What each host should have is its desired-state record, one key per
-// host in the SkillsDesiredBucket, signed too: the agent reads its own
-// key with a JetStream direct get (no consumer), when poked on
-// SkillsPokeSubject, on (re)connect and on a timer. It fetches manifests
+// host in the SkillsDesiredBucket, signed too: the agent asks the gateways
+// for its own record (SkillsDesiredSubject; they read it with a get, no
+// consumer), when poked on SkillsPokeSubject, on (re)connect and on a
+// timer. Agents have no JetStream rights: a JetStream API request an agent
+// could publish would be answered on any reply subject it names, which
+// NATS does not check, and so could write into any bucket. It fetches manifests
 // and files from the gateways over its own subjects, and publishes what
 // it did to SkillsStatusSubject, which a stream keeps the last message of
 // per host.
@@ -45,11 +48,11 @@ const (
 // SkillsDesiredBucket is the KV bucket of desired states (key = host).
 const SkillsDesiredBucket = "fleet_skills"
 
-// SkillsDesiredGetSubject is where the agent of host asks JetStream for
-// its desired state: a direct get of the last message on its key.
-func SkillsDesiredGetSubject(host string) string {
-	return "$JS.API.DIRECT.GET.KV_" + SkillsDesiredBucket + ".$KV." + SkillsDesiredBucket + "." + host
-}
+// SkillsDesiredSubject is where the agent of host asks the gateways for
+// its desired state. The answer is the record as JetStream keeps it: the
+// signed desired state with the header Nats-Subject naming the host's key,
+// or the header Status 404 when there is none.
+func SkillsDesiredSubject(host string) string { return prefix + ".agent." + host + ".skills.desired" }
 
 // SkillsPokeSubject tells the agent of host to read its desired state
 // now.
@@ -74,6 +77,7 @@ const SkillsStatusStream = "FLEET_SKILL_STATUS"
 
 // Subjects the gateways serve, in a queue group, and the status stream's.
 var (
+	SkillsDesiredSubjectAll  = SkillsDesiredSubject("*")
 	SkillsManifestSubjectAll = SkillsManifestSubject("*")
 	SkillsBlobSubjectAll     = SkillsBlobSubject("*")
 	SkillsStatusSubjectAll   = SkillsStatusSubject("*")

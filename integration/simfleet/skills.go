@@ -90,7 +90,7 @@ func (a *simAgent) syncSkills() error {
 	if nc == nil {
 		return errors.New("not connected")
 	}
-	m, err := request(nc, protocol.SkillsDesiredGetSubject(a.host), nil)
+	m, err := request(nc, protocol.SkillsDesiredSubject(a.host), nil)
 	if err != nil {
 		return fmt.Errorf("desired state: %w", err)
 	}

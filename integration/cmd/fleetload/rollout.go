@@ -19,7 +19,7 @@ import (
 )
 
 // The rollout mode (-mode rollout) measures skill rollout: N simulated
-// hosts that do the agent's side of it (direct get of their desired
+// hosts that do the agent's side of it (the read of their desired
 // state, signed manifest, files in parts, status), a new version of a
 // small skill pushed and rolled out to all of them (canary 1, then
 // batches of 25%) -runs times, and the time from the start of each
