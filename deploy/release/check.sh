@@ -27,7 +27,9 @@ fail() {
 }
 
 if ! command -v file >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-	apt-get install -y --no-install-recommends file >/dev/null 2>&1 || true
+	# A fresh machine may have no package lists yet.
+	apt-get install -y --no-install-recommends file >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y --no-install-recommends file >/dev/null 2>&1; } || true
 fi
 command -v file >/dev/null || fail "file(1) is needed to check the binaries: install it"
 
