@@ -334,27 +334,10 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 // it again as often as another writer came first. change returns
 // errSkip when there is nothing to write.
 func (s *agentStore) modify(ctx context.Context, host string, change func(*AgentRecord) error) (*AgentRecord, error) {
-	for {
-		rec, rev, err := s.get(ctx, host)
-		if err != nil {
-			return nil, err
-		}
-		if err := change(rec); errors.Is(err, errSkip) {
-			return rec, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if _, err = s.update(ctx, rec, rev); err == nil {
-			return rec, nil
-		}
-		if !errors.Is(err, errRecordChanged) || ctx.Err() != nil {
-			return nil, err
-		}
-	}
+	return modifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.get(ctx, host) },
+		func(rec *AgentRecord, rev uint64) error { _, err := s.update(ctx, rec, rev); return err },
+		errRecordChanged, change)
 }
-
-// errSkip tells modify that the record needs no write.
-var errSkip = errors.New("no change")
 
 // sync waits until the index holds every record written before it was
 // called (by any gateway), so that a decision made from the index sees

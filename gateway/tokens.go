@@ -327,23 +327,9 @@ func (s *tokenStore) update(ctx context.Context, t *tokenRecord, rev uint64) err
 // again as often as another writer comes first. change returns errSkip
 // when there is nothing to write.
 func (s *tokenStore) modify(ctx context.Context, id string, change func(*tokenRecord) error) (*tokenRecord, error) {
-	for {
-		t, rev, err := s.get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if err := change(t); errors.Is(err, errSkip) {
-			return t, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if err = s.update(ctx, t, rev); err == nil {
-			return t, nil
-		}
-		if !errors.Is(err, errTokenChanged) || ctx.Err() != nil {
-			return nil, err
-		}
-	}
+	return modifyCAS(ctx, func() (*tokenRecord, uint64, error) { return s.get(ctx, id) },
+		func(t *tokenRecord, rev uint64) error { return s.update(ctx, t, rev) },
+		errTokenChanged, change)
 }
 
 // consume spends one use of the token id whose secret is secret, if it
