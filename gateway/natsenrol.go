@@ -155,7 +155,7 @@ func (g *Gateway) enrolOverNATS(ctx context.Context, m *nats.Msg) {
 	out := enrolOutcome{}
 	id, ok := protocol.TokenIDOfEnrolSubject(m.Subject)
 	src := "nats:" + id
-	if !ok || !replyUnder(m.Reply, protocol.EnrolInboxPrefix(id)) {
+	if !ok || !protocol.IsReplyUnder(protocol.EnrolInboxPrefix(id), m.Reply) {
 		out.tokenID = id
 		g.api.failures.fail(src, g.now())
 		g.auditEnrolment("enrol", "nats", &out, badReply(m.Reply, protocol.EnrolInboxPrefix(id)))

@@ -126,17 +126,6 @@ func renewHost(subject string) (string, bool) {
 	return host, ok && protocol.ValidateHost(host) == nil
 }
 
-// replyUnder reports whether reply is a subject under inboxPrefix, the
-// inbox prefix of the client that may send the request. The gateway
-// answers with its own, unrestricted rights: an answer sent to any
-// other subject would let a client make the gateway publish where the
-// client itself may not (a presence, another host's call, a JetStream
-// API request), so such a request gets no answer.
-func replyUnder(reply, inboxPrefix string) bool {
-	rest, ok := strings.CutPrefix(reply, inboxPrefix+".")
-	return ok && rest != "" && !strings.ContainsAny(rest, "*> \t\r\n")
-}
-
 // badReply is the refusal (audited, not sent) of a request whose reply
 // subject is not under inboxPrefix.
 func badReply(reply, inboxPrefix string) *protocol.APIError {
@@ -148,7 +137,7 @@ func (g *Gateway) renew(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
 	defer cancel()
 	out := enrolOutcome{}
-	if host, ok := renewHost(m.Subject); !ok || !replyUnder(m.Reply, protocol.AgentInboxPrefix(host)) {
+	if host, ok := renewHost(m.Subject); !ok || !protocol.IsAgentReply(host, m.Reply) {
 		out.host = host
 		g.auditEnrolment("renew", "nats", &out, badReply(m.Reply, protocol.AgentInboxPrefix(host)))
 		return

@@ -53,8 +53,13 @@ func AgentSubscribeAllow(host string) []string {
 // answered on any other subject would publish wherever the agent asked
 // (on another host's call subject, into a KV bucket, to the JetStream
 // API). Gateways answer an agent's request only when this holds.
-func IsAgentReply(host, reply string) bool {
-	rest, ok := strings.CutPrefix(reply, AgentInboxPrefix(host)+".")
+func IsAgentReply(host, reply string) bool { return IsReplyUnder(AgentInboxPrefix(host), reply) }
+
+// IsReplyUnder reports whether reply is a subject under inboxPrefix (and
+// at least one more token, no wildcard): the inbox of the client that may
+// send the request, enrolling hosts' included (EnrolInboxPrefix).
+func IsReplyUnder(inboxPrefix, reply string) bool {
+	rest, ok := strings.CutPrefix(reply, inboxPrefix+".")
 	if !ok || rest == "" {
 		return false
 	}
