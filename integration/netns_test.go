@@ -6,14 +6,12 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,40 +69,14 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 	})
 }
 
-// nsAgent is a fleet-agent process in a network namespace.
-type nsAgent struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-}
-
 // startAgentInNS gives host an identity and runs its fleet-agent in ns;
 // it stops the agent with the test.
-func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL string, natsCA []byte) *nsAgent {
+func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL string, natsCA []byte) *nsProcess {
 	t.Helper()
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, ".state")
 	enrolInNS(t, gw, host, stateDir, natsURL, natsCA)
-	a := &nsAgent{stderr: &syncBuffer{}}
-	a.cmd = ns.command(agentBinary(t), "--state_dir", stateDir, "--cwd", dir, "--heartbeat", "500ms", "--log_level", "info")
-	a.cmd.Stderr = io.MultiWriter(a.stderr, testWriter{t})
-	// ip netns exec execs the agent, which keeps this: it dies with the
-	// test binary.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start fleet-agent in %s: %v", ns.Name, err)
-	}
-	done := waitProcess(a.cmd)
-	t.Cleanup(func() {
-		_ = a.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("the agent in the namespace did not stop within 20s of SIGTERM")
-			_ = a.cmd.Process.Kill()
-			<-done
-		}
-	})
-	return a
+	return startInNS(t, ns, "--state_dir", stateDir, "--cwd", dir, "--heartbeat", "500ms", "--log_level", "info")
 }
 
 // enrolInNS writes host's identity into stateDir the way fleet-agent
