@@ -233,15 +233,27 @@ func TestEnrolCredentialEscapes(t *testing.T) {
 		t.Fatalf("a flood of bad requests is not throttled: last %q", code)
 	}
 
-	// A payload larger than a request closes the connection (the
-	// server's own limit is 1 MiB). The client sees the server's
-	// "maximum payload violation", or the reset that follows it.
+	// A payload larger than a request closes the connection: the
+	// credential's payload limit is a request's size. The server lifts
+	// a connection's limit for a moment while it applies an updated
+	// account (revoking a token's credential is one), and a payload
+	// that arrives then reaches the gateway, which refuses it by its
+	// own bound. Either way nothing is enrolled.
 	p := mustDialEnrol(t, gw, nt)
-	_ = p.nc.Publish(protocol.EnrolSubject(id), make([]byte, protocol.EnrolMaxPayload+1))
+	m, err := p.nc.Request(protocol.EnrolSubject(id), make([]byte, protocol.EnrolMaxPayload+1), 10*time.Second)
+	if err == nil {
+		var probe struct {
+			Code protocol.APICode `json:"code"`
+		}
+		if jerr := json.Unmarshal(m.Data, &probe); jerr != nil || probe.Code != protocol.APIBadRequest {
+			t.Fatalf("a payload over the limit reached the gateway and was answered %q, want code %q", m.Data, protocol.APIBadRequest)
+		}
+		return
+	}
 	select {
 	case <-p.closed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a payload over the limit does not close the connection")
+		t.Fatalf("a payload over the limit neither closes the connection nor is refused: %v", err)
 	}
 }
 
