@@ -38,6 +38,9 @@ type Agent struct {
 	guard     *guard
 	policyEnv policy.Env
 	reloadMu  sync.Mutex
+	// gitGuard runs git for bash under command rules (nil otherwise);
+	// Reload gives it the new policy's deny rules.
+	gitGuard *gitGuard
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// skillSync installs the skills the fleet rolls out to the host.
@@ -168,6 +171,7 @@ func New(cfg Config) (*Agent, error) {
 		log:         log,
 		allTools:    all,
 		guard:       tb.guard,
+		gitGuard:    tb.gitGuard,
 		policyEnv:   env,
 		skills:      skills,
 		instance:    newInstanceID(),
