@@ -83,6 +83,16 @@ func optionProgram(name string) *optProgram {
 		return zipProgram()
 	case "scp", "sftp":
 		return scpProgram(name)
+	case "cpio":
+		return cpioProgram()
+	case "mosh":
+		return moshProgram()
+	case "sshfs":
+		return sshfsProgram()
+	case "unison":
+		return unisonProgram()
+	case "borg", "borgbackup":
+		return borgProgram()
 	case "man":
 		return manProgram()
 	case "less":
@@ -352,36 +362,6 @@ func tarOldStyle(c *checker, args []shWord) ([]shWord, error) {
 	return append(out, args[next:]...), nil
 }
 
-func rsyncProgram() *optProgram {
-	return &optProgram{
-		spec: lenient("vqcarRbudlLkKHpEAXogDtOJSnWxyCzPhi8460sFmIUN", "efTBM",
-			names(`verbose quiet no-motd checksum archive recursive relative no-implied-dirs backup update
-				inplace append append-verify dirs mkpath links copy-links copy-unsafe-links safe-links
-				munge-links copy-dirlinks keep-dirlinks hard-links perms executability acls xattrs owner
-				group devices specials times atimes open-noatime crtimes omit-dir-times omit-link-times
-				super fake-super sparse preallocate dry-run whole-file one-file-system existing
-				ignore-existing remove-source-files delete delete-before delete-during delete-delay
-				delete-after delete-excluded ignore-missing-args delete-missing-args ignore-errors force
-				partial delay-updates prune-empty-dirs numeric-ids ignore-times size-only compress
-				cvs-exclude from0 old-args secluded-args trust-sender copy-devices write-devices blocking-io
-				stats 8-bit-output human-readable progress itemize-changes list-only ipv4 ipv6 version
-				help daemon no-detach fsync protect-args`),
-			names(`rsh rsync-path info debug stderr backup-dir suffix chmod copy-as block-size max-delete
-				max-size min-size max-alloc partial-dir usermap groupmap chown timeout contimeout
-				modify-window temp-dir compare-dest copy-dest link-dest compress-choice zc compress-level zl
-				skip-compress filter exclude exclude-from include include-from files-from address port
-				sockopts out-format log-file log-file-format password-file early-input bwlimit stop-after
-				stop-at write-batch only-write-batch read-batch protocol iconv checksum-choice cc
-				checksum-seed outbuf remote-option config dparam`)),
-		runs: []optRun{
-			{names: []string{"e", "rsh"}, kind: runShell},
-			{names: []string{"rsync-path"}, kind: runRemote},
-			{names: []string{"M", "remote-option"}, kind: runHidden, why: "passes options to the remote rsync"},
-			{names: []string{"config", "dparam"}, kind: runHidden, why: "configures an rsync daemon, which can run commands before and after transfers"},
-		},
-	}
-}
-
 // zipProgram: zip -TT CMD (or --unzip-command CMD) tests the archive with
 // CMD through the shell, {} standing for the archive's name. zip's own
 // parser takes "-TT" as one option.
@@ -424,37 +404,6 @@ func zipProgram() *optProgram {
 		},
 		runs: []optRun{{names: []string{"unzip-command"}, kind: runShell}},
 	}
-}
-
-// scpProgram: scp and sftp run ssh (or -S PROGRAM) with ssh options, and
-// sftp -D runs a local sftp server command. sftp also runs local shell
-// commands ("!cmd") from its batch file or its standard input.
-func scpProgram(name string) *optProgram {
-	spec := lenient("346ABCOpqRrsTv", "cDFiJlPoSX", nil, nil)
-	if name == "sftp" {
-		spec = lenient("46AaCfNpqrv", "BbcDFiJlPoRSsX", nil, nil)
-	}
-	prog := &optProgram{
-		spec: spec,
-		runs: []optRun{
-			{names: []string{"S"}, kind: runProgram, args: [][]string{{string(dyn)}}},
-			{names: []string{"D"}, kind: runShell},
-			{names: []string{"F"}, kind: runNever, why: "reads an ssh configuration file, which can name local commands to run (ProxyCommand, LocalCommand)"},
-		},
-		extra: func(c *checker, p parsedOpts) ([]runs, error) {
-			var rs []runs
-			for _, v := range p.vals {
-				if why := sshOptionRuns(v); v.name == "o" && why != "" {
-					rs = append(rs, runs{unknown: why})
-				}
-			}
-			if name == "sftp" {
-				rs = append(rs, runs{unknown: "runs local shell commands (!) from its batch file or standard input", allowOnly: true})
-			}
-			return rs, nil
-		},
-	}
-	return prog
 }
 
 func manProgram() *optProgram {

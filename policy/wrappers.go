@@ -103,8 +103,10 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return aliasRuns(args, c.lang), nil
 	case "mapfile", "readarray":
 		return c.mapfileCallback(name, args)
-	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run", "ssh":
+	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run":
 		return c.launcher(name, args)
+	case "ssh", "autossh", "sshpass", "ssh-copy-id":
+		return c.sshRuns(name, args)
 	case "parallel", "sem":
 		return []runs{{unknown: "builds the commands it runs from its arguments and input"}}, nil
 	}
