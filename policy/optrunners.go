@@ -583,7 +583,8 @@ func pytestProgram() *optProgram {
 				last-failed failed-first new-first lf ff nf exitfirst verbose quiet capture showlocals help
 				version debug collect-only co`),
 			names(`doctest-glob config-file override-ini pdbcls basetemp rootdir confcutdir junitxml
-				junit-xml log-file result-log report-log import-mode maxfail durations tb`)),
+				junit-xml log-file result-log report-log import-mode maxfail durations tb tx px dist
+				numprocesses maxprocesses rsyncdir`)),
 		runs: []optRun{
 			{names: []string{"doctest-glob"}, kind: runHidden, why: "runs the Python in text files as doctests"},
 			{names: []string{"c", "config-file", "o", "override-ini"}, kind: runHidden, why: "reads configuration that can add options and plugins"},
@@ -602,11 +603,61 @@ func pytestProgram() *optProgram {
 					if err := c.writesNamed("pytest --"+v.name, v.val); err != nil {
 						return nil, err
 					}
+				case "tx", "px":
+					r, err := c.xdistSpec(v.val)
+					if err != nil {
+						return nil, err
+					}
+					rs = append(rs, r...)
+				case "rsyncdir":
+					rs = append(rs, runs{unknown: "copies directories to the hosts of its --tx gateways (--rsyncdir)"})
 				}
 			}
 			return rs, nil
 		},
 	}
+}
+
+// xdistSpec returns what a pytest-xdist gateway spec (--tx, --px) runs:
+// "[N*]popen[//key=value...]" starts python processes on this host, with
+// "python=EXE" the program EXE (whose name is checked, as npm's
+// --script-shell is) and "env:NAME=VALUE" a variable set for them;
+// "ssh=HOST", "socket=ADDRESS", "vagrant_ssh=..." and "via=ID" run the
+// tests elsewhere, through ssh with options (ssh_config=FILE) the checker
+// cannot see. A key the checker does not know is refused.
+func (c *checker) xdistSpec(w shWord) ([]runs, error) {
+	if !w.literal() {
+		return []runs{{unknown: "takes a gateway spec " + clip(w.src) + " only known when the line runs, which can name programs to run (python=, ssh=)"}}, nil
+	}
+	parts := strings.Split(w.text, "//")
+	kind := parts[0]
+	if n, rest, ok := strings.Cut(kind, "*"); ok && isNumber(shWord{text: n}) {
+		kind = rest
+	}
+	if kind != "popen" {
+		return []runs{{unknown: "runs tests through gateway " + clip(kind) + " (--tx), over ssh or a socket, with options the checker cannot see"}}, nil
+	}
+	var rs []runs
+	for _, kv := range parts[1:] {
+		key, value, _ := strings.Cut(kv, "=")
+		switch {
+		case key == "python":
+			if value == "" {
+				return []runs{{unknown: "names an empty python for its gateway"}}, nil
+			}
+			rs = append(rs, runs{words: []shWord{{text: value, src: value}}, nameOnly: true, via: "--tx python="})
+		case strings.HasPrefix(key, "env:"):
+			if name := strings.TrimPrefix(key, "env:"); c.steers(name) {
+				return nil, c.refuse("pytest --tx %s: setting %s changes what commands run, which the rules cannot follow", clip(w.src), name)
+			}
+		case key == "chdir":
+			c.line.cd = true
+		case key == "id", key == "nice", key == "dont_write_bytecode", key == "execmodel", key == "":
+		default:
+			return []runs{{unknown: "takes gateway option " + clip(kv) + " (--tx), which the checker does not know"}}, nil
+		}
+	}
+	return rs, nil
 }
 
 // journalctlProgram runs nothing through its options; its option table
