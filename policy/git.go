@@ -145,7 +145,7 @@ func envResets(words []shWord) string {
 	switch name {
 	case "sudo", "doas", "su", "runuser":
 		return "runs under " + name + ", which resets the environment and PATH"
-	case "systemd-run", "ssh", "autossh", "chroot", "nsenter", "unshare":
+	case "systemd-run", "run0", "pkexec", "ssh", "autossh", "chroot", "nsenter", "unshare", "bwrap", "firejail":
 		return "runs under " + name + ", in another environment or file system"
 	case "env":
 		return envOptionsReset(args)

@@ -110,7 +110,7 @@ func optionProgram(name string) *optProgram {
 	case "journalctl":
 		return journalctlProgram()
 	}
-	return nil
+	return toolProgram(name)
 }
 
 // knownOptions returns the options of command name, when the checker
@@ -146,6 +146,22 @@ func (c *checker) programRuns(name string, args []shWord) ([]runs, error) {
 		return c.crontabRuns(args)
 	case "tmux", "screen", "byobu":
 		return []runs{{unknown: "runs commands given in its own syntax, in sessions that outlive the line"}}, nil
+	case "hg":
+		return c.hgRuns(args)
+	case "cmake":
+		return c.cmakeRuns(name, args)
+	case "docker", "podman", "nerdctl", "kubectl", "oc":
+		return containerRuns(name, args), nil
+	case "openssl":
+		return opensslRuns(args), nil
+	case "socat":
+		return c.socatRuns(args)
+	}
+	if why := opensCommand(name); why != "" {
+		return []runs{{unknown: why}}, nil
+	}
+	if compilerName(name) {
+		return c.compilerRuns(name, args)
 	}
 	if in := interpreter(name); in != nil {
 		return c.interpreterRuns(name, in, args)
@@ -537,18 +553,6 @@ func wgetProgram() *optProgram {
 		runs: []optRun{
 			{names: []string{"use-askpass"}, kind: runProgram, args: [][]string{{string(dyn)}}},
 			{names: []string{"e", "execute", "config"}, kind: runHidden, why: "runs wgetrc commands, which can name a program (use_askpass)"},
-		},
-	}
-}
-
-// aptProgram: apt's configuration (-o, -c) can name commands to run
-// around updates and installs (APT::Update::Pre-Invoke, DPkg::Post-Invoke).
-func aptProgram() *optProgram {
-	return &optProgram{
-		spec: lenient("", "octa", nil, names(`option config-file target-release`)),
-		runs: []optRun{
-			{names: []string{"o", "option", "c", "config-file"}, kind: runHidden,
-				why: "sets configuration, which can name commands to run (APT::Update::Pre-Invoke, DPkg::Post-Invoke)"},
 		},
 	}
 }

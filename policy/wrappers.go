@@ -32,6 +32,10 @@ type runs struct {
 	// via says how the wrapper comes to run it, for a refusal's message
 	// ("--compress-program", "system() in its program").
 	via string
+	// denyOnly is set when the command is checked against the deny
+	// rules only: one of the readings of words whose split the checker
+	// is not sure of.
+	denyOnly bool
 }
 
 // unwrap checks what a wrapper command (sudo, env, xargs, sh -c, ...)
@@ -57,6 +61,8 @@ func (c *checker) unwrap(words []shWord) error {
 			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
 		case r.isScript:
 			err = sub.script(r.script, r.lang)
+		case r.denyOnly:
+			err = sub.denied(r.words, c.p.bash.deny)
 		case r.nameOnly:
 			err = sub.match(r.words)
 		case len(r.words) > 0:
@@ -81,7 +87,7 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return c.sudo(name, args)
 	case "env":
 		return c.env(args)
-	case "nice", "nohup", "timeout", "time", "command", "builtin", "exec", "stdbuf", "setsid", "ionice", "busybox":
+	case "nice", "nohup", "timeout", "time", "command", "builtin", "exec", "stdbuf", "setsid", "ionice", "busybox", "toybox":
 		return c.prefix(name, args)
 	case "xargs":
 		return c.xargs(args)
@@ -89,8 +95,10 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return c.findExec(args), nil
 	case "bash", "rbash", "sh", "dash", "ash", "posh", "ksh", "ksh93", "mksh", "oksh", "zsh", "yash", "fish", "csh", "tcsh":
 		return c.shell(name, args)
-	case "su", "runuser":
+	case "su":
 		return c.su(args), nil
+	case "runuser":
+		return c.runuser(args)
 	case "eval":
 		return []runs{c.joined(args, c.lang)}, nil
 	case "source", ".":
@@ -105,10 +113,15 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return c.mapfileCallback(name, args)
 	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run":
 		return c.launcher(name, args)
+	case "run0":
+		return c.systemdRun(args) // systemd-run as root, in the same syntax
 	case "ssh", "autossh", "sshpass", "ssh-copy-id":
 		return c.sshRuns(name, args)
 	case "parallel", "sem":
 		return []runs{{unknown: "builds the commands it runs from its arguments and input"}}, nil
+	}
+	if rs, ok, err := c.runnerRuns(name, args); ok {
+		return rs, err
 	}
 	return c.programRuns(name, args)
 }
@@ -223,7 +236,7 @@ func (c *checker) prefix(name string, args []shWord) ([]runs, error) {
 	switch name {
 	case "nice":
 		spec = optSpec{valued: "n", longVal: []string{"adjustment"}, numeric: true, long: []string{"help", "version"}}
-	case "nohup", "builtin", "busybox":
+	case "nohup", "builtin", "busybox", "toybox":
 		spec = optSpec{long: []string{"help", "version"}}
 	case "timeout":
 		spec = optSpec{flags: "fpv", valued: "ks", long: []string{"foreground", "preserve-status", "verbose", "help", "version"},
