@@ -563,7 +563,8 @@ func wgetProgram() *optProgram {
 // runs is refused where there are write rules.
 func (c *checker) writesNamed(what string, w shWord) error {
 	switch {
-	case !w.literal() || w.text == "":
+	case !w.literal() || w.text == "" || w.tilde:
+		// "~" is where $HOME points when the line runs.
 		if c.p.HasPathRules(Write) {
 			return c.refuse("%s writes to a file only known when the line runs, so the path rules cannot check it", what)
 		}

@@ -92,7 +92,7 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 	case "xargs":
 		return c.xargs(args)
 	case "find":
-		return c.findExec(args), nil
+		return c.findExec(args)
 	case "bash", "rbash", "sh", "dash", "ash", "posh", "ksh", "ksh93", "mksh", "oksh", "zsh", "yash", "fish", "csh", "tcsh":
 		return c.shell(name, args)
 	case "su":
@@ -359,13 +359,15 @@ func xargsReplace(p parsedOpts) []shWord {
 }
 
 // findExec returns the commands find's -exec, -execdir, -ok and -okdir
-// actions run. -execdir and -okdir run them in other directories.
-func (c *checker) findExec(args []shWord) []runs {
+// actions run. -execdir and -okdir run them in other directories. The
+// files -fprint, -fprint0, -fprintf and -fls write are checked like an
+// output redirection's.
+func (c *checker) findExec(args []shWord) ([]runs, error) {
 	var rs []runs
 	for _, a := range args {
 		if a.splits {
 			// Unquoted, it may split into an -exec action.
-			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}
+			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}, nil
 		}
 	}
 	for i := 0; i < len(args); i++ {
@@ -373,6 +375,14 @@ func (c *checker) findExec(args []shWord) []runs {
 		case "-exec", "-ok":
 		case "-execdir", "-okdir":
 			c.line.cd = true
+		case "-fprint", "-fprint0", "-fprintf", "-fls":
+			if i+1 < len(args) {
+				if err := c.writesNamed("find "+args[i].text, args[i+1]); err != nil {
+					return nil, err
+				}
+				i++
+			}
+			continue
 		default:
 			continue
 		}
@@ -393,7 +403,7 @@ func (c *checker) findExec(args []shWord) []runs {
 		}
 		i = j
 	}
-	return rs
+	return rs, nil
 }
 
 // joined returns the script made of args joined by spaces, as eval and
