@@ -569,7 +569,7 @@ func (c *checker) writesNamed(what string, w shWord) error {
 			return c.refuse("%s writes to a file only known when the line runs, so the path rules cannot check it", what)
 		}
 		return nil
-	case specialFile(w.text) != notSpecial:
+	case c.specialFile(w.text) != notSpecial:
 		return nil // a device, or the program's own standard output
 	case c.elsewhere:
 		return c.refuse("%s writes a file under another root directory or on another host, where the path rules cannot place it", what)

@@ -71,6 +71,9 @@ func (c *checker) readsStdin(name string) bool {
 	if name == "-" {
 		return true
 	}
+	if c.p.env.FoldCase {
+		name = strings.ToLower(FoldName(name)) // /DEV/STDIN is /dev/stdin there
+	}
 	p := name
 	if !path.IsAbs(p) {
 		// After a cd, "stdin" or "0" may be in /dev or /dev/fd.
