@@ -94,7 +94,7 @@ func factsOf(h HostInfo) hostFacts {
 	return hostFacts{
 		Name: h.Host, OS: h.OS, Arch: h.Arch, Shell: h.Shell, Cwd: h.Cwd, Labels: labels,
 		Online: h.Online, LastSeen: h.LastSeen.UTC(), AgentVersion: h.AgentVersion, Tools: tools,
-		PolicyDigest: h.PolicyDigest, Conflict: h.Conflict, Revoked: h.Revoked,
+		PolicyDigest: policyName(h.PolicyDigest), Conflict: h.Conflict, Revoked: h.Revoked,
 	}
 }
 
