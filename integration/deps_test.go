@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/build"
 	"io"
 	"os"
 	"os/exec"
@@ -37,7 +38,7 @@ func goBinary(t *testing.T) string {
 	if runtime.GOOS == "windows" {
 		exe += ".exe"
 	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", exe); fileExists(p) {
+	if p := filepath.Join(build.Default.GOROOT, "bin", exe); fileExists(p) {
 		return p
 	}
 	p, err := exec.LookPath("go")
