@@ -289,8 +289,8 @@ func gitAttacks() []gitAttack {
 			"runs a program", true},
 		// git's own helpers run what they are given.
 		{"submodule--helper foreach", "workspace.yaml", submodule, "git submodule--helper foreach EVIL", "foreach", true},
-		{"submodule--helper foreach from a variable", "workspace.yaml", submodule, `h=submodule--helper; git "$h" foreach EVIL`,
-			"foreach", true},
+		{"submodule--helper foreach from a variable", `bash: {allow: ["git *"]}`, submodule, `h=submodule--helper; git "$h" foreach EVIL`,
+			"submodule--helper foreach runs the command", true},
 		{"bisect--helper run", "workspace.yaml", config("."), "git bisect--helper run EVIL", "bisect run", true},
 		{"merge-index", "workspace.yaml", config("."), "git merge-index EVIL -a", "merge-index", true},
 		{"remote-ext", `bash: {allow: ["git *"]}`, config("."), "git remote-ext origin EVIL </dev/null", "remote-ext", true},
@@ -302,7 +302,7 @@ func gitAttacks() []gitAttack {
 		{"filter the operator allows, written by git config", lfsPolicy, attributes("filter=lfs"),
 			`k=filter.lfs.clean; git config "$k" EVIL && git status`, "git config sets only keys", true},
 		{"alias written by git config", `bash: {allow: ["git *"]}`, config("."), `k=alias.st; git config "$k" '!EVIL' && git st`,
-			"alias.st", true},
+			"git config sets only keys", true},
 	}
 }
 
