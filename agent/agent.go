@@ -38,6 +38,9 @@ type Agent struct {
 	guard     *guard
 	policyEnv policy.Env
 	reloadMu  sync.Mutex
+	// gitGuard runs git for bash under command rules (nil otherwise);
+	// Reload gives it the new policy's deny rules.
+	gitGuard *gitGuard
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// skillSync installs the skills the fleet rolls out to the host.
@@ -101,7 +104,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	env := policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+	env := policy.Env{OS: runtime.GOOS, FoldCase: onDarwin, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
 		GitGuarded: cfg.GitGuard != ""}
 	pol, err := loadPolicy(cfg.PolicyFile, env)
 	if err != nil {
@@ -168,6 +171,7 @@ func New(cfg Config) (*Agent, error) {
 		log:         log,
 		allTools:    all,
 		guard:       tb.guard,
+		gitGuard:    tb.gitGuard,
 		policyEnv:   env,
 		skills:      skills,
 		instance:    newInstanceID(),
