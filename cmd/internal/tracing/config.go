@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -143,12 +144,14 @@ func baseURL(raw string) (string, error) {
 }
 
 func checkURL(raw string) (*url.URL, error) {
+	const want = "want an http:// or https:// URL of the collector's OTLP/HTTP endpoint, such as http://127.0.0.1:4318"
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("not a URL: %w", err)
+		// Not err's text: it quotes the URL whole, password and all.
+		return nil, fmt.Errorf("not a URL: %s", want)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("want an http:// or https:// URL of the collector's OTLP/HTTP endpoint, such as http://127.0.0.1:4318")
+		return nil, errors.New(want)
 	case u.Host == "" || u.Hostname() == "":
 		return nil, fmt.Errorf("the URL names no host")
 	case u.User != nil:
@@ -161,8 +164,17 @@ func checkURL(raw string) (*url.URL, error) {
 
 // redacted is raw for an error message: a password in it is replaced.
 func redacted(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
+	u, err := url.Parse(raw)
+	switch {
+	case err == nil && u.User != nil:
 		return u.Redacted()
+	case err == nil:
+		return raw
+	}
+	// Unparsed: whatever comes before an @ may be a password.
+	if at := strings.LastIndexByte(raw, '@'); at >= 0 {
+		scheme, _, _ := strings.Cut(raw, "://")
+		return scheme + "://xxxxx" + raw[at:]
 	}
 	return raw
 }

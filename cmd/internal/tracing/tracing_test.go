@@ -44,6 +44,7 @@ func TestExporterConfig(t *testing.T) {
 		{name: "grpc scheme", flag: "grpc://a:4317", wantErr: "http:// or https://"},
 		{name: "no host", flag: "http:///v1/traces", wantErr: "no host"},
 		{name: "credentials", flag: "https://u:secret@a/", wantErr: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "credentials in a bad URL", flag: "https://u:secret@a b/", wantErr: "not a URL"},
 		{name: "bad env endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://a"}, wantErr: "OTEL_EXPORTER_OTLP_ENDPOINT"},
 		{name: "bad timeout", flag: "http://a", env: map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, wantErr: "OTEL_EXPORTER_OTLP_TIMEOUT"},
 		{name: "bad compression", flag: "http://a", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "zstd"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"},
