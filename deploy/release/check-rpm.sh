@@ -66,11 +66,11 @@ for p in fleet-gateway fleet-agent fleetctl; do
 	# every one noreplace (an upgrade keeps the operator's edits).
 	dpkg-deb -e "$deb" "$work/ctl"
 	{ [ -f "$work/ctl/conffiles" ] && LC_ALL=C sort "$work/ctl/conffiles"; } >"$work/deb.conf" || true
-	rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$rpm" 2>/dev/null | awk '$1 ~ /c/' | LC_ALL=C sort -k2 >"$work/rpm.flags"
-	awk '{print $2}' "$work/rpm.flags" >"$work/rpm.conf"
+	rpm -qp --qf '[%{FILEFLAGS:fflags}|%{FILENAMES}\n]' "$rpm" 2>/dev/null | awk -F'|' '$1 ~ /c/' | LC_ALL=C sort -t'|' -k2 >"$work/rpm.flags"
+	awk -F'|' '{print $2}' "$work/rpm.flags" >"$work/rpm.conf"
 	diff -u "$work/deb.conf" "$work/rpm.conf" >&2 || fail "$p: the .rpm's %config files differ from the .deb's conffiles"
-	if awk '$1 !~ /n/ {bad=1} END {exit !bad}' "$work/rpm.flags"; then
-		fail "$p: %config files without noreplace: $(awk '$1 !~ /n/ {print $2}' "$work/rpm.flags")"
+	if awk -F'|' '$1 !~ /n/ {bad=1} END {exit !bad}' "$work/rpm.flags"; then
+		fail "$p: %config files without noreplace: $(awk -F'|' '$1 !~ /n/ {print $2}' "$work/rpm.flags")"
 	fi
 
 	# Scripts: the same ones, byte for byte, under each format's name.
