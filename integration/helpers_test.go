@@ -127,3 +127,15 @@ func (p *progressLog) count() int {
 	defer p.mu.Unlock()
 	return len(p.msgs)
 }
+
+// waitForFile waits for path to hold a whole line and returns it.
+func waitForFile(t *testing.T, path string) string {
+	t.Helper()
+	var data []byte
+	waitFor(t, 30*time.Second, path, func() bool {
+		var err error
+		data, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(data), "\n")
+	})
+	return strings.TrimSpace(string(data))
+}
