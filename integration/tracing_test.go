@@ -1,3 +1,5 @@
+//go:build unix
+
 package integration
 
 import (
@@ -22,6 +24,9 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 )
+
+// The tracing tests run real processes and stop them with signals, as
+// the other process tests do: on Unix.
 
 // otlpCollector is an OTLP/HTTP collector stand-in on loopback: it takes
 // export requests as a collector does (POST /v1/traces, protobuf) and
