@@ -42,11 +42,11 @@ type otlpCollector struct {
 
 // gotSpan is a received span with what the tests look at.
 type gotSpan struct {
-	service              string // the exporter's service.name
-	name                 string
-	trace, id, parent    string // hex
-	attrs                map[string]string
-	statusError, isError bool
+	service           string // the exporter's service.name
+	name              string
+	trace, id, parent string // hex
+	attrs             map[string]string
+	statusError       bool
 }
 
 func newCollector(t testing.TB) *otlpCollector {
