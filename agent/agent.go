@@ -68,6 +68,8 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// tracing makes the spans of traced calls (nil: off).
+	tracing *tracing
 	// counts are the calls served, failed and refused (stats.go).
 	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
@@ -180,6 +182,7 @@ func New(cfg Config) (*Agent, error) {
 		renewRetry:  renewRetryMin,
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
+		tracing:     newTracing(cfg.TracerProvider),
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
 		state:       state,
