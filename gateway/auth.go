@@ -108,11 +108,13 @@ type authenticator struct {
 	log    *slog.Logger
 }
 
-func newAuthenticator(cfg AuthConfig, log *slog.Logger) (*authenticator, error) {
+// newAuthenticator finds the issuer's keys, if there is an issuer, within
+// 30 s or until ctx ends.
+func newAuthenticator(ctx context.Context, cfg AuthConfig, log *slog.Logger) (*authenticator, error) {
 	a := &authenticator{cfg: cfg, log: log}
 	a.tokens.Store(cfg.APITokens)
 	if cfg.Issuer != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		v, err := newJWTVerifier(ctx, &a.cfg)
 		if err != nil {

@@ -175,7 +175,7 @@ func newTestAuthenticator(t *testing.T, cfg AuthConfig) *authenticator {
 	if errs := cfg.validate(); len(errs) > 0 {
 		t.Fatalf("config: %v", errors.Join(errs...))
 	}
-	a, err := newAuthenticator(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := newAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatalf("newAuthenticator: %v", err)
 	}
@@ -284,7 +284,7 @@ func TestJWKSWithoutDiscovery(t *testing.T) {
 	} {
 		cfg := tc.cfg
 		cfg.setDefaults()
-		_, err := newAuthenticator(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, err := newAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("newAuthenticator(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
 		}

@@ -61,7 +61,7 @@ func TestGatewayRefusesNewerData(t *testing.T) {
 	}
 	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, NATSListen: "127.0.0.1:0", APIListen: "127.0.0.1:0",
 		AuthDisabled: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	gw, err := Start(cfg)
+	gw, err := Start(t.Context(), cfg)
 	if err == nil {
 		_ = gw.Shutdown(t.Context())
 		t.Fatal("a gateway started on a directory of a newer data format")

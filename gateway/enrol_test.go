@@ -37,7 +37,7 @@ func startAPIGateway(t *testing.T, clock *testClock, mod func(*Config)) *Gateway
 	if mod != nil {
 		mod(&cfg)
 	}
-	gw, err := Start(cfg)
+	gw, err := Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}

@@ -112,8 +112,11 @@ type Gateway struct {
 }
 
 // Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
-// and serves MCP until Shutdown.
-func Start(cfg Config) (*Gateway, error) {
+// and serves MCP until Shutdown. ctx bounds the start only (OIDC
+// discovery, the checks of an external cluster, the first reconcile of
+// revocations): cancelling it makes a start in progress fail and undo
+// what it began; once Start has returned, only Shutdown stops the gateway.
+func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
@@ -128,98 +131,119 @@ func Start(cfg Config) (*Gateway, error) {
 	if cfg.SkillSource != nil {
 		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
 	}
-	if !cfg.AuthDisabled {
-		a, err := newAuthenticator(cfg.Auth, g.log.With("component", "auth"))
+	if err := g.start(ctx); err != nil {
+		g.closeStarted()
+		return nil, err
+	}
+	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { g.done <- g.http.Serve(g.ln) }()
+	g.logAccess()
+	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "auth", !cfg.AuthDisabled)
+	return g, nil
+}
+
+// start brings up every part of the gateway but the MCP server, in
+// order. A part it starts is recorded in g as soon as it runs, so that on
+// failure closeStarted stops exactly what was started.
+func (g *Gateway) start(ctx context.Context) error {
+	if !g.cfg.AuthDisabled {
+		a, err := newAuthenticator(ctx, g.cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
-			return nil, fmt.Errorf("caller authentication: %w", err)
+			return fmt.Errorf("caller authentication: %w", err)
 		}
 		g.auth = a
 	}
 	// The MCP address is taken first: a busy one fails at once, before
 	// NATS and JetStream start.
-	ln, err := listen(cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
+	ln, err := listen(g.cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
 	if err != nil {
-		return nil, err
-	}
-	if err := g.startNATS(); err != nil {
-		ln.Close()
-		g.stopNATS()
-		return nil, err
-	}
-	a, err := newAuditor(g.nc, cfg.Audit, cfg.MaxCallDuration, g.log.With("component", "audit"))
-	if err != nil {
-		ln.Close()
-		g.stopNATS()
-		return nil, err
-	}
-	g.audit = a
-	if g.store, err = openHostStore(g.nc, g.reg, cfg.Hosts, g.log.With("component", "hosts")); err != nil {
-		ln.Close()
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, err
-	}
-	if err := g.openAgents(); err != nil {
-		ln.Close()
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, err
-	}
-	if err := g.openSkills(); err != nil {
-		ln.Close()
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, err
-	}
-	if g.skills == nil && g.skillStore != nil {
-		// The fleet's skills, as rolled out, are what the MCP Skills
-		// extension serves.
-		g.skills = newSkillServer(g.skillStore, g.log.With("component", "skills"))
-	}
-	if err := g.startEnrolment(); err != nil {
-		ln.Close()
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, err
-	}
-	if err := g.watchAuthErrors(); err != nil {
-		g.log.Warn("refused NATS connections will not be logged", "err", err)
-	}
-	if g.ns != nil && g.cfg.NATSListen != "" {
-		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
-			ln.Close()
-			_ = g.stopFleetAPI(context.Background())
-			_ = g.audit.close(context.Background())
-			g.stopNATS()
-			return nil, err
-		}
-	}
-	if g.cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCert, g.cfg.TLSKey)
-		if err != nil {
-			ln.Close()
-			_ = g.stopFleetAPI(context.Background())
-			_ = g.audit.close(context.Background())
-			g.stopNATS()
-			return nil, fmt.Errorf("MCP endpoint TLS (--tls_cert %s, --tls_key %s): %w", g.cfg.TLSCert, g.cfg.TLSKey, err)
-		}
-		g.mcpTLS = true
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	}
-	g.metrics = newMetrics(g)
-	if err := g.serveMetrics(); err != nil {
-		ln.Close()
-		_ = g.stopFleetAPI(context.Background())
-		_ = g.audit.close(context.Background())
-		g.stopNATS()
-		return nil, err
+		return err
 	}
 	g.ln = ln
-	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { g.done <- g.http.Serve(ln) }()
-	g.logAccess()
-	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "auth", !cfg.AuthDisabled)
-	return g, nil
+	steps := []func() error{
+		func() error { return g.startNATS(ctx) },
+		func() (err error) {
+			g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, g.log.With("component", "audit"))
+			return err
+		},
+		func() (err error) {
+			g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
+			return err
+		},
+		func() error { return g.openAgents(ctx) },
+		g.openSkills,
+		func() error {
+			if g.skills == nil && g.skillStore != nil {
+				// The fleet's skills, as rolled out, are what the MCP
+				// Skills extension serves.
+				g.skills = newSkillServer(g.skillStore, g.log.With("component", "skills"))
+			}
+			return nil
+		},
+		g.startEnrolment,
+		func() error {
+			if err := g.watchAuthErrors(); err != nil {
+				g.log.Warn("refused NATS connections will not be logged", "err", err)
+			}
+			return nil
+		},
+		g.listenForAgents,
+		g.mcpListenerTLS,
+		func() error {
+			g.metrics = newMetrics(g)
+			return g.serveMetrics()
+		},
+	}
+	for _, step := range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("gateway start: %w", context.Cause(ctx))
+		}
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeStarted undoes a start that failed part way: it stops, in the
+// reverse order of start, every part that start got to (each stop does
+// nothing for a part never started).
+func (g *Gateway) closeStarted() {
+	if g.metricsSrv != nil {
+		_ = g.metricsSrv.Close()
+	}
+	if g.ln != nil {
+		g.ln.Close()
+	}
+	_ = g.stopFleetAPI(context.Background())
+	if g.audit != nil {
+		_ = g.audit.close(context.Background())
+	}
+	g.stopNATS()
+}
+
+// listenForAgents opens the embedded server's client port to agents, when
+// there is one.
+func (g *Gateway) listenForAgents() error {
+	if g.ns == nil || g.cfg.NATSListen == "" {
+		return nil
+	}
+	return g.ns.listenForAgents(g.cfg.NATSListen)
+}
+
+// mcpListenerTLS makes the MCP listener serve TLS when Config.TLSCert is
+// set.
+func (g *Gateway) mcpListenerTLS() error {
+	if g.cfg.TLSCert == "" {
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(g.cfg.TLSCert, g.cfg.TLSKey)
+	if err != nil {
+		return fmt.Errorf("MCP endpoint TLS (--tls_cert %s, --tls_key %s): %w", g.cfg.TLSCert, g.cfg.TLSKey, err)
+	}
+	g.mcpTLS = true
+	g.ln = tls.NewListener(g.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	return nil
 }
 
 // startEnrolment opens the join tokens and nonces, serves renewals,
@@ -256,10 +280,10 @@ func (g *Gateway) startEnrolment() error {
 	return nil
 }
 
-func (g *Gateway) startNATS() error {
+func (g *Gateway) startNATS(ctx context.Context) error {
 	var err error
 	if len(g.cfg.NATSURLs) > 0 {
-		err = g.connectExternal()
+		err = g.connectExternal(ctx)
 	} else {
 		err = g.startEmbedded()
 	}
@@ -384,7 +408,7 @@ func (g *Gateway) natsTLS() bool {
 
 // connectExternal connects to an external cluster with the files of its
 // setup, and checks them.
-func (g *Gateway) connectExternal() error {
+func (g *Gateway) connectExternal(ctx context.Context) error {
 	x, err := loadExternalAuth(&g.cfg)
 	if err != nil {
 		return err
@@ -396,7 +420,7 @@ func (g *Gateway) connectExternal() error {
 	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*pushTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 3*pushTimeout)
 	defer cancel()
 	if err := x.check(ctx, g.sys); err != nil {
 		return fmt.Errorf("external NATS cluster: %w", err)
@@ -410,16 +434,19 @@ func (g *Gateway) connectExternal() error {
 // openAgents opens the agent records, brings the servers' revocations in
 // step with them (a gateway may have stopped between a revocation and
 // its push) and starts the revocation loop.
-func (g *Gateway) openAgents() error {
+func (g *Gateway) openAgents(ctx context.Context) error {
 	g.agentIndex.revoked = func(string) { g.reconcileSoon() }
 	var err error
 	if g.agents, err = openAgentStore(g.nc, g.agentIndex, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
 		return err
 	}
 	g.authority.setRecords(g.agents)
-	ctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
-	err = g.authority.Reconcile(ctx)
+	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	err = g.authority.Reconcile(rctx)
 	cancel()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("reconcile revocations: %w", context.Cause(ctx))
+	}
 	if err != nil {
 		g.log.Warn("revocations not in step with the NATS servers yet; retrying in the background", "err", err)
 	}

@@ -60,7 +60,7 @@ func newJWTVerifier(ctx context.Context, cfg *AuthConfig) (*jwtVerifier, error) 
 	if jwksURL == "" {
 		p, err := oidc.NewProvider(oidc.ClientContext(ctx, client), cfg.Issuer)
 		if err != nil {
-			return nil, fmt.Errorf("OIDC discovery for issuer %s: %v (if the issuer publishes no /.well-known/openid-configuration, set --jwks_uri)", cfg.Issuer, err)
+			return nil, fmt.Errorf("OIDC discovery for issuer %s (if the issuer publishes no /.well-known/openid-configuration, set --jwks_uri): %w", cfg.Issuer, err)
 		}
 		var doc struct {
 			JWKSURI string `json:"jwks_uri"`
@@ -88,16 +88,16 @@ func newJWTVerifier(ctx context.Context, cfg *AuthConfig) (*jwtVerifier, error) 
 func checkJWKS(ctx context.Context, client *http.Client, jwksURL string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, jwksURL, nil)
 	if err != nil {
-		return fmt.Errorf("JWKS URL %q: %v", jwksURL, err)
+		return fmt.Errorf("JWKS URL %q: %w", jwksURL, err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetch the issuer's keys: %v", err)
+		return fmt.Errorf("fetch the issuer's keys: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("fetch the issuer's keys from %s: %v", jwksURL, err)
+		return fmt.Errorf("fetch the issuer's keys from %s: %w", jwksURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fetch the issuer's keys from %s: %s", jwksURL, resp.Status)

@@ -97,7 +97,7 @@ func TestListenerCertificateErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), APIListen: "127.0.0.1:0", AuthDisabled: true, Logger: discardLogger()}
 			tc.mod(&cfg)
-			gw, err := Start(cfg)
+			gw, err := Start(t.Context(), cfg)
 			if err == nil {
 				gw.Shutdown(t.Context())
 				t.Fatal("started")

@@ -148,7 +148,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		opts.Gateway(&cfg)
 	}
 	e.gwConfig = cfg
-	gw, err := gateway.Start(cfg)
+	gw, err := gateway.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
@@ -528,7 +528,7 @@ func (e *Env) RestartGateway() {
 	var err error
 	// The old listener's port may take a moment to be free again.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if gw, err = gateway.Start(cfg); err == nil || time.Now().After(deadline) {
+		if gw, err = gateway.Start(context.Background(), cfg); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -576,7 +576,7 @@ func (e *Env) StartGateway(mod func(*gateway.Config)) *gateway.Gateway {
 	if mod != nil {
 		mod(&cfg)
 	}
-	gw, err := gateway.Start(cfg)
+	gw, err := gateway.Start(context.Background(), cfg)
 	if err != nil {
 		e.t.Fatalf("start gateway %d: %v", n, err)
 	}

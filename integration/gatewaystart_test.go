@@ -5,7 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,11 +35,11 @@ func gatewayConfig(t *testing.T, dataDir string) gateway.Config {
 func TestGatewayDataDirHeldByOne(t *testing.T) {
 	dir := t.TempDir()
 	cfg := gatewayConfig(t, dir)
-	first, err := gateway.Start(cfg)
+	first, err := gateway.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := gateway.Start(cfg)
+	second, err := gateway.Start(t.Context(), cfg)
 	if err == nil {
 		_ = second.Shutdown(context.Background())
 		_ = first.Shutdown(context.Background())
@@ -60,7 +63,7 @@ func TestGatewayDataDirHeldByOne(t *testing.T) {
 	if err := first.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	third, err := gateway.Start(cfg)
+	third, err := gateway.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("a gateway on the data directory after the first shut down: %v", err)
 	}
@@ -95,7 +98,7 @@ func TestGatewayAddressInUse(t *testing.T) {
 			cfg := gatewayConfig(t, t.TempDir())
 			tc.mod(&cfg)
 			start := time.Now()
-			gw, err := gateway.Start(cfg)
+			gw, err := gateway.Start(t.Context(), cfg)
 			if err == nil {
 				_ = gw.Shutdown(context.Background())
 				t.Fatal("the gateway started on an address in use")
@@ -111,5 +114,74 @@ func TestGatewayAddressInUse(t *testing.T) {
 			}
 			t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
 		})
+	}
+}
+
+// TestGatewayStartCancelled: a start waiting on an issuer that never
+// answers its discovery request ends as soon as its context does, with
+// the cause, instead of after the discovery timeout.
+func TestGatewayStartCancelled(t *testing.T) {
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer stuck.Close()
+	cfg := gatewayConfig(t, t.TempDir())
+	cfg.AuthDisabled = false
+	cfg.Auth = gateway.AuthConfig{Issuer: stuck.URL, Audience: "fleet"}
+	rules, err := gateway.ParseAccess("access.yaml", []byte(accessRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Access = rules
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	gw, err := gateway.Start(ctx, cfg)
+	if err == nil {
+		_ = gw.Shutdown(context.Background())
+		t.Fatal("the gateway started against an issuer that never answers")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Start returned %s after its context ended; want it at once", took.Round(time.Millisecond))
+	}
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "OIDC discovery") {
+		t.Errorf("Start: %v; want the cancellation of the OIDC discovery", err)
+	}
+}
+
+// TestGatewayFailedStartLeavesNothing: a start that fails late — on the
+// MCP endpoint's certificate, after NATS, JetStream, the stores and the
+// fleet API are up — stops all of them again: every address it listened
+// on is free, and a gateway on the same data directory and addresses
+// starts.
+func TestGatewayFailedStartLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := gatewayConfig(t, dir)
+	addr := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+	cfg.Listen, cfg.NATSListen, cfg.APIListen = addr(), addr(), addr()
+	bad := cfg
+	bad.TLSCert, bad.TLSKey = filepath.Join(dir, "missing.pem"), filepath.Join(dir, "missing.key")
+	gw, err := gateway.Start(t.Context(), bad)
+	if err == nil {
+		_ = gw.Shutdown(context.Background())
+		t.Fatal("started with a certificate that does not exist")
+	}
+	if !strings.Contains(err.Error(), "--tls_cert") {
+		t.Fatalf("Start: %v; want the MCP certificate's flag named", err)
+	}
+	for _, a := range []string{cfg.Listen, cfg.NATSListen, cfg.APIListen} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("after the failed start, %s is still taken: %v", a, err)
+			continue
+		}
+		ln.Close()
+	}
+	gw, err = gateway.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("a gateway on the same data directory and addresses after the failed start: %v", err)
+	}
+	if err := gw.Shutdown(context.Background()); err != nil {
+		t.Error(err)
 	}
 }

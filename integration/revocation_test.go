@@ -232,7 +232,7 @@ func publicOf(t *testing.T, seed []byte) string {
 func TestRevocationSurvivesGatewayRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := gatewayConfig(t, dir)
-	gw, err := gateway.Start(cfg)
+	gw, err := gateway.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestRevocationSurvivesGatewayRestart(t *testing.T) {
 		t.Fatalf("the saved account JWT does not revoke victim (%v)", err)
 	}
 
-	gw, err = gateway.Start(cfg)
+	gw, err = gateway.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,7 +232,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("tracing: spans of tool calls go to the collector", "endpoint", tp.Endpoint())
 	}
 	cfg.TracerProvider = tp.TracerProvider()
-	gw, err := gateway.Start(cfg)
+	gw, err := gateway.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -245,7 +245,7 @@ func runGateway(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Close(); <-served }()
-	gw, err := gateway.Start(gateway.Config{
+	gw, err := gateway.Start(ctx, gateway.Config{
 		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, APIListen: o.apiListen, AuthDisabled: true, Logger: log,
 	})
 	if err != nil {
