@@ -310,7 +310,7 @@ func probeGitGuard(exe string) error {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, exe, GitGuardFlag, "--probe").Output()
 	if err != nil || strings.TrimSpace(string(out)) != gitGuardProbe {
-		return fmt.Errorf("git guard: %s %s --probe answered %q (%v): the executable given to run the git guard does not run it (call agent.RunGitGuard first thing in its main)",
+		return fmt.Errorf("git guard: %s %s --probe answered %q (%w): the executable given to run the git guard does not run it (call agent.RunGitGuard first thing in its main)",
 			exe, GitGuardFlag, clipOutput(out), err)
 	}
 	return nil

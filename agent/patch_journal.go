@@ -262,7 +262,7 @@ func newPatchJournals(stateDir string, g *guard, log *slog.Logger, lock func(...
 		return nil, fmt.Errorf("create the patch journal directory: %w", err)
 	}
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("patch journal directory %s is not a directory (%v); remove what is there", dir, err)
+		return nil, fmt.Errorf("patch journal directory %s is not a directory (%w); remove what is there", dir, err)
 	}
 	return &patchJournals{dir: dir, guard: g, log: log, lock: lock}, nil
 }
@@ -291,7 +291,7 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 		if locked, err = lockNB(f); !locked {
 			f.Close()
 			os.Remove(filepath.Join(j.dir, name))
-			err = fmt.Errorf("lock %s: %v", filepath.Join(j.dir, name), err)
+			err = fmt.Errorf("lock %s: %w", filepath.Join(j.dir, name), err)
 		}
 	}
 	j.opening.Unlock()
@@ -308,7 +308,7 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 
 // unwritable describes a journal that could not be written.
 func (j *patchJournals) unwritable(err error) error {
-	return fmt.Errorf("cannot write the journal that keeps a patch all or nothing across a crash (%v); the agent's operator must make %s a writable directory", err, j.dir)
+	return fmt.Errorf("cannot write the journal that keeps a patch all or nothing across a crash (%w); the agent's operator must make %s a writable directory", err, j.dir)
 }
 
 func (lj *liveJournal) write(data []byte) error {

@@ -559,7 +559,7 @@ func regexError(query string, err error) error {
 	const hint = "; escape special characters with \\, or set regex to false to search for the text as it is"
 	var se *syntax.Error
 	if !errors.As(err, &se) {
-		return fmt.Errorf("query is not a valid regular expression: %v%s", err, hint)
+		return fmt.Errorf("query is not a valid regular expression: %w%s", err, hint)
 	}
 	what := fmt.Sprintf("%s: `%s`", se.Code, se.Expr)
 	if pos, ok := regexErrorOffset(query, se); ok {

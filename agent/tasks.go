@@ -140,7 +140,7 @@ func parseTaskRequest(data []byte) (taskRequest, error) {
 	}
 	switch {
 	case validTaskID(r.ID) != nil:
-		return taskRequest{}, fmt.Errorf("bad task id: %v", validTaskID(r.ID))
+		return taskRequest{}, fmt.Errorf("bad task id: %w", validTaskID(r.ID))
 	case r.Command == "":
 		return taskRequest{}, errors.New("no command")
 	case r.TimeoutMS <= 0:

@@ -59,7 +59,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 		shell, err = filepath.Abs(shell)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("toolbox: shell %q is not an executable file (%v); set it to a shell such as /bin/bash", cfg.Shell, err)
+		return nil, fmt.Errorf("toolbox: shell %q is not an executable file (%w); set it to a shell such as /bin/bash", cfg.Shell, err)
 	}
 	if cfg.BashDefaultTimeout <= 0 || cfg.BashMaxTimeout <= 0 {
 		return nil, fmt.Errorf("toolbox: bash timeouts must be positive (default %v, max %v); use e.g. 120s and 600s", cfg.BashDefaultTimeout, cfg.BashMaxTimeout)

@@ -97,7 +97,7 @@ func readSeedFile(path string, prefix nkeys.PrefixByte, what string) (nkeys.KeyP
 	}
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s does not hold an nkey seed (%v): it should hold the %s key", path, err, what)
+		return nil, fmt.Errorf("%s does not hold an nkey seed (%w): it should hold the %s key", path, err, what)
 	}
 	seed, err := kp.Seed()
 	if err != nil {

@@ -38,7 +38,7 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*
 	}
 	host, port, err := net.SplitHostPort(cfg.NATSListen)
 	if err != nil {
-		return nil, fmt.Errorf("--nats_listen %q: want host:port (%v)", cfg.NATSListen, err)
+		return nil, fmt.Errorf("--nats_listen %q: want host:port (%w)", cfg.NATSListen, err)
 	}
 	opts.Host = host
 	if opts.Port, err = strconv.Atoi(port); err != nil {

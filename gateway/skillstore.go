@@ -471,7 +471,7 @@ func (s *skillService) served(name string) (*bundleRecord, string, bool) {
 func (s *skillService) selectHosts(selector string) ([]fleetMember, error) {
 	sel, err := policy.ParseSelector(selector)
 	if err != nil {
-		return nil, fmt.Errorf("%w: selector: %v", ErrSkillRefused, err)
+		return nil, fmt.Errorf("%w: selector: %w", ErrSkillRefused, err)
 	}
 	var out []fleetMember
 	for _, m := range s.fleet.members() {

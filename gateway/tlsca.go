@@ -113,7 +113,7 @@ func newCA(now time.Time) (*fleetCA, []byte, error) {
 // parseCA reads a CA certificate and its key.
 func parseCA(certPEM, keyPEM []byte, certPath, keyPath string) (*fleetCA, error) {
 	damaged := func(path string, err error) error {
-		return fmt.Errorf("fleet CA: %s is damaged (%v): restore it from a backup, or delete %s and %s to make a new CA (every agent must then enrol again)",
+		return fmt.Errorf("fleet CA: %s is damaged (%w): restore it from a backup, or delete %s and %s to make a new CA (every agent must then enrol again)",
 			path, err, certPath, keyPath)
 	}
 	cb, _ := pem.Decode(certPEM)

@@ -712,7 +712,7 @@ func agentBinary(t testing.TB) string {
 		binPath = filepath.Join(dir, "fleet-agent")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fleetmcp/fleetmcp/cmd/fleet-agent").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build fleet-agent: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build fleet-agent: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

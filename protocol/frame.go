@@ -93,7 +93,7 @@ func DecodeFrame(h Header, body []byte) (Frame, error) {
 	}
 	seq, err := strconv.ParseUint(first(h, HeaderSeq), 10, 64)
 	if err != nil {
-		return f, fmt.Errorf("frame %s of call %s: bad %s header: %v", kind, f.CallID, HeaderSeq, err)
+		return f, fmt.Errorf("frame %s of call %s: bad %s header: %w", kind, f.CallID, HeaderSeq, err)
 	}
 	f.Seq = seq
 	if p := first(h, HeaderPart); p != "" {

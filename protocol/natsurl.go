@@ -24,7 +24,7 @@ func ValidateNATSURL(s string) error {
 	}
 	u, err := url.Parse(full)
 	if err != nil {
-		return fmt.Errorf("NATS URL %q does not parse (%v): %s", s, err, want)
+		return fmt.Errorf("NATS URL %q does not parse (%w): %s", s, err, want)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "nats", "tls", "ws", "wss":

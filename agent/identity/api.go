@@ -38,7 +38,7 @@ func ParseGatewayURL(raw string) (string, error) {
 	want := "want https://HOST[:PORT], the gateway's fleet API (--api_listen, port 8443 by default)"
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("gateway URL %q: %v; %s", clip(raw), err, want)
+		return "", fmt.Errorf("gateway URL %q: %w; %s", clip(raw), err, want)
 	}
 	switch {
 	case strings.EqualFold(u.Scheme, "http"):

@@ -80,7 +80,7 @@ func (s *Store) LoadKey() (nkeys.KeyPair, error) {
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(data))))
 	if err != nil {
-		return nil, fmt.Errorf("%s is damaged (%v): it holds this agent's key; restore it, or delete the %s directory and enrol the host again", path, err, s.dir)
+		return nil, fmt.Errorf("%s is damaged (%w): it holds this agent's key; restore it, or delete the %s directory and enrol the host again", path, err, s.dir)
 	}
 	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
 		return nil, fmt.Errorf("%s holds no user key (an SU... seed): restore it, or delete the %s directory and enrol the host again", path, s.dir)

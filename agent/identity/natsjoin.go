@@ -37,7 +37,7 @@ func ParseNATSEnrolURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("NATS URL %q: %v; %s", clip(raw), err, want)
+		return nil, fmt.Errorf("NATS URL %q: %w; %s", clip(raw), err, want)
 	case !strings.EqualFold(u.Scheme, "tls"):
 		return nil, fmt.Errorf("NATS URL %q is not tls://: the join token and its credential would travel without the pinned CA; %s", clip(raw), want)
 	case u.Hostname() == "" || u.Port() == "":

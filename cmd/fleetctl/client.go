@@ -234,7 +234,7 @@ func (c *client) call(ctx context.Context, method, path string, body, out any) (
 	}
 	if out != nil && len(bytes.TrimSpace(data)) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return nil, fmt.Errorf("the gateway's answer to %s %s is not what fleetctl expects (%v): is fleetctl as new as the gateway?", method, u.Path, err)
+			return nil, fmt.Errorf("the gateway's answer to %s %s is not what fleetctl expects (%w): is fleetctl as new as the gateway?", method, u.Path, err)
 		}
 	}
 	return data, nil
@@ -295,21 +295,21 @@ func (c *client) explain(err error) error {
 	case errors.As(err, &pinErr):
 		return fmt.Errorf("refused the gateway at %s: %w", host, pinErr)
 	case errors.As(err, &hostErr):
-		return fmt.Errorf("refused the gateway at %s: its certificate is not valid for %q (%v); use a name or address it was issued for, or give the gateway --advertise %s",
+		return fmt.Errorf("refused the gateway at %s: its certificate is not valid for %q (%w); use a name or address it was issued for, or give the gateway --advertise %s",
 			host, c.base.Hostname(), hostErr, c.base.Hostname())
 	case errors.As(err, &authErr):
-		return fmt.Errorf("refused the gateway at %s: its certificate is not signed by %s (%v); give --ca_pin with the gateway's CA pin (or FLEET_CA_PIN), or --ca_file with its CA",
+		return fmt.Errorf("refused the gateway at %s: its certificate is not signed by %s (%w); give --ca_pin with the gateway's CA pin (or FLEET_CA_PIN), or --ca_file with its CA",
 			host, c.trust, authErr)
 	case errors.As(err, &invalid):
-		return fmt.Errorf("refused the gateway at %s: %v; check the clocks of both machines, and that the gateway's certificate is current", host, invalid)
+		return fmt.Errorf("refused the gateway at %s: %w; check the clocks of both machines, and that the gateway's certificate is current", host, invalid)
 	case errors.As(err, &record) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("the server at %s does not speak TLS: --gateway must be the gateway's fleet API (--api_listen, HTTPS, default port 8443)", host)
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return fmt.Errorf("no answer from the gateway at %s in time (--timeout): check the address and that nothing drops the traffic: %w", host, err)
 	case errors.As(err, &dnsErr):
-		return fmt.Errorf("cannot find the gateway %s: %v; check --gateway (FLEET_GATEWAY)", c.base.Hostname(), dnsErr)
+		return fmt.Errorf("cannot find the gateway %s: %w; check --gateway (FLEET_GATEWAY)", c.base.Hostname(), dnsErr)
 	case errors.As(err, &opErr) && opErr.Op == "dial":
-		return fmt.Errorf("cannot reach the gateway at %s: %v; check --gateway (FLEET_GATEWAY), that the gateway runs with --api_listen on that address, and firewalls", host, opErr.Err)
+		return fmt.Errorf("cannot reach the gateway at %s: %w; check --gateway (FLEET_GATEWAY), that the gateway runs with --api_listen on that address, and firewalls", host, opErr.Err)
 	case strings.Contains(err.Error(), "tls:"):
 		return fmt.Errorf("TLS with the gateway at %s failed: %w; check --gateway and that it is the fleet API (HTTPS)", host, err)
 	}

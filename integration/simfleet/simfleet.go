@@ -254,7 +254,7 @@ func (a *simAgent) dial() error {
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			a.connected.Store(false)
 			if a.f.ctx.Err() == nil {
-				a.f.reconnectFailed(fmt.Errorf("connection closed for good: %v", nc.LastError()))
+				a.f.reconnectFailed(fmt.Errorf("connection closed for good: %w", nc.LastError()))
 			}
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.f.reconnectFailed(err) }),

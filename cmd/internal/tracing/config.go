@@ -202,7 +202,7 @@ func parseHeaders(s string) (map[string]string, error) {
 		}
 		val, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("value of %s: %v", k, err)
+			return nil, fmt.Errorf("value of %s: %w", k, err)
 		}
 		if strings.ContainsAny(val, "\r\n\x00") {
 			return nil, fmt.Errorf("value of %s has a line break or NUL", k)

@@ -105,7 +105,7 @@ func (c *httpClient) UploadTraces(ctx context.Context, spans []*tracepb.Resource
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (gave up retrying: %v)", err, ctx.Err())
+			return fmt.Errorf("%w (gave up retrying: %w)", err, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, maxBackoff)
