@@ -18,10 +18,10 @@ import (
 
 // Limits of anchored reads.
 const (
-	defaultAnchorContext = 10
-	maxAnchorContext     = 500
-	maxAnchorBytes       = 4 << 10
-	maxAnchorLines       = 64
+	defaultAnchorContext = protocol.ReadAnchorContext
+	maxAnchorContext     = protocol.ReadMaxAnchorContext
+	maxAnchorBytes       = protocol.ReadMaxAnchorBytes
+	maxAnchorLines       = protocol.ReadMaxAnchorLines
 	// anchorMatchesListed is how many match lines an ambiguous anchor's
 	// failure names.
 	anchorMatchesListed = 5
@@ -31,10 +31,10 @@ const (
 type anchorArgs struct {
 	// Anchor is a literal text that must occur exactly once in the file;
 	// it may span lines.
-	Anchor string `json:"anchor"`
+	Anchor string
 	// Context is how many lines before and after the anchor to show;
 	// nil means defaultAnchorContext.
-	Context *int `json:"context"`
+	Context *int
 }
 
 // check validates the anchor arguments given together with offset and

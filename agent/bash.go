@@ -30,30 +30,17 @@ const (
 	// spillMaxAge, spillMaxFiles, spillMaxBytes and spillMaxTotal are
 	// the defaults of toolboxConfig's bounds on the full-output files
 	// kept in StateDir/output.
-	spillMaxAge   = 7 * 24 * time.Hour
+	spillMaxAge   = protocol.SpillMaxAge
 	spillMaxFiles = 500
-	spillMaxBytes = 100 << 20
+	spillMaxBytes = protocol.SpillMaxBytes
 	spillMaxTotal = 1 << 30
 )
-
-// bashArgs are the arguments of the bash tool.
-type bashArgs struct {
-	hostArg
-	Command    string   `json:"command"`
-	Timeout    *float64 `json:"timeout"` // seconds
-	Background bool     `json:"background"`
-	// Cwd is where the command runs (default: the agent's working
-	// directory): a directory the host policy lets the tools read.
-	Cwd string `json:"cwd"`
-	// Parameters are named parameters of a PowerShell script.
-	Parameters map[string]json.RawMessage `json:"parameters"`
-}
 
 // bash runs a shell command and returns its merged output, tail-truncated
 // to the output limits, with its exit status.
 func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a bashArgs
-	if r := decodeArgs(tc, "bash", &a); r != nil {
+	var a protocol.BashArgs
+	if r := decodeArgs(tc, protocol.ToolBash, &a); r != nil {
 		return r
 	}
 	if strings.TrimSpace(a.Command) == "" {

@@ -15,25 +15,22 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// casArgs is the compare-and-swap guard of the tools that change files
-// (write, edit, delete, move): when ExpectedSHA256 is set and the file's
-// current content hashes differently, or the file is gone, nothing
+// The expected_sha256 argument is the compare-and-swap guard of the tools
+// that change files (write, edit, delete, move): when it is set and the
+// file's current content hashes differently, or the file is gone, nothing
 // changes. Callers hold the file's lock (toolbox.lockFile) from the
 // check to the change, so mutations of one file on one agent are
 // serialised and the check cannot go stale in between.
-type casArgs struct {
-	ExpectedSHA256 string `json:"expected_sha256"`
-}
 
-// expected returns the normalised expected hash ("" when none was given)
-// or a failure saying what is wrong with the argument.
-func (c casArgs) expected(tc *toolCall) (string, *protocol.Result) {
-	if c.ExpectedSHA256 == "" {
+// expectedHash returns the normalised hash of an expected_sha256 argument
+// ("" when none was given) or a failure saying what is wrong with it.
+func expectedHash(tc *toolCall, arg string) (string, *protocol.Result) {
+	if arg == "" {
 		return "", nil
 	}
-	h := strings.ToLower(strings.TrimPrefix(c.ExpectedSHA256, "sha256:"))
+	h := strings.ToLower(strings.TrimPrefix(arg, "sha256:"))
 	if len(h) != sha256.Size*2 || strings.Trim(h, "0123456789abcdef") != "" {
-		return "", toolFailure(tc, "expected_sha256 %q is not a SHA-256 hash; give the 64 hexadecimal digits that read returned as sha256", c.ExpectedSHA256)
+		return "", toolFailure(tc, "expected_sha256 %q is not a SHA-256 hash; give the 64 hexadecimal digits that read returned as sha256", arg)
 	}
 	return h, nil
 }

@@ -15,17 +15,17 @@ func TestCASExpectedArgument(t *testing.T) {
 	tc := &toolCall{ID: "c1"}
 	sum := sha256Hex([]byte("hello"))
 	for _, give := range []string{"", sum, strings.ToUpper(sum), "sha256:" + sum} {
-		got, r := casArgs{give}.expected(tc)
+		got, r := expectedHash(tc, give)
 		if r != nil {
-			t.Fatalf("expected(%q) failed: %s", give, resultText(t, r))
+			t.Fatalf("expectedHash(%q) failed: %s", give, resultText(t, r))
 		}
 		if give != "" && got != sum {
-			t.Errorf("expected(%q) = %q, want %q", give, got, sum)
+			t.Errorf("expectedHash(%q) = %q, want %q", give, got, sum)
 		}
 	}
 	for _, bad := range []string{"abc", sum[:63] + "g", sum + "0"} {
-		if _, r := (casArgs{bad}).expected(tc); r == nil || !r.IsError || !strings.Contains(resultText(t, r), "64 hexadecimal") {
-			t.Errorf("expected(%q) = %v, want a failure naming the format", bad, r)
+		if _, r := expectedHash(tc, bad); r == nil || !r.IsError || !strings.Contains(resultText(t, r), "64 hexadecimal") {
+			t.Errorf("expectedHash(%q) = %v, want a failure naming the format", bad, r)
 		}
 	}
 }

@@ -202,8 +202,8 @@ func (c *Config) setDefaults() error {
 	if c.Shell == "" {
 		c.Shell = defaultShell()
 	}
-	setDur(&c.BashDefaultTimeout, 120*time.Second)
-	setDur(&c.BashMaxTimeout, 600*time.Second)
+	setDur(&c.BashDefaultTimeout, protocol.BashTimeout)
+	setDur(&c.BashMaxTimeout, protocol.BashMaxTimeout)
 	setDur(&c.Heartbeat, 5*time.Second)
 	setDur(&c.Keepalive, 2*time.Second)
 	setDur(&c.ResultTTL, 10*time.Minute)

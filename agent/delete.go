@@ -11,27 +11,19 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// deleteArgs are the arguments of the delete tool.
-type deleteArgs struct {
-	hostArg
-	casArgs
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive"`
-}
-
 // delete removes one file or symbolic link (the link itself), or with
 // recursive a directory and everything in it. A directory is deleted
 // only when the host policy lets the tools write it and every entry
 // below it: all of them are checked before anything is deleted.
 func (t *toolbox) delete(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a deleteArgs
-	if r := decodeArgs(tc, "delete", &a); r != nil {
+	var a protocol.DeleteArgs
+	if r := decodeArgs(tc, protocol.ToolDelete, &a); r != nil {
 		return r
 	}
 	if a.Path == "" {
 		return toolFailure(tc, "path is empty; give the file or directory to delete")
 	}
-	want, r := a.expected(tc)
+	want, r := expectedHash(tc, a.ExpectedSHA256)
 	if r != nil {
 		return r
 	}
@@ -73,7 +65,7 @@ func (t *toolbox) delete(ctx context.Context, tc *toolCall) *protocol.Result {
 
 // deleteDir deletes the directory at path (resolved to target, an entry
 // of d) and everything in it, after checking every entry.
-func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a deleteArgs, path, target string, d *dirHandle, meta *fileMeta) *protocol.Result {
+func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a protocol.DeleteArgs, path, target string, d *dirHandle, meta *fileMeta) *protocol.Result {
 	switch {
 	case !a.Recursive:
 		return toolFailure(tc, "%s is a directory; set recursive: true to delete it and everything in it", path)

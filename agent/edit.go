@@ -15,26 +15,11 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// editArgs are the arguments of the edit tool.
-type editArgs struct {
-	hostArg
-	Path  string     `json:"path"`
-	Edits []editSpec `json:"edits"`
-	casArgs
-}
-
-// editSpec is one replacement of an edit call.
-type editSpec struct {
-	OldString  string `json:"old_string"`
-	NewString  string `json:"new_string"`
-	ReplaceAll bool   `json:"replace_all"`
-}
-
 // edit applies exact-text replacements to a file: all of them or none.
 // With expected_sha256 it edits only that version of the file.
 func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a editArgs
-	if r := decodeArgs(tc, "edit", &a); r != nil {
+	var a protocol.EditArgs
+	if r := decodeArgs(tc, protocol.ToolEdit, &a); r != nil {
 		return r
 	}
 	switch {
@@ -43,7 +28,7 @@ func (t *toolbox) edit(ctx context.Context, tc *toolCall) *protocol.Result {
 	case len(a.Edits) == 0:
 		return toolFailure(tc, "edits is empty; give at least one {old_string, new_string}")
 	}
-	want, r := a.expected(tc)
+	want, r := expectedHash(tc, a.ExpectedSHA256)
 	if r != nil {
 		return r
 	}
@@ -133,12 +118,12 @@ func (t *toolbox) loadText(path, target string) (string, error) {
 // The edits are applied in about the time of a few passes over the
 // content however many there are (see editEngine); ctx is checked
 // between edits and within every pass.
-func applyEdits(ctx context.Context, content, path string, edits []editSpec) (string, int, error) {
+func applyEdits(ctx context.Context, content, path string, edits []protocol.EditOp) (string, int, error) {
 	return applyEditsWithin(ctx, content, path, edits, defaultEditLimits())
 }
 
 // applyEditsWithin is applyEdits with the engine's limits given.
-func applyEditsWithin(ctx context.Context, content, path string, edits []editSpec, lim editLimits) (string, int, error) {
+func applyEditsWithin(ctx context.Context, content, path string, edits []protocol.EditOp, lim editLimits) (string, int, error) {
 	bom := ""
 	if strings.HasPrefix(content, utf8BOM) {
 		bom, content = utf8BOM, content[len(utf8BOM):]

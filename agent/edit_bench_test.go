@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // bigText is a file of about size bytes of numbered lines ending eol,
 // and edits changing count of them, spread over the file, in order.
-func bigText(size, count int, eol string) (string, []editSpec) {
+func bigText(size, count int, eol string) (string, []protocol.EditOp) {
 	const width = 64
 	lines := size / width
 	var b strings.Builder
@@ -20,10 +22,10 @@ func bigText(size, count int, eol string) (string, []editSpec) {
 		line := fmt.Sprintf("line %08d: the quick brown fox jumps over the lazy dog", i)
 		b.WriteString(line + strings.Repeat(" ", width-len(line)-len(eol)) + eol)
 	}
-	edits := make([]editSpec, count)
+	edits := make([]protocol.EditOp, count)
 	for k := range edits {
 		i := k * (lines / count)
-		edits[k] = editSpec{OldString: fmt.Sprintf("line %08d: the quick", i), NewString: fmt.Sprintf("LINE %d:\nthe slow", i)}
+		edits[k] = protocol.EditOp{OldString: fmt.Sprintf("line %08d: the quick", i), NewString: fmt.Sprintf("LINE %d:\nthe slow", i)}
 	}
 	return b.String(), edits
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"sort"
 	"strings"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file applies many edits to a large text in about the time of a
@@ -153,7 +155,7 @@ func (e *editEngine) basePiece(lo, hi int) piece {
 
 // editTexts returns an edit's old and new strings as they are matched:
 // in lfText form, without a byte order mark when the file has one.
-func editTexts(ed editSpec, bom bool) (old, new string) {
+func editTexts(ed protocol.EditOp, bom bool) (old, new string) {
 	old, new = lfText(ed.OldString), lfText(ed.NewString)
 	if bom {
 		old, new = strings.TrimPrefix(old, utf8BOM), strings.TrimPrefix(new, utf8BOM)
@@ -400,7 +402,7 @@ type replacement struct {
 // apply makes edit k of edits (old and new as editTexts returns them)
 // and returns its outcome. check says whether an edit matching n places
 // may be made, and why not.
-func (e *editEngine) apply(edits []editSpec, k int, old, new string, bom bool, check func(n int) error) replacement {
+func (e *editEngine) apply(edits []protocol.EditOp, k int, old, new string, bom bool, check func(n int) error) replacement {
 	all := edits[k].ReplaceAll
 	// The last edit of a text in one piece needs no index.
 	if k < len(edits)-1 || (e.ready && !e.isBase()) {

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // refReplace is eolDoc.replace done the plain way, for comparison: a
@@ -89,19 +91,19 @@ func FuzzApplyEdits(f *testing.F) {
 	f.Add("a\r\r\nb\rc\n", "\r\nb", "\n", false, "c", "\r", false)
 	f.Add("\uFEFF", "\uFEFFx", "y", false, "y", "\uFEFF", false)
 	f.Fuzz(func(t *testing.T, content, old1, new1 string, all1 bool, old2, new2 string, all2 bool) {
-		e1 := editSpec{OldString: old1, NewString: new1, ReplaceAll: all1}
-		e2 := editSpec{OldString: old2, NewString: new2, ReplaceAll: all2}
-		got, n, err := applyEdits(context.Background(), content, "f", []editSpec{e1, e2})
+		e1 := protocol.EditOp{OldString: old1, NewString: new1, ReplaceAll: all1}
+		e2 := protocol.EditOp{OldString: old2, NewString: new2, ReplaceAll: all2}
+		got, n, err := applyEdits(context.Background(), content, "f", []protocol.EditOp{e1, e2})
 
 		// Two edits at once are the same as one after the other.
-		mid, n1, err1 := applyEdits(context.Background(), content, "f", []editSpec{e1})
+		mid, n1, err1 := applyEdits(context.Background(), content, "f", []protocol.EditOp{e1})
 		if err1 != nil {
 			if err == nil || !strings.HasPrefix(err.Error(), "edit 1 of 2: ") {
 				t.Fatalf("first edit fails (%v) but both give %v", err1, err)
 			}
 			return
 		}
-		want, n2, err2 := applyEdits(context.Background(), mid, "f", []editSpec{e2})
+		want, n2, err2 := applyEdits(context.Background(), mid, "f", []protocol.EditOp{e2})
 		if err2 == nil && (err != nil || got != want || n != n1+n2) {
 			t.Fatalf("both = %q, %d, %v; one by one = %q, %d", got, n, err, want, n1+n2)
 		}
@@ -146,7 +148,7 @@ func FuzzApplyEdits(f *testing.F) {
 			occurrences(lfText(mid), new) != 1 {
 			return
 		}
-		back, _, err := applyEdits(context.Background(), content[:len(content)-len(body)]+mid, "f", []editSpec{{OldString: new1, NewString: old1}})
+		back, _, err := applyEdits(context.Background(), content[:len(content)-len(body)]+mid, "f", []protocol.EditOp{{OldString: new1, NewString: old1}})
 		if err != nil {
 			t.Fatalf("inverse of %+v on %q: %v", e1, mid, err)
 		}
@@ -159,7 +161,7 @@ func FuzzApplyEdits(f *testing.F) {
 // refApplyEdits is applyEdits done the plain way, one pass over the
 // whole text per edit and more, as the edit tool once did: the
 // reference the edit engine must agree with exactly.
-func refApplyEdits(content, path string, edits []editSpec) (string, int, error) {
+func refApplyEdits(content, path string, edits []protocol.EditOp) (string, int, error) {
 	bom := ""
 	if strings.HasPrefix(content, utf8BOM) {
 		bom, content = utf8BOM, content[len(utf8BOM):]
@@ -204,7 +206,7 @@ func refApplyEdits(content, path string, edits []editSpec) (string, int, error) 
 // old strings are mostly taken from the text as the edits before left
 // it, so that edits meet, overlap, cross line endings and undo each
 // other.
-func editCase(data []byte) (string, []editSpec) {
+func editCase(data []byte) (string, []protocol.EditOp) {
 	next := func() int {
 		if len(data) == 0 {
 			return 0
@@ -225,7 +227,7 @@ func editCase(data []byte) (string, []editSpec) {
 	if next()%4 == 0 {
 		text = utf8BOM + text
 	}
-	var edits []editSpec
+	var edits []protocol.EditOp
 	cur := text
 	for range 1 + next()%10 {
 		var old string
@@ -236,9 +238,9 @@ func editCase(data []byte) (string, []editSpec) {
 		} else {
 			old = word(1 + next()%3)
 		}
-		e := editSpec{OldString: old, NewString: word(next() % 4), ReplaceAll: next()%3 == 0}
+		e := protocol.EditOp{OldString: old, NewString: word(next() % 4), ReplaceAll: next()%3 == 0}
 		edits = append(edits, e)
-		if out, _, err := refApplyEdits(cur, "f", []editSpec{e}); err == nil {
+		if out, _, err := refApplyEdits(cur, "f", []protocol.EditOp{e}); err == nil {
 			cur = out
 		}
 	}
@@ -257,7 +259,7 @@ func tightLimits(r uint32) editLimits {
 
 // checkEditsAgree fails unless applyEdits, with the default limits and
 // with tight ones, and refApplyEdits agree.
-func checkEditsAgree(t *testing.T, text string, edits []editSpec, tight uint32) {
+func checkEditsAgree(t *testing.T, text string, edits []protocol.EditOp, tight uint32) {
 	t.Helper()
 	want, wn, werr := refApplyEdits(text, "f", edits)
 	for _, lim := range []editLimits{defaultEditLimits(), tightLimits(tight)} {

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/fleetmcp/fleetmcp/protocol"
+
 // This file finds, for the edit engine (edit_engine.go), where the
 // old_strings of the edits to come occur in the base text, and which of
 // them may occur where earlier edits changed the text.
@@ -36,7 +38,7 @@ func (x *editIndex) drop() {
 // matches returns where old occurs in base.norm (every place, in order),
 // indexing the patterns of edits[k:] first if need be; false when the
 // edit is to be applied the plain way.
-func (e *editEngine) matches(edits []editSpec, k int, old string, bom bool) ([]int32, bool) {
+func (e *editEngine) matches(edits []protocol.EditOp, k int, old string, bom bool) ([]int32, bool) {
 	x := &e.idx
 	if k < x.plainTo || x.dense[old] {
 		return nil, false
@@ -59,7 +61,7 @@ func (e *editEngine) maxIndexed() int { return max(e.lim.indexed, len(e.base.nor
 // many patterns as one matcher takes. A pattern that occurs too often is
 // left out (its edit is applied the plain way). Replacements already
 // made are searched for the new patterns.
-func (e *editEngine) buildIndex(edits []editSpec, k int, bom bool) error {
+func (e *editEngine) buildIndex(edits []protocol.EditOp, k int, bom bool) error {
 	x := &e.idx
 	var pats []string
 	seen := map[string]bool{}

@@ -136,39 +136,39 @@ func TestEditApply(t *testing.T) {
 	tests := []struct {
 		name    string
 		content string
-		edits   []editSpec
+		edits   []protocol.EditOp
 		want    string
 		n       int
 		err     string
 	}{
-		{"single", "a b c", []editSpec{{OldString: "b", NewString: "B"}}, "a B c", 1, ""},
-		{"delete", "a b c", []editSpec{{OldString: " b", NewString: ""}}, "a c", 1, ""},
-		{"replace all", "x.x.x", []editSpec{{OldString: "x", NewString: "yy", ReplaceAll: true}}, "yy.yy.yy", 3, ""},
-		{"replace all once", "x.y", []editSpec{{OldString: "x", NewString: "z", ReplaceAll: true}}, "z.y", 1, ""},
-		{"chained", "abc", []editSpec{{OldString: "b", NewString: "XX"}, {OldString: "XX", NewString: "b", ReplaceAll: false}}, "abc", 2, ""},
-		{"multiline", "l1\nl2\nl3\n", []editSpec{{OldString: "l1\nl2\n", NewString: "L\n"}}, "L\nl3\n", 1, ""},
-		{"overlapping count", "aaa", []editSpec{{OldString: "aa", NewString: "b"}}, "ba", 1, ""},
-		{"ambiguous", "aXa", []editSpec{{OldString: "a", NewString: "b"}}, "", 0, "edit 1 of 1: old_string matches 2 times in f; add surrounding context to make it unique, or set replace_all"},
-		{"missing", "abc", []editSpec{{OldString: "b", NewString: "c"}, {OldString: "b", NewString: "d"}}, "", 0, "edit 2 of 2: old_string not found in f"},
-		{"case sensitive", "Abc", []editSpec{{OldString: "abc", NewString: "x"}}, "", 0, "edit 1 of 1: old_string not found in f"},
+		{"single", "a b c", []protocol.EditOp{{OldString: "b", NewString: "B"}}, "a B c", 1, ""},
+		{"delete", "a b c", []protocol.EditOp{{OldString: " b", NewString: ""}}, "a c", 1, ""},
+		{"replace all", "x.x.x", []protocol.EditOp{{OldString: "x", NewString: "yy", ReplaceAll: true}}, "yy.yy.yy", 3, ""},
+		{"replace all once", "x.y", []protocol.EditOp{{OldString: "x", NewString: "z", ReplaceAll: true}}, "z.y", 1, ""},
+		{"chained", "abc", []protocol.EditOp{{OldString: "b", NewString: "XX"}, {OldString: "XX", NewString: "b", ReplaceAll: false}}, "abc", 2, ""},
+		{"multiline", "l1\nl2\nl3\n", []protocol.EditOp{{OldString: "l1\nl2\n", NewString: "L\n"}}, "L\nl3\n", 1, ""},
+		{"overlapping count", "aaa", []protocol.EditOp{{OldString: "aa", NewString: "b"}}, "ba", 1, ""},
+		{"ambiguous", "aXa", []protocol.EditOp{{OldString: "a", NewString: "b"}}, "", 0, "edit 1 of 1: old_string matches 2 times in f; add surrounding context to make it unique, or set replace_all"},
+		{"missing", "abc", []protocol.EditOp{{OldString: "b", NewString: "c"}, {OldString: "b", NewString: "d"}}, "", 0, "edit 2 of 2: old_string not found in f"},
+		{"case sensitive", "Abc", []protocol.EditOp{{OldString: "abc", NewString: "x"}}, "", 0, "edit 1 of 1: old_string not found in f"},
 
 		// Line endings and the byte order mark.
-		{"CRLF matched with LF", "a\r\nb\r\nc\r\n", []editSpec{{OldString: "a\nb\n", NewString: "x\ny\nz\n"}}, "x\r\ny\r\nz\r\nc\r\n", 1, ""},
-		{"CRLF matched with CRLF", "a\r\nb\r\n", []editSpec{{OldString: "a\r\nb", NewString: "B\r\nA"}}, "B\r\nA\r\n", 1, ""},
-		{"CRLF inside a line", "one two\r\nthree\r\n", []editSpec{{OldString: "two", NewString: "2\n2"}}, "one 2\r\n2\r\nthree\r\n", 1, ""},
-		{"CRLF last line", "a\r\nb", []editSpec{{OldString: "b", NewString: "b\nc"}}, "a\r\nb\r\nc", 1, ""},
-		{"CRLF delete a line break", "a\r\nb\r\n", []editSpec{{OldString: "a\n", NewString: ""}}, "b\r\n", 1, ""},
-		{"CRLF replace all", "x\r\nx\r\n", []editSpec{{OldString: "x\n", NewString: "y\n\n", ReplaceAll: true}}, "y\r\n\r\ny\r\n\r\n", 2, ""},
-		{"LF file, CRLF edit", "a\nb\n", []editSpec{{OldString: "a\r\nb", NewString: "c\r\nd"}}, "c\nd\n", 1, ""},
-		{"CRLF no change", "a\r\nb", []editSpec{{OldString: "a\r\nb", NewString: "a\nb"}}, "", 0, "edit 1 of 1: new_string equals old_string, so the edit makes no change"},
-		{"mixed: LF line", "unix\ndos\r\n", []editSpec{{OldString: "unix", NewString: "un\nix"}}, "un\nix\ndos\r\n", 1, ""},
-		{"mixed: CRLF line", "unix\ndos\r\n", []editSpec{{OldString: "dos", NewString: "d\nos"}}, "unix\nd\r\nos\r\n", 1, ""},
-		{"mixed: across lines takes the first line's", "unix\ndos\r\n", []editSpec{{OldString: "ix\ndo", NewString: "1\n2\n3"}}, "un1\n2\n3s\r\n", 1, ""},
-		{"lone CR kept", "a\rb\r\n", []editSpec{{OldString: "b", NewString: "c"}}, "a\rc\r\n", 1, ""},
-		{"BOM kept", "\uFEFFfirst\r\nsecond\r\n", []editSpec{{OldString: "first", NewString: "1st"}}, "\uFEFF1st\r\nsecond\r\n", 1, ""},
-		{"BOM in old_string", "\uFEFFfirst\n", []editSpec{{OldString: "\uFEFFfirst", NewString: "\uFEFF1st"}}, "\uFEFF1st\n", 1, ""},
-		{"BOM not matched", "\uFEFFx", []editSpec{{OldString: "\uFEFF", NewString: "y"}}, "", 0, "edit 1 of 1: old_string is empty; give the exact text to replace"},
-		{"replace at start keeps BOM", "\uFEFFab", []editSpec{{OldString: "ab", NewString: "cd"}}, "\uFEFFcd", 1, ""},
+		{"CRLF matched with LF", "a\r\nb\r\nc\r\n", []protocol.EditOp{{OldString: "a\nb\n", NewString: "x\ny\nz\n"}}, "x\r\ny\r\nz\r\nc\r\n", 1, ""},
+		{"CRLF matched with CRLF", "a\r\nb\r\n", []protocol.EditOp{{OldString: "a\r\nb", NewString: "B\r\nA"}}, "B\r\nA\r\n", 1, ""},
+		{"CRLF inside a line", "one two\r\nthree\r\n", []protocol.EditOp{{OldString: "two", NewString: "2\n2"}}, "one 2\r\n2\r\nthree\r\n", 1, ""},
+		{"CRLF last line", "a\r\nb", []protocol.EditOp{{OldString: "b", NewString: "b\nc"}}, "a\r\nb\r\nc", 1, ""},
+		{"CRLF delete a line break", "a\r\nb\r\n", []protocol.EditOp{{OldString: "a\n", NewString: ""}}, "b\r\n", 1, ""},
+		{"CRLF replace all", "x\r\nx\r\n", []protocol.EditOp{{OldString: "x\n", NewString: "y\n\n", ReplaceAll: true}}, "y\r\n\r\ny\r\n\r\n", 2, ""},
+		{"LF file, CRLF edit", "a\nb\n", []protocol.EditOp{{OldString: "a\r\nb", NewString: "c\r\nd"}}, "c\nd\n", 1, ""},
+		{"CRLF no change", "a\r\nb", []protocol.EditOp{{OldString: "a\r\nb", NewString: "a\nb"}}, "", 0, "edit 1 of 1: new_string equals old_string, so the edit makes no change"},
+		{"mixed: LF line", "unix\ndos\r\n", []protocol.EditOp{{OldString: "unix", NewString: "un\nix"}}, "un\nix\ndos\r\n", 1, ""},
+		{"mixed: CRLF line", "unix\ndos\r\n", []protocol.EditOp{{OldString: "dos", NewString: "d\nos"}}, "unix\nd\r\nos\r\n", 1, ""},
+		{"mixed: across lines takes the first line's", "unix\ndos\r\n", []protocol.EditOp{{OldString: "ix\ndo", NewString: "1\n2\n3"}}, "un1\n2\n3s\r\n", 1, ""},
+		{"lone CR kept", "a\rb\r\n", []protocol.EditOp{{OldString: "b", NewString: "c"}}, "a\rc\r\n", 1, ""},
+		{"BOM kept", "\uFEFFfirst\r\nsecond\r\n", []protocol.EditOp{{OldString: "first", NewString: "1st"}}, "\uFEFF1st\r\nsecond\r\n", 1, ""},
+		{"BOM in old_string", "\uFEFFfirst\n", []protocol.EditOp{{OldString: "\uFEFFfirst", NewString: "\uFEFF1st"}}, "\uFEFF1st\n", 1, ""},
+		{"BOM not matched", "\uFEFFx", []protocol.EditOp{{OldString: "\uFEFF", NewString: "y"}}, "", 0, "edit 1 of 1: old_string is empty; give the exact text to replace"},
+		{"replace at start keeps BOM", "\uFEFFab", []protocol.EditOp{{OldString: "ab", NewString: "cd"}}, "\uFEFFcd", 1, ""},
 	}
 	for _, tt := range tests {
 		got, n, err := applyEdits(context.Background(), tt.content, "f", tt.edits)

@@ -43,9 +43,9 @@ import (
 
 // Defaults of the media limits of toolboxConfig.
 const (
-	defaultImageMaxDimension = 2000
-	defaultImageMaxBytes     = 4_500_000
-	defaultBinaryMaxBytes    = 20 << 20
+	defaultImageMaxDimension = protocol.ImageMaxDimension
+	defaultImageMaxBytes     = protocol.ImageMaxBytes
+	defaultBinaryMaxBytes    = protocol.BinaryMaxBytes
 )
 
 // maxEncodedMedia is the most base64-encoded data a read may return, so
@@ -112,7 +112,7 @@ func (t *toolbox) imageLimits() imageLimits {
 // given the file opened by openRegular and its size. It returns nil for
 // any other file, which read then reads as text from the start (readMedia
 // looks at the first bytes without moving the file's offset).
-func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *readArgs, path string, f *os.File, size int64) *protocol.Result {
+func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *protocol.ReadArgs, path string, f *os.File, size int64) *protocol.Result {
 	head := make([]byte, imageHeadLen)
 	n, err := f.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {

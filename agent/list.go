@@ -13,18 +13,11 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// listArgs are the arguments of the list tool.
-type listArgs struct {
-	hostArg
-	Path  string `json:"path"`  // the directory; "" is the working directory
-	Depth int    `json:"depth"` // levels to show; 0 means listDefaultDepth
-}
-
 const (
-	listDefaultDepth = 2
-	listMaxDepth     = 10
+	listDefaultDepth = protocol.ListDepth
+	listMaxDepth     = protocol.ListMaxDepth
 	// listMaxEntries bounds the entries one listing shows.
-	listMaxEntries = 1000
+	listMaxEntries = protocol.ListMaxEntries
 )
 
 // listEntry is one entry of a listing.
@@ -68,8 +61,8 @@ type listing struct {
 // never followed; entries the host policy does not let the tools read are
 // left out and counted.
 func (t *toolbox) list(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a listArgs
-	if r := decodeArgs(tc, "list", &a); r != nil {
+	var a protocol.ListArgs
+	if r := decodeArgs(tc, protocol.ToolList, &a); r != nil {
 		return r
 	}
 	switch {

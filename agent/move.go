@@ -14,22 +14,14 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// moveArgs are the arguments of the move tool.
-type moveArgs struct {
-	hostArg
-	casArgs
-	Path        string `json:"path"`
-	Destination string `json:"destination"`
-}
-
 // move renames a file, symbolic link (the link itself) or directory. It
 // never replaces an existing destination, and never copies: source and
 // destination must be on one file system. A directory moves only when the
 // host policy lets the tools read and write every entry below it, and
 // write each of them at its new place.
 func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a moveArgs
-	if r := decodeArgs(tc, "move", &a); r != nil {
+	var a protocol.MoveArgs
+	if r := decodeArgs(tc, protocol.ToolMove, &a); r != nil {
 		return r
 	}
 	switch {
@@ -38,7 +30,7 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	case a.Destination == "":
 		return toolFailure(tc, "destination is empty; give the new path, including the name")
 	}
-	want, r := a.expected(tc)
+	want, r := expectedHash(tc, a.ExpectedSHA256)
 	if r != nil {
 		return r
 	}

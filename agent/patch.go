@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file reads unified diffs for the patch tool: git's format (a
@@ -18,12 +20,12 @@ import (
 
 const (
 	// maxPatchBytes bounds the patch text a call may carry.
-	maxPatchBytes = 16 << 20
+	maxPatchBytes = protocol.PatchMaxBytes
 	// maxPatchLines bounds the lines of the patch text: once parsed, a
 	// line takes several times its bytes.
 	maxPatchLines = 1 << 20
 	// maxPatchFiles bounds the file sections of one patch.
-	maxPatchFiles = 1000
+	maxPatchFiles = protocol.PatchMaxFiles
 	// maxHunkCount bounds a hunk header's line numbers and counts.
 	maxHunkCount = 1 << 30
 )

@@ -25,13 +25,6 @@ const maxPatchFileBytes = 256 << 20
 // this well before maxPatchFileBytes.
 const maxPatchFileLines = 4 << 20
 
-// patchArgs are the arguments of the patch tool.
-type patchArgs struct {
-	hostArg
-	Patch  string `json:"patch"`
-	DryRun bool   `json:"dry_run"`
-}
-
 // patchTarget is one file a patch changes, with every section that
 // names it.
 type patchTarget struct {
@@ -94,8 +87,8 @@ func (t *toolbox) patch(ctx context.Context, tc *toolCall) *protocol.Result {
 }
 
 func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks) *protocol.Result {
-	var a patchArgs
-	if r := decodeArgs(tc, "patch", &a); r != nil {
+	var a protocol.PatchArgs
+	if r := decodeArgs(tc, protocol.ToolPatch, &a); r != nil {
 		return r
 	}
 	if strings.TrimSpace(a.Patch) == "" {

@@ -19,26 +19,14 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// readArgs are the arguments of the read tool.
-type readArgs struct {
-	hostArg
-	Path   string `json:"path"`
-	Offset int    `json:"offset"` // first line to show, from 1; 0 means 1
-	Limit  int    `json:"limit"`  // most lines to show; 0 means no limit
-	// BinaryBase64 returns the file's raw bytes, base64-encoded, whatever
-	// they are (see readMedia).
-	BinaryBase64 bool `json:"binary_base64"`
-	anchorArgs
-}
-
 // sniffLen is how much of a file is inspected to tell text from binary.
 const sniffLen = 8 << 10
 
 // read returns lines of a text file, head-truncated to the output limits,
 // with notes that say how to read on; images as images (see image.go).
 func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a readArgs
-	if r := decodeArgs(tc, "read", &a); r != nil {
+	var a protocol.ReadArgs
+	if r := decodeArgs(tc, protocol.ToolRead, &a); r != nil {
 		return r
 	}
 	switch {
@@ -49,7 +37,8 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 	case a.Limit < 0:
 		return toolFailure(tc, "limit %d is negative; give a positive number of lines, or leave it out", a.Limit)
 	}
-	if r := a.anchorArgs.check(tc, a.Offset, a.Limit); r != nil {
+	anchor := anchorArgs{Anchor: a.Anchor, Context: a.Context}
+	if r := anchor.check(tc, a.Offset, a.Limit); r != nil {
 		return r
 	}
 	path, target, r := t.checkedPath(tc, a.Path, policy.Read)
@@ -74,7 +63,7 @@ func (t *toolbox) read(ctx context.Context, tc *toolCall) *protocol.Result {
 		return textFailure(tc, err)
 	}
 	if a.Anchor != "" {
-		return readAnchored(ctx, tc, path, br, a.anchorArgs)
+		return readAnchored(ctx, tc, path, br, anchor)
 	}
 	first := max(a.Offset, 1)
 	scan, err := scanLines(ctx, br, first, a.Limit)

@@ -23,35 +23,25 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// searchArgs are the arguments of the search tool.
-type searchArgs struct {
-	hostArg
-	Path       string `json:"path"`  // file or directory; "" is the working directory
-	Query      string `json:"query"` // text to find, or an RE2 expression with Regex
-	Regex      bool   `json:"regex"`
-	Glob       string `json:"glob"`        // only files whose name (or relative path) matches
-	MaxResults int    `json:"max_results"` // 0 means searchDefaultResults
-}
-
 const (
-	searchDefaultResults = 100
-	searchMaxResults     = 1000
+	searchDefaultResults = protocol.SearchResults
+	searchMaxResults     = protocol.SearchMaxResults
 	// searchMaxBytes bounds the text of the matches shown.
 	searchMaxBytes = truncMaxBytes
 	// searchLineWidth bounds one shown line; longer lines are cut around
 	// the match.
-	searchLineWidth = 300
+	searchLineWidth = protocol.SearchLineWidth
 	// searchMaxFileSize: larger files are skipped.
-	searchMaxFileSize = 10 << 20
+	searchMaxFileSize = protocol.SearchMaxFileSize
 	// searchMaxEntries bounds the directory entries one search examines.
-	searchMaxEntries = 50_000
+	searchMaxEntries = protocol.SearchMaxEntries
 	// searchMaxQuery bounds the query.
-	searchMaxQuery = 4096
+	searchMaxQuery = protocol.SearchMaxQuery
 	// searchMaxLine bounds how much of one line is matched.
 	searchMaxLine = 1 << 20
 	// searchTimeBudget bounds one search; it stops sooner when the
 	// call's deadline is nearer.
-	searchTimeBudget = 20 * time.Second
+	searchTimeBudget = protocol.SearchTimeBudget
 )
 
 // vcsDirs are version-control directories, which search skips.
@@ -99,8 +89,8 @@ func (t *toolbox) search(ctx context.Context, tc *toolCall) *protocol.Result {
 // searchWithin is search examining at most maxEntries directory entries
 // and stopping at stopAt.
 func (t *toolbox) searchWithin(ctx context.Context, tc *toolCall, maxEntries int, stopAt time.Time) *protocol.Result {
-	var a searchArgs
-	if r := decodeArgs(tc, "search", &a); r != nil {
+	var a protocol.SearchArgs
+	if r := decodeArgs(tc, protocol.ToolSearch, &a); r != nil {
 		return r
 	}
 	switch {

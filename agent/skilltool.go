@@ -15,17 +15,11 @@ import (
 // maxSkillFiles bounds the bundled files the skill tool lists.
 const maxSkillFiles = 500
 
-// skillArgs are the arguments of the skill tool.
-type skillArgs struct {
-	hostArg
-	Name string `json:"name"`
-}
-
 // skill returns a skill's SKILL.md, whole, followed by its folder's
 // absolute path and the paths of the files bundled with it.
 func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a skillArgs
-	if r := decodeArgs(tc, "skill", &a); r != nil {
+	var a protocol.SkillArgs
+	if r := decodeArgs(tc, protocol.ToolSkill, &a); r != nil {
 		return r
 	}
 	c := t.skills

@@ -45,22 +45,22 @@ type taskConfig struct {
 }
 
 func (c *taskConfig) setDefaults() {
-	setDur(&c.DefaultTimeout, time.Hour)
-	setDur(&c.MaxTimeout, 24*time.Hour)
-	setDur(&c.Retention, 30*24*time.Hour)
+	setDur(&c.DefaultTimeout, protocol.TaskTimeout)
+	setDur(&c.MaxTimeout, protocol.TaskMaxTimeout)
+	setDur(&c.Retention, protocol.TaskRetention)
 	setDur(&c.Poll, 250*time.Millisecond)
-	setInt(&c.MaxRunning, 8)
+	setInt(&c.MaxRunning, protocol.TaskMaxRunning)
 	switch {
 	case c.MaxQueued == 0:
-		c.MaxQueued = 32
+		c.MaxQueued = protocol.TaskMaxQueued
 	case c.MaxQueued < 0:
 		c.MaxQueued = 0
 	}
-	setInt(&c.MaxKept, 1000)
-	setInt(&c.MaxKeptBytes, 1<<30)
-	setInt(&c.MaxOutputBytes, 100<<20)
-	setInt(&c.TailBytes, 8<<10)
-	setInt(&c.TailLines, 50)
+	setInt(&c.MaxKept, protocol.TaskMaxKept)
+	setInt(&c.MaxKeptBytes, protocol.TaskMaxKeptBytes)
+	setInt(&c.MaxOutputBytes, protocol.TaskMaxOutputBytes)
+	setInt(&c.TailBytes, protocol.TaskTailBytes)
+	setInt(&c.TailLines, protocol.TaskTailLines)
 	setInt(&c.MaxWaits, 8)
 }
 

@@ -19,19 +19,19 @@ import (
 // host's tasks. They are served exactly when bash is.
 
 // taskToolNames are the tools that come with bash.
-func taskToolNames() []string { return []string{"task_cancel", "task_list", "task_status"} }
+func taskToolNames() []string { return protocol.TaskTools() }
 
 const (
 	// maxTaskWait caps task_status's wait; defaultTaskWait applies when
 	// the caller gives none.
-	maxTaskWait     = 60 * time.Second
-	defaultTaskWait = 30 * time.Second
+	maxTaskWait     = protocol.TaskMaxWait
+	defaultTaskWait = protocol.TaskWait
 	// Caps on what a task answer carries: the command as shown, and the
 	// number of tasks task_list returns.
-	maxShownCommand     = 2000
-	maxListedCommand    = 200
-	defaultTaskListSize = 20
-	maxTaskListSize     = 200
+	maxShownCommand     = protocol.TaskShownCommand
+	maxListedCommand    = protocol.TaskListedCommand
+	defaultTaskListSize = protocol.TaskListSize
+	maxTaskListSize     = protocol.TaskMaxListSize
 )
 
 // taskView is a task as the task tools report it (also their structured
@@ -94,7 +94,7 @@ func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int
 func roundSeconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
 
 // bashBackground starts a checked command as a background task.
-func (t *toolbox) bashBackground(tc *toolCall, a bashArgs, dir string) *protocol.Result {
+func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) *protocol.Result {
 	timeout, r := t.taskTimeout(tc, a.Timeout)
 	if r != nil {
 		return r
@@ -144,26 +144,20 @@ func (t *toolbox) taskTimeout(tc *toolCall, sec *float64) (time.Duration, *proto
 	return max(time.Duration(*sec*float64(time.Second)), time.Millisecond), nil
 }
 
-type taskStatusArgs struct {
-	hostArg
-	TaskID string   `json:"task_id"`
-	Wait   *float64 `json:"wait"` // seconds
-}
-
 // taskStatus reports a task, first waiting up to wait seconds for it to
 // end.
 func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a taskStatusArgs
-	if r := decodeArgs(tc, "task_status", &a); r != nil {
+	var a protocol.TaskStatusArgs
+	if r := decodeArgs(tc, protocol.ToolTaskStatus, &a); r != nil {
 		return r
 	}
 	if err := validTaskID(a.TaskID); err != nil {
-		return toolBadArgs(tc, "task_status", "%v", err)
+		return toolBadArgs(tc, protocol.ToolTaskStatus, "%v", err)
 	}
 	wait := defaultTaskWait
 	if a.Wait != nil {
 		if !(*a.Wait >= 0) {
-			return toolBadArgs(tc, "task_status", "wait must be a number of seconds from 0 to 60, not %v", *a.Wait)
+			return toolBadArgs(tc, protocol.ToolTaskStatus, "wait must be a number of seconds from 0 to %v, not %v", maxTaskWait.Seconds(), *a.Wait)
 		}
 		wait = min(time.Duration(*a.Wait*float64(time.Second)), maxTaskWait)
 	}
@@ -186,20 +180,15 @@ func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result
 	return taskResult(tc, statusText(v), v)
 }
 
-type taskCancelArgs struct {
-	hostArg
-	TaskID string `json:"task_id"`
-}
-
 // taskCancel stops a task: a queued one never starts, a running one has
 // its whole process group killed.
 func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a taskCancelArgs
-	if r := decodeArgs(tc, "task_cancel", &a); r != nil {
+	var a protocol.TaskCancelArgs
+	if r := decodeArgs(tc, protocol.ToolTaskCancel, &a); r != nil {
 		return r
 	}
 	if err := validTaskID(a.TaskID); err != nil {
-		return toolBadArgs(tc, "task_cancel", "%v", err)
+		return toolBadArgs(tc, protocol.ToolTaskCancel, "%v", err)
 	}
 	st, err := t.tasks.cancel(ctx, a.TaskID)
 	if errors.Is(err, errTaskEnded) {
@@ -222,25 +211,19 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	return r
 }
 
-type taskListArgs struct {
-	hostArg
-	State string `json:"state"`
-	Limit *int   `json:"limit"`
-}
-
 // taskList lists the host's tasks, newest first.
 func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
-	var a taskListArgs
-	if r := decodeArgs(tc, "task_list", &a); r != nil {
+	var a protocol.TaskListArgs
+	if r := decodeArgs(tc, protocol.ToolTaskList, &a); r != nil {
 		return r
 	}
 	if a.State != "" && !slices.Contains(taskStates, taskState(a.State)) {
-		return toolBadArgs(tc, "task_list", "state %q is not a task state; use one of %s", clip(a.State, 40), joinStates())
+		return toolBadArgs(tc, protocol.ToolTaskList, "state %q is not a task state; use one of %s", clip(a.State, 40), joinStates())
 	}
 	limit := defaultTaskListSize
 	if a.Limit != nil {
 		if *a.Limit < 1 {
-			return toolBadArgs(tc, "task_list", "limit must be at least 1, not %d", *a.Limit)
+			return toolBadArgs(tc, protocol.ToolTaskList, "limit must be at least 1, not %d", *a.Limit)
 		}
 		limit = min(*a.Limit, maxTaskListSize)
 	}
@@ -391,7 +374,7 @@ func listText(host, state string, views []taskView, matched, unreadable int) str
 		if !v.Started.IsZero() {
 			when = v.Started
 		}
-		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), formatSeconds(secs(v.RuntimeSeconds)), clip(oneLine(v.Command), 80))
+		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), formatSeconds(secs(v.RuntimeSeconds)), clip(oneLine(v.Command), protocol.TaskTableCommand))
 	}
 	return b.String()
 }

@@ -141,22 +141,24 @@ func checkCwd(dir string) error {
 	return nil
 }
 
-// tools returns the toolbox's tools by name.
+// tools returns the toolbox's tools by name: each a tool protocol
+// declares (protocol.HostTools), whose arguments it decodes into the
+// declared type.
 func (t *toolbox) tools() map[string]toolFunc {
 	return map[string]toolFunc{
-		"read":        t.read,
-		"write":       t.write,
-		"edit":        t.edit,
-		"bash":        t.bash,
-		"skill":       t.skill,
-		"task_status": t.taskStatus,
-		"task_cancel": t.taskCancel,
-		"task_list":   t.taskList,
-		"list":        t.list,
-		"search":      t.search,
-		"delete":      t.delete,
-		"move":        t.move,
-		"patch":       t.patch,
+		protocol.ToolRead:       t.read,
+		protocol.ToolWrite:      t.write,
+		protocol.ToolEdit:       t.edit,
+		protocol.ToolBash:       t.bash,
+		protocol.ToolSkill:      t.skill,
+		protocol.ToolTaskStatus: t.taskStatus,
+		protocol.ToolTaskCancel: t.taskCancel,
+		protocol.ToolTaskList:   t.taskList,
+		protocol.ToolList:       t.list,
+		protocol.ToolSearch:     t.search,
+		protocol.ToolDelete:     t.delete,
+		protocol.ToolMove:       t.move,
+		protocol.ToolPatch:      t.patch,
 	}
 }
 
@@ -350,16 +352,12 @@ func (l *pathLocks) size() int {
 	return len(l.m)
 }
 
-// decodeArgs decodes tc.Args strictly into v, a pointer to an argument
-// struct. It returns nil on success and a bad-request result naming the
-// problem otherwise. Missing arguments decode as an empty object.
-// hostArg accepts the "host" argument the caller addressed the call with,
-// so the gateway can forward arguments unchanged. The call itself says
-// which host it is for; this field is not used.
-type hostArg struct {
-	Host string `json:"host,omitempty"`
-}
-
+// decodeArgs decodes tc.Args strictly into v, a pointer to a tool's
+// argument struct (protocol.HostTools). It returns nil on success and a
+// bad-request result naming the problem otherwise. Missing arguments
+// decode as an empty object. The "host" argument the caller addressed the
+// call with (protocol.OnHost) is accepted, so the gateway can forward
+// arguments unchanged; the call itself says which host it is for.
 func decodeArgs(tc *toolCall, tool string, v any) *protocol.Result {
 	data := bytes.TrimSpace(tc.Args)
 	if len(data) == 0 {
@@ -471,7 +469,7 @@ func jsonFields(t reflect.Type) []string {
 		if f.Anonymous && f.Type.Kind() == reflect.Struct {
 			// Promoted, as encoding/json does; host addresses the call
 			// and is not one of the tool's arguments.
-			if f.Type != reflect.TypeFor[hostArg]() {
+			if f.Type != reflect.TypeFor[protocol.OnHost]() {
 				names = append(names, jsonFields(f.Type)...)
 			}
 			continue

@@ -20,7 +20,7 @@ import (
 const (
 	// treeMaxEntries bounds the entries a recursive delete or a directory
 	// move checks; beyond it the call is refused before anything changes.
-	treeMaxEntries = 100_000
+	treeMaxEntries = protocol.TreeMaxEntries
 	// treeMaxDepth bounds how deep the walks descend. Each level holds an
 	// open directory.
 	treeMaxDepth = 128

@@ -12,7 +12,7 @@ import (
 // Output limits of read and bash, whichever is reached first. They match
 // the pi coding agent so that models trained on it see the same notes.
 const (
-	truncMaxLines = 2000
+	truncMaxLines = protocol.MaxOutputLines
 	truncMaxBytes = protocol.MaxOutputBytes // 51200
 )
 

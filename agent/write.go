@@ -16,26 +16,16 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// writeArgs are the arguments of the write tool.
-type writeArgs struct {
-	hostArg
-	Path    string `json:"path"`
-	Content string `json:"content"`
-	// Overwrite false refuses to replace an existing file; nil means true.
-	Overwrite *bool `json:"overwrite"`
-	casArgs
-}
-
 // write creates or replaces a file with the given content. With
 // expected_sha256 it replaces only that version of the file; with
 // overwrite false it only creates. Both look at the file, so they need
 // read permission too.
 func (t *toolbox) write(ctx context.Context, tc *toolCall) *protocol.Result {
-	var a writeArgs
-	if r := decodeArgs(tc, "write", &a); r != nil {
+	var a protocol.WriteArgs
+	if r := decodeArgs(tc, protocol.ToolWrite, &a); r != nil {
 		return r
 	}
-	want, r := a.expected(tc)
+	want, r := expectedHash(tc, a.ExpectedSHA256)
 	if r != nil {
 		return r
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file decides what an authenticated caller may reach: access rules
@@ -13,43 +14,35 @@ import (
 // flag. Deny wins; a caller no rule matches gets nothing. The file format
 // is in accessfile.go.
 
-// Tool names the rules know. Per-host tools are granted per host; admin
-// tools change or inspect the fleet as a whole and need admin: true;
-// hosts is open to every caller that may use some host.
+// Tool names the rules know. Per-host tools (protocol.HostTools) are
+// granted per host; admin tools change or inspect the fleet as a whole
+// and need admin: true; hosts is open to every caller that may use some
+// host.
 const (
 	toolHosts = "hosts"
 	toolAudit = "audit"
-	toolSkill = "skill"
-	toolPatch = "patch"
 )
 
 // hostToolNames are the tools that act on one host and that access rules
 // grant by name.
-func hostToolNames() []string {
-	return []string{"read", "write", "edit", "bash", toolSkill, "list", "search", "delete", "move", toolPatch}
-}
+func hostToolNames() []string { return protocol.GrantedTools() }
 
 // taskToolNames are the per-host tools that report and stop the
 // background tasks bash starts. They are not granted by name: whoever may
 // use bash on a host may use them there, and nobody else.
-func taskToolNames() []string { return []string{toolTaskStatus, toolTaskCancel, toolTaskList} }
-
-const (
-	toolTaskStatus = "task_status"
-	toolTaskCancel = "task_cancel"
-	toolTaskList   = "task_list"
-)
+func taskToolNames() []string { return protocol.TaskTools() }
 
 // perHostTool reports whether tool acts on one host (and takes "host").
 func perHostTool(tool string) bool {
-	return slices.Contains(hostToolNames(), tool) || slices.Contains(taskToolNames(), tool)
+	_, ok := protocol.HostTool(tool)
+	return ok
 }
 
 // grantedAs returns the tool whose grant decides tool: bash for the task
 // tools, the tool itself otherwise.
 func grantedAs(tool string) string {
-	if slices.Contains(taskToolNames(), tool) {
-		return "bash"
+	if t, ok := protocol.HostTool(tool); ok && t.ComesWith != "" {
+		return t.ComesWith
 	}
 	return tool
 }
@@ -61,9 +54,9 @@ func grantedAs(tool string) string {
 func fanoutBase(tool string) string {
 	switch tool {
 	case toolFleetBash:
-		return "bash"
+		return protocol.ToolBash
 	case toolFleetRead:
-		return "read"
+		return protocol.ToolRead
 	}
 	return ""
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/access/*.txtar")
@@ -320,7 +322,7 @@ func TestGrantsTaskToolsFollowBash(t *testing.T) {
 			}
 		}
 	}
-	if !perHostTool(toolTaskStatus) || perHostTool(toolHosts) || perHostTool(toolAudit) {
+	if !perHostTool(protocol.ToolTaskStatus) || perHostTool(toolHosts) || perHostTool(toolAudit) {
 		t.Error("perHostTool misclassifies tools")
 	}
 }

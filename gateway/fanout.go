@@ -63,7 +63,7 @@ func buckets() []string {
 type fleetBashIn struct {
 	Selector       string  `json:"selector" jsonschema:"the hosts to run on: * for all, a name glob (web-*), a label (role=web), or several terms joined by commas that must all match (role=web,env=prod)"`
 	Command        string  `json:"command" jsonschema:"bash command line, run on every selected host"`
-	Timeout        float64 `json:"timeout,omitempty" jsonschema:"seconds each host's command may run before it is killed (default 120; capped by each host, 600 unless configured)"`
+	Timeout        float64 `json:"timeout,omitempty" jsonschema:"seconds each host's command may run before it is killed (default {{bash_timeout}}; capped by each host, {{bash_max_timeout}} unless configured)"`
 	MaxConcurrency int     `json:"max_concurrency,omitempty" jsonschema:"hosts running the command at once (default 50, at most 500)"`
 	MaxErrors      int     `json:"max_errors,omitempty" jsonschema:"stop starting hosts once this many have failed or timed out; the rest are reported as not_started (default: no limit)"`
 }
@@ -77,18 +77,19 @@ type fleetReadIn struct {
 const (
 	descFleetBash = "Run one bash command on every host a selector picks (that you may use), at most max_concurrency at once. " +
 		"Returns a summary line with the hosts per outcome — succeeded, failed (non-zero exit), timed_out, offline, denied (host policy or access rules), not_started (after max_errors) — " +
-		"then the hosts grouped by outcome, exit code and identical output, with each group's output tail. The whole text stays within 50KB: " +
+		"then the hosts grouped by outcome, exit code and identical output, with each group's output tail. The whole text stays within {{output_bytes}}: " +
 		"tails shrink as the host count grows; structuredContent lists every host with its outcome, exit code and, where the host saved it, the path of its full output file (readable with read). " +
 		"Offline hosts are reported at once, not waited on."
 	descFleetRead = "Read the same text file on every host a selector picks (that you may use). Returns each host's SHA-256 and groups the hosts by it " +
-		"(\"3 distinct versions: a1b2… on 998 hosts, …\"), showing each distinct version's content once, within 50KB in total; hosts that failed, are offline or denied are listed with the reason. " +
+		"(\"3 distinct versions: a1b2… on 998 hosts, …\"), showing each distinct version's content once, within {{output_bytes}} in total; hosts that failed, are offline or denied are listed with the reason. " +
 		"structuredContent has the versions and every host."
 )
 
 // addFanoutTools registers fleet_bash and fleet_read.
 func (g *Gateway) addFanoutTools(s *mcp.Server) {
-	mcp.AddTool(s, &mcp.Tool{Name: toolFleetBash, Description: descFleetBash}, g.fleetBashTool)
-	mcp.AddTool(s, &mcp.Tool{Name: toolFleetRead, Description: descFleetRead, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.fleetReadTool)
+	mcp.AddTool(s, &mcp.Tool{Name: toolFleetBash, Description: protocol.Describe(descFleetBash), InputSchema: mustInputSchema[fleetBashIn]()}, g.fleetBashTool)
+	mcp.AddTool(s, &mcp.Tool{Name: toolFleetRead, Description: protocol.Describe(descFleetRead), InputSchema: mustInputSchema[fleetReadIn](),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.fleetReadTool)
 }
 
 // selectHosts returns the hosts selector picks, sorted by name. It is the
@@ -109,17 +110,12 @@ func (g *Gateway) fleetBashTool(ctx context.Context, req *mcp.CallToolRequest, i
 	case in.MaxErrors < 0:
 		return errorResult(fmt.Sprintf("max_errors %d is negative; give a positive count, or leave it out for no limit", in.MaxErrors)), nil, nil
 	}
-	type hostArgs struct {
-		Host    string   `json:"host"`
-		Command string   `json:"command"`
-		Timeout *float64 `json:"timeout,omitempty"`
-	}
-	args := hostArgs{Command: in.Command}
+	args := protocol.BashArgs{Command: in.Command}
 	if in.Timeout > 0 {
 		args.Timeout = &in.Timeout
 	}
 	f := &fanout{
-		tool: toolFleetBash, base: "bash", maxErrors: in.MaxErrors,
+		tool: toolFleetBash, base: protocol.ToolBash, maxErrors: in.MaxErrors,
 		args: func(host string) (json.RawMessage, error) {
 			a := args
 			a.Host = host
@@ -137,14 +133,10 @@ func (g *Gateway) fleetReadTool(ctx context.Context, req *mcp.CallToolRequest, i
 	if in.Path == "" {
 		return errorResult("path is empty; give the file to read on every host"), nil, nil
 	}
-	type hostArgs struct {
-		Host string `json:"host"`
-		Path string `json:"path"`
-	}
 	f := &fanout{
-		tool: toolFleetRead, base: "read",
+		tool: toolFleetRead, base: protocol.ToolRead,
 		args: func(host string) (json.RawMessage, error) {
-			return json.Marshal(hostArgs{Host: host, Path: in.Path})
+			return json.Marshal(protocol.ReadArgs{OnHost: protocol.OnHost{Host: host}, Path: in.Path})
 		},
 		timeout:  g.cfg.FileCallTimeout,
 		classify: classifyRead,

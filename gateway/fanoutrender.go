@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file renders a fan-out's outcomes as one tool result. Hosts with
@@ -24,7 +26,7 @@ import (
 const (
 	// fanoutBudget bounds the text of a fan-out result, as the bash tool
 	// bounds its output.
-	fanoutBudget = 50 << 10
+	fanoutBudget = protocol.MaxOutputBytes
 	// minShownBody is the least output a shown group gets (less when its
 	// output is shorter); groups that cannot get it are not shown.
 	minShownBody = 160
@@ -423,8 +425,8 @@ func omittedLine(rest []*outcomeGroup) string {
 			parts = append(parts, fmt.Sprintf("%d %s", per[s], s))
 		}
 	}
-	return fmt.Sprintf("[%d more %s in %d %s not shown (%s): the 50KB budget is spent; every host's outcome is in structuredContent.hosts]\n",
-		hosts, plural(hosts, "host", "hosts"), len(rest), plural(len(rest), "group", "groups"), strings.Join(parts, ", "))
+	return fmt.Sprintf("[%d more %s in %d %s not shown (%s): the %dKB budget is spent; every host's outcome is in structuredContent.hosts]\n",
+		hosts, plural(hosts, "host", "hosts"), len(rest), plural(len(rest), "group", "groups"), strings.Join(parts, ", "), fanoutBudget>>10)
 }
 
 // compressNames lists host names in natural order, writing runs of

@@ -317,7 +317,7 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 		rec.Outcome = outcomeError
 		rec.Error = g.audit.redact.lastLine(text)
 	}
-	if rec.Tool == "bash" && !cc.background {
+	if rec.Tool == protocol.ToolBash && !cc.background {
 		g.bashStatus(rec, cr.IsError, text)
 	}
 	if cc.outcome != "" {

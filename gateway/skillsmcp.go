@@ -175,7 +175,7 @@ func (g *Gateway) skillsMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 func (g *Gateway) skillsVisible(id *Identity) bool {
 	gr := g.cfg.Access.For(id)
 	return slices.ContainsFunc(g.reg.list(""), func(h HostInfo) bool {
-		return gr.Tool(toolSkill, h.Host, h.Labels).Allowed
+		return gr.Tool(protocol.ToolSkill, h.Host, h.Labels).Allowed
 	})
 }
 

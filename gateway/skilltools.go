@@ -118,7 +118,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 	if !ok {
 		return nil, "", fmt.Errorf("unknown host %q (see hosts)", protocol.Clip(host, 64))
 	}
-	for _, tool := range []string{"list", "read"} {
+	for _, tool := range []string{protocol.ToolList, protocol.ToolRead} {
 		if d := cc.grants.Tool(tool, host, h.Labels); !d.Allowed {
 			return nil, "", fmt.Errorf("reading the folder needs %s on %s: %s", tool, host, d.Reason)
 		}
@@ -133,7 +133,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 		Truncated          bool
 		Crowded            []string
 	}
-	if err := g.hostCall(ctx, cc, host, "list", map[string]any{"host": host, "path": dir, "depth": 10}, &l, nil); err != nil {
+	if err := g.hostCall(ctx, cc, host, protocol.ToolList, protocol.ListArgs{OnHost: protocol.OnHost{Host: host}, Path: dir, Depth: 10}, &l, nil); err != nil {
 		return nil, "", err
 	}
 	switch {
@@ -180,7 +180,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 		full := strings.TrimRight(l.Path, sep) + sep + strings.ReplaceAll(rel, "/", sep)
 		var content []protocol.Content
 		var info struct{ SHA256 string }
-		if err := g.hostCall(ctx, cc, host, "read", map[string]any{"host": host, "path": full, "binary_base64": true}, &info, &content); err != nil {
+		if err := g.hostCall(ctx, cc, host, protocol.ToolRead, protocol.ReadArgs{OnHost: protocol.OnHost{Host: host}, Path: full, BinaryBase64: true}, &info, &content); err != nil {
 			return nil, "", err
 		}
 		if len(content) < 2 {
@@ -202,7 +202,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 
 // hostCall makes one tool call on host for the caller and decodes its
 // structured result into out (and its content into content).
-func (g *Gateway) hostCall(ctx context.Context, cc *callContext, host, tool string, args map[string]any, out any, content *[]protocol.Content) error {
+func (g *Gateway) hostCall(ctx context.Context, cc *callContext, host, tool string, args hostArgs, out any, content *[]protocol.Content) error {
 	raw, _ := json.Marshal(args)
 	res, err := g.router.call(ctx, callRequest{Host: host, Tool: tool, Caller: cc.id.Caller(), Args: raw, Timeout: g.cfg.FileCallTimeout}, nil)
 	if err != nil {

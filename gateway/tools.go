@@ -3,7 +3,6 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,149 +17,25 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// Tool inputs. The gateway uses them for the schemas and to read "host";
-// the agent receives the caller's arguments as they are and decodes them
-// itself.
+// The gateway's own tools: hosts here, audit (auditread.go), fan-out
+// (fanout.go) and the skill rollout tools (skilltools.go). The per-host
+// tools are in hosttools.go.
 
 type hostsIn struct {
 	Filter string `json:"filter,omitempty" jsonschema:"optional host selector: a name glob (web-*), a label match (role=web, env!=prod, region in (eu,us)), or several joined by commas, all of which must hold"`
 }
 
-type readIn struct {
-	Host   string `json:"host" jsonschema:"the host to read on (see hosts)"`
-	Path   string `json:"path" jsonschema:"file path; relative paths resolve against the host's working directory"`
-	Offset int    `json:"offset,omitempty" jsonschema:"first line to read, 1-based"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"maximum number of lines to read"`
-	// BinaryBase64 skips the text and image handling altogether.
-	BinaryBase64 bool   `json:"binary_base64,omitempty" jsonschema:"return the file's raw bytes base64-encoded, unprocessed, whatever the file is (up to 20 MB unless the host sets otherwise)"`
-	Anchor       string `json:"anchor,omitempty" jsonschema:"instead of offset/limit: exact text that occurs exactly once in the file (may span lines; \\n also matches \\r\\n, at most 4 KiB); shows the lines around it"`
-	// An int: the agent tells a missing context (default 10) from 0.
-	Context int `json:"context,omitempty" jsonschema:"with anchor: lines to show before and after it (default 10, at most 500)"`
-}
-
-type writeIn struct {
-	Host           string `json:"host" jsonschema:"the host to write on"`
-	Path           string `json:"path" jsonschema:"file path; parent directories are created"`
-	Content        string `json:"content" jsonschema:"the complete new file content"`
-	Overwrite      bool   `json:"overwrite,omitempty" jsonschema:"default true; false: only create the file, and fail if it exists"`
-	ExpectedSHA256 string `json:"expected_sha256,omitempty" jsonschema:"replace the file only if its current sha256 (from read) is this; otherwise nothing is written"`
-}
-
-type editOp struct {
-	OldString  string `json:"old_string" jsonschema:"exact text to replace; must match exactly once unless replace_all"`
-	NewString  string `json:"new_string" jsonschema:"replacement text"`
-	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence"`
-}
-
-type editIn struct {
-	Host           string   `json:"host" jsonschema:"the host to edit on"`
-	Path           string   `json:"path" jsonschema:"file path"`
-	Edits          []editOp `json:"edits" jsonschema:"edits applied in order, each to the result of the previous"`
-	ExpectedSHA256 string   `json:"expected_sha256,omitempty" jsonschema:"edit only if the file's current sha256 (from read or a previous edit) is this; otherwise nothing changes"`
-}
-
-type bashIn struct {
-	Host       string  `json:"host" jsonschema:"the host to run on"`
-	Command    string  `json:"command" jsonschema:"the command line in the host's shell (see hosts): bash on Linux and macOS, a PowerShell script on Windows"`
-	Timeout    float64 `json:"timeout,omitempty" jsonschema:"seconds before the command is killed with its process group: default 120, at most 600; with background, default 3600, at most 86400 (host defaults; a host may configure others)"`
-	Background bool    `json:"background,omitempty" jsonschema:"start the command as a background task and return its task_id at once; follow it with task_status"`
-	Cwd        string  `json:"cwd,omitempty" jsonschema:"directory to run in (default: the host's working directory; relative paths resolve there); it must be a directory the host's policy lets the tools read; at most 4096 bytes"`
-	// Parameters are passed on as JSON; the agent checks them too.
-	Parameters map[string]any `json:"parameters,omitempty" jsonschema:"PowerShell hosts only: named script parameters, bound by name to the script's param() block as values (never pasted into the script text): at most 64, names of letters, digits and _, values any JSON, 1 MiB in all"`
-}
-
-type skillIn struct {
-	Host string `json:"host" jsonschema:"the host that has the skill (see hosts or resource://skills)"`
-	Name string `json:"name" jsonschema:"the skill's name, as listed in resource://skills"`
-}
-
 const (
 	descHosts = "List the fleet's hosts you may use: name, online/offline, last seen, OS/arch, agent version, working directory, shell (the language bash commands are written in: bash, sh, pwsh 7.x, powershell 5.1), labels, the tools the host serves and its policy digest. " +
 		"Every other tool takes one of these names as host. Optional filter, a host selector: a name glob (web-*), a label match (role=web, env!=prod, region in (eu,us)), or several joined by commas, all of which must hold (role=web,env=prod)."
-	descRead = "Read a text file on a host. Output is truncated to 2000 lines or 50KB, whichever comes first; " +
-		"when more remains a note says which offset to continue from. Use offset (1-based line) and limit for large files, " +
-		"or anchor (text that occurs once) to see the lines around it. " +
-		"The structured result has the whole file's sha256 (for expected_sha256 in write and edit), path and total_lines; " +
-		"an anchored read also anchor_line and start_line. " +
-		"Images (PNG, JPEG, GIF, WebP, BMP, TIFF; told by content, not name) come back as images: scaled to at most 2000 px and 4.5 MB unless the host sets otherwise, " +
-		"turned upright per EXIF, with a note giving the original size and how to map coordinates. Other binary files are refused unless binary_base64 is set."
-	descWrite = "Write a file on a host, replacing it if it exists. Creates parent directories. " +
-		"The write is atomic (temporary file, then rename); an existing file keeps its permissions. " +
-		"expected_sha256 replaces only the version you read; overwrite false only creates. The structured result has the new sha256."
-	descEdit = "Edit a file on a host by exact string replacement. Each old_string must match exactly once (or set replace_all); " +
-		"edits apply in order. If any edit fails nothing is written and the error names the edit. Prefer this over write for changes to existing files. " +
-		"CRLF line endings and a UTF-8 BOM are kept: \\n in old_string matches \\r\\n, and line breaks in new_string take the ending of the line where the replaced text starts. " +
-		"expected_sha256 edits only the version you read. The structured result has the new sha256."
-	descSkill = "Load a skill's instructions on a host (from hosts or resource://skills): the SKILL.md text plus the paths of its bundled files, which read can fetch."
-	descBash  = "Run a command on a host, in the host's working directory or cwd, stdin closed. Returns stdout and stderr merged. " +
-		"The language is the host's shell, shown by hosts: bash (or sh) on Linux and macOS, PowerShell on Windows (pwsh, else Windows PowerShell 5.1; no profile, UTF-8 output). " +
-		"On PowerShell hosts, parameters passes named values to a script that declares them with param(...), e.g. command \"param($Path) Get-Item $Path\" with parameters {\"Path\": \"C:\\\\data\"}; exit N sets the exit code. " +
-		"Output is truncated to the last 2000 lines or 50KB; the full output (its first 100 MiB unless the host sets otherwise) is then saved to a file on the host (path given, readable with read; kept 7 days). " +
-		"A non-zero exit or a timeout is an error. Default timeout 120 s, at most 600 s unless the host allows more. " +
-		"The command is killed with its whole process group (on Windows its Job Object) on timeout or cancel; background processes it started may keep running. " +
-		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
-		"its output goes to a file on the host (readable with read; a task writing more than 100 MiB is killed), and task_status waits for it. " +
-		"Background tasks: default timeout 1 h, at most 24 h; at most 8 run at once per host and 32 more wait to start, beyond that the call fails as busy (host defaults)."
 )
 
 func (g *Gateway) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: toolHosts, Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
 	mcp.AddTool(s, &mcp.Tool{Name: toolAudit, Description: descAudit, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.auditTool)
-	mcp.AddTool(s, &mcp.Tool{Name: "read", Description: descRead, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(ctx context.Context, req *mcp.CallToolRequest, in readIn) (*mcp.CallToolResult, any, error) {
-			callFrom(ctx).rawData = in.BinaryBase64
-			return g.forward(ctx, req, in.Host, "read", g.cfg.FileCallTimeout), nil, nil
-		})
-	mcp.AddTool(s, &mcp.Tool{Name: "write", Description: descWrite},
-		func(ctx context.Context, req *mcp.CallToolRequest, in writeIn) (*mcp.CallToolResult, any, error) {
-			return g.forward(ctx, req, in.Host, "write", g.cfg.FileCallTimeout), nil, nil
-		})
-	mcp.AddTool(s, &mcp.Tool{Name: "edit", Description: descEdit},
-		func(ctx context.Context, req *mcp.CallToolRequest, in editIn) (*mcp.CallToolResult, any, error) {
-			return g.forward(ctx, req, in.Host, "edit", g.cfg.FileCallTimeout), nil, nil
-		})
-	g.addPatchTool(s)
-	mcp.AddTool(s, &mcp.Tool{Name: toolSkill, Description: descSkill, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(ctx context.Context, req *mcp.CallToolRequest, in skillIn) (*mcp.CallToolResult, any, error) {
-			return g.forward(ctx, req, in.Host, toolSkill, g.cfg.FileCallTimeout), nil, nil
-		})
-	mcp.AddTool(s, &mcp.Tool{Name: "bash", Description: descBash},
-		func(ctx context.Context, req *mcp.CallToolRequest, in bashIn) (*mcp.CallToolResult, any, error) {
-			if r := checkBashIn(in); r != nil {
-				return r, nil, nil
-			}
-			if in.Background {
-				callFrom(ctx).background = true
-				return g.forward(ctx, req, in.Host, "bash", g.cfg.FileCallTimeout), nil, nil
-			}
-			// The agent enforces the command's own timeout; the call's
-			// budget only bounds a host that never answers at all.
-			return g.forward(ctx, req, in.Host, "bash", g.cfg.MaxCallDuration), nil, nil
-		})
-	g.addTaskTools(s)
-	g.addFileTools(s)
+	g.addHostTools(s)
 	g.addFanoutTools(s)
 	g.addSkillTools(s)
-}
-
-// checkBashIn refuses bash arguments every agent would refuse, before
-// they travel; the agent checks them again.
-func checkBashIn(in bashIn) *mcp.CallToolResult {
-	if len(in.Cwd) > protocol.MaxCwdBytes {
-		return errorResult(fmt.Sprintf("bash: cwd is longer than %d bytes", protocol.MaxCwdBytes))
-	}
-	params := make(map[string]json.RawMessage, len(in.Parameters))
-	for k, v := range in.Parameters {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return errorResult(fmt.Sprintf("bash: parameter %q: %v", k, err))
-		}
-		params[k] = data
-	}
-	if err := protocol.ValidateScriptParameters(params); err != nil {
-		return errorResult("bash: " + err.Error())
-	}
-	return nil
 }
 
 // forward sends a per-host tool call to its agent and converts the answer.

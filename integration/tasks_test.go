@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Background tasks end to end: the go-sdk client over HTTP, the gateway,
@@ -364,12 +366,16 @@ func TestTaskToolsListed(t *testing.T) {
 			t.Errorf("tools/list lacks %s", name)
 		}
 	}
-	for _, limit := range []string{"at most 60", "50 lines", "8 KB"} {
+	for _, limit := range []string{
+		fmt.Sprintf("at most %v", protocol.TaskMaxWait.Seconds()),
+		fmt.Sprintf("%d lines", protocol.TaskTailLines),
+		protocol.SizeText(protocol.TaskTailBytes),
+	} {
 		if !strings.Contains(found["task_status"], limit) {
 			t.Errorf("task_status description does not state %q", limit)
 		}
 	}
-	if !strings.Contains(found["bash"], "background: true") || !strings.Contains(found["bash"], "100 MiB") {
+	if !strings.Contains(found["bash"], "background: true") || !strings.Contains(found["bash"], protocol.SizeText(protocol.TaskMaxOutputBytes)) {
 		t.Errorf("bash description does not explain background tasks")
 	}
 	h, _ := env.Gateway.Host("alpha")

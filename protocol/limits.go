@@ -44,7 +44,7 @@ func ResultTextLimit(tool string, data bool) int {
 	switch {
 	case data:
 		return MaxResultBytes
-	case tool == "bash", tool == "read", tool == "search", tool == "task_status":
+	case tool == ToolBash, tool == ToolRead, tool == ToolSearch, tool == ToolTaskStatus:
 		return MaxShortResultText
 	}
 	return MaxResultText
