@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -101,7 +102,7 @@ func (t *toolbox) commandDir(tc *toolCall, cwd string) (string, *protocol.Result
 	fi, err := os.Stat(target)
 	switch {
 	case err != nil:
-		return "", toolFailure(tc, "cwd: %s", fsProblem(path, err))
+		return "", toolFailure(tc, "cwd: %s", safefs.Problem(path, err))
 	case !fi.IsDir():
 		return "", toolFailure(tc, "cwd: %s is not a directory; give the directory the command should run in", path)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -46,7 +47,7 @@ func sha256Hex(data []byte) string {
 // "" with a nil error. The agent's credentials are refused even under
 // another name (a hard link): their hash is not to be learned either.
 func (t *toolbox) currentSHA256(ctx context.Context, target string) (string, error) {
-	d, err := openDir(filepath.Dir(target), false)
+	d, err := safefs.OpenDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -54,7 +55,7 @@ func (t *toolbox) currentSHA256(ctx context.Context, target string) (string, err
 		return "", err
 	}
 	defer d.Close()
-	f, err := d.openRead(filepath.Base(target))
+	f, err := d.OpenRead(filepath.Base(target))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -66,7 +67,7 @@ func (t *toolbox) currentSHA256(ctx context.Context, target string) (string, err
 	if err != nil {
 		return "", err
 	}
-	if !openedRegular(fi) {
+	if !safefs.OpenedRegular(fi) {
 		return "", fmt.Errorf("%s is not a regular file", target)
 	}
 	if err := t.guard.checkOpened(target, fi); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -39,33 +40,33 @@ func (t *toolbox) delete(ctx context.Context, tc *toolCall) *protocol.Result {
 
 	d, meta, err := entryMeta(target)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	defer d.Close()
 	name := filepath.Base(target)
 	switch {
-	case meta.mode.IsDir():
+	case meta.Mode.IsDir():
 		return t.deleteDir(ctx, tc, a, path, target, d, meta)
-	case meta.mode.IsRegular():
+	case meta.Mode.IsRegular():
 		if r := t.checkExpected(ctx, tc, path, target, want); r != nil {
 			return r
 		}
-	case meta.mode&fs.ModeSymlink != 0 && want != "":
+	case meta.Mode&fs.ModeSymlink != 0 && want != "":
 		return toolFailure(tc, "%s is a symbolic link; expected_sha256 applies to regular files only. Leave it out to delete the link", path)
-	case meta.mode&fs.ModeSymlink == 0:
-		return toolFailure(tc, "%s is a %s; delete removes only files, symbolic links and directories. Use bash if you mean it", path, typeName(meta.mode))
+	case meta.Mode&fs.ModeSymlink == 0:
+		return toolFailure(tc, "%s is a %s; delete removes only files, symbolic links and directories. Use bash if you mean it", path, typeName(meta.Mode))
 	}
-	if err := d.remove(name, false); err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+	if err := d.Remove(name, false); err != nil {
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
-	d.sync()
-	kind := typeName(meta.mode)
+	d.Sync()
+	kind := typeName(meta.Mode)
 	return deleted(tc, path, kind, 0, fmt.Sprintf("Deleted %s %s", kind, path))
 }
 
 // deleteDir deletes the directory at path (resolved to target, an entry
 // of d) and everything in it, after checking every entry.
-func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a protocol.DeleteArgs, path, target string, d *dirHandle, meta *fileMeta) *protocol.Result {
+func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a protocol.DeleteArgs, path, target string, d *safefs.Dir, meta *safefs.Meta) *protocol.Result {
 	switch {
 	case !a.Recursive:
 		return toolFailure(tc, "%s is a directory; set recursive: true to delete it and everything in it", path)
@@ -76,12 +77,12 @@ func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a protocol.Delete
 		return r
 	}
 	name := filepath.Base(target)
-	top, err := d.sub(name)
+	top, err := d.Sub(name)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	defer top.Close()
-	w := &treeWalk{ctx: ctx, top: path, dev: meta.dev, check: func(rel string, _ *fileMeta) error {
+	w := &treeWalk{ctx: ctx, top: path, dev: meta.Dev, check: func(rel string, _ *safefs.Meta) error {
 		return t.guard.checkResolved(under(path, rel), under(target, rel), policy.Write)
 	}}
 	if err := w.visit(top, "", 0); err != nil {
@@ -92,12 +93,12 @@ func (t *toolbox) deleteDir(ctx context.Context, tc *toolCall, a protocol.Delete
 	removed := 0
 	err = w.removeAll(top, "", 0, &removed)
 	if err == nil {
-		err = d.remove(name, true)
+		err = d.Remove(name, true)
 	}
 	if err != nil {
 		return treeFailure(tc, path, err, fmt.Sprintf("%d of the %d entries checked were deleted before it stopped; the rest of %s is still there", removed, checked, path))
 	}
-	d.sync()
+	d.Sync()
 	return deleted(tc, path, "directory", removed, fmt.Sprintf("Deleted directory %s and the %d entries in it", path, removed))
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -189,16 +190,16 @@ func TestDeleteStopsOnNewRefusal(t *testing.T) {
 	tbFile(t, dir, "tree/a/1.txt", "1")
 	tbFile(t, dir, "tree/b/late.txt", "late")
 	tbFile(t, dir, "tree/c/2.txt", "2")
-	top, err := openDir(filepath.Join(dir, "tree"), false)
+	top, err := safefs.OpenDir(filepath.Join(dir, "tree"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer top.Close()
-	meta, err := top.lstat(".")
+	meta, err := top.Lstat(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &treeWalk{ctx: context.Background(), top: filepath.Join(dir, "tree"), dev: meta.dev, check: func(rel string, _ *fileMeta) error {
+	w := &treeWalk{ctx: context.Background(), top: filepath.Join(dir, "tree"), dev: meta.Dev, check: func(rel string, _ *safefs.Meta) error {
 		if rel == "b/late.txt" {
 			return &policy.Denial{Rule: "paths.deny", Reason: "write " + rel + ": refused"}
 		}
@@ -217,7 +218,7 @@ func TestDeleteStopsOnNewRefusal(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 	// The walk's bounds are checked, not assumed.
-	w = &treeWalk{ctx: context.Background(), top: w.top, dev: meta.dev + 1, check: func(string, *fileMeta) error { return nil }}
+	w = &treeWalk{ctx: context.Background(), top: w.top, dev: meta.Dev + 1, check: func(string, *safefs.Meta) error { return nil }}
 	var lim *treeLimit
 	if err := w.visit(top, "", 0); !errors.As(err, &lim) || !strings.Contains(lim.msg, "is a mount point") {
 		t.Errorf("a subdirectory on another device: %v", err)

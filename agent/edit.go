@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -92,7 +93,7 @@ func (t *toolbox) loadText(path, target string) (string, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(br, maxEditFileBytes+1))
 	if err != nil {
-		return "", problem(fsProblem(path, err))
+		return "", problem(safefs.Problem(path, err))
 	}
 	if len(data) > maxEditFileBytes {
 		return "", tooLarge(int64(len(data)))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -86,7 +87,7 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 		g.own = append(g.own, ownPath{abs, what, readable, state})
 		// Where the links on the way lead (junctions too, on Windows),
 		// even for a file not made yet.
-		if real, err := realPath(abs); err == nil && real != abs {
+		if real, err := safefs.RealPath(abs); err == nil && real != abs {
 			g.own = append(g.own, ownPath{real, what, readable, state})
 		}
 		return nil
@@ -122,7 +123,7 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 // with it. A refusal is an *ownError or a *policy.Denial; other errors
 // come from resolving the path.
 func (g *guard) checkPath(given string, ops ...policy.Op) (string, error) {
-	resolved, err := realPath(given)
+	resolved, err := safefs.RealPath(given)
 	if err != nil {
 		return "", err
 	}
@@ -263,13 +264,13 @@ func (g *guard) checkCommandIn(line, dir string) error {
 
 // checkRedirect checks a file a redirection opens for ops. path is what
 // the shell opens, not cleaned: it is resolved the way the kernel will
-// (see shellPath), and the path rules decide on that file, deny rules
+// (see safefs.ShellPath), and the path rules decide on that file, deny rules
 // also on path with ".." collapsed as written. A target that cannot be
 // resolved that way is refused.
 func (g *guard) checkRedirect(path string, ops ...policy.Op) error {
-	resolved, err := shellPath(path)
+	resolved, err := safefs.ShellPath(path)
 	if err != nil {
-		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("%s cannot be checked: %s", path, fsProblem(path, err))}
+		return &policy.Denial{Rule: "paths", Reason: fmt.Sprintf("%s cannot be checked: %s", path, safefs.Problem(path, err))}
 	}
 	return g.checkResolved(filepath.Clean(path), resolved, ops...)
 }
@@ -345,7 +346,7 @@ func pathFailure(tc *toolCall, path string, err error) *protocol.Result {
 	if isDenied(err) {
 		return deniedResult(tc, err)
 	}
-	return toolFailure(tc, "%s", fsProblem(path, err))
+	return toolFailure(tc, "%s", safefs.Problem(path, err))
 }
 
 // loadPolicy reads and parses the host policy file; no file means

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/image/tiff"
 	"golang.org/x/image/webp"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -117,7 +118,7 @@ func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *protocol.ReadA
 	n, err := f.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		if a.BinaryBase64 {
-			return toolFailure(tc, "%s", fsProblem(path, err))
+			return toolFailure(tc, "%s", safefs.Problem(path, err))
 		}
 		return nil
 	}
@@ -141,7 +142,7 @@ func (t *toolbox) readMedia(ctx context.Context, tc *toolCall, a *protocol.ReadA
 	case errors.Is(err, errTooLarge):
 		return toolFailure(tc, "%s", tooLarge(path, format, a.BinaryBase64, int64(len(data)), limit))
 	case err != nil:
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	case a.BinaryBase64:
 		return rawResult(tc, path, data)
 	}
@@ -200,35 +201,35 @@ func (g *guard) openRegular(path, target, refusal string) (*os.File, int64, erro
 	if isRoot(target) {
 		return nil, 0, problem(notRegular(path, fs.ModeDir, refusal))
 	}
-	d, err := openDir(filepath.Dir(target), false)
+	d, err := safefs.OpenDir(filepath.Dir(target), false)
 	if err != nil {
-		return nil, 0, problem(fsProblem(path, err))
+		return nil, 0, problem(safefs.Problem(path, err))
 	}
 	defer d.Close()
 	name := filepath.Base(target)
-	meta, err := d.lstat(name)
+	meta, err := d.Lstat(name)
 	switch {
 	case err != nil:
-		return nil, 0, problem(fsProblem(path, err))
-	case meta.mode&fs.ModeSymlink != 0:
-		return nil, 0, problem(fsProblem(path, errSwapped))
+		return nil, 0, problem(safefs.Problem(path, err))
+	case meta.Mode&fs.ModeSymlink != 0:
+		return nil, 0, problem(safefs.Problem(path, safefs.ErrSwapped))
 	}
-	if p := notRegular(path, meta.mode, refusal); p != "" {
+	if p := notRegular(path, meta.Mode, refusal); p != "" {
 		return nil, 0, problem(p)
 	}
-	f, err := d.openRead(name)
+	f, err := d.OpenRead(name)
 	if err != nil {
-		return nil, 0, problem(fsProblem(path, err))
+		return nil, 0, problem(safefs.Problem(path, err))
 	}
 	fi, err := f.Stat()
 	if err == nil {
-		if !openedRegular(fi) {
+		if !safefs.OpenedRegular(fi) {
 			err = problem(notRegular(path, fi.Mode(), refusal))
 		} else {
 			err = g.checkOpened(path, fi)
 		}
 	} else {
-		err = problem(fsProblem(path, err))
+		err = problem(safefs.Problem(path, err))
 	}
 	if err != nil {
 		f.Close()

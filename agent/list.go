@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -81,16 +82,16 @@ func (t *toolbox) list(ctx context.Context, tc *toolCall) *protocol.Result {
 	if !isRoot(target) {
 		d, meta, err := entryMeta(target)
 		if err != nil {
-			return toolFailure(tc, "%s", fsProblem(path, err))
+			return toolFailure(tc, "%s", safefs.Problem(path, err))
 		}
 		d.Close()
-		if !meta.mode.IsDir() {
-			return toolFailure(tc, "%s is a %s (%d bytes), not a directory; use read for a file", path, typeName(meta.mode), meta.size)
+		if !meta.Mode.IsDir() {
+			return toolFailure(tc, "%s is a %s (%d bytes), not a directory; use read for a file", path, typeName(meta.Mode), meta.Size)
 		}
 	}
-	root, err := openDir(target, false)
+	root, err := safefs.OpenDir(target, false)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	defer root.Close()
 	l := &lister{t: t, path: path, target: target, out: listing{Path: path, Depth: a.Depth, Entries: []listEntry{}}}
@@ -98,7 +99,7 @@ func (t *toolbox) list(ctx context.Context, tc *toolCall) *protocol.Result {
 		if ctx.Err() != nil {
 			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "list "+path+": cancelled")
 		}
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	slices.SortFunc(l.out.Entries, func(x, y listEntry) int { return comparePaths(x.Path, y.Path) })
 	r = toolText(tc, l.out.text())
@@ -116,7 +117,7 @@ type lister struct {
 // walk lists the tree below root level by level. It fails when ctx ends
 // or the top directory cannot be read; a subdirectory that cannot be read
 // is marked on its entry.
-func (l *lister) walk(ctx context.Context, root *dirHandle) error {
+func (l *lister) walk(ctx context.Context, root *safefs.Dir) error {
 	level := []string{""} // the directories to read at this depth, relative to root
 	for depth := 1; len(level) > 0; depth++ {
 		var next []string
@@ -141,7 +142,7 @@ func (l *lister) walk(ctx context.Context, root *dirHandle) error {
 // readDir adds the entries of the directory at rel (depth levels below
 // the top) and returns its subdirectories to read next, and whether the
 // listing is full. Only the top directory's failure is an error.
-func (l *lister) readDir(root *dirHandle, rel string, depth int) (subs []string, full bool, err error) {
+func (l *lister) readDir(root *safefs.Dir, rel string, depth int) (subs []string, full bool, err error) {
 	d, err := openRel(root, rel)
 	var names []string
 	if err == nil {
@@ -153,7 +154,7 @@ func (l *lister) readDir(root *dirHandle, rel string, depth int) (subs []string,
 			return nil, false, err
 		}
 		// Say so on the directory's entry.
-		msg := strings.TrimPrefix(fsProblem(under(l.path, rel), err), under(l.path, rel)+": ")
+		msg := strings.TrimPrefix(safefs.Problem(under(l.path, rel), err), under(l.path, rel)+": ")
 		if i := slices.IndexFunc(l.out.Entries, func(e listEntry) bool { return e.Path == rel }); i >= 0 {
 			l.out.Entries[i].Error = msg
 		}
@@ -182,8 +183,8 @@ func (l *lister) readDir(root *dirHandle, rel string, depth int) (subs []string,
 }
 
 // readNames returns the names in d, the directory at rel, sorted.
-func (l *lister) readNames(d *dirHandle, rel string) ([]string, error) {
-	names, more, err := d.readNames(dirReadMax)
+func (l *lister) readNames(d *safefs.Dir, rel string) ([]string, error) {
+	names, more, err := d.ReadNames(dirReadMax)
 	if more {
 		l.out.Crowded = append(l.out.Crowded, relOrDot(rel))
 	}
@@ -192,43 +193,43 @@ func (l *lister) readNames(d *dirHandle, rel string) ([]string, error) {
 }
 
 // entry describes name, an entry of d at rel, if the tools may read it.
-func (l *lister) entry(d *dirHandle, rel, name string) (listEntry, bool) {
+func (l *lister) entry(d *safefs.Dir, rel, name string) (listEntry, bool) {
 	if err := l.t.guard.checkResolved(under(l.path, rel), under(l.target, rel), policy.Read); err != nil {
 		l.out.Hidden++
 		return listEntry{}, false
 	}
 	e := listEntry{Path: rel}
-	meta, err := d.lstat(name)
+	meta, err := d.Lstat(name)
 	if err != nil {
-		e.Type, e.Error = "other", strings.TrimPrefix(fsProblem(rel, err), rel+": ")
+		e.Type, e.Error = "other", strings.TrimPrefix(safefs.Problem(rel, err), rel+": ")
 		return e, true
 	}
-	e.Size = meta.size
+	e.Size = meta.Size
 	switch {
-	case meta.mode.IsRegular():
+	case meta.Mode.IsRegular():
 		e.Type = "file"
-	case meta.mode.IsDir():
+	case meta.Mode.IsDir():
 		e.Type = "dir"
-	case meta.mode&fs.ModeSymlink != 0:
+	case meta.Mode&fs.ModeSymlink != 0:
 		e.Type = "symlink"
-		if e.Target, err = d.readlink(name); err != nil {
-			e.Error = strings.TrimPrefix(fsProblem(rel, err), rel+": ")
+		if e.Target, err = d.Readlink(name); err != nil {
+			e.Error = strings.TrimPrefix(safefs.Problem(rel, err), rel+": ")
 		}
 	default:
-		e.Type, e.Kind = "other", typeName(meta.mode)
+		e.Type, e.Kind = "other", typeName(meta.Mode)
 	}
 	return e, true
 }
 
 // openRel opens the directory rel below root one name at a time, never
 // following a link.
-func openRel(root *dirHandle, rel string) (*dirHandle, error) {
+func openRel(root *safefs.Dir, rel string) (*safefs.Dir, error) {
 	cur := root
 	for name := range strings.SplitSeq(rel, "/") {
 		if name == "" {
 			continue
 		}
-		next, err := cur.sub(name)
+		next, err := cur.Sub(name)
 		if cur != root {
 			cur.Close()
 		}
@@ -239,7 +240,7 @@ func openRel(root *dirHandle, rel string) (*dirHandle, error) {
 	}
 	if cur == root {
 		// The caller closes what it gets: give it its own handle.
-		return root.sub(".")
+		return root.Sub(".")
 	}
 	return cur, nil
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -212,7 +213,7 @@ func TestListFailures(t *testing.T) {
 	}
 	// A directory that cannot be read when its turn comes (here: gone,
 	// or swapped for a link) is marked on its entry.
-	root, err := openDir(tb.cfg.Cwd, false)
+	root, err := safefs.OpenDir(tb.cfg.Cwd, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -56,17 +57,17 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 
 	src, meta, err := entryMeta(target)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	defer src.Close()
-	isDir := meta.mode.IsDir()
+	isDir := meta.Mode.IsDir()
 	switch {
-	case meta.mode.IsRegular():
+	case meta.Mode.IsRegular():
 		if r := t.checkExpected(ctx, tc, path, target, want); r != nil {
 			return r
 		}
 	case want != "":
-		return toolFailure(tc, "%s is a %s; expected_sha256 applies to regular files only. Leave it out to move it", path, typeName(meta.mode))
+		return toolFailure(tc, "%s is a %s; expected_sha256 applies to regular files only. Leave it out to move it", path, typeName(meta.Mode))
 	case isDir:
 		if r := t.checkMoveTree(ctx, tc, path, target, dest, destTarget, src, meta); r != nil {
 			return r
@@ -75,23 +76,23 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 	if r := checkDestination(tc, path, dest, destTarget, meta); r != nil {
 		return r
 	}
-	dst, err := openDir(filepath.Dir(destTarget), true)
+	dst, err := safefs.OpenDir(filepath.Dir(destTarget), true)
 	if err != nil {
-		return toolFailure(tc, "create directory %s: %s", filepath.Dir(dest), fsProblem(filepath.Dir(dest), err))
+		return toolFailure(tc, "create directory %s: %s", filepath.Dir(dest), safefs.Problem(filepath.Dir(dest), err))
 	}
 	defer dst.Close()
-	err = src.moveTo(filepath.Base(target), dst, filepath.Base(destTarget), isDir)
+	err = src.MoveTo(filepath.Base(target), dst, filepath.Base(destTarget), isDir)
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		return destExists(tc, path, dest)
 	case errors.Is(err, syscall.EXDEV):
 		return crossDevice(tc, path, dest)
 	case err != nil:
-		return toolFailure(tc, "move %s to %s: %s; nothing was moved", path, dest, fsProblem(path, errors.Unwrap(err)))
+		return toolFailure(tc, "move %s to %s: %s; nothing was moved", path, dest, safefs.Problem(path, errors.Unwrap(err)))
 	}
-	src.sync()
-	dst.sync()
-	kind := typeName(meta.mode)
+	src.Sync()
+	dst.Sync()
+	kind := typeName(meta.Mode)
 	r = toolText(tc, fmt.Sprintf("Moved %s %s to %s", kind, path, dest))
 	r.Structured, _ = json.Marshal(map[string]any{"path": path, "destination": dest, "type": kind})
 	return r
@@ -101,19 +102,19 @@ func (t *toolbox) move(ctx context.Context, tc *toolCall) *protocol.Result {
 // agent's own files or working directory, must not move into itself, and
 // every entry below it must be readable and writable where it is and
 // writable where it goes.
-func (t *toolbox) checkMoveTree(ctx context.Context, tc *toolCall, path, target, dest, destTarget string, src *dirHandle, meta *fileMeta) *protocol.Result {
+func (t *toolbox) checkMoveTree(ctx context.Context, tc *toolCall, path, target, dest, destTarget string, src *safefs.Dir, meta *safefs.Meta) *protocol.Result {
 	if within(destTarget, target) || within(dest, path) {
 		return toolFailure(tc, "cannot move directory %s into itself (%s); nothing was moved", path, dest)
 	}
 	if r := t.refuseTree(tc, "move", path, target); r != nil {
 		return r
 	}
-	top, err := src.sub(filepath.Base(target))
+	top, err := src.Sub(filepath.Base(target))
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	defer top.Close()
-	w := &treeWalk{ctx: ctx, top: path, dev: meta.dev, check: func(rel string, _ *fileMeta) error {
+	w := &treeWalk{ctx: ctx, top: path, dev: meta.Dev, check: func(rel string, _ *safefs.Meta) error {
 		if err := t.guard.checkResolved(under(path, rel), under(target, rel), policy.Read, policy.Write); err != nil {
 			return err
 		}
@@ -128,18 +129,18 @@ func (t *toolbox) checkMoveTree(ctx context.Context, tc *toolCall, path, target,
 // checkDestination refuses a destination that exists, or that lies on
 // another file system than the source, before any missing parent
 // directory of it is created. The rename itself checks both again.
-func checkDestination(tc *toolCall, path, dest, destTarget string, meta *fileMeta) *protocol.Result {
+func checkDestination(tc *toolCall, path, dest, destTarget string, meta *safefs.Meta) *protocol.Result {
 	if _, err := os.Lstat(destTarget); err == nil {
 		return destExists(tc, path, dest)
 	}
 	for p := filepath.Dir(destTarget); ; p = filepath.Dir(p) {
-		dev, ok := deviceOf(p)
+		dev, ok := safefs.DeviceOf(p)
 		switch {
 		case !ok && isRoot(p):
 			return nil
 		case !ok:
 			continue
-		case dev != meta.dev:
+		case dev != meta.Dev:
 			return crossDevice(tc, path, dest)
 		}
 		return nil

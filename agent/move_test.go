@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 func TestMove(t *testing.T) {
@@ -84,7 +84,7 @@ func TestMoveNoReplace(t *testing.T) {
 		t.Error("a refused move changed something")
 	}
 	// The rename itself refuses an entry that appears after the check.
-	sd, err := openDir(dir, false)
+	sd, err := safefs.OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,41 +94,12 @@ func TestMoveNoReplace(t *testing.T) {
 		if isDir {
 			name = "d"
 		}
-		if err := sd.moveTo(name, sd, "b.txt", isDir); !errors.Is(err, os.ErrExist) {
+		if err := sd.MoveTo(name, sd, "b.txt", isDir); !errors.Is(err, os.ErrExist) {
 			t.Errorf("moveTo onto an existing file (dir %v): %v", isDir, err)
 		}
 	}
 	if tbRead(t, src) != "source" || tbRead(t, dst) != "destination" {
 		t.Error("moveTo replaced a file")
-	}
-}
-
-// renameChecked is the rename where renameat2 is missing: it never
-// replaces, for files (link and unlink) and directories.
-func TestRenameChecked(t *testing.T) {
-	dir := t.TempDir()
-	tbFile(t, dir, "a", "a")
-	tbFile(t, dir, "b", "b")
-	tbFile(t, dir, "d/x", "x")
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := renameChecked(fd, "a", fd, "b", false); !errors.Is(err, unix.EEXIST) {
-		t.Errorf("file onto a file: %v", err)
-	}
-	if err := renameChecked(fd, "d", fd, "b", true); !errors.Is(err, unix.EEXIST) {
-		t.Errorf("directory onto a file: %v", err)
-	}
-	if err := renameChecked(fd, "a", fd, "c", false); err != nil || tbRead(t, filepath.Join(dir, "c")) != "a" || tbExists(t, filepath.Join(dir, "a")) {
-		t.Errorf("file: %v", err)
-	}
-	if err := renameChecked(fd, "d", fd, "e", true); err != nil || tbRead(t, filepath.Join(dir, "e/x")) != "x" {
-		t.Errorf("directory: %v", err)
-	}
-	if err := renameChecked(fd, "missing", fd, "f", false); !errors.Is(err, unix.ENOENT) {
-		t.Errorf("missing file: %v", err)
 	}
 }
 
@@ -235,7 +206,7 @@ func TestMoveLockOrder(t *testing.T) {
 	if tbExists(t, filepath.Join(tb.cfg.Cwd, "a")) == tbExists(t, filepath.Join(tb.cfg.Cwd, "b")) {
 		t.Error("the file was lost or duplicated")
 	}
-	if n := tb.locks.size(); n != 0 {
+	if n := tb.locks.Held(); n != 0 {
 		t.Errorf("%d locks left", n)
 	}
 }

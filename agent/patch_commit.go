@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // This file writes a patch that applied in memory to the tree, all of it
@@ -30,13 +32,13 @@ import (
 // commitStep is the change to one file.
 type commitStep struct {
 	pt       *patchTarget
-	d        *dirHandle
+	d        *safefs.Dir
 	name     string
-	action   string    // actModify, actCreate or actDelete
-	tmp      string    // the staged new content while it exists
-	backup   string    // the hidden second name of the old file while it exists
-	meta     *fileMeta // the file replaced or removed
-	madeDirs []string  // directories made for a new file, outermost first
+	action   string       // actModify, actCreate or actDelete
+	tmp      string       // the staged new content while it exists
+	backup   string       // the hidden second name of the old file while it exists
+	meta     *safefs.Meta // the file replaced or removed
+	madeDirs []string     // directories made for a new file, outermost first
 	done     bool
 	lost     bool // done, and putting it back failed
 }
@@ -191,23 +193,23 @@ func (c *commit) prepare(ctx context.Context) error {
 func (s *commitStep) prepare(tmp string) error {
 	pt := s.pt
 	dir := filepath.Dir(pt.target)
-	d, err := openDir(dir, s.action == actCreate)
+	d, err := safefs.OpenDir(dir, s.action == actCreate)
 	if err != nil {
-		return errors.New(fsProblem(dir, err))
+		return errors.New(safefs.Problem(dir, err))
 	}
 	s.d = d
-	meta, err := d.lstat(s.name)
+	meta, err := d.Lstat(s.name)
 	switch {
 	case s.action == actCreate && err == nil:
 		return fmt.Errorf("%s appeared while the patch was being applied", pt.path)
 	case s.action == actCreate && errors.Is(err, fs.ErrNotExist):
-		meta = &fileMeta{mode: 0o644, uid: os.Geteuid(), gid: os.Getegid()}
+		meta = &safefs.Meta{Mode: 0o644, UID: os.Geteuid(), GID: os.Getegid()}
 		if pt.mode != 0 {
-			meta.mode = pt.mode
+			meta.Mode = pt.mode
 		}
 	case err != nil:
-		return errors.New(fsProblem(pt.path, err))
-	case !meta.mode.IsRegular():
+		return errors.New(safefs.Problem(pt.path, err))
+	case !meta.Mode.IsRegular():
 		return fmt.Errorf("%s changed while the patch was being applied: it is no longer a regular file", pt.path)
 	default:
 		s.meta = meta
@@ -215,8 +217,8 @@ func (s *commitStep) prepare(tmp string) error {
 	if s.action == actDelete {
 		return nil
 	}
-	if err := d.stageAs(tmp, []byte(pt.data), meta); err != nil {
-		return fmt.Errorf("stage the new content of %s: %s", pt.path, fsProblem(filepath.Join(dir, tmp), err))
+	if err := d.StageAs(tmp, []byte(pt.data), meta); err != nil {
+		return fmt.Errorf("stage the new content of %s: %s", pt.path, safefs.Problem(filepath.Join(dir, tmp), err))
 	}
 	s.tmp = tmp
 	return nil
@@ -233,12 +235,12 @@ func (c *commit) makeBackups(ctx context.Context) error {
 			return errCancelled
 		}
 		name := c.journal.rec.backup(i)
-		err := s.d.link(s.name, name)
-		if err != nil && noHardLinks(err) {
-			err = s.d.stageAs(name, []byte(s.pt.old), s.meta)
+		err := s.d.Link(s.name, name)
+		if err != nil && safefs.NoHardLinks(err) {
+			err = s.d.StageAs(name, []byte(s.pt.old), s.meta)
 		}
 		if err != nil {
-			return fmt.Errorf("keep the old content of %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+			return fmt.Errorf("keep the old content of %s: %s", s.pt.path, safefs.Problem(s.pt.path, err))
 		}
 		s.backup = name
 	}
@@ -253,23 +255,23 @@ func (s *commitStep) run() error {
 	var err error
 	switch s.action {
 	case actCreate:
-		if err = s.d.linkNew(s.tmp, s.name); err == nil {
+		if err = s.d.LinkNew(s.tmp, s.name); err == nil {
 			s.tmp = ""
 			return nil
 		}
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create %s: %s appeared while the patch was being applied", s.pt.path, s.pt.path)
 		}
-		return fmt.Errorf("create %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+		return fmt.Errorf("create %s: %s", s.pt.path, safefs.Problem(s.pt.path, err))
 	case actModify:
-		if err = s.d.rename(s.tmp, s.name); err == nil {
+		if err = s.d.Rename(s.tmp, s.name); err == nil {
 			s.tmp = ""
 			return nil
 		}
-		return fmt.Errorf("replace %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+		return fmt.Errorf("replace %s: %s", s.pt.path, safefs.Problem(s.pt.path, err))
 	}
-	if err = s.d.remove(s.name, false); err != nil {
-		return fmt.Errorf("remove %s: %s", s.pt.path, fsProblem(s.pt.path, err))
+	if err = s.d.Remove(s.name, false); err != nil {
+		return fmt.Errorf("remove %s: %s", s.pt.path, safefs.Problem(s.pt.path, err))
 	}
 	return nil
 }
@@ -278,15 +280,15 @@ func (s *commitStep) run() error {
 func (s *commitStep) undo() error {
 	switch s.action {
 	case actCreate:
-		err := s.d.remove(s.name, false)
+		err := s.d.Remove(s.name, false)
 		removeDirs(s.madeDirs)
 		return err
 	case actModify:
-		if err := s.d.rename(s.backup, s.name); err != nil {
+		if err := s.d.Rename(s.backup, s.name); err != nil {
 			return err
 		}
 	default:
-		if err := s.d.renameNew(s.backup, s.name); err != nil {
+		if err := s.d.RenameNew(s.backup, s.name); err != nil {
 			return err
 		}
 	}
@@ -305,9 +307,9 @@ func (c *commit) rollback(err error) error {
 		}
 		if uerr := s.undo(); uerr != nil {
 			s.lost = true
-			msg := fmt.Sprintf("%s (%s): it has the patch's version", s.pt.path, fsProblem(s.pt.path, uerr))
+			msg := fmt.Sprintf("%s (%s): it has the patch's version", s.pt.path, safefs.Problem(s.pt.path, uerr))
 			if s.backup != "" {
-				msg += ", its old content is in " + filepath.Join(s.d.path, s.backup)
+				msg += ", its old content is in " + filepath.Join(s.d.Path, s.backup)
 			}
 			lost = append(lost, msg)
 			paths = append(paths, s.pt.path)
@@ -330,7 +332,7 @@ func (c *commit) rollback(err error) error {
 func (c *commit) discard() {
 	for _, s := range c.steps {
 		if s.tmp != "" {
-			_ = s.d.remove(s.tmp, false)
+			_ = s.d.Remove(s.tmp, false)
 			s.tmp = ""
 		}
 		if !s.lost {
@@ -347,7 +349,7 @@ func (c *commit) discard() {
 
 func (s *commitStep) removeBackup() {
 	if s.backup != "" {
-		_ = s.d.remove(s.backup, false)
+		_ = s.d.Remove(s.backup, false)
 		s.backup = ""
 	}
 }
@@ -356,9 +358,9 @@ func (s *commitStep) removeBackup() {
 func (c *commit) syncDirs() {
 	synced := map[string]bool{}
 	for _, s := range c.steps {
-		if s.d != nil && !synced[s.d.path] {
-			synced[s.d.path] = true
-			s.d.sync()
+		if s.d != nil && !synced[s.d.Path] {
+			synced[s.d.Path] = true
+			s.d.Sync()
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // A patch changes many files, and the agent may die (kill -9, a power
@@ -102,7 +104,7 @@ func (r *journalRecord) backup(i int) string { return hiddenName(r.Entries[i].Na
 // hiddenName is the name of a commit's hidden file for name: like the
 // temporary files of write (".name.tmp-...") but tied to the journal.
 func hiddenName(name, kind, id string, i int) string {
-	return "." + cutName(name, 100) + "." + kind + "-" + id + "-" + strconv.Itoa(i)
+	return "." + safefs.CutName(name, 100) + "." + kind + "-" + id + "-" + strconv.Itoa(i)
 }
 
 // newJournalID returns a random journal ID: 32 hexadecimal digits.
@@ -285,10 +287,10 @@ func (j *patchJournals) begin(r *journalRecord) (*liveJournal, error) {
 	}
 	name := r.ID + journalWriting
 	j.opening.Lock()
-	f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL|safefs.NoFollow, 0o600)
 	if err == nil {
 		var locked bool
-		if locked, err = lockNB(f); !locked {
+		if locked, err = safefs.LockNB(f); !locked {
 			f.Close()
 			os.Remove(filepath.Join(j.dir, name))
 			err = fmt.Errorf("lock %s: %w", filepath.Join(j.dir, name), err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 )
 
@@ -270,7 +271,7 @@ func TestJournalLiveCommitLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := lockNB(f); !ok {
+	if ok, err := safefs.LockNB(f); !ok {
 		t.Fatal(err)
 	}
 	tb.journals.recover()

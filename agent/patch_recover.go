@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 )
 
@@ -46,10 +47,10 @@ func (j *patchJournals) recover() {
 func (j *patchJournals) recoverFile(name, id, suffix string) {
 	p := filepath.Join(j.dir, name)
 	j.opening.Lock()
-	f, err := os.OpenFile(p, os.O_RDONLY|noFollow|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(p, os.O_RDONLY|safefs.NoFollow|syscall.O_NONBLOCK, 0)
 	var locked bool
 	if err == nil {
-		locked, err = lockNB(f)
+		locked, err = safefs.LockNB(f)
 	}
 	j.opening.Unlock()
 	if f == nil {
@@ -129,7 +130,7 @@ func (j *patchJournals) replay(p, name string, rec *journalRecord, committed boo
 		return
 	}
 	defer unlock()
-	r := &replayer{rec: rec, dirs: map[string]*dirHandle{}}
+	r := &replayer{rec: rec, dirs: map[string]*safefs.Dir{}}
 	defer r.close()
 	for k := range rec.Entries {
 		i := k
@@ -180,9 +181,9 @@ func (j *patchJournals) setAside(name string, why error) {
 // replayer does the file work of one recovery.
 type replayer struct {
 	rec       *journalRecord
-	dirs      map[string]*dirHandle // nil: the directory does not exist
-	problems  []string              // what could not be done
-	conflicts []string              // files changed by someone else
+	dirs      map[string]*safefs.Dir // nil: the directory does not exist
+	problems  []string               // what could not be done
+	conflicts []string               // files changed by someone else
 }
 
 func (r *replayer) close() {
@@ -196,7 +197,7 @@ func (r *replayer) close() {
 func (r *replayer) sync() {
 	for _, d := range r.dirs {
 		if d != nil {
-			d.sync()
+			d.Sync()
 		}
 	}
 }
@@ -206,16 +207,16 @@ func (r *replayer) problem(format string, args ...any) {
 }
 
 // dir opens dir without following links; nil when it does not exist.
-func (r *replayer) dir(dir string) (*dirHandle, bool) {
+func (r *replayer) dir(dir string) (*safefs.Dir, bool) {
 	if d, ok := r.dirs[dir]; ok {
 		return d, true
 	}
-	d, err := openDir(dir, false)
+	d, err := safefs.OpenDir(dir, false)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		d = nil
 	case err != nil:
-		r.problem("%s", fsProblem(dir, err))
+		r.problem("%s", safefs.Problem(dir, err))
 		return nil, false
 	}
 	r.dirs[dir] = d
@@ -239,7 +240,7 @@ func (r *replayer) rollBack(i int) {
 	}
 	target, err := hashAt(d, e.Name)
 	if err != nil {
-		r.problem("%s", fsProblem(e.path(), err))
+		r.problem("%s", safefs.Problem(e.path(), err))
 		return
 	}
 	switch {
@@ -247,8 +248,8 @@ func (r *replayer) rollBack(i int) {
 		e.Action != actCreate && target.sum == e.Old:
 		// Not changed, or put back already.
 	case e.Action == actCreate && target.sum == e.New:
-		if err := d.remove(e.Name, false); err != nil {
-			r.problem("remove %s: %s", e.path(), fsProblem(e.path(), err))
+		if err := d.Remove(e.Name, false); err != nil {
+			r.problem("remove %s: %s", e.path(), safefs.Problem(e.path(), err))
 		}
 	case e.Action == actModify && target.sum == e.New, e.Action == actDelete && !target.exists:
 		r.restore(d, e, i, target.exists)
@@ -261,7 +262,7 @@ func (r *replayer) rollBack(i int) {
 }
 
 // restore renames entry i's backup back to its name.
-func (r *replayer) restore(d *dirHandle, e *journalEntry, i int, replace bool) {
+func (r *replayer) restore(d *safefs.Dir, e *journalEntry, i int, replace bool) {
 	bak := r.rec.backup(i)
 	b, err := hashAt(d, bak)
 	if err != nil || b.sum != e.Old {
@@ -269,12 +270,12 @@ func (r *replayer) restore(d *dirHandle, e *journalEntry, i int, replace bool) {
 		return
 	}
 	if replace {
-		err = d.rename(bak, e.Name)
+		err = d.Rename(bak, e.Name)
 	} else {
-		err = d.renameNew(bak, e.Name)
+		err = d.RenameNew(bak, e.Name)
 	}
 	if err != nil {
-		r.problem("put back %s: %s", e.path(), fsProblem(e.path(), err))
+		r.problem("put back %s: %s", e.path(), safefs.Problem(e.path(), err))
 	}
 }
 
@@ -292,20 +293,20 @@ func (r *replayer) finish(i int) {
 // removeHidden removes a hidden file the commit made, if it is there.
 // The name is the commit's own; anything but a regular file under it is
 // left alone.
-func (r *replayer) removeHidden(d *dirHandle, name string) {
-	meta, err := d.lstat(name)
+func (r *replayer) removeHidden(d *safefs.Dir, name string) {
+	meta, err := d.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return
 	case err != nil:
-		r.problem("%s", fsProblem(filepath.Join(d.path, name), err))
+		r.problem("%s", safefs.Problem(filepath.Join(d.Path, name), err))
 		return
-	case !meta.mode.IsRegular():
-		r.problem("%s is not a regular file; left alone", filepath.Join(d.path, name))
+	case !meta.Mode.IsRegular():
+		r.problem("%s is not a regular file; left alone", filepath.Join(d.Path, name))
 		return
 	}
-	if err := d.remove(name, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		r.problem("remove %s: %s", filepath.Join(d.path, name), fsProblem(filepath.Join(d.path, name), err))
+	if err := d.Remove(name, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.problem("remove %s: %s", filepath.Join(d.Path, name), safefs.Problem(filepath.Join(d.Path, name), err))
 	}
 }
 
@@ -314,12 +315,12 @@ func (r *replayer) removeHidden(d *dirHandle, name string) {
 func (r *replayer) removeMade(e *journalEntry) {
 	for k := len(e.Made) - 1; k >= 0; k-- {
 		m := e.Made[k]
-		parent, err := openDir(filepath.Dir(m), false)
+		parent, err := safefs.OpenDir(filepath.Dir(m), false)
 		if err != nil {
 			continue
 		}
-		err = parent.remove(filepath.Base(m), true)
-		parent.sync()
+		err = parent.Remove(filepath.Base(m), true)
+		parent.Sync()
 		parent.Close()
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return // not empty: it holds someone's files
@@ -338,22 +339,22 @@ type fileState struct {
 }
 
 // hashAt describes name in d, reached without following a link.
-func hashAt(d *dirHandle, name string) (fileState, error) {
-	meta, err := d.lstat(name)
+func hashAt(d *safefs.Dir, name string) (fileState, error) {
+	meta, err := d.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fileState{}, nil
 	case err != nil:
 		return fileState{}, err
-	case !meta.mode.IsRegular():
+	case !meta.Mode.IsRegular():
 		return fileState{exists: true}, nil
 	}
-	f, err := d.openRead(name)
+	f, err := d.OpenRead(name)
 	if err != nil {
 		return fileState{}, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !openedRegular(fi) {
+	if fi, err := f.Stat(); err != nil || !safefs.OpenedRegular(fi) {
 		return fileState{exists: true}, err
 	}
 	sum, err := hashReader(context.Background(), f)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -30,7 +31,7 @@ const maxPatchFileLines = 4 << 20
 type patchTarget struct {
 	path     string // as resolved for messages
 	target   string // the checked file to open
-	key      string // its lock (lockKey)
+	key      string // its lock (Locks.Key)
 	sections []*filePatch
 
 	existed bool   // before the patch
@@ -169,10 +170,10 @@ func (t *toolbox) patchTargets(tc *toolCall, files []*filePatch) ([]*patchTarget
 			denied = append(denied, err.Error())
 			continue
 		case err != nil:
-			bad = append(bad, fsProblem(path, err))
+			bad = append(bad, safefs.Problem(path, err))
 			continue
 		}
-		key := lockKey(target)
+		key := t.locks.Key(target)
 		pt := byKey[key]
 		if pt == nil {
 			pt = &patchTarget{path: path, target: target, key: key}
@@ -226,14 +227,14 @@ func (t *toolbox) loadTargets(ctx context.Context, tc *toolCall, targets []*patc
 // readPatchTarget reads the text file at target, the resolved path of
 // path, with at most budget bytes. A missing file is not an error.
 func (t *toolbox) readPatchTarget(ctx context.Context, path, target string, budget int64) (exists bool, data string, err error) {
-	d, err := openDir(filepath.Dir(target), false)
+	d, err := safefs.OpenDir(filepath.Dir(target), false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, "", nil
 	}
 	if err != nil {
-		return false, "", problem(fsProblem(path, err))
+		return false, "", problem(safefs.Problem(path, err))
 	}
-	_, err = d.lstat(filepath.Base(target))
+	_, err = d.Lstat(filepath.Base(target))
 	d.Close()
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, "", nil
@@ -245,7 +246,7 @@ func (t *toolbox) readPatchTarget(ctx context.Context, path, target string, budg
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(ctxReader{ctx, br}, budget+1))
 	if err != nil {
-		return true, "", problem(fsProblem(path, err))
+		return true, "", problem(safefs.Problem(path, err))
 	}
 	if int64(len(b)) > budget {
 		return true, "", problem(fmt.Sprintf("%s: the files this patch touches hold more than %d MiB; patch fewer or smaller files at a time", path, maxPatchFileBytes>>20))

@@ -311,7 +311,7 @@ func TestPatchConcurrent(t *testing.T) {
 			t.Errorf("%s has %d lines, want %d", p, lines, n)
 		}
 	}
-	if l := tb.locks.size(); l != 0 {
+	if l := tb.locks.Held(); l != 0 {
 		t.Errorf("%d locks left", l)
 	}
 }

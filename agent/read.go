@@ -15,6 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -107,7 +108,7 @@ func scanFailure(ctx context.Context, tc *toolCall, path string, err error) *pro
 	case ctx.Err() != nil:
 		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "read "+path+": cancelled")
 	case err != nil:
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	return nil
 }
@@ -127,7 +128,7 @@ func textFailure(tc *toolCall, err error) *protocol.Result {
 
 // openText opens target, the resolved path of path, for reading and
 // checks that it is a regular text file. It reaches the file without
-// following links (see openDir). A problem says what is wrong with path;
+// following links (see safefs.OpenDir). A problem says what is wrong with path;
 // refusal says what the calling tool accepts.
 func (t *toolbox) openText(path, target, refusal string) (*os.File, *bufio.Reader, error) {
 	f, size, err := t.openRegular(path, target, refusal)
@@ -150,7 +151,7 @@ func checkText(f *os.File, size int64, path, refusal string) (*bufio.Reader, err
 	br := bufio.NewReaderSize(f, min(64<<10, max(sniffLen, int(size)+1)))
 	head, err := br.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, problem(fsProblem(path, err))
+		return nil, problem(safefs.Problem(path, err))
 	}
 	if looksBinary(head, len(head) < sniffLen) {
 		return nil, problem(fmt.Sprintf("%s is a binary file (%d bytes); %s", path, size, refusal))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -170,18 +171,18 @@ func (s *searcher) run(tc *toolCall) *protocol.Result {
 	}
 	d, meta, err := entryMeta(s.target)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(s.path, err))
+		return toolFailure(tc, "%s", safefs.Problem(s.path, err))
 	}
 	defer d.Close()
 	switch {
-	case meta.mode.IsDir():
+	case meta.Mode.IsDir():
 		return s.runDir(tc)
-	case !meta.mode.IsRegular():
-		return toolFailure(tc, "%s is a %s; search looks in regular files and directories", s.path, typeName(meta.mode))
+	case !meta.Mode.IsRegular():
+		return toolFailure(tc, "%s is a %s; search looks in regular files and directories", s.path, typeName(meta.Mode))
 	case s.glob != "" && !s.globMatch(filepath.Base(s.target), filepath.Base(s.target)):
 		return toolFailure(tc, "%s does not match glob %q; leave glob out to search this file", s.path, s.glob)
-	case meta.size > searchMaxFileSize:
-		return toolFailure(tc, "%s is %s, more than search reads (%s); use bash grep for it", s.path, humanSize(meta.size), humanSize(searchMaxFileSize))
+	case meta.Size > searchMaxFileSize:
+		return toolFailure(tc, "%s is %s, more than search reads (%s); use bash grep for it", s.path, humanSize(meta.Size), humanSize(searchMaxFileSize))
 	}
 	skip, err := s.file(d, filepath.Base(s.target), "")
 	switch {
@@ -190,7 +191,7 @@ func (s *searcher) run(tc *toolCall) *protocol.Result {
 	case isDenied(err):
 		return deniedResult(tc, err)
 	case err != nil:
-		return toolFailure(tc, "%s", fsProblem(s.path, err))
+		return toolFailure(tc, "%s", safefs.Problem(s.path, err))
 	case skip == "binary":
 		return toolFailure(tc, "%s is a binary file; search looks in text files only", s.path)
 	}
@@ -198,24 +199,24 @@ func (s *searcher) run(tc *toolCall) *protocol.Result {
 }
 
 func (s *searcher) runDir(tc *toolCall) *protocol.Result {
-	d, err := openDir(s.target, false)
+	d, err := safefs.OpenDir(s.target, false)
 	if err != nil {
-		return toolFailure(tc, "%s", fsProblem(s.path, err))
+		return toolFailure(tc, "%s", safefs.Problem(s.path, err))
 	}
 	defer d.Close()
 	if err := s.dir(d, "", 0); err != nil {
 		if s.ctx.Err() != nil {
 			return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, "search "+s.path+": cancelled")
 		}
-		return toolFailure(tc, "%s", fsProblem(s.path, err))
+		return toolFailure(tc, "%s", safefs.Problem(s.path, err))
 	}
 	return nil
 }
 
 // dir searches the directory d at rel, depth-first in name order. It
 // fails only when ctx ends or the top directory cannot be read.
-func (s *searcher) dir(d *dirHandle, rel string, level int) error {
-	names, more, err := d.readNames(dirReadMax)
+func (s *searcher) dir(d *safefs.Dir, rel string, level int) error {
+	names, more, err := d.ReadNames(dirReadMax)
 	if err != nil {
 		if rel == "" {
 			return err
@@ -254,14 +255,14 @@ func (s *searcher) dir(d *dirHandle, rel string, level int) error {
 }
 
 // entry searches one entry of d.
-func (s *searcher) entry(d *dirHandle, rel, name string, level int) error {
-	meta, err := d.lstat(name)
+func (s *searcher) entry(d *safefs.Dir, rel, name string, level int) error {
+	meta, err := d.Lstat(name)
 	if err != nil {
 		s.out.Unreadable++
 		return nil
 	}
 	switch {
-	case meta.mode.IsDir():
+	case meta.Mode.IsDir():
 		if slices.Contains(vcsDirs, name) {
 			return nil
 		}
@@ -272,17 +273,17 @@ func (s *searcher) entry(d *dirHandle, rel, name string, level int) error {
 			s.out.Unsearched++
 			return nil
 		}
-		sub, err := d.sub(name)
+		sub, err := d.Sub(name)
 		if err != nil {
 			s.out.Unreadable++
 			return nil
 		}
 		defer sub.Close()
 		return s.dir(sub, rel, level+1)
-	case !meta.mode.IsRegular(), s.glob != "" && !s.globMatch(rel, name), !s.allowed(rel):
+	case !meta.Mode.IsRegular(), s.glob != "" && !s.globMatch(rel, name), !s.allowed(rel):
 		// Links are never followed; pipes and devices never opened.
 		return nil
-	case meta.size > searchMaxFileSize:
+	case meta.Size > searchMaxFileSize:
 		s.out.SkippedLarge++
 		return nil
 	}
@@ -323,8 +324,8 @@ func (s *searcher) globMatch(rel, name string) bool {
 
 // file searches the regular file name in d (at rel below the top). It
 // reports "binary" for a file that is not text.
-func (s *searcher) file(d *dirHandle, name, rel string) (skip string, err error) {
-	f, err := d.openRead(name)
+func (s *searcher) file(d *safefs.Dir, name, rel string) (skip string, err error) {
+	f, err := d.OpenRead(name)
 	if err != nil {
 		return "", err
 	}
@@ -333,7 +334,7 @@ func (s *searcher) file(d *dirHandle, name, rel string) (skip string, err error)
 	if err != nil {
 		return "", err
 	}
-	if !openedRegular(fi) {
+	if !safefs.OpenedRegular(fi) {
 		return "other", nil // changed since it was looked at
 	}
 	shown := filepath.Join(s.shown, filepath.FromSlash(rel))

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 	"github.com/fleetmcp/fleetmcp/protocol/skillmd"
@@ -208,7 +209,7 @@ func skillProblem(path string, err error) string {
 	case errors.As(err, new(problem)):
 		return err.Error()
 	}
-	return fsProblem(path, err)
+	return safefs.Problem(path, err)
 }
 
 // readSkillFile reads the SKILL.md at path, an absolute clean path, as the

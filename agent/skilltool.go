@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -50,7 +51,7 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 	case isDenied(err):
 		return deniedResult(tc, err)
 	case err != nil:
-		return toolFailure(tc, "skill %s: list its files: %s", s.Name, fsProblem(dir, err))
+		return toolFailure(tc, "skill %s: list its files: %s", s.Name, safefs.Problem(dir, err))
 	}
 	return toolText(tc, skillText(s.Name, dir, data, files, more))
 }
@@ -97,7 +98,7 @@ func (t *toolbox) skillFiles(ctx context.Context, dir string) (files []string, m
 	if err != nil {
 		return nil, false, err
 	}
-	root, err := openDir(target, false)
+	root, err := safefs.OpenDir(target, false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -121,8 +122,8 @@ type skillWalk struct {
 }
 
 // visit adds the files below d, the folder at rel, level levels down.
-func (w *skillWalk) visit(d *dirHandle, rel string, level int) error {
-	names, _, err := d.readNames(maxSkillEntries)
+func (w *skillWalk) visit(d *safefs.Dir, rel string, level int) error {
+	names, _, err := d.ReadNames(maxSkillEntries)
 	if err != nil {
 		if rel == "" {
 			return err
@@ -142,28 +143,28 @@ func (w *skillWalk) visit(d *dirHandle, rel string, level int) error {
 		if r == skillFile {
 			continue
 		}
-		meta, err := d.lstat(name)
+		meta, err := d.Lstat(name)
 		if err != nil {
 			continue
 		}
 		given, resolved := under(w.dir, r), under(w.target, r)
 		switch {
-		case meta.mode.IsRegular():
+		case meta.Mode.IsRegular():
 			if w.g.checkResolved(given, resolved, policy.Read) == nil {
 				w.add(r)
 			}
-		case meta.mode.IsDir():
+		case meta.Mode.IsDir():
 			if level+1 >= maxSkillDepth || w.g.checkResolved(given, resolved, policy.Read) != nil {
 				continue
 			}
-			if sub, err := d.sub(name); err == nil {
+			if sub, err := d.Sub(name); err == nil {
 				err = w.visit(sub, r, level+1)
 				sub.Close()
 				if err != nil {
 					return err
 				}
 			}
-		case meta.mode&fs.ModeSymlink != 0:
+		case meta.Mode&fs.ModeSymlink != 0:
 			if w.linkToFile(given, resolved) {
 				w.add(r)
 			}
@@ -175,7 +176,7 @@ func (w *skillWalk) visit(d *dirHandle, rel string, level int) error {
 // linkToFile reports whether the link given (resolved in its folder)
 // leads to a regular file the tools may read.
 func (w *skillWalk) linkToFile(given, resolved string) bool {
-	dest, err := realPath(resolved)
+	dest, err := safefs.RealPath(resolved)
 	if err != nil || w.g.checkResolved(given, dest, policy.Read) != nil {
 		return false
 	}
@@ -184,7 +185,7 @@ func (w *skillWalk) linkToFile(given, resolved string) bool {
 		return false
 	}
 	d.Close()
-	return meta.mode.IsRegular()
+	return meta.Mode.IsRegular()
 }
 
 func (w *skillWalk) add(rel string) {

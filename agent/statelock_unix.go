@@ -23,7 +23,10 @@ func openLockFile(path string) (*os.File, error) {
 // the process dies, and, f being close-on-exec, no program the process
 // starts inherits it.
 func lockFile(f *os.File) error {
-	_, err := retry(func() (int, error) { return 0, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) })
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	for errors.Is(err, unix.EINTR) {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	}
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		return errLocked
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // Background tasks live on the agent's disk, one folder per task under
@@ -506,11 +508,11 @@ func (s *taskStore) pruneTemp(now time.Time) {
 // must be a regular file, and must pass check (when not nil), which
 // refuses the agent's credentials under another name.
 func readTail(path string, maxBytes, maxLines int, check func(fs.FileInfo) error) (tail string, cut bool, err error) {
-	d, err := openDir(filepath.Dir(path), false)
+	d, err := safefs.OpenDir(filepath.Dir(path), false)
 	if err != nil {
 		return "", false, err
 	}
-	f, err := d.openRead(filepath.Base(path))
+	f, err := d.OpenRead(filepath.Base(path))
 	d.Close()
 	if err != nil {
 		return "", false, err
@@ -520,7 +522,7 @@ func readTail(path string, maxBytes, maxLines int, check func(fs.FileInfo) error
 	if err != nil {
 		return "", false, err
 	}
-	if !openedRegular(fi) {
+	if !safefs.OpenedRegular(fi) {
 		return "", false, fmt.Errorf("%s is not a regular file", path)
 	}
 	if check != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -15,9 +14,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -29,9 +27,9 @@ type toolbox struct {
 	env   []string // cfg.ChildEnv without the agent's own variables
 	home  string   // the user's home directory; empty if unknown
 	guard *guard
-	locks pathLocks
-	// dirLocks keeps other processes out of directories being changed.
-	dirLocks dirLocks
+	// locks serialise the mutations of files, here and against other
+	// processes.
+	locks *safefs.Locks
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
 	tasks    *taskManager
@@ -107,7 +105,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	}
 	tasks.wrapper = cfg.TaskWrapper
 	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
-		imageSem: make(chan struct{}, 1), gitGuard: gg}
+		imageSem: make(chan struct{}, 1), gitGuard: gg, locks: safefs.NewLocks(func(p string) string { return pathKey(p, foldNames) })}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
@@ -171,8 +169,8 @@ func (t *toolbox) resolve(p string) (string, error) {
 	switch {
 	case p == "":
 		return "", errors.New("path is empty; give a file path")
-	case onWindows && winRelativeProblem(p) != "":
-		return "", errors.New(winRelativeProblem(p))
+	case onWindows && safefs.WinRelativeProblem(p) != "":
+		return "", errors.New(safefs.WinRelativeProblem(p))
 	case p == "~" || strings.HasPrefix(p, "~/") || onWindows && strings.HasPrefix(p, `~\`):
 		if t.home == "" {
 			return "", fmt.Errorf("cannot expand %s: the agent's user has no home directory; give an absolute path", p)
@@ -187,169 +185,15 @@ func (t *toolbox) resolve(p string) (string, error) {
 
 // lockFile serialises mutations of the file at path, a path whose last
 // element is not a symbolic link, and returns the function that ends the
-// critical section. Paths that reach the file through different directory
-// links share one lock. See lockFiles.
+// critical section (see lockFiles).
 func (t *toolbox) lockFile(path string) (unlock func(), err error) {
 	return t.lockFiles(path)
 }
 
-// lockFiles locks the files at paths for a mutation of all of them. Within
-// the agent each file has its own lock. Against other processes — another
-// agent on the same host, say — each file's directory is locked with
-// flock, held only while this agent has a mutation running in it, so that
-// two agents cannot both pass a compare-and-swap check before either
-// renames. File locks are taken first, then directory locks, each in
-// sorted order, so that mutations of several files cannot deadlock, here
-// or across processes. A directory that does not exist yet is not locked
-// (there is nothing in it to check). A directory some other process keeps
-// locked for longer than dirLockWait fails the call with errDirLocked.
+// lockFiles locks the files at paths for a mutation of all of them,
+// against the agent's other mutations and other processes (Locks).
 func (t *toolbox) lockFiles(paths ...string) (unlock func(), err error) {
-	keys := make([]string, len(paths))
-	dirs := map[string]string{} // the key of each directory: the directory
-	for i, p := range paths {
-		keys[i] = lockKey(p)
-		dirs[filepath.Dir(keys[i])] = filepath.Dir(lockPath(p))
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	var undo []func()
-	release := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-	for _, k := range keys {
-		undo = append(undo, t.locks.lock(k))
-	}
-	for _, k := range slices.Sorted(maps.Keys(dirs)) {
-		u, err := t.dirLocks.lock(k, dirs[k])
-		if err != nil {
-			release()
-			return nil, err
-		}
-		undo = append(undo, u)
-	}
-	return release, nil
-}
-
-// dirLockWait bounds how long a mutation waits for another process's lock
-// on a directory.
-const dirLockWait = 10 * time.Second
-
-// errDirLocked reports a directory another process keeps locked.
-var errDirLocked = errors.New("another process has held a lock on this directory for more than 10 s (another fleet agent on this host would hold it for milliseconds); nothing was changed, try again")
-
-// dirLocks holds this agent's flock on each directory it is changing
-// files in. The flock is shared by all of the agent's mutations in the
-// directory (their files have their own locks) and released when the
-// last of them ends.
-type dirLocks struct {
-	mu sync.Mutex
-	m  map[string]*dirLock
-}
-
-type dirLock struct {
-	ready   chan struct{} // closed once release and err are set
-	release func()        // nil when there was nothing to lock
-	err     error
-	refs    int // guarded by dirLocks.mu
-}
-
-// lock locks dir, known as key (its pathKey), against other processes
-// and returns the function that unlocks it.
-func (l *dirLocks) lock(key, dir string) (unlock func(), err error) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*dirLock{}
-	}
-	e := l.m[key]
-	if e == nil {
-		e = &dirLock{ready: make(chan struct{})}
-		l.m[key] = e
-		e.refs++
-		l.mu.Unlock()
-		e.release, e.err = flockDir(dir, dirLockWait)
-		if errors.Is(e.err, fs.ErrNotExist) {
-			e.release, e.err = nil, nil // nothing there to protect yet
-		}
-		close(e.ready)
-	} else {
-		e.refs++
-		l.mu.Unlock()
-		<-e.ready
-	}
-	release := func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if e.refs--; e.refs == 0 {
-			delete(l.m, key)
-			if e.release != nil {
-				e.release()
-			}
-		}
-	}
-	if e.err != nil {
-		err := fmt.Errorf("%s: %w", dir, e.err)
-		release()
-		return nil, err
-	}
-	return release, nil
-}
-
-// lockKey is the name under which lockFile locks path: lockPath, on
-// Windows without case, as NTFS names one file C:\A.txt and c:\a.TXT.
-func lockKey(path string) string { return pathKey(lockPath(path), foldNames) }
-
-// lockPath is path with the links in its directory followed.
-func lockPath(path string) string {
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		return filepath.Join(dir, filepath.Base(path))
-	}
-	return path
-}
-
-// pathLocks serialises mutations of one file. Entries exist only while
-// someone holds or waits for them, so the map stays small.
-type pathLocks struct {
-	mu sync.Mutex
-	m  map[string]*pathLock
-}
-
-type pathLock struct {
-	mu   sync.Mutex
-	refs int // holders plus waiters; guarded by pathLocks.mu
-}
-
-// lock locks path and returns the function that unlocks it.
-func (l *pathLocks) lock(path string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = make(map[string]*pathLock)
-	}
-	e := l.m[path]
-	if e == nil {
-		e = new(pathLock)
-		l.m[path] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.m, path)
-		}
-		l.mu.Unlock()
-	}
-}
-
-// size returns the number of paths locked or waited for.
-func (l *pathLocks) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.m)
+	return t.locks.Lock(paths...)
 }
 
 // decodeArgs decodes tc.Args strictly into v, a pointer to a tool's

@@ -5,7 +5,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -174,45 +173,6 @@ func TestToolboxResolve(t *testing.T) {
 	}
 }
 
-func TestToolboxPathLocks(t *testing.T) {
-	var l pathLocks
-	var wg sync.WaitGroup
-	var a, b int
-	counts := map[string]*int{"/a": &a, "/b": &b} // only read concurrently
-	for i := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := []string{"/a", "/b"}[i%2]
-			unlock := l.lock(p)
-			*counts[p]++ // the race detector catches unserialised access
-			unlock()
-		}()
-	}
-	wg.Wait()
-	if a != 25 || b != 25 {
-		t.Errorf("counts = %d, %d; want 25, 25", a, b)
-	}
-	if n := l.size(); n != 0 {
-		t.Errorf("%d lock entries left, want 0", n)
-	}
-
-	unlock := l.lock("/c")
-	got := make(chan bool)
-	go func() {
-		u := l.lock("/c")
-		got <- true
-		u()
-	}()
-	select {
-	case <-got:
-		t.Fatal("second lock of /c did not wait")
-	case <-time.After(20 * time.Millisecond):
-	}
-	unlock()
-	<-got
-}
-
 func TestToolboxDecodeArgs(t *testing.T) {
 	tb := tbNew(t)
 	ctx := context.Background()
@@ -306,34 +266,9 @@ func TestTwoAgentsOneFileCompareAndSwap(t *testing.T) {
 		}
 		want = sha256Hex(data)
 	}
-	if len(a.dirLocks.m) != 0 {
-		t.Errorf("directory locks left held: %v", a.dirLocks.m)
+	if n := a.locks.Held(); n != 0 {
+		t.Errorf("%d locks left held", n)
 	}
-}
-
-// A directory another process keeps locked fails the change after the
-// wait, changing nothing; a directory that does not exist yet is not
-// locked.
-func TestDirLockHeldElsewhere(t *testing.T) {
-	dir := t.TempDir()
-	release, err := flockDir(dir, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	start := time.Now()
-	if _, err := flockDir(dir, 100*time.Millisecond); !errors.Is(err, errDirLocked) {
-		t.Fatalf("second lock: %v, want errDirLocked", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("gave up after %v", d)
-	}
-	var l dirLocks
-	unlock, err := l.lock(filepath.Join(dir, "not-yet"), filepath.Join(dir, "not-yet"))
-	if err != nil {
-		t.Fatalf("missing directory: %v", err)
-	}
-	unlock()
 }
 
 func TestWithin(t *testing.T) {
@@ -345,24 +280,6 @@ func TestWithin(t *testing.T) {
 	} {
 		if got := within(tt.p, tt.dir); got != tt.want {
 			t.Errorf("within(%q, %q) = %v", tt.p, tt.dir, got)
-		}
-	}
-}
-
-func TestEvalExisting(t *testing.T) {
-	dir := t.TempDir()
-	real, _ := filepath.EvalSymlinks(dir)
-	mkdirs(t, filepath.Join(dir, "a"))
-	if err := os.Symlink(filepath.Join(dir, "a"), filepath.Join(dir, "link")); err != nil {
-		t.Fatal(err)
-	}
-	for in, want := range map[string]string{
-		filepath.Join(dir, "link", "new", "file"): filepath.Join(real, "a", "new", "file"),
-		filepath.Join(dir, "a"):                   filepath.Join(real, "a"),
-		filepath.Join(dir, "missing"):             filepath.Join(real, "missing"),
-	} {
-		if got, err := evalExisting(in); err != nil || got != want {
-			t.Errorf("evalExisting(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -38,11 +39,11 @@ func (g *guard) checkLink(given string, ops ...policy.Op) (string, error) {
 	if isRoot(given) {
 		return "", fmt.Errorf("%s is the root directory; no tool deletes or moves it", given)
 	}
-	parent, err := realPath(filepath.Dir(given))
+	parent, err := safefs.RealPath(filepath.Dir(given))
 	if err != nil {
 		return "", err
 	}
-	name, err := realName(parent, filepath.Base(given))
+	name, err := safefs.RealName(parent, filepath.Base(given))
 	if err != nil {
 		return "", err
 	}
@@ -88,7 +89,7 @@ func (t *toolbox) refuseTree(tc *toolCall, verb, path, target string) *protocol.
 		return deniedResult(tc, err)
 	}
 	cwds := []string{t.cfg.Cwd}
-	if real, err := realPath(t.cfg.Cwd); err == nil {
+	if real, err := safefs.RealPath(t.cfg.Cwd); err == nil {
 		cwds = append(cwds, real)
 	}
 	for _, cwd := range cwds {
@@ -101,12 +102,12 @@ func (t *toolbox) refuseTree(tc *toolCall, verb, path, target string) *protocol.
 
 // entryMeta opens the directory that holds target and describes target
 // without following a link. The caller closes the directory.
-func entryMeta(target string) (*dirHandle, *fileMeta, error) {
-	d, err := openDir(filepath.Dir(target), false)
+func entryMeta(target string) (*safefs.Dir, *safefs.Meta, error) {
+	d, err := safefs.OpenDir(filepath.Dir(target), false)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := d.lstat(filepath.Base(target))
+	meta, err := d.Lstat(filepath.Base(target))
 	if err != nil {
 		d.Close()
 		return nil, nil, err
@@ -144,7 +145,7 @@ type treeWalk struct {
 	top     string // for messages
 	dev     uint64 // the top directory's file system
 	entries int
-	check   func(rel string, meta *fileMeta) error
+	check   func(rel string, meta *safefs.Meta) error
 }
 
 // treeLimit is a tree that is too large or too deep for a walk, or
@@ -154,9 +155,9 @@ type treeLimit struct{ msg, advice string }
 func (e *treeLimit) Error() string { return e.msg }
 
 // enter checks a subdirectory before the walk descends into it.
-func (w *treeWalk) enter(rel string, meta *fileMeta, level int) error {
+func (w *treeWalk) enter(rel string, meta *safefs.Meta, level int) error {
 	switch {
-	case meta.dev != w.dev:
+	case meta.Dev != w.dev:
 		return &treeLimit{fmt.Sprintf("%s is a mount point (another file system)", under(w.top, rel)), "Unmount it first, or work below it."}
 	case level >= treeMaxDepth:
 		return &treeLimit{fmt.Sprintf("%s is nested more than %d directories deep below %s", under(w.top, rel), treeMaxDepth, w.top), "Work on a deeper directory first."}
@@ -181,8 +182,8 @@ func (w *treeWalk) tooMany() error {
 
 // visit checks every entry below d, the directory at rel (level levels
 // below the top).
-func (w *treeWalk) visit(d *dirHandle, rel string, level int) error {
-	names, more, err := d.readNames(treeMaxEntries - w.entries + 1)
+func (w *treeWalk) visit(d *safefs.Dir, rel string, level int) error {
+	names, more, err := d.ReadNames(treeMaxEntries - w.entries + 1)
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (w *treeWalk) visit(d *dirHandle, rel string, level int) error {
 			return err
 		}
 		r := relJoin(rel, name)
-		meta, err := d.lstat(name)
+		meta, err := d.Lstat(name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // gone meanwhile
 		}
@@ -204,13 +205,13 @@ func (w *treeWalk) visit(d *dirHandle, rel string, level int) error {
 		if err := w.check(r, meta); err != nil {
 			return err
 		}
-		if !meta.mode.IsDir() {
+		if !meta.Mode.IsDir() {
 			continue
 		}
 		if err := w.enter(r, meta, level+1); err != nil {
 			return err
 		}
-		sub, err := d.sub(name)
+		sub, err := d.Sub(name)
 		if err != nil {
 			return err
 		}
@@ -227,9 +228,9 @@ func (w *treeWalk) visit(d *dirHandle, rel string, level int) error {
 // first, checking each entry again as it goes: an entry that appeared
 // after the first walk and is refused stops the deletion. removed counts
 // the entries deleted.
-func (w *treeWalk) removeAll(d *dirHandle, rel string, level int, removed *int) error {
+func (w *treeWalk) removeAll(d *safefs.Dir, rel string, level int, removed *int) error {
 	for {
-		names, _, err := d.readNames(1024)
+		names, _, err := d.ReadNames(1024)
 		if err != nil || len(names) == 0 {
 			return err
 		}
@@ -238,7 +239,7 @@ func (w *treeWalk) removeAll(d *dirHandle, rel string, level int, removed *int) 
 				return err
 			}
 			r := relJoin(rel, name)
-			meta, err := d.lstat(name)
+			meta, err := d.Lstat(name)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -248,11 +249,11 @@ func (w *treeWalk) removeAll(d *dirHandle, rel string, level int, removed *int) 
 			if err := w.check(r, meta); err != nil {
 				return err
 			}
-			if meta.mode.IsDir() {
+			if meta.Mode.IsDir() {
 				if err := w.enter(r, meta, level+1); err != nil {
 					return err
 				}
-				sub, err := d.sub(name)
+				sub, err := d.Sub(name)
 				if err != nil {
 					return err
 				}
@@ -262,7 +263,7 @@ func (w *treeWalk) removeAll(d *dirHandle, rel string, level int, removed *int) 
 					return err
 				}
 			}
-			if err := d.remove(name, meta.mode.IsDir()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := d.Remove(name, meta.Mode.IsDir()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			*removed++
@@ -299,7 +300,7 @@ func treeFailure(tc *toolCall, path string, err error, outcome string) *protocol
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return protocol.ErrorResult(tc.ID, protocol.CodeCancelled, path+": cancelled; "+outcome)
 	case errors.As(err, &pe):
-		return toolFailure(tc, "%s; %s", fsProblem(pe.Path, err), outcome)
+		return toolFailure(tc, "%s; %s", safefs.Problem(pe.Path, err), outcome)
 	}
 	return toolFailure(tc, "%s: %v; %s", path, err, outcome)
 }

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -72,7 +71,7 @@ func (t *toolbox) refuseExisting(ctx context.Context, tc *toolCall, path, target
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 		return nil // writing reports a parent that is not a directory
 	case err != nil:
-		return toolFailure(tc, "%s", fsProblem(path, err))
+		return toolFailure(tc, "%s", safefs.Problem(path, err))
 	}
 	current, err := t.currentSHA256(ctx, target)
 	if err != nil || current == "" {
@@ -81,26 +80,6 @@ func (t *toolbox) refuseExisting(ctx context.Context, tc *toolCall, path, target
 	r := toolFailure(tc, "%s already exists (sha256 %s); nothing was written. To replace it, write again with expected_sha256 %s instead of overwrite false.", path, current, current)
 	r.Structured, _ = json.Marshal(map[string]any{"path": path, "exists": true, "current_sha256": current})
 	return r
-}
-
-// fileMeta describes a directory entry: a write keeps the mode and owner
-// of the file it replaces; list and the tree walks use the rest.
-type fileMeta struct {
-	mode     fs.FileMode
-	uid, gid int
-	size     int64
-	dev      uint64 // the file system it is on
-	// name is the entry described, in the directory it was read from: on
-	// Windows a replacement takes its access rules from it.
-	name string
-}
-
-// errSwapped reports a path that changed between its check and its use.
-var errSwapped = errors.New(linkKind + " appeared in it after it was checked")
-
-// tempName is a new hidden name next to name for a file that replaces it.
-func tempName(name string) string {
-	return "." + cutName(name, 100) + ".tmp-" + strconv.FormatUint(rand.Uint64()%1e12, 10)
 }
 
 // writeFileAtomic is replaceFile for callers that need not know whether
@@ -124,74 +103,27 @@ func replaceFile(path string, data []byte) (created bool, err error) {
 	if isRoot(path) {
 		return false, fmt.Errorf("%s is a directory; give the path of a file", path)
 	}
-	d, err := openDir(dir, true)
+	d, err := safefs.OpenDir(dir, true)
 	if err != nil {
-		return false, fmt.Errorf("create directory %s: %s", dir, fsProblem(dir, err))
+		return false, fmt.Errorf("create directory %s: %s", dir, safefs.Problem(dir, err))
 	}
 	defer d.Close()
-	old, err := d.lstat(name)
+	old, err := d.Lstat(name)
 	switch {
-	case err == nil && old.mode.IsDir():
+	case err == nil && old.Mode.IsDir():
 		return false, fmt.Errorf("%s is a directory; give the path of a file", path)
-	case err == nil && old.mode&fs.ModeSymlink != 0:
-		return false, errors.New(fsProblem(path, errSwapped))
-	case err == nil && !old.mode.IsRegular():
+	case err == nil && old.Mode&fs.ModeSymlink != 0:
+		return false, errors.New(safefs.Problem(path, safefs.ErrSwapped))
+	case err == nil && !old.Mode.IsRegular():
 		return false, fmt.Errorf("%s is not a regular file; only regular files can be written", path)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return false, errors.New(fsProblem(path, err))
+		return false, errors.New(safefs.Problem(path, err))
 	case err != nil:
 		old = nil
 	}
-	return old == nil, d.replace(name, data, old)
+	return old == nil, d.Replace(name, data, old)
 }
 
 // isRoot reports whether p, an absolute clean path, is the root of its
 // file system: "/", or on Windows a drive (C:\) or share (\\srv\share).
 func isRoot(p string) bool { return filepath.Dir(p) == p }
-
-// fillTemp writes data to tmp, gives it the owner and mode of old (0644
-// when old is nil), syncs and closes it.
-func fillTemp(tmp *os.File, data []byte, old *fileMeta) error {
-	if err := writeTemp(tmp, data, old); err != nil {
-		return err
-	}
-	return tmp.Close()
-}
-
-// writeTemp is fillTemp without the close.
-func writeTemp(tmp *os.File, data []byte, old *fileMeta) error {
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	mode := fs.FileMode(0o644)
-	if old != nil {
-		mode = old.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		if old.uid != os.Geteuid() || old.gid != os.Getegid() {
-			// Keeping the owner only works with privileges; without them
-			// the file gets the agent's owner, as any new file would.
-			_ = tmp.Chown(old.uid, old.gid)
-		}
-	}
-	// Chmod after Chown: chown clears the set-user-ID bit.
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	return tmp.Sync()
-}
-
-// fsProblem describes a file-system error on path for a model.
-func fsProblem(path string, err error) string {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return path + ": no such file"
-	case errors.Is(err, fs.ErrPermission):
-		return path + ": permission denied"
-	case errors.Is(err, syscall.ENOTDIR):
-		return path + ": a parent of it is not a directory"
-	case errors.Is(err, syscall.ELOOP):
-		return path + ": too many levels of symbolic links"
-	case errors.Is(err, errSwapped):
-		return path + ": changed while it was being checked (" + linkKind + " appeared in it); try again"
-	}
-	return err.Error()
-}

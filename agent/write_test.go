@@ -243,7 +243,7 @@ func TestWriteConcurrent(t *testing.T) {
 		t.Errorf("content = %q, want one writer's whole content", got)
 	}
 	tbOnly(t, tb.cfg.Cwd, "shared.txt")
-	if n := tb.locks.size(); n != 0 {
+	if n := tb.locks.Held(); n != 0 {
 		t.Errorf("%d lock entries left", n)
 	}
 }

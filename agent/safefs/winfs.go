@@ -1,4 +1,4 @@
-package agent
+package safefs
 
 import (
 	"encoding/binary"
@@ -84,7 +84,7 @@ func splitWinRoot(p string) (w winParts, rest string, err error) {
 		drive := strings.ToUpper(s[:2])
 		w.root, w.ntRoot, rest = drive+`\`, `\??\`+drive+`\`, s[3:]
 	default:
-		if msg := winRelativeProblem(p); msg != "" {
+		if msg := WinRelativeProblem(p); msg != "" {
 			return w, "", errors.New(msg)
 		}
 		return w, "", fmt.Errorf("%s is not an absolute Windows path (C:\\... or \\\\server\\share\\...)", p)
@@ -142,12 +142,12 @@ func splitShare(s, p string) (server, share, rest string, err error) {
 	return server, share, rest, nil
 }
 
-// winRelativeProblem says why p, a path a tool was given on a Windows
+// WinRelativeProblem says why p, a path a tool was given on a Windows
 // host, cannot be placed: it is rooted without a drive (\x, which names
 // the current drive's root) or names a drive without a separator (C:x,
 // which is relative to that drive's current directory). It returns ""
 // for other paths.
-func winRelativeProblem(p string) string {
+func WinRelativeProblem(p string) string {
 	s := strings.ReplaceAll(p, "/", `\`)
 	switch {
 	case strings.HasPrefix(s, `\`) && !strings.HasPrefix(s, `\\`) && !strings.HasPrefix(s, `\??\`):
@@ -175,6 +175,11 @@ func checkEntryName(name string) error {
 	}
 	return policy.CheckWindowsName(name)
 }
+
+// CheckName reports why name cannot be the name of one directory entry
+// on Windows (nil: it can): not a single name, longer than 255 UTF-16
+// units, or one Windows reads as something other than its text.
+func CheckName(name string) error { return checkEntryName(name) }
 
 // Attribute and reparse-tag values of Windows (winnt.h), for the plain-Go
 // decisions below; safefs_windows.go checks them against
@@ -367,11 +372,11 @@ type winLinkReader func(p string) (dest string, isLink bool, err error)
 // (63 reparse points in one path).
 const winMaxLinkHops = 63
 
-// winRealPath is realPath on Windows: it follows every symbolic link and
+// winRealPath is RealPath on Windows: it follows every symbolic link and
 // junction in path, an absolute clean Windows path, the way Windows does
 // (a relative destination is read from the directory that holds the link;
 // ".." in it applies to where that directory really is), and appends the
-// part after a missing component, ".." in it taken textually, as realPath
+// part after a missing component, ".." in it taken textually, as RealPath
 // does. A destination that cannot be placed (a raw NT path, a
 // drive-relative path) is refused.
 func winRealPath(path string, readLink winLinkReader) (string, error) {
@@ -417,8 +422,8 @@ func winRealPath(path string, readLink winLinkReader) (string, error) {
 		case strings.HasPrefix(target, `\`):
 			resolved = root // the root of the drive or share the link is on
 			queue = append(strings.Split(target, `\`), queue...)
-		case winRelativeProblem(target) != "":
-			return "", fmt.Errorf("%s is a link to %s, which the path rules cannot follow: %s", next, dest, winRelativeProblem(target))
+		case WinRelativeProblem(target) != "":
+			return "", fmt.Errorf("%s is a link to %s, which the path rules cannot follow: %s", next, dest, WinRelativeProblem(target))
 		default:
 			queue = append(strings.Split(target, `\`), queue...)
 		}
@@ -458,9 +463,9 @@ func winParent(p, root string) string {
 	return p[:max(strings.LastIndexByte(p, '\\'), len(root))]
 }
 
-// cutName returns name cut to at most n bytes without splitting a UTF-8
+// CutName returns name cut to at most n bytes without splitting a UTF-8
 // sequence, for the hidden files named after it.
-func cutName(name string, n int) string {
+func CutName(name string, n int) string {
 	if len(name) <= n {
 		return name
 	}

@@ -1,4 +1,4 @@
-package agent
+package safefs
 
 import (
 	"errors"
@@ -34,10 +34,11 @@ var (
 	_ = [1]int{}[winTagMountPoint^windows.IO_REPARSE_TAG_MOUNT_POINT]
 )
 
-// dirHandle is an open directory reached without following links.
-type dirHandle struct {
-	h    windows.Handle
-	path string
+// Dir is an open directory reached without following links.
+type Dir struct {
+	h windows.Handle
+	// Path is the directory's path, as it was opened.
+	Path string
 }
 
 const (
@@ -53,11 +54,11 @@ const (
 	fileLinkInformation     = 11
 )
 
-// openSpec says how dirHandle.openAt opens a name.
+// openSpec says how Dir.openAt opens a name.
 type openSpec struct {
 	access, disposition, options uint32
 	// link opens a link itself (to describe, rename or remove it) instead
-	// of failing with errSwapped.
+	// of failing with ErrSwapped.
 	link bool
 	// raw keeps a reparse point that is not a link as it is; otherwise it
 	// is opened again through the filter that serves it (see openAt).
@@ -115,7 +116,7 @@ func ntError(err error) error {
 	case windows.STATUS_NOT_SAME_DEVICE:
 		return syscall.EXDEV
 	case windows.STATUS_REPARSE_POINT_ENCOUNTERED, windows.STATUS_STOPPED_ON_SYMLINK:
-		return errSwapped
+		return ErrSwapped
 	}
 	return st.Errno()
 }
@@ -163,28 +164,28 @@ func queryInfo(h windows.Handle) (winInfo, error) {
 
 // openAt opens name in d ("." is d itself) as spec says, never through a
 // link: FILE_OPEN_REPARSE_POINT opens a link itself, which then fails
-// with errSwapped unless spec.link. A reparse point that is not a link (a
+// with ErrSwapped unless spec.link. A reparse point that is not a link (a
 // file a cloud-sync or deduplication filter serves, whose data a raw open
 // would not show) is opened again, relative to the raw handle with an
 // empty name (as ReOpenFile does), through its filter; the new handle
-// must be the same file, or the open fails with errSwapped.
-func (d *dirHandle) openAt(name string, spec openSpec) (windows.Handle, winInfo, error) {
+// must be the same file, or the open fails with ErrSwapped.
+func (d *Dir) openAt(name string, spec openSpec) (windows.Handle, winInfo, error) {
 	nt := ""
 	if name != "." {
 		if err := checkEntryName(name); err != nil {
-			return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: err}
+			return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, name), Err: err}
 		}
 		nt = name
 	}
 	h, err := ntOpen(d.h, nt, spec.access|windows.FILE_READ_ATTRIBUTES, spec.disposition, spec.options|windows.FILE_OPEN_REPARSE_POINT)
 	if err != nil {
-		return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: err}
+		return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, name), Err: err}
 	}
 	info, err := queryInfo(h)
 	switch {
 	case err != nil:
 	case isWinLink(info.attrs, info.tag) && !spec.link:
-		err = errSwapped
+		err = ErrSwapped
 	case info.attrs&windows.FILE_ATTRIBUTE_REPARSE_POINT != 0 && !isWinLink(info.attrs, info.tag) && !spec.raw:
 		var through windows.Handle
 		through, info, err = reopenThrough(h, info, spec)
@@ -195,7 +196,7 @@ func (d *dirHandle) openAt(name string, spec openSpec) (windows.Handle, winInfo,
 	}
 	if err != nil {
 		windows.CloseHandle(h)
-		return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: err}
+		return windows.InvalidHandle, winInfo{}, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, name), Err: err}
 	}
 	return h, info, nil
 }
@@ -209,7 +210,7 @@ func reopenThrough(raw windows.Handle, was winInfo, spec openSpec) (windows.Hand
 	}
 	info, err := queryInfo(h)
 	if err == nil && (info.volume != was.volume || info.index != was.index || isWinLink(info.attrs, info.tag)) {
-		err = errSwapped
+		err = ErrSwapped
 	}
 	if err != nil {
 		windows.CloseHandle(h)
@@ -218,10 +219,10 @@ func reopenThrough(raw windows.Handle, was winInfo, spec openSpec) (windows.Hand
 	return h, info, nil
 }
 
-// openDir opens the directory at path, an absolute clean path that had no
+// OpenDir opens the directory at path, an absolute clean path that had no
 // links when it was checked. With create, missing directories are made
 // (they inherit the access rules of their parent).
-func openDir(path string, create bool) (*dirHandle, error) {
+func OpenDir(path string, create bool) (*Dir, error) {
 	parts, err := splitWinPath(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
@@ -230,7 +231,7 @@ func openDir(path string, create bool) (*dirHandle, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: parts.root, Err: err}
 	}
-	d := &dirHandle{h: h, path: parts.root}
+	d := &Dir{h: h, Path: parts.root}
 	for _, name := range parts.names {
 		next, err := d.component(name, create)
 		d.Close()
@@ -239,12 +240,12 @@ func openDir(path string, create bool) (*dirHandle, error) {
 		}
 		d = next
 	}
-	d.path = path
+	d.Path = path
 	return d, nil
 }
 
 // component opens directory name in d, making it with create.
-func (d *dirHandle) component(name string, create bool) (*dirHandle, error) {
+func (d *Dir) component(name string, create bool) (*Dir, error) {
 	disposition := uint32(windows.FILE_OPEN)
 	if create {
 		disposition = windows.FILE_OPEN_IF
@@ -258,33 +259,34 @@ func (d *dirHandle) component(name string, create bool) (*dirHandle, error) {
 	}
 	if errors.Is(err, syscall.ENOTDIR) {
 		// A file, or a link to one: say which.
-		if meta, lerr := d.lstat(name); lerr == nil && meta.mode&fs.ModeSymlink != 0 {
-			err = &fs.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: errSwapped}
+		if meta, lerr := d.Lstat(name); lerr == nil && meta.Mode&fs.ModeSymlink != 0 {
+			err = &fs.PathError{Op: "open", Path: filepath.Join(d.Path, name), Err: ErrSwapped}
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &dirHandle{h: h, path: filepath.Join(d.path, name)}, nil
+	return &Dir{h: h, Path: filepath.Join(d.Path, name)}, nil
 }
 
-func (d *dirHandle) Close() error { return windows.CloseHandle(d.h) }
+// Close closes the directory.
+func (d *Dir) Close() error { return windows.CloseHandle(d.h) }
 
-// sub opens directory name in d without following a link ("." opens d
+// Sub opens directory name in d without following a link ("." opens d
 // again).
-func (d *dirHandle) sub(name string) (*dirHandle, error) {
+func (d *Dir) Sub(name string) (*Dir, error) {
 	return d.component(name, false)
 }
 
-// openRead opens name in d for reading, without following a link. Only a
+// OpenRead opens name in d for reading, without following a link. Only a
 // file on a disk opens: a pipe or a device does not (none can be a name
 // in a directory of a disk or share, but the layer does not rely on it).
-func (d *dirHandle) openRead(name string) (*os.File, error) {
+func (d *Dir) OpenRead(name string) (*os.File, error) {
 	h, info, err := d.openAt(name, openSpec{access: windows.FILE_GENERIC_READ, disposition: windows.FILE_OPEN})
 	if err != nil {
 		return nil, err
 	}
-	p := filepath.Join(d.path, name)
+	p := filepath.Join(d.Path, name)
 	if info.fileType != windows.FILE_TYPE_DISK {
 		windows.CloseHandle(h)
 		return nil, fmt.Errorf("%s is not a regular file or a directory", p)
@@ -292,24 +294,24 @@ func (d *dirHandle) openRead(name string) (*os.File, error) {
 	return os.NewFile(uintptr(h), p), nil
 }
 
-// lstat describes name in d without following a link.
-func (d *dirHandle) lstat(name string) (*fileMeta, error) {
+// Lstat describes name in d without following a link.
+func (d *Dir) Lstat(name string) (*Meta, error) {
 	h, info, err := d.openAt(name, openSpec{disposition: windows.FILE_OPEN, link: true, raw: true})
 	if err != nil {
 		return nil, err
 	}
 	windows.CloseHandle(h)
-	return &fileMeta{mode: winEntryMode(info.attrs, info.tag), uid: os.Geteuid(), gid: os.Getegid(),
-		size: info.size, dev: uint64(info.volume), name: name}, nil
+	return &Meta{Mode: winEntryMode(info.attrs, info.tag), UID: os.Geteuid(), GID: os.Getegid(),
+		Size: info.size, Dev: uint64(info.volume), Name: name}, nil
 }
 
-// replace writes data to a new temporary file in d and renames it over
+// Replace writes data to a new temporary file in d and renames it over
 // name, so that readers see either the old content or the new. The
 // temporary file gets old's read-only attribute and access rules (those
 // of a new file in d when old is nil), and is renamed through the handle
 // that wrote it (access rules taken from old may not let the agent open
 // it again); on failure it is removed and name is left alone.
-func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
+func (d *Dir) Replace(name string, data []byte, old *Meta) error {
 	var h windows.Handle
 	var tmpName string
 	err := fs.ErrExist
@@ -318,9 +320,9 @@ func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
 		h, err = d.create(tmpName)
 	}
 	if err != nil {
-		return fmt.Errorf("create a temporary file in %s: %s", d.path, fsProblem(d.path, err))
+		return fmt.Errorf("create a temporary file in %s: %s", d.Path, Problem(d.Path, err))
 	}
-	tmp := os.NewFile(uintptr(h), filepath.Join(d.path, tmpName))
+	tmp := os.NewFile(uintptr(h), filepath.Join(d.Path, tmpName))
 	defer tmp.Close()
 	err = d.keepAccess(h, old)
 	if err == nil {
@@ -328,25 +330,25 @@ func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
 	}
 	if err != nil {
 		_ = setDelete(h)
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.Path, name), err)
 	}
 	if err := setRename(h, d.h, name, true); err != nil {
 		_ = setDelete(h)
-		return fmt.Errorf("replace %s: %w", filepath.Join(d.path, name), err)
+		return fmt.Errorf("replace %s: %w", filepath.Join(d.Path, name), err)
 	}
-	d.sync()
+	d.Sync()
 	return nil
 }
 
-// stageAs writes data to a new file called tmpName in d, as replace does
+// StageAs writes data to a new file called tmpName in d, as replace does
 // before its rename, failing with fs.ErrExist when the name is taken. On
 // failure nothing is left behind.
-func (d *dirHandle) stageAs(tmpName string, data []byte, old *fileMeta) error {
+func (d *Dir) StageAs(tmpName string, data []byte, old *Meta) error {
 	h, err := d.create(tmpName)
 	if err != nil {
 		return err
 	}
-	tmp := os.NewFile(uintptr(h), filepath.Join(d.path, tmpName))
+	tmp := os.NewFile(uintptr(h), filepath.Join(d.Path, tmpName))
 	err = d.keepAccess(h, old)
 	if err == nil {
 		err = writeTemp(tmp, data, old)
@@ -354,18 +356,18 @@ func (d *dirHandle) stageAs(tmpName string, data []byte, old *fileMeta) error {
 	if err != nil {
 		_ = setDelete(h)
 		tmp.Close()
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, tmpName), err)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.Path, tmpName), err)
 	}
 	if err := tmp.Close(); err != nil {
-		_ = d.remove(tmpName, false)
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, tmpName), err)
+		_ = d.Remove(tmpName, false)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.Path, tmpName), err)
 	}
 	return nil
 }
 
 // create makes the new file name in d, for writing, failing with an error
 // matching fs.ErrExist when the name is taken.
-func (d *dirHandle) create(name string) (windows.Handle, error) {
+func (d *Dir) create(name string) (windows.Handle, error) {
 	h, _, err := d.openAt(name, openSpec{
 		access:      windows.FILE_GENERIC_WRITE | windows.WRITE_DAC | windows.DELETE,
 		disposition: windows.FILE_CREATE,
@@ -381,33 +383,33 @@ func (d *dirHandle) create(name string) (windows.Handle, error) {
 // h has already. Without this a replaced file would lose the rules that
 // keep it private, as a Unix file would lose its mode. A file system that
 // keeps no access rules (FAT) has none to keep.
-func (d *dirHandle) keepAccess(h windows.Handle, old *fileMeta) error {
-	if old == nil || old.name == "" {
+func (d *Dir) keepAccess(h windows.Handle, old *Meta) error {
+	if old == nil || old.Name == "" {
 		return nil
 	}
 	var flags uint32
 	if err := windows.GetVolumeInformationByHandle(d.h, nil, 0, nil, nil, &flags, nil, 0); err == nil && flags&windows.FILE_PERSISTENT_ACLS == 0 {
 		return nil
 	}
-	src, _, err := d.openAt(old.name, openSpec{access: windows.READ_CONTROL, disposition: windows.FILE_OPEN, link: true, raw: true})
+	src, _, err := d.openAt(old.Name, openSpec{access: windows.READ_CONTROL, disposition: windows.FILE_OPEN, link: true, raw: true})
 	if err != nil {
-		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.path, old.name), err)
+		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.Path, old.Name), err)
 	}
 	defer windows.CloseHandle(src)
 	sd, err := windows.GetSecurityInfo(src, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
 	if err != nil {
-		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.path, old.name), err)
+		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.Path, old.Name), err)
 	}
 	control, _, err := sd.Control()
 	if err != nil {
-		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.path, old.name), err)
+		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.Path, old.Name), err)
 	}
 	dacl, _, err := sd.DACL()
 	if errors.Is(err, windows.ERROR_OBJECT_NOT_FOUND) {
 		return nil // no DACL at all: nothing to keep
 	}
 	if err != nil {
-		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.path, old.name), err)
+		return fmt.Errorf("read the access rules of %s: %w", filepath.Join(d.Path, old.Name), err)
 	}
 	protected := control&windows.SE_DACL_PROTECTED != 0
 	if !protected && !hasExplicitACE(dacl) {
@@ -418,7 +420,7 @@ func (d *dirHandle) keepAccess(h windows.Handle, old *fileMeta) error {
 		info = windows.DACL_SECURITY_INFORMATION | windows.PROTECTED_DACL_SECURITY_INFORMATION
 	}
 	if err := windows.SetSecurityInfo(h, windows.SE_FILE_OBJECT, info, nil, nil, dacl, nil); err != nil {
-		return fmt.Errorf("give the new content the access rules of %s: %w", filepath.Join(d.path, old.name), err)
+		return fmt.Errorf("give the new content the access rules of %s: %w", filepath.Join(d.Path, old.Name), err)
 	}
 	return nil
 }
@@ -470,7 +472,7 @@ func newRenameInfo(to windows.Handle, toName string, flags uint32) (*fileRenameI
 
 // renameAt renames name in d to toName in to, the link itself for a link
 // (see setRename).
-func (d *dirHandle) renameAt(name string, to *dirHandle, toName string, replace bool) error {
+func (d *Dir) renameAt(name string, to *Dir, toName string, replace bool) error {
 	if err := checkEntryName(name); err != nil { // "." too, which openAt takes as d
 		return err
 	}
@@ -522,46 +524,46 @@ func unsupported(err error) bool {
 		err == windows.STATUS_NOT_SUPPORTED || err == windows.STATUS_INVALID_DEVICE_REQUEST
 }
 
-// rename renames from to to within d, replacing to.
-func (d *dirHandle) rename(from, to string) error {
+// Rename renames from to to within d, replacing to.
+func (d *Dir) Rename(from, to string) error {
 	if err := d.renameAt(from, d, to, true); err != nil {
-		return &fs.PathError{Op: "rename", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "rename", Path: filepath.Join(d.Path, to), Err: err}
 	}
 	return nil
 }
 
-// renameNew renames from to to within d without replacing anything: it
+// RenameNew renames from to to within d without replacing anything: it
 // fails with an error matching fs.ErrExist when to exists.
-func (d *dirHandle) renameNew(from, to string) error {
-	return d.moveTo(from, d, to, false)
+func (d *Dir) RenameNew(from, to string) error {
+	return d.MoveTo(from, d, to, false)
 }
 
-// linkNew gives the file from the name to in d, failing with fs.ErrExist
+// LinkNew gives the file from the name to in d, failing with fs.ErrExist
 // when to exists, and removes the name from: on Windows a rename that
 // never replaces.
-func (d *dirHandle) linkNew(from, to string) error {
+func (d *Dir) LinkNew(from, to string) error {
 	if err := d.renameAt(from, d, to, false); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			err = fs.ErrExist
 		}
-		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "create", Path: filepath.Join(d.Path, to), Err: err}
 	}
 	return nil
 }
 
-// moveTo renames name in d to toName in to, never replacing an entry
+// MoveTo renames name in d to toName in to, never replacing an entry
 // that exists there: it then fails with an error that matches
 // fs.ErrExist.
-func (d *dirHandle) moveTo(name string, to *dirHandle, toName string, isDir bool) error {
+func (d *Dir) MoveTo(name string, to *Dir, toName string, isDir bool) error {
 	if err := d.renameAt(name, to, toName, false); err != nil {
-		return &os.LinkError{Op: "move", Old: filepath.Join(d.path, name), New: filepath.Join(to.path, toName), Err: err}
+		return &os.LinkError{Op: "move", Old: filepath.Join(d.Path, name), New: filepath.Join(to.Path, toName), Err: err}
 	}
 	return nil
 }
 
-// link gives the file name in d the second name to, failing when to
-// exists. noHardLinks tells a file system without hard links.
-func (d *dirHandle) link(name, to string) error {
+// Link gives the file name in d the second name to, failing when to
+// exists. NoHardLinks tells a file system without hard links.
+func (d *Dir) Link(name, to string) error {
 	h, _, err := d.openAt(name, openSpec{access: windows.FILE_WRITE_ATTRIBUTES, disposition: windows.FILE_OPEN, raw: true})
 	if err != nil {
 		return err
@@ -573,22 +575,22 @@ func (d *dirHandle) link(name, to string) error {
 		err = ntError(windows.NtSetInformationFile(h, &iosb, (*byte)(unsafe.Pointer(info)), uint32(unsafe.Sizeof(*info)), fileLinkInformation))
 	}
 	if err != nil {
-		return &fs.PathError{Op: "link", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.Path, to), Err: err}
 	}
 	return nil
 }
 
-// noHardLinks reports whether a link failed because the file system
+// NoHardLinks reports whether a link failed because the file system
 // does not do hard links (FAT, exFAT, some shares).
-func noHardLinks(err error) bool {
+func NoHardLinks(err error) bool {
 	return errors.Is(err, windows.ERROR_INVALID_FUNCTION) || errors.Is(err, windows.ERROR_NOT_SUPPORTED) ||
 		errors.Is(err, windows.ERROR_TOO_MANY_LINKS) || errors.Is(err, syscall.EXDEV)
 }
 
-// remove deletes the entry name from d: the link itself for a link, and
+// Remove deletes the entry name from d: the link itself for a link, and
 // with dir an empty directory (see setDelete).
-func (d *dirHandle) remove(name string, dir bool) error {
-	p := filepath.Join(d.path, name)
+func (d *Dir) Remove(name string, dir bool) error {
+	p := filepath.Join(d.Path, name)
 	if err := checkEntryName(name); err != nil { // "." too, which openAt takes as d
 		return &fs.PathError{Op: "remove", Path: p, Err: err}
 	}
@@ -637,10 +639,10 @@ func setDelete(h windows.Handle) error {
 	return nil
 }
 
-// sync makes a rename in d durable: it flushes the directory. Errors are
+// Sync makes a rename in d durable: it flushes the directory. Errors are
 // ignored, as on Unix: not every file system flushes a directory, and the
 // rename itself has succeeded.
-func (d *dirHandle) sync() {
+func (d *Dir) Sync() {
 	h, err := ntOpen(d.h, "", windows.FILE_WRITE_DATA, windows.FILE_OPEN, windows.FILE_DIRECTORY_FILE|windows.FILE_OPEN_REPARSE_POINT)
 	if err != nil {
 		return
@@ -649,10 +651,10 @@ func (d *dirHandle) sync() {
 	windows.CloseHandle(h)
 }
 
-// readNames returns the names in d ("." and ".." left out), in the order
+// ReadNames returns the names in d ("." and ".." left out), in the order
 // the file system keeps them, at most max of them, and whether more
 // remain. Each call reads the directory from its start.
-func (d *dirHandle) readNames(max int) ([]string, bool, error) {
+func (d *Dir) ReadNames(max int) ([]string, bool, error) {
 	buf := make([]byte, 64<<10) // the size Go's os package reads with
 	class := uint32(windows.FileFullDirectoryRestartInfo)
 	var names []string
@@ -662,11 +664,11 @@ func (d *dirHandle) readNames(max int) ([]string, bool, error) {
 			break // an empty root directory reports "not found"
 		}
 		if err != nil {
-			return nil, false, &fs.PathError{Op: "readdir", Path: d.path, Err: err}
+			return nil, false, &fs.PathError{Op: "readdir", Path: d.Path, Err: err}
 		}
 		batch, err := parseDirInfo(buf)
 		if err != nil {
-			return nil, false, &fs.PathError{Op: "readdir", Path: d.path, Err: err}
+			return nil, false, &fs.PathError{Op: "readdir", Path: d.Path, Err: err}
 		}
 		names = append(names, batch...)
 		class = windows.FileFullDirectoryInfo
@@ -677,8 +679,8 @@ func (d *dirHandle) readNames(max int) ([]string, bool, error) {
 	return names, false, nil
 }
 
-// readlink returns the destination of the link name in d.
-func (d *dirHandle) readlink(name string) (string, error) {
+// Readlink returns the destination of the link name in d.
+func (d *Dir) Readlink(name string) (string, error) {
 	h, _, err := d.openAt(name, openSpec{disposition: windows.FILE_OPEN, link: true, raw: true})
 	if err != nil {
 		return "", err
@@ -687,18 +689,18 @@ func (d *dirHandle) readlink(name string) (string, error) {
 	buf := make([]byte, windows.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
 	var n uint32
 	if err := windows.DeviceIoControl(h, windows.FSCTL_GET_REPARSE_POINT, nil, 0, &buf[0], uint32(len(buf)), &n, nil); err != nil {
-		return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.path, name), Err: err}
+		return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.Path, name), Err: err}
 	}
 	target, err := parseReparseTarget(buf[:n])
 	if err != nil {
-		return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.path, name), Err: err}
+		return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.Path, name), Err: err}
 	}
 	return target, nil
 }
 
-// deviceOf returns the volume serial number of the file at path (links
-// followed), as lstat reports it in fileMeta.dev.
-func deviceOf(path string) (uint64, bool) {
+// DeviceOf returns the volume serial number of the file at path (links
+// followed), as lstat reports it in Meta.Dev.
+func DeviceOf(path string) (uint64, bool) {
 	p, err := syscall.UTF16PtrFromString(path)
 	if err != nil {
 		return 0, false
@@ -715,21 +717,21 @@ func deviceOf(path string) (uint64, bool) {
 	return uint64(bh.VolumeSerialNumber), true
 }
 
-// openedRegular reports whether fi, the description of a file the layer
+// OpenedRegular reports whether fi, the description of a file the layer
 // opened, is a regular file. Go reports a reparse point that is not a
 // link (a file a cloud-sync or compression filter serves) as irregular;
 // the layer opened it through its filter, and its data is the file's.
-func openedRegular(fi fs.FileInfo) bool {
+func OpenedRegular(fi fs.FileInfo) bool {
 	t := fi.Mode().Type()
 	return t == 0 || t == fs.ModeIrregular
 }
 
-// realName returns the name, as the directory holds it, of the entry
+// RealName returns the name, as the directory holds it, of the entry
 // name in dir: Windows also opens a file by its short (8.3) name
 // (PROGRA~1) and without regard to case, and the path rules must judge
 // the name the entry has. A name that does not exist is returned as it
 // is; one with wildcards is not looked up (the rules refuse it).
-func realName(dir, name string) (string, error) {
+func RealName(dir, name string) (string, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `*?<>"`) {
 		return name, nil
 	}
@@ -749,5 +751,5 @@ func realName(dir, name string) (string, error) {
 	return syscall.UTF16ToString(fd.FileName[:]), nil
 }
 
-// linkKind names what the layer refuses to go through, for messages.
-const linkKind = "a symbolic link or junction"
+// LinkKind names what the layer refuses to go through, for messages.
+const LinkKind = "a symbolic link or junction"

@@ -1,4 +1,4 @@
-package agent
+package safefs
 
 import (
 	"errors"
@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/windows"
-
-	"github.com/fleetmcp/fleetmcp/policy"
 )
 
 // These tests run the Windows file layer against a real NTFS volume. They
@@ -45,34 +43,34 @@ func winTree(t *testing.T) string {
 // the junction and not what it leads to.
 func TestWinJunctionsRefused(t *testing.T) {
 	dir := winTree(t)
-	if d, err := openDir(filepath.Join(dir, "j"), false); !errors.Is(err, errSwapped) {
+	if d, err := OpenDir(filepath.Join(dir, "j"), false); !errors.Is(err, ErrSwapped) {
 		if d != nil {
 			d.Close()
 		}
-		t.Fatalf("openDir through a junction: %v, want errSwapped", err)
+		t.Fatalf("OpenDir through a junction: %v, want ErrSwapped", err)
 	}
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if f, err := d.openRead("j"); !errors.Is(err, errSwapped) {
+	if f, err := d.OpenRead("j"); !errors.Is(err, ErrSwapped) {
 		if f != nil {
 			f.Close()
 		}
-		t.Errorf("openRead of a junction: %v, want errSwapped", err)
+		t.Errorf("openRead of a junction: %v, want ErrSwapped", err)
 	}
-	meta, err := d.lstat("j")
-	if err != nil || meta.mode&fs.ModeSymlink == 0 {
+	meta, err := d.Lstat("j")
+	if err != nil || meta.Mode&fs.ModeSymlink == 0 {
 		t.Fatalf("lstat(junction) = %+v, %v; want a link", meta, err)
 	}
-	if target, err := d.readlink("j"); err != nil || !strings.EqualFold(target, filepath.Join(dir, "real")) {
+	if target, err := d.Readlink("j"); err != nil || !strings.EqualFold(target, filepath.Join(dir, "real")) {
 		t.Errorf("readlink(junction) = %q, %v", target, err)
 	}
-	if got, err := realPath(filepath.Join(dir, "j", "f.txt")); err != nil || got != filepath.Join(dir, "real", "f.txt") {
-		t.Errorf("realPath through the junction = %q, %v", got, err)
+	if got, err := RealPath(filepath.Join(dir, "j", "f.txt")); err != nil || got != filepath.Join(dir, "real", "f.txt") {
+		t.Errorf("RealPath through the junction = %q, %v", got, err)
 	}
-	if err := d.remove("j", false); err != nil {
+	if err := d.Remove("j", false); err != nil {
 		t.Fatalf("remove(junction): %v", err)
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, "real", "f.txt")); err != nil || string(data) != "secret" {
@@ -90,26 +88,26 @@ func TestWinSymlinksRefused(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "dl")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	for _, name := range []string{"fl", "dl"} {
-		if f, err := d.openRead(name); !errors.Is(err, errSwapped) {
+		if f, err := d.OpenRead(name); !errors.Is(err, ErrSwapped) {
 			if f != nil {
 				f.Close()
 			}
-			t.Errorf("openRead(%s): %v, want errSwapped", name, err)
+			t.Errorf("openRead(%s): %v, want ErrSwapped", name, err)
 		}
-		if sub, err := d.sub(name); !errors.Is(err, errSwapped) {
+		if sub, err := d.Sub(name); !errors.Is(err, ErrSwapped) {
 			if sub != nil {
 				sub.Close()
 			}
-			t.Errorf("sub(%s): %v, want errSwapped", name, err)
+			t.Errorf("sub(%s): %v, want ErrSwapped", name, err)
 		}
 	}
-	if err := d.replace("fl", []byte("x"), nil); err != nil {
+	if err := d.Replace("fl", []byte("x"), nil); err != nil {
 		t.Fatalf("replace over a link: %v", err)
 	}
 	if data, _ := os.ReadFile(filepath.Join(dir, "real", "f.txt")); string(data) != "secret" {
@@ -140,9 +138,17 @@ func TestWinReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := replaceFile(p, []byte("new\r\ncontent\r\n"))
-	if err != nil || created {
-		t.Fatalf("replaceFile = %v, %v", created, err)
+	d, err := OpenDir(filepath.Dir(p), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	old, err := d.Lstat(filepath.Base(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Replace(filepath.Base(p), []byte("new\r\ncontent\r\n"), old); err != nil {
+		t.Fatalf("Replace: %v", err)
 	}
 	if data, _ := os.ReadFile(p); string(data) != "new\r\ncontent\r\n" {
 		t.Errorf("content %q", data)
@@ -169,27 +175,27 @@ func TestWinNoReplaceRename(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.renameNew("a", "b"); !errors.Is(err, fs.ErrExist) {
+	if err := d.RenameNew("a", "b"); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("renameNew onto a file: %v, want fs.ErrExist", err)
 	}
-	if err := d.linkNew("a", "b"); !errors.Is(err, fs.ErrExist) {
+	if err := d.LinkNew("a", "b"); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("linkNew onto a file: %v, want fs.ErrExist", err)
 	}
 	if data, _ := os.ReadFile(filepath.Join(dir, "b")); string(data) != "b" {
 		t.Errorf("b was replaced: %q", data)
 	}
-	if err := d.rename("a", "b"); err != nil {
+	if err := d.Rename("a", "b"); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(filepath.Join(dir, "b")); string(data) != "a" {
 		t.Errorf("rename did not replace b: %q", data)
 	}
-	if err := d.link("b", "c"); err != nil && !noHardLinks(err) {
+	if err := d.Link("b", "c"); err != nil && !NoHardLinks(err) {
 		t.Errorf("link: %v", err)
 	}
 }
@@ -206,15 +212,15 @@ func TestWinReadNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if names, more, err := d.readNames(100); err != nil || len(names) != 100 || !more {
+	if names, more, err := d.ReadNames(100); err != nil || len(names) != 100 || !more {
 		t.Errorf("readNames(100) = %d names, %v, %v", len(names), more, err)
 	}
-	names, more, err := d.readNames(5000)
+	names, more, err := d.ReadNames(5000)
 	slices.Sort(names)
 	slices.Sort(want)
 	if err != nil || more || !slices.Equal(names, want) {
@@ -230,8 +236,8 @@ func TestWinDirLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flockDir(strings.ToUpper(dir), 100*time.Millisecond); !errors.Is(err, errDirLocked) {
-		t.Fatalf("second lock: %v, want errDirLocked", err)
+	if _, err := flockDir(strings.ToUpper(dir), 100*time.Millisecond); !errors.Is(err, ErrDirLocked) {
+		t.Fatalf("second lock: %v, want ErrDirLocked", err)
 	}
 	release()
 	again, err := flockDir(dir, time.Second)
@@ -248,40 +254,21 @@ func TestWinRefusedNames(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	for _, name := range []string{"a.txt:stream", "a.txt::$DATA", "a.txt.", "nul", "COM1.txt"} {
-		if f, err := d.openRead(name); err == nil {
+		if f, err := d.OpenRead(name); err == nil {
 			f.Close()
 			t.Errorf("openRead(%q) opened", name)
 		}
-		if err := d.replace(name, []byte("x"), nil); err == nil {
+		if err := d.Replace(name, []byte("x"), nil); err == nil {
 			t.Errorf("replace(%q) wrote", name)
 		}
 	}
-	if _, err := openDir(`\\.\pipe\x`, false); err == nil {
-		t.Error(`openDir(\\.\pipe\x) opened`)
-	}
-}
-
-// TestWinOwnFilesThroughJunction: the agent's state directory named
-// through a junction is its own where the junction leads, in any case.
-func TestWinOwnFilesThroughJunction(t *testing.T) {
-	dir := winTree(t)
-	g, err := newGuard(nil, ownFiles{StateDir: filepath.Join(dir, "j")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{filepath.Join(dir, "real", "f.txt"), strings.ToUpper(filepath.Join(dir, "j", "f.txt"))} {
-		var own *ownError
-		if _, err := g.checkPath(p, policy.Write); !errors.As(err, &own) {
-			t.Errorf("write %s: %v, want a refusal", p, err)
-		}
-	}
-	if lockKey(filepath.Join(dir, "real", "A.txt")) != lockKey(strings.ToLower(filepath.Join(dir, "real", "a.TXT"))) {
-		t.Error("one file has two lock keys")
+	if _, err := OpenDir(`\\.\pipe\x`, false); err == nil {
+		t.Error(`OpenDir(\\.\pipe\x) opened`)
 	}
 }

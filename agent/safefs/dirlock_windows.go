@@ -1,4 +1,4 @@
-package agent
+package safefs
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 )
 
 // Locks on Windows: the directory locks that make compare-and-swap hold
-// between agents on one host (see toolbox.lockFiles), and the lock that
+// between agents on one host (see Locks.Lock), and the lock that
 // marks a patch journal as in use.
 
 // fileIDInfo is FILE_ID_INFO: a volume serial number and a 128-bit file
@@ -24,7 +24,7 @@ type fileIDInfo struct {
 }
 
 // identity returns the volume and file ID of the directory d.
-func (d *dirHandle) identity() (uint64, [16]byte, error) {
+func (d *Dir) identity() (uint64, [16]byte, error) {
 	var id fileIDInfo
 	err := windows.GetFileInformationByHandleEx(d.h, windows.FileIdInfo, (*byte)(unsafe.Pointer(&id)), uint32(unsafe.Sizeof(id)))
 	if err == nil {
@@ -46,10 +46,10 @@ func (d *dirHandle) identity() (uint64, [16]byte, error) {
 // (lockOffset of its volume and file ID, the same whatever path reaches
 // it) in one host-wide file, dirLockFile. It polls, so that a process
 // that holds the lock for good cannot make it wait for ever: after wait
-// it gives up with errDirLocked. Windows releases the lock if the agent
+// it gives up with ErrDirLocked. Windows releases the lock if the agent
 // dies.
 func flockDir(dir string, wait time.Duration) (func(), error) {
-	d, err := openDir(dir, false)
+	d, err := OpenDir(dir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func flockDir(dir string, wait time.Duration) (func(), error) {
 		if !errors.Is(err, windows.ERROR_LOCK_VIOLATION) || time.Now().After(deadline) {
 			windows.CloseHandle(f)
 			if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
-				err = errDirLocked
+				err = ErrDirLocked
 			}
 			return nil, err
 		}
@@ -99,26 +99,26 @@ func openDirLockFile() (windows.Handle, error) {
 		return windows.InvalidHandle, fmt.Errorf("find ProgramData for the directory lock file: %w", err)
 	}
 	p := filepath.Join(base, dirLockFile)
-	d, err := openDir(filepath.Dir(p), true)
+	d, err := OpenDir(filepath.Dir(p), true)
 	if err != nil {
-		return windows.InvalidHandle, fmt.Errorf("directory lock file: %s", fsProblem(filepath.Dir(p), err))
+		return windows.InvalidHandle, fmt.Errorf("directory lock file: %s", Problem(filepath.Dir(p), err))
 	}
 	defer d.Close()
 	h, _, err := d.openAt(filepath.Base(p), openSpec{access: windows.FILE_GENERIC_READ, disposition: windows.FILE_OPEN_IF, options: windows.FILE_NON_DIRECTORY_FILE, raw: true})
 	if err != nil {
-		return windows.InvalidHandle, fmt.Errorf("directory lock file: %s", fsProblem(p, err))
+		return windows.InvalidHandle, fmt.Errorf("directory lock file: %s", Problem(p, err))
 	}
 	return h, nil
 }
 
-// noFollow makes an os.OpenFile open a link itself rather than follow it
+// NoFollow makes an os.OpenFile open a link itself rather than follow it
 // (os.OpenFile passes FILE_FLAG_* bits on to CreateFile).
-const noFollow = windows.FILE_FLAG_OPEN_REPARSE_POINT
+const NoFollow = windows.FILE_FLAG_OPEN_REPARSE_POINT
 
-// lockNB takes an exclusive lock on f without waiting: one byte far past
+// LockNB takes an exclusive lock on f without waiting: one byte far past
 // the end, as the state directory's lock does. It reports false when
 // another open file holds one (err is then nil) or on failure.
-func lockNB(f *os.File) (bool, error) {
+func LockNB(f *os.File) (bool, error) {
 	ol := &windows.Overlapped{OffsetHigh: 0x7fffffff}
 	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
 	switch {

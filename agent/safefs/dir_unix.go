@@ -1,6 +1,6 @@
 //go:build unix
 
-package agent
+package safefs
 
 import (
 	"errors"
@@ -21,18 +21,19 @@ import (
 // redirect a read or a write: the open fails instead. Writes create their
 // temporary file and rename it relative to the directory opened this way.
 
-// dirHandle is an open directory reached without following links.
-type dirHandle struct {
-	fd   int
-	path string
+// Dir is an open directory reached without following links.
+type Dir struct {
+	fd int
+	// Path is the directory's path, as it was opened.
+	Path string
 }
 
-// openDir opens the directory at path, an absolute clean path that had no
+// OpenDir opens the directory at path, an absolute clean path that had no
 // symbolic links when it was checked. With create, missing directories
 // are made (mode 0755, less the umask).
-func openDir(path string, create bool) (*dirHandle, error) {
+func OpenDir(path string, create bool) (*Dir, error) {
 	if fd, ok := openDirFast(path); ok {
-		return &dirHandle{fd: fd, path: path}, nil
+		return &Dir{fd: fd, Path: path}, nil
 	}
 	fd, err := retry(func() (int, error) { return unix.Open("/", dirFlags, 0) })
 	if err != nil {
@@ -51,7 +52,7 @@ func openDir(path string, create bool) (*dirHandle, error) {
 		}
 		fd = next
 	}
-	return &dirHandle{fd: fd, path: path}, nil
+	return &Dir{fd: fd, Path: path}, nil
 }
 
 // openComponent opens directory name in dirfd, without following a link.
@@ -68,7 +69,7 @@ func openComponent(dirfd int, name string, create bool) (int, error) {
 			create = false
 		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
 			if isLinkAt(dirfd, name) {
-				return -1, errSwapped
+				return -1, ErrSwapped
 			}
 			return -1, unix.ENOTDIR
 		default:
@@ -92,20 +93,21 @@ func retry(f func() (int, error)) (int, error) {
 	}
 }
 
-func (d *dirHandle) Close() error { return unix.Close(d.fd) }
+// Close closes the directory.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
 
-// openRead opens name in d for reading, without following a link, and
+// OpenRead opens name in d for reading, without following a link, and
 // without waiting should it be a pipe or claiming it should it be a
 // terminal.
-func (d *dirHandle) openRead(name string) (*os.File, error) {
+func (d *Dir) OpenRead(name string) (*os.File, error) {
 	return d.open(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 }
 
-func (d *dirHandle) open(name string, flag int, perm uint32) (*os.File, error) {
-	p := filepath.Join(d.path, name)
+func (d *Dir) open(name string, flag int, perm uint32) (*os.File, error) {
+	p := filepath.Join(d.Path, name)
 	fd, err := retry(func() (int, error) { return unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm) })
 	if errors.Is(err, unix.ELOOP) && isLinkAt(d.fd, name) {
-		err = errSwapped
+		err = ErrSwapped
 	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
@@ -113,14 +115,14 @@ func (d *dirHandle) open(name string, flag int, perm uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// lstat describes name in d without following a link.
-func (d *dirHandle) lstat(name string) (*fileMeta, error) {
+// Lstat describes name in d without following a link.
+func (d *Dir) Lstat(name string) (*Meta, error) {
 	var st unix.Stat_t
 	_, err := retry(func() (int, error) { return 0, unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
 	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(d.path, name), Err: err}
+		return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(d.Path, name), Err: err}
 	}
-	return &fileMeta{mode: fileMode(uint32(st.Mode)), uid: int(st.Uid), gid: int(st.Gid), size: st.Size, dev: uint64(st.Dev), name: name}, nil // the types differ by system
+	return &Meta{Mode: fileMode(uint32(st.Mode)), UID: int(st.Uid), GID: int(st.Gid), Size: st.Size, Dev: uint64(st.Dev), Name: name}, nil // the types differ by system
 }
 
 func fileMode(m uint32) fs.FileMode {
@@ -151,43 +153,43 @@ func fileMode(m uint32) fs.FileMode {
 	return mode
 }
 
-// replace writes data to a new temporary file in d and renames it over
+// Replace writes data to a new temporary file in d and renames it over
 // name, so that readers see either the old content or the new. The
 // temporary file gets old's mode and owner (0644 when old is nil); on
 // failure it is removed and name is left alone.
-func (d *dirHandle) replace(name string, data []byte, old *fileMeta) error {
-	tmpName, err := d.stage(name, data, old)
+func (d *Dir) Replace(name string, data []byte, old *Meta) error {
+	tmpName, err := d.Stage(name, data, old)
 	if err != nil {
 		return err
 	}
 	if err := unix.Renameat(d.fd, tmpName, d.fd, name); err != nil {
 		_ = unix.Unlinkat(d.fd, tmpName, 0)
-		return fmt.Errorf("replace %s: %w", filepath.Join(d.path, name), err)
+		return fmt.Errorf("replace %s: %w", filepath.Join(d.Path, name), err)
 	}
-	d.sync()
+	d.Sync()
 	return nil
 }
 
-// stage writes data to a new temporary file next to name, with old's
+// Stage writes data to a new temporary file next to name, with old's
 // mode and owner (0644 when old is nil), synced, and returns its name.
 // On failure nothing is left behind.
-func (d *dirHandle) stage(name string, data []byte, old *fileMeta) (string, error) {
+func (d *Dir) Stage(name string, data []byte, old *Meta) (string, error) {
 	tmp, tmpName, err := d.createTemp(name)
 	if err != nil {
-		return "", fmt.Errorf("create a temporary file in %s: %s", d.path, fsProblem(d.path, err))
+		return "", fmt.Errorf("create a temporary file in %s: %s", d.Path, Problem(d.Path, err))
 	}
 	if err := fillTemp(tmp, data, old); err != nil {
 		tmp.Close()
 		_ = unix.Unlinkat(d.fd, tmpName, 0)
-		return "", fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+		return "", fmt.Errorf("write %s: %w", filepath.Join(d.Path, name), err)
 	}
 	return tmpName, nil
 }
 
-// stageAs writes data to a new file called tmpName in d, as stage does,
+// StageAs writes data to a new file called tmpName in d, as stage does,
 // failing with fs.ErrExist when the name is taken. On failure nothing is
 // left behind.
-func (d *dirHandle) stageAs(tmpName string, data []byte, old *fileMeta) error {
+func (d *Dir) StageAs(tmpName string, data []byte, old *Meta) error {
 	tmp, err := d.open(tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -195,65 +197,65 @@ func (d *dirHandle) stageAs(tmpName string, data []byte, old *fileMeta) error {
 	if err := fillTemp(tmp, data, old); err != nil {
 		tmp.Close()
 		_ = unix.Unlinkat(d.fd, tmpName, 0)
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, tmpName), err)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.Path, tmpName), err)
 	}
 	return nil
 }
 
-// link gives the file name in d the second name to, failing when to
-// exists. noHardLinks tells a file system without hard links.
-func (d *dirHandle) link(name, to string) error {
+// Link gives the file name in d the second name to, failing when to
+// exists. NoHardLinks tells a file system without hard links.
+func (d *Dir) Link(name, to string) error {
 	if err := unix.Linkat(d.fd, name, d.fd, to, 0); err != nil {
-		return &fs.PathError{Op: "link", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.Path, to), Err: err}
 	}
 	return nil
 }
 
-// renameNew renames from to to within d without replacing anything: it
+// RenameNew renames from to to within d without replacing anything: it
 // fails with an error matching fs.ErrExist when to exists.
-func (d *dirHandle) renameNew(from, to string) error {
-	return d.moveTo(from, d, to, false)
+func (d *Dir) RenameNew(from, to string) error {
+	return d.MoveTo(from, d, to, false)
 }
 
-// rename renames from to to within d, replacing to.
-func (d *dirHandle) rename(from, to string) error {
+// Rename renames from to to within d, replacing to.
+func (d *Dir) Rename(from, to string) error {
 	if err := unix.Renameat(d.fd, from, d.fd, to); err != nil {
-		return &fs.PathError{Op: "rename", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "rename", Path: filepath.Join(d.Path, to), Err: err}
 	}
 	return nil
 }
 
-// linkNew gives the file from the new name to in d, failing with
+// LinkNew gives the file from the new name to in d, failing with
 // fs.ErrExist when to exists, and removes the name from: it renames
 // without replacing. Where the file system has no hard links it checks
 // that to is free and renames.
-func (d *dirHandle) linkNew(from, to string) error {
+func (d *Dir) LinkNew(from, to string) error {
 	err := unix.Linkat(d.fd, from, d.fd, to, 0)
 	switch {
 	case err == nil:
 		_ = unix.Unlinkat(d.fd, from, 0)
 		return nil
 	case errors.Is(err, unix.EEXIST):
-		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: fs.ErrExist}
-	case !noHardLinks(err):
-		return &fs.PathError{Op: "link", Path: filepath.Join(d.path, to), Err: err}
+		return &fs.PathError{Op: "create", Path: filepath.Join(d.Path, to), Err: fs.ErrExist}
+	case !NoHardLinks(err):
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.Path, to), Err: err}
 	}
-	if _, err := d.lstat(to); err == nil {
-		return &fs.PathError{Op: "create", Path: filepath.Join(d.path, to), Err: fs.ErrExist}
+	if _, err := d.Lstat(to); err == nil {
+		return &fs.PathError{Op: "create", Path: filepath.Join(d.Path, to), Err: fs.ErrExist}
 	}
-	return d.rename(from, to)
+	return d.Rename(from, to)
 }
 
-// noHardLinks reports whether a link failed because the file system
+// NoHardLinks reports whether a link failed because the file system
 // does not do hard links.
-func noHardLinks(err error) bool {
+func NoHardLinks(err error) bool {
 	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) ||
 		errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EMLINK) || errors.Is(err, unix.ENOSYS)
 }
 
 // createTemp creates a new hidden file next to name, readable by the
 // agent only until fillTemp gives it its mode.
-func (d *dirHandle) createTemp(name string) (*os.File, string, error) {
+func (d *Dir) createTemp(name string) (*os.File, string, error) {
 	for range 100 {
 		tmpName := tempName(name)
 		f, err := d.open(tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
@@ -264,9 +266,9 @@ func (d *dirHandle) createTemp(name string) (*os.File, string, error) {
 	return nil, "", errors.New("no free temporary file name")
 }
 
-// sync makes a rename in d durable. Errors are ignored: some file systems
+// Sync makes a rename in d durable. Errors are ignored: some file systems
 // cannot sync directories, and the rename itself has succeeded.
-func (d *dirHandle) sync() {
+func (d *Dir) Sync() {
 	fd, err := retry(func() (int, error) {
 		return unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
@@ -277,27 +279,27 @@ func (d *dirHandle) sync() {
 	unix.Close(fd)
 }
 
-// sub opens directory name in d without following a link.
-func (d *dirHandle) sub(name string) (*dirHandle, error) {
-	p := filepath.Join(d.path, name)
+// Sub opens directory name in d without following a link.
+func (d *Dir) Sub(name string) (*Dir, error) {
+	p := filepath.Join(d.Path, name)
 	fd, err := openComponent(d.fd, name, false)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
-	return &dirHandle{fd: fd, path: p}, nil
+	return &Dir{fd: fd, Path: p}, nil
 }
 
-// readNames returns the names in d ("." and ".." left out), in the order
+// ReadNames returns the names in d ("." and ".." left out), in the order
 // the file system keeps them, at most max of them, and whether more
 // remain.
-func (d *dirHandle) readNames(max int) ([]string, bool, error) {
+func (d *Dir) ReadNames(max int) ([]string, bool, error) {
 	fd, err := retry(func() (int, error) {
 		return unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
-		return nil, false, &fs.PathError{Op: "open", Path: d.path, Err: err}
+		return nil, false, &fs.PathError{Op: "open", Path: d.Path, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), d.path)
+	f := os.NewFile(uintptr(fd), d.Path)
 	defer f.Close()
 	var names []string
 	for len(names) <= max {
@@ -316,13 +318,13 @@ func (d *dirHandle) readNames(max int) ([]string, bool, error) {
 	return names, false, nil
 }
 
-// readlink returns the destination of the symbolic link name in d.
-func (d *dirHandle) readlink(name string) (string, error) {
+// Readlink returns the destination of the symbolic link name in d.
+func (d *Dir) Readlink(name string) (string, error) {
 	for size := 256; ; size *= 2 {
 		buf := make([]byte, size)
 		n, err := unix.Readlinkat(d.fd, name, buf)
 		if err != nil {
-			return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.path, name), Err: err}
+			return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.Path, name), Err: err}
 		}
 		if n < size || size >= 1<<16 {
 			return string(buf[:n]), nil
@@ -330,25 +332,25 @@ func (d *dirHandle) readlink(name string) (string, error) {
 	}
 }
 
-// remove deletes the entry name from d: the link itself for a symbolic
+// Remove deletes the entry name from d: the link itself for a symbolic
 // link, and with dir an empty directory.
-func (d *dirHandle) remove(name string, dir bool) error {
+func (d *Dir) Remove(name string, dir bool) error {
 	flags := 0
 	if dir {
 		flags = unix.AT_REMOVEDIR
 	}
 	if _, err := retry(func() (int, error) { return 0, unix.Unlinkat(d.fd, name, flags) }); err != nil {
-		return &fs.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
+		return &fs.PathError{Op: "remove", Path: filepath.Join(d.Path, name), Err: err}
 	}
 	return nil
 }
 
-// moveTo renames name in d to toName in to, never replacing an entry
+// MoveTo renames name in d to toName in to, never replacing an entry
 // that exists there: it then fails with an error that matches
 // fs.ErrExist. isDir says whether name is a directory.
-func (d *dirHandle) moveTo(name string, to *dirHandle, toName string, isDir bool) error {
+func (d *Dir) MoveTo(name string, to *Dir, toName string, isDir bool) error {
 	if err := renameNoReplace(d.fd, name, to.fd, toName, isDir); err != nil {
-		return &os.LinkError{Op: "move", Old: filepath.Join(d.path, name), New: filepath.Join(to.path, toName), Err: err}
+		return &os.LinkError{Op: "move", Old: filepath.Join(d.Path, name), New: filepath.Join(to.Path, toName), Err: err}
 	}
 	return nil
 }
@@ -386,9 +388,9 @@ func renameChecked(oldfd int, oldName string, newfd int, newName string, isDir b
 	return unix.Renameat(oldfd, oldName, newfd, newName)
 }
 
-// deviceOf returns the file system of the file at path (links
-// followed), as lstat reports it in fileMeta.dev.
-func deviceOf(path string) (uint64, bool) {
+// DeviceOf returns the file system of the file at path (links
+// followed), as lstat reports it in Meta.Dev.
+func DeviceOf(path string) (uint64, bool) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return 0, false
@@ -396,18 +398,18 @@ func deviceOf(path string) (uint64, bool) {
 	return uint64(st.Dev), true // the type differs by system
 }
 
-// openedRegular reports whether fi, the description of a file the layer
+// OpenedRegular reports whether fi, the description of a file the layer
 // opened, is a regular file.
-func openedRegular(fi fs.FileInfo) bool { return fi.Mode().IsRegular() }
+func OpenedRegular(fi fs.FileInfo) bool { return fi.Mode().IsRegular() }
 
-// realName returns the name, as the directory holds it, of the entry
+// RealName returns the name, as the directory holds it, of the entry
 // name in dir: on Unix the name itself.
-func realName(dir, name string) (string, error) { return name, nil }
+func RealName(dir, name string) (string, error) { return name, nil }
 
 // flockDir takes an exclusive flock on the directory dir and returns the
 // function that releases it (closing the descriptor that holds it). It
 // polls, so that a process that holds the lock for good cannot make it
-// wait for ever: after wait it gives up with errDirLocked.
+// wait for ever: after wait it gives up with ErrDirLocked.
 func flockDir(dir string, wait time.Duration) (func(), error) {
 	fd, err := retry(func() (int, error) {
 		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
@@ -424,7 +426,7 @@ func flockDir(dir string, wait time.Duration) (func(), error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
 			unix.Close(fd)
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				err = errDirLocked
+				err = ErrDirLocked
 			}
 			return nil, err
 		}
@@ -432,12 +434,12 @@ func flockDir(dir string, wait time.Duration) (func(), error) {
 	}
 }
 
-// noFollow makes an open fail on a symbolic link.
-const noFollow = unix.O_NOFOLLOW
+// NoFollow makes an open fail on a symbolic link.
+const NoFollow = unix.O_NOFOLLOW
 
-// lockNB takes an exclusive flock on f without waiting. It reports false
+// LockNB takes an exclusive flock on f without waiting. It reports false
 // when another open file holds one (err is then nil) or on failure.
-func lockNB(f *os.File) (bool, error) {
+func LockNB(f *os.File) (bool, error) {
 	_, err := retry(func() (int, error) { return 0, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) })
 	switch {
 	case err == nil:
@@ -448,5 +450,5 @@ func lockNB(f *os.File) (bool, error) {
 	return false, err
 }
 
-// linkKind names what the layer refuses to go through, for messages.
-const linkKind = "a symbolic link"
+// LinkKind names what the layer refuses to go through, for messages.
+const LinkKind = "a symbolic link"

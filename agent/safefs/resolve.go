@@ -1,4 +1,4 @@
-package agent
+package safefs
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 	"syscall"
 )
 
-// maxLinkHops bounds how many symbolic links realPath follows, like the
+// maxLinkHops bounds how many symbolic links RealPath follows, like the
 // kernel's limit.
 const maxLinkHops = 40
 
-// realPath returns the file that path, an absolute clean path, names once
+// RealPath returns the file that path, an absolute clean path, names once
 // every symbolic link in it is followed the way the kernel follows them
 // (".." in a link's destination applies to the directory the link leads
 // to). When a component does not exist, the rest of the path is appended
@@ -25,8 +25,8 @@ const maxLinkHops = 40
 // that destination, the file a write creates.
 //
 // The answer may be stale by the time it is used; the tools open it with
-// openDir, which refuses a path that has changed under it.
-func realPath(path string) (string, error) {
+// OpenDir, which refuses a path that has changed under it.
+func RealPath(path string) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
@@ -35,7 +35,7 @@ func realPath(path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return evalExisting(resolved)
+		return EvalExisting(resolved)
 	}
 	return walkPath(filepath.Clean(path), false)
 }
@@ -64,13 +64,13 @@ func readWinLink(p string) (string, bool, error) {
 	return "", false, nil
 }
 
-// evalExisting normalises the longest part of path that exists, a path
+// EvalExisting normalises the longest part of path that exists, a path
 // without links, to the names its directories hold (filepath.EvalSymlinks
 // gives each name its case on disk, and a short 8.3 name its long name)
 // and appends the rest as it is: on Windows the path rules must judge the
 // names the files have, since Windows opens C:\PROGRA~1 and
 // c:\program files as C:\Program Files.
-func evalExisting(path string) (string, error) {
+func EvalExisting(path string) (string, error) {
 	rest := ""
 	for p := path; ; {
 		real, err := filepath.EvalSymlinks(p)
@@ -86,20 +86,20 @@ func evalExisting(path string) (string, error) {
 	}
 }
 
-// shellPath returns the file a shell opens when a redirection names path,
-// an absolute path exactly as the shell has it. Unlike realPath it does
+// ShellPath returns the file a shell opens when a redirection names path,
+// an absolute path exactly as the shell has it. Unlike RealPath it does
 // not clean path first: it walks it component by component as the
 // kernel does, so ".." after a symbolic link to a directory leads to the
 // parent of the link's destination, not back to where the link is. Where
 // the kernel's walk would fail, so does this one: a component that is not
 // a directory with more of the path after it. A missing component is
-// placed as realPath places it (a file the redirection creates, or the
+// placed as RealPath places it (a file the redirection creates, or the
 // destination of a dangling link), except that ".." after it is refused:
 // what it leads to depends on what the line creates there. Links on
 // procfs (/proc/self, /proc/PID/cwd, /proc/PID/root, /dev/fd/N, ...) are
 // refused: they name files of the process that opens them, which is the
 // shell, not the agent.
-func shellPath(path string) (string, error) {
+func ShellPath(path string) (string, error) {
 	if !strings.HasPrefix(path, "/") {
 		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
@@ -107,7 +107,7 @@ func shellPath(path string) (string, error) {
 }
 
 // walkPath resolves path, an absolute path, one component at a time; see
-// realPath and shellPath (shell).
+// RealPath and ShellPath (shell).
 func walkPath(path string, shell bool) (string, error) {
 	resolved, rest := "/", strings.TrimLeft(path, "/")
 	hops := 0
