@@ -187,6 +187,11 @@ func TestDepsAgentBinary(t *testing.T) {
 	}
 }
 
+// agentLeaves are the packages below agent that the tools build on. Each
+// stands alone: it imports neither the agent, the gateway, nor another
+// leaf; from this module at most policy and protocol.
+var agentLeaves = []string{module + "/agent/safefs"}
+
 // TestDepsModuleRules checks the import rules between the module's own
 // packages, on every package of the module.
 func TestDepsModuleRules(t *testing.T) {
@@ -218,6 +223,11 @@ func TestDepsModuleRules(t *testing.T) {
 		case under(p.ImportPath, gateway):
 			checked["gateway"] = true
 			rule("must not import the agent", func(imp string) bool { return under(imp, agent) })
+		case slices.Contains(agentLeaves, p.ImportPath):
+			checked[p.ImportPath] = true
+			rule("may import only policy and protocol from this module (it is a leaf the agent's tools build on)", func(imp string) bool {
+				return inModule(imp) && imp != p.ImportPath && imp != protocol && !under(imp, policy)
+			})
 		case under(p.ImportPath, agent):
 			checked["agent"] = true
 			rule("must not import the gateway", func(imp string) bool { return under(imp, gateway) })
@@ -265,7 +275,7 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		}
 	}
-	for _, name := range []string{"gateway", "agent", "protocol", "skillmd", "fleetctl"} {
+	for _, name := range append([]string{"gateway", "agent", "protocol", "skillmd", "fleetctl"}, agentLeaves...) {
 		if !checked[name] {
 			t.Errorf("package %s was not found, so its import rule was not checked", name)
 		}
