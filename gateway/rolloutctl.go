@@ -29,6 +29,11 @@ const (
 	// driveEvery is the longest the leader waits between two looks at
 	// its rollouts (status reports bring the next look sooner).
 	driveEvery = time.Second
+	// repokeEvery is how often the leader pokes again the hosts of the
+	// current batch that have not reported on it: a poke is sent once,
+	// after the write, and is lost when the leader dies between the two
+	// (the agent's own timer would read the record only minutes later).
+	repokeEvery = 10 * time.Second
 )
 
 // controller elects the leader and drives the rollouts while leading.
@@ -39,6 +44,9 @@ type controller struct {
 	// scanned is when each rollout's earlier batches were last looked
 	// at (drive loop only).
 	scanned map[string]time.Time
+	// poked is when each rollout's current batch was last poked by this
+	// replica (drive loop only); a new leader pokes at once.
+	poked map[string]time.Time
 
 	mu      sync.Mutex
 	leading bool
@@ -47,7 +55,7 @@ type controller struct {
 }
 
 func newController(s *skillService) *controller {
-	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}}
+	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}, poked: map[string]time.Time{}}
 }
 
 // nudge asks for a look at the rollouts soon.
@@ -195,6 +203,8 @@ func (c *controller) drive(ctx context.Context) {
 			return
 		}
 		if r.State != protocol.RolloutRunning && !r.Undo {
+			delete(c.scanned, r.ID)
+			delete(c.poked, r.ID)
 			continue
 		}
 		if err := c.step(ctx, r); err != nil && ctx.Err() == nil {
@@ -216,6 +226,7 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	now := s.now()
 	lo, hi := r.bounds(k)
 	failed := map[string]string{}
+	var silent []string
 	done := true
 	// The hosts of earlier batches (which may fail once they come back)
 	// are looked at once a driveEvery; the current batch's every time.
@@ -238,8 +249,12 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 			failed[host] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
 		default:
 			done = false
+			if state == protocol.SkillPending {
+				silent = append(silent, host)
+			}
 		}
 	}
+	c.repoke(r.ID, silent, now)
 	if len(failed) == 0 && !done {
 		return nil
 	}
@@ -269,6 +284,18 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	})
 	c.nudge()
 	return err
+}
+
+// repoke pokes hosts of rollout id's current batch that have not
+// reported on it, at most once a repokeEvery.
+func (c *controller) repoke(id string, hosts []string, now time.Time) {
+	if len(hosts) == 0 || now.Sub(c.poked[id]) < repokeEvery {
+		return
+	}
+	c.poked[id] = now
+	for _, h := range hosts {
+		_ = c.s.nc.Publish(protocol.SkillsPokeSubject(h), nil)
+	}
 }
 
 // writeBatch records the previous bundles of batch k's hosts, then writes
@@ -329,6 +356,7 @@ func (c *controller) writeBatch(ctx context.Context, r *rollout, k int) error {
 		}
 		return nil
 	})
+	c.poked[r.ID] = s.now()
 	c.nudge()
 	return err
 }
