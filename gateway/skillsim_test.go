@@ -131,7 +131,7 @@ type simAgent struct {
 	mu       sync.Mutex
 	behave   string
 	hold     chan struct{}
-	deaf     atomic.Bool // pokes are dropped
+	deaf     atomic.Bool       // pokes are dropped
 	active   map[string]string // skill -> bundle
 	states   map[string]protocol.SkillState
 	revision uint64
