@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -405,8 +406,15 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 // it, ready to run.
 func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
 	stateDir := filepath.Join(o.dataDir, "agent")
+	// Its identity is written under the state directory's lock, which
+	// the agent then keeps.
+	lock, err := statelock.Acquire(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
 	id, err := enrolDevAgent(ctx, gw, stateDir, o.agentName)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
@@ -418,6 +426,7 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
 		GatewayKeys: id.Enrolment.SigningKeys,
 		StateDir:    stateDir,
+		StateLock:   lock,
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),
