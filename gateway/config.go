@@ -79,6 +79,13 @@ type Config struct {
 	// AgentCredentialTTL is how long an agent's NATS credential is valid.
 	// Default 720h (30 days).
 	AgentCredentialTTL time.Duration
+	// EnrolRetryWindow is how long after a host enrolled with a join
+	// token the same key may send the same token again and get a
+	// credential, without spending a use: the answer to its first request
+	// may have been lost on the way back. A token's enrol credential
+	// (enrolment over NATS) stays good that long after the token is
+	// spent, so that the retry can be sent. Default 10 min; 1 s to 1 h.
+	EnrolRetryWindow time.Duration
 
 	// AuthDisabled turns caller authentication off. It is only allowed on
 	// a loopback listener, and then the one local caller may do
@@ -192,6 +199,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.OfflineAfter, 15*time.Second)
 	setDur(&c.ProgressIdle, 5*time.Second)
 	setDur(&c.AgentCredentialTTL, 720*time.Hour)
+	setDur(&c.EnrolRetryWindow, 10*time.Minute)
 	c.Auth.setDefaults()
 	c.Audit.setDefaults()
 	c.Hosts.setDefaults()
@@ -225,6 +233,9 @@ func (c *Config) validate() error {
 	errs = append(errs, c.validateTLS()...)
 	if c.AgentCredentialTTL < time.Second || c.AgentCredentialTTL > 366*24*time.Hour {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
+	}
+	if c.EnrolRetryWindow < time.Second || c.EnrolRetryWindow > time.Hour {
+		errs = append(errs, fmt.Errorf("enrolment retry window %s: use 1s to 1h", c.EnrolRetryWindow))
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, validateCORSOrigins(c.CORSOrigins)...)

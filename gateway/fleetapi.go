@@ -181,7 +181,8 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 	}
 	writeJSON(w, http.StatusOK, resp)
 	if out.tokenStopped {
-		g.reconcileSoon() // the token's enrol credential
+		// The token's enrol credential, once a retry may no longer come.
+		g.reconcileAt(g.now().Add(g.cfg.EnrolRetryWindow))
 	}
 }
 
@@ -192,8 +193,15 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 	if out.host != "" {
 		rec.Hosts = []string{out.host}
 	}
-	if len(out.labels) > 0 {
-		rec.Args = map[string]any{"labels": formatLabels(out.labels)}
+	if len(out.labels) > 0 || out.retried {
+		rec.Args = map[string]any{}
+		if len(out.labels) > 0 {
+			rec.Args["labels"] = formatLabels(out.labels)
+		}
+		if out.retried {
+			// The answer to this key's enrolment was given again.
+			rec.Args["retry"] = true
+		}
 	}
 	if aerr != nil {
 		rec.Decision, rec.Outcome, rec.Reason = decisionDenied, outcomeRefused, string(aerr.Code)

@@ -71,9 +71,13 @@ type Gateway struct {
 	// reconcileCh asks the revocation loop for a reconcile; stopLoops
 	// ends the loops the gateway runs, loops joins them.
 	reconcileCh chan struct{}
-	stopLoops   context.CancelFunc
-	loops       sync.WaitGroup
-	now         func() time.Time
+	// reconcileDue is when a reconcile is next due besides the periodic
+	// one (zero: none), set by reconcileAt.
+	reconcileMu  sync.Mutex
+	reconcileDue time.Time
+	stopLoops    context.CancelFunc
+	loops        sync.WaitGroup
+	now          func() time.Time
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
@@ -227,7 +231,7 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
-	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.log.With("component", "tokens")); err != nil {
+	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
 		return err
 	}
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
