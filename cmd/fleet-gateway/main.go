@@ -71,6 +71,7 @@ type options struct {
 
 	apiListen, apiTLSCert, apiTLSKey string
 	tlsCert, tlsKey                  string
+	natsTLSCert, natsTLSKey          string
 
 	natsAdvertise, advertise        string
 	natsCreds, natsSysCreds, natsCA string
@@ -118,6 +119,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.tlsCert, "tls_cert", "", "certificate chain (PEM): the MCP endpoint serves HTTPS with it (with --tls_key)")
 	fs.StringVar(&o.tlsKey, "tls_key", "", "private key (PEM) of --tls_cert")
 	fs.BoolVar(&o.natsTLS, "nats_tls", false, "the embedded NATS server serves TLS on a loopback --nats_listen too")
+	fs.StringVar(&o.natsTLSCert, "nats_tls_cert", "", "certificate chain (PEM) of the embedded NATS server, ending with its CA's certificate (default: issued from the fleet CA in --data_dir); agents trust and pin that CA")
+	fs.StringVar(&o.natsTLSKey, "nats_tls_key", "", "private key (PEM) of --nats_tls_cert")
 	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
 	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
 	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
@@ -270,7 +273,7 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gatew
 // config.
 func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
 	cfg := gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS,
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS, NATSTLSCert: o.natsTLSCert, NATSTLSKey: o.natsTLSKey,
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
