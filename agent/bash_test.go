@@ -74,7 +74,7 @@ func TestBashOutput(t *testing.T) {
 	}{
 		{"merged in order", "echo a; echo b >&2; echo c", "a\nb\nc\n", false},
 		{"no output", "true", "(no output)", false},
-		{"exit code", "echo out; echo err >&2; exit 3", "out\nerr\n\n\nCommand exited with code 3", true},
+		{"exit code", "echo out; echo err >&2; exit 3", "out\nerr\n\nCommand exited with code 3", true},
 		{"exit code no output", "exit 1", "(no output)\n\nCommand exited with code 1", true},
 		{"signal", "kill -TERM $$", "(no output)\n\nCommand was killed by signal SIGTERM", true},
 		{"working directory", "pwd", tb.cfg.Cwd + "\n", false},
@@ -87,7 +87,13 @@ func TestBashOutput(t *testing.T) {
 			if text != tt.want || isErr != tt.isErr {
 				t.Errorf("bash %q = %q (error %v), want %q (error %v)", tt.command, text, isErr, tt.want, tt.isErr)
 			}
-			if out, _, _ := strings.Cut(tt.want, "\n\nCommand"); out != "(no output)" && live != out {
+			// The status line follows one blank line; the streamed output
+			// is the command's own, with its final newline.
+			out, _, cut := strings.Cut(tt.want, "\n\nCommand")
+			if cut {
+				live = strings.TrimSuffix(live, "\n")
+			}
+			if out != "(no output)" && live != out {
 				t.Errorf("streamed %q, want %q", live, out)
 			}
 		})
@@ -124,7 +130,7 @@ func TestBashTimeoutKillsGroup(t *testing.T) {
 	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "sleep 30 & echo $!; wait", "timeout": 0.3})
 	pid := pidIn(t, text)
 	killLater(t, pid)
-	if want := fmt.Sprintf("%d\n\n\nCommand timed out after 0.3 seconds", pid); text != want || !isErr {
+	if want := fmt.Sprintf("%d\n\nCommand timed out after 0.3 seconds", pid); text != want || !isErr {
 		t.Errorf("text = %q (error %v), want %q", text, isErr, want)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -180,7 +186,7 @@ func TestBashCancel(t *testing.T) {
 	cancel()
 	select {
 	case r := <-done:
-		if text, want := tbText(t, r), "started\n\n\nCommand cancelled"; text != want || !r.IsError {
+		if text, want := tbText(t, r), "started\n\nCommand cancelled"; text != want || !r.IsError {
 			t.Errorf("text = %q (error %v), want %q", text, r.IsError, want)
 		}
 	case <-time.After(time.Second):
