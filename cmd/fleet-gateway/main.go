@@ -91,6 +91,7 @@ type options struct {
 	hostsReplicas                   int
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
+	maxRequestMiB                   int64
 	transferWait                    time.Duration
 	version                         bool
 	corsOrigins                     string
@@ -139,6 +140,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
 	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
+	fs.Int64Var(&o.maxRequestMiB, "max_request_mib", 64, "largest MCP request body in MiB, 1 to 1024 (a write's content travels in it; agents take 64 MiB by default); a proxy in front must allow as much")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
@@ -277,11 +279,14 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
+		MaxRequestBytes: o.maxRequestMiB << 20, MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
 		Metrics: o.metrics, MetricsListen: o.metricsListen, SigningKeyFile: o.signingKey,
 		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+	}
+	if o.maxRequestMiB < 1 || o.maxRequestMiB > 1024 {
+		return cfg, fmt.Errorf("--max_request_mib %d: use 1 to 1024 (MiB)", o.maxRequestMiB)
 	}
 	if strings.EqualFold(strings.TrimSpace(o.apiListen), "off") {
 		cfg.APIListen = ""

@@ -89,6 +89,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"stray argument", with("--dev", "extra"), nil, []string{`unexpected argument "extra"`}},
 		{"flag after argument", []string{"serve", "--dev"}, nil, []string{`unexpected argument "serve"`}},
 		{"bad duration", with("--session_timeout", "soon"), nil, []string{"session_timeout", "soon"}},
+		{"request limit of nothing", with("--dev", "--max_request_mib", "0"), nil, []string{"--max_request_mib 0", "1 to 1024"}},
+		{"request limit over the transfer budget", with("--dev", "--max_request_mib", "200"), nil, []string{"--max_transfer_mib", "below the request limit of 200 MiB"}},
 		{"bad log level", with("--dev", "--log_level", "loud"), nil, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
 		{"no auth on all interfaces", []string{"--no_auth", "--listen", "0.0.0.0:0", "--data_dir", dir}, nil, []string{"loopback", "0.0.0.0:0"}},
 		{"dev on all interfaces", []string{"--dev", "--listen", "[::]:0", "--data_dir", dir}, nil, []string{"loopback"}},
@@ -150,7 +152,7 @@ func TestRunHelp(t *testing.T) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
 	for _, f := range []string{"-dev", "-no_auth", "-listen", "-api_listen", "-api_tls_cert", "-api_tls_key", "-tls_cert", "-tls_key", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
-		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_tls_cert", "-nats_tls_key", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
+		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_tls_cert", "-nats_tls_key", "-max_request_mib", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
