@@ -184,6 +184,12 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 		host, replace, aerr = t.allowName(req.Host, req.Facts.Hostname)
 		return aerr
 	})
+	if aerr != nil && aerr.Code == protocol.APITokenSpent && g.agents.sync(ctx) == nil {
+		// A retry this gateway's index had not seen yet.
+		if resp, done, rerr := g.enrolAgain(ctx, id, secret, req, out); done {
+			return resp, rerr
+		}
+	}
 	if aerr != nil {
 		return nil, aerr
 	}

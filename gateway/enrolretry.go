@@ -35,9 +35,10 @@ func (r *AgentRecord) retryOf(tokenID, pub string, now time.Time, window time.Du
 // is false when it is not one, and the request takes the ordinary path,
 // which says why it is refused if it is.
 func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req *protocol.EnrolRequest, out *enrolOutcome) (_ *protocol.EnrolResponse, done bool, _ *protocol.APIError) {
-	if g.agents.sync(ctx) != nil {
-		return nil, false, nil
-	}
+	// The index, as this gateway holds it: a key it does not know is
+	// taken for a first enrolment, at no cost (enrolHost asks again after
+	// a sync when the token turns out spent). The record itself is read
+	// again below.
 	host, ok := g.agentIndex.keyHost(req.PublicKey)
 	if !ok {
 		return nil, false, nil
