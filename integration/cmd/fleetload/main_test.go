@@ -40,6 +40,7 @@ func TestLoadSmallFleet(t *testing.T) {
 	for _, want := range []string{
 		"gateway memory: RSS ", "fleet_read across 40 hosts (max_concurrency default): p50 ",
 		"fleet_bash across 40 hosts", "all 40 agents reconnected within", "after the restart: fleet_bash \"true\" reached all 40 hosts",
+		"the agents made ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
@@ -106,7 +107,7 @@ func TestLoadRollout(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	for _, bad := range [][]string{{"-hosts", "0"}, {"-hosts", "x"}, {"-runs", "0"}, {"-concurrency", "501"}, {"extra"}, {"-enrol", "carrier-pigeon"}, {"-enrol_conns", "0"}, {"-mode", "sideways"}} {
+	for _, bad := range [][]string{{"-hosts", "0"}, {"-hosts", "x"}, {"-runs", "0"}, {"-concurrency", "501"}, {"extra"}, {"-enrol", "carrier-pigeon"}, {"-enrol_conns", "0"}, {"-mode", "sideways"}, {"-restart_profile_seconds", "0"}} {
 		if _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
