@@ -38,6 +38,9 @@ type Agent struct {
 	guard     *guard
 	policyEnv policy.Env
 	reloadMu  sync.Mutex
+	// gitGuard runs git for bash under command rules (nil otherwise);
+	// Reload gives it the new policy's deny rules.
+	gitGuard *gitGuard
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// skillSync installs the skills the fleet rolls out to the host.
@@ -65,6 +68,8 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// tracing makes the spans of traced calls (nil: off).
+	tracing *tracing
 	// counts are the calls served, failed and refused (stats.go).
 	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
@@ -108,7 +113,7 @@ func New(cfg Config) (a *Agent, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	env := policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+	env := policy.Env{OS: runtime.GOOS, FoldCase: onDarwin, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
 		GitGuarded: cfg.GitGuard != ""}
 	pol, err := loadPolicy(cfg.PolicyFile, env)
 	if err != nil {
@@ -175,6 +180,7 @@ func New(cfg Config) (a *Agent, err error) {
 		log:         log,
 		allTools:    all,
 		guard:       tb.guard,
+		gitGuard:    tb.gitGuard,
 		policyEnv:   env,
 		skills:      skills,
 		instance:    newInstanceID(),
@@ -183,6 +189,7 @@ func New(cfg Config) (a *Agent, err error) {
 		renewRetry:  renewRetryMin,
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
+		tracing:     newTracing(cfg.TracerProvider),
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
 		state:       state,

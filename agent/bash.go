@@ -290,7 +290,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		text = "(no output)"
 	}
 	if tr.Truncated {
-		text += "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
+		text = strings.TrimSuffix(text, "\n") + "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
 	}
 	status := ""
 	switch {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -25,6 +26,9 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	seq    atomic.Uint64
+	// span covers the call until its result is published (it records
+	// nothing when the call is not traced).
+	span trace.Span
 }
 
 // finished is a result kept for re-fetching.
@@ -235,7 +239,9 @@ func (a *Agent) onCall(m *nats.Msg) {
 		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), seq)
 		return
 	}
-	a.accept(&call, f.CallID, reply, seq)
+	// The part that completes the call carries its trace context, as
+	// every part does.
+	a.accept(a.tracing.remote(m.Header), &call, f.CallID, reply, seq)
 }
 
 // assemble adds f to its call. Once the call is complete it returns its
@@ -297,11 +303,15 @@ func (a *Agent) prunePending(now time.Time) {
 }
 
 // accept validates a complete call and queues it. seq is the last
-// sequence number already used on reply.
-func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
+// sequence number already used on reply; parent, when not nil, is the
+// call's trace context (tracing.remote).
+func (a *Agent) accept(parent context.Context, call *protocol.Call, frameID, reply string, seq uint64) {
+	span := a.tracing.startServe(parent, call, a.cfg.Name)
 	fail := func(code protocol.Code, format string, args ...any) {
 		a.counts.refused.Add(1)
-		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), seq)
+		res := protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...))
+		a.replyResult(reply, res, seq)
+		endSpan(span, res, "")
 	}
 	switch {
 	case call.ID != frameID:
@@ -317,27 +327,33 @@ func (a *Agent) accept(call *protocol.Call, frameID, reply string, seq uint64) {
 	if j, data := a.calls.lookup(call.ID); j != nil || data != nil {
 		// A repeated call (the gateway retried): never run it twice.
 		a.replyState(reply, call.ID)
+		endSpan(span, nil, "repeated")
 		return
 	}
+	ps := a.tracing.child(span, "fleet.policy", "")
 	hp := a.served()
 	tool := hp.tools[call.Tool]
 	switch {
 	case tool == nil && hp.refused[call.Tool]:
+		endPolicy(ps, "denied", hp.pol.Digest())
 		fail(protocol.CodeDenied, "%v; host %s serves: %s", hp.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(hp.toolList(), ", "))
 		return
 	case tool == nil:
+		endPolicy(ps, "unknown_tool", hp.pol.Digest())
 		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(hp.toolList(), ", "))
 		return
 	}
+	endPolicy(ps, "allowed", hp.pol.Digest())
 	ctx, cancel := context.WithCancel(a.workCtx)
 	if d := call.Timeout(); d > 0 {
 		ctx, cancel = context.WithTimeout(a.workCtx, d)
 	}
-	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel}
+	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel, span: span}
 	j.seq.Store(seq)
 	if !a.calls.start(j) {
 		cancel()
 		a.replyState(reply, call.ID)
+		endSpan(span, nil, "repeated")
 		return
 	}
 	if err := a.enqueue(j); err != nil {
@@ -403,6 +419,7 @@ func (a *Agent) run(j *job) {
 	}
 	a.calls.finish(j.call.ID, data, time.Now())
 	a.publishResult(j.reply, j.call.ID, data, &j.seq)
+	endSpan(j.span, res, "")
 }
 
 func (a *Agent) invoke(j *job) (res *protocol.Result) {
@@ -413,8 +430,13 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 		}
 	}()
 	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: j.call.Caller.Subject, Output: func(p []byte) { a.output(j, p) }}
+	ctx, span := j.ctx, a.tracing.child(j.span, "fleet.tool ", j.call.Tool)
+	if span.IsRecording() {
+		ctx = trace.ContextWithSpan(ctx, span)
+	}
+	defer func() { endSpan(span, res, "") }()
 	start := time.Now()
-	res = j.tool(j.ctx, tc)
+	res = j.tool(ctx, tc)
 	if res == nil {
 		res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "tool "+j.call.Tool+" returned no result")
 	}

@@ -105,6 +105,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	g.calls.Add(1)
 	defer g.calls.Done()
 	start := time.Now()
+	ctx, span := g.tracing.startCall(ctx, req)
 	id := g.identityOf(req.Extra)
 	cc := &callContext{id: id, grants: g.access.Load().For(id), callID: newCallID()}
 	tool := req.Params.Name
@@ -146,6 +147,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
+	endCall(span, rec)
 	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
 	g.audit.write(rec)
 	return res, err

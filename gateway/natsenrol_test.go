@@ -238,10 +238,17 @@ func TestEnrolCredentialEscapes(t *testing.T) {
 	// a connection's limit for a moment while it applies an updated
 	// account (revoking a token's credential is one), and a payload
 	// that arrives then reaches the gateway, which refuses it by its
-	// own bound; or the server's INFO told the client the limit, and the
-	// client refuses to send. Either way nothing is enrolled.
+	// own bound. A client that heard the server announce the
+	// credential's limit refuses to send it at all. Either way nothing
+	// is enrolled.
 	p := mustDialEnrol(t, gw, nt)
 	m, err := p.nc.Request(protocol.EnrolSubject(id), make([]byte, protocol.EnrolMaxPayload+1), 10*time.Second)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		if got := p.nc.MaxPayload(); got != protocol.EnrolMaxPayload {
+			t.Fatalf("the client refused a payload over its limit of %d; the credential's limit is %d", got, protocol.EnrolMaxPayload)
+		}
+		return
+	}
 	if err == nil {
 		var probe struct {
 			Code protocol.APICode `json:"code"`
@@ -249,11 +256,6 @@ func TestEnrolCredentialEscapes(t *testing.T) {
 		if jerr := json.Unmarshal(m.Data, &probe); jerr != nil || probe.Code != protocol.APIBadRequest {
 			t.Fatalf("a payload over the limit reached the gateway and was answered %q, want code %q", m.Data, protocol.APIBadRequest)
 		}
-		return
-	}
-	if errors.Is(err, nats.ErrMaxPayload) && p.nc.MaxPayload() <= protocol.EnrolMaxPayload {
-		// The server told the client the credential's limit (an INFO
-		// after it applied the account), and the client kept to it.
 		return
 	}
 	select {

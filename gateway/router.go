@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -66,6 +67,8 @@ type router struct {
 	// transfers is the budget large results take their size from (nil:
 	// none).
 	transfers *transfers
+	// tracing makes a span of each call (nil: off).
+	tracing *tracing
 
 	mu     sync.Mutex
 	calls  map[string]*inflight            // by call ID
@@ -111,9 +114,9 @@ const (
 	maxPendingFrames = 4096
 )
 
-func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers) (*router, error) {
+func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -235,12 +238,14 @@ type frameFunc func(protocol.Frame)
 // call routes req to its host and waits for the final result. Errors are
 // *HostError for routing failures, or ctx's error when the caller gave up
 // (the agent is then told to cancel the call).
-func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (*protocol.Result, error) {
-	if err := r.checkHost(req.Host); err != nil {
-		return nil, err
-	}
+func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (res *protocol.Result, err error) {
 	if req.ID == "" {
 		req.ID = newCallID()
+	}
+	ctx, span, tc := r.tracing.startHostCall(ctx, &req)
+	defer func() { endHostCall(span, res, err) }()
+	if err := r.checkHost(req.Host); err != nil {
+		return nil, err
 	}
 	c := protocol.Call{
 		ID: req.ID, Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
@@ -249,7 +254,7 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
 	r.track(c.ID, fl)
 	defer r.untrack(c.ID, fl)
-	if err := r.send(&c); err != nil {
+	if err := r.send(&c, tc); err != nil {
 		return nil, err
 	}
 	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold}
@@ -307,13 +312,16 @@ func (r *router) checkHost(host string) error {
 // send publishes the call, split into parts that fit the server's
 // max_payload. The arguments go straight from the client's request into
 // the parts (nats.go copies each into its buffer), so a large write costs
-// no copy of its content here.
-func (r *router) send(c *protocol.Call) error {
+// no copy of its content here. Every part carries the call's trace
+// context, when it has one.
+func (r *router) send(c *protocol.Call, tc propagation.MapCarrier) error {
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-1024)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
+	traceparent, tracestate := traceHeaders(tc)
 	var sendErr error
 	err := protocol.EncodeCallParts(c, size, func(part, parts int, data []byte) error {
 		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Data: data}.Encode()
+		protocol.SetTrace(h, traceparent, tracestate)
 		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
 		return sendErr
 	})

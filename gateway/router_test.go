@@ -61,7 +61,7 @@ func newTestRouter(t *testing.T, ns *server.Server, host string, silence time.Du
 		}
 	}
 	nc := connectNATS(t, ns, "gateway")
-	r, err := newRouter(nc, reg, discardLogger(), silence, nil)
+	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
