@@ -123,3 +123,19 @@ func lostAnswerJoin(t *testing.T, env *Env, opts identity.JoinOptions, tokenID s
 		t.Errorf("the refused host has a credential: %v", err)
 	}
 }
+
+// tokenInfo returns join token id as gw lists it.
+func tokenInfo(t *testing.T, gw *gateway.Gateway, id string) protocol.TokenInfo {
+	t.Helper()
+	list, err := gw.JoinTokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range list {
+		if ti.ID == id {
+			return ti
+		}
+	}
+	t.Fatalf("no token %s", id)
+	return protocol.TokenInfo{}
+}
