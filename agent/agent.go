@@ -97,9 +97,16 @@ type Agent struct {
 }
 
 // New validates cfg, takes the state directory for this process (a
-// *StateDirInUseError when another agent holds it) and returns an Agent
-// ready to Run.
-func New(cfg Config) (*Agent, error) {
+// *StateDirInUseError when another agent holds it), or the lock of
+// cfg.StateLock, and returns an Agent ready to Run.
+func New(cfg Config) (a *Agent, err error) {
+	if cfg.StateLock != nil {
+		defer func() {
+			if err != nil {
+				cfg.StateLock.Release()
+			}
+		}()
+	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -115,7 +122,7 @@ func New(cfg Config) (*Agent, error) {
 	log := cfg.Logger.With("host", cfg.Name)
 	// Nothing in the state directory is touched before it is ours: the
 	// toolbox recovers interrupted patches and installs the git guard there.
-	state, err := openStateDir(cfg.StateDir)
+	state, err := openStateDir(cfg.StateDir, cfg.StateLock)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +175,7 @@ func New(cfg Config) (*Agent, error) {
 	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
 	tb.skills = skills
 	all := tb.tools()
-	a := &Agent{
+	a = &Agent{
 		cfg:         cfg,
 		log:         log,
 		allTools:    all,

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -47,6 +48,11 @@ type Config struct {
 	Cwd string
 	// StateDir holds the agent's own files (full bash outputs). Required.
 	StateDir string
+	// StateLock, when set, is the lock on StateDir the caller took
+	// already (fleet-agent join holds it from before it makes the
+	// agent's key): New takes it over, and it is released when Run
+	// returns, by Close, or when New fails. Nil: New takes the lock.
+	StateLock *statelock.Lock
 	// Home is what "~" expands to in tool paths (usually the agent user's
 	// home directory). Empty: paths starting with "~" are refused.
 	Home string

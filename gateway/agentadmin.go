@@ -164,6 +164,9 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 		if errors.Is(err, ErrUnknownAgent) {
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 				EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts}
+			if e.tokenID != "" {
+				rec.TokenAt = now
+			}
 			if _, err = g.agents.create(ctx, rec); err == nil {
 				return rec, false, nil
 			}
@@ -199,7 +202,7 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 		// The same agent again: new labels, a new credential.
 		rec.Labels, rec.Facts = maps.Clone(e.labels), e.facts
 		if e.tokenID != "" {
-			rec.TokenID = e.tokenID
+			rec.TokenID, rec.TokenAt = e.tokenID, now
 		}
 		if expires.After(rec.CredentialExpiresAt) {
 			rec.CredentialExpiresAt = expires
@@ -220,6 +223,9 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 	}
 	*rec = AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 		EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts, RevokedKeys: append(rec.RevokedKeys, old)}
+	if e.tokenID != "" {
+		rec.TokenAt = now
+	}
 	return revokedOld, nil
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,17 +64,23 @@ type Gateway struct {
 	natsEnrolments *renewer
 	api            *fleetAPI
 	apiCA          *fleetCA
-	// natsCA is the fleet CA when the embedded server serves TLS;
-	// natsCAPEM the CA agents get for the NATS servers (empty: no TLS,
-	// or the system's roots).
+	// natsCA is the fleet CA when the embedded server serves TLS with a
+	// certificate from it; natsCAPEM the CA agents get for the NATS
+	// servers (empty: no TLS, or the system's roots), natsPin its pin
+	// (empty: the embedded server serves no TLS).
 	natsCA    *fleetCA
 	natsCAPEM []byte
+	natsPin   string
 	// reconcileCh asks the revocation loop for a reconcile; stopLoops
 	// ends the loops the gateway runs, loops joins them.
 	reconcileCh chan struct{}
-	stopLoops   context.CancelFunc
-	loops       sync.WaitGroup
-	now         func() time.Time
+	// reconcileDue is when a reconcile is next due besides the periodic
+	// one (zero: none), set by reconcileAt.
+	reconcileMu  sync.Mutex
+	reconcileDue time.Time
+	stopLoops    context.CancelFunc
+	loops        sync.WaitGroup
+	now          func() time.Time
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
@@ -123,6 +130,9 @@ func Start(cfg Config) (*Gateway, error) {
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
 		g.now = cfg.clock
+	}
+	for _, w := range cfg.transportWarnings() {
+		g.log.Warn(w)
 	}
 	g.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
@@ -229,7 +239,7 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
-	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.log.With("component", "tokens")); err != nil {
+	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
 		return err
 	}
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
@@ -343,16 +353,9 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	var tlsConf *tls.Config
-	if g.natsTLS() {
-		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
-			return err
-		}
-		host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-		if tlsConf, err = g.natsCA.serverTLS(leafNames(host, g.advertisedNames())); err != nil {
-			return fmt.Errorf("embedded NATS TLS: %w", err)
-		}
-		g.natsCAPEM = g.natsCA.pem
+	tlsConf, err := g.embeddedTLS()
+	if err != nil {
+		return err
 	}
 	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf); err != nil {
 		return err
@@ -377,9 +380,44 @@ func (g *Gateway) startEmbedded() error {
 }
 
 // natsTLS reports whether the embedded server serves TLS: beyond
-// loopback always, on loopback when asked to.
+// loopback always, on loopback when asked to or given a certificate.
 func (g *Gateway) natsTLS() bool {
-	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || !isLoopback(g.cfg.NATSListen))
+	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || g.cfg.NATSTLSCert != "" || !isLoopback(g.cfg.NATSListen))
+}
+
+// embeddedTLS returns the embedded server's TLS configuration (nil: no
+// TLS), and sets the CA agents get and its pin: the operator's chain
+// (NATSTLSCert) and its last certificate, or a certificate from the fleet
+// CA and the fleet CA.
+func (g *Gateway) embeddedTLS() (*tls.Config, error) {
+	if !g.natsTLS() {
+		return nil, nil
+	}
+	if g.cfg.NATSTLSCert != "" {
+		conf, chain, err := loadServerChain(g.cfg.NATSTLSCert, g.cfg.NATSTLSKey, "--nats_tls_cert", "--nats_tls_key")
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS TLS: %w", err)
+		}
+		ca := chain[len(chain)-1]
+		if len(chain) < 2 || !ca.IsCA {
+			return nil, fmt.Errorf("embedded NATS TLS: --nats_tls_cert %s ends with the certificate of %q, which is not a CA certificate after the server's: append the certificate of the CA that issued it (agents get that CA at enrolment and trust it alone for NATS)",
+				g.cfg.NATSTLSCert, ca.Subject.String())
+		}
+		g.natsCAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+		g.natsPin = protocol.CAPin(ca)
+		return conf, nil
+	}
+	var err error
+	if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
+	conf, err := g.natsCA.serverTLS(leafNames(host, g.advertisedNames()))
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
+	}
+	g.natsCAPEM, g.natsPin = g.natsCA.pem, g.natsCA.Pin()
+	return conf, nil
 }
 
 // connectExternal connects to an external cluster with the files of its
@@ -481,7 +519,7 @@ func (g *Gateway) SecretPaths() []string {
 	}
 	var out []string
 	// The private keys of the listeners' own certificates.
-	for _, f := range []string{g.cfg.APITLSKey, g.cfg.TLSKey} {
+	for _, f := range []string{g.cfg.APITLSKey, g.cfg.TLSKey, g.cfg.NATSTLSKey} {
 		if f != "" {
 			out = append(out, abs(f))
 		}
@@ -615,14 +653,10 @@ func (g *Gateway) AgentNATSURLs() []string {
 // the system's roots know its CA.
 func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.natsCAPEM) }
 
-// NATSCAPin returns the pin of the fleet CA (protocol.CAPin), empty when
-// the embedded server does not serve TLS.
-func (g *Gateway) NATSCAPin() string {
-	if g.natsCA == nil {
-		return ""
-	}
-	return g.natsCA.Pin()
-}
+// NATSCAPin returns the pin (protocol.CAPin) of the CA agents trust for
+// the embedded server: the fleet CA, or the last certificate of
+// NATSTLSCert; empty when the embedded server does not serve TLS.
+func (g *Gateway) NATSCAPin() string { return g.natsPin }
 
 // advertisedNames are the names agents reach this machine by: Advertise
 // and the hosts of NATSAdvertise.

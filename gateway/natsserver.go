@@ -31,6 +31,13 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*
 		// each credential is checked; a client cut off after the default
 		// 2 s would come back and queue again.
 		AuthTimeout: authTimeout.Seconds(),
+		// The server's first PING to a client comes 2 s after its
+		// CONNECT began by default. A fleet reconnecting at once queues
+		// for the server's lock longer than that, and a client that
+		// gets the PING before the PONG of its handshake fails it: the
+		// server's work is lost and the client comes back to queue
+		// again. The first PING comes at the ping interval instead.
+		DisableShortFirstPing: true,
 	}
 	auth.configure(opts)
 	if cfg.NATSListen == "" {

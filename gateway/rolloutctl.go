@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -207,7 +209,12 @@ func (c *controller) drive(ctx context.Context) {
 			delete(c.poked, r.ID)
 			continue
 		}
-		if err := c.step(ctx, r); err != nil && ctx.Err() == nil {
+		err := c.step(ctx, r)
+		if errors.Is(err, errRolloutFull) {
+			// It cannot go on as it is: paused, and said why.
+			err = c.pauseFull(ctx, r.ID, err)
+		}
+		if err != nil && ctx.Err() == nil {
 			c.s.log.Warn("skills: rollout step failed; retrying", "rollout", r.ID, "err", err)
 		}
 	}
@@ -225,7 +232,7 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	}
 	now := s.now()
 	lo, hi := r.bounds(k)
-	failed := map[string]string{}
+	failed := map[int]string{}
 	var silent []string
 	done := true
 	// The hosts of earlier batches (which may fail once they come back)
@@ -236,21 +243,20 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 		c.scanned[r.ID] = now
 	}
 	for i := first; i < r.assigned(); i++ {
-		host := r.Hosts[i]
 		state, reason := s.hostState(r, i)
 		switch {
 		case state == protocol.SkillFailed:
-			if _, ok := r.Failed[host]; !ok {
-				failed[host] = reason
+			if !r.isFailed(i) {
+				failed[i] = reason
 			}
 		case i < lo || i >= hi || state == protocol.SkillInstalled || state == protocol.SkillRemoved ||
 			state == protocol.SkillRefused || state == protocol.RolloutHostOffline:
 		case now.Sub(r.BatchStarted) > r.BatchTimeout:
-			failed[host] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
+			failed[i] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
 		default:
 			done = false
 			if state == protocol.SkillPending {
-				silent = append(silent, host)
+				silent = append(silent, r.Hosts[i])
 			}
 		}
 	}
@@ -262,11 +268,8 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 		if r.State != protocol.RolloutRunning || r.Current != k {
 			return errSkip
 		}
-		if r.Failed == nil && len(failed) > 0 {
-			r.Failed = map[string]string{}
-		}
-		for h, why := range failed {
-			r.Failed[h] = why
+		for _, i := range slices.Sorted(maps.Keys(failed)) {
+			r.fail(i, failed[i])
 		}
 		switch {
 		case r.errors() > r.MaxErrors && r.AutoRollback:
@@ -296,6 +299,23 @@ func (c *controller) repoke(id string, hosts []string, now time.Time) {
 	for _, h := range hosts {
 		_ = c.s.nc.Publish(protocol.SkillsPokeSubject(h), nil)
 	}
+}
+
+// pauseFull pauses rollout id, whose record cannot take what the next
+// step would add (err), and says why.
+func (c *controller) pauseFull(ctx context.Context, id string, full error) error {
+	_, err := c.s.modifyRollout(ctx, id, func(r *rollout) error {
+		if r.State != protocol.RolloutRunning {
+			return errSkip
+		}
+		r.State = protocol.RolloutPaused
+		r.Reason = fmt.Sprintf("paused: %v; roll back, or roll out to fewer hosts at once", full)
+		return nil
+	})
+	if err == nil {
+		c.s.log.Warn("skills: rollout paused: its record is full", "rollout", id, "err", full)
+	}
+	return err
 }
 
 // writeBatch records the previous bundles of batch k's hosts, then writes

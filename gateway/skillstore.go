@@ -28,7 +28,7 @@ import (
 // files first and the manifest last, so no manifest ever names a missing
 // file, and the same bundle pushed twice is one version. Every gateway
 // follows the manifests and the rollouts with one watch each, and the
-// hosts' status reports with one ordered consumer (skillstatus.go): what
+// hosts' status reports with one ordered consumer (skilldesired.go): what
 // a gateway holds of skills does not depend on how many hosts there are.
 
 // Buckets of the skill store (besides protocol.SkillsDesiredBucket).

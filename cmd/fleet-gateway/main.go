@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
@@ -72,6 +73,7 @@ type options struct {
 
 	apiListen, apiTLSCert, apiTLSKey string
 	tlsCert, tlsKey                  string
+	natsTLSCert, natsTLSKey          string
 
 	natsAdvertise, advertise        string
 	natsCreds, natsSysCreds, natsCA string
@@ -91,6 +93,7 @@ type options struct {
 	hostsReplicas                   int
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
+	maxRequestMiB                   int64
 	transferWait                    time.Duration
 	version                         bool
 	corsOrigins                     string
@@ -120,6 +123,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.tlsCert, "tls_cert", "", "certificate chain (PEM): the MCP endpoint serves HTTPS with it (with --tls_key)")
 	fs.StringVar(&o.tlsKey, "tls_key", "", "private key (PEM) of --tls_cert")
 	fs.BoolVar(&o.natsTLS, "nats_tls", false, "the embedded NATS server serves TLS on a loopback --nats_listen too")
+	fs.StringVar(&o.natsTLSCert, "nats_tls_cert", "", "certificate chain (PEM) of the embedded NATS server, ending with its CA's certificate (default: issued from the fleet CA in --data_dir); agents trust and pin that CA")
+	fs.StringVar(&o.natsTLSKey, "nats_tls_key", "", "private key (PEM) of --nats_tls_cert")
 	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
 	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
 	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
@@ -138,6 +143,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
 	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
+	fs.Int64Var(&o.maxRequestMiB, "max_request_mib", 64, "largest MCP request body in MiB, 1 to 1024 (a write's content travels in it; agents take 64 MiB by default); a proxy in front must allow as much")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
@@ -292,15 +298,18 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gatew
 // config.
 func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
 	cfg := gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS,
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS, NATSTLSCert: o.natsTLSCert, NATSTLSKey: o.natsTLSKey,
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
+		MaxRequestBytes: o.maxRequestMiB << 20, MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
 		Metrics: o.metrics, MetricsListen: o.metricsListen, SigningKeyFile: o.signingKey,
 		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+	}
+	if o.maxRequestMiB < 1 || o.maxRequestMiB > 1024 {
+		return cfg, fmt.Errorf("--max_request_mib %d: use 1 to 1024 (MiB)", o.maxRequestMiB)
 	}
 	if strings.EqualFold(strings.TrimSpace(o.apiListen), "off") {
 		cfg.APIListen = ""
@@ -428,8 +437,15 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 // it, ready to run.
 func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger, tp trace.TracerProvider) (*agent.Agent, error) {
 	stateDir := filepath.Join(o.dataDir, "agent")
+	// Its identity is written under the state directory's lock, which
+	// the agent then keeps.
+	lock, err := statelock.Acquire(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
 	id, err := enrolDevAgent(ctx, gw, stateDir, o.agentName)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
@@ -441,6 +457,7 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
 		GatewayKeys: id.Enrolment.SigningKeys,
 		StateDir:    stateDir,
+		StateLock:   lock,
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),

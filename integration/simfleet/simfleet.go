@@ -96,8 +96,12 @@ type Fleet struct {
 	// skillSem bounds skill syncs at once.
 	skillSem chan struct{}
 
-	// Calls counts calls answered.
+	// Calls counts calls answered; Conns the TCP connections the agents
+	// made (each a handshake the server began: more than the agents
+	// after a reconnect storm means handshakes failed and were tried
+	// again).
 	Calls atomic.Int64
+	Conns atomic.Int64
 
 	errMu     sync.Mutex
 	reconnErr map[string]int
@@ -231,7 +235,7 @@ func (a *simAgent) dial() error {
 	cfg := &a.f.cfg
 	opts := []nats.Option{
 		nats.Name("fleet-sim " + a.host),
-		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}}),
+		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}, made: &a.f.Conns}),
 		nats.Timeout(agent.HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
@@ -313,6 +317,7 @@ type oneConnDialer struct {
 	mu   sync.Mutex
 	last net.Conn
 	d    net.Dialer
+	made *atomic.Int64 // counts the connections made
 }
 
 func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
@@ -326,6 +331,7 @@ func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.made.Add(1)
 	o.mu.Lock()
 	o.last = c
 	o.mu.Unlock()
