@@ -312,7 +312,7 @@ func (r *router) send(c *protocol.Call) error {
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-1024)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
 	var sendErr error
-	err := protocol.EncodeCallParts(c, size, func(part, parts int, data []byte) error {
+	err := protocol.EncodeCallParts(c, size, nil, func(part, parts int, _ string, data []byte) error {
 		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Data: data}.Encode()
 		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
 		return sendErr

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -314,7 +315,7 @@ func TestRouterPlainResult(t *testing.T) {
 	done := startCall(context.Background(), r, req, nil)
 	rc := recv(t, fa.calls, "call")
 	c := rc.call
-	if c.Protocol != protocol.Version || c.Host != "web-1" || c.Tool != "bash" || c.Caller != req.Caller ||
+	if c.Protocol != protocol.Version || c.Host != "web-1" || c.Tool != "bash" || !reflect.DeepEqual(c.Caller, req.Caller) ||
 		c.TimeoutMS != time.Minute.Milliseconds() || !bytes.Equal(c.Args, req.Args) {
 		t.Errorf("agent received %+v, want the request %+v", c, req)
 	}
