@@ -611,7 +611,7 @@ func aptProgram() *optProgram {
 func (c *checker) writesNamed(what string, w shWord) error {
 	switch {
 	case !w.literal() || w.text == "":
-		if c.p.HasPathRules(Write) {
+		if c.p.hasOwnPathRules(Write) {
 			return c.refuse("%s writes to a file only known when the line runs, so the path rules cannot check it", what)
 		}
 		return nil

@@ -86,6 +86,13 @@ type Policy struct {
 	paths  pathRules
 	bash   commandRules
 	git    *GitRules
+	// callers are the compiled callers section (callers.go).
+	callers []*callerRule
+	// narrow, in a policy ForCaller returned, are the rules of the
+	// caller's entry, which every check applies too; narrowName names
+	// the entry in denials.
+	narrow     *Policy
+	narrowName string
 }
 
 // Unrestricted reports whether the policy restricts nothing.
@@ -121,8 +128,17 @@ func (r *nameRules) decide(name string) string {
 	return ""
 }
 
-// AllowTool returns nil when the host serves tool name, or a *Denial.
+// AllowTool returns nil when the host serves tool name, or a *Denial. A
+// policy narrowed for a caller (ForCaller) checks the caller's own rules
+// too.
 func (p *Policy) AllowTool(name string) error {
+	if err := p.allowOwnTool(name); err != nil || p == nil || p.narrow == nil {
+		return err
+	}
+	return p.narrowed(p.narrow.allowOwnTool(name))
+}
+
+func (p *Policy) allowOwnTool(name string) error {
 	if p == nil {
 		return nil
 	}
@@ -201,6 +217,7 @@ func compile(r rules, env Env) (*Policy, error) {
 	errs = append(errs, p.compilePaths()...)
 	errs = append(errs, p.compileBash()...)
 	errs = append(errs, p.compileGit()...)
+	errs = append(errs, p.compileCallers()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
