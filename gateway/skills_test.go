@@ -119,7 +119,7 @@ func TestSkillPushVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := protocol.VerifyBytes(key.trusted, protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature); err != nil {
+	if err := protocol.VerifyBytes(key.trusted(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Manifest.Files[2].Path != "scripts/run.sh" || rec.Manifest.Files[2].Mode != 0o755 {

@@ -144,7 +144,7 @@ func (p *nsProcess) stop(t *testing.T) {
 }
 
 // gatewayCAPin is the pin of the gateway process's fleet CA.
-func gatewayCAPin(t *testing.T, gw *gatewayProc) string {
+func gatewayCAPin(t testing.TB, gw *gatewayProc) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
 	if err != nil {
