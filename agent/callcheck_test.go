@@ -137,6 +137,17 @@ func TestAgentRefusesForgeries(t *testing.T) {
 		t.Errorf("a signed fetch: %+v", res)
 	}
 
+	// A genuine cancel, twice: the second is a replay.
+	cancelData, _ := json.Marshal(protocol.Cancel{CallID: "once-1"})
+	cancelMsg := &nats.Msg{Subject: protocol.CancelSubject(host), Data: cancelData,
+		Header: nats.Header{protocol.HeaderAuth: {envelope(protocol.MsgCancel, host, "once-1", "", "", cancelData, 0, protocol.CallerClaims{})}}}
+	for range 2 {
+		if err := nc.PublishMsg(cancelMsg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(protocol.RefusedReplayed, "once-1")
+
 	if got := ran(); got != "once-1\n" {
 		t.Errorf("commands that ran: %q, want the genuine call's once", got)
 	}

@@ -243,6 +243,10 @@ func (a *Agent) onCall(m *nats.Msg) {
 			a.refuseCall(m.Reply, f.CallID, c, err, 0)
 			return
 		}
+		if err := a.auth.Seen(c); err != nil && f.Parts > 1 {
+			a.refuseCall(m.Reply, f.CallID, c, err, 0)
+			return
+		}
 		if c.BodySize > int64(a.cfg.MaxRequestBytes) {
 			a.counts.refused.Add(1)
 			a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeTooLarge,

@@ -183,10 +183,9 @@ func (g *Gateway) auditRefusal(m *nats.Msg) {
 		g.agentLogs.log(g.log, slog.LevelWarn, host, "dropping a malformed refusal report", "host", host)
 		return
 	}
-	id := rep.CallID
-	if id == "" {
-		id = newCallID()
-	}
+	// A record of its own (the trail keeps one record per id): a refused
+	// copy of a call must not be taken for the call's record.
+	id := newCallID()
 	tool := rep.Kind
 	if rep.Kind == protocol.MsgCall && rep.Tool != "" {
 		tool = rep.Tool
@@ -199,6 +198,9 @@ func (g *Gateway) auditRefusal(m *nats.Msg) {
 		rec.Time = g.now().UTC()
 	}
 	args := map[string]any{"message": rep.Kind}
+	if rep.CallID != "" {
+		rec.Target = "call " + rep.CallID
+	}
 	if rep.KeyID != "" {
 		args["key_id"] = rep.KeyID
 	}

@@ -173,7 +173,10 @@ func (f *rogueFrames) send(kind protocol.FrameKind, data []byte) {
 	}
 }
 
-func (f *rogueFrames) result(res *protocol.Result) {
+func (f *rogueFrames) result(res *protocol.Result) { f.resultSignedBy(res, f.r.key) }
+
+// resultSignedBy sends res with a receipt signed by key.
+func (f *rogueFrames) resultSignedBy(res *protocol.Result, key nkeys.KeyPair) {
 	res.CallID = f.id
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
@@ -186,8 +189,8 @@ func (f *rogueFrames) result(res *protocol.Result) {
 		return
 	}
 	rc := protocol.NewReceipt(f.r.host, res, data, time.Now(), time.Now(), nil)
-	pub, _ := f.r.key.PublicKey()
-	if err := rc.Sign(pub, f.r.key.Sign); err != nil {
+	pub, _ := key.PublicKey()
+	if err := rc.Sign(pub, key.Sign); err != nil {
 		f.r.t.Error(err)
 	}
 	for i, p := range parts {

@@ -135,7 +135,15 @@ func (p *Policy) AllowTool(name string) error {
 	if err := p.allowOwnTool(name); err != nil || p == nil || p.narrow == nil {
 		return err
 	}
-	return p.narrowed(p.narrow.allowOwnTool(name))
+	var d *Denial
+	if err := p.narrow.allowOwnTool(name); errors.As(err, &d) {
+		what := "lists it"
+		if d.Rule == "tools.allow" {
+			what = "lists only " + strings.Join(p.narrow.tools.allow, ", ")
+		}
+		return &Denial{Rule: p.narrowName + "." + d.Rule, Reason: fmt.Sprintf("tool %s is not allowed for this caller on this host (%s: %s %s)", name, p.narrowName, d.Rule, what)}
+	}
+	return nil
 }
 
 func (p *Policy) allowOwnTool(name string) error {

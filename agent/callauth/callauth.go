@@ -137,10 +137,11 @@ type Expect struct {
 }
 
 // Open checks the envelope of a message: the signature, then that it is
-// for this host, of the expected kind, call and reply subject, in time,
-// and not seen before. It does not record the message as seen (Commit
-// does, once its body checked out), so a tampered copy cannot make the
-// genuine message be refused. Errors are *protocol.EnvelopeError.
+// for this host, of the expected kind, call and reply subject, and in
+// time. Whether it was seen before is Commit's to say, once the body
+// checked out (CheckBody), so that a tampered copy cannot make the
+// genuine message be refused; Seen tells early. Errors are
+// *protocol.EnvelopeError.
 func (v *Verifier) Open(auth string, want Expect) (*protocol.Claims, error) {
 	v.mu.RLock()
 	none := len(v.byID) == 0
@@ -166,14 +167,20 @@ func (v *Verifier) Open(auth string, want Expect) (*protocol.Claims, error) {
 	case c.Reply != want.Reply:
 		return refuse(protocol.RefusedMismatch, "the envelope names the reply subject %s and came with %s", protocol.Excerpt(c.Reply), protocol.Excerpt(want.Reply))
 	}
-	now := v.now()
-	if err := c.CheckTime(now, v.started); err != nil {
+	if err := c.CheckTime(v.now(), v.started); err != nil {
 		return c, err
 	}
-	if v.replay.has(c.MsgID) {
-		return refuse(protocol.RefusedReplayed, "message %s (%s %s) was taken in already: a replayed message is never run again", c.MsgID, c.Kind, c.CallID)
-	}
 	return c, nil
+}
+
+// Seen refuses a message taken in already, before its body is at hand
+// (the first part of a call in parts).
+func (v *Verifier) Seen(c *protocol.Claims) error {
+	if v.replay.has(c.MsgID) {
+		return &protocol.EnvelopeError{Reason: protocol.RefusedReplayed, Msg: fmt.Sprintf(
+			"message %s (%s %s) was taken in already: a replayed message is never run again", c.MsgID, c.Kind, c.CallID)}
+	}
+	return nil
 }
 
 // CheckBody checks that body is exactly what the envelope signed.
@@ -229,18 +236,15 @@ func (r *replayCache) has(id string) bool {
 	return ok
 }
 
-// errReplayed and errFull are refusals of add.
-var (
-	errReplayed = errors.New("replayed")
-	errFull     = errors.New("full")
-)
+// errFull says why add refused a message when the cache is full.
+var errFull = errors.New("full")
 
 func (r *replayCache) add(id string, until, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(now.UnixMilli())
 	if _, ok := r.seen[id]; ok {
-		return &protocol.EnvelopeError{Reason: protocol.RefusedReplayed, Msg: fmt.Sprintf("message %s was taken in already: a replayed message is never run again (%v)", id, errReplayed)}
+		return &protocol.EnvelopeError{Reason: protocol.RefusedReplayed, Msg: fmt.Sprintf("message %s was taken in already: a replayed message is never run again", id)}
 	}
 	if len(r.seen) >= r.max {
 		return &protocol.EnvelopeError{Reason: protocol.RefusedBusy, Msg: fmt.Sprintf(
