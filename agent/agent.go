@@ -253,11 +253,6 @@ func servedTools(tools map[string]toolFunc, pol *policy.Policy) (map[string]tool
 	return served, refused
 }
 
-// toolList returns the names of the tools the host serves, sorted.
-func (a *Agent) toolList() []string {
-	return a.served().toolList()
-}
-
 func (hp *hostPolicy) toolList() []string {
 	return slices.Sorted(maps.Keys(hp.tools))
 }

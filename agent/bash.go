@@ -290,7 +290,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		text = "(no output)"
 	}
 	if tr.Truncated {
-		text += "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
+		text = strings.TrimSuffix(text, "\n") + "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
 	}
 	if !st.timedOut && !st.cancelled && st.signal == "" && st.exitCode >= 0 {
 		code := st.exitCode
@@ -299,7 +299,7 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 	status := ""
 	switch {
 	case st.timedOut:
-		status = "Command timed out after " + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64) + " seconds"
+		status = "Command timed out after " + secondsText(timeout)
 	case st.cancelled:
 		status = "Command cancelled"
 	case st.signal != "":
@@ -308,7 +308,9 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 		status = fmt.Sprintf("Command exited with code %d", st.exitCode)
 	}
 	if status != "" {
-		r := toolText(tc, text+"\n\n"+status)
+		// One blank line between the output and the status line, also
+		// when the output ends with a newline.
+		r := toolText(tc, strings.TrimSuffix(text, "\n")+"\n\n"+status)
 		r.IsError = true
 		return r
 	}
@@ -580,4 +582,14 @@ func pruneSpillFiles(dir, keep string, now time.Time, maxAge time.Duration, maxF
 			total -= f.size
 		}
 	}
+}
+
+// secondsText says d in seconds as a status line does: "1 second",
+// "0.3 seconds", "120 seconds".
+func secondsText(d time.Duration) string {
+	n := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	if n == "1" {
+		return n + " second"
+	}
+	return n + " seconds"
 }

@@ -74,7 +74,7 @@ func TestBashOutput(t *testing.T) {
 	}{
 		{"merged in order", "echo a; echo b >&2; echo c", "a\nb\nc\n", false},
 		{"no output", "true", "(no output)", false},
-		{"exit code", "echo out; echo err >&2; exit 3", "out\nerr\n\n\nCommand exited with code 3", true},
+		{"exit code", "echo out; echo err >&2; exit 3", "out\nerr\n\nCommand exited with code 3", true},
 		{"exit code no output", "exit 1", "(no output)\n\nCommand exited with code 1", true},
 		{"signal", "kill -TERM $$", "(no output)\n\nCommand was killed by signal SIGTERM", true},
 		{"working directory", "pwd", tb.cfg.Cwd + "\n", false},
@@ -87,7 +87,13 @@ func TestBashOutput(t *testing.T) {
 			if text != tt.want || isErr != tt.isErr {
 				t.Errorf("bash %q = %q (error %v), want %q (error %v)", tt.command, text, isErr, tt.want, tt.isErr)
 			}
-			if out, _, _ := strings.Cut(tt.want, "\n\nCommand"); out != "(no output)" && live != out {
+			// The status line follows one blank line; the streamed output
+			// is the command's own, with its final newline.
+			out, _, cut := strings.Cut(tt.want, "\n\nCommand")
+			if cut {
+				live = strings.TrimSuffix(live, "\n")
+			}
+			if out != "(no output)" && live != out {
 				t.Errorf("streamed %q, want %q", live, out)
 			}
 		})
@@ -124,7 +130,7 @@ func TestBashTimeoutKillsGroup(t *testing.T) {
 	text, isErr, _ := tbBash(t, tb, map[string]any{"command": "sleep 30 & echo $!; wait", "timeout": 0.3})
 	pid := pidIn(t, text)
 	killLater(t, pid)
-	if want := fmt.Sprintf("%d\n\n\nCommand timed out after 0.3 seconds", pid); text != want || !isErr {
+	if want := fmt.Sprintf("%d\n\nCommand timed out after 0.3 seconds", pid); text != want || !isErr {
 		t.Errorf("text = %q (error %v), want %q", text, isErr, want)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -180,7 +186,7 @@ func TestBashCancel(t *testing.T) {
 	cancel()
 	select {
 	case r := <-done:
-		if text, want := tbText(t, r), "started\n\n\nCommand cancelled"; text != want || !r.IsError {
+		if text, want := tbText(t, r), "started\n\nCommand cancelled"; text != want || !r.IsError {
 			t.Errorf("text = %q (error %v), want %q", text, r.IsError, want)
 		}
 	case <-time.After(time.Second):
@@ -210,11 +216,11 @@ func TestBashLargeOutput(t *testing.T) {
 	text, isErr, live := tbBash(t, tb, map[string]any{"command": "seq 1 100000"})
 	spill := filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
 	all := numbered(100000)
-	want := strings.TrimPrefix(all, numbered(98000)) + "\n\n[Showing lines 98001-100000 of 100000. Full output: " + spill + "]"
+	want := strings.TrimSuffix(strings.TrimPrefix(all, numbered(98000)), "\n") + "\n\n[Showing lines 98001-100000 of 100000. Full output: " + spill + "]"
 	if isErr || text != want {
 		t.Errorf("text = %s (error %v), want %s", abbrev(text), isErr, abbrev(want))
 	}
-	if !strings.HasSuffix(text, "\n100000\n\n\n[Showing lines 98001-100000 of 100000. Full output: "+spill+"]") {
+	if !strings.HasSuffix(text, "\n100000\n\n[Showing lines 98001-100000 of 100000. Full output: "+spill+"]") {
 		t.Errorf("text ends %q", text[len(text)-120:])
 	}
 	if live != all {
@@ -239,16 +245,16 @@ func TestBashTruncationNotes(t *testing.T) {
 		name, command, want, full string
 	}{
 		{"lines, small output", "seq 1 3000",
-			strings.TrimPrefix(numbered(3000), numbered(1000)) + "\n\n[Showing lines 1001-3000 of 3000. Full output: " + spill + "]",
+			strings.TrimSuffix(strings.TrimPrefix(numbered(3000), numbered(1000)), "\n") + "\n\n[Showing lines 1001-3000 of 3000. Full output: " + spill + "]",
 			numbered(3000)},
 		{"bytes", `i=0; while [ $i -lt 600 ]; do printf '%099d\n' 0; i=$((i+1)); done`,
-			wide[88*100:] + "\n\n[Showing lines 89-600 of 600 (50KB limit). Full output: " + spill + "]",
+			strings.TrimSuffix(wide[88*100:], "\n") + "\n\n[Showing lines 89-600 of 600 (50KB limit). Full output: " + spill + "]",
 			wide},
 		{"last line partial", `head -c 60000 /dev/zero | tr '\0' x`,
 			strings.Repeat("x", truncMaxBytes) + "\n\n[Showing last 50KB of line 1 (line is 58.6KB). Full output: " + spill + "]",
 			strings.Repeat("x", 60000)},
 		{"last line partial after others", `echo first; head -c 60000 /dev/zero | tr '\0' x; echo`,
-			strings.Repeat("x", truncMaxBytes-1) + "\n\n\n[Showing last 50KB of line 2 (line is 58.6KB). Full output: " + spill + "]",
+			strings.Repeat("x", truncMaxBytes-1) + "\n\n[Showing last 50KB of line 2 (line is 58.6KB). Full output: " + spill + "]",
 			"first\n" + strings.Repeat("x", 60000) + "\n"},
 	}
 	for _, tt := range tests {
@@ -481,7 +487,7 @@ func TestBashFullOutputFileCapped(t *testing.T) {
 	if err != nil || fi.Size() != 200<<10 {
 		t.Fatalf("full-output file: %v, %v; want exactly %d bytes", fi, err, 200<<10)
 	}
-	if !strings.HasPrefix(text, "end\n\n\n[Showing lines 2-2 of 2") {
+	if !strings.HasPrefix(text, "end\n\n[Showing lines 2-2 of 2") {
 		t.Errorf("the shown tail lost the end of the output: %q", text[max(0, len(text)-300):])
 	}
 }
@@ -547,14 +553,14 @@ func TestBashConfiguredLimits(t *testing.T) {
 	tb := newTB(10, 0)
 	spill := filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
 	text, _, _ := tbBash(t, tb, map[string]any{"command": "seq 1 30"})
-	if want := strings.TrimPrefix(numbered(30), numbered(20)) + "\n\n[Showing lines 21-30 of 30. Full output: " + spill + "]"; text != want {
+	if want := strings.TrimSuffix(strings.TrimPrefix(numbered(30), numbered(20)), "\n") + "\n\n[Showing lines 21-30 of 30. Full output: " + spill + "]"; text != want {
 		t.Errorf("10 lines: text = %q, want %q", text, want)
 	}
 	tb = newTB(0, 2048)
 	spill = filepath.Join(tb.cfg.StateDir, "output", "call-1.log")
 	text, _, _ = tbBash(t, tb, map[string]any{"command": `i=0; while [ $i -lt 100 ]; do printf '%099d\n' 0; i=$((i+1)); done`})
 	wide := strings.Repeat(strings.Repeat("0", 99)+"\n", 100)
-	if want := wide[80*100:] + "\n\n[Showing lines 81-100 of 100 (2KB limit). Full output: " + spill + "]"; text != want {
+	if want := strings.TrimSuffix(wide[80*100:], "\n") + "\n\n[Showing lines 81-100 of 100 (2KB limit). Full output: " + spill + "]"; text != want {
 		t.Errorf("2KB: text = %s, want %s", abbrev(text), abbrev(want))
 	}
 	if got := tbRead(t, spill); got != wide {

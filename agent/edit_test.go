@@ -82,7 +82,7 @@ func TestEditFailures(t *testing.T) {
 		{"no edits given", p, nil, "edits is empty; give at least one {old_string, new_string}"},
 		{"empty path", "", edits("a", "b"), "path is empty; give the file to edit"},
 		{"missing", filepath.Join(dir, "nope.txt"), edits("a", "b"), filepath.Join(dir, "nope.txt") + ": no such file"},
-		{"directory", "sub", edits("a", "b"), filepath.Join(dir, "sub") + " is a directory; use bash ls to list it"},
+		{"directory", "sub", edits("a", "b"), filepath.Join(dir, "sub") + " is a directory; use list to see what is in it"},
 		{"binary", bin, edits("a", "b"), bin + " is a binary file (3 bytes); edit works on text files only"},
 	}
 	for _, tt := range tests {

@@ -177,7 +177,7 @@ func notRegular(path string, mode fs.FileMode, refusal string) string {
 	case mode.IsRegular():
 		return ""
 	case mode.IsDir():
-		return path + " is a directory; use bash ls to list it"
+		return path + " is a directory; use list to see what is in it"
 	case mode&fs.ModeNamedPipe != 0:
 		what = "a named pipe (FIFO), not a regular file"
 	case mode&fs.ModeSocket != 0:

@@ -82,7 +82,7 @@ func TestRead(t *testing.T) {
 
 		{"empty path", map[string]any{"path": ""}, true, "path is empty; give the file to read"},
 		{"missing", map[string]any{"path": "nope.txt"}, true, filepath.Join(dir, "nope.txt") + ": no such file"},
-		{"directory", map[string]any{"path": "sub"}, true, filepath.Join(dir, "sub") + " is a directory; use bash ls to list it"},
+		{"directory", map[string]any{"path": "sub"}, true, filepath.Join(dir, "sub") + " is a directory; use list to see what is in it"},
 		{"NUL byte", map[string]any{"path": nul}, true, nul + " is a binary file (9 bytes); read returns text only"},
 		{"invalid UTF-8", map[string]any{"path": latin1}, true, latin1 + " is a binary file (5 bytes); read returns text only"},
 		{"offset beyond end", map[string]any{"path": ten, "offset": 11}, true, "offset 11 is beyond the end of " + ten + " (10 lines)"},

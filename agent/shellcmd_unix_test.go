@@ -33,7 +33,7 @@ func TestPowerShellReal(t *testing.T) {
 		t.Errorf("cwd: %q", got)
 	}
 	r = run(t, g.toolbox, "bash", map[string]any{"command": "Start-Sleep 30", "timeout": 1})
-	if got := resultText(t, r); !r.IsError || !strings.HasSuffix(got, "Command timed out after 1 seconds") {
+	if got := resultText(t, r); !r.IsError || !strings.HasSuffix(got, "Command timed out after 1 second") {
 		t.Errorf("timeout: %q", got)
 	}
 	r = run(t, g.toolbox, "bash", map[string]any{"command": `'{"a": 1}'`})

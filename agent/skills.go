@@ -16,7 +16,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
-	"github.com/fleetmcp/fleetmcp/skillmd"
+	"github.com/fleetmcp/fleetmcp/protocol/skillmd"
 )
 
 // Limits of the Agent Skills format, and of what the agent reads.

@@ -602,7 +602,7 @@ func TestSkillRevisionSurvivesRestart(t *testing.T) {
 	r.stop(t)
 	old := protocol.DesiredState{Host: "web-1", Revision: rev - 1, Skills: map[string]protocol.DesiredSkill{"deploy": install(v2.BundleID)}, At: time.Now()}
 	g.write(t, "web-1", old, g.priv)
-	r = g.runSkillAgent(t, "web-1", Config{Cwd: cwd, StateDir: state}, nil)
+	g.runSkillAgent(t, "web-1", Config{Cwd: cwd, StateDir: state}, nil)
 	s := g.waitState(t, "web-1", "deploy", protocol.SkillFailed, v2.BundleID, rev)
 	mustContain(t, "reason", s.Reason, "older than revision")
 	if s.Active != v1.BundleID {

@@ -234,25 +234,31 @@ func TestTaskStatusWaitLimit(t *testing.T) {
 		defer close(done)
 		tb.taskStatus(ctx, &toolCall{ID: "w1", Args: json.RawMessage(`{"task_id":"` + id + `","wait":60}`), Output: func([]byte) {}})
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		tb.tasks.mu.Lock()
-		n := tb.tasks.waits
-		tb.tasks.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first wait never started")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitTaskWaits(t, tb, 1)
 	r, v := taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 60})
 	if v.WaitLimitReason == "" || !strings.Contains(resultTextOf(r), "Not waited: 1 task_status calls are waiting") {
 		t.Fatalf("second wait: %s", resultTextOf(r))
 	}
 	cancel()
 	<-done
+}
+
+// waitTaskWaits waits until n task_status calls are waiting on tb's tasks.
+func waitTaskWaits(t *testing.T, tb *toolbox, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tb.tasks.mu.Lock()
+		got := tb.tasks.waits
+		tb.tasks.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d task_status calls waiting after 10 s, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // processGroupGone waits for every process of group pgid to be gone.
@@ -645,7 +651,7 @@ func TestTaskManagerClosed(t *testing.T) {
 	var wg sync.WaitGroup
 	var v taskView
 	wg.Go(func() { _, v = taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 60}) })
-	time.Sleep(100 * time.Millisecond)
+	waitTaskWaits(t, tb, 1)
 	start := time.Now()
 	tb.tasks.beginClose()
 	wg.Wait()

@@ -425,6 +425,9 @@ func formatSeconds(d time.Duration) string {
 // formatAge renders a retention period in days or hours.
 func formatAge(d time.Duration) string {
 	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		if d == 24*time.Hour {
+			return "1 day"
+		}
 		return fmt.Sprintf("%d days", d/(24*time.Hour))
 	}
 	return d.String()

@@ -306,7 +306,7 @@ func TestTwoAgentsOneFileCompareAndSwap(t *testing.T) {
 		}
 		want = sha256Hex(data)
 	}
-	if a.dirLocks.m != nil && len(a.dirLocks.m) != 0 {
+	if len(a.dirLocks.m) != 0 {
 		t.Errorf("directory locks left held: %v", a.dirLocks.m)
 	}
 }

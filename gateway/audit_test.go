@@ -67,3 +67,32 @@ func TestAuditQueryMatch(t *testing.T) {
 		}
 	}
 }
+
+// An audit row keeps its columns in place whether the call went to hosts,
+// to a target, to both or to neither.
+func TestAuditLineColumns(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	base := AuditRecord{Time: at, Caller: AuditCaller{Subject: "ops"}, Tool: "bash", Decision: decisionAllowed, Outcome: outcomeOK, DurationMS: 12}
+	cases := []struct {
+		name  string
+		mod   func(*AuditRecord)
+		where string
+	}{
+		{"hosts", func(r *AuditRecord) { r.Hosts = []string{"web-1", "web-2"} }, "web-1,web-2"},
+		{"target", func(r *AuditRecord) { r.Tool, r.Target = "token.create", "k3jq7fz2xa" }, "target k3jq7fz2xa"},
+		{"both", func(r *AuditRecord) { r.Hosts, r.Target = []string{"web-1"}, "k3jq7fz2xa" }, "web-1 target k3jq7fz2xa"},
+		{"neither", func(r *AuditRecord) { r.Tool = "hosts" }, "-"},
+	}
+	want := -1
+	for _, c := range cases {
+		r := base
+		c.mod(&r)
+		cols := strings.Split(r.line(), "\t")
+		if want < 0 {
+			want = len(cols)
+		}
+		if len(cols) != want || cols[3] != c.where || cols[4] != decisionAllowed {
+			t.Errorf("%s: columns %q: want %d, the fourth %q and the fifth the decision", c.name, cols, want, c.where)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -294,12 +295,13 @@ func (r *AuditRecord) line() string {
 		who = r.Caller.Email
 	}
 	fmt.Fprintf(&b, "%s\t%s\t%s", r.Time.UTC().Format(time.RFC3339), who, r.Tool)
-	if len(r.Hosts) > 0 {
-		fmt.Fprintf(&b, "\t%s", strings.Join(r.Hosts, ","))
-	}
+	// One column for where the call went, whatever it was, so the
+	// columns after it stay in place.
+	where := strings.Join(r.Hosts, ",")
 	if r.Target != "" {
-		fmt.Fprintf(&b, "\ttarget %s", r.Target)
+		where = strings.TrimSpace(where + " target " + r.Target)
 	}
+	fmt.Fprintf(&b, "\t%s", cmp.Or(where, "-"))
 	fmt.Fprintf(&b, "\t%s", r.Decision)
 	if r.Rule != "" {
 		fmt.Fprintf(&b, " (%s)", r.Rule)

@@ -138,8 +138,9 @@ type Config struct {
 	// agent may answer a call on NATS. Default 1 h.
 	MaxCallDuration time.Duration
 	// Silence is how long a call may go without any frame from its agent
-	// before the gateway asks the agent for the call's state; if the agent
-	// does not answer within Silence/2 more, the call fails. Default 5 s.
+	// before the gateway asks the agent for the call's state (again at
+	// 1.5 × Silence); a call whose agent stays silent for 2 × Silence
+	// fails. Default 5 s.
 	Silence time.Duration
 	// ProgressIdle is the longest a client waits for a progress
 	// notification while a call runs silently (only clients that sent a

@@ -362,6 +362,10 @@ func classifyRouting(o *hostOutcome, err error) bool {
 	return true
 }
 
+// noteHostPolicy is the note of a host whose own policy refused the call
+// (its bucket already says "denied").
+const noteHostPolicy = "by host policy"
+
 // classifyAgentError sorts a result the agent could not produce at all;
 // it reports whether res was one.
 func classifyAgentError(o *hostOutcome, res *protocol.Result) bool {
@@ -371,7 +375,7 @@ func classifyAgentError(o *hostOutcome, res *protocol.Result) bool {
 	o.Reason = agentErrorText(o.Host, res.Error)
 	switch res.Error.Code {
 	case protocol.CodeDenied:
-		o.Status, o.note = bucketDenied, "denied by host policy"
+		o.Status, o.note = bucketDenied, noteHostPolicy
 	case protocol.CodeBusy:
 		o.Status, o.note = bucketFailed, "busy"
 	default:
@@ -511,7 +515,7 @@ func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec Decision)
 	switch o.Status {
 	case bucketDenied:
 		rec.Decision, rec.Outcome, rec.Reason = decisionDenied, outcomeRefused, o.Reason
-		if o.note == "denied by host policy" {
+		if o.note == noteHostPolicy {
 			rec.Rule = "host policy"
 		}
 	case bucketTimedOut:

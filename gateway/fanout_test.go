@@ -68,7 +68,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"ok", classifyBash, text("hi\n", false), nil, bucketSucceeded, 0, "", ""},
 		{"exit", classifyBash, text("boom\n\nCommand exited with code 2", true), nil, bucketFailed, 2, "", ""},
-		{"timeout", classifyBash, text("(no output)\n\nCommand timed out after 1 seconds", true), nil, bucketTimedOut, -1, "", ""},
+		{"timeout", classifyBash, text("(no output)\n\nCommand timed out after 1 second", true), nil, bucketTimedOut, -1, "", ""},
 		{"signal", classifyBash, text("(no output)\n\nCommand was killed by signal SIGKILL", true), nil, bucketFailed, -1, "", ""},
 		{"spilled", classifyBash, text("end\n\n[Showing lines 5-2004 of 2004. Full output: /st/output/c9.log]\n\nCommand exited with code 1", true), nil,
 			bucketFailed, 1, "", "/st/output/c9.log"},
@@ -314,5 +314,22 @@ func TestRenderOneLiners(t *testing.T) {
 		"--- succeeded, exit 0 — 4 hosts, each its own output (host: output) ---\ndb-0: v1.0\ndb-1: v1.1\ndb-2: v1.2\ndb-3: v1.3\n"
 	if _, rest, _ := strings.Cut(text, "\n"); rest != want {
 		t.Errorf("got:\n%s\nwant:\n%s", rest, want)
+	}
+}
+
+// A host whose policy refused the call is said to be denied once: the
+// header names the bucket, the policy, the host and then only the rule.
+func TestRenderDeniedOnce(t *testing.T) {
+	o := hostOutcome{Host: "web-1"}
+	classifyAgentError(&o, protocol.ErrorResult("c", protocol.CodeDenied, "denied by host policy: command rm is not in bash.allow"))
+	zero := 0
+	ok := hostOutcome{Host: "web-2", Status: bucketSucceeded, ExitCode: &zero, note: "exit 0", body: "fine\n"}
+	text := renderFanout(toolFleetBash, `fleet_bash "rm x"`, "web-*", []hostOutcome{o, ok}, time.Second).Content[0].(*mcp.TextContent).Text
+	want := "--- denied, by host policy — 1 host: web-1 — command rm is not in bash.allow ---"
+	if !strings.Contains(text, want) {
+		t.Errorf("got:\n%s\nwant a line:\n%s", text, want)
+	}
+	if n := strings.Count(text, "denied by host policy"); n != 0 {
+		t.Errorf("%q repeated %d times:\n%s", "denied by host policy", n, text)
 	}
 }

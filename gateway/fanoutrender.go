@@ -386,7 +386,13 @@ func groupHeader(g *outcomeGroup, label string, listCap int) string {
 	fmt.Fprintf(&b, " — %d %s: %s", len(names), plural(len(names), "host", "hosts"), compressNames(names, listCap))
 	if len(g.hosts) == 1 {
 		o := g.hosts[0]
-		if r := truncateText(oneLine(o.Reason), 300); r != "" && r != g.note && o.Status != bucketSucceeded && !strings.HasPrefix(r, "Command ") {
+		// The header names the host and the outcome already: the reason
+		// says only what they do not.
+		reason := strings.TrimPrefix(oneLine(o.Reason), "host "+o.Host+": ")
+		if o.Status == bucketDenied && g.note == noteHostPolicy {
+			reason = strings.TrimPrefix(reason, "denied by host policy: ")
+		}
+		if r := truncateText(reason, 300); r != "" && r != g.note && o.Status != bucketSucceeded && !strings.HasPrefix(r, "Command ") {
 			b.WriteString(" — " + r)
 		}
 		if o.FullOutput != "" {

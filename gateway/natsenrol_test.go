@@ -238,9 +238,17 @@ func TestEnrolCredentialEscapes(t *testing.T) {
 	// a connection's limit for a moment while it applies an updated
 	// account (revoking a token's credential is one), and a payload
 	// that arrives then reaches the gateway, which refuses it by its
-	// own bound. Either way nothing is enrolled.
+	// own bound. A client that heard the server announce the
+	// credential's limit refuses to send it at all. Either way nothing
+	// is enrolled.
 	p := mustDialEnrol(t, gw, nt)
 	m, err := p.nc.Request(protocol.EnrolSubject(id), make([]byte, protocol.EnrolMaxPayload+1), 10*time.Second)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		if got := p.nc.MaxPayload(); got != protocol.EnrolMaxPayload {
+			t.Fatalf("the client refused a payload over its limit of %d; the credential's limit is %d", got, protocol.EnrolMaxPayload)
+		}
+		return
+	}
 	if err == nil {
 		var probe struct {
 			Code protocol.APICode `json:"code"`

@@ -94,7 +94,7 @@ func factsOf(h HostInfo) hostFacts {
 	return hostFacts{
 		Name: h.Host, OS: h.OS, Arch: h.Arch, Shell: h.Shell, Cwd: h.Cwd, Labels: labels,
 		Online: h.Online, LastSeen: h.LastSeen.UTC(), AgentVersion: h.AgentVersion, Tools: tools,
-		PolicyDigest: h.PolicyDigest, Conflict: h.Conflict, Revoked: h.Revoked,
+		PolicyDigest: policyName(h.PolicyDigest), Conflict: h.Conflict, Revoked: h.Revoked,
 	}
 }
 
@@ -160,10 +160,12 @@ func parseHostURI(uri string) (host, rest string, err error) {
 }
 
 // resourceError is the answer to a read that names no readable resource:
-// the SDK's resource-not-found code, with a message saying what is wrong.
+// invalid params, the code the MCP spec gives an unknown resource (the
+// SDK's CodeResourceNotFound is the same), with a message saying what is
+// wrong.
 func resourceError(uri, msg string) error {
 	data, _ := json.Marshal(map[string]string{"uri": uri})
-	return &jsonrpc.Error{Code: mcp.CodeResourceNotFound, Message: "resource not found: " + uri + ": " + msg, Data: data}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resource not found: " + uri + ": " + msg, Data: data}
 }
 
 func jsonResource(uri string, v any) (*mcp.ReadResourceResult, error) {

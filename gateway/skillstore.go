@@ -18,7 +18,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
-	"github.com/fleetmcp/fleetmcp/skillmd"
+	"github.com/fleetmcp/fleetmcp/protocol/skillmd"
 )
 
 // This file is the skill store of fleet-wide rollout. Files live in the

@@ -256,9 +256,16 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		b.WriteString("\n")
 	}
 	res := textResult(strings.TrimRight(b.String(), "\n"))
+	for i := range hosts {
+		hosts[i].PolicyDigest = policyName(hosts[i].PolicyDigest)
+	}
 	res.StructuredContent = map[string]any{"hosts": hosts}
 	return res, nil, nil
 }
+
+// policyName is a host's policy digest in full, or "unrestricted" for a
+// host without one, as structured results and resources show it.
+func policyName(digest string) string { return cmp.Or(digest, "unrestricted") }
 
 // policyLabel shortens a host policy digest for the hosts table (the
 // structured output carries it whole); "unrestricted" when there is none.

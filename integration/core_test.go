@@ -52,7 +52,7 @@ func TestCoreToolsBothEras(t *testing.T) {
 			if s := structured(t, res); s["ok"] != true {
 				t.Fatalf("structured bash output = %v", s)
 			}
-			mustErr(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "echo out; echo err >&2; exit 3"}), "out\nerr\n\n\nCommand exited with code 3")
+			mustErr(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "echo out; echo err >&2; exit 3"}), "out\nerr\n\nCommand exited with code 3")
 			if got := mustOK(t, call(t, cs, "bash", map[string]any{"host": "beta", "command": "true"})); got != "(no output)" {
 				t.Fatalf("empty output = %q", got)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/build"
 	"io"
 	"os"
 	"os/exec"
@@ -37,7 +38,7 @@ func goBinary(t *testing.T) string {
 	if runtime.GOOS == "windows" {
 		exe += ".exe"
 	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", exe); fileExists(p) {
+	if p := filepath.Join(build.Default.GOROOT, "bin", exe); fileExists(p) {
 		return p
 	}
 	p, err := exec.LookPath("go")
@@ -239,6 +240,18 @@ func TestDepsModuleRules(t *testing.T) {
 				first, _, _ := strings.Cut(imp, "/")
 				return strings.Contains(first, ".")
 			})
+		case p.ImportPath == protocol+"/skillmd":
+			checked["skillmd"] = true
+			rule("may import only protocol, the YAML parser and the standard library (it is a format both sides share)", func(imp string) bool {
+				if imp == protocol || imp == p.ImportPath || imp == "go.yaml.in/yaml/v3" || strings.HasPrefix(imp, "go.yaml.in/yaml/v3/") {
+					return false
+				}
+				if q := g[imp]; q != nil {
+					return !q.Standard
+				}
+				first, _, _ := strings.Cut(imp, "/")
+				return strings.Contains(first, ".")
+			})
 		case under(p.ImportPath, policy):
 			checked["policy"] = true
 			rule("may import only protocol from this module", func(imp string) bool {
@@ -246,13 +259,28 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		}
 	}
-	for _, name := range []string{"gateway", "agent", "protocol", "fleetctl"} {
+	for _, name := range []string{"gateway", "agent", "protocol", "skillmd", "fleetctl"} {
 		if !checked[name] {
 			t.Errorf("package %s was not found, so its import rule was not checked", name)
 		}
 	}
 	if fileExists(filepath.Join(moduleRoot(t), "policy")) && !checked["policy"] {
 		t.Errorf("./policy exists but go list reported no package there, so its import rule was not checked")
+	}
+}
+
+// TestDepsTopLevel: the top level of the module is fixed; everything
+// else lives under one of these folders.
+func TestDepsTopLevel(t *testing.T) {
+	fixed := []string{"agent", "cmd", "deploy", "gateway", "integration", "policy", "protocol"}
+	entries, err := os.ReadDir(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && !slices.Contains(fixed, e.Name()) {
+			t.Errorf("top-level folder %s: the top level is fixed (%s); put it under one of them", e.Name(), strings.Join(fixed, ", "))
+		}
 	}
 }
 

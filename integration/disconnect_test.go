@@ -72,7 +72,10 @@ func TestClientDisconnectKillsCommand(t *testing.T) {
 				pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 				return pid > 0
 			})
-			time.Sleep(100 * time.Millisecond) // let exec replace the shell
+			waitFor(t, 5*time.Second, "exec to replace the shell with sleep", func() bool {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				return strings.TrimSpace(string(comm)) == "sleep"
+			})
 			ct.cutAll()
 			waitFor(t, 1500*time.Millisecond, "the command to be killed after the client vanished", func() bool {
 				return syscall.Kill(pid, 0) != nil || isZombie(pid)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,10 +70,10 @@ func TestAgentKilledMidCall(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "victim", "command": "sleep 60"}})
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "victim", "command": "echo running > started; sleep 60"}})
 		done <- outcome{res, err}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	waitForFile(t, filepath.Join(env.AgentDir("victim"), "started"))
 	killed := time.Now()
 	env.KillAgent("victim")
 	select {
@@ -101,7 +102,15 @@ func TestNATSRestart(t *testing.T) {
 	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo before"}))
 
 	env.StopNATS()
-	time.Sleep(500 * time.Millisecond)
+	ready := "http://" + env.Gateway.Addr() + "/readyz"
+	waitFor(t, 10*time.Second, "the gateway to notice NATS is gone", func() bool {
+		resp, err := http.Get(ready)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
 	env.RestartNATS()
 
 	for _, host := range []string{"alpha", "proc"} {
@@ -121,15 +130,21 @@ func TestCallSurvivesNATSRestart(t *testing.T) {
 	cs := env.Client("2025-11-25", nil)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "alpha", "command": "sleep 1; echo survived"}})
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "alpha", "command": "echo running > survive-started; sleep 1; echo survived; echo done > survive-done"}})
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
-	time.Sleep(200 * time.Millisecond)
+	dir := env.AgentDir("alpha")
+	waitForFile(t, filepath.Join(dir, "survive-started"))
 	env.StopNATS()
-	time.Sleep(5 * time.Second) // the command finishes while NATS is down, for 2.5 × the silence period
+	stopped := time.Now()
+	// The command finishes while NATS is down, and the outage lasts
+	// 2.5 times the silence period (5 s): a gateway that kept its
+	// silence clock running would have failed the call by then.
+	waitForFile(t, filepath.Join(dir, "survive-done"))
+	time.Sleep(time.Until(stopped.Add(5 * time.Second)))
 	env.RestartNATS()
 	select {
 	case res := <-done:
@@ -178,9 +193,9 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	cs := env.Client("2025-11-25", nil)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
-		done <- call(t, cs, "bash", map[string]any{"host": "drainer", "command": "sleep 1; echo finished"})
+		done <- call(t, cs, "bash", map[string]any{"host": "drainer", "command": "echo running > started; sleep 1; echo finished"})
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitForFile(t, filepath.Join(env.AgentDir("drainer"), "started"))
 	if err := syscall.Kill(env.AgentPID("drainer"), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

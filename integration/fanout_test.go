@@ -171,11 +171,11 @@ func TestFanoutHostDiesMidRun(t *testing.T) {
 	writeFile(t, filepath.Join(env.AgentDir("steady"), "act.sh"), "sleep 1; echo done\n")
 	env.StartAgentProcess("victim")
 	env.WaitHost("victim", true)
-	writeFile(t, filepath.Join(env.AgentDir("victim"), "act.sh"), "sleep 30\n")
+	writeFile(t, filepath.Join(env.AgentDir("victim"), "act.sh"), "echo running > started; sleep 30\n")
 	cs := env.Client("2025-11-25", nil)
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() { done <- call(t, cs, "fleet_bash", map[string]any{"selector": "*", "command": "bash ./act.sh"}) }()
-	time.Sleep(700 * time.Millisecond)
+	waitForFile(t, filepath.Join(env.AgentDir("victim"), "started"))
 	env.KillAgent("victim")
 	var res *mcp.CallToolResult
 	select {

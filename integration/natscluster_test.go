@@ -55,15 +55,6 @@ func readPub(t *testing.T, setup, file string) string {
 	return c.Claims().Subject
 }
 
-// externalFiles points cfg at the gateway's files of a setup.
-func externalFiles(cfg *gateway.Config, setup string) {
-	f := gateway.NATSSetupFiles
-	cfg.NATSCredsFile = filepath.Join(setup, f.GatewayCreds)
-	cfg.NATSSystemCredsFile = filepath.Join(setup, f.SystemCreds)
-	cfg.NATSAgentSigningKeyFile = filepath.Join(setup, f.AgentSigningKey)
-	cfg.NATSOperatorSigningKeyFile = filepath.Join(setup, f.OperatorSigningKey)
-}
-
 // clusterNodeConf writes the configuration of node name of a cluster into
 // dir/name: deploy/nats/cluster-node.conf with this machine's loopback
 // ports (clients on client, routes on route, routes to the ports in

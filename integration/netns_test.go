@@ -125,17 +125,6 @@ func hostOnline(cs *mcp.ClientSession, host string) bool {
 	return err == nil && strings.Contains(text(res), host+"\tonline")
 }
 
-// freePortOn returns a TCP port free on ip.
-func freePortOn(t testing.TB, ip string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestNetNSHarness: namespaces made side by side get their own names and
 // addresses, and nothing of them is left once their test ends.
 func TestNetNSHarness(t *testing.T) {

@@ -77,6 +77,17 @@ func TestHostPolicyTools(t *testing.T) {
 		if host["host"] == "guarded" && host["policy_digest"] != h.PolicyDigest {
 			t.Errorf("hosts shows guarded with policy digest %v, want %s", host["policy_digest"], h.PolicyDigest)
 		}
+		if host["host"] == "open" && host["policy_digest"] != "unrestricted" {
+			t.Errorf("hosts shows the unrestricted host with policy digest %v, want %q as in its table", host["policy_digest"], "unrestricted")
+		}
+	}
+	// The resource says what the hosts tool says.
+	var doc struct{ Hosts []hostFacts }
+	readJSON(t, cs, "resource://hosts", &doc)
+	for _, f := range doc.Hosts {
+		if want := map[string]string{"guarded": h.PolicyDigest, "open": "unrestricted"}[f.Name]; f.PolicyDigest != want {
+			t.Errorf("resource://hosts shows %s with policy digest %q, want %q", f.Name, f.PolicyDigest, want)
+		}
 	}
 	// A skill hidden by the policy is checked in package policy
 	// (AllowSkill): hosts have no skill catalog yet.

@@ -131,7 +131,7 @@ func TestBashTruncationAndDaemons(t *testing.T) {
 	}
 
 	res := call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo partial; sleep 10", "timeout": 1})
-	mustErr(t, res, "partial\n\n\nCommand timed out after 1 seconds")
+	mustErr(t, res, "partial\n\nCommand timed out after 1 second")
 }
 
 func TestConcurrentClientsSameRequestIDs(t *testing.T) {

@@ -143,12 +143,6 @@ func winDir(key, root string) string {
 	return d
 }
 
-// winWithin reports whether key is base or lies below it (both
-// canonical).
-func winWithin(key, base string) bool {
-	return key == base || strings.HasPrefix(key, strings.TrimSuffix(base, "/")+"/")
-}
-
 // compileWinPattern compiles a path pattern for a Windows host.
 func compileWinPattern(text string, env Env) (pathPattern, error) {
 	pp := pathPattern{text: text}

@@ -18,7 +18,8 @@ const (
 	CodeVersion Code = "version"
 	// CodeIncomplete: parts of a multi-part call never arrived.
 	CodeIncomplete Code = "incomplete"
-	// CodeTooLarge: the call exceeds the agent's request size limit.
+	// CodeTooLarge: the result needs more parts than MaxParts. (A call
+	// larger than the agent accepts is answered CodeIncomplete.)
 	CodeTooLarge Code = "too_large"
 	// CodeUnknownCall: a fetch named a call the agent does not know (any
 	// more).

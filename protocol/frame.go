@@ -11,7 +11,7 @@ import (
 const (
 	HeaderCall = "Fleet-Call" // call ID
 	HeaderKind = "Fleet-Kind" // FrameKind
-	HeaderSeq  = "Fleet-Seq"  // per-call sequence number, from 1
+	HeaderSeq  = "Fleet-Seq"  // per-call sequence number of the frame (0 on keepalives of a call still queued); for tracing, not read by the receivers
 	HeaderPart = "Fleet-Part" // "i/n" for a message split into n parts
 )
 

@@ -21,8 +21,7 @@ func CancelSubject(host string) string { return prefix + ".host." + host + ".can
 // on the reply subject with the same frames a call produces.
 func FetchSubject(host string) string { return prefix + ".host." + host + ".fetch" }
 
-// HostSubjects matches every subject addressed to host (for permissions and
-// for the agent's own subscription).
+// HostSubjects matches every subject addressed to host.
 func HostSubjects(host string) string { return prefix + ".host." + host + ".>" }
 
 // PresenceSubject is where host publishes its Announce, at connect and on

@@ -72,18 +72,6 @@ func runFails(t *testing.T, args []string, vars map[string]string) (stderrText s
 	}
 }
 
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func TestRunRefusesBadFlags(t *testing.T) {
 	dir := t.TempDir()
 	base := []string{"--data_dir", dir, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0"}

@@ -1,6 +1,7 @@
 package version
 
 import (
+	"go/build"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +62,7 @@ func TestBinariesPrintVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := filepath.Join(build.Default.GOROOT, "bin", "go")
 	const pkg = "github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	ldflags := "-X " + pkg + ".version=9.8.7-test -X " + pkg + ".commit=feedfacefeedfacefeedfacefeedfacefeedface -X " + pkg + ".date=2026-12-01T18:00:00Z"
 	for _, name := range []string{"fleet-gateway", "fleet-agent", "fleetctl"} {
