@@ -60,6 +60,9 @@ func (g *Gateway) Reload() error {
 	} else if _, after := g.signer.chain(); after != before {
 		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.currentKeyID())
 		g.pushKeys()
+		if g.skillStore != nil {
+			g.skillStore.resignInBackground()
+		}
 	}
 	if err := g.audit.reopen(); err != nil {
 		g.log.Error("reload: the audit file could not be reopened; records still go to the file open before", "file", g.cfg.Audit.File, "err", err)

@@ -129,6 +129,7 @@ func BenchmarkReceiptSign(b *testing.B) {
 	enc, _ := EncodeResult(res)
 	sign := func(m []byte) ([]byte, error) { return ed25519.Sign(priv, m), nil }
 	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
 	for b.Loop() {
 		r := NewReceipt("web-1", res, enc, time.Now(), time.Now(), nil)
 		_ = r.Sign(key, sign)
@@ -145,6 +146,7 @@ func BenchmarkReceiptVerify(b *testing.B) {
 	_ = r.Sign(key, func(m []byte) ([]byte, error) { return ed25519.Sign(priv, m), nil })
 	h := r.Header()
 	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
 	for b.Loop() {
 		back, err := ParseReceipt(h)
 		if err == nil {
