@@ -428,22 +428,6 @@ type exchange struct {
 	maxBody int
 }
 
-// publishFrame sends f to subject with a fresh reply inbox and returns the
-// subscription that receives the answer.
-func publishFrame(t *testing.T, nc *nats.Conn, subject string, h protocol.Header, body []byte) exchange {
-	t.Helper()
-	inbox := nats.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Header: nats.Header(h), Data: body}); err != nil {
-		t.Fatal(err)
-	}
-	return exchange{sub: sub}
-}
-
 // sendCall sends call as a gateway does, signed, in one part when it
 // fits.
 func sendCall(t *testing.T, nc *nats.Conn, call protocol.Call) exchange {

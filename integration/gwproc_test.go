@@ -3,6 +3,8 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -225,3 +227,21 @@ func gatewayBinary(t testing.TB) string {
 }
 
 const mib = 1 << 20
+
+// gatewayCAPin is the pin of the gateway process's fleet CA.
+func gatewayCAPin(t testing.TB, gw *gatewayProc) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("the fleet CA is not PEM")
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return protocol.CAPin(ca)
+}
