@@ -39,6 +39,9 @@ type Agent struct {
 	guard     *guard
 	policyEnv policy.Env
 	reloadMu  sync.Mutex
+	// gitGuard runs git for bash under command rules (nil otherwise);
+	// Reload gives it the new policy's deny rules.
+	gitGuard *gitGuard
 	// skills is the host's skill catalog as the policy lets callers see it.
 	skills *catalog
 	// skillSync installs the skills the fleet rolls out to the host.
@@ -78,6 +81,8 @@ type Agent struct {
 	reports     reporter
 	refusalLogs *logLimiter
 	keysJoined  chan struct{}
+	// tracing makes the spans of traced calls (nil: off).
+	tracing *tracing
 	// counts are the calls served, failed and refused (stats.go).
 	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
@@ -114,7 +119,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	env := policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+	env := policy.Env{OS: runtime.GOOS, FoldCase: onDarwin, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
 		GitGuarded: cfg.GitGuard != ""}
 	pol, err := loadPolicy(cfg.PolicyFile, env)
 	if err != nil {
@@ -181,6 +186,7 @@ func New(cfg Config) (*Agent, error) {
 		log:         log,
 		allTools:    all,
 		guard:       tb.guard,
+		gitGuard:    tb.gitGuard,
 		policyEnv:   env,
 		skills:      skills,
 		instance:    newInstanceID(),
@@ -189,6 +195,7 @@ func New(cfg Config) (*Agent, error) {
 		renewRetry:  renewRetryMin,
 		calls:       newCallTable(cfg.ResultTTL),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
+		tracing:     newTracing(cfg.TracerProvider),
 		queue:       make(chan *job, cfg.MaxQueue),
 		tasks:       tb.tasks,
 		state:       state,

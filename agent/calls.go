@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleetmcp/fleetmcp/agent/callauth"
 	"github.com/fleetmcp/fleetmcp/policy"
@@ -34,6 +35,9 @@ type job struct {
 	start time.Time
 	// exit is the exit status of the command the call ran (nil: none).
 	exit *int
+	// span covers the call until its result is published (it records
+	// nothing when the call is not traced).
+	span trace.Span
 }
 
 // finished is a result kept for re-fetching.
@@ -292,7 +296,9 @@ func (a *Agent) onCall(m *nats.Msg) {
 	}
 	// Who the call is for is what the envelope says.
 	call.Caller = callerFromClaims(claims.Caller, call.Caller.Name)
-	a.accept(&call, claims, f.CallID, p.reply, p.seq)
+	// The part that completes the call carries its trace context, as
+	// every part does (it decides nothing).
+	a.accept(a.tracing.remote(m.Header), &call, claims, f.CallID, p.reply, p.seq)
 }
 
 // assemble adds f to its call; claims are its envelope's, for its first
@@ -361,12 +367,16 @@ func (a *Agent) prunePending(now time.Time) {
 }
 
 // accept validates a complete call, whose envelope's claims are claims,
-// and queues it. seq is the last sequence number already used on reply.
+// and queues it. seq is the last sequence number already used on reply;
+// parent, when not nil, is the call's trace context (tracing.remote).
 // The host policy decides on the caller the envelope names.
-func (a *Agent) accept(call *protocol.Call, claims *protocol.Claims, frameID, reply string, seq uint64) {
+func (a *Agent) accept(parent context.Context, call *protocol.Call, claims *protocol.Claims, frameID, reply string, seq uint64) {
+	span := a.tracing.startServe(parent, call, a.cfg.Name)
 	fail := func(code protocol.Code, format string, args ...any) {
 		a.counts.refused.Add(1)
-		a.replyResult(reply, protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...)), seq)
+		res := protocol.ErrorResult(frameID, code, fmt.Sprintf(format, args...))
+		a.replyResult(reply, res, seq)
+		endSpan(span, res, "")
 	}
 	switch {
 	case call.ID != frameID:
@@ -382,15 +392,19 @@ func (a *Agent) accept(call *protocol.Call, claims *protocol.Claims, frameID, re
 	if j, done := a.calls.lookup(call.ID); j != nil || done != nil {
 		// A call id run already, in a new envelope: never run it twice.
 		a.replyState(reply, call.ID)
+		endSpan(span, nil, "repeated")
 		return
 	}
+	ps := a.tracing.child(span, "fleet.policy", "")
 	hp := a.served()
 	tool := hp.tools[call.Tool]
 	switch {
 	case tool == nil && hp.refused[call.Tool]:
+		endPolicy(ps, "denied", hp.pol.Digest())
 		fail(protocol.CodeDenied, "%v; host %s serves: %s", hp.pol.AllowTool(call.Tool), a.cfg.Name, strings.Join(hp.toolList(), ", "))
 		return
 	case tool == nil:
+		endPolicy(ps, "unknown_tool", hp.pol.Digest())
 		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(hp.toolList(), ", "))
 		return
 	}
@@ -399,9 +413,11 @@ func (a *Agent) accept(call *protocol.Call, claims *protocol.Claims, frameID, re
 		err = pol.AllowTool(policyTool(call.Tool))
 	}
 	if err != nil {
+		endPolicy(ps, "denied", hp.pol.Digest())
 		fail(protocol.CodeDenied, "%v", err)
 		return
 	}
+	endPolicy(ps, "allowed", hp.pol.Digest())
 	if pol != hp.pol {
 		tool = a.tb.withPolicy(pol).tools()[call.Tool]
 	}
@@ -409,11 +425,12 @@ func (a *Agent) accept(call *protocol.Call, claims *protocol.Claims, frameID, re
 	if d := call.Timeout(); d > 0 {
 		ctx, cancel = context.WithTimeout(a.workCtx, d)
 	}
-	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel, pol: pol, start: time.Now()}
+	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel, pol: pol, start: time.Now(), span: span}
 	j.seq.Store(seq)
 	if !a.calls.start(j) {
 		cancel()
 		a.replyState(reply, call.ID)
+		endSpan(span, nil, "repeated")
 		return
 	}
 	if err := a.enqueue(j); err != nil {
@@ -482,6 +499,7 @@ func (a *Agent) run(j *job) {
 	receipt := a.receipt(res, data, j.start, end, j.exit)
 	a.calls.finish(j.call.ID, data, receipt, end)
 	a.publishResult(j.reply, j.call.ID, data, receipt, &j.seq)
+	endSpan(j.span, res, "")
 }
 
 func (a *Agent) invoke(j *job) (res *protocol.Result) {
@@ -492,8 +510,13 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 		}
 	}()
 	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: j.call.Caller.Subject, Output: func(p []byte) { a.output(j, p) }}
+	ctx, span := j.ctx, a.tracing.child(j.span, "fleet.tool ", j.call.Tool)
+	if span.IsRecording() {
+		ctx = trace.ContextWithSpan(ctx, span)
+	}
+	defer func() { endSpan(span, res, "") }()
 	start := time.Now()
-	res = j.tool(j.ctx, tc)
+	res = j.tool(ctx, tc)
 	j.exit = tc.exit
 	if res == nil {
 		res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "tool "+j.call.Tool+" returned no result")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -183,6 +184,11 @@ type Config struct {
 	// NATSOptions are appended to the agent's own connection options
 	// (for example nats.InProcessServer).
 	NATSOptions []nats.Option
+	// TracerProvider, when set, makes spans of the calls whose headers
+	// carry a trace context (the gateway's, when it traces): the call,
+	// the host policy's decision on its tool, and the tool's work (see
+	// trace.go). Nil: tracing is off.
+	TracerProvider trace.TracerProvider
 	// Logger receives the agent's log. Default: slog.Default().
 	Logger *slog.Logger
 }

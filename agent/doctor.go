@@ -27,7 +27,7 @@ func CheckPolicy(cfg Config) ([]string, error) {
 		}
 		cfg.Cwd = wd
 	}
-	env := policy.Env{OS: runtime.GOOS, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
+	env := policy.Env{OS: runtime.GOOS, FoldCase: onDarwin, Cwd: cfg.Cwd, Home: cfg.Home, Tools: toolNames(), Shell: cfg.Shell,
 		GitGuarded: cfg.GitGuard != ""}
 	p, err := loadPolicy(cfg.PolicyFile, env)
 	if err != nil {

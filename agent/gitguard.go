@@ -31,7 +31,9 @@ import (
 // The guard's files live in the state directory, which no tool writes,
 // under a name that is a digest of their content: agents that share the
 // directory, and background tasks that outlive an agent, find the files
-// they were started with.
+// they were started with. The one file that changes is deny.json, the
+// host policy's bash.deny patterns, which every git process is checked
+// against: a reload of the policy rewrites it.
 
 // GitGuardFlag, as its first argument, makes the agent's executable the
 // git guard: see RunGitGuard.
@@ -54,8 +56,18 @@ type gitGuardConfig struct {
 	AllowConfig []string `json:"allow_config"`
 }
 
+// gitGuardDenyFile holds the deny patterns, in the guard's directory.
+const gitGuardDenyFile = "deny.json"
+
+// gitGuardDeny is what deny.json holds.
+type gitGuardDeny struct {
+	// Deny are the host policy's bash.deny patterns.
+	Deny []string `json:"deny"`
+}
+
 // gitGuard is an installed guard.
 type gitGuard struct {
+	dir    string
 	bin    string // holds the guard's git; first in PATH
 	mirror string
 	rules  *policy.GitRules
@@ -94,7 +106,29 @@ func installGitGuard(exe, stateDir string, env []string, rules *policy.GitRules)
 	if err := buildGitGuard(root, dir, files, execPath, programs); err != nil {
 		return nil, fmt.Errorf("git guard: %w", err)
 	}
-	return &gitGuard{bin: filepath.Join(dir, "bin"), mirror: cfg.Mirror, rules: rules}, nil
+	g := &gitGuard{dir: dir, bin: filepath.Join(dir, "bin"), mirror: cfg.Mirror, rules: rules}
+	if err := g.setDeny(rules); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// setDeny gives every git process from now on the deny patterns of
+// rules, rules from the host policy in force.
+func (g *gitGuard) setDeny(rules *policy.GitRules) error {
+	data, err := json.Marshal(gitGuardDeny{Deny: rules.Deny()})
+	if err != nil {
+		return fmt.Errorf("git guard: %w", err)
+	}
+	data = append(data, '\n')
+	p := filepath.Join(g.dir, gitGuardDenyFile)
+	if got, err := os.ReadFile(p); err == nil && bytes.Equal(got, data) {
+		return nil
+	}
+	if err := placeFile(p, func(tmp string) error { return os.WriteFile(tmp, data, 0o644) }); err != nil {
+		return fmt.Errorf("git guard: writing its deny rules: %w", err)
+	}
+	return nil
 }
 
 // environ returns env for bash: git's settings, and PATH and

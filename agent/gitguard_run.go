@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -84,7 +85,14 @@ func guardGit(dir string, args, environ []string, stderr io.Writer, run execFunc
 	if cfg.Git == "" {
 		return refusedGit(gitNotFound, "git was not found in PATH when the agent started; install it and restart the agent")
 	}
-	rules, err := policy.NewGitRules(cfg.AllowConfig)
+	var deny gitGuardDeny
+	if data, err = os.ReadFile(filepath.Join(dir, gitGuardDenyFile)); err == nil {
+		err = json.Unmarshal(data, &deny)
+	}
+	if err != nil {
+		return refusedGit(gitRefused, "reading its deny rules: %v; restart the agent", err)
+	}
+	rules, err := policy.NewGitRules(cfg.AllowConfig, deny.Deny)
 	if err != nil {
 		return refusedGit(gitRefused, "%v", err)
 	}
@@ -104,6 +112,15 @@ func guardGit(dir string, args, environ []string, stderr io.Writer, run execFunc
 		return refusedGit(gitRefused, "reading git's configuration: %v", err)
 	}
 	if err := rules.CheckConfig(entries); err != nil {
+		return refusedGit(gitRefused, "%v", err)
+	}
+	// git's commands are the programs in its program directory; a name
+	// that is none of them may be an alias the configuration allows.
+	isCommand := func(name string) bool {
+		_, err := os.Lstat(filepath.Join(cfg.Mirror, "git-"+name))
+		return err == nil && !strings.ContainsAny(name, "/\\")
+	}
+	if err := rules.CheckAlias(args, entries, isCommand); err != nil {
 		return refusedGit(gitRefused, "%v", err)
 	}
 	if inv.Resumes {

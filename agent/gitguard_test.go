@@ -287,6 +287,141 @@ func gitAttacks() []gitAttack {
 			"core.fsmonitor", true},
 		{"upload-pack from a variable", `bash: {allow: ["git *"]}`, config("."), `u=--upload-pack=EVIL; git fetch "$u" .`,
 			"runs a program", true},
+		// git's own helpers run what they are given.
+		{"submodule--helper foreach", "workspace.yaml", submodule, "git submodule--helper foreach EVIL", "foreach", true},
+		{"submodule--helper foreach from a variable", `bash: {allow: ["git *"]}`, submodule, `h=submodule--helper; git "$h" foreach EVIL`,
+			"submodule--helper foreach runs the command", true},
+		{"bisect--helper run", "workspace.yaml", config("."), "git bisect--helper run EVIL", "bisect run", true},
+		{"merge-index", "workspace.yaml", config("."), "git merge-index EVIL -a", "merge-index", true},
+		{"remote-ext", `bash: {allow: ["git *"]}`, config("."), "git remote-ext origin EVIL </dev/null", "remote-ext", true},
+		// A key the operator allows for files is not the caller's to set.
+		{"filter the operator allows, set with -c", lfsPolicy, attributes("filter=lfs"), "git -c filter.lfs.clean=EVIL status",
+			`"command:filter.lfs.clean"`, true},
+		{"filter the operator allows, set with -c from a variable", lfsPolicy, attributes("filter=lfs"),
+			`c=filter.lfs.clean=EVIL; git -c "$c" status`, `"command:filter.lfs.clean"`, true},
+		{"filter the operator allows, written by git config", lfsPolicy, attributes("filter=lfs"),
+			`k=filter.lfs.clean; git config "$k" EVIL && git status`, "git config sets only keys", true},
+		{"alias written by git config", `bash: {allow: ["git *"]}`, config("."), `k=alias.st; git config "$k" '!EVIL' && git st`,
+			"git config sets only keys", true},
+	}
+}
+
+// lfsPolicy allows git-lfs's filter in the configuration files.
+const lfsPolicy = `bash: {allow: ["git *"], git: {allow_config: ["filter.lfs.*"]}}`
+
+// submodule sets up a repository with a submodule.
+func submodule(l *gitLab, _ *toolbox) {
+	lib := filepath.Join(l.home, "lib")
+	l.repo(lib)
+	l.repo(".")
+	l.git(".", "submodule", "add", "-q", lib, "lib")
+	l.git(".", "commit", "-q", "-m", "submodule")
+}
+
+// A deny rule holds for every git process: git run by make, by a script
+// or by git itself is checked against it by the guard, with or without
+// git's global options, however the command line that started it reads.
+func TestGitGuardDenyThroughWrappers(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	l := newGitLab(t)
+	remote := filepath.Join(l.home, "remote.git")
+	l.git(l.home, "init", "-q", "--bare", remote)
+	l.repo(".")
+	l.git(".", "remote", "add", "origin", remote)
+	l.write("Makefile", "push:\n\tgit push origin main\n"+
+		"global:\n\tgit -C . --no-pager -c color.ui=never push origin main\n"+
+		"script:\n\tsh ./push.sh\n"+
+		"each:\n\tgit -c maintenance.repo=$(CURDIR) for-each-repo --config=maintenance.repo push origin main\n")
+	l.write("push.sh", "#!/bin/sh\nexec git push origin HEAD:refs/heads/main\n")
+	tb := l.toolbox(l.profile("workspace.yaml"))
+	for _, target := range []string{"push", "global", "script", "each"} {
+		out, isErr := l.bash(tb, "make "+target)
+		if !isErr || !strings.Contains(out, "git guard: denied by host policy") || !strings.Contains(out, `matches bash.deny "git `) {
+			t.Errorf("make %s: error %v, output:\n%s\nwant the guard to refuse git push", target, isErr, out)
+		}
+		if refs := l.git(remote, "for-each-ref"); refs != "" {
+			t.Fatalf("make %s pushed: the remote has %s", target, refs)
+		}
+	}
+	// The same command line without the deny rule pushes.
+	tb = l.toolbox(`bash: {allow: ["make *", "git *"]}`)
+	if out, isErr := l.bash(tb, "make push"); isErr || !strings.Contains(l.git(remote, "for-each-ref"), "refs/heads/main") {
+		t.Errorf("make push without a deny rule: error %v, output:\n%s", isErr, out)
+	}
+}
+
+// A reload gives the guard the new policy's deny rules: git is held to
+// them from then on, in every process.
+func TestGitGuardReload(t *testing.T) {
+	l := newGitLab(t)
+	l.repo(".")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bash: {allow: [\"git *\"], deny: [\"git tag *\"]}\n")
+	a, err := New(Config{Servers: []string{"nats://127.0.0.1:1"}, Name: "gr-1", StateDir: t.TempDir(), Cwd: l.cwd,
+		PolicyFile: file, GitGuard: exe, Shell: "/bin/bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tag := func() error {
+		var stderr bytes.Buffer
+		run := func(string, []string, []string) error { return errors.New("ran git") }
+		return guardGit(filepath.Dir(a.gitGuard.bin), []string{"-C", l.cwd, "tag", "v1"}, l.env, &stderr, run)
+	}
+	if err := tag(); err == nil || !strings.Contains(err.Error(), `bash.deny "git tag *"`) {
+		t.Fatalf("git tag before the reload: %v", err)
+	}
+	write("bash: {allow: [\"git *\"], deny: [\"git branch *\"]}\n")
+	if err := a.Reload(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if err := tag(); err == nil || !strings.Contains(err.Error(), "ran git") {
+		t.Errorf("git tag after a reload that allows it: %v", err)
+	}
+}
+
+// Under the read-only profile git only looks: git status does not
+// refresh the index on disk (GIT_OPTIONAL_LOCKS=0), nor does git diff
+// (diff.autoRefreshIndex=false), nor the other commands the profile
+// allows.
+func TestGitGuardReadOnlyLeavesIndex(t *testing.T) {
+	l := newGitLab(t)
+	l.repo(".")
+	// A file whose time changed but whose content did not: git status
+	// would write the index to record its new time.
+	l.write("a.txt", "first line\n")
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(l.cwd, "a.txt"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(l.cwd, ".git", "index")
+	before, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(index)
+	tb := l.toolbox(l.profile("read-only.yaml"))
+	for _, command := range []string{"git status", "git status --short", "git diff", "git log -p", "git show", "git blame a.txt"} {
+		if out, isErr := l.bash(tb, command); isErr {
+			t.Fatalf("%s: %s", command, out)
+		}
+		after, err := os.ReadFile(index)
+		now, _ := os.Stat(index)
+		if err != nil || !bytes.Equal(before, after) || !now.ModTime().Equal(fi.ModTime()) {
+			t.Errorf("%s wrote .git/index (%v)", command, err)
+		}
 	}
 }
 
@@ -511,6 +646,7 @@ func TestGuardGitEnvironment(t *testing.T) {
 	}
 	dir := t.TempDir()
 	l.write(filepath.Join(dir, "guard.json"), `{"git": "`+real+`", "mirror": "/guard/exec", "allow_config": []}`)
+	l.write(filepath.Join(dir, "deny.json"), `{"deny": ["git push *"]}`)
 	environ := append(l.env, "GIT_EXEC_PATH=/tmp/evil", "GIT_PAGER=less", "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=user.name",
 		"GIT_CONFIG_VALUE_0=x")
 	var gotPath string
@@ -535,8 +671,13 @@ func TestGuardGitEnvironment(t *testing.T) {
 		}
 		seen[k] = v
 	}
-	if seen["GIT_EXEC_PATH"] != "/guard/exec" || seen["GIT_PAGER"] != "cat" || seen["GIT_CONFIG_KEY_0"] != "user.name" {
+	if seen["GIT_EXEC_PATH"] != "/guard/exec" || seen["GIT_PAGER"] != "cat" || seen["GIT_CONFIG_KEY_0"] != "user.name" ||
+		seen["GIT_OPTIONAL_LOCKS"] != "0" {
 		t.Errorf("environment: %q", gotEnv)
+	}
+	// The deny rules of deny.json hold for git however it is run.
+	if err := guardGit(dir, []string{"-C", l.cwd, "push", "origin"}, environ, &stderr, run); err == nil || !strings.Contains(err.Error(), `bash.deny "git push *"`) {
+		t.Errorf("git push under a deny rule: %v", err)
 	}
 	// A setting from the environment is checked like one from -c.
 	environ = append(environ, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=alias.x", "GIT_CONFIG_VALUE_0=!id")

@@ -294,21 +294,28 @@ func withinKey(p, dir, sep string) bool {
 	return p == dir || strings.HasSuffix(dir, sep) && strings.HasPrefix(p, dir) || strings.HasPrefix(p, dir+sep)
 }
 
-// onWindows says whether the agent runs on Windows; foldNames whether
-// this system's file names compare without case (Windows' do).
+// onWindows says whether the agent runs on Windows; onDarwin whether on
+// macOS, whose default file system (APFS) compares names without regard
+// to case and Unicode normalization; foldNames whether this system's file
+// names compare without case.
 const (
 	onWindows = runtime.GOOS == "windows"
-	foldNames = onWindows
+	onDarwin  = runtime.GOOS == "darwin" || runtime.GOOS == "ios"
+	foldNames = onWindows || onDarwin
 )
 
 // pathKey is the form in which the agent compares path p with another:
-// with fold (on Windows), letters folded as NTFS folds them for its
-// comparisons.
+// with fold, as the system's file names compare: on Windows letters
+// folded as NTFS folds them for its comparisons, elsewhere (macOS) case
+// and Unicode normalization folded as APFS does (policy.FoldName).
 func pathKey(p string, fold bool) string {
-	if fold {
+	switch {
+	case !fold:
+		return p
+	case onWindows:
 		return strings.ToUpper(p)
 	}
-	return p
+	return policy.FoldName(p)
 }
 
 // samePath reports whether a and b name the same path on this system.

@@ -390,3 +390,26 @@ func TestOwnFileNotMadeYetThroughLink(t *testing.T) {
 		t.Errorf("write to the credentials' real place: %v, want a refusal", err)
 	}
 }
+
+// Where file names compare without case and normalization (macOS), the
+// agent's own paths are its own in every spelling: pathKey folds them as
+// APFS does. (On Windows it folds them as NTFS does.)
+func TestPathKeyFoldsAPFS(t *testing.T) {
+	state := "/Users/josé/.local/state/fleetmcp-agent"
+	for _, p := range []string{
+		"/Users/josé/.LOCAL/State/FLEETMCP-agent/credentials.json",
+		"/USERS/JOSÉ/.local/state/fleetmcp-agent",
+		"/Users/jose\u0301/.local/state/fleetmcp-agent/tasks/x",
+		"/Users/josé/.local/\u017Ftate/fleetmcp-agent",
+	} {
+		if !withinKey(pathKey(p, true), pathKey(state, true), "/") {
+			t.Errorf("%+q is not within %q when names fold", p, state)
+		}
+		if withinKey(pathKey(p, false), pathKey(state, false), "/") && p != state {
+			t.Errorf("%+q is within %q without folding", p, state)
+		}
+	}
+	if withinKey(pathKey("/Users/josé/.local/state/fleetmcp-agent2", true), pathKey(state, true), "/") {
+		t.Error("a sibling with a longer name is within the state directory")
+	}
+}

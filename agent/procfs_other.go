@@ -8,7 +8,3 @@ package agent
 func onProcFS(dir string) bool {
 	return within(dir, "/proc") || within(dir, "/dev/fd")
 }
-
-// selfRSS returns the process's resident memory in bytes: unknown (0)
-// here.
-func selfRSS() int64 { return 0 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/fleetmcp/fleetmcp/policy"
 )
@@ -33,6 +34,10 @@ func (a *Agent) Reload() error {
 	if err == nil {
 		err = sameGitRules(a.served().pol, pol)
 	}
+	if err == nil && a.gitGuard != nil {
+		// Every git process from now on is held to the new deny rules.
+		err = a.gitGuard.setDeny(pol.GitRules())
+	}
 	if err != nil {
 		a.log.Error("reload refused: the host policy in force stays", "file", file, "err", err)
 		return err
@@ -52,9 +57,11 @@ func (a *Agent) Reload() error {
 
 // sameGitRules refuses a policy whose git rules differ from those of
 // the policy in force: the git guard and the environment of commands
-// were set up for them when the agent started.
+// were set up for them when the agent started. The deny rules the guard
+// holds git to are not among them: a reload gives the guard new ones.
 func sameGitRules(cur, next *policy.Policy) error {
-	if !reflect.DeepEqual(cur.GitRules(), next.GitRules()) {
+	c, n := cur.GitRules(), next.GitRules()
+	if (c == nil) != (n == nil) || c != nil && (!slices.Equal(c.AllowConfig(), n.AllowConfig()) || !reflect.DeepEqual(c.Overrides(), n.Overrides())) {
 		return errors.New("the git rules (bash.git, or command rules turned on or off) changed; they take effect when the agent restarts")
 	}
 	return nil

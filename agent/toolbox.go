@@ -41,6 +41,8 @@ type toolbox struct {
 	skills *catalog
 	// journals keeps patch commits all or nothing across a crash.
 	journals *patchJournals
+	// gitGuard runs git for bash under command rules; nil otherwise.
+	gitGuard *gitGuard
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -86,12 +88,12 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
 	env := childEnv(cfg.ChildEnv)
+	var gg *gitGuard
 	if rules := cfg.Policy.GitRules(); rules != nil && cfg.Policy.GitGuarded() {
 		if cfg.GitGuard == "" {
 			return nil, fmt.Errorf("toolbox: %w", errGitGuardUnset)
 		}
-		gg, err := installGitGuard(cfg.GitGuard, cfg.StateDir, env, rules)
-		if err != nil {
+		if gg, err = installGitGuard(cfg.GitGuard, cfg.StateDir, env, rules); err != nil {
 			return nil, fmt.Errorf("toolbox: %w", err)
 		}
 		env = gg.environ(env)
@@ -106,7 +108,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	}
 	tasks.wrapper = cfg.TaskWrapper
 	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
-		imageSem: make(chan struct{}, 1), locks: &pathLocks{}, dirLocks: &dirLocks{}}
+		imageSem: make(chan struct{}, 1), gitGuard: gg, locks: &pathLocks{}, dirLocks: &dirLocks{}}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)

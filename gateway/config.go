@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -166,6 +168,11 @@ type Config struct {
 	// Skills extension (skillsmcp.go) instead of its own skill store: a
 	// deployment or a test that brings its skills from elsewhere.
 	SkillSource skillSource
+
+	// TracerProvider, when set, makes a span of every tools/call and of
+	// every call routed to a host, and carries the trace context to the
+	// agents (trace.go). Nil: tracing is off.
+	TracerProvider trace.TracerProvider
 
 	// Logger receives the gateway's log. Default slog.Default().
 	Logger *slog.Logger

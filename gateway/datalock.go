@@ -14,8 +14,7 @@ import (
 // one store corrupt it. The gateway holds an exclusive lock on
 // DataDir/gateway.lock from before the embedded server starts until it
 // has shut down; the kernel releases it when the process dies, however it
-// dies. Printing an agent's credential (--agent_credential) only reads the
-// directory and needs no lock.
+// dies.
 
 const dataLockFile = "gateway.lock"
 

@@ -96,6 +96,8 @@ type Gateway struct {
 	agentLogs *logLimiter
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
+	// tracing makes the spans of calls (nil: off).
+	tracing *tracing
 	// readiness is the last answer of /readyz (health.go).
 	readiness readiness
 	// metrics are the Prometheus metrics (metrics.go); metricsSrv serves
@@ -123,7 +125,7 @@ func Start(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
 		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
-		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait)}
+		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
@@ -283,7 +285,7 @@ func (g *Gateway) startNATS() error {
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.signer, g.enrolledKey); err != nil {
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey); err != nil {
 		return err
 	}
 	if err := g.nc.Flush(); err != nil {

@@ -108,6 +108,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	g.calls.Add(1)
 	defer g.calls.Done()
 	start := time.Now()
+	ctx, span := g.tracing.startCall(ctx, req)
 	id := g.identityOf(req.Extra)
 	cc := &callContext{id: id, grants: g.access.Load().For(id), callID: newCallID()}
 	tool := req.Params.Name
@@ -150,6 +151,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	}
 	rec.Fanout = cc.fanout
 	rec.Receipt = cc.receipt
+	endCall(span, rec)
 	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
 	g.audit.write(rec)
 	return res, err

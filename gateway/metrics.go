@@ -155,7 +155,7 @@ var (
 	metricQueued   = prometheus.NewDesc("fleet_agent_queue_depth", "Calls waiting for a worker on the host.", []string{"host"}, nil)
 	metricBusy     = prometheus.NewDesc("fleet_agent_calls_running", "Calls running on the host.", []string{"host"}, nil)
 	metricTasks    = prometheus.NewDesc("fleet_agent_tasks_running", "Background tasks running on the host.", []string{"host"}, nil)
-	metricRSS      = prometheus.NewDesc("fleet_agent_resident_memory_bytes", "Resident memory of the host's agent process (Linux agents).", []string{"host"}, nil)
+	metricRSS      = prometheus.NewDesc("fleet_agent_resident_memory_bytes", "Resident memory of the host's agent process (Linux and Windows: now; macOS: its peak).", []string{"host"}, nil)
 )
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -7,14 +7,18 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file turns a tool call's arguments into the summary kept in the
 // audit trail: what was done and where (command text, paths, sizes),
 // never file contents, and with secret-looking values blanked. Redaction
 // is best effort: it catches the common shapes (KEY=value assignments,
-// --password flags, Authorization headers, URL credentials, well-known
-// token formats, private keys), not every secret a command might hold.
+// --password flags, Authorization headers, URL credentials and query
+// parameters, well-known token formats, NATS seeds and this fleet's join
+// tokens, private keys, the user/password forms of database and FTP
+// tools), not every secret a command might hold.
 
 const (
 	// maxSummaryText bounds one string kept in a summary.
@@ -92,7 +96,9 @@ func newRedactor() *redactor {
 	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj",
 		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", apiTokenPrefix}
 	rules := []redaction{
-		{name: "private key", need: []string{"private key"}, re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)`),
+		// PEM private keys, PGP key blocks, and the seed block of a NATS
+		// credentials file (whose END line has six dashes).
+		{name: "private key", need: []string{"private key", "nkey seed"}, re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|NKEY SEED)(?: BLOCK)?-----[\s\S]*?(?:-{5,6}END [A-Z0-9 ]*(?:PRIVATE KEY|NKEY SEED)(?: BLOCK)?-{5,6}|$)`),
 			repl: "[redacted private key]"},
 		// Authorization: Bearer X, in a quoted header or bare.
 		{name: "authorization header", need: []string{"authorization"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)(?:\\?\s)+)?)(?:[^\s'"]+)`),
@@ -133,12 +139,39 @@ func newRedactor() *redactor {
 		{name: "htpasswd -b", need: []string{"htpasswd"}, re: regexp.MustCompile(`(?P<keep>\bhtpasswd\s+(?P<opts>(?:-[A-Za-z]+\s+)+)(?:[^\s-]\S*\s+)?[^\s-]\S*\s+)(?P<val>` + value + `)`),
 			repl: "${keep}" + redacted, spare: spareHtpasswd},
 		{name: "openssl pass:", need: []string{"pass:"}, re: regexp.MustCompile(`(?P<keep>\bpass:)[^\s'"]+`), repl: "${keep}" + redacted},
+		// openssl enc -k PASSWORD.
+		{name: "openssl -k", need: []string{"openssl"}, re: regexp.MustCompile(`(?P<keep>\bopenssl\b[^;&|\n]*?\s-k\s+)` + value), repl: "${keep}" + redacted},
+		// httpie and xh: -a user:password, --auth user:password.
+		{name: "httpie -a", need: []string{"-a", "--auth"}, re: regexp.MustCompile(`(?P<keep>\b(?:http|https|xh|xhs|httpie)\b[^;&|\n]*?\s(?:-a\s*|--auth[=\s]\s*)['"]?[^\s:'"]*:)(?P<pass>[^\s'"]+)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return strings.Contains(g[2], redacted) }},
+		// lftp -u user,password (also in the commands of lftp -e).
+		{name: "lftp -u", need: []string{"lftp"}, re: regexp.MustCompile(`(?P<keep>\b(?:lftp|open)\b[^;&|\n]*?\s-u\s*['"]?[^\s,'"]*,)(?P<pass>[^\s'"]+)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return strings.Contains(g[2], redacted) }},
+		// Oracle's tools take user/password[@db]: sqlplus scott/tiger@db,
+		// rman target sys/x, exp userid=scott/tiger.
+		{name: "oracle user/password", need: []string{"sqlplus", "sqlldr", "expdp", "impdp", "exp", "imp", "rman", "dgmgrl", "userid="},
+			re:   regexp.MustCompile(`(?i)(?P<keep>(?:\b(?:sqlplus|sqlldr|expdp|impdp|exp|imp|dgmgrl)(?:\s+-[a-z]+)*|\brman\b[^;&|\n]*?\b(?:target|catalog|auxiliary)|\buserid=)\s*['"]?[^\s/'"@]+/)(?P<pass>[^\s@'"]+)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return strings.Contains(g[2], redacted) }},
+		// A URL's query parameters named like secrets: ?key=, &token=,
+		// &password=, ;session=.
+		{name: "url query secret", need: []string{"?", "&"}, re: regexp.MustCompile(`(?i)(?P<keep>[?&;](?P<name>[a-z0-9_.-]*(?:key|token|secret|passw(?:or)?d|pass|pwd|auth|session|credentials?))=)(?P<val>[^&\s'"#]+)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return harmlessKeyName(g[2]) || strings.Contains(g[3], redacted) }},
 		// Signed URLs: Azure SAS (sig=), S3 and GCS presigned URLs.
 		{name: "url signature", need: []string{"sig=", "signature="}, re: regexp.MustCompile(`(?i)(?P<keep>[?&](?:sig|x-amz-signature|x-goog-signature|signature)=)[^&\s'"#]+`),
 			repl: "${keep}" + redacted},
 		// --password X, --password=X, --api-key X, -password X...
 		{name: "secret option", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>(?:^|\s)--?(?P<opt>[a-z0-9_-]*` + secretName + `[a-z0-9_-]*)(?:=|\s+))(?P<val>` + optValue + `)`),
 			repl: "${keep}" + redacted, spare: spareOption},
+		// --signing-key X, --encryption-key=X: an option whose name ends in
+		// "key", unless it names a file or an id, or the value is one.
+		{name: "key option", need: []string{"key"}, re: regexp.MustCompile(`(?i)(?P<keep>(?:^|\s)--?(?P<opt>(?:[a-z0-9]+[_-])*key)(?:=|\s+))(?P<val>` + optValue + `)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool {
+				return harmlessKeyName(g[2]) || strings.Contains(g[3], redacted) || keyNamesFile(g[3])
+			}},
+		// APP_KEY=x, ENCRYPTION_KEY=x, SIGNING_KEY=x: a variable whose name
+		// ends in KEY.
+		{name: "key assignment", need: []string{"key"}, re: regexp.MustCompile(`(?i)(?P<keep>\b(?P<var>(?:[a-z0-9]+[_-])*key)=)(?P<val>` + value + `)`),
+			repl: "${keep}" + redacted, spare: func(g []string) bool { return harmlessKeyName(g[2]) || strings.Contains(g[3], redacted) }},
 		// NAME=value where the name says secret: PGPASSWORD=x, export
 		// API_TOKEN=x, env AWS_SECRET_ACCESS_KEY=x, ?password=x&.
 		{name: "secret assignment", need: secretWords, re: regexp.MustCompile(`(?i)(?P<keep>\b(?P<var>[a-z0-9_]*` + secretName + `[a-z0-9_]*)=)(?P<val>` + value + `)`),
@@ -150,6 +183,18 @@ func newRedactor() *redactor {
 			repl: "${keep}" + redacted, spare: func(g []string) bool { return harmlessName(g[1]) }},
 		{name: "netrc", need: []string{"machine"}, re: regexp.MustCompile(`(?P<keep>\bmachine\s+\S+(?:\s+login\s+\S+)?\s+password\s+)[^\s'"]+`), repl: "${keep}" + redacted},
 		{name: "known token", need: tokenStarts, re: regexp.MustCompile(`\b(?:` + tokens + `)`), repl: redacted},
+		// NATS nkey seeds (S, then U, A, O, N, C or X, then 56 base32
+		// characters): the private keys of NATS users, accounts,
+		// operators and servers, this fleet's agents among them.
+		{name: "nkey seed", need: []string{"su", "sa", "so", "sn", "sc", "sx"}, re: regexp.MustCompile(`\bS[UAONCX][A-Z2-7]{56}\b`), repl: redacted},
+		// This fleet's join tokens keep their id: fmcp1.ID.SECRET, and
+		// the NATS join token, which holds a credential, entire.
+		{name: "join token", need: []string{protocol.TokenPrefix + "."}, re: regexp.MustCompile(`\b(?P<keep>` + protocol.TokenPrefix + `\.[a-z2-7]+\.)[A-Za-z0-9_-]+`), repl: "${keep}" + redacted},
+		{name: "nats join token", need: []string{protocol.NATSTokenPrefix + "."}, re: regexp.MustCompile(`\b(?P<keep>` + protocol.NATSTokenPrefix + `\.)[A-Za-z0-9_-]+`), repl: "${keep}" + redacted},
+		// Vault's older service and batch tokens: s. or b. and 24
+		// characters.
+		{name: "vault token", need: []string{"s.", "b."}, re: regexp.MustCompile(`(?P<keep>(?:^|[\s'"=:,]))(?P<tok>[sb]\.[A-Za-z0-9]{24})(?P<tail>$|[^A-Za-z0-9._-])`),
+			repl: "${keep}" + redacted + "${tail}", spare: func(g []string) bool { return strings.Trim(g[2][2:], "abcdefghijklmnopqrstuvwxyz") == "" }},
 		// An AWS secret access key is 40 characters of base64, told from
 		// other such words by AWS being mentioned in the same text (need).
 		{name: "aws secret key", need: []string{"aws", "akia", "asia"}, re: regexp.MustCompile(`(?P<keep>(?:^|[^A-Za-z0-9/+=]))(?P<key>[A-Za-z0-9/+]{40})(?P<tail>$|[^A-Za-z0-9/+=])`),
@@ -186,12 +231,52 @@ func harmlessName(name string) bool {
 	return n == "pwd" || n == "oldpwd"
 }
 
+// harmlessKeyName reports whether name, which ends in "key", names
+// something that is not a secret: a key of a table or a cache, a public
+// key, or a file or an id (harmlessName).
+func harmlessKeyName(name string) bool {
+	n := strings.ToLower(strings.NewReplacer("_", "-").Replace(strings.Trim(name, " \t:\"")))
+	for _, word := range []string{"primary", "sort", "partition", "cache", "foreign", "routing", "hash", "range", "idempotency",
+		"public", "pub", "lookup", "map", "group", "dedup", "shard", "hot", "monkey", "tur"} {
+		if strings.HasSuffix(n, word+"-key") || n == word+"key" {
+			return true
+		}
+	}
+	return harmlessName(n)
+}
+
+// keyNamesFile reports whether the value of a key option names a file,
+// a descriptor or a position rather than holding the key: a path, a file
+// name with a key file's extension, @FILE, env:, file: or fd:, or
+// numbers (sort --key 2,3).
+func keyNamesFile(v string) bool {
+	v = strings.Trim(v, `'"`)
+	if strings.ContainsAny(v, `/\`) || strings.HasPrefix(v, "@") || strings.HasPrefix(v, "env:") || strings.HasPrefix(v, "file:") ||
+		strings.HasPrefix(v, "fd:") || strings.HasPrefix(v, "~") || strings.Trim(v, "0123456789,.nrbf") == "" {
+		return true
+	}
+	for _, ext := range []string{".pem", ".key", ".json", ".p12", ".pfx", ".asc", ".gpg", ".crt", ".der", ".pub", ".txt"} {
+		if strings.HasSuffix(strings.ToLower(v), ext) {
+			return true
+		}
+	}
+	return false
+}
+
 // spareOption spares options whose names say secret but whose values are
 // not (see harmlessName), and a short option with a value glued on
 // (-pS3cretPass): the word after it is not its value.
 func spareOption(g []string) bool {
 	glued := !strings.HasPrefix(strings.TrimSpace(g[1]), "--") && strings.ContainsAny(g[2], "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-	return harmlessName(g[2]) || strings.Contains(g[3], redacted) || glued
+	return harmlessName(g[2]) || strings.Contains(g[3], redacted) || glued || passwordSource(g[3])
+}
+
+// passwordSource reports whether an option's value says where a password
+// is rather than holding it, as openssl's do: env:VAR, file:PATH, fd:N,
+// stdin.
+func passwordSource(v string) bool {
+	v = strings.Trim(v, `'"`)
+	return strings.HasPrefix(v, "env:") || strings.HasPrefix(v, "file:") || strings.HasPrefix(v, "fd:") || v == "stdin"
 }
 
 // spareHtpasswd spares an htpasswd command line without -b, whose

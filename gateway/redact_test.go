@@ -133,6 +133,50 @@ func TestRedactClasses(t *testing.T) {
 		{"netrc", "echo 'machine api.x login bob password S3cret' >> ~/.netrc", "echo 'machine api.x login bob password [redacted]' >> ~/.netrc"},
 		{"private key", "echo '-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n-----END OPENSSH PRIVATE KEY-----' > k", "echo '[redacted private key]' > k"},
 		{"private key", "gpg --import <<EOF\n-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQ\n-----END PGP PRIVATE KEY BLOCK-----\nEOF", "gpg --import <<EOF\n[redacted private key]\nEOF"},
+		{"private key", "cat > k.pem <<'EOF'\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE S3cret\n-----END EC PRIVATE KEY-----\nEOF", "cat > k.pem <<'EOF'\n[redacted private key]\nEOF"},
+		{"private key", "printf '%s' '-----BEGIN RSA PRIVATE KEY-----\nS3cret' | openssl rsa", "printf '%s' '[redacted private key]"},
+		{"private key", "cat > u.creds <<EOF\n-----BEGIN USER NKEY SEED-----\nSUAS3cret\n------END USER NKEY SEED------\nEOF", "cat > u.creds <<EOF\n[redacted private key]\nEOF"},
+		// Variables and options whose names end in KEY.
+		{"key", "ENCRYPTION_KEY=S3cret ./app", "ENCRYPTION_KEY=[redacted] ./app"},
+		{"key", "export SIGNING_KEY='S3cret x'", "export SIGNING_KEY=[redacted]"},
+		{"key", "APP_KEY=base64:S3cret php artisan serve", "APP_KEY=[redacted] php artisan serve"},
+		{"key", "env MASTER_KEY=S3cret KMS_KEY=S3cret2 run", "env MASTER_KEY=[redacted] KMS_KEY=[redacted] run"},
+		{"key", "docker run -e SECRET_KEY_BASE=S3cret -e STRIPE_KEY=S3cret2 app", "docker run -e SECRET_KEY_BASE=[redacted] -e STRIPE_KEY=[redacted] app"},
+		{"key", "KEY=S3cret make deploy", "KEY=[redacted] make deploy"},
+		{"key", "tool --signing-key S3cret --encryption-key=S3cret2", "tool --signing-key [redacted] --encryption-key=[redacted]"},
+		{"key", "restic --license-key S3cret", "restic --license-key [redacted]"},
+		// openssl enc -k PASSWORD, and -pass pass:X.
+		{"openssl -k", "openssl enc -aes-256-cbc -k S3cret -in f -out g", "openssl enc -aes-256-cbc -k [redacted] -in f -out g"},
+		{"openssl -k", "openssl enc -d -aes256 -in g -k 'S3cret x'", "openssl enc -d -aes256 -in g -k [redacted]"},
+		{"openssl -k", "openssl pkcs12 -export -passout pass:S3cret -in c", "openssl pkcs12 -export -passout pass:[redacted] -in c"},
+		// HTTP clients, FTP, database tools taking user and password.
+		{"httpie", "http -a bob:S3cret GET https://api", "http -a bob:[redacted] GET https://api"},
+		{"httpie", "https --auth=bob:S3cret api.example.com", "https --auth=bob:[redacted] api.example.com"},
+		{"httpie", "xh -a 'bob:S3cret' get api", "xh -a 'bob:[redacted]' get api"},
+		{"lftp", "lftp -u bob,S3cret sftp://h", "lftp -u bob,[redacted] sftp://h"},
+		{"lftp", "lftp -e 'open -u bob,S3cret h; mirror' ", "lftp -e 'open -u bob,[redacted] h; mirror' "},
+		{"oracle", "sqlplus scott/S3cret@db @q.sql", "sqlplus scott/[redacted]@db @q.sql"},
+		{"oracle", "sqlplus -S -L scott/S3cret", "sqlplus -S -L scott/[redacted]"},
+		{"oracle", "expdp system/S3cret@pdb directory=d dumpfile=x.dmp", "expdp system/[redacted]@pdb directory=d dumpfile=x.dmp"},
+		{"oracle", "rman target sys/S3cret@db", "rman target sys/[redacted]@db"},
+		{"oracle", "exp userid=scott/S3cret file=x.dmp", "exp userid=scott/[redacted] file=x.dmp"},
+		// Query parameters named like secrets.
+		{"url query", "curl 'https://maps.example.com/api?key=S3cret&q=x'", "curl 'https://maps.example.com/api?key=[redacted]&q=x'"},
+		{"url query", "curl https://x/feed?token=S3cret", "curl https://x/feed?token=[redacted]"},
+		{"url query", "wget 'https://x/dl?id=1&password=S3cret'", "wget 'https://x/dl?id=1&password=[redacted]'"},
+		{"url query", "curl 'https://x/a?api_key=S3cret&apikey=S3cret2&auth=S3cret3'", "curl 'https://x/a?api_key=[redacted]&apikey=[redacted]&auth=[redacted]'"},
+		{"url query", "open 'https://x/cb?session=S3cret'", "open 'https://x/cb?session=[redacted]'"},
+		// Token shapes: Vault's, NATS seeds, this fleet's own.
+		{"vault", "VAULT_TOKEN=s.Ab3cDeF4gHiJkL5mNoPqRs6t vault read x", "VAULT_TOKEN=[redacted] vault read x"},
+		{"vault", "vault login s.Ab3cDeF4gHiJkL5mNoPqRs6t", "vault login [redacted]"},
+		{"vault", "vault token lookup b.AAAAAQJ2xS3cretVeRy9lOnG", "vault token lookup [redacted]"},
+		{"vault", "vault login hvb.AAAAAQS3cret0123456789abcdef", "vault login [redacted]"},
+		{"nkey", "nsc add user -k SUAKYHKMIF4YAH6SXWRJG2KAMHDRJ6KR2AURLC3RB6EWEFD7T4QPVIOS3C", "nsc add user -k [redacted]"},
+		{"nkey", "echo SAAL7VOEKXH2T6RAUXEMQBHBZUDN4YUGJ5FBLYH3FLGFLDFDPCTQ3CQ3BE > acc.nk", "echo [redacted] > acc.nk"},
+		{"nkey", "nats --nkey=SOALU7LPGJK2BDF4IHD7UZT6ZM7QBJS3ZAXG7SJDQM53LK34TN3LQF2T5Y sub x", "nats --nkey=[redacted] sub x"},
+		{"join token", "fleet-agent join fmcp1.abcdefghij.S3cretW8PKz1m2nQ3oR4sT5uV6wX7yZ8aB9cD0eF1gH", "fleet-agent join fmcp1.abcdefghij.[redacted]"},
+		{"join token", "fleet-agent join fmcpn1.eyJTMcretLongBase64urlPayload0123456789 --name x", "fleet-agent join fmcpn1.[redacted] --name x"},
+		{"jwt", "curl -H 'x-jwt: eyJhbGciOiJSUzI1NiJ9.eyJTM2NyZXQiOjF9.c2lnbmF0dXJl' u", "curl -H 'x-jwt: [redacted]' u"},
 	} {
 		got := r.text(tc.in)
 		if got != tc.want {
@@ -173,6 +217,21 @@ func TestRedactKeepsLookAlikes(t *testing.T) {
 		"ssh-keygen -t ed25519 -f k -C bob@host",
 		"gh secret list; gh secret set X < value.txt",
 		"kubectl get secret db-creds -o yaml --show-managed-fields",
+		// Keys that are not secrets, and key options that name files.
+		"PRIMARY_KEY=id SORT_KEY=created_at ./migrate",
+		"export PARTITION_KEY=region CACHE_KEY=v2 PUBLIC_KEY=ssh-ed25519",
+		"SSH_KEY_PATH=~/.ssh/id_ed25519 GPG_KEY_ID=ABCD1234 ./release",
+		"sort --key 2,3 f; sort -k2 f; openssl rsa -in k -pubout",
+		"curl --key client.key --cert c.pem https://x; openssl req -key ./k -new",
+		"gcloud auth activate-service-account --key-file=sa.json",
+		"ssh-add --apple-use-keychain ~/.ssh/key; tool --ssh-key ~/.ssh/x",
+		"openssl enc -d -kfile pass.txt -in g; openssl enc -pass env:PW -in f",
+		"sqlplus /nolog; sqlplus / as sysdba; sqlplus @script.sql",
+		"lftp sftp://h -e 'mirror; bye'; sort -u a,b",
+		"http GET https://api Accept:application/json; ls -a x:y",
+		"curl 'https://x/s?q=monkey&sort=asc&hotkey=1&page=2'",
+		"dig s.example.com; host b.cdn.example.org",
+		"echo SUNDAY SATURDAY; git log fmcp1-release",
 	} {
 		if got := r.text(in); got != in {
 			t.Errorf("text(%q) = %q, want it unchanged", in, got)
@@ -201,6 +260,9 @@ func FuzzRedact(f *testing.F) {
 		"export API_TOKEN=" + secret, "git clone https://bob:" + secret + "@h/r", "curl -u bob:" + secret + " u",
 		"docker login -u bob -p " + secret + " r", "sqlcmd -U sa -P " + secret, "zip -P " + secret + " o.zip f", "htpasswd -b f bob " + secret,
 		"skopeo copy --creds bob:" + secret + " a b",
+		"ENCRYPTION_KEY=" + secret + " ./app", "tool --signing-key " + secret, "openssl enc -k " + secret + " -in f",
+		"http -a bob:" + secret + " u", "lftp -u bob," + secret + " h", "sqlplus scott/" + secret + "@db",
+		"curl 'https://x/a?key=" + secret + "&q=1'",
 	}
 	f.Fuzz(func(t *testing.T, pre, post string) {
 		if len(pre) > 300 || len(post) > 300 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -81,6 +82,8 @@ type router struct {
 	hostKey func(host string) (string, bool)
 	// refusedSub hears the agents' reports of refused messages.
 	refusedSub *nats.Subscription
+	// tracing makes a span of each call (nil: off).
+	tracing *tracing
 
 	mu     sync.Mutex
 	calls  map[string]*inflight            // by call ID
@@ -129,10 +132,10 @@ const (
 	maxPendingFrames = 4096
 )
 
-func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers,
+func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing,
 	keys *signingKey, hostKey func(string) (string, bool)) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
 		keys: keys, hostKey: hostKey,
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
@@ -262,7 +265,12 @@ type frameFunc func(protocol.Frame)
 // call routes req to its host and waits for the final result. Errors are
 // *HostError for routing failures, or ctx's error when the caller gave up
 // (the agent is then told to cancel the call).
-func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (*protocol.Result, error) {
+func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (res *protocol.Result, err error) {
+	if req.ID == "" {
+		req.ID = newCallID()
+	}
+	ctx, span, tc := r.tracing.startHostCall(ctx, &req)
+	defer func() { endHostCall(span, res, err) }()
 	h, err := r.checkHost(req.Host)
 	if err != nil {
 		return nil, err
@@ -274,9 +282,6 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	if err := checkCaller(&req.Caller); err != nil {
 		return nil, err
 	}
-	if req.ID == "" {
-		req.ID = newCallID()
-	}
 	c := protocol.Call{
 		ID: req.ID, Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
 		Caller: req.Caller, TimeoutMS: req.Timeout.Milliseconds(), Args: req.Args,
@@ -284,7 +289,7 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
 	r.track(c.ID, fl)
 	defer r.untrack(c.ID, fl)
-	if err := r.send(&c, env); err != nil {
+	if err := r.send(&c, env, tc); err != nil {
 		return nil, err
 	}
 	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold, env: env, receipt: req.Receipt}
@@ -342,17 +347,20 @@ func (r *router) checkHost(host string) (HostInfo, error) {
 // send publishes the call, split into parts that fit the server's
 // max_payload. The arguments go straight from the client's request into
 // the parts (nats.go copies each into its buffer), so a large write costs
-// no copy of its content here.
-func (r *router) send(c *protocol.Call, env *protocol.EnvelopeSigner) error {
+// no copy of its content here. Every part carries the call's trace
+// context, when it has one; the first its signed envelope.
+func (r *router) send(c *protocol.Call, env *protocol.EnvelopeSigner, tc propagation.MapCarrier) error {
 	// Room for the envelope in the first part's headers.
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-4096)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
+	traceparent, tracestate := traceHeaders(tc)
 	sign := func(n int64, sum [sha256.Size]byte) (string, error) {
 		return r.signCall(env, c, reply, n, sum), nil
 	}
 	var sendErr error
 	err := protocol.EncodeCallParts(c, size, sign, func(part, parts int, auth string, data []byte) error {
 		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Auth: auth, Data: data}.Encode()
+		protocol.SetTrace(h, traceparent, tracestate)
 		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
 		return sendErr
 	})

@@ -62,7 +62,7 @@ func newTestRouter(t *testing.T, ns *server.Server, host string, silence time.Du
 		}
 	}
 	nc := connectNATS(t, ns, "gateway")
-	r, err := newRouter(nc, reg, discardLogger(), silence, nil, testGatewayKey(), testHostKey)
+	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil, testGatewayKey(), testHostKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
 )
 
 // The benchmarks measure the full path — go-sdk client → HTTP → gateway →
@@ -170,3 +174,43 @@ func check(res *mcp.CallToolResult, err error, want string) error {
 	}
 	return nil
 }
+
+// BenchmarkTracing measures a 4 KiB read with tracing off (no tracer
+// provider: the default) and on (the OpenTelemetry SDK, every call
+// sampled, spans batched to an exporter that drops them: the cost of
+// making and propagating spans, not of sending them). Off is the path
+// every call takes unless --otlp_endpoint is given; compare it with
+// BenchmarkRead4K of a build without tracing.
+func BenchmarkTracing(b *testing.B) {
+	content := strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", 64)
+	for _, on := range []bool{false, true} {
+		var opts Options
+		if on {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			opts = Options{Gateway: func(c *gateway.Config) { c.TracerProvider = tp }, Agent: func(c *agent.Config) { c.TracerProvider = tp }}
+		}
+		opts.Quiet = true
+		env := NewEnv(b, opts)
+		if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "4k.txt"), []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		cs := benchClient(b, env.Gateway.MCPURL(), "2025-11-25")
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("tracing=%v/c=%d", on, conc), func(b *testing.B) {
+				b.ReportAllocs()
+				load(b, conc, func() error {
+					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"host": "alpha", "path": "4k.txt"}})
+					return check(res, err, content)
+				})
+			})
+		}
+		cs.Close()
+	}
+}
+
+// discardSpans is a span exporter that drops what it gets.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }

@@ -159,13 +159,19 @@ func targetOSes() []string {
 }
 
 // TestDepsAgentBinary: fleet-agent must stay a small binary that links
-// neither the NATS server, the MCP SDK, OIDC nor the gateway.
+// neither the NATS server, the MCP SDK, OIDC nor the gateway; nor gRPC,
+// which the OpenTelemetry OTLP exporters (HTTP and gRPC alike) would
+// bring, nearly doubling it: its spans go out through the small OTLP/HTTP
+// client of cmd/internal/tracing.
 func TestDepsAgentBinary(t *testing.T) {
 	root := module + "/cmd/fleet-agent"
 	forbidden := []string{
 		"github.com/nats-io/nats-server/v2",
 		"github.com/modelcontextprotocol/go-sdk",
 		"github.com/coreos/go-oidc/v3",
+		"google.golang.org/grpc",
+		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp",
+		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc",
 		module + "/gateway",
 	}
 	for _, goos := range targetOSes() {

@@ -191,15 +191,12 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	env.StartAgentProcess("drainer")
 	env.WaitHost("drainer", true)
 	cs := env.Client("2025-11-25", nil)
-	done := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		done <- call(t, cs, "bash", map[string]any{"host": "drainer", "command": "echo running > started; sleep 1; echo finished"})
-	}()
+	done := callAsync(cs, "bash", map[string]any{"host": "drainer", "command": "echo running > started; sleep 1; echo finished"})
 	waitForFile(t, filepath.Join(env.AgentDir("drainer"), "started"))
 	if err := syscall.Kill(env.AgentPID("drainer"), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustOK(t, <-done); got != "finished\n" {
+	if got := mustOK(t, awaitCall(t, done, 60*time.Second)); got != "finished\n" {
 		t.Fatalf("got %q", got)
 	}
 	env.WaitHost("drainer", false)

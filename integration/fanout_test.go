@@ -173,16 +173,10 @@ func TestFanoutHostDiesMidRun(t *testing.T) {
 	env.WaitHost("victim", true)
 	writeFile(t, filepath.Join(env.AgentDir("victim"), "act.sh"), "echo running > started; sleep 30\n")
 	cs := env.Client("2025-11-25", nil)
-	done := make(chan *mcp.CallToolResult, 1)
-	go func() { done <- call(t, cs, "fleet_bash", map[string]any{"selector": "*", "command": "bash ./act.sh"}) }()
+	done := callAsync(cs, "fleet_bash", map[string]any{"selector": "*", "command": "bash ./act.sh"})
 	waitForFile(t, filepath.Join(env.AgentDir("victim"), "started"))
 	env.KillAgent("victim")
-	var res *mcp.CallToolResult
-	select {
-	case res = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("fan-out still waiting 30 s after a host died")
-	}
+	res := awaitCall(t, done, 30*time.Second)
 	_, by := fanoutOf(t, res)
 	if by["steady"].Status != "succeeded" || by["victim"].Status != "failed" || !strings.Contains(by["victim"].Reason, "silent") {
 		t.Errorf("steady %+v, victim %+v", by["steady"], by["victim"])

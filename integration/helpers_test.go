@@ -89,6 +89,42 @@ func structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
 	return m
 }
 
+// callOutcome is how a call made with callAsync ended.
+type callOutcome struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// callAsync starts a call and returns where its outcome arrives. It never
+// fails the test itself (a t.Fatal outside the test's goroutine would
+// leave the test waiting for the outcome): awaitCall does.
+func callAsync(cs *mcp.ClientSession, tool string, args map[string]any) <-chan callOutcome {
+	done := make(chan callOutcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		done <- callOutcome{res, err}
+	}()
+	return done
+}
+
+// awaitCall waits up to d for a call made with callAsync and returns its
+// result; a protocol error or no answer in time fails the test.
+func awaitCall(t testing.TB, done <-chan callOutcome, d time.Duration) *mcp.CallToolResult {
+	t.Helper()
+	select {
+	case o := <-done:
+		if o.err != nil {
+			t.Fatalf("call failed: %v", o.err)
+		}
+		return o.res
+	case <-time.After(d):
+		t.Fatalf("no answer to the call within %s", d)
+		return nil
+	}
+}
+
 // waitFor polls cond until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -126,4 +162,16 @@ func (p *progressLog) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.msgs)
+}
+
+// waitForFile waits for path to hold a whole line and returns it.
+func waitForFile(t *testing.T, path string) string {
+	t.Helper()
+	var data []byte
+	waitFor(t, 30*time.Second, path, func() bool {
+		var err error
+		data, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(data), "\n")
+	})
+	return strings.TrimSpace(string(data))
 }

@@ -67,18 +67,6 @@ func awaitTask(t *testing.T, cs *mcp.ClientSession, host, id string) (map[string
 	}
 }
 
-// waitForFile waits for path to hold a whole line and returns it.
-func waitForFile(t *testing.T, path string) string {
-	t.Helper()
-	var data []byte
-	waitFor(t, 30*time.Second, path, func() bool {
-		var err error
-		data, err = os.ReadFile(path)
-		return err == nil && strings.HasSuffix(string(data), "\n")
-	})
-	return strings.TrimSpace(string(data))
-}
-
 // killTasksAfter kills, when the test ends, every task still running
 // under the agent whose working directory is dir, so that a failing test
 // leaves no process behind. A recorded PID is killed only while its

@@ -188,9 +188,20 @@ func TestLargeTransferBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan *mcp.CallToolResult, 1)
+	// The first write waits at the gate while the rest of the test runs,
+	// which takes minutes under the race detector: it gets its own long
+	// deadline, and its outcome comes back on the channel (a t.Fatal in
+	// this goroutine would leave the test waiting for it for ever).
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	first := make(chan outcome, 1)
 	go func() {
-		first <- call(t, slow, "write", map[string]any{"host": "alpha", "path": "first.txt", "content": largeContent(40)})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		res, err := slow.CallTool(ctx, &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"host": "alpha", "path": "first.txt", "content": largeContent(40)}})
+		first <- outcome{res, err}
 	}()
 	waitFor(t, 20*time.Second, "the first write to take its room", func() bool { return env.Gateway.TransferBytesInUse() >= 40*mib })
 
@@ -213,7 +224,11 @@ func TestLargeTransferBusy(t *testing.T) {
 	}
 
 	close(gated.gate)
-	mustOK(t, <-first)
+	o := <-first
+	if o.err != nil {
+		t.Fatalf("the first write: %v", o.err)
+	}
+	mustOK(t, o.res)
 	waitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
 	cs := env.Client("2025-11-25", nil)
 	res := call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})

@@ -148,7 +148,10 @@ func (po patternOpts) spellings(t string, known *optSpec) []string {
 }
 
 // denied checks the words of one command against the deny rules.
-func (c *checker) denied(words []shWord, rules []cmdPattern) error {
+func (c *checker) denied(words []shWord, rules []cmdPattern) error { return denyMatch(words, rules) }
+
+// denyMatch checks the words of one command against the deny rules.
+func denyMatch(words []shWord, rules []cmdPattern) error {
 	texts := make([]string, len(words))
 	for i, w := range words {
 		texts[i] = w.text

@@ -273,6 +273,22 @@ var hiders = []hider{
 	{"go test -exec %q ./...", false, true, anyPolicy}, {"make X!=%q", false, true, anyPolicy},
 	{"awk %a", false, true, anyPolicy}, {"sed %e f", false, true, anyPolicy},
 	{"bash <<'EOF'\n%s\nEOF", false, false, anyPolicy}, {"sh <<< %q", false, false, anyPolicy},
+	// Programs that run a program after their options, or through one.
+	{"strace -f -o /dev/null %s", true, true, anyPolicy}, {"fakeroot %s", true, true, anyPolicy},
+	{"prlimit --nofile=10 %s", true, true, anyPolicy}, {"numactl -N0 %s", true, true, anyPolicy},
+	{"cgexec -g cpu:x %s", true, true, anyPolicy}, {"pkexec %s", true, true, anyPolicy}, {"toybox %s", true, true, anyPolicy},
+	{"bwrap --ro-bind / / %s", true, true, anyPolicy}, {"firejail --net=none %s", true, true, anyPolicy},
+	{"xvfb-run -a %s", true, true, anyPolicy}, {"dbus-run-session -- %s", true, true, anyPolicy},
+	{"ssh-agent %s", true, true, anyPolicy}, {"perf stat -e cycles %s", true, true, anyPolicy},
+	{"valgrind --tool=memcheck %s", true, true, anyPolicy}, {"ip netns exec ns %s", true, true, anyPolicy},
+	{"runuser -u app -- %s", true, true, anyPolicy}, {"fd -x %s ;", true, true, anyPolicy},
+	{"cmake -E env A=1 %s", true, true, anyPolicy}, {"faketime now %s", true, true, anyPolicy},
+	{"capsh -- -c %q", false, true, anyPolicy}, {"sg grp -c %q", false, true, anyPolicy},
+	{"split --filter=%q f", false, true, anyPolicy}, {"nc -c %q h 1", false, true, anyPolicy},
+	{"hyperfine %q", false, true, anyPolicy}, {"entr -s %q", false, true, anyPolicy},
+	{"perf stat --pre %q ls", false, true, anyPolicy}, {"dpkg --pre-invoke=%q -l", false, true, anyPolicy},
+	{"apt-get -o APT::Update::Pre-Invoke::=%q update", false, true, anyPolicy}, {"gpg --photo-viewer %q -k", false, true, anyPolicy},
+	{"hg --config hooks.pre-status=%q status", false, true, anyPolicy}, {`strace -o "|"%q ls`, false, true, anyPolicy},
 }
 
 // FuzzHiddenCommand hides a refused command in constructs chosen by the
@@ -289,7 +305,10 @@ func FuzzHiddenCommand(f *testing.F) {
 	allowRules := `bash: {allow: ["ls *", "echo *", "cat *", "true", "sudo *", "env *", "nice *", "nohup *", "timeout *",
 		"command *", "exec *", "time *", "xargs *", "find *", "bash *", "sh *", "su *", "watch *", "builtin *", "flock *",
 		"chrt *", "taskset *", "unshare *", "setpriv *", "nsenter *", "chroot *", "script *", "systemd-run *", "ssh *",
-		"mapfile *", "[[ *", "tar *", "rsync *", "man *", "zip *", "go test *", "make *", "awk *", "sed *"]}`
+		"mapfile *", "[[ *", "tar *", "rsync *", "man *", "zip *", "go test *", "make *", "awk *", "sed *",
+		"strace *", "fakeroot *", "prlimit *", "numactl *", "cgexec *", "pkexec *", "toybox *", "bwrap *", "firejail *",
+		"xvfb-run *", "dbus-run-session *", "ssh-agent *", "perf *", "valgrind *", "ip *", "runuser *", "fd *", "cmake *",
+		"faketime *", "capsh *", "sg *", "split *", "nc *", "hyperfine *", "entr *", "dpkg *", "apt-get *", "gpg *", "hg *"]}`
 	denyRules := `bash: {deny: ["rm *"]}`
 	sh := testEnv()
 	sh.Shell = "/bin/sh"
@@ -310,7 +329,7 @@ func FuzzHiddenCommand(f *testing.F) {
 			h := hiders[int(c)%len(hiders)]
 			// Wrappers need a simple command; bash reads what only a
 			// POSIX shell runs as arithmetic.
-			if h.wraps && !simple || scopes[shOnly] && strings.Contains(h.template, "bash ") {
+			if h.wraps && !simple || scopes[shOnly] && (strings.Contains(h.template, "bash ") || strings.HasPrefix(h.template, "capsh ")) {
 				continue
 			}
 			if strings.Contains(h.template, "%e") && strings.Contains(line, "\n") {

@@ -40,7 +40,7 @@ func (p *Policy) compileGit() []error {
 	if len(allow) > 0 && p.rules.Bash.empty() {
 		errs = append(errs, fmt.Errorf("bash.git.allow_config: has no effect without bash.allow or bash.deny: git is guarded only under command rules"))
 	}
-	g, err := NewGitRules(allow)
+	g, err := newGitRules(allow, p.bash.deny)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("bash.git.allow_config: %w", err))
 	}
@@ -59,6 +59,8 @@ func (c *checker) git(words []shWord) error {
 	}
 	base := path.Base(name.text)
 	switch {
+	case strings.HasPrefix(base, "git-credential"):
+		return c.refuse("%s: %s", clip(joinSrc(words)), strings.Replace(gitCredentialRefusal, "git credential and", base+": git credential and", 1))
 	case base != "git" && !slices.Contains(gitPrograms, base) && !(strings.HasPrefix(base, "git-") && strings.Contains(name.text, "/")):
 		return nil
 	case !c.p.env.GitGuarded:
@@ -88,6 +90,12 @@ func (c *checker) gitArgs(words []shWord) error {
 	if gl.open {
 		return c.gitOpen(words)
 	}
+	// "git -C dir push" is "git push" to a deny rule.
+	if gl.command.text != "" && len(gl.args)+2 < len(words) {
+		if err := c.denied(append([]shWord{words[0], gl.command}, gl.args...), c.p.bash.deny); err != nil {
+			return err
+		}
+	}
 	f := gitArgs(gl.command.text, gl.args)
 	switch {
 	case f.refuse != "":
@@ -104,6 +112,11 @@ func (c *checker) gitArgs(words []shWord) error {
 		if err := c.gitWrites(words, w); err != nil {
 			return err
 		}
+	}
+	if f.runsGit != nil {
+		// git for-each-repo runs git with these words in each repository.
+		sub := c.nested(c.src)
+		return sub.command(append([]shWord{words[0]}, f.runsGit...))
 	}
 	return nil
 }
@@ -132,7 +145,7 @@ func envResets(words []shWord) string {
 	switch name {
 	case "sudo", "doas", "su", "runuser":
 		return "runs under " + name + ", which resets the environment and PATH"
-	case "systemd-run", "ssh", "chroot", "nsenter", "unshare":
+	case "systemd-run", "run0", "pkexec", "ssh", "autossh", "chroot", "nsenter", "unshare", "bwrap", "firejail":
 		return "runs under " + name + ", in another environment or file system"
 	case "env":
 		return envOptionsReset(args)

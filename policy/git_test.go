@@ -58,7 +58,7 @@ func TestParseGitConfigList(t *testing.T) {
 }
 
 func TestGitCheckConfig(t *testing.T) {
-	g, err := NewGitRules([]string{"filter.lfs.*", "global:alias.*", "system:diff.*"})
+	g, err := NewGitRules([]string{"filter.lfs.*", "global:alias.*", "system:diff.*"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +135,11 @@ func TestGitCheckConfig(t *testing.T) {
 		{entry("global", "alias.co", "checkout"), ""},
 		{entry("local", "alias.co", "checkout"), "alias.co"},
 		{entry("system", "diff.x.textconv", "id"), ""},
+		// A pattern without a scope covers the files, not the command
+		// line (-c, --config-env, GIT_CONFIG_*), which is the caller's.
+		{entry("command", "filter.lfs.clean", "id"), `bash.git.allow_config: ["command:filter.lfs.clean"]`},
+		{entry("worktree", "filter.lfs.clean", "git-lfs clean -- %f"), ""},
+		{entry("command", "alias.co", "checkout"), "alias.co"},
 	}
 	for _, tt := range tests {
 		err := g.CheckConfig([]GitConfigEntry{{Scope: "local", Key: "user.email", Value: "x"}, tt.e})
@@ -154,14 +159,20 @@ func TestGitCheckConfig(t *testing.T) {
 	}
 	// An override the operator allows is not given: credential.helper=
 	// would empty the list of helpers, the one allowed too.
-	cred, _ := NewGitRules([]string{"Credential.https://Example.com.Helper"})
+	cred, _ := NewGitRules([]string{"Credential.https://Example.com.Helper"}, nil)
 	if slices.ContainsFunc(cred.Overrides(), func(s GitSetting) bool { return strings.HasPrefix(s.Key, "credential.") }) {
 		t.Errorf("overrides %v reset credential.helper, which the operator allows", cred.Overrides())
 	}
-	if cred.CheckConfig([]GitConfigEntry{entry("command", "credential.https://Example.com.helper", "x")}) != nil ||
+	if cred.CheckConfig([]GitConfigEntry{entry("global", "credential.https://Example.com.helper", "x")}) != nil ||
+		cred.CheckConfig([]GitConfigEntry{entry("command", "credential.https://Example.com.helper", "x")}) == nil ||
 		cred.CheckConfig([]GitConfigEntry{entry("local", "credential.https://example.com.helper", "x")}) == nil ||
 		cred.CheckConfig([]GitConfigEntry{entry("global", "credential.helper", "store")}) == nil {
 		t.Error("an allowed credential helper: other helpers are not refused")
+	}
+	cmd, _ := NewGitRules([]string{"command:filter.lfs.*"}, nil)
+	if cmd.CheckConfig([]GitConfigEntry{entry("command", "filter.lfs.clean", "x")}) != nil ||
+		cmd.CheckConfig([]GitConfigEntry{entry("local", "filter.lfs.clean", "x")}) == nil {
+		t.Error("command:filter.lfs.* does not allow exactly the command line's filter.lfs.*")
 	}
 	err = g.CheckConfig([]GitConfigEntry{entry("local", "alias.a", "x"), entry("local", "alias.b", "y")})
 	if err == nil || !strings.Contains(err.Error(), "(and 1 more setting)") {
@@ -169,7 +180,7 @@ func TestGitCheckConfig(t *testing.T) {
 	}
 	// Allowing a key the agent overrides stops the override, for every
 	// scope: the key is then allowed where the operator says only.
-	sys, _ := NewGitRules([]string{"system:*"})
+	sys, _ := NewGitRules([]string{"system:*"}, nil)
 	if len(sys.Overrides()) != 0 {
 		t.Errorf("system:* leaves overrides %v", sys.Overrides())
 	}
@@ -187,7 +198,7 @@ func TestGitRulesErrors(t *testing.T) {
 		{"alias .x", "no white space"},
 		{".x", "not a configuration key"},
 	} {
-		if _, err := NewGitRules([]string{tt.pattern}); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := NewGitRules([]string{tt.pattern}, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewGitRules(%q) = %v, want it to mention %q", tt.pattern, err, tt.want)
 		}
 	}
@@ -227,8 +238,8 @@ func TestGitRulesDigest(t *testing.T) {
 }
 
 func TestGitEnviron(t *testing.T) {
-	g, _ := NewGitRules(nil)
-	env := []string{"HOME=/h", "GIT_PAGER=less", "GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=user.name", "GIT_CONFIG_VALUE_0=x",
+	g, _ := NewGitRules(nil, nil)
+	env := []string{"HOME=/h", "GIT_PAGER=less", "GIT_OPTIONAL_LOCKS=1", "GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=user.name", "GIT_CONFIG_VALUE_0=x",
 		"GIT_CONFIG_KEY_1=core.pager", "GIT_CONFIG_VALUE_1=cat", "GIT_CONFIG_KEY_7=stray.key", "GIT_CONFIG_VALUE_7=y"}
 	once := g.Environ(env)
 	twice := g.Environ(once)
@@ -244,7 +255,8 @@ func TestGitEnviron(t *testing.T) {
 		vars[k] = v
 	}
 	n := len(g.Overrides()) + 1
-	if vars["GIT_CONFIG_COUNT"] != itoa(n) || vars["GIT_CONFIG_KEY_0"] != "user.name" || vars["GIT_PAGER"] != "cat" || vars["HOME"] != "/h" {
+	if vars["GIT_CONFIG_COUNT"] != itoa(n) || vars["GIT_CONFIG_KEY_0"] != "user.name" || vars["GIT_PAGER"] != "cat" || vars["HOME"] != "/h" ||
+		vars["GIT_OPTIONAL_LOCKS"] != "0" {
 		t.Errorf("environment %v", once)
 	}
 	if _, ok := vars["GIT_CONFIG_KEY_7"]; ok && n <= 7 {
@@ -261,7 +273,10 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // CheckArgs sees the words a git command runs with, all known: what the
 // checker leaves to the guard.
 func TestGitCheckArgs(t *testing.T) {
-	g, _ := NewGitRules([]string{"global:alias.*"})
+	g, err := NewGitRules([]string{"global:alias.*"}, []string{"git push *", "git send-pack *", "journalctl *--rotate*"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args    []string
 		want    string // "" when allowed
@@ -284,6 +299,24 @@ func TestGitCheckArgs(t *testing.T) {
 		{args: []string{"--exec-path=/tmp", "status"}, want: "another directory"},
 		{args: []string{"--attr-source=HEAD", "status"}, want: "not one git has"},
 		{args: []string{"submodule", "foreach", "id"}, want: "foreach"},
+		// What git's scripts run, and what git runs for itself, comes
+		// through the guard too: the submodule and bisect helpers.
+		{args: []string{"submodule--helper", "foreach", "--recursive", "--", "id"}, want: "foreach"},
+		{args: []string{"bisect--helper", "run", "make"}, want: "bisect run"},
+		{args: []string{"bisect--helper", "visualize", "git-x"}, want: "runs the command"},
+		{args: []string{"credential-libsecret", "get"}, want: "stored passwords"},
+		{args: []string{"config", "--global", "alias.x", "!id"}, want: "alias.x"},
+		{args: []string{"config", "filter.lfs.process", "id"}, want: "filter.lfs.process"},
+		{args: []string{"config", "user.name", "x"}},
+		{args: []string{"-c", "filter.lfs.clean=id", "status"}, want: "command:filter.lfs.clean"},
+		// The deny rules hold for every git process, whoever runs it,
+		// with or without git's global options.
+		{args: []string{"push", "origin", "main"}, want: `bash.deny "git push *"`},
+		{args: []string{"-C", "sub", "--no-pager", "push"}, want: `bash.deny "git push *"`},
+		{args: []string{"--git-dir=x", "-c", "color.ui=never", "send-pack", "x"}, want: "bash.deny"},
+		{args: []string{"for-each-repo", "--config=maintenance.repo", "push"}, want: "bash.deny"},
+		{args: []string{"for-each-repo", "--config", "x", "status"}},
+		{args: []string{"pull"}},
 		{args: []string{"log", "a\x00b"}, want: "NUL"},
 	}
 	for _, tt := range tests {
@@ -295,6 +328,64 @@ func TestGitCheckArgs(t *testing.T) {
 			t.Errorf("%q = %v, want a refusal mentioning %q", tt.args, err, tt.want)
 		case tt.want == "" && (!slices.Equal(inv.Repo, tt.repo) || inv.Resumes != tt.resumes):
 			t.Errorf("%q = %+v, want repo %q, resumes %v", tt.args, inv, tt.repo, tt.resumes)
+		}
+	}
+}
+
+// An alias the operator allows runs the git command line it stands for,
+// which is checked as the guard checks any: git push by another name is
+// git push.
+func TestGitCheckAlias(t *testing.T) {
+	g, err := NewGitRules([]string{"global:alias.*"}, []string{"git push *"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliases := []GitConfigEntry{
+		{Scope: "global", Key: "alias.p", Value: "push"},
+		{Scope: "global", Key: "alias.pp", Value: "p --force"},
+		{Scope: "global", Key: "alias.up", Value: `-c "color.ui=never" push origin`},
+		{Scope: "global", Key: "alias.rx", Value: "rebase -x 'make test'"},
+		{Scope: "global", Key: "alias.loop", Value: "loop"},
+		{Scope: "global", Key: "alias.st", Value: "status -s"},
+		{Scope: "global", Key: "alias.sh", Value: "!git push"},
+		{Scope: "global", Key: "alias.status", Value: "push"}, // git ignores it
+	}
+	commands := map[string]bool{"push": true, "status": true, "rebase": true}
+	isCommand := func(name string) bool { return commands[name] }
+	for _, tt := range []struct {
+		args []string
+		want string // "" when allowed
+	}{
+		{[]string{"st"}, ""},
+		{[]string{"status"}, ""},
+		{[]string{"p"}, `bash.deny "git push *"`},
+		{[]string{"P", "origin"}, "git alias P runs `push`"},
+		{[]string{"-C", "x", "pp"}, "bash.deny"},
+		{[]string{"up", "main"}, "bash.deny"},
+		{[]string{"rx", "main"}, "runs a program"},
+		{[]string{"loop"}, "nested too deeply"},
+		{[]string{"sh"}, ""}, // a shell alias is the operator's
+		{[]string{"unknown"}, ""},
+	} {
+		err := g.CheckAlias(tt.args, aliases, isCommand)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%q refused: %v", tt.args, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%q = %v, want a refusal mentioning %q", tt.args, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		in   string
+		want []string
+	}{
+		{`log --format="%h %s" -n 1`, []string{"log", "--format=%h %s", "-n", "1"}},
+		{`a 'b c' d\ e`, []string{"a", "b c", "d e"}},
+		{`  x  `, []string{"x"}},
+		{`a "b`, nil},
+	} {
+		if got, _ := splitGitCmdline(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("splitGitCmdline(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -120,84 +121,26 @@ type gitFindings struct {
 	resumes bool
 	// open is set when a word only known at run time may be an option.
 	open bool
-}
-
-// gitCommand describes one git command's options that run a program,
-// write a file they name, or give configuration.
-type gitCommand struct {
-	refused string // the whole command is refused: why
-	// operands refuses the command when its first operand is a key.
-	operands map[string]string
-	// runs are long options that run a program; their abbreviations
-	// (which git accepts) too. runShort are short ones.
-	runs     []string
-	runShort string
-	// valued are the short options that take a value (so that a
-	// cluster such as -xCMD is read right); attached those whose
-	// optional value can only be attached (-S[KEYID]).
-	valued, attached string
-	// writes are long options whose value is a file written;
-	// writeShort the short ones.
-	writes     []string
-	writeShort string
-	// config are options whose value is a setting KEY=VALUE.
-	config      []string
-	configShort string
-	resumable   bool
-}
-
-var gitCommands = map[string]gitCommand{
-	// Options that run a program: the remote's upload-pack or
-	// receive-pack (run through a shell for local and ssh remotes), the
-	// command of archive --remote, rebase's commands between steps,
-	// grep's pager.
-	"fetch":      {runs: []string{"upload-pack"}},
-	"pull":       {runs: []string{"upload-pack"}},
-	"ls-remote":  {runs: []string{"upload-pack", "exec"}},
-	"fetch-pack": {runs: []string{"upload-pack", "exec"}},
-	"push":       {runs: []string{"receive-pack", "exec"}},
-	"send-pack":  {runs: []string{"receive-pack", "exec"}},
-	"archive":    {runs: []string{"exec"}, writes: []string{"output"}, writeShort: "o", valued: "o"},
-	"clone": {runs: []string{"upload-pack", "template"}, runShort: "u", valued: "obucj",
-		config: []string{"config"}, configShort: "c"},
-	"init":        {runs: []string{"template"}},
-	"rebase":      {runs: []string{"exec"}, runShort: "x", valued: "xsXC", attached: "S", resumable: true},
-	"cherry-pick": {resumable: true},
-	"revert":      {resumable: true},
-	"grep":        {runs: []string{"open-files-in-pager"}, runShort: "O", valued: "efABCm"},
-	// Operands that run a program, or schedule git to run outside the
-	// agent.
-	"bisect":      {operands: map[string]string{"run": "git bisect run runs the command it is given"}},
-	"submodule":   {operands: map[string]string{"foreach": "git submodule foreach runs the command it is given in every submodule"}},
-	"maintenance": {operands: map[string]string{"start": "git maintenance start schedules git to run outside the agent", "register": "git maintenance register schedules git to run outside the agent"}},
-	// Options naming a file the command writes (like --output, which
-	// every command that shows a diff takes).
-	"format-patch": {writes: []string{"output-directory"}, writeShort: "o", valued: "ov"},
-	"config":       {writes: []string{"file"}, writeShort: "f", valued: "f"},
-	// Commands that run programs whatever their arguments. difftool and
-	// mergetool start a tool even when none is configured (vimdiff),
-	// which reads its own configuration and environment (VIMINIT).
-	"difftool":         {refused: "git difftool runs a program to show each diff (vimdiff when none is configured), which runs what its own configuration and environment say"},
-	"mergetool":        {refused: "git mergetool runs a program to resolve each conflict (vimdiff when none is configured), which runs what its own configuration and environment say"},
-	"filter-branch":    {refused: "git filter-branch runs the shell commands it is given"},
-	"send-email":       {refused: "git send-email runs mail programs and commands it is given"},
-	"instaweb":         {refused: "git instaweb starts a web server and a browser"},
-	"web--browse":      {refused: "git web--browse starts a browser"},
-	"daemon":           {refused: "git daemon serves repositories and runs access hooks"},
-	"shell":            {refused: "git shell runs the commands of ~/git-shell-commands"},
-	"credential":       {refused: "git credential runs credential helpers and hands out passwords"},
-	"credential-store": {refused: "git credential-store hands out stored passwords"},
-	"credential-cache": {refused: "git credential-cache hands out cached passwords"},
+	// runsGit are the arguments of a git command it runs (git
+	// for-each-repo runs one in each repository it lists).
+	runsGit []shWord
 }
 
 // gitArgs returns what a git command does with args beyond the command
 // itself.
 func gitArgs(cmd string, args []shWord) gitFindings {
 	var f gitFindings
-	rule := gitCommands[cmd]
-	if rule.refused != "" {
+	rule := gitCommandRule(cmd)
+	switch {
+	case rule.refused != "":
 		f.refuse = rule.refused
 		return f
+	case cmd == "config":
+		if f.refuse = gitConfigWrites(args); f.refuse != "" {
+			return f
+		}
+	case cmd == "for-each-repo":
+		f.runsGit = gitForEachRepo(args)
 	}
 	var operands []shWord
 	for i := 0; i < len(args) && f.refuse == ""; i++ {
@@ -217,8 +160,8 @@ func gitArgs(cmd string, args []shWord) gitFindings {
 			operands = append(operands, w)
 		}
 	}
-	if len(operands) > 0 && f.refuse == "" {
-		f.refuse = rule.operands[operands[0].text]
+	if rule.operands != nil && f.refuse == "" {
+		f.refuse = rule.operands(args, operands)
 	}
 	// git bundle create FILE writes FILE.
 	if cmd == "bundle" && len(operands) > 1 && operands[0].text == "create" {
@@ -244,7 +187,7 @@ func (f *gitFindings) long(cmd string, rule gitCommand, args []shWord) int {
 	switch {
 	case name == "":
 	case abbreviates(name, rule.runs...):
-		f.refuse = fmt.Sprintf("git %s %s runs a program named on its command line, which the rules cannot check", cmd, clip(w.src))
+		f.refuse = rule.runsRefusal(cmd, w)
 	case rule.resumable && abbreviates(name, "continue", "skip"):
 		f.resumes = true
 	case abbreviates(name, "output") || abbreviates(name, rule.writes...):
@@ -255,6 +198,14 @@ func (f *gitFindings) long(cmd string, rule gitCommand, args []shWord) int {
 		return skip
 	}
 	return 0
+}
+
+// runsRefusal says why option w of git cmd, one of rule.runs, is refused.
+func (rule gitCommand) runsRefusal(cmd string, w shWord) string {
+	if rule.runsWhy != "" {
+		return fmt.Sprintf("git %s %s %s, which the rules cannot check", cmd, clip(w.src), rule.runsWhy)
+	}
+	return fmt.Sprintf("git %s %s runs a program named on its command line, which the rules cannot check", cmd, clip(w.src))
 }
 
 // abbreviates reports whether name is one of names or an abbreviation of
@@ -275,7 +226,7 @@ func (f *gitFindings) short(cmd string, rule gitCommand, args []shWord) int {
 			return 0
 		}
 		if strings.IndexByte(rule.runShort, ch) >= 0 {
-			f.refuse = fmt.Sprintf("git %s %s runs a program named on its command line, which the rules cannot check", cmd, clip(w.src))
+			f.refuse = rule.runsRefusal(cmd, w)
 			return 0
 		}
 		if strings.IndexByte(rule.attached, ch) >= 0 {
@@ -352,7 +303,11 @@ type GitInvocation struct {
 // CheckArgs checks the arguments of a git command line (those after
 // "git") as git's guard sees them when the command runs, every word
 // known: it returns a *Denial for options that run a program named on
-// the command line or configuration git may not run with.
+// the command line, configuration git may not run with, and a command
+// line the policy's deny rules refuse (with git's global options, or
+// without them: "git -C dir push" is "git push" too). The guard sees
+// every git process, also those git and other programs start, so a deny
+// rule holds through whatever runs git.
 func (g *GitRules) CheckArgs(args []string) (GitInvocation, error) {
 	words := make([]shWord, len(args))
 	for i, a := range args {
@@ -361,6 +316,13 @@ func (g *GitRules) CheckArgs(args []string) (GitInvocation, error) {
 		}
 		words[i] = shWord{text: a, src: a}
 	}
+	return g.checkArgs(words, 0)
+}
+
+func (g *GitRules) checkArgs(words []shWord, depth int) (GitInvocation, error) {
+	if depth > maxDepth {
+		return GitInvocation{}, &Denial{"bash", "git commands nested too deeply to check"}
+	}
 	gl, err := parseGitLine(words)
 	if err != nil {
 		return GitInvocation{}, &Denial{"bash", err.Error()}
@@ -368,6 +330,9 @@ func (g *GitRules) CheckArgs(args []string) (GitInvocation, error) {
 	var inv GitInvocation
 	for _, w := range gl.repo {
 		inv.Repo = append(inv.Repo, w.text)
+	}
+	if err := g.denied(words, gl); err != nil {
+		return inv, err
 	}
 	if err := g.checkSettings(gl.settings); err != nil {
 		return inv, err
@@ -379,6 +344,113 @@ func (g *GitRules) CheckArgs(args []string) (GitInvocation, error) {
 	if err := g.checkSettings(f.settings); err != nil {
 		return inv, err
 	}
+	if f.runsGit != nil {
+		if _, err := g.checkArgs(f.runsGit, depth+1); err != nil {
+			return inv, err
+		}
+	}
 	inv.Resumes = f.resumes
 	return inv, nil
+}
+
+// denied checks git with args against the deny rules: as written, and
+// with the global options left out.
+func (g *GitRules) denied(args []shWord, gl gitLine) error {
+	if len(g.deny) == 0 {
+		return nil
+	}
+	git := shWord{text: "git", src: "git"}
+	if err := denyMatch(append([]shWord{git}, args...), g.deny); err != nil {
+		return err
+	}
+	if gl.command.text == "" || len(gl.args)+1 == len(args) {
+		return nil
+	}
+	return denyMatch(append([]shWord{git, gl.command}, gl.args...), g.deny)
+}
+
+// CheckAlias checks what a git command line runs when its command is an
+// alias the configuration entries define (aliases the operator allows
+// with bash.git.allow_config): git expands one that does not start with
+// "!" into a git command line of its own, which is checked like args,
+// deny rules included. isCommand reports whether a name is one of git's
+// commands, which win over aliases. An alias that starts with "!" runs a
+// shell command; it is the operator's to allow, and it is not checked.
+func (g *GitRules) CheckAlias(args []string, entries []GitConfigEntry, isCommand func(string) bool) error {
+	for range maxDepth {
+		words := make([]shWord, len(args))
+		for i, a := range args {
+			words[i] = shWord{text: a, src: a}
+		}
+		gl, err := parseGitLine(words)
+		cmd := gl.command.text
+		if err != nil || gl.open || cmd == "" || isCommand(cmd) {
+			return nil
+		}
+		value, found := "", false
+		for _, e := range entries {
+			if e.Key == "alias."+strings.ToLower(cmd) {
+				value, found = e.Value, true
+			}
+		}
+		if !found || strings.HasPrefix(value, "!") {
+			return nil
+		}
+		expanded, ok := splitGitCmdline(value)
+		if !ok || len(expanded) == 0 {
+			return nil // git refuses it
+		}
+		next := slices.Clone(args[:len(args)-len(gl.args)-1])
+		next = append(append(next, expanded...), args[len(args)-len(gl.args):]...)
+		if _, err := g.CheckArgs(next); err != nil {
+			var d *Denial
+			if errors.As(err, &d) {
+				d.Reason += fmt.Sprintf(" (git alias %s runs %s)", cmd, clip(value))
+			}
+			return err
+		}
+		args = next
+	}
+	return &Denial{"bash", "git aliases nested too deeply to check"}
+}
+
+// splitGitCmdline splits an alias's value into words as git does: at
+// white space, with single and double quotes, and backslashes outside
+// single quotes. ok is false for an unterminated quote, which git
+// refuses.
+func splitGitCmdline(s string) (words []string, ok bool) {
+	var b strings.Builder
+	inWord := false
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quote == '\'' && ch == '\'', quote == '"' && ch == '"':
+			quote = 0
+		case quote != '\'' && ch == '\\' && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+			inWord = true
+		case quote != 0:
+			b.WriteByte(ch)
+		case ch == '\'' || ch == '"':
+			quote, inWord = ch, true
+		case strings.IndexByte(" \t\n\r\f\v", ch) >= 0: // isspace()
+			if inWord {
+				words = append(words, b.String())
+				b.Reset()
+				inWord = false
+			}
+		default:
+			b.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, false
+	}
+	if inWord {
+		words = append(words, b.String())
+	}
+	return words, true
 }

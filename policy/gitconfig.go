@@ -99,6 +99,9 @@ var gitOverrides = []gitOverride{
 	{GitSetting: GitSetting{"help.autocorrect", "0"}, quiet: true},           // a typo never runs another command
 	{GitSetting: GitSetting{"safe.barerepository", "explicit"}, quiet: true}, // a bare repository is only used when named
 	{GitSetting: GitSetting{"protocol.ext.allow", "never"}, quiet: true},     // ext:: URLs run commands
+	// git diff leaves the index as it is (GIT_OPTIONAL_LOCKS=0 does that
+	// for git status): commands that only look write nothing.
+	{GitSetting: GitSetting{"diff.autorefreshindex", "false"}, quiet: true},
 }
 
 // gitHarmless are the configuration keys known to make git run no
@@ -214,8 +217,12 @@ func normaliseGitPattern(text string) string {
 	return normaliseGitKey(text)
 }
 
+// matches reports whether the pattern allows key at scope. A pattern
+// without a scope covers the configuration files; settings on git's
+// command line (and in GIT_CONFIG_*) are whoever runs git's, and only a
+// pattern for the command scope covers them.
 func (kp gitKeyPattern) matches(scope, key string) bool {
-	return (kp.scope == "" || kp.scope == scope) && starMatch(kp.key, key)
+	return (kp.scope == "" && scope != "command" || kp.scope == scope) && starMatch(kp.key, key)
 }
 
 // GitRules decide which configuration git may run with under a policy's
@@ -223,13 +230,31 @@ func (kp gitKeyPattern) matches(scope, key string) bool {
 type GitRules struct {
 	allow     []gitKeyPattern // the operator's bash.git.allow_config
 	overrides []gitOverride   // those the operator's patterns leave
+	deny      []cmdPattern    // the policy's bash.deny
 }
 
 // NewGitRules returns the rules for the operator's bash.git.allow_config
-// patterns. Policies compile them themselves (Policy.GitRules); the
-// agent's git guard, which gets the patterns from the agent, uses this.
-func NewGitRules(allowConfig []string) (*GitRules, error) {
-	g := &GitRules{}
+// patterns and the policy's bash.deny patterns. Policies compile them
+// themselves (Policy.GitRules); the agent's git guard, which gets the
+// patterns from the agent, uses this.
+func NewGitRules(allowConfig, deny []string) (*GitRules, error) {
+	var patterns []cmdPattern
+	var errs []error
+	for _, text := range deny {
+		cp, err := compileCmdPattern(text, true)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bash.deny: %w", err))
+			continue
+		}
+		patterns = append(patterns, cp)
+	}
+	g, err := newGitRules(allowConfig, patterns)
+	return g, errors.Join(append(errs, err)...)
+}
+
+// newGitRules is NewGitRules with the deny patterns compiled.
+func newGitRules(allowConfig []string, deny []cmdPattern) (*GitRules, error) {
+	g := &GitRules{deny: deny}
 	var errs []error
 	for _, text := range allowConfig {
 		kp, err := compileGitKeyPattern(normaliseGitPattern(text))
@@ -253,6 +278,15 @@ func NewGitRules(allowConfig []string) (*GitRules, error) {
 	return g, errors.Join(errs...)
 }
 
+// Deny returns the deny patterns git command lines are checked against.
+func (g *GitRules) Deny() []string {
+	out := make([]string, len(g.deny))
+	for i, cp := range g.deny {
+		out[i] = cp.text
+	}
+	return out
+}
+
 // AllowConfig returns the operator's patterns, normalised.
 func (g *GitRules) AllowConfig() []string {
 	out := make([]string, len(g.allow))
@@ -273,15 +307,16 @@ func (g *GitRules) Overrides() []GitSetting {
 
 // Environ returns env with the overrides given to git: after the
 // settings env already gives it in GIT_CONFIG_COUNT (less copies of the
-// overrides), and with GIT_PAGER=cat, which wins over every pager
-// setting.
+// overrides), with GIT_PAGER=cat, which wins over every pager setting,
+// and GIT_OPTIONAL_LOCKS=0: commands that only look (git status) then
+// leave the index as it is instead of refreshing it on disk.
 func (g *GitRules) Environ(env []string) []string {
 	vars := map[string]string{}
 	out := make([]string, 0, len(env)+2*len(g.overrides)+2)
 	for _, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "GIT_CONFIG_COUNT" || name == "GIT_PAGER" ||
+		case name == "GIT_CONFIG_COUNT" || name == "GIT_PAGER" || name == "GIT_OPTIONAL_LOCKS" ||
 			strings.HasPrefix(name, "GIT_CONFIG_KEY_") || strings.HasPrefix(name, "GIT_CONFIG_VALUE_"):
 			vars[name] = value
 		default:
@@ -302,7 +337,7 @@ func (g *GitRules) Environ(env []string) []string {
 	for i, s := range settings {
 		out = append(out, "GIT_CONFIG_KEY_"+strconv.Itoa(i)+"="+s.Key, "GIT_CONFIG_VALUE_"+strconv.Itoa(i)+"="+s.Value)
 	}
-	return append(out, "GIT_CONFIG_COUNT="+strconv.Itoa(len(settings)), "GIT_PAGER=cat")
+	return append(out, "GIT_CONFIG_COUNT="+strconv.Itoa(len(settings)), "GIT_PAGER=cat", "GIT_OPTIONAL_LOCKS=0")
 }
 
 // CheckConfig returns nil when git may run with the settings entries, or

@@ -18,7 +18,7 @@ func FuzzParseGitConfigList(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	g, err := NewGitRules([]string{"global:alias.*"})
+	g, err := NewGitRules([]string{"global:alias.*"}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -47,14 +47,15 @@ func FuzzGitCheckArgs(f *testing.F) {
 	for _, s := range []string{
 		"status", "-C sub -c color.ui=never log --oneline", "rebase -ixid main", "--git-dir=x --bare fetch --upload-p=id",
 		"clone -qcalias.x=!id a b", "-c", "--config-env", "grep -nO TODO", "submodule --quiet foreach id", "-- x",
+		"-C x push", "config alias.x y", "for-each-repo --config=x push", "bisect view tig", "credential-x get",
 	} {
 		f.Add(s)
 	}
-	g, err := NewGitRules(nil)
+	g, err := NewGitRules(nil, []string{"git push *"})
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := mustParse(f, `bash: {allow: ["git *"]}`)
+	p := mustParse(f, `bash: {allow: ["git *"], deny: ["git push *"]}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		args := strings.Fields(line)
 		inv, err := g.CheckArgs(args)
@@ -76,6 +77,31 @@ func FuzzGitCheckArgs(f *testing.F) {
 		}
 		if p.CheckCommand("git "+strings.Join(args, " "), nil) == nil {
 			t.Fatalf("the checker allows git %q, which the guard refuses: %v", args, err)
+		}
+	})
+}
+
+// FuzzGitAlias: an alias's value splits into words without a panic, as
+// strings.Fields does when it holds no quotes or backslashes, and
+// checking what it runs ends.
+func FuzzGitAlias(f *testing.F) {
+	for _, s := range []string{"push", `log --format="%h %s"`, "a 'b c' d\\ e", `x "y`, "!sh", "p", "-C x p"} {
+		f.Add(s)
+	}
+	g, err := NewGitRules([]string{"global:alias.*"}, []string{"git push *"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		words, ok := splitGitCmdline(value)
+		ascii := !strings.ContainsFunc(value, func(r rune) bool { return r >= 0x80 })
+		if ascii && !strings.ContainsAny(value, `'"\\`) && (!ok || !slices.Equal(words, strings.Fields(value))) {
+			t.Fatalf("%q splits into %q (%v), not %q", value, words, ok, strings.Fields(value))
+		}
+		entries := []GitConfigEntry{{Scope: "global", Key: "alias.p", Value: value}, {Scope: "global", Key: "alias.q", Value: "p " + value}}
+		err := g.CheckAlias([]string{"q"}, entries, func(string) bool { return false })
+		if err == nil && ok && len(words) > 0 && words[0] == "push" {
+			t.Fatalf("alias q = p %q runs git push, allowed", value)
 		}
 	})
 }

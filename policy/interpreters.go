@@ -100,14 +100,14 @@ func interpreter(name string) *interp {
 func commandShell(name string) string {
 	switch name {
 	case "ed", "red", "ex", "vi", "vim", "view", "vimdiff", "rvim", "rview", "nvim", "gvim", "evim", "emacs",
-		"emacsclient", "nano", "pico", "joe", "jed", "mg", "micro", "kak", "hx", "helix":
+		"emacsclient", "nano", "pico", "joe", "jed", "mg", "micro", "kak", "hx", "helix", "sudoedit", "sensible-editor", "editor":
 		return "is an editor, which runs commands from its options, files and standard input (! runs a shell)"
 	case "sqlite3", "psql", "mysql", "mariadb", "mongo", "mongosh", "duckdb", "cqlsh", "clickhouse-client":
 		return "is a database shell, whose commands (.shell, \\!, system) can run shell commands"
 	case "gdb", "lldb", "cgdb", "pdb":
 		return "is a debugger, which runs commands from its options, files and standard input (shell among them)"
 	case "pwsh", "powershell", "m4", "mail", "mailx", "ftp", "tftp", "irb", "jshell", "ghci", "sbcl", "clisp",
-		"guile", "racket", "scheme", "osascript":
+		"guile", "racket", "scheme", "osascript", "mutt", "neomutt", "lftp", "smbclient", "gnuplot", "octave", "octave-cli":
 		return "runs commands in its own language from its options, files and standard input, which the checker cannot read"
 	}
 	return ""

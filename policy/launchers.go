@@ -6,7 +6,7 @@ import (
 
 // launcher returns what programs that set up a process and then run a
 // command (flock, chrt, taskset, unshare, setpriv, nsenter, chroot,
-// script, systemd-run, ssh) run. Where their options are too irregular to
+// script, systemd-run) run. Where their options are too irregular to
 // find the command, it is unknown.
 func (c *checker) launcher(name string, args []shWord) ([]runs, error) {
 	switch name {
@@ -27,8 +27,6 @@ func (c *checker) launcher(name string, args []shWord) ([]runs, error) {
 		return c.scriptCmd(args)
 	case "systemd-run":
 		return c.systemdRun(args)
-	case "ssh":
-		return c.ssh(args)
 	}
 	return nil, nil
 }
@@ -194,72 +192,4 @@ func (c *checker) systemdRun(args []shWord) ([]runs, error) {
 		}
 	}
 	return []runs{{words: cmd, elsewhere: p.has("H", "host") || p.has("M", "machine") || p.has("C", "capsule")}}, nil
-}
-
-// sshSpec returns ssh's options.
-func sshSpec() optSpec {
-	return optSpec{flags: "46AaCfGgKkMNnqsTtVvXxYy", valued: "BbcDEeFIiJLlmOoPpQRSWw"}
-}
-
-// ssh handles ssh [opts] HOST [opts] [CMD...]: the remote shell runs CMD,
-// joined by spaces, as a command line, on a host that may be this one.
-// Options can make ssh run local commands (ProxyCommand, LocalCommand, a
-// configuration file naming them); then what it runs is unknown.
-func (c *checker) ssh(args []shWord) ([]runs, error) {
-	p, err := c.parseOpts("ssh", args, sshSpec())
-	if err != nil || len(p.rest) == 0 {
-		return nil, err
-	}
-	host := p.rest[0]
-	after, err := c.parseOpts("ssh", p.rest[1:], sshSpec()) // ssh reads options after the host too
-	if err != nil {
-		return nil, err
-	}
-	if !host.literal() {
-		return []runs{{unknown: "connects to a host (or takes an option) only known when the line runs"}}, nil
-	}
-	for _, o := range append(p.vals, after.vals...) {
-		if why := sshOptionRuns(o); why != "" {
-			return []runs{{unknown: why}}, nil
-		}
-	}
-	c.line.cd = true
-	switch {
-	case strings.ContainsAny(p.short+after.short, "NsW"):
-		return nil, nil // forwards ports or a subsystem: runs no command
-	case len(after.rest) == 0 && c.stdin.known:
-		r := c.stdinScript(langSh, "")
-		r.elsewhere = true
-		return []runs{r}, nil // a here-document for the remote shell
-	case len(after.rest) == 0:
-		return []runs{{unknown: "starts a remote shell that reads its commands from standard input"}}, nil
-	}
-	r := c.joined(after.rest, langSh)
-	r.elsewhere = true
-	return []runs{r}, nil
-}
-
-// sshOptionRuns says why ssh option o may run a local command, or "".
-func sshOptionRuns(o optVal) string {
-	switch o.name {
-	case "F":
-		return "reads a configuration file, which can name local commands to run (ProxyCommand, LocalCommand)"
-	case "I":
-		return "loads a PKCS#11 shared library (-I)"
-	case "o":
-		key := o.val.text
-		if i := strings.IndexAny(key, "= \t"); i >= 0 {
-			key = key[:i]
-		}
-		key = strings.ToLower(key)
-		switch {
-		case !o.val.literal():
-			return "takes an option only known when the line runs"
-		case strings.Contains(key, "command"), key == "match", key == "include", key == "xauthlocation":
-			return "takes option " + clip(o.val.src) + ", which can run local commands"
-		case key == "pkcs11provider", key == "securitykeyprovider":
-			return "takes option " + clip(o.val.src) + ", which loads a shared library"
-		}
-	}
-	return ""
 }

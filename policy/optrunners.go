@@ -83,6 +83,16 @@ func optionProgram(name string) *optProgram {
 		return zipProgram()
 	case "scp", "sftp":
 		return scpProgram(name)
+	case "cpio":
+		return cpioProgram()
+	case "mosh":
+		return moshProgram()
+	case "sshfs":
+		return sshfsProgram()
+	case "unison":
+		return unisonProgram()
+	case "borg", "borgbackup":
+		return borgProgram()
 	case "man":
 		return manProgram()
 	case "less":
@@ -100,7 +110,7 @@ func optionProgram(name string) *optProgram {
 	case "journalctl":
 		return journalctlProgram()
 	}
-	return nil
+	return toolProgram(name)
 }
 
 // knownOptions returns the options of command name, when the checker
@@ -136,6 +146,22 @@ func (c *checker) programRuns(name string, args []shWord) ([]runs, error) {
 		return c.crontabRuns(args)
 	case "tmux", "screen", "byobu":
 		return []runs{{unknown: "runs commands given in its own syntax, in sessions that outlive the line"}}, nil
+	case "hg":
+		return c.hgRuns(args)
+	case "cmake":
+		return c.cmakeRuns(name, args)
+	case "docker", "podman", "nerdctl", "kubectl", "oc":
+		return containerRuns(name, args), nil
+	case "openssl":
+		return opensslRuns(args), nil
+	case "socat":
+		return c.socatRuns(args)
+	}
+	if why := opensCommand(name); why != "" {
+		return []runs{{unknown: why}}, nil
+	}
+	if compilerName(name) {
+		return c.compilerRuns(name, args)
 	}
 	if in := interpreter(name); in != nil {
 		return c.interpreterRuns(name, in, args)
@@ -352,36 +378,6 @@ func tarOldStyle(c *checker, args []shWord) ([]shWord, error) {
 	return append(out, args[next:]...), nil
 }
 
-func rsyncProgram() *optProgram {
-	return &optProgram{
-		spec: lenient("vqcarRbudlLkKHpEAXogDtOJSnWxyCzPhi8460sFmIUN", "efTBM",
-			names(`verbose quiet no-motd checksum archive recursive relative no-implied-dirs backup update
-				inplace append append-verify dirs mkpath links copy-links copy-unsafe-links safe-links
-				munge-links copy-dirlinks keep-dirlinks hard-links perms executability acls xattrs owner
-				group devices specials times atimes open-noatime crtimes omit-dir-times omit-link-times
-				super fake-super sparse preallocate dry-run whole-file one-file-system existing
-				ignore-existing remove-source-files delete delete-before delete-during delete-delay
-				delete-after delete-excluded ignore-missing-args delete-missing-args ignore-errors force
-				partial delay-updates prune-empty-dirs numeric-ids ignore-times size-only compress
-				cvs-exclude from0 old-args secluded-args trust-sender copy-devices write-devices blocking-io
-				stats 8-bit-output human-readable progress itemize-changes list-only ipv4 ipv6 version
-				help daemon no-detach fsync protect-args`),
-			names(`rsh rsync-path info debug stderr backup-dir suffix chmod copy-as block-size max-delete
-				max-size min-size max-alloc partial-dir usermap groupmap chown timeout contimeout
-				modify-window temp-dir compare-dest copy-dest link-dest compress-choice zc compress-level zl
-				skip-compress filter exclude exclude-from include include-from files-from address port
-				sockopts out-format log-file log-file-format password-file early-input bwlimit stop-after
-				stop-at write-batch only-write-batch read-batch protocol iconv checksum-choice cc
-				checksum-seed outbuf remote-option config dparam`)),
-		runs: []optRun{
-			{names: []string{"e", "rsh"}, kind: runShell},
-			{names: []string{"rsync-path"}, kind: runRemote},
-			{names: []string{"M", "remote-option"}, kind: runHidden, why: "passes options to the remote rsync"},
-			{names: []string{"config", "dparam"}, kind: runHidden, why: "configures an rsync daemon, which can run commands before and after transfers"},
-		},
-	}
-}
-
 // zipProgram: zip -TT CMD (or --unzip-command CMD) tests the archive with
 // CMD through the shell, {} standing for the archive's name. zip's own
 // parser takes "-TT" as one option.
@@ -424,37 +420,6 @@ func zipProgram() *optProgram {
 		},
 		runs: []optRun{{names: []string{"unzip-command"}, kind: runShell}},
 	}
-}
-
-// scpProgram: scp and sftp run ssh (or -S PROGRAM) with ssh options, and
-// sftp -D runs a local sftp server command. sftp also runs local shell
-// commands ("!cmd") from its batch file or its standard input.
-func scpProgram(name string) *optProgram {
-	spec := lenient("346ABCOpqRrsTv", "cDFiJlPoSX", nil, nil)
-	if name == "sftp" {
-		spec = lenient("46AaCfNpqrv", "BbcDFiJlPoRSsX", nil, nil)
-	}
-	prog := &optProgram{
-		spec: spec,
-		runs: []optRun{
-			{names: []string{"S"}, kind: runProgram, args: [][]string{{string(dyn)}}},
-			{names: []string{"D"}, kind: runShell},
-			{names: []string{"F"}, kind: runNever, why: "reads an ssh configuration file, which can name local commands to run (ProxyCommand, LocalCommand)"},
-		},
-		extra: func(c *checker, p parsedOpts) ([]runs, error) {
-			var rs []runs
-			for _, v := range p.vals {
-				if why := sshOptionRuns(v); v.name == "o" && why != "" {
-					rs = append(rs, runs{unknown: why})
-				}
-			}
-			if name == "sftp" {
-				rs = append(rs, runs{unknown: "runs local shell commands (!) from its batch file or standard input", allowOnly: true})
-			}
-			return rs, nil
-		},
-	}
-	return prog
 }
 
 func manProgram() *optProgram {
@@ -592,30 +557,19 @@ func wgetProgram() *optProgram {
 	}
 }
 
-// aptProgram: apt's configuration (-o, -c) can name commands to run
-// around updates and installs (APT::Update::Pre-Invoke, DPkg::Post-Invoke).
-func aptProgram() *optProgram {
-	return &optProgram{
-		spec: lenient("", "octa", nil, names(`option config-file target-release`)),
-		runs: []optRun{
-			{names: []string{"o", "option", "c", "config-file"}, kind: runHidden,
-				why: "sets configuration, which can name commands to run (APT::Update::Pre-Invoke, DPkg::Post-Invoke)"},
-		},
-	}
-}
-
 // writesNamed checks a file that an option or program text names for a
 // command to write, as an output redirection's target is checked: a
 // literal path against the write rules; one only known when the line
 // runs is refused where there are write rules.
 func (c *checker) writesNamed(what string, w shWord) error {
 	switch {
-	case !w.literal() || w.text == "":
+	case !w.literal() || w.text == "" || w.tilde:
+		// "~" is where $HOME points when the line runs.
 		if c.p.hasOwnPathRules(Write) {
 			return c.refuse("%s writes to a file only known when the line runs, so the path rules cannot check it", what)
 		}
 		return nil
-	case specialFile(w.text) != notSpecial:
+	case c.specialFile(w.text) != notSpecial:
 		return nil // a device, or the program's own standard output
 	case c.elsewhere:
 		return c.refuse("%s writes a file under another root directory or on another host, where the path rules cannot place it", what)
@@ -634,7 +588,8 @@ func pytestProgram() *optProgram {
 				last-failed failed-first new-first lf ff nf exitfirst verbose quiet capture showlocals help
 				version debug collect-only co`),
 			names(`doctest-glob config-file override-ini pdbcls basetemp rootdir confcutdir junitxml
-				junit-xml log-file result-log report-log import-mode maxfail durations tb`)),
+				junit-xml log-file result-log report-log import-mode maxfail durations tb tx px dist
+				numprocesses maxprocesses rsyncdir`)),
 		runs: []optRun{
 			{names: []string{"doctest-glob"}, kind: runHidden, why: "runs the Python in text files as doctests"},
 			{names: []string{"c", "config-file", "o", "override-ini"}, kind: runHidden, why: "reads configuration that can add options and plugins"},
@@ -653,11 +608,61 @@ func pytestProgram() *optProgram {
 					if err := c.writesNamed("pytest --"+v.name, v.val); err != nil {
 						return nil, err
 					}
+				case "tx", "px":
+					r, err := c.xdistSpec(v.val)
+					if err != nil {
+						return nil, err
+					}
+					rs = append(rs, r...)
+				case "rsyncdir":
+					rs = append(rs, runs{unknown: "copies directories to the hosts of its --tx gateways (--rsyncdir)"})
 				}
 			}
 			return rs, nil
 		},
 	}
+}
+
+// xdistSpec returns what a pytest-xdist gateway spec (--tx, --px) runs:
+// "[N*]popen[//key=value...]" starts python processes on this host, with
+// "python=EXE" the program EXE (whose name is checked, as npm's
+// --script-shell is) and "env:NAME=VALUE" a variable set for them;
+// "ssh=HOST", "socket=ADDRESS", "vagrant_ssh=..." and "via=ID" run the
+// tests elsewhere, through ssh with options (ssh_config=FILE) the checker
+// cannot see. A key the checker does not know is refused.
+func (c *checker) xdistSpec(w shWord) ([]runs, error) {
+	if !w.literal() {
+		return []runs{{unknown: "takes a gateway spec " + clip(w.src) + " only known when the line runs, which can name programs to run (python=, ssh=)"}}, nil
+	}
+	parts := strings.Split(w.text, "//")
+	kind := parts[0]
+	if n, rest, ok := strings.Cut(kind, "*"); ok && isNumber(shWord{text: n}) {
+		kind = rest
+	}
+	if kind != "popen" {
+		return []runs{{unknown: "runs tests through gateway " + clip(kind) + " (--tx), over ssh or a socket, with options the checker cannot see"}}, nil
+	}
+	var rs []runs
+	for _, kv := range parts[1:] {
+		key, value, _ := strings.Cut(kv, "=")
+		switch {
+		case key == "python":
+			if value == "" {
+				return []runs{{unknown: "names an empty python for its gateway"}}, nil
+			}
+			rs = append(rs, runs{words: []shWord{{text: value, src: value}}, nameOnly: true, via: "--tx python="})
+		case strings.HasPrefix(key, "env:"):
+			if name := strings.TrimPrefix(key, "env:"); c.steers(name) {
+				return nil, c.refuse("pytest --tx %s: setting %s changes what commands run, which the rules cannot follow", clip(w.src), name)
+			}
+		case key == "chdir":
+			c.line.cd = true
+		case key == "id", key == "nice", key == "dont_write_bytecode", key == "execmodel", key == "":
+		default:
+			return []runs{{unknown: "takes gateway option " + clip(kv) + " (--tx), which the checker does not know"}}, nil
+		}
+	}
+	return rs, nil
 }
 
 // journalctlProgram runs nothing through its options; its option table

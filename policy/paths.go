@@ -20,7 +20,9 @@ import (
 //
 // On Windows (see winpath.go) patterns are compared in the canonical form
 // of Windows paths, "/" separated and without case; a pattern written as
-// a UNC or device path is what lets the tools reach such paths.
+// a UNC or device path is what lets the tools reach such paths. With
+// Env.FoldCase (macOS), patterns and paths are compared in the caseless,
+// normalized form the file system compares names in (see fold.go).
 type pathPattern struct {
 	text       string // as written
 	lit        string // for a pattern without wildcards: the absolute path
@@ -69,6 +71,9 @@ func compilePathPattern(text string, env Env) (pathPattern, error) {
 	}
 	if !pp.unanchored {
 		t = filepath.Clean(t)
+	}
+	if env.FoldCase {
+		t = FoldName(t)
 	}
 	if !strings.ContainsAny(t, `*?[{\`) {
 		pp.lit = t
@@ -190,8 +195,9 @@ func (p *Policy) checkOwnPath(op Op, given, resolved string) error {
 		return p.checkWinAllow(op, given, resolved)
 	}
 	given, resolved = filepath.Clean(given), filepath.Clean(resolved)
+	key := p.pathKey(resolved)
 	for _, l := range p.paths.byOp[op].allow {
-		if len(l.pats) > 0 && l.first(resolved) == nil {
+		if len(l.pats) > 0 && l.first(key) == nil {
 			return &Denial{l.name, fmt.Sprintf("%s %s: outside %s (%s)", op, describePath(given, resolved), l.name, l.texts())}
 		}
 	}
@@ -220,7 +226,17 @@ func (p *Policy) checkOwnPathDeny(op Op, given, resolved string) error {
 	if p == nil {
 		return nil
 	}
-	return p.checkDeny(op, given, resolved, describePath(given, resolved), posixDir)
+	return p.checkDeny(op, p.pathKey(given), p.pathKey(resolved), describePath(given, resolved), posixDir)
+}
+
+// pathKey is the form of a clean absolute POSIX path that the patterns
+// match: with Env.FoldCase, its names folded as the file system compares
+// them (see fold.go).
+func (p *Policy) pathKey(path string) string {
+	if p.env.FoldCase {
+		return FoldName(path)
+	}
+	return path
 }
 
 // checkDeny applies the deny rules for op to given and resolved, in the

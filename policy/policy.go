@@ -36,6 +36,12 @@ type Env struct {
 	// device paths refused unless allowed. Anything else is POSIX.
 	// Command rules cannot be checked on Windows (see CheckCommand).
 	OS string
+	// FoldCase is set where the file system compares names without
+	// regard to case and Unicode normalization, as macOS's default file
+	// system (APFS) does: /Users/u/.SSH is /Users/u/.ssh there. Path rules
+	// then compare names the same way (see FoldName). The agent sets it
+	// on macOS; Windows paths are always compared without case.
+	FoldCase bool
 	// GitGuarded is set when bash runs git through the agent's git
 	// guard, which checks the configuration git would run with (see
 	// GitRules). Without it, command rules refuse git: repository

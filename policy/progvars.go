@@ -23,8 +23,10 @@ func optionsVariable(name string) bool {
 	switch name {
 	case "LESSKEY", "LESSKEYIN", "LESSKEY_CONTENT", "LESSKEY_SYSTEM", "LESSKEYIN_SYSTEM", "LESSEDIT",
 		"LESSGLOBALTAGS", "MANOPT", "MANROFFOPT", "ZIPOPT", "ZIP", "UNZIP", "UNZIPOPT", "RSYNC_CONNECT_PROG",
-		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PYTHONSTARTUP",
-		"PYTHONINSPECT", "GNUPGHOME", "VIMINIT", "GVIMINIT", "EXINIT", "MYVIMRC", "VIMRUNTIME", "VIM":
+		"RIPGREP_CONFIG_PATH", "SYSTEMD_LESS", "SYSTEMD_PAGERSECURE", "WGETRC", "PERL5DB", "PERLDB_OPTS", "PYTHONSTARTUP",
+		"PYTHONINSPECT", "GNUPGHOME", "VIMINIT", "GVIMINIT", "EXINIT", "MYVIMRC", "VIMRUNTIME", "VIM", "SCREENRC",
+		"CURL_HOME", "IRBRC", "INPUTRC", "EMACSLOADPATH", "MORE", "MANROFFSEQ", "DOCKER_CONFIG", "KUBECONFIG", "APT_CONFIG",
+		"PERF_CONFIG", "PERF_EXEC_PATH", "PERF_PAGER", "MAILCAPS", "RSYNC_PROXY":
 		return true
 	}
 	return false
@@ -58,7 +60,18 @@ func toolVariable(name string) bool {
 		"TARGET_CFLAGS", "HOST_CFLAGS", "TARGET_CXXFLAGS", "HOST_CXXFLAGS", "CMAKE", "PROTOC", "PYO3_PYTHON",
 		"LIBCLANG_PATH", "CLANG_PATH",
 		"PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PERL5LIB", "PERLLIB", "RUBYLIB",
-		"NODE_PATH":
+		"NODE_PATH",
+		// Where interpreters find code they load by themselves: python's
+		// user site directory (its .pth files run), its compiled-code
+		// cache, coverage's and pytest-cov's configuration (plugins),
+		// java's class path, lua's, php's, R's and julia's start-up files
+		// and module paths, ruby's gems.
+		"PYTHONUSERBASE", "PYTHONPYCACHEPREFIX", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "COVERAGE_PROCESS_START",
+		"COVERAGE_RCFILE", "COV_CORE_SOURCE", "COV_CORE_CONFIG", "COV_CORE_DATAFILE", "CLASSPATH", "LUA_PATH",
+		"LUA_CPATH", "PHPRC", "PHP_INI_SCAN_DIR", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+		"R_LIBS", "R_LIBS_USER", "JULIA_LOAD_PATH", "JULIA_DEPOT_PATH", "JULIA_PROJECT", "GEM_HOME", "GEM_PATH",
+		"BUNDLE_GEMFILE", "RUBYGEMS_GEMDEPS", "TCLLIBPATH", "PERL_MB_OPT", "PERL_MM_OPT", "COMPILER_PATH",
+		"GCC_EXEC_PREFIX", "CPATH", "LIBRARY_PATH", "QT_PLUGIN_PATH":
 		return true
 	}
 	if prog, _, ok := strings.Cut(name, "."); ok {
@@ -84,6 +97,8 @@ func toolVariable(name string) bool {
 			name != "CARGO_TARGET_DIR" && name != "CARGO_INCREMENTAL" && name != "CARGO_BUILD_JOBS"
 	case strings.HasPrefix(strings.ToLower(name), "npm_config_"):
 		return true // npm's configuration: script-shell, node-options, git, ...
+	case strings.HasPrefix(name, "YARN_"), strings.HasPrefix(name, "PNPM_"), strings.HasPrefix(name, "BUNDLE_"):
+		return true // yarn's (yarnPath runs a file), pnpm's and bundler's configuration
 	}
 	return false
 }

@@ -119,7 +119,7 @@ func (c *checker) redirect(r *syntax.Redirect) error {
 			return c.refuse("%s %s: it is only known when the line runs and could name /dev/tcp or /dev/udp, which bash opens as network connections; write the path out (a literal start such as ./ or /tmp/ is enough)", what, src)
 		}
 	}
-	if known && specialFile(ws[0].text) != notSpecial {
+	if known && c.specialFile(ws[0].text) != notSpecial {
 		return c.special(ws[0].text, ops)
 	}
 	if c.elsewhere {
@@ -169,6 +169,18 @@ const (
 	reopen
 )
 
+// specialFile sorts the literal target t, as the checker's file system
+// names it: where names are compared without case (Env.FoldCase),
+// /DEV/FD/3 is /dev/fd/3.
+func (c *checker) specialFile(t string) specialKind {
+	if c.p.env.FoldCase && !isASCII(t) || c.p.env.FoldCase && strings.ToLower(t) != t {
+		if k := specialFile(strings.ToLower(FoldName(t))); k != notSpecial {
+			return k
+		}
+	}
+	return specialFile(t)
+}
+
 // specialFile sorts the literal target t.
 func specialFile(t string) specialKind {
 	switch t {
@@ -185,7 +197,7 @@ func specialFile(t string) specialKind {
 
 // special notes a redirection to a device or a descriptor of the shell.
 func (c *checker) special(t string, ops []Op) error {
-	if specialFile(t) != reopen {
+	if c.specialFile(t) != reopen {
 		return nil
 	}
 	for _, op := range ops {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -70,6 +71,9 @@ func (c *checker) readsStdin(name string) bool {
 	if name == "-" {
 		return true
 	}
+	if c.p.env.FoldCase {
+		name = strings.ToLower(FoldName(name)) // /DEV/STDIN is /dev/stdin there
+	}
 	p := name
 	if !path.IsAbs(p) {
 		// After a cd, "stdin" or "0" may be in /dev or /dev/fd.
@@ -127,6 +131,32 @@ func (c *checker) su(args []shWord) []runs {
 		return []runs{{script: script.text, isScript: true, lang: langSh}}
 	}
 	return []runs{{unknown: "starts a shell that reads its commands from standard input"}}
+}
+
+// runuser -u USER [--] COMMAND runs the command itself; otherwise
+// runuser reads its words as su does.
+func (c *checker) runuser(args []shWord) ([]runs, error) {
+	if !slices.ContainsFunc(args, func(w shWord) bool {
+		return w.text == "-u" || strings.HasPrefix(w.text, "--user") || strings.HasPrefix(w.text, "-u") && !strings.HasPrefix(w.text, "--")
+	}) {
+		return c.su(args), nil
+	}
+	p, err := c.parseOpts("runuser", args, optSpec{flags: "lmpPfh", valued: "ugGswc",
+		long:    names("login preserve-environment pty help version"),
+		longVal: names("user group supp-group shell whitelist-environment command session-command")})
+	if err != nil {
+		return nil, err
+	}
+	if p.has("l", "login") {
+		c.line.cd = true
+	}
+	if cs := append(p.values("c", "command"), p.values("", "session-command")...); len(cs) > 0 {
+		return []runs{scriptWord(cs[len(cs)-1], langSh)}, nil
+	}
+	if len(p.rest) == 0 {
+		return []runs{{unknown: "starts a shell that reads its commands from standard input"}}, nil
+	}
+	return runsInheriting(p.rest), nil
 }
 
 func (c *checker) watch(args []shWord) ([]runs, error) {

@@ -91,6 +91,11 @@ func archiveEnv(t *testing.T, a archive) Env {
 			env.Home = v
 		case "shell":
 			env.Shell = v
+		case "fold":
+			if v != "case" {
+				t.Fatalf("env: fold: %q; the only value is case", v)
+			}
+			env.FoldCase = true
 		case "git":
 			if v != "unguarded" {
 				t.Fatalf("env: git: %q; the only value is unguarded", v)

@@ -9,15 +9,26 @@ import (
 
 // steersShell reports whether setting variable name changes which program
 // a command name runs, makes a program run another one (a pager, an
-// editor, git's ssh), or runs code by itself. Such variables are refused
-// wherever a line sets them, whatever the rules.
+// editor, git's ssh), or makes an interpreter run code by itself (every
+// python run imports the module PYTHONWARNINGS names, every java run the
+// agent JAVA_TOOL_OPTIONS names). Such variables are refused wherever a
+// line sets them, whatever the rules.
 func steersShell(name string) bool {
 	switch name {
-	case "PATH", "HOME", "XDG_CONFIG_HOME", "SHELL", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
-		"PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_LOADABLES_PATH", "EXECIGNORE",
+	case "PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "SHELL", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
+		"PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_LOADABLES_PATH", "EXECIGNORE", "ZDOTDIR", "FPATH",
 		"PAGER", "MANPAGER", "SYSTEMD_PAGER", "LESS", "LESSOPEN", "LESSCLOSE", "EDITOR", "VISUAL", "FCEDIT",
-		"SUDO_EDITOR", "SYSTEMD_EDITOR", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "GCONV_PATH",
-		"TAR_OPTIONS", "RSYNC_RSH", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT",
+		"SUDO_EDITOR", "SYSTEMD_EDITOR", "SVN_EDITOR", "CVSEDITOR", "HGEDITOR", "PSQL_PAGER", "PSQL_EDITOR",
+		"BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "GCONV_PATH", "GLIBC_TUNABLES",
+		"TAR_OPTIONS", "RSYNC_RSH", "BORG_RSH", "HGRCPATH", "MAILRC",
+		// Code every run of an interpreter runs: options it reads
+		// from the environment (-r, -M, -javaagent, -eval), start-up
+		// code, modules it imports by name.
+		"NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "JAVA_TOOL_OPTIONS",
+		"_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "LUA_INIT", "LUA_INIT_5_1", "LUA_INIT_5_2", "LUA_INIT_5_3", "LUA_INIT_5_4",
+		"ERL_AFLAGS", "ERL_FLAGS", "ERL_ZFLAGS", "ELIXIR_ERL_OPTIONS", "DOTNET_STARTUP_HOOKS", "CORECLR_ENABLE_PROFILING",
+		"CORECLR_PROFILER", "CORECLR_PROFILER_PATH", "NODE_REPL_EXTERNAL_MODULE", "OPENSSL_CONF", "OPENSSL_ENGINES",
+		"OPENSSL_MODULES", "GTK_MODULES", "GTK3_MODULES", "GIO_EXTRA_MODULES",
 		// The ssh of systemctl -H, git svn and git cvsimport.
 		"SYSTEMD_SSH", "SVN_SSH", "CVS_RSH", "CVS_SERVER":
 		return true

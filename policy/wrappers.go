@@ -32,6 +32,10 @@ type runs struct {
 	// via says how the wrapper comes to run it, for a refusal's message
 	// ("--compress-program", "system() in its program").
 	via string
+	// denyOnly is set when the command is checked against the deny
+	// rules only: one of the readings of words whose split the checker
+	// is not sure of.
+	denyOnly bool
 }
 
 // unwrap checks what a wrapper command (sudo, env, xargs, sh -c, ...)
@@ -57,6 +61,8 @@ func (c *checker) unwrap(words []shWord) error {
 			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
 		case r.isScript:
 			err = sub.script(r.script, r.lang)
+		case r.denyOnly:
+			err = sub.denied(r.words, c.p.bash.deny)
 		case r.nameOnly:
 			err = sub.match(r.words)
 		case len(r.words) > 0:
@@ -81,16 +87,18 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return c.sudo(name, args)
 	case "env":
 		return c.env(args)
-	case "nice", "nohup", "timeout", "time", "command", "builtin", "exec", "stdbuf", "setsid", "ionice", "busybox":
+	case "nice", "nohup", "timeout", "time", "command", "builtin", "exec", "stdbuf", "setsid", "ionice", "busybox", "toybox":
 		return c.prefix(name, args)
 	case "xargs":
 		return c.xargs(args)
 	case "find":
-		return c.findExec(args), nil
+		return c.findExec(args)
 	case "bash", "rbash", "sh", "dash", "ash", "posh", "ksh", "ksh93", "mksh", "oksh", "zsh", "yash", "fish", "csh", "tcsh":
 		return c.shell(name, args)
-	case "su", "runuser":
+	case "su":
 		return c.su(args), nil
+	case "runuser":
+		return c.runuser(args)
 	case "eval":
 		return []runs{c.joined(args, c.lang)}, nil
 	case "source", ".":
@@ -103,10 +111,17 @@ func (c *checker) wrapped(words []shWord) ([]runs, error) {
 		return aliasRuns(args, c.lang), nil
 	case "mapfile", "readarray":
 		return c.mapfileCallback(name, args)
-	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run", "ssh":
+	case "flock", "chrt", "taskset", "unshare", "setpriv", "nsenter", "chroot", "script", "systemd-run":
 		return c.launcher(name, args)
+	case "run0":
+		return c.systemdRun(args) // systemd-run as root, in the same syntax
+	case "ssh", "autossh", "sshpass", "ssh-copy-id":
+		return c.sshRuns(name, args)
 	case "parallel", "sem":
 		return []runs{{unknown: "builds the commands it runs from its arguments and input"}}, nil
+	}
+	if rs, ok, err := c.runnerRuns(name, args); ok {
+		return rs, err
 	}
 	return c.programRuns(name, args)
 }
@@ -221,7 +236,7 @@ func (c *checker) prefix(name string, args []shWord) ([]runs, error) {
 	switch name {
 	case "nice":
 		spec = optSpec{valued: "n", longVal: []string{"adjustment"}, numeric: true, long: []string{"help", "version"}}
-	case "nohup", "builtin", "busybox":
+	case "nohup", "builtin", "busybox", "toybox":
 		spec = optSpec{long: []string{"help", "version"}}
 	case "timeout":
 		spec = optSpec{flags: "fpv", valued: "ks", long: []string{"foreground", "preserve-status", "verbose", "help", "version"},
@@ -344,13 +359,15 @@ func xargsReplace(p parsedOpts) []shWord {
 }
 
 // findExec returns the commands find's -exec, -execdir, -ok and -okdir
-// actions run. -execdir and -okdir run them in other directories.
-func (c *checker) findExec(args []shWord) []runs {
+// actions run. -execdir and -okdir run them in other directories. The
+// files -fprint, -fprint0, -fprintf and -fls write are checked like an
+// output redirection's.
+func (c *checker) findExec(args []shWord) ([]runs, error) {
 	var rs []runs
 	for _, a := range args {
 		if a.splits {
 			// Unquoted, it may split into an -exec action.
-			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}
+			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}, nil
 		}
 	}
 	for i := 0; i < len(args); i++ {
@@ -358,6 +375,14 @@ func (c *checker) findExec(args []shWord) []runs {
 		case "-exec", "-ok":
 		case "-execdir", "-okdir":
 			c.line.cd = true
+		case "-fprint", "-fprint0", "-fprintf", "-fls":
+			if i+1 < len(args) {
+				if err := c.writesNamed("find "+args[i].text, args[i+1]); err != nil {
+					return nil, err
+				}
+				i++
+			}
+			continue
 		default:
 			continue
 		}
@@ -378,7 +403,7 @@ func (c *checker) findExec(args []shWord) []runs {
 		}
 		i = j
 	}
-	return rs
+	return rs, nil
 }
 
 // joined returns the script made of args joined by spaces, as eval and

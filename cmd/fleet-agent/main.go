@@ -25,6 +25,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
@@ -184,6 +185,7 @@ type runFlags struct {
 	tailBytes                                              *int
 	drain, heartbeat                                       *time.Duration
 	logLevel, config                                       *string
+	otlp                                                   *string
 	protected                                              pathsFlag
 }
 
@@ -222,6 +224,7 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 		heartbeat:  fs.Duration("heartbeat", 5*time.Second, "how often the agent announces itself"),
 		logLevel:   fs.String("log_level", "info", "debug, info, warn or error"),
 		config:     fs.String("config", "", "YAML FILE of settings, one key per flag of this command (its name without dashes); flags on the command line win"),
+		otlp:       fs.String("otlp_endpoint", "", "send OpenTelemetry spans of the calls the gateway traces to this OTLP/HTTP collector URL, e.g. http://127.0.0.1:4318 (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)"),
 	}
 	fs.Var(&rf.protected, "protect_path", "a file or directory no tool may read or write, whatever the host policy says, as the agent's own state directory (repeatable)")
 	return rf
@@ -252,6 +255,14 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 	if err != nil {
 		log.Warn("cannot find the agent's own executable to run git through its guard", "err", err)
 	}
+	tp, err := tracing.Start(tracing.Config{Endpoint: *rf.otlp, Service: "fleet-agent", Version: agent.Version, Host: id.Enrolment.Host, Logger: log}, getenv)
+	if err != nil {
+		return err
+	}
+	defer flushSpans(tp, log)
+	if tp != nil {
+		log.Info("tracing: spans of traced calls go to the collector", "endpoint", tp.Endpoint())
+	}
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
@@ -267,7 +278,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 		MaxRunningTasks: *rf.maxTasks, MaxQueuedTasks: *rf.taskQueue,
 		TaskRetention: *rf.retention, MaxKeptTasks: *rf.maxKept,
 		MaxKeptTaskOutput: *rf.keptMiB << 20, MaxTaskOutput: *rf.outMiB << 20, TaskTailBytes: *rf.tailBytes,
-		DrainTimeout: *rf.drain, Heartbeat: *rf.heartbeat, Logger: log,
+		DrainTimeout: *rf.drain, Heartbeat: *rf.heartbeat, Logger: log, TracerProvider: tp.TracerProvider(),
 	})
 	if err != nil {
 		return err
@@ -282,6 +293,15 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 	defer reloads.Wait()
 	defer stopReload()
 	return a.Run(ctx)
+}
+
+// flushSpans sends the spans still queued, for a few seconds at most.
+func flushSpans(tp *tracing.Provider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("spans lost at exit", "err", err)
+	}
 }
 
 // reloadOnHangup reloads the host policy on each SIGHUP until ctx ends.

@@ -135,6 +135,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"bash bytes", []string{"--nats", nats, "--state_dir", state, "--bash_max_bytes", "100"}, nil, []string{"--bash_max_bytes", "100 bytes", "1024 (1 KiB) to 4194304 (4 MiB)"}},
 		{"bash bytes too many", []string{"--nats", nats, "--state_dir", state, "--bash_max_bytes", "8388608"}, nil, []string{"--bash_max_bytes", "out of range"}},
 		{"missing policy", []string{"--nats", nats, "--state_dir", state, "--policy", filepath.Join(dir, "nope.yaml")}, nil, []string{"host policy", "nope.yaml", "no such file"}},
+		{"collector URL", []string{"--nats", nats, "--state_dir", state, "--otlp_endpoint", "127.0.0.1:4318"}, nil, []string{"--otlp_endpoint", "http:// or https://"}},
+		{"collector protocol", []string{"--nats", nats, "--state_dir", state}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			[]string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf only"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,6 +296,7 @@ func TestRunConfigFile(t *testing.T) {
 		{"token is the command line's", []string{"join", "--config", conf("token: secret\n")}, []string{`"token" is a command-line flag only`}},
 		{"join reads it", []string{"join", "--config", conf("ca_pin: nonsense\ngateway: https://gw.example:8443\ntoken_file: /nonexistent\nstate_dir: " + dir + "\n")}, []string{"nonexistent"}},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, []string{"--config", "none.yaml"}},
+		{"collector from the file", []string{"--config", conf("state_dir: " + state + "\notlp_endpoint: ftp://collector\n")}, []string{"--otlp_endpoint", "ftp://collector"}},
 		{"the service's file has run flags only", []string{"install", "--prefix", dir, "--config", conf("user: x\n")}, []string{`unknown key "user"`, "installed service"}},
 	}
 	for _, tc := range tests {

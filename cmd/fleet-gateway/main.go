@@ -20,11 +20,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -97,6 +99,7 @@ type options struct {
 	metricsListen                   string
 	configFile                      string
 	signingKey                      string
+	otlpEndpoint                    string
 	// set holds the flags given on the command line (not defaulted from
 	// the environment).
 	set map[string]bool
@@ -141,6 +144,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
 	fs.StringVar(&o.configFile, "config", "", "YAML FILE of settings, one key per flag (its name without dashes); flags on the command line win")
 	fs.BoolVar(&o.metrics, "metrics", false, "serve Prometheus metrics at /metrics on a loopback --listen too (no authentication)")
+	fs.StringVar(&o.otlpEndpoint, "otlp_endpoint", "", "send OpenTelemetry spans of tool calls to this OTLP/HTTP collector URL, e.g. http://127.0.0.1:4318; agents that trace add theirs to the same traces (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.StringVar(&o.metricsListen, "metrics_listen", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (no authentication: keep it on loopback or a network only Prometheus reaches)")
 	authFlags(fs, o, getenv)
 	fs.BoolVar(&o.version, "version", false, "print the version, commit, build date and Go version, then exit")
@@ -223,6 +227,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	hostname, _ := os.Hostname()
+	tp, err := tracing.Start(tracing.Config{Endpoint: o.otlpEndpoint, Service: "fleet-gateway", Version: gateway.Version, Host: hostname, Logger: log}, getenv)
+	if err != nil {
+		return err
+	}
+	defer flushSpans(tp, log)
+	if tp != nil {
+		log.Info("tracing: spans of tool calls go to the collector", "endpoint", tp.Endpoint())
+	}
+	cfg.TracerProvider = tp.TracerProvider()
 	gw, err := gateway.Start(cfg)
 	if err != nil {
 		return err
@@ -230,7 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g, gctx := errgroup.WithContext(ctx)
 	agentDone := make(chan struct{})
 	if o.dev {
-		a, err := devAgent(ctx, gw, o, getenv, log)
+		a, err := devAgent(ctx, gw, o, getenv, log, cfg.TracerProvider)
 		if err != nil {
 			_ = gw.Shutdown(context.Background())
 			return err
@@ -255,6 +269,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return gw.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// flushSpans sends the spans still queued, for a few seconds at most.
+func flushSpans(tp *tracing.Provider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("spans lost at exit", "err", err)
+	}
 }
 
 // reloadOnHangup reloads the access rules, the API tokens and the audit
@@ -408,7 +431,7 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 // devAgent enrols this machine's agent with the gateway in process (its
 // key is made once in its state directory under --data_dir) and returns
 // it, ready to run.
-func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) (*agent.Agent, error) {
+func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger, tp trace.TracerProvider) (*agent.Agent, error) {
 	stateDir := filepath.Join(o.dataDir, "agent")
 	id, err := enrolDevAgent(ctx, gw, stateDir, o.agentName)
 	if err != nil {
@@ -428,6 +451,7 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		ProtectedPaths: gw.SecretPaths(),
 		Home:           getenv("HOME"),
 		Logger:         log.With("component", "agent"),
+		TracerProvider: tp,
 	})
 }
 

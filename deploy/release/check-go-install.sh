@@ -2,8 +2,13 @@
 # Checks that `go install github.com/fleetmcp/fleetmcp/cmd/...@latest`
 # works for the committed tree as it would from the module proxy: the
 # module zip made from HEAD is served by a file:// proxy in front of the
-# real one, installed outside any checkout, and the binaries report the
-# module version. Slow (a full build in module mode); not part of CI.
+# real one (which serves the dependencies), installed outside any
+# checkout, and the binaries report the module version. .ci/run runs it.
+# What it cannot check is the module's own fetch from the public proxy
+# and its checksum database entry: that needs the module published (the
+# repository public at its module path, a v* tag the proxy has seen).
+# It builds with CGO_ENABLED=0, as the release does, so that the
+# dependencies come from the build cache release.sh filled.
 # usage: deploy/release/check-go-install.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,7 +34,7 @@ git archive --format=zip --prefix="$mod@$v/" -o "$work/proxy/$mod/@v/$v.zip" HEA
 cp go.mod "$work/proxy/$mod/@v/$v.mod"
 echo "$v" >"$work/proxy/$mod/@v/list"
 printf '{"Version":"%s","Time":"%s"}\n' "$v" "$(git log -1 --format=%cI)" >"$work/proxy/$mod/@v/$v.info"
-(cd "$work/outside" && GOBIN="$work/bin" GOPROXY="file://$work/proxy,$(go env GOPROXY)" GONOSUMDB="$mod" \
+(cd "$work/outside" && CGO_ENABLED=0 GOBIN="$work/bin" GOPROXY="file://$work/proxy,$(go env GOPROXY)" GONOSUMDB="$mod" \
 	GOFLAGS=-trimpath go install "$mod/cmd/...@latest")
 for c in cmd/*/; do
 	c="$(basename "$c")"

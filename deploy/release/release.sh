@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds a fleetmcp release into dist/ (or $FLEET_DIST):
 #   - static binaries (CGO_ENABLED=0, -trimpath) of every command for
-#     linux amd64/arm64, darwin amd64/arm64 and windows amd64, named
-#     NAME-VERSION-OS-ARCH[.exe];
+#     linux amd64/arm64, darwin amd64/arm64 and windows amd64/arm64,
+#     named NAME-VERSION-OS-ARCH[.exe];
 #   - .deb and .rpm packages of fleet-gateway and fleet-agent (and
 #     fleetctl) for linux amd64/arm64, made by nfpm;
 #   - SHA256SUMS of all of them.
@@ -26,7 +26,7 @@ NFPM="go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2"
 # Every command of the release. fleetctl is skipped while cmd/fleetctl
 # does not exist.
 COMMANDS="fleet-gateway fleet-agent fleetctl"
-TARGETS="${FLEET_TARGETS-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64}"
+TARGETS="${FLEET_TARGETS-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64}"
 PACKAGES="${FLEET_PACKAGES-deb rpm}"
 PKG_ARCHS="${FLEET_PKG_ARCHS-amd64 arm64}"
 DIST="${FLEET_DIST:-dist}"
