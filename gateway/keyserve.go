@@ -190,13 +190,12 @@ func (g *Gateway) auditRefusal(m *nats.Msg) {
 	if rep.Kind == protocol.MsgCall && rep.Tool != "" {
 		tool = rep.Tool
 	}
-	rec := &AuditRecord{Time: rep.At.UTC(), CallID: id, Tool: tool, Hosts: []string{host},
+	// The record's time is the gateway's: a host's clock decides nothing
+	// in the trail.
+	rec := &AuditRecord{Time: g.now().UTC(), CallID: id, Tool: tool, Hosts: []string{host},
 		Caller:   AuditCaller{Kind: KindUnverified, Subject: rep.Caller},
 		Decision: decisionDenied, Rule: "host envelope check", Reason: string(rep.Reason), Error: rep.Message, Outcome: outcomeRefused,
 		Source: "refused by host " + host}
-	if rep.At.IsZero() {
-		rec.Time = g.now().UTC()
-	}
 	args := map[string]any{"message": rep.Kind}
 	if rep.CallID != "" {
 		rec.Target = "call " + rep.CallID
