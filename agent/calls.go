@@ -259,10 +259,10 @@ func (a *Agent) onCall(m *nats.Msg) {
 		}
 		claims = c
 	}
-	data, p, err := a.assemble(f, m.Reply, claims)
+	data, at, err := a.assemble(f, m.Reply, claims)
 	if err != nil {
-		if p != nil { // the call's first part was checked: its reply subject is the gateway's
-			a.replyResult(p.reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), p.seq)
+		if at != nil { // the call's first part was checked: its reply subject is the gateway's
+			a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), at.seq)
 		} else {
 			a.log.Debug("ignoring a call part", "call", f.CallID, "err", err)
 		}
@@ -272,56 +272,65 @@ func (a *Agent) onCall(m *nats.Msg) {
 		return // more parts to come
 	}
 	defer a.pend.forget(f.CallID)
-	claims = p.claims
+	claims = at.claims
 	if err := callauth.CheckBody(claims, data); err == nil {
 		err = a.auth.Commit(claims)
 		if err != nil {
-			a.refuseCall(p.reply, f.CallID, claims, err, p.seq)
+			a.refuseCall(at.reply, f.CallID, claims, err, at.seq)
 			return
 		}
 	} else {
-		a.refuseCall(p.reply, f.CallID, claims, err, p.seq)
+		a.refuseCall(at.reply, f.CallID, claims, err, at.seq)
 		return
 	}
 	var call protocol.Call
 	if err := json.Unmarshal(data, &call); err != nil {
-		a.replyResult(p.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), p.seq)
+		a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), at.seq)
 		return
 	}
 	if call.ID != claims.CallID || call.Host != claims.Host || call.Tool != claims.Tool || call.TimeoutMS != claims.TimeoutMS {
-		a.replyResult(p.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf(
+		a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf(
 			"the call names id %q, host %q, tool %q and %d ms; its envelope signed %q, %q, %q and %d ms",
-			call.ID, call.Host, call.Tool, call.TimeoutMS, claims.CallID, claims.Host, claims.Tool, claims.TimeoutMS)), p.seq)
+			call.ID, call.Host, call.Tool, call.TimeoutMS, claims.CallID, claims.Host, claims.Tool, claims.TimeoutMS)), at.seq)
 		return
 	}
 	// Who the call is for is what the envelope says.
 	call.Caller = callerFromClaims(claims.Caller, call.Caller.Name)
 	// The part that completes the call carries its trace context, as
 	// every part does (it decides nothing).
-	a.accept(a.tracing.remote(m.Header), &call, claims, f.CallID, p.reply, p.seq)
+	a.accept(a.tracing.remote(m.Header), &call, claims, f.CallID, at.reply, at.seq)
+}
+
+// assembled is what onCall needs of a call whose first part was
+// checked: its envelope's claims, and the reply subject and the last
+// sequence number its answers go with (taken under the assembler's lock).
+type assembled struct {
+	claims *protocol.Claims
+	reply  string
+	seq    uint64
 }
 
 // assemble adds f to its call; claims are its envelope's, for its first
 // part. Once the call is complete it returns its data; until then nil.
-// p is the call's pending state once its first part was checked (nil
-// before: a part that belongs to no such call), whose reply subject and
-// last sequence number its answers go with.
-func (a *Agent) assemble(f protocol.Frame, reply string, claims *protocol.Claims) (data []byte, p *pending, err error) {
+// at is the call once its first part was checked (nil before: a part
+// that belongs to no such call).
+func (a *Agent) assemble(f protocol.Frame, reply string, claims *protocol.Claims) (data []byte, at *assembled, err error) {
 	if f.Parts == 1 {
+		at = &assembled{claims: claims, reply: reply}
 		if len(f.Data) > a.cfg.MaxRequestBytes {
-			return nil, &pending{claims: claims, reply: reply}, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
+			return nil, at, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
 		}
-		return f.Data, &pending{claims: claims, reply: reply}, nil
+		return f.Data, at, nil
 	}
 	a.pend.mu.Lock()
 	defer a.pend.mu.Unlock()
-	p = a.pend.calls[f.CallID]
+	p := a.pend.calls[f.CallID]
 	if p == nil {
 		if f.Part != 1 || claims == nil {
 			return nil, nil, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
 		}
 		if len(a.pend.calls) >= maxPending {
-			return nil, &pending{claims: claims, reply: reply}, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
+			return nil, &assembled{claims: claims, reply: reply}, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
 		}
 		p = &pending{asm: protocol.NewAssembly(max(1, int(min(claims.BodySize, int64(a.cfg.MaxRequestBytes))))), claims: claims, reply: reply, started: time.Now()}
 		a.pend.calls[f.CallID] = p
@@ -329,7 +338,7 @@ func (a *Agent) assemble(f protocol.Frame, reply string, claims *protocol.Claims
 		// A first part again, for a call being assembled: the first
 		// delivery is lost with it.
 		delete(a.pend.calls, f.CallID)
-		return nil, p, fmt.Errorf("call %s: its first part arrived twice", f.CallID)
+		return nil, &assembled{claims: p.claims, reply: p.reply, seq: p.seq}, fmt.Errorf("call %s: its first part arrived twice", f.CallID)
 	}
 	done, err := p.asm.Add(f)
 	if err != nil || done {
@@ -340,13 +349,14 @@ func (a *Agent) assemble(f protocol.Frame, reply string, claims *protocol.Claims
 		// keepalive (forget ends that).
 		a.pend.decoding[f.CallID] = p
 	}
+	at = &assembled{claims: p.claims, reply: p.reply, seq: p.seq}
 	if err != nil {
-		return nil, p, err
+		return nil, at, err
 	}
 	if done {
-		return p.asm.Bytes(), p, nil
+		return p.asm.Bytes(), at, nil
 	}
-	return nil, p, nil
+	return nil, at, nil
 }
 
 // prunePending fails calls whose parts stopped arriving.

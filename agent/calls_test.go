@@ -27,11 +27,11 @@ func assembleTest(a *Agent, f protocol.Frame, reply string) ([]byte, string, uin
 	if f.Part == 1 {
 		claims = &protocol.Claims{CallID: f.CallID, BodySize: int64(a.cfg.MaxRequestBytes)}
 	}
-	data, p, err := a.assemble(f, reply, claims)
-	if p == nil {
+	data, at, err := a.assemble(f, reply, claims)
+	if at == nil {
 		return data, "", 0, err
 	}
-	return data, p.reply, p.seq, err
+	return data, at.reply, at.seq, err
 }
 
 // dataOf is the encoded result a finished call keeps (nil: none).
