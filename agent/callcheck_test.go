@@ -81,6 +81,20 @@ func TestAgentRefusesForgeries(t *testing.T) {
 	want(protocol.RefusedTampered, "tamper-1")
 	noAnswer(x, "a tampered call")
 
+	// A call in parts whose last part was changed: the envelope signed
+	// all of them, and nothing runs.
+	x = newExchange(t, nc)
+	big := mark("parts-1")
+	big.Args, _ = json.Marshal(map[string]string{"command": "echo parts-1 >> marks #" + strings.Repeat("p", 3000)})
+	frames = callFrames(t, big, x.sub.Subject, 1024)
+	last := frames[len(frames)-1]
+	last.Data = append([]byte(nil), last.Data...)
+	last.Data[0] ^= 1
+	frames[len(frames)-1] = last
+	publishFrames(t, nc, host, x.sub.Subject, frames)
+	want(protocol.RefusedTampered, "parts-1")
+	noAnswer(x, "a call in parts with a changed part")
+
 	// A genuine call, then the same message again.
 	x = newExchange(t, nc)
 	frames = callFrames(t, mark("once-1"), x.sub.Subject, 0)
