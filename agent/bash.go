@@ -292,6 +292,10 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 	if tr.Truncated {
 		text = strings.TrimSuffix(text, "\n") + "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
 	}
+	if !st.timedOut && !st.cancelled && st.signal == "" && st.exitCode >= 0 {
+		code := st.exitCode
+		tc.exit = &code
+	}
 	status := ""
 	switch {
 	case st.timedOut:

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -29,9 +30,9 @@ type toolbox struct {
 	env   []string // cfg.ChildEnv without the agent's own variables
 	home  string   // the user's home directory; empty if unknown
 	guard *guard
-	locks pathLocks
+	locks *pathLocks
 	// dirLocks keeps other processes out of directories being changed.
-	dirLocks dirLocks
+	dirLocks *dirLocks
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
 	tasks    *taskManager
@@ -107,7 +108,7 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	}
 	tasks.wrapper = cfg.TaskWrapper
 	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
-		imageSem: make(chan struct{}, 1), gitGuard: gg}
+		imageSem: make(chan struct{}, 1), gitGuard: gg, locks: &pathLocks{}, dirLocks: &dirLocks{}}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
@@ -158,6 +159,15 @@ func (t *toolbox) tools() map[string]toolFunc {
 		"move":        t.move,
 		"patch":       t.patch,
 	}
+}
+
+// withPolicy returns the toolbox a call held to pol runs with (a host
+// policy narrowed for the call's caller): the same files, locks, tasks
+// and journals, its paths and commands checked against pol.
+func (t *toolbox) withPolicy(pol *policy.Policy) *toolbox {
+	c := *t
+	c.guard = t.guard.withPolicy(pol)
+	return &c
 }
 
 // resolve turns a path given by a caller into a clean absolute path: "~"

@@ -48,9 +48,11 @@ type AgentCredentials struct {
 	CAPin string
 	// Labels are the host's labels as recorded.
 	Labels map[string]string
-	// SigningKeys are the gateway keys the agent trusts for skill
-	// manifests and desired states (Gateway.SigningKeys).
-	SigningKeys []string
+	// SigningKeys are the gateway keys the agent trusts for calls, skill
+	// manifests and desired states (Gateway.SigningKeys), and
+	// SigningKeySerial the key set they come from.
+	SigningKeys      []string
+	SigningKeySerial uint64
 }
 
 // EnrolOption adjusts a local enrolment.
@@ -124,7 +126,7 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	}
 	g.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
 	return AgentCredentials{
-		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(),
+		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(), SigningKeySerial: g.SigningKeySerial(),
 		CAPEM: g.NATSCAPEM(), CAPin: g.NATSCAPin(), Labels: maps.Clone(rec.Labels),
 	}, nil
 }

@@ -91,6 +91,11 @@ type AuditRecord struct {
 	// Fanout counts, on a fan-out's own record, its hosts per outcome
 	// (succeeded, failed, timed_out, offline, denied, not_started).
 	Fanout map[string]int `json:"fanout,omitempty"`
+	// Receipt is the host's signed receipt of the call's result, as the
+	// gateway checked it (callsign.go): Verified, or a Problem (an
+	// invalid or missing receipt, whose result was refused). Nil when no
+	// result arrived.
+	Receipt *AuditReceipt `json:"receipt,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.

@@ -62,9 +62,12 @@ type Config struct {
 	// certificate: agents get it at enrolment and trust it alone for the
 	// NATS servers, and a NATS join token pins it.
 	NATSTLSCert, NATSTLSKey string
-	// SigningKeyFile is the gateway's ed25519 signing key (skill manifests
-	// and desired states), shared by the replicas of one fleet. Default:
-	// DATA_DIR/signing/gateway.key, generated on first start.
+	// SigningKeyFile is the gateway's ed25519 signing key (every message
+	// that makes an agent act, skill manifests and desired states),
+	// shared by the replicas of one fleet, with its directory (key sets
+	// and rotation: signing.go). Default: DATA_DIR/signing/gateway.key,
+	// generated on first start. Required with an external cluster and no
+	// DataDir.
 	SigningKeyFile string
 	// NATSAdvertise are the NATS URLs agents dial, as they reach this
 	// gateway (a load balancer, a DNS name). Default: derived from
@@ -234,6 +237,10 @@ func (c *Config) validate() error {
 	var errs []error
 	if len(c.NATSURLs) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
+	}
+	if len(c.NATSURLs) > 0 && c.DataDir == "" && c.SigningKeyFile == "" {
+		errs = append(errs, errors.New("the gateway signs every call with its signing key, and an external NATS cluster keeps it nowhere: "+
+			"give --signing_key FILE (fleet-gateway nats-setup writes one; every replica of the fleet the same) or --data_dir"))
 	}
 	for _, u := range c.NATSURLs {
 		if err := protocol.ValidateNATSURL(u); err != nil {

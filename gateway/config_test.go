@@ -14,6 +14,7 @@ import (
 func external(c Config) Config {
 	c.NATSCredsFile, c.NATSSystemCredsFile = "gw.creds", "sys.creds"
 	c.NATSAgentSigningKeyFile, c.NATSOperatorSigningKeyFile = "agent.nk", "op.nk"
+	c.SigningKeyFile = "gateway.key"
 	return c
 }
 
@@ -37,6 +38,11 @@ func TestConfigValidate(t *testing.T) {
 		{"localhost", dev(Config{Listen: "localhost:8080"}), nil},
 		{"random port", dev(Config{Listen: "127.0.0.1:0"}), nil},
 		{"external NATS needs no data dir", dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}})), nil},
+		{"external NATS needs a signing key", func() Config {
+			c := dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}}))
+			c.SigningKeyFile = ""
+			return c
+		}(), []string{"signs every call", "--signing_key FILE", "nats-setup"}},
 		{"external NATS without its files", dev(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}, NATSCredsFile: "gw.creds"}),
 			[]string{"operator mode", "--nats_system_creds, --nats_agent_signing_key, --nats_operator_signing_key", "nats-setup"}},
 		{"external files for the embedded server", dev(Config{DataDir: "/d", NATSAgentSigningKeyFile: "k.nk"}), []string{"--nats_agent_signing_key is for an external NATS cluster"}},

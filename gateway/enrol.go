@@ -235,7 +235,7 @@ func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
 		keys = []string{}
 	}
 	return &protocol.EnrolResponse{Host: c.Host, JWT: c.JWT, Expires: c.Expires, NATSURLs: urls, NATSCA: string(c.CAPEM),
-		Labels: c.Labels, SigningKeys: keys}
+		Labels: c.Labels, SigningKeys: keys, SigningKeySerial: c.SigningKeySerial}
 }
 
 // Errors of recovery and renewal.

@@ -62,8 +62,13 @@ type Gateway struct {
 	renewals *renewer
 	// natsEnrolments serves enrolments over NATS.
 	natsEnrolments *renewer
-	api            *fleetAPI
-	apiCA          *fleetCA
+	// agentSvc serves agents the key sets and audits their refusal
+	// reports (keyserve.go).
+	agentSvc *agentServices
+	// keyPushes throttles the pushes of key sets to hosts behind.
+	keyPushes keyPushes
+	api       *fleetAPI
+	apiCA     *fleetCA
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
@@ -149,6 +154,10 @@ func Start(cfg Config) (*Gateway, error) {
 	// NATS and JetStream start.
 	ln, err := listen(cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
 	if err != nil {
+		return nil, err
+	}
+	if err := g.openSigningKey(); err != nil {
+		ln.Close()
 		return nil, err
 	}
 	if err := g.startNATS(); err != nil {
@@ -263,6 +272,10 @@ func (g *Gateway) startEnrolment() error {
 		_ = g.stopFleetAPI(context.Background())
 		return err
 	}
+	if err := g.startAgentServices(); err != nil {
+		_ = g.stopFleetAPI(context.Background())
+		return err
+	}
 	return nil
 }
 
@@ -278,10 +291,11 @@ func (g *Gateway) startNATS() error {
 	}
 	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
 	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
+	g.reg.heardKeys = g.keysBehind
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing); err != nil {
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey); err != nil {
 		return err
 	}
 	if err := g.nc.Flush(); err != nil {
@@ -474,6 +488,7 @@ func (g *Gateway) stopNATS() {
 	}
 	g.renewals.close()
 	g.natsEnrolments.close()
+	g.agentSvc.close()
 	if g.skillStore != nil {
 		g.skillStore.close()
 	}

@@ -46,6 +46,9 @@ type callContext struct {
 	// until the response carrying it is written (nil: until the call
 	// returns).
 	hold *transferHold
+	// receipt is the host's receipt of a per-host tool's result, as
+	// checked (nil: no result came).
+	receipt *AuditReceipt
 }
 
 type callContextKey struct{}
@@ -147,6 +150,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
+	rec.Receipt = cc.receipt
 	endCall(span, rec)
 	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
 	g.audit.write(rec)

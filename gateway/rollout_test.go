@@ -37,7 +37,7 @@ func newRolloutFixture(t *testing.T, hosts []string, behave map[string]string) *
 			f.fleet.setOnline(h, false)
 			continue
 		}
-		f.agents[h] = startSimAgent(t, f.ns, h, f.key.trusted, b)
+		f.agents[h] = startSimAgent(t, f.ns, h, f.key.trusted(), b)
 	}
 	return f
 }
@@ -139,7 +139,7 @@ func TestRolloutOfflineAndRefused(t *testing.T) {
 		t.Fatalf("the offline host's desired state = %+v", d)
 	}
 	f.fleet.setOnline("web-2", true)
-	f.agents["web-2"] = startSimAgent(t, f.ns, "web-2", f.key.trusted, simInstall)
+	f.agents["web-2"] = startSimAgent(t, f.ns, "web-2", f.key.trusted(), simInstall)
 	waitUntil(t, "the returning host installs", func() bool {
 		return rolloutInfo(t, f.s, id).Counts[protocol.SkillInstalled] == 2
 	})

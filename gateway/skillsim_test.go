@@ -83,7 +83,12 @@ func testSkills(t *testing.T, ns *server.Server, fleet fleetView, key *signingKe
 	t.Helper()
 	nc := connectNATS(t, ns, "gateway "+id)
 	s, err := openSkillService(nc, key, fleet, skillOptions{replicas: 1, leaderTTL: 2 * time.Second, tick: 20 * time.Millisecond,
-		cacheBytes: 8 << 20, id: id}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
+		cacheBytes: 8 << 20, id: id,
+		// The simulated agents of these tests take pokes as they come;
+		// the agents' check of their signatures is tested with the
+		// agent.
+		poke: func(host string) { _ = nc.Publish(protocol.SkillsPokeSubject(host), nil) },
+	}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,9 @@ type skillOptions struct {
 	cacheBytes int64
 	// id names this replica in the leader key.
 	id string
+	// poke tells host to read its desired state now (a signed message:
+	// Gateway.pokeHost); required.
+	poke func(host string)
 }
 
 // skillService is one gateway's part of skill rollout.
@@ -133,6 +136,9 @@ type rolloutEntry struct {
 // manifests and rollouts, and starts serving agents and (when elected)
 // driving rollouts.
 func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts skillOptions, log *slog.Logger) (*skillService, error) {
+	if opts.poke == nil {
+		return nil, errors.New("skills: no way to poke hosts")
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("skills: %w", err)

@@ -120,7 +120,8 @@ func examineExample(t *testing.T, name string, replace map[string]string) string
 }
 
 // startAuthGateway runs a gateway process whose callers authenticate
-// with an API token that may use every tool, with an agent "behind".
+// with an API token that may use every tool (and the admin API, where
+// the agent "behind" is enrolled).
 func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 	t.Helper()
 	token, line, err := gateway.NewAPIToken("proxy-test")
@@ -128,7 +129,7 @@ func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"]`, 1)+"\n")
+	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	gw := launchGatewayProcess(t, token, "--api_tokens", file)
 	gw.startAgent("behind", nil)
 	return gw, token

@@ -33,6 +33,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // File names in the identity directory.
@@ -357,4 +359,31 @@ func (id *Identity) Replace(token string) error {
 		return err
 	}
 	return id.setJWT(token)
+}
+
+// GatewayKeys returns the gateway keys the agent trusts, as enrolment.json
+// holds them.
+func (id *Identity) GatewayKeys() protocol.KeyState {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return protocol.KeyState{Serial: id.Enrolment.SigningKeySerial, Keys: slices.Clone(id.Enrolment.SigningKeys)}
+}
+
+// SaveGatewayKeys stores the gateway keys of a key set the agent took in,
+// so that it trusts them after a restart too.
+func (id *Identity) SaveGatewayKeys(st protocol.KeyState) error {
+	id.replaceMu.Lock()
+	defer id.replaceMu.Unlock()
+	e, err := id.store.LoadEnrolment()
+	if err != nil {
+		return err
+	}
+	e.SigningKeys, e.SigningKeySerial = slices.Clone(st.Keys), st.Serial
+	if err := id.store.SaveEnrolment(e); err != nil {
+		return fmt.Errorf("store the gateway keys: %w", err)
+	}
+	id.mu.Lock()
+	id.Enrolment.SigningKeys, id.Enrolment.SigningKeySerial = e.SigningKeys, e.SigningKeySerial
+	id.mu.Unlock()
+	return nil
 }

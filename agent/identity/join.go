@@ -268,7 +268,7 @@ func (s *Store) saveAnswer(gw, pin, pub string, resp *protocol.EnrolResponse, no
 		expires = time.Unix(uc.Expires, 0).UTC()
 	}
 	e := &Enrolment{Host: resp.Host, GatewayURL: gw, CAPin: pin, NATSURLs: resp.NATSURLs, NATSCA: resp.NATSCA,
-		Labels: resp.Labels, SigningKeys: resp.SigningKeys, EnrolledAt: now.UTC().Truncate(time.Second), Expires: expires}
+		Labels: resp.Labels, SigningKeys: resp.SigningKeys, SigningKeySerial: resp.SigningKeySerial, EnrolledAt: now.UTC().Truncate(time.Second), Expires: expires}
 	if err := e.validate(); err != nil {
 		return fmt.Errorf("the gateway's answer: %w", err)
 	}

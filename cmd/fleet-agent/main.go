@@ -268,7 +268,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		Renewer:     id, GatewayKeys: id.Enrolment.SigningKeys,
+		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
 		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,

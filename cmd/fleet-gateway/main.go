@@ -82,6 +82,7 @@ type options struct {
 	jwtIssuer, jwtAudience, jwksURI string
 	jwtAlgs, scopes                 string
 	jwtLeeway                       time.Duration
+	groupsClaim                     string
 	resourceURL                     string
 	accessFile, apiTokensFile       string
 	rateLimit                       string
@@ -134,7 +135,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
 	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
-	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's skill signing key FILE, shared by the replicas of a fleet (default: DATA_DIR/signing/gateway.key, made on first start)")
+	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's signing key FILE (calls, skills), shared by the replicas of a fleet with its directory (default: DATA_DIR/signing/gateway.key, made on first start; required with --nats_url and no --data_dir)")
 	fs.DurationVar(&o.agentTTL, "agent_credential_ttl", 720*time.Hour, "how long an agent's NATS credential is valid")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
@@ -178,6 +179,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.jwksURI, "jwks_uri", getenv("JWKS_URI"), "the issuer's JSON Web Key Set URL, when it has no discovery document (env JWKS_URI)")
 	fs.StringVar(&o.jwtAlgs, "jwt_algs", strings.Join(gateway.DefaultAlgorithms(), ","), "accepted JWT signature algorithms, comma-separated (never none or HMAC)")
 	fs.DurationVar(&o.jwtLeeway, "jwt_leeway", 30*time.Second, "clock skew allowed on a JWT's exp, nbf and iat")
+	fs.StringVar(&o.groupsClaim, "groups_claim", "groups", "the JWT claim that lists a caller's groups, which calls carry to hosts signed (host policies' callers: groups)")
 	fs.StringVar(&o.resourceURL, "resource_url", "", "the MCP endpoint's public URL (e.g. https://fleet.example.com/mcp) for the OAuth metadata; default: from each request's Host")
 	fs.StringVar(&o.scopes, "scopes", "openid,profile,email", "scopes a client should request from the issuer (published as scopes_supported), comma-separated")
 	fs.StringVar(&o.accessFile, "access", "", "access rules file (YAML or JSON): which caller may use which tools on which hosts")
@@ -206,6 +208,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer signal.Stop(hup)
 	if len(args) > 0 && args[0] == "nats-setup" {
 		return runNATSSetup(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "signing-key" {
+		return runSigningKey(args[1:], getenv, stdout, stderr)
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -351,7 +356,7 @@ func authConfig(cfg *gateway.Config, o *options, log *slog.Logger) error {
 	}
 	cfg.Auth = gateway.AuthConfig{
 		Issuer: o.jwtIssuer, Audience: o.jwtAudience, JWKSURL: o.jwksURI,
-		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, ResourceURL: o.resourceURL,
+		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, GroupsClaim: o.groupsClaim, ResourceURL: o.resourceURL,
 		Scopes: splitList(o.scopes),
 	}
 	var err error
@@ -455,9 +460,9 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		Servers:     id.Enrolment.NATSURLs,
 		Name:        o.agentName,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		GatewayKeys: id.Enrolment.SigningKeys,
-		StateDir:    stateDir,
-		StateLock:   lock,
+		GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		StateDir:  stateDir,
+		StateLock: lock,
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),
@@ -497,7 +502,7 @@ func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name stri
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	if err := store.SaveEnrolment(&identity.Enrolment{Host: name, CAPin: creds.CAPin, NATSURLs: urls, NATSCA: string(creds.CAPEM),
-		Labels: creds.Labels, SigningKeys: creds.SigningKeys, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
+		Labels: creds.Labels, SigningKeys: creds.SigningKeys, SigningKeySerial: creds.SigningKeySerial, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	return identity.Load(stateDir)

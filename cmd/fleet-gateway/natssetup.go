@@ -55,11 +55,17 @@ Every gateway replica:
     --nats_creds %s \
     --nats_system_creds %s \
     --nats_agent_signing_key %s \
-    --nats_operator_signing_key %s
+    --nats_operator_signing_key %s \
+    --signing_key %s
+
+The gateways sign every call with the key in %s: copy
+that whole directory to every replica (its rotations keep their files
+there: fleet-gateway signing-key rotate|retire --signing_key FILE).
 
 Keep %s, %s and %s offline: they can make any account or user.
 `, res.Dir, res.Operator, res.OperatorSigningKey, res.SystemAccount, res.Account, res.AgentSigningKey,
 		p(f.ServerConfig), f.ServerConfig, p(f.GatewayCreds), p(f.SystemCreds), p(f.AgentSigningKey), p(f.OperatorSigningKey),
+		p(f.SigningKey), filepath.Dir(p(f.SigningKey)),
 		p(f.OperatorKey), p(f.SystemAccountKey), p(f.AccountKey))
 	return nil
 }

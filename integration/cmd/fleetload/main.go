@@ -502,7 +502,7 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
-		URL: b.gw.natsURL, Hosts: hosts,
+		URL: b.gw.natsURL, Hosts: hosts, SigningKeys: keys,
 		Credentials: func(h string) (simfleet.Credential, error) { return creds[h], nil },
 		Handler:     simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
 	})
