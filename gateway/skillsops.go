@@ -19,11 +19,8 @@ import (
 // audit record (the MCP tools call the unexported operations: the guard
 // records their calls).
 
-// openSkills loads the signing key and opens the skill service.
+// openSkills opens the skill service (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
-	if err := g.openSigningKey(); err != nil {
-		return err
-	}
 	if g.signer == nil {
 		return nil
 	}
