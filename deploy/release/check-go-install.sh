@@ -19,7 +19,9 @@ if grep -q '^replace\|^[[:space:]]*replace ' go.mod; then
 	echo "check: go.mod has a replace directive: go install ...@latest ignores it and fails" >&2
 	exit 1
 fi
-v=v0.0.1-installcheck
+# A version of its own per tree: the module cache never changes what it
+# holds for a version, so a fixed one would install a tree checked before.
+v="v0.0.1-installcheck.t$(git rev-parse --short=12 'HEAD^{tree}')"
 work="$(mktemp -d)"
 modcache="$(go env GOMODCACHE)"
 cleanup() {

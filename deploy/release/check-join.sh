@@ -107,15 +107,20 @@ run_as() {
 	) >"$log" 2>&1 </dev/null &
 }
 
-# free_port: a TCP port nothing on this machine listens on.
+# free_port VAR: sets VAR to a TCP port nothing on this machine listens
+# on, below the kernel's ephemeral range (which port-0 listeners and
+# outgoing connections draw from, so nothing is handed it meanwhile) and
+# not given out before by this script. (A function, not $(...): the
+# subshell would forget what it gave out.)
 taken=" "
+read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_lo=32768
 free_port() {
-	local p
+	local p lo=$((eph_lo > 22000 ? eph_lo - 12000 : 10000))
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((lo + RANDOM % (eph_lo - lo)))
 		if [[ "$taken" != *" $p "* ]] && ! ss -Htln "sport = :$p" | grep -q .; then
 			taken+="$p "
-			echo "$p"
+			printf -v "$1" '%s' "$p"
 			return
 		fi
 	done
@@ -159,7 +164,9 @@ chown "$gwuser" "$tmp/gateway/api-tokens.yaml"
 chmod 0600 "$tmp/gateway/api-tokens.yaml"
 (umask 077 && printf '%s\n' "$token" >"$tmp/admin-token")
 
-mcp="$(free_port)" natsp="$(free_port)" api="$(free_port)"
+free_port mcp
+free_port natsp
+free_port api
 run_as "$gwunit" gwenv "$tmp/gateway.log" "${gwcmd[@]}" --listen "127.0.0.1:$mcp" --nats_listen "127.0.0.1:$natsp" \
 	--api_listen "127.0.0.1:$api" --api_tokens "$tmp/gateway/api-tokens.yaml"
 gwpid=$!
