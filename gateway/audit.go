@@ -89,6 +89,9 @@ type AuditRecord struct {
 	// Fanout counts, on a fan-out's own record, its hosts per outcome
 	// (succeeded, failed, timed_out, offline, denied, not_started).
 	Fanout map[string]int `json:"fanout,omitempty"`
+	// Gateway is the name of the gateway replica that served the call
+	// (Config.Name; empty when it has none).
+	Gateway string `json:"gateway,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.
@@ -122,6 +125,8 @@ type auditor struct {
 	stream jetstream.Stream
 	log    *slog.Logger
 	redact *redactor
+	// name is the gateway's, for the records' Gateway.
+	name string
 	// fileMu guards file, which reopen swaps while the writer appends.
 	fileMu   sync.Mutex
 	file     *os.File

@@ -125,6 +125,9 @@ func (a *auditor) write(rec *AuditRecord) *auditTicket {
 		t.finish(errors.New("the gateway is shutting down: audit record not stored"))
 		return t
 	}
+	if rec.Gateway == "" {
+		rec.Gateway = a.name
+	}
 	a.pending.Add(1)
 	a.queue <- auditItem{rec: rec, ticket: t}
 	return t

@@ -166,6 +166,7 @@ func Start(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.audit = a
+	a.name = g.cfg.Name
 	if g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts")); err != nil {
 		ln.Close()
 		_ = g.audit.close(context.Background())

@@ -2,9 +2,11 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -267,8 +269,13 @@ func replicasOf(t testing.TB, nc *nats.Conn) map[string]*jetstream.ClusterInfo {
 // TestGatewayCluster: three gateways, each with its embedded NATS server
 // as a node of one cluster, hold every stream and bucket on all three
 // nodes by default; hosts enrolled through one are served through every
-// one; a revocation made on one closes the agent's connection on another
-// node.
+// one; what one writes the others read at once; a 2025 session is known
+// only to its own gateway, which forgets it when restarted (404); a
+// revocation made on one closes the agent's connection on another node
+// within a second; and a node that was down while an agent was revoked
+// refuses that agent from the moment it listens again, before its
+// gateway has read the agent records, while agents not revoked get in
+// once it has.
 func TestGatewayCluster(t *testing.T) {
 	c := startGatewayCluster(t, 3, nil)
 	streams := replicasOf(t, c.conn(1))
@@ -299,6 +306,106 @@ func TestGatewayCluster(t *testing.T) {
 			t.Errorf("bash through gateway %d: %q", i+1, out)
 		}
 	}
+
+	// A record written through one gateway is there through the others at
+	// once: reads go to the bucket's leader, not to a replica that may lag.
+	for i := range 30 {
+		host := fmt.Sprintf("ryw-%d", i)
+		if _, _, err := enrolKey(t, c.gw(i%3), host); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range []int{(i + 1) % 3, (i + 2) % 3} {
+			if _, err := c.gw(j).Agent(context.Background(), host); err != nil {
+				t.Fatalf("gateway %d, right after gateway %d enrolled %s: %v", j+1, i%3+1, host, err)
+			}
+		}
+	}
+
+	// Enrolled through gateway 1, connected to node 3, revoked through
+	// gateway 2.
+	creds, seed, err := enrolKey(t, c.gw(0), "cut-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := watchConn(t, "nats://"+c.cfgs[2].NATSListen, creds.JWT, seed, creds.CAPEM)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.gw(1).RevokeAgent(ctx, "cut-1", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	took := w.waitCut(t, 5*time.Second).Sub(start)
+	t.Logf("revoked through gateway 2: cut off on node 3 after %s", took.Round(time.Microsecond))
+	if took > time.Second {
+		t.Errorf("cut off %s after the revocation; want within 1s", took)
+	}
+
+	// A 2025 session lives on the gateway that made it: another answers
+	// 404 for it, as the MCP specification says, and so does its own
+	// gateway once restarted.
+	session := clientTo(t, c.gw(2).MCPURL(), "2025-11-25")
+	mustOK(t, call(t, session, "hosts", nil))
+	if code := postWithSession(t, c.gw(1).MCPURL(), session.ID()); code != http.StatusNotFound {
+		t.Errorf("gateway 2 answered a request of gateway 3's session with %d; want 404", code)
+	}
+
+	// Revoked while node 3 is down.
+	late, lateSeed, err := enrolKey(t, c.gw(0), "late-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, keepSeed, err := enrolKey(t, c.gw(0), "keep-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stop(2)
+	if err := c.gw(0).RevokeAgent(ctx, "late-1", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	node3 := "nats://" + c.cfgs[2].NATSListen
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		c.restart(2)
+	}()
+	attempts, admitted := 0, 0
+	tryUntil := time.Time{}
+	for tryUntil.IsZero() || time.Now().Before(tryUntil) {
+		select {
+		case <-started:
+			if tryUntil.IsZero() {
+				tryUntil = time.Now().Add(time.Second)
+			}
+		default:
+		}
+		nc, err := nats.Connect(node3, nats.UserJWTAndSeed(late.JWT, string(lateSeed)), nats.Timeout(time.Second), nats.NoReconnect())
+		switch {
+		case err == nil:
+			admitted++
+			nc.Close()
+		case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthRevoked):
+			attempts++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("node 3 refused the agent revoked while it was down %d times from its start on, admitted it %d times", attempts, admitted)
+	if admitted > 0 || attempts == 0 {
+		t.Errorf("node 3 admitted the agent revoked while it was down %d times (refused %d)", admitted, attempts)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer ccancel()
+	if _, err := session.CallTool(cctx, &mcp.CallToolParams{Name: "hosts"}); !errors.Is(err, mcp.ErrSessionMissing) {
+		t.Errorf("a call of a session gateway 3 made before its restart: %v; want the session reported gone (404, mcp.ErrSessionMissing)", err)
+	}
+	mustOK(t, call(t, clientTo(t, c.gw(2).MCPURL(), "2025-11-25"), "hosts", nil))
+	waitFor(t, 20*time.Second, "node 3 to admit an agent not revoked", func() bool {
+		nc, err := nats.Connect(node3, nats.UserJWTAndSeed(keep.JWT, string(keepSeed)), nats.Timeout(time.Second), nats.NoReconnect())
+		if err != nil {
+			return false
+		}
+		nc.Close()
+		return true
+	})
 }
 
 // clientTo connects an MCP client to url speaking protocol version
@@ -315,4 +422,24 @@ func clientTo(t testing.TB, url, version string) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// postWithSession sends a tools/list of session id to url and returns the
+// HTTP status.
+func postWithSession(t testing.TB, url, id string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", id)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
