@@ -300,10 +300,10 @@ func TestProxyNginxReplicas(t *testing.T) {
 	dir := t.TempDir()
 	site := examineExample(t, "nginx-replicas.conf", map[string]string{
 		"    server 127.0.0.1:8080;              # gw1: fleet-gateway --name gw1 --listen ...": "    server " + c.cfgs[0].Listen + ";",
-		"    server 127.0.0.1:8081;              # gw2":                                       "    server " + c.cfgs[1].Listen + ";",
-		"    server 127.0.0.1:8080;\n    server 127.0.0.1:8081 backup;":                     "    server " + c.cfgs[0].Listen + ";\n    server " + c.cfgs[1].Listen + " backup;",
-		"    server 127.0.0.1:8081;\n    server 127.0.0.1:8080 backup;":                     "    server " + c.cfgs[1].Listen + ";\n    server " + c.cfgs[0].Listen + " backup;",
-		"listen 443 ssl;": fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
+		"    server 127.0.0.1:8081;              # gw2":                                        "    server " + c.cfgs[1].Listen + ";",
+		"    server 127.0.0.1:8080;\n    server 127.0.0.1:8081 backup;":                        "    server " + c.cfgs[0].Listen + ";\n    server " + c.cfgs[1].Listen + " backup;",
+		"    server 127.0.0.1:8081;\n    server 127.0.0.1:8080 backup;":                        "    server " + c.cfgs[1].Listen + ";\n    server " + c.cfgs[0].Listen + " backup;",
+		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
 		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
 		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
 	})
