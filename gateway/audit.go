@@ -141,8 +141,11 @@ type auditor struct {
 	// stored: the longest call, plus the time it may wait to be stored.
 	storeLag time.Duration
 
-	// health says whether the stream takes records (auditcommit.go).
-	health auditHealth
+	// health says whether the stream takes records (auditcommit.go);
+	// commitWait is how long a call waits for its record
+	// (auditCommitWait).
+	health     auditHealth
+	commitWait time.Duration
 
 	queue   chan auditItem
 	stopped chan struct{} // closed when the writer has stopped
@@ -170,7 +173,7 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + auditResendSafe,
+	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + auditResendSafe, commitWait: auditCommitWait,
 		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
 	a.health.init()
 	if a.stream, err = ensureAuditStream(js, cfg, patience, log); err != nil {

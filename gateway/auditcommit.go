@@ -79,13 +79,10 @@ func (t *auditTicket) finish(err error) {
 	close(t.done)
 }
 
-// errAuditNotStored reports a record not stored within auditCommitWait.
-var errAuditNotStored = errors.New("the audit record was not stored within " + auditCommitWait.String())
-
 // waitStored waits until the records of tickets are stored, for at most
-// auditCommitWait in all or until ctx ends.
-func waitStored(ctx context.Context, tickets ...*auditTicket) error {
-	timer := time.NewTimer(auditCommitWait)
+// wait in all (auditor.commitWait) or until ctx ends.
+func waitStored(ctx context.Context, wait time.Duration, tickets ...*auditTicket) error {
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for _, t := range tickets {
 		if t == nil {
@@ -97,7 +94,7 @@ func waitStored(ctx context.Context, tickets ...*auditTicket) error {
 				return t.err
 			}
 		case <-timer.C:
-			return errAuditNotStored
+			return fmt.Errorf("the audit record was not stored within %s", wait)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -136,7 +133,7 @@ func (a *auditor) write(rec *AuditRecord) *auditTicket {
 // commit writes rec and waits until it is stored (at most
 // auditCommitWait, or until ctx ends).
 func (a *auditor) commit(ctx context.Context, rec *AuditRecord) error {
-	return waitStored(ctx, a.write(rec))
+	return waitStored(ctx, a.commitWait, a.write(rec))
 }
 
 // sync waits until every record queued so far has been sent once (or ctx
@@ -384,8 +381,14 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 	if err != nil {
 		return fmt.Errorf("search the audit stream: %w", err)
 	}
+	if info, err := cons.Info(ctx); err != nil {
+		return fmt.Errorf("search the audit stream: %w", err)
+	} else if info.NumPending == 0 {
+		return nil // nothing stored since: none of them is there
+	}
+	empty := 0
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.FetchNoWait(500)
 		if err != nil {
 			return fmt.Errorf("search the audit stream: %w", err)
 		}
@@ -402,8 +405,17 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("search the audit stream: %w", err)
 		}
-		if done || n == 0 {
+		switch {
+		case done:
 			return nil
+		case n == 0:
+			// Not delivered yet.
+			if empty++; empty > 40 {
+				return errors.New("search the audit stream: the consumer delivers nothing")
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			empty = 0
 		}
 	}
 	return fmt.Errorf("search the audit stream: %w", ctx.Err())
@@ -445,8 +457,8 @@ func pubOpts(id string) []jetstream.PublishOpt {
 }
 
 // ready returns nil when the audit stream takes records. When it does
-// not, it waits for it until auditCommitWait after it stopped, or ctx
-// ends, and then says since when and why it does not.
+// not, it waits for it until commitWait after it stopped, or ctx ends,
+// and then says since when and why it does not.
 func (a *auditor) ready(ctx context.Context) error {
 	up, since, cause := a.health.state()
 	select {
@@ -454,7 +466,7 @@ func (a *auditor) ready(ctx context.Context) error {
 		return nil
 	default:
 	}
-	wait := auditCommitWait - time.Since(since)
+	wait := a.commitWait - time.Since(since)
 	if wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()

@@ -178,7 +178,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	cc.recordsMu.Lock()
 	tickets := append(cc.records, ticket)
 	cc.recordsMu.Unlock()
-	if serr := waitStored(ctx, tickets...); serr != nil {
+	if serr := waitStored(ctx, g.audit.commitWait, tickets...); serr != nil {
 		g.log.Error("tool call answered with an error: its audit record is not stored yet", "call", rec.CallID, "tool", tool, "host", host,
 			"caller", rec.Caller.Subject, "outcome", rec.Outcome, "err", serr)
 		return errorResult(withheldMessage(rec, host, serr)), nil

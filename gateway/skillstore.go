@@ -422,9 +422,7 @@ func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, e
 	if ok {
 		return rec, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.bundles.Get(ctx, key)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.bundles.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return nil, fmt.Errorf("%w: no bundle sha256:%s was pushed", ErrSkillNotFound, protocol.Clip(key, 64))
 	}

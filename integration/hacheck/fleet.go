@@ -89,8 +89,8 @@ func readRecords(ctx context.Context, nc *nats.Conn) ([]Record, error) {
 		return nil, err
 	}
 	var out []Record
-	for len(out) < int(info.State.Msgs) {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+	for empty := 0; len(out) < int(info.State.Msgs); {
+		batch, err := cons.FetchNoWait(1000)
 		if err != nil {
 			return nil, err
 		}
@@ -114,9 +114,14 @@ func readRecords(ctx context.Context, nc *nats.Conn) ([]Record, error) {
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err
 		}
-		if n == 0 {
+		if n > 0 {
+			empty = 0
+			continue
+		}
+		if empty++; empty > 100 {
 			return nil, fmt.Errorf("the audit stream stopped after %d of %d records", len(out), info.State.Msgs)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return out, nil
 }
