@@ -24,7 +24,9 @@ func TestClusterConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"a node", node(nil), nil},
-		{"operator's route certificates", node(func(c *Config) { c.Cluster.RouteCert, c.Cluster.RouteKey, c.Cluster.RouteCA = "r.pem", "r.key", "ca.pem" }), nil},
+		{"operator's route certificates", node(func(c *Config) {
+			c.Cluster.RouteCert, c.Cluster.RouteKey, c.Cluster.RouteCA = "r.pem", "r.key", "ca.pem"
+		}), nil},
 		{"route certificate without its CA", node(func(c *Config) { c.Cluster.RouteCert, c.Cluster.RouteKey = "r.pem", "r.key" }),
 			[]string{"--nats_route_cert, --nats_route_key and --nats_route_ca go together"}},
 		{"with an external cluster", node(func(c *Config) { c.NATSURLs = []string{"nats://n1:4222"} }), []string{"--nats_cluster", "--nats_url", "one or the other"}},
