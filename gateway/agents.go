@@ -280,9 +280,7 @@ func decodeAgentRecord(host string, data []byte) (*AgentRecord, error) {
 
 // get reads host's record from the bucket, with its revision.
 func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.kv.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w %q: no host of that name was enrolled", ErrUnknownAgent, host)
 	}

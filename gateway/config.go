@@ -78,6 +78,18 @@ type Config struct {
 	Advertise []string
 	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
 	NATSMaxPayload int32
+
+	// Name is this gateway's name among its replicas (letters, digits, -
+	// and _, at most 63). The MCP sessions it makes have IDs that start
+	// with it (NAME.<random>), so that a load balancer can send each
+	// session's requests to the gateway that holds the session; in an
+	// embedded cluster it names the gateway's NATS server, which must
+	// keep its name across restarts. Default: none (session IDs are
+	// random); with NATSCluster, the machine's hostname.
+	Name string
+	// Cluster makes the embedded server a node of a NATS cluster with
+	// the embedded servers of other gateways (cluster.go).
+	Cluster ClusterConfig
 	// APIListen is the address of the fleet API (host enrolment and
 	// recovery, the admin API), always served over TLS. Empty: no fleet
 	// API. Default for the command line: 127.0.0.1:8443.
@@ -222,6 +234,7 @@ func (c *Config) setDefaults() {
 	c.Auth.setDefaults()
 	c.Audit.setDefaults()
 	c.Hosts.setDefaults()
+	c.Cluster.setDefaults(c)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -253,6 +266,7 @@ func (c *Config) validate() error {
 		}
 	}
 	errs = append(errs, c.validateExternal()...)
+	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.validateTLS()...)
 	if c.AgentCredentialTTL < time.Second || c.AgentCredentialTTL > 366*24*time.Hour {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))

@@ -128,7 +128,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Listen != "127.0.0.1:8080" || c.MaxRequestBytes != 64<<20 || c.SessionTimeout != 30*time.Minute ||
 		c.FileCallTimeout != time.Minute || c.MaxCallDuration != time.Hour || c.Silence != 5*time.Second ||
 		c.OfflineAfter != 15*time.Second || c.ProgressIdle != 5*time.Second || c.Logger == nil ||
-		c.Hosts.Retention != 30*24*time.Hour || c.Hosts.Replicas != 1 {
+		c.Hosts.Retention != 30*24*time.Hour || c.Hosts.Replicas != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
 	set := Config{

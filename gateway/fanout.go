@@ -523,7 +523,7 @@ func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec Decision)
 	case bucketFailed, bucketOffline:
 		rec.Outcome, rec.Error = outcomeError, f.g.audit.redact.lastLine(o.Reason)
 	}
-	f.g.audit.write(rec)
+	f.cc.recorded(f.g.audit.write(rec))
 }
 
 // countBuckets counts outcomes per bucket.

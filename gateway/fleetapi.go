@@ -225,7 +225,10 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 	} else {
 		g.log.Info(what+" done", "host", out.host, "key", out.key, "token", out.tokenID, "source", src)
 	}
-	g.audit.write(rec)
+	// Stored before the host is answered (auditcommit.go).
+	if err := g.audit.commit(context.Background(), rec); err != nil {
+		g.log.Error(what+"'s audit record not stored yet", "host", out.host, "token", out.tokenID, "err", err)
+	}
 }
 
 // decodeAPIBody reads a JSON request body into v: one object, no unknown

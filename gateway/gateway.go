@@ -165,14 +165,28 @@ func Start(cfg Config) (*Gateway, error) {
 		g.stopNATS()
 		return nil, err
 	}
-	a, err := newAuditor(g.nc, cfg.Audit, cfg.MaxCallDuration, g.log.With("component", "audit"))
+	// The signing key is made before the wait for a cluster's JetStream,
+	// so that the other gateways' data directories can be seeded with it
+	// meanwhile (clusterseed.go).
+	if err := g.openSigningKey(); err != nil {
+		ln.Close()
+		g.stopNATS()
+		return nil, err
+	}
+	g.resolveReplicas()
+	patience := auditStreamPatience
+	if g.cfg.clustered() {
+		patience = g.cfg.Cluster.Wait
+	}
+	a, err := newAuditor(g.nc, g.cfg.Audit, cfg.MaxCallDuration, patience, g.log.With("component", "audit"))
 	if err != nil {
 		ln.Close()
 		g.stopNATS()
 		return nil, err
 	}
 	g.audit = a
-	if g.store, err = openHostStore(g.nc, g.reg, cfg.Hosts, g.log.With("component", "hosts")); err != nil {
+	a.name = g.cfg.Name
+	if g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts")); err != nil {
 		ln.Close()
 		_ = g.audit.close(context.Background())
 		g.stopNATS()
@@ -204,7 +218,7 @@ func Start(cfg Config) (*Gateway, error) {
 	if err := g.watchAuthErrors(); err != nil {
 		g.log.Warn("refused NATS connections will not be logged", "err", err)
 	}
-	if g.ns != nil && g.cfg.NATSListen != "" {
+	if g.ns != nil && g.cfg.NATSListen != "" && !g.cfg.clustered() {
 		if err := g.ns.listenForAgents(g.cfg.NATSListen); err != nil {
 			ln.Close()
 			_ = g.stopFleetAPI(context.Background())
@@ -306,6 +320,18 @@ func (g *Gateway) startNATS() error {
 	return g.nc.Publish(protocol.DiscoverSubject(), nil)
 }
 
+// resolveReplicas settles the replica counts left at their default: 3
+// when the gateway's NATS server is a cluster node, else 1.
+func (g *Gateway) resolveReplicas() {
+	clustered := g.cfg.clustered() || g.nc.ConnectedClusterName() != ""
+	g.cfg.Hosts.Replicas = replicasDefault(g.cfg.Hosts.Replicas, clustered)
+	g.cfg.Audit.Replicas = replicasDefault(g.cfg.Audit.Replicas, clustered)
+	if clustered {
+		g.log.Info("NATS cluster: streams and buckets replicated", "cluster", g.nc.ConnectedClusterName(),
+			"audit_replicas", g.cfg.Audit.Replicas, "hosts_replicas", g.cfg.Hosts.Replicas)
+	}
+}
+
 // natsOptions are the options of the gateway's own connection.
 func (g *Gateway) natsOptions() []nats.Option {
 	return append(reconnectOptions(),
@@ -363,7 +389,9 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.log)
+	// A cluster node refuses agents until its gateway has pushed the
+	// revocations the agent records call for (cluster.go).
+	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
 	if err != nil {
 		return err
 	}
@@ -371,7 +399,19 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf); err != nil {
+	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
+		// Routes between the nodes use certificates from the fleet CA.
+		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+			return err
+		}
+	}
+	var routes *tls.Config
+	if g.cfg.clustered() {
+		if routes, err = routeTLS(&g.cfg.Cluster, g.natsCA, routeNames(&g.cfg)); err != nil {
+			return err
+		}
+	}
+	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
 		return err
 	}
 	gwUser, err := localUser("fleet-gateway", keys.account)

@@ -75,9 +75,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 
 // readDesired reads host's desired state and its revision (0: none).
 func (s *skillService) readDesired(ctx context.Context, host string) (protocol.DesiredState, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.desired.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return protocol.DesiredState{Host: host}, 0, nil
 	}

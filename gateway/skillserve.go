@@ -97,7 +97,7 @@ func (s *skillService) answer(m *nats.Msg) {
 // Status 404 when it has none.
 func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host string) {
 	out := nats.NewMsg(m.Reply)
-	e, err := s.desired.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		out.Header.Set("Status", "404")

@@ -19,7 +19,7 @@ import (
 // audit record (the MCP tools call the unexported operations: the guard
 // records their calls).
 
-// openSkills loads the signing key and opens the skill service.
+// openSkills opens the skill service (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
 	s, err := openSkillService(g.nc, g.signer, gatewayFleet{g}, skillOptions{replicas: g.cfg.Hosts.Replicas,

@@ -278,9 +278,7 @@ func openTokenStore(js jetstream.JetStream, replicas int, now func() time.Time, 
 var errTokenNotFound = errors.New("no such join token")
 
 func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.kv.Get(ctx, id)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
 	}

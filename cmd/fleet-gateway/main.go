@@ -76,6 +76,11 @@ type options struct {
 	natsTLSCert, natsTLSKey          string
 
 	natsAdvertise, advertise        string
+	name                            string
+	natsCluster, natsClusterListen  string
+	natsRoutes                      string
+	routeCert, routeKey, routeCA    string
+	clusterWait                     time.Duration
 	natsCreds, natsSysCreds, natsCA string
 	natsAgentKey, natsOperatorKey   string
 
@@ -128,6 +133,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsTLSKey, "nats_tls_key", "", "private key (PEM) of --nats_tls_cert")
 	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
 	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
+	fs.StringVar(&o.name, "name", "", "this gateway's name among its replicas (letters, digits, -, _): its MCP session IDs start with it, for a load balancer's session routing, and it names its NATS server in a cluster (default with --nats_cluster: the hostname)")
+	fs.StringVar(&o.natsCluster, "nats_cluster", "", "make the embedded NATS server a node of the cluster NAME, with the other gateways' servers (--nats_routes); give every node a --data_dir seeded from the first (fleet-gateway replica-seed)")
+	fs.StringVar(&o.natsClusterListen, "nats_cluster_listen", "0.0.0.0:6222", "with --nats_cluster: where this node listens for the other nodes' routes (TLS)")
+	fs.StringVar(&o.natsRoutes, "nats_routes", "", "with --nats_cluster: the route URLs of the cluster's nodes, comma-separated, e.g. nats-route://gw1:6222,nats-route://gw2:6222,nats-route://gw3:6222")
+	fs.StringVar(&o.routeCert, "nats_route_cert", "", "with --nats_cluster: this node's route certificate chain (PEM), for server and client authentication (default: issued from the fleet CA at every start)")
+	fs.StringVar(&o.routeKey, "nats_route_key", "", "private key (PEM) of --nats_route_cert")
+	fs.StringVar(&o.routeCA, "nats_route_ca", "", "CA (PEM) the other nodes' route certificates must chain to, with --nats_route_cert")
+	fs.DurationVar(&o.clusterWait, "nats_cluster_wait", 2*time.Minute, "with --nats_cluster: how long to wait at start for a quorum of the nodes (at the first start, all of them)")
 	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
 	fs.StringVar(&o.natsCreds, "nats_creds", "", "external cluster: the gateway's user creds file")
 	fs.StringVar(&o.natsSysCreds, "nats_system_creds", "", "external cluster: a system account user's creds file (account JWT lookups and pushes)")
@@ -142,7 +155,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
-	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
+	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 0, "replicas of the shared buckets (hosts, agents, join tokens, nonces, skills); 0: 3 on a NATS cluster, else 1")
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
 	fs.Int64Var(&o.maxRequestMiB, "max_request_mib", 64, "largest MCP request body in MiB, 1 to 1024 (a write's content travels in it; agents take 64 MiB by default); a proxy in front must allow as much")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
@@ -188,7 +201,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
 	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
 	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
-	fs.IntVar(&o.auditReplicas, "audit_replicas", 1, "replicas of the audit stream on an external NATS cluster (3 on a 3-node cluster)")
+	fs.IntVar(&o.auditReplicas, "audit_replicas", 0, "replicas of the audit stream; 0: 3 on a NATS cluster, else 1")
 }
 
 func defaultDataDir(getenv func(string) string) string {
@@ -211,6 +224,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 0 && args[0] == "signing-key" {
 		return runSigningKey(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "replica-seed" {
+		return runReplicaSeed(args[1:], getenv, stdout, stderr)
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -315,6 +331,13 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 	}
 	if o.maxRequestMiB < 1 || o.maxRequestMiB > 1024 {
 		return cfg, fmt.Errorf("--max_request_mib %d: use 1 to 1024 (MiB)", o.maxRequestMiB)
+	}
+	cfg.Name = o.name
+	if o.natsCluster != "" {
+		cfg.Cluster = gateway.ClusterConfig{Name: o.natsCluster, Listen: o.natsClusterListen, Routes: splitList(o.natsRoutes),
+			RouteCert: o.routeCert, RouteKey: o.routeKey, RouteCA: o.routeCA, Wait: o.clusterWait}
+	} else if o.natsRoutes != "" || o.routeCert != "" || o.routeKey != "" || o.routeCA != "" {
+		return cfg, errors.New("--nats_routes and the route certificates are for a cluster of embedded servers: give --nats_cluster NAME too")
 	}
 	if strings.EqualFold(strings.TrimSpace(o.apiListen), "off") {
 		cfg.APIListen = ""
