@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/agent/callauth"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -68,6 +69,18 @@ type Agent struct {
 
 	calls *callTable
 	pend  assembler
+	// auth checks the envelopes of the messages the agent acts on, with
+	// the gateway keys it trusts; receipts signs its receipts (nil:
+	// the agent has no key); tb is the toolbox, which a call whose
+	// caller the host policy narrows runs with its own policy.
+	auth     *callauth.Verifier
+	receipts *callauth.ReceiptSigner
+	tb       *toolbox
+	// reports and refusalLogs bound the reports and the log lines of
+	// refused messages; keysJoined wakes the key loop on a (re)join.
+	reports     reporter
+	refusalLogs *logLimiter
+	keysJoined  chan struct{}
 	// tracing makes the spans of traced calls (nil: off).
 	tracing *tracing
 	// counts are the calls served, failed and refused (stats.go).
@@ -97,9 +110,16 @@ type Agent struct {
 }
 
 // New validates cfg, takes the state directory for this process (a
-// *StateDirInUseError when another agent holds it) and returns an Agent
-// ready to Run.
-func New(cfg Config) (*Agent, error) {
+// *StateDirInUseError when another agent holds it), or the lock of
+// cfg.StateLock, and returns an Agent ready to Run.
+func New(cfg Config) (a *Agent, err error) {
+	if cfg.StateLock != nil {
+		defer func() {
+			if err != nil {
+				cfg.StateLock.Release()
+			}
+		}()
+	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -115,7 +135,7 @@ func New(cfg Config) (*Agent, error) {
 	log := cfg.Logger.With("host", cfg.Name)
 	// Nothing in the state directory is touched before it is ours: the
 	// toolbox recovers interrupted patches and installs the git guard there.
-	state, err := openStateDir(cfg.StateDir)
+	state, err := openStateDir(cfg.StateDir, cfg.StateLock)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +188,7 @@ func New(cfg Config) (*Agent, error) {
 	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
 	tb.skills = skills
 	all := tb.tools()
-	a := &Agent{
+	a = &Agent{
 		cfg:         cfg,
 		log:         log,
 		allTools:    all,
@@ -187,10 +207,23 @@ func New(cfg Config) (*Agent, error) {
 		tasks:       tb.tasks,
 		state:       state,
 		agentID:     state.agentID,
+		tb:          tb,
+		refusalLogs: newLogLimiter(time.Minute, 5),
+		keysJoined:  make(chan struct{}, 1),
 		shell:       describeShell(context.Background(), tb.shell),
 	}
 	a.hp.Store(newHostPolicy(all, pol))
-	a.skillSync = newSkillSync(cfg.Name, cfg.GatewayKeys, func() *policy.Policy { return a.served().pol }, cfg.SkillsDir, cfg.StateDir, log,
+	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
+		state.close()
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if len(cfg.Credentials.Seed) > 0 {
+		if a.receipts, err = callauth.NewReceiptSigner(cfg.Credentials.Seed); err != nil {
+			state.close()
+			return nil, fmt.Errorf("agent config: %w", err)
+		}
+	}
+	a.skillSync = newSkillSync(cfg.Name, func() []string { return a.auth.Keys().Keys }, func() *policy.Policy { return a.served().pol }, cfg.SkillsDir, cfg.StateDir, log,
 		func() { skills.refresh(a.skillsChanged) })
 	return a, nil
 }
@@ -259,7 +292,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.state.close()
 	a.log.Info("agent starting", "nats", a.cfg.Servers, "cwd", a.cfg.Cwd, "shell", a.cfg.Shell,
 		"state_dir", a.cfg.StateDir, "skills_dir", a.cfg.SkillsDir, "max_concurrent", a.cfg.MaxConcurrent, "max_queue", a.cfg.MaxQueue,
-		"instance", a.instance, "agent_id", a.agentID)
+		"instance", a.instance, "agent_id", a.agentID, "gateway_keys", a.auth.KeyIDs())
+	if len(a.auth.KeyIDs()) == 0 {
+		a.log.Error("this host knows no gateway signing key (it was enrolled before calls were signed), so it runs no call: enrol it again with fleet-agent join")
+	}
 	a.logPolicy()
 	// Background tasks a previous agent left are taken over before any
 	// call is heard; they keep running when this agent stops.
@@ -289,6 +325,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var session sync.WaitGroup
 	session.Go(func() { a.dialLoop(sessCtx, refused) })
 	session.Go(func() { a.keepaliveLoop(sessCtx) })
+	session.Go(func() { a.keysLoop(runCtx) })
 	if a.cfg.Renewer != nil {
 		session.Go(func() { a.renewLoop(runCtx) })
 	}
@@ -390,7 +427,7 @@ func (a *Agent) abandonStuck(jobs []*job) {
 			"host %s shut down: %s call %s was cancelled and did not stop within %s; its outcome is unknown",
 			a.cfg.Name, j.call.Tool, j.call.ID, a.cancelGrace))
 		data, _ := protocol.EncodeResult(res)
-		a.publishResult(j.reply, j.call.ID, data, &j.seq)
+		a.publishResult(j.reply, j.call.ID, data, a.receipt(res, data, j.start, time.Now(), nil), &j.seq)
 	}
 }
 
@@ -522,6 +559,7 @@ func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, 
 			a.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			a.announce(nc, false)
 			a.signalJoined()
+			a.signalKeys()
 			a.skillSync.poke() // a rollout may have come while it was away
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -597,7 +635,8 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		sub(protocol.DiscoverSubject(), func(*nats.Msg) {
 			time.AfterFunc(rand.N(200*time.Millisecond), func() { a.announce(nc, false) })
 		}),
-		sub(protocol.SkillsPokeSubject(a.cfg.Name), func(*nats.Msg) { a.skillSync.poke() }),
+		sub(protocol.SkillsPokeSubject(a.cfg.Name), a.onPoke),
+		sub(protocol.KeysPushSubject(a.cfg.Name), a.onKeys),
 	)
 	if err == nil {
 		err = a.checkAccepted(nc)
@@ -618,6 +657,7 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 		return nil, fmt.Errorf("join the fleet: %w", err)
 	}
 	a.signalJoined()
+	a.signalKeys()
 	return subs, nil
 }
 
@@ -686,6 +726,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Shell:        a.shell,
 		Tools:        hp.toolList(),
 		PolicyDigest: hp.pol.Digest(),
+		TrustedKeys:  a.auth.KeyIDs(),
 		StartedAt:    a.started,
 		HeartbeatMS:  a.cfg.Heartbeat.Milliseconds(),
 		Leaving:      leaving,

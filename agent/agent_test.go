@@ -125,6 +125,9 @@ func startAgent(t *testing.T, ns *server.Server, cfg Config, setup func(*Agent))
 	t.Helper()
 	cfg.Servers = []string{ns.ClientURL()}
 	cfg.StateDir = t.TempDir()
+	if cfg.GatewayKeys == nil {
+		cfg.GatewayKeys = testGatewayKeys()
+	}
 	if cfg.Cwd == "" {
 		cfg.Cwd = t.TempDir()
 	}
@@ -177,7 +180,8 @@ func connectTest(t *testing.T, ns *server.Server) *nats.Conn {
 func sendCancel(t *testing.T, nc *nats.Conn, host, id string) {
 	t.Helper()
 	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: "test"})
-	if err := nc.Publish(protocol.CancelSubject(host), data); err != nil {
+	h := nats.Header{protocol.HeaderAuth: {envelope(protocol.MsgCancel, host, id, "", "", data, 0, protocol.CallerClaims{})}}
+	if err := nc.PublishMsg(&nats.Msg{Subject: protocol.CancelSubject(host), Header: h, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -334,21 +338,18 @@ func TestPendingCallKeepalive(t *testing.T) {
 
 	call := newCall(host, "parts-2", "bash", map[string]string{"command": "echo assembled"})
 	data, _ := json.Marshal(call)
-	parts, err := protocol.Split(data, len(data)/2+1)
-	if err != nil || len(parts) != 2 {
-		t.Fatalf("split into %d parts: %v", len(parts), err)
-	}
-	sendPart := func(x exchange, i int) {
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: uint64(i + 1), Part: i + 1, Parts: 2, Data: parts[i]}.Encode()
-		if err := nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(host), Reply: x.sub.Subject, Header: nats.Header(h), Data: body}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	inbox, err := nc.SubscribeSync(nats.NewInbox())
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := exchange{sub: inbox}
+	parts := callFrames(t, call, inbox.Subject, len(data)/2+1)
+	if len(parts) != 2 {
+		t.Fatalf("split into %d parts", len(parts))
+	}
+	sendPart := func(x exchange, i int) {
+		publishFrames(t, nc, host, x.sub.Subject, parts[i:i+1])
+	}
 	sendPart(x, 0)
 
 	var lastSeq uint64

@@ -105,10 +105,10 @@ func TestFitAnnounce(t *testing.T) {
 // decoding is known to a fetch (answered with a keepalive), not unknown.
 func TestFetchWhileCallIsDecoded(t *testing.T) {
 	a := newTestAgent(t, Config{})
-	if _, _, _, err := a.assemble(callFrame("big", 1, 2, `{"id":"big",`), "r"); err != nil {
+	if _, _, _, err := assembleTest(a, callFrame("big", 1, 2, `{"id":"big",`), "r"); err != nil {
 		t.Fatal(err)
 	}
-	data, _, _, err := a.assemble(callFrame("big", 2, 2, `"x":1}`), "r")
+	data, _, _, err := assembleTest(a, callFrame("big", 2, 2, `"x":1}`), "r")
 	if err != nil || data == nil {
 		t.Fatalf("complete call: %q, %v", data, err)
 	}

@@ -194,7 +194,7 @@ func (t *toolbox) runShell(ctx context.Context, inv shellInvocation, dir string,
 const agentEnvPrefix = "FLEET_"
 
 // childEnv returns environ without the agent's own variables, which may
-// hold secrets such as the NATS password. It never returns nil, so a
+// hold secrets such as a join token (FLEET_JOIN_TOKEN). It never returns nil, so a
 // command never falls back to inheriting the agent's environment.
 func childEnv(environ []string) []string {
 	env := make([]string, 0, len(environ))
@@ -279,6 +279,10 @@ func bashResult(tc *toolCall, out *outputSink, st shellStatus, timeout time.Dura
 	}
 	if tr.Truncated {
 		text = strings.TrimSuffix(text, "\n") + "\n\n" + spillNote(tr, out.lim, out.lastLineLen(), saved, saveErr, out.savedPart())
+	}
+	if !st.timedOut && !st.cancelled && st.signal == "" && st.exitCode >= 0 {
+		code := st.exitCode
+		tc.exit = &code
 	}
 	status := ""
 	switch {

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fleetmcp/fleetmcp/agent/callauth"
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -26,6 +28,13 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	seq    atomic.Uint64
+	// pol is the host policy the call is held to: the host's, narrowed
+	// for its caller (policy.Policy.ForCaller); start is when the agent
+	// took it in (its receipt says so).
+	pol   *policy.Policy
+	start time.Time
+	// exit is the exit status of the command the call ran (nil: none).
+	exit *int
 	// span covers the call until its result is published (it records
 	// nothing when the call is not traced).
 	span trace.Span
@@ -35,6 +44,7 @@ type job struct {
 type finished struct {
 	id      string
 	data    []byte // the result as protocol.EncodeResult encodes it
+	receipt string // its receipt (protocol.HeaderReceipt)
 	expires time.Time
 }
 
@@ -63,14 +73,14 @@ func newCallTable(ttl time.Duration) *callTable {
 }
 
 // lookup returns the running job or the finished result for id.
-func (t *callTable) lookup(id string) (*job, []byte) {
+func (t *callTable) lookup(id string) (*job, *finished) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.active[id]; j != nil {
 		return j, nil
 	}
 	if e := t.done[id]; e != nil {
-		return nil, e.Value.(*finished).data
+		return nil, e.Value.(*finished)
 	}
 	return nil, nil
 }
@@ -93,12 +103,13 @@ func (t *callTable) abandon(id string) {
 	t.mu.Unlock()
 }
 
-// finish moves id from running to finished with its encoded result.
-func (t *callTable) finish(id string, data []byte, now time.Time) {
+// finish moves id from running to finished with its encoded result and
+// the result's receipt.
+func (t *callTable) finish(id string, data []byte, receipt string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.active, id)
-	t.done[id] = t.order.PushBack(&finished{id: id, data: data, expires: now.Add(t.ttl)})
+	t.done[id] = t.order.PushBack(&finished{id: id, data: data, receipt: receipt, expires: now.Add(t.ttl)})
 	t.bytes += len(data)
 	t.pruneLocked(now)
 }
@@ -149,7 +160,10 @@ func (t *callTable) snapshot() []*job {
 
 // pending is a call whose parts are still arriving.
 type pending struct {
-	asm     *protocol.Assembly
+	asm *protocol.Assembly
+	// claims are the call's envelope, checked when its first part came:
+	// the parts must add up to the body it signed.
+	claims  *protocol.Claims
 	reply   string
 	started time.Time
 	// seq numbers the keepalives sent for the call so far; the call's
@@ -212,60 +226,119 @@ func (s *assembler) touch(id string) (seq uint64, ok bool) {
 }
 
 // onCall runs on the subscription's goroutine: it must never block. It
-// assembles the call's parts and hands the complete call to the pool.
+// checks the call's envelope with its first part, before anything else
+// (callcheck.go), assembles its parts, checks they are the body the
+// envelope signed, and hands the complete call to the pool. A message
+// that fails a check is never run, and is answered only when its
+// envelope vouches for the reply subject.
 func (a *Agent) onCall(m *nats.Msg) {
 	f, err := protocol.DecodeFrame(m.Header, m.Data)
 	if err == nil && f.Kind != protocol.KindCall {
 		err = fmt.Errorf("frame kind %q on the call subject; want %q", f.Kind, protocol.KindCall)
 	}
 	if err != nil {
-		a.log.Warn("ignoring malformed call message", "err", err)
-		if m.Reply != "" && protocol.ValidateCallID(f.CallID) == nil {
-			a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf("malformed call message: %v", err)), 0)
-		}
+		a.refuse(protocol.MsgCall, nil, &protocol.EnvelopeError{Reason: protocol.RefusedMalformed, Msg: "malformed call message: " + err.Error()})
 		return
 	}
-	data, reply, seq, err := a.assemble(f, m.Reply)
+	var claims *protocol.Claims
+	if f.Part == 1 {
+		c, err := a.auth.Open(f.Auth, callauth.Expect{Kind: protocol.MsgCall, Reply: m.Reply, CallID: f.CallID})
+		if err != nil {
+			a.refuseCall(m.Reply, f.CallID, c, err, 0)
+			return
+		}
+		if err := a.auth.Seen(c); err != nil && f.Parts > 1 {
+			a.refuseCall(m.Reply, f.CallID, c, err, 0)
+			return
+		}
+		if c.BodySize > int64(a.cfg.MaxRequestBytes) {
+			a.counts.refused.Add(1)
+			a.replyResult(m.Reply, protocol.ErrorResult(f.CallID, protocol.CodeTooLarge,
+				fmt.Sprintf("call of %d bytes exceeds this host's limit of %d bytes", c.BodySize, a.cfg.MaxRequestBytes)), 0)
+			return
+		}
+		claims = c
+	}
+	data, at, err := a.assemble(f, m.Reply, claims)
 	if err != nil {
-		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), seq)
+		if at != nil { // the call's first part was checked: its reply subject is the gateway's
+			a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeIncomplete, err.Error()), at.seq)
+		} else {
+			a.log.Debug("ignoring a call part", "call", f.CallID, "err", err)
+		}
 		return
 	}
 	if data == nil {
 		return // more parts to come
 	}
 	defer a.pend.forget(f.CallID)
-	var call protocol.Call
-	if err := json.Unmarshal(data, &call); err != nil {
-		a.replyResult(reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), seq)
+	claims = at.claims
+	if err := callauth.CheckBody(claims, data); err == nil {
+		err = a.auth.Commit(claims)
+		if err != nil {
+			a.refuseCall(at.reply, f.CallID, claims, err, at.seq)
+			return
+		}
+	} else {
+		a.refuseCall(at.reply, f.CallID, claims, err, at.seq)
 		return
 	}
+	var call protocol.Call
+	if err := json.Unmarshal(data, &call); err != nil {
+		a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()), at.seq)
+		return
+	}
+	if call.ID != claims.CallID || call.Host != claims.Host || call.Tool != claims.Tool || call.TimeoutMS != claims.TimeoutMS {
+		a.replyResult(at.reply, protocol.ErrorResult(f.CallID, protocol.CodeBadRequest, fmt.Sprintf(
+			"the call names id %q, host %q, tool %q and %d ms; its envelope signed %q, %q, %q and %d ms",
+			call.ID, call.Host, call.Tool, call.TimeoutMS, claims.CallID, claims.Host, claims.Tool, claims.TimeoutMS)), at.seq)
+		return
+	}
+	// Who the call is for is what the envelope says.
+	call.Caller = callerFromClaims(claims.Caller, call.Caller.Name)
 	// The part that completes the call carries its trace context, as
-	// every part does.
-	a.accept(a.tracing.remote(m.Header), &call, f.CallID, reply, seq)
+	// every part does (it decides nothing).
+	a.accept(a.tracing.remote(m.Header), &call, claims, f.CallID, at.reply, at.seq)
 }
 
-// assemble adds f to its call. Once the call is complete it returns its
-// data; until then nil. replyTo is where the call's frames go and seq the
-// last sequence number used on it.
-func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo string, seq uint64, err error) {
+// assembled is what onCall needs of a call whose first part was
+// checked: its envelope's claims, and the reply subject and the last
+// sequence number its answers go with (taken under the assembler's lock).
+type assembled struct {
+	claims *protocol.Claims
+	reply  string
+	seq    uint64
+}
+
+// assemble adds f to its call; claims are its envelope's, for its first
+// part. Once the call is complete it returns its data; until then nil.
+// at is the call once its first part was checked (nil before: a part
+// that belongs to no such call).
+func (a *Agent) assemble(f protocol.Frame, reply string, claims *protocol.Claims) (data []byte, at *assembled, err error) {
 	if f.Parts == 1 {
+		at = &assembled{claims: claims, reply: reply}
 		if len(f.Data) > a.cfg.MaxRequestBytes {
-			return nil, reply, 0, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
+			return nil, at, fmt.Errorf("call of %d bytes exceeds this host's limit of %d bytes", len(f.Data), a.cfg.MaxRequestBytes)
 		}
-		return f.Data, reply, 0, nil
+		return f.Data, at, nil
 	}
 	a.pend.mu.Lock()
 	defer a.pend.mu.Unlock()
 	p := a.pend.calls[f.CallID]
 	if p == nil {
-		if f.Part != 1 {
-			return nil, reply, 0, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
+		if f.Part != 1 || claims == nil {
+			return nil, nil, fmt.Errorf("call %s: part %d of %d arrived without its first part", f.CallID, f.Part, f.Parts)
 		}
 		if len(a.pend.calls) >= maxPending {
-			return nil, reply, 0, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
+			return nil, &assembled{claims: claims, reply: reply}, fmt.Errorf("host %s is assembling %d large calls already; retry shortly", a.cfg.Name, maxPending)
 		}
-		p = &pending{asm: protocol.NewAssembly(a.cfg.MaxRequestBytes), reply: reply, started: time.Now()}
+		p = &pending{asm: protocol.NewAssembly(max(1, int(min(claims.BodySize, int64(a.cfg.MaxRequestBytes))))), claims: claims, reply: reply, started: time.Now()}
 		a.pend.calls[f.CallID] = p
+	} else if claims != nil {
+		// A first part again, for a call being assembled: the first
+		// delivery is lost with it.
+		delete(a.pend.calls, f.CallID)
+		return nil, &assembled{claims: p.claims, reply: p.reply, seq: p.seq}, fmt.Errorf("call %s: its first part arrived twice", f.CallID)
 	}
 	done, err := p.asm.Add(f)
 	if err != nil || done {
@@ -276,13 +349,14 @@ func (a *Agent) assemble(f protocol.Frame, reply string) (data []byte, replyTo s
 		// keepalive (forget ends that).
 		a.pend.decoding[f.CallID] = p
 	}
+	at = &assembled{claims: p.claims, reply: p.reply, seq: p.seq}
 	if err != nil {
-		return nil, p.reply, p.seq, err
+		return nil, at, err
 	}
 	if done {
-		return p.asm.Bytes(), p.reply, p.seq, nil
+		return p.asm.Bytes(), at, nil
 	}
-	return nil, p.reply, p.seq, nil
+	return nil, at, nil
 }
 
 // prunePending fails calls whose parts stopped arriving.
@@ -302,10 +376,11 @@ func (a *Agent) prunePending(now time.Time) {
 	}
 }
 
-// accept validates a complete call and queues it. seq is the last
-// sequence number already used on reply; parent, when not nil, is the
-// call's trace context (tracing.remote).
-func (a *Agent) accept(parent context.Context, call *protocol.Call, frameID, reply string, seq uint64) {
+// accept validates a complete call, whose envelope's claims are claims,
+// and queues it. seq is the last sequence number already used on reply;
+// parent, when not nil, is the call's trace context (tracing.remote).
+// The host policy decides on the caller the envelope names.
+func (a *Agent) accept(parent context.Context, call *protocol.Call, claims *protocol.Claims, frameID, reply string, seq uint64) {
 	span := a.tracing.startServe(parent, call, a.cfg.Name)
 	fail := func(code protocol.Code, format string, args ...any) {
 		a.counts.refused.Add(1)
@@ -324,8 +399,8 @@ func (a *Agent) accept(parent context.Context, call *protocol.Call, frameID, rep
 		fail(protocol.CodeBadRequest, "call for host %q reached host %q", call.Host, a.cfg.Name)
 		return
 	}
-	if j, data := a.calls.lookup(call.ID); j != nil || data != nil {
-		// A repeated call (the gateway retried): never run it twice.
+	if j, done := a.calls.lookup(call.ID); j != nil || done != nil {
+		// A call id run already, in a new envelope: never run it twice.
 		a.replyState(reply, call.ID)
 		endSpan(span, nil, "repeated")
 		return
@@ -343,12 +418,24 @@ func (a *Agent) accept(parent context.Context, call *protocol.Call, frameID, rep
 		fail(protocol.CodeUnknownTool, "host %s does not serve tool %q; it serves: %s", a.cfg.Name, call.Tool, strings.Join(hp.toolList(), ", "))
 		return
 	}
+	pol, err := hp.pol.ForCaller(policyCaller(claims.Caller))
+	if err == nil {
+		err = pol.AllowTool(policyTool(call.Tool))
+	}
+	if err != nil {
+		endPolicy(ps, "denied", hp.pol.Digest())
+		fail(protocol.CodeDenied, "%v", err)
+		return
+	}
 	endPolicy(ps, "allowed", hp.pol.Digest())
+	if pol != hp.pol {
+		tool = a.tb.withPolicy(pol).tools()[call.Tool]
+	}
 	ctx, cancel := context.WithCancel(a.workCtx)
 	if d := call.Timeout(); d > 0 {
 		ctx, cancel = context.WithTimeout(a.workCtx, d)
 	}
-	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel, span: span}
+	j := &job{call: call, reply: reply, tool: tool, ctx: ctx, cancel: cancel, pol: pol, start: time.Now(), span: span}
 	j.seq.Store(seq)
 	if !a.calls.start(j) {
 		cancel()
@@ -415,10 +502,13 @@ func (a *Agent) run(j *job) {
 	}
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
-		data, _ = protocol.EncodeResult(protocol.ErrorResult(j.call.ID, protocol.CodeInternal, err.Error()))
+		res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, err.Error())
+		data, _ = protocol.EncodeResult(res)
 	}
-	a.calls.finish(j.call.ID, data, time.Now())
-	a.publishResult(j.reply, j.call.ID, data, &j.seq)
+	end := time.Now()
+	receipt := a.receipt(res, data, j.start, end, j.exit)
+	a.calls.finish(j.call.ID, data, receipt, end)
+	a.publishResult(j.reply, j.call.ID, data, receipt, &j.seq)
 	endSpan(j.span, res, "")
 }
 
@@ -437,6 +527,7 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 	defer func() { endSpan(span, res, "") }()
 	start := time.Now()
 	res = j.tool(ctx, tc)
+	j.exit = tc.exit
 	if res == nil {
 		res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, "tool "+j.call.Tool+" returned no result")
 	}
@@ -513,16 +604,22 @@ func (a *Agent) publishFrame(subject string, f protocol.Frame) {
 	}
 }
 
-// publishResult sends an encoded result in parts. A lost part loses the
-// delivery (the caller fetches the result again), so the rest is not sent.
-func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64) {
+// publishResult sends an encoded result in parts, its receipt with the
+// last. A lost part loses the delivery (the caller fetches the result
+// again), so the rest is not sent.
+func (a *Agent) publishResult(reply, id string, data []byte, receipt string, seq *atomic.Uint64) {
 	parts, err := protocol.Split(data, a.chunkSize())
 	if err != nil {
-		data, _ = protocol.EncodeResult(protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error()))
+		res := protocol.ErrorResult(id, protocol.CodeTooLarge, err.Error())
+		data, _ = protocol.EncodeResult(res)
+		receipt = a.receipt(res, data, time.Now(), time.Now(), nil)
 		parts = [][]byte{data}
 	}
 	for i, p := range parts {
 		f := protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: seq.Add(1), Part: i + 1, Parts: len(parts), Data: p}
+		if i == len(parts)-1 {
+			f.Receipt = receipt
+		}
 		if err := a.publish(reply, f); err != nil {
 			a.log.Warn("publish result failed; it can be fetched again", "call", id, "part", i+1, "parts", len(parts), "err", err)
 			return
@@ -530,11 +627,13 @@ func (a *Agent) publishResult(reply, id string, data []byte, seq *atomic.Uint64)
 	}
 }
 
+// replyResult answers with res, a result no job produced (a refusal).
 func (a *Agent) replyResult(reply string, res *protocol.Result, seq uint64) {
 	data, _ := protocol.EncodeResult(res)
 	var s atomic.Uint64
 	s.Store(seq)
-	a.publishResult(reply, res.CallID, data, &s)
+	now := time.Now()
+	a.publishResult(reply, res.CallID, data, a.receipt(res, data, now, now, nil), &s)
 }
 
 // replyState answers with a call's current state: a keepalive while its
@@ -544,13 +643,13 @@ func (a *Agent) replyState(reply, id string) {
 		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: seq})
 		return
 	}
-	j, data := a.calls.lookup(id)
+	j, done := a.calls.lookup(id)
 	switch {
 	case j != nil:
 		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: j.seq.Add(1)})
-	case data != nil:
+	case done != nil:
 		var s atomic.Uint64
-		a.publishResult(reply, id, data, &s)
+		a.publishResult(reply, id, done.data, done.receipt, &s)
 	case a.callsQueued():
 		// Fetches are heard apart from calls: the call may be among
 		// those not taken in yet (large ones take a while).
@@ -569,24 +668,4 @@ func (a *Agent) callsQueued() bool {
 	}
 	n, _, err := sub.Pending()
 	return err == nil && n > 0
-}
-
-func (a *Agent) onCancel(m *nats.Msg) {
-	var c protocol.Cancel
-	if err := json.Unmarshal(m.Data, &c); err != nil || protocol.ValidateCallID(c.CallID) != nil {
-		a.log.Warn("ignoring malformed cancel", "err", err)
-		return
-	}
-	if a.calls.cancel(c.CallID) {
-		a.log.Info("call cancelled", "call", c.CallID, "reason", c.Reason)
-	}
-}
-
-func (a *Agent) onFetch(m *nats.Msg) {
-	var f protocol.Fetch
-	if err := json.Unmarshal(m.Data, &f); err != nil || protocol.ValidateCallID(f.CallID) != nil || m.Reply == "" {
-		a.log.Warn("ignoring malformed fetch", "err", err)
-		return
-	}
-	a.replyState(m.Reply, f.CallID)
 }

@@ -20,6 +20,28 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
+// assembleTest is assemble as onCall calls it, with claims for a first
+// part that allow up to the agent's request limit.
+func assembleTest(a *Agent, f protocol.Frame, reply string) ([]byte, string, uint64, error) {
+	var claims *protocol.Claims
+	if f.Part == 1 {
+		claims = &protocol.Claims{CallID: f.CallID, BodySize: int64(a.cfg.MaxRequestBytes)}
+	}
+	data, at, err := a.assemble(f, reply, claims)
+	if at == nil {
+		return data, "", 0, err
+	}
+	return data, at.reply, at.seq, err
+}
+
+// dataOf is the encoded result a finished call keeps (nil: none).
+func dataOf(f *finished) []byte {
+	if f == nil {
+		return nil
+	}
+	return f.data
+}
+
 // ctJob returns a job for call id whose cancel func counts its calls.
 func ctJob(id string) (*job, *int) {
 	n := new(int)
@@ -33,10 +55,10 @@ func TestCallTableStartLookup(t *testing.T) {
 		t.Fatal("start of a new call refused")
 	}
 	if got, data := tab.lookup("c1"); got != j || data != nil {
-		t.Errorf("lookup of a running call = %v, %q; want the job", got, data)
+		t.Errorf("lookup of a running call = %v, %q; want the job", got, dataOf(data))
 	}
 	if got, data := tab.lookup("c2"); got != nil || data != nil {
-		t.Errorf("lookup of an unknown call = %v, %q; want nothing", got, data)
+		t.Errorf("lookup of an unknown call = %v, %q; want nothing", got, dataOf(data))
 	}
 	dup, _ := ctJob("c1")
 	if tab.start(dup) {
@@ -50,9 +72,9 @@ func TestCallTableStartLookup(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	tab.finish("c1", []byte("result-1"), t0)
-	if got, data := tab.lookup("c1"); got != nil || string(data) != "result-1" {
-		t.Errorf("lookup of a finished call = %v, %q; want its result", got, data)
+	tab.finish("c1", []byte("result-1"), "", t0)
+	if got, data := tab.lookup("c1"); got != nil || string(dataOf(data)) != "result-1" {
+		t.Errorf("lookup of a finished call = %v, %q; want its result", got, dataOf(data))
 	}
 	if n := tab.running(); n != 0 {
 		t.Errorf("running() = %d after finish, want 0", n)
@@ -72,7 +94,7 @@ func TestCallTablePruneByTTL(t *testing.T) {
 	for i, id := range []string{"a", "b", "c"} {
 		j, _ := ctJob(id)
 		tab.start(j)
-		tab.finish(id, []byte("result-"+id), t0.Add(time.Duration(i)*20*time.Second))
+		tab.finish(id, []byte("result-"+id), "", t0.Add(time.Duration(i)*20*time.Second))
 	}
 	kept := func() []string {
 		var ids []string
@@ -106,10 +128,10 @@ func TestCallTablePruneByTTL(t *testing.T) {
 	// finish prunes too.
 	j, _ := ctJob("a")
 	tab.start(j)
-	tab.finish("a", []byte("x"), t0)
+	tab.finish("a", []byte("x"), "", t0)
 	j, _ = ctJob("d")
 	tab.start(j)
-	tab.finish("d", []byte("y"), t0.Add(2*time.Minute))
+	tab.finish("d", []byte("y"), "", t0.Add(2*time.Minute))
 	if got := kept(); !slices.Equal(got, []string{"d"}) {
 		t.Errorf("after a later finish kept %q, want only d", got)
 	}
@@ -122,14 +144,14 @@ func TestCallTableMaxBytes(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		j, _ := ctJob(id)
 		tab.start(j)
-		tab.finish(id, []byte("1234"), now)
+		tab.finish(id, []byte("1234"), "", now)
 	}
 	if _, data := tab.lookup("a"); data != nil {
 		t.Error("oldest result a kept although the table is over its byte limit")
 	}
 	for _, id := range []string{"b", "c"} {
-		if _, data := tab.lookup(id); string(data) != "1234" {
-			t.Errorf("result %s = %q, want it kept", id, data)
+		if _, data := tab.lookup(id); string(dataOf(data)) != "1234" {
+			t.Errorf("result %s = %q, want it kept", id, dataOf(data))
 		}
 	}
 	if tab.bytes != 8 {
@@ -137,7 +159,7 @@ func TestCallTableMaxBytes(t *testing.T) {
 	}
 	j, _ := ctJob("d")
 	tab.start(j)
-	tab.finish("d", []byte("123456789"), now)
+	tab.finish("d", []byte("123456789"), "", now)
 	for id, want := range map[string]bool{"b": false, "c": false, "d": true} {
 		if _, data := tab.lookup(id); (data != nil) != want {
 			t.Errorf("after a 9-byte result: %s kept=%v, want %v", id, data != nil, want)
@@ -155,7 +177,7 @@ func TestCallTableCancelAbandon(t *testing.T) {
 	if tab.cancel("nope") {
 		t.Error("cancel of an unknown call reports success")
 	}
-	tab.finish("c1", []byte("r"), time.Now())
+	tab.finish("c1", []byte("r"), "", time.Now())
 	if tab.cancel("c1") {
 		t.Error("cancel of a finished call reports success")
 	}
@@ -167,7 +189,7 @@ func TestCallTableCancelAbandon(t *testing.T) {
 	tab.start(j2)
 	tab.abandon("c2")
 	if got, data := tab.lookup("c2"); got != nil || data != nil {
-		t.Errorf("abandoned call still known: %v, %q", got, data)
+		t.Errorf("abandoned call still known: %v, %q", got, dataOf(data))
 	}
 	if *c2 != 0 {
 		t.Error("abandon called the job's cancel func; the caller owns that")
@@ -180,15 +202,15 @@ func TestCallTableCancelAbandon(t *testing.T) {
 
 func TestAssembleSinglePart(t *testing.T) {
 	a := newTestAgent(t, Config{MaxRequestBytes: 100})
-	data, reply, _, err := a.assemble(callFrame("c1", 1, 1, `{"id":"c1"}`), "inbox.1")
+	data, reply, _, err := assembleTest(a, callFrame("c1", 1, 1, `{"id":"c1"}`), "inbox.1")
 	if err != nil || string(data) != `{"id":"c1"}` || reply != "inbox.1" {
 		t.Errorf("assemble = %q, %q, %v", data, reply, err)
 	}
-	data, _, _, err = a.assemble(callFrame("c2", 1, 1, strings.Repeat("x", 100)), "inbox.2")
+	data, _, _, err = assembleTest(a, callFrame("c2", 1, 1, strings.Repeat("x", 100)), "inbox.2")
 	if err != nil || len(data) != 100 {
 		t.Errorf("call of exactly the limit: %d bytes, %v", len(data), err)
 	}
-	data, _, _, err = a.assemble(callFrame("c3", 1, 1, strings.Repeat("x", 101)), "inbox.3")
+	data, _, _, err = assembleTest(a, callFrame("c3", 1, 1, strings.Repeat("x", 101)), "inbox.3")
 	if err == nil || data != nil {
 		t.Fatalf("call over the limit accepted (%d bytes)", len(data))
 	}
@@ -207,7 +229,7 @@ func TestAssembleMultiPart(t *testing.T) {
 	parts := []string{`{"id":`, `"c1",`, `"x":1}`}
 	for i, p := range parts {
 		// Later parts carry another reply subject; the first one counts.
-		data, reply, _, err := a.assemble(callFrame("c1", i+1, len(parts), p), fmt.Sprintf("inbox.%d", i+1))
+		data, reply, _, err := assembleTest(a, callFrame("c1", i+1, len(parts), p), fmt.Sprintf("inbox.%d", i+1))
 		if err != nil {
 			t.Fatalf("part %d: %v", i+1, err)
 		}
@@ -224,13 +246,13 @@ func TestAssembleMultiPart(t *testing.T) {
 	}
 
 	// Two calls assembling at once do not mix.
-	a.assemble(callFrame("x", 1, 2, "AA"), "ix")
-	a.assemble(callFrame("y", 1, 2, "BB"), "iy")
-	dy, ry, _, err := a.assemble(callFrame("y", 2, 2, "bb"), "iy")
+	assembleTest(a, callFrame("x", 1, 2, "AA"), "ix")
+	assembleTest(a, callFrame("y", 1, 2, "BB"), "iy")
+	dy, ry, _, err := assembleTest(a, callFrame("y", 2, 2, "bb"), "iy")
 	if err != nil || string(dy) != "BBbb" || ry != "iy" {
 		t.Errorf("call y = %q, %q, %v", dy, ry, err)
 	}
-	dx, rx, _, err := a.assemble(callFrame("x", 2, 2, "aa"), "ix")
+	dx, rx, _, err := assembleTest(a, callFrame("x", 2, 2, "aa"), "ix")
 	if err != nil || string(dx) != "AAaa" || rx != "ix" {
 		t.Errorf("call x = %q, %q, %v", dx, rx, err)
 	}
@@ -239,16 +261,16 @@ func TestAssembleMultiPart(t *testing.T) {
 func TestAssembleErrors(t *testing.T) {
 	a := newTestAgent(t, Config{MaxRequestBytes: 100})
 
-	_, reply, _, err := a.assemble(callFrame("c1", 2, 3, "x"), "inbox.c1")
+	_, reply, _, err := assembleTest(a, callFrame("c1", 2, 3, "x"), "inbox.c1")
 	if err == nil || !strings.Contains(err.Error(), "without its first part") {
 		t.Errorf("part 2 without part 1: %v", err)
 	}
-	if reply != "inbox.c1" {
-		t.Errorf("error for a part without its first part replies to %q, want inbox.c1", reply)
+	if reply != "" {
+		t.Errorf("a part without its first part is answered on %q: it belongs to no call whose envelope was checked, so nothing vouches for its reply subject", reply)
 	}
 
-	a.assemble(callFrame("c2", 1, 3, "a"), "inbox.c2")
-	_, reply, _, err = a.assemble(callFrame("c2", 3, 3, "c"), "inbox.c2")
+	assembleTest(a, callFrame("c2", 1, 3, "a"), "inbox.c2")
+	_, reply, _, err = assembleTest(a, callFrame("c2", 3, 3, "c"), "inbox.c2")
 	if err == nil || !strings.Contains(err.Error(), "lost") {
 		t.Errorf("gap: %v, want an error saying a part was lost", err)
 	}
@@ -258,19 +280,19 @@ func TestAssembleErrors(t *testing.T) {
 	if _, ok := a.pend.calls["c2"]; ok {
 		t.Error("a failed assembly is still pending")
 	}
-	if _, _, _, err := a.assemble(callFrame("c2", 2, 3, "b"), "inbox.c2"); err == nil {
+	if _, _, _, err := assembleTest(a, callFrame("c2", 2, 3, "b"), "inbox.c2"); err == nil {
 		t.Error("a part of a failed assembly was accepted")
 	}
 
-	a.assemble(callFrame("c3", 1, 2, "a"), "")
-	if _, _, _, err := a.assemble(callFrame("c3", 2, 3, "b"), ""); err == nil || !strings.Contains(err.Error(), "part count") {
+	assembleTest(a, callFrame("c3", 1, 2, "a"), "")
+	if _, _, _, err := assembleTest(a, callFrame("c3", 2, 3, "b"), ""); err == nil || !strings.Contains(err.Error(), "part count") {
 		t.Errorf("changed part count: %v", err)
 	}
 
-	if _, _, _, err := a.assemble(callFrame("c4", 1, 2, strings.Repeat("x", 60)), ""); err != nil {
+	if _, _, _, err := assembleTest(a, callFrame("c4", 1, 2, strings.Repeat("x", 60)), ""); err != nil {
 		t.Fatal(err)
 	}
-	data, _, _, err := a.assemble(callFrame("c4", 2, 2, strings.Repeat("x", 41)), "")
+	data, _, _, err := assembleTest(a, callFrame("c4", 2, 2, strings.Repeat("x", 41)), "")
 	if err == nil || data != nil || !strings.Contains(err.Error(), "100 bytes") {
 		t.Errorf("101-byte call in parts with a 100-byte limit: %d bytes, %v", len(data), err)
 	}
@@ -282,31 +304,31 @@ func TestAssembleErrors(t *testing.T) {
 func TestAssembleMaxPending(t *testing.T) {
 	a := newTestAgent(t, Config{})
 	for i := range maxPending {
-		if _, _, _, err := a.assemble(callFrame(fmt.Sprintf("c%d", i), 1, 2, "a"), "r"); err != nil {
+		if _, _, _, err := assembleTest(a, callFrame(fmt.Sprintf("c%d", i), 1, 2, "a"), "r"); err != nil {
 			t.Fatalf("assembly %d of %d refused: %v", i+1, maxPending, err)
 		}
 	}
-	_, _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r")
+	_, _, _, err := assembleTest(a, callFrame("one-more", 1, 2, "a"), "r")
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(maxPending)) || !strings.Contains(err.Error(), "asm-1") {
 		t.Fatalf("assembly beyond %d: %v, want a refusal naming the host and the limit", maxPending, err)
 	}
 	// Single-part calls are not held back by the limit.
-	if data, _, _, err := a.assemble(callFrame("small", 1, 1, "{}"), "r"); err != nil || string(data) != "{}" {
+	if data, _, _, err := assembleTest(a, callFrame("small", 1, 1, "{}"), "r"); err != nil || string(data) != "{}" {
 		t.Errorf("single-part call while assemblies are full: %q, %v", data, err)
 	}
 	// Finishing one frees a slot.
-	if data, _, _, err := a.assemble(callFrame("c0", 2, 2, "b"), "r"); err != nil || string(data) != "ab" {
+	if data, _, _, err := assembleTest(a, callFrame("c0", 2, 2, "b"), "r"); err != nil || string(data) != "ab" {
 		t.Fatalf("finishing c0: %q, %v", data, err)
 	}
-	if _, _, _, err := a.assemble(callFrame("one-more", 1, 2, "a"), "r"); err != nil {
+	if _, _, _, err := assembleTest(a, callFrame("one-more", 1, 2, "a"), "r"); err != nil {
 		t.Errorf("assembly refused after a slot was freed: %v", err)
 	}
 }
 
 func TestPrunePendingWithoutConnection(t *testing.T) {
 	a := newTestAgent(t, Config{})
-	a.assemble(callFrame("old", 1, 2, "a"), "inbox.old")
-	a.assemble(callFrame("new", 1, 2, "a"), "inbox.new")
+	assembleTest(a, callFrame("old", 1, 2, "a"), "inbox.old")
+	assembleTest(a, callFrame("new", 1, 2, "a"), "inbox.new")
 	now := time.Now()
 	a.pend.calls["old"].started = now.Add(-pendingTimeout - time.Second)
 	a.prunePending(now) // no NATS connection: nothing to reply on, no panic
@@ -316,7 +338,7 @@ func TestPrunePendingWithoutConnection(t *testing.T) {
 	if _, ok := a.pend.calls["new"]; !ok {
 		t.Error("fresh assembly pruned")
 	}
-	if _, _, _, err := a.assemble(callFrame("old", 2, 2, "b"), "inbox.old"); err == nil {
+	if _, _, _, err := assembleTest(a, callFrame("old", 2, 2, "b"), "inbox.old"); err == nil {
 		t.Error("a late part of a pruned call was accepted")
 	}
 }
@@ -406,37 +428,35 @@ type exchange struct {
 	maxBody int
 }
 
-// publishFrame sends f to subject with a fresh reply inbox and returns the
-// subscription that receives the answer.
-func publishFrame(t *testing.T, nc *nats.Conn, subject string, h protocol.Header, body []byte) exchange {
+// sendCall sends call as a gateway does, signed, in one part when it
+// fits.
+func sendCall(t *testing.T, nc *nats.Conn, call protocol.Call) exchange {
 	t.Helper()
-	inbox := nats.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	x := newExchange(t, nc)
+	publishFrames(t, nc, call.Host, x.sub.Subject, callFrames(t, call, x.sub.Subject, 0))
+	return x
+}
+
+// newExchange subscribes a fresh reply inbox.
+func newExchange(t *testing.T, nc *nats.Conn) exchange {
+	t.Helper()
+	sub, err := nc.SubscribeSync(nats.NewInbox())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Header: nats.Header(h), Data: body}); err != nil {
-		t.Fatal(err)
-	}
 	return exchange{sub: sub}
-}
-
-// sendCall sends call as one KindCall frame.
-func sendCall(t *testing.T, nc *nats.Conn, call protocol.Call) exchange {
-	t.Helper()
-	data, err := json.Marshal(call)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
-	return publishFrame(t, nc, protocol.CallSubject(call.Host), h, body)
 }
 
 func sendFetch(t *testing.T, nc *nats.Conn, host, id string) exchange {
 	t.Helper()
 	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	return publishFrame(t, nc, protocol.FetchSubject(host), nil, data)
+	x := newExchange(t, nc)
+	h := nats.Header{protocol.HeaderAuth: {envelope(protocol.MsgFetch, host, id, "", x.sub.Subject, data, 0, protocol.CallerClaims{})}}
+	if err := nc.PublishMsg(&nats.Msg{Subject: protocol.FetchSubject(host), Reply: x.sub.Subject, Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // next returns the next frame.
@@ -627,41 +647,41 @@ func TestAgentEndToEnd(t *testing.T) {
 	})
 
 	t.Run("call for another host", func(t *testing.T) {
+		refused := refusals(t, nc, host)
 		call := newCall("other", "other-1", "bash", map[string]string{"command": "true"})
-		data, _ := json.Marshal(call)
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
-		res, _ := publishFrame(t, nc, protocol.CallSubject(host), h, body).result(t, call.ID)
-		wantCode(t, res, protocol.CodeBadRequest, `"other"`, host)
+		x := newExchange(t, nc)
+		publishFrames(t, nc, host, x.sub.Subject, callFrames(t, call, x.sub.Subject, 0))
+		r := nextRefusal(t, refused)
+		if r.Reason != protocol.RefusedWrongHost || r.CallID != "other-1" || !strings.Contains(r.Message, "other") {
+			t.Errorf("a call re-targeted at %s: refusal %+v", host, r)
+		}
+		if m, err := x.sub.NextMsg(200 * time.Millisecond); err == nil {
+			t.Errorf("a re-targeted call was answered: %s", m.Data)
+		}
 	})
 
 	t.Run("call ID differs from frame ID", func(t *testing.T) {
 		call := newCall(host, "inner-1", "bash", map[string]string{"command": "true"})
 		data, _ := json.Marshal(call)
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: "outer-1", Seq: 1, Part: 1, Parts: 1, Data: data}.Encode()
-		res, _ := publishFrame(t, nc, protocol.CallSubject(host), h, body).result(t, "outer-1")
+		x := newExchange(t, nc)
+		call.ID = "outer-1" // what the envelope signs: the frame's id, with the body as it is
+		frames := callFrames(t, call, x.sub.Subject, 0)
+		frames[0].Data = data
+		frames[0].Auth = envelope(protocol.MsgCall, host, "outer-1", "bash", x.sub.Subject, data, call.TimeoutMS, call.Caller.Claims())
+		publishFrames(t, nc, host, x.sub.Subject, frames)
+		res, _ := x.result(t, "outer-1")
 		wantCode(t, res, protocol.CodeBadRequest, "inner-1", "outer-1")
 	})
 
 	t.Run("call in parts", func(t *testing.T) {
 		call := newCall(host, "parts-1", "bash", map[string]string{"command": "echo " + strings.Repeat("p", 100<<10) + " | wc -c"})
-		data, _ := json.Marshal(call)
-		parts, err := protocol.Split(data, 16<<10)
-		if err != nil {
-			t.Fatal(err)
+		x := newExchange(t, nc)
+		parts := callFrames(t, call, x.sub.Subject, 16<<10)
+		if len(parts) < 2 {
+			t.Fatalf("%d parts", len(parts))
 		}
-		inbox := nats.NewInbox()
-		sub, err := nc.SubscribeSync(inbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Unsubscribe()
-		for i, p := range parts {
-			h, body := protocol.Frame{Kind: protocol.KindCall, CallID: call.ID, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
-			if err := nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(host), Reply: inbox, Header: nats.Header(h), Data: body}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		res, _ := exchange{sub: sub}.result(t, call.ID)
+		publishFrames(t, nc, host, x.sub.Subject, parts)
+		res, _ := x.result(t, call.ID)
 		if text := strings.TrimSpace(resultText(t, res)); text != fmt.Sprint(100<<10+1) {
 			t.Errorf("call in %d parts printed %q, want %d", len(parts), text, 100<<10+1)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -47,6 +48,11 @@ type Config struct {
 	Cwd string
 	// StateDir holds the agent's own files (full bash outputs). Required.
 	StateDir string
+	// StateLock, when set, is the lock on StateDir the caller took
+	// already (fleet-agent join holds it from before it makes the
+	// agent's key): New takes it over, and it is released when Run
+	// returns, by Close, or when New fails. Nil: New takes the lock.
+	StateLock *statelock.Lock
 	// Home is what "~" expands to in tool paths (usually the agent user's
 	// home directory). Empty: paths starting with "~" are refused.
 	Home string
@@ -60,10 +66,17 @@ type Config struct {
 	// exist: skills appear when it does.
 	SkillsDir string
 	// GatewayKeys are the gateway signing keys the agent trusts
-	// (protocol.FormatSigningKey), learnt when it enrolled: skill
-	// rollouts are installed only when their desired state and manifests
-	// are signed by one of them. None: every rollout is refused.
-	GatewayKeys []string
+	// (protocol.FormatSigningKey), learnt when it enrolled or from a
+	// later key set (GatewayKeySerial; 0: none): the agent runs only
+	// calls, cancels, fetches and pokes whose envelopes one of them
+	// signed, and installs only skill rollouts signed by one of them.
+	// None: the agent runs nothing (it refuses every call and says why).
+	GatewayKeys      []string
+	GatewayKeySerial uint64
+	// KeyStore, when set, stores the keys of key sets the agent takes in
+	// (fleet-agent sets its identity). Nil: they last until the process
+	// ends.
+	KeyStore KeyStore
 	// SecretFiles hold the agent's credentials when they live outside the
 	// state directory (which is protected anyway): no tool may read or
 	// write them.

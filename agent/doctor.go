@@ -1,12 +1,11 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/policy"
 )
 
@@ -40,21 +39,4 @@ func CheckPolicy(cfg Config) ([]string, error) {
 // directory dir, and its process ID when it wrote one (0 if not). It
 // creates nothing: a directory without a lock file was never run from.
 // Finding the lock free, it takes and drops it at once.
-func StateDirHolder(dir string) (held bool, pid int, err error) {
-	path := filepath.Join(dir, stateLockFile)
-	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
-		return false, 0, nil
-	}
-	f, err := openLockFile(path)
-	if err != nil {
-		return false, 0, fmt.Errorf("state directory lock: %w", err)
-	}
-	defer f.Close()
-	if err := lockFile(f); err != nil {
-		if errors.Is(err, errLocked) {
-			return true, holderPID(f), nil
-		}
-		return false, 0, fmt.Errorf("state directory lock %s: %w", path, err)
-	}
-	return false, 0, nil
-}
+func StateDirHolder(dir string) (held bool, pid int, err error) { return statelock.Holder(dir) }

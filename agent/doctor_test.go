@@ -19,7 +19,7 @@ func TestStateDirHolder(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, stateLockFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the probe made a lock file: %v", err)
 	}
-	sd, err := openStateDir(dir)
+	sd, err := openStateDir(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestStateDirHolder(t *testing.T) {
 		t.Errorf("released directory: held %v, %v", held, err)
 	}
 	// The probe let go: an agent can take the directory.
-	sd, err = openStateDir(dir)
+	sd, err = openStateDir(dir, nil)
 	if err != nil {
 		t.Fatalf("after the probe: %v", err)
 	}

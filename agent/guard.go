@@ -118,6 +118,14 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 	return g, errors.Join(errs...)
 }
 
+// withPolicy returns a guard of the same files that checks against pol
+// (fixed: a reload does not change it).
+func (g *guard) withPolicy(pol *policy.Policy) *guard {
+	c := &guard{own: g.own, outputs: g.outputs, tasks: g.tasks, secrets: g.secrets, pid: g.pid}
+	c.pol.Store(pol)
+	return c
+}
+
 // checkPath resolves given, an absolute clean path, and returns the file
 // it names once links are followed, if the tools may do every one of ops
 // with it. A refusal is an *ownError or a *policy.Denial; other errors

@@ -25,7 +25,7 @@ import (
 // goroutine (run) does all of it, one skill at a time.
 type skillSync struct {
 	host     string
-	keys     []string              // trusted gateway signing keys
+	keys     func() []string       // the gateway signing keys trusted now
 	pol      func() *policy.Policy // the host policy in force
 	store    *skillStore
 	stateDir string
@@ -50,7 +50,7 @@ type skillSync struct {
 	lastReadErr string
 }
 
-func newSkillSync(host string, keys []string, pol func() *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
+func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
 	return &skillSync{
 		host: host, keys: keys, pol: pol, stateDir: stateDir, log: log, changed: changed,
 		store: &skillStore{root: root, log: log},
@@ -161,7 +161,7 @@ func (s *skillSync) syncOnce(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	if err := verifyDesired(d, s.keys, s.host, s.lastRev); err != nil {
+	if err := verifyDesired(d, s.keys(), s.host, s.lastRev); err != nil {
 		s.log.Warn("skills: refusing the desired state", "err", err)
 		for name, ds := range d.State.Skills {
 			s.set(name, ds, protocol.SkillFailed, err.Error())
@@ -266,7 +266,7 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 		if err != nil {
 			return "", err
 		}
-		if err := checkManifest(sm, s.keys, name, id); err != nil {
+		if err := checkManifest(sm, s.keys(), name, id); err != nil {
 			return "", err
 		}
 		s.store.removeVersion(name, v) // a damaged copy, if any

@@ -150,7 +150,11 @@ func (g *skillGateway) write(t *testing.T, host string, d protocol.DesiredState,
 	if _, err := g.kv.Put(ctx, host, data); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.nc.Publish(protocol.SkillsPokeSubject(host), nil); err != nil {
+	now := time.Now()
+	c := protocol.Claims{Kind: protocol.MsgPoke, Host: host, MsgID: protocol.NewMsgID(), BodySHA256: sha256.Sum256(nil),
+		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
+	poke := &nats.Msg{Subject: protocol.SkillsPokeSubject(host), Header: nats.Header{protocol.HeaderAuth: {protocol.NewEnvelopeSigner(g.priv).Sign(&c)}}}
+	if err := g.nc.PublishMsg(poke); err != nil {
 		t.Fatal(err)
 	}
 }

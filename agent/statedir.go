@@ -7,20 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 )
 
-// The agent's hold on its state directory. One agent process owns a state
-// directory at a time: it holds an exclusive lock on StateDir/agent.lock
-// for as long as it runs, so that a second agent started on the same
-// directory (the same command run twice, or two agents left on the
-// default) is refused at start rather than listing, cancelling and
-// re-attaching the first one's background tasks. The lock is an flock on
-// a descriptor opened close-on-exec: the background tasks the agent
-// starts, which outlive it, never hold it, and the kernel releases it when
-// the process dies however it dies.
+// The agent's hold on its state directory (package statelock): one agent
+// process owns a state directory at a time, so that a second agent started
+// on the same directory is refused at start rather than listing,
+// cancelling and re-attaching the first one's background tasks.
 //
 // The directory also keeps the installation's identity (StateDir/agent-id,
 // generated once): every announce carries it, so that the gateway knows a
@@ -32,7 +27,7 @@ import (
 // gateway sees two live processes of one installation.
 
 const (
-	stateLockFile = "agent.lock"
+	stateLockFile = statelock.FileName
 	agentIDFile   = "agent-id"
 	// agentIDLen is the length of an AgentID: 16 random bytes in hex.
 	agentIDLen = 32
@@ -40,72 +35,39 @@ const (
 
 // StateDirInUseError reports a state directory another agent process
 // holds.
-type StateDirInUseError struct {
-	Dir string
-	// PID is the process holding it, when it could be read (0 if not).
-	PID int
-}
-
-func (e *StateDirInUseError) Error() string {
-	holder := "another fleet-agent"
-	if e.PID > 0 {
-		holder += " (pid " + strconv.Itoa(e.PID) + ")"
-	}
-	return fmt.Sprintf("state directory %s is in use by %s: one agent runs per state directory; "+
-		"stop that one, or give this one its own --state_dir (a second agent on this machine also needs its own --name and credential)",
-		e.Dir, holder)
-}
+type StateDirInUseError = statelock.InUseError
 
 // stateDir is a state directory this process holds.
 type stateDir struct {
-	once    sync.Once
-	lock    *os.File
+	lock    *statelock.Lock
 	agentID string
 }
 
-// openStateDir creates dir if need be, locks it for this process and
-// reads (or, the first time, creates) the installation's identity.
-func openStateDir(dir string) (*stateDir, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
-	f, err := openLockFile(filepath.Join(dir, stateLockFile))
-	if err != nil {
-		return nil, fmt.Errorf("state directory lock: %w", err)
-	}
-	if err := lockFile(f); err != nil {
-		pid := holderPID(f)
-		f.Close()
-		if errors.Is(err, errLocked) {
-			return nil, &StateDirInUseError{Dir: dir, PID: pid}
+// openStateDir locks dir for this process (creating it if need be), or
+// takes over held, a lock on dir the caller took already, and reads (or,
+// the first time, creates) the installation's identity. On an error the
+// lock is released, held included.
+func openStateDir(dir string, held *statelock.Lock) (*stateDir, error) {
+	lock := held
+	if lock == nil {
+		var err error
+		if lock, err = statelock.Acquire(dir); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
-	}
-	// Tell whoever finds the directory locked who holds it.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	} else if !lock.Holds(dir) {
+		lock.Release()
+		return nil, fmt.Errorf("state directory %s: the lock given is on %s", dir, lock.Dir())
 	}
 	id, err := loadAgentID(dir)
 	if err != nil {
-		f.Close()
+		lock.Release()
 		return nil, err
 	}
-	return &stateDir{lock: f, agentID: id}, nil
+	return &stateDir{lock: lock, agentID: id}, nil
 }
 
 // close releases the state directory; later calls do nothing.
-func (s *stateDir) close() { s.once.Do(func() { s.lock.Close() }) }
-
-// holderPID reads the process ID the lock's holder wrote; 0 if none.
-func holderPID(f *os.File) int {
-	buf := make([]byte, 32)
-	n, _ := f.ReadAt(buf, 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
-}
+func (s *stateDir) close() { s.lock.Release() }
 
 // loadAgentID returns the installation's identity kept in dir, creating
 // it the first time. The caller holds dir's lock, so no other agent

@@ -15,7 +15,7 @@ import (
 // once, kept private and survives the holder.
 func TestStateDirLockAndIdentity(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	first, err := openStateDir(dir)
+	first, err := openStateDir(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 		t.Fatalf("agent-id: %v, mode %v; want 0600", err, fi.Mode())
 	}
 
-	_, err = openStateDir(dir)
+	_, err = openStateDir(dir, nil)
 	var inUse *StateDirInUseError
 	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() {
 		t.Fatalf("second open: %v; want a StateDirInUseError naming pid %d", err, os.Getpid())
@@ -39,7 +39,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 	}
 
 	first.close()
-	again, err := openStateDir(dir)
+	again, err := openStateDir(dir, nil)
 	if err != nil {
 		t.Fatalf("open after the holder let go: %v", err)
 	}
@@ -47,7 +47,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 		t.Errorf("agent ID changed from %q to %q", first.agentID, again.agentID)
 	}
 	again.close()
-	if other, err := openStateDir(t.TempDir()); err != nil || other.agentID == first.agentID {
+	if other, err := openStateDir(t.TempDir(), nil); err != nil || other.agentID == first.agentID {
 		t.Errorf("another state directory: %v, ID %q; want its own identity", err, other.agentID)
 	} else {
 		other.close()
@@ -57,7 +57,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, agentIDFile), []byte("not-hex\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openStateDir(dir); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "delete it") {
+	if _, err := openStateDir(dir, nil); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "delete it") {
 		t.Errorf("open with a damaged agent-id: %v", err)
 	}
 	// The lock is never taken through a link planted in its place.
@@ -69,7 +69,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(linked, stateLockFile)); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := openStateDir(linked); err == nil {
+	if s, err := openStateDir(linked, nil); err == nil {
 		s.close()
 		t.Error("the lock was taken through a symbolic link")
 	}
@@ -83,7 +83,7 @@ func TestStateDirLockAndIdentity(t *testing.T) {
 // task folder written.
 func TestNewRefusesStateDirInUse(t *testing.T) {
 	state := t.TempDir()
-	held, err := openStateDir(state)
+	held, err := openStateDir(state, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,9 @@ type toolCall struct {
 	// Output streams live output to the caller. It is never nil, must not
 	// block for long, and must not retain p after it returns.
 	Output func(p []byte)
+	// exit is set by a tool that ran a command to its end: its exit
+	// status, for the call's receipt.
+	exit *int
 }
 
 // toolFunc runs one tool call. It always returns a result: failures the

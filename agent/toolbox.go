@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -158,6 +159,15 @@ func (t *toolbox) tools() map[string]toolFunc {
 		protocol.ToolMove:       t.move,
 		protocol.ToolPatch:      t.patch,
 	}
+}
+
+// withPolicy returns the toolbox a call held to pol runs with (a host
+// policy narrowed for the call's caller): the same files, locks, tasks
+// and journals, its paths and commands checked against pol.
+func (t *toolbox) withPolicy(pol *policy.Policy) *toolbox {
+	c := *t
+	c.guard = t.guard.withPolicy(pol)
+	return &c
 }
 
 // resolve turns a path given by a caller into a clean absolute path: "~"

@@ -394,6 +394,10 @@ func (g *Gateway) auditAdmin(id *Identity, tool, target, src string, hosts []str
 			rec.Outcome = outcomeError
 		}
 	}
-	g.audit.write(rec)
+	// Stored before the action is answered, as a tool call's record is
+	// (auditcommit.go); the action is done either way.
+	if err := g.audit.commit(context.Background(), rec); err != nil {
+		g.log.Error("admin action's audit record not stored yet", "action", tool, "target", target, "err", err)
+	}
 	g.log.Info("admin action", "caller", id.Name(), "action", tool, "target", target, "outcome", rec.Outcome, "reason", rec.Error)
 }

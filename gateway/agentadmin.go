@@ -48,9 +48,11 @@ type AgentCredentials struct {
 	CAPin string
 	// Labels are the host's labels as recorded.
 	Labels map[string]string
-	// SigningKeys are the gateway keys the agent trusts for skill
-	// manifests and desired states (Gateway.SigningKeys).
-	SigningKeys []string
+	// SigningKeys are the gateway keys the agent trusts for calls, skill
+	// manifests and desired states (Gateway.SigningKeys), and
+	// SigningKeySerial the key set they come from.
+	SigningKeys      []string
+	SigningKeySerial uint64
 }
 
 // EnrolOption adjusts a local enrolment.
@@ -124,7 +126,7 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	}
 	g.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
 	return AgentCredentials{
-		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(),
+		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(), SigningKeySerial: g.SigningKeySerial(),
 		CAPEM: g.NATSCAPEM(), CAPin: g.NATSCAPin(), Labels: maps.Clone(rec.Labels),
 	}, nil
 }
@@ -164,6 +166,9 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 		if errors.Is(err, ErrUnknownAgent) {
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 				EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts}
+			if e.tokenID != "" {
+				rec.TokenAt = now
+			}
 			if _, err = g.agents.create(ctx, rec); err == nil {
 				return rec, false, nil
 			}
@@ -199,7 +204,7 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 		// The same agent again: new labels, a new credential.
 		rec.Labels, rec.Facts = maps.Clone(e.labels), e.facts
 		if e.tokenID != "" {
-			rec.TokenID = e.tokenID
+			rec.TokenID, rec.TokenAt = e.tokenID, now
 		}
 		if expires.After(rec.CredentialExpiresAt) {
 			rec.CredentialExpiresAt = expires
@@ -220,6 +225,9 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 	}
 	*rec = AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 		EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts, RevokedKeys: append(rec.RevokedKeys, old)}
+	if e.tokenID != "" {
+		rec.TokenAt = now
+	}
 	return revokedOld, nil
 }
 

@@ -42,8 +42,11 @@ type AgentRecord struct {
 	// Labels are the host's labels as the operator set them.
 	Labels map[string]string `json:"labels,omitempty"`
 	// TokenID is the join token the host enrolled with (empty for local
-	// enrolment).
+	// enrolment), and TokenAt when it last spent a use of it: within the
+	// enrolment retry window after that, the same key with the same token
+	// gets a credential again without spending another use.
 	TokenID    string    `json:"token_id,omitempty"`
+	TokenAt    time.Time `json:"token_at,omitzero"`
 	EnrolledAt time.Time `json:"enrolled_at"`
 	// CredentialExpiresAt is the latest expiry of any credential issued
 	// for PublicKey; it never goes down.
@@ -277,9 +280,7 @@ func decodeAgentRecord(host string, data []byte) (*AgentRecord, error) {
 
 // get reads host's record from the bucket, with its revision.
 func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.kv.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w %q: no host of that name was enrolled", ErrUnknownAgent, host)
 	}

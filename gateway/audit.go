@@ -30,21 +30,19 @@ type AuditConfig struct {
 	File string
 	// Retention is how long the stream keeps records. Default 90 days.
 	Retention time.Duration
-	// Replicas is the stream's replica count on a NATS cluster. Default 1.
+	// Replicas is the stream's replica count. Default (0): 3 on a NATS
+	// cluster, else 1.
 	Replicas int
 }
 
 func (c *AuditConfig) setDefaults() {
 	setDur(&c.Retention, 90*24*time.Hour)
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 }
 
 func (c *AuditConfig) validate() []error {
 	var errs []error
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("audit stream replicas %d: use 1 to 5 (3 on a 3-node cluster)", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("audit stream replicas %d: use 1 to 5 (3 on a 3-node cluster), or 0 for the default (3 on a cluster, else 1)", c.Replicas))
 	}
 	if c.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("audit retention %s is too short (minimum 1h)", c.Retention))
@@ -91,6 +89,14 @@ type AuditRecord struct {
 	// Fanout counts, on a fan-out's own record, its hosts per outcome
 	// (succeeded, failed, timed_out, offline, denied, not_started).
 	Fanout map[string]int `json:"fanout,omitempty"`
+	// Receipt is the host's signed receipt of the call's result, as the
+	// gateway checked it (callsign.go): Verified, or a Problem (an
+	// invalid or missing receipt, whose result was refused). Nil when no
+	// result arrived.
+	Receipt *AuditReceipt `json:"receipt,omitempty"`
+	// Gateway is the name of the gateway replica that served the call
+	// (Config.Name; empty when it has none).
+	Gateway string `json:"gateway,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.
@@ -117,15 +123,15 @@ const (
 	outcomeRefused   = "refused"
 )
 
-// auditor writes records to the stream and the optional file. Calls hand
-// their record to a bounded queue and return at once; one writer goroutine
-// stores them in order. A full queue makes calls wait (nothing is dropped),
-// and close drains it.
+// auditor writes records to the stream and the optional file
+// (auditcommit.go says how and when).
 type auditor struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	log    *slog.Logger
 	redact *redactor
+	// name is the gateway's, for the records' Gateway.
+	name string
 	// fileMu guards file, which reopen swaps while the writer appends.
 	fileMu   sync.Mutex
 	file     *os.File
@@ -133,22 +139,26 @@ type auditor struct {
 	// failures counts records the stream did not take, and batches of
 	// records the file did not take.
 	failures atomic.Int64
+	// pending counts records handed to the writer and not stored yet.
+	pending atomic.Int64
 
 	// storeLag bounds how long after its call started a record is
-	// stored: the longest call, plus time in the queue.
+	// stored: the longest call, plus the time it may wait to be stored.
 	storeLag time.Duration
 
-	queue   chan auditItem
-	stopped chan struct{} // closed when the writer has drained the queue
-	closeMu sync.RWMutex  // senders hold it shared; closing the queue holds it alone
-	closed  bool
-}
+	// health says whether the stream takes records (auditcommit.go);
+	// commitWait is how long a call waits for its record
+	// (auditCommitWait).
+	health     auditHealth
+	commitWait time.Duration
 
-// auditItem is a record to store, or a marker whose channel the writer
-// closes once everything queued before it is stored.
-type auditItem struct {
-	rec    *AuditRecord
-	marker chan struct{}
+	queue   chan auditItem
+	stopped chan struct{} // closed when the writer has stopped
+	// closeBy is when the writer gives up on records it could not store
+	// (Unix nanoseconds; 0: not closing).
+	closeBy atomic.Int64
+	closeMu sync.RWMutex // senders hold it shared; closing the queue holds it alone
+	closed  bool
 }
 
 // auditQueueLen bounds records waiting to be stored.
@@ -158,14 +168,20 @@ const auditQueueLen = 4096
 // while it elects a leader, so calls are retried rather than waited on.
 const jsTimeout = 3 * time.Second
 
-func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall time.Duration, log *slog.Logger) (*auditor, error) {
-	js, err := jetstream.New(nc)
+// newAuditor opens the audit stream, waiting up to patience for
+// JetStream (a cluster's first start waits for all its nodes), and
+// starts the writer.
+func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration, log *slog.Logger) (*auditor, error) {
+	// Acknowledgements that never come are let go, so that a long outage
+	// does not fill the client's table of publishes in flight.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(2*auditAttempt))
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + time.Minute,
+	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + auditResendSafe, commitWait: auditCommitWait,
 		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
-	if a.stream, err = ensureAuditStream(js, cfg); err != nil {
+	a.health.init()
+	if a.stream, err = ensureAuditStream(js, cfg, patience, log); err != nil {
 		return nil, err
 	}
 	if cfg.File != "" {
@@ -179,9 +195,14 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall time.Duration, log *slog
 	return a, nil
 }
 
+// auditStreamPatience is how long a gateway on its own waits for JetStream
+// to take the audit stream at start.
+const auditStreamPatience = 20 * time.Second
+
 // ensureAuditStream creates or updates the audit stream, retrying while
-// JetStream starts up.
-func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig) (jetstream.Stream, error) {
+// JetStream starts up (for up to patience, saying every 10 s that it
+// waits).
+func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig, patience time.Duration, log *slog.Logger) (jetstream.Stream, error) {
 	sc := jetstream.StreamConfig{
 		Name:        protocol.AuditStream,
 		Description: "fleetmcp audit trail: one record per tool call",
@@ -193,9 +214,10 @@ func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig) (jetstream.Strea
 		Replicas:    cfg.Replicas,
 		DenyDelete:  true,
 		DenyPurge:   true,
-		Duplicates:  time.Minute,
+		Duplicates:  auditDedupWindow,
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	start := time.Now()
+	said := start
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
 		s, err := js.CreateOrUpdateStream(ctx, sc)
@@ -205,136 +227,15 @@ func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig) (jetstream.Strea
 			return s, nil
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 			return nil, fmt.Errorf("audit trail needs JetStream, which the NATS server does not offer: enable jetstream in its configuration (see deploy/nats/cluster-node.conf)")
-		case time.Now().After(deadline):
-			return nil, fmt.Errorf("audit trail: create stream %s: %w", protocol.AuditStream, err)
+		case time.Since(start) > patience:
+			return nil, fmt.Errorf("audit trail: create stream %s with %d replica(s) (waited %s; a replicated stream needs that many NATS nodes up, and its first creation all of them): %w",
+				protocol.AuditStream, cfg.Replicas, patience.Round(time.Second), err)
+		case time.Since(said) > 10*time.Second:
+			said = time.Now()
+			log.Info("waiting for JetStream to take the audit stream (a cluster needs a quorum of its nodes, and at its first start all of them)",
+				"replicas", cfg.Replicas, "waited", time.Since(start).Round(time.Second), "err", err)
 		}
 		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// write queues rec for storing. The record is stored after the call has
-// finished, with its own deadline: a caller that went away does not take
-// its record with it.
-func (a *auditor) write(rec *AuditRecord) {
-	a.closeMu.RLock()
-	defer a.closeMu.RUnlock()
-	if a.closed {
-		a.log.Error("audit record after shutdown, not stored", "call", rec.CallID, "tool", rec.Tool, "caller", rec.Caller.Subject)
-		return
-	}
-	a.queue <- auditItem{rec: rec}
-}
-
-// sync waits until every record queued so far is stored (or ctx ends).
-func (a *auditor) sync(ctx context.Context) error {
-	marker := make(chan struct{})
-	a.closeMu.RLock()
-	if a.closed {
-		a.closeMu.RUnlock()
-		return nil
-	}
-	a.queue <- auditItem{marker: marker}
-	a.closeMu.RUnlock()
-	select {
-	case <-marker:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Records are stored in batches: the writer collects what arrives within
-// auditLinger of the first record (at most auditBatch), publishes them all
-// without waiting for each acknowledgement, then waits for the
-// acknowledgements together. On a busy gateway this spends one round trip
-// per batch instead of one per call.
-const (
-	auditLinger = 20 * time.Millisecond
-	auditBatch  = 256
-)
-
-// run stores queued records in order until the queue is closed.
-func (a *auditor) run() {
-	defer close(a.stopped)
-	batch := make([]*AuditRecord, 0, auditBatch)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	flush := func() {
-		linger.Stop()
-		a.storeBatch(batch)
-		clear(batch)
-		batch = batch[:0]
-	}
-	for {
-		select {
-		case it, ok := <-a.queue:
-			switch {
-			case !ok:
-				flush()
-				return
-			case it.marker != nil:
-				flush()
-				close(it.marker)
-			default:
-				batch = append(batch, it.rec)
-				if len(batch) == 1 {
-					linger.Reset(auditLinger)
-				}
-				if len(batch) == auditBatch {
-					flush()
-				}
-			}
-		case <-linger.C:
-			flush()
-		}
-	}
-}
-
-// storeBatch writes records to the stream (with the call ID as the message
-// ID, so a retry is never stored twice) and to the file. A record the
-// stream does not acknowledge is retried on its own; one that cannot be
-// stored at all is logged in full instead.
-func (a *auditor) storeBatch(recs []*AuditRecord) {
-	if len(recs) == 0 {
-		return
-	}
-	data := make([]encodedRecord, 0, len(recs))
-	var lines []byte
-	for _, rec := range recs {
-		if rec.rawArgs != nil {
-			rec.Args, rec.rawArgs = a.redact.args(rec.rawArgs), nil
-		}
-		d, err := json.Marshal(rec)
-		if err != nil {
-			a.log.Error("audit record not encodable", "call", rec.CallID, "err", err)
-			continue
-		}
-		data = append(data, encodedRecord{id: rec.CallID, data: d})
-		lines = append(append(lines, d...), '\n')
-	}
-	futures := make([]jetstream.PubAckFuture, len(data))
-	for i, e := range data {
-		futures[i], _ = a.js.PublishAsync(protocol.AuditSubject(), e.data, pubOpts(e.id)...)
-	}
-	deadline := time.NewTimer(jsTimeout)
-	defer deadline.Stop()
-	for i, f := range futures {
-		ok := false
-		if f != nil {
-			select {
-			case <-f.Ok():
-				ok = true
-			case <-f.Err():
-			case <-deadline.C:
-				deadline.Reset(0) // the rest are late too: retry them one by one
-			}
-		}
-		if !ok {
-			a.store(data[i])
-		}
-	}
-	if len(lines) > 0 {
-		a.writeFile(lines)
 	}
 }
 
@@ -381,37 +282,17 @@ func (a *auditor) reopen() error {
 	return old.Close()
 }
 
-// encodedRecord is a record ready to publish.
-type encodedRecord struct {
-	id   string
-	data []byte
-}
-
-func pubOpts(id string) []jetstream.PublishOpt {
-	return []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream)}
-}
-
-// store publishes one encoded record synchronously, retrying.
-func (a *auditor) store(e encodedRecord) {
-	opts := pubOpts(e.id)
-	var perr error
-	for attempt := 0; attempt < 3; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		_, perr = a.js.Publish(ctx, protocol.AuditSubject(), e.data, opts...)
-		cancel()
-		if perr == nil {
-			return
-		}
-	}
-	a.failures.Add(1)
-	a.log.Error("audit record not stored in the stream", "err", perr, "record", string(e.data))
-}
-
-// close stores what is queued (bounded by ctx) and closes the file.
+// close stores what is queued and retries what is pending until ctx
+// ends, then closes the file.
 func (a *auditor) close(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
+	by := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok {
+		by = d
+	}
+	a.closeBy.Store(by.UnixNano())
 	// Senders blocked on a full queue hold the lock shared until the
 	// writer makes room; closing waits for them, but shutdown does not
 	// wait beyond ctx.
@@ -426,7 +307,7 @@ func (a *auditor) close(ctx context.Context) error {
 	select {
 	case <-a.stopped:
 	case <-ctx.Done():
-		a.log.Warn("audit records still queued at shutdown were not stored", "queued", len(a.queue))
+		a.log.Warn("audit records still queued at shutdown were not stored", "queued", len(a.queue), "pending", a.pending.Load())
 	}
 	a.fileMu.Lock()
 	defer a.fileMu.Unlock()

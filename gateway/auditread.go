@@ -27,9 +27,12 @@ type auditIn struct {
 	Since    string `json:"since,omitempty" jsonschema:"only records at or after this time: RFC 3339, or a duration back from now such as 1h"`
 	Until    string `json:"until,omitempty" jsonschema:"only records before this time: RFC 3339, or a duration back from now"`
 	Limit    int    `json:"limit,omitempty" jsonschema:"how many of the newest matching records to return (default 50, at most 500)"`
+	Receipt  string `json:"receipt,omitempty" jsonschema:"only records whose host receipt is verified, has a problem (invalid or missing: the result was refused), or none (no result came)"`
+	Verify   bool   `json:"verify,omitempty" jsonschema:"check each returned record's host receipt again against the keys enrolled for its host (current and revoked) and report the outcome"`
 }
 
-const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration). " +
+const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration, " +
+	"and the host's own signed receipt of the result: verified, or its problem), and one per message a host refused (caller unverified). " +
 	"Returns the newest matching records, oldest first; filter by caller, host, tool, decision and time (since/until: RFC 3339 or a duration such as 2h). " +
 	"At most 500 records, and at most the 20000 newest records before until are searched."
 
@@ -42,15 +45,27 @@ const (
 
 // auditQuery is a parsed auditIn.
 type auditQuery struct {
-	caller, host, tool, decision string
-	since, until                 time.Time
-	limit                        int
+	caller, host, tool, decision, receipt string
+	since, until                          time.Time
+	limit                                 int
 }
 
+// Receipt filters of the audit tool.
+const (
+	receiptVerified = "verified"
+	receiptProblem  = "problem"
+	receiptNone     = "none"
+)
+
 func parseAuditQuery(in auditIn, now time.Time) (auditQuery, error) {
-	q := auditQuery{caller: strings.ToLower(in.Caller), host: in.Host, tool: in.Tool, decision: in.Decision, limit: in.Limit}
+	q := auditQuery{caller: strings.ToLower(in.Caller), host: in.Host, tool: in.Tool, decision: in.Decision, receipt: in.Receipt, limit: in.Limit}
 	if q.decision != "" && q.decision != decisionAllowed && q.decision != decisionDenied {
 		return q, fmt.Errorf("decision %q: use allowed or denied", in.Decision)
+	}
+	switch q.receipt {
+	case "", receiptVerified, receiptProblem, receiptNone:
+	default:
+		return q, fmt.Errorf("receipt %q: use verified, problem or none", in.Receipt)
 	}
 	switch {
 	case q.limit < 0:
@@ -92,6 +107,7 @@ func (q *auditQuery) match(r *AuditRecord) bool {
 	case q.host != "" && !slices.Contains(r.Hosts, q.host),
 		q.tool != "" && r.Tool != q.tool,
 		q.decision != "" && r.Decision != q.decision,
+		q.receipt != "" && receiptState(r.Receipt) != q.receipt,
 		!q.since.IsZero() && r.Time.Before(q.since),
 		!q.until.IsZero() && !r.Time.Before(q.until):
 		return false
@@ -252,6 +268,11 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 	if err != nil {
 		return errorResult("audit: " + err.Error()), nil, nil
 	}
+	if in.Verify {
+		for i := range page.Records {
+			g.recheckReceipt(&page.Records[i])
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d records (searched %d)", len(page.Records), page.Scanned)
 	if page.Incomplete {
@@ -290,8 +311,79 @@ func (r *AuditRecord) line() string {
 		fmt.Fprintf(&b, " exit %d", *r.ExitCode)
 	}
 	fmt.Fprintf(&b, "\t%dms", r.DurationMS)
+	if rc := r.Receipt; rc != nil {
+		switch {
+		case rc.Problem != "":
+			fmt.Fprintf(&b, "\treceipt INVALID: %s", rc.Problem)
+		default:
+			fmt.Fprintf(&b, "\treceipt verified (%s", rc.Outcome)
+			if rc.ExitCode != nil {
+				fmt.Fprintf(&b, " exit %d", *rc.ExitCode)
+			}
+			fmt.Fprintf(&b, ", %d bytes sha256:%.12s…, by %.10s…)", rc.ResultBytes, rc.ResultSHA256, rc.Key)
+		}
+		if rc.Recheck != "" {
+			fmt.Fprintf(&b, "; checked again: %s", rc.Recheck)
+		}
+	}
 	if args, err := json.Marshal(r.Args); err == nil && len(r.Args) > 0 {
 		fmt.Fprintf(&b, "\t%s", args)
 	}
 	return b.String()
+}
+
+// receiptState classifies a record's receipt for the receipt filter.
+func receiptState(rc *AuditReceipt) string {
+	switch {
+	case rc == nil:
+		return receiptNone
+	case rc.Verified && rc.Problem == "":
+		return receiptVerified
+	}
+	return receiptProblem
+}
+
+// recheckReceipt checks a record's receipt again, against the keys the
+// gateway enrolled for its host (its current key and those revoked since:
+// a receipt stays the host's word after its key is replaced), and says
+// the outcome in Recheck.
+func (g *Gateway) recheckReceipt(r *AuditRecord) {
+	rc := r.Receipt
+	if rc == nil {
+		return
+	}
+	if rc.Key == "" {
+		rc.Recheck = "no receipt to check"
+		return
+	}
+	host := rc.Host
+	if len(r.Hosts) != 1 || r.Hosts[0] != host {
+		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for host %s, the record for %s", host, strings.Join(r.Hosts, ","))
+		return
+	}
+	if rc.CallID != r.CallID {
+		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for call %s, the record for %s", rc.CallID, r.CallID)
+		return
+	}
+	rec, ok := g.agentIndex.record(host)
+	if !ok {
+		rc.Recheck = "FAILED: no agent record of host " + host
+		return
+	}
+	keys := []string{rec.PublicKey}
+	for _, k := range rec.RevokedKeys {
+		keys = append(keys, k.PublicKey)
+	}
+	if !slices.Contains(keys, rc.Key) {
+		rc.Recheck = fmt.Sprintf("FAILED: signed by %s, a key never enrolled for %s", rc.Key, host)
+		return
+	}
+	if err := rc.Receipt.Verify(rc.Key); err != nil {
+		rc.Recheck = "FAILED: " + err.Error()
+		return
+	}
+	rc.Recheck = "signature valid, by the key enrolled for " + host
+	if rc.Key != rec.PublicKey {
+		rc.Recheck += " before its current one"
+	}
 }

@@ -48,6 +48,11 @@ type AuthConfig struct {
 	// Scopes are the scopes a client should ask the issuer for, published
 	// as scopes_supported.
 	Scopes []string
+	// GroupsClaim is the JWT claim that lists the caller's groups (a
+	// string or a list of strings), which the gateway signs into every
+	// call's envelope for host policies to match (callers: groups).
+	// Default "groups".
+	GroupsClaim string
 	// APITokens are static tokens accepted besides (or instead of) JWTs.
 	APITokens *APITokens
 	// HTTPClient fetches the discovery document and keys. Default: a
@@ -65,6 +70,9 @@ func (c *AuthConfig) setDefaults() {
 	}
 	setDur(&c.Leeway, 30*time.Second)
 	setDur(&c.KeyRefreshInterval, 30*time.Second)
+	if c.GroupsClaim == "" {
+		c.GroupsClaim = "groups"
+	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -92,6 +100,9 @@ func (c *AuthConfig) validate() []error {
 		if err := checkAlgorithm(alg); err != nil {
 			errs = append(errs, fmt.Errorf("--jwt_algs: %w", err))
 		}
+	}
+	if strings.TrimSpace(c.GroupsClaim) != c.GroupsClaim || len(c.GroupsClaim) > 256 {
+		errs = append(errs, fmt.Errorf("groups claim %q: give a claim name without surrounding spaces, at most 256 bytes", c.GroupsClaim))
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("JWT clock leeway %s is out of range (0 to 5m)", c.Leeway))

@@ -134,6 +134,9 @@ func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.K
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
 		kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
+		if err == nil && kc.Replicas > 1 {
+			kv, err = leaderReads(ctx, js, kc.Bucket)
+		}
 		cancel()
 		switch {
 		case err == nil:
@@ -145,4 +148,26 @@ func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.K
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// leaderReads makes the reads of a replicated bucket go to its leader.
+// JetStream creates buckets with direct gets, which any replica answers,
+// one that lags the leader too: a record another gateway has just
+// written (acknowledged by a quorum) could read as missing, or older,
+// through this one. Without direct gets a read is the leader's, which
+// holds every acknowledged write. (Another gateway creating the bucket
+// turns direct gets on again on the server; this gateway's handle keeps
+// reading from the leader, and that one turns them off again.)
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return js.KeyValue(ctx, bucket)
 }

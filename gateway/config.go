@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -54,9 +55,19 @@ type Config struct {
 	// NATSTLS makes the embedded server serve TLS on a loopback listener
 	// too.
 	NATSTLS bool
-	// SigningKeyFile is the gateway's ed25519 signing key (skill manifests
-	// and desired states), shared by the replicas of one fleet. Default:
-	// DATA_DIR/signing/gateway.key, generated on first start.
+	// NATSTLSCert and NATSTLSKey are the embedded server's certificate
+	// chain and key (PEM files, both or neither), instead of a
+	// certificate from the fleet CA in DataDir; the server serves TLS with
+	// them wherever it listens. The chain's last certificate must be a CA
+	// certificate: agents get it at enrolment and trust it alone for the
+	// NATS servers, and a NATS join token pins it.
+	NATSTLSCert, NATSTLSKey string
+	// SigningKeyFile is the gateway's ed25519 signing key (every message
+	// that makes an agent act, skill manifests and desired states),
+	// shared by the replicas of one fleet, with its directory (key sets
+	// and rotation: signing.go). Default: DATA_DIR/signing/gateway.key,
+	// generated on first start. Required with an external cluster and no
+	// DataDir.
 	SigningKeyFile string
 	// NATSAdvertise are the NATS URLs agents dial, as they reach this
 	// gateway (a load balancer, a DNS name). Default: derived from
@@ -67,6 +78,18 @@ type Config struct {
 	Advertise []string
 	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
 	NATSMaxPayload int32
+
+	// Name is this gateway's name among its replicas (letters, digits, -
+	// and _, at most 63). The MCP sessions it makes have IDs that start
+	// with it (NAME.<random>), so that a load balancer can send each
+	// session's requests to the gateway that holds the session; in an
+	// embedded cluster it names the gateway's NATS server, which must
+	// keep its name across restarts. Default: none (session IDs are
+	// random); with NATSCluster, the machine's hostname.
+	Name string
+	// Cluster makes the embedded server a node of a NATS cluster with
+	// the embedded servers of other gateways (cluster.go).
+	Cluster ClusterConfig
 	// APIListen is the address of the fleet API (host enrolment and
 	// recovery, the admin API), always served over TLS. Empty: no fleet
 	// API. Default for the command line: 127.0.0.1:8443.
@@ -81,6 +104,13 @@ type Config struct {
 	// AgentCredentialTTL is how long an agent's NATS credential is valid.
 	// Default 720h (30 days).
 	AgentCredentialTTL time.Duration
+	// EnrolRetryWindow is how long after a host enrolled with a join
+	// token the same key may send the same token again and get a
+	// credential, without spending a use: the answer to its first request
+	// may have been lost on the way back. A token's enrol credential
+	// (enrolment over NATS) stays good that long after the token is
+	// spent, so that the retry can be sent. Default 10 min; 1 s to 1 h.
+	EnrolRetryWindow time.Duration
 
 	// AuthDisabled turns caller authentication off. It is only allowed on
 	// a loopback listener, and then the one local caller may do
@@ -200,9 +230,11 @@ func (c *Config) setDefaults() {
 	setDur(&c.OfflineAfter, 15*time.Second)
 	setDur(&c.ProgressIdle, 5*time.Second)
 	setDur(&c.AgentCredentialTTL, 720*time.Hour)
+	setDur(&c.EnrolRetryWindow, 10*time.Minute)
 	c.Auth.setDefaults()
 	c.Audit.setDefaults()
 	c.Hosts.setDefaults()
+	c.Cluster.setDefaults(c)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -219,6 +251,10 @@ func (c *Config) validate() error {
 	if len(c.NATSURLs) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("embedded NATS needs a data directory: set --data_dir"))
 	}
+	if len(c.NATSURLs) > 0 && c.DataDir == "" && c.SigningKeyFile == "" {
+		errs = append(errs, errors.New("the gateway signs every call with its signing key, and an external NATS cluster keeps it nowhere: "+
+			"give --signing_key FILE (fleet-gateway nats-setup writes one; every replica of the fleet the same) or --data_dir"))
+	}
 	for _, u := range c.NATSURLs {
 		if err := protocol.ValidateNATSURL(u); err != nil {
 			errs = append(errs, fmt.Errorf("--nats_url: %w", err))
@@ -230,9 +266,13 @@ func (c *Config) validate() error {
 		}
 	}
 	errs = append(errs, c.validateExternal()...)
+	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.validateTLS()...)
 	if c.AgentCredentialTTL < time.Second || c.AgentCredentialTTL > 366*24*time.Hour {
 		errs = append(errs, fmt.Errorf("agent credential TTL %s: use 1s to 8784h (a year)", c.AgentCredentialTTL))
+	}
+	if c.EnrolRetryWindow < time.Second || c.EnrolRetryWindow > time.Hour {
+		errs = append(errs, fmt.Errorf("enrolment retry window %s: use 1s to 1h", c.EnrolRetryWindow))
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, validateCORSOrigins(c.CORSOrigins)...)
@@ -262,6 +302,7 @@ func (c *Config) validateTLS() []error {
 	var errs []error
 	for _, p := range []struct{ cert, key, certFlag, keyFlag string }{
 		{c.APITLSCert, c.APITLSKey, "--api_tls_cert", "--api_tls_key"}, {c.TLSCert, c.TLSKey, "--tls_cert", "--tls_key"},
+		{c.NATSTLSCert, c.NATSTLSKey, "--nats_tls_cert", "--nats_tls_key"},
 	} {
 		if (p.cert == "") != (p.key == "") {
 			errs = append(errs, fmt.Errorf("%s and %s go together: give both (the certificate chain and its key, PEM files) or neither", p.certFlag, p.keyFlag))
@@ -276,6 +317,9 @@ func (c *Config) validateTLS() []error {
 		}
 	} else if c.APITLSCert != "" {
 		errs = append(errs, errors.New("--api_tls_cert is for the fleet API, which is off: give --api_listen too"))
+	}
+	if c.NATSTLSCert != "" && len(c.NATSURLs) == 0 && c.NATSListen == "" {
+		errs = append(errs, errors.New("--nats_tls_cert is for the embedded NATS server's listener, which is off: give --nats_listen too"))
 	}
 	return errs
 }
@@ -309,6 +353,9 @@ func (c *Config) validateExternal() []error {
 	if c.NATSTLS {
 		errs = append(errs, errors.New("--nats_tls is for the embedded server; an external cluster's URLs say whether it uses TLS (tls://)"))
 	}
+	if c.NATSTLSCert != "" {
+		errs = append(errs, errors.New("--nats_tls_cert is for the embedded server; an external cluster's servers have their own certificates (give their CA with --nats_ca)"))
+	}
 	return errs
 }
 
@@ -335,6 +382,57 @@ func (c *Config) validateAuth() []error {
 		errs = append(errs, errors.New("JWT callers need access rules: set --access FILE (a caller no rule matches may do nothing)"))
 	}
 	return errs
+}
+
+// transportWarnings says which of the configured hops leave this machine
+// without TLS: the MCP endpoint beyond loopback without TLSCert (callers'
+// bearer tokens, and every tool's arguments and results, cross the
+// network in the clear), and NATS URLs of an external cluster (or given
+// to agents) that are plain nats:// to another machine (every call, file
+// and output between the gateway and its agents does). Both are warned
+// of, not refused: either hop is often protected by something the
+// gateway cannot see (a TLS-terminating reverse proxy in front of the MCP
+// endpoint, as deploy/proxy shows; a private network, WireGuard or a
+// service mesh between the NATS servers and their clients), and a flag
+// that such a deployment had to set to start would be set by every other
+// one too, without a thought.
+func (c *Config) transportWarnings() []string {
+	var out []string
+	if c.TLSCert == "" && !isLoopback(c.Listen) {
+		out = append(out, fmt.Sprintf("the MCP endpoint listens beyond loopback (%s) without TLS: callers' bearer tokens and every tool's arguments and results "+
+			"cross the network in the clear unless a TLS-terminating reverse proxy or a protected network carries them; give --tls_cert and --tls_key, "+
+			"or keep --listen on loopback behind the proxy (deploy/proxy)", c.Listen))
+	}
+	for _, list := range []struct {
+		flag string
+		urls []string
+	}{{"--nats_url", c.NATSURLs}, {"--nats_advertise", c.NATSAdvertise}} {
+		for _, raw := range list.urls {
+			if host, plain := plainNATSHost(raw); plain && !isLoopback(net.JoinHostPort(host, "0")) {
+				out = append(out, fmt.Sprintf("%s %s is plain nats:// to another machine: every call, file and output between the gateway and its agents "+
+					"crosses the network in the clear unless the network itself is protected; use tls:// with the servers serving TLS (deploy/nats)", list.flag, raw))
+			}
+		}
+	}
+	return out
+}
+
+// plainNATSHost returns the host of a NATS URL and whether it is plain
+// (nats:// or no scheme; not tls://, wss://).
+func plainNATSHost(raw string) (string, bool) {
+	full := strings.TrimSpace(raw)
+	if !strings.Contains(full, "://") {
+		full = "nats://" + full
+	}
+	u, err := url.Parse(full)
+	if err != nil || u.Hostname() == "" {
+		return "", false
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "nats", "ws":
+		return u.Hostname(), true
+	}
+	return u.Hostname(), false
 }
 
 // isLoopback reports whether addr (host:port) can only be reached from this

@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -10,6 +14,7 @@ import (
 func external(c Config) Config {
 	c.NATSCredsFile, c.NATSSystemCredsFile = "gw.creds", "sys.creds"
 	c.NATSAgentSigningKeyFile, c.NATSOperatorSigningKeyFile = "agent.nk", "op.nk"
+	c.SigningKeyFile = "gateway.key"
 	return c
 }
 
@@ -33,6 +38,11 @@ func TestConfigValidate(t *testing.T) {
 		{"localhost", dev(Config{Listen: "localhost:8080"}), nil},
 		{"random port", dev(Config{Listen: "127.0.0.1:0"}), nil},
 		{"external NATS needs no data dir", dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}})), nil},
+		{"external NATS needs a signing key", func() Config {
+			c := dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}}))
+			c.SigningKeyFile = ""
+			return c
+		}(), []string{"signs every call", "--signing_key FILE", "nats-setup"}},
 		{"external NATS without its files", dev(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}, NATSCredsFile: "gw.creds"}),
 			[]string{"operator mode", "--nats_system_creds, --nats_agent_signing_key, --nats_operator_signing_key", "nats-setup"}},
 		{"external files for the embedded server", dev(Config{DataDir: "/d", NATSAgentSigningKeyFile: "k.nk"}), []string{"--nats_agent_signing_key is for an external NATS cluster"}},
@@ -52,6 +62,10 @@ func TestConfigValidate(t *testing.T) {
 		{"empty NATS URL list without data dir", Config{AuthDisabled: true, NATSURLs: []string{}}, []string{"data directory", "--data_dir"}},
 		{"fleet API certificate without its key", dev(Config{APIListen: "127.0.0.1:8443", APITLSCert: "api.pem"}), []string{"--api_tls_cert and --api_tls_key go together"}},
 		{"MCP key without its certificate", dev(Config{TLSKey: "mcp.key"}), []string{"--tls_cert and --tls_key go together"}},
+		{"NATS certificate without its key", dev(Config{NATSListen: "127.0.0.1:4222", NATSTLSCert: "n.pem"}), []string{"--nats_tls_cert and --nats_tls_key go together"}},
+		{"NATS certificate with the listener off", dev(Config{NATSTLSCert: "n.pem", NATSTLSKey: "n.key"}), []string{"--nats_tls_cert is for the embedded NATS server's listener", "--nats_listen"}},
+		{"NATS certificate with an external cluster", dev(external(Config{NATSURLs: []string{"tls://10.0.0.1:4222"}, NATSTLSCert: "n.pem", NATSTLSKey: "n.key"})),
+			[]string{"--nats_tls_cert is for the embedded server", "--nats_ca"}},
 		{"fleet API certificate with the API off", dev(Config{APITLSCert: "a.pem", APITLSKey: "a.key"}), []string{"--api_tls_cert is for the fleet API", "--api_listen"}},
 		{"fleet API without a port", dev(Config{APIListen: "127.0.0.1"}), []string{"--api_listen", "host:port", `"off"`}},
 		{"fleet API on an external cluster without a CA", dev(external(Config{NATSURLs: []string{"nats://10.0.0.1:4222"}, APIListen: "127.0.0.1:8443"})),
@@ -114,7 +128,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Listen != "127.0.0.1:8080" || c.MaxRequestBytes != 64<<20 || c.SessionTimeout != 30*time.Minute ||
 		c.FileCallTimeout != time.Minute || c.MaxCallDuration != time.Hour || c.Silence != 5*time.Second ||
 		c.OfflineAfter != 15*time.Second || c.ProgressIdle != 5*time.Second || c.Logger == nil ||
-		c.Hosts.Retention != 30*24*time.Hour || c.Hosts.Replicas != 1 {
+		c.Hosts.Retention != 30*24*time.Hour || c.Hosts.Replicas != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
 	set := Config{
@@ -157,4 +171,69 @@ func TestIsLoopback(t *testing.T) {
 			t.Errorf("isLoopback(%q) = %v, want %v", tc.addr, got, tc.want)
 		}
 	}
+}
+
+// The hops that leave the machine without TLS are named at start: the
+// MCP endpoint beyond loopback without a certificate, and plain nats://
+// URLs to another machine; loopback and TLS are not.
+func TestTransportWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"loopback MCP", Config{Listen: "127.0.0.1:8080"}, nil},
+		{"localhost MCP", Config{Listen: "localhost:8080"}, nil},
+		{"MCP on every interface", Config{Listen: "0.0.0.0:8080"}, []string{"MCP endpoint listens beyond loopback (0.0.0.0:8080) without TLS", "--tls_cert", "deploy/proxy"}},
+		{"MCP on a LAN address", Config{Listen: "10.1.2.3:8080"}, []string{"(10.1.2.3:8080) without TLS"}},
+		{"MCP with TLS", Config{Listen: "0.0.0.0:8443", TLSCert: "c.pem", TLSKey: "k.pem"}, nil},
+		{"external cluster over TLS", Config{Listen: "127.0.0.1:8080", NATSURLs: []string{"tls://nats-1.example:4222"}}, nil},
+		{"external cluster on loopback", Config{Listen: "127.0.0.1:8080", NATSURLs: []string{"nats://127.0.0.1:4222", "localhost:4222", "nats://[::1]:4222"}}, nil},
+		{"external cluster in the clear", Config{Listen: "127.0.0.1:8080", NATSURLs: []string{"tls://a:4222", "nats://10.0.0.5:4222"}},
+			[]string{"--nats_url nats://10.0.0.5:4222 is plain nats:// to another machine", "tls://"}},
+		{"a bare host:port", Config{Listen: "127.0.0.1:8080", NATSURLs: []string{"nats-2.example:4222"}}, []string{"--nats_url nats-2.example:4222 is plain"}},
+		{"advertised in the clear", Config{Listen: "127.0.0.1:8080", NATSAdvertise: []string{"nats://gw.example:4222"}}, []string{"--nats_advertise nats://gw.example:4222"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(tc.cfg.transportWarnings(), "\n")
+			if tc.want == nil && got != "" {
+				t.Errorf("warnings %q, want none", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warnings %q do not say %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// Start logs the warnings: an MCP endpoint on every interface, without
+// TLS, with API tokens (authentication on).
+func TestStartWarnsOfClearTransport(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	cfg := Config{Listen: "0.0.0.0:0", DataDir: t.TempDir(), Auth: AuthConfig{APITokens: &APITokens{}},
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	gw, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Shutdown(t.Context())
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "MCP endpoint listens beyond loopback (0.0.0.0:0) without TLS") {
+		t.Errorf("no warning logged:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -21,6 +21,8 @@ import (
 // (recover); the gateway checks, in this order, the request, the token,
 // the name rules, consumes one use of the token, writes the agent record
 // and mints the credential, giving the use back if the record step fails.
+// A retry of an enrolment whose answer was lost is answered without
+// spending another use (enrolretry.go).
 
 const (
 	noncesBucket = "fleet_nonces"
@@ -143,8 +145,11 @@ type enrolOutcome struct {
 	host, key, tokenID string
 	labels             map[string]string
 	// tokenStopped: the enrolment spent the token's last use, and it has
-	// an enrol credential to revoke once the answer is sent.
+	// an enrol credential to revoke once the retry window has passed.
 	tokenStopped bool
+	// retried: the request was a retry of an enrolment whose answer was
+	// lost (enrolretry.go); it spent nothing.
+	retried bool
 }
 
 // enrolHost handles an enrolment request.
@@ -169,6 +174,9 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
 		return nil, aerr
 	}
+	if resp, done, aerr := g.enrolAgain(ctx, id, secret, req, out); done {
+		return resp, aerr
+	}
 	var host string
 	var replace bool
 	tok, aerr := g.tokens.consume(ctx, id, secret, g.now, func(t *tokenRecord) *protocol.APIError {
@@ -176,6 +184,12 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 		host, replace, aerr = t.allowName(req.Host, req.Facts.Hostname)
 		return aerr
 	})
+	if aerr != nil && aerr.Code == protocol.APITokenSpent && g.agents.sync(ctx) == nil {
+		// A retry this gateway's index had not seen yet.
+		if resp, done, rerr := g.enrolAgain(ctx, id, secret, req, out); done {
+			return resp, rerr
+		}
+	}
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -221,7 +235,7 @@ func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
 		keys = []string{}
 	}
 	return &protocol.EnrolResponse{Host: c.Host, JWT: c.JWT, Expires: c.Expires, NATSURLs: urls, NATSCA: string(c.CAPEM),
-		Labels: c.Labels, SigningKeys: keys}
+		Labels: c.Labels, SigningKeys: keys, SigningKeySerial: c.SigningKeySerial}
 }
 
 // Errors of recovery and renewal.

@@ -225,13 +225,20 @@ func TestEnrolOverHTTPS(t *testing.T) {
 	if !nc.IsConnected() {
 		t.Fatal("the enrolled credential does not connect")
 	}
-	// The same join again (same key, same name, a use left) succeeds and
-	// keeps the name; the token is then spent.
+	// The same join again (same key, same name) succeeds and keeps the
+	// name without spending the use left (it is the retry of a join
+	// whose answer was lost); another host's join then spends it.
 	if resp2, code := c.enrol(enrolReq(t, kp, tok.Token, "web-1", c.pin, time.Now())); code != "" || resp2.Host != "web-1" {
 		t.Fatalf("the same join again: %s %+v", code, resp2)
 	}
+	if ti := c.tokenInfo(tok.Info.ID); ti.Used != 1 || ti.State != protocol.TokenActive {
+		t.Errorf("token after the same join twice: %+v", ti)
+	}
+	if _, code := c.enrol(enrolReq(t, newUser(t), tok.Token, "web-2", c.pin, time.Now())); code != "" {
+		t.Fatalf("a second host: %s", code)
+	}
 	if ti := c.tokenInfo(tok.Info.ID); ti.Used != 2 || ti.State != protocol.TokenSpent {
-		t.Errorf("token after two joins: %+v", ti)
+		t.Errorf("token after two hosts: %+v", ti)
 	}
 }
 

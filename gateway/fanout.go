@@ -171,7 +171,7 @@ func (g *Gateway) runFanout(ctx context.Context, req *mcp.CallToolRequest, f *fa
 	}
 	ctx, stop := g.requests.bind(ctx, req)
 	defer stop()
-	f.g, f.cc = g, cc
+	f.g, f.cc, f.caller = g, cc, cc.id.Caller()
 	f.prog = newFanoutProgress(ctx, req, len(hosts))
 	f.auditArgs = g.audit.redact.args(req.Params.Arguments)
 	start := time.Now()
@@ -203,6 +203,8 @@ type hostOutcome struct {
 	// returned, without status lines.
 	note string
 	body string
+	// receipt is the host's receipt of its result, as checked.
+	receipt *AuditReceipt
 }
 
 // classifyFunc sorts a host's answer (or routing failure) into its
@@ -221,6 +223,8 @@ type fanout struct {
 	classify    classifyFunc
 	prog        *fanoutProgress
 	auditArgs   map[string]any
+	// caller is who every host's call is for.
+	caller protocol.Caller
 }
 
 // run decides every host, calls those it may with at most f.concurrency
@@ -302,10 +306,14 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 	id := newCallID()
 	args, err := f.args(o.Host)
 	var res *protocol.Result
+	receipt := &AuditReceipt{}
 	if err == nil {
 		res, err = f.g.router.call(ctx, callRequest{
-			ID: id, Host: o.Host, Tool: f.base, Caller: f.cc.id.Caller(), Args: args, Timeout: f.timeout,
+			ID: id, Host: o.Host, Tool: f.base, Caller: f.caller, Args: args, Timeout: f.timeout, Receipt: receipt,
 		}, nil)
+	}
+	if receipt.Verified || receipt.Problem != "" {
+		o.receipt = receipt
 	}
 	if res != nil && capResult(o.Host, f.base, res, protocol.ResultTextLimit(f.base, false)) {
 		f.g.agentLogs.log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
@@ -332,6 +340,10 @@ func classifyRouting(o *hostOutcome, err error) bool {
 		o.Status, o.note, o.Reason = bucketTimedOut, "no answer in time", he.Msg
 	case errors.As(err, &he) && he.Kind == HostSilent:
 		o.Status, o.note, o.Reason = bucketFailed, "went silent", he.Msg
+	case errors.As(err, &he) && he.Kind == HostUntrusted:
+		o.Status, o.note, o.Reason = bucketFailed, "cannot check signatures", he.Msg
+	case errors.As(err, &he) && he.Kind == HostRefused:
+		o.Status, o.note, o.Reason = bucketFailed, "refused by the host", he.Msg
 	case errors.As(err, &he):
 		o.Status, o.note, o.Reason = bucketFailed, "unreachable", he.Msg
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -486,7 +498,7 @@ func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec Decision)
 	rec := &AuditRecord{
 		Time: start.UTC(), CallID: id, Tool: f.base, Hosts: []string{o.Host}, Args: f.auditArgs,
 		Parent: f.cc.callID, DurationMS: o.DurationMS, BytesOut: o.Bytes, ExitCode: o.ExitCode,
-		Decision: decisionAllowed, Rule: dec.Rule, Outcome: outcomeOK,
+		Decision: decisionAllowed, Rule: dec.Rule, Outcome: outcomeOK, Receipt: o.receipt,
 	}
 	if id := f.cc.id; id != nil {
 		rec.Caller = AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
@@ -503,7 +515,7 @@ func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec Decision)
 	case bucketFailed, bucketOffline:
 		rec.Outcome, rec.Error = outcomeError, f.g.audit.redact.lastLine(o.Reason)
 	}
-	f.g.audit.write(rec)
+	f.cc.recorded(f.g.audit.write(rec))
 }
 
 // countBuckets counts outcomes per bucket.

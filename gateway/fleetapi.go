@@ -75,21 +75,17 @@ func (g *Gateway) startFleetAPI() error {
 // apiTLS returns the fleet API's TLS configuration, and sets its pins.
 func (g *Gateway) apiTLS() (*tls.Config, error) {
 	if g.cfg.APITLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(g.cfg.APITLSCert, g.cfg.APITLSKey)
+		conf, chain, err := loadServerChain(g.cfg.APITLSCert, g.cfg.APITLSKey, "--api_tls_cert", "--api_tls_key")
 		if err != nil {
-			return nil, fmt.Errorf("fleet API TLS (--api_tls_cert %s, --api_tls_key %s): %w", g.cfg.APITLSCert, g.cfg.APITLSKey, err)
+			return nil, fmt.Errorf("fleet API TLS: %w", err)
 		}
-		for _, der := range cert.Certificate {
-			c, err := x509.ParseCertificate(der)
-			if err != nil {
-				return nil, fmt.Errorf("fleet API TLS: --api_tls_cert %s: %w", g.cfg.APITLSCert, err)
-			}
+		for _, c := range chain {
 			g.api.pins = append(g.api.pins, protocol.CAPin(c))
 		}
 		// The last certificate of the chain is the one closest to the
 		// root: hosts pin it.
 		g.api.pin = g.api.pins[len(g.api.pins)-1]
-		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+		return conf, nil
 	}
 	ca := g.natsCA
 	if ca == nil {
@@ -107,6 +103,25 @@ func (g *Gateway) apiTLS() (*tls.Config, error) {
 	g.api.pin = ca.Pin()
 	g.api.pins = []string{g.api.pin}
 	return conf, nil
+}
+
+// loadServerChain reads a listener's certificate chain and key (PEM
+// files, given with certFlag and keyFlag) and returns its TLS
+// configuration and the chain, leaf first.
+func loadServerChain(certFile, keyFile, certFlag, keyFlag string) (*tls.Config, []*x509.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s, %s %s: %w", certFlag, certFile, keyFlag, keyFile, err)
+	}
+	var chain []*x509.Certificate
+	for _, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", certFlag, certFile, err)
+		}
+		chain = append(chain, c)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, chain, nil
 }
 
 // stopFleetAPI stops the listener, waiting for requests in progress until
@@ -181,7 +196,8 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 	}
 	writeJSON(w, http.StatusOK, resp)
 	if out.tokenStopped {
-		g.reconcileSoon() // the token's enrol credential
+		// The token's enrol credential, once a retry may no longer come.
+		g.reconcileAt(g.now().Add(g.cfg.EnrolRetryWindow))
 	}
 }
 
@@ -192,8 +208,15 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 	if out.host != "" {
 		rec.Hosts = []string{out.host}
 	}
-	if len(out.labels) > 0 {
-		rec.Args = map[string]any{"labels": formatLabels(out.labels)}
+	if len(out.labels) > 0 || out.retried {
+		rec.Args = map[string]any{}
+		if len(out.labels) > 0 {
+			rec.Args["labels"] = formatLabels(out.labels)
+		}
+		if out.retried {
+			// The answer to this key's enrolment was given again.
+			rec.Args["retry"] = true
+		}
 	}
 	if aerr != nil {
 		rec.Decision, rec.Outcome, rec.Reason = decisionDenied, outcomeRefused, string(aerr.Code)
@@ -202,7 +225,10 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 	} else {
 		g.log.Info(what+" done", "host", out.host, "key", out.key, "token", out.tokenID, "source", src)
 	}
-	g.audit.write(rec)
+	// Stored before the host is answered (auditcommit.go).
+	if err := g.audit.commit(context.Background(), rec); err != nil {
+		g.log.Error(what+"'s audit record not stored yet", "host", out.host, "token", out.tokenID, "err", err)
+	}
 }
 
 // decodeAPIBody reads a JSON request body into v: one object, no unknown

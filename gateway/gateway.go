@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,19 +62,30 @@ type Gateway struct {
 	renewals *renewer
 	// natsEnrolments serves enrolments over NATS.
 	natsEnrolments *renewer
-	api            *fleetAPI
-	apiCA          *fleetCA
-	// natsCA is the fleet CA when the embedded server serves TLS;
-	// natsCAPEM the CA agents get for the NATS servers (empty: no TLS,
-	// or the system's roots).
+	// agentSvc serves agents the key sets and audits their refusal
+	// reports (keyserve.go).
+	agentSvc *agentServices
+	// keyPushes throttles the pushes of key sets to hosts behind.
+	keyPushes keyPushes
+	api       *fleetAPI
+	apiCA     *fleetCA
+	// natsCA is the fleet CA when the embedded server serves TLS with a
+	// certificate from it; natsCAPEM the CA agents get for the NATS
+	// servers (empty: no TLS, or the system's roots), natsPin its pin
+	// (empty: the embedded server serves no TLS).
 	natsCA    *fleetCA
 	natsCAPEM []byte
+	natsPin   string
 	// reconcileCh asks the revocation loop for a reconcile; stopLoops
 	// ends the loops the gateway runs, loops joins them.
 	reconcileCh chan struct{}
-	stopLoops   context.CancelFunc
-	loops       sync.WaitGroup
-	now         func() time.Time
+	// reconcileDue is when a reconcile is next due besides the periodic
+	// one (zero: none), set by reconcileAt.
+	reconcileMu  sync.Mutex
+	reconcileDue time.Time
+	stopLoops    context.CancelFunc
+	loops        sync.WaitGroup
+	now          func() time.Time
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
@@ -127,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
+	for _, w := range cfg.transportWarnings() {
+		g.log.Warn(w)
+	}
 	g.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
 		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
@@ -161,10 +176,23 @@ func (g *Gateway) start(ctx context.Context) error {
 	}
 	g.ln = ln
 	steps := []func() error{
+		// The signing key is made before NATS starts: the router signs
+		// calls with it, and a cluster's other gateways' data
+		// directories can be seeded with it while this one waits for
+		// JetStream (clusterseed.go).
+		g.openSigningKey,
 		func() error { return g.startNATS(ctx) },
 		func() (err error) {
-			g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, g.log.With("component", "audit"))
-			return err
+			g.resolveReplicas()
+			patience := auditStreamPatience
+			if g.cfg.clustered() {
+				patience = g.cfg.Cluster.Wait
+			}
+			if g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, patience, g.log.With("component", "audit")); err != nil {
+				return err
+			}
+			g.audit.name = g.cfg.Name
+			return nil
 		},
 		func() (err error) {
 			g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
@@ -223,9 +251,10 @@ func (g *Gateway) closeStarted() {
 }
 
 // listenForAgents opens the embedded server's client port to agents, when
-// there is one.
+// there is one; a cluster node's listens from the start, as its routes
+// need (natsserver.go).
 func (g *Gateway) listenForAgents() error {
-	if g.ns == nil || g.cfg.NATSListen == "" {
+	if g.ns == nil || g.cfg.NATSListen == "" || g.cfg.clustered() {
 		return nil
 	}
 	return g.ns.listenForAgents(g.cfg.NATSListen)
@@ -253,7 +282,7 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
-	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.log.With("component", "tokens")); err != nil {
+	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
 		return err
 	}
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
@@ -277,6 +306,10 @@ func (g *Gateway) startEnrolment() error {
 		_ = g.stopFleetAPI(context.Background())
 		return err
 	}
+	if err := g.startAgentServices(); err != nil {
+		_ = g.stopFleetAPI(context.Background())
+		return err
+	}
 	return nil
 }
 
@@ -292,10 +325,11 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	}
 	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
 	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
+	g.reg.heardKeys = g.keysBehind
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing); err != nil {
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey); err != nil {
 		return err
 	}
 	if err := g.nc.Flush(); err != nil {
@@ -304,6 +338,18 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	// Ask every agent to announce itself now rather than at its next
 	// heartbeat.
 	return g.nc.Publish(protocol.DiscoverSubject(), nil)
+}
+
+// resolveReplicas settles the replica counts left at their default: 3
+// when the gateway's NATS server is a cluster node, else 1.
+func (g *Gateway) resolveReplicas() {
+	clustered := g.cfg.clustered() || g.nc.ConnectedClusterName() != ""
+	g.cfg.Hosts.Replicas = replicasDefault(g.cfg.Hosts.Replicas, clustered)
+	g.cfg.Audit.Replicas = replicasDefault(g.cfg.Audit.Replicas, clustered)
+	if clustered {
+		g.log.Info("NATS cluster: streams and buckets replicated", "cluster", g.nc.ConnectedClusterName(),
+			"audit_replicas", g.cfg.Audit.Replicas, "hosts_replicas", g.cfg.Hosts.Replicas)
+	}
 }
 
 // natsOptions are the options of the gateway's own connection.
@@ -363,22 +409,29 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.log)
+	// A cluster node refuses agents until its gateway has pushed the
+	// revocations the agent records call for (cluster.go).
+	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
 	if err != nil {
 		return err
 	}
-	var tlsConf *tls.Config
-	if g.natsTLS() {
+	tlsConf, err := g.embeddedTLS()
+	if err != nil {
+		return err
+	}
+	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
+		// Routes between the nodes use certificates from the fleet CA.
 		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
 			return err
 		}
-		host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-		if tlsConf, err = g.natsCA.serverTLS(leafNames(host, g.advertisedNames())); err != nil {
-			return fmt.Errorf("embedded NATS TLS: %w", err)
-		}
-		g.natsCAPEM = g.natsCA.pem
 	}
-	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf); err != nil {
+	var routes *tls.Config
+	if g.cfg.clustered() {
+		if routes, err = routeTLS(&g.cfg.Cluster, g.natsCA, routeNames(&g.cfg)); err != nil {
+			return err
+		}
+	}
+	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
 		return err
 	}
 	gwUser, err := localUser("fleet-gateway", keys.account)
@@ -401,9 +454,44 @@ func (g *Gateway) startEmbedded() error {
 }
 
 // natsTLS reports whether the embedded server serves TLS: beyond
-// loopback always, on loopback when asked to.
+// loopback always, on loopback when asked to or given a certificate.
 func (g *Gateway) natsTLS() bool {
-	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || !isLoopback(g.cfg.NATSListen))
+	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || g.cfg.NATSTLSCert != "" || !isLoopback(g.cfg.NATSListen))
+}
+
+// embeddedTLS returns the embedded server's TLS configuration (nil: no
+// TLS), and sets the CA agents get and its pin: the operator's chain
+// (NATSTLSCert) and its last certificate, or a certificate from the fleet
+// CA and the fleet CA.
+func (g *Gateway) embeddedTLS() (*tls.Config, error) {
+	if !g.natsTLS() {
+		return nil, nil
+	}
+	if g.cfg.NATSTLSCert != "" {
+		conf, chain, err := loadServerChain(g.cfg.NATSTLSCert, g.cfg.NATSTLSKey, "--nats_tls_cert", "--nats_tls_key")
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS TLS: %w", err)
+		}
+		ca := chain[len(chain)-1]
+		if len(chain) < 2 || !ca.IsCA {
+			return nil, fmt.Errorf("embedded NATS TLS: --nats_tls_cert %s ends with the certificate of %q, which is not a CA certificate after the server's: append the certificate of the CA that issued it (agents get that CA at enrolment and trust it alone for NATS)",
+				g.cfg.NATSTLSCert, ca.Subject.String())
+		}
+		g.natsCAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+		g.natsPin = protocol.CAPin(ca)
+		return conf, nil
+	}
+	var err error
+	if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
+	conf, err := g.natsCA.serverTLS(leafNames(host, g.advertisedNames()))
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
+	}
+	g.natsCAPEM, g.natsPin = g.natsCA.pem, g.natsCA.Pin()
+	return conf, nil
 }
 
 // connectExternal connects to an external cluster with the files of its
@@ -463,6 +551,7 @@ func (g *Gateway) stopNATS() {
 	}
 	g.renewals.close()
 	g.natsEnrolments.close()
+	g.agentSvc.close()
 	if g.skillStore != nil {
 		g.skillStore.close()
 	}
@@ -508,7 +597,7 @@ func (g *Gateway) SecretPaths() []string {
 	}
 	var out []string
 	// The private keys of the listeners' own certificates.
-	for _, f := range []string{g.cfg.APITLSKey, g.cfg.TLSKey} {
+	for _, f := range []string{g.cfg.APITLSKey, g.cfg.TLSKey, g.cfg.NATSTLSKey} {
 		if f != "" {
 			out = append(out, abs(f))
 		}
@@ -642,14 +731,10 @@ func (g *Gateway) AgentNATSURLs() []string {
 // the system's roots know its CA.
 func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.natsCAPEM) }
 
-// NATSCAPin returns the pin of the fleet CA (protocol.CAPin), empty when
-// the embedded server does not serve TLS.
-func (g *Gateway) NATSCAPin() string {
-	if g.natsCA == nil {
-		return ""
-	}
-	return g.natsCA.Pin()
-}
+// NATSCAPin returns the pin (protocol.CAPin) of the CA agents trust for
+// the embedded server: the fleet CA, or the last certificate of
+// NATSTLSCert; empty when the embedded server does not serve TLS.
+func (g *Gateway) NATSCAPin() string { return g.natsPin }
 
 // advertisedNames are the names agents reach this machine by: Advertise
 // and the hosts of NATSAdvertise.

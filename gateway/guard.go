@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,6 +47,20 @@ type callContext struct {
 	// until the response carrying it is written (nil: until the call
 	// returns).
 	hold *transferHold
+	// receipt is the host's receipt of a per-host tool's result, as
+	// checked (nil: no result came).
+	receipt *AuditReceipt
+	// records are the tickets of the records a fan-out wrote for its
+	// hosts: the call is answered once they are stored too.
+	recordsMu sync.Mutex
+	records   []*auditTicket
+}
+
+// recorded adds the ticket of a record the call wrote besides its own.
+func (cc *callContext) recorded(t *auditTicket) {
+	cc.recordsMu.Lock()
+	cc.records = append(cc.records, t)
+	cc.recordsMu.Unlock()
 }
 
 type callContextKey struct{}
@@ -131,10 +146,19 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	rec.Rule, rec.Reason = dec.Rule, dec.Reason
 	var res mcp.Result
 	var err error
+	// Nothing runs that the audit trail cannot record (auditcommit.go).
+	var aerr error
 	if dec.Allowed {
+		aerr = g.audit.ready(ctx)
+	}
+	switch {
+	case aerr != nil:
+		rec.Decision, rec.Outcome, rec.Reason = decisionAllowed, outcomeRefused, "audit trail unavailable"
+		res = errorResult(fmt.Sprintf("%s was not run: the gateway cannot record it in the audit trail now (%v); retry in a few seconds, or through another gateway", tool, aerr))
+	case dec.Allowed:
 		rec.Decision = decisionAllowed
 		res, err = next(withCall(ctx, cc), method, withArgs(req, cc.args))
-	} else {
+	default:
 		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
 		res = errorResult(refusal)
 	}
@@ -147,10 +171,35 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
+	rec.Receipt = cc.receipt
 	endCall(span, rec)
 	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
-	g.audit.write(rec)
+	ticket := g.audit.write(rec)
+	if aerr != nil {
+		return res, err // stored once the stream is back
+	}
+	// The answer goes out once the call's records are stored.
+	cc.recordsMu.Lock()
+	tickets := append(cc.records, ticket)
+	cc.recordsMu.Unlock()
+	if serr := waitStored(ctx, g.audit.commitWait, tickets...); serr != nil {
+		g.log.Error("tool call answered with an error: its audit record is not stored yet", "call", rec.CallID, "tool", tool, "host", host,
+			"caller", rec.Caller.Subject, "outcome", rec.Outcome, "err", serr)
+		return errorResult(withheldMessage(rec, host, serr)), nil
+	}
 	return res, err
+}
+
+// withheldMessage tells the client of a call whose record is not stored
+// that the call ran, and that its result is withheld.
+func withheldMessage(rec *AuditRecord, host string, err error) string {
+	where := ""
+	if host != "" {
+		where = " on " + host
+	}
+	return fmt.Sprintf("%s ran%s (outcome: %s) but the gateway could not store its audit record (%v), so its result is withheld. "+
+		"The record is stored once the audit trail is back. The call's effects stand: check them before running it again. Call ID %s.",
+		rec.Tool, where, rec.Outcome, err, rec.CallID)
 }
 
 // withArgs returns req with its arguments replaced by args' shrunk form

@@ -57,7 +57,9 @@ type HostsConfig struct {
 	// Retention is how long a host may stay offline before it is
 	// forgotten. Default 30 days; negative: never.
 	Retention time.Duration
-	// Replicas is the bucket's replica count on a NATS cluster. Default 1.
+	// Replicas is the replica count of the hosts bucket and of the
+	// other buckets the replicas share (agents, join tokens, nonces,
+	// skills). Default (0): 3 on a NATS cluster, else 1.
 	Replicas int
 	// MaxBytes bounds the memory the registry's hosts may take (about 2.5
 	// KB per typical host; an agent can make its host take at most about
@@ -68,9 +70,6 @@ type HostsConfig struct {
 
 func (c *HostsConfig) setDefaults() {
 	setDur(&c.Retention, 30*24*time.Hour)
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultHostsMaxBytes
 	}
@@ -78,8 +77,8 @@ func (c *HostsConfig) setDefaults() {
 
 func (c *HostsConfig) validate() []error {
 	var errs []error
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("hosts bucket replicas %d: use 1 to 5 (3 on a 3-node cluster)", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("hosts bucket replicas %d: use 1 to 5 (3 on a 3-node cluster), or 0 for the default (3 on a cluster, else 1)", c.Replicas))
 	}
 	if c.MaxBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("host registry bound %d bytes is too small (minimum 1 MiB)", c.MaxBytes))

@@ -24,19 +24,27 @@ const (
 	// KindAgent is a host's agent enrolling or renewing its credential
 	// (audit records only: its subject is the agent's public key).
 	KindAgent IdentityKind = "agent"
+	// KindUnverified is the caller a message claimed that its host
+	// refused (audit records only): nobody vouches for it.
+	KindUnverified IdentityKind = "unverified"
 )
 
 // Identity is an authenticated caller. It is built once per request by
 // the authenticator and never leaves the gateway: agents see only
 // Caller().
 type Identity struct {
-	Kind     IdentityKind
+	Kind IdentityKind
+	// Issuer is the token's iss (OIDC callers).
+	Issuer   string
 	Subject  string // sub claim, or the API token's name
 	Email    string // only when the issuer did not mark it unverified
 	ClientID string // client_id claim, else azp
 	// ProjectID is the token's project_id claim, recorded in the audit.
 	ProjectID string
 	Scopes    []string
+	// Groups are the values of the configured groups claim
+	// (AuthConfig.GroupsClaim), which hosts' policies may match.
+	Groups []string
 	// claims are the verified JWT's claims (nil for other kinds).
 	claims map[string]any
 	// token is the API token's own entry (nil for other kinds).
@@ -63,15 +71,17 @@ func (id *Identity) Name() string {
 	}
 }
 
-// Caller is what agents learn about the caller: who, never how.
+// Caller is what agents learn about the caller: who, never how. The
+// gateway signs its issuer, subject, client id and groups into every
+// call's envelope, and host policies decide on them.
 func (id *Identity) Caller() protocol.Caller {
 	switch id.Kind {
 	case KindLocal:
-		return protocol.Caller{Subject: "local", Name: "authentication disabled"}
+		return protocol.Caller{Issuer: protocol.IssuerLocal, Subject: "local", Name: "authentication disabled"}
 	case KindAPIToken:
-		return protocol.Caller{Subject: "token:" + id.Subject, Name: id.Name()}
+		return protocol.Caller{Issuer: protocol.IssuerAPIToken, Subject: "token:" + id.Subject, Name: id.Name()}
 	default:
-		return protocol.Caller{Subject: id.Subject, Name: id.Email}
+		return protocol.Caller{Issuer: id.Issuer, Subject: id.Subject, Name: id.Email, ClientID: id.ClientID, Groups: id.Groups}
 	}
 }
 

@@ -49,6 +49,8 @@ type jwtVerifier struct {
 	verifier *oidc.IDTokenVerifier
 	leeway   time.Duration
 	now      func() time.Time
+	// groups is the claim that lists the caller's groups.
+	groups string
 }
 
 // newJWTVerifier finds the issuer's keys (discovery unless cfg.JWKSURL is
@@ -80,7 +82,7 @@ func newJWTVerifier(ctx context.Context, cfg *AuthConfig) (*jwtVerifier, error) 
 		// Checked by verify, with leeway.
 		SkipExpiryCheck: true,
 	})
-	return &jwtVerifier{verifier: v, leeway: cfg.Leeway, now: time.Now}, nil
+	return &jwtVerifier{verifier: v, leeway: cfg.Leeway, now: time.Now, groups: cfg.GroupsClaim}, nil
 }
 
 // checkJWKS fetches the key set once at startup, so that a wrong URL is
@@ -130,6 +132,8 @@ func (j *jwtVerifier) verify(ctx context.Context, raw string) (*Identity, time.T
 	}
 	id := &Identity{
 		Kind:      KindOIDC,
+		Issuer:    tok.Issuer,
+		Groups:    claimStrings(claims[j.groups]),
 		Subject:   tok.Subject,
 		ClientID:  claimString(claims, "client_id"),
 		ProjectID: claimString(claims, "project_id"),

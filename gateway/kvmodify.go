@@ -3,6 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // modifyCAS applies change to a record with compare-and-swap: it reads
@@ -33,3 +37,43 @@ func modifyCAS[T any](ctx context.Context, get func() (T, uint64, error), put fu
 
 // errSkip tells modifyCAS that the record needs no write.
 var errSkip = errors.New("no change")
+
+// jsAttempts bounds the attempts of an idempotent JetStream request
+// (retryJS); each has jsTimeout.
+const jsAttempts = 4
+
+// retryJS runs op, an idempotent JetStream request (a read), with a
+// fresh jsTimeout for each attempt, again while JetStream does not answer
+// (a leader election: no reply at all, or no responders) until it
+// answers, ctx ends, or jsAttempts were made.
+func retryJS[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, jsTimeout)
+		v, err = op(actx)
+		cancel()
+		if err == nil || !jsUnanswered(err) || ctx.Err() != nil || attempt == jsAttempts {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// jsUnanswered reports whether err means JetStream did not answer (as
+// during a leader election), rather than answered no.
+func jsUnanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503
+	}
+	return false
+}

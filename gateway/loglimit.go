@@ -21,6 +21,10 @@ type logLimiter struct {
 
 	mu   sync.Mutex
 	keys map[string]*logWindow
+	// pruned is when keys were last pruned: a full table of keys still
+	// in their window (10,000 hosts coming online at once) is looked
+	// through once every interval/8, not once per new key.
+	pruned time.Time
 }
 
 type logWindow struct {
@@ -44,8 +48,9 @@ func (l *logLimiter) allow(key string) (ok bool, suppressed int) {
 	defer l.mu.Unlock()
 	w := l.keys[key]
 	if w == nil {
-		if len(l.keys) >= l.maxKeys {
+		if len(l.keys) >= l.maxKeys && now.Sub(l.pruned) >= l.interval/8 {
 			l.prune(now)
+			l.pruned = now
 		}
 		if len(l.keys) >= l.maxKeys {
 			key = overflowKey
@@ -83,6 +88,9 @@ func (l *logLimiter) prune(now time.Time) {
 func (l *logLimiter) log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
 	if l == nil {
 		log.Log(context.Background(), level, msg, args...)
+		return
+	}
+	if !log.Enabled(context.Background(), level) {
 		return
 	}
 	ok, suppressed := l.allow(key)

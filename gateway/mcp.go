@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"net/http"
 	"strconv"
 	"sync"
@@ -23,6 +24,11 @@ const instructions = "fleetmcp controls a fleet of machines. Call hosts first to
 // calls getServer on every request, so it must stay cheap.
 func (g *Gateway) newMCPServer() *mcp.Server {
 	opts := &mcp.ServerOptions{Instructions: instructions, Logger: sdkLogger(g.log, "mcp")}
+	if name := g.cfg.Name; name != "" {
+		// A load balancer in front of several gateways sends a session's
+		// requests to the one that made it by this prefix (deploy/proxy).
+		opts.GetSessionID = func() string { return name + "." + rand.Text() }
+	}
 	if g.skills != nil {
 		opts.Capabilities = skillsCapabilities()
 	}

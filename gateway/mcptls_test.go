@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // writeLeaf issues a certificate for 127.0.0.1 from a new CA and writes
@@ -104,6 +107,89 @@ func TestListenerCertificateErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not name %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// --nats_tls_cert/--nats_tls_key: the embedded server serves the given
+// chain (on loopback too); agents get its CA (the chain's last
+// certificate) and the pin printed and put in NATS join tokens is that
+// CA's; a credential connects trusting that CA alone, an enrolment over
+// NATS pinning it is taken, and the key is among the secret paths.
+func TestEmbeddedNATSCertificate(t *testing.T) {
+	certFile, keyFile, ca := writeLeaf(t)
+	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLSCert, c.NATSTLSKey = certFile, keyFile; c.APIListen = "" })
+	if !strings.HasPrefix(gw.NATSURL(), "tls://127.0.0.1:") {
+		t.Fatalf("NATS URL %s: want TLS on loopback with a given certificate", gw.NATSURL())
+	}
+	if gw.NATSCAPin() != ca.Pin() {
+		t.Errorf("NATS CA pin %s, want the chain's CA %s", gw.NATSCAPin(), ca.Pin())
+	}
+	if string(gw.NATSCAPEM()) != string(ca.pem) {
+		t.Errorf("agents get the CA %q, want the chain's last certificate", gw.NATSCAPEM())
+	}
+	kp := newUser(t)
+	pub, _ := kp.PublicKey()
+	creds, err := gw.EnrolLocal(t.Context(), "web-1", pub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if creds.CAPin != ca.Pin() || string(creds.CAPEM) != string(ca.pem) {
+		t.Errorf("credentials carry pin %s", creds.CAPin)
+	}
+	seed, _ := kp.Seed()
+	nc := connectAgent(t, gw, "web-1", creds.JWT, seed, ca.pem)
+	if !nc.IsConnected() {
+		t.Fatal("not connected with the given chain's CA")
+	}
+	resp, nt := natsToken(t, gw, protocol.TokenCreateRequest{Name: "web-2"})
+	if resp.CAPin != ca.Pin() || !strings.Contains(resp.JoinCommand, "--ca_pin "+ca.Pin()) {
+		t.Errorf("NATS join token pin %s, command %q", resp.CAPin, resp.JoinCommand)
+	}
+	c := mustDialEnrol(t, gw, nt)
+	if got, code := natsEnrol(t, c.nc, resp.Info.ID, enrolReq(t, newUser(t), nt.Token, "", ca.Pin(), time.Now())); code != "" || got.Host != "web-2" {
+		t.Errorf("enrolment over NATS pinning the given chain's CA: %q %+v", code, got)
+	}
+	if !slices.Contains(gw.SecretPaths(), keyFile) {
+		t.Errorf("secret paths %v do not name %s", gw.SecretPaths(), keyFile)
+	}
+}
+
+// A NATS certificate that cannot be loaded, or a chain without its CA,
+// stops the start and says what to give.
+func TestEmbeddedNATSCertificateErrors(t *testing.T) {
+	certFile, keyFile, _ := writeLeaf(t)
+	// The leaf alone, without the CA after it.
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	leafOnly := filepath.Join(t.TempDir(), "leaf.pem")
+	if err := os.WriteFile(leafOnly, pem.EncodeToMemory(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "none.pem")
+	for _, tc := range []struct {
+		name        string
+		cert, key   string
+		want, want2 string
+	}{
+		{"missing", missing, keyFile, "--nats_tls_cert", missing},
+		{"key is the certificate", certFile, certFile, "--nats_tls_key", certFile},
+		{"no CA after the leaf", leafOnly, keyFile, "not a CA certificate", "append the certificate of the CA"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), NATSListen: "127.0.0.1:0", NATSTLSCert: tc.cert, NATSTLSKey: tc.key,
+				AuthDisabled: true, Logger: discardLogger()}
+			gw, err := Start(t.Context(), cfg)
+			if err == nil {
+				gw.Shutdown(t.Context())
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.want2) {
+				t.Errorf("error %q does not say %q and %q", err, tc.want, tc.want2)
 			}
 		})
 	}

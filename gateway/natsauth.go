@@ -221,7 +221,8 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 			return nil, fmt.Errorf("revocations: %w", err)
 		}
 		want := a.revocations(ac.Revocations, revoked)
-		if maps.Equal(ac.Revocations, want) || len(ac.Revocations) == 0 && len(want) == 0 {
+		held := maps.Equal(ac.Revocations, want) || len(ac.Revocations) == 0 && len(want) == 0
+		if p, ok := a.src.(interface{ mustPush() bool }); held && (!ok || !p.mustPush()) {
 			return want, nil
 		}
 		added, removed := diffRevocations(ac.Revocations, want)

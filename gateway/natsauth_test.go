@@ -145,7 +145,7 @@ func TestEmbeddedAccountKeepsRevocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	e, err := newEmbeddedAccount(dir, keys, time.Hour, log)
+	e, err := newEmbeddedAccount(dir, keys, time.Hour, false, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestEmbeddedAccountKeepsRevocations(t *testing.T) {
 	if err := e.save(token); err != nil {
 		t.Fatal(err)
 	}
-	e2, err := newEmbeddedAccount(dir, keys, time.Hour, log)
+	e2, err := newEmbeddedAccount(dir, keys, time.Hour, false, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestEmbeddedAccountKeepsRevocations(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, natsDir, accountJWTFile), []byte(mustEncode(t, forged, stranger)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e3, err := newEmbeddedAccount(dir, keys, time.Hour, log)
+	e3, err := newEmbeddedAccount(dir, keys, time.Hour, false, log)
 	if err != nil {
 		t.Fatal(err)
 	}

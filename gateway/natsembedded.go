@@ -34,14 +34,19 @@ type embeddedAccount struct {
 
 	mu   sync.Mutex
 	revs jwt.RevocationList // what the server holds
+	// closed: the server holds the account without its agent signing
+	// key, refusing every agent, until the first push (a cluster node
+	// starting, cluster.go).
+	closed bool
 }
 
 // newEmbeddedAccount builds the operator, system account and fleet
 // account JWTs from keys, taking the revocations of the account JWT
 // saved in dataDir (when it is the fleet account's, signed by the
-// operator), and saves the new account JWT.
-func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, log *slog.Logger) (*embeddedAccount, error) {
-	e := &embeddedAccount{keys: keys, maxCall: maxCall, path: filepath.Join(dataDir, natsDir, accountJWTFile), resolver: &server.MemAccResolver{}}
+// operator), and saves the new account JWT. With closed, the server
+// starts with the fleet account refusing agents until the first push.
+func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, closed bool, log *slog.Logger) (*embeddedAccount, error) {
+	e := &embeddedAccount{keys: keys, maxCall: maxCall, path: filepath.Join(dataDir, natsDir, accountJWTFile), resolver: &server.MemAccResolver{}, closed: closed}
 	opPub, sysPub := publicKey(keys.operator), publicKey(keys.system)
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = operatorName
@@ -73,6 +78,15 @@ func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, l
 		return nil, err
 	}
 	e.revs = ac.Revocations
+	if closed {
+		// Agents' credentials are signed by the agent signing key: an
+		// account without it accepts none of them. The gateway's own
+		// users are signed by the account key itself.
+		ac.SigningKeys = jwt.SigningKeys{}
+		if token, err = e.sign(ac); err != nil {
+			return nil, err
+		}
+	}
 	_ = e.resolver.Store(sysPub, e.sysJWT)
 	_ = e.resolver.Store(publicKey(keys.account), token)
 	return e, nil
@@ -115,6 +129,14 @@ func (e *embeddedAccount) configure(opts *server.Options) {
 	opts.AccountResolver = e.resolver
 }
 
+// mustPush reports whether the server holds the account closed to
+// agents, so that a push is due even when the revocations agree.
+func (e *embeddedAccount) mustPush() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
 func (e *embeddedAccount) current(context.Context, *nats.Conn) (*jwt.AccountClaims, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -135,6 +157,7 @@ func (e *embeddedAccount) save(token string) error {
 func (e *embeddedAccount) pushed(ac *jwt.AccountClaims, token string) {
 	e.mu.Lock()
 	e.revs = maps.Clone(ac.Revocations)
+	e.closed = false
 	e.mu.Unlock()
 	// Should the server look the account up again, it finds this one.
 	_ = e.resolver.Store(ac.Subject, token)

@@ -27,10 +27,11 @@ import (
 //
 // The gateways serve protocol.EnrolSubjectAll in a queue group and answer
 // each request with enrolHost, the very checks of the fleet API, audited
-// the same way. Once the token is spent or revoked, the enrol
-// credential's key is revoked in the fleet account like a revoked host's
-// (tokenStore.revokedKeys feeds the same reconcile), after the answer is
-// sent, so the host still gets it.
+// the same way. Once the token is revoked, or spent and the enrolment
+// retry window over (a host whose answer was lost may ask again, see
+// enrolretry.go), the enrol credential's key is revoked in the fleet
+// account like a revoked host's (tokenStore.revokedKeys feeds the same
+// reconcile).
 
 // natsEnrolQueue is the queue group of the gateways serving enrolments
 // over NATS.
@@ -76,18 +77,24 @@ func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
 }
 
 // revokedKeys returns the enrol credentials' keys of the tokens that
-// stopped working before they expired (spent or revoked). Their entries
-// go once the token has expired, when the credential has too.
+// stopped working before they expired: revoked, or spent longer ago than
+// the enrolment retry window. Their entries go once the token has
+// expired, when the credential has too.
 func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
 	all, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
+	now := s.now()
 	var out []revokedKey
 	for _, e := range all {
-		if at := e.rec.enrolKeyRevokedAt(); !at.IsZero() {
-			out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: at, expires: e.rec.ExpiresAt, exact: true})
+		at := e.rec.enrolKeyRevokedAt()
+		if at.IsZero() || e.rec.RevokedAt.IsZero() && now.Before(at.Add(s.retryWindow)) {
+			// A spent token's credential stays good for the retry
+			// window: a host whose answer was lost can ask again.
+			continue
 		}
+		out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: at, expires: e.rec.ExpiresAt, exact: true})
 	}
 	return out, nil
 }
@@ -182,10 +189,9 @@ func (g *Gateway) enrolOverNATS(ctx context.Context, m *nats.Msg) {
 	}
 	g.auditEnrolment("enrol", "nats", &out, aerr)
 	if out.tokenStopped {
-		// The answer is on its way before the credential that asked is
-		// revoked (which closes its connection).
-		_ = g.nc.FlushTimeout(jsTimeout)
-		g.reconcileSoon()
+		// The credential that asked is revoked (which closes its
+		// connection) once a retry may no longer come.
+		g.reconcileAt(g.now().Add(g.cfg.EnrolRetryWindow))
 	}
 }
 

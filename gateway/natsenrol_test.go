@@ -142,10 +142,10 @@ func waitRefused(t *testing.T, gw *Gateway, nt *protocol.NATSJoinToken) {
 // A host enrols over NATS alone (no fleet API): with the enrol credential
 // it sends the same request as over HTTPS and gets the same answer, a
 // credential the server takes; the enrolment is audited. Once the token
-// is spent, the enrol credential's connection is closed and the server
-// refuses it from then on.
+// is spent and the retry window over, the enrol credential's connection
+// is closed and the server refuses it from then on.
 func TestEnrolOverNATS(t *testing.T) {
-	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true; c.APIListen = "" })
+	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true; c.APIListen = ""; c.EnrolRetryWindow = time.Second })
 	resp, nt := natsToken(t, gw, protocol.TokenCreateRequest{Labels: map[string]string{"env": "prod"}, Name: "web-1"})
 	if !strings.Contains(resp.JoinCommand, "--nats tls://") || !strings.Contains(resp.JoinCommand, "--ca_pin "+gw.NATSCAPin()) || resp.CAPin != gw.NATSCAPin() {
 		t.Fatalf("join command %q, pin %q", resp.JoinCommand, resp.CAPin)
@@ -265,10 +265,11 @@ func TestEnrolCredentialEscapes(t *testing.T) {
 	}
 }
 
-// The enrol credential stops working as soon as its token does: revoked
-// by an operator, or spent by an enrolment over HTTPS.
+// The enrol credential stops working with its token: revoked by an
+// operator at once, or spent by an enrolment over HTTPS once the retry
+// window is over.
 func TestEnrolCredentialRevokedWithToken(t *testing.T) {
-	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true })
+	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true; c.EnrolRetryWindow = time.Second })
 	admin := newAPIClient(t, gw)
 	revoked, nt := natsToken(t, gw, protocol.TokenCreateRequest{})
 	c := mustDialEnrol(t, gw, nt)
@@ -293,10 +294,10 @@ func TestEnrolCredentialRevokedWithToken(t *testing.T) {
 }
 
 // A spent token is refused over NATS like over HTTPS, while its enrol
-// credential still connects (the revocation follows the answer); a wrong
-// pin in the request is refused.
+// credential still connects (the revocation follows the retry window); a
+// wrong pin in the request is refused.
 func TestEnrolOverNATSRefusals(t *testing.T) {
-	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true; c.APIListen = "" })
+	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true; c.APIListen = ""; c.EnrolRetryWindow = time.Second })
 	resp, nt := natsToken(t, gw, protocol.TokenCreateRequest{Uses: 2})
 	c := mustDialEnrol(t, gw, nt)
 	id := resp.Info.ID

@@ -17,8 +17,9 @@ import (
 // with the accounts of auth, never an anonymous client; TLS with tlsConf
 // when it is set. The server starts without listening (DontListen): the
 // gateway, connected in process, gets its stores and revocations ready
-// first, then lets agents in (listenForAgents).
-func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*server.Options, error) {
+// first, then lets agents in (listenForAgents). A cluster node listens
+// from the start, as its routes need (cluster.go), with routeTLS on them.
+func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf, routeTLS *tls.Config) (*server.Options, error) {
 	opts := &server.Options{
 		ServerName: "fleet-gateway",
 		NoSigs:     true,
@@ -31,6 +32,13 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*
 		// each credential is checked; a client cut off after the default
 		// 2 s would come back and queue again.
 		AuthTimeout: authTimeout.Seconds(),
+		// The server's first PING to a client comes 2 s after its
+		// CONNECT began by default. A fleet reconnecting at once queues
+		// for the server's lock longer than that, and a client that
+		// gets the PING before the PONG of its handshake fails it: the
+		// server's work is lost and the client comes back to queue
+		// again. The first PING comes at the ping interval instead.
+		DisableShortFirstPing: true,
 	}
 	auth.configure(opts)
 	if cfg.NATSListen == "" {
@@ -52,21 +60,33 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*
 		opts.TLS = true
 		opts.TLSTimeout = 5
 	}
+	if cfg.clustered() {
+		if err := clusterOptions(cfg, opts, routeTLS); err != nil {
+			return nil, err
+		}
+	}
 	return opts, nil
 }
 
 // startEmbedded starts the embedded NATS server and waits until it takes
 // connections. A listen address another process holds is reported as
 // such, at once.
-func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf *tls.Config) (*embeddedServer, error) {
-	opts, err := embeddedOptions(cfg, auth, tlsConf)
+func startEmbedded(cfg *Config, auth *embeddedAccount, tlsConf, routeTLS *tls.Config) (*embeddedServer, error) {
+	opts, err := embeddedOptions(cfg, auth, tlsConf, routeTLS)
 	if err != nil {
 		return nil, err
 	}
+	// The server would only log that it cannot listen, and never become
+	// ready: try the addresses first.
 	if cfg.NATSListen != "" && opts.Port != server.RANDOM_PORT {
-		// The server would only log that it cannot listen, and never
-		// become ready: try the address first.
 		ln, err := listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
+		if err != nil {
+			return nil, err
+		}
+		ln.Close()
+	}
+	if cfg.clustered() && opts.Cluster.Port != server.RANDOM_PORT {
+		ln, err := listen(net.JoinHostPort(opts.Cluster.Host, strconv.Itoa(opts.Cluster.Port)), "the embedded NATS server's routes", "another fleet-gateway or NATS server", "--nats_cluster_listen")
 		if err != nil {
 			return nil, err
 		}

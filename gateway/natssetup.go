@@ -30,12 +30,16 @@ var NATSSetupFiles = struct {
 	GatewayCreds, SystemCreds string
 	// ServerConfig is the include for every server of the cluster.
 	ServerConfig string
+	// SigningKey is the gateways' signing key (--signing_key), in a
+	// directory of its own where its rotations keep their files.
+	SigningKey string
 }{
 	OperatorKey: "operator.nk", OperatorSigningKey: "operator-signer.nk", SystemAccountKey: "system-account.nk",
 	AccountKey: "account.nk", AgentSigningKey: "agent-signer.nk",
 	OperatorJWT: "operator.jwt", SystemAccountJWT: "system-account.jwt", AccountJWT: "account.jwt",
 	GatewayCreds: "gateway.creds", SystemCreds: "system.creds",
 	ServerConfig: "fleet-auth.conf",
+	SigningKey:   filepath.Join(signingDir, signingKeyFile),
 }
 
 // NATSSetupResult says what NATSSetup made.
@@ -74,6 +78,9 @@ func NATSSetup(dir string, maxCall time.Duration) (NATSSetupResult, error) {
 		if err := writeFileAtomic(filepath.Join(dir, name), content, perm); err != nil {
 			return NATSSetupResult{}, fmt.Errorf("nats-setup: %w", err)
 		}
+	}
+	if _, err := createSigningKey(filepath.Join(dir, f.SigningKey)); err != nil {
+		return NATSSetupResult{}, fmt.Errorf("nats-setup: %w", err)
 	}
 	return res, nil
 }

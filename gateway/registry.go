@@ -144,6 +144,10 @@ type registry struct {
 	// rejects limits the lines logged about ignored announces, events
 	// those about hosts coming, going and conflicting.
 	rejects, events *logLimiter
+	// heardKeys, when set, is told the keys each announce says its host
+	// trusts (outside the lock, on the presence callback: it must not
+	// block).
+	heardKeys func(host string, trusted []string)
 
 	mu      sync.RWMutex
 	hosts   map[string]*hostEntry
@@ -243,6 +247,9 @@ func (r *registry) onPresence(m *nats.Msg) {
 	r.mu.Unlock()
 	if changed || leaving || !wasOnline {
 		r.notify()
+	}
+	if !leaving && r.heardKeys != nil {
+		r.heardKeys(host, a.TrustedKeys)
 	}
 	switch {
 	case leaving:

@@ -7,8 +7,9 @@ import (
 
 // This file reloads what an operator may change without a restart (on
 // SIGHUP): the access rules and API tokens files (with the rate limits
-// they set) and the audit file, which is opened again so that log
-// rotation works. MCP sessions stay open; each request afterwards is
+// they set), the signing keys (a rotation: signing.go), whose new key
+// set is pushed to every host online, and the audit file, which is
+// opened again so that log rotation works. MCP sessions stay open; each request afterwards is
 // decided with the new rules, as the call path reads them once per call
 // from atomic pointers.
 
@@ -51,6 +52,17 @@ func (g *Gateway) Reload() error {
 		}
 		g.log.Info("reloaded access rules and API tokens")
 		g.logGrants()
+	}
+	_, before := g.signer.chain()
+	if err := g.signer.reload(); err != nil {
+		g.log.Error("reload: the signing keys could not be read; the keys in force stay", "file", g.signer.path, "err", err)
+		errs = append(errs, fmt.Errorf("signing keys: %w", err))
+	} else if _, after := g.signer.chain(); after != before {
+		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.currentKeyID())
+		g.pushKeys()
+		if g.skillStore != nil {
+			g.skillStore.resignInBackground()
+		}
 	}
 	if err := g.audit.reopen(); err != nil {
 		g.log.Error("reload: the audit file could not be reopened; records still go to the file open before", "file", g.cfg.Audit.File, "err", err)

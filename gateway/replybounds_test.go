@@ -163,7 +163,7 @@ func TestRouterLargeResultWaitsForRoom(t *testing.T) {
 			done := startCall(context.Background(), r, bashCall("web-1", "cat big"), nil)
 			rc := recv(t, fa.calls, "call")
 			text := bigText(8 << 20)
-			frames := resultFrames(t, &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text(text)}}, protocol.ChunkSize, 0)
+			frames := resultFrames(t, "web-1", &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text(text)}}, protocol.ChunkSize, 0)
 			for _, f := range frames {
 				fa.send(t, rc.reply, f)
 			}

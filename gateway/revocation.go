@@ -12,9 +12,10 @@ import (
 // the agent records, besides the pushes RevokeAgent makes itself: when
 // the watch of the records sees a host turn revoked (revoked on another
 // replica), when the system connection comes back (the server may have
-// restarted with stale claims), when a push failed, and every
-// reconcileEvery (pruning expired entries; an external server restarted
-// while connected to another node).
+// restarted with stale claims), when a push failed, when a spent token's
+// enrol credential is due to go, and every reconcileEvery (pruning
+// expired entries; an external server restarted while connected to
+// another node).
 
 const (
 	reconcileEvery   = time.Minute
@@ -28,6 +29,38 @@ func (g *Gateway) reconcileSoon() {
 	select {
 	case g.reconcileCh <- struct{}{}:
 	default:
+	}
+}
+
+// reconcileAt asks the revocation loop for a reconcile at t (a spent
+// token's enrol credential is revoked once its retry window is over).
+func (g *Gateway) reconcileAt(t time.Time) {
+	g.reconcileMu.Lock()
+	if g.reconcileDue.IsZero() || t.Before(g.reconcileDue) {
+		g.reconcileDue = t
+	}
+	g.reconcileMu.Unlock()
+	g.reconcileSoon()
+}
+
+// nextReconcile returns how long the loop waits for its next reconcile:
+// the periodic wait, or less when a reconcile is due sooner.
+func (g *Gateway) nextReconcile(periodic time.Duration) time.Duration {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	if g.reconcileDue.IsZero() {
+		return periodic
+	}
+	// A little after the time, so that the records say it is over.
+	return max(0, min(periodic, g.reconcileDue.Sub(g.now())+100*time.Millisecond))
+}
+
+// reconciled clears the due time once a reconcile ran after it.
+func (g *Gateway) reconciled(ran time.Time) {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	if !g.reconcileDue.IsZero() && !ran.Before(g.reconcileDue) {
+		g.reconcileDue = time.Time{}
 	}
 }
 
@@ -46,6 +79,7 @@ func (g *Gateway) revocationLoop(ctx context.Context) {
 		case <-reconnected:
 		case <-timer.C:
 		}
+		ran := g.now()
 		rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 		err := g.authority.Reconcile(rctx)
 		cancel()
@@ -53,8 +87,16 @@ func (g *Gateway) revocationLoop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			g.log.Warn("revocations not in step with the NATS servers yet; retrying", "err", err, "in", reconcileRetry)
 			next = reconcileRetry
+		} else if err == nil {
+			g.reconciled(ran)
 		}
-		timer.Reset(next)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(g.nextReconcile(next))
 	}
 }
 

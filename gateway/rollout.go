@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -28,9 +29,27 @@ const (
 	defaultBatch        = "25%"
 	defaultBatchTimeout = 10 * time.Minute
 	// maxRolloutRecord keeps a rollout record under NATS's 1 MiB
-	// message limit: about 10,000 hosts of 64-character names.
+	// message limit: about 10,000 hosts of 64-character names, with room
+	// for what the record gains as the rollout goes (rolloutGrowth).
 	maxRolloutRecord = 900 << 10
+	// A record gains, per host, at most its index among the failed hosts
+	// and among those of a previous bundle (up to 6 bytes each, the
+	// comma included), and besides the reasons of the first
+	// maxRolloutReasons failures, each clipped to maxRolloutReason bytes,
+	// and the previous bundles' IDs.
+	rolloutGrowthPerHost = 12
+	rolloutGrowthFixed   = 48 << 10
+	maxRolloutReasons    = 100
+	maxRolloutReason     = 256
 )
+
+// rolloutGrowth is the most a record of n hosts grows while it runs,
+// but for the IDs of more than a few dozen different previous bundles
+// (which modifyRollout refuses beyond maxRolloutRecord).
+func rolloutGrowth(n int) int { return n*rolloutGrowthPerHost + rolloutGrowthFixed }
+
+// errRolloutFull: a change would take the record past maxRolloutRecord.
+var errRolloutFull = errors.New("the rollout record would be larger than one NATS message")
 
 // rollout is a rollout record.
 type rollout struct {
@@ -62,10 +81,20 @@ type rollout struct {
 	// Previous maps each previous bundle ID ("" for none) to the indexes
 	// in Hosts of the hosts that had it, for rollback.
 	Previous map[string][]int `json:"previous,omitempty"`
-	// Failed are the hosts that failed (or timed out), with why; Acked
-	// of them were accepted by a resume.
+	// FailedHosts are the indexes in Hosts of the hosts that failed (or
+	// timed out), in the order they did; Acked of them were accepted by a
+	// resume. Reasons holds why for the first maxRolloutReasons of them
+	// (by host), each clipped: the record stays one message however many
+	// hosts fail, and a host's own report of its failure stays in the
+	// status stream.
+	FailedHosts []int             `json:"failed_hosts,omitempty"`
+	Reasons     map[string]string `json:"reasons,omitempty"`
+	Acked       int               `json:"acked,omitempty"`
+	// Failed is how records of earlier gateways named failed hosts (with
+	// why); decodeRollout moves it into FailedHosts and Reasons.
 	Failed map[string]string `json:"failed,omitempty"`
-	Acked  int               `json:"acked,omitempty"`
+	// failed indexes FailedHosts; set by index.
+	failed map[int]bool
 	// Undo asks the controller to write the rollback.
 	Undo bool `json:"undo,omitempty"`
 
@@ -82,7 +111,62 @@ func decodeRollout(key string, data []byte) (*rollout, error) {
 	if r.ID != key {
 		return nil, fmt.Errorf("rollout %q under key %q", r.ID, key)
 	}
+	if len(r.Failed) > 0 {
+		// An earlier gateway's record: its failed hosts by index.
+		pos := make(map[string]int, len(r.Hosts))
+		for i, h := range r.Hosts {
+			pos[h] = i
+		}
+		names := slices.Sorted(maps.Keys(r.Failed))
+		for _, h := range names {
+			if i, ok := pos[h]; ok {
+				r.fail(i, r.Failed[h])
+			}
+		}
+		r.Failed = nil
+	}
+	r.index()
 	return &r, nil
+}
+
+// index builds the set of failed hosts.
+func (r *rollout) index() {
+	r.failed = make(map[int]bool, len(r.FailedHosts))
+	for _, i := range r.FailedHosts {
+		r.failed[i] = true
+	}
+}
+
+// isFailed reports whether host i failed.
+func (r *rollout) isFailed(i int) bool { return r.failed[i] }
+
+// fail records that host i failed, for why (kept for the first
+// maxRolloutReasons failures, clipped); a host that failed already is
+// left as it is.
+func (r *rollout) fail(i int, why string) {
+	if r.failed == nil {
+		r.index()
+	}
+	if r.failed[i] || i < 0 || i >= len(r.Hosts) {
+		return
+	}
+	r.failed[i] = true
+	r.FailedHosts = append(r.FailedHosts, i)
+	if len(r.Reasons) < maxRolloutReasons {
+		if r.Reasons == nil {
+			r.Reasons = map[string]string{}
+		}
+		r.Reasons[r.Hosts[i]] = protocol.Clip(why, maxRolloutReason)
+	}
+}
+
+// failure says why host i failed: its reason, or, past the first
+// maxRolloutReasons failures, that it is not kept.
+func (r *rollout) failure(i int) string {
+	if why, ok := r.Reasons[r.Hosts[i]]; ok {
+		return why
+	}
+	return fmt.Sprintf("failed or timed out (the rollout keeps the reasons of its first %d failures; the host's own report, if it sent one, is in its status)", maxRolloutReasons)
 }
 
 // batches is how many batches the rollout has.
@@ -124,7 +208,7 @@ func (r *rollout) assigned() int {
 }
 
 // errors is the failures that count against MaxErrors.
-func (r *rollout) errors() int { return len(r.Failed) - r.Acked }
+func (r *rollout) errors() int { return len(r.FailedHosts) - r.Acked }
 
 // parseBatch reads "N" or "N%" of n hosts into a batch size.
 func parseBatch(batch string, n int) (int, error) {
@@ -229,7 +313,7 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxRolloutRecord {
+	if len(data)+rolloutGrowth(len(r.Hosts)) > maxRolloutRecord {
 		return nil, fmt.Errorf("%w: the rollout's %d hosts do not fit one record; select fewer hosts (by labels) and roll out in parts", ErrSkillRefused, len(r.Hosts))
 	}
 	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
@@ -288,9 +372,13 @@ func (s *skillService) modifyRollout(ctx context.Context, id string, change func
 			return nil, err
 		}
 		r.UpdatedAt = s.now().UTC()
+		r.index()
 		data, err := json.Marshal(r)
 		if err != nil {
 			return nil, err
+		}
+		if len(data) > maxRolloutRecord {
+			return nil, fmt.Errorf("rollout %s: %w (%d bytes)", id, errRolloutFull, len(data))
 		}
 		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
 		rev, err := s.rolls.Update(uctx, id, data, e.Revision())
@@ -317,7 +405,7 @@ func (s *skillService) control(ctx context.Context, id, action string) (*rollout
 			r.State, r.Reason = protocol.RolloutPaused, "paused by request"
 		case action == protocol.RolloutResume && r.State == protocol.RolloutPaused:
 			r.State, r.Reason = protocol.RolloutRunning, ""
-			r.Acked = len(r.Failed)
+			r.Acked = len(r.FailedHosts)
 			r.BatchStarted = s.now().UTC()
 		case action == protocol.RolloutRollback && r.State != protocol.RolloutRolledBack && r.State != protocol.RolloutSuperseded:
 			r.State, r.Reason, r.Undo = protocol.RolloutRolledBack, "rolled back by request", true
@@ -354,7 +442,7 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	}
 	st, ok := s.status.get(host, r.Skill)
 	mine := ok && st.Rollout == r.ID
-	why, failed := r.Failed[host]
+	failed := r.isFailed(i)
 	switch {
 	case r.Remove && ok && st.State == protocol.SkillRemoved:
 		return protocol.SkillRemoved, ""
@@ -363,7 +451,7 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	case mine && (st.State == protocol.SkillFailed || st.State == protocol.SkillRefused):
 		return st.State, st.Reason
 	case failed:
-		return protocol.SkillFailed, why
+		return protocol.SkillFailed, r.failure(i)
 	case mine && st.State == protocol.SkillInstalling:
 		return protocol.SkillInstalling, ""
 	}

@@ -37,7 +37,7 @@ func newRolloutFixture(t *testing.T, hosts []string, behave map[string]string) *
 			f.fleet.setOnline(h, false)
 			continue
 		}
-		f.agents[h] = startSimAgent(t, f.ns, h, f.key.trusted, b)
+		f.agents[h] = startSimAgent(t, f.ns, h, f.key.trusted(), b)
 	}
 	return f
 }
@@ -139,7 +139,7 @@ func TestRolloutOfflineAndRefused(t *testing.T) {
 		t.Fatalf("the offline host's desired state = %+v", d)
 	}
 	f.fleet.setOnline("web-2", true)
-	f.agents["web-2"] = startSimAgent(t, f.ns, "web-2", f.key.trusted, simInstall)
+	f.agents["web-2"] = startSimAgent(t, f.ns, "web-2", f.key.trusted(), simInstall)
 	waitUntil(t, "the returning host installs", func() bool {
 		return rolloutInfo(t, f.s, id).Counts[protocol.SkillInstalled] == 2
 	})
@@ -307,7 +307,9 @@ func TestRolloutsOverlapAndSupersede(t *testing.T) {
 
 // Two gateways: one leads; when it stops mid-rollout, the other takes
 // the leader key once it expires and finishes the rollout from the
-// record.
+// record. The host of the batch in flight never heard the dead leader's
+// poke (it was deaf to it, as when the leader dies between the write and
+// the poke): the new leader pokes it again.
 func TestRolloutLeaderFailover(t *testing.T) {
 	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
 	f := newRolloutFixture(t, hosts, nil)
@@ -315,15 +317,14 @@ func TestRolloutLeaderFailover(t *testing.T) {
 	if other.ctl.leader() {
 		t.Fatal("two leaders")
 	}
-	hold := make(chan struct{})
-	f.agents["web-2"].setHold(hold)
+	f.agents["web-2"].deaf.Store(true)
 	f.push("deploy", "1")
 	id := f.start(protocol.RolloutRequest{Skill: "deploy", Selector: "*", Canary: intp(1), Batch: "1"})
 	waitUntil(t, "the second batch is written", func() bool { return f.desired("web-2", "deploy").BundleID != "" })
 	// The leader dies without resigning: its connection goes first.
 	f.s.nc.Close()
 	f.s.close()
-	close(hold)
+	f.agents["web-2"].deaf.Store(false)
 	waitUntil(t, "the other gateway leads", other.ctl.leader)
 	in := protocol.RolloutInfo{}
 	defer func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +31,11 @@ const (
 	// driveEvery is the longest the leader waits between two looks at
 	// its rollouts (status reports bring the next look sooner).
 	driveEvery = time.Second
+	// repokeEvery is how often the leader pokes again the hosts of the
+	// current batch that have not reported on it: a poke is sent once,
+	// after the write, and is lost when the leader dies between the two
+	// (the agent's own timer would read the record only minutes later).
+	repokeEvery = 10 * time.Second
 )
 
 // controller elects the leader and drives the rollouts while leading.
@@ -39,6 +46,9 @@ type controller struct {
 	// scanned is when each rollout's earlier batches were last looked
 	// at (drive loop only).
 	scanned map[string]time.Time
+	// poked is when each rollout's current batch was last poked by this
+	// replica (drive loop only); a new leader pokes at once.
+	poked map[string]time.Time
 
 	mu      sync.Mutex
 	leading bool
@@ -47,7 +57,7 @@ type controller struct {
 }
 
 func newController(s *skillService) *controller {
-	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}}
+	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}, poked: map[string]time.Time{}}
 }
 
 // nudge asks for a look at the rollouts soon.
@@ -195,9 +205,16 @@ func (c *controller) drive(ctx context.Context) {
 			return
 		}
 		if r.State != protocol.RolloutRunning && !r.Undo {
+			delete(c.scanned, r.ID)
+			delete(c.poked, r.ID)
 			continue
 		}
-		if err := c.step(ctx, r); err != nil && ctx.Err() == nil {
+		err := c.step(ctx, r)
+		if errors.Is(err, errRolloutFull) {
+			// It cannot go on as it is: paused, and said why.
+			err = c.pauseFull(ctx, r.ID, err)
+		}
+		if err != nil && ctx.Err() == nil {
 			c.s.log.Warn("skills: rollout step failed; retrying", "rollout", r.ID, "err", err)
 		}
 	}
@@ -215,7 +232,8 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	}
 	now := s.now()
 	lo, hi := r.bounds(k)
-	failed := map[string]string{}
+	failed := map[int]string{}
+	var silent []string
 	done := true
 	// The hosts of earlier batches (which may fail once they come back)
 	// are looked at once a driveEvery; the current batch's every time.
@@ -225,21 +243,24 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 		c.scanned[r.ID] = now
 	}
 	for i := first; i < r.assigned(); i++ {
-		host := r.Hosts[i]
 		state, reason := s.hostState(r, i)
 		switch {
 		case state == protocol.SkillFailed:
-			if _, ok := r.Failed[host]; !ok {
-				failed[host] = reason
+			if !r.isFailed(i) {
+				failed[i] = reason
 			}
 		case i < lo || i >= hi || state == protocol.SkillInstalled || state == protocol.SkillRemoved ||
 			state == protocol.SkillRefused || state == protocol.RolloutHostOffline:
 		case now.Sub(r.BatchStarted) > r.BatchTimeout:
-			failed[host] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
+			failed[i] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
 		default:
 			done = false
+			if state == protocol.SkillPending {
+				silent = append(silent, r.Hosts[i])
+			}
 		}
 	}
+	c.repoke(r.ID, silent, now)
 	if len(failed) == 0 && !done {
 		return nil
 	}
@@ -247,11 +268,8 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 		if r.State != protocol.RolloutRunning || r.Current != k {
 			return errSkip
 		}
-		if r.Failed == nil && len(failed) > 0 {
-			r.Failed = map[string]string{}
-		}
-		for h, why := range failed {
-			r.Failed[h] = why
+		for _, i := range slices.Sorted(maps.Keys(failed)) {
+			r.fail(i, failed[i])
 		}
 		switch {
 		case r.errors() > r.MaxErrors && r.AutoRollback:
@@ -268,6 +286,35 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 		return nil
 	})
 	c.nudge()
+	return err
+}
+
+// repoke pokes hosts of rollout id's current batch that have not
+// reported on it, at most once a repokeEvery.
+func (c *controller) repoke(id string, hosts []string, now time.Time) {
+	if len(hosts) == 0 || now.Sub(c.poked[id]) < repokeEvery {
+		return
+	}
+	c.poked[id] = now
+	for _, h := range hosts {
+		_ = c.s.nc.Publish(protocol.SkillsPokeSubject(h), nil)
+	}
+}
+
+// pauseFull pauses rollout id, whose record cannot take what the next
+// step would add (err), and says why.
+func (c *controller) pauseFull(ctx context.Context, id string, full error) error {
+	_, err := c.s.modifyRollout(ctx, id, func(r *rollout) error {
+		if r.State != protocol.RolloutRunning {
+			return errSkip
+		}
+		r.State = protocol.RolloutPaused
+		r.Reason = fmt.Sprintf("paused: %v; roll back, or roll out to fewer hosts at once", full)
+		return nil
+	})
+	if err == nil {
+		c.s.log.Warn("skills: rollout paused: its record is full", "rollout", id, "err", full)
+	}
 	return err
 }
 
@@ -329,6 +376,7 @@ func (c *controller) writeBatch(ctx context.Context, r *rollout, k int) error {
 		}
 		return nil
 	})
+	c.poked[r.ID] = s.now()
 	c.nudge()
 	return err
 }

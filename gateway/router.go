@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -43,6 +44,13 @@ const (
 	HostBusy
 	// HostRevoked: the host's agent was revoked.
 	HostRevoked
+	// HostUntrusted: the host cannot check the gateway's signatures
+	// (no keys, an older agent, or not the gateway's current ones), so
+	// nothing is sent to it.
+	HostUntrusted
+	// HostRefused: the host refused the call's signed envelope
+	// (callsign.go), or its answer carried no valid receipt.
+	HostRefused
 )
 
 func (e *HostError) Error() string { return e.Msg }
@@ -67,6 +75,13 @@ type router struct {
 	// transfers is the budget large results take their size from (nil:
 	// none).
 	transfers *transfers
+	// keys signs the envelopes of the messages to agents; hostKey finds
+	// the key enrolled for a host, which its receipts must be signed
+	// with (callsign.go).
+	keys    *signingKey
+	hostKey func(host string) (string, bool)
+	// refusedSub hears the agents' reports of refused messages.
+	refusedSub *nats.Subscription
 	// tracing makes a span of each call (nil: off).
 	tracing *tracing
 
@@ -89,6 +104,9 @@ type inflight struct {
 	// discard drops result frames while the waiter waits for room to
 	// take a large result in (waiter.reserve).
 	discard bool
+	// refused is the host's report that it refused the call (nil:
+	// none).
+	refused *protocol.Refusal
 	notify  chan struct{}
 }
 
@@ -114,9 +132,11 @@ const (
 	maxPendingFrames = 4096
 )
 
-func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing) (*router, error) {
+func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing,
+	keys *signingKey, hostKey func(string) (string, bool)) (*router, error) {
 	r := &router{
 		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
+		keys: keys, hostKey: hostKey,
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -131,6 +151,10 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 		return nil, err
 	}
 	r.sub = sub
+	if r.refusedSub, err = nc.Subscribe(protocol.RefusedSubjectAll, r.onRefused); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe refusals: %w", err)
+	}
 	return r, nil
 }
 
@@ -199,12 +223,12 @@ func (fl *inflight) wake() {
 	}
 }
 
-func (fl *inflight) take() ([]protocol.Frame, bool) {
+func (fl *inflight) take() ([]protocol.Frame, bool, *protocol.Refusal) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	frames, nr := fl.frames, fl.noResponders
-	fl.frames, fl.noResponders, fl.pendingBytes, fl.pendingResult = nil, false, 0, 0
-	return frames, nr
+	frames, nr, refused := fl.frames, fl.noResponders, fl.refused
+	fl.frames, fl.noResponders, fl.pendingBytes, fl.pendingResult, fl.refused = nil, false, 0, 0, nil
+	return frames, nr, refused
 }
 
 // resultWaiting reports whether result frames are buffered, not yet
@@ -229,6 +253,9 @@ type callRequest struct {
 	// is written); otherwise, or once it is closed, the router gives it
 	// back when the call returns.
 	Hold *transferHold
+	// Receipt, when set, receives the host's receipt of the result, as
+	// checked (callsign.go), for the audit trail.
+	Receipt *AuditReceipt
 }
 
 // frameFunc sees a call's output, progress and keepalive frames as they
@@ -244,7 +271,15 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	}
 	ctx, span, tc := r.tracing.startHostCall(ctx, &req)
 	defer func() { endHostCall(span, res, err) }()
-	if err := r.checkHost(req.Host); err != nil {
+	h, err := r.checkHost(req.Host)
+	if err != nil {
+		return nil, err
+	}
+	env, err := r.envelopeSigner(&h)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCaller(&req.Caller); err != nil {
 		return nil, err
 	}
 	c := protocol.Call{
@@ -254,10 +289,10 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
 	r.track(c.ID, fl)
 	defer r.untrack(c.ID, fl)
-	if err := r.send(&c, tc); err != nil {
+	if err := r.send(&c, env, tc); err != nil {
 		return nil, err
 	}
-	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold}
+	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold, env: env, receipt: req.Receipt}
 	defer w.giveBack()
 	return w.wait(ctx)
 }
@@ -288,39 +323,43 @@ func unknownHost(host string) *HostError {
 	return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("unknown host %q: call the hosts tool to list the fleet", host)}
 }
 
-func (r *router) checkHost(host string) error {
+func (r *router) checkHost(host string) (HostInfo, error) {
 	if err := protocol.ValidateHost(host); err != nil {
-		return &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("invalid host: %v", err)}
+		return HostInfo{}, &HostError{Host: host, Kind: HostUnknown, Msg: fmt.Sprintf("invalid host: %v", err)}
 	}
 	h, ok := r.reg.get(host)
 	if !ok {
-		return unknownHost(host)
+		return h, unknownHost(host)
 	}
 	if h.Revoked {
-		return &HostError{Host: host, Kind: HostRevoked, Msg: fmt.Sprintf("host %q was revoked: its agent may no longer join the fleet; call hosts to see which hosts are online", host)}
+		return h, &HostError{Host: host, Kind: HostRevoked, Msg: fmt.Sprintf("host %q was revoked: its agent may no longer join the fleet; call hosts to see which hosts are online", host)}
 	}
 	if h.Conflict != "" {
-		return &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}
+		return h, &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}
 	}
 	if !h.Online {
-		return &HostError{Host: host, Kind: HostOffline, Msg: fmt.Sprintf("host %q is offline (last seen %s ago); call hosts to see which hosts are online",
+		return h, &HostError{Host: host, Kind: HostOffline, Msg: fmt.Sprintf("host %q is offline (last seen %s ago); call hosts to see which hosts are online",
 			host, r.reg.now().Sub(h.LastSeen).Round(time.Second))}
 	}
-	return nil
+	return h, nil
 }
 
 // send publishes the call, split into parts that fit the server's
 // max_payload. The arguments go straight from the client's request into
 // the parts (nats.go copies each into its buffer), so a large write costs
 // no copy of its content here. Every part carries the call's trace
-// context, when it has one.
-func (r *router) send(c *protocol.Call, tc propagation.MapCarrier) error {
-	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-1024)
+// context, when it has one; the first its signed envelope.
+func (r *router) send(c *protocol.Call, env *protocol.EnvelopeSigner, tc propagation.MapCarrier) error {
+	// Room for the envelope in the first part's headers.
+	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-4096)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
 	traceparent, tracestate := traceHeaders(tc)
+	sign := func(n int64, sum [sha256.Size]byte) (string, error) {
+		return r.signCall(env, c, reply, n, sum), nil
+	}
 	var sendErr error
-	err := protocol.EncodeCallParts(c, size, func(part, parts int, data []byte) error {
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Data: data}.Encode()
+	err := protocol.EncodeCallParts(c, size, sign, func(part, parts int, auth string, data []byte) error {
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Auth: auth, Data: data}.Encode()
 		protocol.SetTrace(h, traceparent, tracestate)
 		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
 		return sendErr
@@ -334,16 +373,21 @@ func (r *router) send(c *protocol.Call, tc propagation.MapCarrier) error {
 	return nil
 }
 
-func (r *router) cancel(host, id, reason string) {
+func (r *router) cancel(env *protocol.EnvelopeSigner, host, id, reason string) {
 	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
-	if err := r.nc.Publish(protocol.CancelSubject(host), data); err != nil {
+	m := &nats.Msg{Subject: protocol.CancelSubject(host), Data: data,
+		Header: nats.Header{protocol.HeaderAuth: {signMessage(env, protocol.MsgCancel, host, id, "", data)}}}
+	if err := r.nc.PublishMsg(m); err != nil {
 		r.log.Warn("send cancel failed", "host", host, "call", id, "err", err)
 	}
 }
 
-func (r *router) fetch(host, id string) {
+func (r *router) fetch(env *protocol.EnvelopeSigner, host, id string) {
 	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	if err := r.nc.PublishRequest(protocol.FetchSubject(host), protocol.ReplySubject(r.inbox, host), data); err != nil {
+	reply := protocol.ReplySubject(r.inbox, host)
+	m := &nats.Msg{Subject: protocol.FetchSubject(host), Reply: reply, Data: data,
+		Header: nats.Header{protocol.HeaderAuth: {signMessage(env, protocol.MsgFetch, host, id, reply, data)}}}
+	if err := r.nc.PublishMsg(m); err != nil {
 		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
 	}
 }
@@ -351,6 +395,9 @@ func (r *router) fetch(host, id string) {
 func (r *router) close() {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
+	}
+	if r.refusedSub != nil {
+		_ = r.refusedSub.Unsubscribe()
 	}
 }
 
@@ -367,6 +414,10 @@ type waiter struct {
 	call    *protocol.Call
 	fl      *inflight
 	onFrame frameFunc
+	// env signs the call's cancels and fetches; receipt, when not nil,
+	// receives the result's receipt as checked.
+	env     *protocol.EnvelopeSigner
+	receipt *AuditReceipt
 
 	// hold, when not nil, keeps what the call's result takes of the
 	// transfer budget; taken counts what the waiter took itself and gives
@@ -407,23 +458,26 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			w.r.cancel(host, id, "caller cancelled")
+			w.r.cancel(w.env, host, id, "caller cancelled")
 			return nil, ctx.Err()
 		case <-deadline:
-			w.r.cancel(host, id, "deadline exceeded")
+			w.r.cancel(w.env, host, id, "deadline exceeded")
 			return nil, &HostError{Host: host, Kind: HostTimeout, Msg: fmt.Sprintf("%s on %s did not finish within %s", w.call.Tool, host, w.call.Timeout())}
 		case now := <-silence.C:
 			if err := w.onSilence(now); err != nil {
-				w.r.cancel(host, id, "host went silent")
+				w.r.cancel(w.env, host, id, "host went silent")
 				return nil, err
 			}
 			if err := w.checkStall(now); err != nil {
-				w.r.cancel(host, id, "result stopped arriving")
+				w.r.cancel(w.env, host, id, "result stopped arriving")
 				return nil, err
 			}
 			silence.Reset(w.r.silence / 2)
 		case <-w.fl.notify:
-			frames, noResponders := w.fl.take()
+			frames, noResponders, refused := w.fl.take()
+			if refused != nil {
+				return nil, refusedError(refused, w.call.Tool)
+			}
 			if noResponders && !w.heard {
 				if w.fetched {
 					// The call went out, then the host fell silent and
@@ -443,7 +497,7 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 				return res, err
 			}
 			if err := w.checkStall(time.Now()); err != nil {
-				w.r.cancel(host, id, "result stopped arriving")
+				w.r.cancel(w.env, host, id, "result stopped arriving")
 				return nil, err
 			}
 		}
@@ -468,7 +522,7 @@ func (w *waiter) checkStall(now time.Time) error {
 	}
 	w.r.log.Warn("result stopped arriving; fetching it again", "host", w.call.Host, "call", w.call.ID, "after", now.Sub(w.partAt).Round(time.Millisecond))
 	w.partAt = now
-	w.r.fetch(w.call.Host, w.call.ID)
+	w.r.fetch(w.env, w.call.Host, w.call.ID)
 	return nil
 }
 
@@ -516,7 +570,7 @@ func (w *waiter) reserve(received int64) (waited bool, err error) {
 	w.keep(need)
 	w.fl.discardResults(false)
 	w.lastHeard, w.partAt = time.Now(), time.Now()
-	w.r.fetch(w.call.Host, w.call.ID)
+	w.r.fetch(w.env, w.call.Host, w.call.ID)
 	return true, nil
 }
 
@@ -552,7 +606,7 @@ func (w *waiter) onSilence(now time.Time) error {
 			w.call.Host, w.call.Tool, quiet.Round(100*time.Millisecond))}
 	}
 	w.fetched = true
-	w.r.fetch(w.call.Host, w.call.ID)
+	w.r.fetch(w.env, w.call.Host, w.call.ID)
 	return nil
 }
 
@@ -594,7 +648,7 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 			}
 			w.r.log.Warn("result frames lost; fetching the result again", "host", w.call.Host, "call", w.call.ID, "err", err)
 			w.partAt = time.Now()
-			w.r.fetch(w.call.Host, w.call.ID)
+			w.r.fetch(w.env, w.call.Host, w.call.ID)
 			return nil, nil
 		}
 		if !done {
@@ -606,6 +660,9 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		}
 		if res.CallID != w.call.ID {
 			return nil, &HostError{Host: w.call.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("host %s answered call %s with the result of call %s", w.call.Host, w.call.ID, res.CallID)}
+		}
+		if err := w.r.checkReceipt(w.call, res, w.asm.Bytes(), f.Receipt, w.receipt); err != nil {
+			return nil, err
 		}
 		return res, nil
 	}

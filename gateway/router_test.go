@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func newTestRouter(t *testing.T, ns *server.Server, host string, silence time.Du
 		}
 	}
 	nc := connectNATS(t, ns, "gateway")
-	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil)
+	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil, testGatewayKey(), testHostKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +81,12 @@ type receivedCall struct {
 type receivedFetch struct {
 	fetch protocol.Fetch
 	reply string
+	auth  string
+}
+
+type receivedCancel struct {
+	protocol.Cancel
+	auth string
 }
 
 // fakeAgent plays an agent with plain subscriptions on the host's
@@ -90,7 +97,7 @@ type fakeAgent struct {
 	host    string
 	nc      *nats.Conn
 	calls   chan receivedCall
-	cancels chan protocol.Cancel
+	cancels chan receivedCancel
 	fetches chan receivedFetch
 	errs    chan error
 	asm     map[string]*receivedCall // only touched by the call callback
@@ -103,7 +110,7 @@ func newFakeAgent(t *testing.T, ns *server.Server, host string) *fakeAgent {
 	fa := &fakeAgent{
 		host:    host,
 		calls:   make(chan receivedCall, 16),
-		cancels: make(chan protocol.Cancel, 16),
+		cancels: make(chan receivedCancel, 16),
 		fetches: make(chan receivedFetch, 64),
 		errs:    make(chan error, 64),
 		asm:     make(map[string]*receivedCall),
@@ -187,7 +194,7 @@ func (fa *fakeAgent) onCancel(m *nats.Msg) {
 		fa.fail("cancel is not JSON: %v", err)
 		return
 	}
-	fa.cancels <- c
+	fa.cancels <- receivedCancel{Cancel: c, auth: m.Header.Get(protocol.HeaderAuth)}
 }
 
 func (fa *fakeAgent) onFetch(m *nats.Msg) {
@@ -199,7 +206,7 @@ func (fa *fakeAgent) onFetch(m *nats.Msg) {
 	if m.Reply == "" {
 		fa.fail("fetch for %s has no reply subject", f.CallID)
 	}
-	fa.fetches <- receivedFetch{fetch: f, reply: m.Reply}
+	fa.fetches <- receivedFetch{fetch: f, reply: m.Reply, auth: m.Header.Get(protocol.HeaderAuth)}
 }
 
 // send publishes one frame to reply.
@@ -213,7 +220,7 @@ func (fa *fakeAgent) send(t *testing.T, reply string, f protocol.Frame) {
 
 // resultFrames encodes res as KindResult frames of at most chunk bytes,
 // numbered from seq+1.
-func resultFrames(t *testing.T, res *protocol.Result, chunk int, seq uint64) []protocol.Frame {
+func resultFrames(t *testing.T, host string, res *protocol.Result, chunk int, seq uint64) []protocol.Frame {
 	t.Helper()
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
@@ -227,13 +234,14 @@ func resultFrames(t *testing.T, res *protocol.Result, chunk int, seq uint64) []p
 	for i, p := range parts {
 		frames[i] = protocol.Frame{Kind: protocol.KindResult, CallID: res.CallID, Seq: seq + uint64(i) + 1, Part: i + 1, Parts: len(parts), Data: p}
 	}
+	frames[len(frames)-1].Receipt = testReceipt(t, host, res, data)
 	return frames
 }
 
 // sendResult publishes res to reply in one part.
 func (fa *fakeAgent) sendResult(t *testing.T, reply string, res *protocol.Result) {
 	t.Helper()
-	for _, f := range resultFrames(t, res, 1<<20, 0) {
+	for _, f := range resultFrames(t, fa.host, res, 1<<20, 0) {
 		fa.send(t, reply, f)
 	}
 }
@@ -314,7 +322,7 @@ func TestRouterPlainResult(t *testing.T) {
 	done := startCall(context.Background(), r, req, nil)
 	rc := recv(t, fa.calls, "call")
 	c := rc.call
-	if c.Protocol != protocol.Version || c.Host != "web-1" || c.Tool != "bash" || c.Caller != req.Caller ||
+	if c.Protocol != protocol.Version || c.Host != "web-1" || c.Tool != "bash" || !reflect.DeepEqual(c.Caller, req.Caller) ||
 		c.TimeoutMS != time.Minute.Milliseconds() || !bytes.Equal(c.Args, req.Args) {
 		t.Errorf("agent received %+v, want the request %+v", c, req)
 	}
@@ -373,7 +381,7 @@ func TestRouterFramesInOrder(t *testing.T) {
 	for _, f := range sent {
 		fa.send(t, rc.reply, f)
 	}
-	fa.send(t, rc.reply, resultFrames(t, &protocol.Result{CallID: id, Content: []protocol.Content{protocol.Text("done")}}, 1<<20, uint64(len(sent)))[0])
+	fa.send(t, rc.reply, resultFrames(t, "web-1", &protocol.Result{CallID: id, Content: []protocol.Content{protocol.Text("done")}}, 1<<20, uint64(len(sent)))[0])
 	out := recv(t, done, "call result")
 	if out.err != nil {
 		t.Fatal(out.err)
@@ -409,7 +417,7 @@ func TestRouterMultiPartResult(t *testing.T) {
 	rc := recv(t, fa.calls, "call")
 	text := bigText(200 << 10)
 	png := bytes.Repeat([]byte{0x89, 'P', 'N', 'G', 0}, 5000)
-	frames := resultFrames(t, &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{
+	frames := resultFrames(t, "web-1", &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{
 		protocol.Text(text), {Type: "image", MIMEType: "image/png", Data: png},
 	}, Structured: json.RawMessage(`{"lines":1}`)}, protocol.ChunkSize, 0)
 	if len(frames) < 5 {
@@ -455,7 +463,7 @@ func TestRouterFetchesLostResultParts(t *testing.T) {
 			done := startCall(context.Background(), r, bashCall("web-1", "cat file"), nil)
 			rc := recv(t, fa.calls, "call")
 			text := bigText(100 << 10)
-			frames := resultFrames(t, &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text(text)}}, 40<<10, 0)
+			frames := resultFrames(t, "web-1", &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text(text)}}, 40<<10, 0)
 			if len(frames) != 3 {
 				t.Fatalf("result has %d parts, want 3", len(frames))
 			}
@@ -502,7 +510,7 @@ func TestRouterLateResultPartsDoNotRefetch(t *testing.T) {
 	rc := recv(t, fa.calls, "call")
 	id := rc.call.ID
 	text := bigText(64 << 10)
-	frames := resultFrames(t, &protocol.Result{CallID: id, Content: []protocol.Content{protocol.Text(text)}}, 8<<10, 0)
+	frames := resultFrames(t, "web-1", &protocol.Result{CallID: id, Content: []protocol.Content{protocol.Text(text)}}, 8<<10, 0)
 	if len(frames) != 9 {
 		t.Fatalf("result has %d parts, want 9", len(frames))
 	}
@@ -809,7 +817,7 @@ func TestRouterRejectsForeignResult(t *testing.T) {
 	done := startCall(context.Background(), r, bashCall("web-1", "true"), nil)
 	rc := recv(t, fa.calls, "call")
 	res := &protocol.Result{CallID: "other-call"}
-	for _, f := range resultFrames(t, res, 1<<20, 0) {
+	for _, f := range resultFrames(t, "web-1", res, 1<<20, 0) {
 		f.CallID = rc.call.ID
 		fa.send(t, rc.reply, f)
 	}

@@ -6,36 +6,70 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// This file keeps the gateway's ed25519 signing key, with which it signs
-// skill manifests and desired states (protocol.SignBytes). Agents learn
-// the public keys when they enrol and trust nothing else, so replicas of
-// one fleet must share the key: copy DATA_DIR/signing/gateway.key, or
-// point --signing_key at one file. Older public keys listed in
-// previous.keys beside the key file stay trusted while agents move on.
+// This file keeps the gateway's ed25519 signing keys, with which it signs
+// every message that makes an agent act (protocol/envelope.go), skill
+// manifests and desired states. Agents learn the public keys when they
+// enrol and trust nothing else, so the replicas of one fleet share the
+// keys: copy the whole signing directory (DATA_DIR/signing, or the
+// directory of --signing_key), and reload or restart them.
+//
+// The directory holds:
+//
+//	gateway.key     the key the gateway signs with (a seed, 0600)
+//	retiring.key    during a rotation, the key before it (0600)
+//	keysets.json    the chain of key sets agents move on with
+//	previous.keys   before any rotation: older public keys still trusted
+//
+// A rotation (RotateSigningKey, fleet-gateway signing-key rotate) makes a
+// new key and adds a key set with the new key and the old one, signed by
+// both: agents take it in as they connect or when a gateway pushes it,
+// and the gateway signs each host's messages with the newest key the
+// host announces it trusts (protocol.Announce.TrustedKeys), so no call
+// fails during the overlap. Retiring the old key (RetireSigningKey)
+// adds a set with the new key alone, signed by it; agents then refuse
+// the old key.
 
 const (
 	signingDir      = "signing"
 	signingKeyFile  = "gateway.key"
+	retiringKeyFile = "retiring.key"
+	keySetsFile     = "keysets.json"
 	previousKeyFile = "previous.keys"
 	seedPrefix      = "ed25519-seed:"
 )
 
-// signingKey is the gateway's signing key and the public keys it hands
-// agents (the current one first).
+// signingKey is the gateway's signing keys. Reload swaps their state.
 type signingKey struct {
-	priv    ed25519.PrivateKey
+	path string
+	st   atomic.Pointer[keyState]
+}
+
+// keyState is the signing keys as loaded.
+type keyState struct {
+	priv ed25519.PrivateKey
+	env  *protocol.EnvelopeSigner
+	// retiring is the key before priv during a rotation (nil: none).
+	retiring    ed25519.PrivateKey
+	retiringEnv *protocol.EnvelopeSigner
+	// trusted are the public keys agents trust: those of the latest key
+	// set, or, before any, the current key and previous.keys.
 	trusted []string
-	path    string
+	// chain is the key set chain; serial its latest set's (0: none).
+	chain  protocol.KeySetChain
+	serial uint64
 }
 
 // signingKeyPath is where the key lives: the configured file, else
@@ -50,29 +84,118 @@ func signingKeyPath(cfg *Config) string {
 	return ""
 }
 
-// loadOrCreateSigningKey reads the key at path, generating it when the
-// file does not exist (only in the data directory: a configured file
+// loadOrCreateSigningKey reads the keys at path, generating the key when
+// the file does not exist (only in the data directory: a configured file
 // must exist).
 func loadOrCreateSigningKey(path string, create bool) (*signingKey, error) {
-	priv, err := readSigningKey(path)
-	if errors.Is(err, os.ErrNotExist) && create {
-		priv, err = createSigningKey(path)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && create {
+		if _, err := createSigningKey(path); err != nil {
+			return nil, err
+		}
 	}
+	k := &signingKey{path: path}
+	if err := k.reload(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// reload reads the signing directory again and puts it in force; it
+// reports nothing changed on error, leaving the keys as they were.
+func (k *signingKey) reload() error {
+	st, err := loadKeyState(k.path)
+	if err != nil {
+		return err
+	}
+	k.st.Store(st)
+	return nil
+}
+
+// loadKeyState reads and checks the signing directory of path.
+func loadKeyState(path string) (*keyState, error) {
+	priv, err := readSigningKey(path)
 	if err != nil {
 		return nil, err
 	}
-	pub, _ := priv.Public().(ed25519.PublicKey)
-	k := &signingKey{priv: priv, path: path, trusted: []string{protocol.FormatSigningKey(pub)}}
-	prev, err := readPreviousKeys(filepath.Join(filepath.Dir(path), previousKeyFile))
+	dir := filepath.Dir(path)
+	st := &keyState{priv: priv, env: protocol.NewEnvelopeSigner(priv)}
+	if st.retiring, err = readSigningKey(filepath.Join(dir, retiringKeyFile)); errors.Is(err, os.ErrNotExist) {
+		st.retiring = nil
+	} else if err != nil {
+		return nil, err
+	} else {
+		st.retiringEnv = protocol.NewEnvelopeSigner(st.retiring)
+	}
+	chain, err := readKeySets(filepath.Join(dir, keySetsFile))
+	if err != nil {
+		return nil, err
+	}
+	st.chain = chain
+	cur := publicOf(priv)
+	if n := len(chain.Sets); n > 0 {
+		last := chain.Sets[n-1].Set
+		st.trusted, st.serial = slices.Clone(last.Keys), last.Serial
+		if last.Keys[0] != cur {
+			return nil, fmt.Errorf("%s is not the first key of the latest key set in %s: the files come from different rotations; copy the whole %s directory from where the last rotation was made",
+				path, keySetsFile, dir)
+		}
+		if st.retiring != nil && !slices.Contains(last.Keys, publicOf(st.retiring)) {
+			return nil, fmt.Errorf("%s holds a key the latest key set in %s no longer lists: it was retired; remove %s", retiringKeyFile, keySetsFile, retiringKeyFile)
+		}
+		return st, nil
+	}
+	if st.retiring != nil {
+		return nil, fmt.Errorf("%s exists but %s does not: the directory is from an interrupted rotation; copy the whole %s directory from where it was made", retiringKeyFile, keySetsFile, dir)
+	}
+	st.trusted = []string{cur}
+	prev, err := readPreviousKeys(filepath.Join(dir, previousKeyFile))
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range prev {
-		if !slices.Contains(k.trusted, p) {
-			k.trusted = append(k.trusted, p)
+		if !slices.Contains(st.trusted, p) {
+			st.trusted = append(st.trusted, p)
 		}
 	}
-	return k, nil
+	return st, nil
+}
+
+func publicOf(priv ed25519.PrivateKey) string {
+	pub, _ := priv.Public().(ed25519.PublicKey)
+	return protocol.FormatSigningKey(pub)
+}
+
+// readKeySets reads keysets.json (none: an empty chain) and checks it:
+// serials one after another, each set signed by a key of the set before.
+func readKeySets(path string) (protocol.KeySetChain, error) {
+	var chain protocol.KeySetChain
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return chain, nil
+	}
+	if err != nil {
+		return chain, fmt.Errorf("gateway key sets: %w", err)
+	}
+	if err := json.Unmarshal(data, &chain); err != nil {
+		return chain, fmt.Errorf("%s is damaged (%v): copy it from another replica's signing directory", path, err)
+	}
+	if len(chain.Sets) == 0 {
+		return chain, nil
+	}
+	first := chain.Sets[0].Set
+	if err := first.Validate(); err != nil {
+		return chain, fmt.Errorf("%s: %w", path, err)
+	}
+	for i := 1; i < len(chain.Sets); i++ {
+		if chain.Sets[i].Set.Serial != chain.Sets[i-1].Set.Serial+1 {
+			return chain, fmt.Errorf("%s: key set %d follows set %d; serials go up one at a time", path, chain.Sets[i].Set.Serial, chain.Sets[i-1].Set.Serial)
+		}
+	}
+	end, err := protocol.KeyState{Serial: first.Serial, Keys: first.Keys}.Apply(&chain)
+	if err != nil || end.Serial != chain.Sets[len(chain.Sets)-1].Set.Serial {
+		return chain, fmt.Errorf("%s: the chain does not hold together: %v", path, err)
+	}
+	return chain, nil
 }
 
 func createSigningKey(path string) (ed25519.PrivateKey, error) {
@@ -83,11 +206,14 @@ func createSigningKey(path string) (ed25519.PrivateKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("gateway signing key: %w", err)
 	}
-	line := seedPrefix + base64.RawURLEncoding.EncodeToString(priv.Seed()) + "\n"
-	if err := writeFileAtomic(path, []byte(line), 0o600); err != nil {
+	if err := writeFileAtomic(path, seedLine(priv), 0o600); err != nil {
 		return nil, fmt.Errorf("store the gateway signing key: %w", err)
 	}
 	return priv, nil
+}
+
+func seedLine(priv ed25519.PrivateKey) []byte {
+	return []byte(seedPrefix + base64.RawURLEncoding.EncodeToString(priv.Seed()) + "\n")
 }
 
 // readSigningKey reads a seed file; its error wraps os.ErrNotExist when
@@ -140,28 +266,80 @@ func readPreviousKeys(path string) ([]string, error) {
 	return out, nil
 }
 
-// sign signs msg for purpose.
+// sign signs msg for purpose with the current key.
 func (k *signingKey) sign(purpose string, msg []byte) protocol.Signature {
-	return protocol.SignBytes(k.priv, purpose, msg)
+	return protocol.SignBytes(k.st.Load().priv, purpose, msg)
 }
+
+// resign returns sig, over msg for purpose, made with the current key: a
+// signature by another key the gateway takes its own signatures by (the
+// retiring key, an older current one) is made again; any other is
+// returned as it is.
+func (k *signingKey) resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
+	st := k.st.Load()
+	if sig.Key == publicOf(st.priv) || protocol.VerifyBytes(k.verifiable(), purpose, msg, sig) != nil {
+		return sig
+	}
+	return protocol.SignBytes(st.priv, purpose, msg)
+}
+
+// trusted returns the public keys agents trust, the current one first.
+func (k *signingKey) trusted() []string { return slices.Clone(k.st.Load().trusted) }
+
+// verifiable returns the keys the gateway takes its own signatures by:
+// those agents trust, and the retiring key.
+func (k *signingKey) verifiable() []string {
+	st := k.st.Load()
+	out := slices.Clone(st.trusted)
+	if st.retiring != nil && !slices.Contains(out, publicOf(st.retiring)) {
+		out = append(out, publicOf(st.retiring))
+	}
+	return out
+}
+
+// chain returns the key set chain and its serial.
+func (k *signingKey) chain() (protocol.KeySetChain, uint64) {
+	st := k.st.Load()
+	return st.chain, st.serial
+}
+
+// envelopeSigner returns the signer for a host that trusts the keys ids
+// (its announce's TrustedKeys): the current key when it trusts it, else
+// the retiring key when it trusts that; nil when it trusts neither.
+func (k *signingKey) envelopeSigner(ids []string) *protocol.EnvelopeSigner {
+	st := k.st.Load()
+	switch {
+	case slices.Contains(ids, st.env.KeyID()):
+		return st.env
+	case st.retiringEnv != nil && slices.Contains(ids, st.retiringEnv.KeyID()):
+		return st.retiringEnv
+	}
+	return nil
+}
+
+// serial is the serial of the latest key set (0: none).
+func (k *signingKey) serial() uint64 { return k.st.Load().serial }
+
+// currentKeyID is the id of the key the gateway signs with.
+func (k *signingKey) currentKeyID() string { return k.st.Load().env.KeyID() }
 
 // SigningKeys returns the public keys agents trust for this gateway's
-// signatures (protocol.FormatSigningKey): the current key first, then
-// older ones kept for rotation. Empty when the gateway has no signing
-// key (an external cluster without --signing_key or --data_dir).
-func (g *Gateway) SigningKeys() []string {
-	if g.signer == nil {
-		return nil
-	}
-	return slices.Clone(g.signer.trusted)
+// signatures (protocol.FormatSigningKey): the current key first.
+func (g *Gateway) SigningKeys() []string { return g.signer.trusted() }
+
+// SigningKeySerial returns the serial of the key set SigningKeys come
+// from (0: no rotation yet).
+func (g *Gateway) SigningKeySerial() uint64 {
+	_, serial := g.signer.chain()
+	return serial
 }
 
-// openSigningKey loads (or makes) the signing key at start.
+// openSigningKey loads (or makes) the signing key at start. Every
+// gateway has one: calls are signed.
 func (g *Gateway) openSigningKey() error {
 	path := signingKeyPath(&g.cfg)
 	if path == "" {
-		g.log.Warn("no gateway signing key: skill rollout is off; set --signing_key FILE (shared by the replicas) or --data_dir")
-		return nil
+		return errors.New("the gateway needs a signing key: set --signing_key FILE (shared by the replicas; fleet-gateway nats-setup writes one) or --data_dir")
 	}
 	k, err := loadOrCreateSigningKey(path, g.cfg.SigningKeyFile == "")
 	if err != nil {
@@ -169,4 +347,93 @@ func (g *Gateway) openSigningKey() error {
 	}
 	g.signer = k
 	return nil
+}
+
+// RotationReport says what a rotation or a retirement did.
+type RotationReport struct {
+	// Serial is the new key set's; Keys its keys, the one the gateway
+	// signs with first.
+	Serial uint64
+	Keys   []string
+	Dir    string
+}
+
+// RotateSigningKey starts a rotation of the signing key at path (the
+// gateway's --signing_key, or DATA_DIR/signing/gateway.key): it makes a
+// new key, keeps the current one as retiring.key, and adds a key set of
+// both, signed by both, to keysets.json. Gateways that load the
+// directory (copy it to every replica, then reload) sign each host's
+// messages with the new key once the host has taken in the new set.
+func RotateSigningKey(path string, now time.Time) (*RotationReport, error) {
+	st, err := loadKeyState(path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	if st.retiring != nil {
+		return nil, fmt.Errorf("a rotation is under way already (%s exists): retire the old key first (fleet-gateway signing-key retire)", filepath.Join(dir, retiringKeyFile))
+	}
+	if len(st.chain.Sets) >= protocol.MaxKeySets {
+		return nil, fmt.Errorf("%s holds %d key sets, the most agents take: hosts that missed them all must enrol again anyway; start a new chain by enrolling the fleet again", keySetsFile, len(st.chain.Sets))
+	}
+	_, next, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate the new signing key: %w", err)
+	}
+	set := protocol.KeySet{Serial: st.serial + 1, Keys: []string{publicOf(next), publicOf(st.priv)}, At: now.UTC()}
+	signed, err := protocol.SignKeySet(set, st.priv, next)
+	if err != nil {
+		return nil, err
+	}
+	chain := st.chain
+	chain.Sets = append(slices.Clone(chain.Sets), signed)
+	data, err := json.MarshalIndent(chain, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	// The old key first, so that a rotation cut short leaves a
+	// directory the gateway refuses with a clear message rather than
+	// one that lost a key.
+	if err := writeFileAtomic(filepath.Join(dir, retiringKeyFile), seedLine(st.priv), 0o600); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, keySetsFile), append(data, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(path, seedLine(next), 0o600); err != nil {
+		return nil, err
+	}
+	return &RotationReport{Serial: set.Serial, Keys: set.Keys, Dir: dir}, nil
+}
+
+// RetireSigningKey ends a rotation: it adds a key set of the current key
+// alone, signed by it, and removes retiring.key. Agents that take the
+// set in refuse the old key from then on.
+func RetireSigningKey(path string, now time.Time) (*RotationReport, error) {
+	st, err := loadKeyState(path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	if st.retiring == nil {
+		return nil, fmt.Errorf("no rotation is under way (%s does not exist): there is no old key to retire", filepath.Join(dir, retiringKeyFile))
+	}
+	set := protocol.KeySet{Serial: st.serial + 1, Keys: []string{publicOf(st.priv)}, At: now.UTC()}
+	signed, err := protocol.SignKeySet(set, st.priv)
+	if err != nil {
+		return nil, err
+	}
+	chain := st.chain
+	chain.Sets = append(slices.Clone(chain.Sets), signed)
+	data, err := json.MarshalIndent(chain, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, keySetsFile), append(data, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(dir, retiringKeyFile)); err != nil {
+		return nil, fmt.Errorf("remove the retired key: %w", err)
+	}
+	return &RotationReport{Serial: set.Serial, Keys: set.Keys, Dir: dir}, nil
 }

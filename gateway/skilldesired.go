@@ -49,7 +49,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 			next.Skills = map[string]protocol.DesiredSkill{}
 		}
 		if !change(next.Skills) {
-			_ = s.nc.Publish(protocol.SkillsPokeSubject(host), nil)
+			s.opts.poke(host)
 			return before, nil
 		}
 		data, err := json.Marshal(&protocol.SignedDesiredState{State: next, Signature: s.signer.sign(protocol.PurposeDesired, next.CanonicalBytes())})
@@ -64,7 +64,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 		}
 		cancel()
 		if err == nil {
-			_ = s.nc.Publish(protocol.SkillsPokeSubject(host), nil)
+			s.opts.poke(host)
 			return before, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || ctx.Err() != nil || attempt > 20 {
@@ -75,9 +75,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 
 // readDesired reads host's desired state and its revision (0: none).
 func (s *skillService) readDesired(ctx context.Context, host string) (protocol.DesiredState, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.desired.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return protocol.DesiredState{Host: host}, 0, nil
 	}
@@ -90,7 +88,7 @@ func (s *skillService) readDesired(ctx context.Context, host string) (protocol.D
 	}
 	// Only a record this fleet's key signed for this host is carried on:
 	// whatever else is there is never signed again as this host's.
-	if err := protocol.VerifyBytes(s.signer.trusted, protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature); err != nil || sd.State.Host != host {
+	if err := protocol.VerifyBytes(s.signer.verifiable(), protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature); err != nil || sd.State.Host != host {
 		s.log.Warn("skills: the desired state of a host is not one this fleet signed for it; starting it afresh", "host", host, "err", err)
 		return protocol.DesiredState{Host: host, Revision: sd.State.Revision}, e.Revision(), nil
 	}

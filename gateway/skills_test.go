@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -119,7 +120,7 @@ func TestSkillPushVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := protocol.VerifyBytes(key.trusted, protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature); err != nil {
+	if err := protocol.VerifyBytes(key.trusted(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Manifest.Files[2].Path != "scripts/run.sh" || rec.Manifest.Files[2].Mode != 0o755 {
@@ -274,5 +275,58 @@ func TestBlobCacheBound(t *testing.T) {
 	}
 	if n, _ := c.stats(); n > 100 {
 		t.Fatalf("a file over the bound was kept: %d bytes", n)
+	}
+}
+
+// TestSkillRecordsResigned: during a rotation the stored manifests and
+// desired states are signed again with the new key, so that after the
+// old key is retired hosts still take them; a record the fleet never
+// signed is left as it is.
+func TestSkillRecordsResigned(t *testing.T) {
+	ns := startJetStream(t)
+	_, oldPriv, _ := ed25519.GenerateKey(nil)
+	key := memorySigningKey(oldPriv, nil)
+	s := testSkills(t, ns, newFakeFleet("web-1"), key, "a")
+	ctx := context.Background()
+	pushed, err := s.push(ctx, "deploy", []pushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.setDesired(ctx, "web-1", func(m map[string]protocol.DesiredSkill) bool {
+		m["deploy"] = protocol.DesiredSkill{BundleID: pushed.BundleID, Rollout: "r-1"}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, rogue, _ := ed25519.GenerateKey(nil)
+	foreign, _ := json.Marshal(&protocol.SignedDesiredState{State: protocol.DesiredState{Host: "web-2", Revision: 1},
+		Signature: protocol.SignBytes(rogue, protocol.PurposeDesired, (&protocol.DesiredState{Host: "web-2", Revision: 1}).CanonicalBytes())})
+	if _, err := s.desired.Put(ctx, "web-2", foreign); err != nil {
+		t.Fatal(err)
+	}
+	// Rotate: a new current key, the old one retiring.
+	_, newPriv, _ := ed25519.GenerateKey(nil)
+	key.st.Store(memorySigningKey(newPriv, oldPriv).st.Load())
+	n, err := s.resignStored(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("re-signed %d records (%v), want the manifest and web-1's state", n, err)
+	}
+	// Retire: only the new key is left.
+	key.st.Store(memorySigningKey(newPriv, nil).st.Load())
+	d, _, err := s.readDesired(ctx, "web-1")
+	if err != nil || d.Skills["deploy"].BundleID != pushed.BundleID {
+		t.Errorf("web-1's desired state after the retirement: %+v, %v", d, err)
+	}
+	// The gateways' copy of the manifest follows the bucket.
+	waitUntil(t, "the manifest signed with the new key", func() bool {
+		rec, err := s.bundle(ctx, strings.TrimPrefix(pushed.BundleID, "sha256:"))
+		return err == nil && protocol.VerifyBytes(key.trusted(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature) == nil
+	})
+	e, _ := s.desired.Get(ctx, "web-2")
+	if string(e.Value()) != string(foreign) {
+		t.Error("a record the fleet never signed was signed again")
+	}
+	if n, err := s.resignStored(ctx); err != nil || n != 0 {
+		t.Errorf("a second pass re-signed %d records (%v)", n, err)
 	}
 }

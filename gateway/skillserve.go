@@ -97,7 +97,7 @@ func (s *skillService) answer(m *nats.Msg) {
 // Status 404 when it has none.
 func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host string) {
 	out := nats.NewMsg(m.Reply)
-	e, err := s.desired.Get(ctx, host)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		out.Header.Set("Status", "404")
@@ -107,7 +107,7 @@ func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host stri
 	default:
 		out.Header.Set("Nats-Subject", "$KV."+protocol.SkillsDesiredBucket+"."+host)
 		out.Header.Set("Nats-Sequence", fmt.Sprint(e.Revision()))
-		out.Data = e.Value()
+		out.Data = s.resignDesired(e.Value())
 	}
 	_ = m.RespondMsg(out)
 }
@@ -132,7 +132,9 @@ func (s *skillService) answerManifest(ctx context.Context, m *nats.Msg) {
 		s.replyError(m, protocol.APIUnavailable, err.Error())
 		return
 	}
-	data, _ := json.Marshal(&rec.SignedManifest)
+	sm := rec.SignedManifest
+	sm.Signature = s.signer.resign(protocol.PurposeManifest, sm.Manifest.CanonicalBytes(), sm.Signature)
+	data, _ := json.Marshal(&sm)
 	_ = m.Respond(data)
 }
 
@@ -287,4 +289,24 @@ func (c *blobCache) stats() (bytes, loads int64) {
 func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// resignDesired returns a stored desired state signed with the current
+// key: one signed with an older key of this fleet (before a rotation) is
+// signed again, so that hosts that retired that key still take it.
+// Anything else is passed on as it is, for the agent to refuse.
+func (s *skillService) resignDesired(data []byte) []byte {
+	var sd protocol.SignedDesiredState
+	if json.Unmarshal(data, &sd) != nil {
+		return data
+	}
+	sig := s.signer.resign(protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature)
+	if sig == sd.Signature {
+		return data
+	}
+	sd.Signature = sig
+	if out, err := json.Marshal(&sd); err == nil {
+		return out
+	}
+	return data
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,7 +83,12 @@ func testSkills(t *testing.T, ns *server.Server, fleet fleetView, key *signingKe
 	t.Helper()
 	nc := connectNATS(t, ns, "gateway "+id)
 	s, err := openSkillService(nc, key, fleet, skillOptions{replicas: 1, leaderTTL: 2 * time.Second, tick: 20 * time.Millisecond,
-		cacheBytes: 8 << 20, id: id}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
+		cacheBytes: 8 << 20, id: id,
+		// The simulated agents of these tests take pokes as they come;
+		// the agents' check of their signatures is tested with the
+		// agent.
+		poke: func(host string) { _ = nc.Publish(protocol.SkillsPokeSubject(host), nil) },
+	}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +136,7 @@ type simAgent struct {
 	mu       sync.Mutex
 	behave   string
 	hold     chan struct{}
+	deaf     atomic.Bool       // pokes are dropped
 	active   map[string]string // skill -> bundle
 	states   map[string]protocol.SkillState
 	revision uint64
@@ -145,7 +152,11 @@ func startSimAgent(t *testing.T, ns *server.Server, host string, trusted []strin
 	a := &simAgent{t: t, host: host, trusted: trusted, behave: behave, active: map[string]string{}, states: map[string]protocol.SkillState{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	a.nc = connectNATS(t, ns, "agent "+host)
-	if _, err := a.nc.Subscribe(protocol.SkillsPokeSubject(host), func(*nats.Msg) { a.poke() }); err != nil {
+	if _, err := a.nc.Subscribe(protocol.SkillsPokeSubject(host), func(*nats.Msg) {
+		if !a.deaf.Load() {
+			a.poke()
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.nc.Flush(); err != nil {
@@ -199,7 +210,7 @@ var errSimStopped = errors.New("stopped")
 
 // sync reads the desired state and acts on it.
 func (a *simAgent) sync() error {
-	m, err := agentRequest(a.nc, protocol.SkillsDesiredSubject(a.host), nil, 3*time.Second)
+	m, err := request(a.nc, protocol.SkillsDesiredSubject(a.host), nil)
 	if err != nil {
 		return fmt.Errorf("read the desired state: %w", err)
 	}

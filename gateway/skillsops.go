@@ -19,17 +19,11 @@ import (
 // audit record (the MCP tools call the unexported operations: the guard
 // records their calls).
 
-// openSkills loads the signing key and opens the skill service.
+// openSkills opens the skill service (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
-	if err := g.openSigningKey(); err != nil {
-		return err
-	}
-	if g.signer == nil {
-		return nil
-	}
 	host, _ := os.Hostname()
 	s, err := openSkillService(g.nc, g.signer, gatewayFleet{g}, skillOptions{replicas: g.cfg.Hosts.Replicas,
-		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6)},
+		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6), poke: g.pokeHost},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err

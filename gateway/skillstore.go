@@ -28,7 +28,7 @@ import (
 // files first and the manifest last, so no manifest ever names a missing
 // file, and the same bundle pushed twice is one version. Every gateway
 // follows the manifests and the rollouts with one watch each, and the
-// hosts' status reports with one ordered consumer (skillstatus.go): what
+// hosts' status reports with one ordered consumer (skilldesired.go): what
 // a gateway holds of skills does not depend on how many hosts there are.
 
 // Buckets of the skill store (besides protocol.SkillsDesiredBucket).
@@ -82,6 +82,9 @@ type skillOptions struct {
 	cacheBytes int64
 	// id names this replica in the leader key.
 	id string
+	// poke tells host to read its desired state now (a signed message:
+	// Gateway.pokeHost); required.
+	poke func(host string)
 }
 
 // skillService is one gateway's part of skill rollout.
@@ -133,6 +136,9 @@ type rolloutEntry struct {
 // manifests and rollouts, and starts serving agents and (when elected)
 // driving rollouts.
 func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts skillOptions, log *slog.Logger) (*skillService, error) {
+	if opts.poke == nil {
+		return nil, errors.New("skills: no way to poke hosts")
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("skills: %w", err)
@@ -166,6 +172,39 @@ func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts s
 	return s, nil
 }
 
+// leaderStorage is where the leader lease lives: in memory on one
+// server; on a cluster in files, because a replicated memory stream does
+// not come back when a quorum of its servers restarts (they restart
+// without its state), and the rollout controller would never find its
+// lease again.
+func leaderStorage(replicas int) jetstream.StorageType {
+	if replicas > 1 {
+		return jetstream.FileStorage
+	}
+	return jetstream.MemoryStorage
+}
+
+// dropMemoryLeader deletes a leader bucket kept in memory when kc keeps
+// it in files (a gateway of an older version made it so): JetStream does
+// not change a stream's storage, and the lease it holds is only a lease
+// (the controllers take it again within its TTL).
+func (s *skillService) dropMemoryLeader(kc jetstream.KeyValueConfig) {
+	if kc.Storage != jetstream.FileStorage {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, jsTimeout)
+	defer cancel()
+	info, err := s.js.Stream(ctx, "KV_"+kc.Bucket)
+	if err != nil || info.CachedInfo().Config.Storage == jetstream.FileStorage {
+		return
+	}
+	if err := s.js.DeleteKeyValue(ctx, kc.Bucket); err != nil {
+		s.log.Warn("skills: the rollout leader bucket is kept in memory and could not be moved to files", "err", err)
+		return
+	}
+	s.log.Info("skills: the rollout leader bucket moved from memory to files (a replicated memory bucket does not survive a quorum's restart)")
+}
+
 func (s *skillService) openBuckets() error {
 	r := s.opts.replicas
 	kvs := []struct {
@@ -175,9 +214,12 @@ func (s *skillService) openBuckets() error {
 		{&s.bundles, jetstream.KeyValueConfig{Bucket: skillBundlesBucket, Description: "fleetmcp skill bundles: signed manifests by bundle ID", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
 		{&s.desired, jetstream.KeyValueConfig{Bucket: protocol.SkillsDesiredBucket, Description: "fleetmcp desired skills per host, signed", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
 		{&s.rolls, jetstream.KeyValueConfig{Bucket: rolloutsBucket, Description: "fleetmcp skill rollouts", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
-		{&s.leader, jetstream.KeyValueConfig{Bucket: leaderBucket, Description: "fleetmcp rollout controller leader", History: 1, TTL: s.opts.leaderTTL, Storage: jetstream.MemoryStorage, Replicas: r}},
+		{&s.leader, jetstream.KeyValueConfig{Bucket: leaderBucket, Description: "fleetmcp rollout controller leader", History: 1, TTL: s.opts.leaderTTL, Storage: leaderStorage(r), Replicas: r}},
 	}
 	for _, b := range kvs {
+		if b.kc.Bucket == leaderBucket {
+			s.dropMemoryLeader(b.kc)
+		}
 		kv, err := ensureBucket(s.js, agentsLoadTimeout, b.kc)
 		if err != nil {
 			return fmt.Errorf("skills: %w", err)
@@ -386,9 +428,7 @@ func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, e
 	if ok {
 		return rec, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.bundles.Get(ctx, key)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.bundles.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return nil, fmt.Errorf("%w: no bundle sha256:%s was pushed", ErrSkillNotFound, protocol.Clip(key, 64))
 	}

@@ -152,6 +152,11 @@ func (ca *fleetCA) Pin() string { return protocol.CAPin(ca.cert) }
 // addresses) from the CA, valid from now for leafValidity (never beyond
 // the CA), with the chain a client needs.
 func (ca *fleetCA) issueLeaf(names []string, now time.Time) (tls.Certificate, error) {
+	return ca.issueLeafFor(names, now, x509.ExtKeyUsageServerAuth)
+}
+
+// issueLeafFor is issueLeaf for the extended key usages usage.
+func (ca *fleetCA) issueLeafFor(names []string, now time.Time, usage ...x509.ExtKeyUsage) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("leaf key: %w", err)
@@ -162,7 +167,7 @@ func (ca *fleetCA) issueLeaf(names []string, now time.Time) (tls.Certificate, er
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     earliest(now.Add(leafValidity), ca.cert.NotAfter),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  usage,
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {

@@ -254,9 +254,13 @@ func clipText(s string, n int) string {
 type tokenStore struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
+	// now is the gateway's clock; retryWindow how long a spent token's
+	// enrol credential stays good (Config.EnrolRetryWindow).
+	now         func() time.Time
+	retryWindow time.Duration
 }
 
-func openTokenStore(js jetstream.JetStream, replicas int, log *slog.Logger) (*tokenStore, error) {
+func openTokenStore(js jetstream.JetStream, replicas int, now func() time.Time, retryWindow time.Duration, log *slog.Logger) (*tokenStore, error) {
 	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      tokensBucket,
 		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
@@ -267,16 +271,14 @@ func openTokenStore(js jetstream.JetStream, replicas int, log *slog.Logger) (*to
 	if err != nil {
 		return nil, fmt.Errorf("join tokens: %w", err)
 	}
-	return &tokenStore{kv: kv, log: log}, nil
+	return &tokenStore{kv: kv, log: log, now: now, retryWindow: retryWindow}, nil
 }
 
 // errTokenNotFound: no token of that id (or it was swept).
 var errTokenNotFound = errors.New("no such join token")
 
 func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	e, err := s.kv.Get(ctx, id)
+	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
 	}

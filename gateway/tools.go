@@ -57,9 +57,13 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 			return errorResult(fmt.Sprintf("%s: the arguments name the host more than once; give host once", tool))
 		}
 	}
+	receipt := &AuditReceipt{}
 	res, err := g.router.call(ctx, callRequest{
-		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold,
+		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold, Receipt: receipt,
 	}, p.onFrame)
+	if receipt.Verified || receipt.Problem != "" {
+		cc.receipt = receipt
+	}
 	if err != nil {
 		cc.outcome = failureOutcome(err)
 		return callError(tool, host, err)

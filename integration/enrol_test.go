@@ -124,3 +124,72 @@ func TestTokenUsesUnderConcurrentEnrolment(t *testing.T) {
 		}
 	}
 }
+
+// Two hosts enrol under the same name at the same moment, each with its
+// own token that gives the name, through two gateway replicas: exactly
+// one gets it, the other is told the name is taken, and the record holds
+// the winner's key; the loser's token keeps its use. Ten names, each
+// raced once.
+func TestSameNameTwoTokensConcurrently(t *testing.T) {
+	dataDir := t.TempDir()
+	e := NewEnv(t, Options{ExternalNATS: true, Agents: []string{}, Gateway: func(c *gateway.Config) {
+		c.APIListen, c.DataDir = "127.0.0.1:0", dataDir
+	}})
+	gws := []*gateway.Gateway{e.Gateway, e.StartGateway(nil)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients := []*enrolclient.Client{enrolclient.New("https://"+gws[0].APIAddr(), gws[0].APICAPin(), 4), enrolclient.New("https://"+gws[1].APIAddr(), gws[1].APICAPin(), 4)}
+	defer clients[0].Close()
+	defer clients[1].Close()
+	for i := range 10 {
+		host := fmt.Sprintf("race-%d", i)
+		var toks [2]*protocol.TokenCreateResponse
+		var kps [2]nkeys.KeyPair
+		for j := range 2 {
+			tok, err := gws[j].CreateJoinToken(ctx, &protocol.TokenCreateRequest{Name: host}, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks[j] = tok
+			kps[j], _ = nkeys.CreateUser()
+		}
+		var errs [2]error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j := range 2 {
+			wg.Go(func() {
+				<-start
+				_, errs[j] = clients[j].Enrol(ctx, kps[j], toks[j].Token, host)
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for j, err := range errs {
+			var aerr *protocol.APIError
+			switch {
+			case err == nil:
+				if winner >= 0 {
+					t.Fatalf("%s: both hosts enrolled", host)
+				}
+				winner = j
+			case errors.As(err, &aerr) && aerr.Code == protocol.APINameTaken:
+			default:
+				t.Fatalf("%s: enrolment %d: %v, want success or name_taken", host, j, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("%s: neither host enrolled: %v", host, errs)
+		}
+		rec, err := gws[0].Agent(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pub, _ := kps[winner].PublicKey(); rec.PublicKey != pub || rec.TokenID != toks[winner].Info.ID {
+			t.Errorf("%s: the record holds key %s of token %s, the winner is %s of %s", host, rec.PublicKey, rec.TokenID, pub, toks[winner].Info.ID)
+		}
+		if ti := tokenInfo(t, gws[0], toks[1-winner].Info.ID); ti.Used != 0 || ti.State != protocol.TokenActive {
+			t.Errorf("%s: the loser's token %+v; want its use given back", host, ti)
+		}
+	}
+}

@@ -170,6 +170,7 @@ func (e *Env) externalFiles(cfg *gateway.Config) {
 	cfg.NATSSystemCredsFile = filepath.Join(e.setup, f.SystemCreds)
 	cfg.NATSAgentSigningKeyFile = filepath.Join(e.setup, f.AgentSigningKey)
 	cfg.NATSOperatorSigningKeyFile = filepath.Join(e.setup, f.OperatorSigningKey)
+	cfg.SigningKeyFile = filepath.Join(e.setup, f.SigningKey)
 }
 
 // natsOptions builds a fresh server config each time (options must not be
@@ -271,10 +272,10 @@ func (e *Env) AgentConfig(name string) agent.Config {
 	dir := e.t.TempDir()
 	creds, seed := e.Enrol(name)
 	cfg := agent.Config{
-		Servers:      []string{e.NATSURL()},
-		Name:         name,
-		Credentials:  agent.Credentials{JWT: func() (string, error) { return creds.JWT, nil }, Seed: seed, CA: creds.CAPEM},
-		GatewayKeys:  creds.SigningKeys,
+		Servers:     []string{e.NATSURL()},
+		Name:        name,
+		Credentials: agent.Credentials{JWT: func() (string, error) { return creds.JWT, nil }, Seed: seed, CA: creds.CAPEM},
+		GatewayKeys: creds.SigningKeys, GatewayKeySerial: creds.SigningKeySerial,
 		Cwd:          dir,
 		StateDir:     filepath.Join(dir, ".state"),
 		Heartbeat:    500 * time.Millisecond,
@@ -328,6 +329,18 @@ func (e *Env) Enrol(host string) (gateway.AgentCredentials, []byte) {
 		e.t.Fatalf("enrol %s: %v", host, err)
 	}
 	return creds, slices.Clone(seed)
+}
+
+// AgentKey returns the nkey host was enrolled with (Enrol makes it).
+func (e *Env) AgentKey(host string) nkeys.KeyPair {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	kp := e.keys[host]
+	if kp == nil {
+		e.t.Fatalf("AgentKey: %s was never enrolled", host)
+	}
+	return kp
 }
 
 // Label gives host labels: at its enrolments from now on, and at once if
@@ -485,7 +498,8 @@ func (e *Env) WriteIdentity(host, stateDir string) {
 	}
 	if err == nil {
 		err = store.SaveEnrolment(&identity.Enrolment{Host: host, NATSURLs: []string{e.NATSURL()}, NATSCA: string(creds.CAPEM),
-			CAPin: creds.CAPin, Labels: creds.Labels, SigningKeys: creds.SigningKeys, EnrolledAt: time.Now().UTC(), Expires: creds.Expires})
+			CAPin: creds.CAPin, Labels: creds.Labels, SigningKeys: creds.SigningKeys, SigningKeySerial: creds.SigningKeySerial,
+			EnrolledAt: time.Now().UTC(), Expires: creds.Expires})
 	}
 	if err != nil {
 		e.t.Fatalf("write the identity of %s: %v", host, err)

@@ -303,7 +303,7 @@ func TestFanoutBudget500(t *testing.T) {
 	}
 	line := strings.Repeat("y", 99) + "\n"
 	fleet, err := simfleet.Start(context.Background(), simfleet.Config{
-		URL: env.NATSURL(), Hosts: hosts, Heartbeat: time.Second,
+		URL: env.NATSURL(), Hosts: hosts, Heartbeat: time.Second, SigningKeys: env.Gateway.SigningKeys(),
 		Credentials: env.SimCredentials(nil),
 		Handler: func(host string, call *protocol.Call) *protocol.Result {
 			out := host + " begins\n" + strings.Repeat(line, 101) + host + " ends\n"

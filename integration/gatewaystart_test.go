@@ -77,8 +77,10 @@ func TestGatewayDataDirHeldByOne(t *testing.T) {
 	nc.Close()
 }
 
-// TestGatewayAddressInUse: a NATS or MCP address another process holds
-// is reported as such, at once, with the flag that chooses another.
+// TestGatewayAddressInUse: a NATS, MCP or fleet API address another
+// process holds is reported as such, at once, with the flag that chooses
+// another; the refused gateway leaves nothing behind, so one on the same
+// data directory starts at once.
 func TestGatewayAddressInUse(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,9 +95,11 @@ func TestGatewayAddressInUse(t *testing.T) {
 	}{
 		{"NATS", func(c *gateway.Config) { c.NATSListen = addr }, []string{"address " + addr + " for the embedded NATS server is already in use", "--nats_listen"}},
 		{"MCP", func(c *gateway.Config) { c.Listen = addr }, []string{"address " + addr + " for the MCP endpoint is already in use", "--listen"}},
+		{"fleet API", func(c *gateway.Config) { c.APIListen = addr }, []string{"address " + addr + " for the fleet API is already in use", "--api_listen"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := gatewayConfig(t, t.TempDir())
+			dataDir := t.TempDir()
+			cfg := gatewayConfig(t, dataDir)
 			tc.mod(&cfg)
 			start := time.Now()
 			gw, err := gateway.Start(t.Context(), cfg)
@@ -113,6 +117,13 @@ func TestGatewayAddressInUse(t *testing.T) {
 				t.Errorf("the refusal took %s; want it at once", took.Round(time.Millisecond))
 			}
 			t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
+			again, err := gateway.Start(t.Context(), gatewayConfig(t, dataDir))
+			if err != nil {
+				t.Fatalf("a gateway on the same data directory after the refusal: %v", err)
+			}
+			if err := again.Shutdown(context.Background()); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }

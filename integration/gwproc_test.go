@@ -2,8 +2,9 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,10 +17,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // gatewayProc is a fleet-gateway process, so that its memory can be
@@ -30,8 +32,12 @@ type gatewayProc struct {
 	mcpURL  string
 	natsURL string
 	dataDir string
+	apiAddr string // the fleet API's host:port
 	token   string // the callers' bearer token; empty: authentication is off
 	done    chan struct{}
+
+	joinOnce sync.Once
+	join     string // a join token for the agents the test enrols
 }
 
 // startGatewayProcess runs fleet-gateway with authentication off on
@@ -50,7 +56,13 @@ func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayP
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := []string{"--listen", listen, "--nats_listen", natsListen, "--api_listen", "127.0.0.1:0", "--data_dir", dir, "--log_level", "warn"}
+	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for i, a := range extra {
+		if a == "--api_listen" && i+1 < len(extra) {
+			apiAddr = extra[i+1]
+		}
+	}
+	args := []string{"--listen", listen, "--nats_listen", natsListen, "--api_listen", apiAddr, "--data_dir", dir, "--log_level", "warn"}
 	if token == "" {
 		args = append(args, "--no_auth")
 	}
@@ -60,7 +72,7 @@ func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayP
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway process: %v", err)
 	}
-	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, token: token, done: make(chan struct{})}
+	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, apiAddr: apiAddr, token: token, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.stop)
 	waitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
@@ -89,8 +101,10 @@ func (p *gatewayProc) stop() {
 func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
 	p.t.Helper()
 	dir := p.t.TempDir()
+	creds, resp := p.enrol(name)
 	cfg := agent.Config{
-		Servers: []string{p.natsURL}, Name: name, Credentials: p.credentials(name),
+		Servers: []string{p.natsURL}, Name: name, Credentials: creds,
+		GatewayKeys: resp.SigningKeys, GatewayKeySerial: resp.SigningKeySerial,
 		Cwd: dir, StateDir: filepath.Join(dir, ".state"), Heartbeat: 500 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, DrainTimeout: 5 * time.Second,
 	}
@@ -112,37 +126,33 @@ func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
 	})
 }
 
-// credentials mints an agent credential for host with the agent signing
-// key the gateway process keeps in its data directory, as the gateway
-// itself would (a scoped user JWT naming the host).
-func (p *gatewayProc) credentials(host string) agent.Credentials {
+// enrol enrols host with the gateway process over its fleet API, as a
+// host does (a key made here, a join token the admin API made, the CA
+// pinned), and returns its credential and the enrolment's answer.
+func (p *gatewayProc) enrol(host string) (agent.Credentials, *protocol.EnrolResponse) {
 	p.t.Helper()
-	readKey := func(name string) nkeys.KeyPair {
-		seed, err := os.ReadFile(filepath.Join(p.dataDir, "nats", name))
-		if err != nil {
-			p.t.Fatalf("the gateway's %s: %v", name, err)
+	url, pin := "https://"+p.apiAddr, gatewayCAPin(p.t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p.joinOnce.Do(func() {
+		admin := enrolclient.New(url, pin, 1)
+		admin.Token = p.token
+		defer admin.Close()
+		var tok protocol.TokenCreateResponse
+		if err := admin.Post(ctx, protocol.AdminTokensPath, protocol.TokenCreateRequest{Uses: 100, TTL: "1h", Labels: map[string]string{"env": "test"}}, &tok); err != nil {
+			p.t.Fatalf("create a join token: %v", err)
 		}
-		kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-		if err != nil {
-			p.t.Fatalf("the gateway's %s: %v", name, err)
-		}
-		return kp
-	}
-	account, signer := readKey("account.nk"), readKey("agent-signer.nk")
-	accountPub, _ := account.PublicKey()
-	user, _ := nkeys.CreateUser()
-	userPub, _ := user.PublicKey()
-	seed, _ := user.Seed()
-	uc := jwt.NewUserClaims(userPub)
-	uc.Name, uc.IssuerAccount, uc.Expires = host, accountPub, time.Now().Add(time.Hour).Unix()
-	// The signing key is scoped: its users carry no permissions or
-	// limits of their own (the defaults count as limits).
-	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	token, err := uc.Encode(signer)
+		p.join = tok.Token
+	})
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	c := enrolclient.New(url, pin, 1)
+	defer c.Close()
+	resp, err := c.Enrol(ctx, kp, p.join, host)
 	if err != nil {
-		p.t.Fatal(err)
+		p.t.Fatalf("enrol %s: %v", host, err)
 	}
-	return agent.Credentials{JWT: func() (string, error) { return token, nil }, Seed: seed}
+	return agent.Credentials{JWT: func() (string, error) { return resp.JWT, nil }, Seed: seed}, resp
 }
 
 func (p *gatewayProc) client() *mcp.ClientSession {
@@ -217,3 +227,21 @@ func gatewayBinary(t testing.TB) string {
 }
 
 const mib = 1 << 20
+
+// gatewayCAPin is the pin of the gateway process's fleet CA.
+func gatewayCAPin(t testing.TB, gw *gatewayProc) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("the fleet CA is not PEM")
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return protocol.CAPin(ca)
+}

@@ -4,8 +4,6 @@ package integration
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +19,6 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
-	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // TestJoinFromNetNS is the install story end to end, across a network: an
@@ -141,24 +138,6 @@ func (p *nsProcess) stop(t *testing.T) {
 			<-p.done
 		}
 	})
-}
-
-// gatewayCAPin is the pin of the gateway process's fleet CA.
-func gatewayCAPin(t *testing.T, gw *gatewayProc) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatal("the fleet CA is not PEM")
-	}
-	ca, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return protocol.CAPin(ca)
 }
 
 var (

@@ -93,18 +93,3 @@ func TestJoinOverNATSOnly(t *testing.T) {
 		t.Errorf("a second join with the spent token: %v\n%s", err, out)
 	}
 }
-
-func tokenInfo(t *testing.T, gw *gateway.Gateway, id string) protocol.TokenInfo {
-	t.Helper()
-	list, err := gw.JoinTokens(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ti := range list {
-		if ti.ID == id {
-			return ti
-		}
-	}
-	t.Fatalf("no token %s", id)
-	return protocol.TokenInfo{}
-}

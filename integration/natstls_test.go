@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
@@ -9,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -23,6 +26,44 @@ import (
 func TestEmbeddedNATSServesTLS(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha"}, Gateway: func(c *gateway.Config) { c.NATSTLS = true }})
 	checkTLS(t, env, env.NATSURL())
+}
+
+// TestEmbeddedNATSOperatorCertificate: with --nats_tls_cert and
+// --nats_tls_key the embedded server serves the operator's chain; agents
+// get the chain's CA and trust nothing else, and a host joins over NATS
+// pinning that CA (the pin a NATS join token carries).
+func TestEmbeddedNATSOperatorCertificate(t *testing.T) {
+	tlsDir := testTLS(t, t.TempDir())
+	server, _ := os.ReadFile(filepath.Join(tlsDir, "server.pem"))
+	caPEM, _ := os.ReadFile(filepath.Join(tlsDir, "ca.pem"))
+	chain := filepath.Join(tlsDir, "chain.pem")
+	writeFile(t, chain, string(server)+string(caPEM))
+	env := NewEnv(t, Options{Agents: []string{"alpha"}, Gateway: func(c *gateway.Config) {
+		c.NATSTLSCert, c.NATSTLSKey = chain, filepath.Join(tlsDir, "server-key.pem")
+	}})
+	if got := env.Gateway.NATSCAPEM(); string(got) != string(caPEM) {
+		t.Fatalf("agents get the CA %q, want the chain's", got)
+	}
+	checkTLS(t, env, env.NATSURL())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := env.Gateway.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Name: "edge-1", NATS: true}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(caPEM)
+	ca, _ := x509.ParseCertificate(block.Bytes)
+	if tok.CAPin != protocol.CAPin(ca) {
+		t.Fatalf("the NATS join token pins %s, the chain's CA is %s", tok.CAPin, protocol.CAPin(ca))
+	}
+	id, _, err := identity.Join(ctx, identity.JoinOptions{NATSURL: env.NATSURL(), Token: tok.Token, CAPin: tok.CAPin, StateDir: filepath.Join(t.TempDir(), "state")})
+	if err != nil {
+		t.Fatalf("join over NATS pinning the operator's CA: %v", err)
+	}
+	if id.Enrolment.NATSCA != string(caPEM) || id.Enrolment.CAPin != tok.CAPin {
+		t.Errorf("the enrolment keeps CA %q, pin %s", id.Enrolment.NATSCA, id.Enrolment.CAPin)
+	}
 }
 
 // TestEmbeddedNATSTLSBeyondLoopback: on an address other machines reach,

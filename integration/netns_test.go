@@ -87,7 +87,7 @@ func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL stri
 // P` with a token the test makes.)
 func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, natsCA []byte) {
 	t.Helper()
-	creds := gw.credentials(host)
+	creds, resp := gw.enrol(host)
 	token, err := creds.JWT()
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +109,8 @@ func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, na
 	}
 	if err == nil {
 		err = store.SaveEnrolment(&identity.Enrolment{Host: host, NATSURLs: []string{natsURL}, NATSCA: string(natsCA),
-			CAPin: protocol.CAPin(ca), EnrolledAt: time.Now().UTC(), Expires: time.Now().Add(time.Hour).UTC()})
+			CAPin: protocol.CAPin(ca), SigningKeys: resp.SigningKeys, SigningKeySerial: resp.SigningKeySerial,
+			EnrolledAt: time.Now().UTC(), Expires: time.Now().Add(time.Hour).UTC()})
 	}
 	if err != nil {
 		t.Fatalf("write the identity of %s: %v", host, err)

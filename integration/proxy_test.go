@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 )
 
 // The reverse-proxy examples of deploy/proxy, run as they are (only the
@@ -120,7 +122,8 @@ func examineExample(t *testing.T, name string, replace map[string]string) string
 }
 
 // startAuthGateway runs a gateway process whose callers authenticate
-// with an API token that may use every tool, with an agent "behind".
+// with an API token that may use every tool (and the admin API, where
+// the agent "behind" is enrolled).
 func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 	t.Helper()
 	token, line, err := gateway.NewAPIToken("proxy-test")
@@ -128,7 +131,7 @@ func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"]`, 1)+"\n")
+	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	gw := launchGatewayProcess(t, token, "--api_tokens", file)
 	gw.startAgent("behind", nil)
 	return gw, token
@@ -273,4 +276,189 @@ func post(t *testing.T, c *http.Client, url, origin string) *http.Response {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp
+}
+
+// TestProxyNginxReplicas: deploy/proxy/nginx-replicas.conf in front of
+// two gateways of a cluster sends every request of a 2025 session to the
+// gateway that made it, spreads 2026 requests over both, and, once the
+// session's gateway is down, hands the session's next request to the
+// other, which answers 404: the go-sdk client reports the session gone
+// (mcp.ErrSessionMissing) and a new session through the proxy goes on;
+// the 2026 client goes on without noticing.
+func TestProxyNginxReplicas(t *testing.T) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Skip("no nginx here (.ci/install-test-tools installs it)")
+	}
+	c := startGatewayCluster(t, 3, nil)
+	hosts := []string{"lb-1", "lb-2"}
+	c.simFleet(hosts, nil)
+	for i := range 2 {
+		waitOnline(t, c.gw(i), hosts)
+	}
+	tlsDir := testTLS(t, t.TempDir())
+	port := freePort(t)
+	dir := t.TempDir()
+	site := examineExample(t, "nginx-replicas.conf", map[string]string{
+		"    server 127.0.0.1:8080;              # gw1: fleet-gateway --name gw1 --listen ...": "    server " + c.cfgs[0].Listen + ";",
+		"    server 127.0.0.1:8081;              # gw2":                                        "    server " + c.cfgs[1].Listen + ";",
+		"    server 127.0.0.1:8080;\n    server 127.0.0.1:8081 backup;":                        "    server " + c.cfgs[0].Listen + ";\n    server " + c.cfgs[1].Listen + " backup;",
+		"    server 127.0.0.1:8081;\n    server 127.0.0.1:8080 backup;":                        "    server " + c.cfgs[1].Listen + ";\n    server " + c.cfgs[0].Listen + " backup;",
+		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
+		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
+		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
+	})
+	if strings.Contains(site, "127.0.0.1:808") {
+		t.Fatal("deploy/proxy/nginx-replicas.conf names a gateway address the test did not replace")
+	}
+	writeFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
+	startNginx(t, bin, dir)
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	hc := proxyClient(t, filepath.Join(tlsDir, "ca.pem"))
+	waitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
+		resp, err := hc.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	connect := func(version string) *mcp.ClientSession {
+		t.Helper()
+		cl := mcp.NewClient(&mcp.Implementation{Name: "fleet-lb-test", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true},
+			&mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatalf("connect (%q) through the proxy: %v", version, err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		return cs
+	}
+	old := connect("2025-11-25")
+	owner := strings.SplitN(old.ID(), ".", 2)[0]
+	if owner != "gw1" && owner != "gw2" {
+		t.Fatalf("session ID %q names no gateway behind the proxy", old.ID())
+	}
+	stateless := connect("")
+	served := map[string]map[string]int{}
+	for i := range 12 {
+		for _, cs := range []*mcp.ClientSession{old, stateless} {
+			tag := fmt.Sprintf("lb-%d-%p", i, cs)
+			mustOK(t, callMeta(t, cs, hosts[i%2], tag))
+			era := "2026"
+			if cs == old {
+				era = "2025"
+			}
+			if served[era] == nil {
+				served[era] = map[string]int{}
+			}
+			served[era][gatewayOf(t, c, tag)]++
+		}
+	}
+	t.Logf("calls per gateway: 2025 session %v, 2026 %v", served["2025"], served["2026"])
+	if len(served["2025"]) != 1 || served["2025"][owner] != 12 {
+		t.Errorf("the 2025 session's calls went to %v; want all 12 to %s, which holds the session", served["2025"], owner)
+	}
+	if len(served["2026"]) != 2 {
+		t.Errorf("the stateless calls went to %v; want both gateways", served["2026"])
+	}
+
+	// The session's gateway goes down.
+	down := 0
+	if owner == "gw2" {
+		down = 1
+	}
+	c.stop(down)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = old.CallTool(ctx, &mcp.CallToolParams{Name: "hosts"})
+	if !errors.Is(err, mcp.ErrSessionMissing) {
+		t.Fatalf("a call of the session of the stopped gateway: %v; want the session reported gone (404, mcp.ErrSessionMissing)", err)
+	}
+	t.Logf("the session of the stopped gateway: %v", err)
+	fresh := connect("2025-11-25")
+	if !strings.HasPrefix(fresh.ID(), c.cfgs[1-down].Name+".") {
+		t.Errorf("the new session %q is not on the gateway left, %s", fresh.ID(), c.cfgs[1-down].Name)
+	}
+	for i := range 4 {
+		mustOK(t, call(t, fresh, "bash", map[string]any{"host": hosts[i%2], "command": "echo again"}))
+		mustOK(t, call(t, stateless, "bash", map[string]any{"host": hosts[i%2], "command": "echo on"}))
+	}
+}
+
+// startNginx runs nginx with dir's fleetmcp.conf as its one site.
+func startNginx(t *testing.T, bin, dir string) {
+	t.Helper()
+	for _, sub := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	main := fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log stderr error;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    include %[1]s/fleetmcp.conf;
+}
+`, dir)
+	writeFile(t, filepath.Join(dir, "nginx.conf"), main)
+	startProxy(t, exec.Command(bin, "-e", "stderr", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")))
+}
+
+// proxyClient is an HTTP client that trusts the CA in caFile.
+func proxyClient(t *testing.T, caFile string) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ResponseHeaderTimeout: 30 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// callMeta runs "echo tag" on host with tag as the call's execution_id.
+func callMeta(t testing.TB, cs *mcp.ClientSession, host, tag string) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": host, "command": "echo " + tag},
+		Meta: mcp.Meta{"execution_id": tag}})
+	if err != nil {
+		t.Fatalf("bash on %s: %v", host, err)
+	}
+	return res
+}
+
+// gatewayOf returns the gateway the audit record of the call tagged tag
+// names (its record is stored before the call is answered).
+func gatewayOf(t testing.TB, c *gwCluster, tag string) string {
+	t.Helper()
+	nc := c.conn(2)
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	recs, err := hacheck.ReadRecords(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.ExecutionID == tag {
+			return r.Gateway
+		}
+	}
+	t.Fatalf("no audit record of call %s", tag)
+	return ""
 }

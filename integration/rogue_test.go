@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -147,11 +148,13 @@ func TestRogueAnnounces(t *testing.T) {
 }
 
 // rogueHost is a rogue agent that announces itself and answers every call
-// with answer, which sends frames through send.
+// with answer, which sends frames through send. It holds the host's key
+// (a stolen credential comes with it) and signs its receipts.
 type rogueHost struct {
 	t    *testing.T
 	nc   *nats.Conn
 	host string
+	key  nkeys.KeyPair
 }
 
 // rogueFrames sends a call's reply frames in order.
@@ -170,7 +173,10 @@ func (f *rogueFrames) send(kind protocol.FrameKind, data []byte) {
 	}
 }
 
-func (f *rogueFrames) result(res *protocol.Result) {
+func (f *rogueFrames) result(res *protocol.Result) { f.resultSignedBy(res, f.r.key) }
+
+// resultSignedBy sends res with a receipt signed by key.
+func (f *rogueFrames) resultSignedBy(res *protocol.Result, key nkeys.KeyPair) {
 	res.CallID = f.id
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
@@ -182,9 +188,18 @@ func (f *rogueFrames) result(res *protocol.Result) {
 		f.r.t.Error(err)
 		return
 	}
+	rc := protocol.NewReceipt(f.r.host, res, data, time.Now(), time.Now(), nil)
+	pub, _ := key.PublicKey()
+	if err := rc.Sign(pub, key.Sign); err != nil {
+		f.r.t.Error(err)
+	}
 	for i, p := range parts {
 		f.seq++
-		h, body := protocol.Frame{Kind: protocol.KindResult, CallID: f.id, Seq: f.seq, Part: i + 1, Parts: len(parts), Data: p}.Encode()
+		fr := protocol.Frame{Kind: protocol.KindResult, CallID: f.id, Seq: f.seq, Part: i + 1, Parts: len(parts), Data: p}
+		if i == len(parts)-1 {
+			fr.Receipt = rc.Header()
+		}
+		h, body := fr.Encode()
 		if err := f.r.nc.PublishMsg(&nats.Msg{Subject: f.reply, Header: nats.Header(h), Data: body}); err != nil {
 			f.r.t.Error(err)
 		}
@@ -196,6 +211,7 @@ func (f *rogueFrames) result(res *protocol.Result) {
 func startRogueHost(t *testing.T, env *Env, host string, answer func(call *protocol.Call, f *rogueFrames)) *rogueHost {
 	t.Helper()
 	r := &rogueHost{t: t, nc: rogueAgent(t, env, host), host: host}
+	r.key = env.AgentKey(host)
 	calls := map[string]*protocol.Assembly{}
 	_, err := r.nc.Subscribe(protocol.CallSubject(host), func(m *nats.Msg) {
 		fr, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
@@ -222,7 +238,7 @@ func startRogueHost(t *testing.T, env *Env, host string, answer func(call *proto
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(protocol.Announce{Host: host, Instance: "r1", Protocol: protocol.Version, OS: "linux", Arch: "amd64",
-		Cwd: "/", Shell: "/bin/sh", Tools: []string{"bash", "read"}, HeartbeatMS: 60000})
+		Cwd: "/", Shell: "/bin/sh", Tools: []string{"bash", "read"}, HeartbeatMS: 60000, TrustedKeys: protocol.KeyIDs(env.Gateway.SigningKeys())})
 	if err := r.nc.Publish(protocol.PresenceSubject(host), data); err != nil {
 		t.Fatal(err)
 	}

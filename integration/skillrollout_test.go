@@ -58,7 +58,7 @@ func TestSkillRolloutEndToEnd(t *testing.T) {
 		hosts[i] = fmt.Sprintf("sim-%02d", i)
 	}
 	fleet, err := simfleet.Start(context.Background(), simfleet.Config{URL: env.NATSURL(), Hosts: hosts,
-		Credentials: env.SimCredentials(map[string]string{"role": "sim"}), SigningKeys: keys})
+		Credentials: env.SimCredentials(map[string]string{"role": "sim"}), SigningKeys: keys, Skills: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func (p *gatewayProc) startAgentProcess(name string, extra ...string) (*exec.Cmd
 	p.t.Helper()
 	dir := p.t.TempDir()
 	state := filepath.Join(dir, ".state")
-	creds := p.credentials(name)
+	creds, resp := p.enrol(name)
 	token, _ := creds.JWT()
 	store := identity.Open(state)
 	err := os.MkdirAll(store.Dir(), 0o700)
@@ -173,7 +173,8 @@ func (p *gatewayProc) startAgentProcess(name string, extra ...string) (*exec.Cmd
 		err = store.SaveJWT(token)
 	}
 	if err == nil {
-		err = store.SaveEnrolment(&identity.Enrolment{Host: name, NATSURLs: []string{p.natsURL}, EnrolledAt: time.Now().UTC(), Expires: time.Now().Add(time.Hour)})
+		err = store.SaveEnrolment(&identity.Enrolment{Host: name, NATSURLs: []string{p.natsURL}, SigningKeys: resp.SigningKeys,
+			SigningKeySerial: resp.SigningKeySerial, EnrolledAt: time.Now().UTC(), Expires: time.Now().Add(time.Hour)})
 	}
 	if err != nil {
 		p.t.Fatalf("write the identity of %s: %v", name, err)

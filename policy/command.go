@@ -54,13 +54,22 @@ func (p *Policy) CheckCommand(line string, files FileCheck) error {
 
 // CheckCommandIn is CheckCommand for a line that runs in the directory
 // cwd, an absolute path, rather than the agent's working directory:
-// relative redirection targets resolve against it.
+// relative redirection targets resolve against it. A policy narrowed for
+// a caller (ForCaller) checks the line with the caller's own rules too.
 func (p *Policy) CheckCommandIn(line, cwd string, files FileCheck) error {
+	if err := p.checkOwnCommand(line, cwd, files); err != nil || p == nil || p.narrow == nil {
+		return err
+	}
+	return p.narrowed(p.narrow.checkOwnCommand(line, cwd, files))
+}
+
+// checkOwnCommand is CheckCommandIn with p's own rules.
+func (p *Policy) checkOwnCommand(line, cwd string, files FileCheck) error {
 	if p == nil {
 		return nil
 	}
 	commands := !p.rules.Bash.empty()
-	if !commands && !p.HasPathRules(Read) && !p.HasPathRules(Write) {
+	if !commands && !p.hasOwnPathRules(Read) && !p.hasOwnPathRules(Write) {
 		return nil
 	}
 	lang := p.lang

@@ -10,6 +10,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -26,6 +27,8 @@ type rules struct {
 	Paths  pathLists `yaml:"paths" json:"paths,omitzero"`
 	Bash   bashRules `yaml:"bash" json:"bash,omitzero"`
 	Skills listRules `yaml:"skills" json:"skills,omitzero"`
+	// Callers narrow the rules for the callers they match (callers.go).
+	Callers []callerSpec `yaml:"callers" json:"callers,omitempty"`
 }
 
 // listRules are one dimension's allow and deny lists.
@@ -108,7 +111,7 @@ func (p pathLists) empty() bool {
 }
 
 func (r rules) empty() bool {
-	return r.Tools.empty() && r.Paths.empty() && r.Bash.empty() && len(r.Bash.Git.AllowConfig) == 0 && r.Skills.empty()
+	return r.Tools.empty() && r.Paths.empty() && r.Bash.empty() && len(r.Bash.Git.AllowConfig) == 0 && r.Skills.empty() && len(r.Callers) == 0
 }
 
 // decodeRules parses a policy file strictly and normalises it.
@@ -147,6 +150,7 @@ func (r *rules) normalise() {
 	r.Bash.Allow = normaliseList(r.Bash.Allow, oneSpace)
 	r.Bash.Deny = normaliseList(r.Bash.Deny, oneSpace)
 	r.Bash.Git.AllowConfig = normaliseList(r.Bash.Git.AllowConfig, normaliseGitPattern)
+	r.normaliseCallers()
 }
 
 func normaliseList(l entries, clean func(string) string) entries {
@@ -204,7 +208,33 @@ func (r rules) summary() []string {
 	if git := r.Bash.Git.AllowConfig; len(git) > 0 {
 		bash += "; git may also run with " + strings.Join(git, ", ")
 	}
-	return []string{line("tools", r.Tools), paths, bash, line("skills", r.Skills)}
+	out := []string{line("tools", r.Tools), paths, bash, line("skills", r.Skills)}
+	for i, c := range r.Callers {
+		name := c.Name
+		if name == "" {
+			name = "callers[" + strconv.Itoa(i) + "]"
+		}
+		var match []string
+		for _, m := range []struct {
+			key  string
+			pats entries
+		}{{"iss", c.Match.Iss}, {"sub", c.Match.Sub}, {"client_id", c.Match.ClientID}, {"groups", c.Match.Groups}} {
+			if len(m.pats) > 0 {
+				match = append(match, m.key+" "+strings.Join(m.pats, "|"))
+			}
+		}
+		own := rules{Tools: c.Tools, Paths: c.Paths, Bash: bashRules{Allow: c.Bash.Allow, Deny: c.Bash.Deny}}
+		what := "the host-wide rules"
+		if !own.empty() {
+			s := own.summary()
+			what = "the host-wide rules and " + strings.Join(s[:3], "; ")
+		}
+		out = append(out, fmt.Sprintf("callers: %s (%s): %s", name, strings.Join(match, ", "), what))
+	}
+	if len(r.Callers) > 0 {
+		out = append(out, "callers: a caller no entry matches may use nothing")
+	}
+	return out
 }
 
 var (
@@ -214,11 +244,13 @@ var (
 
 // keysOf says which keys each level of the file takes.
 var keysOf = map[string]string{
-	"rules":     "tools, paths, bash and skills",
-	"listRules": "allow and deny",
-	"bashRules": "allow, deny and git",
-	"gitRules":  "allow_config",
-	"pathLists": "allow, deny, read and write",
+	"rules":       "tools, paths, bash, skills and callers",
+	"callerSpec":  "name, match, tools, paths and bash (allow and deny: git's rules are host-wide)",
+	"callerMatch": "iss, sub, client_id and groups",
+	"listRules":   "allow and deny",
+	"bashRules":   "allow, deny and git",
+	"gitRules":    "allow_config",
+	"pathLists":   "allow, deny, read and write",
 }
 
 // describeYAMLError rewrites a YAML decoding error so it says what to fix.

@@ -35,7 +35,7 @@ func TestParseErrors(t *testing.T) {
 		name, text string
 		want       []string
 	}{
-		{"unknown top key", "tool: {deny: [write]}", []string{"line 1", `unknown key "tool"`, "tools, paths, bash and skills"}},
+		{"unknown top key", "tool: {deny: [write]}", []string{"line 1", `unknown key "tool"`, "tools, paths, bash, skills and callers"}},
 		{"unknown list key", "tools:\n  alow: [ls]", []string{"line 2", `unknown key "alow"`, "allow and deny"}},
 		{"unknown bash key", "bash:\n  alow: [ls]", []string{"line 2", `unknown key "alow"`, "allow, deny and git"}},
 		{"unknown git key", "bash:\n  git: {allow: [x.y]}", []string{"line 2", `unknown key "allow"`, "allow_config"}},

@@ -391,7 +391,8 @@ func FuzzPathRules(f *testing.F) {
 // parses back to the same digest.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"", "tools: {deny: [write]}", "paths: {allow: [/srv/**], read: {deny: ['*.pem']}}",
-		"bash:\n  allow:\n    - git *\n  deny: [git push *]\n", `{"skills": {"deny": ["x"]}}`, "bash: {allow: [~]}", "a: &x [1]\nb: *x"} {
+		"bash:\n  allow:\n    - git *\n  deny: [git push *]\n", `{"skills": {"deny": ["x"]}}`, "bash: {allow: [~]}", "a: &x [1]\nb: *x",
+		"callers:\n  - name: d\n    match: {client_id: [ci-*], groups: [a, b]}\n    tools: {allow: [read]}\n    paths: {allow: [/srv/**]}\n    bash: {deny: [rm *]}\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -399,7 +400,11 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(p.Summary()) != 4 {
+		want := 4
+		if n := len(p.rules.Callers); n > 0 {
+			want += n + 1
+		}
+		if len(p.Summary()) != want {
 			t.Fatalf("summary %q", p.Summary())
 		}
 		again, err := Parse(p.rules.canonical(), testEnv())

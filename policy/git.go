@@ -125,7 +125,7 @@ func (c *checker) gitArgs(words []shWord) error {
 // with a word only known when the line runs where an option may be: it
 // may be --output=FILE.
 func (c *checker) gitOpen(words []shWord) error {
-	if !c.p.HasPathRules(Write) {
+	if !c.p.hasOwnPathRules(Write) {
 		return nil
 	}
 	return c.refuse("%s: a word only known when the line runs may be an option such as --output=FILE, which writes a file the path rules must check; write options out, and put paths after --", clip(joinSrc(words)))

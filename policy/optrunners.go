@@ -565,7 +565,7 @@ func (c *checker) writesNamed(what string, w shWord) error {
 	switch {
 	case !w.literal() || w.text == "" || w.tilde:
 		// "~" is where $HOME points when the line runs.
-		if c.p.HasPathRules(Write) {
+		if c.p.hasOwnPathRules(Write) {
 			return c.refuse("%s writes to a file only known when the line runs, so the path rules cannot check it", what)
 		}
 		return nil

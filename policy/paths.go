@@ -146,8 +146,14 @@ func (p *Policy) compilePaths() []error {
 	return errs
 }
 
-// HasPathRules reports whether any path rule applies to op.
+// HasPathRules reports whether any path rule applies to op (a caller's
+// own rules included; see ForCaller).
 func (p *Policy) HasPathRules(op Op) bool {
+	return p.hasOwnPathRules(op) || p != nil && p.narrow.hasOwnPathRules(op)
+}
+
+// hasOwnPathRules is HasPathRules for p's own rules.
+func (p *Policy) hasOwnPathRules(op Op) bool {
 	if p == nil {
 		return false
 	}
@@ -168,9 +174,18 @@ func (p *Policy) HasPathRules(op Op) bool {
 // directory denies what is in it, and denying a symbolic link by its own
 // name works. Allow rules match the resolved path only, so a link cannot
 // lead out of an allowed tree. Deny always wins over allow; an empty allow
-// list restricts nothing.
+// list restricts nothing. A policy narrowed for a caller (ForCaller)
+// checks the caller's own rules too.
 func (p *Policy) CheckPath(op Op, given, resolved string) error {
-	if err := p.CheckPathDeny(op, given, resolved); err != nil {
+	if err := p.checkOwnPath(op, given, resolved); err != nil || p == nil || p.narrow == nil {
+		return err
+	}
+	return p.narrowed(p.narrow.checkOwnPath(op, given, resolved))
+}
+
+// checkOwnPath is CheckPath with p's own rules.
+func (p *Policy) checkOwnPath(op Op, given, resolved string) error {
+	if err := p.checkOwnPathDeny(op, given, resolved); err != nil {
 		return err
 	}
 	if p == nil {
@@ -193,6 +208,14 @@ func (p *Policy) CheckPath(op Op, given, resolved string) error {
 // itself hands out (bash full-output files), which the allow lists need not
 // name.
 func (p *Policy) CheckPathDeny(op Op, given, resolved string) error {
+	if err := p.checkOwnPathDeny(op, given, resolved); err != nil || p == nil || p.narrow == nil {
+		return err
+	}
+	return p.narrowed(p.narrow.checkOwnPathDeny(op, given, resolved))
+}
+
+// checkOwnPathDeny is CheckPathDeny with p's own rules.
+func (p *Policy) checkOwnPathDeny(op Op, given, resolved string) error {
 	if p != nil && p.env.OS == osWindows {
 		return p.checkWinDeny(op, given, resolved)
 	}

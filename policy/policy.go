@@ -92,6 +92,13 @@ type Policy struct {
 	paths  pathRules
 	bash   commandRules
 	git    *GitRules
+	// callers are the compiled callers section (callers.go).
+	callers []*callerRule
+	// narrow, in a policy ForCaller returned, are the rules of the
+	// caller's entry, which every check applies too; narrowName names
+	// the entry in denials.
+	narrow     *Policy
+	narrowName string
 }
 
 // Unrestricted reports whether the policy restricts nothing.
@@ -127,8 +134,25 @@ func (r *nameRules) decide(name string) string {
 	return ""
 }
 
-// AllowTool returns nil when the host serves tool name, or a *Denial.
+// AllowTool returns nil when the host serves tool name, or a *Denial. A
+// policy narrowed for a caller (ForCaller) checks the caller's own rules
+// too.
 func (p *Policy) AllowTool(name string) error {
+	if err := p.allowOwnTool(name); err != nil || p == nil || p.narrow == nil {
+		return err
+	}
+	var d *Denial
+	if err := p.narrow.allowOwnTool(name); errors.As(err, &d) {
+		what := "lists it"
+		if d.Rule == "tools.allow" {
+			what = "lists only " + strings.Join(p.narrow.tools.allow, ", ")
+		}
+		return &Denial{Rule: p.narrowName + "." + d.Rule, Reason: fmt.Sprintf("tool %s is not allowed for this caller on this host (%s: %s %s)", name, p.narrowName, d.Rule, what)}
+	}
+	return nil
+}
+
+func (p *Policy) allowOwnTool(name string) error {
 	if p == nil {
 		return nil
 	}
@@ -207,6 +231,7 @@ func compile(r rules, env Env) (*Policy, error) {
 	errs = append(errs, p.compilePaths()...)
 	errs = append(errs, p.compileBash()...)
 	errs = append(errs, p.compileGit()...)
+	errs = append(errs, p.compileCallers()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

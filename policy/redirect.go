@@ -28,7 +28,7 @@ type FileCheck func(path string, ops ...Op) error
 // right only where no symbolic link is involved.
 func (p *Policy) lexicalFiles(path string, ops ...Op) error {
 	for _, op := range ops {
-		if err := p.CheckPath(op, path, path); err != nil {
+		if err := p.checkOwnPath(op, path, path); err != nil {
 			return err
 		}
 	}
@@ -37,7 +37,7 @@ func (p *Policy) lexicalFiles(path string, ops ...Op) error {
 
 // hasPathRules reports whether path rules apply to any of ops.
 func (p *Policy) hasPathRules(ops []Op) bool {
-	return slices.ContainsFunc(ops, p.HasPathRules)
+	return slices.ContainsFunc(ops, p.hasOwnPathRules)
 }
 
 // redirOps returns what a redirection with operator op does with the file

@@ -44,6 +44,8 @@ const (
 	MaxSkillNameLen        = 255
 	MaxSkillDescriptionLen = 4096
 	MaxSkillProblemLen     = 1024
+	// MaxTrustedKeys bounds TrustedKeys.
+	MaxTrustedKeys = 8
 )
 
 // excerptLen is how much of an offending value an error quotes.
@@ -133,6 +135,14 @@ func (a *Announce) Validate() error {
 	}
 	for _, t := range a.Tools {
 		if err := checkLen("tool name", t, MaxToolNameLen); err != nil {
+			return err
+		}
+	}
+	if len(a.TrustedKeys) > MaxTrustedKeys {
+		return fmt.Errorf("%d trusted keys announced; at most %d are allowed", len(a.TrustedKeys), MaxTrustedKeys)
+	}
+	for _, k := range a.TrustedKeys {
+		if err := checkLen("trusted key", k, 32); err != nil {
 			return err
 		}
 	}

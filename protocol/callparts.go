@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,12 @@ import (
 // arguments. The parts of one call share a buffer: send must not keep
 // data after it returns. c.Args must be one JSON value (empty: null); it
 // is forwarded as it is, not re-encoded.
-func EncodeCallParts(c *Call, size int, send func(part, parts int, data []byte) error) error {
+//
+// Before the first part, sign (when not nil) gets the size and SHA-256 of
+// the whole encoding, and what it returns (the call's signed envelope)
+// goes with the first part only: the digest binds the other parts to it.
+func EncodeCallParts(c *Call, size int, sign func(size int64, sum [sha256.Size]byte) (string, error),
+	send func(part, parts int, auth string, data []byte) error) error {
 	if size <= 0 {
 		size = ChunkSize
 	}
@@ -42,6 +48,18 @@ func EncodeCallParts(c *Call, size int, send func(part, parts int, data []byte) 
 	if parts > MaxParts {
 		return fmt.Errorf("call of %d bytes needs %d parts of %d bytes; at most %d are allowed", total, parts, size, MaxParts)
 	}
+	auth := ""
+	if sign != nil {
+		h := sha256.New()
+		for _, seg := range segments {
+			h.Write(seg)
+		}
+		var sum [sha256.Size]byte
+		h.Sum(sum[:0])
+		if auth, err = sign(int64(total), sum); err != nil {
+			return fmt.Errorf("sign call: %w", err)
+		}
+	}
 	buf := make([]byte, 0, min(size, total))
 	part := 1
 	for _, seg := range segments {
@@ -50,16 +68,16 @@ func EncodeCallParts(c *Call, size int, send func(part, parts int, data []byte) 
 			buf = append(buf, seg[:n]...)
 			seg = seg[n:]
 			if len(buf) == size {
-				if err := send(part, parts, buf); err != nil {
+				if err := send(part, parts, auth, buf); err != nil {
 					return err
 				}
 				part++
-				buf = buf[:0]
+				buf, auth = buf[:0], ""
 			}
 		}
 	}
 	if len(buf) > 0 {
-		return send(part, parts, buf)
+		return send(part, parts, auth, buf)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -32,9 +33,18 @@ func TestEncodeCallParts(t *testing.T) {
 			if size <= 0 {
 				size = ChunkSize
 			}
-			err := EncodeCallParts(&c, tc.size, func(part, parts int, data []byte) error {
+			var signedSize int64
+			var signedSum [32]byte
+			sign := func(n int64, sum [32]byte) (string, error) {
+				signedSize, signedSum = n, sum
+				return "envelope", nil
+			}
+			err := EncodeCallParts(&c, tc.size, sign, func(part, parts int, auth string, data []byte) error {
 				if part != next || part > parts || len(data) > size || len(data) == 0 {
 					t.Fatalf("part %d of %d with %d bytes (want part %d, at most %d bytes)", part, parts, len(data), next, size)
+				}
+				if (part == 1) != (auth == "envelope") {
+					t.Fatalf("part %d carries the envelope %q; only the first part does", part, auth)
 				}
 				next++
 				joined = append(joined, data...)
@@ -42,6 +52,9 @@ func TestEncodeCallParts(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if signedSize != int64(len(joined)) || signedSum != sha256.Sum256(joined) {
+				t.Errorf("signed a body of %d bytes, sent %d, or another digest", signedSize, len(joined))
 			}
 			var back Call
 			if err := json.Unmarshal(joined, &back); err != nil {
@@ -61,11 +74,12 @@ func TestEncodeCallParts(t *testing.T) {
 		})
 	}
 	c := Call{ID: "c1", Args: json.RawMessage(`{"a":`)}
-	if err := EncodeCallParts(&c, 0, func(int, int, []byte) error { return nil }); err == nil {
+	noSend := func(int, int, string, []byte) error { return nil }
+	if err := EncodeCallParts(&c, 0, nil, noSend); err == nil {
 		t.Error("arguments that are not JSON were sent")
 	}
 	c.Args = json.RawMessage(`"` + strings.Repeat("x", MaxParts) + `"`)
-	if err := EncodeCallParts(&c, 1, func(int, int, []byte) error { return nil }); err == nil || !strings.Contains(err.Error(), "at most 8192") {
+	if err := EncodeCallParts(&c, 1, nil, noSend); err == nil || !strings.Contains(err.Error(), "at most 8192") {
 		t.Errorf("a call of more than MaxParts parts: %v", err)
 	}
 }

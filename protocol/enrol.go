@@ -112,8 +112,11 @@ type EnrolResponse struct {
 	NATSCA   string   `json:"nats_ca,omitempty"`
 	// Labels are the host's labels as recorded (the operator's).
 	Labels map[string]string `json:"labels,omitempty"`
-	// SigningKeys are the public keys the gateway signs calls with.
-	SigningKeys []string `json:"signing_keys"`
+	// SigningKeys are the public keys the gateway signs calls with, and
+	// SigningKeySerial the serial of the key set they come from
+	// (keyset.go; 0: none yet). Newer sets reach the agent over NATS.
+	SigningKeys      []string `json:"signing_keys"`
+	SigningKeySerial uint64   `json:"signing_key_serial,omitempty"`
 }
 
 // RenewResponse answers a RenewRequest that succeeded (an APIError

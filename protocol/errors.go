@@ -32,6 +32,9 @@ const (
 	CodeInternal Code = "internal"
 	// CodeDenied: host policy refuses the call.
 	CodeDenied Code = "denied"
+	// CodeRefused: the call's signed envelope does not hold at this
+	// host (expired, issued in its future: clocks apart).
+	CodeRefused Code = "refused"
 )
 
 // Error is a protocol-level failure reported by an agent.

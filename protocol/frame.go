@@ -51,7 +51,10 @@ type Frame struct {
 	// Part and Parts are set on KindResult and KindCall frames: this is
 	// part Part (1-based) of Parts.
 	Part, Parts int
-	Data        []byte
+	// Auth is the signed envelope (HeaderAuth) of a call's first part;
+	// Receipt the receipt (HeaderReceipt) of a result's last part.
+	Auth, Receipt string
+	Data          []byte
 }
 
 // Header is a NATS message header (nats.Header has this underlying type).
@@ -66,6 +69,12 @@ func (f Frame) Encode() (Header, []byte) {
 	}
 	if f.Parts > 0 {
 		h[HeaderPart] = []string{strconv.Itoa(f.Part) + "/" + strconv.Itoa(f.Parts)}
+	}
+	if f.Auth != "" {
+		h[HeaderAuth] = []string{f.Auth}
+	}
+	if f.Receipt != "" {
+		h[HeaderReceipt] = []string{f.Receipt}
 	}
 	return h, f.Data
 }
@@ -104,6 +113,7 @@ func DecodeFrame(h Header, body []byte) (Frame, error) {
 	} else if f.Kind == KindResult || f.Kind == KindCall {
 		return f, fmt.Errorf("frame %s of call %s has no %s header", kind, f.CallID, HeaderPart)
 	}
+	f.Auth, f.Receipt = first(h, HeaderAuth), first(h, HeaderReceipt)
 	f.Data = body
 	return f, nil
 }

@@ -5,11 +5,22 @@ import (
 	"time"
 )
 
-// Caller identifies who asked for a call. It is informational for the agent
-// (logs, task records); the caller's token never leaves the gateway.
+// Caller identifies who asked for a call: who, never how (the caller's
+// token never leaves the gateway). In a call's JSON it is informational;
+// the agent decides on the caller its signed envelope names
+// (CallerClaims), which this is filled from.
 type Caller struct {
 	Subject string `json:"subject"`
 	Name    string `json:"name,omitempty"`
+	// Issuer, ClientID and Groups are the rest of the caller's claims.
+	Issuer   string   `json:"issuer,omitempty"`
+	ClientID string   `json:"client_id,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+}
+
+// Claims returns the caller as an envelope carries it.
+func (c *Caller) Claims() CallerClaims {
+	return CallerClaims{Issuer: c.Issuer, Subject: c.Subject, ClientID: c.ClientID, Groups: c.Groups}
 }
 
 // Call asks an agent to run one tool. It is JSON-encoded and, when larger
@@ -105,6 +116,12 @@ type Announce struct {
 	Cwd          string            `json:"cwd"`
 	Shell        string            `json:"shell"`
 	Tools        []string          `json:"tools"`
+	// TrustedKeys are the ids (KeyID) of the gateway keys the agent
+	// checks call envelopes with, at most MaxTrustedKeys: gateways sign
+	// a host's messages with a key it names. Empty: the agent cannot
+	// check signatures (it has no keys, or predates signed calls), and
+	// gateways send it nothing.
+	TrustedKeys []string `json:"trusted_keys,omitempty"`
 	// PolicyDigest identifies the host policy the agent enforces:
 	// "sha256:" and the hex SHA-256 of its normalised rules, the same for
 	// the same rules however they are written. Empty: the host is

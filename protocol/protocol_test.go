@@ -304,6 +304,9 @@ func subjectBuilders(host string) []struct{ name, subject string } {
 		{"ReplyWildcard", ReplyWildcard(GatewayInboxPrefix() + ".g1")},
 		{"HostFromReply", HostFromReply(ReplySubject(GatewayInboxPrefix()+".g1", host))},
 		{"HostFromPresence", HostFromPresence(PresenceSubject(host))},
+		{"KeysSubject", KeysSubject(host)},
+		{"KeysPushSubject", KeysPushSubject(host)},
+		{"RefusedSubject", RefusedSubject(host)},
 	}
 }
 
@@ -578,22 +581,27 @@ func TestDecodeFrameErrors(t *testing.T) {
 // goldenMessages holds one representative value of every message, in a
 // fixed order, for testdata/messages.golden.json.
 type goldenMessages struct {
-	Call            Call     `json:"call"`
-	Result          Result   `json:"result"`
-	ResultToolError Result   `json:"result_tool_error"`
-	ResultError     Result   `json:"result_error"`
-	Announce        Announce `json:"announce"`
-	AnnounceLeaving Announce `json:"announce_leaving"`
-	Cancel          Cancel   `json:"cancel"`
-	Fetch           Fetch    `json:"fetch"`
+	Call            Call        `json:"call"`
+	Result          Result      `json:"result"`
+	ResultToolError Result      `json:"result_tool_error"`
+	ResultError     Result      `json:"result_error"`
+	Announce        Announce    `json:"announce"`
+	AnnounceLeaving Announce    `json:"announce_leaving"`
+	Cancel          Cancel      `json:"cancel"`
+	Fetch           Fetch       `json:"fetch"`
+	Receipt         Receipt     `json:"receipt"`
+	KeySets         KeySetChain `json:"key_sets"`
+	Refusal         Refusal     `json:"refusal"`
 }
 
 func sampleMessages() goldenMessages {
+	exit2 := 2
 	png := []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 0x0d}
 	return goldenMessages{
 		Call: Call{
 			ID: "0a1b2c3d4e5f", Protocol: Version, Host: "web-1", Tool: "bash",
-			Caller:    Caller{Subject: "user-123", Name: "Ada Lovelace"},
+			Caller: Caller{Subject: "user-123", Name: "Ada Lovelace", Issuer: "https://id.example.com",
+				ClientID: "claude-code", Groups: []string{"sre", "ops"}},
 			TimeoutMS: 120000,
 			Args:      json.RawMessage(`{"command":"echo hi","timeout":30}`),
 		},
@@ -619,6 +627,7 @@ func sampleMessages() goldenMessages {
 			Cwd: "/srv/app", Shell: "/bin/bash",
 			Tools:        []string{"bash", "read"},
 			PolicyDigest: "sha256:5f2c0d6f6e1a3b4c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e",
+			TrustedKeys:  []string{"_oEsEvOrTOas", "Qm9vVGhlcmUx"},
 			StartedAt:    time.Date(2025, 3, 4, 5, 6, 7, 800000000, time.UTC),
 			HeartbeatMS:  5000, Busy: 2, Limit: 16,
 		},
@@ -630,6 +639,18 @@ func sampleMessages() goldenMessages {
 		},
 		Cancel: Cancel{CallID: "0a1b2c3d4e5f", Reason: "client cancelled the request"},
 		Fetch:  Fetch{CallID: "0a1b2c3d4e5f"},
+		Receipt: Receipt{CallID: "0a1b2c3d4e5f", Host: "web-1", Outcome: OutcomeToolError, ExitCode: &exit2,
+			ResultSHA256: "45fb0254ec0f0ce1c7c6ce6379dfe8afa7ee7dfa13537d323c487f1d76357676", ResultBytes: 118,
+			Start: time.Date(2025, 3, 4, 5, 6, 7, 800000000, time.UTC), End: time.Date(2025, 3, 4, 5, 6, 8, 100000000, time.UTC),
+			Key: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4", Signature: "c2lnbmF0dXJl"},
+		KeySets: KeySetChain{Sets: []SignedKeySet{{
+			Set: KeySet{Serial: 2, Keys: []string{"ed25519:bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmU", "ed25519:b2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2w"},
+				At: time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)},
+			Signatures: []Signature{{Key: "ed25519:b2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xkb2w", Sig: "c2lnbmF0dXJl"}},
+		}}},
+		Refusal: Refusal{Host: "web-1", Kind: MsgCall, Reason: RefusedReplayed, Message: "call 0a1b2c3d4e5f was run already",
+			CallID: "0a1b2c3d4e5f", Tool: "bash", Caller: "user-123", KeyID: "_oEsEvOrTOas",
+			At: time.Date(2025, 3, 4, 5, 6, 9, 0, time.UTC), Suppressed: 3},
 	}
 }
 
@@ -696,6 +717,7 @@ func TestCodeValues(t *testing.T) {
 		CodeVersion: "version", CodeIncomplete: "incomplete", CodeTooLarge: "too_large",
 		CodeUnknownCall: "unknown_call", CodeShuttingDown: "shutting_down",
 		CodeCancelled: "cancelled", CodeInternal: "internal", CodeDenied: "denied",
+		CodeRefused: "refused",
 	}
 	for c, want := range codes {
 		if string(c) != want {

@@ -73,3 +73,14 @@ func HostFromReply(subject string) string {
 // GatewayInboxPrefix is the inbox prefix gateways use for call replies. Host
 // IDs never start with '_', so no agent's prefix can equal it.
 func GatewayInboxPrefix() string { return "_INBOX__gw" }
+
+// KeysSubject is where the agent of host asks the gateways for the chain
+// of gateway key sets (keyset.go; answer: KeySetChain, or an APIError).
+func KeysSubject(host string) string { return prefix + ".agent." + host + ".keys" }
+
+// KeysPushSubject is where a gateway pushes the key set chain to host.
+func KeysPushSubject(host string) string { return prefix + ".host." + host + ".keys" }
+
+// RefusedSubject is where the agent of host reports a message it refused
+// (refusal.go).
+func RefusedSubject(host string) string { return prefix + ".agent." + host + ".refused" }

@@ -38,9 +38,12 @@ type Enrolment struct {
 	EnrolledAt time.Time `json:"enrolled_at"`
 	Expires    time.Time `json:"expires,omitzero"`
 	// SigningKeys are the gateway's signing keys (protocol.FormatSigningKey)
-	// as the agent learnt them when it enrolled: it installs only skill
-	// rollouts signed by one of them.
-	SigningKeys []string `json:"signing_keys,omitempty"`
+	// as the agent learnt them when it enrolled, or from a later key set
+	// (SigningKeySerial; 0: none): it runs only calls, and installs only
+	// skill rollouts, signed by one of them. An enrolment without any
+	// (from before calls were signed) runs nothing: enrol again.
+	SigningKeys      []string `json:"signing_keys,omitempty"`
+	SigningKeySerial uint64   `json:"signing_key_serial,omitempty"`
 }
 
 // maxEnrolmentBytes bounds enrolment.json.

@@ -17,7 +17,8 @@
 // pinned (pin.go); Identity.Recover gets a new credential the same way
 // when the old one expired; Identity.Renew renews it over the agent's
 // NATS connection. This package must not import the agent package; it
-// imports nothing of the module but protocol.
+// imports nothing of the module but protocol and the state directory's
+// lock (statelock), which the agent takes too.
 package identity
 
 import (
@@ -32,6 +33,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // File names in the identity directory.
@@ -89,8 +92,11 @@ func (s *Store) LoadKey() (nkeys.KeyPair, error) {
 }
 
 // LoadOrCreateKey reads the agent's key, generating and storing one when
-// there is none. The caller makes sure no other agent uses the state
-// directory meanwhile.
+// there is none. The key file is created exclusively: when another
+// process made one meanwhile (two joins at once on a fresh state
+// directory that did not take its lock), this one is refused rather than
+// replacing a key the other may have enrolled already. The caller holds
+// the state directory's lock (statelock), so that it does not happen.
 func (s *Store) LoadOrCreateKey() (nkeys.KeyPair, error) {
 	kp, err := s.LoadKey()
 	if !errors.Is(err, ErrNotEnrolled) {
@@ -100,7 +106,16 @@ func (s *Store) LoadOrCreateKey() (nkeys.KeyPair, error) {
 		return nil, fmt.Errorf("generate the agent key: %w", err)
 	}
 	seed, _ := kp.Seed()
-	if err := s.write(KeyFile, append(seed, '\n')); err != nil {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		kp.Wipe()
+		return nil, fmt.Errorf("store the agent key: %w", err)
+	}
+	if err := createFileExclusive(s.path(KeyFile), append(seed, '\n')); err != nil {
+		kp.Wipe()
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("store the agent key: another process made %s at the same time (a second join on this state directory?); "+
+				"nothing was enrolled by this one: let the other finish, then run fleet-agent join again if it failed", s.path(KeyFile))
+		}
 		return nil, fmt.Errorf("store the agent key: %w", err)
 	}
 	return kp, nil
@@ -176,6 +191,42 @@ func (s *Store) write(name string, data []byte) error {
 // writeFileAtomic replaces path with data, mode 0600: whole or not at
 // all, and durable once it returns.
 func writeFileAtomic(path string, data []byte) error {
+	return writeFile(path, data, os.Rename)
+}
+
+// createFileExclusive creates path with data, mode 0600, whole or not at
+// all, and fails with an error matching os.ErrExist when path exists: the
+// data goes to a temporary file that is then linked (link(2) never
+// replaces a name) to path.
+func createFileExclusive(path string, data []byte) error {
+	return writeFile(path, data, func(tmp, path string) error {
+		err := os.Link(tmp, path)
+		if err == nil || errors.Is(err, os.ErrExist) {
+			return err
+		}
+		// A file system without hard links: an exclusive create, which a
+		// crash may leave short (LoadKey then says the key is damaged).
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+		}
+		return err
+	})
+}
+
+// writeFile writes data to a temporary file (0600) beside path, syncs it,
+// puts it in place with place, and syncs the directory.
+func writeFile(path string, data []byte, place func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*") // mode 0600
 	if err != nil {
@@ -190,7 +241,7 @@ func writeFileAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), path)
+		err = place(f.Name(), path)
 	}
 	if err != nil {
 		return err
@@ -308,4 +359,31 @@ func (id *Identity) Replace(token string) error {
 		return err
 	}
 	return id.setJWT(token)
+}
+
+// GatewayKeys returns the gateway keys the agent trusts, as enrolment.json
+// holds them.
+func (id *Identity) GatewayKeys() protocol.KeyState {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return protocol.KeyState{Serial: id.Enrolment.SigningKeySerial, Keys: slices.Clone(id.Enrolment.SigningKeys)}
+}
+
+// SaveGatewayKeys stores the gateway keys of a key set the agent took in,
+// so that it trusts them after a restart too.
+func (id *Identity) SaveGatewayKeys(st protocol.KeyState) error {
+	id.replaceMu.Lock()
+	defer id.replaceMu.Unlock()
+	e, err := id.store.LoadEnrolment()
+	if err != nil {
+		return err
+	}
+	e.SigningKeys, e.SigningKeySerial = slices.Clone(st.Keys), st.Serial
+	if err := id.store.SaveEnrolment(e); err != nil {
+		return fmt.Errorf("store the gateway keys: %w", err)
+	}
+	id.mu.Lock()
+	id.Enrolment.SigningKeys, id.Enrolment.SigningKeySerial = e.SigningKeys, e.SigningKeySerial
+	id.mu.Unlock()
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,4 +221,63 @@ func FuzzParseEnrolment(f *testing.F) {
 			t.Fatalf("an accepted enrolment, encoded, is refused: %v", err)
 		}
 	})
+}
+
+// The key file is made exclusively: a key that appears meanwhile is
+// never replaced, and every caller that got a key got the one on disk.
+func TestCreateKeyExclusive(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := createFileExclusive(path, []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := createFileExclusive(path, []byte("two\n")); !errors.Is(err, os.ErrExist) {
+		t.Errorf("second create: %v, want ErrExist", err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != "one\n" {
+		t.Errorf("the file holds %q after the refused create", data)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".f.new-*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+
+	for range 20 {
+		s := Open(t.TempDir())
+		const n = 8
+		pubs := make(chan string, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				kp, err := s.LoadOrCreateKey()
+				if err != nil {
+					if !strings.Contains(err.Error(), "another process made") {
+						t.Errorf("LoadOrCreateKey: %v", err)
+					}
+					return
+				}
+				pub, _ := kp.PublicKey()
+				pubs <- pub
+			})
+		}
+		wg.Wait()
+		close(pubs)
+		onDisk, err := s.LoadKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := onDisk.PublicKey()
+		got := 0
+		for pub := range pubs {
+			got++
+			if pub != want {
+				t.Fatalf("a caller got key %s, the file holds %s", pub, want)
+			}
+		}
+		if got == 0 {
+			t.Fatal("no caller got a key")
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -31,6 +32,10 @@ type JoinOptions struct {
 	Host string
 	// StateDir is the agent's state directory.
 	StateDir string
+	// Lock, when set, is the lock on StateDir the caller holds (and
+	// keeps: fleet-agent join passes it on to the agent it runs). Nil:
+	// Join takes the lock itself for as long as it writes.
+	Lock *statelock.Lock
 	// Facts are reported to the gateway; the zero value: this machine's
 	// (Facts()).
 	Facts protocol.AgentFacts
@@ -104,23 +109,33 @@ func (o *JoinOptions) check() (string, error) {
 // is sent only to a server that proves it holds a certificate of that
 // CA), proves possession of the key, and stores the credential and the
 // enrolment. A refusal is a *RefusedError that says what to do.
+//
+// Everything from the key to the enrolment is written under the state
+// directory's lock (opts.Lock, or one Join takes): a second join or an
+// agent on the same directory meanwhile gets a *statelock.InUseError, and
+// the key, credential and enrolment always belong together. A join that
+// finds the machine enrolled already writes nothing and needs no lock (an
+// installed agent may be running).
 func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	gw, err := opts.validate()
 	if err != nil {
 		return nil, false, err
 	}
-	if id, err := Load(opts.StateDir); err == nil {
-		if err := id.sameEnrolment(gw, opts.CAPin, opts.Host, opts.StateDir); err != nil {
-			return nil, false, err
+	if id, done, err := opts.enrolled(gw); done {
+		return id, false, err
+	}
+	lock := opts.Lock
+	if lock == nil {
+		if lock, err = statelock.Acquire(opts.StateDir); err != nil {
+			return nil, false, fmt.Errorf("join: %w", err)
 		}
-		return id, false, nil
-	} else if !errors.Is(err, ErrNotEnrolled) {
-		// A damaged key is the operator's to restore or delete; a
-		// credential or enrolment that does not fit a good key is what a
-		// new enrolment replaces.
-		if _, kerr := Open(opts.StateDir).LoadKey(); kerr != nil {
-			return nil, false, err
-		}
+		defer lock.Release()
+	} else if !lock.Holds(opts.StateDir) {
+		return nil, false, fmt.Errorf("join: the state directory lock given is on %s, not on %s", lock.Dir(), opts.StateDir)
+	}
+	// Again under the lock: another join may have finished meanwhile.
+	if id, done, err := opts.enrolled(gw); done {
+		return id, false, err
 	}
 	send, closeSend, token, err := opts.enroller(ctx)
 	if err != nil {
@@ -160,6 +175,31 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 		return nil, false, fmt.Errorf("enrolment stored, but it does not load: %w", err)
 	}
 	return id, true, nil
+}
+
+// enrolled looks at the identity in the state directory: done with an
+// identity when the agent is enrolled with this gateway already, done
+// with an error when it is enrolled elsewhere or its key is damaged, not
+// done when an enrolment is to be made (no identity, or only part of
+// one, or a credential that does not fit a good key).
+func (o *JoinOptions) enrolled(gw string) (*Identity, bool, error) {
+	id, err := Load(o.StateDir)
+	switch {
+	case err == nil:
+		if err := id.sameEnrolment(gw, o.CAPin, o.Host, o.StateDir); err != nil {
+			return nil, true, err
+		}
+		return id, true, nil
+	case errors.Is(err, ErrNotEnrolled):
+		return nil, false, nil
+	}
+	// A damaged key is the operator's to restore or delete; a credential
+	// or enrolment that does not fit a good key is what a new enrolment
+	// replaces.
+	if _, kerr := Open(o.StateDir).LoadKey(); kerr != nil {
+		return nil, true, err
+	}
+	return nil, false, nil
 }
 
 // enroller connects to the gateway the options name, over HTTPS or NATS,
@@ -228,7 +268,7 @@ func (s *Store) saveAnswer(gw, pin, pub string, resp *protocol.EnrolResponse, no
 		expires = time.Unix(uc.Expires, 0).UTC()
 	}
 	e := &Enrolment{Host: resp.Host, GatewayURL: gw, CAPin: pin, NATSURLs: resp.NATSURLs, NATSCA: resp.NATSCA,
-		Labels: resp.Labels, SigningKeys: resp.SigningKeys, EnrolledAt: now.UTC().Truncate(time.Second), Expires: expires}
+		Labels: resp.Labels, SigningKeys: resp.SigningKeys, SigningKeySerial: resp.SigningKeySerial, EnrolledAt: now.UTC().Truncate(time.Second), Expires: expires}
 	if err := e.validate(); err != nil {
 		return fmt.Errorf("the gateway's answer: %w", err)
 	}

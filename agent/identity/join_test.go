@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -353,4 +354,99 @@ func FuzzParseGatewayURL(f *testing.F) {
 			t.Fatalf("ParseGatewayURL(%q) = %q, then %q, %v", raw, got, again, err)
 		}
 	})
+}
+
+// Two joins at once on a fresh state directory: the first holds the
+// state directory's lock from before it makes the key until it has
+// stored the enrolment, so the second is refused at once with the
+// directory in use and sends nothing; the directory ends with the
+// first's key, and a credential and enrolment for that key.
+func TestConcurrentJoinsOneWins(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := filepath.Join(t.TempDir(), "state")
+	arrived, release := g.Hold()
+	defer release()
+	type result struct {
+		id  *Identity
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		id, _, err := Join(context.Background(), opts(g, state))
+		first <- result{id, err}
+	}()
+	select {
+	case <-arrived:
+	case r := <-first:
+		t.Fatalf("the first join ended before its request was held: %v", r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first join's request never reached the gateway")
+	}
+	keyBefore, err := os.ReadFile(filepath.Join(state, Dir, KeyFile))
+	if err != nil {
+		t.Fatalf("the first join made no key before it sent its request: %v", err)
+	}
+	o := opts(g, state)
+	o.Host = "web-2"
+	_, _, err = Join(context.Background(), o)
+	var inUse *statelock.InUseError
+	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("the second join: %v; want the state directory in use by pid %d", err, os.Getpid())
+	}
+	if n := g.Requests(); n != 0 {
+		t.Errorf("%d requests reached the gateway while the first was held; the second join sent one", n)
+	}
+	release()
+	r := <-first
+	if r.err != nil {
+		t.Fatalf("the first join: %v", r.err)
+	}
+	keyAfter, _ := os.ReadFile(filepath.Join(state, Dir, KeyFile))
+	if string(keyAfter) != string(keyBefore) {
+		t.Error("the key changed under the first join")
+	}
+	id, err := Load(state)
+	if err != nil || id.PublicKey != r.id.PublicKey || id.Enrolment.Host != "web-1" {
+		t.Fatalf("the directory after both: %v, %+v", err, id)
+	}
+	token, _ := id.JWT()
+	if _, err := checkCredential(token, id.PublicKey, "web-1"); err != nil {
+		t.Errorf("the stored credential is not for the stored key: %v", err)
+	}
+	// The lock went with the first join: a plain start can take it.
+	l, err := statelock.Acquire(state)
+	if err != nil {
+		t.Fatalf("after the join: %v", err)
+	}
+	l.Release()
+}
+
+// A join given the lock its caller holds uses it, and leaves it held;
+// one given a lock on another directory is refused.
+func TestJoinWithCallersLock(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	lock, err := statelock.Acquire(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	o := opts(g, state)
+	o.Lock = lock
+	if _, enrolled, err := Join(context.Background(), o); err != nil || !enrolled {
+		t.Fatalf("Join with the caller's lock: %v %v", err, enrolled)
+	}
+	if held, pid, _ := statelock.Holder(state); !held || pid != os.Getpid() {
+		t.Error("Join let the caller's lock go")
+	}
+	other, err := statelock.Acquire(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	o = opts(g, t.TempDir())
+	o.Lock = other
+	if _, _, err := Join(context.Background(), o); err == nil || !strings.Contains(err.Error(), "lock given is on") {
+		t.Errorf("Join with a lock on another directory: %v", err)
+	}
 }

@@ -84,7 +84,9 @@ func parseRenewAnswer(answer []byte) (*protocol.RenewResponse, error) {
 // protocol.APINoRecovery. An agent enrolled in process or over NATS gets
 // ErrNoGateway.
 func (id *Identity) Recover(ctx context.Context) error {
+	id.mu.Lock()
 	e := id.Enrolment
+	id.mu.Unlock()
 	if e.GatewayURL == "" || e.CAPin == "" {
 		return ErrNoGateway
 	}

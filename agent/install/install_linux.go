@@ -25,6 +25,12 @@ func install(ctx context.Context, o *Options) error {
 	if o.system() && os.Geteuid() != 0 {
 		return errNotRoot
 	}
+	// The environment file's settings are checked before anything is
+	// made or the token spent.
+	env, err := EnvFile(o.Env)
+	if err != nil {
+		return fmt.Errorf("environment file: %w", err)
+	}
 	owner, err := o.linuxUser(ctx)
 	if err != nil {
 		return err
@@ -47,14 +53,11 @@ func install(ctx context.Context, o *Options) error {
 	}
 	o.step("binary", bin, c)
 	changed = changed || c
-	env, err := EnvFile(o.Env)
-	if err != nil {
-		return fmt.Errorf("environment file: %w", err)
-	}
-	// The file may name a policy, which is no secret, but the agent's
-	// user has no business changing its own settings: root's, 0644.
+	// Root's, 0600, as the package's: systemd reads it as root, and the
+	// agent's user has no business reading or changing its own
+	// settings.
 	envPath := o.path(LinuxEnvFile)
-	if c, err = writeIfChanged(envPath, env, 0o644); err != nil {
+	if c, err = writeIfChanged(envPath, env, 0o600); err != nil {
 		return err
 	}
 	o.step("environment", envPath, c)

@@ -77,7 +77,7 @@ func TestInstallIntoPrefix(t *testing.T) {
 	}
 	root := o.Prefix
 	for path, mode := range map[string]os.FileMode{
-		LinuxBinary: 0o755, LinuxStateDir: 0o700 | os.ModeDir, LinuxEnvFile: 0o644, LinuxUnit: 0o644,
+		LinuxBinary: 0o755, LinuxStateDir: 0o700 | os.ModeDir, LinuxEnvFile: 0o600, LinuxUnit: 0o644,
 		LinuxStateDir + "/identity": 0o700 | os.ModeDir, LinuxStateDir + "/identity/agent.nk": 0o600,
 		LinuxStateDir + "/identity/agent.jwt": 0o600, LinuxStateDir + "/identity/enrolment.json": 0o600,
 	} {
@@ -94,7 +94,7 @@ func TestInstallIntoPrefix(t *testing.T) {
 		t.Fatalf("the installed identity: %v", err)
 	}
 	unitText, _ := os.ReadFile(filepath.Join(root, LinuxUnit))
-	for _, want := range []string{"User=fleetmcp-agent\n", "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work --max_concurrent=4\n",
+	for _, want := range []string{"User=fleetmcp-agent\n", "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work --max_concurrent=4 $FLEET_AGENT_FLAGS\n",
 		"EnvironmentFile=-/etc/fleetmcp/agent.env\n", "NoNewPrivileges=yes\n", "ProtectHome=read-only\n"} {
 		if !strings.Contains(string(unitText), want) {
 			t.Errorf("the unit lacks %q:\n%s", want, unitText)
@@ -103,7 +103,7 @@ func TestInstallIntoPrefix(t *testing.T) {
 	if strings.Contains(string(unitText), root) {
 		t.Errorf("the unit names paths under the prefix:\n%s", unitText)
 	}
-	if env, _ := os.ReadFile(filepath.Join(root, LinuxEnvFile)); !strings.Contains(string(env), "FLEET_POLICY=\"/etc/fleetmcp/policy.yaml\"\n") {
+	if env, _ := os.ReadFile(filepath.Join(root, LinuxEnvFile)); !strings.Contains(string(env), "\nFLEET_AGENT_FLAGS=\"--policy /etc/fleetmcp/policy.yaml\"\n") {
 		t.Errorf("the env file:\n%s", env)
 	}
 	for _, want := range []string{"not creating fleetmcp-agent", "enrolled as \"web-1\"", "not started (--no_start)"} {

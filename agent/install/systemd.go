@@ -58,7 +58,9 @@ Wants=network-online.target
 # systemd keeps it owned by the agent's user, and private.
 StateDirectory=%s
 StateDirectoryMode=0700
-ExecStart=%s
+# FLEET_AGENT_FLAGS (the policy, the NATS URLs) comes from the
+# environment file.
+ExecStart=%s $FLEET_AGENT_FLAGS
 `, stateName, exec)
 	fmt.Fprintf(&b, `# SIGTERM drains: in-flight calls get up to --drain_timeout to finish.
 KillSignal=SIGTERM
@@ -153,29 +155,46 @@ func systemdCommand(args []string) (string, error) {
 	return strings.Join(out, " "), nil
 }
 
-// EnvFile returns the environment file of the unit: the variables the
-// agent reads its settings from (FLEET_POLICY, FLEET_NATS_URL), sorted,
-// with a comment on how to change them.
+// envFlags are the settings install keeps in the environment file, by
+// the variable the agent also reads them from, and the flag the
+// environment file passes them as.
+var envFlags = map[string]string{"FLEET_POLICY": "--policy", "FLEET_NATS_URL": "--nats"}
+
+// EnvFile returns the environment file of the unit, in the format of the
+// package's (deploy/systemd/fleet-agent.env): FLEET_AGENT_FLAGS, the
+// agent flags that are the host's to change (the policy, the NATS URLs),
+// which the unit's ExecStart expands and systemd splits at whitespace.
+// vars are those settings by variable (FLEET_POLICY, FLEET_NATS_URL); a
+// value systemd would split, or one with a line break, is refused.
 func EnvFile(vars map[string]string) ([]byte, error) {
-	var b strings.Builder
-	b.WriteString(`# fleet-agent's environment, read by fleet-agent.service (written by
-# fleet-agent install; after editing, systemctl restart fleet-agent).
-# FLEET_POLICY is the host policy file; FLEET_NATS_URL overrides the NATS
-# URLs the agent was given when it enrolled.
-`)
-	if _, ok := vars["FLEET_POLICY"]; !ok {
-		b.WriteString("#FLEET_POLICY=/etc/fleetmcp/policy.yaml\n")
-	}
+	var flags []string
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		flag, ok := envFlags[k]
+		if !ok {
+			return nil, fmt.Errorf("environment variable %q: the environment file holds only %s", k, strings.Join(slices.Sorted(maps.Keys(envFlags)), " and "))
+		}
 		v := vars[k]
-		if k == "" || strings.Trim(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
-			return nil, fmt.Errorf("environment variable name %q", k)
+		if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == 0 }) {
+			return nil, fmt.Errorf("%s %q: systemd splits FLEET_AGENT_FLAGS at whitespace; give a value without spaces (move the file to a path without them)", flag, v)
 		}
-		if strings.ContainsAny(v, "\x00\n\r") {
-			return nil, fmt.Errorf("%s: a value with a line break or NUL", k)
-		}
-		r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`")
-		fmt.Fprintf(&b, "%s=\"%s\"\n", k, r.Replace(v))
+		flags = append(flags, flag, v)
 	}
+	var b strings.Builder
+	b.WriteString(`# /etc/fleetmcp/agent.env — read by fleet-agent.service (by systemd, as
+# root: keep it 0600). Written by fleet-agent install, which keeps the
+# agent's other flags in the unit; after editing, systemctl restart
+# fleet-agent.
+#
+# Flags of fleet-agent (see fleet-agent -h), split on whitespace. The
+# host's name, labels and NATS URLs come from its enrolment; there is no
+# flag for labels: the gateway's operator sets them. --nats overrides the
+# NATS URLs the agent got when it enrolled.
+`)
+	if len(flags) == 0 {
+		b.WriteString("#FLEET_AGENT_FLAGS=--policy /etc/fleetmcp/policy.yaml\n")
+		return []byte(b.String()), nil
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`")
+	fmt.Fprintf(&b, "FLEET_AGENT_FLAGS=\"%s\"\n", r.Replace(strings.Join(flags, " ")))
 	return []byte(b.String()), nil
 }

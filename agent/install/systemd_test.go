@@ -1,6 +1,7 @@
 package install
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestUnitRender(t *testing.T) {
 	s := string(text)
 	for _, want := range []string{
 		"User=fleet-agent\n", "EnvironmentFile=-/etc/fleetmcp/agent.env\n", "StateDirectory=fleetmcp-agent\n", "StateDirectoryMode=0700\n",
-		"ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work\n",
+		"ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work $FLEET_AGENT_FLAGS\n",
 		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n",
 		"NoNewPrivileges=yes\n", "ProtectSystem=full\n", "ProtectHome=read-only\n", "ProtectKernelTunables=yes\n",
 		"WantedBy=multi-user.target\n",
@@ -140,18 +141,26 @@ func FuzzSystemdCommand(f *testing.F) {
 }
 
 func TestEnvFile(t *testing.T) {
-	text, err := EnvFile(map[string]string{"FLEET_POLICY": `/etc/fleetmcp/p "1" $x.yaml`, "FLEET_NATS_URL": "tls://n1:4222"})
+	text, err := EnvFile(map[string]string{"FLEET_POLICY": `/etc/fleetmcp/p"1"$x.yaml`, "FLEET_NATS_URL": "tls://n1:4222"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "FLEET_NATS_URL=\"tls://n1:4222\"\nFLEET_POLICY=\"/etc/fleetmcp/p \\\"1\\\" \\$x.yaml\"\n"
+	want := "\nFLEET_AGENT_FLAGS=\"--nats tls://n1:4222 --policy /etc/fleetmcp/p\\\"1\\\"\\$x.yaml\"\n"
 	if !strings.HasSuffix(string(text), want) {
 		t.Errorf("env file:\n%s\nwant it to end with\n%s", text, want)
 	}
-	if text, _ := EnvFile(nil); !strings.Contains(string(text), "#FLEET_POLICY=") {
+	// The package's file is the same format.
+	pkg, err := os.ReadFile("../../deploy/systemd/fleet-agent.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(pkg), "\nFLEET_AGENT_FLAGS=") || !strings.Contains(string(pkg), "keep it 0600") {
+		t.Errorf("the package's env file is not in the format install writes:\n%s", pkg)
+	}
+	if text, _ := EnvFile(nil); !strings.Contains(string(text), "#FLEET_AGENT_FLAGS=--policy ") {
 		t.Errorf("an empty env file does not show how to set a policy:\n%s", text)
 	}
-	for _, bad := range []map[string]string{{"FLEET_POLICY": "a\nFLEET_NATS_URL=x"}, {"lower": "x"}, {"": "x"}} {
+	for _, bad := range []map[string]string{{"FLEET_POLICY": "a\nFLEET_NATS_URL=x"}, {"FLEET_POLICY": "/etc/my policy.yaml"}, {"lower": "x"}, {"": "x"}, {"FLEET_POLICY": ""}} {
 		if _, err := EnvFile(bad); err == nil {
 			t.Errorf("EnvFile(%q) accepted", bad)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -107,8 +108,17 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err := checkPolicyFirst(rf, getenv); err != nil {
 		return err
 	}
+	// The state directory is this process's from before the key is made
+	// until the agent it runs stops: a second join or agent on it is
+	// refused, and never leaves a key of one and a credential of another.
+	lock, err := statelock.Acquire(*rf.stateDir)
+	if err != nil {
+		return err
+	}
+	opts.Lock = lock
 	id, enrolled, err := identity.Join(ctx, opts)
 	if err != nil {
+		lock.Release()
 		return err
 	}
 	if enrolled {
@@ -117,7 +127,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	} else {
 		log.Info("enrolled already with this gateway: the token was not used", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL)
 	}
-	return start(ctx, rf, id, getenv, log)
+	return start(ctx, rf, id, lock, getenv, log)
 }
 
 // checkPolicyFirst reads the host policy the agent will run with before

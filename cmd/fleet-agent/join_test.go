@@ -121,7 +121,8 @@ func TestJoinRefusesBadFlags(t *testing.T) {
 }
 
 // fleet-agent install with --prefix and --no_start writes the files, the
-// agent's flags into the unit and the policy into the environment file;
+// agent's flags into the unit and the policy into the environment file's
+// FLEET_AGENT_FLAGS;
 // run again, it changes nothing.
 func TestInstallCommand(t *testing.T) {
 	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
@@ -141,12 +142,12 @@ func TestInstallCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantExec := "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd=" + work + " --max_concurrent=4 --protect_path=/srv/secret --protect_path=/srv/other\n"
+	wantExec := "ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd=" + work + " --max_concurrent=4 --protect_path=/srv/secret --protect_path=/srv/other $FLEET_AGENT_FLAGS\n"
 	if !strings.Contains(string(unit), wantExec) {
 		t.Errorf("the unit lacks\n%s\n%s", wantExec, unit)
 	}
 	envFile, _ := os.ReadFile(filepath.Join(prefix, "etc/fleetmcp/agent.env"))
-	if !strings.Contains(string(envFile), `FLEET_POLICY="`+policyFile+`"`) {
+	if !strings.Contains(string(envFile), `FLEET_AGENT_FLAGS="--policy `+policyFile+`"`) {
 		t.Errorf("the env file:\n%s", envFile)
 	}
 	if _, err := identity.Load(filepath.Join(prefix, "var/lib/fleetmcp-agent")); err != nil {

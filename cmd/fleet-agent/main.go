@@ -24,6 +24,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/service"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
@@ -138,7 +139,7 @@ flags:
 		return fmt.Errorf("--name %s: the agent of state directory %s is enrolled as %q, and its credential is for that name only; drop --name, or give a host of another name its own --state_dir and enrolment",
 			*rf.name, *rf.stateDir, id.Enrolment.Host)
 	}
-	return start(ctx, rf, id, getenv, log)
+	return start(ctx, rf, id, nil, getenv, log)
 }
 
 // parse parses args into fs, then the --config file (when fs has the
@@ -243,8 +244,9 @@ func (rf *runFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 	return log, nil
 }
 
-// start runs the agent of identity id until ctx ends.
-func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func(string) string, log *slog.Logger) error {
+// start runs the agent of identity id until ctx ends. lock, when set, is
+// the state directory's lock the caller holds; the agent takes it over.
+func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *statelock.Lock, getenv func(string) string, log *slog.Logger) error {
 	urls := splitList(*rf.servers)
 	if len(urls) == 0 {
 		urls = id.Enrolment.NATSURLs
@@ -266,8 +268,8 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, getenv func
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		Renewer:     id, GatewayKeys: id.Enrolment.SigningKeys,
-		Cwd: *rf.cwd, StateDir: *rf.stateDir, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
+		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
 		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
 		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,

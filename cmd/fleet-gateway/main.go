@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
@@ -72,14 +73,21 @@ type options struct {
 
 	apiListen, apiTLSCert, apiTLSKey string
 	tlsCert, tlsKey                  string
+	natsTLSCert, natsTLSKey          string
 
 	natsAdvertise, advertise        string
+	name                            string
+	natsCluster, natsClusterListen  string
+	natsRoutes                      string
+	routeCert, routeKey, routeCA    string
+	clusterWait                     time.Duration
 	natsCreds, natsSysCreds, natsCA string
 	natsAgentKey, natsOperatorKey   string
 
 	jwtIssuer, jwtAudience, jwksURI string
 	jwtAlgs, scopes                 string
 	jwtLeeway                       time.Duration
+	groupsClaim                     string
 	resourceURL                     string
 	accessFile, apiTokensFile       string
 	rateLimit                       string
@@ -91,6 +99,7 @@ type options struct {
 	hostsReplicas                   int
 	hostsMaxMiB                     int64
 	maxTransferMiB                  int64
+	maxRequestMiB                   int64
 	transferWait                    time.Duration
 	version                         bool
 	corsOrigins                     string
@@ -120,8 +129,18 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.tlsCert, "tls_cert", "", "certificate chain (PEM): the MCP endpoint serves HTTPS with it (with --tls_key)")
 	fs.StringVar(&o.tlsKey, "tls_key", "", "private key (PEM) of --tls_cert")
 	fs.BoolVar(&o.natsTLS, "nats_tls", false, "the embedded NATS server serves TLS on a loopback --nats_listen too")
+	fs.StringVar(&o.natsTLSCert, "nats_tls_cert", "", "certificate chain (PEM) of the embedded NATS server, ending with its CA's certificate (default: issued from the fleet CA in --data_dir); agents trust and pin that CA")
+	fs.StringVar(&o.natsTLSKey, "nats_tls_key", "", "private key (PEM) of --nats_tls_cert")
 	fs.StringVar(&o.natsAdvertise, "nats_advertise", "", "NATS URL(s) agents dial, comma-separated (default: from --nats_listen, tls://HOSTNAME:PORT beyond loopback, or --nats_url)")
 	fs.StringVar(&o.advertise, "advertise", "", "further names or addresses agents reach this machine by, comma-separated, for its TLS certificates")
+	fs.StringVar(&o.name, "name", "", "this gateway's name among its replicas (letters, digits, -, _): its MCP session IDs start with it, for a load balancer's session routing, and it names its NATS server in a cluster (default with --nats_cluster: the hostname)")
+	fs.StringVar(&o.natsCluster, "nats_cluster", "", "make the embedded NATS server a node of the cluster NAME, with the other gateways' servers (--nats_routes); give every node a --data_dir seeded from the first (fleet-gateway replica-seed)")
+	fs.StringVar(&o.natsClusterListen, "nats_cluster_listen", "0.0.0.0:6222", "with --nats_cluster: where this node listens for the other nodes' routes (TLS)")
+	fs.StringVar(&o.natsRoutes, "nats_routes", "", "with --nats_cluster: the route URLs of the cluster's nodes, comma-separated, e.g. nats-route://gw1:6222,nats-route://gw2:6222,nats-route://gw3:6222")
+	fs.StringVar(&o.routeCert, "nats_route_cert", "", "with --nats_cluster: this node's route certificate chain (PEM), for server and client authentication (default: issued from the fleet CA at every start)")
+	fs.StringVar(&o.routeKey, "nats_route_key", "", "private key (PEM) of --nats_route_cert")
+	fs.StringVar(&o.routeCA, "nats_route_ca", "", "CA (PEM) the other nodes' route certificates must chain to, with --nats_route_cert")
+	fs.DurationVar(&o.clusterWait, "nats_cluster_wait", 2*time.Minute, "with --nats_cluster: how long to wait at start for a quorum of the nodes (at the first start, all of them)")
 	fs.StringVar(&o.natsURL, "nats_url", getenv("FLEET_NATS_URL"), "external NATS cluster URL(s), comma-separated; disables the embedded server (env FLEET_NATS_URL)")
 	fs.StringVar(&o.natsCreds, "nats_creds", "", "external cluster: the gateway's user creds file")
 	fs.StringVar(&o.natsSysCreds, "nats_system_creds", "", "external cluster: a system account user's creds file (account JWT lookups and pushes)")
@@ -129,15 +148,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
 	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
-	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's skill signing key FILE, shared by the replicas of a fleet (default: DATA_DIR/signing/gateway.key, made on first start)")
+	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's signing key FILE (calls, skills), shared by the replicas of a fleet with its directory (default: DATA_DIR/signing/gateway.key, made on first start; required with --nats_url and no --data_dir)")
 	fs.DurationVar(&o.agentTTL, "agent_credential_ttl", 720*time.Hour, "how long an agent's NATS credential is valid")
 	fs.DurationVar(&o.sessionTTL, "session_timeout", 30*time.Minute, "close MCP sessions idle this long")
 	fs.StringVar(&o.agentName, "agent_name", protocol.HostFromName(hostname), "with --dev: the name of this machine's agent")
 	fs.StringVar(&o.logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.promptFile, "system_prompt", "", "text/template FILE for the resource://system-prompt resource, read on every read (default: the bundled template)")
 	fs.DurationVar(&o.hostsRetention, "hosts_retention", 30*24*time.Hour, "forget hosts offline this long (0: never)")
-	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 1, "replicas of the hosts bucket on an external NATS cluster (3 on a 3-node cluster)")
+	fs.IntVar(&o.hostsReplicas, "hosts_replicas", 0, "replicas of the shared buckets (hosts, agents, join tokens, nonces, skills); 0: 3 on a NATS cluster, else 1")
 	fs.Int64Var(&o.hostsMaxMiB, "hosts_max_mib", gateway.DefaultHostsMaxBytes>>20, "memory the host registry may take, in MiB; announces beyond it are ignored")
+	fs.Int64Var(&o.maxRequestMiB, "max_request_mib", 64, "largest MCP request body in MiB, 1 to 1024 (a write's content travels in it; agents take 64 MiB by default); a proxy in front must allow as much")
 	fs.Int64Var(&o.maxTransferMiB, "max_transfer_mib", gateway.DefaultMaxTransferBytes>>20, "MiB of large requests and results (over 1 MiB) in flight at once; more wait, then are refused as busy")
 	fs.DurationVar(&o.transferWait, "transfer_wait", 10*time.Second, "how long a large request or result may wait for room in --max_transfer_mib")
 	fs.StringVar(&o.corsOrigins, "cors_origins", "", "browser origins whose pages may call the MCP endpoint (CORS), comma-separated, e.g. https://app.example.com (default: none)")
@@ -172,6 +192,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.jwksURI, "jwks_uri", getenv("JWKS_URI"), "the issuer's JSON Web Key Set URL, when it has no discovery document (env JWKS_URI)")
 	fs.StringVar(&o.jwtAlgs, "jwt_algs", strings.Join(gateway.DefaultAlgorithms(), ","), "accepted JWT signature algorithms, comma-separated (never none or HMAC)")
 	fs.DurationVar(&o.jwtLeeway, "jwt_leeway", 30*time.Second, "clock skew allowed on a JWT's exp, nbf and iat")
+	fs.StringVar(&o.groupsClaim, "groups_claim", "groups", "the JWT claim that lists a caller's groups, which calls carry to hosts signed (host policies' callers: groups)")
 	fs.StringVar(&o.resourceURL, "resource_url", "", "the MCP endpoint's public URL (e.g. https://fleet.example.com/mcp) for the OAuth metadata; default: from each request's Host")
 	fs.StringVar(&o.scopes, "scopes", "openid,profile,email", "scopes a client should request from the issuer (published as scopes_supported), comma-separated")
 	fs.StringVar(&o.accessFile, "access", "", "access rules file (YAML or JSON): which caller may use which tools on which hosts")
@@ -180,7 +201,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
 	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
 	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
-	fs.IntVar(&o.auditReplicas, "audit_replicas", 1, "replicas of the audit stream on an external NATS cluster (3 on a 3-node cluster)")
+	fs.IntVar(&o.auditReplicas, "audit_replicas", 0, "replicas of the audit stream; 0: 3 on a NATS cluster, else 1")
 }
 
 func defaultDataDir(getenv func(string) string) string {
@@ -200,6 +221,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer signal.Stop(hup)
 	if len(args) > 0 && args[0] == "nats-setup" {
 		return runNATSSetup(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "signing-key" {
+		return runSigningKey(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "replica-seed" {
+		return runReplicaSeed(args[1:], getenv, stdout, stderr)
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -292,15 +319,25 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gatew
 // config.
 func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (gateway.Config, error) {
 	cfg := gateway.Config{
-		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS,
+		Listen: o.listen, DataDir: o.dataDir, NATSListen: o.natsListen, NATSTLS: o.natsTLS, NATSTLSCert: o.natsTLSCert, NATSTLSKey: o.natsTLSKey,
 		NATSAdvertise: splitList(o.natsAdvertise), Advertise: splitList(o.advertise), AgentCredentialTTL: o.agentTTL,
 		NATSMaxPayload: int32(o.maxPayload), AuthDisabled: o.dev || o.noAuth,
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
-		MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
+		MaxRequestBytes: o.maxRequestMiB << 20, MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
 		Metrics: o.metrics, MetricsListen: o.metricsListen, SigningKeyFile: o.signingKey,
 		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+	}
+	if o.maxRequestMiB < 1 || o.maxRequestMiB > 1024 {
+		return cfg, fmt.Errorf("--max_request_mib %d: use 1 to 1024 (MiB)", o.maxRequestMiB)
+	}
+	cfg.Name = o.name
+	if o.natsCluster != "" {
+		cfg.Cluster = gateway.ClusterConfig{Name: o.natsCluster, Listen: o.natsClusterListen, Routes: splitList(o.natsRoutes),
+			RouteCert: o.routeCert, RouteKey: o.routeKey, RouteCA: o.routeCA, Wait: o.clusterWait}
+	} else if o.natsRoutes != "" || o.routeCert != "" || o.routeKey != "" || o.routeCA != "" {
+		return cfg, errors.New("--nats_routes and the route certificates are for a cluster of embedded servers: give --nats_cluster NAME too")
 	}
 	if strings.EqualFold(strings.TrimSpace(o.apiListen), "off") {
 		cfg.APIListen = ""
@@ -342,7 +379,7 @@ func authConfig(cfg *gateway.Config, o *options, log *slog.Logger) error {
 	}
 	cfg.Auth = gateway.AuthConfig{
 		Issuer: o.jwtIssuer, Audience: o.jwtAudience, JWKSURL: o.jwksURI,
-		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, ResourceURL: o.resourceURL,
+		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, GroupsClaim: o.groupsClaim, ResourceURL: o.resourceURL,
 		Scopes: splitList(o.scopes),
 	}
 	var err error
@@ -428,8 +465,15 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 // it, ready to run.
 func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger, tp trace.TracerProvider) (*agent.Agent, error) {
 	stateDir := filepath.Join(o.dataDir, "agent")
+	// Its identity is written under the state directory's lock, which
+	// the agent then keeps.
+	lock, err := statelock.Acquire(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("dev agent: %w", err)
+	}
 	id, err := enrolDevAgent(ctx, gw, stateDir, o.agentName)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
@@ -439,8 +483,9 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		Servers:     id.Enrolment.NATSURLs,
 		Name:        o.agentName,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		GatewayKeys: id.Enrolment.SigningKeys,
-		StateDir:    stateDir,
+		GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		StateDir:  stateDir,
+		StateLock: lock,
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),
@@ -480,7 +525,7 @@ func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name stri
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	if err := store.SaveEnrolment(&identity.Enrolment{Host: name, CAPin: creds.CAPin, NATSURLs: urls, NATSCA: string(creds.CAPEM),
-		Labels: creds.Labels, SigningKeys: creds.SigningKeys, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
+		Labels: creds.Labels, SigningKeys: creds.SigningKeys, SigningKeySerial: creds.SigningKeySerial, EnrolledAt: time.Now().UTC(), Expires: creds.Expires}); err != nil {
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
 	return identity.Load(stateDir)

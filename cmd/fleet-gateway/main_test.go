@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"io"
@@ -21,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -86,6 +89,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"stray argument", with("--dev", "extra"), nil, []string{`unexpected argument "extra"`}},
 		{"flag after argument", []string{"serve", "--dev"}, nil, []string{`unexpected argument "serve"`}},
 		{"bad duration", with("--session_timeout", "soon"), nil, []string{"session_timeout", "soon"}},
+		{"request limit of nothing", with("--dev", "--max_request_mib", "0"), nil, []string{"--max_request_mib 0", "1 to 1024"}},
+		{"request limit over the transfer budget", with("--dev", "--max_request_mib", "200"), nil, []string{"--max_transfer_mib", "below the request limit of 200 MiB"}},
 		{"bad log level", with("--dev", "--log_level", "loud"), nil, []string{"--log_level", `"loud"`, "debug, info, warn or error"}},
 		{"no auth on all interfaces", []string{"--no_auth", "--listen", "0.0.0.0:0", "--data_dir", dir}, nil, []string{"loopback", "0.0.0.0:0"}},
 		{"dev on all interfaces", []string{"--dev", "--listen", "[::]:0", "--data_dir", dir}, nil, []string{"loopback"}},
@@ -150,7 +155,7 @@ func TestRunHelp(t *testing.T) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
 	for _, f := range []string{"-dev", "-no_auth", "-listen", "-api_listen", "-api_tls_cert", "-api_tls_key", "-tls_cert", "-tls_key", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
-		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
+		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_tls_cert", "-nats_tls_key", "-max_request_mib", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("usage does not list %s:\n%s", f, stderr)
 		}
@@ -569,5 +574,41 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 	}
 	if res := callTool("read", map[string]any{"path": full[1], "offset": 29999}); res.IsError || !strings.HasPrefix(resultText(res), "29999\n") {
 		t.Fatalf("read of the full output file: %q", resultText(res))
+	}
+}
+
+// --nats_tls_cert/--nats_tls_key: the embedded server serves the given
+// chain, and the start prints the pin of its CA (the chain's last
+// certificate), the one hosts give fleet-agent join.
+func TestRunNATSCertificate(t *testing.T) {
+	ca := identitytest.NewCA(t, "operator's NATS CA")
+	leaf := ca.Leaf(t, []string{"127.0.0.1", "localhost"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), ca.Cert)
+	var chain []byte
+	for _, der := range leaf.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(leaf.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile := writeFile(t, string(chain))
+	keyFile := writeFile(t, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})))
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--new_api_token", "ci-bot"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+(- \{name: "ci-bot".*\})$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("--new_api_token printed no entry:\n%s", out.String())
+	}
+	tokens := writeFile(t, "tokens:\n  "+m[1]+"\n")
+	args := []string{"--api_tokens", tokens, "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "off", "--data_dir", t.TempDir(),
+		"--nats_tls_cert", certFile, "--nats_tls_key", keyFile}
+	_, stdout := startRun(t, args, nil)
+	if !regexp.MustCompile(`NATS:\s+tls://127\.0\.0\.1:\d+`).MatchString(stdout.String()) {
+		t.Errorf("the embedded server does not serve TLS:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "CA pin:       "+ca.Pin()) {
+		t.Errorf("the start does not print the given chain's CA pin %s:\n%s", ca.Pin(), stdout.String())
 	}
 }

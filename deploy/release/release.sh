@@ -23,8 +23,8 @@ export PATH="/usr/local/go/bin:$PATH"
 
 # nfpm, pinned: run from the module proxy, no install needed.
 NFPM="go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2"
-# Every command of the release. fleetctl is skipped while cmd/fleetctl
-# does not exist.
+# Every command of the release (one missing from the tree is skipped,
+# with a note).
 COMMANDS="fleet-gateway fleet-agent fleetctl"
 TARGETS="${FLEET_TARGETS-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64}"
 PACKAGES="${FLEET_PACKAGES-deb rpm}"

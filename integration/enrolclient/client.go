@@ -30,6 +30,9 @@ type Client struct {
 	hc   *http.Client
 	// Now dates the requests (default time.Now).
 	Now func() time.Time
+	// Token, when set, is sent as the bearer token of every request
+	// (the admin API of a gateway whose authentication is on).
+	Token string
 }
 
 // New returns a client for the fleet API at base (https://HOST:PORT)
@@ -136,6 +139,9 @@ func (c *Client) Post(ctx context.Context, path string, body, out any) error {
 }
 
 func (c *Client) do(req *http.Request, out any) error {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err

@@ -4,9 +4,14 @@
 // its own connection and credential, speaks the real wire protocol
 // (announce, heartbeat, calls answered with protocol.Result values in
 // numbered frames, fetch of finished results), and reconnects with the
-// agent's own backoff (agent.ReconnectDelay). What it does not do is run
-// anything: bash and read are answered by a Handler, by default a tiny
-// table of commands and files, so thousands cost little CPU and memory.
+// agent's own backoff (agent.ReconnectDelay). It checks every call's,
+// fetch's and poke's signed envelope as an agent does (agent/callauth:
+// the gateway keys it trusts, its host, the clock, a replay cache), and
+// signs every result's receipt with its own key, so that a fleet of them
+// costs the gateway and the hosts what real ones do. What it does not do
+// is run anything: bash and read are answered by a Handler, by default a
+// tiny table of commands and files, so thousands cost little CPU and
+// memory.
 //
 // To stay light, all agents share a few worker goroutines: each agent's
 // subscriptions deliver into one shared channel (nats.ChanSubscribe), so
@@ -21,8 +26,10 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -33,6 +40,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/agent/callauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -67,9 +75,11 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives connection trouble. Default: discarded.
 	Logger *slog.Logger
-	// SigningKeys, when set, are the gateway keys the agents trust, and
-	// the agents take part in skill rollout (skills.go).
+	// SigningKeys are the gateway keys the agents trust (required): they
+	// refuse whatever these did not sign.
 	SigningKeys []string
+	// Skills makes the agents take part in skill rollout (skills.go).
+	Skills bool
 	// SkillConcurrency bounds agents syncing their skills at once.
 	// Default 256.
 	SkillConcurrency int
@@ -96,11 +106,16 @@ type Fleet struct {
 	// skillSem bounds skill syncs at once.
 	skillSem chan struct{}
 
-	// Calls counts calls answered.
+	// Calls counts calls answered; Conns the TCP connections the agents
+	// made (each a handshake the server began: more than the agents
+	// after a reconnect storm means handshakes failed and were tried
+	// again).
 	Calls atomic.Int64
+	Conns atomic.Int64
 
 	errMu     sync.Mutex
 	reconnErr map[string]int
+	refusals  map[string]int
 }
 
 type simAgent struct {
@@ -108,6 +123,10 @@ type simAgent struct {
 	host     string
 	cred     Credential
 	announce []byte // the announce, encoded once
+	// auth checks envelopes; receipts signs results (nil without a
+	// credential: results then carry no receipt, which gateways refuse).
+	auth     *callauth.Verifier
+	receipts *callauth.ReceiptSigner
 	mu       sync.Mutex
 	nc       *nats.Conn
 	beat     *time.Timer
@@ -145,20 +164,25 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	if cfg.SkillConcurrency == 0 {
 		cfg.SkillConcurrency = 256
 	}
+	if len(cfg.SigningKeys) == 0 {
+		return nil, errors.New("simulated agents check the gateway's signatures: give Config.SigningKeys")
+	}
 	fctx, cancel := context.WithCancel(context.Background())
 	f := &Fleet{cfg: cfg, msgs: make(chan *nats.Msg, 1<<16), ctx: fctx, cancel: cancel, done: newResultCache(1 << 17),
 		skillSem: make(chan struct{}, cfg.SkillConcurrency)}
 	started := time.Now().UTC()
+	keys := protocol.KeyState{Keys: cfg.SigningKeys}
 	for _, h := range cfg.Hosts {
-		if err := protocol.ValidateHost(h); err != nil {
+		auth, err := callauth.New(callauth.Config{Host: h, Keys: keys, Started: started})
+		if err != nil {
 			cancel()
 			return nil, err
 		}
-		a := &simAgent{f: f, host: h, sk: skillState{active: map[string]string{}, states: map[string]protocol.SkillState{}}}
+		a := &simAgent{f: f, host: h, auth: auth, sk: skillState{active: map[string]string{}, states: map[string]protocol.SkillState{}}}
 		a.announce = mustJSON(protocol.Announce{
 			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim",
 			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
-			StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
+			TrustedKeys: auth.KeyIDs(), StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
 		})
 		f.agents = append(f.agents, a)
 	}
@@ -170,6 +194,11 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			a.cred, err = cfg.Credentials(a.host)
 			if err != nil {
 				return fmt.Errorf("credential of simulated agent %s: %w", a.host, err)
+			}
+			if len(a.cred.Seed) > 0 {
+				if a.receipts, err = callauth.NewReceiptSigner(a.cred.Seed); err != nil {
+					return fmt.Errorf("simulated agent %s: %w", a.host, err)
+				}
 			}
 			return nil
 		}); err != nil {
@@ -231,7 +260,7 @@ func (a *simAgent) dial() error {
 	cfg := &a.f.cfg
 	opts := []nats.Option{
 		nats.Name("fleet-sim " + a.host),
-		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}}),
+		nats.SetCustomDialer(&oneConnDialer{d: net.Dialer{Timeout: agent.DialTimeout}, made: &a.f.Conns}),
 		nats.Timeout(agent.HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
@@ -313,6 +342,7 @@ type oneConnDialer struct {
 	mu   sync.Mutex
 	last net.Conn
 	d    net.Dialer
+	made *atomic.Int64 // counts the connections made
 }
 
 func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
@@ -326,6 +356,7 @@ func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.made.Add(1)
 	o.mu.Lock()
 	o.last = c
 	o.mu.Unlock()
@@ -386,16 +417,25 @@ func (a *simAgent) handle(m *nats.Msg) {
 	case m.Subject == protocol.DiscoverSubject():
 		a.publishAnnounce(a.conn())
 	case m.Subject == protocol.SkillsPokeSubject(a.host):
+		if _, err := a.auth.OpenBody(m.Header.Get(protocol.HeaderAuth), callauth.Expect{Kind: protocol.MsgPoke, Reply: m.Reply}, m.Data); err != nil {
+			a.f.refused(err)
+			return
+		}
 		a.skillsPoke()
 	case m.Subject == protocol.CallSubject(a.host):
 		a.onCall(m)
 	case m.Subject == protocol.FetchSubject(a.host):
-		var fe protocol.Fetch
-		if json.Unmarshal(m.Data, &fe) != nil || m.Reply == "" {
+		claims, err := a.auth.OpenBody(m.Header.Get(protocol.HeaderAuth), callauth.Expect{Kind: protocol.MsgFetch, Reply: m.Reply}, m.Data)
+		if err != nil {
+			a.f.refused(err)
 			return
 		}
-		if data := a.f.done.get(fe.CallID); data != nil {
-			a.publishResult(m.Reply, fe.CallID, data)
+		var fe protocol.Fetch
+		if json.Unmarshal(m.Data, &fe) != nil || fe.CallID != claims.CallID || m.Reply == "" {
+			return
+		}
+		if r := a.f.done.get(fe.CallID); r != nil {
+			a.publishResult(m.Reply, fe.CallID, r.data, r.receipt)
 			return
 		}
 		a.reply(m.Reply, protocol.ErrorResult(fe.CallID, protocol.CodeUnknownCall, fmt.Sprintf("simulated host %s has no record of call %s", a.host, fe.CallID)))
@@ -409,7 +449,12 @@ func (a *simAgent) onCall(m *nats.Msg) {
 		return
 	}
 	if fr.Parts != 1 {
-		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeTooLarge, "simulated agents take single-part calls only"))
+		a.f.refused(errors.New("simulated agents take single-part calls only"))
+		return
+	}
+	claims, err := a.auth.OpenBody(fr.Auth, callauth.Expect{Kind: protocol.MsgCall, Reply: m.Reply, CallID: fr.CallID}, fr.Data)
+	if err != nil {
+		a.f.refused(err)
 		return
 	}
 	var call protocol.Call
@@ -417,19 +462,22 @@ func (a *simAgent) onCall(m *nats.Msg) {
 		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeBadRequest, "call is not valid JSON: "+err.Error()))
 		return
 	}
-	if call.ID != fr.CallID || call.Host != a.host {
-		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeBadRequest, "call does not match its frame or host"))
+	if call.ID != claims.CallID || call.Host != a.host || call.Tool != claims.Tool {
+		a.reply(m.Reply, protocol.ErrorResult(fr.CallID, protocol.CodeBadRequest, "call does not match its envelope"))
 		return
 	}
+	start := time.Now()
 	answer := func() {
 		res := a.f.cfg.Handler(a.host, &call)
 		res.CallID = call.ID
 		data, err := protocol.EncodeResult(res)
 		if err != nil {
-			data, _ = protocol.EncodeResult(protocol.ErrorResult(call.ID, protocol.CodeInternal, err.Error()))
+			res = protocol.ErrorResult(call.ID, protocol.CodeInternal, err.Error())
+			data, _ = protocol.EncodeResult(res)
 		}
-		a.f.done.put(call.ID, data)
-		a.publishResult(m.Reply, call.ID, data)
+		receipt := a.receipt(res, data, start)
+		a.f.done.put(call.ID, data, receipt)
+		a.publishResult(m.Reply, call.ID, data, receipt)
 		a.f.Calls.Add(1)
 	}
 	if d := a.f.cfg.Delay; d > 0 {
@@ -441,11 +489,25 @@ func (a *simAgent) onCall(m *nats.Msg) {
 
 func (a *simAgent) reply(reply string, res *protocol.Result) {
 	data, _ := protocol.EncodeResult(res)
-	a.publishResult(reply, res.CallID, data)
+	a.publishResult(reply, res.CallID, data, a.receipt(res, data, time.Now()))
 }
 
-// publishResult sends an encoded result in numbered parts, as agents do.
-func (a *simAgent) publishResult(reply, id string, data []byte) {
+// receipt signs the receipt of res, encoded as data ("" without a key).
+func (a *simAgent) receipt(res *protocol.Result, data []byte, start time.Time) string {
+	if a.receipts == nil {
+		return ""
+	}
+	var exit *int
+	if st := simExit(res); st >= 0 {
+		exit = &st
+	}
+	h, _ := a.receipts.Sign(a.host, res, data, start, time.Now(), exit)
+	return h
+}
+
+// publishResult sends an encoded result in numbered parts, as agents do,
+// its receipt with the last.
+func (a *simAgent) publishResult(reply, id string, data []byte, receipt string) {
 	nc := a.conn()
 	if nc == nil {
 		return
@@ -459,7 +521,11 @@ func (a *simAgent) publishResult(reply, id string, data []byte) {
 		return
 	}
 	for i, p := range parts {
-		h, body := protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}.Encode()
+		f := protocol.Frame{Kind: protocol.KindResult, CallID: id, Seq: uint64(i + 1), Part: i + 1, Parts: len(parts), Data: p}
+		if i == len(parts)-1 {
+			f.Receipt = receipt
+		}
+		h, body := f.Encode()
 		if nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header(h), Data: body}) != nil {
 			return
 		}
@@ -480,6 +546,28 @@ func (f *Fleet) Close() {
 		}
 	}
 	f.wg.Wait()
+}
+
+// refused counts a message a simulated agent refused, by reason.
+func (f *Fleet) refused(err error) {
+	reason := "malformed"
+	var ee *protocol.EnvelopeError
+	if errors.As(err, &ee) {
+		reason = string(ee.Reason)
+	}
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	if f.refusals == nil {
+		f.refusals = make(map[string]int)
+	}
+	f.refusals[reason]++
+}
+
+// Refusals counts the messages the simulated agents refused, by reason.
+func (f *Fleet) Refusals() map[string]int {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	return maps.Clone(f.refusals)
 }
 
 func (f *Fleet) reconnectFailed(err error) {
@@ -542,16 +630,22 @@ func (f *Fleet) Kill(hosts ...string) {
 // ring.
 type resultCache struct {
 	mu   sync.Mutex
-	data map[string][]byte
+	data map[string]cachedResult
 	ring []string
 	next int
 }
 
-func newResultCache(max int) *resultCache {
-	return &resultCache{data: make(map[string][]byte), ring: make([]string, max)}
+// cachedResult is an encoded result and its receipt.
+type cachedResult struct {
+	data    []byte
+	receipt string
 }
 
-func (c *resultCache) put(id string, data []byte) {
+func newResultCache(max int) *resultCache {
+	return &resultCache{data: make(map[string]cachedResult), ring: make([]string, max)}
+}
+
+func (c *resultCache) put(id string, data []byte, receipt string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.ring[c.next]; old != "" {
@@ -559,13 +653,17 @@ func (c *resultCache) put(id string, data []byte) {
 	}
 	c.ring[c.next] = id
 	c.next = (c.next + 1) % len(c.ring)
-	c.data[id] = data
+	c.data[id] = cachedResult{data: data, receipt: receipt}
 }
 
-func (c *resultCache) get(id string) []byte {
+func (c *resultCache) get(id string) *cachedResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.data[id]
+	r, ok := c.data[id]
+	if !ok {
+		return nil
+	}
+	return &r
 }
 
 // DefaultHandler answers like an unrestricted agent whose file system
@@ -609,6 +707,23 @@ func ReadResult(content string) *protocol.Result {
 		Content:    []protocol.Content{protocol.Text(text)},
 		Structured: mustJSON(map[string]string{"sha256": hex.EncodeToString(sum[:])}),
 	}
+}
+
+// simExit returns the exit status a simulated result states (-1: none).
+func simExit(res *protocol.Result) int {
+	if res.Error != nil || len(res.Content) == 0 {
+		return -1
+	}
+	if !res.IsError {
+		return 0
+	}
+	text := res.Content[len(res.Content)-1].Text
+	if i := strings.LastIndex(text, "Command exited with code "); i >= 0 {
+		if n, err := strconv.Atoi(strings.TrimSpace(text[i+len("Command exited with code "):])); err == nil {
+			return n
+		}
+	}
+	return -1
 }
 
 // BashResult is a bash tool's result for output and exit code, worded as

@@ -16,7 +16,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// Simulated agents with Config.SigningKeys take part in skill rollout as
+// Simulated agents with Config.Skills take part in skill rollout as
 // real agents do: they read their desired state with a JetStream direct
 // get (on connect and when poked), check its signature, fetch each new
 // bundle's manifest and files from the gateways in MaxBlobChunk parts,
@@ -50,7 +50,7 @@ func (f *Fleet) Installed(skill, bundle string) int {
 // skillsPoke starts a sync of the agent's skills, or asks the running
 // one to go again.
 func (a *simAgent) skillsPoke() {
-	if len(a.f.cfg.SigningKeys) == 0 || a.f.ctx.Err() != nil {
+	if !a.f.cfg.Skills || a.f.ctx.Err() != nil {
 		return
 	}
 	a.sk.mu.Lock()

@@ -134,6 +134,10 @@ type Gateway struct {
 	recovery int
 	last     protocol.EnrolRequest
 	issued   int
+	// hold, when set, holds every enrolment until it is closed; held
+	// hears of each one held.
+	hold chan struct{}
+	held chan struct{}
 }
 
 // NewGateway serves the fleet API with a certificate of ca for 127.0.0.1
@@ -183,6 +187,17 @@ func (g *Gateway) AllowRecovery(n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.recovery = n
+}
+
+// Hold makes the API hold every enrolment request that reaches it until
+// release is called: arrived receives one value per request held.
+func (g *Gateway) Hold() (arrived <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	hold, held := make(chan struct{}), make(chan struct{}, 16)
+	g.hold, g.held = hold, held
+	var once sync.Once
+	return held, func() { once.Do(func() { close(hold) }) }
 }
 
 // LastEnrolment returns the last enrolment request that reached the API.
@@ -237,6 +252,17 @@ func (g *Gateway) answer(w http.ResponseWriter, host, pub string) {
 }
 
 func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	hold, held := g.hold, g.held
+	g.mu.Unlock()
+	if hold != nil {
+		held <- struct{}{}
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.requests++

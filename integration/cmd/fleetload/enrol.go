@@ -30,7 +30,8 @@ type enrolRequest struct {
 
 type enrolResponse struct {
 	JWTs []string `json:"jwts"`
-	// SigningKeys are the gateway keys agents trust for skill rollout.
+	// SigningKeys are the gateway keys agents trust: for calls and skill
+	// rollout.
 	SigningKeys []string `json:"signing_keys"`
 	Error       string   `json:"error,omitempty"`
 }

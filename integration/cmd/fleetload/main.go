@@ -71,25 +71,26 @@ func main() {
 }
 
 type options struct {
-	role        string
-	hosts       []int
-	runs        int
-	concurrency []int
-	settle      time.Duration
-	restart     bool
-	latency     bool
-	restartProf string
-	dataDir     string
-	listen      string
-	natsListen  string
-	statsListen string
-	apiListen   string
-	enrolVia    string
-	enrolOnly   bool
-	enrolConns  int
-	profile     string
-	soak        int
-	mode        string
+	role           string
+	hosts          []int
+	runs           int
+	concurrency    []int
+	settle         time.Duration
+	restart        bool
+	latency        bool
+	restartProf    string
+	restartProfSec int
+	dataDir        string
+	listen         string
+	natsListen     string
+	statsListen    string
+	apiListen      string
+	enrolVia       string
+	enrolOnly      bool
+	enrolConns     int
+	profile        string
+	soak           int
+	mode           string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -103,7 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.soak, "soak", 0, "after the latency runs, this many more fleet_bash calls, then the gateway's memory again (what a used fleet costs)")
 	fs.BoolVar(&o.restart, "restart", true, "measure reconnection after a NATS restart")
 	fs.BoolVar(&o.latency, "latency", true, "measure fan-out latency (false: only joining, memory and the restart)")
-	fs.StringVar(&o.restartProf, "restart_profile", "", "write the gateway's CPU profile over the 20 s after its restart begins to this file")
+	fs.StringVar(&o.restartProf, "restart_profile", "", "write the gateway's CPU profile over the -restart_profile_seconds after its restart begins to this file")
+	fs.IntVar(&o.restartProfSec, "restart_profile_seconds", 20, "how long -restart_profile profiles")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the gateway's CPU profile during the fleet_read runs to this file, and its heap profile at the end to FILE.heap")
 	fs.StringVar(&o.enrolVia, "enrol", "https", "how the agents enrol: https (a join token each through the fleet API, as hosts do) or local (the gateway's in-process enrolment)")
 	fs.BoolVar(&o.enrolOnly, "enrol_only", false, "measure the enrolment only, then stop")
@@ -143,6 +145,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.mode != "fanout" && o.mode != "rollout" {
 		return nil, fmt.Errorf("-mode %q: want fanout or rollout", o.mode)
+	}
+	if o.restartProfSec < 1 || o.restartProfSec > 300 {
+		return nil, fmt.Errorf("-restart_profile_seconds %d: want 1 to 300", o.restartProfSec)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return nil, fmt.Errorf("-runs %d: want 1 to 100", o.runs)
@@ -361,7 +366,7 @@ func (c *child) get(hosts int, gc bool) (stats, error) {
 }
 
 // profileStart writes the CPU profile of the gateway child being
-// started over its first 20 s to file.
+// started over its first -restart_profile_seconds to file.
 func (b *bench) profileStart(file string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -376,7 +381,7 @@ func (b *bench) profileStart(file string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c := &child{stats: "http://" + b.addrs[2] + "/stats"}
-	return c.profile(file, 20)
+	return c.profile(file, b.o.restartProfSec)
 }
 
 // profile writes the child's CPU profile over the next seconds to file.
@@ -497,7 +502,7 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	}
 	joinStart := time.Now()
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
-		URL: b.gw.natsURL, Hosts: hosts,
+		URL: b.gw.natsURL, Hosts: hosts, SigningKeys: keys,
 		Credentials: func(h string) (simfleet.Credential, error) { return creds[h], nil },
 		Handler:     simfleet.DefaultHandler(map[string]string{smallFile: "worker_processes 4;\nlisten 8080;\n"}),
 	})
@@ -632,6 +637,7 @@ func concurrencyLabel(c int) string {
 // same ports and measures how the agents return.
 func (b *bench) restart(ctx context.Context) error {
 	n := b.n
+	conns := b.fleet.Conns.Load()
 	down := time.Now()
 	b.gw.stop()
 	b.gw = nil
@@ -649,7 +655,8 @@ func (b *bench) restart(ctx context.Context) error {
 	ready := time.Now()
 	online, err := b.gw.waitOnline(ctx, n, 2*time.Minute)
 	if err != nil {
-		fmt.Fprintf(b.stdout, "%d of %d simulated agents connected\n", b.fleet.Connected(), n)
+		connected := b.fleet.Connected()
+		fmt.Fprintf(b.stdout, "%d of %d simulated agents connected, after %d connections\n", connected, n, b.fleet.Conns.Load()-conns)
 		for msg, count := range b.fleet.ReconnectErrors() {
 			fmt.Fprintf(b.stdout, "failed reconnect attempts: %d × %s\n", count, msg)
 		}
@@ -672,6 +679,10 @@ func (b *bench) restart(ctx context.Context) error {
 	for msg, count := range b.fleet.ReconnectErrors() {
 		fmt.Fprintf(b.stdout, "failed reconnect attempts: %d × %s\n", count, msg)
 	}
+	made := b.fleet.Conns.Load() - conns
+	at := func(p int) time.Duration { return r(back[(len(back)-1)*p/100].Sub(started)) }
+	fmt.Fprintf(b.stdout, "the agents made %d connections to come back (%d handshakes begun and not finished); back after the new process's start: p50 %s, p90 %s, p99 %s\n",
+		made, made-int64(n), at(50), at(90), at(99))
 	fmt.Fprintf(b.stdout, "NATS restart: gateway stopped in %s; its new process (NATS taking agents from its start) ready %s after it was started; "+
 		"all %d agents reconnected within %s of the new process's start (first %s, last %s), the gateway saw all online %s after it was ready; busiest 100 ms: %d reconnects (%.0f%%)\n",
 		r(stopped), r(ready.Sub(started)), n, r(back[len(back)-1].Sub(started)), r(back[0].Sub(started)), r(back[len(back)-1].Sub(started)), r(online), peak, 100*float64(peak)/float64(n))

@@ -105,7 +105,7 @@ func skillBundle(v int) protocol.SkillPushRequest {
 func measureRollout(ctx context.Context, b *bench, hosts []string, creds map[string]simfleet.Credential, keys []string) error {
 	var err error
 	b.fleet, err = simfleet.Start(ctx, simfleet.Config{
-		URL: b.gw.natsURL, Hosts: hosts, SigningKeys: keys,
+		URL: b.gw.natsURL, Hosts: hosts, SigningKeys: keys, Skills: true,
 		Credentials: func(h string) (simfleet.Credential, error) { return creds[h], nil },
 	})
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package agent
+package statelock
 
 import (
 	"errors"
@@ -21,14 +21,17 @@ func openLockFile(path string) (*os.File, error) {
 // lockFile takes an exclusive flock on f without waiting. The lock
 // belongs to f's open file description: it lasts until f is closed or
 // the process dies, and, f being close-on-exec, no program the process
-// starts inherits it.
+// starts inherits it. A second open in the same process conflicts with
+// it, as another process's would.
 func lockFile(f *os.File) error {
-	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	for errors.Is(err, unix.EINTR) {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EWOULDBLOCK):
+			return errLocked
+		}
+		return err
 	}
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return errLocked
-	}
-	return err
 }

@@ -1,6 +1,6 @@
 //go:build !unix && !windows
 
-package agent
+package statelock
 
 import (
 	"errors"

@@ -1,0 +1,546 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file stores the audit records: each exactly once, and a tool
+// call's before the call is answered.
+//
+// A tool call's answer goes to its client only once the call's record is
+// in the audit stream: JetStream acknowledged it, so on a cluster a
+// quorum of the stream's replicas holds it. A call whose record cannot be
+// stored in time gets an error instead of its result (the record is
+// still stored once the stream is back). So every call a client saw
+// answered is in the trail, whatever dies afterwards; a gateway that dies
+// before it answered leaves a call its client saw fail, whose record may
+// or may not have been stored.
+//
+// A record's message ID is its call ID, and the stream drops a message
+// whose ID it has seen within its duplicate window (auditDedupWindow): a
+// record sent again because its acknowledgement was lost is stored once.
+// A record is sent again with its ID as is only within auditResendSafe of
+// its first send; after that the stream is searched for the ID first
+// (headers only, from the first send on), and only a record not found
+// there is sent again, which starts a new window. No record is stored
+// twice.
+//
+// Records are stored in groups, without a timer: the writer takes every
+// record queued at that moment, publishes them all, and waits for their
+// acknowledgements together, while the records queued meanwhile form the
+// next group. A lone call waits one round trip to the stream's leader;
+// concurrent calls share their round trips.
+//
+// When a whole group goes unacknowledged, the stream is taken to be
+// unavailable (a leader election, or no quorum) until a send or a probe
+// succeeds. Meanwhile new calls wait up to auditCommitWait before they
+// run, and are refused without running if it does not come back: nothing
+// runs on a host that the trail could not record.
+
+const (
+	// auditAttempt bounds one send's wait for its acknowledgements.
+	auditAttempt = 2 * time.Second
+	// auditCommitWait is how long a call waits for its record to be
+	// stored, and a new call for the stream to take records again: longer
+	// than a JetStream leader election (up to about 10 s).
+	auditCommitWait = 15 * time.Second
+	// auditDedupWindow is the stream's duplicate window; auditResendSafe
+	// how long after a record's first send it may be sent again as is.
+	auditDedupWindow = 2 * time.Minute
+	auditResendSafe  = 90 * time.Second
+	// auditRetryEvery is the pause between sends of records not stored
+	// yet, and between probes of a stream that takes none.
+	auditRetryEvery = 250 * time.Millisecond
+	// auditBatch bounds the records of one send.
+	auditBatch = 256
+)
+
+// auditTicket follows one record through the writer: done is closed once
+// the record is stored, or given up on (err set before).
+type auditTicket struct {
+	done chan struct{}
+	err  error
+}
+
+func newAuditTicket() *auditTicket { return &auditTicket{done: make(chan struct{})} }
+
+func (t *auditTicket) finish(err error) {
+	t.err = err
+	close(t.done)
+}
+
+// waitStored waits until the records of tickets are stored, for at most
+// wait in all (auditor.commitWait) or until ctx ends.
+func waitStored(ctx context.Context, wait time.Duration, tickets ...*auditTicket) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for _, t := range tickets {
+		if t == nil {
+			continue
+		}
+		select {
+		case <-t.done:
+			if t.err != nil {
+				return t.err
+			}
+		case <-timer.C:
+			return fmt.Errorf("the audit record was not stored within %s", wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// auditItem is a record to store, or a marker whose channel the writer
+// closes once everything queued before it has been sent.
+type auditItem struct {
+	rec    *AuditRecord
+	ticket *auditTicket
+	marker chan struct{}
+}
+
+// write hands rec to the writer and returns its ticket. The record is
+// stored after the call has finished, with its own deadlines: a caller
+// that went away does not take its record with it.
+func (a *auditor) write(rec *AuditRecord) *auditTicket {
+	t := newAuditTicket()
+	a.closeMu.RLock()
+	defer a.closeMu.RUnlock()
+	if a.closed {
+		a.log.Error("audit record after shutdown, not stored", "call", rec.CallID, "tool", rec.Tool, "caller", rec.Caller.Subject)
+		t.finish(errors.New("the gateway is shutting down: audit record not stored"))
+		return t
+	}
+	if rec.Gateway == "" {
+		rec.Gateway = a.name
+	}
+	a.pending.Add(1)
+	a.queue <- auditItem{rec: rec, ticket: t}
+	return t
+}
+
+// commit writes rec and waits until it is stored (at most
+// auditCommitWait, or until ctx ends).
+func (a *auditor) commit(ctx context.Context, rec *AuditRecord) error {
+	return waitStored(ctx, a.commitWait, a.write(rec))
+}
+
+// sync waits until every record queued so far has been sent once (or ctx
+// ends).
+func (a *auditor) sync(ctx context.Context) error {
+	marker := make(chan struct{})
+	a.closeMu.RLock()
+	if a.closed {
+		a.closeMu.RUnlock()
+		return nil
+	}
+	a.queue <- auditItem{marker: marker}
+	a.closeMu.RUnlock()
+	select {
+	case <-marker:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// pendingRecord is an encoded record the stream has not acknowledged.
+type pendingRecord struct {
+	id     string
+	data   []byte
+	ticket *auditTicket
+	// since is the first send of the record's current duplicate window
+	// (zero: not sent yet); stored is set once the stream holds it.
+	since  time.Time
+	stored bool
+}
+
+// run stores records until the queue is closed and what is left is
+// stored, or closeBy has passed.
+func (a *auditor) run() {
+	defer close(a.stopped)
+	var pending []*pendingRecord
+	open := true
+	for {
+		var items []auditItem
+		items, open = a.collect(open, len(pending) > 0 || !a.health.up())
+		recs := append(pending, a.encode(items)...)
+		pending = a.send(recs)
+		if len(recs) == 0 && !a.health.up() {
+			a.probe()
+		}
+		for _, it := range items {
+			if it.marker != nil {
+				close(it.marker)
+			}
+		}
+		if !open && (len(pending) == 0 || time.Now().UnixNano() > a.closeBy.Load()) {
+			a.abandon(pending)
+			return
+		}
+	}
+}
+
+// collect returns what is queued: it waits for a first item (at most
+// auditRetryEvery when short, as when records wait to be sent again),
+// then takes what else is there, up to auditBatch. open reports whether
+// the queue is still open.
+func (a *auditor) collect(open, short bool) ([]auditItem, bool) {
+	if !open {
+		time.Sleep(auditRetryEvery)
+		return nil, false
+	}
+	var first auditItem
+	var ok bool
+	if short {
+		timer := time.NewTimer(auditRetryEvery)
+		select {
+		case first, ok = <-a.queue:
+		case <-timer.C:
+			return nil, true
+		}
+		timer.Stop()
+	} else {
+		first, ok = <-a.queue
+	}
+	if !ok {
+		return nil, false
+	}
+	items := []auditItem{first}
+	for len(items) < auditBatch {
+		select {
+		case it, ok := <-a.queue:
+			if !ok {
+				return items, false
+			}
+			items = append(items, it)
+		default:
+			return items, true
+		}
+	}
+	return items, true
+}
+
+// encode summarises and encodes the records of items, and appends them
+// to the audit file.
+func (a *auditor) encode(items []auditItem) []*pendingRecord {
+	var out []*pendingRecord
+	var lines []byte
+	for _, it := range items {
+		rec := it.rec
+		if rec == nil {
+			continue
+		}
+		if rec.rawArgs != nil {
+			rec.Args, rec.rawArgs = a.redact.args(rec.rawArgs), nil
+		}
+		d, err := json.Marshal(rec)
+		if err != nil {
+			a.log.Error("audit record not encodable", "call", rec.CallID, "err", err)
+			a.failures.Add(1)
+			a.pending.Add(-1)
+			it.ticket.finish(fmt.Errorf("audit record not encodable: %w", err))
+			continue
+		}
+		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket})
+		lines = append(append(lines, d...), '\n')
+	}
+	if len(lines) > 0 {
+		a.writeFile(lines)
+	}
+	return out
+}
+
+// send publishes recs at once and waits for their acknowledgements, and
+// returns those not stored. Records past auditResendSafe are looked for
+// in the stream first.
+func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
+	if len(recs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	var stale []*pendingRecord
+	for _, r := range recs {
+		if !r.since.IsZero() && now.Sub(r.since) > auditResendSafe {
+			stale = append(stale, r)
+		}
+	}
+	searched := len(stale) == 0 || a.findStored(stale) == nil
+	futures := make([]jetstream.PubAckFuture, len(recs))
+	var lastErr error
+	for i, r := range recs {
+		switch {
+		case r.stored:
+			continue
+		case !r.since.IsZero() && now.Sub(r.since) > auditResendSafe:
+			if !searched {
+				continue // not known yet whether the stream has it
+			}
+			r.since = now // not in the stream: a new window
+		case r.since.IsZero():
+			r.since = now
+		}
+		f, err := a.js.PublishAsync(protocol.AuditSubject(), r.data, pubOpts(r.id)...)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			a.giveUp(r, err)
+			continue
+		}
+		futures[i], lastErr = f, err
+	}
+	deadline := time.NewTimer(auditAttempt)
+	defer deadline.Stop()
+	expired, acked, sent := false, 0, 0
+	var left []*pendingRecord
+	for i, r := range recs {
+		if r.stored {
+			a.stored(r)
+			continue
+		}
+		f := futures[i]
+		if f == nil {
+			if r.ticket.err == nil {
+				left = append(left, r)
+			}
+			continue
+		}
+		sent++
+		ok, err := awaitAck(f, deadline.C, &expired)
+		if !ok {
+			if err != nil {
+				lastErr = err
+			}
+			left = append(left, r)
+			continue
+		}
+		acked++
+		r.stored = true
+		a.stored(r)
+	}
+	switch {
+	case acked > 0:
+		a.health.setUp()
+	case sent > 0 || len(left) > 0:
+		if lastErr == nil {
+			lastErr = fmt.Errorf("no acknowledgement within %s", auditAttempt)
+		}
+		a.health.setDown(lastErr)
+	}
+	return left
+}
+
+// awaitAck waits for f's acknowledgement until deadline; once it has
+// passed (expired), only acknowledgements already there count.
+func awaitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, expired *bool) (bool, error) {
+	if !*expired {
+		select {
+		case <-f.Ok():
+			return true, nil
+		case err := <-f.Err():
+			return false, err
+		case <-deadline:
+			*expired = true
+		}
+	}
+	select {
+	case <-f.Ok():
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+// findStored searches the stream, from the earliest first send of recs
+// on, for their IDs, headers only, and marks those it holds as stored.
+func (a *auditor) findStored(recs []*pendingRecord) error {
+	ids := make(map[string]*pendingRecord, len(recs))
+	from := time.Now()
+	for _, r := range recs {
+		ids[r.id] = r
+		if r.since.Before(from) {
+			from = r.since
+		}
+	}
+	from = from.Add(-time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*jsTimeout)
+	defer cancel()
+	cons, err := a.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{protocol.AuditSubject()}, DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime: &from, HeadersOnly: true,
+	})
+	if err != nil {
+		return fmt.Errorf("search the audit stream: %w", err)
+	}
+	if info, err := cons.Info(ctx); err != nil {
+		return fmt.Errorf("search the audit stream: %w", err)
+	} else if info.NumPending == 0 {
+		return nil // nothing stored since: none of them is there
+	}
+	empty := 0
+	for ctx.Err() == nil {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return fmt.Errorf("search the audit stream: %w", err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			if r := ids[m.Headers().Get(jetstream.MsgIDHeader)]; r != nil {
+				r.stored = true
+			}
+			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
+				done = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("search the audit stream: %w", err)
+		}
+		switch {
+		case done:
+			return nil
+		case n == 0:
+			// Not delivered yet.
+			if empty++; empty > 40 {
+				return errors.New("search the audit stream: the consumer delivers nothing")
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			empty = 0
+		}
+	}
+	return fmt.Errorf("search the audit stream: %w", ctx.Err())
+}
+
+// stored releases a stored record's ticket.
+func (a *auditor) stored(r *pendingRecord) {
+	a.pending.Add(-1)
+	r.ticket.finish(nil)
+}
+
+// giveUp logs a record the stream will never take, in full.
+func (a *auditor) giveUp(r *pendingRecord, err error) {
+	a.pending.Add(-1)
+	a.failures.Add(1)
+	a.log.Error("audit record not stored in the stream", "err", err, "record", string(r.data))
+	r.ticket.finish(fmt.Errorf("audit record not stored: %w", err))
+}
+
+// abandon gives up on what is left at shutdown.
+func (a *auditor) abandon(recs []*pendingRecord) {
+	for _, r := range recs {
+		a.giveUp(r, errors.New("the gateway shut down before the audit stream took it"))
+	}
+}
+
+// probe asks the stream's leader for the stream's state: an answer means
+// it takes records again.
+func (a *auditor) probe() {
+	ctx, cancel := context.WithTimeout(context.Background(), auditAttempt)
+	defer cancel()
+	if _, err := a.stream.Info(ctx); err == nil {
+		a.health.setUp()
+	}
+}
+
+func pubOpts(id string) []jetstream.PublishOpt {
+	return []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream)}
+}
+
+// ready returns nil when the audit stream takes records. When it does
+// not, it waits for it until commitWait after it stopped, or ctx ends,
+// and then says since when and why it does not.
+func (a *auditor) ready(ctx context.Context) error {
+	up, since, cause := a.health.state()
+	select {
+	case <-up:
+		return nil
+	default:
+	}
+	wait := a.commitWait - time.Since(since)
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-up:
+			return nil
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return &AuditUnavailableError{Since: since, Cause: cause}
+}
+
+// AuditUnavailableError reports an audit stream that takes no records.
+type AuditUnavailableError struct {
+	Since time.Time
+	Cause error
+}
+
+func (e *AuditUnavailableError) Error() string {
+	return fmt.Sprintf("the audit trail has taken no record for %s (%v): JetStream has no leader for the audit stream, or this gateway's NATS server is cut off from a quorum of the cluster",
+		time.Since(e.Since).Round(100*time.Millisecond), e.Cause)
+}
+
+func (e *AuditUnavailableError) Unwrap() error { return e.Cause }
+
+// auditHealth is whether the audit stream takes records.
+type auditHealth struct {
+	mu    sync.Mutex
+	upCh  chan struct{} // closed while the stream takes records
+	since time.Time     // when it stopped taking them
+	cause error
+}
+
+func (h *auditHealth) init() {
+	h.upCh = make(chan struct{})
+	close(h.upCh)
+}
+
+func (h *auditHealth) setUp() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.upCh:
+	default:
+		close(h.upCh)
+		h.cause = nil
+	}
+}
+
+func (h *auditHealth) setDown(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.upCh:
+		h.upCh, h.since = make(chan struct{}), time.Now()
+	default:
+	}
+	h.cause = cause
+}
+
+func (h *auditHealth) up() bool {
+	up, _, _ := h.state()
+	select {
+	case <-up:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *auditHealth) state() (<-chan struct{}, time.Time, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.upCh, h.since, h.cause
+}

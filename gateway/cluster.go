@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// This file makes the embedded NATS server a node of a cluster: three
+// gateways (or five), each with its embedded server, routed to each
+// other, hold the registry, the audit trail, the join tokens and the
+// skills in JetStream replicated on every node (R3), so that the fleet
+// survives the loss of any one machine. The gateways of one cluster are
+// one fleet: they share the operator-mode keys, the fleet CA and the
+// signing key, which a second and third gateway take from the first one's
+// data directory (SeedReplica, fleet-gateway replica-seed); their
+// JetStream stores are their own.
+//
+// Routes speak TLS, with certificates from the fleet CA (each node issues
+// its own at start, for server and client authentication, and accepts
+// only peers the fleet CA signed) or the operator's.
+//
+// A node that starts while the fleet's agents reconnect cannot know yet
+// which agents were revoked while it was down: that is in the agent
+// records, in JetStream, which needs the other nodes. Until its gateway
+// has read them and pushed the revocations, the node holds the fleet
+// account without its agent signing key, so it refuses every agent
+// credential (agents go to another node); the first push lifts that.
+
+// ClusterConfig makes the embedded server a node of a NATS cluster.
+type ClusterConfig struct {
+	// Name is the cluster's name, the same on every node (letters,
+	// digits, - and _). Empty: no cluster.
+	Name string
+	// Listen is where the node listens for the other nodes' routes
+	// (host:port).
+	Listen string
+	// Routes are the route URLs of the cluster's nodes
+	// (nats-route://host:port or host:port); this node's own may be among
+	// them. At least two.
+	Routes []string
+	// RouteCert, RouteKey and RouteCA are the node's route certificate
+	// chain and key and the CA its peers' certificates must chain to
+	// (PEM files; all three or none). Default: a certificate from the
+	// fleet CA, issued at every start for the names the node is reached
+	// by (Config.Advertise, the listen address), and the fleet CA.
+	RouteCert, RouteKey, RouteCA string
+	// Wait bounds how long a starting node waits for the cluster's
+	// JetStream: a quorum of the nodes, and at the very first start all
+	// of them (the replicated streams need every replica's node). Default
+	// 2 min.
+	Wait time.Duration
+}
+
+func (c *ClusterConfig) setDefaults(cfg *Config) {
+	if c.Name == "" {
+		return
+	}
+	setDur(&c.Wait, 2*time.Minute)
+	if cfg.Name == "" {
+		if h, err := os.Hostname(); err == nil {
+			cfg.Name = protocol.HostFromName(h)
+		}
+	}
+}
+
+// clustered reports whether the embedded server is a cluster node.
+func (c *Config) clustered() bool { return c.Cluster.Name != "" }
+
+// nameRE is what a gateway's or a cluster's name may be: it goes into
+// session IDs, NATS server names and a load balancer's routing rules.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// validateCluster checks the cluster settings and the gateway's name.
+func (c *Config) validateCluster() []error {
+	var errs []error
+	if c.Name != "" && !nameRE.MatchString(c.Name) {
+		errs = append(errs, fmt.Errorf("gateway name %q (--name): use letters, digits, - and _ (at most 63, starting with a letter or digit)", clipText(c.Name, 80)))
+	}
+	cl := &c.Cluster
+	if cl.Name == "" {
+		if cl.Listen != "" || len(cl.Routes) > 0 || cl.RouteCert != "" || cl.RouteKey != "" || cl.RouteCA != "" {
+			errs = append(errs, errors.New("--nats_cluster_listen, --nats_routes and the route certificates are for a cluster of embedded servers: give --nats_cluster NAME too"))
+		}
+		return errs
+	}
+	if len(c.NATSURLs) > 0 {
+		return append(errs, errors.New("--nats_cluster makes the embedded NATS server a node of a cluster; --nats_url uses an external cluster instead: give one or the other"))
+	}
+	if !nameRE.MatchString(cl.Name) {
+		errs = append(errs, fmt.Errorf("cluster name %q (--nats_cluster): use letters, digits, - and _ (at most 63)", clipText(cl.Name, 80)))
+	}
+	if c.Name == "" {
+		errs = append(errs, errors.New("a cluster node needs a name of its own: give --name (the machine's hostname could not be read)"))
+	}
+	if c.NATSListen == "" {
+		errs = append(errs, errors.New("a cluster node listens for agents: give --nats_listen"))
+	}
+	if _, _, err := net.SplitHostPort(cl.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--nats_cluster_listen %q: want host:port, where the other nodes' routes reach this one (e.g. 0.0.0.0:6222)", cl.Listen))
+	}
+	if _, err := routeURLs(cl.Routes); err != nil {
+		errs = append(errs, err)
+	}
+	given := 0
+	for _, f := range []string{cl.RouteCert, cl.RouteKey, cl.RouteCA} {
+		if f != "" {
+			given++
+		}
+	}
+	if given != 0 && given != 3 {
+		errs = append(errs, errors.New("--nats_route_cert, --nats_route_key and --nats_route_ca go together: give all three (the node's route certificate, its key and the CA of its peers' certificates), or none to use the fleet CA"))
+	}
+	if cl.Wait < time.Second {
+		errs = append(errs, fmt.Errorf("cluster wait %s is too short (minimum 1s)", cl.Wait))
+	}
+	return errs
+}
+
+// routeURLs parses the route list: at least two, each
+// nats-route://host:port or host:port.
+func routeURLs(routes []string) ([]*url.URL, error) {
+	if len(routes) < 2 {
+		return nil, fmt.Errorf("--nats_routes names %d route(s): list the route URLs of the cluster's nodes (at least three nodes; this node's own route may be in the list), e.g. nats-route://gw1:6222,nats-route://gw2:6222,nats-route://gw3:6222", len(routes))
+	}
+	var out []*url.URL
+	for _, r := range routes {
+		raw := r
+		if !strings.Contains(raw, "://") {
+			raw = "nats-route://" + raw
+		}
+		u, err := url.Parse(raw)
+		bad := func(why string) error {
+			return fmt.Errorf("--nats_routes: %q %s; want nats-route://host:port", clipText(r, 120), why)
+		}
+		switch {
+		case err != nil:
+			return nil, bad("does not parse")
+		case u.Scheme != "nats-route" && u.Scheme != "nats":
+			return nil, bad("has scheme " + u.Scheme)
+		case u.User != nil:
+			return nil, bad("carries a user: routes authenticate with TLS certificates")
+		case u.Hostname() == "" || u.Port() == "":
+			return nil, bad("needs a host and a port")
+		case u.Path != "" && u.Path != "/", u.RawQuery != "":
+			return nil, bad("has a path or query")
+		}
+		if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+			return nil, bad("has a bad port")
+		}
+		out = append(out, &url.URL{Scheme: "nats-route", Host: u.Host})
+	}
+	return out, nil
+}
+
+// clusterOptions makes opts a node of the cluster: its name, route
+// listener, routes with TLS, and its client listener open from the start
+// (routes only start with it).
+func clusterOptions(cfg *Config, opts *server.Options, routeTLS *tls.Config) error {
+	cl := &cfg.Cluster
+	host, port, err := net.SplitHostPort(cl.Listen)
+	if err != nil {
+		return fmt.Errorf("--nats_cluster_listen %q: %w", cl.Listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("--nats_cluster_listen %q: bad port", cl.Listen)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	routes, err := routeURLs(cl.Routes)
+	if err != nil {
+		return err
+	}
+	opts.ServerName = cfg.Name
+	opts.DontListen = false
+	opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: host, Port: p, TLSConfig: routeTLS, TLSTimeout: 5}
+	opts.Routes = routes
+	return nil
+}
+
+// routeTLS returns the TLS configuration of the node's routes: the
+// operator's files, or a certificate from the fleet CA for names.
+func routeTLS(cl *ClusterConfig, ca *fleetCA, names []string) (*tls.Config, error) {
+	var cert tls.Certificate
+	pool := x509.NewCertPool()
+	if cl.RouteCert != "" {
+		var err error
+		if cert, err = tls.LoadX509KeyPair(cl.RouteCert, cl.RouteKey); err != nil {
+			return nil, fmt.Errorf("route TLS (--nats_route_cert %s, --nats_route_key %s): %w", cl.RouteCert, cl.RouteKey, err)
+		}
+		data, err := os.ReadFile(cl.RouteCA)
+		if err != nil {
+			return nil, fmt.Errorf("route TLS (--nats_route_ca): %w", err)
+		}
+		if !pool.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("route TLS: --nats_route_ca %s holds no PEM certificate", cl.RouteCA)
+		}
+	} else {
+		var err error
+		if cert, err = ca.issueLeafFor(names, time.Now(), x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
+			return nil, fmt.Errorf("route TLS: %w", err)
+		}
+		pool.AddCert(ca.cert)
+	}
+	// The same configuration accepts routes (the peer must show a
+	// certificate the CA signed) and dials them (the peer's certificate
+	// must verify for the route URL's host).
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// routeNames are the names a node's route certificate is issued for: the
+// route listener's host (or, listening everywhere, the machine's names)
+// and the advertised names.
+func routeNames(cfg *Config) []string {
+	host, _, _ := net.SplitHostPort(cfg.Cluster.Listen)
+	return leafNames(host, cfg.Advertise)
+}
+
+// replicasDefault is the replica count of a stream or bucket whose
+// setting is 0: 3 on a cluster (embedded, or an external one the
+// gateway's server belongs to), else 1.
+func replicasDefault(set int, clustered bool) int {
+	switch {
+	case set != 0:
+		return set
+	case clustered:
+		return 3
+	}
+	return 1
+}

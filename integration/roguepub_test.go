@@ -1,0 +1,259 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// roguePublisher connects to the external NATS server as a new user of
+// the fleet's account, minted with the account's key: a leaked
+// gateway-account credential, which may publish and subscribe anywhere
+// in the account.
+func roguePublisher(t *testing.T, env *Env) *nats.Conn {
+	t.Helper()
+	seed, err := os.ReadFile(filepath.Join(env.setup, gateway.NATSSetupFiles.AccountKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	pub, _ := user.PublicKey()
+	userSeed, _ := user.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "leaked"
+	token, err := uc.Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(env.NATSURL(), nats.UserJWTAndSeed(token, string(userSeed)))
+	if err != nil {
+		t.Fatalf("connect as a second user of the fleet account: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// gatewayKeyOf reads the gateway's signing key from its file (the
+// gateway's own secret: used here to play a gateway whose clock is off).
+func gatewayKeyOf(t *testing.T, path string) ed25519.PrivateKey {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(strings.TrimSpace(string(data)), "ed25519-seed:"))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		t.Fatalf("%s is not a signing key seed", path)
+	}
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+// capture subscribes to subject and returns the messages it sees, and
+// the function that ends the subscription.
+func capture(t *testing.T, nc *nats.Conn, subject string) (<-chan *nats.Msg, func()) {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch, func() { _ = sub.Unsubscribe() }
+}
+
+func next(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s within 20s", what)
+		return nil
+	}
+}
+
+// republish sends m again on subject with a fresh copy of its headers.
+func republish(t *testing.T, nc *nats.Conn, subject string, m *nats.Msg, data []byte) {
+	t.Helper()
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: m.Reply, Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRoguePublisher: a leaked gateway-account NATS credential can
+// publish on every host's subjects, but cannot make a host act: forged,
+// foreign-signed, replayed, re-targeted, tampered, expired and
+// far-future calls, and forged cancels, fetches and pokes, run nothing;
+// each is recorded in the audit trail with the host's reason.
+func TestRoguePublisher(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha", "beta"}})
+	cs := env.Client("", nil)
+	rogue := roguePublisher(t, env)
+	marks := filepath.Join(env.AgentDir("alpha"), "marks")
+	ran := func() string { b, _ := os.ReadFile(marks); return string(b) }
+	inbox, _ := capture(t, rogue, "_INBOX.rogue.>")
+	noAnswer := func(what string) {
+		t.Helper()
+		select {
+		case m := <-inbox:
+			t.Errorf("%s was answered on the rogue's inbox: %q", what, m.Data)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	callBody := func(id, command string) []byte {
+		args, _ := json.Marshal(map[string]string{"host": "alpha", "command": command})
+		data, _ := json.Marshal(protocol.Call{ID: id, Protocol: protocol.Version, Host: "alpha", Tool: "bash",
+			Caller: protocol.Caller{Subject: "local"}, TimeoutMS: 60000, Args: args})
+		return data
+	}
+	sendCall := func(host, id string, data []byte, auth string) {
+		t.Helper()
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: id, Seq: 1, Part: 1, Parts: 1, Auth: auth, Data: data}.Encode()
+		if err := rogue.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(host), Reply: "_INBOX.rogue." + id, Header: nats.Header(h), Data: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Forged: no envelope at all.
+	sendCall("alpha", "forged-1", callBody("forged-1", "echo forged >> marks"), "")
+	noAnswer("a forged call")
+	// Signed by a key of the rogue's own.
+	_, own, _ := ed25519.GenerateKey(nil)
+	sign := func(key ed25519.PrivateKey, id string, data []byte, reply string, iat time.Time) string {
+		c := protocol.Claims{Kind: protocol.MsgCall, Host: "alpha", CallID: id, MsgID: protocol.NewMsgID(), Tool: "bash", Reply: reply,
+			BodySHA256: sha256.Sum256(data), BodySize: int64(len(data)), TimeoutMS: 60000, Caller: protocol.CallerClaims{Subject: "root"},
+			IssuedAt: iat, Expires: iat.Add(protocol.EnvelopeLifetime)}
+		return protocol.NewEnvelopeSigner(key).Sign(&c)
+	}
+	data := callBody("rogue-1", "echo rogue >> marks")
+	sendCall("alpha", "rogue-1", data, sign(own, "rogue-1", data, "_INBOX.rogue.rogue-1", time.Now()))
+	noAnswer("a call signed by the rogue's key")
+
+	// A genuine call, seen on the wire, sent again, at another host, and
+	// changed.
+	calls, stop := capture(t, rogue, protocol.CallSubject("alpha"))
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo genuine >> marks"}))
+	genuine := next(t, calls, "the genuine call on the wire")
+	stop()
+	republish(t, rogue, genuine.Subject, genuine, genuine.Data)
+	republish(t, rogue, protocol.CallSubject("beta"), genuine, genuine.Data)
+	republish(t, rogue, genuine.Subject, genuine, bytes.Replace(genuine.Data, []byte("echo genuine"), []byte("echo tampered"), 1))
+
+	// Expired and far-future: the gateway's own key, with a clock that
+	// is off (only the gateway has the key). These are answered, on the
+	// reply subject the envelope names.
+	key := gatewayKeyOf(t, env.gwConfig.SigningKeyFile)
+	for _, tc := range []struct {
+		id  string
+		iat time.Time
+	}{{"expired-1", time.Now().Add(-time.Hour)}, {"future-1", time.Now().Add(time.Hour)}} {
+		data := callBody(tc.id, "echo "+tc.id+" >> marks")
+		reply := "_INBOX.rogue." + tc.id
+		sendCall("alpha", tc.id, data, sign(key, tc.id, data, reply, tc.iat))
+		m := next(t, inbox, "the answer to "+tc.id)
+		f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
+		if err != nil || f.Kind != protocol.KindResult {
+			t.Fatalf("answer to %s: %+v, %v", tc.id, f, err)
+		}
+		res, err := protocol.DecodeResult(f.Data)
+		if err != nil || res.Error == nil || res.Error.Code != protocol.CodeRefused || !strings.Contains(res.Error.Message, "NTP") {
+			t.Errorf("answer to %s: %+v, %v", tc.id, res, err)
+		}
+	}
+
+	// Forged cancel of a running call, forged fetch of it, forged poke.
+	calls, stop = capture(t, rogue, protocol.CallSubject("alpha"))
+	defer stop()
+	done := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "alpha", "command": "sleep 1; echo slow >> marks; echo finished"}})
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- text(res)
+	}()
+	running := next(t, calls, "the slow call on the wire")
+	runningID := running.Header.Get(protocol.HeaderCall)
+	forge := func(subject, reply string, v any) {
+		data, _ := json.Marshal(v)
+		if err := rogue.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(protocol.CancelSubject("alpha"), "", protocol.Cancel{CallID: runningID, Reason: "rogue"})
+	forge(protocol.FetchSubject("alpha"), "_INBOX.rogue.fetch", protocol.Fetch{CallID: runningID})
+	forge(protocol.SkillsPokeSubject("alpha"), "", nil)
+	if out := <-done; !strings.Contains(out, "finished") {
+		t.Errorf("the slow call, after a forged cancel: %q", out)
+	}
+	noAnswer("a forged fetch")
+
+	if got := ran(); got != "genuine\nslow\n" {
+		t.Errorf("commands run on alpha: %q, want only the genuine ones", got)
+	}
+	// Every refusal is in the audit trail, with its reason.
+	want := map[protocol.RefusalReason]string{
+		protocol.RefusedUnsigned: "alpha", protocol.RefusedUnknownKey: "alpha", protocol.RefusedReplayed: "alpha",
+		protocol.RefusedWrongHost: "beta", protocol.RefusedTampered: "alpha", protocol.RefusedExpired: "alpha", protocol.RefusedFuture: "alpha",
+	}
+	var last []gateway.AuditRecord
+	defer func() {
+		if t.Failed() {
+			for _, r := range last {
+				t.Logf("audit: %s %v %s %s %s %s", r.Tool, r.Hosts, r.Caller.Kind, r.Rule, r.Reason, r.Error)
+			}
+		}
+	}()
+	waitFor(t, 20*time.Second, "every refusal in the audit trail", func() bool {
+		recs := auditRecords(t, cs, map[string]any{"decision": "denied", "limit": 500})
+		last = recs
+		seen := map[protocol.RefusalReason]string{}
+		kinds := map[string]bool{}
+		for _, r := range recs {
+			if r.Rule != "host envelope check" || r.Caller.Kind != gateway.KindUnverified {
+				continue
+			}
+			seen[protocol.RefusalReason(r.Reason)] = r.Hosts[0]
+			if r.Reason == string(protocol.RefusedUnsigned) {
+				kinds[r.Tool] = true
+			}
+		}
+		for reason, host := range want {
+			if seen[reason] != host {
+				return false
+			}
+		}
+		// The forged call, cancel, fetch and poke are each refused as
+		// unsigned.
+		return kinds["call"] && kinds["cancel"] && kinds["fetch"] && kinds["poke"]
+	})
+}
