@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/agent/unidiff"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -32,7 +33,7 @@ type patchTarget struct {
 	path     string // as resolved for messages
 	target   string // the checked file to open
 	key      string // its lock (Locks.Key)
-	sections []*filePatch
+	sections []*unidiff.File
 
 	existed bool   // before the patch
 	old     string // content before the patch
@@ -41,7 +42,7 @@ type patchTarget struct {
 	mode    fs.FileMode
 	problem string // why the file cannot be patched at all
 
-	hunks          []hunkResult
+	hunks          []unidiff.HunkResult
 	added, removed int
 	newSum         string // sum(), once computed
 }
@@ -69,7 +70,7 @@ func (pt *patchTarget) action() string {
 
 // failed reports whether the file cannot be patched.
 func (pt *patchTarget) failed() bool {
-	return pt.problem != "" || slices.ContainsFunc(pt.hunks, func(h hunkResult) bool { return !h.OK })
+	return pt.problem != "" || slices.ContainsFunc(pt.hunks, func(h unidiff.HunkResult) bool { return !h.OK })
 }
 
 // patchHooks reach into a commit, for tests: before runs ahead of each
@@ -95,7 +96,7 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 	if strings.TrimSpace(a.Patch) == "" {
 		return toolFailure(tc, "patch is empty; give a unified diff (the output of git diff or diff -u)")
 	}
-	files, err := parsePatch(a.Patch)
+	files, err := unidiff.Parse(a.Patch)
 	if err != nil {
 		return toolFailure(tc, "%v; nothing was changed", err)
 	}
@@ -151,12 +152,12 @@ func (t *toolbox) runPatch(ctx context.Context, tc *toolCall, hooks *patchHooks)
 // patchTargets resolves and checks the file of every section and groups
 // the sections by file, in lock order. A path the host refuses refuses
 // the whole patch.
-func (t *toolbox) patchTargets(tc *toolCall, files []*filePatch) ([]*patchTarget, *protocol.Result) {
+func (t *toolbox) patchTargets(tc *toolCall, files []*unidiff.File) ([]*patchTarget, *protocol.Result) {
 	byKey := map[string]*patchTarget{}
 	var denied, bad []string
 	for _, fp := range files {
 		ops := []policy.Op{policy.Read, policy.Write}
-		if fp.Op == opCreate {
+		if fp.Op == unidiff.Create {
 			ops = ops[1:]
 		}
 		path, err := t.resolve(fp.Path)
@@ -262,30 +263,30 @@ func (pt *patchTarget) apply(ctx context.Context) {
 	pt.exists, pt.data = pt.existed, pt.old
 	for _, fp := range pt.sections {
 		switch {
-		case fp.Op == opCreate && pt.exists:
+		case fp.Op == unidiff.Create && pt.exists:
 			pt.problem = fmt.Sprintf("%s already exists, but the patch creates it (--- /dev/null, patch line %d); to change it, name it on the --- line too, or delete it first", pt.path, fp.Line)
 			return
-		case fp.Op != opCreate && !pt.exists:
+		case fp.Op != unidiff.Create && !pt.exists:
 			pt.problem = fmt.Sprintf("%s: no such file (patch line %d); a patch that creates a file has --- /dev/null", pt.path, fp.Line)
 			return
 		}
-		var before textFile
-		if fp.Op != opCreate {
-			before = splitText(pt.data)
+		var before unidiff.Text
+		if fp.Op != unidiff.Create {
+			before = unidiff.SplitText(pt.data)
 		}
-		res := applySection(ctx, before, fp)
-		pt.hunks = append(pt.hunks, res.hunks...)
-		pt.added += res.added
-		pt.removed += res.removed
-		if res.failed {
+		res := unidiff.Apply(ctx, before, fp)
+		pt.hunks = append(pt.hunks, res.Hunks...)
+		pt.added += res.Added
+		pt.removed += res.Removed
+		if res.Failed {
 			return
 		}
-		pt.data = res.file.String()
+		pt.data = res.File.String()
 		switch fp.Op {
-		case opCreate:
+		case unidiff.Create:
 			pt.exists, pt.mode = true, fp.Mode
-		case opDelete:
-			if n := len(res.file.lines); n > 0 {
+		case unidiff.Delete:
+			if n := res.File.Lines(); n > 0 {
 				pt.problem = fmt.Sprintf("%s: the patch deletes it (+++ /dev/null) but leaves %d of its lines unremoved; a deletion must remove every line (to change only some lines, name the file on the +++ line)", pt.path, n)
 				return
 			}
@@ -296,13 +297,13 @@ func (pt *patchTarget) apply(ctx context.Context) {
 
 // patchFile is one file of the structured result.
 type patchFile struct {
-	Path    string       `json:"path"`
-	Action  string       `json:"action"`
-	Hunks   []hunkResult `json:"hunks"`
-	Added   int          `json:"added"`
-	Removed int          `json:"removed"`
-	SHA256  string       `json:"sha256,omitempty"`
-	Error   string       `json:"error,omitempty"`
+	Path    string               `json:"path"`
+	Action  string               `json:"action"`
+	Hunks   []unidiff.HunkResult `json:"hunks"`
+	Added   int                  `json:"added"`
+	Removed int                  `json:"removed"`
+	SHA256  string               `json:"sha256,omitempty"`
+	Error   string               `json:"error,omitempty"`
 }
 
 // patchStructured is the structured result; unrestored lists the files
@@ -312,7 +313,7 @@ func patchStructured(targets []*patchTarget, dryRun, applied bool, unrestored ..
 	for i, pt := range targets {
 		f := patchFile{Path: pt.path, Action: pt.action(), Hunks: pt.hunks, Added: pt.added, Removed: pt.removed, Error: pt.problem}
 		if f.Hunks == nil {
-			f.Hunks = []hunkResult{}
+			f.Hunks = []unidiff.HunkResult{}
 		}
 		if pt.exists && !pt.failed() {
 			f.SHA256 = pt.sum()
@@ -413,16 +414,16 @@ func patchFailure(tc *toolCall, targets []*patchTarget, dryRun bool) *protocol.R
 }
 
 // hunkPlace says where a hunk applies.
-func hunkPlace(h hunkResult, dryRun bool) string {
+func hunkPlace(h unidiff.HunkResult, dryRun bool) string {
 	verb := "applied"
 	if dryRun {
 		verb = "applies"
 	}
 	s := fmt.Sprintf("%s at line %d", verb, h.Line)
 	switch {
-	case h.insert && h.Line == 0:
+	case h.Insert && h.Line == 0:
 		s = verb + " at the start of the file"
-	case h.insert:
+	case h.Insert:
 		s = fmt.Sprintf("%s after line %d", verb, h.Line)
 	}
 	switch {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/unidiff"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -621,9 +622,10 @@ func FuzzApplyPatch(f *testing.F) {
 	f.Add("a\nb\nc\n", "--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n", false)
 	f.Add("x\r\ny", "--- a/sub/b.txt\n+++ b/sub/b.txt\n@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+z\n", false)
 	f.Add("", "--- /dev/null\n+++ b/sub/new/c.txt\n@@ -0,0 +1 @@\n+n\n--- a/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-q\n", true)
-	f.Add(plainPatch, gitPatch, false)
+	f.Add("x\r\ny\r\n", "diff --git a/a.txt b/a.txt\nindex 0aa0f34..1525a06 100644\n--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n x\r\n-y\r\n+z\r\n"+
+		"diff -ruN a/sub/b.txt b/sub/b.txt\n--- a/sub/b.txt\t2026-11-30 04:51:07.980739103 +0000\n+++ b/sub/b.txt\t1970-01-01 00:00:00.000000000 +0000\n@@ -1,2 +0,0 @@\n-x\r\n-y\r\n", false)
 	f.Fuzz(func(t *testing.T, content, patch string, dryRun bool) {
-		files, err := parsePatch(patch)
+		files, err := unidiff.Parse(patch)
 		named := map[string]bool{}
 		for _, fp := range files {
 			if !filepath.IsLocal(fp.Path) {

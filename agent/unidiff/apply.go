@@ -1,4 +1,4 @@
-package agent
+package unidiff
 
 import (
 	"context"
@@ -19,16 +19,16 @@ type textLine struct {
 	end  string // "\n", "\r\n", or "" for a last line without a newline
 }
 
-// textFile is a file's content as lines.
-type textFile struct {
+// Text is a file's content as lines.
+type Text struct {
 	bom   bool // starts with a UTF-8 byte-order mark (not part of lines)
 	crlf  bool // most line endings are CRLF
 	lines []textLine
 }
 
-// splitText splits data into lines.
-func splitText(data string) textFile {
-	var f textFile
+// SplitText splits data into lines.
+func SplitText(data string) Text {
+	var f Text
 	if rest, ok := strings.CutPrefix(data, utf8BOM); ok {
 		f.bom, data = true, rest
 	}
@@ -50,7 +50,7 @@ func splitText(data string) textFile {
 }
 
 // String returns the file's content.
-func (f *textFile) String() string {
+func (f *Text) String() string {
 	n := len(utf8BOM)
 	for _, l := range f.lines {
 		n += len(l.text) + len(l.end)
@@ -67,8 +67,11 @@ func (f *textFile) String() string {
 	return b.String()
 }
 
-// hunkResult says what became of one hunk.
-type hunkResult struct {
+// Lines returns the number of lines of the file.
+func (f *Text) Lines() int { return len(f.lines) }
+
+// HunkResult says what became of one hunk.
+type HunkResult struct {
 	Hunk string `json:"hunk"`
 	// Line is where the hunk's old lines start in the file before the
 	// patch, from 1 (for a hunk that removes nothing: the line it
@@ -77,58 +80,62 @@ type hunkResult struct {
 	Offset int    `json:"offset"`
 	OK     bool   `json:"ok"`
 	Reason string `json:"reason,omitempty"`
-	// insert: the hunk removes no lines; Line is the line it follows.
-	insert bool
+	// Insert: the hunk removes no lines; Line is the line it follows.
+	Insert bool `json:"-"`
 }
 
-// patchedFile is the result of applying one section to a file.
-type patchedFile struct {
-	file           textFile
-	hunks          []hunkResult
-	added, removed int
-	failed         bool
+// Result is the result of applying one section to a file.
+type Result struct {
+	// File is the file after the section (when it did not fail).
+	File Text
+	// Hunks says what became of each hunk, in order.
+	Hunks []HunkResult
+	// Added and Removed count the lines the applied hunks add and remove.
+	Added, Removed int
+	// Failed: some hunk did not apply, so none was.
+	Failed bool
 }
 
-// applySection applies the hunks of fp to f (the file before the
+// Apply applies the hunks of fp to f (the file before the
 // section). It reports every hunk, and applies none when any fails.
-func applySection(ctx context.Context, f textFile, fp *filePatch) patchedFile {
-	out := patchedFile{hunks: make([]hunkResult, len(fp.Hunks))}
-	out.file = textFile{bom: f.bom, crlf: f.crlf, lines: make([]textLine, 0, len(f.lines))}
+func Apply(ctx context.Context, f Text, fp *File) Result {
+	out := Result{Hunks: make([]HunkResult, len(fp.Hunks))}
+	out.File = Text{bom: f.bom, crlf: f.crlf, lines: make([]textLine, 0, len(f.lines))}
 	next, delta := 0, 0 // the first old line not yet copied; the last hunk's offset
 	for i := range fp.Hunks {
 		h := &fp.Hunks[i]
-		r := &out.hunks[i]
-		r.Hunk, r.insert = h.header(), h.OldLines == 0
+		r := &out.Hunks[i]
+		r.Hunk, r.Insert = h.Header(), h.OldLines == 0
 		old := oldSide(h)
 		pos, reason := findHunk(ctx, &f, old, h.oldIndex()+delta, next)
 		if reason != "" {
 			r.Line, r.Reason = h.oldIndex()+min(1, h.OldLines), reason
-			out.failed = true
+			out.Failed = true
 			continue
 		}
 		r.OK, r.Offset = true, pos-h.oldIndex()
 		r.Line = pos + min(1, h.OldLines)
 		delta = r.Offset
 		if reason := out.copyLines(f.lines[next:pos]); reason != "" {
-			r.OK, r.Reason, out.failed = false, reason, true
+			r.OK, r.Reason, out.Failed = false, reason, true
 		}
 		if reason := out.newSide(&f, h, pos); reason != "" {
-			r.OK, r.Reason, out.failed = false, reason, true
+			r.OK, r.Reason, out.Failed = false, reason, true
 		}
 		next = pos + len(old)
 	}
 	if reason := out.copyLines(f.lines[next:]); reason != "" && len(fp.Hunks) > 0 {
-		r := &out.hunks[len(fp.Hunks)-1]
+		r := &out.Hunks[len(fp.Hunks)-1]
 		if r.OK {
-			r.OK, r.Reason, out.failed = false, reason, true
+			r.OK, r.Reason, out.Failed = false, reason, true
 		}
 	}
 	return out
 }
 
 // oldSide returns the lines a hunk expects in the file.
-func oldSide(h *hunk) []hunkLine {
-	old := make([]hunkLine, 0, h.OldLines)
+func oldSide(h *Hunk) []HunkLine {
+	old := make([]HunkLine, 0, h.OldLines)
 	for _, l := range h.Lines {
 		if l.Kind != '+' {
 			old = append(old, l)
@@ -139,20 +146,20 @@ func oldSide(h *hunk) []hunkLine {
 
 // copyLines appends lines of the old file to the output. It fails when
 // the output so far ends in a line without a newline.
-func (p *patchedFile) copyLines(lines []textLine) string {
+func (p *Result) copyLines(lines []textLine) string {
 	if len(lines) == 0 {
 		return ""
 	}
 	if reason := p.canAppend(); reason != "" {
 		return reason
 	}
-	p.file.lines = append(p.file.lines, lines...)
+	p.File.lines = append(p.File.lines, lines...)
 	return ""
 }
 
 // canAppend refuses a line after a line that has no newline.
-func (p *patchedFile) canAppend() string {
-	if n := len(p.file.lines); n > 0 && p.file.lines[n-1].end == "" {
+func (p *Result) canAppend() string {
+	if n := len(p.File.lines); n > 0 && p.File.lines[n-1].end == "" {
 		return fmt.Sprintf("the patch puts more lines after line %d of the result, which has no newline at end of file; mark the last line with \"\\ No newline at end of file\" only at the end, or remove and re-add that line with a newline", n)
 	}
 	return ""
@@ -160,14 +167,14 @@ func (p *patchedFile) canAppend() string {
 
 // newSide appends the hunk's new lines, matched at pos: context lines
 // as the file has them, added lines with the file's line ending.
-func (p *patchedFile) newSide(f *textFile, h *hunk, pos int) string {
+func (p *Result) newSide(f *Text, h *Hunk, pos int) string {
 	k := pos
 	for _, l := range h.Lines {
 		var line textLine
 		switch l.Kind {
 		case '-':
 			k++
-			p.removed++
+			p.Removed++
 			continue
 		case ' ':
 			line = f.lines[k]
@@ -180,15 +187,15 @@ func (p *patchedFile) newSide(f *textFile, h *hunk, pos int) string {
 			if l.NoEOL {
 				line.end = ""
 			}
-			if f.bom && len(p.file.lines) == 0 {
+			if f.bom && len(p.File.lines) == 0 {
 				line.text = strings.TrimPrefix(line.text, utf8BOM)
 			}
-			p.added++
+			p.Added++
 		}
 		if reason := p.canAppend(); reason != "" {
 			return reason
 		}
-		p.file.lines = append(p.file.lines, line)
+		p.File.lines = append(p.File.lines, line)
 	}
 	return ""
 }
@@ -197,7 +204,7 @@ func (p *patchedFile) newSide(f *textFile, h *hunk, pos int) string {
 // position searching outward, from lo on (the end of the previous
 // hunk). It refuses two matches equally near. The reason says why
 // nothing matched.
-func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo int) (int, string) {
+func findHunk(ctx context.Context, f *Text, old []HunkLine, want, lo int) (int, string) {
 	hi := len(f.lines) - len(old) // the last position old fits at
 	if hi < lo {
 		if hi < 0 {
@@ -243,7 +250,7 @@ func findHunk(ctx context.Context, f *textFile, old []hunkLine, want, lo int) (i
 
 // matchAt returns -1 when old matches f's lines at pos, else the index
 // in old of the first line that differs.
-func matchAt(f *textFile, old []hunkLine, pos int) int {
+func matchAt(f *Text, old []HunkLine, pos int) int {
 	for k, l := range old {
 		if !lineMatches(f, pos+k, l) {
 			return k
@@ -254,13 +261,13 @@ func matchAt(f *textFile, old []hunkLine, pos int) int {
 
 // lineMatches compares line i of f with a hunk line: text, ignoring a CR
 // at the end in a CRLF file, and whether it ends in a newline.
-func lineMatches(f *textFile, i int, l hunkLine) bool {
+func lineMatches(f *Text, i int, l HunkLine) bool {
 	fl := f.lines[i]
 	return fl.text == patchText(f, i, l) && (fl.end == "") == l.NoEOL
 }
 
 // patchText is a hunk line's text as it compares with line i of f.
-func patchText(f *textFile, i int, l hunkLine) string {
+func patchText(f *Text, i int, l HunkLine) string {
 	t := l.Text
 	if f.crlf {
 		t = strings.TrimSuffix(t, "\r")
@@ -273,7 +280,7 @@ func patchText(f *textFile, i int, l hunkLine) string {
 
 // mismatch explains why old does not match f at pos, where the hunk
 // was expected.
-func mismatch(f *textFile, old []hunkLine, pos int) string {
+func mismatch(f *Text, old []HunkLine, pos int) string {
 	k := matchAt(f, old, pos)
 	if k < 0 {
 		return "not found" // cannot happen: pos was searched

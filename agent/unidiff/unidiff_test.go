@@ -1,10 +1,9 @@
-//go:build unix
-
-package agent
+package unidiff
 
 import (
 	"context"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -54,12 +53,12 @@ const plainPatch = "diff -ruN a/del.txt b/del.txt\n" +
 	"\\ No newline at end of file\n"
 
 // stripLines zeroes the patch line numbers, which a round trip moves.
-func stripLines(files []*filePatch) []*filePatch {
-	out := make([]*filePatch, len(files))
+func stripLines(files []*File) []*File {
+	out := make([]*File, len(files))
 	for i, fp := range files {
 		c := *fp
 		c.Line = 0
-		c.Hunks = append([]hunk(nil), fp.Hunks...)
+		c.Hunks = append([]Hunk(nil), fp.Hunks...)
 		for j := range c.Hunks {
 			c.Hunks[j].Line = 0
 		}
@@ -71,45 +70,45 @@ func stripLines(files []*filePatch) []*filePatch {
 func TestParsePatch(t *testing.T) {
 	tests := []struct {
 		name, patch string
-		want        []*filePatch
+		want        []*File
 	}{
-		{"git", gitPatch, []*filePatch{
-			{Path: "crlf.txt", Hunks: []hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []hunkLine{{' ', "x\r", false}, {'-', "y\r", false}, {'+', "z\r", false}}}}},
-			{Path: "empty", Op: opCreate, Mode: 0o644},
-			{Path: "sp ace.txt", Hunks: []hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Section: "func main() {", Lines: []hunkLine{{'-', "a b", false}, {'+', "a c", false}}}}},
+		{"git", gitPatch, []*File{
+			{Path: "crlf.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []HunkLine{{' ', "x\r", false}, {'-', "y\r", false}, {'+', "z\r", false}}}}},
+			{Path: "empty", Op: Create, Mode: 0o644},
+			{Path: "sp ace.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Section: "func main() {", Lines: []HunkLine{{'-', "a b", false}, {'+', "a c", false}}}}},
 		}},
-		{"diff -ruN", plainPatch, []*filePatch{
-			{Path: "del.txt", Op: opDelete, Hunks: []hunk{{OldStart: 1, OldLines: 1, NewStart: 0, NewLines: 0, Lines: []hunkLine{{'-', "gone", false}}}}},
-			{Path: "new.txt", Op: opCreate, Hunks: []hunk{{OldStart: 0, OldLines: 0, NewStart: 1, NewLines: 1, Lines: []hunkLine{{'+', "new", false}}}}},
-			{Path: "x.txt", Hunks: []hunk{{OldStart: 1, OldLines: 3, NewStart: 1, NewLines: 4, Lines: []hunkLine{
+		{"diff -ruN", plainPatch, []*File{
+			{Path: "del.txt", Op: Delete, Hunks: []Hunk{{OldStart: 1, OldLines: 1, NewStart: 0, NewLines: 0, Lines: []HunkLine{{'-', "gone", false}}}}},
+			{Path: "new.txt", Op: Create, Hunks: []Hunk{{OldStart: 0, OldLines: 0, NewStart: 1, NewLines: 1, Lines: []HunkLine{{'+', "new", false}}}}},
+			{Path: "x.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 3, NewStart: 1, NewLines: 4, Lines: []HunkLine{
 				{' ', "one", false}, {'-', "two", false}, {'+', "2", false}, {' ', "three", false}, {'+', "four", true}}}}},
 		}},
 		{"plain names, preamble, blank context line, signature",
 			"Subject: fix\n\nSome words.\n---\n x.txt | 2 +-\n\n--- x.txt\n+++ x.txt\n@@ -1,3 +1,3 @@\n a\n\n-b\n+c\n-- \n2.40.0\n",
-			[]*filePatch{{Path: "x.txt", Hunks: []hunk{{OldStart: 1, OldLines: 3, NewStart: 1, NewLines: 3, Lines: []hunkLine{
+			[]*File{{Path: "x.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 3, NewStart: 1, NewLines: 3, Lines: []HunkLine{
 				{' ', "a", false}, {' ', "", false}, {'-', "b", false}, {'+', "c", false}}}}}},
 		},
 		{"git creation with mode and /dev/null",
 			"diff --git a/bin/run b/bin/run\nnew file mode 100755\nindex 0000000..1111111\n--- /dev/null\n+++ b/bin/run\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+echo hi\n",
-			[]*filePatch{{Path: "bin/run", Op: opCreate, Mode: 0o755, Hunks: []hunk{{NewStart: 1, NewLines: 2, Lines: []hunkLine{{'+', "#!/bin/sh", false}, {'+', "echo hi", false}}}}}},
+			[]*File{{Path: "bin/run", Op: Create, Mode: 0o755, Hunks: []Hunk{{NewStart: 1, NewLines: 2, Lines: []HunkLine{{'+', "#!/bin/sh", false}, {'+', "echo hi", false}}}}}},
 		},
 		{"git deletion of an empty file", "diff --git a/e b/e\ndeleted file mode 100644\nindex e69de29..0000000\n",
-			[]*filePatch{{Path: "e", Op: opDelete}}},
+			[]*File{{Path: "e", Op: Delete}}},
 		{"quoted names", "--- \"a/t\\tab \\303\\251.txt\"\n+++ \"b/t\\tab \\303\\251.txt\"\n@@ -1 +1 @@\n-a\n+b\n",
-			[]*filePatch{{Path: "t\tab é.txt", Hunks: []hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Lines: []hunkLine{{'-', "a", false}, {'+', "b", false}}}}}}},
+			[]*File{{Path: "t\tab é.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Lines: []HunkLine{{'-', "a", false}, {'+', "b", false}}}}}}},
 		{"patch with CRLF line endings", "--- a/w.txt\r\n+++ b/w.txt\r\n@@ -1,2 +1,2 @@\r\n-a\r\n+b\r\n c\r\n",
-			[]*filePatch{{Path: "w.txt", Hunks: []hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []hunkLine{{'-', "a", false}, {'+', "b", false}, {' ', "c", false}}}}}}},
+			[]*File{{Path: "w.txt", Hunks: []Hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []HunkLine{{'-', "a", false}, {'+', "b", false}, {' ', "c", false}}}}}}},
 		{"no newline on both sides of a context line", "--- f\n+++ f\n@@ -1,2 +1,2 @@\n-a\n+b\n c\n\\ No newline at end of file\n",
-			[]*filePatch{{Path: "f", Hunks: []hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []hunkLine{{'-', "a", false}, {'+', "b", false}, {' ', "c", true}}}}}}},
+			[]*File{{Path: "f", Hunks: []Hunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 2, Lines: []HunkLine{{'-', "a", false}, {'+', "b", false}, {' ', "c", true}}}}}}},
 		{"removed line without newline", "--- f\n+++ f\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+a\n",
-			[]*filePatch{{Path: "f", Hunks: []hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Lines: []hunkLine{{'-', "a", true}, {'+', "a", false}}}}}}},
+			[]*File{{Path: "f", Hunks: []Hunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 1, Lines: []HunkLine{{'-', "a", true}, {'+', "a", false}}}}}}},
 		{"two files, two hunks each, a/ b/ kept when only one side has it",
 			"--- a/p\n+++ c/p\n@@ -1 +1 @@\n-x\n+y\n",
 			nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parsePatch(tt.patch)
+			got, err := Parse(tt.patch)
 			if tt.want == nil {
 				if err == nil {
 					t.Fatalf("parsed %+v, want an error", got)
@@ -129,13 +128,13 @@ func TestParsePatch(t *testing.T) {
 					t.Errorf("%d files, want %d", len(got), len(want))
 				}
 			}
-			// What formatPatch writes parses as the same patch.
-			again, err := parsePatch(formatPatch(got))
+			// What Format writes parses as the same patch.
+			again, err := Parse(Format(got))
 			if err != nil {
-				t.Fatalf("formatted patch does not parse: %v\n%s", err, formatPatch(got))
+				t.Fatalf("formatted patch does not parse: %v\n%s", err, Format(got))
 			}
 			if !reflect.DeepEqual(stripLines(again), stripLines(got)) {
-				t.Errorf("round trip changed the patch:\n%s", formatPatch(got))
+				t.Errorf("round trip changed the patch:\n%s", Format(got))
 			}
 		})
 	}
@@ -175,7 +174,7 @@ func TestParsePatchErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			files, err := parsePatch(tt.patch)
+			files, err := Parse(tt.patch)
 			if err == nil {
 				t.Fatalf("parsed %+v, want an error", files)
 			}
@@ -191,34 +190,34 @@ func TestParsePatchLimits(t *testing.T) {
 	for i := range maxPatchFiles + 1 {
 		b.WriteString("--- a/f" + strings.Repeat("x", i%7) + "\n+++ b/f" + strings.Repeat("x", i%7) + "\n@@ -1 +1 @@\n-a\n+b\n")
 	}
-	if _, err := parsePatch(b.String()); err == nil || !strings.Contains(err.Error(), "more than 1000 files") {
+	if _, err := Parse(b.String()); err == nil || !strings.Contains(err.Error(), "more than 1000 files") {
 		t.Errorf("1001 files: %v", err)
 	}
 	big := "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+" + strings.Repeat("x", maxPatchBytes) + "\n"
-	if _, err := parsePatch(big); err == nil || !strings.Contains(err.Error(), "exceeds the limit of 16777216 bytes (16 MiB)") {
+	if _, err := Parse(big); err == nil || !strings.Contains(err.Error(), "exceeds the limit of 16777216 bytes (16 MiB)") {
 		t.Errorf("oversized patch: %v", err)
 	}
 	// Each line costs far more memory than its bytes: the line count is
 	// bounded too, before the text is split.
-	long := "--- /dev/null\n+++ b/f\n@@ -0,0 +1," + itoa(maxPatchLines) + " @@\n" + strings.Repeat("+\n", maxPatchLines)
-	if _, err := parsePatch(long); err == nil || !strings.Contains(err.Error(), "more than 1048576 lines; split it into several patches") {
+	long := "--- /dev/null\n+++ b/f\n@@ -0,0 +1," + strconv.Itoa(maxPatchLines) + " @@\n" + strings.Repeat("+\n", maxPatchLines)
+	if _, err := Parse(long); err == nil || !strings.Contains(err.Error(), "more than 1048576 lines; split it into several patches") {
 		t.Errorf("a patch of too many lines: %v", err)
 	}
 }
 
 // applyText applies a one-file patch to content and returns the result
 // and the hunk reports.
-func applyText(t *testing.T, content, patch string) (string, []hunkResult) {
+func applyText(t *testing.T, content, patch string) (string, []HunkResult) {
 	t.Helper()
-	files, err := parsePatch(patch)
+	files, err := Parse(patch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := applySection(context.Background(), splitText(content), files[0])
-	if res.failed {
-		return "", res.hunks
+	res := Apply(context.Background(), SplitText(content), files[0])
+	if res.Failed {
+		return "", res.Hunks
 	}
-	return res.file.String(), res.hunks
+	return res.File.String(), res.Hunks
 }
 
 func TestApplySection(t *testing.T) {
@@ -308,15 +307,15 @@ func TestApplyReportsEveryHunk(t *testing.T) {
 
 func TestSplitText(t *testing.T) {
 	for _, s := range []string{"", "a", "a\n", "a\r\nb\r\n", "a\r\nb", "a\nb\r\nc\r\n", "\r\n", utf8BOM, utf8BOM + "x\r\n", "a\r", "a\rb\n"} {
-		f := splitText(s)
+		f := SplitText(s)
 		if got := f.String(); got != s {
-			t.Errorf("splitText(%q).String() = %q", s, got)
+			t.Errorf("SplitText(%q).String() = %q", s, got)
 		}
 	}
-	if f := splitText("a\nb\r\nc\r\n"); !f.crlf || f.lines[0].end != "\n" || f.lines[1].text != "b" {
+	if f := SplitText("a\nb\r\nc\r\n"); !f.crlf || f.lines[0].end != "\n" || f.lines[1].text != "b" {
 		t.Errorf("mostly CRLF: %+v", f)
 	}
-	if f := splitText("a\nb\nc\r\n"); f.crlf || f.lines[2].text != "c\r" {
+	if f := SplitText("a\nb\nc\r\n"); f.crlf || f.lines[2].text != "c\r" {
 		t.Errorf("mostly LF: %+v", f)
 	}
 }
@@ -329,7 +328,7 @@ func FuzzParsePatch(f *testing.F) {
 	f.Add("--- /dev/null\n+++ b/n\n@@ -0,0 +1 @@\n+x\r\n")
 	f.Add("--- a/w.txt\r\n+++ b/w.txt\r\n@@ -1,2 +1,2 @@ sec\r\n-a\r\n+b\r\n c\r\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		files, err := parsePatch(text)
+		files, err := Parse(text)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "patch") {
 				t.Fatalf("error %q does not say where", err)
@@ -351,19 +350,19 @@ func FuzzParsePatch(f *testing.F) {
 					}
 				}
 				if old != h.OldLines || nw != h.NewLines {
-					t.Fatalf("hunk %s has %d old and %d new lines", h.header(), old, nw)
+					t.Fatalf("hunk %s has %d old and %d new lines", h.Header(), old, nw)
 				}
 			}
 		}
-		out := formatPatch(files)
-		again, err := parsePatch(out)
+		out := Format(files)
+		again, err := Parse(out)
 		if err != nil {
 			t.Fatalf("formatted patch does not parse: %v\n%q", err, out)
 		}
 		if !reflect.DeepEqual(stripLines(again), stripLines(files)) {
 			t.Fatalf("round trip changed the patch:\n%q\n%q", text, out)
 		}
-		if out2 := formatPatch(again); out2 != out {
+		if out2 := Format(again); out2 != out {
 			t.Fatalf("formatting is not stable:\n%q\n%q", out, out2)
 		}
 	})

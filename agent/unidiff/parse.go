@@ -1,4 +1,4 @@
-package agent
+package unidiff
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 // This file reads unified diffs for the patch tool: git's format (a
 // "diff --git" line, extended headers, ---/+++ names with a/ and b/
 // prefixes) and plain diff -u output (names with timestamps after a
-// tab). formatPatch writes a parsed patch back out; parsing its output
+// tab). Format writes a parsed patch back out; parsing its output
 // gives the same patch again.
 
 const (
@@ -30,52 +30,52 @@ const (
 	maxHunkCount = 1 << 30
 )
 
-// patchOp is what a file section does to its file.
-type patchOp int
+// Op is what a file section does to its file.
+type Op int
 
 const (
-	opModify patchOp = iota
-	opCreate
-	opDelete
+	Modify Op = iota
+	Create
+	Delete
 )
 
-func (o patchOp) String() string {
+func (o Op) String() string {
 	switch o {
-	case opCreate:
+	case Create:
 		return "create"
-	case opDelete:
+	case Delete:
 		return "delete"
 	}
 	return "modify"
 }
 
-// filePatch is one file's section of a patch.
-type filePatch struct {
+// File is one file's section of a patch.
+type File struct {
 	// Path names the file, as the patch gives it with the a/ or b/
 	// prefix removed.
 	Path string
-	Op   patchOp
+	Op   Op
 	// Mode is the permission bits git's "new file mode" gives a created
 	// file; 0 means the default, 0644.
 	Mode  fs.FileMode
-	Hunks []hunk
+	Hunks []Hunk
 	// Line is the patch line (from 1) where the section starts.
 	Line int
 }
 
 // hunk is one @@ block.
-type hunk struct {
+type Hunk struct {
 	OldStart, OldLines int
 	NewStart, NewLines int
 	// Section is the text after the closing @@ (often a function name).
 	Section string
-	Lines   []hunkLine
+	Lines   []HunkLine
 	// Line is the patch line of the @@ header.
 	Line int
 }
 
-// hunkLine is one line of a hunk.
-type hunkLine struct {
+// HunkLine is one line of a hunk.
+type HunkLine struct {
 	Kind byte   // ' ' context, '-' removed, '+' added
 	Text string // without the line ending
 	// NoEOL: the line has no newline ("\ No newline at end of file").
@@ -83,13 +83,13 @@ type hunkLine struct {
 }
 
 // header returns the hunk's @@ line without its section text.
-func (h *hunk) header() string {
+func (h *Hunk) Header() string {
 	return fmt.Sprintf("@@ -%d,%d +%d,%d @@", h.OldStart, h.OldLines, h.NewStart, h.NewLines)
 }
 
 // oldIndex is where the hunk's old lines start, counted from 0: a hunk
 // that removes nothing names the line it follows.
-func (h *hunk) oldIndex() int {
+func (h *Hunk) oldIndex() int {
 	if h.OldLines == 0 {
 		return h.OldStart
 	}
@@ -113,13 +113,13 @@ func (e *patchError) Error() string {
 type patchParser struct {
 	lines []string
 	i     int // the next line
-	files []*filePatch
+	files []*File
 }
 
-// parsePatch parses a unified diff of one or more files. Text before,
+// Parse parses a unified diff of one or more files. Text before,
 // between and after the file sections (a commit message, "Index:"
 // lines) is ignored. The error names the patch line that is wrong.
-func parsePatch(text string) ([]*filePatch, error) {
+func Parse(text string) ([]*File, error) {
 	if len(text) > maxPatchBytes {
 		return nil, &patchError{msg: fmt.Sprintf("%d bytes exceeds the limit of %d bytes (16 MiB); split it into several patches", len(text), maxPatchBytes)}
 	}
@@ -263,12 +263,12 @@ func (p *patchParser) gitBody(g *gitHeader) error {
 		return p.section(g)
 	}
 	// No ---/+++ lines: git's form for creating or deleting an empty file.
-	fp := &filePatch{Line: g.line + 1}
+	fp := &File{Line: g.line + 1}
 	switch {
 	case g.newFile && g.newPath != "":
-		fp.Path, fp.Op, fp.Mode = g.newPath, opCreate, g.mode
+		fp.Path, fp.Op, fp.Mode = g.newPath, Create, g.mode
 	case g.deleted && g.oldPath != "":
-		fp.Path, fp.Op = g.oldPath, opDelete
+		fp.Path, fp.Op = g.oldPath, Delete
 	case g.newFile || g.deleted:
 		return p.errorf(g.line, "cannot tell the file's name from this diff --git line; add --- and +++ lines")
 	default:
@@ -422,7 +422,7 @@ func (p *patchParser) section(g *gitHeader) error {
 		return p.errorf(p.i+1, "+++ line: %v", err)
 	}
 	p.i += 2
-	fp := &filePatch{Line: start + 1}
+	fp := &File{Line: start + 1}
 	if err := p.name(fp, oldName, newName, g); err != nil {
 		return err
 	}
@@ -451,7 +451,7 @@ func (p *patchParser) section(g *gitHeader) error {
 // name decides a section's file and operation from its ---/+++ names.
 // The a/ and b/ prefixes go when both names have them (one name when
 // the other is /dev/null).
-func (p *patchParser) name(fp *filePatch, oldName, newName fileName, g *gitHeader) error {
+func (p *patchParser) name(fp *File, oldName, newName fileName, g *gitHeader) error {
 	strip := strings.HasPrefix(oldName.name, "a/") && strings.HasPrefix(newName.name, "b/") ||
 		oldName.name == "" && strings.HasPrefix(newName.name, "b/") ||
 		newName.name == "" && strings.HasPrefix(oldName.name, "a/")
@@ -463,12 +463,12 @@ func (p *patchParser) name(fp *filePatch, oldName, newName fileName, g *gitHeade
 	case oldName.absent && newName.absent:
 		return p.errorf(p.i-2, "both --- and +++ are /dev/null; one of them must name the file")
 	case oldName.absent:
-		fp.Path, fp.Op = newName.name, opCreate
+		fp.Path, fp.Op = newName.name, Create
 		if g != nil {
 			fp.Mode = g.mode
 		}
 	case newName.absent:
-		fp.Path, fp.Op = oldName.name, opDelete
+		fp.Path, fp.Op = oldName.name, Delete
 	case oldName.name != newName.name:
 		return p.errorf(p.i-2, "--- names %s but +++ names %s; a patch changes each file in place. Renames are not supported: move the file first (move tool or bash mv), then patch it under one name", oldName.name, newName.name)
 	default:
@@ -494,7 +494,7 @@ func (p *patchParser) checkAfterHunks() error {
 }
 
 // hunk parses one hunk, from its @@ line.
-func (p *patchParser) hunk() (*hunk, error) {
+func (p *patchParser) hunk() (*Hunk, error) {
 	h, err := parseHunkHeader(p.line(p.i))
 	if err != nil {
 		return nil, p.errorf(p.i, "%v", err)
@@ -505,7 +505,7 @@ func (p *patchParser) hunk() (*hunk, error) {
 	for oldN < h.OldLines || newN < h.NewLines {
 		if p.i >= len(p.lines) {
 			return nil, p.errorf(h.Line-1, "hunk %s ends early at the end of the patch: its header counts %d old and %d new lines, the hunk has %d and %d; fix the counts or the lines",
-				h.header(), h.OldLines, h.NewLines, oldN, newN)
+				h.Header(), h.OldLines, h.NewLines, oldN, newN)
 		}
 		l := p.lines[p.i]
 		kind, text := byte(' '), ""
@@ -527,12 +527,12 @@ func (p *patchParser) hunk() (*hunk, error) {
 			continue
 		default:
 			return nil, p.errorf(p.i, "hunk %s ends early: its header counts %d old and %d new lines, the hunk has %d and %d before this line, which is not a hunk line (' ', '-', '+'); fix the counts or the lines",
-				h.header(), h.OldLines, h.NewLines, oldN, newN)
+				h.Header(), h.OldLines, h.NewLines, oldN, newN)
 		}
 		if oldN > h.OldLines || newN > h.NewLines {
-			return nil, p.errorf(p.i, "hunk %s has more lines than its header counts (%d old, %d new); fix the counts", h.header(), h.OldLines, h.NewLines)
+			return nil, p.errorf(p.i, "hunk %s has more lines than its header counts (%d old, %d new); fix the counts", h.Header(), h.OldLines, h.NewLines)
 		}
-		h.Lines = append(h.Lines, hunkLine{Kind: kind, Text: text})
+		h.Lines = append(h.Lines, HunkLine{Kind: kind, Text: text})
 		p.i++
 	}
 	if p.i < len(p.lines) && strings.HasPrefix(p.lines[p.i], "\\") {
@@ -544,7 +544,7 @@ func (p *patchParser) hunk() (*hunk, error) {
 }
 
 // noEOL applies a "\ No newline at end of file" line to the line before.
-func (p *patchParser) noEOL(h *hunk) error {
+func (p *patchParser) noEOL(h *Hunk) error {
 	if len(h.Lines) == 0 || h.Lines[len(h.Lines)-1].NoEOL {
 		return p.errorf(p.i, "%q must follow a hunk line", clip(p.lines[p.i], 60))
 	}
@@ -555,7 +555,7 @@ func (p *patchParser) noEOL(h *hunk) error {
 
 // checkNoEOL checks that only the last line of each side of a hunk is
 // marked as having no newline.
-func checkNoEOL(h *hunk) error {
+func checkNoEOL(h *Hunk) error {
 	lastOld, lastNew := -1, -1
 	for i, l := range h.Lines {
 		if l.Kind != '+' {
@@ -571,7 +571,7 @@ func checkNoEOL(h *hunk) error {
 		}
 		if l.Kind != '+' && i != lastOld || l.Kind != '-' && i != lastNew {
 			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s: \"\\ No newline at end of file\" follows %q, which is not the last line of the file before or after the change; only the last line can lack a newline",
-				h.header(), clip(string(l.Kind)+l.Text, 60))}
+				h.Header(), clip(string(l.Kind)+l.Text, 60))}
 		}
 	}
 	return nil
@@ -579,7 +579,7 @@ func checkNoEOL(h *hunk) error {
 
 // parseHunkHeader parses "@@ -l,s +l,s @@ section"; a count left out
 // is 1.
-func parseHunkHeader(l string) (*hunk, error) {
+func parseHunkHeader(l string) (*Hunk, error) {
 	bad := fmt.Errorf("%q is not a hunk header; write @@ -START,COUNT +START,COUNT @@", clip(l, 60))
 	rest, ok := strings.CutPrefix(l, "@@ -")
 	if !ok {
@@ -593,7 +593,7 @@ func parseHunkHeader(l string) (*hunk, error) {
 	if !ok {
 		return nil, bad
 	}
-	h := &hunk{Section: strings.TrimRight(strings.TrimPrefix(section, " "), "\r")}
+	h := &Hunk{Section: strings.TrimRight(strings.TrimPrefix(section, " "), "\r")}
 	var err1, err2 error
 	h.OldStart, h.OldLines, err1 = parseRange(oldR)
 	h.NewStart, h.NewLines, err2 = parseRange(newR)
@@ -601,7 +601,7 @@ func parseHunkHeader(l string) (*hunk, error) {
 		return nil, bad
 	}
 	if h.OldLines > 0 && h.OldStart == 0 || h.NewLines > 0 && h.NewStart == 0 {
-		return nil, fmt.Errorf("hunk %s: lines are numbered from 1; only a side with no lines (count 0) starts at 0", h.header())
+		return nil, fmt.Errorf("hunk %s: lines are numbered from 1; only a side with no lines (count 0) starts at 0", h.Header())
 	}
 	return h, nil
 }
@@ -634,35 +634,35 @@ func parseCount(s string) (int, error) {
 // checkHunks checks a section's hunks against its operation and each
 // other: in order, not overlapping, a creation adds to nothing and a
 // deletion leaves nothing.
-func checkHunks(fp *filePatch) error {
+func checkHunks(fp *File) error {
 	end := 0
 	for i := range fp.Hunks {
 		h := &fp.Hunks[i]
 		switch {
-		case fp.Op == opCreate && (h.OldLines != 0 || len(fp.Hunks) > 1):
-			return &patchError{line: h.Line, msg: fmt.Sprintf("%s is created (--- /dev/null), so it takes one hunk that starts @@ -0,0 +1,N @@, not %s", fp.Path, h.header())}
-		case fp.Op == opDelete && h.NewLines != 0:
-			return &patchError{line: h.Line, msg: fmt.Sprintf("%s is deleted (+++ /dev/null), so its hunks add nothing (+0,0), not %s", fp.Path, h.header())}
+		case fp.Op == Create && (h.OldLines != 0 || len(fp.Hunks) > 1):
+			return &patchError{line: h.Line, msg: fmt.Sprintf("%s is created (--- /dev/null), so it takes one hunk that starts @@ -0,0 +1,N @@, not %s", fp.Path, h.Header())}
+		case fp.Op == Delete && h.NewLines != 0:
+			return &patchError{line: h.Line, msg: fmt.Sprintf("%s is deleted (+++ /dev/null), so its hunks add nothing (+0,0), not %s", fp.Path, h.Header())}
 		case h.oldIndex() < end:
-			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s of %s starts before the previous hunk ends (old line %d); hunks must be in file order and not overlap", h.header(), fp.Path, end)}
-		case i+1 < len(fp.Hunks) && slices.ContainsFunc(h.Lines, func(l hunkLine) bool { return l.NoEOL }):
-			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s of %s marks a line as the last of the file (no newline at end), but more hunks follow", h.header(), fp.Path)}
+			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s of %s starts before the previous hunk ends (old line %d); hunks must be in file order and not overlap", h.Header(), fp.Path, end)}
+		case i+1 < len(fp.Hunks) && slices.ContainsFunc(h.Lines, func(l HunkLine) bool { return l.NoEOL }):
+			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s of %s marks a line as the last of the file (no newline at end), but more hunks follow", h.Header(), fp.Path)}
 		}
 		end = h.oldIndex() + h.OldLines
 	}
 	return nil
 }
 
-// formatPatch writes files as a git-style unified diff that parsePatch
+// Format writes files as a git-style unified diff that Parse
 // reads back as the same files.
-func formatPatch(files []*filePatch) string {
+func Format(files []*File) string {
 	var b strings.Builder
 	for _, fp := range files {
 		fmt.Fprintf(&b, "diff --git %s %s\n", quoteName("a/"+fp.Path), quoteName("b/"+fp.Path))
 		switch {
-		case fp.Op == opCreate && fp.Mode != 0:
+		case fp.Op == Create && fp.Mode != 0:
 			fmt.Fprintf(&b, "new file mode 100%03o\n", fp.Mode.Perm())
-		case fp.Op == opDelete:
+		case fp.Op == Delete:
 			b.WriteString("deleted file mode 100644\n")
 		}
 		if len(fp.Hunks) == 0 {
@@ -670,14 +670,14 @@ func formatPatch(files []*filePatch) string {
 		}
 		oldName, newName := quoteName("a/"+fp.Path), quoteName("b/"+fp.Path)
 		switch fp.Op {
-		case opCreate:
+		case Create:
 			oldName = "/dev/null"
-		case opDelete:
+		case Delete:
 			newName = "/dev/null"
 		}
 		fmt.Fprintf(&b, "--- %s\n+++ %s\n", oldName, newName)
 		for _, h := range fp.Hunks {
-			b.WriteString(h.header())
+			b.WriteString(h.Header())
 			if h.Section != "" {
 				b.WriteString(" " + h.Section)
 			}
