@@ -190,7 +190,12 @@ func TestDepsAgentBinary(t *testing.T) {
 // agentLeaves are the packages below agent that the tools build on. Each
 // stands alone: it imports neither the agent, the gateway, nor another
 // leaf; from this module at most policy and protocol.
-var agentLeaves = []string{module + "/agent/safefs", module + "/agent/unidiff"}
+var agentLeaves = []string{
+	module + "/agent/callauth",
+	module + "/agent/safefs",
+	module + "/agent/statelock",
+	module + "/agent/unidiff",
+}
 
 // TestDepsModuleRules checks the import rules between the module's own
 // packages, on every package of the module.
