@@ -27,10 +27,3 @@ func (a *Agent) stats() *protocol.AgentStats {
 		RSSBytes:     selfRSS(),
 	}
 }
-
-// runningCount returns the number of background tasks running.
-func (m *taskManager) runningCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.running)
-}

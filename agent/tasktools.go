@@ -69,8 +69,8 @@ func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int
 		ExitCode: st.ExitCode, Signal: st.Signal, Note: st.Note, Caller: req.Caller,
 		Created: st.Created, Started: st.Started, Ended: st.Ended, Deadline: st.Deadline,
 		TimeoutSeconds: req.timeout().Seconds(),
-		OutputFile:     t.tasks.store.path(id, taskOutputFile),
-		OutputBytes:    t.tasks.store.outputSize(id),
+		OutputFile:     t.tasks.outputFile(id),
+		OutputBytes:    t.tasks.outputSize(id),
 		Reattached:     st.Reattached,
 	}
 	switch {
@@ -82,8 +82,7 @@ func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int
 		v.QueuePosition = t.tasks.queuePosition(id)
 	}
 	if tail && st.State.ended() {
-		s, cut, err := readTail(v.OutputFile, t.tasks.cfg.TailBytes, t.tasks.cfg.TailLines,
-			func(fi fs.FileInfo) error { return t.guard.checkOpened(v.OutputFile, fi) })
+		s, cut, err := t.tasks.tail(id, func(fi fs.FileInfo) error { return t.guard.checkOpened(v.OutputFile, fi) })
 		if err == nil {
 			v.OutputTail, v.TailTruncated = &s, cut
 		}
@@ -106,7 +105,7 @@ func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) 
 	if err != nil {
 		return taskFailure(tc, "bash", err)
 	}
-	st, req, err := t.taskRecord(id)
+	st, req, err := t.tasks.record(id)
 	if err != nil {
 		return toolFailure(tc, "task %s was created but cannot be read back: %v", id, err)
 	}
@@ -115,7 +114,7 @@ func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) 
 	switch {
 	case st.State == taskQueued:
 		fmt.Fprintf(&b, "Queued background task %s on %s: %d tasks are running, the host's limit; it starts when one ends (queue position %d, timeout %s once started).\n",
-			id, t.hostName(), t.tasks.cfg.MaxRunning, v.QueuePosition, formatSeconds(timeout))
+			id, t.hostName(), t.tasks.limits().MaxRunning, v.QueuePosition, formatSeconds(timeout))
 	case st.PID == 0 && st.State.ended():
 		r := taskResult(tc, fmt.Sprintf("Background task %s on %s could not start: %s", id, t.hostName(), st.Note), v)
 		r.IsError = true
@@ -132,7 +131,7 @@ func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) 
 // taskTimeout returns a background task's time limit for sec seconds
 // (nil: the default), capped at the maximum.
 func (t *toolbox) taskTimeout(tc *toolCall, sec *float64) (time.Duration, *protocol.Result) {
-	cfg := t.tasks.cfg
+	cfg := t.tasks.limits()
 	switch {
 	case sec == nil:
 		return cfg.DefaultTimeout, nil
@@ -166,7 +165,7 @@ func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result
 	if err != nil {
 		return t.taskLookupFailure(tc, a.TaskID, err)
 	}
-	req, err := t.tasks.store.readRequest(a.TaskID)
+	req, err := t.tasks.request(a.TaskID)
 	if err != nil {
 		return toolFailure(tc, "task %s: request file is unreadable: %v", a.TaskID, err)
 	}
@@ -175,7 +174,7 @@ func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result
 		v.WaitedSeconds = roundSeconds(time.Since(start))
 	}
 	if busy {
-		v.WaitLimitReason = fmt.Sprintf("%d task_status calls are waiting on this host already, its limit; answered at once", t.tasks.cfg.MaxWaits)
+		v.WaitLimitReason = fmt.Sprintf("%d task_status calls are waiting on this host already, its limit; answered at once", t.tasks.limits().MaxWaits)
 	}
 	return taskResult(tc, statusText(v), v)
 }
@@ -192,7 +191,7 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	}
 	st, err := t.tasks.cancel(ctx, a.TaskID)
 	if errors.Is(err, errTaskEnded) {
-		req, _ := t.tasks.store.readRequest(a.TaskID)
+		req, _ := t.tasks.request(a.TaskID)
 		v := t.view(a.TaskID, st, req, maxShownCommand, true)
 		r := taskResult(tc, fmt.Sprintf("Task %s was not cancelled: it has ended already.\n\n%s", a.TaskID, statusText(v)), v)
 		r.IsError = true
@@ -201,7 +200,7 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	if err != nil {
 		return t.taskLookupFailure(tc, a.TaskID, err)
 	}
-	req, _ := t.tasks.store.readRequest(a.TaskID)
+	req, _ := t.tasks.request(a.TaskID)
 	v := t.view(a.TaskID, st, req, maxShownCommand, true)
 	if st.State == taskCancelled {
 		return taskResult(tc, statusText(v), v)
@@ -227,14 +226,14 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 		}
 		limit = min(*a.Limit, maxTaskListSize)
 	}
-	ids, err := t.tasks.store.ids()
+	ids, err := t.tasks.list()
 	if err != nil {
 		return toolFailure(tc, "cannot list tasks: %v", err)
 	}
 	views := []taskView{}
 	matched, unreadable := 0, 0
 	for _, id := range slices.Backward(ids) {
-		st, err := t.tasks.store.readStatus(id)
+		st, err := t.tasks.status(id)
 		if err != nil {
 			unreadable++
 			continue
@@ -245,7 +244,7 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 		if matched++; len(views) >= limit {
 			continue
 		}
-		req, _ := t.tasks.store.readRequest(id)
+		req, _ := t.tasks.request(id)
 		views = append(views, t.view(id, st, req, maxListedCommand, false))
 	}
 	text := listText(t.hostName(), a.State, views, matched, unreadable)
@@ -256,16 +255,6 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 	r := toolText(tc, text)
 	r.Structured = data
 	return r
-}
-
-// taskRecord reads a task's status and request.
-func (t *toolbox) taskRecord(id string) (taskStatus, taskRequest, error) {
-	st, err := t.tasks.store.readStatus(id)
-	if err != nil {
-		return st, taskRequest{}, err
-	}
-	req, err := t.tasks.store.readRequest(id)
-	return st, req, err
 }
 
 func (t *toolbox) hostName() string {
@@ -279,7 +268,7 @@ func (t *toolbox) hostName() string {
 func (t *toolbox) taskLookupFailure(tc *toolCall, id string, err error) *protocol.Result {
 	if errors.Is(err, errUnknownTask) {
 		return toolFailure(tc, "no task %s on %s: it never existed here or retention removed it (finished tasks are kept %s, at most %d); task_list shows the host's tasks",
-			id, t.hostName(), formatAge(t.tasks.cfg.Retention), t.tasks.cfg.MaxKept)
+			id, t.hostName(), formatAge(t.tasks.limits().Retention), t.tasks.limits().MaxKept)
 	}
 	return toolFailure(tc, "%v", err)
 }
