@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/agent/callauth"
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -86,7 +87,7 @@ type Agent struct {
 	// counts are the calls served, failed and refused (stats.go).
 	counts callStats
 	// tasks runs background tasks; they outlive the agent process.
-	tasks *taskManager
+	tasks *tasks.Manager
 
 	// workCtx is the parent of every call's context; it is cancelled only
 	// when a drain times out.
@@ -165,7 +166,7 @@ func New(cfg Config) (a *Agent, err error) {
 		// own variables; the agent's settings never come from it.
 		ChildEnv: os.Environ(),
 		Host:     cfg.Name,
-		Tasks: taskConfig{
+		Tasks: tasks.Config{
 			DefaultTimeout: cfg.TaskDefaultTimeout,
 			MaxTimeout:     cfg.TaskMaxTimeout,
 			MaxRunning:     cfg.MaxRunningTasks,
@@ -299,10 +300,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.logPolicy()
 	// Background tasks a previous agent left are taken over before any
 	// call is heard; they keep running when this agent stops.
-	if err := a.tasks.open(); err != nil {
+	if err := a.tasks.Open(); err != nil {
 		return fmt.Errorf("background tasks: %w", err)
 	}
-	defer a.tasks.close()
+	defer a.tasks.Close()
 
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -340,7 +341,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	stopRun()
 	watcher.Wait()       // no announce of a changed catalog follows the leaving one
-	a.tasks.beginClose() // task_status waits end now, not at the drain timeout
+	a.tasks.BeginClose() // task_status waits end now, not at the drain timeout
 	a.drain(&workers, cancelWork)
 	endSession()
 	session.Wait()

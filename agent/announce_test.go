@@ -120,17 +120,3 @@ func TestFetchWhileCallIsDecoded(t *testing.T) {
 		t.Error("a call taken in is still pending")
 	}
 }
-
-// TestTaskTailWithinResultLimit: a task_status tail larger than its
-// result may carry is refused at start, naming the flag.
-func TestTaskTailWithinResultLimit(t *testing.T) {
-	c := taskConfig{TailBytes: 1 << 20}
-	c.setDefaults()
-	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--task_tail_bytes") {
-		t.Errorf("a 1 MiB tail: %v", err)
-	}
-	c.TailBytes = maxTaskTail
-	if err := c.validate(); err != nil {
-		t.Errorf("a tail at the limit: %v", err)
-	}
-}

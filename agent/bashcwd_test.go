@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 )
 
 // TestBashCwd: a call's cwd is resolved like a file tool's path (relative
@@ -17,10 +19,10 @@ import (
 // foreground and as a background task.
 func TestBashCwd(t *testing.T) {
 	g := tbPolicy(t, `paths: {read: {deny: ["CWD/secret"]}}`)
-	if err := g.tasks.open(); err != nil {
+	if err := g.tasks.Open(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(g.tasks.close)
+	t.Cleanup(g.tasks.Close)
 	mkdirs(t, filepath.Join(g.cwd, "sub", "deeper"), filepath.Join(g.cwd, "secret"))
 	g.file(t, "file.txt", "x\n")
 	g.link(t, filepath.Join(g.cwd, "secret"), "innocent")
@@ -64,8 +66,8 @@ func TestBashCwd(t *testing.T) {
 	if err := json.Unmarshal(r.Structured, &v); err != nil {
 		t.Fatalf("structured %s: %v", r.Structured, err)
 	}
-	st, _, err := g.tasks.await(t.Context(), v.TaskID, 10*time.Second)
-	if err != nil || st.State != taskSucceeded {
+	st, _, err := g.tasks.Await(t.Context(), v.TaskID, 10*time.Second)
+	if err != nil || st.State != tasks.Succeeded {
 		t.Fatalf("task %s: %+v, %v", v.TaskID, st, err)
 	}
 	data, err := os.ReadFile(filepath.Join(g.cwd, "sub", "where.txt"))

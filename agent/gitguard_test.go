@@ -497,18 +497,18 @@ func TestGitGuardBackgroundTask(t *testing.T) {
 	l.repo(".")
 	l.git(".", "config", "alias.st", "!"+l.evil)
 	tb := l.toolbox(l.profile("workspace.yaml"))
-	if err := tb.tasks.open(); err != nil {
+	if err := tb.tasks.Open(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		tb.tasks.close()
-		killTaskGroups(tb.tasks.store)
+		tb.tasks.Close()
+		killTaskGroups(tb.tasks)
 	})
 	id := startTask(t, tb, "git st", nil)
 	var text string
 	for deadline := time.Now().Add(time.Minute); ; {
 		r, v := taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 10})
-		if text = resultTextOf(r); v.State.ended() || time.Now().After(deadline) {
+		if text = resultTextOf(r); v.State.Ended() || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -205,12 +206,12 @@ func (g *guard) isOutputFile(p string) bool {
 			return true
 		}
 	}
-	if !samePath(filepath.Base(p), taskOutputFile) {
+	if !samePath(filepath.Base(p), tasks.OutputFileName) {
 		return false
 	}
 	task := filepath.Dir(p)
 	for _, dir := range g.tasks {
-		if samePath(filepath.Dir(task), dir) && validTaskID(filepath.Base(task)) == nil {
+		if samePath(filepath.Dir(task), dir) && tasks.ValidID(filepath.Base(task)) == nil {
 			return true
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/fleetmcp/fleetmcp/agent/winjob"
 )
 
 // The process layer of bash on Windows: a command starts suspended, is put
@@ -21,14 +23,6 @@ import (
 var (
 	kernel32          = windows.NewLazySystemDLL("kernel32.dll")
 	procPeekNamedPipe = kernel32.NewProc("PeekNamedPipe")
-	procOpenJobObject = kernel32.NewProc("OpenJobObjectW")
-)
-
-// Job object access rights x/sys/windows does not name.
-const (
-	jobObjectQuery     = 0x0004
-	jobObjectTerminate = 0x0008
-	stillActive        = 259
 )
 
 // procGroup is the Job Object of a running command.
@@ -59,55 +53,10 @@ func startInJob(cmd *exec.Cmd, job windows.Handle) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	if err := assignAndResume(job, cmd.Process.Pid); err != nil {
+	if err := winjob.AssignAndResume(job, cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return err
-	}
-	return nil
-}
-
-// assignAndResume puts the suspended process pid in job and resumes its
-// threads.
-func assignAndResume(job windows.Handle, pid int) error {
-	h, err := windows.OpenProcess(windows.PROCESS_SET_QUOTA|windows.PROCESS_TERMINATE, false, uint32(pid))
-	if err != nil {
-		return fmt.Errorf("open process %d: %w", pid, err)
-	}
-	defer windows.CloseHandle(h)
-	if err := windows.AssignProcessToJobObject(job, h); err != nil {
-		return fmt.Errorf("put process %d in its job object: %w", pid, err)
-	}
-	return resumeThreads(pid)
-}
-
-// resumeThreads resumes every thread of the process pid, which was
-// created suspended (it has one).
-func resumeThreads(pid int) error {
-	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPTHREAD, 0)
-	if err != nil {
-		return fmt.Errorf("list threads: %w", err)
-	}
-	defer windows.CloseHandle(snap)
-	te := windows.ThreadEntry32{Size: uint32(unsafe.Sizeof(windows.ThreadEntry32{}))}
-	resumed := 0
-	for err = windows.Thread32First(snap, &te); err == nil; err = windows.Thread32Next(snap, &te) {
-		if te.OwnerProcessID != uint32(pid) {
-			continue
-		}
-		th, err := windows.OpenThread(windows.THREAD_SUSPEND_RESUME, false, te.ThreadID)
-		if err != nil {
-			return fmt.Errorf("open thread %d: %w", te.ThreadID, err)
-		}
-		_, err = windows.ResumeThread(th)
-		windows.CloseHandle(th)
-		if err != nil {
-			return fmt.Errorf("resume thread %d: %w", te.ThreadID, err)
-		}
-		resumed++
-	}
-	if resumed == 0 {
-		return fmt.Errorf("process %d has no thread to resume", pid)
 	}
 	return nil
 }
@@ -163,16 +112,3 @@ func pipeBuffered(pr *os.File) int {
 
 // exitSignal returns "": Windows has no signals.
 func exitSignal(*exec.ExitError) string { return "" }
-
-// openJob opens the named job object name, to terminate it.
-func openJob(name string) (windows.Handle, error) {
-	name16, err := windows.UTF16PtrFromString(name)
-	if err != nil {
-		return 0, err
-	}
-	r, _, err := procOpenJobObject.Call(jobObjectQuery|jobObjectTerminate, 0, uintptr(unsafe.Pointer(name16)))
-	if r == 0 {
-		return 0, err
-	}
-	return windows.Handle(r), nil
-}

@@ -23,7 +23,7 @@ func (a *Agent) stats() *protocol.AgentStats {
 		CallsFailed:  failed,
 		CallsRefused: a.counts.refused.Load(),
 		Queued:       len(a.queue),
-		Tasks:        a.tasks.runningCount(),
+		Tasks:        a.tasks.RunningCount(),
 		RSSBytes:     selfRSS(),
 	}
 }

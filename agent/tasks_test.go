@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // taskBox returns a toolbox with its task manager open, on stateDir (""
 // for a fresh one). Every task still running when the test ends is
 // killed with its process group.
-func taskBox(t *testing.T, stateDir string, mod func(*taskConfig)) *toolbox {
+func taskBox(t *testing.T, stateDir string, mod func(*tasks.Config)) *toolbox {
 	t.Helper()
 	if stateDir == "" {
 		stateDir = filepath.Join(t.TempDir(), "state")
@@ -35,7 +36,7 @@ func taskBox(t *testing.T, stateDir string, mod func(*taskConfig)) *toolbox {
 		BashMaxTimeout:     600 * time.Second,
 		ChildEnv:           os.Environ(),
 		Host:               "test-host",
-		Tasks:              taskConfig{Poll: 50 * time.Millisecond},
+		Tasks:              tasks.Config{Poll: 50 * time.Millisecond},
 	}
 	if mod != nil {
 		mod(&cfg.Tasks)
@@ -44,22 +45,22 @@ func taskBox(t *testing.T, stateDir string, mod func(*taskConfig)) *toolbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.tasks.open(); err != nil {
+	if err := tb.tasks.Open(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		tb.tasks.close()
-		killTaskGroups(tb.tasks.store)
+		tb.tasks.Close()
+		killTaskGroups(tb.tasks)
 	})
 	return tb
 }
 
-// killTaskGroups kills the process group of every task recorded as
-// running in s.
-func killTaskGroups(s *taskStore) {
-	ids, _ := s.ids()
+// killTaskGroups kills the process group of every task m records as
+// running.
+func killTaskGroups(m *tasks.Manager) {
+	ids, _ := m.List()
 	for _, id := range ids {
-		if st, err := s.readStatus(id); err == nil && st.State == taskRunning && st.PID > 0 && procAlive(st.PID, st.ProcStart, st.BootID) {
+		if st, err := m.Status(id); err == nil && st.State == tasks.Running && st.Alive() {
 			_ = syscall.Kill(-st.PID, syscall.SIGKILL)
 		}
 	}
@@ -89,7 +90,7 @@ func startTask(t *testing.T, tb *toolbox, command string, extra map[string]any) 
 	if r.Error != nil || r.IsError {
 		t.Fatalf("start %q: %+v %s", command, r.Error, resultTextOf(r))
 	}
-	if validTaskID(v.TaskID) != nil {
+	if tasks.ValidID(v.TaskID) != nil {
 		t.Fatalf("start %q: task ID %q", command, v.TaskID)
 	}
 	return v.TaskID
@@ -116,7 +117,7 @@ func waitTask(t *testing.T, tb *toolbox, id string) (*protocol.Result, taskView)
 		if r.Error != nil || r.IsError {
 			t.Fatalf("task_status %s: %s", id, resultTextOf(r))
 		}
-		if v.State.ended() {
+		if v.State.Ended() {
 			return r, v
 		}
 		if time.Now().After(deadline) {
@@ -141,7 +142,7 @@ func TestTaskRunsAndReports(t *testing.T) {
 	tb := taskBox(t, "", nil)
 	id := startTask(t, tb, "echo hello; echo oops >&2; pwd", nil)
 	r, v := waitTask(t, tb, id)
-	if v.State != taskSucceeded || v.ExitCode == nil || *v.ExitCode != 0 {
+	if v.State != tasks.Succeeded || v.ExitCode == nil || *v.ExitCode != 0 {
 		t.Fatalf("state %s, exit %v: %s", v.State, v.ExitCode, resultTextOf(r))
 	}
 	want := "hello\noops\n" + tb.cfg.Cwd + "\n"
@@ -175,7 +176,7 @@ func TestTaskRunsAndReports(t *testing.T) {
 	}
 	id = startTask(t, tb, "echo failing; exit 3", nil)
 	_, v = waitTask(t, tb, id)
-	if v.State != taskFailed || v.ExitCode == nil || *v.ExitCode != 3 {
+	if v.State != tasks.Failed || v.ExitCode == nil || *v.ExitCode != 3 {
 		t.Fatalf("exit 3: state %s, exit %v", v.State, v.ExitCode)
 	}
 }
@@ -195,18 +196,18 @@ func TestTaskStatusWait(t *testing.T) {
 	id := startTask(t, tb, "while [ ! -e gate ]; do sleep 0.02; done; echo through", nil)
 
 	r, v := taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 0})
-	if v.State != taskRunning || v.OutputTail != nil || !strings.Contains(resultTextOf(r), "Running since") {
+	if v.State != tasks.Running || v.OutputTail != nil || !strings.Contains(resultTextOf(r), "Running since") {
 		t.Fatalf("wait 0: %s", resultTextOf(r))
 	}
 	start := time.Now()
 	r, v = taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 0.3})
-	if v.State != taskRunning || time.Since(start) < 250*time.Millisecond || !strings.Contains(resultTextOf(r), "call task_status again") {
+	if v.State != tasks.Running || time.Since(start) < 250*time.Millisecond || !strings.Contains(resultTextOf(r), "call task_status again") {
 		t.Fatalf("wait 0.3 on a running task returned after %s: %s", time.Since(start), resultTextOf(r))
 	}
 	time.AfterFunc(300*time.Millisecond, func() { os.WriteFile(gate, nil, 0o600) })
 	start = time.Now()
 	_, v = taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 60})
-	if v.State != taskSucceeded {
+	if v.State != tasks.Succeeded {
 		t.Fatalf("state %s after a 60 s wait", v.State)
 	}
 	if took := time.Since(start); took > 30*time.Second {
@@ -225,7 +226,7 @@ func TestTaskStatusWait(t *testing.T) {
 
 // Beyond MaxWaits waiting calls, task_status answers at once and says why.
 func TestTaskStatusWaitLimit(t *testing.T) {
-	tb := taskBox(t, "", func(c *taskConfig) { c.MaxWaits = 1 })
+	tb := taskBox(t, "", func(c *tasks.Config) { c.MaxWaits = 1 })
 	id := startTask(t, tb, "sleep 30", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -248,9 +249,7 @@ func waitTaskWaits(t *testing.T, tb *toolbox, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		tb.tasks.mu.Lock()
-		got := tb.tasks.waits
-		tb.tasks.mu.Unlock()
+		got := tb.tasks.Waiting()
 		if got == n {
 			return
 		}
@@ -282,7 +281,7 @@ func TestTaskTimeoutAndCancelKillGroup(t *testing.T) {
 	child, _ := strconv.Atoi(strings.TrimSpace(waitFile(t, pidFile)))
 	killLater(t, child)
 	r, v := waitTask(t, tb, id)
-	if v.State != taskTimedOut || !strings.Contains(resultTextOf(r), "timed out after 0.5 s") {
+	if v.State != tasks.TimedOut || !strings.Contains(resultTextOf(r), "timed out after 0.5 s") {
 		t.Fatalf("timeout: %s", resultTextOf(r))
 	}
 	if !processGone(child) {
@@ -293,9 +292,9 @@ func TestTaskTimeoutAndCancelKillGroup(t *testing.T) {
 	id = startTask(t, tb, cmd, nil)
 	child, _ = strconv.Atoi(strings.TrimSpace(waitFile(t, pidFile)))
 	killLater(t, child)
-	st, _ := tb.tasks.store.readStatus(id)
+	st, _ := tb.tasks.Status(id)
 	r, v = taskCall(t, tb, "task_cancel", map[string]any{"task_id": id})
-	if r.IsError || v.State != taskCancelled || !strings.Contains(resultTextOf(r), "cancelled with task_cancel") {
+	if r.IsError || v.State != tasks.Cancelled || !strings.Contains(resultTextOf(r), "cancelled with task_cancel") {
 		t.Fatalf("cancel: %s", resultTextOf(r))
 	}
 	if !processGone(child) || !processGroupGone(st.PID) {
@@ -310,10 +309,10 @@ func TestTaskTimeoutAndCancelKillGroup(t *testing.T) {
 
 // A task that writes more than its output cap is killed.
 func TestTaskOutputCap(t *testing.T) {
-	tb := taskBox(t, "", func(c *taskConfig) { c.MaxOutputBytes = 256 << 10 })
+	tb := taskBox(t, "", func(c *tasks.Config) { c.MaxOutputBytes = 256 << 10 })
 	id := startTask(t, tb, "while :; do echo 0123456789abcdef0123456789abcdef; done", nil)
 	r, v := waitTask(t, tb, id)
-	if v.State != taskFailed || !strings.Contains(v.Note, "output passed the limit of 256.0 KiB") {
+	if v.State != tasks.Failed || !strings.Contains(v.Note, "output passed the limit of 256.0 KiB") {
 		t.Fatalf("state %s: %s", v.State, resultTextOf(r))
 	}
 	// The cap is checked often once the output nears it: what passes it
@@ -330,10 +329,10 @@ func TestTaskOutputCap(t *testing.T) {
 // Beyond MaxRunning tasks, tasks queue; beyond the queue, a busy error
 // names the limits; a slot freed starts the next task.
 func TestTaskBusyLimits(t *testing.T) {
-	tb := taskBox(t, "", func(c *taskConfig) { c.MaxRunning, c.MaxQueued = 1, 1 })
+	tb := taskBox(t, "", func(c *tasks.Config) { c.MaxRunning, c.MaxQueued = 1, 1 })
 	first := startTask(t, tb, "sleep 30", nil)
 	r, v := taskCall(t, tb, "bash", map[string]any{"command": "echo second", "background": true})
-	if v.State != taskQueued || v.QueuePosition != 1 || !strings.Contains(resultTextOf(r), "Queued background task") {
+	if v.State != tasks.Queued || v.QueuePosition != 1 || !strings.Contains(resultTextOf(r), "Queued background task") {
 		t.Fatalf("second: %s", resultTextOf(r))
 	}
 	second := v.TaskID
@@ -341,16 +340,16 @@ func TestTaskBusyLimits(t *testing.T) {
 	if r.Error == nil || r.Error.Code != protocol.CodeBusy || !strings.Contains(r.Error.Message, "--max_tasks 1, --max_task_queue 1") {
 		t.Fatalf("third: %+v %s", r.Error, resultTextOf(r))
 	}
-	if ids, _ := tb.tasks.store.ids(); len(ids) != 2 {
+	if ids, _ := tb.tasks.List(); len(ids) != 2 {
 		t.Fatalf("a refused task left a folder: %v", ids)
 	}
 	_, v = taskCall(t, tb, "task_status", map[string]any{"task_id": second, "wait": 0})
-	if v.State != taskQueued || !strings.Contains(statusText(v), "position 1") {
+	if v.State != tasks.Queued || !strings.Contains(statusText(v), "position 1") {
 		t.Fatalf("queued status: %s", statusText(v))
 	}
 	taskCall(t, tb, "task_cancel", map[string]any{"task_id": first})
 	_, v = waitTask(t, tb, second)
-	if v.State != taskSucceeded || *v.OutputTail != "second\n" {
+	if v.State != tasks.Succeeded || *v.OutputTail != "second\n" {
 		t.Fatalf("queued task after the slot freed: %s", statusText(v))
 	}
 
@@ -358,7 +357,7 @@ func TestTaskBusyLimits(t *testing.T) {
 	startTask(t, tb, "sleep 30", nil)
 	queued := startTask(t, tb, "echo never > ran.txt", nil)
 	r, v = taskCall(t, tb, "task_cancel", map[string]any{"task_id": queued})
-	if r.IsError || v.State != taskCancelled || !strings.Contains(v.Note, "never ran") {
+	if r.IsError || v.State != tasks.Cancelled || !strings.Contains(v.Note, "never ran") {
 		t.Fatalf("cancel queued: %s", resultTextOf(r))
 	}
 	if _, err := os.Stat(filepath.Join(tb.cfg.Cwd, "ran.txt")); err == nil {
@@ -374,182 +373,67 @@ func TestTaskReattach(t *testing.T) {
 	cwd := first.cfg.Cwd
 	running := startTask(t, first, "while [ ! -e gate ]; do sleep 0.02; done; echo done; exit 7", nil)
 	quick := startTask(t, first, "while [ ! -e gate2 ]; do sleep 0.02; done; echo quick", nil)
-	first.tasks.close() // the agent goes away; its tasks do not
+	first.tasks.Close() // the agent goes away; its tasks do not
 
 	// quick ends while no agent watches.
 	os.WriteFile(filepath.Join(cwd, "gate2"), nil, 0o600)
-	waitFile(t, first.tasks.store.path(quick, taskExitFile))
+	waitFile(t, filepath.Join(filepath.Dir(first.tasks.OutputFile(quick)), "exit"))
 
 	second := taskBox(t, first.cfg.StateDir, nil)
 	_, v := taskCall(t, second, "task_status", map[string]any{"task_id": running, "wait": 0})
-	if v.State != taskRunning {
+	if v.State != tasks.Running {
 		t.Fatalf("after restart: %s", statusText(v))
 	}
 	_, v = taskCall(t, second, "task_status", map[string]any{"task_id": quick, "wait": 0})
-	if v.State != taskSucceeded || *v.ExitCode != 0 || !strings.Contains(v.Note, "no agent was running") {
+	if v.State != tasks.Succeeded || *v.ExitCode != 0 || !strings.Contains(v.Note, "no agent was running") {
 		t.Fatalf("task that ended meanwhile: %s", statusText(v))
 	}
 	os.WriteFile(filepath.Join(cwd, "gate"), nil, 0o600)
 	_, v = waitTask(t, second, running)
-	if v.State != taskFailed || *v.ExitCode != 7 || !v.Reattached || *v.OutputTail != "done\n" {
+	if v.State != tasks.Failed || *v.ExitCode != 7 || !v.Reattached || *v.OutputTail != "done\n" {
 		t.Fatalf("re-attached task: %s", statusText(v))
 	}
 
 	// The next agent keeps enforcing the deadline.
 	third := taskBox(t, second.cfg.StateDir, nil)
 	timed := startTask(t, third, "sleep 300", map[string]any{"timeout": 1.5})
-	third.tasks.close()
+	third.tasks.Close()
 	fourth := taskBox(t, third.cfg.StateDir, nil)
 	_, v = waitTask(t, fourth, timed)
-	if v.State != taskTimedOut || !v.Reattached {
+	if v.State != tasks.TimedOut || !v.Reattached {
 		t.Fatalf("deadline after re-attach: %s", statusText(v))
 	}
 }
 
 // A task whose process died while no agent ran, leaving no exit code, is
-// lost; a recorded PID now used by another process is never taken for the
-// task, nor killed.
+// lost (a PID reused meanwhile: agent/tasks TestLostWhenPIDReused).
 func TestTaskLost(t *testing.T) {
 	first := taskBox(t, "", nil)
 	id := startTask(t, first, "sleep 300", nil)
-	first.tasks.close()
-	st, _ := first.tasks.store.readStatus(id)
+	first.tasks.Close()
+	st, _ := first.tasks.Status(id)
 	syscall.Kill(-st.PID, syscall.SIGKILL)
 	if !processGone(st.PID) {
 		t.Fatal("the task did not die")
 	}
 
-	// A status naming a live process with another start time.
-	stranger := mustStart(t, "sleep", "300")
-	reused := taskStatus{State: taskRunning, Created: time.Now(), Started: time.Now(), Deadline: time.Now().Add(time.Hour),
-		PID: stranger, ProcStart: "1", BootID: bootID()}
-	fake := newTaskID(time.Now())
-	if err := first.tasks.store.create(taskRequest{ID: fake, Command: "sleep 300", Shell: "/bin/sh", Cwd: "/", TimeoutMS: 1000, Created: time.Now()}, reused); err != nil {
-		t.Fatal(err)
-	}
-
 	second := taskBox(t, first.cfg.StateDir, nil)
 	_, v := taskCall(t, second, "task_status", map[string]any{"task_id": id, "wait": 0})
-	if v.State != taskLost || !strings.Contains(v.Note, "process was gone") {
+	if v.State != tasks.Lost || !strings.Contains(v.Note, "process was gone") {
 		t.Fatalf("killed while no agent ran: %s", statusText(v))
 	}
-	_, v = taskCall(t, second, "task_status", map[string]any{"task_id": fake, "wait": 0})
-	if v.State != taskLost {
-		t.Fatalf("PID reused by another process: %s", statusText(v))
-	}
-	if err := syscall.Kill(stranger, 0); err != nil {
-		t.Fatalf("the process that reused the PID was hit: %v", err)
-	}
-}
-
-// mustStart starts a process outside any task and kills it when the test
-// ends.
-func mustStart(t *testing.T, name string, args ...string) int {
-	t.Helper()
-	p, err := os.StartProcess("/bin/"+name, append([]string{name}, args...), &os.ProcAttr{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Kill(); p.Wait() })
-	return p.Pid
-}
-
-// A truncated status file makes a task unparseable: reported, never
-// removed, and never mistaken for a task to take over.
-func TestTaskStoreAtomicityAndRetention(t *testing.T) {
-	s := &taskStore{dir: filepath.Join(t.TempDir(), "tasks")}
-	now := time.Now()
-	mk := func(age time.Duration, state taskState, outBytes int) string {
-		t.Helper()
-		created := now.Add(-age - time.Minute)
-		id := newTaskID(created)
-		st := taskStatus{State: state, Created: created}
-		if state.ended() {
-			st.Started, st.Ended = created, now.Add(-age)
-		}
-		if err := s.create(taskRequest{ID: id, Command: "x", TimeoutMS: 1000, Created: created}, st); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(s.path(id, taskOutputFile), make([]byte, outBytes), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	day := 24 * time.Hour
-	oldDone := mk(40*day, taskSucceeded, 10)
-	oldRunning := mk(40*day, taskRunning, 10)
-	oldQueued := mk(40*day, taskQueued, 10)
-	broken := mk(40*day, taskFailed, 10)
-	data, _ := os.ReadFile(s.path(broken, taskStatusFile))
-	os.WriteFile(s.path(broken, taskStatusFile), data[:len(data)/2], 0o600)
-	recent := []string{mk(3*day, taskFailed, 100), mk(2*day, taskCancelled, 100), mk(day, taskSucceeded, 100)}
-
-	if _, err := s.readStatus(broken); !errors.As(err, new(*unparseableError)) {
-		t.Fatalf("truncated status: %v", err)
-	}
-	// No temporary files are left beside the status files.
-	entries, _ := os.ReadDir(filepath.Join(s.dir, recent[0]))
-	if len(entries) != 3 {
-		t.Fatalf("task folder holds %d entries, want request, status and output", len(entries))
-	}
-
-	r := taskRetention{maxAge: 30 * day, maxTasks: 1000, maxBytes: 1 << 30}
-	removed := s.prune(now, r, 0)
-	if len(removed) != 1 || removed[0] != oldDone {
-		t.Fatalf("age retention removed %v, want only %s", removed, oldDone)
-	}
-	// Count: 6 folders; room for 4 plus one new: the two oldest finished go.
-	r.maxTasks = 5
-	removed = s.prune(now, r, 1)
-	if len(removed) != 2 || removed[0] != recent[0] || removed[1] != recent[1] {
-		t.Fatalf("count retention removed %v, want %v", removed, recent[:2])
-	}
-	// Bytes: everything finished goes, never the rest.
-	r.maxTasks, r.maxBytes = 1000, 1
-	removed = s.prune(now, r, 0)
-	if len(removed) != 1 || removed[0] != recent[2] {
-		t.Fatalf("size retention removed %v", removed)
-	}
-	ids, _ := s.ids()
-	if want := []string{oldRunning, oldQueued, broken}; fmt.Sprint(ids) != fmt.Sprint(sortedCopy(want)) {
-		t.Fatalf("kept %v, want %v", ids, want)
-	}
-
-	// A folder a crash left half-built goes once it is an hour old.
-	half := filepath.Join(s.dir, taskTempPrefix+"123")
-	os.Mkdir(half, 0o700)
-	s.prune(now, r, 0)
-	if _, err := os.Stat(half); err != nil {
-		t.Fatal("a fresh half-built folder was removed")
-	}
-	s.prune(now.Add(2*time.Hour), r, 0)
-	if _, err := os.Stat(half); err == nil {
-		t.Fatal("an old half-built folder was kept")
-	}
-}
-
-func sortedCopy(s []string) []string {
-	c := append([]string(nil), s...)
-	for i := range c {
-		for j := i + 1; j < len(c); j++ {
-			if c[j] < c[i] {
-				c[i], c[j] = c[j], c[i]
-			}
-		}
-	}
-	return c
 }
 
 // Retention runs when a task starts, through the tool.
 func TestTaskRetentionOnStart(t *testing.T) {
-	tb := taskBox(t, "", func(c *taskConfig) { c.MaxKept = 3 })
+	tb := taskBox(t, "", func(c *tasks.Config) { c.MaxKept = 3 })
 	var ids []string
 	for i := range 5 {
 		id := startTask(t, tb, fmt.Sprintf("echo %d", i), nil)
 		waitTask(t, tb, id)
 		ids = append(ids, id)
 	}
-	got, _ := tb.tasks.store.ids()
+	got, _ := tb.tasks.List()
 	if fmt.Sprint(got) != fmt.Sprint(ids[2:]) {
 		t.Fatalf("kept %v, want the newest three %v", got, ids[2:])
 	}
@@ -625,15 +509,15 @@ func TestTaskToolsBadArgs(t *testing.T) {
 // Background commands pass the host policy like any other.
 func TestTaskBackgroundPolicy(t *testing.T) {
 	tb := tbPolicy(t, "bash: {allow: [\"echo *\"]}\n").toolbox
-	if err := tb.tasks.open(); err != nil {
+	if err := tb.tasks.Open(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(tb.tasks.close)
+	t.Cleanup(tb.tasks.Close)
 	r, _ := tbCall(t, context.Background(), tb, "bash", map[string]any{"command": "rm -rf x", "background": true})
 	if r.Error == nil || r.Error.Code != protocol.CodeDenied {
 		t.Fatalf("denied command in the background: %+v %s", r.Error, resultTextOf(r))
 	}
-	if ids, _ := tb.tasks.store.ids(); len(ids) != 0 {
+	if ids, _ := tb.tasks.List(); len(ids) != 0 {
 		t.Fatalf("a refused command created a task: %v", ids)
 	}
 }
@@ -653,106 +537,11 @@ func TestTaskManagerClosed(t *testing.T) {
 	wg.Go(func() { _, v = taskCall(t, tb, "task_status", map[string]any{"task_id": id, "wait": 60}) })
 	waitTaskWaits(t, tb, 1)
 	start := time.Now()
-	tb.tasks.beginClose()
+	tb.tasks.BeginClose()
 	wg.Wait()
-	if v.State != taskRunning || time.Since(start) > 10*time.Second {
+	if v.State != tasks.Running || time.Since(start) > 10*time.Second {
 		t.Fatalf("wait during shutdown: %s after %s", v.State, time.Since(start))
 	}
-}
-
-func TestTaskIDs(t *testing.T) {
-	now := time.Date(2026, 5, 14, 9, 30, 12, 123456789, time.UTC)
-	id := newTaskID(now)
-	if !strings.HasPrefix(id, "t20260514-093012-123456-") || validTaskID(id) != nil {
-		t.Fatalf("id %q", id)
-	}
-	if later := newTaskID(now.Add(time.Microsecond)); later < id {
-		t.Fatalf("%s sorts before %s", later, id)
-	}
-	for _, bad := range []string{"", "t", id + "0", strings.ToUpper(id), "../" + id[3:], strings.Replace(id, "-", "_", 1)} {
-		if validTaskID(bad) == nil {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}
-
-func TestReadTail(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "out")
-	var b strings.Builder
-	for i := range 100 {
-		fmt.Fprintf(&b, "line %d\n", i)
-	}
-	os.WriteFile(path, []byte(b.String()), 0o600)
-	tail, cut, err := readTail(path, 8<<10, 3, nil)
-	if err != nil || tail != "line 97\nline 98\nline 99\n" || !cut {
-		t.Fatalf("3 lines: %q %v %v", tail, cut, err)
-	}
-	tail, cut, _ = readTail(path, 20, 50, nil)
-	if tail != "line 98\nline 99\n" || !cut {
-		t.Fatalf("20 bytes: %q %v", tail, cut)
-	}
-	os.WriteFile(path, []byte("é"+strings.Repeat("x", 30)), 0o600)
-	tail, cut, _ = readTail(path, 31, 50, nil)
-	if tail != strings.Repeat("x", 30) || !cut {
-		t.Fatalf("one long line: %q %v", tail, cut)
-	}
-	os.WriteFile(path, []byte("a\nb"), 0o600)
-	if tail, cut, _ = readTail(path, 100, 50, nil); tail != "a\nb" || cut {
-		t.Fatalf("whole: %q %v", tail, cut)
-	}
-}
-
-func FuzzParseTaskFiles(f *testing.F) {
-	code := 3
-	good, _ := json.Marshal(taskStatus{State: taskFailed, Created: time.Unix(1, 0), Ended: time.Unix(2, 0), ExitCode: &code, PID: 12})
-	f.Add(good)
-	f.Add(good[:len(good)/2])
-	f.Add([]byte(`{"state":"running","created":"2026-01-01T00:00:00Z","pid":-1}`))
-	f.Add([]byte("0\n"))
-	f.Add([]byte("255\n"))
-	f.Add([]byte("256\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if st, err := parseTaskStatus(data); err == nil {
-			again, err := json.Marshal(st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st2, err := parseTaskStatus(again)
-			if err != nil {
-				t.Fatalf("a parsed status does not survive a round trip: %v\n%s", err, again)
-			}
-			if st2.State != st.State || st2.PID != st.PID {
-				t.Fatalf("round trip changed the status: %+v vs %+v", st, st2)
-			}
-		}
-		if code, err := parseExitCode(data); err == nil {
-			n, aerr := strconv.Atoi(strings.TrimSuffix(string(data), "\n"))
-			if aerr != nil || n != code || code < 0 || code > 255 {
-				t.Fatalf("exit file %q parsed as %d", data, code)
-			}
-		}
-		_, _ = parseTaskRequest(data)
-		if err := validTaskID(string(data)); err == nil && (len(data) != taskIDLen || strings.ContainsAny(string(data), "/.\\ \x00")) {
-			t.Fatalf("unsafe task ID %q accepted", data)
-		}
-	})
-}
-
-func FuzzTailLines(f *testing.F) {
-	f.Add([]byte("a\nb\nc\n"), true, 2)
-	f.Add([]byte("\xe9\x80\x80abc"), true, 1)
-	f.Fuzz(func(t *testing.T, data []byte, cut bool, maxLines int) {
-		if maxLines < 1 || maxLines > 100 {
-			return
-		}
-		tail, _, _ := tailLines(data, cut, maxLines)
-		if !strings.HasSuffix(string(data), tail) {
-			t.Fatalf("tail %q is not a suffix of %q", tail, data)
-		}
-		if n := strings.Count(strings.TrimSuffix(tail, "\n"), "\n"); n >= maxLines {
-			t.Fatalf("%d lines kept, limit %d", n+1, maxLines)
-		}
-	})
 }
 
 // A task whose process cannot start fails at once and says why.
@@ -762,13 +551,11 @@ func TestTaskCannotStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, v := taskCall(t, tb, "bash", map[string]any{"command": "true", "background": true})
-	if !r.IsError || v.State != taskFailed || !strings.Contains(resultTextOf(r), "could not start") || !strings.Contains(v.Note, "no such file") {
+	if !r.IsError || v.State != tasks.Failed || !strings.Contains(resultTextOf(r), "could not start") || !strings.Contains(v.Note, "no such file") {
 		t.Fatalf("start in a missing directory: %s", resultTextOf(r))
 	}
 	// The slot it would have used is free.
-	tb.tasks.mu.Lock()
-	n := len(tb.tasks.running)
-	tb.tasks.mu.Unlock()
+	n := tb.tasks.RunningCount()
 	if n != 0 {
 		t.Fatalf("%d tasks still count as running", n)
 	}

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -37,52 +37,52 @@ const (
 // taskView is a task as the task tools report it (also their structured
 // content).
 type taskView struct {
-	TaskID          string    `json:"task_id"`
-	Host            string    `json:"host,omitempty"`
-	State           taskState `json:"state"`
-	Command         string    `json:"command"`
-	ExitCode        *int      `json:"exit_code,omitempty"`
-	Signal          string    `json:"signal,omitempty"`
-	Note            string    `json:"note,omitempty"`
-	Caller          string    `json:"caller,omitempty"`
-	Created         time.Time `json:"created"`
-	Started         time.Time `json:"started,omitzero"`
-	Ended           time.Time `json:"ended,omitzero"`
-	Deadline        time.Time `json:"deadline,omitzero"`
-	TimeoutSeconds  float64   `json:"timeout_seconds"`
-	RuntimeSeconds  float64   `json:"runtime_seconds,omitempty"`
-	QueuePosition   int       `json:"queue_position,omitempty"`
-	OutputFile      string    `json:"output_file"`
-	OutputBytes     int64     `json:"output_bytes"`
-	OutputTail      *string   `json:"output_tail,omitempty"`
-	TailTruncated   bool      `json:"output_tail_truncated,omitempty"`
-	Reattached      bool      `json:"reattached,omitempty"`
-	WaitedSeconds   float64   `json:"waited_seconds,omitempty"`
-	WaitLimitReason string    `json:"wait_skipped,omitempty"`
+	TaskID          string      `json:"task_id"`
+	Host            string      `json:"host,omitempty"`
+	State           tasks.State `json:"state"`
+	Command         string      `json:"command"`
+	ExitCode        *int        `json:"exit_code,omitempty"`
+	Signal          string      `json:"signal,omitempty"`
+	Note            string      `json:"note,omitempty"`
+	Caller          string      `json:"caller,omitempty"`
+	Created         time.Time   `json:"created"`
+	Started         time.Time   `json:"started,omitzero"`
+	Ended           time.Time   `json:"ended,omitzero"`
+	Deadline        time.Time   `json:"deadline,omitzero"`
+	TimeoutSeconds  float64     `json:"timeout_seconds"`
+	RuntimeSeconds  float64     `json:"runtime_seconds,omitempty"`
+	QueuePosition   int         `json:"queue_position,omitempty"`
+	OutputFile      string      `json:"output_file"`
+	OutputBytes     int64       `json:"output_bytes"`
+	OutputTail      *string     `json:"output_tail,omitempty"`
+	TailTruncated   bool        `json:"output_tail_truncated,omitempty"`
+	Reattached      bool        `json:"reattached,omitempty"`
+	WaitedSeconds   float64     `json:"waited_seconds,omitempty"`
+	WaitLimitReason string      `json:"wait_skipped,omitempty"`
 }
 
 // view builds the report of task id; tail adds the end of its output
 // once it has ended.
-func (t *toolbox) view(id string, st taskStatus, req taskRequest, commandCap int, tail bool) taskView {
+func (t *toolbox) view(id string, st tasks.Status, req tasks.Request, commandCap int, tail bool) taskView {
 	v := taskView{
 		TaskID: id, Host: t.cfg.Host, State: st.State, Command: clip(req.Command, commandCap),
 		ExitCode: st.ExitCode, Signal: st.Signal, Note: st.Note, Caller: req.Caller,
 		Created: st.Created, Started: st.Started, Ended: st.Ended, Deadline: st.Deadline,
-		TimeoutSeconds: req.timeout().Seconds(),
-		OutputFile:     t.tasks.outputFile(id),
-		OutputBytes:    t.tasks.outputSize(id),
+		TimeoutSeconds: req.Timeout().Seconds(),
+		OutputFile:     t.tasks.OutputFile(id),
+		OutputBytes:    t.tasks.OutputSize(id),
 		Reattached:     st.Reattached,
 	}
 	switch {
 	case !st.Ended.IsZero() && !st.Started.IsZero():
 		v.RuntimeSeconds = roundSeconds(st.Ended.Sub(st.Started))
-	case st.State == taskRunning && !st.Started.IsZero():
+	case st.State == tasks.Running && !st.Started.IsZero():
 		v.RuntimeSeconds = roundSeconds(time.Since(st.Started))
-	case st.State == taskQueued:
-		v.QueuePosition = t.tasks.queuePosition(id)
+	case st.State == tasks.Queued:
+		v.QueuePosition = t.tasks.QueuePosition(id)
 	}
-	if tail && st.State.ended() {
-		s, cut, err := t.tasks.tail(id, func(fi fs.FileInfo) error { return t.guard.checkOpened(v.OutputFile, fi) })
+	if tail && st.State.Ended() {
+		s, cut, err := t.tasks.Tail(id, func(fi fs.FileInfo) error { return t.guard.checkOpened(v.OutputFile, fi) })
 		if err == nil {
 			v.OutputTail, v.TailTruncated = &s, cut
 		}
@@ -98,30 +98,30 @@ func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) 
 	if r != nil {
 		return r
 	}
-	id, err := t.tasks.submit(taskRequest{
+	id, err := t.tasks.Submit(tasks.Request{
 		Command: a.Command, Params: a.Parameters, Shell: t.shell, Cwd: dir, TimeoutMS: timeout.Milliseconds(),
 		Caller: tc.Caller, CallID: tc.ID,
 	})
 	if err != nil {
 		return taskFailure(tc, "bash", err)
 	}
-	st, req, err := t.tasks.record(id)
+	st, req, err := t.tasks.Record(id)
 	if err != nil {
 		return toolFailure(tc, "task %s was created but cannot be read back: %v", id, err)
 	}
 	v := t.view(id, st, req, maxShownCommand, false)
 	var b strings.Builder
 	switch {
-	case st.State == taskQueued:
+	case st.State == tasks.Queued:
 		fmt.Fprintf(&b, "Queued background task %s on %s: %d tasks are running, the host's limit; it starts when one ends (queue position %d, timeout %s once started).\n",
-			id, t.hostName(), t.tasks.limits().MaxRunning, v.QueuePosition, formatSeconds(timeout))
-	case st.PID == 0 && st.State.ended():
+			id, t.hostName(), t.tasks.Limits().MaxRunning, v.QueuePosition, tasks.FormatSeconds(timeout))
+	case st.PID == 0 && st.State.Ended():
 		r := taskResult(tc, fmt.Sprintf("Background task %s on %s could not start: %s", id, t.hostName(), st.Note), v)
 		r.IsError = true
 		return r
 	default:
 		// Running, or a quick command that has ended already.
-		fmt.Fprintf(&b, "Started background task %s on %s (timeout %s).\n", id, t.hostName(), formatSeconds(timeout))
+		fmt.Fprintf(&b, "Started background task %s on %s (timeout %s).\n", id, t.hostName(), tasks.FormatSeconds(timeout))
 	}
 	fmt.Fprintf(&b, "Output goes to %s (read it with read).\n", v.OutputFile)
 	b.WriteString("Wait for it and see how it ended with task_status (it waits up to 60 s per call); stop it with task_cancel.")
@@ -131,7 +131,7 @@ func (t *toolbox) bashBackground(tc *toolCall, a protocol.BashArgs, dir string) 
 // taskTimeout returns a background task's time limit for sec seconds
 // (nil: the default), capped at the maximum.
 func (t *toolbox) taskTimeout(tc *toolCall, sec *float64) (time.Duration, *protocol.Result) {
-	cfg := t.tasks.limits()
+	cfg := t.tasks.Limits()
 	switch {
 	case sec == nil:
 		return cfg.DefaultTimeout, nil
@@ -150,7 +150,7 @@ func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result
 	if r := decodeArgs(tc, protocol.ToolTaskStatus, &a); r != nil {
 		return r
 	}
-	if err := validTaskID(a.TaskID); err != nil {
+	if err := tasks.ValidID(a.TaskID); err != nil {
 		return toolBadArgs(tc, protocol.ToolTaskStatus, "%v", err)
 	}
 	wait := defaultTaskWait
@@ -161,20 +161,20 @@ func (t *toolbox) taskStatus(ctx context.Context, tc *toolCall) *protocol.Result
 		wait = min(time.Duration(*a.Wait*float64(time.Second)), maxTaskWait)
 	}
 	start := time.Now()
-	st, busy, err := t.tasks.await(ctx, a.TaskID, wait)
+	st, busy, err := t.tasks.Await(ctx, a.TaskID, wait)
 	if err != nil {
 		return t.taskLookupFailure(tc, a.TaskID, err)
 	}
-	req, err := t.tasks.request(a.TaskID)
+	req, err := t.tasks.Request(a.TaskID)
 	if err != nil {
 		return toolFailure(tc, "task %s: request file is unreadable: %v", a.TaskID, err)
 	}
 	v := t.view(a.TaskID, st, req, maxShownCommand, true)
-	if !st.State.ended() {
+	if !st.State.Ended() {
 		v.WaitedSeconds = roundSeconds(time.Since(start))
 	}
 	if busy {
-		v.WaitLimitReason = fmt.Sprintf("%d task_status calls are waiting on this host already, its limit; answered at once", t.tasks.limits().MaxWaits)
+		v.WaitLimitReason = fmt.Sprintf("%d task_status calls are waiting on this host already, its limit; answered at once", t.tasks.Limits().MaxWaits)
 	}
 	return taskResult(tc, statusText(v), v)
 }
@@ -186,12 +186,12 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	if r := decodeArgs(tc, protocol.ToolTaskCancel, &a); r != nil {
 		return r
 	}
-	if err := validTaskID(a.TaskID); err != nil {
+	if err := tasks.ValidID(a.TaskID); err != nil {
 		return toolBadArgs(tc, protocol.ToolTaskCancel, "%v", err)
 	}
-	st, err := t.tasks.cancel(ctx, a.TaskID)
-	if errors.Is(err, errTaskEnded) {
-		req, _ := t.tasks.request(a.TaskID)
+	st, err := t.tasks.Cancel(ctx, a.TaskID)
+	if errors.Is(err, tasks.ErrEnded) {
+		req, _ := t.tasks.Request(a.TaskID)
 		v := t.view(a.TaskID, st, req, maxShownCommand, true)
 		r := taskResult(tc, fmt.Sprintf("Task %s was not cancelled: it has ended already.\n\n%s", a.TaskID, statusText(v)), v)
 		r.IsError = true
@@ -200,9 +200,9 @@ func (t *toolbox) taskCancel(ctx context.Context, tc *toolCall) *protocol.Result
 	if err != nil {
 		return t.taskLookupFailure(tc, a.TaskID, err)
 	}
-	req, _ := t.tasks.request(a.TaskID)
+	req, _ := t.tasks.Request(a.TaskID)
 	v := t.view(a.TaskID, st, req, maxShownCommand, true)
-	if st.State == taskCancelled {
+	if st.State == tasks.Cancelled {
 		return taskResult(tc, statusText(v), v)
 	}
 	r := taskResult(tc, fmt.Sprintf("Task %s was not cancelled: it ended first.\n\n%s", a.TaskID, statusText(v)), v)
@@ -216,7 +216,7 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 	if r := decodeArgs(tc, protocol.ToolTaskList, &a); r != nil {
 		return r
 	}
-	if a.State != "" && !slices.Contains(taskStates, taskState(a.State)) {
+	if a.State != "" && !slices.Contains(tasks.States, tasks.State(a.State)) {
 		return toolBadArgs(tc, protocol.ToolTaskList, "state %q is not a task state; use one of %s", clip(a.State, 40), joinStates())
 	}
 	limit := defaultTaskListSize
@@ -226,25 +226,25 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 		}
 		limit = min(*a.Limit, maxTaskListSize)
 	}
-	ids, err := t.tasks.list()
+	ids, err := t.tasks.List()
 	if err != nil {
 		return toolFailure(tc, "cannot list tasks: %v", err)
 	}
 	views := []taskView{}
 	matched, unreadable := 0, 0
 	for _, id := range slices.Backward(ids) {
-		st, err := t.tasks.status(id)
+		st, err := t.tasks.Status(id)
 		if err != nil {
 			unreadable++
 			continue
 		}
-		if a.State != "" && st.State != taskState(a.State) {
+		if a.State != "" && st.State != tasks.State(a.State) {
 			continue
 		}
 		if matched++; len(views) >= limit {
 			continue
 		}
-		req, _ := t.tasks.request(id)
+		req, _ := t.tasks.Request(id)
 		views = append(views, t.view(id, st, req, maxListedCommand, false))
 	}
 	text := listText(t.hostName(), a.State, views, matched, unreadable)
@@ -266,18 +266,18 @@ func (t *toolbox) hostName() string {
 
 // taskLookupFailure is the result for a task that cannot be reported.
 func (t *toolbox) taskLookupFailure(tc *toolCall, id string, err error) *protocol.Result {
-	if errors.Is(err, errUnknownTask) {
+	if errors.Is(err, tasks.ErrUnknown) {
 		return toolFailure(tc, "no task %s on %s: it never existed here or retention removed it (finished tasks are kept %s, at most %d); task_list shows the host's tasks",
-			id, t.hostName(), formatAge(t.tasks.limits().Retention), t.tasks.limits().MaxKept)
+			id, t.hostName(), tasks.FormatAge(t.tasks.Limits().Retention), t.tasks.Limits().MaxKept)
 	}
 	return toolFailure(tc, "%v", err)
 }
 
 // taskFailure is the result for a task request the manager refused.
 func taskFailure(tc *toolCall, tool string, err error) *protocol.Result {
-	var te *taskError
+	var te *tasks.Error
 	if errors.As(err, &te) {
-		return protocol.ErrorResult(tc.ID, te.code, te.msg)
+		return protocol.ErrorResult(tc.ID, te.Code, te.Msg)
 	}
 	return toolFailure(tc, "%s: cannot start a background task: %v", tool, err)
 }
@@ -297,13 +297,13 @@ func statusText(v taskView) string {
 	fmt.Fprintf(&b, "Task %s on %s: %s", v.TaskID, hostOr(v.Host), stateText(v))
 	b.WriteString("\nCommand: " + v.Command)
 	switch {
-	case v.State == taskQueued:
-		fmt.Fprintf(&b, "\nQueued since %s (position %d); timeout %s once started.", stamp(v.Created), v.QueuePosition, formatSeconds(secs(v.TimeoutSeconds)))
-	case v.State == taskRunning:
+	case v.State == tasks.Queued:
+		fmt.Fprintf(&b, "\nQueued since %s (position %d); timeout %s once started.", stamp(v.Created), v.QueuePosition, tasks.FormatSeconds(secs(v.TimeoutSeconds)))
+	case v.State == tasks.Running:
 		fmt.Fprintf(&b, "\nRunning since %s (%s); it is killed at %s (timeout %s).",
-			stamp(v.Started), formatSeconds(secs(v.RuntimeSeconds)), stamp(v.Deadline), formatSeconds(secs(v.TimeoutSeconds)))
+			stamp(v.Started), tasks.FormatSeconds(secs(v.RuntimeSeconds)), stamp(v.Deadline), tasks.FormatSeconds(secs(v.TimeoutSeconds)))
 	case !v.Started.IsZero():
-		fmt.Fprintf(&b, "\nRan from %s to %s (%s; timeout %s).", stamp(v.Started), stamp(v.Ended), formatSeconds(secs(v.RuntimeSeconds)), formatSeconds(secs(v.TimeoutSeconds)))
+		fmt.Fprintf(&b, "\nRan from %s to %s (%s; timeout %s).", stamp(v.Started), stamp(v.Ended), tasks.FormatSeconds(secs(v.RuntimeSeconds)), tasks.FormatSeconds(secs(v.TimeoutSeconds)))
 	default:
 		fmt.Fprintf(&b, "\nEnded %s without running.", stamp(v.Ended))
 	}
@@ -313,11 +313,11 @@ func statusText(v taskView) string {
 	if v.Reattached {
 		b.WriteString("\nThe agent restarted while it ran and re-attached to it.")
 	}
-	fmt.Fprintf(&b, "\nOutput: %s in %s (read it with read).", formatBytes(v.OutputBytes), v.OutputFile)
+	fmt.Fprintf(&b, "\nOutput: %s in %s (read it with read).", tasks.FormatBytes(v.OutputBytes), v.OutputFile)
 	if v.WaitLimitReason != "" {
 		b.WriteString("\nNot waited: " + v.WaitLimitReason + ".")
-	} else if !v.State.ended() && v.WaitedSeconds > 0 {
-		fmt.Fprintf(&b, "\nStill %s after waiting %s; call task_status again to keep waiting.", v.State, formatSeconds(secs(v.WaitedSeconds)))
+	} else if !v.State.Ended() && v.WaitedSeconds > 0 {
+		fmt.Fprintf(&b, "\nStill %s after waiting %s; call task_status again to keep waiting.", v.State, tasks.FormatSeconds(secs(v.WaitedSeconds)))
 	}
 	if v.OutputTail != nil {
 		switch {
@@ -363,7 +363,7 @@ func listText(host, state string, views []taskView, matched, unreadable int) str
 		if !v.Started.IsZero() {
 			when = v.Started
 		}
-		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), formatSeconds(secs(v.RuntimeSeconds)), clip(oneLine(v.Command), protocol.TaskTableCommand))
+		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), tasks.FormatSeconds(secs(v.RuntimeSeconds)), clip(oneLine(v.Command), protocol.TaskTableCommand))
 	}
 	return b.String()
 }
@@ -378,8 +378,8 @@ func hostOr(h string) string {
 }
 
 func joinStates() string {
-	names := make([]string, len(taskStates))
-	for i, s := range taskStates {
+	names := make([]string, len(tasks.States))
+	for i, s := range tasks.States {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")
@@ -388,33 +388,3 @@ func joinStates() string {
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-
-// formatSeconds renders d as seconds for a model: "3600 s", "1.5 s".
-func formatSeconds(d time.Duration) string {
-	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + " s"
-}
-
-// formatAge renders a retention period in days or hours.
-func formatAge(d time.Duration) string {
-	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
-		if d == 24*time.Hour {
-			return "1 day"
-		}
-		return fmt.Sprintf("%d days", d/(24*time.Hour))
-	}
-	return d.String()
-}
-
-// formatBytes renders a byte count: "512 bytes", "1.5 MiB".
-func formatBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d bytes", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -89,7 +90,7 @@ type toolboxConfig struct {
 	// Host is this host's name, for messages.
 	Host string
 	// Tasks bounds background tasks (zero values: the defaults).
-	Tasks taskConfig
+	Tasks tasks.Config
 	// Logger receives what the tools log (background tasks re-attached
 	// or lost, interrupted patches recovered); nil: nothing is logged.
 	Logger *slog.Logger

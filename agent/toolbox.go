@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -33,7 +34,7 @@ type toolbox struct {
 	locks *safefs.Locks
 	// imageSem admits one image conversion at a time (see imageResult).
 	imageSem chan struct{}
-	tasks    *taskManager
+	tasks    *tasks.Manager
 	// skills is the host's skill catalog, read through guard; nil: the
 	// host has no skills. It is set once, before the first call.
 	skills *catalog
@@ -100,12 +101,12 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tasks, err := newTaskManager(cfg.Tasks, cfg.StateDir, shell, cfg.Cwd, env, log.With("component", "tasks"))
+	tm, err := tasks.New(cfg.Tasks, tasks.Setup{StateDir: cfg.StateDir, Shell: shell, Cwd: cfg.Cwd, Env: env, Wrapper: cfg.TaskWrapper,
+		Invocation: taskInvocation, Log: log.With("component", "tasks")})
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
 	}
-	tasks.wrapper = cfg.TaskWrapper
-	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tasks,
+	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tm,
 		imageSem: make(chan struct{}, 1), gitGuard: gg, locks: safefs.NewLocks(func(p string) string { return pathKey(p, foldNames) })}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
 	if err != nil {

@@ -1,9 +1,11 @@
-package agent
+package tasks
 
 import (
 	"strconv"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/fleetmcp/fleetmcp/agent/winjob"
 )
 
 // procIdentity returns what tells process pid apart from a later process
@@ -24,7 +26,7 @@ func procIdentity(pid int) (start string, exited bool, err error) {
 		return "", false, err
 	}
 	t := uint64(created.HighDateTime)<<32 | uint64(created.LowDateTime)
-	return strconv.FormatUint(t, 10), code != stillActive, nil
+	return strconv.FormatUint(t, 10), code != winjob.StillActive, nil
 }
 
 // bootID is not needed on Windows: creation times differ across boots.

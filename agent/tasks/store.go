@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"bytes"
@@ -34,44 +34,44 @@ import (
 // status are complete: it is built under a hidden temporary name and
 // renamed into place.
 
-// taskState is where a task is in its life.
-type taskState string
+// State is where a task is in its life.
+type State string
 
 const (
-	taskQueued    taskState = "queued"
-	taskRunning   taskState = "running"
-	taskSucceeded taskState = "succeeded"
-	taskFailed    taskState = "failed"
-	taskTimedOut  taskState = "timed_out"
-	taskCancelled taskState = "cancelled"
-	// taskLost: the agent restarted and the task's process was gone
+	Queued    State = "queued"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	TimedOut  State = "timed_out"
+	Cancelled State = "cancelled"
+	// Lost: the agent restarted and the task's process was gone
 	// without having recorded an exit code.
-	taskLost taskState = "lost"
+	Lost State = "lost"
 )
 
-// taskStates lists every state, in the order of a task's life.
-var taskStates = []taskState{taskQueued, taskRunning, taskSucceeded, taskFailed, taskTimedOut, taskCancelled, taskLost}
+// States lists every state, in the order of a task's life.
+var States = []State{Queued, Running, Succeeded, Failed, TimedOut, Cancelled, Lost}
 
-// ended reports whether s is final.
-func (s taskState) ended() bool { return s != taskQueued && s != taskRunning }
+// Ended reports whether s is final.
+func (s State) Ended() bool { return s != Queued && s != Running }
 
 // File names inside a task folder.
 const (
-	taskRequestFile = "request.json"
-	taskStatusFile  = "status.json"
-	taskOutputFile  = "output.log"
-	taskExitFile    = "exit"
-	// taskTempPrefix starts the name of a folder being built.
-	taskTempPrefix = ".new-"
-	// taskTempMaxAge is how old a folder left half-built by a crash must be
+	requestFile    = "request.json"
+	statusFile     = "status.json"
+	OutputFileName = "output.log"
+	exitFile       = "exit"
+	// tempPrefix starts the name of a folder being built.
+	tempPrefix = ".new-"
+	// tempMaxAge is how old a folder left half-built by a crash must be
 	// before retention removes it.
-	taskTempMaxAge = time.Hour
-	// maxTaskFileBytes bounds a request or status file the agent reads.
-	maxTaskFileBytes = 1 << 20
+	tempMaxAge = time.Hour
+	// maxFileBytes bounds a request or status file the agent reads.
+	maxFileBytes = 1 << 20
 )
 
-// taskRequest is what a caller asked for; it never changes.
-type taskRequest struct {
+// Request is what a caller asked for; it never changes.
+type Request struct {
 	ID      string `json:"id"`
 	Command string `json:"command"`
 	// Params are the named parameters of a PowerShell script.
@@ -84,11 +84,11 @@ type taskRequest struct {
 	Created   time.Time                  `json:"created"`
 }
 
-func (r taskRequest) timeout() time.Duration { return time.Duration(r.TimeoutMS) * time.Millisecond }
+func (r Request) Timeout() time.Duration { return time.Duration(r.TimeoutMS) * time.Millisecond }
 
-// taskStatus is a task's current state.
-type taskStatus struct {
-	State    taskState `json:"state"`
+// Status is a task's current state.
+type Status struct {
+	State    State     `json:"state"`
 	Created  time.Time `json:"created"`
 	Started  time.Time `json:"started,omitzero"`
 	Ended    time.Time `json:"ended,omitzero"`
@@ -111,48 +111,48 @@ type taskStatus struct {
 	Reattached bool `json:"reattached,omitempty"`
 }
 
-// parseTaskStatus decodes a status file. Anything it cannot use is an
+// parseStatus decodes a status file. Anything it cannot use is an
 // error: a truncated or foreign file must never pass for a task the agent
 // may remove.
-func parseTaskStatus(data []byte) (taskStatus, error) {
-	var st taskStatus
-	if err := decodeTaskJSON(data, &st); err != nil {
-		return taskStatus{}, err
+func parseStatus(data []byte) (Status, error) {
+	var st Status
+	if err := decodeJSON(data, &st); err != nil {
+		return Status{}, err
 	}
 	switch {
-	case !slices.Contains(taskStates, st.State):
-		return taskStatus{}, fmt.Errorf("unknown state %q", st.State)
+	case !slices.Contains(States, st.State):
+		return Status{}, fmt.Errorf("unknown state %q", st.State)
 	case st.Created.IsZero():
-		return taskStatus{}, errors.New("no creation time")
+		return Status{}, errors.New("no creation time")
 	case st.PID < 0:
-		return taskStatus{}, fmt.Errorf("negative pid %d", st.PID)
-	case st.State.ended() && st.Ended.IsZero():
-		return taskStatus{}, fmt.Errorf("state %s without an end time", st.State)
+		return Status{}, fmt.Errorf("negative pid %d", st.PID)
+	case st.State.Ended() && st.Ended.IsZero():
+		return Status{}, fmt.Errorf("state %s without an end time", st.State)
 	case st.ExitCode != nil && (*st.ExitCode < 0 || *st.ExitCode > 255):
-		return taskStatus{}, fmt.Errorf("exit code %d out of range 0-255", *st.ExitCode)
+		return Status{}, fmt.Errorf("exit code %d out of range 0-255", *st.ExitCode)
 	}
 	return st, nil
 }
 
-// parseTaskRequest decodes a request file.
-func parseTaskRequest(data []byte) (taskRequest, error) {
-	var r taskRequest
-	if err := decodeTaskJSON(data, &r); err != nil {
-		return taskRequest{}, err
+// parseRequest decodes a request file.
+func parseRequest(data []byte) (Request, error) {
+	var r Request
+	if err := decodeJSON(data, &r); err != nil {
+		return Request{}, err
 	}
 	switch {
-	case validTaskID(r.ID) != nil:
-		return taskRequest{}, fmt.Errorf("bad task id: %w", validTaskID(r.ID))
+	case ValidID(r.ID) != nil:
+		return Request{}, fmt.Errorf("bad task id: %w", ValidID(r.ID))
 	case r.Command == "":
-		return taskRequest{}, errors.New("no command")
+		return Request{}, errors.New("no command")
 	case r.TimeoutMS <= 0:
-		return taskRequest{}, fmt.Errorf("timeout %d ms is not positive", r.TimeoutMS)
+		return Request{}, fmt.Errorf("timeout %d ms is not positive", r.TimeoutMS)
 	}
 	return r, nil
 }
 
-// decodeTaskJSON decodes exactly one JSON object into v.
-func decodeTaskJSON(data []byte, v any) error {
+// decodeJSON decodes exactly one JSON object into v.
+func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
 		return err
@@ -184,20 +184,20 @@ func parseExitCode(data []byte) (int, error) {
 // Task IDs sort by creation time and are safe in file names and
 // arguments: "t", the UTC date and time to the microsecond, and 32 random
 // bits, such as t20260514-093012-123456-9f3a1c2e.
-const taskIDLen = len("t20060102-150405-000000-00000000")
+const idLen = len("t20060102-150405-000000-00000000")
 
-func newTaskID(now time.Time) string {
+func newID(now time.Time) string {
 	now = now.UTC()
 	return fmt.Sprintf("t%s-%06d-%08x", now.Format("20060102-150405"), now.Nanosecond()/1000, rand.Uint32())
 }
 
-// validTaskID checks the form of a task ID given by a caller.
-func validTaskID(id string) error {
+// ValidID checks the form of a task ID given by a caller.
+func ValidID(id string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("task_id %q is not a task ID (%s); task IDs look like t20260514-093012-123456-9f3a1c2e, as bash with background: true and task_list return them", clip(id, 80), why)
 	}
-	if len(id) != taskIDLen {
-		return bad(fmt.Sprintf("%d characters, want %d", len(id), taskIDLen))
+	if len(id) != idLen {
+		return bad(fmt.Sprintf("%d characters, want %d", len(id), idLen))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
@@ -230,8 +230,8 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// errUnknownTask reports a task ID with no folder.
-var errUnknownTask = errors.New("no such task")
+// ErrUnknown reports a task ID with no folder.
+var ErrUnknown = errors.New("no such task")
 
 // unparseableError reports a task folder whose status cannot be read. Such
 // folders are never removed: they may belong to a running task.
@@ -246,28 +246,28 @@ func (e *unparseableError) Error() string {
 
 func (e *unparseableError) Unwrap() error { return e.err }
 
-// taskStore reads and writes task folders under one directory.
-type taskStore struct {
+// diskStore reads and writes task folders under one directory.
+type diskStore struct {
 	dir string // StateDir/tasks
 }
 
-func (s *taskStore) path(id, name string) string { return filepath.Join(s.dir, id, name) }
+func (s *diskStore) path(id, name string) string { return filepath.Join(s.dir, id, name) }
 
 // create makes the folder of a new task with its request, its first
 // status and an empty output file. The folder appears complete or not at
 // all.
-func (s *taskStore) create(req taskRequest, st taskStatus) error {
+func (s *diskStore) create(req Request, st Status) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("create task directory: %w", err)
 	}
-	tmp, err := os.MkdirTemp(s.dir, taskTempPrefix)
+	tmp, err := os.MkdirTemp(s.dir, tempPrefix)
 	if err != nil {
 		return fmt.Errorf("create task folder: %w", err)
 	}
 	err = errors.Join(
-		writeJSONFile(filepath.Join(tmp, taskRequestFile), req),
-		writeJSONFile(filepath.Join(tmp, taskStatusFile), st),
-		createEmpty(filepath.Join(tmp, taskOutputFile)),
+		writeJSONFile(filepath.Join(tmp, requestFile), req),
+		writeJSONFile(filepath.Join(tmp, statusFile), st),
+		createEmpty(filepath.Join(tmp, OutputFileName)),
 	)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(s.dir, req.ID))
@@ -288,37 +288,37 @@ func createEmpty(path string) error {
 	return f.Close()
 }
 
-// readStatus returns a task's status: errUnknownTask when it has no
+// readStatus returns a task's status: ErrUnknown when it has no
 // folder, an *unparseableError when its status file is damaged.
-func (s *taskStore) readStatus(id string) (taskStatus, error) {
-	data, err := readSmallFile(s.path(id, taskStatusFile))
+func (s *diskStore) readStatus(id string) (Status, error) {
+	data, err := readSmallFile(s.path(id, statusFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, derr := os.Stat(filepath.Join(s.dir, id)); derr == nil {
-			return taskStatus{}, &unparseableError{id, errors.New("status.json is missing")}
+			return Status{}, &unparseableError{id, errors.New("status.json is missing")}
 		}
-		return taskStatus{}, errUnknownTask
+		return Status{}, ErrUnknown
 	case err != nil:
-		return taskStatus{}, &unparseableError{id, err}
+		return Status{}, &unparseableError{id, err}
 	}
-	st, err := parseTaskStatus(data)
+	st, err := parseStatus(data)
 	if err != nil {
-		return taskStatus{}, &unparseableError{id, err}
+		return Status{}, &unparseableError{id, err}
 	}
 	return st, nil
 }
 
 // writeStatus replaces a task's status atomically and durably.
-func (s *taskStore) writeStatus(id string, st taskStatus) error {
-	return writeJSONFile(s.path(id, taskStatusFile), st)
+func (s *diskStore) writeStatus(id string, st Status) error {
+	return writeJSONFile(s.path(id, statusFile), st)
 }
 
-func (s *taskStore) readRequest(id string) (taskRequest, error) {
-	data, err := readSmallFile(s.path(id, taskRequestFile))
+func (s *diskStore) readRequest(id string) (Request, error) {
+	data, err := readSmallFile(s.path(id, requestFile))
 	if err != nil {
-		return taskRequest{}, err
+		return Request{}, err
 	}
-	r, err := parseTaskRequest(data)
+	r, err := parseRequest(data)
 	if err == nil && r.ID != id {
 		err = fmt.Errorf("request of task %s names task %s", id, r.ID)
 	}
@@ -326,8 +326,8 @@ func (s *taskStore) readRequest(id string) (taskRequest, error) {
 }
 
 // readExit returns the exit code the task's wrapper recorded, if it did.
-func (s *taskStore) readExit(id string) (int, bool) {
-	data, err := readSmallFile(s.path(id, taskExitFile))
+func (s *diskStore) readExit(id string) (int, bool) {
+	data, err := readSmallFile(s.path(id, exitFile))
 	if err != nil {
 		return 0, false
 	}
@@ -336,8 +336,8 @@ func (s *taskStore) readExit(id string) (int, bool) {
 }
 
 // outputSize returns the size of a task's output file (0 if it has none).
-func (s *taskStore) outputSize(id string) int64 {
-	fi, err := os.Lstat(s.path(id, taskOutputFile))
+func (s *diskStore) outputSize(id string) int64 {
+	fi, err := os.Lstat(s.path(id, OutputFileName))
 	if err != nil {
 		return 0
 	}
@@ -345,7 +345,7 @@ func (s *taskStore) outputSize(id string) int64 {
 }
 
 // ids returns the IDs of the task folders, oldest first.
-func (s *taskStore) ids() ([]string, error) {
+func (s *diskStore) ids() ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -355,7 +355,7 @@ func (s *taskStore) ids() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.IsDir() && validTaskID(e.Name()) == nil {
+		if e.IsDir() && ValidID(e.Name()) == nil {
 			ids = append(ids, e.Name())
 		}
 	}
@@ -369,9 +369,9 @@ func readSmallFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxTaskFileBytes+1))
-	if err == nil && len(data) > maxTaskFileBytes {
-		err = fmt.Errorf("%s is larger than %d bytes", path, maxTaskFileBytes)
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err == nil && len(data) > maxFileBytes {
+		err = fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
 	}
 	return data, err
 }
@@ -422,8 +422,8 @@ func syncDir(dir string) {
 	}
 }
 
-// taskRetention bounds the finished tasks kept on disk.
-type taskRetention struct {
+// retentionRules bounds the finished tasks kept on disk.
+type retentionRules struct {
 	maxAge   time.Duration // finished longer ago than this: removed
 	maxTasks int           // task folders kept, counting every state
 	maxBytes int64         // output bytes kept, counting every state
@@ -435,7 +435,7 @@ type taskRetention struct {
 // be read are never removed (they still count). Folders left half-built
 // by a crash are removed once they are an hour old. It returns the IDs it
 // removed.
-func (s *taskStore) prune(now time.Time, r taskRetention, reserve int) []string {
+func (s *diskStore) prune(now time.Time, r retentionRules, reserve int) []string {
 	ids, err := s.ids()
 	if err != nil {
 		return nil
@@ -452,7 +452,7 @@ func (s *taskStore) prune(now time.Time, r taskRetention, reserve int) []string 
 	for _, id := range ids {
 		size := s.outputSize(id)
 		st, err := s.readStatus(id)
-		if err == nil && st.State.ended() && now.Sub(st.Ended) > r.maxAge {
+		if err == nil && st.State.Ended() && now.Sub(st.Ended) > r.maxAge {
 			if os.RemoveAll(filepath.Join(s.dir, id)) == nil {
 				removed = append(removed, id)
 				continue
@@ -460,7 +460,7 @@ func (s *taskStore) prune(now time.Time, r taskRetention, reserve int) []string 
 		}
 		count++
 		total += size
-		if err == nil && st.State.ended() {
+		if err == nil && st.State.Ended() {
 			finished = append(finished, done{id, st.Ended, size})
 		}
 	}
@@ -482,16 +482,16 @@ func (s *taskStore) prune(now time.Time, r taskRetention, reserve int) []string 
 }
 
 // pruneTemp removes folders a crash left half-built.
-func (s *taskStore) pruneTemp(now time.Time) {
+func (s *diskStore) pruneTemp(now time.Time) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), taskTempPrefix) {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempPrefix) {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > taskTempMaxAge {
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > tempMaxAge {
 			os.RemoveAll(filepath.Join(s.dir, e.Name()))
 		}
 	}

@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"errors"
@@ -7,10 +7,12 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/fleetmcp/fleetmcp/agent/winjob"
 )
 
 // The process layer of background tasks on Windows. The agent's own
-// executable wraps the command (RunTaskWrapper) and records its exit
+// executable wraps the command (RunWrapper) and records its exit
 // status in the task folder. The wrapper starts suspended in a Job Object
 // named after the task and resumes only once it is in it, so the command
 // and everything it starts are in the job. The job has no kill-on-close
@@ -22,14 +24,14 @@ import (
 // taskJobName is the name of task id's job object.
 func taskJobName(id string) string { return "fleetmcp-task-" + id }
 
-// startWrapped starts inv through the task wrapper with attr, in the
+// startWrapped starts command through the task wrapper with attr, in the
 // task's job object, and returns the wrapper's PID.
-func (m *taskManager) startWrapped(id string, inv shellInvocation, attr *os.ProcAttr) (int, error) {
+func (m *Manager) startWrapped(id string, command []string, attr *os.ProcAttr) (int, error) {
 	if m.wrapper == "" {
 		return 0, errors.New("background tasks on Windows need the agent's executable as their wrapper, and it is not known; restart the agent")
 	}
 	name := taskJobName(id)
-	if h, err := openJob(name); err == nil {
+	if h, err := winjob.Open(name); err == nil {
 		windows.CloseHandle(h)
 		return 0, fmt.Errorf("a job object named %s exists already; another program took the name", name)
 	}
@@ -45,12 +47,12 @@ func (m *taskManager) startWrapped(id string, inv shellInvocation, attr *os.Proc
 	attr.Sys = &syscall.SysProcAttr{
 		CreationFlags: windows.CREATE_SUSPENDED | windows.CREATE_NEW_PROCESS_GROUP | windows.CREATE_NO_WINDOW,
 	}
-	argv := append([]string{m.wrapper, TaskWrapperFlag, m.store.path(id, taskExitFile)}, inv.argv...)
+	argv := append([]string{m.wrapper, WrapperFlag, m.store.path(id, exitFile)}, command...)
 	p, err := os.StartProcess(m.wrapper, argv, attr)
 	if err != nil {
 		return 0, err
 	}
-	if err := assignAndResume(job, p.Pid); err != nil {
+	if err := winjob.AssignAndResume(job, p.Pid); err != nil {
 		_ = p.Kill()
 		_, _ = p.Wait()
 		return 0, err
@@ -62,14 +64,14 @@ func (m *taskManager) startWrapped(id string, inv shellInvocation, attr *os.Proc
 
 // probe reports whether the task's wrapper has ended. How it ended is in
 // its exit file; without one, the wrapper was killed.
-func (m *taskManager) probe(rt *runningTask) (bool, *procExit) {
+func (m *Manager) probe(rt *runningTask) (bool, *procExit) {
 	return !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID), nil
 }
 
 // killTask terminates every process in the task's job object, or, if the
 // job cannot be opened, the wrapper alone.
-func (m *taskManager) killTask(rt *runningTask) {
-	if job, err := openJob(taskJobName(rt.id)); err == nil {
+func (m *Manager) killTask(rt *runningTask) {
+	if job, err := winjob.Open(taskJobName(rt.id)); err == nil {
 		_ = windows.TerminateJobObject(job, 1)
 		windows.CloseHandle(job)
 		return

@@ -1,8 +1,9 @@
-package agent
+package tasks
 
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// taskConfig bounds background tasks. Zero values mean the defaults.
-type taskConfig struct {
+// Config bounds background tasks. Zero values mean the defaults.
+type Config struct {
 	// DefaultTimeout applies when a task is started without a timeout
 	// (1 h); MaxTimeout caps any requested one (24 h).
 	DefaultTimeout, MaxTimeout time.Duration
@@ -44,7 +45,7 @@ type taskConfig struct {
 	Poll time.Duration
 }
 
-func (c *taskConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	setDur(&c.DefaultTimeout, protocol.TaskTimeout)
 	setDur(&c.MaxTimeout, protocol.TaskMaxTimeout)
 	setDur(&c.Retention, protocol.TaskRetention)
@@ -64,17 +65,23 @@ func (c *taskConfig) setDefaults() {
 	setInt(&c.MaxWaits, 8)
 }
 
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
 func setInt[T int | int64](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
 }
 
-// maxTaskTail bounds TailBytes, so that a task_status result (the tail,
+// MaxTail bounds TailBytes, so that a task_status result (the tail,
 // the command and the task's facts) stays within its protocol limit.
-const maxTaskTail = protocol.MaxShortResultText / 2
+const MaxTail = protocol.MaxShortResultText / 2
 
-func (c *taskConfig) validate() error {
+func (c *Config) validate() error {
 	var errs []error
 	if c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.DefaultTimeout > c.MaxTimeout {
 		errs = append(errs, fmt.Errorf("background task timeouts: the default (--task_timeout %v) must be positive and at most the maximum (--task_max_timeout %v)", c.DefaultTimeout, c.MaxTimeout))
@@ -92,9 +99,9 @@ func (c *taskConfig) validate() error {
 			errs = append(errs, fmt.Errorf("the limit on %s must be at least 1, not %d", v.name, v.n))
 		}
 	}
-	if c.TailBytes > maxTaskTail {
+	if c.TailBytes > MaxTail {
 		errs = append(errs, fmt.Errorf("background task output tail (--task_tail_bytes) %d is above %d: task_status results are limited to %d KiB in the fleet protocol",
-			c.TailBytes, maxTaskTail, protocol.MaxShortResultText>>10))
+			c.TailBytes, MaxTail, protocol.MaxShortResultText>>10))
 	}
 	if c.Retention < 0 || c.Poll < 0 {
 		errs = append(errs, errors.New("background task retention (--task_retention) must not be negative"))
@@ -102,25 +109,26 @@ func (c *taskConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-func (c *taskConfig) retention() taskRetention {
-	return taskRetention{maxAge: c.Retention, maxTasks: c.MaxKept, maxBytes: c.MaxKeptBytes}
+func (c *Config) retention() retentionRules {
+	return retentionRules{maxAge: c.Retention, maxTasks: c.MaxKept, maxBytes: c.MaxKeptBytes}
 }
 
-// taskManager starts background tasks, supervises them (deadline, output
+// Manager starts background tasks, supervises them (deadline, output
 // cap, cancellation) and records how they end. Tasks are not its
 // children alone: they run in their own session with their output going
 // to a file, so they outlive the agent; a new manager on the same state
 // directory re-attaches to those still running.
-type taskManager struct {
-	cfg   taskConfig
-	store *taskStore
+type Manager struct {
+	cfg   Config
+	store *diskStore
 	shell string   // runs the commands
 	cwd   string   // where they run
 	env   []string // their environment
 	// wrapper is the agent's executable, which wraps tasks where there is
-	// no sh (Windows; see RunTaskWrapper).
-	wrapper string
-	log     *slog.Logger
+	// no sh (Windows; see RunWrapper).
+	wrapper    string
+	invocation func(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error)
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	phase   taskPhase
@@ -147,9 +155,9 @@ const (
 // runningTask is a task being supervised.
 type runningTask struct {
 	id         string
-	status     taskStatus // as last written
-	own        bool       // started by this manager: reaped with wait4
-	reattached bool       // found running by this manager when it opened
+	status     Status // as last written
+	own        bool   // started by this manager: reaped with wait4
+	reattached bool   // found running by this manager when it opened
 	cancel     chan struct{}
 	cancelOnce sync.Once
 	done       chan struct{} // closed once the final status is written
@@ -157,50 +165,79 @@ type runningTask struct {
 
 func (rt *runningTask) requestCancel() { rt.cancelOnce.Do(func() { close(rt.cancel) }) }
 
-// taskOutcome is how a task ended.
-type taskOutcome struct {
-	state  taskState
+// outcome is how a task ended.
+type outcome struct {
+	state  State
 	code   *int
 	signal string
 	note   string
 }
 
-func newTaskManager(cfg taskConfig, stateDir, shell, cwd string, env []string, log *slog.Logger) (*taskManager, error) {
+// Setup is where and how a manager runs its tasks.
+type Setup struct {
+	// StateDir is the agent's state directory: tasks live in
+	// StateDir/tasks.
+	StateDir string
+	// Shell runs the commands, Cwd is where they run, unless a request
+	// names its own; Env is their environment.
+	Shell, Cwd string
+	Env        []string
+	// Wrapper is the agent's executable, which wraps tasks where there is
+	// no sh (Windows; see RunWrapper).
+	Wrapper string
+	// Invocation returns the arguments (program first) and the extra
+	// environment that run command in shell, with the named parameters
+	// of a PowerShell script; a script it needs is written at script
+	// plus an extension, inside the task's folder.
+	Invocation func(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error)
+	Log        *slog.Logger
+}
+
+// New returns a manager of the tasks in setup.StateDir, bounded by cfg
+// (zero values: the defaults). Open starts it.
+func New(cfg Config, setup Setup) (*Manager, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if setup.Invocation == nil {
+		return nil, errors.New("background tasks: no shell invocation given")
+	}
+	log := setup.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &taskManager{
-		cfg:     cfg,
-		store:   &taskStore{dir: stateDir + "/tasks"},
-		shell:   shell,
-		cwd:     cwd,
-		env:     env,
-		log:     log,
-		running: make(map[string]*runningTask),
-		changed: make(chan struct{}),
-		closing: make(chan struct{}),
-		stop:    make(chan struct{}),
+	return &Manager{
+		cfg:        cfg,
+		store:      &diskStore{dir: setup.StateDir + "/tasks"},
+		shell:      setup.Shell,
+		cwd:        setup.Cwd,
+		env:        setup.Env,
+		wrapper:    setup.Wrapper,
+		invocation: setup.Invocation,
+		log:        log,
+		running:    make(map[string]*runningTask),
+		changed:    make(chan struct{}),
+		closing:    make(chan struct{}),
+		stop:       make(chan struct{}),
 	}, nil
 }
 
-// taskError is a task request the manager refuses.
-type taskError struct {
-	code protocol.Code
-	msg  string
+// Error is a task request the manager refuses.
+type Error struct {
+	// Code is the protocol error code a call refused this way gets.
+	Code protocol.Code
+	Msg  string
 }
 
-func (e *taskError) Error() string { return e.msg }
+func (e *Error) Error() string { return e.Msg }
 
-var errTasksClosed = &taskError{protocol.CodeShuttingDown, "background tasks are not available: the agent is starting or shutting down; retry shortly"}
+var errClosed = &Error{protocol.CodeShuttingDown, "background tasks are not available: the agent is starting or shutting down; retry shortly"}
 
-// open applies retention, takes over the tasks a previous agent left
+// Open applies retention, takes over the tasks a previous agent left
 // (re-attaching to those still running, recording how the others ended)
 // and starts queued tasks.
-func (m *taskManager) open() error {
+func (m *Manager) Open() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.phase != phaseNew {
@@ -224,9 +261,9 @@ func (m *taskManager) open() error {
 			continue
 		}
 		switch st.State {
-		case taskQueued:
+		case Queued:
 			m.queue = append(m.queue, id)
-		case taskRunning:
+		case Running:
 			m.recoverLocked(id, st, now)
 		}
 	}
@@ -236,7 +273,7 @@ func (m *taskManager) open() error {
 }
 
 // recoverLocked takes over a task a previous agent recorded as running.
-func (m *taskManager) recoverLocked(id string, st taskStatus, now time.Time) {
+func (m *Manager) recoverLocked(id string, st Status, now time.Time) {
 	if st.PID > 0 && procAlive(st.PID, st.ProcStart, st.BootID) {
 		rt := &runningTask{id: id, status: st, reattached: true, cancel: make(chan struct{}), done: make(chan struct{})}
 		m.running[id] = rt
@@ -245,7 +282,7 @@ func (m *taskManager) recoverLocked(id string, st taskStatus, now time.Time) {
 		m.log.Info("background task re-attached", "task", id, "pid", st.PID, "deadline", st.Deadline)
 		return
 	}
-	o := taskOutcome{state: taskLost, note: "the agent restarted and the task's process was gone; it recorded no exit code"}
+	o := outcome{state: Lost, note: "the agent restarted and the task's process was gone; it recorded no exit code"}
 	if st.PID == 0 {
 		o.note = "the agent stopped while starting the task; whether it ran is unknown"
 	}
@@ -257,16 +294,16 @@ func (m *taskManager) recoverLocked(id string, st taskStatus, now time.Time) {
 	m.log.Info("background task found ended", "task", id, "state", st.State)
 }
 
-// submit creates a task for req and starts it, or queues it when
+// Submit creates a task for req and starts it, or queues it when
 // MaxRunning tasks run already. It returns the new task's ID.
-func (m *taskManager) submit(req taskRequest) (string, error) {
+func (m *Manager) Submit(req Request) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.phase != phaseOpen {
-		return "", errTasksClosed
+		return "", errClosed
 	}
 	if len(m.running) >= m.cfg.MaxRunning && len(m.queue) >= m.cfg.MaxQueued {
-		return "", &taskError{protocol.CodeBusy, fmt.Sprintf(
+		return "", &Error{protocol.CodeBusy, fmt.Sprintf(
 			"busy: %d background tasks are running and %d queued, this host's limits (--max_tasks %d, --max_task_queue %d); "+
 				"wait for one to end (task_list, task_status) or cancel one (task_cancel)",
 			len(m.running), len(m.queue), m.cfg.MaxRunning, m.cfg.MaxQueued)}
@@ -275,8 +312,8 @@ func (m *taskManager) submit(req taskRequest) (string, error) {
 	if removed := m.store.prune(now, m.cfg.retention(), 1); len(removed) > 0 {
 		m.log.Info("old background tasks removed", "count", len(removed))
 	}
-	req.ID, req.Created = newTaskID(now), now
-	if err := m.store.create(req, taskStatus{State: taskQueued, Created: now}); err != nil {
+	req.ID, req.Created = newID(now), now
+	if err := m.store.create(req, Status{State: Queued, Created: now}); err != nil {
 		return "", err
 	}
 	if len(m.running) < m.cfg.MaxRunning {
@@ -289,7 +326,7 @@ func (m *taskManager) submit(req taskRequest) (string, error) {
 }
 
 // scheduleLocked starts queued tasks while there is room.
-func (m *taskManager) scheduleLocked() {
+func (m *Manager) scheduleLocked() {
 	for m.phase == phaseOpen && len(m.running) < m.cfg.MaxRunning && len(m.queue) > 0 {
 		id := m.queue[0]
 		m.queue = m.queue[1:]
@@ -297,7 +334,7 @@ func (m *taskManager) scheduleLocked() {
 		if err != nil {
 			st, serr := m.store.readStatus(id)
 			if serr == nil {
-				m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "not started: its request file is unreadable: " + err.Error()}, time.Now())
+				m.writeEnd(id, &st, outcome{state: Failed, note: "not started: its request file is unreadable: " + err.Error()}, time.Now())
 			}
 			continue
 		}
@@ -306,24 +343,24 @@ func (m *taskManager) scheduleLocked() {
 }
 
 // launchLocked starts the process of a created task.
-func (m *taskManager) launchLocked(req taskRequest) {
+func (m *Manager) launchLocked(req Request) {
 	id := req.ID
 	st, err := m.store.readStatus(id)
 	if err != nil {
-		st = taskStatus{Created: req.Created}
+		st = Status{Created: req.Created}
 	}
 	now := time.Now()
-	st.State, st.Started, st.Deadline = taskRunning, now, now.Add(req.timeout())
+	st.State, st.Started, st.Deadline = Running, now, now.Add(req.Timeout())
 	// Recorded as running before the process exists: after a crash in
 	// between, the task is lost rather than run a second time.
 	if err := m.store.writeStatus(id, st); err != nil {
 		m.log.Error("cannot record background task; not starting it", "task", id, "err", err)
-		m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "not started: its status could not be recorded: " + err.Error()}, now)
+		m.writeEnd(id, &st, outcome{state: Failed, note: "not started: its status could not be recorded: " + err.Error()}, now)
 		return
 	}
 	pid, err := m.spawn(req)
 	if err != nil {
-		m.writeEnd(id, &st, taskOutcome{state: taskFailed, note: "could not start: " + err.Error()}, time.Now())
+		m.writeEnd(id, &st, outcome{state: Failed, note: "could not start: " + err.Error()}, time.Now())
 		return
 	}
 	st.PID, st.BootID = pid, bootID()
@@ -335,20 +372,20 @@ func (m *taskManager) launchLocked(req taskRequest) {
 	m.running[id] = rt
 	m.wg.Add(1)
 	go m.supervise(rt)
-	m.log.Debug("background task started", "task", id, "pid", pid, "timeout", req.timeout())
+	m.log.Debug("background task started", "task", id, "pid", pid, "timeout", req.Timeout())
 }
 
 // spawn starts req's command through the task wrapper, in a process
 // group of its own (a Job Object on Windows) with its output going to the
 // task's output file, and returns the wrapper's PID. The process is not
 // waited for here: the supervisor reaps it.
-func (m *taskManager) spawn(req taskRequest) (int, error) {
+func (m *Manager) spawn(req Request) (int, error) {
 	shell := cmp.Or(req.Shell, m.shell)
-	inv, _, err := invocation(shell, m.store.path(req.ID, "script"), req.Command, req.Params)
+	argv, env, err := m.invocation(shell, m.store.path(req.ID, "script"), req.Command, req.Params)
 	if err != nil {
 		return 0, err
 	}
-	out, err := os.OpenFile(m.store.path(req.ID, taskOutputFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	out, err := os.OpenFile(m.store.path(req.ID, OutputFileName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -359,9 +396,9 @@ func (m *taskManager) spawn(req taskRequest) (int, error) {
 	}
 	defer null.Close()
 	dir := cmp.Or(req.Cwd, m.cwd)
-	return m.startWrapped(req.ID, inv, &os.ProcAttr{
+	return m.startWrapped(req.ID, argv, &os.ProcAttr{
 		Dir:   dir,
-		Env:   append(append(slices.Clip(m.env), inv.env...), "PWD="+dir),
+		Env:   append(append(slices.Clip(m.env), env...), "PWD="+dir),
 		Files: []*os.File{null, out, out},
 	})
 }
@@ -369,7 +406,7 @@ func (m *taskManager) spawn(req taskRequest) (int, error) {
 // supervise watches a running task until it ends, enforcing its deadline,
 // its output cap and cancellation, and records how it ended. When the
 // manager closes it lets go of the task, which keeps running.
-func (m *taskManager) supervise(rt *runningTask) {
+func (m *Manager) supervise(rt *runningTask) {
 	defer m.wg.Done()
 	delay := 10 * time.Millisecond
 	timer := time.NewTimer(0)
@@ -424,26 +461,26 @@ func procAlive(pid int, start, boot string) bool {
 
 // limitHit reports whether the task, whose output has size bytes, must
 // be stopped now, and why.
-func (m *taskManager) limitHit(rt *runningTask, size int64) (taskOutcome, bool) {
+func (m *Manager) limitHit(rt *runningTask, size int64) (outcome, bool) {
 	select {
 	case <-rt.cancel:
-		return taskOutcome{state: taskCancelled, note: "cancelled with task_cancel; its process group was killed"}, true
+		return outcome{state: Cancelled, note: "cancelled with task_cancel; its process group was killed"}, true
 	default:
 	}
 	if !time.Now().Before(rt.status.Deadline) {
 		timeout := rt.status.Deadline.Sub(rt.status.Started)
-		return taskOutcome{state: taskTimedOut, note: fmt.Sprintf("timed out after %s; its process group was killed", formatSeconds(timeout))}, true
+		return outcome{state: TimedOut, note: fmt.Sprintf("timed out after %s; its process group was killed", FormatSeconds(timeout))}, true
 	}
 	if size > m.cfg.MaxOutputBytes {
-		return taskOutcome{state: taskFailed, note: fmt.Sprintf("its output passed the limit of %s per task; its process group was killed", formatBytes(m.cfg.MaxOutputBytes))}, true
+		return outcome{state: Failed, note: fmt.Sprintf("its output passed the limit of %s per task; its process group was killed", FormatBytes(m.cfg.MaxOutputBytes))}, true
 	}
-	return taskOutcome{}, false
+	return outcome{}, false
 }
 
 // killGroup kills the task's whole process group. A task this manager
 // did not start is killed only while its process is still the recorded
 // one, so a reused PID is never hit.
-func (m *taskManager) killGroup(rt *runningTask) {
+func (m *Manager) killGroup(rt *runningTask) {
 	if !rt.own && !procAlive(rt.status.PID, rt.status.ProcStart, rt.status.BootID) {
 		return
 	}
@@ -451,7 +488,7 @@ func (m *taskManager) killGroup(rt *runningTask) {
 }
 
 // awaitExit waits up to d for the task's process to end.
-func (m *taskManager) awaitExit(rt *runningTask, d time.Duration) bool {
+func (m *Manager) awaitExit(rt *runningTask, d time.Duration) bool {
 	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
 		if ended, _ := m.probe(rt); ended {
 			return true
@@ -471,31 +508,31 @@ type procExit struct {
 }
 
 // naturalEnd says how a task that ended by itself ended.
-func (m *taskManager) naturalEnd(rt *runningTask, ws *procExit) taskOutcome {
+func (m *Manager) naturalEnd(rt *runningTask, ws *procExit) outcome {
 	if code, ok := m.store.readExit(rt.id); ok {
 		return exitOutcome(code)
 	}
 	switch {
 	case ws != nil && ws.signal != "":
-		return taskOutcome{state: taskFailed, signal: ws.signal, note: "killed by " + ws.signal + " from outside the agent"}
+		return outcome{state: Failed, signal: ws.signal, note: "killed by " + ws.signal + " from outside the agent"}
 	case ws != nil && ws.exited:
 		o := exitOutcome(ws.code)
 		o.note = "its exit file was not written; the status is the wrapper's"
 		return o
 	}
-	return taskOutcome{state: taskFailed, note: "its process ended without recording an exit code (killed by a signal from outside the agent?)"}
+	return outcome{state: Failed, note: "its process ended without recording an exit code (killed by a signal from outside the agent?)"}
 }
 
-func exitOutcome(code int) taskOutcome {
-	o := taskOutcome{state: taskSucceeded, code: &code}
+func exitOutcome(code int) outcome {
+	o := outcome{state: Succeeded, code: &code}
 	if code != 0 {
-		o.state = taskFailed
+		o.state = Failed
 	}
 	return o
 }
 
 // finish records how a supervised task ended and starts queued ones.
-func (m *taskManager) finish(rt *runningTask, o taskOutcome) {
+func (m *Manager) finish(rt *runningTask, o outcome) {
 	st := rt.status
 	st.Reattached = rt.reattached
 	m.mu.Lock()
@@ -508,7 +545,7 @@ func (m *taskManager) finish(rt *runningTask, o taskOutcome) {
 }
 
 // writeEnd records a task's final state and tells waiters. m.mu is held.
-func (m *taskManager) writeEnd(id string, st *taskStatus, o taskOutcome, now time.Time) {
+func (m *Manager) writeEnd(id string, st *Status, o outcome, now time.Time) {
 	st.State, st.Ended, st.ExitCode, st.Signal, st.Note = o.state, now, o.code, o.signal, o.note
 	st.OutputBytes = m.store.outputSize(id)
 	if err := m.store.writeStatus(id, *st); err != nil {
@@ -517,30 +554,30 @@ func (m *taskManager) writeEnd(id string, st *taskStatus, o taskOutcome, now tim
 	m.notifyLocked()
 }
 
-func (m *taskManager) notifyLocked() {
+func (m *Manager) notifyLocked() {
 	close(m.changed)
 	m.changed = make(chan struct{})
 }
 
-func (m *taskManager) changes() <-chan struct{} {
+func (m *Manager) changes() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
 }
 
-// queuePosition returns a queued task's place in the queue, from 1; 0
+// QueuePosition returns a queued task's place in the queue, from 1; 0
 // when it is not queued.
-func (m *taskManager) queuePosition(id string) int {
+func (m *Manager) QueuePosition(id string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Index(m.queue, id) + 1
 }
 
-// await returns the task's status once it has ended, or after wait,
+// Await returns the task's status once it has ended, or after wait,
 // whichever comes first; it also returns early when ctx ends or the agent
 // shuts down. busy reports a wait skipped because MaxWaits calls wait
 // already.
-func (m *taskManager) await(ctx context.Context, id string, wait time.Duration) (st taskStatus, busy bool, err error) {
+func (m *Manager) Await(ctx context.Context, id string, wait time.Duration) (st Status, busy bool, err error) {
 	if wait > 0 {
 		m.mu.Lock()
 		if m.waits >= m.cfg.MaxWaits {
@@ -560,7 +597,7 @@ func (m *taskManager) await(ctx context.Context, id string, wait time.Duration) 
 	for {
 		ch := m.changes()
 		st, err = m.store.readStatus(id)
-		if err != nil || st.State.ended() || wait <= 0 {
+		if err != nil || st.State.Ended() || wait <= 0 {
 			return st, busy, err
 		}
 		select {
@@ -576,12 +613,12 @@ func (m *taskManager) await(ctx context.Context, id string, wait time.Duration) 
 	}
 }
 
-// errTaskEnded reports a cancel of a task that is no longer running.
-var errTaskEnded = errors.New("the task has ended already")
+// ErrEnded reports a cancel of a task that is no longer running.
+var ErrEnded = errors.New("the task has ended already")
 
-// cancel stops a queued or running task and returns its final status. A
+// Cancel stops a queued or running task and returns its final status. A
 // running task's whole process group is killed.
-func (m *taskManager) cancel(ctx context.Context, id string) (taskStatus, error) {
+func (m *Manager) Cancel(ctx context.Context, id string) (Status, error) {
 	m.mu.Lock()
 	if i := slices.Index(m.queue, id); i >= 0 {
 		defer m.mu.Unlock()
@@ -590,15 +627,15 @@ func (m *taskManager) cancel(ctx context.Context, id string) (taskStatus, error)
 		if err != nil {
 			return st, err
 		}
-		m.writeEnd(id, &st, taskOutcome{state: taskCancelled, note: "cancelled with task_cancel while queued; it never ran"}, time.Now())
+		m.writeEnd(id, &st, outcome{state: Cancelled, note: "cancelled with task_cancel while queued; it never ran"}, time.Now())
 		return st, nil
 	}
 	rt := m.running[id]
 	m.mu.Unlock()
 	if rt == nil {
 		st, err := m.store.readStatus(id)
-		if err == nil && st.State.ended() {
-			err = errTaskEnded
+		if err == nil && st.State.Ended() {
+			err = ErrEnded
 		} else if err == nil {
 			err = fmt.Errorf("task %s is %s but not supervised by this agent; retry shortly", id, st.State)
 		}
@@ -616,20 +653,20 @@ func (m *taskManager) cancel(ctx context.Context, id string) (taskStatus, error)
 	return m.store.readStatus(id)
 }
 
-// beginClose refuses new tasks and ends waits; running tasks are still
+// BeginClose refuses new tasks and ends waits; running tasks are still
 // supervised.
-func (m *taskManager) beginClose() {
+func (m *Manager) BeginClose() {
 	m.mu.Lock()
 	m.phase = phaseClosing
 	m.mu.Unlock()
 	m.closingOnce.Do(func() { close(m.closing) })
 }
 
-// close stops supervising: running tasks keep running, queued tasks stay
+// Close stops supervising: running tasks keep running, queued tasks stay
 // queued, and the next manager on the same state directory takes them
 // over.
-func (m *taskManager) close() {
-	m.beginClose()
+func (m *Manager) Close() {
+	m.BeginClose()
 	m.stopOnce.Do(func() { close(m.stop) })
 	m.wg.Wait()
 }

@@ -1,9 +1,10 @@
 //go:build unix
 
-package agent
+package tasks
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -17,11 +18,11 @@ const (
 	wrapperShell = "/bin/sh"
 )
 
-// startWrapped starts inv through the wrapper with attr, in a new session,
+// startWrapped starts command through the wrapper with attr, in a new session,
 // and returns the wrapper's PID.
-func (m *taskManager) startWrapped(id string, inv shellInvocation, attr *os.ProcAttr) (int, error) {
+func (m *Manager) startWrapped(id string, command []string, attr *os.ProcAttr) (int, error) {
 	attr.Sys = &syscall.SysProcAttr{Setsid: true}
-	argv := append([]string{"sh", "-c", taskWrapper, m.store.path(id, taskExitFile)}, inv.argv...)
+	argv := append([]string{"sh", "-c", taskWrapper, m.store.path(id, exitFile)}, command...)
 	p, err := os.StartProcess(wrapperShell, argv, attr)
 	if err != nil {
 		return 0, err
@@ -33,7 +34,7 @@ func (m *taskManager) startWrapped(id string, inv shellInvocation, attr *os.Proc
 
 // probe reports whether the task's wrapper process has ended and, for a
 // child of this process, how.
-func (m *taskManager) probe(rt *runningTask) (bool, *procExit) {
+func (m *Manager) probe(rt *runningTask) (bool, *procExit) {
 	if rt.own {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(rt.status.PID, &ws, syscall.WNOHANG, nil)
@@ -53,6 +54,22 @@ func (m *taskManager) probe(rt *runningTask) (bool, *procExit) {
 }
 
 // killTask kills the task's whole process group.
-func (m *taskManager) killTask(rt *runningTask) {
+func (m *Manager) killTask(rt *runningTask) {
 	_ = syscall.Kill(-rt.status.PID, syscall.SIGKILL)
+}
+
+// signalName returns the conventional name of sig, such as SIGKILL.
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
+		syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+		syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+	}
+	if name, ok := names[sig]; ok {
+		return name
+	}
+	return fmt.Sprintf("%d (%v)", int(sig), sig)
 }

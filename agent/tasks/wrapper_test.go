@@ -1,4 +1,4 @@
-package agent
+package tasks
 
 import (
 	"bytes"
@@ -43,10 +43,10 @@ func TestTaskWrapper(t *testing.T) {
 	if names, _ := filepath.Glob(filepath.Join(dir, ".exit-*")); len(names) != 0 {
 		t.Errorf("temporary files left: %v", names)
 	}
-	if _, ok := RunTaskWrapper([]string{"fleet-agent", "--name", "x"}); ok {
-		t.Error("RunTaskWrapper took ordinary arguments")
+	if _, ok := RunWrapper([]string{"fleet-agent", "--name", "x"}); ok {
+		t.Error("RunWrapper took ordinary arguments")
 	}
-	if code, ok := RunTaskWrapper([]string{"fleet-agent", TaskWrapperFlag, "x"}); !ok || code != 2 {
-		t.Errorf("RunTaskWrapper with no command: %d %v", code, ok)
+	if code, ok := RunWrapper([]string{"fleet-agent", WrapperFlag, "x"}); !ok || code != 2 {
+		t.Errorf("RunWrapper with no command: %d %v", code, ok)
 	}
 }
