@@ -188,13 +188,50 @@ func TestDepsAgentBinary(t *testing.T) {
 }
 
 // agentLeaves are the packages below agent that the tools build on. Each
-// stands alone: it imports neither the agent, the gateway, nor another
-// leaf; from this module at most policy and protocol.
+// stands alone: it imports neither the agent nor the gateway, and from
+// this module at most policy, protocol and the agent's base (agentBase).
 var agentLeaves = []string{
 	module + "/agent/callauth",
 	module + "/agent/safefs",
 	module + "/agent/statelock",
+	module + "/agent/tasks",
 	module + "/agent/unidiff",
+	module + "/agent/winjob",
+}
+
+// agentBase are the leaves the others may build on: the link-refusing
+// file layer and the Windows job object calls. They import no leaf.
+var agentBase = []string{module + "/agent/safefs", module + "/agent/winjob"}
+
+// leafImportBad reports whether leaf, one of agentLeaves, may not import
+// imp.
+func leafImportBad(leaf, imp string) bool {
+	switch {
+	case !inModule(imp) || imp == leaf || imp == module+"/protocol" || under(imp, module+"/policy"):
+		return false
+	case slices.Contains(agentBase, imp):
+		return slices.Contains(agentBase, leaf)
+	}
+	return true
+}
+
+const leafRule = "may import only policy, protocol and (unless it is one of them) safefs and winjob from this module: it is a leaf the agent's tools build on"
+
+// TestDepsAgentLeaves holds the agent's leaves to their rule on every
+// system agents run on: build tags change what a package imports.
+func TestDepsAgentLeaves(t *testing.T) {
+	for _, goos := range targetOSes() {
+		g := goList(t, goos, "./agent/...")
+		for _, leaf := range agentLeaves {
+			if g[leaf] == nil {
+				t.Errorf("GOOS=%s: go list did not report %s, so its rule was not checked", goos, leaf)
+				continue
+			}
+			if c := g.chain(leaf, func(imp string) bool { return leafImportBad(leaf, imp) }); c != nil {
+				t.Errorf("GOOS=%s: %s %s, but imports %s: %s", goos, leaf, leafRule, c[len(c)-1], strings.Join(c, " -> "))
+			}
+		}
+	}
 }
 
 // TestDepsModuleRules checks the import rules between the module's own
@@ -230,9 +267,7 @@ func TestDepsModuleRules(t *testing.T) {
 			rule("must not import the agent", func(imp string) bool { return under(imp, agent) })
 		case slices.Contains(agentLeaves, p.ImportPath):
 			checked[p.ImportPath] = true
-			rule("may import only policy and protocol from this module (it is a leaf the agent's tools build on)", func(imp string) bool {
-				return inModule(imp) && imp != p.ImportPath && imp != protocol && !under(imp, policy)
-			})
+			rule(leafRule, func(imp string) bool { return leafImportBad(p.ImportPath, imp) })
 		case under(p.ImportPath, agent):
 			checked["agent"] = true
 			rule("must not import the gateway", func(imp string) bool { return under(imp, gateway) })
