@@ -213,7 +213,7 @@ func New(cfg Config) (a *Agent, err error) {
 		shell:       describeShell(context.Background(), tb.shell),
 	}
 	a.hp.Store(newHostPolicy(all, pol))
-	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
+	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Instance: a.instance, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
 		state.close()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
