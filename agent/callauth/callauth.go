@@ -53,8 +53,8 @@ type Config struct {
 type Verifier struct {
 	host     string
 	instance string
-	started time.Time
-	now     func() time.Time
+	started  time.Time
+	now      func() time.Time
 
 	mu    sync.RWMutex
 	state protocol.KeyState
