@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"unicode/utf8"
 )
 
 // The agent's own state files (its identity, the skills' records, the
@@ -46,22 +44,4 @@ func syncDir(dir string) {
 		_ = d.Sync()
 		d.Close()
 	}
-}
-
-// clip shortens s to at most n bytes for a message, on a UTF-8 boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// taskInvocation is how background tasks run a command: as bash runs it
-// (see invocation), the script it needs written beside the task's files.
-func taskInvocation(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error) {
-	inv, _, err := invocation(shell, script, command, params)
-	return inv.argv, inv.env, err
 }

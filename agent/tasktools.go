@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -388,3 +389,21 @@ func joinStates() string {
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// taskInvocation is how background tasks run a command: as bash runs it
+// (see invocation), the script it needs written beside the task's files.
+func taskInvocation(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error) {
+	inv, _, err := invocation(shell, script, command, params)
+	return inv.argv, inv.env, err
+}
+
+// clip shortens s to at most n bytes for a message, on a UTF-8 boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
