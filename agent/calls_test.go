@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -354,24 +355,11 @@ func startTestNATS(t *testing.T) *server.Server {
 // startTestNATSWith starts a NATS server whose options mod may adjust.
 func startTestNATSWith(t *testing.T, mod func(*server.Options)) *server.Server {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
+	opts := &server.Options{}
 	if mod != nil {
 		mod(opts)
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	return ns
+	return natstest.Start(t, opts)
 }
 
 // runAgent runs an agent with cfg until stop (or the end of the test).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -80,7 +81,7 @@ func tokenLine(name, token string, admin bool) string {
 // that is no admin 403; each action is an audit record naming the
 // caller, the action, the target and the outcome.
 func TestAdminAuth(t *testing.T) {
-	is := newTestIssuer(t)
+	is := oidctest.New(t, "fleet", "rsa-1")
 	adminTok, readerTok := "fmcp_admin-token-for-the-test", "fmcp_reader-token-for-the-test"
 	tokens, err := ParseAPITokens("tokens", []byte("tokens:\n"+tokenLine("ops", adminTok, true)+tokenLine("reader", readerTok, false)))
 	if err != nil {
@@ -103,17 +104,17 @@ rules:
 	}
 	gw := startAPIGateway(t, nil, func(c *Config) {
 		c.AuthDisabled = false
-		c.Auth = AuthConfig{Issuer: is.srv.URL, Audience: "fleet", APITokens: tokens}
+		c.Auth = AuthConfig{Issuer: is.URL(), Audience: "fleet", APITokens: tokens}
 		c.Access = rules
 	})
 	tap := tapAudit(t, gw)
 	c := newAPIClient(t, gw)
 	as := func(token string) *apiClient { cc := *c; cc.token = token; return &cc }
 	oidc := func(groups string) string {
-		cl := is.claims("user-" + groups)
+		cl := is.Claims("user-"+groups, nil)
 		cl["groups"] = []any{groups}
 		cl["email"] = groups + "@example.com"
-		return is.sign("rsa-1", cl)
+		return is.Token("rsa-1", cl)
 	}
 	for _, tc := range []struct {
 		name   string

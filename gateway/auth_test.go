@@ -2,16 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -19,155 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/modelcontextprotocol/go-sdk/auth"
+
+	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 )
-
-// testIssuer is an OIDC issuer for unit tests: discovery document, JWKS
-// and signing keys. Which keys it publishes can change while it runs.
-type testIssuer struct {
-	t   *testing.T
-	srv *httptest.Server
-
-	mu        sync.Mutex
-	keys      map[string]jose.SigningKey
-	published []string
-	fetches   int
-}
-
-func newTestIssuer(t *testing.T) *testIssuer {
-	is := &testIssuer{t: t, keys: map[string]jose.SigningKey{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/jwks",
-			"id_token_signing_alg_values_supported": []string{"RS256", "ES256", "EdDSA"},
-		})
-	})
-	mux.HandleFunc("/jwks", is.serveJWKS)
-	is.srv = httptest.NewServer(mux)
-	t.Cleanup(is.srv.Close)
-	is.addKey("rsa-1", jose.RS256)
-	is.publish("rsa-1")
-	return is
-}
-
-func (is *testIssuer) serveJWKS(w http.ResponseWriter, _ *http.Request) {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	is.fetches++
-	var set jose.JSONWebKeySet
-	for _, kid := range is.published {
-		k := is.keys[kid]
-		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.Key.(crypto.Signer).Public(), KeyID: kid, Algorithm: string(k.Algorithm), Use: "sig"})
-	}
-	_ = json.NewEncoder(w).Encode(set)
-}
-
-// addKey makes a signing key for alg under kid (not yet published).
-func (is *testIssuer) addKey(kid string, alg jose.SignatureAlgorithm) {
-	var key crypto.Signer
-	var err error
-	switch alg {
-	case jose.RS256:
-		key, err = rsa.GenerateKey(rand.Reader, 2048)
-	case jose.ES256:
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case jose.EdDSA:
-		_, key, err = ed25519.GenerateKey(rand.Reader)
-	}
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	is.mu.Lock()
-	is.keys[kid] = jose.SigningKey{Algorithm: alg, Key: key}
-	is.mu.Unlock()
-}
-
-// publish sets the keys the JWKS lists.
-func (is *testIssuer) publish(kids ...string) {
-	is.mu.Lock()
-	is.published = kids
-	is.mu.Unlock()
-}
-
-func (is *testIssuer) jwksFetches() int {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	return is.fetches
-}
-
-// claims returns valid claims for sub, to be adjusted by a test.
-func (is *testIssuer) claims(sub string) map[string]any {
-	now := time.Now()
-	return map[string]any{
-		"iss": is.srv.URL, "aud": "fleet", "sub": sub,
-		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
-	}
-}
-
-// sign signs claims with the key kid.
-func (is *testIssuer) sign(kid string, claims map[string]any) string {
-	is.mu.Lock()
-	k := is.keys[kid]
-	is.mu.Unlock()
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: k.Algorithm, Key: jose.JSONWebKey{Key: k.Key, KeyID: kid}},
-		(&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	payload, _ := json.Marshal(claims)
-	jws, err := signer.Sign(payload)
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	s, err := jws.CompactSerialize()
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	return s
-}
-
-// unsigned returns an alg:none token.
-func unsigned(claims map[string]any) string {
-	h, _ := json.Marshal(map[string]string{"alg": "none", "typ": "JWT"})
-	p, _ := json.Marshal(claims)
-	enc := base64.RawURLEncoding.EncodeToString
-	return enc(h) + "." + enc(p) + "."
-}
-
-// hmacWithPublicKey signs claims with HS256, using the PEM of the RSA key
-// kid's public key as the HMAC secret: the algorithm-confusion attack.
-func (is *testIssuer) hmacWithPublicKey(kid string, claims map[string]any) string {
-	is.mu.Lock()
-	pub := is.keys[kid].Key.(crypto.Signer).Public()
-	is.mu.Unlock()
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	secret := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: jose.JSONWebKey{Key: secret, KeyID: kid}}, nil)
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	payload, _ := json.Marshal(claims)
-	jws, _ := signer.Sign(payload)
-	s, _ := jws.CompactSerialize()
-	return s
-}
-
-// tamper replaces the payload of a signed token, keeping its signature.
-func tamper(token string, claims map[string]any) string {
-	parts := strings.Split(token, ".")
-	p, _ := json.Marshal(claims)
-	parts[1] = base64.RawURLEncoding.EncodeToString(p)
-	return strings.Join(parts, ".")
-}
 
 func newTestAuthenticator(t *testing.T, cfg AuthConfig) *authenticator {
 	t.Helper()
@@ -183,42 +32,42 @@ func newTestAuthenticator(t *testing.T, cfg AuthConfig) *authenticator {
 }
 
 func TestJWTVerification(t *testing.T) {
-	is := newTestIssuer(t)
-	is.addKey("ec-1", jose.ES256)
-	is.addKey("ed-1", jose.EdDSA)
-	is.addKey("rogue", jose.RS256) // never published
-	is.publish("rsa-1", "ec-1", "ed-1")
-	a := newTestAuthenticator(t, AuthConfig{Issuer: is.srv.URL, Audience: "fleet"})
+	is := oidctest.New(t, "fleet", "rsa-1")
+	is.AddKey("ec-1", jose.ES256)
+	is.AddKey("ed-1", jose.EdDSA)
+	is.AddKey("rogue", jose.RS256) // never published
+	is.Publish("rsa-1", "ec-1", "ed-1")
+	a := newTestAuthenticator(t, AuthConfig{Issuer: is.URL(), Audience: "fleet"})
 	now := time.Now()
 	with := func(mod func(c map[string]any)) map[string]any {
-		c := is.claims("ada")
+		c := is.Claims("ada", nil)
 		mod(c)
 		return c
 	}
-	valid := is.sign("rsa-1", is.claims("ada"))
+	valid := is.Token("rsa-1", is.Claims("ada", nil))
 	tests := []struct {
 		name  string
 		token string
 		want  string // substring of the refusal; empty: accepted
 	}{
 		{"valid RS256", valid, ""},
-		{"valid ES256", is.sign("ec-1", is.claims("ada")), ""},
-		{"valid EdDSA", is.sign("ed-1", is.claims("ada")), ""},
-		{"audience in a list", is.sign("rsa-1", with(func(c map[string]any) { c["aud"] = []string{"other", "fleet"} })), ""},
-		{"expired within the leeway", is.sign("rsa-1", with(func(c map[string]any) { c["exp"] = now.Add(-20 * time.Second).Unix() })), ""},
-		{"not yet valid within the leeway", is.sign("rsa-1", with(func(c map[string]any) { c["nbf"] = now.Add(20 * time.Second).Unix() })), ""},
-		{"wrong audience", is.sign("rsa-1", with(func(c map[string]any) { c["aud"] = "billing" })), "audience"},
-		{"no audience", is.sign("rsa-1", with(func(c map[string]any) { delete(c, "aud") })), "audience"},
-		{"wrong issuer", is.sign("rsa-1", with(func(c map[string]any) { c["iss"] = "https://evil.example" })), "issued by a different provider"},
-		{"expired", is.sign("rsa-1", with(func(c map[string]any) { c["exp"] = now.Add(-time.Minute).Unix() })), "expired"},
-		{"no exp", is.sign("rsa-1", with(func(c map[string]any) { delete(c, "exp") })), "no exp claim"},
-		{"not yet valid", is.sign("rsa-1", with(func(c map[string]any) { c["nbf"] = now.Add(time.Minute).Unix() })), "not valid before"},
-		{"issued in the future", is.sign("rsa-1", with(func(c map[string]any) { c["iat"] = now.Add(time.Hour).Unix() })), "issued in the future"},
-		{"no subject", is.sign("rsa-1", with(func(c map[string]any) { delete(c, "sub") })), "no sub claim"},
-		{"alg none", unsigned(is.claims("ada")), "malformed jwt"},
-		{"unknown key", is.sign("rogue", is.claims("ada")), "matches none of the issuer's keys"},
-		{"tampered payload", tamper(valid, is.claims("root")), "signature"},
-		{"HMAC with the public key", is.hmacWithPublicKey("rsa-1", is.claims("ada")), "HS256"},
+		{"valid ES256", is.Token("ec-1", is.Claims("ada", nil)), ""},
+		{"valid EdDSA", is.Token("ed-1", is.Claims("ada", nil)), ""},
+		{"audience in a list", is.Token("rsa-1", with(func(c map[string]any) { c["aud"] = []string{"other", "fleet"} })), ""},
+		{"expired within the leeway", is.Token("rsa-1", with(func(c map[string]any) { c["exp"] = now.Add(-20 * time.Second).Unix() })), ""},
+		{"not yet valid within the leeway", is.Token("rsa-1", with(func(c map[string]any) { c["nbf"] = now.Add(20 * time.Second).Unix() })), ""},
+		{"wrong audience", is.Token("rsa-1", with(func(c map[string]any) { c["aud"] = "billing" })), "audience"},
+		{"no audience", is.Token("rsa-1", with(func(c map[string]any) { delete(c, "aud") })), "audience"},
+		{"wrong issuer", is.Token("rsa-1", with(func(c map[string]any) { c["iss"] = "https://evil.example" })), "issued by a different provider"},
+		{"expired", is.Token("rsa-1", with(func(c map[string]any) { c["exp"] = now.Add(-time.Minute).Unix() })), "expired"},
+		{"no exp", is.Token("rsa-1", with(func(c map[string]any) { delete(c, "exp") })), "no exp claim"},
+		{"not yet valid", is.Token("rsa-1", with(func(c map[string]any) { c["nbf"] = now.Add(time.Minute).Unix() })), "not valid before"},
+		{"issued in the future", is.Token("rsa-1", with(func(c map[string]any) { c["iat"] = now.Add(time.Hour).Unix() })), "issued in the future"},
+		{"no subject", is.Token("rsa-1", with(func(c map[string]any) { delete(c, "sub") })), "no sub claim"},
+		{"alg none", oidctest.AlgNone(is.Claims("ada", nil)), "malformed jwt"},
+		{"unknown key", is.Token("rogue", is.Claims("ada", nil)), "matches none of the issuer's keys"},
+		{"tampered payload", oidctest.Tampered(valid, is.Claims("root", nil)), "signature"},
+		{"HMAC with the public key", is.HMACConfusion("rsa-1", is.Claims("ada", nil)), "HS256"},
 		{"not a JWT", "hello", "malformed jwt"},
 		{"unknown API token", apiTokenPrefix + "nope", "unknown API token"},
 	}
@@ -251,15 +100,15 @@ func TestJWTVerification(t *testing.T) {
 
 // Only the configured algorithms verify, even with a published key.
 func TestJWTAlgorithmList(t *testing.T) {
-	is := newTestIssuer(t)
-	is.addKey("ec-1", jose.ES256)
-	is.publish("rsa-1", "ec-1")
-	a := newTestAuthenticator(t, AuthConfig{Issuer: is.srv.URL, Audience: "fleet", Algorithms: []string{"RS256"}})
+	is := oidctest.New(t, "fleet", "rsa-1")
+	is.AddKey("ec-1", jose.ES256)
+	is.Publish("rsa-1", "ec-1")
+	a := newTestAuthenticator(t, AuthConfig{Issuer: is.URL(), Audience: "fleet", Algorithms: []string{"RS256"}})
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
-	if _, err := a.verify(context.Background(), is.sign("rsa-1", is.claims("ada")), r); err != nil {
+	if _, err := a.verify(context.Background(), is.Token("rsa-1", is.Claims("ada", nil)), r); err != nil {
 		t.Fatalf("RS256: %v", err)
 	}
-	_, err := a.verify(context.Background(), is.sign("ec-1", is.claims("ada")), r)
+	_, err := a.verify(context.Background(), is.Token("ec-1", is.Claims("ada", nil)), r)
 	if err == nil || !strings.Contains(err.Error(), "ES256") {
 		t.Fatalf("ES256 with only RS256 configured: %v, want a refusal naming ES256", err)
 	}
@@ -268,19 +117,19 @@ func TestJWTAlgorithmList(t *testing.T) {
 // An explicit JWKS URL works without a discovery document, and a wrong
 // one is reported at startup.
 func TestJWKSWithoutDiscovery(t *testing.T) {
-	is := newTestIssuer(t)
-	a := newTestAuthenticator(t, AuthConfig{Issuer: is.srv.URL, Audience: "fleet", JWKSURL: is.srv.URL + "/jwks"})
+	is := oidctest.New(t, "fleet", "rsa-1")
+	a := newTestAuthenticator(t, AuthConfig{Issuer: is.URL(), Audience: "fleet", JWKSURL: is.URL() + "/jwks"})
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
-	if _, err := a.verify(context.Background(), is.sign("rsa-1", is.claims("ada")), r); err != nil {
+	if _, err := a.verify(context.Background(), is.Token("rsa-1", is.Claims("ada", nil)), r); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	for _, tc := range []struct {
 		cfg  AuthConfig
 		want string
 	}{
-		{AuthConfig{Issuer: is.srv.URL, Audience: "fleet", JWKSURL: is.srv.URL + "/nothing"}, "404"},
-		{AuthConfig{Issuer: is.srv.URL, Audience: "fleet", JWKSURL: is.srv.URL + "/.well-known/openid-configuration"}, "not a JSON Web Key Set"},
-		{AuthConfig{Issuer: is.srv.URL + "/elsewhere", Audience: "fleet"}, "--jwks_uri"},
+		{AuthConfig{Issuer: is.URL(), Audience: "fleet", JWKSURL: is.URL() + "/nothing"}, "404"},
+		{AuthConfig{Issuer: is.URL(), Audience: "fleet", JWKSURL: is.URL() + "/.well-known/openid-configuration"}, "not a JSON Web Key Set"},
+		{AuthConfig{Issuer: is.URL() + "/elsewhere", Audience: "fleet"}, "--jwks_uri"},
 	} {
 		cfg := tc.cfg
 		cfg.setDefaults()
@@ -296,38 +145,38 @@ func TestJWKSWithoutDiscovery(t *testing.T) {
 // up without a restart; retired keys stop working once the set is
 // fetched again.
 func TestKeyRotationAndRefetchLimit(t *testing.T) {
-	is := newTestIssuer(t)
+	is := oidctest.New(t, "fleet", "rsa-1")
 	const every = 300 * time.Millisecond
-	a := newTestAuthenticator(t, AuthConfig{Issuer: is.srv.URL, Audience: "fleet", KeyRefreshInterval: every})
+	a := newTestAuthenticator(t, AuthConfig{Issuer: is.URL(), Audience: "fleet", KeyRefreshInterval: every})
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
 	verify := func(token string) error {
 		_, err := a.verify(context.Background(), token, r)
 		return err
 	}
-	old := is.sign("rsa-1", is.claims("ada"))
+	old := is.Token("rsa-1", is.Claims("ada", nil))
 	if err := verify(old); err != nil {
 		t.Fatalf("old key: %v", err)
 	}
-	is.addKey("rogue", jose.RS256)
+	is.AddKey("rogue", jose.RS256)
 	flood := make([]string, 50)
 	for i := range flood {
-		flood[i] = is.sign("rogue", is.claims(fmt.Sprint("x", i)))
+		flood[i] = is.Token("rogue", is.Claims(fmt.Sprint("x", i), nil))
 	}
-	base, start := is.jwksFetches(), time.Now()
+	base, start := is.KeyFetches(), time.Now()
 	for _, token := range flood {
 		if err := verify(token); err == nil {
 			t.Fatal("a token signed by an unpublished key was accepted")
 		}
 	}
-	if n, limit := is.jwksFetches()-base, 1+int(time.Since(start)/every); n > limit {
+	if n, limit := is.KeyFetches()-base, 1+int(time.Since(start)/every); n > limit {
 		t.Fatalf("50 tokens with an unknown key caused %d key-set fetches in %s, want at most %d", n, time.Since(start), limit)
 	}
 
 	// Rotation: the issuer publishes a new key and retires the old one.
-	is.addKey("rsa-2", jose.RS256)
-	is.publish("rsa-2")
+	is.AddKey("rsa-2", jose.RS256)
+	is.Publish("rsa-2")
 	time.Sleep(every)
-	if err := verify(is.sign("rsa-2", is.claims("ada"))); err != nil {
+	if err := verify(is.Token("rsa-2", is.Claims("ada", nil))); err != nil {
 		t.Fatalf("new key after rotation: %v", err)
 	}
 	// go-oidc answers the fetching call before it stores the new set, so
@@ -343,7 +192,7 @@ func TestKeyRotationAndRefetchLimit(t *testing.T) {
 	if err := verify(old); err == nil {
 		t.Fatal("a token signed by the retired key was accepted")
 	}
-	if err := verify(is.sign("rsa-2", is.claims("bob"))); err != nil {
+	if err := verify(is.Token("rsa-2", is.Claims("bob", nil))); err != nil {
 		t.Fatalf("new key: %v", err)
 	}
 }
@@ -374,13 +223,13 @@ func TestAuthConfigValidate(t *testing.T) {
 }
 
 func TestIdentityClaims(t *testing.T) {
-	is := newTestIssuer(t)
-	a := newTestAuthenticator(t, AuthConfig{Issuer: is.srv.URL, Audience: "fleet"})
+	is := oidctest.New(t, "fleet", "rsa-1")
+	a := newTestAuthenticator(t, AuthConfig{Issuer: is.URL(), Audience: "fleet"})
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
-	c := is.claims("u-1")
+	c := is.Claims("u-1", nil)
 	c["email"], c["azp"], c["project_id"], c["scope"], c["groups"] = "Ada@Example.com", "cli", "p-7", "openid fleet", []string{"ops"}
 	c["email_verified"] = true
-	ti, err := a.verify(context.Background(), is.sign("rsa-1", c), r)
+	ti, err := a.verify(context.Background(), is.Token("rsa-1", c), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +245,7 @@ func TestIdentityClaims(t *testing.T) {
 		if verified == nil {
 			delete(c, "email_verified") // issuers that omit it: not verified
 		}
-		ti, _ = a.verify(context.Background(), is.sign("rsa-1", c), r)
+		ti, _ = a.verify(context.Background(), is.Token("rsa-1", c), r)
 		if id := ti.Extra[identityKey].(*Identity); id.Email != "" {
 			t.Fatalf("e-mail address kept with email_verified %v: %q", verified, id.Email)
 		}

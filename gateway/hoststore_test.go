@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -23,21 +24,7 @@ import (
 // temporary directory, until the test ends.
 func startJetStream(t *testing.T) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	return ns
+	return natstest.StartJetStream(t, nil)
 }
 
 // replica is one gateway's registry and hosts store, on its own

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -24,20 +25,7 @@ const waitFor = 5 * time.Second
 // ends. maxPayload 0 keeps the server's default.
 func startNATS(t *testing.T, maxPayload int32) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, MaxPayload: maxPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	return ns
+	return natstest.Start(t, &server.Options{MaxPayload: maxPayload})
 }
 
 func connectNATS(t *testing.T, ns *server.Server, name string) *nats.Conn {

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -49,7 +50,7 @@ const keyRefresh = 300 * time.Millisecond
 
 type authFleet struct {
 	*Env
-	is       *issuer
+	is       *oidctest.Issuer
 	ciToken  string // API token granting read on alpha
 	auditLog string // the audit file
 }
@@ -60,7 +61,7 @@ func newAuthFleet(t *testing.T) *authFleet { return newAuthFleetWith(t, Options{
 
 // newAuthFleetWith is newAuthFleet with options (ExternalNATS).
 func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
-	is := newIssuer(t)
+	is := oidctest.New(t, audience, "key-1")
 	rules, err := gateway.ParseAccess("access.yaml", []byte(accessRules))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func (f *authFleet) user(name string) string {
 		"dev":      {"email": "dev@example.com", "email_verified": true, "client_id": "claude-code", "project_id": "proj-dev"},
 		"stranger": {"email": "someone@elsewhere.org", "email_verified": true},
 	}[name]
-	return f.is.token("key-1", f.is.claims("user-"+name, extra))
+	return f.is.Token("key-1", f.is.Claims("user-"+name, extra))
 }
 
 // status posts an MCP initialize with token ("" for none) and returns
@@ -146,20 +147,20 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 	f := newAuthFleet(t)
 	is := f.is
 	now := time.Now()
-	claims := func(mod map[string]any) map[string]any { return is.claims("user-dev", mod) }
-	is.addKey("stray", jose.RS256) // never published
+	claims := func(mod map[string]any) map[string]any { return is.Claims("user-dev", mod) }
+	is.AddKey("stray", jose.RS256) // never published
 	valid := f.user("dev")
 	cases := []struct{ name, token string }{
 		{"missing token", ""},
-		{"wrong audience", is.token("key-1", claims(map[string]any{"aud": "https://other.test/mcp"}))},
-		{"wrong issuer", is.token("key-1", claims(map[string]any{"iss": "https://evil.test"}))},
-		{"expired", is.token("key-1", claims(map[string]any{"exp": now.Add(-2 * time.Minute).Unix()}))},
-		{"not yet valid", is.token("key-1", claims(map[string]any{"nbf": now.Add(5 * time.Minute).Unix()}))},
-		{"no expiry", is.token("key-1", func() map[string]any { c := claims(nil); delete(c, "exp"); return c }())},
-		{"alg none", algNone(claims(nil))},
-		{"unknown key", is.token("stray", claims(nil))},
-		{"tampered payload", tampered(valid, is.claims("user-ops", map[string]any{"groups": []string{"ops"}}))},
-		{"HMAC with the public key", is.hmacConfusion("key-1", claims(nil))},
+		{"wrong audience", is.Token("key-1", claims(map[string]any{"aud": "https://other.test/mcp"}))},
+		{"wrong issuer", is.Token("key-1", claims(map[string]any{"iss": "https://evil.test"}))},
+		{"expired", is.Token("key-1", claims(map[string]any{"exp": now.Add(-2 * time.Minute).Unix()}))},
+		{"not yet valid", is.Token("key-1", claims(map[string]any{"nbf": now.Add(5 * time.Minute).Unix()}))},
+		{"no expiry", is.Token("key-1", func() map[string]any { c := claims(nil); delete(c, "exp"); return c }())},
+		{"alg none", oidctest.AlgNone(claims(nil))},
+		{"unknown key", is.Token("stray", claims(nil))},
+		{"tampered payload", oidctest.Tampered(valid, is.Claims("user-ops", map[string]any{"groups": []string{"ops"}}))},
+		{"HMAC with the public key", is.HMACConfusion("key-1", claims(nil))},
 		{"garbage", "not-a-token"},
 		{"unknown API token", "fmcp_" + strings.Repeat("A", 43)},
 	}
@@ -317,7 +318,7 @@ func TestKeyRotation(t *testing.T) {
 	f := newAuthFleet(t)
 	is := f.is
 	dev := func(kid string) string {
-		return is.token(kid, is.claims("user-dev", map[string]any{"email": "dev@example.com", "email_verified": true}))
+		return is.Token(kid, is.Claims("user-dev", map[string]any{"email": "dev@example.com", "email_verified": true}))
 	}
 	accepted := func(token string) bool {
 		t.Helper()
@@ -329,13 +330,13 @@ func TestKeyRotation(t *testing.T) {
 	mustOK(t, call(t, cs, "hosts", nil))
 
 	// A flood of tokens from a key the issuer never published.
-	is.addKey("rogue", jose.RS256)
+	is.AddKey("rogue", jose.RS256)
 	time.Sleep(keyRefresh)
 	flood := make([]string, 30)
 	for i := range flood {
 		flood[i] = dev("rogue")
 	}
-	before, start := is.keyFetches(), time.Now()
+	before, start := is.KeyFetches(), time.Now()
 	for _, token := range flood {
 		if accepted(token) {
 			t.Fatal("a token signed by an unpublished key was accepted")
@@ -343,14 +344,14 @@ func TestKeyRotation(t *testing.T) {
 	}
 	// One fetch per interval at most (the flood may outlast one interval
 	// on a slow machine).
-	if n, limit := is.keyFetches()-before, 1+int(time.Since(start)/keyRefresh); n > limit {
+	if n, limit := is.KeyFetches()-before, 1+int(time.Since(start)/keyRefresh); n > limit {
 		t.Fatalf("30 tokens signed by an unknown key within %s made the gateway fetch the key set %d times, want at most %d",
 			time.Since(start).Round(time.Millisecond), n, limit)
 	}
 
 	// Overlapping rotation: the new key is published next to the old one.
-	is.addKey("key-2", jose.ES256)
-	is.publish("key-1", "key-2")
+	is.AddKey("key-2", jose.ES256)
+	is.Publish("key-1", "key-2")
 	time.Sleep(keyRefresh)
 	if !accepted(dev("key-2")) {
 		t.Fatal("a token signed by the newly published key was refused")
@@ -362,8 +363,8 @@ func TestKeyRotation(t *testing.T) {
 
 	// The old key is retired: once the gateway has fetched the key set
 	// again (a token signed by another new key makes it), old tokens fail.
-	is.addKey("key-3", jose.RS256)
-	is.publish("key-2", "key-3")
+	is.AddKey("key-3", jose.RS256)
+	is.Publish("key-2", "key-3")
 	time.Sleep(keyRefresh)
 	if !accepted(dev("key-3")) {
 		t.Fatal("a token signed by the key published last was refused")

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -37,7 +38,7 @@ callers:
 // each do only its part, per tool and per path. Groups come from the
 // configured claim only.
 func TestCallerHostPolicy(t *testing.T) {
-	is := newIssuer(t)
+	is := oidctest.New(t, audience, "key-1")
 	rules, err := gateway.ParseAccess("access.yaml", []byte("rules:\n  - name: all\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [\"*\"]\n    admin: true\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestCallerHostPolicy(t *testing.T) {
 	})
 	env.WaitHost("alpha", true)
 	client := func(sub string, extra map[string]any) *mcp.ClientSession {
-		return env.ClientAs("", is.token("key-1", is.claims(sub, extra)))
+		return env.ClientAs("", is.Token("key-1", is.Claims(sub, extra)))
 	}
 	deploy := client("svc-deploy", map[string]any{"client_id": "ci-deploy"})
 	sre := client("alice", map[string]any{"fleet_groups": []string{"dev", "sre"}})

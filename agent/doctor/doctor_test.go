@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
+	"github.com/fleetmcp/fleetmcp/integration/natstest"
 )
 
 func TestCredentialExpiry(t *testing.T) {
@@ -329,22 +330,13 @@ func TestPolicyAndLock(t *testing.T) {
 // given, and returns its host:port.
 func natsServer(t *testing.T, cert *tls.Certificate, first bool) string {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
+	opts := &server.Options{}
 	if cert != nil {
 		opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 		opts.TLS = true
 		opts.TLSHandshakeFirst = first
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	return ns.Addr().String()
+	return natstest.Start(t, opts).Addr().String()
 }
 
 func TestNATS(t *testing.T) {
