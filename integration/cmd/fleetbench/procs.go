@@ -258,7 +258,7 @@ func floorServer() *mcp.Server {
 func runFloor(ctx context.Context, listen string, stdout io.Writer) error {
 	s := floorServer()
 	mux := http.NewServeMux()
-	mux.Handle("/2025", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: time.Minute, MaxRequestBodyBytes: 64 << 20}))
+	mux.Handle("/2025", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: time.Hour, MaxRequestBodyBytes: 64 << 20}))
 	mux.Handle("/2026", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: 64 << 20}))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
