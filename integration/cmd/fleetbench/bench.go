@@ -79,6 +79,7 @@ func (c *bcase) key() string { return fmt.Sprintf("%s|%s|%s|%d", c.name, c.targe
 type bench struct {
 	o        *options
 	fleet    *fleet
+	floor    *proc
 	sessions []*mcp.ClientSession
 	cases    []*bcase
 	byKey    map[string]*bcase
@@ -87,8 +88,8 @@ type bench struct {
 	largeB64 string
 }
 
-func newBench(ctx context.Context, o *options, floorURL string, fl *fleet, work string) (*bench, error) {
-	b := &bench{o: o, fleet: fl, byKey: map[string]*bcase{}, small: string(smallText(o.smallSize)), large: payload(o.largeSize)}
+func newBench(ctx context.Context, o *options, floor *proc, floorURL string, fl *fleet, work string) (*bench, error) {
+	b := &bench{o: o, fleet: fl, floor: floor, byKey: map[string]*bcase{}, small: string(smallText(o.smallSize)), large: payload(o.largeSize)}
 	b.largeB64 = base64.StdEncoding.EncodeToString(b.large)
 	largeText := strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", o.largeSize/64+1)[:o.largeSize]
 	for _, era := range eras {
@@ -143,10 +144,13 @@ func (b *bench) close() {
 }
 
 func targetOf(host string) string {
-	if host == devHost {
+	switch host {
+	case devHost:
 		return "dev"
+	case agentHost:
+		return "agent"
 	}
-	return "agent"
+	return host
 }
 
 // addFleet adds the cases of one host through the gateway.
@@ -351,21 +355,26 @@ func cpuSeconds(p *proc) float64 {
 }
 
 // perf records the CPU profiles of the gateway and agent processes while
-// 4 KiB reads go to each host.
+// 4 KiB reads go to each host, and of the floor server while it echoes.
 func (b *bench) perf(ctx context.Context, dir string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, host := range []string{agentHost, devHost} {
+	for _, host := range []string{agentHost, devHost, "floor"} {
 		c := b.byKey[(&bcase{name: "read 4 KiB", target: targetOf(host), era: "2025", conc: 1}).key()]
+		procs := map[string]*proc{"gateway": b.fleet.gw, "agent": b.fleet.agent}
+		if host == devHost {
+			delete(procs, "agent")
+		}
+		if host == "floor" {
+			c = b.byKey[(&bcase{name: "echo", target: "floor", era: "2025", conc: 1}).key()]
+			procs = map[string]*proc{"server": b.floor}
+		}
 		if c == nil {
 			return fmt.Errorf("-perf needs concurrency 1 among -concurrency")
 		}
 		var recs []*exec.Cmd
-		for name, p := range map[string]*proc{"gateway": b.fleet.gw, "agent": b.fleet.agent} {
-			if host == devHost && name == "agent" {
-				continue
-			}
+		for name, p := range procs {
 			file := filepath.Join(dir, targetOf(host)+"-"+name+".data")
 			rec := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-p", strconv.Itoa(p.cmd.Process.Pid), "-o", file)
 			rec.Stderr = stderr
@@ -384,7 +393,7 @@ func (b *bench) perf(ctx context.Context, dir string, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%d reads of 4 KiB from %s while recording: p50 %s\n", b.o.perfCalls, host, ms(st.p50))
+		fmt.Fprintf(stdout, "%d calls of %s (%s) while recording: p50 %s\n", b.o.perfCalls, c.name, describeTarget(c.target), ms(st.p50))
 	}
 	return nil
 }

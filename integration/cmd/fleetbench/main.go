@@ -17,7 +17,8 @@
 //     server returning or taking the same bytes, and 100 MB/s.
 //
 // With -perf DIR it then records the gateway's and the agent's CPU
-// profiles (perf record, call graphs) over -perf_calls reads of 4 KiB.
+// profiles (perf record, call graphs) over -perf_calls reads of 4 KiB,
+// and the floor server's over as many echoes.
 //
 // All traffic stays on 127.0.0.1; every wait is bounded.
 //
@@ -149,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer fl.stop()
-	b, err := newBench(ctx, o, floorURL, fl, work)
+	b, err := newBench(ctx, o, floor, floorURL, fl, work)
 	if err != nil {
 		return err
 	}
