@@ -30,7 +30,7 @@ type proc struct {
 // true: the process is ready), and waits at most limit for that.
 func start(ctx context.Context, name string, cmd *exec.Cmd, stderr io.Writer, limit time.Duration, lines func(string) bool) (*proc, error) {
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -162,7 +162,7 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 func startQuiet(bin string, args []string, stderr io.Writer) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr, cmd.Stdout = stderr, io.Discard
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
