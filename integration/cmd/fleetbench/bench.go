@@ -30,13 +30,6 @@ const (
 
 var eras = []struct{ name, version string }{{"2025", era2025}, {"2026", era2026}}
 
-func eraName(version string) string {
-	if version == era2025 {
-		return "2025"
-	}
-	return "2026"
-}
-
 // connect opens a go-sdk client session to url in the given era, over a
 // transport that keeps up to 16 connections idle (so that c=8 reuses
 // its connections, as a concurrent client would).
