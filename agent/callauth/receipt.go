@@ -3,6 +3,7 @@ package callauth
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -58,3 +59,10 @@ func (s *ReceiptSigner) Sign(host string, res *protocol.Result, encoded []byte, 
 }
 
 func (s *ReceiptSigner) sign(msg []byte) ([]byte, error) { return ed25519.Sign(s.priv, msg), nil }
+
+// SignReport returns the protocol.HeaderReportSig value of a refusal
+// report encoded as data.
+func (s *ReceiptSigner) SignReport(data []byte) (string, error) {
+	sig, _ := s.sign(protocol.RefusalSigningBytes(data))
+	return base64.RawURLEncoding.EncodeToString(sig), nil
+}
