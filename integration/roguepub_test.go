@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -301,4 +302,53 @@ func TestRogueReplayAfterAgentRestart(t *testing.T) {
 	if b, _ := os.ReadFile(marks); string(b) != "genuine\n" {
 		t.Errorf("commands run on alpha: %q, want the genuine one once", b)
 	}
+}
+
+// TestRogueRecords: a leaked gateway-account credential can write the
+// agent records' and join tokens' buckets, but what it writes is not
+// sealed by a gateway of the fleet: a host given the rogue's key and
+// other labels keeps its own (its results are still checked against its
+// enrolled key, and its labels still decide access). A forged join token
+// enrols nothing (gateway TestEnrolForgedToken).
+func TestRogueRecords(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha"}})
+	cs := env.Client("", nil)
+	rogue := roguePublisher(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before, err := env.Gateway.Agent(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, protocol.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	rogueKey, _ := user.PublicKey()
+	forged := before
+	forged.PublicKey, forged.Labels = rogueKey, map[string]string{"env": "rogue"}
+	data, _ := json.Marshal(forged)
+	if _, err := kv.Put(ctx, "alpha", data); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := env.Gateway.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Host == "alpha" && (r.PublicKey != before.PublicKey || r.Labels["env"] == "rogue") {
+			t.Errorf("the forged record was taken in: %+v", r)
+		}
+	}
+	if _, err := env.Gateway.Agent(ctx, "alpha"); err == nil || !strings.Contains(err.Error(), "forged") {
+		t.Errorf("reading the forged record: %v", err)
+	}
+	// alpha's results still carry receipts its own key signed, and
+	// the gateway still checks them against that key.
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo still alpha"}))
 }
