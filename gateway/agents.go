@@ -357,9 +357,7 @@ func (s *agentStore) modify(ctx context.Context, host string, change func(*Agent
 // called (by any gateway), so that a decision made from the index sees
 // them.
 func (s *agentStore) sync(ctx context.Context) error {
-	sctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	st, err := s.kv.Status(sctx)
-	cancel()
+	st, err := retryJS(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("agent records: %w", err)
 	}

@@ -156,6 +156,12 @@ func (r *router) onRefused(m *nats.Msg) {
 	if rep.Kind != protocol.MsgCall && rep.Kind != protocol.MsgFetch {
 		return
 	}
+	if rep.Reason == protocol.RefusedOtherInstance {
+		// Another process of the host's agent (one a restart is
+		// replacing) saw the call too; the one it was signed for may
+		// still answer.
+		return
+	}
 	r.mu.Lock()
 	fl := r.calls[rep.CallID]
 	r.mu.Unlock()

@@ -228,8 +228,9 @@ func TestRouterHostRefusal(t *testing.T) {
 	done := startCall(context.Background(), r, bashCall("web-1", "true"), nil)
 	rc := recv(t, fa.calls, "call")
 	_, rogue, _ := ed25519.GenerateKey(nil)
+	reason := protocol.RefusedFuture
 	report := func(host, msg string, sign func([]byte) []byte) {
-		data, _ := json.Marshal(protocol.Refusal{Host: host, Kind: protocol.MsgCall, Reason: protocol.RefusedFuture,
+		data, _ := json.Marshal(protocol.Refusal{Host: host, Kind: protocol.MsgCall, Reason: reason,
 			Message: msg, CallID: rc.call.ID, At: time.Now()})
 		m := &nats.Msg{Subject: protocol.RefusedSubject(host), Data: data, Header: nats.Header{}}
 		if sign != nil {
@@ -247,6 +248,11 @@ func TestRouterHostRefusal(t *testing.T) {
 	report("web-2", "from web-2", byHost)
 	report("web-1", "unsigned", nil)
 	report("web-1", "signed by another key", func(b []byte) []byte { return ed25519.Sign(rogue, b) })
+	// Another process of web-1 (one a restart replaces) refusing the
+	// call that was not signed for it does not end it either.
+	reason = protocol.RefusedOtherInstance
+	report("web-1", "the process before", byHost)
+	reason = protocol.RefusedFuture
 	report("web-1", "clocks apart", byHost)
 	out := <-done
 	he := wantHostError(t, out.err, HostRefused, "refused the bash call", "future", "clocks apart")

@@ -70,7 +70,10 @@ func jsUnanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse):
+		errors.Is(err, jetstream.ErrNoStreamResponse),
+		// While a server applies new account claims (a revocation
+		// pushed), the account's JetStream is briefly not there.
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return true
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503

@@ -543,6 +543,12 @@ func (r *registry) view(host string, e *hostEntry, now time.Time) HostInfo {
 	c := h.clone()
 	live := r.live(e, now)
 	c.Online = len(live) > 0
+	if len(live) == 1 {
+		// The process that counts, which messages to the host are signed
+		// for: the facts may be another's (one that left, or that a
+		// restart replaced) until the next announce.
+		c.Instance = live[0]
+	}
 	if len(live) > 1 {
 		c.Conflict = "agent instances " + strings.Join(live, ", ") + " all announce this name"
 	}

@@ -410,7 +410,10 @@ type tokenEntry struct {
 func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
 	defer cancel()
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := retryJS(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
+		// The watch lives as long as ctx, not one attempt's.
+		return s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list join tokens: %w", err)
 	}

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// proc is a child process of the benchmark.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// start runs cmd, hands its stdout lines to lines (until it returns
+// true: the process is ready), and waits at most limit for that.
+func start(ctx context.Context, name string, cmd *exec.Cmd, stderr io.Writer, limit time.Duration, lines func(string) bool) (*proc, error) {
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = childAttr()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	ready := make(chan struct{})
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		said := false
+		for sc.Scan() {
+			if !said && lines(sc.Text()) {
+				said = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	go func() { <-scanned; _ = cmd.Wait(); close(p.done) }()
+	select {
+	case <-ready:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before it was ready", name)
+	case <-time.After(limit):
+		p.stop()
+		return nil, fmt.Errorf("%s not ready within %s", name, limit)
+	case <-ctx.Done():
+		p.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// stop asks the process to end and waits, killing it after 20 s.
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// buildBinaries builds fleet-gateway and fleet-agent into dir.
+func buildBinaries(ctx context.Context, dir string) (gw, ag string, err error) {
+	gw, ag = filepath.Join(dir, "fleet-gateway"), filepath.Join(dir, "fleet-agent")
+	for bin, pkg := range map[string]string{gw: "github.com/fleetmcp/fleetmcp/cmd/fleet-gateway", ag: "github.com/fleetmcp/fleetmcp/cmd/fleet-agent"} {
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			return "", "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return gw, ag, nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// fleet is the system under test: a fleet-gateway --dev process (with its
+// in-process agent, host devHost) and a separate fleet-agent process
+// joined to it (host agentHost).
+type fleet struct {
+	gw, agent *proc
+	mcpURL    string
+}
+
+const (
+	devHost   = "bench-dev"
+	agentHost = "bench-agent"
+)
+
+func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Writer) (*fleet, error) {
+	var addrs [3]string
+	for i := range addrs {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	f := &fleet{mcpURL: "http://" + addrs[0] + "/mcp"}
+	var join string
+	gw, err := start(ctx, "fleet-gateway --dev", exec.Command(gwBin, "--dev", "--listen", addrs[0], "--nats_listen", addrs[1], "--api_listen", addrs[2],
+		"--data_dir", filepath.Join(dir, "gateway"), "--agent_name", devHost, "--log_level", "warn"), stderr, 2*time.Minute,
+		func(line string) bool {
+			if s, ok := strings.CutPrefix(strings.TrimSpace(line), "fleet-agent join "); ok {
+				join = s
+				return true
+			}
+			return false
+		})
+	if err != nil {
+		return nil, err
+	}
+	f.gw = gw
+	args := append([]string{"join"}, strings.Fields(join)...)
+	args = append(args, "--name", agentHost, "--state_dir", filepath.Join(dir, "agent"), "--cwd", cwd, "--log_level", "warn")
+	// The agent prints nothing when it is up: readiness is the gateway
+	// seeing it online, below.
+	ag, err := startQuiet(agBin, args, stderr)
+	if err != nil {
+		f.stop()
+		return nil, err
+	}
+	f.agent = ag
+	if err := f.waitOnline(ctx, 60*time.Second); err != nil {
+		f.stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+// startQuiet runs a process that signals nothing on stdout.
+func startQuiet(bin string, args []string, stderr io.Writer) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr, cmd.Stdout = stderr, io.Discard
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{name: filepath.Base(bin), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// waitOnline waits until the gateway lists both hosts online.
+func (f *fleet) waitOnline(ctx context.Context, limit time.Duration) error {
+	cs, err := connect(ctx, f.mcpURL, era2025)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{}})
+		if err == nil {
+			t := resultText(res)
+			if strings.Contains(t, devHost+"\tonline") && strings.Contains(t, agentHost+"\tonline") {
+				return nil
+			}
+		}
+		select {
+		case <-f.agent.done:
+			return errors.New("fleet-agent exited before it came online")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("both hosts not online within %s (hosts: %v)", limit, err)
+		}
+	}
+}
+
+func (f *fleet) stop() {
+	// The agent first, so that its goodbye reaches the gateway.
+	if f.agent != nil {
+		f.agent.stop()
+	}
+	f.gw.stop()
+}
+
+// The floor: bare go-sdk streamable-HTTP servers, one of each protocol
+// era, in a process of their own (this binary with -role floor).
+
+type echoIn struct {
+	Text string `json:"text"`
+}
+
+type blobIn struct {
+	Size int `json:"size"`
+}
+
+type sinkIn struct {
+	Data string `json:"data"`
+}
+
+// floorServer is the bare go-sdk server: echo returns its text; blob
+// returns size bytes base64-encoded (what a read with binary_base64
+// returns); sink takes data and returns its length (what a write
+// returns, in size).
+func floorServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "floor", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	blobs := map[int]string{}
+	var blobMu = make(chan struct{}, 1)
+	mcp.AddTool(s, &mcp.Tool{Name: "blob"}, func(_ context.Context, _ *mcp.CallToolRequest, in blobIn) (*mcp.CallToolResult, any, error) {
+		if in.Size < 0 || in.Size > 64<<20 {
+			return nil, nil, fmt.Errorf("size %d: want 0 to 64 MiB", in.Size)
+		}
+		blobMu <- struct{}{}
+		b, ok := blobs[in.Size]
+		if !ok {
+			b = base64.StdEncoding.EncodeToString(payload(in.Size))
+			blobs[in.Size] = b
+		}
+		<-blobMu
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%d bytes", in.Size)}, &mcp.TextContent{Text: b}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "sink"}, func(_ context.Context, _ *mcp.CallToolRequest, in sinkIn) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%d bytes", len(in.Data))}}}, nil, nil
+	})
+	return s
+}
+
+// runFloor serves both eras on listen (/2025: sessions, /2026:
+// stateless) until ctx ends.
+func runFloor(ctx context.Context, listen string, stdout io.Writer) error {
+	s := floorServer()
+	mux := http.NewServeMux()
+	mux.Handle("/2025", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: time.Hour, MaxRequestBodyBytes: 64 << 20}))
+	mux.Handle("/2026", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: 64 << 20}))
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "READY http://%s\n", ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// startFloor runs this binary as the floor server.
+func startFloor(ctx context.Context, stderr io.Writer) (*proc, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	var url string
+	p, err := start(ctx, "floor server", exec.Command(exe, "-role", "floor", "-listen", addr), stderr, time.Minute, func(line string) bool {
+		u, ok := strings.CutPrefix(line, "READY ")
+		url = u
+		return ok
+	})
+	return p, url, err
+}
+
+// payload is n bytes of incompressible-looking data, the same every time.
+func payload(n int) []byte {
+	b := make([]byte, n)
+	x := uint32(2463534242)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
