@@ -224,7 +224,7 @@ func (w *worker) call(ctx context.Context) {
 	res, err := w.cs.CallTool(cctx, params)
 	cancel()
 	op.End = time.Now()
-	op.Outcome, op.Err = classify(res, err, tag)
+	op.Outcome, op.Err = Classify(res, err, tag)
 	w.h.add(op)
 	if op.Outcome == Failed {
 		// The gateway may be gone: a new session, on the next gateway.
@@ -234,8 +234,9 @@ func (w *worker) call(ctx context.Context) {
 	}
 }
 
-// classify reads what a call's client got.
-func classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) {
+// Classify reads what the client of a call whose command was echo TAG
+// got.
+func Classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) {
 	if err != nil {
 		return Failed, err.Error()
 	}
