@@ -206,24 +206,7 @@ func waitCurrent(t testing.TB, c *gwCluster, i int) {
 	nc := c.conn((i + 1) % len(c.cfgs))
 	defer nc.Close()
 	start := time.Now()
-	waitFor(t, 60*time.Second, name+" current on every stream", func() bool {
-		for _, s := range []string{protocol.AuditStream, "KV_fleet_hosts", "KV_fleet_agents", "KV_fleet_tokens"} {
-			info, err := streamInfo(nc, s)
-			if err != nil || info.Cluster == nil {
-				return false
-			}
-			ok := info.Cluster.Leader == name
-			for _, p := range info.Cluster.Replicas {
-				if p.Name == name && p.Current && p.Lag == 0 {
-					ok = true
-				}
-			}
-			if !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 60*time.Second, name+" current on every stream", func() bool { return streamsCurrent(nc, name) })
 	t.Logf("%s caught up on every stream in %s", name, time.Since(start).Round(time.Millisecond))
 }
 
@@ -291,4 +274,25 @@ func clusterState(t testing.TB, c *gwCluster, hosts []string, tokenID string) *h
 	}
 	st.TokenUsed = toks[i].Used
 	return st
+}
+
+// streamsCurrent reports whether node name holds a current copy of every
+// replicated stream, as the leaders nc reaches see it.
+func streamsCurrent(nc *nats.Conn, name string) bool {
+	for _, s := range []string{protocol.AuditStream, "KV_fleet_hosts", "KV_fleet_agents", "KV_fleet_tokens"} {
+		info, err := streamInfo(nc, s)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		ok := info.Cluster.Leader == name
+		for _, r := range info.Cluster.Replicas {
+			if r.Name == name && r.Current && r.Lag == 0 {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
