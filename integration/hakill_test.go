@@ -24,7 +24,9 @@ import (
 // the audit stream stops at once, its NATS node with it. Its clients'
 // calls fail at once, with an error from their transport; every call
 // through the other two is answered with its result, and has exactly one
-// audit record, although the stream lost its leader meanwhile.
+// audit record, although the stream lost its leader meanwhile. A
+// background task started through the stopped gateway runs on, and
+// another gateway reads it to its end.
 func TestGatewayKilledMidCall(t *testing.T) {
 	c := startGatewayCluster(t, 3, nil)
 	hosts := []string{"kill-1", "kill-2", "kill-3", "kill-4", "kill-5", "kill-6"}
@@ -72,6 +74,11 @@ func TestGatewayKilledMidCall(t *testing.T) {
 			r.end = time.Now()
 		})
 	}
+	// A background task started through the gateway that will stop.
+	gate := filepath.Join(dirs[hosts[0]], "task-gate")
+	killTasksAfter(t, dirs[hosts[0]])
+	taskID, _ := startBackground(t, clientTo(t, c.gw(victim).MCPURL(), ""), hosts[0],
+		"while [ ! -e task-gate ]; do sleep 0.05; done; echo task-done", nil)
 	waitFor(t, 20*time.Second, "every call on its host", func() bool {
 		for k := range clients {
 			if _, err := os.Stat(filepath.Join(dirs[hosts[k%len(hosts)]], fmt.Sprintf("kill-%d", k))); err != nil {
@@ -132,6 +139,20 @@ func TestGatewayKilledMidCall(t *testing.T) {
 		}
 	}
 	t.Logf("%d of the stopped gateway's %d calls have a record", stored, perGateway)
+
+	// The task runs on through the loss of the gateway that started it
+	// (and of its host's NATS node, when it was on that one), and another
+	// replica reads it to its end.
+	other := clientTo(t, c.gw((victim+1)%3).MCPURL(), "")
+	if st, res := taskStatus(t, other, hosts[0], taskID, 0); st["state"] != "running" {
+		t.Fatalf("the background task, read through another gateway after the stop: %s", text(res))
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, res := awaitTask(t, other, hosts[0], taskID); st["state"] != "succeeded" || st["output_tail"] != "task-done\n" {
+		t.Errorf("the background task, read through another gateway: %s", text(res))
+	}
 }
 
 // startClusterAgent enrols host through gw and runs a real agent for it
