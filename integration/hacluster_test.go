@@ -127,8 +127,9 @@ func (c *gwCluster) gw(i int) *gateway.Gateway {
 // stop stops gateway i and its NATS node at once: the MCP connections are
 // closed without waiting for the calls on them (clients see their calls
 // fail), and the NATS server shuts down (handing over the leadership of
-// its streams, as a server stopped on purpose does; a crash is the
-// process test's, integration/cmd/fleetha).
+// its streams, as a server stopped on purpose does; a crash hands over
+// nothing, and its leaderships are lost as in a partition,
+// TestClusterPartition).
 func (c *gwCluster) stop(i int) {
 	c.mu.Lock()
 	gw := c.gws[i]

@@ -8,8 +8,8 @@
 // acknowledged enrolment is in the agent records and counted once on its
 // token, and every replica lists the same hosts.
 //
-// Faults are the caller's (integration tests stop gateways in process;
-// integration/cmd/fleetha kills processes); it marks them in the history
+// Faults are the caller's (integration tests stop gateways and their NATS
+// nodes, or cut a node's link); it marks them in the history
 // so that the report can say what each one cost. Tool calls go to
 // simulated hosts (package simfleet) as bash "echo TAG", with TAG also in
 // the call's _meta execution_id, which the gateway copies into the
