@@ -119,6 +119,8 @@ type refusal struct{ error }
 
 func (refusal) Refused() bool { return true }
 
+func (r refusal) Unwrap() error { return r.error }
+
 // waitOnline waits until gw lists every host online.
 func waitOnline(t testing.TB, gw *gateway.Gateway, hosts []string) {
 	t.Helper()

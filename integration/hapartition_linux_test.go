@@ -35,10 +35,15 @@ import (
 // the agent it still reaches are refused without running (the audit
 // trail cannot record them), an enrolment through it is not
 // acknowledged, and its /readyz answers 503 for a load balancer to take
-// it out; calls and enrolments through the other two go on. The link
+// it out; calls and enrolments through the other two go on once they
+// have elected leaders for what the cut-off node led (an enrolment in
+// that time is refused as unavailable, for its client to try again). The link
 // comes up: the third node catches up on every stream, its gateway
 // serves calls again, and every call a client saw answered has exactly
-// one audit record.
+// one audit record. Then its process is killed (SIGKILL) while its node
+// leads the audit stream: calls through the other two go on once they
+// have elected another leader; started again on its old store, it
+// catches up and serves its agent again.
 func TestClusterPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a partition of a cluster: a minute")
@@ -74,14 +79,45 @@ func TestClusterPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc := p.conn(t, 0)
-	if info, err := streamInfo(nc, protocol.AuditStream); err == nil && info.Cluster != nil {
-		t.Logf("the audit stream's leader before the partition: %s", info.Cluster.Leader)
-	}
+	// The audit stream's leader is the node to be cut off: the majority
+	// must elect another while its calls wait.
+	leadFrom(t, nc, protocol.AuditStream, "gw3")
 	loops := []*clientLoop{newClientLoop(t, p.gws[0].MCPURL(), majority), newClientLoop(t, p.gws[1].MCPURL(), majority)}
 
 	// The routes' link goes down.
 	ns.setLink(false)
 	at := time.Now()
+	// The minority, meanwhile: calls are refused, not run.
+	var withheld []string
+	refusedAfter := time.Duration(-1)
+	minorityDone := make(chan struct{})
+	t.Cleanup(func() { <-minorityDone }) // should the test end early
+	go func() {
+		defer close(minorityDone)
+		for i := 0; refusedAfter < 0 && time.Since(at) < 90*time.Second; i++ {
+			tag := fmt.Sprintf("minority-%d", i)
+			cctx, ccancel := context.WithTimeout(ctx, 40*time.Second)
+			res, err := cs3.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Meta: mcp.Meta{"execution_id": tag},
+				Arguments: map[string]any{"host": "min-1", "command": "touch " + tag + "; echo " + tag}})
+			ccancel()
+			outcome, msg := hacheck.Classify(res, err, tag)
+			_, statErr := os.Stat(filepath.Join(minDir, tag))
+			ran := statErr == nil
+			t.Logf("call %s through gateway 3 (minority), %s after the partition: %s (ran on its host: %v): %s",
+				tag, time.Since(at).Round(time.Millisecond), outcome, ran, msg)
+			switch outcome {
+			case hacheck.OK:
+				t.Errorf("call %s through the minority's gateway was answered: a result the audit trail's quorum never acknowledged", tag)
+			case hacheck.Refused:
+				refusedAfter = time.Since(at)
+				if ran {
+					t.Errorf("call %s was refused yet ran on its host", tag)
+				}
+			case hacheck.Withheld:
+				withheld = append(withheld, tag)
+			}
+		}
+	}()
 	for i, cl := range loops {
 		took := cl.servedAfter(t, at, 30*time.Second)
 		t.Logf("partitioned: calls through gateway %d (majority) answered again after %s", i+1, took.Round(time.Millisecond))
@@ -89,36 +125,25 @@ func TestClusterPartition(t *testing.T) {
 			t.Errorf("calls through gateway %d, in the majority, stopped for %s; want within 15s", i+1, took)
 		}
 	}
-	if err := enrolThrough(ctx, p.gws[1].APIURL(), tok.CAPin, tok.Token, "maj-enrolled"); err != nil {
-		t.Errorf("an enrolment through gateway 2, in the majority, during the partition: %v", err)
+	// An enrolment through the majority: refused as unavailable while the
+	// buckets it writes elect leaders, as a retry later succeeds.
+	enrolStart := time.Now()
+	for tries := 1; ; tries++ {
+		err := enrolThrough(ctx, p.gws[1].APIURL(), tok.CAPin, tok.Token, "maj-enrolled")
+		if err == nil {
+			t.Logf("an enrolment through gateway 2, in the majority, acknowledged %s after the partition (attempt %d)", time.Since(at).Round(time.Millisecond), tries)
+			break
+		}
+		var apiErr *protocol.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != protocol.APIUnavailable || time.Since(enrolStart) > 30*time.Second {
+			t.Errorf("an enrolment through gateway 2, in the majority, during the partition (attempt %d): %v", tries, err)
+			break
+		}
+		t.Logf("an enrolment through gateway 2, in the majority, %s after the partition: %v", time.Since(at).Round(time.Millisecond), err)
+		time.Sleep(time.Second) // "try again in a moment"
 	}
 
-	// The minority: calls are refused, not run.
-	var withheld []string
-	refusedAfter := time.Duration(-1)
-	for i := 0; refusedAfter < 0 && time.Since(at) < 90*time.Second; i++ {
-		tag := fmt.Sprintf("minority-%d", i)
-		cctx, ccancel := context.WithTimeout(ctx, 40*time.Second)
-		res, err := cs3.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Meta: mcp.Meta{"execution_id": tag},
-			Arguments: map[string]any{"host": "min-1", "command": "touch " + tag + "; echo " + tag}})
-		ccancel()
-		outcome, msg := hacheck.Classify(res, err, tag)
-		_, statErr := os.Stat(filepath.Join(minDir, tag))
-		ran := statErr == nil
-		t.Logf("call %s through gateway 3 (minority), %s after the partition: %s (ran on its host: %v): %s",
-			tag, time.Since(at).Round(time.Millisecond), outcome, ran, msg)
-		switch outcome {
-		case hacheck.OK:
-			t.Errorf("call %s through the minority's gateway was answered: a result the audit trail's quorum never acknowledged", tag)
-		case hacheck.Refused:
-			refusedAfter = time.Since(at)
-			if ran {
-				t.Errorf("call %s was refused yet ran on its host", tag)
-			}
-		case hacheck.Withheld:
-			withheld = append(withheld, tag)
-		}
-	}
+	<-minorityDone
 	if refusedAfter < 0 {
 		t.Fatal("no call through the minority's gateway was refused within 90s of the partition")
 	}
@@ -147,6 +172,27 @@ func TestClusterPartition(t *testing.T) {
 	})
 	t.Logf("healed: gateway 3 served a call again after %s", time.Since(healed).Round(time.Millisecond))
 	waitFor(t, 20*time.Second, "gateway 3 to answer /readyz with 200", func() bool { return p.readyz() == http.StatusOK })
+
+	// Gateway 3's process is killed while its node leads the audit
+	// stream: a crash hands nothing over.
+	leadFrom(t, nc, protocol.AuditStream, "gw3")
+	killed := time.Now()
+	p.kill3()
+	for i, cl := range loops {
+		took := cl.servedAfter(t, killed, 30*time.Second)
+		t.Logf("gateway 3 killed: calls through gateway %d answered again after %s", i+1, took.Round(time.Millisecond))
+		if took > 30*time.Second {
+			t.Errorf("calls through gateway %d stopped for %s after the audit leader's node was killed; want within 30s", i+1, took)
+		}
+	}
+	// It starts again on its old store, catches up and serves.
+	restarted := time.Now()
+	p.start3(t)
+	waitFor(t, 60*time.Second, "gw3 current on every stream after its restart", func() bool { return streamsCurrent(nc, "gw3") })
+	t.Logf("gateway 3 restarted on its old store: current on every stream %s after its start", time.Since(restarted).Round(time.Millisecond))
+	cs3 = p.client(t)
+	waitFor(t, 30*time.Second, "min-1 online at gateway 3 again", func() bool { return hostOnline(cs3, "min-1") })
+	mustOK(t, call(t, cs3, "bash", map[string]any{"host": "min-1", "command": "echo back"}))
 	answered := 0
 	for _, cl := range loops {
 		answered += cl.stop()
@@ -195,6 +241,9 @@ type partitionCluster struct {
 	mcp3     string   // gateway 3's MCP host:port
 	api3     string
 	token    string // gateway 3's callers' token
+	ns       *netNS
+	args3    []string
+	kill3    func() // kills gateway 3's process (SIGKILL) and waits for it
 }
 
 func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluster {
@@ -270,15 +319,34 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 	p.api3 = net.JoinHostPort(nsB, strconv.Itoa(freePort(t)))
 	nats3 := net.JoinHostPort(nsB, strconv.Itoa(freePort(t)))
 	p.natsURLs = append(p.natsURLs, "tls://"+nats3)
-	cmd := ns.command(gatewayBinary(t), "--name", "gw3", "--listen", p.mcp3, "--nats_listen", nats3, "--api_listen", p.api3,
+	p.ns = ns
+	p.args3 = []string{"--name", "gw3", "--listen", p.mcp3, "--nats_listen", nats3, "--api_listen", p.api3,
 		"--data_dir", dir3, "--log_level", "warn", "--api_tokens", tokens,
-		"--nats_cluster", "fleet", "--nats_cluster_listen", routeAddrs[2], "--nats_routes", strings.Join(routes, ","))
+		"--nats_cluster", "fleet", "--nats_cluster_listen", routeAddrs[2], "--nats_routes", strings.Join(routes, ",")}
+	p.start3(t)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// start3 starts gateway 3 in the namespace (again: on its old store) and
+// waits until it answers; it is stopped with the test.
+func (p *partitionCluster) start3(t *testing.T) {
+	t.Helper()
+	cmd := p.ns.command(gatewayBinary(t), p.args3...)
 	cmd.Stderr = testWriter{t}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start gateway 3 in %s: %v", ns.Name, err)
+		t.Fatalf("start gateway 3 in %s: %v", p.ns.Name, err)
 	}
 	done := waitProcess(cmd)
+	p.kill3 = func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -288,11 +356,6 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 			<-done
 		}
 	})
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
 	waitFor(t, 60*time.Second, "gateway 3 to answer /healthz", func() bool {
 		resp, err := http.Get("http://" + p.mcp3 + "/healthz")
 		if err != nil {
@@ -301,7 +364,6 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return p
 }
 
 // client is an MCP client (the stateless era) of gateway 3.
@@ -339,4 +401,21 @@ func (p *partitionCluster) conn(t *testing.T, i int) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// leadFrom makes node the leader of stream, asking the leader to step
+// down in its favour until it is.
+func leadFrom(t *testing.T, nc *nats.Conn, stream, node string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, node+" to lead "+stream, func() bool {
+		info, err := streamInfo(nc, stream)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		if info.Cluster.Leader == node {
+			return true
+		}
+		_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(`{"placement":{"preferred":"`+node+`"}}`), 2*time.Second)
+		return false
+	})
 }
