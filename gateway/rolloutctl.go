@@ -297,7 +297,7 @@ func (c *controller) repoke(id string, hosts []string, now time.Time) {
 	}
 	c.poked[id] = now
 	for _, h := range hosts {
-		_ = c.s.nc.Publish(protocol.SkillsPokeSubject(h), nil)
+		c.s.opts.poke(h)
 	}
 }
 

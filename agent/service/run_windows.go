@@ -9,14 +9,16 @@ import (
 
 // RunIfService runs run under the Windows service control manager when
 // the process was started by it, and reports whether it was; stopWait is
-// how long a stop may take (the agent's drain timeout and a margin). The
-// exit code the service reports is 1 when run fails.
-func RunIfService(run func(context.Context) error, stopWait time.Duration) (bool, error) {
+// how long a stop may take (the agent's drain timeout and a margin), and
+// reload is called on a parameter change (`sc.exe control fleet-agent
+// paramchange`), the service's SIGHUP. The exit code the service reports
+// is 1 when run fails.
+func RunIfService(run func(context.Context) error, reload func(), stopWait time.Duration) (bool, error) {
 	isService, err := svc.IsWindowsService()
 	if err != nil || !isService {
 		return false, err
 	}
-	h := &handler{run: run, stopWait: stopWait}
+	h := &handler{run: run, reload: reload, stopWait: stopWait}
 	if err := svc.Run("", h); err != nil {
 		return true, err
 	}
@@ -25,6 +27,7 @@ func RunIfService(run func(context.Context) error, stopWait time.Duration) (bool
 
 type handler struct {
 	run      func(context.Context) error
+	reload   func()
 	stopWait time.Duration
 	err      error
 }
@@ -51,6 +54,8 @@ func (h *handler) Execute(_ []string, changes <-chan svc.ChangeRequest, statuses
 					r = reqStop
 				case svc.Shutdown, svc.PreShutdown:
 					r = reqShutdown
+				case svc.ParamChange:
+					r = reqReload
 				}
 				select {
 				case requests <- r:
@@ -60,7 +65,7 @@ func (h *handler) Execute(_ []string, changes <-chan svc.ChangeRequest, statuses
 			}
 		}
 	}()
-	h.err = serve(h.run, requests, func(s status) { statuses <- toSvc(s) }, h.stopWait)
+	h.err = serve(h.run, h.reload, requests, func(s status) { statuses <- toSvc(s) }, h.stopWait)
 	if h.err != nil {
 		return false, 1
 	}
@@ -81,6 +86,9 @@ func toSvc(s status) svc.Status {
 	}
 	if s.acceptStop {
 		out.Accepts = svc.AcceptStop | svc.AcceptShutdown
+	}
+	if s.acceptReload {
+		out.Accepts |= svc.AcceptParamChange
 	}
 	return out
 }

@@ -17,6 +17,9 @@ const (
 	reqInterrogate request = iota
 	reqStop
 	reqShutdown
+	// reqReload is SERVICE_CONTROL_PARAMCHANGE (`sc.exe control
+	// fleet-agent paramchange`): what SIGHUP is elsewhere.
+	reqReload
 )
 
 // state is what the service reports.
@@ -30,12 +33,13 @@ const (
 )
 
 // status is one report to the service control manager. acceptStop says
-// the service takes stop and shutdown controls; waitHint is how long a
-// pending state may last.
+// the service takes stop and shutdown controls, acceptReload parameter
+// changes; waitHint is how long a pending state may last.
 type status struct {
-	state      state
-	acceptStop bool
-	waitHint   time.Duration
+	state        state
+	acceptStop   bool
+	acceptReload bool
+	waitHint     time.Duration
 }
 
 // serve runs run as a service: it reports the service running, answers
@@ -43,14 +47,15 @@ type status struct {
 // which the agent drains, reporting the stop as pending for up to
 // stopWait; it returns run's error once run has returned, after
 // reporting the service stopped. A run that ends by itself (a bad
-// configuration, say) ends the service the same way.
-func serve(run func(context.Context) error, requests <-chan request, report func(status), stopWait time.Duration) error {
+// configuration, say) ends the service the same way. A parameter change
+// calls reload (when not nil), which must not block.
+func serve(run func(context.Context) error, reload func(), requests <-chan request, report func(status), stopWait time.Duration) error {
 	report(status{state: stateStartPending, waitHint: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
-	running := status{state: stateRunning, acceptStop: true}
+	running := status{state: stateRunning, acceptStop: true, acceptReload: reload != nil}
 	report(running)
 	for {
 		select {
@@ -65,6 +70,9 @@ func serve(run func(context.Context) error, requests <-chan request, report func
 				err := <-done
 				report(status{state: stateStopped})
 				return err
+			case r == reqReload && reload != nil:
+				reload()
+				report(running)
 			default:
 				report(running)
 			}

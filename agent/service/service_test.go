@@ -50,7 +50,7 @@ func TestServeStop(t *testing.T) {
 				<-ctx.Done()
 				close(drained)
 				return runErr
-			}, requests, rec.report, 45*time.Second)
+			}, nil, requests, rec.report, 45*time.Second)
 		}()
 		for _, want := range []state{stateStartPending, stateRunning} {
 			if got := <-rec.seen; got != want {
@@ -89,7 +89,7 @@ func TestServeStop(t *testing.T) {
 func TestServeRunEnds(t *testing.T) {
 	rec := &recorder{seen: make(chan state, 16)}
 	bad := errors.New("no NATS server given")
-	err := serve(func(context.Context) error { return bad }, make(chan request), rec.report, time.Second)
+	err := serve(func(context.Context) error { return bad }, nil, make(chan request), rec.report, time.Second)
 	if err != bad {
 		t.Errorf("serve = %v", err)
 	}
@@ -257,4 +257,42 @@ func FuzzCommandLine(f *testing.F) {
 			t.Fatalf("%q -> %s -> %q", args, CommandLine(args), got)
 		}
 	})
+}
+
+// TestServeReload: a parameter change reloads (the service's SIGHUP) and
+// the service stays running, saying it takes parameter changes; without a
+// reload function it says it does not, and a parameter change does
+// nothing.
+func TestServeReload(t *testing.T) {
+	for _, withReload := range []bool{true, false} {
+		rec := &recorder{seen: make(chan state, 16)}
+		requests := make(chan request)
+		reloads := make(chan struct{}, 4)
+		var reload func()
+		if withReload {
+			reload = func() { reloads <- struct{}{} }
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- serve(func(ctx context.Context) error { <-ctx.Done(); return nil }, reload, requests, rec.report, time.Second)
+		}()
+		<-rec.seen
+		<-rec.seen
+		requests <- reqReload
+		if got := <-rec.seen; got != stateRunning {
+			t.Fatalf("after a parameter change: reported %v", got)
+		}
+		requests <- reqReload
+		<-rec.seen
+		requests <- reqStop
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := len(reloads); withReload && n != 2 || !withReload && n != 0 {
+			t.Errorf("reload %v: %d reloads after two parameter changes", withReload, n)
+		}
+		if s := rec.got[1]; !s.acceptStop || s.acceptReload != withReload {
+			t.Errorf("reload %v: running reported as %+v", withReload, s)
+		}
+	}
 }

@@ -48,7 +48,7 @@ func main() {
 	// under it: a stop or a shutdown drains it as SIGTERM does elsewhere.
 	if ok, err := service.RunIfService(func(ctx context.Context) error {
 		return run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	}, serviceStopWait); ok {
+	}, serviceReload, serviceStopWait); ok {
 		if err != nil {
 			os.Exit(2)
 		}
@@ -285,13 +285,14 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 	if err != nil {
 		return err
 	}
-	// SIGHUP reloads the host policy; it never ends the process.
+	// SIGHUP reloads the host policy (a parameter change, for the
+	// Windows service); it never ends the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	rctx, stopReload := context.WithCancel(ctx)
 	var reloads sync.WaitGroup
-	reloads.Go(func() { reloadOnHangup(rctx, hup, a) })
+	reloads.Go(func() { reloadOnHangup(rctx, a, hup, paramChanges) })
 	defer reloads.Wait()
 	defer stopReload()
 	return a.Run(ctx)
@@ -306,14 +307,30 @@ func flushSpans(tp *tracing.Provider, log *slog.Logger) {
 	}
 }
 
-// reloadOnHangup reloads the host policy on each SIGHUP until ctx ends.
-// The agent logs what it refused.
-func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent) {
+// paramChanges carries the Windows service's parameter changes to the
+// running agent.
+var paramChanges = make(chan struct{}, 1)
+
+// serviceReload asks the running agent for a reload; a reload already
+// asked for and not yet begun covers this one too.
+func serviceReload() {
+	select {
+	case paramChanges <- struct{}{}:
+	default:
+	}
+}
+
+// reloadOnHangup reloads the host policy on each SIGHUP or parameter
+// change until ctx ends. The agent logs what it refused.
+func reloadOnHangup(ctx context.Context, a *agent.Agent, hup <-chan os.Signal, params <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
+		case <-params:
+		}
+		if ctx.Err() == nil {
 			_ = a.Reload()
 		}
 	}
