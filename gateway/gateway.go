@@ -156,19 +156,15 @@ func Start(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The signing key is made once, before NATS starts (the router signs
+	// with it, and a reload changes it in place) and before the wait for
+	// a cluster's JetStream, so that the other gateways' data
+	// directories can be seeded with it meanwhile (clusterseed.go).
 	if err := g.openSigningKey(); err != nil {
 		ln.Close()
 		return nil, err
 	}
 	if err := g.startNATS(); err != nil {
-		ln.Close()
-		g.stopNATS()
-		return nil, err
-	}
-	// The signing key is made before the wait for a cluster's JetStream,
-	// so that the other gateways' data directories can be seeded with it
-	// meanwhile (clusterseed.go).
-	if err := g.openSigningKey(); err != nil {
 		ln.Close()
 		g.stopNATS()
 		return nil, err
