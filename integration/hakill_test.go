@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // TestGatewayKilledMidCall: three gateways of a cluster each serve four
@@ -191,4 +193,104 @@ func startClusterAgent(t testing.TB, gw *gateway.Gateway, host string, urls []st
 	go func() { defer close(done); _ = a.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-done })
 	return dir
+}
+
+// TestClusterSigningKeyRotation: a signing-key rotation on an embedded
+// cluster, as deploy/README.md tells the operator to make it: rotate on
+// one gateway, copy its signing directory to the others, reload each;
+// then retire and do the same. The agent takes the new key set in, and
+// calls through every replica run throughout. A replica left out of the
+// whole rotation still signs with the old key: its calls run while the
+// old key is trusted, and after the retirement are refused, saying so,
+// until it gets the directory too.
+func TestClusterSigningKeyRotation(t *testing.T) {
+	c := startGatewayCluster(t, 3, nil)
+	startClusterAgent(t, c.gw(0), "rot-1", c.natsURLs())
+	for i := range 3 {
+		waitOnline(t, c.gw(i), []string{"rot-1"})
+	}
+	clients := []*mcp.ClientSession{clientTo(t, c.gw(0).MCPURL(), ""), clientTo(t, c.gw(1).MCPURL(), ""), clientTo(t, c.gw(2).MCPURL(), "")}
+	callAll := func(what string, gws ...int) {
+		t.Helper()
+		for _, i := range gws {
+			mustOK(t, call(t, clients[i], "bash", map[string]any{"host": "rot-1", "command": "echo " + what}))
+		}
+	}
+	signing := func(i int) string { return filepath.Join(c.cfgs[i].DataDir, "signing") }
+	reload := func(gws ...int) {
+		t.Helper()
+		for _, i := range gws {
+			if err := c.gw(i).Reload(); err != nil {
+				t.Fatalf("reload gateway %d: %v", i+1, err)
+			}
+		}
+	}
+	trusts := func(i int, want []string) func() bool {
+		return func() bool {
+			h, ok := c.gw(i).Host("rot-1")
+			return ok && slices.Equal(h.TrustedKeys, want)
+		}
+	}
+	callAll("before", 0, 1, 2)
+
+	// Rotated on gateway 1 and copied to gateway 2; gateway 3 is left out.
+	rep, err := gateway.RotateSigningKey(filepath.Join(signing(0), "gateway.key"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := protocol.KeyIDs(rep.Keys)
+	copySigningDir(t, signing(0), signing(1))
+	reload(0, 1)
+	waitFor(t, 20*time.Second, "rot-1 to trust both keys", trusts(0, ids))
+	callAll("overlap", 0, 1, 2) // gateway 3 signs with the old key, still trusted
+
+	if _, err := gateway.RetireSigningKey(filepath.Join(signing(0), "gateway.key"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	copySigningDir(t, signing(0), signing(1))
+	reload(0, 1)
+	waitFor(t, 20*time.Second, "rot-1 to retire the old key", trusts(0, ids[:1]))
+	callAll("retired", 0, 1)
+	res := call(t, clients[2], "bash", map[string]any{"host": "rot-1", "command": "echo left-out"})
+	if !res.IsError || !strings.Contains(text(res), "does not trust the gateway's signing key") {
+		t.Errorf("a call through the gateway left out of the rotation, after the retirement: %s", text(res))
+	}
+	t.Logf("a call through the gateway left out of the rotation, after the retirement: %s", text(res))
+	copySigningDir(t, signing(0), signing(2))
+	reload(2)
+	callAll("all-retired", 0, 1, 2)
+}
+
+// copySigningDir makes dir to a copy of the signing directory from, as
+// rsync -a --delete would: the same files, modes and contents.
+func copySigningDir(t *testing.T, from, to string) {
+	t.Helper()
+	have, err := os.ReadDir(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range have {
+		if _, err := os.Stat(filepath.Join(from, e.Name())); os.IsNotExist(err) {
+			if err := os.Remove(filepath.Join(to, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	files, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range files {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
