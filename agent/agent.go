@@ -66,6 +66,9 @@ type Agent struct {
 	skillsLeftOut atomic.Int64
 	// callSub is the current subscription to the host's calls.
 	callSub atomic.Pointer[nats.Subscription]
+	// discovering is set while an announce answering a discovery request
+	// waits to go out: a flood of requests makes one announce at a time.
+	discovering atomic.Bool
 
 	calls *callTable
 	pend  assembler
@@ -213,7 +216,7 @@ func New(cfg Config) (a *Agent, err error) {
 		shell:       describeShell(context.Background(), tb.shell),
 	}
 	a.hp.Store(newHostPolicy(all, pol))
-	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
+	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Instance: a.instance, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
 		state.close()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
@@ -269,6 +272,21 @@ func servedTools(tools map[string]toolFunc, pol *policy.Policy) (map[string]tool
 
 func (hp *hostPolicy) toolList() []string {
 	return slices.Sorted(maps.Keys(hp.tools))
+}
+
+// onDiscover answers a gateway's discovery request with an announce
+// after a random delay (a fleet answering at once would burst), one at a
+// time: requests that come while one waits are answered by it. Discovery
+// requests are not signed (they make the agent do what it does every few
+// seconds anyway), so anyone may send many.
+func (a *Agent) onDiscover(nc *nats.Conn) {
+	if !a.discovering.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(rand.N(200*time.Millisecond), func() {
+		a.discovering.Store(false)
+		a.announce(nc, false)
+	})
 }
 
 // newInstanceID returns a random ID for this process.
@@ -632,9 +650,7 @@ func (a *Agent) join(nc *nats.Conn) ([]*nats.Subscription, error) {
 	err = errors.Join(err,
 		sub(protocol.CancelSubject(a.cfg.Name), a.onCancel),
 		sub(protocol.FetchSubject(a.cfg.Name), a.onFetch),
-		sub(protocol.DiscoverSubject(), func(*nats.Msg) {
-			time.AfterFunc(rand.N(200*time.Millisecond), func() { a.announce(nc, false) })
-		}),
+		sub(protocol.DiscoverSubject(), func(*nats.Msg) { a.onDiscover(nc) }),
 		sub(protocol.SkillsPokeSubject(a.cfg.Name), a.onPoke),
 		sub(protocol.KeysPushSubject(a.cfg.Name), a.onKeys),
 	)

@@ -136,6 +136,7 @@ func startAgent(t *testing.T, ns *server.Server, cfg Config, setup func(*Agent))
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackInstance(t, a)
 	if setup != nil {
 		setup(a)
 	}

@@ -740,3 +740,44 @@ func TestAgentBusy(t *testing.T) {
 	stop()
 	nextAnnounce(t, pres, host, true)
 }
+
+// TestDiscoveryFloodOneAnnounce: discovery requests are not signed, so
+// anyone on the account may send many; a flood of them makes one
+// announce at a time, not one each (nor a timer each).
+func TestDiscoveryFloodOneAnnounce(t *testing.T) {
+	const host = "disc-1"
+	ns := startTestNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pres := presence(t, nc)
+	stop := runAgent(t, ns, Config{Name: host, Cwd: t.TempDir(), Heartbeat: time.Hour})
+	defer stop()
+	nextAnnounce(t, pres, host, false)
+	for range 2000 {
+		if err := nc.Publish(protocol.DiscoverSubject(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The flood's answer, then quiet: at most a couple more while the
+	// flood was still arriving.
+	nextAnnounce(t, pres, host, false)
+	n := 1
+	quiet := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case <-pres:
+			n++
+		case <-quiet:
+			done = true
+		}
+	}
+	if n > 5 {
+		t.Errorf("2000 discovery requests made %d announces; want one at a time", n)
+	}
+}

@@ -29,11 +29,31 @@ func testGatewayKeys() []string {
 
 func testSigner() *protocol.EnvelopeSigner { return protocol.NewEnvelopeSigner(testGatewayPriv()) }
 
+// testInstances are the instances of the agents the tests started, by
+// host: what a gateway learns from their announces.
+var testInstances sync.Map
+
+// trackInstance records a's instance for the envelopes tests sign.
+func trackInstance(t *testing.T, a *Agent) {
+	host := a.cfg.Name
+	testInstances.Store(host, a.instance)
+	t.Cleanup(func() { testInstances.CompareAndDelete(host, a.instance) })
+}
+
+// instanceOf is the instance of the test agent of host ("none" when no
+// agent of that name was started).
+func instanceOf(host string) string {
+	if v, ok := testInstances.Load(host); ok {
+		return v.(string)
+	}
+	return "none"
+}
+
 // envelope returns the HeaderAuth value of a message of kind about call
 // id to host with body, answered on reply, issued now.
 func envelope(kind, host, id, tool, reply string, body []byte, timeoutMS int64, caller protocol.CallerClaims) string {
 	now := time.Now()
-	c := protocol.Claims{Kind: kind, Host: host, CallID: id, MsgID: protocol.NewMsgID(), Tool: tool, Reply: reply,
+	c := protocol.Claims{Kind: kind, Host: host, Instance: instanceOf(host), CallID: id, MsgID: protocol.NewMsgID(), Tool: tool, Reply: reply,
 		BodySHA256: sha256.Sum256(body), BodySize: int64(len(body)), TimeoutMS: timeoutMS, Caller: caller,
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
 	return testSigner().Sign(&c)
@@ -46,7 +66,7 @@ func callFrames(t *testing.T, call protocol.Call, reply string, size int) []prot
 	t.Helper()
 	sign := func(n int64, sum [sha256.Size]byte) (string, error) {
 		now := time.Now()
-		c := protocol.Claims{Kind: protocol.MsgCall, Host: call.Host, CallID: call.ID, MsgID: protocol.NewMsgID(), Tool: call.Tool, Reply: reply,
+		c := protocol.Claims{Kind: protocol.MsgCall, Host: call.Host, Instance: instanceOf(call.Host), CallID: call.ID, MsgID: protocol.NewMsgID(), Tool: call.Tool, Reply: reply,
 			BodySHA256: sum, BodySize: n, TimeoutMS: call.TimeoutMS, Caller: call.Caller.Claims(), IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
 		return testSigner().Sign(&c), nil
 	}

@@ -151,7 +151,7 @@ func (g *skillGateway) write(t *testing.T, host string, d protocol.DesiredState,
 		t.Fatal(err)
 	}
 	now := time.Now()
-	c := protocol.Claims{Kind: protocol.MsgPoke, Host: host, MsgID: protocol.NewMsgID(), BodySHA256: sha256.Sum256(nil),
+	c := protocol.Claims{Kind: protocol.MsgPoke, Host: host, Instance: instanceOf(host), MsgID: protocol.NewMsgID(), BodySHA256: sha256.Sum256(nil),
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
 	poke := &nats.Msg{Subject: protocol.SkillsPokeSubject(host), Header: nats.Header{protocol.HeaderAuth: {protocol.NewEnvelopeSigner(g.priv).Sign(&c)}}}
 	if err := g.nc.PublishMsg(poke); err != nil {
@@ -301,6 +301,7 @@ func (g *skillGateway) runSkillAgent(t *testing.T, host string, cfg Config, setu
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackInstance(t, a)
 	if setup != nil {
 		setup(a)
 	}

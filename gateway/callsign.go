@@ -21,19 +21,32 @@ import (
 // refused a message (protocol/refusal.go) ends the call it was about at
 // once, with the host's reason.
 
-// envelopeSigner returns the signer for h's messages: the newest of the
-// gateway's keys that h announces it trusts. A host that trusts none is
-// sent nothing.
-func (r *router) envelopeSigner(h *HostInfo) (*protocol.EnvelopeSigner, error) {
+// hostSigner signs the messages to one agent process: with the newest of
+// the gateway's keys its host trusts, for the instance the gateway heard
+// announce the host (the agent refuses another's, so a message recorded
+// before a restart is never run after it).
+type hostSigner struct {
+	env      *protocol.EnvelopeSigner
+	instance string
+}
+
+func (s hostSigner) sign(c *protocol.Claims) string {
+	c.Instance = s.instance
+	return s.env.Sign(c)
+}
+
+// envelopeSigner returns the signer for h's messages. A host that trusts
+// none of the gateway's keys is sent nothing.
+func (r *router) envelopeSigner(h *HostInfo) (hostSigner, error) {
 	if env := r.keys.envelopeSigner(h.TrustedKeys); env != nil {
-		return env, nil
+		return hostSigner{env: env, instance: h.Instance}, nil
 	}
 	if len(h.TrustedKeys) == 0 {
-		return nil, &HostError{Host: h.Host, Kind: HostUntrusted, Msg: fmt.Sprintf(
+		return hostSigner{}, &HostError{Host: h.Host, Kind: HostUntrusted, Msg: fmt.Sprintf(
 			"host %s cannot check the gateway's signatures: its agent knows no gateway signing key (it was enrolled before calls were signed) or is older than this gateway; "+
 				"calls are refused rather than sent unsigned: upgrade its fleet-agent, or enrol it again (fleet-agent join)", h.Host)}
 	}
-	return nil, &HostError{Host: h.Host, Kind: HostUntrusted, Msg: fmt.Sprintf(
+	return hostSigner{}, &HostError{Host: h.Host, Kind: HostUntrusted, Msg: fmt.Sprintf(
 		"host %s does not trust the gateway's signing key %s (it trusts %s): either it has not taken in the key set of the latest rotation yet, which it asks for when it connects "+
 			"(if it missed the whole rotation, enrol it again: fleet-agent join), or this gateway missed a rotation made on another replica "+
 			"(copy that replica's signing directory here and reload: kill -HUP)", h.Host, r.keys.currentKeyID(), strings.Join(h.TrustedKeys, ", "))}
@@ -43,7 +56,7 @@ func (r *router) envelopeSigner(h *HostInfo) (*protocol.EnvelopeSigner, error) {
 // whole: a host policy may rely on any of its groups, so none is left
 // out.
 func checkCaller(c *protocol.Caller) error {
-	claims := protocol.Claims{Kind: protocol.MsgCall, Host: "h", CallID: "c", MsgID: "m", Caller: c.Claims(),
+	claims := protocol.Claims{Kind: protocol.MsgCall, Host: "h", Instance: "i", CallID: "c", MsgID: "m", Caller: c.Claims(),
 		IssuedAt: time.UnixMilli(0), Expires: time.UnixMilli(1)}
 	if err := claims.Validate(); err != nil {
 		return fmt.Errorf("your token's claims cannot be passed to hosts (%v): a token with at most %d groups of at most %d bytes each is needed",
@@ -54,26 +67,26 @@ func checkCaller(c *protocol.Caller) error {
 
 // signCall returns the envelope of call c, whose encoding (all parts)
 // is n bytes with SHA-256 sum, answered on reply.
-func (r *router) signCall(env *protocol.EnvelopeSigner, c *protocol.Call, reply string, n int64, sum [sha256.Size]byte) string {
+func (r *router) signCall(hs hostSigner, c *protocol.Call, reply string, n int64, sum [sha256.Size]byte) string {
 	now := time.Now()
 	claims := protocol.Claims{
 		Kind: protocol.MsgCall, Host: c.Host, CallID: c.ID, MsgID: protocol.NewMsgID(), Tool: c.Tool, Reply: reply,
 		BodySHA256: sum, BodySize: n, TimeoutMS: c.TimeoutMS, Caller: c.Caller.Claims(),
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime),
 	}
-	return env.Sign(&claims)
+	return hs.sign(&claims)
 }
 
 // signMessage returns the envelope of a message of kind about call id to
 // host, with body, answered on reply ("" for none).
-func signMessage(env *protocol.EnvelopeSigner, kind, host, id, reply string, body []byte) string {
+func signMessage(hs hostSigner, kind, host, id, reply string, body []byte) string {
 	now := time.Now()
 	claims := protocol.Claims{
 		Kind: kind, Host: host, CallID: id, MsgID: protocol.NewMsgID(), Reply: reply,
 		BodySHA256: sha256.Sum256(body), BodySize: int64(len(body)),
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime),
 	}
-	return env.Sign(&claims)
+	return hs.sign(&claims)
 }
 
 // AuditReceipt is a host's receipt as the audit trail keeps it.
@@ -189,11 +202,11 @@ func (g *Gateway) pokeHost(host string) {
 		return
 	}
 	env := g.signer.envelopeSigner(h.TrustedKeys)
-	if env == nil {
+	if env == nil || h.Instance == "" {
 		return
 	}
 	m := &nats.Msg{Subject: protocol.SkillsPokeSubject(host),
-		Header: nats.Header{protocol.HeaderAuth: {signPoke(env, host)}}}
+		Header: nats.Header{protocol.HeaderAuth: {signPoke(hostSigner{env: env, instance: h.Instance}, host)}}}
 	if err := g.nc.PublishMsg(m); err != nil {
 		g.log.Debug("skills: poke failed", "host", host, "err", err)
 	}
@@ -201,9 +214,9 @@ func (g *Gateway) pokeHost(host string) {
 
 // signPoke returns the envelope of a skills poke for host (no call, no
 // body, no reply).
-func signPoke(env *protocol.EnvelopeSigner, host string) string {
+func signPoke(hs hostSigner, host string) string {
 	now := time.Now()
 	claims := protocol.Claims{Kind: protocol.MsgPoke, Host: host, MsgID: protocol.NewMsgID(), BodySHA256: sha256.Sum256(nil),
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
-	return env.Sign(&claims)
+	return hs.sign(&claims)
 }

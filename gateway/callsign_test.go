@@ -100,7 +100,7 @@ func TestRouterSignsMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kind != protocol.MsgCall || c.Host != "web-1" || c.CallID != rc.call.ID || c.Tool != "bash" || c.Reply != rc.reply ||
+	if c.Kind != protocol.MsgCall || c.Host != "web-1" || c.Instance != "i-web-1" || c.CallID != rc.call.ID || c.Tool != "bash" || c.Reply != rc.reply ||
 		c.Caller.Subject != "alice" || c.Caller.ClientID != "cli" || c.Caller.Groups[0] != "sre" || c.Caller.Issuer != "https://id.example" {
 		t.Errorf("claims %+v do not describe the call %+v", c, rc.call)
 	}
@@ -116,14 +116,14 @@ func TestRouterSignsMessages(t *testing.T) {
 		t.Fatal("the fetch is not signed")
 	}
 	fc, err := protocol.OpenEnvelope(fe.auth, openWith(testGatewayKey()))
-	if err != nil || fc.Kind != protocol.MsgFetch || fc.CallID != rc.call.ID || fc.Reply != fe.reply {
+	if err != nil || fc.Kind != protocol.MsgFetch || fc.Instance != "i-web-1" || fc.CallID != rc.call.ID || fc.Reply != fe.reply {
 		t.Errorf("fetch envelope %+v, %v", fc, err)
 	}
 	cancel()
 	<-done
 	ca := recv(t, fa.cancels, "cancel")
 	cc, err := protocol.OpenEnvelope(ca.auth, openWith(testGatewayKey()))
-	if err != nil || cc.Kind != protocol.MsgCancel || cc.CallID != rc.call.ID {
+	if err != nil || cc.Kind != protocol.MsgCancel || cc.Instance != "i-web-1" || cc.CallID != rc.call.ID {
 		t.Errorf("cancel envelope %+v, %v", cc, err)
 	}
 }

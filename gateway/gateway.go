@@ -156,10 +156,9 @@ func Start(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The signing key is made once, before NATS starts (the router signs
-	// with it, and a reload changes it in place) and before the wait for
-	// a cluster's JetStream, so that the other gateways' data
-	// directories can be seeded with it meanwhile (clusterseed.go).
+	// The signing key is made before NATS starts and before the wait for
+	// a cluster's JetStream, so that the other gateways' data directories
+	// can be seeded with it meanwhile (clusterseed.go).
 	if err := g.openSigningKey(); err != nil {
 		ln.Close()
 		return nil, err

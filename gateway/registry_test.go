@@ -53,7 +53,7 @@ func setLabels(r *registry, host string, labels map[string]string) {
 
 func announceOf(host string) protocol.Announce {
 	return protocol.Announce{
-		Host: host, Protocol: protocol.Version, AgentVersion: "0.1.0",
+		Host: host, Instance: "i-" + host, Protocol: protocol.Version, AgentVersion: "0.1.0",
 		OS: "linux", Arch: "amd64", Cwd: "/srv", Shell: "/bin/bash",
 		Tools: []string{"bash", "edit", "read", "write"}, HeartbeatMS: 5000, Limit: 16,
 		TrustedKeys: []string{testGatewayKey().currentKeyID()},

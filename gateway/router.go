@@ -349,7 +349,7 @@ func (r *router) checkHost(host string) (HostInfo, error) {
 // the parts (nats.go copies each into its buffer), so a large write costs
 // no copy of its content here. Every part carries the call's trace
 // context, when it has one; the first its signed envelope.
-func (r *router) send(c *protocol.Call, env *protocol.EnvelopeSigner, tc propagation.MapCarrier) error {
+func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrier) error {
 	// Room for the envelope in the first part's headers.
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-4096)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
@@ -373,7 +373,7 @@ func (r *router) send(c *protocol.Call, env *protocol.EnvelopeSigner, tc propaga
 	return nil
 }
 
-func (r *router) cancel(env *protocol.EnvelopeSigner, host, id, reason string) {
+func (r *router) cancel(env hostSigner, host, id, reason string) {
 	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
 	m := &nats.Msg{Subject: protocol.CancelSubject(host), Data: data,
 		Header: nats.Header{protocol.HeaderAuth: {signMessage(env, protocol.MsgCancel, host, id, "", data)}}}
@@ -382,7 +382,7 @@ func (r *router) cancel(env *protocol.EnvelopeSigner, host, id, reason string) {
 	}
 }
 
-func (r *router) fetch(env *protocol.EnvelopeSigner, host, id string) {
+func (r *router) fetch(env hostSigner, host, id string) {
 	data, _ := json.Marshal(protocol.Fetch{CallID: id})
 	reply := protocol.ReplySubject(r.inbox, host)
 	m := &nats.Msg{Subject: protocol.FetchSubject(host), Reply: reply, Data: data,
@@ -416,7 +416,7 @@ type waiter struct {
 	onFrame frameFunc
 	// env signs the call's cancels and fetches; receipt, when not nil,
 	// receives the result's receipt as checked.
-	env     *protocol.EnvelopeSigner
+	env     hostSigner
 	receipt *AuditReceipt
 
 	// hold, when not nil, keeps what the call's result takes of the

@@ -146,7 +146,10 @@ func TestRoguePublisher(t *testing.T) {
 	// Signed by a key of the rogue's own.
 	_, own, _ := ed25519.GenerateKey(nil)
 	sign := func(key ed25519.PrivateKey, id string, data []byte, reply string, iat time.Time) string {
-		c := protocol.Claims{Kind: protocol.MsgCall, Host: "alpha", CallID: id, MsgID: protocol.NewMsgID(), Tool: "bash", Reply: reply,
+		// The agent process's instance is in every announce the rogue
+		// can read.
+		h, _ := env.Gateway.Host("alpha")
+		c := protocol.Claims{Kind: protocol.MsgCall, Host: "alpha", Instance: h.Instance, CallID: id, MsgID: protocol.NewMsgID(), Tool: "bash", Reply: reply,
 			BodySHA256: sha256.Sum256(data), BodySize: int64(len(data)), TimeoutMS: 60000, Caller: protocol.CallerClaims{Subject: "root"},
 			IssuedAt: iat, Expires: iat.Add(protocol.EnvelopeLifetime)}
 		return protocol.NewEnvelopeSigner(key).Sign(&c)
@@ -256,4 +259,38 @@ func TestRoguePublisher(t *testing.T) {
 		// unsigned.
 		return kinds["call"] && kinds["cancel"] && kinds["fetch"] && kinds["poke"]
 	})
+}
+
+// TestRogueReplayAfterAgentRestart: a genuine call seen on the wire and
+// published again once the host's agent has restarted — inside the
+// envelope's lifetime and the clock allowance, so the new process's
+// empty replay cache cannot tell — runs nothing: the envelope names the
+// agent process it was signed for, and the refusal is audited.
+func TestRogueReplayAfterAgentRestart(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha"}})
+	cs := env.Client("", nil)
+	rogue := roguePublisher(t, env)
+	marks := filepath.Join(t.TempDir(), "marks")
+	calls, stop := capture(t, rogue, protocol.CallSubject("alpha"))
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo genuine >> " + marks}))
+	genuine := next(t, calls, "the genuine call on the wire")
+	stop()
+
+	env.StopAgent("alpha")
+	env.StartAgent("alpha", nil)
+	waitFor(t, 20*time.Second, "the restarted agent answers", func() bool {
+		return !call(t, cs, "bash", map[string]any{"host": "alpha", "command": "true"}).IsError
+	})
+	republish(t, rogue, genuine.Subject, genuine, genuine.Data)
+	waitFor(t, 20*time.Second, "the replay refused in the audit trail", func() bool {
+		for _, r := range auditRecords(t, cs, map[string]any{"host": "alpha", "decision": "denied"}) {
+			if r.Reason == string(protocol.RefusedOtherInstance) {
+				return true
+			}
+		}
+		return false
+	})
+	if b, _ := os.ReadFile(marks); string(b) != "genuine\n" {
+		t.Errorf("commands run on alpha: %q, want the genuine one once", b)
+	}
 }

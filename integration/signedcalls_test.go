@@ -176,7 +176,8 @@ func TestSigningKeyRotationEndToEnd(t *testing.T) {
 	args, _ := json.Marshal(map[string]string{"host": "alpha", "command": "touch retired"})
 	body, _ := json.Marshal(protocol.Call{ID: "old-key-1", Protocol: protocol.Version, Host: "alpha", Tool: "bash", TimeoutMS: 60000, Args: args})
 	now := time.Now()
-	claims := protocol.Claims{Kind: protocol.MsgCall, Host: "alpha", CallID: "old-key-1", MsgID: protocol.NewMsgID(), Tool: "bash",
+	alpha, _ := env.Gateway.Host("alpha")
+	claims := protocol.Claims{Kind: protocol.MsgCall, Host: "alpha", Instance: alpha.Instance, CallID: "old-key-1", MsgID: protocol.NewMsgID(), Tool: "bash",
 		Reply: "_INBOX.old", BodySHA256: sha256.Sum256(body), BodySize: int64(len(body)), TimeoutMS: 60000,
 		IssuedAt: now, Expires: now.Add(protocol.EnvelopeLifetime)}
 	h, data := protocol.Frame{Kind: protocol.KindCall, CallID: "old-key-1", Seq: 1, Part: 1, Parts: 1,

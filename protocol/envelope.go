@@ -96,6 +96,10 @@ const (
 type Claims struct {
 	Kind string // MsgCall, MsgCancel, MsgFetch or MsgPoke
 	Host string
+	// Instance is the agent process the message is for (the instance
+	// its announces name): a message recorded for one process is refused
+	// by the next, whose replay cache never saw it.
+	Instance string
 	// CallID is the call the message is about (empty for a poke).
 	CallID string
 	// MsgID is random and unique per message: the key of the agent's
@@ -129,6 +133,7 @@ func (c *Claims) AppendCanonical(b []byte) []byte {
 	b = append(b, envelopeMagic...)
 	b = putField(b, "kind", c.Kind)
 	b = putField(b, "host", c.Host)
+	b = putField(b, "instance", c.Instance)
 	b = putField(b, "call", c.CallID)
 	b = putField(b, "msg", c.MsgID)
 	b = putField(b, "tool", c.Tool)
@@ -232,6 +237,9 @@ const (
 	RefusedNoKeys RefusalReason = "no_keys"
 	// RefusedWrongHost: signed for another host (re-targeted).
 	RefusedWrongHost RefusalReason = "wrong_host"
+	// RefusedOtherInstance: signed for another process of this host's
+	// agent (one before a restart: recorded and replayed).
+	RefusedOtherInstance RefusalReason = "other_instance"
 	// RefusedMismatch: signed for another kind of message, another
 	// call, or another reply subject.
 	RefusedMismatch RefusalReason = "mismatch"
@@ -322,6 +330,7 @@ func ParseClaims(data []byte) (*Claims, error) {
 	var c Claims
 	c.Kind = p.str("kind")
 	c.Host = p.str("host")
+	c.Instance = p.str("instance")
 	c.CallID = p.str("call")
 	c.MsgID = p.str("msg")
 	c.Tool = p.str("tool")
@@ -372,6 +381,9 @@ func (c *Claims) Validate() error {
 	}
 	if err := ValidateHost(c.Host); err != nil {
 		return fmt.Errorf("the envelope's host: %w", err)
+	}
+	if c.Instance == "" || len(c.Instance) > MaxInstanceLen || !utf8.ValidString(c.Instance) {
+		return fmt.Errorf("the envelope names no agent instance, or one over %d bytes: the gateway signs each message for the agent process it heard announce the host", MaxInstanceLen)
 	}
 	if c.Kind != MsgPoke || c.CallID != "" {
 		if err := ValidateCallID(c.CallID); err != nil {

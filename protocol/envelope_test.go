@@ -18,7 +18,7 @@ var envSeed = bytes.Repeat([]byte{7}, ed25519.SeedSize)
 func testClaims() Claims {
 	iat := time.UnixMilli(1767225600123)
 	return Claims{
-		Kind: MsgCall, Host: "web-1", CallID: "c0123456789abcdef", MsgID: "m-1", Tool: "bash",
+		Kind: MsgCall, Host: "web-1", Instance: "0123456789abcdef", CallID: "c0123456789abcdef", MsgID: "m-1", Tool: "bash",
 		Reply: "_INBOX__gw.abc.web-1", BodySHA256: sha256.Sum256([]byte(`{"id":"c1"}`)), BodySize: 11, TimeoutMS: 60000,
 		Caller:   CallerClaims{Issuer: "https://id.example", Subject: "alice", ClientID: "cli", Groups: []string{"sre", "ops\nnewline"}},
 		IssuedAt: iat, Expires: iat.Add(EnvelopeLifetime),

@@ -119,6 +119,14 @@ func (st KeyState) Apply(chain *KeySetChain) (KeyState, error) {
 		if err := s.Set.Validate(); err != nil {
 			return st, err
 		}
+		if s.Set.Serial != st.Serial+1 {
+			// Serials grow by one: a set that skips some is not from this
+			// gateway's chain (or the host missed sets the chain no longer
+			// holds), and a jump to a far serial would lock the host out
+			// of every later set.
+			return st, fmt.Errorf("key set %d follows set %d, which this host holds: serials grow by one; enrol the host again if it missed a rotation the gateway no longer keeps",
+				s.Set.Serial, st.Serial)
+		}
 		if err := s.verify(st.Keys); err != nil {
 			return st, err
 		}
@@ -127,11 +135,22 @@ func (st KeyState) Apply(chain *KeySetChain) (KeyState, error) {
 	return st, nil
 }
 
-// verify checks that a key of trusted signs s.
+// verify checks that a key of trusted signs s. A set carries at most
+// MaxKeySetKeys signatures, and each trusted key's is checked once: an
+// unchecked message (key sets are not in envelopes) costs the host a few
+// signature checks at most.
 func (s *SignedKeySet) verify(trusted []string) error {
+	if len(s.Signatures) > MaxKeySetKeys {
+		return fmt.Errorf("key set %d has %d signatures; at most %d are allowed", s.Set.Serial, len(s.Signatures), MaxKeySetKeys)
+	}
 	msg := s.Set.CanonicalBytes()
+	tried := make([]string, 0, len(s.Signatures))
 	for _, sig := range s.Signatures {
-		if slices.Contains(trusted, sig.Key) && VerifyBytes(trusted, PurposeKeySet, msg, sig) == nil {
+		if !slices.Contains(trusted, sig.Key) || slices.Contains(tried, sig.Key) {
+			continue
+		}
+		tried = append(tried, sig.Key)
+		if VerifyBytes(trusted, PurposeKeySet, msg, sig) == nil {
 			return nil
 		}
 	}

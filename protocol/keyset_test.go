@@ -72,3 +72,42 @@ func TestKeySetRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestKeySetBounds: a set that skips serials is refused (a key that once
+// signed could otherwise jump to a far serial and lock the host out of
+// every later set), and one carrying more signatures than a set has keys
+// is refused before any is checked; bogus signatures naming a trusted key
+// cost one check for that key, not one each.
+func TestKeySetBounds(t *testing.T) {
+	k1, p1 := keyPair(1)
+	_, p2 := keyPair(2)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := KeyState{Keys: []string{p1}}
+	jump, err := SignKeySet(KeySet{Serial: 1 << 40, Keys: []string{p2}, At: at}, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Apply(&KeySetChain{Sets: []SignedKeySet{jump}}); err == nil || !strings.Contains(err.Error(), "grow by one") || got.Serial != 0 {
+		t.Errorf("a set that skips serials: %+v, %v", got, err)
+	}
+	set := KeySet{Serial: 1, Keys: []string{p2}, At: at}
+	bogus := SignBytes(k1, PurposeKeySet, []byte("something else"))
+	many := SignedKeySet{Set: set}
+	for range MaxKeySetKeys + 1 {
+		many.Signatures = append(many.Signatures, bogus)
+	}
+	if _, err := st.Apply(&KeySetChain{Sets: []SignedKeySet{many}}); err == nil || !strings.Contains(err.Error(), "signatures; at most") {
+		t.Errorf("a set with %d signatures: %v", len(many.Signatures), err)
+	}
+	// Bogus signatures of one trusted key first, then a good one by the
+	// same key: only the first of that key's is checked, so the set is
+	// refused, at the cost of one check.
+	good, _ := SignKeySet(set, k1)
+	mixed := SignedKeySet{Set: set, Signatures: []Signature{bogus, bogus, good.Signatures[0]}}
+	if _, err := st.Apply(&KeySetChain{Sets: []SignedKeySet{mixed}}); err == nil {
+		t.Error("a set whose first signature by the trusted key is bogus was taken")
+	}
+	if got, err := st.Apply(&KeySetChain{Sets: []SignedKeySet{good}}); err != nil || got.Serial != 1 {
+		t.Errorf("the genuine set: %+v, %v", got, err)
+	}
+}

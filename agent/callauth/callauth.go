@@ -33,6 +33,10 @@ const DefaultMaxReplay = 200_000
 type Config struct {
 	// Host is the agent's host name: envelopes must name it.
 	Host string
+	// Instance is this agent process's instance (its announces name
+	// it): envelopes must name it, so a message recorded for an earlier
+	// process is never run by this one.
+	Instance string
 	// Keys are the gateway keys trusted at start (the enrolment's, or a
 	// later key set's): protocol.FormatSigningKey.
 	Keys protocol.KeyState
@@ -47,9 +51,10 @@ type Config struct {
 
 // Verifier checks envelopes. It is safe for concurrent use.
 type Verifier struct {
-	host    string
-	started time.Time
-	now     func() time.Time
+	host     string
+	instance string
+	started  time.Time
+	now      func() time.Time
 
 	mu    sync.RWMutex
 	state protocol.KeyState
@@ -65,6 +70,9 @@ func New(cfg Config) (*Verifier, error) {
 	if err := protocol.ValidateHost(cfg.Host); err != nil {
 		return nil, err
 	}
+	if cfg.Instance == "" {
+		return nil, errors.New("callauth: no agent instance: envelopes are checked against the process's instance")
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -74,7 +82,7 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.MaxReplay <= 0 {
 		cfg.MaxReplay = DefaultMaxReplay
 	}
-	v := &Verifier{host: cfg.Host, started: cfg.Started, now: cfg.Now, replay: replayCache{max: cfg.MaxReplay, seen: map[string]int64{}}}
+	v := &Verifier{host: cfg.Host, instance: cfg.Instance, started: cfg.Started, now: cfg.Now, replay: replayCache{max: cfg.MaxReplay, seen: map[string]int64{}}}
 	if err := v.setKeys(cfg.Keys); err != nil {
 		return nil, err
 	}
@@ -160,6 +168,9 @@ func (v *Verifier) Open(auth string, want Expect) (*protocol.Claims, error) {
 	switch {
 	case c.Host != v.host:
 		return refuse(protocol.RefusedWrongHost, "the envelope is for host %s, and this is host %s: a message re-targeted at another host is never run", c.Host, v.host)
+	case c.Instance != v.instance:
+		return refuse(protocol.RefusedOtherInstance, "the envelope is for agent process %s of host %s, and this is process %s: a message for the process before a restart is never run by the next (the gateway signs for the process it heard announce)",
+			protocol.Excerpt(c.Instance), v.host, v.instance)
 	case c.Kind != want.Kind:
 		return refuse(protocol.RefusedMismatch, "the envelope is for a %s and came as a %s", c.Kind, want.Kind)
 	case want.CallID != "" && c.CallID != want.CallID:

@@ -27,7 +27,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{priv: priv, signer: protocol.NewEnvelopeSigner(priv), key: protocol.FormatSigningKey(pub), now: time.Now()}
-	f.v, err = New(Config{Host: "web-1", Keys: protocol.KeyState{Keys: []string{f.key}}, Started: f.now, Now: func() time.Time { return f.now }})
+	f.v, err = New(Config{Host: "web-1", Instance: "i-1", Keys: protocol.KeyState{Keys: []string{f.key}}, Started: f.now, Now: func() time.Time { return f.now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) claims(body []byte) *protocol.Claims {
-	return &protocol.Claims{Kind: protocol.MsgCall, Host: "web-1", CallID: "c1", MsgID: protocol.NewMsgID(), Tool: "bash",
+	return &protocol.Claims{Kind: protocol.MsgCall, Host: "web-1", Instance: "i-1", CallID: "c1", MsgID: protocol.NewMsgID(), Tool: "bash",
 		Reply: "_INBOX__gw.x.web-1", BodySHA256: sha256.Sum256(body), BodySize: int64(len(body)),
 		Caller: protocol.CallerClaims{Subject: "alice"}, IssuedAt: f.now, Expires: f.now.Add(protocol.EnvelopeLifetime)}
 }
@@ -70,6 +70,7 @@ func TestVerifierRefuses(t *testing.T) {
 		reason protocol.RefusalReason
 	}{
 		{"other host", func(c *protocol.Claims) { c.Host = "web-2" }, want, body, protocol.RefusedWrongHost},
+		{"other process", func(c *protocol.Claims) { c.Instance = "i-0" }, want, body, protocol.RefusedOtherInstance},
 		{"other kind", nil, Expect{Kind: protocol.MsgCancel, Reply: want.Reply, CallID: "c1"}, body, protocol.RefusedMismatch},
 		{"other call", nil, Expect{Kind: protocol.MsgCall, Reply: want.Reply, CallID: "c2"}, body, protocol.RefusedMismatch},
 		{"other reply", nil, Expect{Kind: protocol.MsgCall, Reply: "_INBOX.rogue", CallID: "c1"}, body, protocol.RefusedMismatch},
@@ -110,8 +111,33 @@ func TestVerifierRefuses(t *testing.T) {
 	}
 }
 
+// TestReplayAfterRestart: a call recorded for one agent process and
+// published again to the next, inside the clock allowance and before the
+// envelope expires, is refused: the new process's replay cache never saw
+// it, but the envelope names the process it was for.
+func TestReplayAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	body := []byte(`{"id":"c1"}`)
+	auth := f.signer.Sign(f.claims(body))
+	if _, err := f.v.OpenBody(auth, want, body); err != nil {
+		t.Fatalf("a genuine call: %v", err)
+	}
+	f.now = f.now.Add(20 * time.Second)
+	next, err := New(Config{Host: "web-1", Instance: "i-2", Keys: protocol.KeyState{Keys: []string{f.key}}, Started: f.now,
+		Now: func() time.Time { return f.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := next.OpenBody(auth, want, body); reason(t, err) != protocol.RefusedOtherInstance {
+		t.Errorf("the call replayed to the restarted agent: %v", err)
+	}
+	if _, err := New(Config{Host: "web-1", Keys: protocol.KeyState{Keys: []string{f.key}}}); err == nil {
+		t.Error("a verifier without an instance")
+	}
+}
+
 func TestVerifierNoKeys(t *testing.T) {
-	v, err := New(Config{Host: "web-1"})
+	v, err := New(Config{Host: "web-1", Instance: "i-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,14 +173,15 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	started := time.Now().UTC()
 	keys := protocol.KeyState{Keys: cfg.SigningKeys}
 	for _, h := range cfg.Hosts {
-		auth, err := callauth.New(callauth.Config{Host: h, Keys: keys, Started: started})
+		instance := randomID()
+		auth, err := callauth.New(callauth.Config{Host: h, Instance: instance, Keys: keys, Started: started})
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		a := &simAgent{f: f, host: h, auth: auth, sk: skillState{active: map[string]string{}, states: map[string]protocol.SkillState{}}}
 		a.announce = mustJSON(protocol.Announce{
-			Host: h, Instance: randomID(), Protocol: protocol.Version, AgentVersion: "sim",
+			Host: h, Instance: instance, Protocol: protocol.Version, AgentVersion: "sim",
 			OS: "linux", Arch: "amd64", Cwd: "/sim/" + h, Shell: "/bin/bash", Tools: []string{"bash", "read"},
 			TrustedKeys: auth.KeyIDs(), StartedAt: started, HeartbeatMS: cfg.Heartbeat.Milliseconds(), Limit: 16,
 		})
