@@ -112,7 +112,16 @@ func (a *Agent) refuse(kind string, claims *protocol.Claims, err error) {
 		return
 	}
 	data, _ := json.Marshal(&rep)
-	if err := nc.Publish(protocol.RefusedSubject(a.cfg.Name), data); err != nil {
+	m := &nats.Msg{Subject: protocol.RefusedSubject(a.cfg.Name), Data: data}
+	if a.receipts != nil {
+		sig, err := a.receipts.SignReport(data)
+		if err != nil {
+			a.log.Debug("refusal report not sent", "err", err)
+			return
+		}
+		m.Header = nats.Header{protocol.HeaderReportSig: {sig}}
+	}
+	if err := nc.PublishMsg(m); err != nil {
 		a.log.Debug("refusal report not sent", "err", err)
 	}
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -174,6 +173,16 @@ func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
 	}
 }
 
+// pass counts revision rev as seen without taking in its entry (one
+// that is damaged or forged), so that sync does not wait for it.
+func (x *agentIndex) pass(rev uint64) {
+	x.mu.Lock()
+	x.rev = max(x.rev, rev)
+	close(x.applied)
+	x.applied = make(chan struct{})
+	x.mu.Unlock()
+}
+
 // progress returns the highest revision applied, and a channel closed
 // when the next change is.
 func (x *agentIndex) progress() (uint64, <-chan struct{}) {
@@ -195,6 +204,7 @@ type agentStore struct {
 	kv    jetstream.KeyValue
 	nc    *nats.Conn
 	index *agentIndex
+	seal  *recordSeal
 	log   *slog.Logger
 
 	first  bucketWatch
@@ -212,7 +222,7 @@ const agentsLoadTimeout = 2 * time.Minute
 
 // openAgentStore creates (or updates) the bucket and fills index from it,
 // keeping it current until close.
-func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Logger) (*agentStore, error) {
+func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, log *slog.Logger) (*agentStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("agent records: %w", err)
@@ -227,7 +237,7 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, replicas int, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	s := &agentStore{kv: kv, nc: nc, index: index, log: log}
+	s := &agentStore{kv: kv, nc: nc, index: index, seal: seal, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.first, err = watchBucket(s.ctx, kv, agentsLoadTimeout); err != nil {
 		s.cancel()
@@ -259,17 +269,20 @@ func (s *agentStore) apply(e jetstream.KeyValueEntry) {
 		s.index.apply(host, e.Revision(), nil)
 		return
 	}
-	rec, err := decodeAgentRecord(host, e.Value())
+	rec, err := s.decode(host, e.Value())
 	if err != nil {
-		s.log.Error("agent records: ignoring a damaged record", "host", host, "revision", e.Revision(), "err", err)
+		// The host keeps the record before (or none): a forged one
+		// neither gives it another key nor other labels.
+		s.log.Error("agent records: ignoring a record", "host", host, "revision", e.Revision(), "err", err)
+		s.index.pass(e.Revision())
 		return
 	}
 	s.index.apply(host, e.Revision(), rec)
 }
 
-func decodeAgentRecord(host string, data []byte) (*AgentRecord, error) {
+func (s *agentStore) decode(host string, data []byte) (*AgentRecord, error) {
 	var rec AgentRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
+	if err := s.seal.open(sealAgent, host, data, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Host != host {
@@ -287,16 +300,16 @@ func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the record of %s: %w", host, err)
 	}
-	rec, err := decodeAgentRecord(host, e.Value())
+	rec, err := s.decode(host, e.Value())
 	if err != nil {
-		return nil, 0, fmt.Errorf("the record of %s is damaged: %w", host, err)
+		return nil, 0, fmt.Errorf("the record of %s is damaged or forged: %w", host, err)
 	}
 	return rec, e.Revision(), nil
 }
 
 // create stores a new record; errRecordChanged if host has one already.
 func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.seal.seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err
 	}
@@ -315,7 +328,7 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 // update replaces the record read at rev; errRecordChanged if it changed
 // since.
 func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.seal.seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err
 	}

@@ -147,6 +147,9 @@ func (r *router) onRefused(m *nats.Msg) {
 	if !ok || len(m.Data) > protocol.MaxRefusalBytes {
 		return
 	}
+	if key, ok := r.hostKey(host); !ok || protocol.VerifyRefusal(key, m.Data, m.Header.Get(protocol.HeaderReportSig)) != nil {
+		return // not the host's: anyone on the account may publish here
+	}
 	var rep protocol.Refusal
 	if json.Unmarshal(m.Data, &rep) != nil || rep.Validate() != nil || rep.Host != host || rep.CallID == "" {
 		return

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -217,30 +218,40 @@ func TestRouterUntrustedHosts(t *testing.T) {
 }
 
 // TestRouterHostRefusal: the host's report that it refused a call ends
-// the call at once with its reason; a report from another host does not.
+// the call at once with its reason; a report from another host, or one
+// the host's key did not sign (anyone on the account may publish one),
+// does not.
 func TestRouterHostRefusal(t *testing.T) {
 	ns := startNATS(t, 0)
 	r, _ := newTestRouter(t, ns, "web-1", 10*time.Second)
 	fa := newFakeAgent(t, ns, "web-1")
 	done := startCall(context.Background(), r, bashCall("web-1", "true"), nil)
 	rc := recv(t, fa.calls, "call")
-	report := func(host, msg string) {
+	_, rogue, _ := ed25519.GenerateKey(nil)
+	report := func(host, msg string, sign func([]byte) []byte) {
 		data, _ := json.Marshal(protocol.Refusal{Host: host, Kind: protocol.MsgCall, Reason: protocol.RefusedFuture,
 			Message: msg, CallID: rc.call.ID, At: time.Now()})
-		if err := fa.nc.PublishMsg(&nats.Msg{Subject: protocol.RefusedSubject(host), Data: data}); err != nil {
+		m := &nats.Msg{Subject: protocol.RefusedSubject(host), Data: data, Header: nats.Header{}}
+		if sign != nil {
+			m.Header.Set(protocol.HeaderReportSig, base64.RawURLEncoding.EncodeToString(sign(protocol.RefusalSigningBytes(data))))
+		}
+		if err := fa.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Another host's word about web-1's call, then web-1's: in that
-	// order from one connection, so had the first counted, it would
-	// have ended the call.
+	byHost := func(b []byte) []byte { sig, _ := testAgentKP.Sign(b); return sig }
+	// Another host's word about web-1's call, unsigned and foreign-signed
+	// reports, then web-1's: in that order from one connection, so had
+	// any of the first counted, it would have ended the call.
 	start := time.Now()
-	report("web-2", "from web-2")
-	report("web-1", "clocks apart")
+	report("web-2", "from web-2", byHost)
+	report("web-1", "unsigned", nil)
+	report("web-1", "signed by another key", func(b []byte) []byte { return ed25519.Sign(rogue, b) })
+	report("web-1", "clocks apart", byHost)
 	out := <-done
 	he := wantHostError(t, out.err, HostRefused, "refused the bash call", "future", "clocks apart")
-	if strings.Contains(he.Msg, "from web-2") {
-		t.Errorf("another host's report ended the call: %v", he)
+	if !strings.Contains(he.Msg, "clocks apart") {
+		t.Errorf("a report the host did not sign ended the call: %v", he)
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("the refusal took %s to end the call", time.Since(start))

@@ -3,9 +3,11 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -435,5 +438,51 @@ func TestEnrolTakesTheMachineName(t *testing.T) {
 		if _, code := c.enrol(req(tc.token, tc.hostname)); code != protocol.APINameNotAllowed {
 			t.Errorf("enrol of machine %q without a name: %q, want %s", tc.hostname, code, protocol.APINameNotAllowed)
 		}
+	}
+}
+
+// TestEnrolForgedToken: a join token written into the bucket by anyone
+// but a gateway of the fleet (any user of the fleet's NATS account can
+// write it) is not a token: its seal does not hold, so it enrols nothing.
+func TestEnrolForgedToken(t *testing.T) {
+	gw := startAPIGateway(t, &testClock{t: time.Now()}, nil)
+	c := newAPIClient(t, gw)
+	id, secret, token := protocol.NewJoinToken()
+	sum := sha256.Sum256(secret)
+	now := time.Now()
+	data, _ := json.Marshal(tokenRecord{ID: id, SecretSHA256: hex.EncodeToString(sum[:]), Labels: map[string]string{"env": "prod"},
+		Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	js, err := jetstream.New(gw.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, tokensBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, id, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := c.enrol(enrolReq(t, newUser(t), token, "forger-1", c.pin, now)); code == "" {
+		t.Fatal("a forged join token enrolled a host")
+	}
+	if _, err := gw.Agent(ctx, "forger-1"); err == nil {
+		t.Error("the forged token's host has a record")
+	}
+	// The same record sealed with the fleet's key is a token: only the
+	// seal was missing.
+	id2, secret2, token2 := protocol.NewJoinToken()
+	sum2 := sha256.Sum256(secret2)
+	sealed, err := gw.seal.seal(sealToken, id2, tokenRecord{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, id2, sealed); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := c.enrol(enrolReq(t, newUser(t), token2, "web-1", c.pin, now)); code != "" {
+		t.Errorf("the sealed token: %s", code)
 	}
 }

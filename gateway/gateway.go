@@ -69,6 +69,8 @@ type Gateway struct {
 	keyPushes keyPushes
 	api       *fleetAPI
 	apiCA     *fleetCA
+	// seal authenticates the agent records and join tokens.
+	seal *recordSeal
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
@@ -257,7 +259,11 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
-	if g.tokens, err = openTokenStore(js, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
+	seal, err := g.recordSeal()
+	if err != nil {
+		return err
+	}
+	if g.tokens, err = openTokenStore(js, seal, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
 		return err
 	}
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
@@ -494,13 +500,30 @@ func (g *Gateway) connectExternal() error {
 	return nil
 }
 
+// recordSeal returns the seal of the agent records and join tokens
+// (recordseal.go), made from the agent signing key on first use (during
+// Start).
+func (g *Gateway) recordSeal() (*recordSeal, error) {
+	if g.seal == nil {
+		s, err := newRecordSeal(g.authority.agentSigner)
+		if err != nil {
+			return nil, err
+		}
+		g.seal = s
+	}
+	return g.seal, nil
+}
+
 // openAgents opens the agent records, brings the servers' revocations in
 // step with them (a gateway may have stopped between a revocation and
 // its push) and starts the revocation loop.
 func (g *Gateway) openAgents() error {
 	g.agentIndex.revoked = func(string) { g.reconcileSoon() }
-	var err error
-	if g.agents, err = openAgentStore(g.nc, g.agentIndex, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
+	seal, err := g.recordSeal()
+	if err != nil {
+		return err
+	}
+	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
 		return err
 	}
 	g.authority.setRecords(g.agents)

@@ -178,6 +178,16 @@ func (g *Gateway) auditRefusal(m *nats.Msg) {
 	if !ok || len(m.Data) > protocol.MaxRefusalBytes {
 		return
 	}
+	key, known := g.enrolledKey(host)
+	if !known {
+		return
+	}
+	if err := protocol.VerifyRefusal(key, m.Data, m.Header.Get(protocol.HeaderReportSig)); err != nil {
+		// Anyone on the account may publish here; only the host's own
+		// reports are the host's word.
+		g.agentLogs.log(g.log, slog.LevelWarn, host, "dropping a refusal report the host did not sign", "host", host, "err", err)
+		return
+	}
 	var rep protocol.Refusal
 	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Validate() != nil || rep.Host != host {
 		g.agentLogs.log(g.log, slog.LevelWarn, host, "dropping a malformed refusal report", "host", host)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -252,15 +251,16 @@ func clipText(s string, n int) string {
 
 // tokenStore reads and writes the token records.
 type tokenStore struct {
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	kv   jetstream.KeyValue
+	seal *recordSeal
+	log  *slog.Logger
 	// now is the gateway's clock; retryWindow how long a spent token's
 	// enrol credential stays good (Config.EnrolRetryWindow).
 	now         func() time.Time
 	retryWindow time.Duration
 }
 
-func openTokenStore(js jetstream.JetStream, replicas int, now func() time.Time, retryWindow time.Duration, log *slog.Logger) (*tokenStore, error) {
+func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, log *slog.Logger) (*tokenStore, error) {
 	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      tokensBucket,
 		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
@@ -271,7 +271,7 @@ func openTokenStore(js jetstream.JetStream, replicas int, now func() time.Time, 
 	if err != nil {
 		return nil, fmt.Errorf("join tokens: %w", err)
 	}
-	return &tokenStore{kv: kv, log: log, now: now, retryWindow: retryWindow}, nil
+	return &tokenStore{kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow}, nil
 }
 
 // errTokenNotFound: no token of that id (or it was swept).
@@ -286,14 +286,14 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
 	}
 	var t tokenRecord
-	if err := json.Unmarshal(e.Value(), &t); err != nil || t.ID != id {
-		return nil, 0, fmt.Errorf("join token %s: damaged record", id)
+	if err := s.seal.open(sealToken, id, e.Value(), &t); err != nil || t.ID != id {
+		return nil, 0, fmt.Errorf("join token %s: damaged or forged record (%v)", id, err)
 	}
 	return &t, e.Revision(), nil
 }
 
 func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
-	data, err := json.Marshal(t)
+	data, err := s.seal.seal(sealToken, t.ID, t)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
 var errTokenChanged = errors.New("join token changed meanwhile")
 
 func (s *tokenStore) update(ctx context.Context, t *tokenRecord, rev uint64) error {
-	data, err := json.Marshal(t)
+	data, err := s.seal.seal(sealToken, t.ID, t)
 	if err != nil {
 		return err
 	}
@@ -424,8 +424,8 @@ func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 				return out, nil
 			}
 			var t tokenRecord
-			if err := json.Unmarshal(e.Value(), &t); err != nil || t.ID != e.Key() {
-				s.log.Warn("join tokens: ignoring a damaged record", "key", e.Key())
+			if err := s.seal.open(sealToken, e.Key(), e.Value(), &t); err != nil || t.ID != e.Key() {
+				s.log.Warn("join tokens: ignoring a damaged or forged record", "key", e.Key(), "err", err)
 				continue
 			}
 			out = append(out, tokenEntry{rec: &t, rev: e.Revision()})

@@ -1,6 +1,9 @@
 package protocol
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -12,7 +15,10 @@ import (
 // trail, and the gateway whose call it was fails the call at once with
 // the agent's reason. An agent reports a bounded number of refusals per
 // second and counts those it left out, so a flood of forgeries costs the
-// trail little.
+// trail little. Each report is signed with the agent's own key (the one
+// its receipts are signed with, HeaderReportSig): a report that key did
+// not sign ends no call and is not recorded, as anyone on the account may
+// publish on the subject.
 
 // RefusedSubjectAll is what the gateways subscribe to.
 var RefusedSubjectAll = RefusedSubject("*")
@@ -62,4 +68,33 @@ func (r *Refusal) Validate() error {
 		return fmt.Errorf("refusal: negative suppressed count %d", r.Suppressed)
 	}
 	return checkLen("refusal message", r.Message, 2048)
+}
+
+// HeaderReportSig carries the signature of a refusal report: base64url
+// (no padding) of the ed25519 signature, by the key the gateway enrolled
+// for the host, of refusalMagic followed by the report's exact bytes.
+const HeaderReportSig = "Fleet-Report-Sig"
+
+const refusalMagic = "fleetmcp-refusal-v1\n"
+
+// RefusalSigningBytes is what an agent signs of a report encoded as data.
+func RefusalSigningBytes(data []byte) []byte {
+	return append([]byte(refusalMagic), data...)
+}
+
+// VerifyRefusal checks that sig (a HeaderReportSig value) signs the
+// report data with key (an nkey user public key, U...).
+func VerifyRefusal(key string, data []byte, sig string) error {
+	if sig == "" {
+		return errors.New("the refusal report is not signed")
+	}
+	pub, err := ParseUserKey(key)
+	if err != nil {
+		return err
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || len(raw) != ed25519.SignatureSize || !ed25519.Verify(pub, RefusalSigningBytes(data), raw) {
+		return errors.New("the refusal report's signature does not verify with the host's enrolled key")
+	}
+	return nil
 }

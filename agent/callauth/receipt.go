@@ -1,6 +1,7 @@
 package callauth
 
 import (
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -41,4 +42,14 @@ func (s *ReceiptSigner) Sign(host string, res *protocol.Result, encoded []byte, 
 		return "", err
 	}
 	return r.Header(), nil
+}
+
+// SignReport returns the protocol.HeaderReportSig value of a refusal
+// report encoded as data.
+func (s *ReceiptSigner) SignReport(data []byte) (string, error) {
+	sig, err := s.kp.Sign(protocol.RefusalSigningBytes(data))
+	if err != nil {
+		return "", fmt.Errorf("sign the refusal report: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(sig), nil
 }
