@@ -196,6 +196,18 @@ func TestAuditUnavailable(t *testing.T) {
 	if err := waitStored(ctx, a.commitWait, ticket); err == nil {
 		t.Fatal("a record was reported stored while the server was down")
 	}
+	// The writer finds the stream down once a send goes unacknowledged
+	// (auditAttempt), which on a busy machine may be after the record's
+	// own wait ended.
+	waitUntil(t, "the writer to find the stream down for longer than the commit wait", func() bool {
+		up, since, _ := a.health.state()
+		select {
+		case <-up:
+			return false
+		default:
+		}
+		return time.Since(since) > a.commitWait
+	})
 	var unavailable *AuditUnavailableError
 	start := time.Now()
 	if err := a.ready(ctx); !errors.As(err, &unavailable) {

@@ -47,8 +47,9 @@ func (r *router) envelopeSigner(h *HostInfo) (hostSigner, error) {
 				"calls are refused rather than sent unsigned: upgrade its fleet-agent, or enrol it again (fleet-agent join)", h.Host)}
 	}
 	return hostSigner{}, &HostError{Host: h.Host, Kind: HostUntrusted, Msg: fmt.Sprintf(
-		"host %s does not trust the gateway's signing key %s (it trusts %s): it has not taken in the key set of the latest rotation yet, which it asks for when it connects; "+
-			"if it missed the whole rotation, enrol it again (fleet-agent join)", h.Host, r.keys.currentKeyID(), strings.Join(h.TrustedKeys, ", "))}
+		"host %s does not trust the gateway's signing key %s (it trusts %s): either it has not taken in the key set of the latest rotation yet, which it asks for when it connects "+
+			"(if it missed the whole rotation, enrol it again: fleet-agent join), or this gateway missed a rotation made on another replica "+
+			"(copy that replica's signing directory here and reload: kill -HUP)", h.Host, r.keys.currentKeyID(), strings.Join(h.TrustedKeys, ", "))}
 }
 
 // checkCaller refuses a caller whose claims an envelope cannot carry

@@ -76,7 +76,7 @@ func startGatewayCluster(t testing.TB, n int, mod func(i int, c *gateway.Config)
 	errs := make(chan error, n)
 	go func() { errs <- c.start(0) }()
 	waitFor(t, 20*time.Second, "the first gateway's keys", func() bool {
-		for _, f := range []string{"nats/agent-signer.nk", "tls/ca.key", "signing/gateway.key"} {
+		for _, f := range []string{"nats/agent-signer.nk", "tls/ca.key", "tls/ca.pem", "signing/gateway.key"} {
 			if _, err := os.Stat(filepath.Join(c.cfgs[0].DataDir, f)); err != nil {
 				return false
 			}
@@ -127,8 +127,9 @@ func (c *gwCluster) gw(i int) *gateway.Gateway {
 // stop stops gateway i and its NATS node at once: the MCP connections are
 // closed without waiting for the calls on them (clients see their calls
 // fail), and the NATS server shuts down (handing over the leadership of
-// its streams, as a server stopped on purpose does; a crash is the
-// process test's, integration/cmd/fleetha).
+// its streams, as a server stopped on purpose does; a crash hands over
+// nothing, and its leaderships are lost as in a partition,
+// TestClusterPartition).
 func (c *gwCluster) stop(i int) {
 	c.mu.Lock()
 	gw := c.gws[i]
@@ -219,11 +220,18 @@ func (c *gwCluster) conn(i int) *nats.Conn {
 // dialling every node.
 func (c *gwCluster) simFleet(hosts []string, h simfleet.Handler) *simfleet.Fleet {
 	c.t.Helper()
+	return c.simFleetWith(hosts, func(cfg *simfleet.Config) { cfg.Handler = h })
+}
+
+// simFleetWith is simFleet with the fleet's configuration adjusted by mod.
+func (c *gwCluster) simFleetWith(hosts []string, mod func(*simfleet.Config)) *simfleet.Fleet {
+	c.t.Helper()
 	gw := c.gw(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	f, err := simfleet.Start(ctx, simfleet.Config{
-		URL: strings.Join(c.natsURLs(), ","), Hosts: hosts, Heartbeat: 500 * time.Millisecond, Handler: h,
+	cfg := simfleet.Config{
+		URL: strings.Join(c.natsURLs(), ","), Hosts: hosts, Heartbeat: 500 * time.Millisecond,
+		SigningKeys:  gw.SigningKeys(),
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		Credentials: func(host string) (simfleet.Credential, error) {
 			kp, _ := nkeys.CreateUser()
@@ -237,7 +245,11 @@ func (c *gwCluster) simFleet(hosts []string, h simfleet.Handler) *simfleet.Fleet
 			}
 			return simfleet.Credential{JWT: creds.JWT, Seed: seed, CA: creds.CAPEM}, nil
 		},
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	f, err := simfleet.Start(ctx, cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -63,7 +63,8 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 				NATSURLs: urls, NATSCAFile: filepath.Join(dir, "tls", "ca.pem"),
 				NATSCredsFile: filepath.Join(setup, f.GatewayCreds), NATSSystemCredsFile: filepath.Join(setup, f.SystemCreds),
 				NATSAgentSigningKeyFile: filepath.Join(setup, f.AgentSigningKey), NATSOperatorSigningKeyFile: filepath.Join(setup, f.OperatorSigningKey),
-				Logger: testLogger(t).With("component", fmt.Sprintf("gateway-%d", i+1)),
+				SigningKeyFile: filepath.Join(setup, f.SigningKey),
+				Logger:         testLogger(t).With("component", fmt.Sprintf("gateway-%d", i+1)),
 			})
 			if err != nil {
 				t.Errorf("gateway %d: %v", i+1, err)
@@ -88,7 +89,7 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fleet, err := simfleet.Start(ctx, simfleet.Config{
-		URL: strings.Join(urls, ","), Hosts: hosts, Heartbeat: 500 * time.Millisecond,
+		URL: strings.Join(urls, ","), Hosts: hosts, Heartbeat: 500 * time.Millisecond, SigningKeys: gws[0].SigningKeys(),
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		Credentials: func(host string) (simfleet.Credential, error) {
 			kp, _ := nkeys.CreateUser()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +22,9 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// TestClusterFailover is the short form of the checker (package hacheck;
-// the long form is integration/cmd/fleetha): three gateways with their
+// TestClusterFailover is the checker (package hacheck) in its short form,
+// one round of faults; FLEET_HA_ROUNDS=N runs N rounds, the long form
+// whose figures integration/README.md quotes: three gateways with their
 // embedded NATS servers as one cluster, a dozen simulated hosts, MCP
 // clients of both eras spread over the gateways making calls, and
 // enrolments through every gateway's fleet API with one join token,
@@ -63,49 +67,16 @@ func TestClusterFailover(t *testing.T) {
 			return enrolThrough(ctx, apiURLs[replica], tok.CAPin, tok.Token, host)
 		},
 	})
-	settle := func(what string, d time.Duration) {
-		t.Helper()
-		time.Sleep(d) // the workload runs meanwhile; what it saw is checked at the end
-		t.Logf("%s: %d operations so far", what, len(h.Ops()))
-	}
-	settle("warm-up", 2*time.Second)
-
-	// The stream leader's gateway stops; the others carry on.
-	leader := auditLeader(t, c, 0)
-	h.Mark(fmt.Sprintf("gateway %d (audit stream leader) stopped", leader+1))
-	c.stop(leader)
-	waitServed(t, h, 20*time.Second, "every worker served again after the leader's gateway stopped")
-	settle("after the leader's loss", time.Second)
-
-	// It comes back on its old store and catches up.
-	h.Mark(fmt.Sprintf("gateway %d restarted on its old store", leader+1))
-	c.restart(leader)
-	waitCurrent(t, c, leader)
-	settle("after the restart", time.Second)
-
-	// Two stop: the last one has no quorum. Its calls are refused, not
-	// run, and no client sees a result without its record.
-	keep := (leader + 1) % 3
-	h.Mark(fmt.Sprintf("quorum lost: only gateway %d left", keep+1))
-	lost := []int{(keep + 1) % 3, (keep + 2) % 3}
-	for _, i := range lost {
-		c.stop(i)
-	}
-	waitFor(t, 40*time.Second, "a call refused for want of the audit trail", func() bool {
-		for _, op := range h.Ops() {
-			if op.Outcome == hacheck.Refused {
-				return true
-			}
+	time.Sleep(2 * time.Second) // warm-up: the workload runs meanwhile
+	rounds := 1
+	if v := os.Getenv("FLEET_HA_ROUNDS"); v != "" {
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			t.Fatalf("FLEET_HA_ROUNDS=%q: want a number of rounds, 1 or more", v)
 		}
-		return false
-	})
-	h.Mark("quorum back: a second gateway restarted")
-	c.restart(lost[0])
-	waitServed(t, h, 40*time.Second, "every worker served again once the quorum was back")
-	h.Mark("all three gateways back")
-	c.restart(lost[1])
-	waitCurrent(t, c, lost[1])
-	settle("after the quorum's return", time.Second)
+	}
+	for round := 1; round <= rounds; round++ {
+		failoverRound(t, c, h, round)
+	}
 	stopRun()
 	wait()
 
@@ -115,9 +86,10 @@ func TestClusterFailover(t *testing.T) {
 	if !r.OK() {
 		t.Error("the checker found problems (above)")
 	}
-	if r.ByOutcome[hacheck.OK] < 50 || r.Enrolled < 10 {
+	if r.ByOutcome[hacheck.OK] < 50 || r.Enrolled < 5 {
 		t.Errorf("too little work to judge: %d calls answered, %d enrolments", r.ByOutcome[hacheck.OK], r.Enrolled)
 	}
+	logFaultFigures(t, r.Faults)
 	for _, f := range r.Faults {
 		if strings.Contains(f.What, "leader") && f.Recovery > 15*time.Second {
 			t.Errorf("%s: clients waited %s to be served again; want within 15s", f.What, f.Recovery)
@@ -146,6 +118,8 @@ func enrolThrough(ctx context.Context, url, pin, token, host string) error {
 type refusal struct{ error }
 
 func (refusal) Refused() bool { return true }
+
+func (r refusal) Unwrap() error { return r.error }
 
 // waitOnline waits until gw lists every host online.
 func waitOnline(t testing.TB, gw *gateway.Gateway, hosts []string) {
@@ -206,24 +180,7 @@ func waitCurrent(t testing.TB, c *gwCluster, i int) {
 	nc := c.conn((i + 1) % len(c.cfgs))
 	defer nc.Close()
 	start := time.Now()
-	waitFor(t, 60*time.Second, name+" current on every stream", func() bool {
-		for _, s := range []string{protocol.AuditStream, "KV_fleet_hosts", "KV_fleet_agents", "KV_fleet_tokens"} {
-			info, err := streamInfo(nc, s)
-			if err != nil || info.Cluster == nil {
-				return false
-			}
-			ok := info.Cluster.Leader == name
-			for _, p := range info.Cluster.Replicas {
-				if p.Name == name && p.Current && p.Lag == 0 {
-					ok = true
-				}
-			}
-			if !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 60*time.Second, name+" current on every stream", func() bool { return streamsCurrent(nc, name) })
 	t.Logf("%s caught up on every stream in %s", name, time.Since(start).Round(time.Millisecond))
 }
 
@@ -291,4 +248,98 @@ func clusterState(t testing.TB, c *gwCluster, hosts []string, tokenID string) *h
 	}
 	st.TokenUsed = toks[i].Used
 	return st
+}
+
+// streamsCurrent reports whether node name holds a current copy of every
+// replicated stream, as the leaders nc reaches see it.
+func streamsCurrent(nc *nats.Conn, name string) bool {
+	for _, s := range []string{protocol.AuditStream, "KV_fleet_hosts", "KV_fleet_agents", "KV_fleet_tokens"} {
+		info, err := streamInfo(nc, s)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		ok := info.Cluster.Leader == name
+		for _, r := range info.Cluster.Replicas {
+			if r.Name == name && r.Current && r.Lag == 0 {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// failoverRound is one round of TestClusterFailover's faults: the
+// gateway whose node leads the audit stream stops and comes back on its
+// old store, then two gateways stop at once and come back one by one.
+func failoverRound(t *testing.T, c *gwCluster, h *hacheck.History, round int) {
+	t.Helper()
+	settle := func(what string, d time.Duration) {
+		t.Helper()
+		time.Sleep(d) // the workload runs meanwhile; what it saw is checked at the end
+		t.Logf("round %d, %s: %d operations so far", round, what, len(h.Ops()))
+	}
+
+	// The stream leader's gateway stops; the others carry on.
+	leader := auditLeader(t, c, 0)
+	h.Mark(fmt.Sprintf("round %d: gateway %d (audit stream leader) stopped", round, leader+1))
+	c.stop(leader)
+	waitServed(t, h, 20*time.Second, "every worker served again after the leader's gateway stopped")
+	settle("after the leader's loss", time.Second)
+
+	// It comes back on its old store and catches up.
+	h.Mark(fmt.Sprintf("round %d: gateway %d restarted on its old store", round, leader+1))
+	c.restart(leader)
+	waitCurrent(t, c, leader)
+	settle("after the restart", time.Second)
+
+	// Two stop: the last one has no quorum. Its calls are refused, not
+	// run, and no client sees a result without its record.
+	keep := (leader + 1) % 3
+	h.Mark(fmt.Sprintf("round %d: quorum lost: only gateway %d left", round, keep+1))
+	lostAt := time.Now()
+	lost := []int{(keep + 1) % 3, (keep + 2) % 3}
+	for _, i := range lost {
+		c.stop(i)
+	}
+	waitFor(t, 40*time.Second, "a call refused for want of the audit trail", func() bool {
+		for _, op := range h.Ops() {
+			if op.Outcome == hacheck.Refused && op.End.After(lostAt) {
+				return true
+			}
+		}
+		return false
+	})
+	h.Mark(fmt.Sprintf("round %d: quorum back: a second gateway restarted", round))
+	c.restart(lost[0])
+	waitServed(t, h, 40*time.Second, "every worker served again once the quorum was back")
+	h.Mark(fmt.Sprintf("round %d: all three gateways back", round))
+	c.restart(lost[1])
+	waitCurrent(t, c, lost[1])
+	settle("after the quorum's return", time.Second)
+}
+
+// logFaultFigures logs, for each kind of fault (its mark without numbers),
+// the median and the worst of what it cost over the rounds.
+func logFaultFigures(t *testing.T, faults []hacheck.FaultReport) {
+	digits := regexp.MustCompile(`[0-9]+`)
+	var kinds []string
+	recovery, failed := map[string][]time.Duration{}, map[string][]int{}
+	for _, f := range faults {
+		k := digits.ReplaceAllString(f.What, "N")
+		if _, ok := failed[k]; !ok {
+			kinds = append(kinds, k)
+		}
+		recovery[k] = append(recovery[k], f.Recovery)
+		failed[k] = append(failed[k], f.Failed)
+	}
+	for _, k := range kinds {
+		r, f := recovery[k], failed[k]
+		slices.Sort(r)
+		slices.Sort(f)
+		t.Logf("%s (%d times): every worker served again after %s median, %s at worst; calls not answered with their result %d median, %d at worst",
+			k, len(r), r[len(r)/2].Round(10*time.Millisecond), r[len(r)-1].Round(10*time.Millisecond), f[len(f)/2], f[len(f)-1])
+	}
 }

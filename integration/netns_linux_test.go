@@ -151,3 +151,50 @@ func freeSubnet() (first, second string, err error) {
 	}
 	return "", "", errors.New("found no free /30 in 10.200.0.0/13")
 }
+
+// addLink joins the namespace to this one by a second veth pair, on a
+// /30 of its own, and returns its two addresses (this side's, the
+// namespace's): traffic to either end's address takes its own link, so
+// that one link can go down while the other carries on.
+func (ns *netNS) addLink() (hostIP, nsIP string) {
+	ns.t.Helper()
+	id := strings.TrimPrefix(ns.HostIf, "fmh")
+	hostIf, nsIf := "fmb"+id, "fmc"+id
+	var err error
+	if hostIP, nsIP, err = freeSubnet(); err != nil {
+		ns.t.Fatal(err)
+	}
+	ns.t.Cleanup(func() {
+		if out, err := ns.ip("link", "del", hostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
+			ns.t.Logf("ip link del %s: %v: %s", hostIf, err, out)
+		}
+	})
+	for _, args := range [][]string{
+		{"link", "add", hostIf, "type", "veth", "peer", "name", nsIf, "netns", ns.Name},
+		{"addr", "add", hostIP + "/30", "dev", hostIf},
+		{"link", "set", hostIf, "up"},
+		{"-n", ns.Name, "addr", "add", nsIP + "/30", "dev", nsIf},
+		{"-n", ns.Name, "link", "set", nsIf, "up"},
+	} {
+		if out, err := ns.ip(args...); err != nil {
+			ns.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return hostIP, nsIP
+}
+
+// setLink sets the namespace's end of the first link down or up. Down,
+// the namespace has no route to this side's address (it has no other),
+// and this side's route to the namespace's address leads into a link
+// without carrier: packets either way are dropped here, none leaves the
+// machine.
+func (ns *netNS) setLink(up bool) {
+	ns.t.Helper()
+	state := "down"
+	if up {
+		state = "up"
+	}
+	if out, err := ns.ip("-n", ns.Name, "link", "set", ns.NSIf, state); err != nil {
+		ns.t.Fatalf("ip -n %s link set %s %s: %v: %s", ns.Name, ns.NSIf, state, err, out)
+	}
+}

@@ -8,8 +8,8 @@
 // acknowledged enrolment is in the agent records and counted once on its
 // token, and every replica lists the same hosts.
 //
-// Faults are the caller's (integration tests stop gateways in process;
-// integration/cmd/fleetha kills processes); it marks them in the history
+// Faults are the caller's (integration tests stop gateways and their NATS
+// nodes, or cut a node's link); it marks them in the history
 // so that the report can say what each one cost. Tool calls go to
 // simulated hosts (package simfleet) as bash "echo TAG", with TAG also in
 // the call's _meta execution_id, which the gateway copies into the
@@ -224,7 +224,7 @@ func (w *worker) call(ctx context.Context) {
 	res, err := w.cs.CallTool(cctx, params)
 	cancel()
 	op.End = time.Now()
-	op.Outcome, op.Err = classify(res, err, tag)
+	op.Outcome, op.Err = Classify(res, err, tag)
 	w.h.add(op)
 	if op.Outcome == Failed {
 		// The gateway may be gone: a new session, on the next gateway.
@@ -234,8 +234,9 @@ func (w *worker) call(ctx context.Context) {
 	}
 }
 
-// classify reads what a call's client got.
-func classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) {
+// Classify reads what the client of a call whose command was echo TAG
+// got.
+func Classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) {
 	if err != nil {
 		return Failed, err.Error()
 	}
