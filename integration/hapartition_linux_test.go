@@ -285,7 +285,7 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 	var mu sync.Mutex
 	errs := make(chan error, 2)
 	start := func(i int) {
-		gw, err := gateway.Start(cfgs[i])
+		gw, err := gateway.Start(context.Background(), cfgs[i])
 		if err == nil {
 			mu.Lock()
 			p.gws[i] = gw
