@@ -224,7 +224,7 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 		old.RevokedAt, old.RevokedBy, revokedOld = now, e.by+" (replaced)", true
 	}
 	*rec = AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
-		EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts, RevokedKeys: append(rec.RevokedKeys, old)}
+		EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts, RevokedKeys: append(rec.RevokedKeys, old), Gen: rec.Gen}
 	if e.tokenID != "" {
 		rec.TokenAt = now
 	}

@@ -58,6 +58,11 @@ type AgentRecord struct {
 	// RevokedKeys are the host's earlier keys, revoked when another key
 	// replaced them.
 	RevokedKeys []RevokedKey `json:"revoked_keys,omitempty"`
+	// Gen counts the record's writes (1 when created). Records are
+	// sealed (recordseal.go), but an old sealed copy put back into the
+	// bucket would still pass its seal: the gateways take no record
+	// whose Gen is not above the one they hold.
+	Gen uint64 `json:"gen"`
 }
 
 // RevokedKey is a key a host no longer uses.
@@ -154,6 +159,15 @@ func (x *agentIndex) all() []AgentRecord {
 func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
 	x.mu.Lock()
 	old := x.byHost[host]
+	if rec != nil && old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
+		// An old copy of the record put back (by whoever can write the
+		// bucket): the record held stays.
+		x.rev = max(x.rev, rev)
+		close(x.applied)
+		x.applied = make(chan struct{})
+		x.mu.Unlock()
+		return
+	}
 	if rec == nil {
 		delete(x.byHost, host)
 	} else {
@@ -304,11 +318,20 @@ func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64
 	if err != nil {
 		return nil, 0, fmt.Errorf("the record of %s is damaged or forged: %w", host, err)
 	}
+	if held, ok := s.index.record(host); ok && held.Gen > rec.Gen {
+		// An old copy was put back: the next write starts from the
+		// record held, and so puts it back in the bucket.
+		s.log.Warn("agent records: the stored record is an old copy; writing over it from the one held", "host", host,
+			"stored_gen", rec.Gen, "held_gen", held.Gen)
+		c := held.clone()
+		return &c, e.Revision(), nil
+	}
 	return rec, e.Revision(), nil
 }
 
 // create stores a new record; errRecordChanged if host has one already.
 func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, error) {
+	rec.Gen = 1
 	data, err := s.seal.seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err
@@ -328,6 +351,7 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 // update replaces the record read at rev; errRecordChanged if it changed
 // since.
 func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
+	rec.Gen++
 	data, err := s.seal.seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err

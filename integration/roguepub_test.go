@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,6 +329,32 @@ func TestRogueRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An old sealed copy, kept from before an operator's change and put
+	// back after it, is not taken either.
+	old, err := kv.Get(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Gateway.SetAgentLabels(ctx, "alpha", map[string]string{"env": "prod"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "alpha", old.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := env.Gateway.Agents(ctx); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(recs, func(r gateway.AgentRecord) bool { return r.Host == "alpha" }); i < 0 || recs[i].Labels["env"] != "prod" {
+		t.Errorf("after an old copy was put back, alpha's record is %+v", recs)
+	}
+	// The next write starts from the record held, not from the copy.
+	if labels, err := env.Gateway.SetAgentLabels(ctx, "alpha", map[string]string{"tier": "1"}, nil); err != nil || labels["env"] != "prod" || labels["tier"] != "1" {
+		t.Errorf("a label set over the old copy: %v, %v", labels, err)
+	}
+	before, err = env.Gateway.Agent(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	user, _ := nkeys.CreateUser()
 	rogueKey, _ := user.PublicKey()
 	forged := before
