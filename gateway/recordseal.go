@@ -21,7 +21,8 @@ import (
 // an HMAC-SHA256 of it under a key derived from the agent signing key,
 // which every gateway of the fleet holds and no NATS credential carries
 // (whoever holds it can mint any host's credential anyway). A record
-// whose seal does not hold is refused as if it were not there.
+// whose seal does not hold is ignored: the gateways keep the last good
+// one they read (agents.go), and an enrolment with a forged token fails.
 
 // sealKind names what a record is, so that a sealed record of one kind
 // is never taken for another.
