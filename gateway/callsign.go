@@ -18,8 +18,8 @@ import (
 // key the host announces it trusts; every result must come back with a
 // receipt signed by the key the gateway enrolled for the host
 // (protocol/receipt.go), or it is refused; and a host's report that it
-// refused a message (protocol/refusal.go) ends the call it was about at
-// once, with the host's reason.
+// refused a message (protocol/refusal.go), signed with the host's key,
+// ends the call it was about at once, with the host's reason.
 
 // hostSigner signs the messages to one agent process: with the newest of
 // the gateway's keys its host trusts, for the instance the gateway heard
@@ -141,7 +141,7 @@ func (r *router) checkReceipt(c *protocol.Call, res *protocol.Result, encoded []
 // onRefused hears a host's report of a message it refused. A report
 // about a call or fetch of this gateway's call to that host ends the
 // call with the host's reason. Reports are recorded in the audit trail
-// elsewhere (refusals.go), by one gateway only.
+// elsewhere (keyserve.go), by one gateway only.
 func (r *router) onRefused(m *nats.Msg) {
 	host, ok := refusalHost(m.Subject)
 	if !ok || len(m.Data) > protocol.MaxRefusalBytes {
