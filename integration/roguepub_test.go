@@ -317,10 +317,6 @@ func TestRogueRecords(t *testing.T) {
 	rogue := roguePublisher(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	before, err := env.Gateway.Agent(ctx, "alpha")
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := jetstream.New(rogue)
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +346,7 @@ func TestRogueRecords(t *testing.T) {
 	if labels, err := env.Gateway.SetAgentLabels(ctx, "alpha", map[string]string{"tier": "1"}, nil); err != nil || labels["env"] != "prod" || labels["tier"] != "1" {
 		t.Errorf("a label set over the old copy: %v, %v", labels, err)
 	}
-	before, err = env.Gateway.Agent(ctx, "alpha")
+	before, err := env.Gateway.Agent(ctx, "alpha")
 	if err != nil {
 		t.Fatal(err)
 	}
