@@ -390,7 +390,13 @@ func (s *agentStore) sync(ctx context.Context) error {
 		return errors.New("agent records: unexpected bucket status")
 	}
 	last := bs.StreamInfo().State.LastSeq
-	deadline := time.NewTimer(storeLoadTimeout)
+	// A caller with a deadline of its own waits as long as it allows: a
+	// watch re-made after a node's loss may take longer than the bound.
+	wait := storeLoadTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(wait, time.Until(d))
+	}
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		rev, next := s.index.progress()
@@ -402,7 +408,7 @@ func (s *agentStore) sync(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("agent records: the watch did not reach revision %d within %s", last, storeLoadTimeout)
+			return fmt.Errorf("agent records: the watch did not reach revision %d within %s", last, wait.Round(time.Second))
 		}
 	}
 }
