@@ -122,7 +122,11 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 			t.Errorf("calls through gateway %d stopped for %s after a node's loss; want within 10s", i+1, took)
 		}
 	}
-	waitFor(t, 20*time.Second, "the agents of the stopped node to reconnect", func() bool { return fleet.Connected() == len(hosts) })
+	// Right after the shutdown the agents may not have noticed it yet:
+	// wait for their reconnections, not only for them to be connected.
+	waitFor(t, 20*time.Second, "the agents of the stopped node to reconnect", func() bool {
+		return len(fleet.ReconnectedSince(at)) >= onVictim && fleet.Connected() == len(hosts)
+	})
 	rejoined := fleet.ReconnectedSince(at)
 	last := time.Duration(0)
 	for _, r := range rejoined {
