@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -16,8 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // A patch changes many files, and the agent may die (kill -9, a power
@@ -329,7 +328,7 @@ func (lj *liveJournal) rename(to string) error {
 		return err
 	}
 	lj.name = to
-	syncDir(lj.j.dir)
+	safefs.SyncDir(lj.j.dir)
 	return nil
 }
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 )
 
@@ -158,7 +158,7 @@ func (j *patchJournals) replay(p, name string, rec *journalRecord, committed boo
 		j.log.Error("patch journal recovered but not removed", "journal", p, "err", err)
 		return
 	}
-	syncDir(j.dir)
+	safefs.SyncDir(j.dir)
 	what := "rolled back (the agent stopped before it finished; every file is as before the patch)"
 	if committed {
 		what = "finished (the agent stopped after every file had its new content)"

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -145,5 +146,5 @@ func loadRevision(stateDir string) (uint64, error) {
 
 // saveRevision persists rev.
 func saveRevision(stateDir string, rev uint64) error {
-	return writeStateFile(filepath.Join(stateDir, skillsRevisionFile), []byte(strconv.FormatUint(rev, 10)+"\n"))
+	return safefs.WriteStateFile(filepath.Join(stateDir, skillsRevisionFile), []byte(strconv.FormatUint(rev, 10)+"\n"))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"os"
@@ -154,17 +155,17 @@ func (s *skillStore) stage(ctx context.Context, src bundleSource, m *protocol.Ma
 		}
 	}
 	for d := range dirs {
-		syncDir(d)
+		safefs.SyncDir(d)
 	}
 	data, _ := json.Marshal(m)
-	if err := writeStateFile(filepath.Join(dir, v+".json"), data); err != nil {
+	if err := safefs.WriteStateFile(filepath.Join(dir, v+".json"), data); err != nil {
 		return fmt.Errorf("keep the manifest: %w", err)
 	}
 	if err := os.Rename(staging, filepath.Join(dir, v)); err != nil {
 		return fmt.Errorf("move the staged version into place: %w", err)
 	}
 	done = true
-	syncDir(dir)
+	safefs.SyncDir(dir)
 	return nil
 }
 

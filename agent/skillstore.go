@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -330,7 +331,7 @@ func (s *skillStore) swapLink(name, v string) (adopted string, err error) {
 	if err := os.Rename(tmp, served); err != nil {
 		return adopted, fmt.Errorf("swap the link of %s: %w", name, err)
 	}
-	syncDir(s.root)
+	safefs.SyncDir(s.root)
 	// The manifest's time is when the version was last served: prune
 	// keeps the most recently served ones, which rollbacks go back to.
 	now := time.Now()
@@ -393,7 +394,7 @@ func (s *skillStore) remove(name string) error {
 			if err := os.Remove(served); err != nil {
 				return fmt.Errorf("remove the link of %s: %w", name, err)
 			}
-			syncDir(s.root)
+			safefs.SyncDir(s.root)
 		}
 	}
 	if err := s.ownDirs(name, false); errors.Is(err, fs.ErrNotExist) {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,7 +91,7 @@ func loadAgentID(dir string) (string, error) {
 	b := make([]byte, agentIDLen/2)
 	_, _ = crand.Read(b) // never fails: it crashes the program instead
 	id := hex.EncodeToString(b)
-	if err := writeStateFile(path, []byte(id+"\n")); err != nil {
+	if err := safefs.WriteStateFile(path, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("create agent identity: %w", err)
 	}
 	return id, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -15,8 +16,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // Background tasks live on the agent's disk, one folder per task under
@@ -276,7 +275,7 @@ func (s *diskStore) create(req Request, st Status) error {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("create task folder: %w", err)
 	}
-	syncDir(s.dir)
+	safefs.SyncDir(s.dir)
 	return nil
 }
 
@@ -376,50 +375,13 @@ func readSmallFile(path string) ([]byte, error) {
 	return data, err
 }
 
-// writeJSONFile replaces path with v encoded as JSON (see writeStateFile).
+// writeJSONFile replaces path with v encoded as JSON (see safefs.WriteStateFile).
 func writeJSONFile(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeStateFile(path, append(data, '\n'))
-}
-
-// writeStateFile replaces path with data (mode 0600): a temporary file in
-// the same folder, synced, renamed over path, and the folder synced, so a
-// crash at any point leaves either the old or the new file whole.
-func writeStateFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	syncDir(dir)
-	return nil
-}
-
-// syncDir makes renames in dir durable; errors are ignored (some file
-// systems cannot sync directories).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	return safefs.WriteStateFile(path, append(data, '\n'))
 }
 
 // retentionRules bounds the finished tasks kept on disk.
@@ -476,7 +438,7 @@ func (s *diskStore) prune(now time.Time, r retentionRules, reserve int) []string
 		}
 	}
 	if len(removed) > 0 {
-		syncDir(s.dir)
+		safefs.SyncDir(s.dir)
 	}
 	return removed
 }

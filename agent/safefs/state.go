@@ -1,18 +1,19 @@
-package agent
+package safefs
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// The agent's own state files (its identity, the skills' records, the
-// patch journal's folders) are replaced atomically and their folders
-// synced, as the background tasks' files are (agent/tasks).
+// The agent's own state (its identity, the skills' records, the patch
+// journal, the background tasks) lives in folders only the agent writes,
+// so it is reached by plain paths; what matters there is that a crash
+// never leaves a file half-written.
 
-// writeStateFile replaces path with data (mode 0600): a temporary file in
+// WriteStateFile replaces path with data (mode 0600): a temporary file in
 // the same folder, synced, renamed over path, and the folder synced, so a
 // crash at any point leaves either the old or the new file whole.
-func writeStateFile(path string, data []byte) error {
+func WriteStateFile(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
 	if err != nil {
@@ -33,13 +34,13 @@ func writeStateFile(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
-	syncDir(dir)
+	SyncDir(dir)
 	return nil
 }
 
-// syncDir makes renames in dir durable; errors are ignored (some file
-// systems cannot sync directories).
-func syncDir(dir string) {
+// SyncDir makes renames and removals in dir durable; errors are ignored
+// (some file systems, and Windows, cannot sync directories).
+func SyncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
