@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -54,10 +55,28 @@ func openNonceStore(js jetstream.JetStream, replicas int) (*nonceStore, error) {
 }
 
 // record remembers nonce; a nonce seen before is refused as replayed.
+//
+// While JetStream does not answer (a leader election) the write is tried
+// again. A write that was stored although its answer was lost then finds
+// the nonce taken: each request writes a mark of its own as the value, so
+// finding its own mark there is no replay.
 func (s *nonceStore) record(ctx context.Context, nonce string) *protocol.APIError {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	_, err := s.kv.Create(ctx, nonce, nil)
+	mark := []byte(protocol.NewNonce())
+	unanswered := false
+	_, err := retryJS(ctx, func(ctx context.Context) (uint64, error) {
+		rev, err := s.kv.Create(ctx, nonce, mark)
+		if errors.Is(err, jetstream.ErrKeyExists) && unanswered {
+			e, gerr := s.kv.Get(ctx, nonce)
+			switch {
+			case gerr == nil && bytes.Equal(e.Value(), mark):
+				return e.Revision(), nil
+			case gerr != nil && jsUnanswered(gerr):
+				return 0, gerr
+			}
+		}
+		unanswered = unanswered || jsUnanswered(err)
+		return rev, err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return apiErr(protocol.APIReplayed, "this request was sent before (its nonce was seen): a request is accepted once; make a new one (a new nonce, the time now) and sign it again")

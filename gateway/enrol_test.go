@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,5 +485,48 @@ func TestEnrolForgedToken(t *testing.T) {
 	}
 	if _, code := c.enrol(enrolReq(t, newUser(t), token2, "web-1", c.pin, now)); code != "" {
 		t.Errorf("the sealed token: %s", code)
+	}
+}
+
+// lostAnswerKV stores what Create is given but answers the first lost
+// calls as JetStream does when a leader election swallows the reply.
+type lostAnswerKV struct {
+	jetstream.KeyValue
+	lost atomic.Int32
+}
+
+func (kv *lostAnswerKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := kv.KeyValue.Create(ctx, key, value, opts...)
+	if kv.lost.Add(-1) >= 0 {
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+// TestNonceRecordRetried: a nonce whose write was stored but whose answer
+// was lost (an election) is recorded on the next attempt, not refused as
+// replayed by its own first write; a nonce another request wrote is
+// still a replay, whatever the answers lost on the way.
+func TestNonceRecordRetried(t *testing.T) {
+	gw := startAPIGateway(t, &testClock{t: time.Now()}, nil)
+	kv := &lostAnswerKV{KeyValue: gw.nonces.kv}
+	s := &nonceStore{kv: kv}
+	ctx := context.Background()
+
+	kv.lost.Store(2)
+	n := protocol.NewNonce()
+	if aerr := s.record(ctx, n); aerr != nil {
+		t.Fatalf("a nonce whose first two answers were lost: %v", aerr)
+	}
+	if aerr := s.record(ctx, n); aerr == nil || aerr.Code != protocol.APIReplayed {
+		t.Errorf("the same nonce again: %v, want replayed", aerr)
+	}
+	kv.lost.Store(1)
+	if aerr := s.record(ctx, n); aerr == nil || aerr.Code != protocol.APIReplayed {
+		t.Errorf("the same nonce again, its answer lost on the way: %v, want replayed", aerr)
+	}
+	kv.lost.Store(jsAttempts)
+	if aerr := s.record(ctx, protocol.NewNonce()); aerr == nil || aerr.Code != protocol.APIUnavailable {
+		t.Errorf("every answer lost: %v, want unavailable", aerr)
 	}
 }

@@ -42,7 +42,8 @@ var errSkip = errors.New("no change")
 // (retryJS); each has jsTimeout.
 const jsAttempts = 4
 
-// retryJS runs op, an idempotent JetStream request (a read), with a
+// retryJS runs op, an idempotent JetStream request (a read, or a write
+// made so that doing it twice is no different from once), with a
 // fresh jsTimeout for each attempt, again while JetStream does not answer
 // (a leader election: no reply at all, or no responders) until it
 // answers, ctx ends, or jsAttempts were made.

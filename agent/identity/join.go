@@ -41,6 +41,21 @@ type JoinOptions struct {
 	Facts protocol.AgentFacts
 	// Now returns the time the request is dated with (default time.Now).
 	Now func() time.Time
+	// RetryFor is how long a join keeps asking while the gateway answers
+	// that it cannot serve now (a NATS leader election, its storage
+	// briefly away): default DefaultJoinRetry; negative, not at all.
+	RetryFor time.Duration
+}
+
+// DefaultJoinRetry is how long a join asks again while the gateway is
+// unavailable: longer than a cluster's leader elections take.
+const DefaultJoinRetry = time.Minute
+
+func (o *JoinOptions) retryFor() time.Duration {
+	if o.RetryFor == 0 {
+		return DefaultJoinRetry
+	}
+	return max(o.RetryFor, 0)
 }
 
 // CheckJoinOptions checks the options of a join but the state directory
@@ -157,11 +172,15 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 		facts = Facts()
 	}
 	req := &protocol.EnrolRequest{Token: token, Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
-	if err := prove(kp, req, &req.Proof, now()); err != nil {
-		return nil, false, err
-	}
 	var resp protocol.EnrolResponse
-	if err := send(ctx, req, &resp); err != nil {
+	err = retryUnavailable(ctx, opts.retryFor(), func() error {
+		// Each attempt is a new request: a new nonce, the time now.
+		if err := prove(kp, req, &req.Proof, now()); err != nil {
+			return err
+		}
+		return send(ctx, req, &resp)
+	})
+	if err != nil {
 		return nil, false, err
 	}
 	if opts.Host != "" && resp.Host != opts.Host {

@@ -130,7 +130,9 @@ func TestJoinRefused(t *testing.T) {
 	for code, want := range advice {
 		g.Refuse(code)
 		state := t.TempDir()
-		_, _, err := Join(context.Background(), opts(g, state))
+		o := opts(g, state)
+		o.RetryFor = -1 // unavailable too is final here (see TestJoinRetriesWhileUnavailable)
+		_, _, err := Join(context.Background(), o)
 		var re *RefusedError
 		var apiErr *protocol.APIError
 		if !errors.As(err, &re) || !errors.As(err, &apiErr) || apiErr.Code != code || !strings.Contains(err.Error(), want) {
@@ -154,6 +156,52 @@ func TestJoinRefused(t *testing.T) {
 	}
 	if _, _, err := Join(context.Background(), opts(g, t.TempDir())); err == nil || !strings.Contains(err.Error(), "name_taken") {
 		t.Errorf("a second machine as web-1: %v", err)
+	}
+}
+
+// While the gateway answers that it is unavailable (a leader election
+// on its cluster), a join asks again, each time with a new nonce and
+// time, and enrols once it is served; a final refusal after that is
+// returned at once; and an outage longer than RetryFor ends the join with
+// the gateway's answer and how often it was asked.
+func TestJoinRetriesWhileUnavailable(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	g.RefuseNext(protocol.APIUnavailable, 3)
+	start := time.Now()
+	if _, enrolled, err := Join(context.Background(), opts(g, t.TempDir())); err != nil || !enrolled {
+		t.Fatalf("Join through three unavailable answers: %v (enrolled %v)", err, enrolled)
+	}
+	// The fake refuses a nonce seen before: four requests, four nonces.
+	if n, took := g.Requests(), time.Since(start); n != 4 || took < 1750*time.Millisecond {
+		t.Errorf("%d requests in %s; want 4, after waits of 0.25, 0.5 and 1 s", n, took)
+	}
+
+	before := g.Requests()
+	g.RefuseNext(protocol.APIUnavailable, 1)
+	g.Refuse(protocol.APITokenSpent) // checked first: the unavailable answer never comes
+	if _, _, err := Join(context.Background(), opts(g, t.TempDir())); !strings.Contains(err.Error(), string(protocol.APITokenSpent)) || g.Requests() != before+1 {
+		t.Errorf("a final refusal: %v after %d requests; want it at once, after one", err, g.Requests()-before)
+	}
+	g.Refuse("")
+
+	g.RefuseNext(protocol.APIUnavailable, 1000)
+	o := opts(g, t.TempDir())
+	o.RetryFor = 2 * time.Second
+	start = time.Now()
+	_, _, err := Join(context.Background(), o)
+	if !unavailable(err) || !strings.Contains(err.Error(), "times over 2s") || time.Since(start) > 4*time.Second {
+		t.Errorf("an outage longer than RetryFor: %v after %s", err, time.Since(start))
+	}
+	if _, err := Load(o.StateDir); !errors.Is(err, ErrNotEnrolled) {
+		t.Errorf("a join that gave up left an identity: %v", err)
+	}
+
+	// The caller's context ends the waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, _, err := Join(ctx, opts(g, t.TempDir())); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("a join whose context ends: %v after %s", err, time.Since(start))
 	}
 }
 

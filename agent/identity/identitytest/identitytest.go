@@ -131,7 +131,11 @@ type Gateway struct {
 	nonces   map[string]bool
 	keys     map[string]string // host -> public key enrolled
 	refuse   protocol.APICode
-	recovery int
+	// refuseNext, refuseLeft: the next refuseLeft enrolments are refused
+	// with refuseNext.
+	refuseNext protocol.APICode
+	refuseLeft int
+	recovery   int
 	last     protocol.EnrolRequest
 	issued   int
 	// hold, when set, holds every enrolment until it is closed; held
@@ -180,6 +184,14 @@ func (g *Gateway) Refuse(code protocol.APICode) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.refuse = code
+}
+
+// RefuseNext makes the API refuse the next n enrolments with code, and
+// then answer as before.
+func (g *Gateway) RefuseNext(code protocol.APICode, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refuseNext, g.refuseLeft = code, n
 }
 
 // AllowRecovery allows n recoveries.
@@ -284,6 +296,10 @@ func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {
 		return
 	case g.refuse != "":
 		writeAPIError(w, http.StatusForbidden, g.refuse, "refused as the test asked")
+		return
+	case g.refuseLeft > 0:
+		g.refuseLeft--
+		writeAPIError(w, http.StatusServiceUnavailable, g.refuseNext, "refused this once as the test asked")
 		return
 	case req.Token != g.Token:
 		writeAPIError(w, http.StatusForbidden, protocol.APITokenUnknown, "no such token")
