@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"github.com/fleetmcp/fleetmcp/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,7 +83,7 @@ func tbArgs(args map[string]any) string {
 	var b strings.Builder
 	for k, v := range args {
 		s, _ := v.(string)
-		b.WriteString(k + "=" + clip(s, 40) + " ")
+		b.WriteString(k + "=" + protocol.Ellipsis(s, 40) + " ")
 	}
 	return b.String()
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -66,7 +65,7 @@ type taskView struct {
 // once it has ended.
 func (t *toolbox) view(id string, st tasks.Status, req tasks.Request, commandCap int, tail bool) taskView {
 	v := taskView{
-		TaskID: id, Host: t.cfg.Host, State: st.State, Command: clip(req.Command, commandCap),
+		TaskID: id, Host: t.cfg.Host, State: st.State, Command: protocol.Ellipsis(req.Command, commandCap),
 		ExitCode: st.ExitCode, Signal: st.Signal, Note: st.Note, Caller: req.Caller,
 		Created: st.Created, Started: st.Started, Ended: st.Ended, Deadline: st.Deadline,
 		TimeoutSeconds: req.Timeout().Seconds(),
@@ -218,7 +217,7 @@ func (t *toolbox) taskList(_ context.Context, tc *toolCall) *protocol.Result {
 		return r
 	}
 	if a.State != "" && !slices.Contains(tasks.States, tasks.State(a.State)) {
-		return toolBadArgs(tc, protocol.ToolTaskList, "state %q is not a task state; use one of %s", clip(a.State, 40), joinStates())
+		return toolBadArgs(tc, protocol.ToolTaskList, "state %q is not a task state; use one of %s", protocol.Ellipsis(a.State, 40), joinStates())
 	}
 	limit := defaultTaskListSize
 	if a.Limit != nil {
@@ -364,7 +363,7 @@ func listText(host, state string, views []taskView, matched, unreadable int) str
 		if !v.Started.IsZero() {
 			when = v.Started
 		}
-		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), tasks.FormatSeconds(secs(v.RuntimeSeconds)), clip(oneLine(v.Command), protocol.TaskTableCommand))
+		fmt.Fprintf(&b, "\n%s\t%s\t%s\t%s\t%s", v.TaskID, stateText(v), stamp(when), tasks.FormatSeconds(secs(v.RuntimeSeconds)), protocol.Ellipsis(oneLine(v.Command), protocol.TaskTableCommand))
 	}
 	return b.String()
 }
@@ -395,15 +394,4 @@ func secs(f float64) time.Duration { return time.Duration(f * float64(time.Secon
 func taskInvocation(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error) {
 	inv, _, err := invocation(shell, script, command, params)
 	return inv.argv, inv.env, err
-}
-
-// clip shortens s to at most n bytes for a message, on a UTF-8 boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -77,6 +77,15 @@ func Clip(s string, n int) string {
 	return s[:cut]
 }
 
+// Ellipsis returns s cut as Clip does, with "…" after it when it was
+// cut: for messages that quote what they were given.
+func Ellipsis(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return Clip(s, n) + "…"
+}
+
 // DecodeAnnounce parses an announce as received and checks it against
 // the limits (Validate). Data over MaxAnnounceBytes is refused before it
 // is parsed.

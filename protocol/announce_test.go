@@ -148,6 +148,12 @@ func TestExcerptAndClip(t *testing.T) {
 	if Clip("abc", 0) != "" || Clip("abc", 5) != "abc" {
 		t.Error("Clip edge cases")
 	}
+	if e := Ellipsis(long, 101); e != long[:100]+"…" {
+		t.Errorf("Ellipsis(long, 101) = %q", e)
+	}
+	if Ellipsis("abc", 3) != "abc" || Ellipsis("abcd", 3) != "abc…" {
+		t.Error("Ellipsis edge cases")
+	}
 }
 
 // FuzzDecodeAnnounce: DecodeAnnounce never panics, and what it accepts is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/protocol"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -193,7 +194,7 @@ func newID(now time.Time) string {
 // ValidID checks the form of a task ID given by a caller.
 func ValidID(id string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("task_id %q is not a task ID (%s); task IDs look like t20260514-093012-123456-9f3a1c2e, as bash with background: true and task_list return them", clip(id, 80), why)
+		return fmt.Errorf("task_id %q is not a task ID (%s); task IDs look like t20260514-093012-123456-9f3a1c2e, as bash with background: true and task_list return them", protocol.Ellipsis(id, 80), why)
 	}
 	if len(id) != idLen {
 		return bad(fmt.Sprintf("%d characters, want %d", len(id), idLen))
@@ -216,17 +217,6 @@ func ValidID(id string) error {
 		}
 	}
 	return nil
-}
-
-// clip shortens s to at most n bytes for a message, on a UTF-8 boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // ErrUnknown reports a task ID with no folder.

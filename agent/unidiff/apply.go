@@ -3,6 +3,7 @@ package unidiff
 import (
 	"context"
 	"fmt"
+	"github.com/fleetmcp/fleetmcp/protocol"
 	"strings"
 )
 
@@ -293,7 +294,7 @@ func mismatch(f *Text, old []HunkLine, pos int) string {
 	var why string
 	switch want := patchText(f, pos+k, l); {
 	case fl.text != want:
-		why = fmt.Sprintf("differs: file has %q, patch expects %q", clip(fl.text, 80), clip(want, 80))
+		why = fmt.Sprintf("differs: file has %q, patch expects %q", protocol.Ellipsis(fl.text, 80), protocol.Ellipsis(want, 80))
 	case fl.end == "":
 		why = "has no newline at end of file; the patch expects one (mark it with \"\\ No newline at end of file\")"
 	default:

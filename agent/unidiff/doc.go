@@ -14,19 +14,6 @@
 // the limits callers are told of).
 package unidiff
 
-import "unicode/utf8"
-
 // utf8BOM is the UTF-8 byte-order mark, kept at the start of a file that
 // has one.
 const utf8BOM = "\uFEFF"
-
-// clip shortens s to at most n bytes for a message, on a UTF-8 boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}

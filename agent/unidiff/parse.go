@@ -488,7 +488,7 @@ func (p *patchParser) checkAfterHunks() error {
 	case strings.HasPrefix(l, "--- ") && p.i+1 < len(p.lines) && strings.HasPrefix(p.lines[p.i+1], "+++ "):
 		return nil
 	case l[0] == ' ' || l[0] == '-' || l[0] == '+':
-		return p.errorf(p.i, "%q follows a complete hunk: the previous @@ header counts fewer lines than the hunk has; fix its counts", clip(l, 60))
+		return p.errorf(p.i, "%q follows a complete hunk: the previous @@ header counts fewer lines than the hunk has; fix its counts", protocol.Ellipsis(l, 60))
 	}
 	return nil
 }
@@ -546,7 +546,7 @@ func (p *patchParser) hunk() (*Hunk, error) {
 // noEOL applies a "\ No newline at end of file" line to the line before.
 func (p *patchParser) noEOL(h *Hunk) error {
 	if len(h.Lines) == 0 || h.Lines[len(h.Lines)-1].NoEOL {
-		return p.errorf(p.i, "%q must follow a hunk line", clip(p.lines[p.i], 60))
+		return p.errorf(p.i, "%q must follow a hunk line", protocol.Ellipsis(p.lines[p.i], 60))
 	}
 	h.Lines[len(h.Lines)-1].NoEOL = true
 	p.i++
@@ -571,7 +571,7 @@ func checkNoEOL(h *Hunk) error {
 		}
 		if l.Kind != '+' && i != lastOld || l.Kind != '-' && i != lastNew {
 			return &patchError{line: h.Line, msg: fmt.Sprintf("hunk %s: \"\\ No newline at end of file\" follows %q, which is not the last line of the file before or after the change; only the last line can lack a newline",
-				h.Header(), clip(string(l.Kind)+l.Text, 60))}
+				h.Header(), protocol.Ellipsis(string(l.Kind)+l.Text, 60))}
 		}
 	}
 	return nil
@@ -580,7 +580,7 @@ func checkNoEOL(h *Hunk) error {
 // parseHunkHeader parses "@@ -l,s +l,s @@ section"; a count left out
 // is 1.
 func parseHunkHeader(l string) (*Hunk, error) {
-	bad := fmt.Errorf("%q is not a hunk header; write @@ -START,COUNT +START,COUNT @@", clip(l, 60))
+	bad := fmt.Errorf("%q is not a hunk header; write @@ -START,COUNT +START,COUNT @@", protocol.Ellipsis(l, 60))
 	rest, ok := strings.CutPrefix(l, "@@ -")
 	if !ok {
 		return nil, bad

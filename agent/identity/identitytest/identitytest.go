@@ -136,8 +136,8 @@ type Gateway struct {
 	refuseNext protocol.APICode
 	refuseLeft int
 	recovery   int
-	last     protocol.EnrolRequest
-	issued   int
+	last       protocol.EnrolRequest
+	issued     int
 	// hold, when set, holds every enrolment until it is closed; held
 	// hears of each one held.
 	hold chan struct{}
