@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -191,7 +192,7 @@ func (s *Store) write(name string, data []byte) error {
 // writeFileAtomic replaces path with data, mode 0600: whole or not at
 // all, and durable once it returns.
 func writeFileAtomic(path string, data []byte) error {
-	return writeFile(path, data, os.Rename)
+	return safefs.PlaceStateFile(path, data, os.Rename)
 }
 
 // createFileExclusive creates path with data, mode 0600, whole or not at
@@ -199,7 +200,7 @@ func writeFileAtomic(path string, data []byte) error {
 // data goes to a temporary file that is then linked (link(2) never
 // replaces a name) to path.
 func createFileExclusive(path string, data []byte) error {
-	return writeFile(path, data, func(tmp, path string) error {
+	return safefs.PlaceStateFile(path, data, func(tmp, path string) error {
 		err := os.Link(tmp, path)
 		if err == nil || errors.Is(err, os.ErrExist) {
 			return err
@@ -222,35 +223,6 @@ func createFileExclusive(path string, data []byte) error {
 		}
 		return err
 	})
-}
-
-// writeFile writes data to a temporary file (0600) beside path, syncs it,
-// puts it in place with place, and syncs the directory.
-func writeFile(path string, data []byte, place func(tmp, path string) error) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*") // mode 0600
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // once renamed, this fails harmlessly
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = place(f.Name(), path)
-	}
-	if err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // Identity is an agent's loaded identity.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // writeIfChanged makes path hold data with mode perm, replacing it
@@ -86,34 +88,11 @@ func sameContent(a, b string) (bool, error) {
 // replaceFile writes path through fill: whole or not at all, durable once
 // it returns. The directory is made (0755) when missing.
 func replaceFile(path string, perm os.FileMode, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // once renamed, this fails harmlessly
-	err = fill(f)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
+	if err := safefs.ReplaceFile(path, perm, fill, nil); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package safefs
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -14,13 +15,33 @@ import (
 // the same folder, synced, renamed over path, and the folder synced, so a
 // crash at any point leaves either the old or the new file whole.
 func WriteStateFile(path string, data []byte) error {
+	return ReplaceFile(path, 0o600, writeAll(data), nil)
+}
+
+// PlaceStateFile is WriteStateFile with place putting the synced
+// temporary file at path (for a link that refuses to replace anything).
+func PlaceStateFile(path string, data []byte, place func(tmp, path string) error) error {
+	return ReplaceFile(path, 0o600, writeAll(data), place)
+}
+
+// ReplaceFile writes path through fill, whole or not at all, and durable
+// once it returns: fill writes a temporary file beside path (mode perm),
+// which is synced, put at path by place (nil: renamed over it), and the
+// folder synced. The temporary file is removed whatever happened.
+func ReplaceFile(path string, perm os.FileMode, fill func(io.Writer) error, place func(tmp, path string) error) error {
+	if place == nil {
+		place = os.Rename
+	}
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-") // mode 0600
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
+	defer os.Remove(f.Name()) // once renamed, this fails harmlessly
+	err = fill(f)
+	if err == nil && perm != 0o600 {
+		err = f.Chmod(perm)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -28,14 +49,20 @@ func WriteStateFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = place(f.Name(), path)
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return err
 	}
 	SyncDir(dir)
 	return nil
+}
+
+func writeAll(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
 }
 
 // SyncDir makes renames and removals in dir durable; errors are ignored
