@@ -124,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.role == "floor" {
 		return runFloor(ctx, o.listen, stdout)
 	}
+	// Every child's standard error is copied here by a goroutine of its own.
+	stderr = &lockedWriter{w: stderr}
 	dir, err := os.MkdirTemp("", "fleetbench")
 	if err != nil {
 		return err
