@@ -289,10 +289,12 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
 	r.track(c.ID, fl)
 	defer r.untrack(c.ID, fl)
-	if err := r.send(&c, env, tc); err != nil {
+	parts, err := r.send(&c, env, tc)
+	if err != nil {
 		return nil, err
 	}
-	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold, env: env, receipt: req.Receipt}
+	w := waiter{r: r, call: &c, fl: fl, onFrame: onFrame, hold: req.Hold, env: env, receipt: req.Receipt,
+		tc: tc, sentAt: time.Now(), oneMessage: parts == 1}
 	defer w.giveBack()
 	return w.wait(ctx)
 }
@@ -349,7 +351,7 @@ func (r *router) checkHost(host string) (HostInfo, error) {
 // the parts (nats.go copies each into its buffer), so a large write costs
 // no copy of its content here. Every part carries the call's trace
 // context, when it has one; the first its signed envelope.
-func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrier) error {
+func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrier) (parts int, _ error) {
 	// Room for the envelope in the first part's headers.
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-4096)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
@@ -358,19 +360,20 @@ func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrie
 		return r.signCall(env, c, reply, n, sum), nil
 	}
 	var sendErr error
-	err := protocol.EncodeCallParts(c, size, sign, func(part, parts int, auth string, data []byte) error {
-		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: parts, Auth: auth, Data: data}.Encode()
+	err := protocol.EncodeCallParts(c, size, sign, func(part, n int, auth string, data []byte) error {
+		parts = n
+		h, body := protocol.Frame{Kind: protocol.KindCall, CallID: c.ID, Seq: uint64(part), Part: part, Parts: n, Auth: auth, Data: data}.Encode()
 		protocol.SetTrace(h, traceparent, tracestate)
 		sendErr = r.nc.PublishMsg(&nats.Msg{Subject: protocol.CallSubject(c.Host), Reply: reply, Header: nats.Header(h), Data: body})
 		return sendErr
 	})
 	switch {
 	case sendErr != nil:
-		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("send %s call to %s: %v", c.Tool, c.Host, sendErr)}
+		return 0, &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("send %s call to %s: %v", c.Tool, c.Host, sendErr)}
 	case err != nil:
-		return &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s cannot be sent: %v", c.Host, err)}
+		return 0, &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s cannot be sent: %v", c.Host, err)}
 	}
-	return nil
+	return parts, nil
 }
 
 func (r *router) cancel(env hostSigner, host, id, reason string) {
@@ -432,6 +435,20 @@ type waiter struct {
 	claim  int64
 	partAt time.Time
 
+	// A call that found nobody listening on its host, which the registry
+	// still has online, waits up to rejoinGrace from sentAt for the agent
+	// to come back (a reconnection to another node, or with a renewed
+	// credential). rejoin, when set, asks the agent whether it has the
+	// call; one that answers it has no record of it gets it again (at
+	// most maxResends times): it never took it in, so it cannot run it
+	// twice. Only a call sent as one message is sent again.
+	tc         propagation.MapCarrier
+	sentAt     time.Time
+	oneMessage bool
+	rejoin     *time.Timer
+	rejoining  bool
+	resends    int
+
 	asm       *protocol.Assembly
 	broken    bool // the current delivery lost a part; skip until a new part 1
 	heard     bool // the agent has sent at least one frame
@@ -442,6 +459,15 @@ type waiter struct {
 
 // maxRefetch bounds re-fetches of a result whose parts keep getting lost.
 const maxRefetch = 3
+
+// rejoinGrace is how long a call waits for a host that nobody listens for
+// (see waiter.rejoin); rejoinProbe how often it asks meanwhile;
+// maxResends how often a call is sent again.
+const (
+	rejoinGrace = 3 * time.Second
+	rejoinProbe = 200 * time.Millisecond
+	maxResends  = 2
+)
 
 func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 	w.ctx = ctx
@@ -455,8 +481,14 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		defer timer.Stop()
 		deadline = timer.C
 	}
+	w.rejoin = time.NewTimer(time.Hour)
+	w.rejoin.Stop()
+	defer w.rejoin.Stop()
 	for {
 		select {
+		case <-w.rejoin.C:
+			w.r.fetch(w.env, host, id) // nobody listening: another 503, and the next probe
+
 		case <-ctx.Done():
 			w.r.cancel(w.env, host, id, "caller cancelled")
 			return nil, ctx.Err()
@@ -479,6 +511,9 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 				return nil, refusedError(refused, w.call.Tool)
 			}
 			if noResponders && !w.heard {
+				if w.awaitRejoin() {
+					continue
+				}
 				if w.fetched {
 					// The call went out, then the host fell silent and
 					// nobody took the fetch: it left mid-call.
@@ -664,7 +699,41 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		if err := w.r.checkReceipt(w.call, res, w.asm.Bytes(), f.Receipt, w.receipt); err != nil {
 			return nil, err
 		}
+		if resent, err := w.resend(res); resent || err != nil {
+			return nil, err
+		}
 		return res, nil
 	}
 	return nil, nil
+}
+
+// awaitRejoin reports whether a call that found nobody listening on its
+// host waits for the agent to come back: sent as one message, within
+// rejoinGrace of its sending, and not more often than maxResends sent
+// again. It then asks the agent after rejoinProbe.
+func (w *waiter) awaitRejoin() bool {
+	if !w.oneMessage || w.resends >= maxResends || time.Since(w.sentAt) >= min(rejoinGrace, w.r.silence) {
+		return false
+	}
+	w.rejoining = true
+	w.rejoin.Reset(rejoinProbe)
+	return true
+}
+
+// resend sends the call again when res is its agent's answer, while the
+// call waits for the agent to come back, that it has no record of it.
+func (w *waiter) resend(res *protocol.Result) (bool, error) {
+	if !w.rejoining || res.Error == nil || res.Error.Code != protocol.CodeUnknownCall {
+		return false, nil
+	}
+	w.rejoining, w.heard, w.asm = false, false, nil
+	w.rejoin.Stop()
+	w.resends++
+	w.r.log.Info("the host came back without the call; sending it again", "host", w.call.Host, "call", w.call.ID, "tool", w.call.Tool,
+		"after", time.Since(w.sentAt).Round(time.Millisecond))
+	w.sentAt = time.Now()
+	if _, err := w.r.send(w.call, w.env, w.tc); err != nil {
+		return true, err
+	}
+	return true, nil
 }

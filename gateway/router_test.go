@@ -635,12 +635,12 @@ func TestRouterCallTimeout(t *testing.T) {
 }
 
 // TestRouterNoResponders: with no agent subscribed, NATS answers "no
-// responders" and the call fails at once instead of after the silence
-// timeout.
+// responders"; the call waits rejoinGrace for the agent to come back,
+// asking meanwhile, then fails, well before the silence timeout.
 func TestRouterNoResponders(t *testing.T) {
 	ns := startNATS(t, 0)
-	r, _ := newTestRouter(t, ns, "web-1", 5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	r, _ := newTestRouter(t, ns, "web-1", 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
 	res, err := r.call(ctx, bashCall("web-1", "true"), nil)
@@ -649,8 +649,58 @@ func TestRouterNoResponders(t *testing.T) {
 	if res != nil {
 		t.Errorf("result %+v from a host nobody serves", res)
 	}
-	if took > time.Second {
-		t.Errorf("no-responders failure took %s, want well under the 5s silence timeout", took)
+	if took < rejoinGrace || took > rejoinGrace+3*time.Second {
+		t.Errorf("no-responders failure took %s, want just over the %s the call waits for its agent", took, rejoinGrace)
+	}
+}
+
+// TestRouterAwaitsRejoin: a call sent while its host's agent is away (a
+// reconnection) waits for it. The agent, back, is asked about the call:
+// when it has no record of it, the call is sent again and answered once;
+// when it has it (a keepalive), it is not sent again.
+func TestRouterAwaitsRejoin(t *testing.T) {
+	ns := startNATS(t, 0)
+	r, _ := newTestRouter(t, ns, "web-1", 10*time.Second)
+	done := startCall(context.Background(), r, bashCall("web-1", "echo back"), nil)
+	time.Sleep(3 * rejoinProbe) // some probes find nobody listening
+	fa := newFakeAgent(t, ns, "web-1")
+	fetch := recv(t, fa.fetches, "a fetch asking whether the agent has the call")
+	fa.sendResult(t, fetch.reply, protocol.ErrorResult(fetch.fetch.CallID, protocol.CodeUnknownCall, "host web-1 has no record of call "+fetch.fetch.CallID))
+	rc := recv(t, fa.calls, "the call, sent again")
+	if rc.call.ID != fetch.fetch.CallID {
+		t.Fatalf("sent again as call %s, asked about %s", rc.call.ID, fetch.fetch.CallID)
+	}
+	fa.sendResult(t, rc.reply, &protocol.Result{CallID: rc.call.ID, Content: []protocol.Content{protocol.Text("back\n")}})
+	out := recv(t, done, "the result")
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	wantText(t, out.res, "back\n")
+	select {
+	case again := <-fa.calls:
+		t.Errorf("the call was sent once more: %+v", again.call)
+	case <-time.After(2 * rejoinProbe):
+	}
+
+	// An agent that has the call after all answers the probe with a
+	// keepalive: the call is not sent again and runs to its result.
+	fa.nc.Close()
+	waitUntil(t, "the agent's connection gone from the server", func() bool { return ns.NumClients() == 1 })
+	done = startCall(context.Background(), r, bashCall("web-1", "echo kept"), nil)
+	time.Sleep(2 * rejoinProbe)
+	fa = newFakeAgent(t, ns, "web-1")
+	fetch = recv(t, fa.fetches, "a fetch, second call")
+	fa.send(t, fetch.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: fetch.fetch.CallID, Seq: 1})
+	select {
+	case again := <-fa.calls:
+		t.Fatalf("a call its agent keeps was sent again: %+v", again.call)
+	case <-time.After(3 * rejoinProbe):
+	}
+	fa.sendResult(t, fetch.reply, &protocol.Result{CallID: fetch.fetch.CallID, Content: []protocol.Content{protocol.Text("kept\n")}})
+	if out := recv(t, done, "the second result"); out.err != nil {
+		t.Fatal(out.err)
+	} else {
+		wantText(t, out.res, "kept\n")
 	}
 }
 

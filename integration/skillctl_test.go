@@ -162,7 +162,20 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 		t.Fatalf("skills rollout printed:\n%s", out)
 	}
 	id := second[1]
-	waitFor(t, 90*time.Second, "the rollout pauses on the host that fails", func() bool { return status(id).State == protocol.RolloutPaused })
+	// It pauses as soon as one host fails; the others of that batch may
+	// report after that.
+	waitFor(t, 90*time.Second, "the rollout paused on the host that fails, every host of its batch reported", func() bool {
+		in := status(id)
+		if in.State != protocol.RolloutPaused {
+			return false
+		}
+		for _, h := range in.HostStates {
+			if h.Host == denied.name && h.State != protocol.SkillRefused {
+				return false
+			}
+		}
+		return true
+	})
 	info := status(id)
 	states := map[string]protocol.RolloutHost{}
 	for _, h := range info.HostStates {
