@@ -441,7 +441,10 @@ type waiter struct {
 	// credential). rejoin, when set, asks the agent whether it has the
 	// call; one that answers it has no record of it gets it again (at
 	// most maxResends times): it never took it in, so it cannot run it
-	// twice. Only a call sent as one message is sent again.
+	// twice. The question, like the call, is signed for the agent process
+	// the call was sent to (its instance): a restarted agent refuses it,
+	// and never gets a call its predecessor may have run. Only a call
+	// sent as one message is sent again.
 	tc         propagation.MapCarrier
 	sentAt     time.Time
 	oneMessage bool
@@ -514,7 +517,7 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 				if w.awaitRejoin() {
 					continue
 				}
-				if w.fetched {
+				if w.fetched && !w.rejoining {
 					// The call went out, then the host fell silent and
 					// nobody took the fetch: it left mid-call.
 					return nil, &HostError{Host: host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s and is no longer connected to the fleet; it may have crashed or lost its network", host, w.call.Tool)}
