@@ -34,7 +34,9 @@ import (
 // a client saw answered has exactly one audit record, none has two, no
 // record belongs to no call, every acknowledged enrolment is in the agent
 // records and counted once on the token, and every gateway lists the
-// same hosts, all online.
+// same hosts, all online. A background task on a real agent runs
+// throughout: it ends while the quorum is lost, when no replica can read
+// it, and every replica reads its whole output afterwards.
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of faults on a cluster")
@@ -48,6 +50,7 @@ func TestClusterFailover(t *testing.T) {
 	for i := range 3 {
 		waitOnline(t, c.gw(i), hosts)
 	}
+	endTask, checkTask := failoverTask(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tok, err := c.gw(0).CreateJoinToken(ctx, &protocol.TokenCreateRequest{Uses: 10000, TTL: "1h"}, "test")
@@ -75,10 +78,15 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	for round := 1; round <= rounds; round++ {
-		failoverRound(t, c, h, round)
+		var onQuorumLost func()
+		if round == 1 {
+			onQuorumLost = endTask
+		}
+		failoverRound(t, c, h, round, onQuorumLost)
 	}
 	stopRun()
 	wait()
+	checkTask()
 
 	st := clusterState(t, c, hosts, tok.Info.ID)
 	r := hacheck.Verify(h, st, hosts)
@@ -274,7 +282,7 @@ func streamsCurrent(nc *nats.Conn, name string) bool {
 // failoverRound is one round of TestClusterFailover's faults: the
 // gateway whose node leads the audit stream stops and comes back on its
 // old store, then two gateways stop at once and come back one by one.
-func failoverRound(t *testing.T, c *gwCluster, h *hacheck.History, round int) {
+func failoverRound(t *testing.T, c *gwCluster, h *hacheck.History, round int, onQuorumLost func()) {
 	t.Helper()
 	settle := func(what string, d time.Duration) {
 		t.Helper()
@@ -312,6 +320,9 @@ func failoverRound(t *testing.T, c *gwCluster, h *hacheck.History, round int) {
 		}
 		return false
 	})
+	if onQuorumLost != nil {
+		onQuorumLost()
+	}
 	h.Mark(fmt.Sprintf("round %d: quorum back: a second gateway restarted", round))
 	c.restart(lost[0])
 	waitServed(t, h, 40*time.Second, "every worker served again once the quorum was back")

@@ -29,8 +29,10 @@ import (
 // calls fail at once, with an error from their transport; every call
 // through the other two is answered with its result, and has exactly one
 // audit record, although the stream lost its leader meanwhile. A
-// background task started through the stopped gateway runs on, and
-// another gateway reads it to its end.
+// background task started through the stopped gateway, on an agent given
+// only that gateway's node (so that it loses its node too, and reconnects
+// to one it learnt from the cluster), runs on, and another gateway reads
+// it to its end.
 func TestGatewayKilledMidCall(t *testing.T) {
 	c := startGatewayCluster(t, 3, nil)
 	hosts := []string{"kill-1", "kill-2", "kill-3", "kill-4", "kill-5", "kill-6"}
@@ -78,10 +80,14 @@ func TestGatewayKilledMidCall(t *testing.T) {
 			r.end = time.Now()
 		})
 	}
-	// A background task started through the gateway that will stop.
-	gate := filepath.Join(dirs[hosts[0]], "task-gate")
-	killTasksAfter(t, dirs[hosts[0]])
-	taskID, _ := startBackground(t, clientTo(t, c.gw(victim).MCPURL(), ""), hosts[0],
+	// A background task started through the gateway that will stop, on
+	// an agent connected to its node.
+	const taskHost = "kill-task"
+	taskDir := startClusterAgent(t, c.gw(0), taskHost, []string{"nats://" + c.cfgs[victim].NATSListen})
+	killTasksAfter(t, taskDir)
+	waitOnline(t, c.gw(victim), []string{taskHost})
+	gate := filepath.Join(taskDir, "task-gate")
+	taskID, _ := startBackground(t, clientTo(t, c.gw(victim).MCPURL(), ""), taskHost,
 		"while [ ! -e task-gate ]; do sleep 0.05; done; echo task-done", nil)
 	waitFor(t, 20*time.Second, "every call on its host", func() bool {
 		for k := range clients {
@@ -145,16 +151,20 @@ func TestGatewayKilledMidCall(t *testing.T) {
 	t.Logf("%d of the stopped gateway's %d calls have a record", stored, perGateway)
 
 	// The task runs on through the loss of the gateway that started it
-	// (and of its host's NATS node, when it was on that one), and another
-	// replica reads it to its end.
+	// and of its agent's node, and another replica reads it to its end
+	// once the agent has reconnected.
 	other := clientTo(t, c.gw((victim+1)%3).MCPURL(), "")
-	if st, res := taskStatus(t, other, hosts[0], taskID, 0); st["state"] != "running" {
-		t.Fatalf("the background task, read through another gateway after the stop: %s", text(res))
-	}
+	waitFor(t, 30*time.Second, "the task read through another gateway", func() bool {
+		res, ok := tryCall(other, "task_status", map[string]any{"host": taskHost, "task_id": taskID, "wait": 0})
+		st, _ := res.StructuredContent.(map[string]any)
+		return ok && st["state"] == "running"
+	})
+	t.Logf("the task's agent, on the stopped node, reconnected; its task read through gateway %d %s after the stop",
+		(victim+1)%3+1, time.Since(at).Round(time.Millisecond))
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if st, res := awaitTask(t, other, hosts[0], taskID); st["state"] != "succeeded" || st["output_tail"] != "task-done\n" {
+	if st, res := awaitTask(t, other, taskHost, taskID); st["state"] != "succeeded" || st["output_tail"] != "task-done\n" {
 		t.Errorf("the background task, read through another gateway: %s", text(res))
 	}
 }
@@ -295,4 +305,16 @@ func copySigningDir(t *testing.T, from, to string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// tryCall calls tool once with a short deadline; ok reports an answer
+// that is not an error. A failed call returns a nil result.
+func tryCall(cs *mcp.ClientSession, tool string, args map[string]any) (res *mcp.CallToolResult, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return nil, false
+	}
+	return res, !res.IsError
 }
