@@ -96,7 +96,7 @@ type Gateway struct {
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
-	calls        sync.WaitGroup
+	calls        callCount
 	shutdownOnce sync.Once
 	shutdownErr  error
 	// rates holds the per-caller rate-limit buckets.
@@ -794,10 +794,8 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
-	drained := make(chan struct{})
-	go func() { g.calls.Wait(); close(drained) }()
 	select {
-	case <-drained:
+	case <-g.calls.drain():
 	case <-ctx.Done():
 		g.log.Warn("shutting down with tool calls still running; their audit records may be lost")
 	}

@@ -117,8 +117,10 @@ func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToo
 
 // callTool decides a tool call, runs it when allowed, and records it.
 func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
-	g.calls.Add(1)
-	defer g.calls.Done()
+	if !g.calls.begin() {
+		return errorResult(fmt.Sprintf("%s was not run: this gateway is shutting down; retry through another gateway, or once it is back", req.Params.Name)), nil
+	}
+	defer g.calls.end()
 	start := time.Now()
 	ctx, span := g.tracing.startCall(ctx, req)
 	id := g.identityOf(req.Extra)
@@ -428,4 +430,47 @@ func resultBytes(res *mcp.CallToolResult) int {
 		}
 	}
 	return n
+}
+
+// callCount counts the tool calls in progress. Once drain was called it
+// takes no new ones: a call that would start while the gateway shuts
+// down is refused, not left running past the audit trail's last write.
+type callCount struct {
+	mu       sync.Mutex
+	n        int
+	draining bool
+	idle     chan struct{} // closed once draining and no call is left
+}
+
+// begin counts a call in; false once draining.
+func (c *callCount) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining {
+		return false
+	}
+	c.n++
+	return true
+}
+
+// end counts a call out.
+func (c *callCount) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 && c.draining {
+		close(c.idle)
+	}
+}
+
+// drain stops new calls and returns a channel closed once no call is left.
+func (c *callCount) drain() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.draining {
+		c.draining, c.idle = true, make(chan struct{})
+		if c.n == 0 {
+			close(c.idle)
+		}
+	}
+	return c.idle
 }

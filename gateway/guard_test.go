@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -62,5 +64,50 @@ func TestHostArg(t *testing.T) {
 		if got := hostArg([]byte(raw)); got != want {
 			t.Errorf("hostArg(%s) = %q, want %q", raw, got, want)
 		}
+	}
+}
+
+// TestCallCountDrain: drain waits for the calls in progress and refuses
+// new ones, also while calls begin and end around it on other goroutines
+// (run with -race: a WaitGroup whose Add may follow its Wait is not).
+func TestCallCountDrain(t *testing.T) {
+	var c callCount
+	if !c.begin() {
+		t.Fatal("a call refused before any drain")
+	}
+	idle := c.drain()
+	select {
+	case <-idle:
+		t.Fatal("drained with a call in progress")
+	default:
+	}
+	if c.begin() {
+		t.Error("a call taken in while draining")
+	}
+	c.end()
+	select {
+	case <-idle:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not drained once the last call ended")
+	}
+	if c.drain() != idle {
+		t.Error("a second drain made a new channel")
+	}
+
+	var d callCount
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if d.begin() {
+					d.end()
+				}
+			}
+		})
+	}
+	<-d.drain()
+	wg.Wait()
+	if d.begin() {
+		t.Error("a call taken in after the drain")
 	}
 }
