@@ -97,6 +97,11 @@ type AuditRecord struct {
 	// Gateway is the name of the gateway replica that served the call
 	// (Config.Name; empty when it has none).
 	Gateway string `json:"gateway,omitempty"`
+	// Unsealed is set by the audit tool on a record whose seal does not
+	// hold: no gateway of this fleet stored it as it reads (another user
+	// of the fleet's NATS account may have), or a gateway of a version
+	// that did not seal records did. Gateways never store it set.
+	Unsealed bool `json:"unsealed,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.
@@ -132,6 +137,9 @@ type auditor struct {
 	redact *redactor
 	// name is the gateway's, for the records' Gateway.
 	name string
+	// seal seals each record in the stream (auditSealHeader), so that the
+	// audit tool can tell the gateways' records from any other writer's.
+	seal *recordSeal
 	// fileMu guards file, which reopen swaps while the writer appends.
 	fileMu   sync.Mutex
 	file     *os.File

@@ -159,12 +159,16 @@ func (a *auditor) sync(ctx context.Context) error {
 type pendingRecord struct {
 	id     string
 	data   []byte
+	seal   string // its auditSealHeader ("": none)
 	ticket *auditTicket
 	// since is the first send of the record's current duplicate window
 	// (zero: not sent yet); stored is set once the stream holds it.
 	since  time.Time
 	stored bool
 }
+
+// auditSealHeader carries an audit record's seal (recordseal.go).
+const auditSealHeader = "Fleet-Audit-Seal"
 
 // run stores records until the queue is closed and what is left is
 // stored, or closeBy has passed.
@@ -253,7 +257,11 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 			it.ticket.finish(fmt.Errorf("audit record not encodable: %w", err))
 			continue
 		}
-		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket})
+		p := &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket}
+		if a.seal != nil {
+			p.seal = a.seal.mark(sealAudit, rec.CallID, d)
+		}
+		out = append(out, p)
 		lines = append(append(lines, d...), '\n')
 	}
 	if len(lines) > 0 {
@@ -291,7 +299,11 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 		case r.since.IsZero():
 			r.since = now
 		}
-		f, err := a.js.PublishAsync(protocol.AuditSubject(), r.data, pubOpts(r.id)...)
+		m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data}
+		if r.seal != "" {
+			m.Header = nats.Header{auditSealHeader: {r.seal}}
+		}
+		f, err := a.js.PublishMsgAsync(m, pubOpts(r.id)...)
 		if errors.Is(err, nats.ErrMaxPayload) {
 			a.giveUp(r, err)
 			continue

@@ -129,6 +129,8 @@ type auditPage struct {
 	// records in the requested range were not read.
 	Scanned    int  `json:"scanned"`
 	Incomplete bool `json:"incomplete,omitempty"`
+	// Unsealed counts the records shown whose seal does not hold.
+	Unsealed int `json:"unsealed,omitempty"`
 }
 
 // query reads the newest records matching q.
@@ -235,7 +237,7 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 				continue
 			}
 			page.Scanned++
-			a.keep(m.Data(), q, page)
+			a.keep(m.Data(), m.Headers().Get(auditSealHeader), q, page)
 			done = done || meta.Sequence.Stream == end
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -246,11 +248,13 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 	return ctx.Err()
 }
 
-func (a *auditor) keep(data []byte, q auditQuery, page *auditPage) {
+// keep adds the record data, sealed with seal, to page when it matches q.
+func (a *auditor) keep(data []byte, seal string, q auditQuery, page *auditPage) {
 	var r AuditRecord
 	if err := json.Unmarshal(data, &r); err != nil || !q.match(&r) {
 		return
 	}
+	r.Unsealed = a.seal != nil && !a.seal.holds(sealAudit, r.CallID, data, seal)
 	page.Records = append(page.Records, r)
 	if len(page.Records) > q.limit {
 		page.Records = page.Records[1:]
@@ -273,8 +277,16 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 			g.recheckReceipt(&page.Records[i])
 		}
 	}
+	for _, r := range page.Records {
+		if r.Unsealed {
+			page.Unsealed++
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d records (searched %d)", len(page.Records), page.Scanned)
+	if page.Unsealed > 0 {
+		fmt.Fprintf(&b, "; %d of them UNSEALED: no gateway of this fleet stored them as they read (forged by another user of the fleet's NATS account, changed, or written by a gateway older than sealed records)", page.Unsealed)
+	}
 	if page.Incomplete {
 		b.WriteString("; older records in this range were not searched: narrow it with until")
 	}
@@ -311,6 +323,9 @@ func (r *AuditRecord) line() string {
 		fmt.Fprintf(&b, " exit %d", *r.ExitCode)
 	}
 	fmt.Fprintf(&b, "\t%dms", r.DurationMS)
+	if r.Unsealed {
+		b.WriteString("\tUNSEALED")
+	}
 	if rc := r.Receipt; rc != nil {
 		switch {
 		case rc.Problem != "":

@@ -194,7 +194,8 @@ func (g *Gateway) start(ctx context.Context) error {
 				return err
 			}
 			g.audit.name = g.cfg.Name
-			return nil
+			g.audit.seal, err = g.recordSeal()
+			return err
 		},
 		func() (err error) {
 			g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts"))

@@ -31,6 +31,9 @@ type sealKind string
 const (
 	sealAgent sealKind = "agent"
 	sealToken sealKind = "token"
+	// sealAudit: an audit record, keyed by its call ID, its seal in the
+	// message's auditSealHeader.
+	sealAudit sealKind = "audit"
 )
 
 // recordSeal seals and opens records.
@@ -70,6 +73,19 @@ func (s *recordSeal) seal(kind sealKind, key string, v any) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(sealed{Record: record, Seal: base64.RawURLEncoding.EncodeToString(s.sum(kind, key, record))})
+}
+
+// mark returns the seal of data, the record of kind stored under key, as
+// text (for a message header).
+func (s *recordSeal) mark(kind sealKind, key string, data []byte) string {
+	return base64.RawURLEncoding.EncodeToString(s.sum(kind, key, data))
+}
+
+// holds reports whether mark is the seal of data, the record of kind
+// stored under key.
+func (s *recordSeal) holds(kind sealKind, key string, data []byte, mark string) bool {
+	sum, err := base64.RawURLEncoding.DecodeString(mark)
+	return err == nil && hmac.Equal(sum, s.sum(kind, key, data))
 }
 
 // errBadSeal is a record the gateways did not write.

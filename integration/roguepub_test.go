@@ -375,3 +375,54 @@ func TestRogueRecords(t *testing.T) {
 	// the gateway still checks them against that key.
 	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo still alpha"}))
 }
+
+// TestForgedAuditRecords: a user of the fleet's NATS account (a leaked
+// credential) can append to the audit stream, but what it appends reads
+// as unsealed: a record made up, and a real record copied with its seal
+// and changed. The gateways' own records read as sealed.
+func TestForgedAuditRecords(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha"}})
+	cs := env.Client("", nil)
+	rogue := roguePublisher(t, env)
+	seen, _ := capture(t, rogue, protocol.AuditSubject())
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo real"}))
+	real := next(t, seen, "the real call's audit record")
+	if real.Header.Get("Fleet-Audit-Seal") == "" {
+		t.Fatalf("the gateway's record carries no seal: %v", real.Header)
+	}
+	js, err := jetstream.New(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	madeUp, _ := json.Marshal(map[string]any{"time": time.Now(), "call_id": "cforged000000000000000001", "caller": map[string]string{"kind": "oidc", "subject": "ada"},
+		"tool": "bash", "hosts": []string{"alpha"}, "decision": "allowed", "outcome": "ok", "args": map[string]string{"command": "made up"}})
+	if _, err := js.Publish(ctx, protocol.AuditSubject(), madeUp); err != nil {
+		t.Fatal(err)
+	}
+	changed := &nats.Msg{Subject: protocol.AuditSubject(), Header: nats.Header{"Fleet-Audit-Seal": real.Header.Values("Fleet-Audit-Seal")},
+		Data: bytes.Replace(real.Data, []byte(`"outcome":"ok"`), []byte(`"outcome":"error"`), 1)}
+	if bytes.Equal(changed.Data, real.Data) {
+		t.Fatalf("the real record has no outcome to change: %s", real.Data)
+	}
+	if _, err := js.PublishMsg(ctx, changed, jetstream.WithMsgID("changed-copy")); err != nil {
+		t.Fatal(err)
+	}
+	res := call(t, cs, "audit", map[string]any{"host": "alpha", "tool": "bash"})
+	out := text(res)
+	page := structured(t, res)
+	recs, _ := page["records"].([]any)
+	sealed, unsealed := 0, 0
+	for _, r := range recs {
+		if m, _ := r.(map[string]any); m["unsealed"] == true {
+			unsealed++
+		} else {
+			sealed++
+		}
+	}
+	if sealed != 1 || unsealed != 2 || page["unsealed"] != float64(2) || !strings.Contains(out, "2 of them UNSEALED") ||
+		strings.Count(out, "\tUNSEALED") != 2 {
+		t.Errorf("the audit tool: %d sealed, %d unsealed; want 1 and 2:\n%s", sealed, unsealed, out)
+	}
+}
