@@ -192,7 +192,7 @@ func (s *Store) write(name string, data []byte) error {
 // writeFileAtomic replaces path with data, mode 0600: whole or not at
 // all, and durable once it returns.
 func writeFileAtomic(path string, data []byte) error {
-	return safefs.PlaceStateFile(path, data, os.Rename)
+	return safefs.WriteStateFile(path, data)
 }
 
 // createFileExclusive creates path with data, mode 0600, whole or not at
