@@ -490,6 +490,9 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 	for {
 		select {
 		case <-w.rejoin.C:
+			if err := w.restarted(); err != nil {
+				return nil, err
+			}
 			w.r.fetch(w.env, host, id) // nobody listening: another 503, and the next probe
 
 		case <-ctx.Done():
@@ -639,6 +642,9 @@ func (w *waiter) onSilence(now time.Time) error {
 		w.lastHeard = now
 		return nil
 	}
+	if err := w.restarted(); err != nil {
+		return err
+	}
 	if quiet := now.Sub(w.lastHeard); quiet >= 2*w.r.silence {
 		return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf("host %s went silent during %s: no answer for %s; it may have crashed or lost its network",
 			w.call.Host, w.call.Tool, quiet.Round(100*time.Millisecond))}
@@ -708,6 +714,19 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 		return res, nil
 	}
 	return nil, nil
+}
+
+// restarted returns the error of a call whose host's agent has announced
+// a new process since the call was sent to the one before: that one is
+// gone, and the new one never answers for it.
+func (w *waiter) restarted() error {
+	h, ok := w.r.reg.get(w.call.Host)
+	if !ok || h.Instance == "" || w.env.instance == "" || h.Instance == w.env.instance {
+		return nil
+	}
+	return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf(
+		"the agent on %s restarted during %s: the call was sent to its previous process, which may have run it, or part of it, before it stopped; check before running it again (the new process never runs it)",
+		w.call.Host, w.call.Tool)}
 }
 
 // awaitRejoin reports whether a call that found nobody listening on its
