@@ -188,8 +188,10 @@ func TestJoinRetriesWhileUnavailable(t *testing.T) {
 	o := opts(g, t.TempDir())
 	o.RetryFor = 2 * time.Second
 	start = time.Now()
+	// The bounds below tell RetryFor (and the context) from the default
+	// minute; each request itself may take a while on a loaded machine.
 	_, _, err := Join(context.Background(), o)
-	if !unavailable(err) || !strings.Contains(err.Error(), "times over 2s") || time.Since(start) > 4*time.Second {
+	if !unavailable(err) || !strings.Contains(err.Error(), "times over 2s") || time.Since(start) > 20*time.Second {
 		t.Errorf("an outage longer than RetryFor: %v after %s", err, time.Since(start))
 	}
 	if _, err := Load(o.StateDir); !errors.Is(err, ErrNotEnrolled) {
@@ -200,7 +202,7 @@ func TestJoinRetriesWhileUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	if _, _, err := Join(ctx, opts(g, t.TempDir())); err == nil || time.Since(start) > 2*time.Second {
+	if _, _, err := Join(ctx, opts(g, t.TempDir())); err == nil || time.Since(start) > 10*time.Second {
 		t.Errorf("a join whose context ends: %v after %s", err, time.Since(start))
 	}
 }
