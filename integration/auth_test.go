@@ -369,9 +369,9 @@ func TestKeyRotation(t *testing.T) {
 	if !accepted(dev("key-3")) {
 		t.Fatal("a token signed by the key published last was refused")
 	}
-	if accepted(old) {
-		t.Fatal("a token signed by the retired key was accepted after the key set was fetched again")
-	}
+	// go-oidc answers the call that fetched the set before it keeps the
+	// new set: the old key goes a moment later.
+	waitFor(t, 10*time.Second, "a token signed by the retired key refused once the key set was fetched again", func() bool { return !accepted(old) })
 	time.Sleep(keyRefresh)
 	if accepted(old) {
 		t.Fatal("a token signed by the retired key was accepted")
