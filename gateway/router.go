@@ -484,12 +484,10 @@ func (w *waiter) wait(ctx context.Context) (*protocol.Result, error) {
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	w.rejoin = time.NewTimer(time.Hour)
-	w.rejoin.Stop()
-	defer w.rejoin.Stop()
+	defer w.stopRejoin()
 	for {
 		select {
-		case <-w.rejoin.C:
+		case <-w.rejoinC():
 			if err := w.restarted(); err != nil {
 				return nil, err
 			}
@@ -729,6 +727,21 @@ func (w *waiter) restarted() error {
 		w.call.Host, w.call.Tool)}
 }
 
+// rejoinC is the channel of the rejoin timer; nil (never ready) before
+// the call first waits for its agent.
+func (w *waiter) rejoinC() <-chan time.Time {
+	if w.rejoin == nil {
+		return nil
+	}
+	return w.rejoin.C
+}
+
+func (w *waiter) stopRejoin() {
+	if w.rejoin != nil {
+		w.rejoin.Stop()
+	}
+}
+
 // awaitRejoin reports whether a call that found nobody listening on its
 // host waits for the agent to come back: sent as one message, within
 // rejoinGrace of its sending, and not more often than maxResends sent
@@ -738,7 +751,11 @@ func (w *waiter) awaitRejoin() bool {
 		return false
 	}
 	w.rejoining = true
-	w.rejoin.Reset(rejoinProbe)
+	if w.rejoin == nil {
+		w.rejoin = time.NewTimer(rejoinProbe) // made only for the calls that need it
+	} else {
+		w.rejoin.Reset(rejoinProbe)
+	}
 	return true
 }
 
@@ -749,7 +766,7 @@ func (w *waiter) resend(res *protocol.Result) (bool, error) {
 		return false, nil
 	}
 	w.rejoining, w.heard, w.asm = false, false, nil
-	w.rejoin.Stop()
+	w.stopRejoin()
 	w.resends++
 	w.r.log.Info("the host came back without the call; sending it again", "host", w.call.Host, "call", w.call.ID, "tool", w.call.Tool,
 		"after", time.Since(w.sentAt).Round(time.Millisecond))
