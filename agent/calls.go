@@ -48,51 +48,78 @@ type finished struct {
 	expires time.Time
 }
 
+// droppedCall is a finished call whose result went over the table's byte
+// limit before its TTL: only its ID is kept, until then.
+type droppedCall struct {
+	id      string
+	expires time.Time
+}
+
 // callTable tracks running calls and recently finished results by call ID,
 // so a cancel reaches the right call, a repeated call is never run twice
 // and a lost result can be fetched again.
+//
+// Results are kept for ttl and maxBytes in all, the oldest dropped first.
+// A dropped result's call ID is still kept until its TTL (maxDropped IDs
+// at most), so that a call sent again after its result was dropped is not
+// run again either: it is answered protocol.CodeResultDropped.
 type callTable struct {
-	ttl      time.Duration
-	maxBytes int
+	ttl        time.Duration
+	maxBytes   int
+	maxDropped int
 
 	mu     sync.Mutex
 	active map[string]*job
 	done   map[string]*list.Element // of *finished, oldest at Front
 	order  *list.List
 	bytes  int
+	// dropped holds the IDs of dropped results, in the order dropped
+	// (which is the order they expire: the TTL is the same for all).
+	dropped     map[string]struct{}
+	droppedList []droppedCall
+	droppedHead int
 }
+
+// maxDroppedCalls bounds the call IDs kept after their results were
+// dropped: about 100 bytes each.
+const maxDroppedCalls = 1 << 18
 
 func newCallTable(ttl time.Duration) *callTable {
 	return &callTable{
-		ttl:      ttl,
-		maxBytes: 256 << 20,
-		active:   make(map[string]*job),
-		done:     make(map[string]*list.Element),
-		order:    list.New(),
+		ttl:        ttl,
+		maxBytes:   256 << 20,
+		maxDropped: maxDroppedCalls,
+		active:     make(map[string]*job),
+		done:       make(map[string]*list.Element),
+		order:      list.New(),
+		dropped:    make(map[string]struct{}),
 	}
 }
 
-// lookup returns the running job or the finished result for id.
-func (t *callTable) lookup(id string) (*job, *finished) {
+// lookup returns the running job or the finished result for id, and
+// whether id finished but its result was dropped.
+func (t *callTable) lookup(id string) (*job, *finished, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.active[id]; j != nil {
-		return j, nil
+		return j, nil, false
 	}
 	if e := t.done[id]; e != nil {
-		return nil, e.Value.(*finished)
+		return nil, e.Value.(*finished), false
 	}
-	return nil, nil
+	_, dropped := t.dropped[id]
+	return nil, nil, dropped
 }
 
 // start registers j unless a call with its ID is known already.
 func (t *callTable) start(j *job) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.active[j.call.ID] != nil || t.done[j.call.ID] != nil {
+	id := j.call.ID
+	if _, dropped := t.dropped[id]; dropped || t.active[id] != nil || t.done[id] != nil {
 		return false
 	}
-	t.active[j.call.ID] = j
+	t.active[id] = j
 	return true
 }
 
@@ -123,12 +150,42 @@ func (t *callTable) prune(now time.Time) {
 func (t *callTable) pruneLocked(now time.Time) {
 	for e := t.order.Front(); e != nil; e = t.order.Front() {
 		f := e.Value.(*finished)
-		if now.Before(f.expires) && t.bytes <= t.maxBytes {
-			return
+		live := now.Before(f.expires)
+		if live && t.bytes <= t.maxBytes {
+			break
 		}
 		t.order.Remove(e)
 		delete(t.done, f.id)
 		t.bytes -= len(f.data)
+		if live {
+			t.keepDroppedLocked(droppedCall{id: f.id, expires: f.expires})
+		}
+	}
+	for t.droppedHead < len(t.droppedList) && !now.Before(t.droppedList[t.droppedHead].expires) {
+		t.forgetDroppedLocked()
+	}
+}
+
+// keepDroppedLocked keeps the ID of a call whose result was dropped, the
+// oldest forgotten first once maxDropped are kept.
+func (t *callTable) keepDroppedLocked(d droppedCall) {
+	for len(t.dropped) >= t.maxDropped && t.droppedHead < len(t.droppedList) {
+		t.forgetDroppedLocked()
+	}
+	t.dropped[d.id] = struct{}{}
+	t.droppedList = append(t.droppedList, d)
+}
+
+func (t *callTable) forgetDroppedLocked() {
+	delete(t.dropped, t.droppedList[t.droppedHead].id)
+	t.droppedList[t.droppedHead] = droppedCall{}
+	t.droppedHead++
+	// Reuse the slice once its forgotten front is at least half of it.
+	if t.droppedHead >= len(t.droppedList)/2 {
+		n := copy(t.droppedList, t.droppedList[t.droppedHead:])
+		clear(t.droppedList[n:])
+		t.droppedList = t.droppedList[:n]
+		t.droppedHead = 0
 	}
 }
 
@@ -399,7 +456,7 @@ func (a *Agent) accept(parent context.Context, call *protocol.Call, claims *prot
 		fail(protocol.CodeBadRequest, "call for host %q reached host %q", call.Host, a.cfg.Name)
 		return
 	}
-	if j, done := a.calls.lookup(call.ID); j != nil || done != nil {
+	if j, done, dropped := a.calls.lookup(call.ID); j != nil || done != nil || dropped {
 		// A call id run already, in a new envelope: never run it twice.
 		a.replyState(reply, call.ID)
 		endSpan(span, nil, "repeated")
@@ -643,13 +700,17 @@ func (a *Agent) replyState(reply, id string) {
 		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: seq})
 		return
 	}
-	j, done := a.calls.lookup(id)
+	j, done, dropped := a.calls.lookup(id)
 	switch {
 	case j != nil:
 		a.publishFrame(reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: id, Seq: j.seq.Add(1)})
 	case done != nil:
 		var s atomic.Uint64
 		a.publishResult(reply, id, done.data, done.receipt, &s)
+	case dropped:
+		a.replyResult(reply, protocol.ErrorResult(id, protocol.CodeResultDropped,
+			fmt.Sprintf("host %s ran call %s, but no longer keeps its result: it keeps %d MiB of results, and dropped the oldest to keep later ones",
+				a.cfg.Name, id, a.calls.maxBytes>>20)), 0)
 	case a.callsQueued():
 		// Fetches are heard apart from calls: the call may be among
 		// those not taken in yet (large ones take a while).

@@ -55,17 +55,17 @@ func TestCallTableStartLookup(t *testing.T) {
 	if !tab.start(j) {
 		t.Fatal("start of a new call refused")
 	}
-	if got, data := tab.lookup("c1"); got != j || data != nil {
+	if got, data, _ := tab.lookup("c1"); got != j || data != nil {
 		t.Errorf("lookup of a running call = %v, %q; want the job", got, dataOf(data))
 	}
-	if got, data := tab.lookup("c2"); got != nil || data != nil {
+	if got, data, dropped := tab.lookup("c2"); got != nil || data != nil || dropped {
 		t.Errorf("lookup of an unknown call = %v, %q; want nothing", got, dataOf(data))
 	}
 	dup, _ := ctJob("c1")
 	if tab.start(dup) {
 		t.Error("start accepted a second call with a running call's ID")
 	}
-	if got, _ := tab.lookup("c1"); got != j {
+	if got, _, _ := tab.lookup("c1"); got != j {
 		t.Error("a refused duplicate replaced the running job")
 	}
 	if n := tab.running(); n != 1 {
@@ -74,7 +74,7 @@ func TestCallTableStartLookup(t *testing.T) {
 
 	t0 := time.Now()
 	tab.finish("c1", []byte("result-1"), "", t0)
-	if got, data := tab.lookup("c1"); got != nil || string(dataOf(data)) != "result-1" {
+	if got, data, _ := tab.lookup("c1"); got != nil || string(dataOf(data)) != "result-1" {
 		t.Errorf("lookup of a finished call = %v, %q; want its result", got, dataOf(data))
 	}
 	if n := tab.running(); n != 0 {
@@ -100,7 +100,7 @@ func TestCallTablePruneByTTL(t *testing.T) {
 	kept := func() []string {
 		var ids []string
 		for _, id := range []string{"a", "b", "c", "d"} {
-			if _, data := tab.lookup(id); data != nil {
+			if _, data, _ := tab.lookup(id); data != nil {
 				ids = append(ids, id)
 			}
 		}
@@ -147,11 +147,11 @@ func TestCallTableMaxBytes(t *testing.T) {
 		tab.start(j)
 		tab.finish(id, []byte("1234"), "", now)
 	}
-	if _, data := tab.lookup("a"); data != nil {
+	if _, data, _ := tab.lookup("a"); data != nil {
 		t.Error("oldest result a kept although the table is over its byte limit")
 	}
 	for _, id := range []string{"b", "c"} {
-		if _, data := tab.lookup(id); string(dataOf(data)) != "1234" {
+		if _, data, _ := tab.lookup(id); string(dataOf(data)) != "1234" {
 			t.Errorf("result %s = %q, want it kept", id, dataOf(data))
 		}
 	}
@@ -162,9 +162,73 @@ func TestCallTableMaxBytes(t *testing.T) {
 	tab.start(j)
 	tab.finish("d", []byte("123456789"), "", now)
 	for id, want := range map[string]bool{"b": false, "c": false, "d": true} {
-		if _, data := tab.lookup(id); (data != nil) != want {
+		if _, data, _ := tab.lookup(id); (data != nil) != want {
 			t.Errorf("after a 9-byte result: %s kept=%v, want %v", id, data != nil, want)
 		}
+	}
+}
+
+// A call whose result was dropped for room is still never run again: its
+// ID is kept until its TTL, within a bound of its own.
+func TestCallTableKeepsDroppedIDs(t *testing.T) {
+	tab := newCallTable(time.Minute)
+	tab.maxBytes, tab.maxDropped = 10, 3
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	finish := func(id string, at time.Duration) {
+		t.Helper()
+		j, _ := ctJob(id)
+		if !tab.start(j) {
+			t.Fatalf("start of new call %s refused", id)
+		}
+		tab.finish(id, []byte("123456"), "", t0.Add(at))
+	}
+	finish("a", 0)
+	finish("b", 10*time.Second) // a's result goes for room
+	if _, data, dropped := tab.lookup("a"); data != nil || !dropped {
+		t.Fatalf("lookup(a) after its result was dropped: kept=%v dropped=%v, want dropped", data != nil, dropped)
+	}
+	if _, data, dropped := tab.lookup("b"); data == nil || dropped {
+		t.Errorf("lookup(b) = kept %v dropped %v, want its result", data != nil, dropped)
+	}
+	if again, _ := ctJob("a"); tab.start(again) {
+		t.Fatal("start accepted a call whose result was dropped: it would run twice")
+	}
+
+	// Forgotten at its TTL, not before.
+	tab.prune(t0.Add(59 * time.Second))
+	if _, _, dropped := tab.lookup("a"); !dropped {
+		t.Error("dropped ID a forgotten before its TTL")
+	}
+	tab.prune(t0.Add(60 * time.Second))
+	if _, _, dropped := tab.lookup("a"); dropped {
+		t.Error("dropped ID a still kept after its TTL")
+	}
+	if again, _ := ctJob("a"); !tab.start(again) {
+		t.Error("an ID past its TTL cannot be used again")
+	}
+	tab.abandon("a")
+
+	// At most maxDropped IDs, the oldest forgotten first.
+	for i, id := range []string{"c", "d", "e", "f", "g"} {
+		finish(id, time.Duration(61+i)*time.Second)
+	}
+	// Each finish drops the result before it for room: b to f, in that
+	// order; only the last 3 IDs stay.
+	var got []string
+	for _, id := range []string{"b", "c", "d", "e", "f", "g"} {
+		if _, _, dropped := tab.lookup(id); dropped {
+			got = append(got, id)
+		}
+	}
+	if want := []string{"d", "e", "f"}; !slices.Equal(got, want) {
+		t.Errorf("dropped IDs kept = %q, want %q", got, want)
+	}
+	if len(tab.dropped) != len(tab.droppedList)-tab.droppedHead {
+		t.Errorf("dropped set has %d IDs, its queue %d", len(tab.dropped), len(tab.droppedList)-tab.droppedHead)
+	}
+	tab.prune(t0.Add(time.Hour))
+	if len(tab.dropped) != 0 || len(tab.droppedList) != 0 || tab.order.Len() != 0 {
+		t.Errorf("table after every TTL: %d dropped, queue %d, %d results", len(tab.dropped), len(tab.droppedList), tab.order.Len())
 	}
 }
 
@@ -189,7 +253,7 @@ func TestCallTableCancelAbandon(t *testing.T) {
 	j2, c2 := ctJob("c2")
 	tab.start(j2)
 	tab.abandon("c2")
-	if got, data := tab.lookup("c2"); got != nil || data != nil {
+	if got, data, dropped := tab.lookup("c2"); got != nil || data != nil || dropped {
 		t.Errorf("abandoned call still known: %v, %q", got, dataOf(data))
 	}
 	if *c2 != 0 {
@@ -678,6 +742,36 @@ func TestAgentEndToEnd(t *testing.T) {
 	stop()
 	if left := nextAnnounce(t, pres, host, true); left.Host != host || left.Instance != a.Instance {
 		t.Errorf("leaving announce %+v; want host %s, instance %s", left, host, a.Instance)
+	}
+}
+
+// A call whose kept result was dropped for room is answered
+// result_dropped when sent again or fetched, and never run again.
+func TestAgentDroppedResultNotRunAgain(t *testing.T) {
+	const host = "drop-1"
+	ns := startTestNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pres := presence(t, nc)
+	cwd := t.TempDir()
+	// A limit of one byte: every result is dropped as soon as it is sent.
+	startAgent(t, ns, Config{Name: host, Cwd: cwd}, func(a *Agent) { a.calls.maxBytes = 1 })
+	nextAnnounce(t, pres, host, false)
+
+	call := newCall(host, "append-1", "bash", map[string]string{"command": "echo run >> runs.txt; echo appended"})
+	first, _ := sendCall(t, nc, call).result(t, call.ID)
+	if text := resultText(t, first); text != "appended\n" {
+		t.Fatalf("first run = %q", text)
+	}
+	again, _ := sendCall(t, nc, call).result(t, call.ID)
+	wantCode(t, again, protocol.CodeResultDropped, host, call.ID, "no longer keeps its result")
+	fetched, _ := sendFetch(t, nc, host, call.ID).result(t, call.ID)
+	wantCode(t, fetched, protocol.CodeResultDropped, host, call.ID)
+	if data, err := os.ReadFile(filepath.Join(cwd, "runs.txt")); err != nil || string(data) != "run\n" {
+		t.Errorf("runs.txt = %q (%v): the command ran more than once", data, err)
 	}
 }
 

@@ -83,6 +83,8 @@ func agentErrorText(host string, e *protocol.Error) string {
 	switch e.Code {
 	case protocol.CodeUnknownCall:
 		return fmt.Sprintf("host %s lost track of this call (its agent probably restarted): %s. Check the host's state before retrying a command that changes things.", host, e.Message)
+	case protocol.CodeResultDropped:
+		return fmt.Sprintf("host %s ran this call, but its result was lost on the way and the host no longer keeps it: %s. Check the host's state before retrying a command that changes things.", host, e.Message)
 	default:
 		return fmt.Sprintf("host %s: %s", host, e.Message)
 	}

@@ -117,6 +117,9 @@ func TestToolResultProtocolError(t *testing.T) {
 		{"unknown call", protocol.Error{Code: protocol.CodeUnknownCall, Message: "no record of call c1"}, []string{
 			"host web-1", "lost track of this call", "restarted", "no record of call c1", "before retrying",
 		}},
+		{"result dropped", protocol.Error{Code: protocol.CodeResultDropped, Message: "host web-1 ran call c1, but no longer keeps its result"}, []string{
+			"host web-1 ran this call", "no longer keeps it", "no longer keeps its result", "before retrying",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,10 @@ const (
 	// CodeRefused: the call's signed envelope does not hold at this
 	// host (expired, issued in its future: clocks apart).
 	CodeRefused Code = "refused"
+	// CodeResultDropped: a fetch or a repeat named a call the agent ran
+	// but whose result it no longer keeps (its byte limit for kept
+	// results dropped it before its time). It is never run again.
+	CodeResultDropped Code = "result_dropped"
 )
 
 // Error is a protocol-level failure reported by an agent.

@@ -717,7 +717,7 @@ func TestCodeValues(t *testing.T) {
 		CodeVersion: "version", CodeIncomplete: "incomplete", CodeTooLarge: "too_large",
 		CodeUnknownCall: "unknown_call", CodeShuttingDown: "shutting_down",
 		CodeCancelled: "cancelled", CodeInternal: "internal", CodeDenied: "denied",
-		CodeRefused: "refused",
+		CodeRefused: "refused", CodeResultDropped: "result_dropped",
 	}
 	for c, want := range codes {
 		if string(c) != want {
