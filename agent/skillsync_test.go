@@ -308,9 +308,12 @@ func leftovers(t *testing.T, root string) []string {
 // refuses every rollout and says how to mend it.
 func TestSkillRolloutNoTrustedKey(t *testing.T) {
 	g := startSkillGateway(t)
-	r := g.runSkillAgent(t, "web-1", Config{GatewayKeys: []string{}}, nil)
+	// The state is desired before the agent starts: it reads it when it
+	// connects. A poke it cannot check (it trusts no key) is not heard,
+	// so a state desired after that first read would wait for its timer.
 	v1 := g.version("deploy", "v1")
 	g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+	r := g.runSkillAgent(t, "web-1", Config{GatewayKeys: []string{}}, nil)
 	s := g.waitState(t, "web-1", "deploy", protocol.SkillFailed, v1.BundleID, 0)
 	mustContain(t, "reason", s.Reason, "no gateway signing key", "re-enrol")
 	if r.linkTarget("deploy") != "" {
