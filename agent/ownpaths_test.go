@@ -3,11 +3,12 @@
 package agent
 
 import (
-	"github.com/fleetmcp/fleetmcp/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // The tools that act on entries and trees (delete, move, patch, list,

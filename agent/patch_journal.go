@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 )
 
 // A patch changes many files, and the agent may die (kill -9, a power

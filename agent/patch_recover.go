@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/policy"
 )
 

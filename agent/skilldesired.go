@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 

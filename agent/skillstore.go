@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 

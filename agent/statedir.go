@@ -5,11 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 )
 

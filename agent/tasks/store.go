@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/agent/safefs"
-	"github.com/fleetmcp/fleetmcp/protocol"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -17,6 +15,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/agent/safefs"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Background tasks live on the agent's disk, one folder per task under

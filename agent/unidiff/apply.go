@@ -3,8 +3,9 @@ package unidiff
 import (
 	"context"
 	"fmt"
-	"github.com/fleetmcp/fleetmcp/protocol"
 	"strings"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file applies a parsed patch to file contents in memory. Every
