@@ -204,7 +204,7 @@ func New(cfg Config) (a *Agent, err error) {
 		cancelGrace: 5 * time.Second,
 		joined:      make(chan struct{}, 1),
 		renewRetry:  renewRetryMin,
-		calls:       newCallTable(cfg.ResultTTL),
+		calls:       newCallTable(cfg.ResultTTL, log),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
 		tracing:     newTracing(cfg.TracerProvider),
 		queue:       make(chan *job, cfg.MaxQueue),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,7 @@ type callTable struct {
 	ttl        time.Duration
 	maxBytes   int
 	maxDropped int
+	log        *slog.Logger // nil: no log
 
 	mu     sync.Mutex
 	active map[string]*job
@@ -78,17 +80,21 @@ type callTable struct {
 	dropped     map[string]struct{}
 	droppedList []droppedCall
 	droppedHead int
+	// warnedAt is when the log last said IDs were forgotten early.
+	warnedAt time.Time
 }
 
 // maxDroppedCalls bounds the call IDs kept after their results were
-// dropped: about 100 bytes each.
+// dropped: about 150 bytes each at most (the map entry, the queue's
+// entry and room to grow), some 40 MB in all.
 const maxDroppedCalls = 1 << 18
 
-func newCallTable(ttl time.Duration) *callTable {
+func newCallTable(ttl time.Duration, log *slog.Logger) *callTable {
 	return &callTable{
 		ttl:        ttl,
 		maxBytes:   256 << 20,
 		maxDropped: maxDroppedCalls,
+		log:        log,
 		active:     make(map[string]*job),
 		done:       make(map[string]*list.Element),
 		order:      list.New(),
@@ -158,7 +164,7 @@ func (t *callTable) pruneLocked(now time.Time) {
 		delete(t.done, f.id)
 		t.bytes -= len(f.data)
 		if live {
-			t.keepDroppedLocked(droppedCall{id: f.id, expires: f.expires})
+			t.keepDroppedLocked(droppedCall{id: f.id, expires: f.expires}, now)
 		}
 	}
 	for t.droppedHead < len(t.droppedList) && !now.Before(t.droppedList[t.droppedHead].expires) {
@@ -167,9 +173,19 @@ func (t *callTable) pruneLocked(now time.Time) {
 }
 
 // keepDroppedLocked keeps the ID of a call whose result was dropped, the
-// oldest forgotten first once maxDropped are kept.
-func (t *callTable) keepDroppedLocked(d droppedCall) {
+// oldest forgotten first once maxDropped are kept (and the log says so,
+// once a minute at most: a call sent again with a forgotten ID would run
+// again).
+func (t *callTable) keepDroppedLocked(d droppedCall, now time.Time) {
+	if _, ok := t.dropped[d.id]; ok {
+		return
+	}
 	for len(t.dropped) >= t.maxDropped && t.droppedHead < len(t.droppedList) {
+		if early := now.Before(t.droppedList[t.droppedHead].expires); early && t.log != nil && now.Sub(t.warnedAt) >= time.Minute {
+			t.warnedAt = now
+			t.log.Warn("results are dropped for room so fast that the IDs of their calls are forgotten before their TTL; a call sent again with a forgotten ID would run again",
+				"ids_kept", t.maxDropped, "results_kept_mib", t.maxBytes>>20, "ttl", t.ttl)
+		}
 		t.forgetDroppedLocked()
 	}
 	t.dropped[d.id] = struct{}{}

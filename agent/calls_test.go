@@ -3,9 +3,11 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -50,7 +52,7 @@ func ctJob(id string) (*job, *int) {
 }
 
 func TestCallTableStartLookup(t *testing.T) {
-	tab := newCallTable(time.Minute)
+	tab := newCallTable(time.Minute, nil)
 	j, _ := ctJob("c1")
 	if !tab.start(j) {
 		t.Fatal("start of a new call refused")
@@ -90,7 +92,7 @@ func TestCallTableStartLookup(t *testing.T) {
 }
 
 func TestCallTablePruneByTTL(t *testing.T) {
-	tab := newCallTable(time.Minute)
+	tab := newCallTable(time.Minute, nil)
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, id := range []string{"a", "b", "c"} {
 		j, _ := ctJob(id)
@@ -139,7 +141,7 @@ func TestCallTablePruneByTTL(t *testing.T) {
 }
 
 func TestCallTableMaxBytes(t *testing.T) {
-	tab := newCallTable(time.Hour)
+	tab := newCallTable(time.Hour, nil)
 	tab.maxBytes = 10
 	now := time.Now()
 	for _, id := range []string{"a", "b", "c"} {
@@ -171,7 +173,7 @@ func TestCallTableMaxBytes(t *testing.T) {
 // A call whose result was dropped for room is still never run again: its
 // ID is kept until its TTL, within a bound of its own.
 func TestCallTableKeepsDroppedIDs(t *testing.T) {
-	tab := newCallTable(time.Minute)
+	tab := newCallTable(time.Minute, nil)
 	tab.maxBytes, tab.maxDropped = 10, 3
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	finish := func(id string, at time.Duration) {
@@ -208,32 +210,93 @@ func TestCallTableKeepsDroppedIDs(t *testing.T) {
 	}
 	tab.abandon("a")
 
-	// At most maxDropped IDs, the oldest forgotten first.
-	for i, id := range []string{"c", "d", "e", "f", "g"} {
-		finish(id, time.Duration(61+i)*time.Second)
+	tab.prune(t0.Add(time.Hour))
+	checkDroppedQueue(t, tab, nil)
+}
+
+// The IDs of dropped results are forgotten at their TTL, some at a
+// time, and at most maxDropped are kept: the oldest go first, before
+// their TTL, and the log says so once.
+func TestCallTableDroppedIDsBound(t *testing.T) {
+	var logged bytes.Buffer
+	tab := newCallTable(time.Minute, slog.New(slog.NewTextHandler(&logged, nil)))
+	tab.maxBytes, tab.maxDropped = 10, 8
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	n := 0
+	finish := func(at time.Duration) {
+		t.Helper()
+		id := fmt.Sprintf("c%02d", n)
+		n++
+		j, _ := ctJob(id)
+		if !tab.start(j) {
+			t.Fatalf("start of new call %s refused", id)
+		}
+		tab.finish(id, []byte("123456"), "", t0.Add(at))
 	}
-	// Each finish drops the result before it for room: b to f, in that
-	// order; only the last 3 IDs stay.
-	var got []string
-	for _, id := range []string{"b", "c", "d", "e", "f", "g"} {
-		if _, _, dropped := tab.lookup(id); dropped {
-			got = append(got, id)
+	ids := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("c%02d", i))
+		}
+		return out
+	}
+	// Calls c00..c06 finish a second apart; each finish drops the result
+	// before it: c00..c05 are dropped, c06 is kept.
+	for i := range 7 {
+		finish(time.Duration(i) * time.Second)
+	}
+	checkDroppedQueue(t, tab, ids(0, 6))
+	// c00 and c01 reach their TTL (60 s, 61 s), the rest not yet.
+	tab.prune(t0.Add(61 * time.Second))
+	checkDroppedQueue(t, tab, ids(2, 6))
+	if tab.droppedHead == 0 {
+		t.Error("the queue was compacted with less than half of it forgotten")
+	}
+	// Eight more at 61 s drop c06..c13: 12 IDs want keeping, so the
+	// oldest four (c02..c05) go before their TTL.
+	for range 8 {
+		finish(61 * time.Second)
+	}
+	checkDroppedQueue(t, tab, ids(6, 14))
+	if c := strings.Count(logged.String(), "forgotten before their TTL"); c != 1 {
+		t.Errorf("the log warned %d times of IDs forgotten early, want once (at most once a minute):\n%s", c, logged.String())
+	}
+	for _, id := range ids(2, 6) {
+		if j, _ := ctJob(id); !tab.start(j) {
+			t.Errorf("%s, forgotten for room, cannot be started (the queue and the set disagree)", id)
 		}
 	}
-	if want := []string{"d", "e", "f"}; !slices.Equal(got, want) {
-		t.Errorf("dropped IDs kept = %q, want %q", got, want)
-	}
-	if len(tab.dropped) != len(tab.droppedList)-tab.droppedHead {
-		t.Errorf("dropped set has %d IDs, its queue %d", len(tab.dropped), len(tab.droppedList)-tab.droppedHead)
-	}
 	tab.prune(t0.Add(time.Hour))
-	if len(tab.dropped) != 0 || len(tab.droppedList) != 0 || tab.order.Len() != 0 {
-		t.Errorf("table after every TTL: %d dropped, queue %d, %d results", len(tab.dropped), len(tab.droppedList), tab.order.Len())
+	checkDroppedQueue(t, tab, nil)
+}
+
+// checkDroppedQueue checks that the table keeps exactly the dropped IDs
+// want, in that order, in its set and its queue alike.
+func checkDroppedQueue(t *testing.T, tab *callTable, want []string) {
+	t.Helper()
+	var queued []string
+	for _, d := range tab.droppedList[tab.droppedHead:] {
+		queued = append(queued, d.id)
+	}
+	if !slices.Equal(queued, want) {
+		t.Errorf("dropped IDs queued = %q, want %q", queued, want)
+	}
+	if len(tab.dropped) != len(want) {
+		t.Errorf("dropped set holds %d IDs, want %d", len(tab.dropped), len(want))
+	}
+	for _, id := range want {
+		if _, _, dropped := tab.lookup(id); !dropped {
+			t.Errorf("lookup(%s) does not report it dropped", id)
+		}
+		if j, _ := ctJob(id); tab.start(j) {
+			t.Errorf("start accepted %s, whose result was dropped", id)
+			tab.abandon(id)
+		}
 	}
 }
 
 func TestCallTableCancelAbandon(t *testing.T) {
-	tab := newCallTable(time.Minute)
+	tab := newCallTable(time.Minute, nil)
 	j, cancelled := ctJob("c1")
 	tab.start(j)
 	if !tab.cancel("c1") || *cancelled != 1 {

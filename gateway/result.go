@@ -84,7 +84,7 @@ func agentErrorText(host string, e *protocol.Error) string {
 	case protocol.CodeUnknownCall:
 		return fmt.Sprintf("host %s lost track of this call (its agent probably restarted): %s. Check the host's state before retrying a command that changes things.", host, e.Message)
 	case protocol.CodeResultDropped:
-		return fmt.Sprintf("host %s ran this call, but its result was lost on the way and the host no longer keeps it: %s. Check the host's state before retrying a command that changes things.", host, e.Message)
+		return fmt.Sprintf("%s. The call ran there and is not run again; check the host's state before retrying a command that changes things.", e.Message)
 	default:
 		return fmt.Sprintf("host %s: %s", host, e.Message)
 	}

@@ -118,7 +118,7 @@ func TestToolResultProtocolError(t *testing.T) {
 			"host web-1", "lost track of this call", "restarted", "no record of call c1", "before retrying",
 		}},
 		{"result dropped", protocol.Error{Code: protocol.CodeResultDropped, Message: "host web-1 ran call c1, but no longer keeps its result"}, []string{
-			"host web-1 ran this call", "no longer keeps it", "no longer keeps its result", "before retrying",
+			"host web-1 ran call c1", "no longer keeps its result", "not run again", "before retrying",
 		}},
 	}
 	for _, tc := range tests {

@@ -702,6 +702,25 @@ func TestRouterAwaitsRejoin(t *testing.T) {
 	} else {
 		wantText(t, out.res, "kept\n")
 	}
+
+	// An agent that ran the call but dropped its result for room answers
+	// result_dropped: the call ends with that answer and is not sent again.
+	fa.nc.Close()
+	waitUntil(t, "the second agent's connection gone from the server", func() bool { return ns.NumClients() == 1 })
+	done = startCall(context.Background(), r, bashCall("web-1", "echo dropped"), nil)
+	time.Sleep(2 * rejoinProbe)
+	fa = newFakeAgent(t, ns, "web-1")
+	fetch = recv(t, fa.fetches, "a fetch, third call")
+	fa.sendResult(t, fetch.reply, protocol.ErrorResult(fetch.fetch.CallID, protocol.CodeResultDropped, "host web-1 ran call "+fetch.fetch.CallID+", but no longer keeps its result"))
+	out = recv(t, done, "the third call's end")
+	if out.err != nil || out.res == nil || out.res.Error == nil || out.res.Error.Code != protocol.CodeResultDropped {
+		t.Fatalf("a result_dropped answer ended the call with %+v, %v; want that answer", out.res, out.err)
+	}
+	select {
+	case again := <-fa.calls:
+		t.Errorf("a call whose agent ran it was sent again: %+v", again.call)
+	case <-time.After(3 * rejoinProbe):
+	}
 }
 
 // TestRouterHostNotCallable: unknown, invalid and offline hosts fail before
