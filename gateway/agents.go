@@ -187,6 +187,33 @@ func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
 	}
 }
 
+// wrote takes in a record this gateway has just stored, before the
+// watch delivers it. The bucket keeps one entry per host, so a write over
+// it soon after (an old copy put back by whoever can write the bucket)
+// may replace it before the watch reads it, and the index would then keep
+// the record before. It leaves the revision the watch reached as it is:
+// sync still waits for the watch.
+func (x *agentIndex) wrote(rec *AgentRecord) {
+	x.mu.Lock()
+	old := x.byHost[rec.Host]
+	if old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
+		x.mu.Unlock()
+		return
+	}
+	x.byHost[rec.Host] = rec
+	x.byKey[rec.PublicKey] = rec.Host
+	for _, k := range rec.RevokedKeys {
+		x.byKey[k.PublicKey] = rec.Host
+	}
+	notify := x.revoked
+	close(x.applied)
+	x.applied = make(chan struct{})
+	x.mu.Unlock()
+	if notify != nil && newlyRevoked(old, rec) {
+		notify(rec.Host)
+	}
+}
+
 // pass counts revision rev as seen without taking in its entry (one
 // that is damaged or forged), so that sync does not wait for it.
 func (x *agentIndex) pass(rev uint64) {
@@ -345,6 +372,8 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 	if err != nil {
 		return 0, fmt.Errorf("create the record of %s: %w", rec.Host, err)
 	}
+	held := rec.clone()
+	s.index.wrote(&held)
 	return rev, nil
 }
 
@@ -365,6 +394,8 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 	if err != nil {
 		return 0, fmt.Errorf("update the record of %s: %w", rec.Host, err)
 	}
+	held := rec.clone()
+	s.index.wrote(&held)
 	return next, nil
 }
 
