@@ -18,7 +18,7 @@ func TestAgentIndexHoldsOwnWrite(t *testing.T) {
 	second := first.clone()
 	second.Labels = map[string]string{"env": "prod"}
 	second.Gen = 2
-	x.wrote(&second)
+	x.wrote(&second, 2)
 	if rev, _ := x.progress(); rev != 1 {
 		t.Errorf("a write of its own moved the watch's revision to %d, want 1", rev)
 	}
@@ -38,16 +38,16 @@ func TestAgentIndexHoldsOwnWrite(t *testing.T) {
 	if r, _ := x.record("alpha"); r.Gen != 2 {
 		t.Errorf("gen %d after the late delivery, want 2", r.Gen)
 	}
-	// An older write of its own (a slow writer) does not replace a newer
-	// record; a revocation it makes is told once.
-	x.wrote(&AgentRecord{Host: "alpha", PublicKey: "UKEY1", Gen: 1})
+	// An older generation does not replace a newer record; a revocation
+	// a write makes is told once.
+	x.wrote(&AgentRecord{Host: "alpha", PublicKey: "UKEY1", Gen: 1}, 4)
 	if r, _ := x.record("alpha"); r.Gen != 2 {
 		t.Errorf("an older write replaced gen 2 with gen %d", r.Gen)
 	}
 	rec := second.clone()
 	rec.Gen = 3
 	rec.RevokedKeys = []RevokedKey{{PublicKey: "UKEY0"}}
-	x.wrote(&rec)
+	x.wrote(&rec, 4)
 	seen := rec.clone()
 	x.apply("alpha", 4, &seen)
 	if revoked != 1 {
@@ -55,5 +55,15 @@ func TestAgentIndexHoldsOwnWrite(t *testing.T) {
 	}
 	if h, ok := x.keyHost("UKEY0"); !ok || h != "alpha" {
 		t.Errorf("the revoked key maps to %q, %v; want alpha", h, ok)
+	}
+
+	// A write the watch has passed already (the record was removed after
+	// it) does not bring the record back.
+	x.apply("alpha", 6, nil)
+	late4 := rec.clone()
+	late4.Gen = 4
+	x.wrote(&late4, 5)
+	if r, ok := x.record("alpha"); ok {
+		t.Errorf("a write the watch had passed brought back a removed record: gen %d", r.Gen)
 	}
 }

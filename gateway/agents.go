@@ -191,12 +191,14 @@ func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
 // watch delivers it. The bucket keeps one entry per host, so a write over
 // it soon after (an old copy put back by whoever can write the bucket)
 // may replace it before the watch reads it, and the index would then keep
-// the record before. It leaves the revision the watch reached as it is:
-// sync still waits for the watch.
-func (x *agentIndex) wrote(rec *AgentRecord) {
+// the record before. rev is the write's revision: once the watch has
+// reached it, what the watch took in is newer (a removal, say) and
+// stands. It leaves the revision the watch reached as it is: sync still
+// waits for the watch.
+func (x *agentIndex) wrote(rec *AgentRecord, rev uint64) {
 	x.mu.Lock()
 	old := x.byHost[rec.Host]
-	if old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
+	if x.rev >= rev || old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
 		x.mu.Unlock()
 		return
 	}
@@ -373,7 +375,7 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 		return 0, fmt.Errorf("create the record of %s: %w", rec.Host, err)
 	}
 	held := rec.clone()
-	s.index.wrote(&held)
+	s.index.wrote(&held, rev)
 	return rev, nil
 }
 
@@ -395,7 +397,7 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 		return 0, fmt.Errorf("update the record of %s: %w", rec.Host, err)
 	}
 	held := rec.clone()
-	s.index.wrote(&held)
+	s.index.wrote(&held, next)
 	return next, nil
 }
 
