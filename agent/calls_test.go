@@ -500,6 +500,19 @@ func runAgent(t *testing.T, ns *server.Server, cfg Config) (stop func()) {
 	}
 }
 
+// watchedNATS starts a test NATS server and a connection to it that
+// hears every host's announces (closed when the test ends).
+func watchedNATS(t *testing.T) (*server.Server, *nats.Conn, <-chan *nats.Msg) {
+	t.Helper()
+	ns := startTestNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return ns, nc, presence(t, nc)
+}
+
 // presence subscribes to every host's announces.
 func presence(t *testing.T, nc *nats.Conn) <-chan *nats.Msg {
 	t.Helper()
@@ -663,13 +676,7 @@ func wantCode(t *testing.T, res *protocol.Result, code protocol.Code, mentions .
 
 func TestAgentEndToEnd(t *testing.T) {
 	const host = "e2e-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	cwd := t.TempDir()
 	stop := runAgent(t, ns, Config{Name: host, Cwd: cwd, MaxConcurrent: 4})
 
@@ -812,13 +819,7 @@ func TestAgentEndToEnd(t *testing.T) {
 // result_dropped when sent again or fetched, and never run again.
 func TestAgentDroppedResultNotRunAgain(t *testing.T) {
 	const host = "drop-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	cwd := t.TempDir()
 	// A limit of one byte: every result is dropped as soon as it is sent.
 	startAgent(t, ns, Config{Name: host, Cwd: cwd}, func(a *Agent) { a.calls.maxBytes = 1 })
@@ -840,13 +841,7 @@ func TestAgentDroppedResultNotRunAgain(t *testing.T) {
 
 func TestAgentBusy(t *testing.T) {
 	const host = "busy-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	stop := runAgent(t, ns, Config{Name: host, MaxConcurrent: 1, MaxQueue: -1})
 	nextAnnounce(t, pres, host, false)
 
@@ -891,13 +886,7 @@ func TestAgentBusy(t *testing.T) {
 // announce at a time, not one each (nor a timer each).
 func TestDiscoveryFloodOneAnnounce(t *testing.T) {
 	const host = "disc-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	stop := runAgent(t, ns, Config{Name: host, Cwd: t.TempDir(), Heartbeat: time.Hour})
 	defer stop()
 	nextAnnounce(t, pres, host, false)

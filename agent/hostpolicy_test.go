@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -23,13 +21,7 @@ import (
 // carries the policy's digest.
 func TestAgentPolicy(t *testing.T) {
 	const host = "pol-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	cwd := t.TempDir()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	text := "tools: {deny: [write, edit, patch, skill, delete, move]}\nbash: {allow: [\"echo *\"]}\n"

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -140,13 +138,7 @@ func TestSkillToolPolicy(t *testing.T) {
 // skill is announced at once rather than at the next heartbeat.
 func TestSkillCatalogAnnounce(t *testing.T) {
 	const host = "skills-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, _, pres := watchedNATS(t)
 	cwd := t.TempDir()
 	root := filepath.Join(cwd, ".agents", "skills")
 	writeSkill(t, root, "one", "first", "")

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -16,13 +14,7 @@ import (
 // move as calls happen, and the process's memory is reported.
 func TestAnnounceCarriesStats(t *testing.T) {
 	const host = "st-1"
-	ns := startTestNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pres := presence(t, nc)
+	ns, nc, pres := watchedNATS(t)
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte("tools: {deny: [write]}\n"), 0o600); err != nil {
 		t.Fatal(err)
