@@ -682,14 +682,21 @@ func TestRouterAwaitsRejoin(t *testing.T) {
 	case <-time.After(2 * rejoinProbe):
 	}
 
+	// comeBack sends a call while old's connection is gone, and returns
+	// it with the agent that then comes back and the fetch that asks it.
+	comeBack := func(old *fakeAgent, command, which string) (<-chan callOutcome, *fakeAgent, receivedFetch) {
+		t.Helper()
+		old.nc.Close()
+		waitUntil(t, "the agent's connection gone from the server", func() bool { return ns.NumClients() == 1 })
+		done := startCall(context.Background(), r, bashCall("web-1", command), nil)
+		time.Sleep(2 * rejoinProbe) // some probes find nobody listening
+		fa := newFakeAgent(t, ns, "web-1")
+		return done, fa, recv(t, fa.fetches, "a fetch, "+which)
+	}
+
 	// An agent that has the call after all answers the probe with a
 	// keepalive: the call is not sent again and runs to its result.
-	fa.nc.Close()
-	waitUntil(t, "the agent's connection gone from the server", func() bool { return ns.NumClients() == 1 })
-	done = startCall(context.Background(), r, bashCall("web-1", "echo kept"), nil)
-	time.Sleep(2 * rejoinProbe)
-	fa = newFakeAgent(t, ns, "web-1")
-	fetch = recv(t, fa.fetches, "a fetch, second call")
+	done, fa, fetch = comeBack(fa, "echo kept", "second call")
 	fa.send(t, fetch.reply, protocol.Frame{Kind: protocol.KindKeepalive, CallID: fetch.fetch.CallID, Seq: 1})
 	select {
 	case again := <-fa.calls:
@@ -705,12 +712,7 @@ func TestRouterAwaitsRejoin(t *testing.T) {
 
 	// An agent that ran the call but dropped its result for room answers
 	// result_dropped: the call ends with that answer and is not sent again.
-	fa.nc.Close()
-	waitUntil(t, "the second agent's connection gone from the server", func() bool { return ns.NumClients() == 1 })
-	done = startCall(context.Background(), r, bashCall("web-1", "echo dropped"), nil)
-	time.Sleep(2 * rejoinProbe)
-	fa = newFakeAgent(t, ns, "web-1")
-	fetch = recv(t, fa.fetches, "a fetch, third call")
+	done, fa, fetch = comeBack(fa, "echo dropped", "third call")
 	fa.sendResult(t, fetch.reply, protocol.ErrorResult(fetch.fetch.CallID, protocol.CodeResultDropped, "host web-1 ran call "+fetch.fetch.CallID+", but no longer keeps its result"))
 	out = recv(t, done, "the third call's end")
 	if out.err != nil || out.res == nil || out.res.Error == nil || out.res.Error.Code != protocol.CodeResultDropped {
