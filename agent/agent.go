@@ -97,6 +97,16 @@ type Agent struct {
 	workCtx context.Context
 	queueMu sync.Mutex // guards sending on and closing queue
 	queue   chan *job
+	// slots holds one token per call admitted and not yet answered, at
+	// most MaxConcurrent + MaxQueue: a call gives its token back before
+	// its result goes out, so a caller that sends its next call on the
+	// answer is never refused as busy by the call it just saw end (a
+	// worker is a moment longer on its way back to the queue, which has
+	// room for every token).
+	slots chan struct{}
+	// afterRun, when set (by tests), is called by a worker after each
+	// call it ran, before it takes the next.
+	afterRun func()
 	// draining is set once shutdown begins: new calls are refused.
 	draining atomic.Bool
 	// lastDialFailure is the reason the last connection attempt failed
@@ -207,7 +217,8 @@ func New(cfg Config) (a *Agent, err error) {
 		calls:       newCallTable(cfg.ResultTTL, log),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
 		tracing:     newTracing(cfg.TracerProvider),
-		queue:       make(chan *job, cfg.MaxQueue),
+		queue:       make(chan *job, cfg.MaxConcurrent+cfg.MaxQueue),
+		slots:       make(chan struct{}, cfg.MaxConcurrent+cfg.MaxQueue),
 		tasks:       tb.tasks,
 		state:       state,
 		agentID:     state.agentID,

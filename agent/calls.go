@@ -535,7 +535,8 @@ func (a *Agent) enqueue(j *job) *enqueueErr {
 		return &enqueueErr{protocol.CodeShuttingDown, fmt.Sprintf("host %s is shutting down and takes no new calls", a.cfg.Name)}
 	}
 	select {
-	case a.queue <- j:
+	case a.slots <- struct{}{}:
+		a.queue <- j // never blocks: the queue has room for every slot
 		return nil
 	default:
 		return &enqueueErr{protocol.CodeBusy, fmt.Sprintf("host %s is busy: %d calls running and %d queued, its limits (fleet-agent --max_concurrent, --max_queue); retry shortly",
@@ -555,6 +556,9 @@ func (a *Agent) stopQueue() {
 func (a *Agent) worker() {
 	for j := range a.queue {
 		a.run(j)
+		if a.afterRun != nil {
+			a.afterRun()
+		}
 	}
 }
 
@@ -580,6 +584,7 @@ func (a *Agent) run(j *job) {
 	}
 	end := time.Now()
 	receipt := a.receipt(res, data, j.start, end, j.exit)
+	<-a.slots // before the result can be seen (see Agent.slots)
 	a.calls.finish(j.call.ID, data, receipt, end)
 	a.publishResult(j.reply, j.call.ID, data, receipt, &j.seq)
 	endSpan(j.span, res, "")

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -879,6 +880,48 @@ func TestAgentBusy(t *testing.T) {
 	}
 	stop()
 	nextAnnounce(t, pres, host, true)
+}
+
+// TestAgentNotBusyAfterAnswer: with one worker and no queue, a call sent
+// as soon as the one before it was answered is taken, even while the
+// worker that answered is still on its way back to the queue.
+func TestAgentNotBusyAfterAnswer(t *testing.T) {
+	const host = "busy-2"
+	ns, nc, pres := watchedNATS(t)
+	ran, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := startAgent(t, ns, Config{Name: host, MaxConcurrent: 1, MaxQueue: -1}, func(a *Agent) {
+		a.afterRun = func() {
+			once.Do(func() {
+				close(ran)
+				<-release
+			})
+		}
+	})
+	nextAnnounce(t, pres, host, false)
+
+	first, _ := sendCall(t, nc, newCall(host, "one", "bash", map[string]string{"command": "echo one"})).result(t, "one")
+	if text := resultText(t, first); text != "one\n" {
+		t.Fatalf("first call = %q", text)
+	}
+	<-ran // the worker has answered and not taken the next call yet
+	second := sendCall(t, nc, newCall(host, "two", "bash", map[string]string{"command": "echo two"}))
+	for deadline := time.Now().Add(10 * time.Second); len(r.a.queue) == 0; time.Sleep(5 * time.Millisecond) {
+		if n, _, _ := second.sub.Pending(); n > 0 {
+			res, _ := second.result(t, "two")
+			close(release)
+			t.Fatalf("the call sent after the answer was refused: %+v", res.Error)
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the second call was neither taken in nor refused within 10 s")
+		}
+	}
+	close(release)
+	res, _ := second.result(t, "two")
+	if text := resultText(t, res); text != "two\n" {
+		t.Errorf("second call = %q, want it run", text)
+	}
 }
 
 // TestDiscoveryFloodOneAnnounce: discovery requests are not signed, so
