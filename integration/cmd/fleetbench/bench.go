@@ -55,7 +55,7 @@ func resultText(res *mcp.CallToolResult) string {
 // concurrency.
 type bcase struct {
 	name   string // what is called: "read 4 KiB"
-	target string // floor, dev (the gateway's own agent), agent (a separate process), local
+	target string // floor, relay, signed relay (the relay floor), dev (the gateway's own agent), agent (a separate process), local
 	era    string // 2025, 2026, or "" (local)
 	conc   int
 	bytes  int // payload bytes per call, for MB/s; 0: none
@@ -105,6 +105,11 @@ func newBench(ctx context.Context, o *options, floor *proc, floorURL string, fl 
 			b.add(&bcase{name: "sink 5 MB", target: "floor", era: era.name, conc: c, bytes: o.largeSize, calls: o.largeCalls, call: func(ctx context.Context, _, _ int) error {
 				return expect(floor.CallTool(ctx, &mcp.CallToolParams{Name: "sink", Arguments: map[string]any{"data": largeText}}))(fmt.Sprintf("%d bytes", o.largeSize))
 			}})
+			for _, relay := range []struct{ tool, target string }{{"relay", "relay"}, {"signed_relay", "signed relay"}} {
+				b.add(&bcase{name: "read 4 KiB", target: relay.target, era: era.name, conc: c, calls: o.calls, call: func(ctx context.Context, _, _ int) error {
+					return expect(floor.CallTool(ctx, &mcp.CallToolParams{Name: relay.tool, Arguments: map[string]any{"path": filepath.Join(work, "small.txt")}}))(b.small)
+				}})
+			}
 			for _, host := range []string{devHost, agentHost} {
 				b.addFleet(gw, host, era.name, c, work, largeText)
 			}

@@ -5,13 +5,17 @@
 // to it over NATS, and, in the same run, the floor of the stack: bare
 // go-sdk streamable-HTTP servers of both protocol eras (2025 sessions,
 // 2026-07-28 stateless) in a process of their own (this binary with
-// -role floor).
+// -role floor), and the floor of the design: the same bare server
+// relaying each read over NATS to a responder in a process of its own
+// (-role relay), once as it is and once with the four signatures of signed
+// calls (relay.go).
 //
 // Every round measures every case once, interleaved; the figures printed
 // are medians over the rounds of each round's p50, p99 and calls/s (and
 // MB/s for the large transfers), then their ratios to the floors:
 //
-//   - read and write of 4 KiB against the bare echo of the same era;
+//   - read and write of 4 KiB against the bare echo of the same era, and
+//     the relay floor's reads of 4 KiB against it too;
 //   - bash "echo hi" against a local spawn of bash -c 'echo hi' here;
 //   - read of 5 MB with binary_base64 and write of 5 MB against the bare
 //     server returning or taking the same bytes, and 100 MB/s.
@@ -66,6 +70,10 @@ type options struct {
 	agentBin    string
 	perfDir     string
 	perfCalls   int
+	// the floor's and the relay responder's (internal)
+	keyFile string
+	natsURL string
+	dir     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -83,8 +91,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.agentBin, "agent_bin", "", "the fleet-agent binary (default: built from this module)")
 	fs.StringVar(&o.perfDir, "perf", "", "after the rounds, record the gateway's and agent's CPU profiles with perf into this directory")
 	fs.IntVar(&o.perfCalls, "perf_calls", 3000, "with -perf: 4 KiB reads (c=1, 2025 era) to each host while recording")
-	fs.StringVar(&o.role, "role", "", "internal: 'floor' runs the bare go-sdk servers")
+	fs.StringVar(&o.role, "role", "", "internal: 'floor' runs the bare go-sdk servers, 'relay' the relay floor's responder")
 	fs.StringVar(&o.listen, "listen", "", "internal: the floor server's address")
+	fs.StringVar(&o.keyFile, "keys", "", "internal: the relay floor's keys")
+	fs.StringVar(&o.natsURL, "nats", "", "internal: the relay floor's NATS server")
+	fs.StringVar(&o.dir, "dir", "", "internal: the directory the relay responder reads")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -104,6 +115,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.only = re
 	switch {
+	case o.role != "" && o.role != "floor" && o.role != "relay":
+		return nil, fmt.Errorf("-role %q: want floor or relay (both internal)", o.role)
 	case o.rounds < 1 || o.rounds > 100:
 		return nil, fmt.Errorf("-rounds %d: want 1 to 100", o.rounds)
 	case o.calls < 1 || o.calls > 1_000_000, o.largeCalls < 1 || o.largeCalls > 10_000, o.perfCalls < 1 || o.perfCalls > 1_000_000:
@@ -121,8 +134,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.role == "floor" {
-		return runFloor(ctx, o.listen, stdout)
+	switch o.role {
+	case "floor":
+		return runFloor(ctx, o.listen, o.keyFile, stdout)
+	case "relay":
+		return runRelay(ctx, o.natsURL, o.keyFile, o.dir, stdout)
 	}
 	// Every child's standard error is copied here by a goroutine of its own.
 	stderr = &lockedWriter{w: stderr}
@@ -142,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeFiles(work, o); err != nil {
 		return err
 	}
-	floor, floorURL, err := startFloor(ctx, stderr)
+	floor, floorURL, err := startFloor(ctx, dir, work, stderr)
 	if err != nil {
 		return err
 	}
@@ -152,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer fl.stop()
-	b, err := newBench(ctx, o, floor, floorURL, fl, work)
+	b, err := newBench(ctx, o, floor.server, floorURL, fl, work)
 	if err != nil {
 		return err
 	}

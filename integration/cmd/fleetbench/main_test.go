@@ -53,6 +53,16 @@ func TestBenchTiny(t *testing.T) {
 			}
 		}
 	}
+	for _, target := range []string{"relay floor", "signed relay floor"} {
+		for _, era := range []string{"2025", "2026"} {
+			for _, c := range []string{"1", "2"} {
+				re := regexp.MustCompile(`(?m)^read 4 KiB +` + target + ` +` + era + ` c=` + c + ` +p50 \S+× the bare echo`)
+				if !re.MatchString(out.String()) {
+					t.Errorf("no ratio for read 4 KiB, %s, era %s, c=%s", target, era, c)
+				}
+			}
+		}
+	}
 	for _, want := range []string{"medians over 2 rounds", "echo           bare go-sdk server         2026   2", "bash echo hi   local spawn"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
@@ -62,7 +72,7 @@ func TestBenchTiny(t *testing.T) {
 
 func TestParseFlags(t *testing.T) {
 	for _, bad := range [][]string{{"-rounds", "0"}, {"-concurrency", "0"}, {"-concurrency", "x"}, {"-only", "("}, {"-small_size", "100000"},
-		{"-large_size", "0"}, {"-calls", "0"}, {"extra"}} {
+		{"-large_size", "0"}, {"-calls", "0"}, {"extra"}, {"-role", "other"}} {
 		if _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}

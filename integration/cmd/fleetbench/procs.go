@@ -267,9 +267,25 @@ func floorServer() *mcp.Server {
 }
 
 // runFloor serves both eras on listen (/2025: sessions, /2026:
-// stateless) until ctx ends.
-func runFloor(ctx context.Context, listen string, stdout io.Writer) error {
+// stateless), with the relay tools over an embedded NATS server (the
+// relay floor, relay.go), until ctx ends.
+func runFloor(ctx context.Context, listen, keyFile string, stdout io.Writer) error {
+	keys, err := readRelayKeys(keyFile)
+	if err != nil {
+		return err
+	}
+	ns, err := startRelayNATS()
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+	rc, err := newRelayClient(ns.ClientURL(), keys)
+	if err != nil {
+		return err
+	}
+	defer rc.nc.Close()
 	s := floorServer()
+	addRelayTools(s, rc)
 	mux := http.NewServeMux()
 	mux.Handle("/2025", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: time.Hour, MaxRequestBodyBytes: 64 << 20}))
 	mux.Handle("/2026", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: 64 << 20}))
@@ -280,7 +296,7 @@ func runFloor(ctx context.Context, listen string, stdout io.Writer) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "READY http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "READY http://%s %s\n", ln.Addr(), ns.ClientURL())
 	select {
 	case <-ctx.Done():
 	case err := <-served:
@@ -292,8 +308,19 @@ func runFloor(ctx context.Context, listen string, stdout io.Writer) error {
 	return nil
 }
 
-// startFloor runs this binary as the floor server.
-func startFloor(ctx context.Context, stderr io.Writer) (*proc, string, error) {
+// floors are the floor server and the relay floor's responder.
+type floors struct {
+	server, relay *proc
+}
+
+func (f *floors) stop() {
+	f.relay.stop()
+	f.server.stop()
+}
+
+// startFloor runs this binary as the floor server, with keys made in
+// dir, and as the relay floor's responder, which reads files in work.
+func startFloor(ctx context.Context, dir, work string, stderr io.Writer) (*floors, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", err
@@ -302,13 +329,27 @@ func startFloor(ctx context.Context, stderr io.Writer) (*proc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	var url string
-	p, err := start(ctx, "floor server", exec.Command(exe, "-role", "floor", "-listen", addr), stderr, time.Minute, func(line string) bool {
-		u, ok := strings.CutPrefix(line, "READY ")
-		url = u
+	keyFile := filepath.Join(dir, "relay-keys.json")
+	if err := writeRelayKeys(keyFile); err != nil {
+		return nil, "", err
+	}
+	var url, natsURL string
+	server, err := start(ctx, "floor server", exec.Command(exe, "-role", "floor", "-listen", addr, "-keys", keyFile), stderr, time.Minute, func(line string) bool {
+		rest, ok := strings.CutPrefix(line, "READY ")
+		url, natsURL, _ = strings.Cut(rest, " ")
 		return ok
 	})
-	return p, url, err
+	if err != nil {
+		return nil, "", err
+	}
+	relay, err := start(ctx, "relay responder", exec.Command(exe, "-role", "relay", "-nats", natsURL, "-keys", keyFile, "-dir", work), stderr, time.Minute, func(line string) bool {
+		return line == "READY"
+	})
+	if err != nil {
+		server.stop()
+		return nil, "", err
+	}
+	return &floors{server: server, relay: relay}, url, nil
 }
 
 // payload is n bytes of incompressible-looking data, the same every time.

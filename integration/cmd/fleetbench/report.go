@@ -32,6 +32,10 @@ func describeTarget(t string) string {
 	switch t {
 	case "floor":
 		return "bare go-sdk server"
+	case "relay":
+		return "relay floor"
+	case "signed relay":
+		return "signed relay floor"
 	case "dev":
 		return "gateway --dev, own agent"
 	case "agent":
