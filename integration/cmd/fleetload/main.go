@@ -595,6 +595,7 @@ func fanoutArgs(tool string, concurrency int) map[string]any {
 func (b *bench) latency(ctx context.Context, cs *mcp.ClientSession, tool string, concurrency int) error {
 	var took []time.Duration
 	cpu0, _ := b.gw.get(0, false)
+	sim0 := cpuSeconds()
 	profDone := make(chan error, 1)
 	if b.o.profile != "" && tool == "fleet_read" {
 		go func() { profDone <- b.gw.profile(b.o.profile, 8) }()
@@ -614,15 +615,16 @@ func (b *bench) latency(ctx context.Context, cs *mcp.ClientSession, tool string,
 		}
 	}
 	cpu1, _ := b.gw.get(0, false)
+	sim1 := cpuSeconds()
 	after, _ := b.gw.get(0, true)
 	if err := <-profDone; err != nil {
 		return err
 	}
 	fmt.Fprintf(b.stdout, "%s runs: %v\n", tool, took)
 	slices.Sort(took)
-	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; gateway CPU %.2f s per call; gateway heap %.0f MiB, RSS %.0f MiB after\n",
+	fmt.Fprintf(b.stdout, "%s across %d hosts (max_concurrency %s): p50 %s, p90 %s, min %s, max %s over %d runs; CPU per call %.2f s in the gateway, %.2f s in the simulated hosts (and this client); gateway heap %.0f MiB, RSS %.0f MiB after\n",
 		tool, b.n, concurrencyLabel(concurrency), pct(took, 50), pct(took, 90), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took),
-		(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(b.o.runs+1), float64(after.HeapInuse)/(1<<20), float64(after.RSSKB)/1024)
+		(cpu1.CPUSeconds-cpu0.CPUSeconds)/float64(b.o.runs+1), (sim1-sim0)/float64(b.o.runs+1), float64(after.HeapInuse)/(1<<20), float64(after.RSSKB)/1024)
 	return nil
 }
 
