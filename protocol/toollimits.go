@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -105,6 +106,9 @@ const (
 	PatchMaxFiles = 1000
 )
 
+// limitTextsOnce is limitTexts, made once.
+var limitTextsOnce = sync.OnceValue(limitTexts)
+
 // limitTexts are the limits as the tool descriptions show them, by the
 // name a description refers to them with ({{name}}).
 func limitTexts() map[string]string {
@@ -171,7 +175,7 @@ func limitTexts() map[string]string {
 // name as descriptions show it. It panics on a name it does not know:
 // descriptions are constants of this module, checked by its tests.
 func Describe(text string) string {
-	limits := limitTexts()
+	limits := limitTextsOnce()
 	var b strings.Builder
 	for {
 		i := strings.Index(text, "{{")

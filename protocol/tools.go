@@ -3,6 +3,7 @@ package protocol
 import (
 	"reflect"
 	"slices"
+	"sync"
 )
 
 // The per-host tools: those the gateway forwards to a host's agent, which
@@ -46,8 +47,12 @@ type ToolSpec struct {
 }
 
 // HostTools returns the declarations of every per-host tool, in the order
-// access rules list them.
-func HostTools() []ToolSpec {
+// access rules list them (a copy: the caller may change it).
+func HostTools() []ToolSpec { return slices.Clone(hostTools()) }
+
+// hostTools are the declarations, made once: the gateway looks tools up
+// for every call, and for every host of a fan-out.
+var hostTools = sync.OnceValue(func() []ToolSpec {
 	return []ToolSpec{
 		{Name: ToolRead, Args: reflect.TypeFor[ReadArgs](), ReadOnly: true, Description: Describe(descRead)},
 		{Name: ToolWrite, Args: reflect.TypeFor[WriteArgs](), Description: Describe(descWrite)},
@@ -63,34 +68,37 @@ func HostTools() []ToolSpec {
 		{Name: ToolMove, Args: reflect.TypeFor[MoveArgs](), Description: Describe(descMove)},
 		{Name: ToolPatch, Args: reflect.TypeFor[PatchArgs](), Description: Describe(descPatch)},
 	}
-}
+})
+
+var hostToolsByName = sync.OnceValue(func() map[string]ToolSpec {
+	m := make(map[string]ToolSpec)
+	for _, t := range hostTools() {
+		m[t.Name] = t
+	}
+	return m
+})
 
 // HostTool returns the declaration of the per-host tool name.
 func HostTool(name string) (ToolSpec, bool) {
-	tools := HostTools()
-	if i := slices.IndexFunc(tools, func(t ToolSpec) bool { return t.Name == name }); i >= 0 {
-		return tools[i], true
-	}
-	return ToolSpec{}, false
+	t, ok := hostToolsByName()[name]
+	return t, ok
 }
 
 // GrantedTools returns the names of the per-host tools that access rules
 // and host policies name: all but those that come with another.
-func GrantedTools() []string {
-	var out []string
-	for _, t := range HostTools() {
-		if t.ComesWith == "" {
-			out = append(out, t.Name)
-		}
-	}
-	return out
-}
+func GrantedTools() []string { return slices.Clone(grantedTools()) }
+
+var grantedTools = sync.OnceValue(func() []string { return toolNames(func(t ToolSpec) bool { return t.ComesWith == "" }) })
 
 // TaskTools returns the names of the tools that come with bash.
-func TaskTools() []string {
+func TaskTools() []string { return slices.Clone(taskTools()) }
+
+var taskTools = sync.OnceValue(func() []string { return toolNames(func(t ToolSpec) bool { return t.ComesWith == ToolBash }) })
+
+func toolNames(keep func(ToolSpec) bool) []string {
 	var out []string
-	for _, t := range HostTools() {
-		if t.ComesWith == ToolBash {
+	for _, t := range hostTools() {
+		if keep(t) {
 			out = append(out, t.Name)
 		}
 	}

@@ -185,3 +185,31 @@ func TestSizeAndDurationText(t *testing.T) {
 		}
 	}
 }
+
+// TestHostToolsCopies: what HostTools and GrantedTools return is the
+// caller's own; changing it changes nothing for the next caller.
+func TestHostToolsCopies(t *testing.T) {
+	tools := HostTools()
+	tools[0].Name = "changed"
+	names := GrantedTools()
+	names[0] = "changed"
+	if HostTools()[0].Name == "changed" || GrantedTools()[0] == "changed" {
+		t.Fatal("a caller's change reached the declarations")
+	}
+	if _, ok := HostTool(ToolRead); !ok {
+		t.Fatal("HostTool(read) not found")
+	}
+	if _, ok := HostTool("changed"); ok {
+		t.Fatal("HostTool found a tool no declaration names")
+	}
+}
+
+// BenchmarkHostTool is the lookup the gateway makes for every call, and
+// for every host of a fan-out.
+func BenchmarkHostTool(b *testing.B) {
+	for b.Loop() {
+		if _, ok := HostTool(ToolBash); !ok {
+			b.Fatal("no bash")
+		}
+	}
+}
