@@ -279,7 +279,7 @@ func runFloor(ctx context.Context, listen, keyFile string, stdout io.Writer) err
 		return err
 	}
 	defer ns.Shutdown()
-	rc, err := newRelayClient(ns.ClientURL(), keys)
+	rc, err := newRelayClient(ns, keys)
 	if err != nil {
 		return err
 	}
