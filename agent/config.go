@@ -139,8 +139,11 @@ type Config struct {
 
 	// MaxConcurrent bounds calls running at once. Default 16.
 	MaxConcurrent int
-	// MaxQueue bounds calls waiting for a worker; beyond it calls are
-	// refused as busy. Default 64; negative: no queue at all.
+	// MaxQueue bounds calls waiting for a worker: beyond MaxConcurrent +
+	// MaxQueue calls taken in and not yet answered, calls are refused as
+	// busy. A call stops counting as its result goes out, so while
+	// workers still send long answers more than MaxQueue may wait, never
+	// more than the sum. Default 64; negative: no queue at all.
 	MaxQueue int
 	// MaxRequestBytes bounds one call's arguments. Default 64 MiB.
 	MaxRequestBytes int
