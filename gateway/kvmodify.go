@@ -69,15 +69,22 @@ func retryJS[T any](ctx context.Context, op func(context.Context) (T, error)) (T
 // during a leader election), rather than answered no.
 func jsUnanswered(err error) bool {
 	var apiErr *jetstream.APIError
+	var legacyErr *nats.APIError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, jetstream.ErrNoStreamResponse),
 		// While a server applies new account claims (a revocation
-		// pushed), the account's JetStream is briefly not there.
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		// pushed), the account's JetStream is briefly not there. A KV
+		// watch subscribes through the older nats API, whose errors
+		// are its own values: nobody answering a consumer create
+		// comes back as nats.ErrJetStreamNotEnabled.
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, nats.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrJetStreamNotEnabledForAccount):
 		return true
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503
+	case errors.As(err, &legacyErr):
+		return legacyErr.Code == 503
 	}
 	return false
 }
