@@ -122,7 +122,7 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	}
 	token, err := g.authority.AgentJWT(e.host, e.userPub, expires)
 	if err != nil {
-		return AgentCredentials{}, err
+		return AgentCredentials{}, maybeStored{err} // the record is stored
 	}
 	g.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
 	return AgentCredentials{
@@ -163,6 +163,7 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 	for {
 		now := g.now().UTC()
 		rec, rev, err := g.agents.get(ctx, e.host)
+		wrote := false
 		if errors.Is(err, ErrUnknownAgent) {
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 				EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts}
@@ -172,6 +173,7 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			if _, err = g.agents.create(ctx, rec); err == nil {
 				return rec, false, nil
 			}
+			wrote = true
 		} else if err == nil {
 			var revokedOld bool
 			if revokedOld, err = e.apply(rec, now, expires); err != nil {
@@ -180,12 +182,28 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			if _, err = g.agents.update(ctx, rec, rev); err == nil {
 				return rec, revokedOld, nil
 			}
+			wrote = true
 		}
-		if !errors.Is(err, errRecordChanged) || ctx.Err() != nil {
-			return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
+		if errors.Is(err, errRecordChanged) && ctx.Err() == nil {
+			continue // another writer came first: not written
 		}
+		err = fmt.Errorf("enrol %s: %w", e.host, err)
+		if wrote && !errors.Is(err, errRecordChanged) {
+			// A write whose answer did not come may be stored.
+			err = maybeStored{err}
+		}
+		return nil, false, err
 	}
 }
+
+// maybeStored is an enrolment's failure after its record may have been
+// stored: a write whose answer was lost (JetStream electing a leader), or
+// a failure after the write. The token's use it spent must not go back:
+// the host may be enrolled, and a retry with the same key and token is
+// answered without spending another (enrolretry.go).
+type maybeStored struct{ error }
+
+func (e maybeStored) Unwrap() error { return e.error }
 
 // apply turns rec, host's record, into the record after e. It refuses
 // what e may not do, and reports whether it revoked the host's key.

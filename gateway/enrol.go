@@ -216,17 +216,29 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 	creds, err := g.enrol(ctx, enrolment{host: host, userPub: req.PublicKey, labels: tok.Labels, tokenID: id, facts: req.Facts,
 		replace: replace, by: "token " + id})
 	if err != nil {
-		// The use goes back: the host did not enrol. A context that ended
-		// must not keep it from going back.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jsTimeout)
-		defer cancel()
-		if berr := g.tokens.giveBack(bctx, id); berr != nil {
-			g.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)
-		}
+		g.giveBackUse(ctx, id, host, err)
 		return nil, enrolError(host, err)
 	}
 	out.tokenStopped = !tok.enrolKeyRevokedAt().IsZero()
 	return g.enrolResponse(&creds), nil
+}
+
+// giveBackUse gives the use of token id that a failed enrolment of host
+// spent back, unless the enrolment may be stored (maybeStored): then
+// the use stays spent, or the token would count one enrolment fewer than
+// it made. A context that ended must not keep the use from going back.
+func (g *Gateway) giveBackUse(ctx context.Context, id, host string, err error) {
+	var stored maybeStored
+	if errors.As(err, &stored) {
+		g.log.Warn("enrol: the enrolment failed but may be stored; the use of the join token it spent stays spent (the host's retry with the same key and token spends none)",
+			"token", id, "host", host, "err", err)
+		return
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jsTimeout)
+	defer cancel()
+	if berr := g.tokens.giveBack(bctx, id); berr != nil {
+		g.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)
+	}
 }
 
 // enrolError turns an error of enrol into the API error the host gets.

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -528,5 +529,46 @@ func TestNonceRecordRetried(t *testing.T) {
 	kv.lost.Store(jsAttempts)
 	if aerr := s.record(ctx, protocol.NewNonce()); aerr == nil || aerr.Code != protocol.APIUnavailable {
 		t.Errorf("every answer lost: %v, want unavailable", aerr)
+	}
+}
+
+// TestGiveBackUse: a use a failed enrolment spent goes back to its token,
+// unless the enrolment may be stored (a record write whose answer was
+// lost, or a failure after the write): then the token would count one
+// enrolment fewer than it made, and the use stays spent.
+func TestGiveBackUse(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	ctx := context.Background()
+	resp, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Uses: 2}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret, err := protocol.ParseJoinToken(resp.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := func() int {
+		t.Helper()
+		tok, _, err := gw.tokens.get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Used
+	}
+	if _, aerr := gw.tokens.consume(ctx, id, secret, gw.now, func(*tokenRecord) *protocol.APIError { return nil }); aerr != nil {
+		t.Fatal(aerr)
+	}
+	lost := fmt.Errorf("enrol web-1: %w", context.DeadlineExceeded)
+	gw.giveBackUse(ctx, id, "web-1", maybeStored{lost})
+	if n := used(); n != 1 {
+		t.Fatalf("after a failure that may be stored the token counts %d uses, want 1 (kept spent)", n)
+	}
+	gw.giveBackUse(ctx, id, "web-1", fmt.Errorf("enrol web-1: %w", ErrNameTaken))
+	if n := used(); n != 0 {
+		t.Fatalf("after a failure that wrote nothing the token counts %d uses, want 0 (given back)", n)
+	}
+	// The API error the host gets for either says to try again or why not.
+	if aerr := enrolError("web-1", maybeStored{lost}); aerr.Code != protocol.APIUnavailable {
+		t.Errorf("a failure that may be stored answers %s, want %s", aerr.Code, protocol.APIUnavailable)
 	}
 }
