@@ -107,6 +107,8 @@ func TestClusterFailover(t *testing.T) {
 
 // enrolThrough enrols a fresh key as host with token at the fleet API at
 // url; a refusal is a definite answer (the workload counts it as such).
+// "Unavailable" is not one: the gateway may have stored the enrolment
+// before it lost JetStream's answer, and says to try again.
 func enrolThrough(ctx context.Context, url, pin, token, host string) error {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -116,7 +118,7 @@ func enrolThrough(ctx context.Context, url, pin, token, host string) error {
 	defer ec.Close()
 	_, err = ec.Enrol(ctx, kp, token, host)
 	var apiErr *protocol.APIError
-	if errors.As(err, &apiErr) {
+	if errors.As(err, &apiErr) && apiErr.Code != protocol.APIUnavailable {
 		return refusal{err}
 	}
 	return err

@@ -169,7 +169,13 @@ func (r *Report) checkEnrolments(ops []Op, st *State) {
 				r.LostEnrolments = append(r.LostEnrolments, op.Host)
 			}
 		case Failed:
-			unsure++
+			// An enrolment whose answer was lost spent a use if it
+			// is stored: the token must count it.
+			if enrolled[op.Host] {
+				lo++
+			} else {
+				unsure++
+			}
 		default:
 			if enrolled[op.Host] {
 				r.RefusedButEnroled = append(r.RefusedButEnroled, op.Host)
