@@ -199,8 +199,9 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 // maybeStored is an enrolment's failure after its record may have been
 // stored: a write whose answer was lost (JetStream electing a leader), or
 // a failure after the write. The token's use it spent must not go back:
-// the host may be enrolled, and a retry with the same key and token is
-// answered without spending another (enrolretry.go).
+// the host may be enrolled. If it is, a retry with the same key and token
+// is answered without spending another once the gateway has read the
+// record (enrolretry.go); if not, the retry spends one more.
 type maybeStored struct{ error }
 
 func (e maybeStored) Unwrap() error { return e.error }

@@ -230,7 +230,7 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 func (g *Gateway) giveBackUse(ctx context.Context, id, host string, err error) {
 	var stored maybeStored
 	if errors.As(err, &stored) {
-		g.log.Warn("enrol: the enrolment failed but may be stored; the use of the join token it spent stays spent (the host's retry with the same key and token spends none)",
+		g.log.Warn("enrol: the enrolment failed but may be stored; the use of the join token it spent stays spent (if it is stored, the host's retry with the same key and token spends no other)",
 			"token", id, "host", host, "err", err)
 		return
 	}
