@@ -114,9 +114,16 @@ func enrolThrough(ctx context.Context, url, pin, token, host string) error {
 	if err != nil {
 		return err
 	}
+	return enrolThroughAs(ctx, url, pin, token, host, kp)
+}
+
+// enrolThroughAs is enrolThrough with the host's key kp. A retry after
+// "unavailable" must send the same key: if the first attempt was stored,
+// the host name is that key's, and another key is refused as name_taken.
+func enrolThroughAs(ctx context.Context, url, pin, token, host string, kp nkeys.KeyPair) error {
 	ec := enrolclient.New(url, pin, 1)
 	defer ec.Close()
-	_, err = ec.Enrol(ctx, kp, token, host)
+	_, err := ec.Enrol(ctx, kp, token, host)
 	var apiErr *protocol.APIError
 	if errors.As(err, &apiErr) && apiErr.Code != protocol.APIUnavailable {
 		return refusal{err}

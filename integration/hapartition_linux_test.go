@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
@@ -129,10 +130,15 @@ func TestClusterPartition(t *testing.T) {
 		}
 	}
 	// An enrolment through the majority: refused as unavailable while the
-	// buckets it writes elect leaders, as a retry later succeeds.
+	// buckets it writes elect leaders, as a retry later succeeds. The
+	// retries send the same key, as an agent does.
+	majKey, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
 	enrolStart := time.Now()
 	for tries := 1; ; tries++ {
-		err := enrolThrough(ctx, p.gws[1].APIURL(), tok.CAPin, tok.Token, "maj-enrolled")
+		err := enrolThroughAs(ctx, p.gws[1].APIURL(), tok.CAPin, tok.Token, "maj-enrolled", majKey)
 		if err == nil {
 			t.Logf("an enrolment through gateway 2, in the majority, acknowledged %s after the partition (attempt %d)", time.Since(at).Round(time.Millisecond), tries)
 			break
