@@ -416,6 +416,12 @@ func (p *partitionCluster) conn(t *testing.T, i int) *nats.Conn {
 // down in its favour until it is.
 func leadFrom(t *testing.T, nc *nats.Conn, stream, node string) {
 	t.Helper()
+	answer, seen, led := "none sent", "", false
+	defer func() { // waitFor's Fatalf ends the test's goroutine: say why
+		if !led {
+			t.Logf("%s led %s at the last look; the last stepdown request in favour of %s was answered: %s", seen, stream, node, answer)
+		}
+	}()
 	waitFor(t, 30*time.Second, node+" to lead "+stream, func() bool {
 		info, err := streamInfo(nc, stream)
 		if err != nil || info.Cluster == nil {
@@ -424,7 +430,14 @@ func leadFrom(t *testing.T, nc *nats.Conn, stream, node string) {
 		if info.Cluster.Leader == node {
 			return true
 		}
-		_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(`{"placement":{"preferred":"`+node+`"}}`), 2*time.Second)
+		seen = info.Cluster.Leader
+		msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(`{"placement":{"preferred":"`+node+`"}}`), 2*time.Second)
+		if err != nil {
+			answer = err.Error()
+		} else {
+			answer = string(msg.Data)
+		}
 		return false
 	})
+	led = true
 }
