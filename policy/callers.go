@@ -31,6 +31,14 @@ import (
 // every caller gets the host-wide rules. The gateway cannot widen any of
 // it: the agent decides, after checking the envelope's signature, on the
 // caller the envelope names.
+//
+// A caller is who its issuer says: the same subject from two issuers is
+// two callers. The gateway signs an identity provider's callers with the
+// provider's issuer (an http(s) URL: it refuses any other), API tokens
+// with protocol.IssuerAPIToken and subject "token:NAME", and the local
+// caller of a gateway without authentication with protocol.IssuerLocal,
+// so no identity provider can speak for an API token. An entry that
+// names a subject must therefore say whose: see entryIssuers.
 
 // callerSpec is one entry of the callers section as written.
 type callerSpec struct {
@@ -143,7 +151,12 @@ func (p *Policy) compileCallers() []error {
 		own := rules{Tools: spec.Tools, Paths: spec.Paths, Bash: bashRules{Allow: spec.Bash.Allow, Deny: spec.Bash.Deny}}
 		env := p.env
 		env.GitGuarded = env.GitGuarded && !p.rules.Bash.empty()
+		iss, err := entryIssuers(spec.Match)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
 		r := &callerRule{name: name, match: spec.Match}
+		r.match.Iss = iss
 		if !own.empty() {
 			sub, err := compile(own, env)
 			if err != nil {

@@ -215,10 +215,15 @@ func (r rules) summary() []string {
 			name = "callers[" + strconv.Itoa(i) + "]"
 		}
 		var match []string
+		iss := c.Match.Iss
+		if implied, err := entryIssuers(c.Match); err == nil && len(iss) == 0 && len(implied) > 0 {
+			// Said, as the agent holds the entry to it.
+			match = append(match, "iss "+strings.Join(implied, "|")+" (implied by sub token:…)")
+		}
 		for _, m := range []struct {
 			key  string
 			pats entries
-		}{{"iss", c.Match.Iss}, {"sub", c.Match.Sub}, {"client_id", c.Match.ClientID}, {"groups", c.Match.Groups}} {
+		}{{"iss", iss}, {"sub", c.Match.Sub}, {"client_id", c.Match.ClientID}, {"groups", c.Match.Groups}} {
 			if len(m.pats) > 0 {
 				match = append(match, m.key+" "+strings.Join(m.pats, "|"))
 			}
