@@ -143,6 +143,14 @@ func FuzzParseAccess(f *testing.F) {
 			g.Tool(tool, "web-1", map[string]string{"env": "prod", "role": "web"})
 		}
 		g.Admin()
+		// Allow rules are the identity provider's callers': an API token
+		// gets nothing from them, whatever they match.
+		tok := a.For(&Identity{Kind: KindAPIToken, Subject: "ci-1"})
+		for _, tool := range hostToolNames() {
+			if d := tok.Tool(tool, "web-1", nil); d.Allowed {
+				t.Fatalf("an API token without a grant of its own is allowed %s by %s", tool, d.Rule)
+			}
+		}
 	})
 }
 

@@ -30,10 +30,18 @@ import (
 //	    hosts: [env=prod]
 //	    tools: [write, edit, patch, bash]
 //
-// match keys: sub, email (case-insensitive; ignored when the issuer marks
-// it unverified), groups, roles, client_id (or azp), scope, and claims (a
-// map from any other claim name to patterns). Patterns are globs (* and
-// ?). Unknown keys anywhere are errors.
+// match keys: iss, sub, email (case-insensitive; ignored when the issuer
+// marks it unverified), groups, roles, client_id (or azp), scope, and
+// claims (a map from any other claim name to patterns). Patterns are
+// globs (* and ?). Unknown keys anywhere are errors.
+//
+// iss is the caller's issuer as hosts see it: the identity provider's URL,
+// protocol.IssuerAPIToken for API tokens (whose sub here is the token's
+// name), protocol.IssuerLocal for the local caller. Allow rules apply to
+// the identity provider's callers only (API tokens carry their own
+// grants), so their sub is always the provider's subject; a deny rule
+// without iss applies to every caller whose subject matches, an API
+// token of that name included: deny errs on the side of refusing.
 
 // maxRulesFile bounds a rules or tokens file.
 const maxRulesFile = 4 << 20
@@ -61,6 +69,7 @@ type grantSpec struct {
 }
 
 type matchSpec struct {
+	Iss      stringList            `yaml:"iss"`
 	Sub      stringList            `yaml:"sub"`
 	Email    stringList            `yaml:"email"`
 	Groups   stringList            `yaml:"groups"`
@@ -206,7 +215,7 @@ func knownKeys(goType string) (where, keys string) {
 	case "ruleSpec":
 		return "in a rule", "name, deny, match, hosts, tools, admin, rate_limit"
 	case "matchSpec":
-		return "in match", "sub, email, groups, roles, client_id, scope, claims"
+		return "in match", "iss, sub, email, groups, roles, client_id, scope, claims"
 	case "tokensFile":
 		return "at the top level", "tokens"
 	case "tokenSpec":
@@ -261,7 +270,7 @@ func (m *matchSpec) compile() ([]condition, error) {
 		claim string
 		list  stringList
 	}{
-		{"sub", m.Sub}, {"email", m.Email}, {"groups", m.Groups}, {"roles", m.Roles},
+		{"iss", m.Iss}, {"sub", m.Sub}, {"email", m.Email}, {"groups", m.Groups}, {"roles", m.Roles},
 		{"client_id", m.ClientID}, {"scope", m.Scope},
 	}
 	var conds []condition

@@ -33,7 +33,7 @@ func TestNewAPITokenRoundTrip(t *testing.T) {
 		t.Fatalf("generated token refused: %v", err)
 	}
 	id := ti.Extra[identityKey].(*Identity)
-	if id.Kind != KindAPIToken || id.Subject != "ci-bot" || ti.UserID != "token:ci-bot" {
+	if id.Kind != KindAPIToken || id.Subject != "ci-bot" || ti.UserID != "18:fleetmcp:api-token token:ci-bot" {
 		t.Fatalf("identity %+v, user %q", id, ti.UserID)
 	}
 	if d := (*AccessRules)(nil).For(id).Tool("read", "any", nil); !d.Allowed {

@@ -303,7 +303,12 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 func (r *AuditRecord) line() string {
 	var b strings.Builder
 	who := r.Caller.Subject
-	if r.Caller.Email != "" {
+	switch {
+	case r.Caller.Kind == KindAPIToken:
+		// As Identity.Name: the API token deploy is not the identity
+		// provider's user "deploy".
+		who = "token " + r.Caller.Subject
+	case r.Caller.Email != "":
 		who = r.Caller.Email
 	}
 	fmt.Fprintf(&b, "%s\t%s\t%s", r.Time.UTC().Format(time.RFC3339), who, r.Tool)

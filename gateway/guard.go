@@ -288,7 +288,9 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 // limit, the call is refused with a message that says when to retry.
 func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decision, string) {
 	rd := cc.grants.RateLimit(g.cfg.RateLimit)
-	ok, wait := g.rates.allow(string(cc.id.Kind)+":"+cc.id.Subject, rd.limit, now)
+	// One bucket per caller as hosts know it, issuer and subject: the
+	// API token deploy and a provider's user "deploy" are two callers.
+	ok, wait := g.rates.allow(cc.id.qualified(), rd.limit, now)
 	if ok {
 		return dec, ""
 	}

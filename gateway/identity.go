@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -56,7 +57,15 @@ const identityKey = "fleetmcp.identity"
 
 // localIdentity returns the caller of a gateway whose authentication is
 // off.
-func localIdentity() *Identity { return &Identity{Kind: KindLocal, Subject: "local"} }
+func localIdentity() *Identity { return &Identity{Kind: KindLocal, Subject: localSubject} }
+
+// Subjects hosts see for the gateway's own callers: an API token is
+// iss protocol.IssuerAPIToken, sub apiTokenSubjectPrefix+NAME; the local
+// caller iss protocol.IssuerLocal, sub localSubject.
+const (
+	apiTokenSubjectPrefix = "token:"
+	localSubject          = "local"
+)
 
 // Name is how messages and logs name the caller: the e-mail address when
 // there is one, otherwise the subject.
@@ -77,18 +86,42 @@ func (id *Identity) Name() string {
 func (id *Identity) Caller() protocol.Caller {
 	switch id.Kind {
 	case KindLocal:
-		return protocol.Caller{Issuer: protocol.IssuerLocal, Subject: "local", Name: "authentication disabled"}
+		return protocol.Caller{Issuer: protocol.IssuerLocal, Subject: localSubject, Name: "authentication disabled"}
 	case KindAPIToken:
-		return protocol.Caller{Issuer: protocol.IssuerAPIToken, Subject: "token:" + id.Subject, Name: id.Name()}
+		return protocol.Caller{Issuer: protocol.IssuerAPIToken, Subject: apiTokenSubjectPrefix + id.Subject, Name: id.Name()}
 	default:
 		return protocol.Caller{Issuer: id.Issuer, Subject: id.Subject, Name: id.Email, ClientID: id.ClientID, Groups: id.Groups}
 	}
+}
+
+// checkProviderIdentity refuses an identity provider's token whose
+// issuer or subject is in a namespace the gateway gives its own callers.
+// Hosts tell callers apart by issuer and subject together, and the issuer
+// of a provider's token is its URL (config refuses any other), so the
+// subject check is not what keeps them apart on a current agent: it keeps
+// a host whose agent is one minor version older, whose policy may match
+// sub: [token:deploy] without iss, from taking a provider's token with
+// that subject for the API token deploy.
+func checkProviderIdentity(iss, sub string) error {
+	switch {
+	case !strings.HasPrefix(iss, "https://") && !strings.HasPrefix(iss, "http://"):
+		return invalidToken(fmt.Sprintf("issuer %q is not an http(s) URL", iss))
+	case strings.HasPrefix(sub, apiTokenSubjectPrefix):
+		return invalidToken(fmt.Sprintf("sub %q begins with %q, which names this gateway's API tokens to hosts: the identity provider must not issue such subjects", protocol.Clip(sub, 80), apiTokenSubjectPrefix))
+	case sub == localSubject:
+		return invalidToken(fmt.Sprintf("sub %q names the local caller of a gateway without authentication to hosts: the identity provider must not issue it", sub))
+	}
+	return nil
 }
 
 // claimValues returns the values of a claim as strings, for rule
 // matching. Lists give one value per element; objects give none.
 func (id *Identity) claimValues(claim string) []string {
 	switch claim {
+	case "iss":
+		// The issuer hosts see, which tells API tokens and the local
+		// caller from the identity provider's callers.
+		return nonEmpty(id.Caller().Issuer)
 	case "sub":
 		return nonEmpty(id.Subject)
 	case "email":
@@ -158,14 +191,18 @@ func scopesOf(claims map[string]any) []string {
 }
 
 // tokenInfo wraps id for the SDK's bearer middleware. UserID binds MCP
-// sessions to their caller; API tokens get their own namespace so that a
-// token's name can never equal a JWT subject.
+// sessions to their caller, so it is the caller as hosts see it, issuer
+// and subject: no caller of one issuer can take up a session of another's
+// caller with the same subject.
 func (id *Identity) tokenInfo() *auth.TokenInfo {
-	user := id.Subject
-	if id.Kind == KindAPIToken {
-		user = "token:" + id.Subject
-	}
-	return &auth.TokenInfo{UserID: user, Scopes: id.Scopes, Extra: map[string]any{identityKey: id}}
+	return &auth.TokenInfo{UserID: id.qualified(), Scopes: id.Scopes, Extra: map[string]any{identityKey: id}}
+}
+
+// qualified is the caller's issuer and subject in one string, which
+// differs whenever either does: the issuer's length comes first.
+func (id *Identity) qualified() string {
+	c := id.Caller()
+	return strconv.Itoa(len(c.Issuer)) + ":" + c.Issuer + " " + c.Subject
 }
 
 // identityOf returns the caller of an MCP request: the authenticated

@@ -130,6 +130,9 @@ func (j *jwtVerifier) verify(ctx context.Context, raw string) (*Identity, time.T
 	if tok.Subject == "" {
 		return nil, time.Time{}, invalidToken("the token has no sub claim")
 	}
+	if err := checkProviderIdentity(tok.Issuer, tok.Subject); err != nil {
+		return nil, time.Time{}, err
+	}
 	id := &Identity{
 		Kind:      KindOIDC,
 		Issuer:    tok.Issuer,
