@@ -597,7 +597,8 @@ func (a *Agent) invoke(j *job) (res *protocol.Result) {
 			res = protocol.ErrorResult(j.call.ID, protocol.CodeInternal, fmt.Sprintf("tool %s failed unexpectedly: %v", j.call.Tool, r))
 		}
 	}()
-	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: j.call.Caller.Subject, Output: func(p []byte) { a.output(j, p) }}
+	who := policy.Caller{Issuer: j.call.Caller.Issuer, Subject: j.call.Caller.Subject}.String()
+	tc := &toolCall{ID: j.call.ID, Args: j.call.Args, Caller: who, Output: func(p []byte) { a.output(j, p) }}
 	ctx, span := j.ctx, a.tracing.child(j.span, "fleet.tool ", j.call.Tool)
 	if span.IsRecording() {
 		ctx = trace.ContextWithSpan(ctx, span)

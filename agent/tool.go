@@ -17,7 +17,9 @@ type toolCall struct {
 	ID string
 	// Args is the tool's JSON arguments object (without "host").
 	Args json.RawMessage
-	// Caller is the subject of the caller the gateway authenticated.
+	// Caller names the caller the gateway authenticated, issuer-qualified
+	// (policy.Caller.String): a provider's user "token:deploy" is not the
+	// API token deploy in a task's record either.
 	Caller string
 	// Output streams live output to the caller. It is never nil, must not
 	// block for long, and must not retain p after it returns.

@@ -66,6 +66,19 @@ func TestAuditQueryMatch(t *testing.T) {
 			t.Errorf("%+v matches = %v, want %v", tc.q, got, tc.want)
 		}
 	}
+	// "token deploy" finds the API token deploy, not a provider's user
+	// named like it; "deploy" finds both.
+	tok := &AuditRecord{Time: at, Caller: AuditCaller{Kind: KindAPIToken, Subject: "deploy"}}
+	usr := &AuditRecord{Time: at, Caller: AuditCaller{Kind: KindOIDC, Subject: "deploy"}}
+	for _, tc := range []struct {
+		q        string
+		tok, usr bool
+	}{{"token deploy", true, false}, {"deploy", true, true}} {
+		q := auditQuery{caller: tc.q}
+		if q.match(tok) != tc.tok || q.match(usr) != tc.usr {
+			t.Errorf("caller %q: token %v, user %v; want %v, %v", tc.q, q.match(tok), q.match(usr), tc.tok, tc.usr)
+		}
+	}
 }
 
 // An audit row keeps its columns in place whether the call went to hosts,

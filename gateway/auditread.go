@@ -20,7 +20,7 @@ import (
 
 // auditIn are the audit tool's filters.
 type auditIn struct {
-	Caller   string `json:"caller,omitempty" jsonschema:"only records whose caller sub, email or client_id contains this text"`
+	Caller   string `json:"caller,omitempty" jsonschema:"only records whose caller sub, email or client_id contains this text (an API token's sub reads token NAME here)"`
 	Host     string `json:"host,omitempty" jsonschema:"only records that name this host"`
 	Tool     string `json:"tool,omitempty" jsonschema:"only records of this tool"`
 	Decision string `json:"decision,omitempty" jsonschema:"allowed or denied"`
@@ -114,7 +114,11 @@ func (q *auditQuery) match(r *AuditRecord) bool {
 	case q.caller == "":
 		return true
 	}
-	for _, s := range []string{r.Caller.Subject, r.Caller.Email, r.Caller.ClientID} {
+	name := r.Caller.Subject
+	if r.Caller.Kind == KindAPIToken {
+		name = "token " + name // "token deploy" finds the API token only
+	}
+	for _, s := range []string{name, r.Caller.Email, r.Caller.ClientID} {
 		if strings.Contains(strings.ToLower(s), q.caller) {
 			return true
 		}

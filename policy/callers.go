@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file is the callers section of a host policy: rules for the
@@ -68,9 +70,14 @@ type Caller struct {
 	Groups                    []string
 }
 
-// String names the caller in messages.
+// String names the caller in messages: with its issuer, unless that is
+// the gateway's own (API tokens, the local caller), whose subjects say
+// it ("token:NAME", "local").
 func (c Caller) String() string {
 	s := c.Subject
+	if c.Issuer != "" && c.Issuer != protocol.IssuerAPIToken && c.Issuer != protocol.IssuerLocal {
+		s += " of " + c.Issuer
+	}
 	if c.ClientID != "" {
 		s += " (client " + c.ClientID + ")"
 	}
