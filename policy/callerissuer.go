@@ -49,7 +49,7 @@ func entryIssuers(m callerMatch) ([]string, error) {
 	for _, p := range m.Sub {
 		if !strings.HasPrefix(p, apiTokenSubjectPrefix) {
 			return nil, fmt.Errorf("sub %q without iss would match that subject from any issuer (an identity provider's sub \"token:deploy\" is not the API token deploy): "+
-				"say whose it is with iss: iss: [\"https://login.example.com\"] (the gateway's --jwt_issuer) for your identity provider's users, "+
+				"say whose it is: iss: [\"https://login.example.com\"] (the gateway's --jwt_issuer) for your identity provider's users, "+
 				"iss: [%q] with sub: [\"token:NAME\"] for API tokens, iss: [%q] with sub: [local] for a gateway without authentication; sub: [\"*\"] matches every caller",
 				p, protocol.IssuerAPIToken, protocol.IssuerLocal)
 		}

@@ -75,6 +75,16 @@ func unquoteCase(t *testing.T, pos, s string) string {
 	return u
 }
 
+// TestCallersSummaryImpliedIssuer: the summary says the issuer an entry
+// without iss is held to.
+func TestCallersSummaryImpliedIssuer(t *testing.T) {
+	p := mustParse(t, "callers:\n  - name: d\n    match: {sub: [\"token:deploy\"]}\n")
+	want := "callers: d (iss fleetmcp:api-token (implied by sub token:…), sub token:deploy): the host-wide rules"
+	if s := strings.Join(p.Summary(), "\n"); !strings.Contains(s, want) {
+		t.Errorf("summary %q lacks %q", s, want)
+	}
+}
+
 func TestGlobMayMatchPrefix(t *testing.T) {
 	for _, tc := range []struct {
 		pattern, prefix string
