@@ -26,12 +26,18 @@ const apiTokenSubjectPrefix = "token:"
 //     provider's URL (such as "*", or a list of one of each) is refused,
 //     for it would let a provider's "token:deploy" be the API token
 //     deploy again.
-//   - An entry that names subjects without iss, all of them "token:…",
-//     was written for API tokens before entries said their issuer: it
-//     matches API tokens only, so it keeps working and an identity
-//     provider's "token:deploy" gets nothing from it.
-//   - Any other entry that names subjects without iss is refused with
-//     how to write it: nothing tells which issuer it meant.
+//   - An entry that names subjects without iss was written before
+//     entries said their issuer. If every subject it names is "token:…",
+//     it was written for API tokens: it matches API tokens only, so an
+//     identity provider's "token:deploy" gets nothing from it. If none
+//     of them can be an API token's or the local caller's subject (no
+//     pattern matches "local" or any "token:…"), it was written for the
+//     identity provider's users: it matches callers of an http(s)
+//     issuer only. Either way it keeps working and cannot be taken by
+//     the other kind of caller.
+//   - Any other entry that names subjects without iss ("*deploy",
+//     "t*", "local", "token:x" with "y") is refused with how to write
+//     it: nothing tells which issuer it meant.
 func entryIssuers(m callerMatch) ([]string, error) {
 	if len(m.Sub) == 0 || slices.Contains(m.Sub, "*") {
 		return m.Iss, nil
@@ -46,16 +52,39 @@ func entryIssuers(m callerMatch) ([]string, error) {
 		}
 		return m.Iss, nil
 	}
+	tokens, users := true, true
+	var unclear string
 	for _, p := range m.Sub {
-		if !strings.HasPrefix(p, apiTokenSubjectPrefix) {
-			return nil, fmt.Errorf("sub %q without iss would match that subject from any issuer (an identity provider's sub \"token:deploy\" is not the API token deploy): "+
-				"say whose it is: iss: [\"https://login.example.com\"] (the gateway's --jwt_issuer) for your identity provider's users, "+
-				"iss: [%q] with sub: [\"token:NAME\"] for API tokens, iss: [%q] with sub: [local] for a gateway without authentication; sub: [\"*\"] matches every caller",
-				p, protocol.IssuerAPIToken, protocol.IssuerLocal)
+		token := strings.HasPrefix(p, apiTokenSubjectPrefix)
+		user := !globMayMatchPrefix(p, apiTokenSubjectPrefix) && !Glob(p, localSubject)
+		tokens, users = tokens && token, users && user
+		if !token && !user && unclear == "" {
+			unclear = p
 		}
 	}
-	return []string{protocol.IssuerAPIToken}, nil
+	switch {
+	case tokens:
+		return []string{protocol.IssuerAPIToken}, nil
+	case users:
+		return providerIssuers(), nil
+	}
+	if unclear == "" {
+		unclear = strings.Join(m.Sub, ", ") // one of each kind
+	}
+	return nil, fmt.Errorf("sub %q without iss could be an API token's (token:NAME), the local caller's or an identity provider user's subject, and an identity provider's sub \"token:deploy\" is not the API token deploy: "+
+		"say whose it is: iss: [\"https://login.example.com\"] (the gateway's --jwt_issuer) for your identity provider's users, "+
+		"iss: [%q] with sub: [\"token:NAME\"] for API tokens, iss: [%q] with sub: [local] for a gateway without authentication; sub: [\"*\"] matches every caller",
+		unclear, protocol.IssuerAPIToken, protocol.IssuerLocal)
 }
+
+// localSubject is the subject of the local caller of a gateway without
+// authentication; its issuer is protocol.IssuerLocal.
+const localSubject = "local"
+
+// providerIssuers are the issuers an entry written for identity
+// provider users without iss is held to: any http(s) URL, which is the
+// only issuer the gateway takes from a provider.
+func providerIssuers() []string { return []string{"https://*", "http://*"} }
 
 // matchesOwnIssuer reports whether an iss pattern matches one of the
 // gateway's own issuers.

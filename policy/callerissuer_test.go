@@ -79,7 +79,7 @@ func unquoteCase(t *testing.T, pos, s string) string {
 // without iss is held to.
 func TestCallersSummaryImpliedIssuer(t *testing.T) {
 	p := mustParse(t, "callers:\n  - name: d\n    match: {sub: [\"token:deploy\"]}\n")
-	want := "callers: d (iss fleetmcp:api-token (implied by sub token:…), sub token:deploy): the host-wide rules"
+	want := "callers: d (iss fleetmcp:api-token (implied by sub), sub token:deploy): the host-wide rules"
 	if s := strings.Join(p.Summary(), "\n"); !strings.Contains(s, want) {
 		t.Errorf("summary %q lacks %q", s, want)
 	}
@@ -129,9 +129,13 @@ func TestEntryIssuers(t *testing.T) {
 		{"api tokens", callerMatch{Sub: entries{"token:*", "token:ci"}}, []string{protocol.IssuerAPIToken}, ""},
 		{"said", callerMatch{Iss: entries{"https://id"}, Sub: entries{"token:deploy"}}, []string{"https://id"}, ""},
 		{"said own", callerMatch{Iss: entries{"fleetmcp:*"}, Sub: entries{"token:deploy"}}, []string{"fleetmcp:*"}, ""},
-		{"bare subject", callerMatch{Sub: entries{"deploy"}}, nil, `sub "deploy" without iss`},
-		{"local", callerMatch{Sub: entries{"local"}}, nil, `sub "local" without iss`},
-		{"case", callerMatch{Sub: entries{"Token:deploy"}}, nil, `sub "Token:deploy" without iss`},
+		{"a user", callerMatch{Sub: entries{"deploy"}}, providerIssuers(), ""},
+		{"users", callerMatch{Sub: entries{"u-*", "alice"}}, providerIssuers(), ""},
+		{"case", callerMatch{Sub: entries{"Token:deploy"}}, providerIssuers(), ""},
+		{"local", callerMatch{Sub: entries{"local"}}, nil, `sub "local" without iss could be`},
+		{"local glob", callerMatch{Sub: entries{"lo*"}}, nil, `sub "lo*" without iss could be`},
+		{"token glob", callerMatch{Sub: entries{"*deploy"}}, nil, `sub "*deploy" without iss could be`},
+		{"one of each", callerMatch{Sub: entries{"token:deploy", "deploy"}}, nil, `sub "token:deploy, deploy" without iss could be`},
 		{"star issuer", callerMatch{Iss: entries{"*"}, Sub: entries{"token:deploy"}}, nil, `iss "*" matches both`},
 		{"question issuer", callerMatch{Iss: entries{"?leetmcp:api-token"}, Sub: entries{"x"}}, []string{"?leetmcp:api-token"}, ""},
 		{"one of each", callerMatch{Iss: entries{"fleetmcp:api-token", "https://id"}, Sub: entries{"token:x"}}, nil, `iss "fleetmcp:api-token, https://id" matches both`},
@@ -171,14 +175,16 @@ func FuzzGlobMayMatchPrefix(f *testing.F) {
 }
 
 // FuzzCallerIssuers: whatever callers section loads, no entry that names
-// a subject matches that subject for an API token and for a caller of an
-// identity provider (or the local caller) alike.
+// a subject matches that subject for two kinds of caller: an API token,
+// the local caller, an identity provider's user.
 func FuzzCallerIssuers(f *testing.F) {
 	f.Add("callers:\n  - match: {sub: ['token:deploy']}\n", "token:deploy", "login.example.com")
 	f.Add("callers:\n  - match: {iss: ['https://*'], sub: ['token:*']}\n", "token:x", "a")
 	f.Add("callers:\n  - match: {iss: ['*'], sub: ['*']}\n", "deploy", "a")
 	f.Add("callers:\n  - match: {iss: ['*:*'], sub: ['?oken:*']}\n", "token:deploy", "x")
 	f.Add(callersPolicy, "local", "id.example")
+	f.Add("callers:\n  - match: {sub: [alice, 'u-*']}\n", "alice", "id.example")
+	f.Add("callers:\n  - match: {sub: ['l?cal']}\n", "local", "id.example")
 	f.Fuzz(func(t *testing.T, text, sub, host string) {
 		p, err := Parse([]byte(text), testEnv())
 		if err != nil {
@@ -190,14 +196,17 @@ func FuzzCallerIssuers(f *testing.F) {
 			{Issuer: "http://" + host, Subject: sub},
 			{Issuer: protocol.IssuerLocal, Subject: sub},
 		}
+		// The kinds of caller: API tokens, the local caller, identity
+		// providers' users (https and http alike).
+		kind := []int{0, 2, 2, 1}
 		for _, r := range p.callers {
 			if len(r.match.Sub) == 0 || containsEntry(r.match.Sub, "*") {
 				continue
 			}
-			if r.matches(callers[0]) {
-				for _, c := range callers[1:] {
-					if r.matches(c) {
-						t.Fatalf("entry %s matches %q as an API token and from %q", r.name, sub, c.Issuer)
+			for i, a := range callers {
+				for j, b := range callers[i+1:] {
+					if kind[i] != kind[i+1+j] && r.matches(a) && r.matches(b) {
+						t.Fatalf("entry %s matches %q from %q and from %q", r.name, sub, a.Issuer, b.Issuer)
 					}
 				}
 			}

@@ -218,7 +218,7 @@ func (r rules) summary() []string {
 		iss := c.Match.Iss
 		if implied, err := entryIssuers(c.Match); err == nil && len(iss) == 0 && len(implied) > 0 {
 			// Said, as the agent holds the entry to it.
-			match = append(match, "iss "+strings.Join(implied, "|")+" (implied by sub token:…)")
+			match = append(match, "iss "+strings.Join(implied, "|")+" (implied by sub)")
 		}
 		for _, m := range []struct {
 			key  string
