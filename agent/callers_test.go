@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -72,11 +73,22 @@ callers:
 		if res.Error != nil || res.IsError {
 			t.Fatalf("%s starts a task: %+v", tc.want, res)
 		}
-		var v struct {
-			Caller string `json:"caller"`
-		}
+		var v taskView
 		if err := json.Unmarshal(res.Structured, &v); err != nil || v.Caller != tc.want {
 			t.Errorf("task started by %+v records caller %q (%v), want %q", tc.caller, v.Caller, err, tc.want)
+		}
+		// Wait for the task to end: it outlives the agent, not the test.
+		for deadline := time.Now().Add(time.Minute); !v.State.Ended(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s has not ended within a minute", v.TaskID)
+			}
+			res := call(tc.caller, "task_status", map[string]any{"task_id": v.TaskID, "wait": 10})
+			if res.Error != nil || res.IsError {
+				t.Fatalf("task_status %s: %+v", v.TaskID, res)
+			}
+			if err := json.Unmarshal(res.Structured, &v); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
