@@ -65,14 +65,18 @@ func TestCallerIdentityCollision(t *testing.T) {
 			c.Auth = gateway.AuthConfig{Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh, APITokens: tokens}
 			c.Access = rules
 		}})
-	for host, pol := range map[string]string{"alpha": tokenOnlyPolicy, "beta": strings.ReplaceAll(qualifiedPolicy, "ISSUER", is.URL())} {
-		env.StartAgent(host, func(c *agent.Config) {
-			c.PolicyFile = filepath.Join(c.Cwd, "..", host+"-policy.yaml")
-			writeFile(t, c.PolicyFile, pol)
-			writeFile(t, filepath.Join(c.Cwd, "deploy-key.txt"), "the deploy key\n")
-		})
-		env.WaitHost(host, true)
-	}
+	// alpha is a fleet-agent process, beta an agent in the test.
+	alphaDir, alphaPolicy := t.TempDir(), filepath.Join(t.TempDir(), "alpha-policy.yaml")
+	writeFile(t, alphaPolicy, tokenOnlyPolicy)
+	writeFile(t, filepath.Join(alphaDir, "deploy-key.txt"), "the deploy key\n")
+	env.startAgentProcess("alpha", procSpec{dir: alphaDir, extra: []string{"--policy", alphaPolicy}})
+	env.StartAgent("beta", func(c *agent.Config) {
+		c.PolicyFile = filepath.Join(c.Cwd, "..", "beta-policy.yaml")
+		writeFile(t, c.PolicyFile, strings.ReplaceAll(qualifiedPolicy, "ISSUER", is.URL()))
+		writeFile(t, filepath.Join(c.Cwd, "deploy-key.txt"), "the deploy key\n")
+	})
+	env.WaitHost("alpha", true)
+	env.WaitHost("beta", true)
 	read := func(host string) map[string]any { return map[string]any{"host": host, "path": "deploy-key.txt"} }
 
 	// The API token deploy reads on both hosts.
