@@ -40,7 +40,7 @@ import (
 // with protocol.IssuerAPIToken and subject "token:NAME", and the local
 // caller of a gateway without authentication with protocol.IssuerLocal,
 // so no identity provider can speak for an API token. An entry that
-// names a subject must therefore say whose: see entryIssuers.
+// names a subject is held to one kind of caller: see entryIssuers.
 
 // callerSpec is one entry of the callers section as written.
 type callerSpec struct {
