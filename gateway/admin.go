@@ -217,7 +217,11 @@ func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) 
 	now := g.now()
 	out := make([]protocol.TokenInfo, 0, len(all))
 	for _, e := range all {
-		out = append(out, e.rec.info(now))
+		info := e.rec.info(now)
+		if e.putBack {
+			info.State = protocol.TokenTampered
+		}
+		out = append(out, info)
 	}
 	return out, nil
 }

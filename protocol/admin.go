@@ -42,6 +42,10 @@ const (
 	TokenExpired = "expired"
 	TokenSpent   = "spent"
 	TokenRevoked = "revoked"
+	// TokenTampered: the token's record was put back from an old copy
+	// by someone who can write the gateways' bucket; it is refused for
+	// good.
+	TokenTampered = "tampered"
 )
 
 // TokenInfo describes a join token (never its secret).
