@@ -34,13 +34,16 @@ import (
 // seal (recordseal.go) does not stop one from putting back an old sealed
 // copy: a spent token's copy from before its last use would give the use
 // back. So each record names, inside its seal, the revision of the bucket
-// it is stored at (Rev): it is written only at the bucket's next
-// revision (the write expects the stream's last sequence as read), and
-// revisions only grow, so a copy put back lands at another revision
-// than the one it names. Such a record is refused for good (the token is
-// "tampered"), as is a forged one; a deleted one is unknown. This holds
-// as long as no account user can delete the bucket's stream and make it
-// again (a restore from a snapshot keeps the old sequence numbers).
+// it is stored at (Rev) and when the bucket's stream was made (Stream):
+// it is written only at the bucket's next revision (the write expects the
+// stream's last sequence as read), and revisions only grow, so a copy put
+// back lands at another revision than the one it names; a stream deleted
+// and made again (and filled up to the copy's revision) has another
+// creation time. Such a record is refused for good (the token is
+// "tampered"), as is a forged one; a deleted one is unknown. What this
+// cannot catch is a stream restored from an old snapshot (the server
+// keeps its creation time and sequences): no account user may be able to
+// delete the stream.
 
 const (
 	tokensBucket = "fleet_tokens"
@@ -77,8 +80,10 @@ type tokenRecord struct {
 	// EnrolKey is the public key of the token's enrol credential for
 	// enrolment over NATS (natsenrol.go), if it has one.
 	EnrolKey string `json:"enrol_key,omitempty"`
-	// Rev is the revision of the bucket the record was written at.
-	Rev uint64 `json:"rev"`
+	// Rev is the revision of the bucket the record was written at, and
+	// Stream when the bucket's stream was made.
+	Rev    uint64    `json:"rev"`
+	Stream time.Time `json:"stream"`
 }
 
 // state says whether the token works at now, and if not why.
@@ -298,6 +303,10 @@ var errTokenNotFound = errors.New("no such join token")
 var errTokenPutBack = errors.New("its record is a sealed copy put back in the bucket, not the one the gateways last wrote (a user of the fleet's NATS account wrote it)")
 
 func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, error) {
+	info, err := s.streamInfo(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
+	}
 	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
@@ -312,7 +321,24 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 	if t.Rev != e.Revision() {
 		return &t, e.Revision(), fmt.Errorf("join token %s: %w: it names revision %d, and is stored at %d", id, errTokenPutBack, t.Rev, e.Revision())
 	}
+	if !t.Stream.Equal(info.Created) {
+		return &t, e.Revision(), fmt.Errorf("join token %s: %w: it was written to the bucket's stream made %s, and the stream now is one made %s",
+			id, errTokenPutBack, t.Stream.UTC().Format(time.RFC3339Nano), info.Created.UTC().Format(time.RFC3339Nano))
+	}
 	return &t, e.Revision(), nil
+}
+
+// streamInfo describes the bucket's stream as it is now.
+func (s *tokenStore) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	st, err := retryJS(ctx, s.kv.Status)
+	if err != nil {
+		return nil, fmt.Errorf("the join tokens' bucket %s: %w (was its stream deleted? the gateway refuses join tokens until it starts again)", tokensBucket, err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return nil, errors.New("the join tokens' bucket: unexpected status")
+	}
+	return bs.StreamInfo(), nil
 }
 
 // write stores t as the record of its token at the bucket's next
@@ -320,16 +346,12 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 // rev (0: there is none) and nothing else was written to the bucket
 // since its last revision was read. errTokenChanged when either moved.
 func (s *tokenStore) write(ctx context.Context, t *tokenRecord, rev uint64) error {
-	st, err := retryJS(ctx, s.kv.Status)
+	info, err := s.streamInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("store join token %s: %w", t.ID, err)
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return fmt.Errorf("store join token %s: unexpected bucket status", t.ID)
-	}
-	last := bs.StreamInfo().State.LastSeq
-	t.Rev = last + 1
+	last := info.State.LastSeq
+	t.Rev, t.Stream = last+1, info.Created
 	data, err := s.seal.seal(sealToken, t.ID, t)
 	if err != nil {
 		return err
@@ -459,8 +481,8 @@ func (s *tokenStore) revoke(ctx context.Context, id, by string, now time.Time) (
 type tokenEntry struct {
 	rec *tokenRecord
 	rev uint64
-	// putBack: the record names another revision than its own (an old
-	// copy put back); the token is refused.
+	// putBack: the record names another revision or stream than its own
+	// (an old copy put back); the token is refused.
 	putBack bool
 }
 
@@ -468,6 +490,10 @@ type tokenEntry struct {
 func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
 	defer cancel()
+	info, err := s.streamInfo(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
 	w, err := retryJS(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
 		// The watch lives as long as ctx, not one attempt's.
 		return s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -489,7 +515,7 @@ func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 				s.log.Warn("join tokens: ignoring a damaged or forged record", "key", e.Key(), "err", err)
 				continue
 			}
-			out = append(out, tokenEntry{rec: &t, rev: e.Revision(), putBack: t.Rev != e.Revision()})
+			out = append(out, tokenEntry{rec: &t, rev: e.Revision(), putBack: t.Rev != e.Revision() || !t.Stream.Equal(info.Created)})
 		case <-ctx.Done():
 			return nil, fmt.Errorf("list join tokens: %w", ctx.Err())
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,10 +264,13 @@ func TestRevokeOverRolledBackRecord(t *testing.T) {
 // TestSpentTokenStaysSpent: the rogue saves a one-use join token's sealed
 // record before its use and puts it back after (again after deleting it
 // too); the token never enrols a host again, and fleetctl lists it as
-// tampered.
+// tampered. Deleting the bucket's stream does not help either: while it
+// is gone, enrolments are refused; made again and filled up so that the
+// copy lands at the revision it names, the copy is still refused.
 func TestSpentTokenStaysSpent(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{}, Gateway: func(c *gateway.Config) { c.APIListen = "127.0.0.1:0" }})
-	kv := rogueKV(t, embeddedRogue(t, env), "fleet_tokens")
+	rogue := embeddedRogue(t, env)
+	kv := rogueKV(t, rogue, "fleet_tokens")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tok, err := env.Gateway.CreateJoinToken(ctx, &protocol.TokenCreateRequest{}, "ops")
@@ -315,6 +319,34 @@ func TestSpentTokenStaysSpent(t *testing.T) {
 		if _, err := env.Gateway.Agent(ctx, host); err == nil {
 			t.Errorf("%s has a record", host)
 		}
+	}
+	js, err := jetstream.New(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "KV_fleet_tokens"); err != nil {
+		t.Fatal(err)
+	}
+	if err := enrol("web-5"); !errors.As(err, &aerr) || aerr.Code != protocol.APIUnavailable || !strings.Contains(aerr.Message, "deleted") {
+		t.Errorf("an enrolment while the tokens' stream is deleted: %v; want unavailable, saying the stream may be deleted", err)
+	}
+	kv2, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "fleet_tokens", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i < saved.Revision(); i++ {
+		if _, err := kv2.Put(ctx, fmt.Sprintf("filler%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rev, err := kv2.Put(ctx, tok.Info.ID, saved.Value()); err != nil || rev != saved.Revision() {
+		t.Fatalf("the copy put back at revision %d (%v); want %d, the one it names", rev, err, saved.Revision())
+	}
+	if err := enrol("web-6"); !errors.As(err, &aerr) || aerr.Code != protocol.APITokenRevoked {
+		t.Errorf("the spent token in a stream made again: %v; want token_revoked", err)
+	}
+	if _, err := env.Gateway.Agent(ctx, "web-6"); err == nil {
+		t.Error("web-6 has a record")
 	}
 	out, err := fleetctlAt(t, env.Gateway, "token", "list")
 	if err != nil || !strings.Contains(out, tok.Info.ID) || !strings.Contains(out, protocol.TokenTampered) {
