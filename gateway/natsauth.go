@@ -153,6 +153,10 @@ type authority struct {
 	// say (a record put back from before its host was revoked).
 	heldMu sync.Mutex
 	held   jwt.RevocationList
+
+	// connzPage is how many connections a server lists per answer
+	// (0: the constant connzPage; tests make it small).
+	connzPage int
 }
 
 // errKeyInRevocations: the fleet account's revocations hold the key.

@@ -52,7 +52,7 @@ func (a *authority) liveConns(ctx context.Context) ([]liveConn, error) {
 		return nil, fmt.Errorf("list connections: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	body, err := json.Marshal(connzQuery(0))
+	body, err := json.Marshal(a.connzQuery(0))
 	if err != nil {
 		return nil, err
 	}
@@ -88,8 +88,12 @@ func (a *authority) liveConns(ctx context.Context) ([]liveConn, error) {
 
 // connzQuery asks for the fleet account's open connections from offset
 // on, with their users and JWTs.
-func connzQuery(offset int) *server.ConnzEventOptions {
-	return &server.ConnzEventOptions{ConnzOptions: server.ConnzOptions{Username: true, State: server.ConnOpen, Offset: offset, Limit: connzPage}}
+func (a *authority) connzQuery(offset int) *server.ConnzEventOptions {
+	limit := a.connzPage
+	if limit <= 0 {
+		limit = connzPage
+	}
+	return &server.ConnzEventOptions{ConnzOptions: server.ConnzOptions{Username: true, State: server.ConnOpen, Offset: offset, Limit: limit}}
 }
 
 // morePages asks the server that answered page for the rest of its list.
@@ -97,9 +101,9 @@ func (a *authority) morePages(ctx context.Context, page *server.ServerAPIConnzRe
 	var out []liveConn
 	for n := 1; page.Data.Offset+len(page.Data.Conns) < page.Data.Total && len(page.Data.Conns) > 0; n++ {
 		if n > maxConnzPages {
-			return out, fmt.Errorf("list connections: server %s lists more than %d connections", page.Server.ID, n*connzPage)
+			return out, fmt.Errorf("list connections: server %s lists more than %d pages of connections", page.Server.ID, maxConnzPages)
 		}
-		q := connzQuery(page.Data.Offset + len(page.Data.Conns))
+		q := a.connzQuery(page.Data.Offset + len(page.Data.Conns))
 		q.Account = a.accountPub
 		body, err := json.Marshal(q)
 		if err != nil {
