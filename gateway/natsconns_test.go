@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -75,4 +77,51 @@ func TestLiveAgentConns(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("live agent connections:\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// FuzzDecodeConnz: any answer to a connz request either is refused with
+// an error or decodes into a list from which only connections whose JWT
+// the agent signing key signed, for the fleet account and the connected
+// key, are taken.
+func FuzzDecodeConnz(f *testing.F) {
+	account, _ := nkeys.CreateAccount()
+	signer, _ := nkeys.CreateAccount()
+	accountPub, _ := account.PublicKey()
+	a := &authority{accountPub: accountPub, agentSigner: signer}
+	user, _ := nkeys.CreateUser()
+	userPub, _ := user.PublicKey()
+	token, err := a.AgentJWT("web-1", userPub, time.Now().Add(time.Hour))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(fmt.Sprintf(`{"server":{"id":"S1"},"data":{"total":1,"connections":[{"cid":1,"authorized_user":%q,"jwt":%q}]}}`, userPub, token)))
+	f.Add([]byte(`{"server":{"id":"S1"},"data":{"connections":[null,{"jwt":"x.y.z"}]}}`))
+	f.Add([]byte(`{"error":{"code":500,"description":"no"}}`))
+	f.Add([]byte(`{"server":{"id":"S1"}}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		page, err := decodeConnz(data)
+		if err != nil {
+			return
+		}
+		if page.Server == nil || page.Data == nil {
+			t.Fatalf("decoded without a server or a list: %s", data)
+		}
+		for _, c := range a.liveConnsOf(page) {
+			uc, err := jwt.DecodeUserClaims(tokenOf(page, c.key))
+			if err != nil || uc.Issuer != publicKey(signer) || uc.IssuerAccount != accountPub || uc.Name != c.host {
+				t.Errorf("took %+v from %s", c, data)
+			}
+		}
+	})
+}
+
+// tokenOf returns the JWT page lists for key.
+func tokenOf(page *server.ServerAPIConnzResponse, key string) string {
+	for _, ci := range page.Data.Conns {
+		if ci != nil && ci.AuthorizedUser == key {
+			return ci.JWT
+		}
+	}
+	return ""
 }
