@@ -150,46 +150,58 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 }
 
 // RevokeKey revokes the agent key pub, whatever any record says: it goes
-// into the fleet account's revocations, its connections end, and the
-// record of the host it was enrolled as (or whose name its connected
-// credential carries) names it revoked. When it is the key a host holds
-// now, the host is revoked. It returns that host ("" when none is
-// known).
+// into the fleet account's revocations and its connections end. When it
+// is the key a host holds now (its record's, or with no record its live
+// connection's, or the only key ever seen for the name), the host is
+// revoked; an earlier key of a host is added to the host's record. It
+// returns the host ("" when none is known).
 func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error) {
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return "", fmt.Errorf("%w: %q is not an agent's public key (an nkey user key, U...)", errBadAdminRequest, clipText(pub, 60))
 	}
-	host, ok := g.agentIndex.keyHost(pub)
-	if !ok {
-		live, err := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.key == pub })
-		if err != nil {
-			g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
-		}
-		if len(live) > 0 {
-			host = live[0].host
-		}
+	live, err := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.key == pub })
+	if err != nil {
+		g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
 	}
-	if host != "" && protocol.ValidateHost(host) == nil {
-		if held, ok := g.agentIndex.record(host); !ok || held.PublicKey == pub {
-			// The host's own key (or nothing better known): the host goes.
-			if err := g.RevokeAgent(ctx, host, by); err != nil {
-				return host, err
-			}
-			return host, g.authority.RevokeKeys(ctx, g.now().UTC(), pub)
+	host, ok := g.agentIndex.keyHost(pub)
+	if !ok && len(live) > 0 {
+		host = live[0].host
+	}
+	if protocol.ValidateHost(host) != nil {
+		host = ""
+	}
+	if host != "" && g.holdsKey(host, pub, len(live) > 0) {
+		if err := g.RevokeAgent(ctx, host, by); err != nil {
+			return host, err
 		}
+		return host, g.authority.RevokeKeys(ctx, g.now().UTC(), pub)
 	}
 	now := g.now().UTC()
 	if err := g.authority.RevokeKeys(ctx, now, pub); err != nil {
 		g.reconcileSoon()
 		return host, fmt.Errorf("revoke key %s: the NATS servers have not taken the revocation yet (retrying in the background): %w", pub, err)
 	}
-	if host != "" && protocol.ValidateHost(host) == nil {
+	if host != "" {
 		// An earlier key of a host that holds another now.
 		rec, _, err := g.agents.get(ctx, host)
-		if err := g.recordRevoked(ctx, host, err, rec, []string{pub}, now, by); err != nil {
-			g.log.Error("revoke key: the key is revoked on the NATS servers, but its host's record could not be written", "host", host, "key", pub, "err", err)
+		if err == nil {
+			err = g.recordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
+		}
+		if err != nil {
+			g.log.Error("revoke key: the key is revoked on the NATS servers, but its host's record does not say so (revoke the host by name to write it again)",
+				"host", host, "key", pub, "err", err)
 		}
 	}
 	g.log.Info("agent key revoked", "key", pub, "host", host, "by", by)
 	return host, nil
+}
+
+// holdsKey reports whether pub is the key host holds now, as far as the
+// gateway knows: its record's key; with no record, a key connected as
+// host (live), or the only key ever seen for the name.
+func (g *Gateway) holdsKey(host, pub string, live bool) bool {
+	if held, ok := g.agentIndex.record(host); ok {
+		return held.PublicKey == pub
+	}
+	return live || slices.Equal(g.agentIndex.keysOf(host), []string{pub})
 }
