@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -20,9 +22,10 @@ import (
 
 // adminRoute is a parsed admin path.
 type adminRoute struct {
-	// kind is "tokens", "token", "agents" or "agent".
+	// kind is "tokens", "token", "agents", "agent" or "key".
 	kind string
-	// target is the token id or host name; action the agent action.
+	// target is the token id, host name or key; action the agent or key
+	// action.
 	target, action string
 }
 
@@ -60,9 +63,17 @@ func parseAdminPath(path string) (adminRoute, error) {
 			return adminRoute{kind: "agent", target: parts[1], action: parts[2]}, nil
 		}
 		return adminRoute{}, fmt.Errorf("no agent action %q: use %s, %s or %s", clipText(parts[2], 40), actionRevoke, actionLabels, actionAllowRecovery)
+	case len(parts) == 3 && parts[0] == coll(protocol.AdminKeysPath):
+		if !nkeys.IsValidPublicUserKey(parts[1]) {
+			return adminRoute{}, fmt.Errorf("%q is not an agent's public key (an nkey user key, U...)", clipText(parts[1], 60))
+		}
+		if parts[2] != actionRevoke {
+			return adminRoute{}, fmt.Errorf("no key action %q: use %s", clipText(parts[2], 40), actionRevoke)
+		}
+		return adminRoute{kind: "key", target: parts[1], action: parts[2]}, nil
 	}
-	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s or %s/NAME/ACTION", clipText(path, 80),
-		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath)
+	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s, %s/NAME/ACTION or %s/KEY/revoke", clipText(path, 80),
+		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath, protocol.AdminKeysPath)
 }
 
 // adminIDKey carries the admin's identity to the skills handlers.
@@ -163,8 +174,10 @@ func (a *adminAction) serve() {
 		a.listAgents()
 	case rt.kind == "agent" && m == http.MethodPost:
 		a.agentAction()
+	case rt.kind == "key" && m == http.MethodPost:
+		a.revokeKey()
 	default:
-		a.w.Header().Set("Allow", map[string]string{"tokens": "GET, POST", "token": "DELETE", "agents": "GET", "agent": "POST"}[rt.kind])
+		a.w.Header().Set("Allow", map[string]string{"tokens": "GET, POST", "token": "DELETE", "agents": "GET", "agent": "POST", "key": "POST"}[rt.kind])
 		writeAPIErrorStatus(a.w, http.StatusMethodNotAllowed, apiErr(protocol.APIBadRequest, "%s does not take %s", a.r.URL.Path, m))
 	}
 }
@@ -174,6 +187,9 @@ func (a *adminAction) finish(tool, target string, args map[string]any, resp any,
 	var hosts []string
 	if a.route.kind == "agent" {
 		hosts = []string{target}
+	}
+	if r, ok := resp.(*protocol.KeyRevokeResponse); ok && r.Host != "" {
+		hosts = []string{r.Host}
 	}
 	a.g.auditAdmin(a.id, tool, target, a.src, hosts, args, aerr)
 	if aerr != nil {
@@ -217,7 +233,11 @@ func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) 
 	now := g.now()
 	out := make([]protocol.TokenInfo, 0, len(all))
 	for _, e := range all {
-		out = append(out, e.rec.info(now))
+		info := e.rec.info(now)
+		if e.putBack {
+			info.State = protocol.TokenTampered
+		}
+		out = append(out, info)
 	}
 	return out, nil
 }
@@ -237,6 +257,18 @@ func (a *adminAction) revokeToken() {
 		}
 	}
 	a.finish("admin_token_revoke", t.ID, nil, t.info(a.g.now()), nil)
+}
+
+// revokeKey revokes an agent key, whatever any record says.
+func (a *adminAction) revokeKey() {
+	key := a.route.target
+	host, err := a.g.RevokeKey(a.r.Context(), key, a.id.Name())
+	resp := &protocol.KeyRevokeResponse{Key: key, Host: host}
+	if err != nil {
+		a.finish("admin_key_revoke", key, map[string]any{"host": host}, resp, adminError(err))
+		return
+	}
+	a.finish("admin_key_revoke", key, map[string]any{"host": host}, resp, nil)
 }
 
 func (a *adminAction) listAgents() {

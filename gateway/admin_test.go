@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -339,7 +340,8 @@ func TestTokenSweep(t *testing.T) {
 func FuzzParseAdminPath(f *testing.F) {
 	for _, s := range []string{protocol.AdminTokensPath, protocol.AdminTokensPath + "/abcdefghij", protocol.AdminAgentsPath,
 		protocol.AdminAgentsPath + "/web-1/revoke", protocol.AdminAgentsPath + "/web-1/labels/x", protocol.AdminAgentsPath + "//revoke",
-		protocol.AdminPath + "tokens/../agents", "/v1/admin/agents/a.b/revoke", "/v1/enrol"} {
+		protocol.AdminPath + "tokens/../agents", "/v1/admin/agents/a.b/revoke", "/v1/enrol",
+		protocol.AdminKeysPath + "/UAJ5LGB3VYTXCKNBYXEE2ADDBY3PSOCVBZNUBDD7UJKMJ5UDHI3SSVUT/revoke", protocol.AdminKeysPath + "/U/revoke"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, path string) {
@@ -358,6 +360,10 @@ func FuzzParseAdminPath(f *testing.F) {
 			}
 		case "agent":
 			if protocol.ValidateHost(r.target) != nil || path != protocol.AdminAgentsPath+"/"+r.target+"/"+r.action {
+				t.Errorf("%q: %+v", path, r)
+			}
+		case "key":
+			if !nkeys.IsValidPublicUserKey(r.target) || r.action != actionRevoke || path != protocol.AdminKeysPath+"/"+r.target+"/revoke" {
 				t.Errorf("%q: %+v", path, r)
 			}
 		default:

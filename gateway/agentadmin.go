@@ -165,6 +165,9 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 		rec, rev, err := g.agents.get(ctx, e.host)
 		wrote := false
 		if errors.Is(err, ErrUnknownAgent) {
+			if err := g.authority.checkIssuable(e.userPub); err != nil {
+				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
+			}
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
 				EnrolledAt: now, CredentialExpiresAt: expires, Facts: e.facts}
 			if e.tokenID != "" {
@@ -178,6 +181,11 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			var revokedOld bool
 			if revokedOld, err = e.apply(rec, now, expires); err != nil {
 				return nil, false, err
+			}
+			// What the record allows, the fleet account's revocations may
+			// still refuse (a record put back from before a revocation).
+			if err := g.authority.checkIssuable(e.userPub); err != nil {
+				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
 			if _, err = g.agents.update(ctx, rec, rev); err == nil {
 				return rec, revokedOld, nil
@@ -248,34 +256,6 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 		rec.TokenAt = now
 	}
 	return revokedOld, nil
-}
-
-// RevokeAgent revokes host: its record is marked revoked (by whom, and
-// when), its key is added to the fleet account's revocations and pushed
-// to the NATS servers, which close its connections at once and refuse it
-// from then on. No credential is issued again for its key, nor for its
-// name without a replacing enrolment. Revoking a revoked host again
-// pushes the revocations again and changes nothing else.
-func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
-	if err := protocol.ValidateHost(host); err != nil {
-		return fmt.Errorf("revoke: %w", err)
-	}
-	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-		if r.Revoked() {
-			return errSkip
-		}
-		r.RevokedAt, r.RevokedBy = g.now().UTC(), by
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("revoke %s: %w", host, err)
-	}
-	if err := g.authority.Revoke(ctx, rec.PublicKey); err != nil {
-		g.reconcileSoon()
-		return fmt.Errorf("revoke %s: the record says revoked, but the NATS servers have not taken the revocation yet (retrying in the background): %w", host, err)
-	}
-	g.log.Info("agent revoked", "host", host, "key", rec.PublicKey, "by", by)
-	return nil
 }
 
 // SetAgentLabels sets the labels in set and removes those named in remove

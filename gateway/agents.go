@@ -142,6 +142,21 @@ func (x *agentIndex) keyHost(pub string) (string, bool) {
 	return h, ok
 }
 
+// keysOf returns every key ever enrolled for host as far as the index
+// knows, even when its record was removed since.
+func (x *agentIndex) keysOf(host string) []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []string
+	for k, h := range x.byKey {
+		if h == host {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // all returns every record, sorted by host.
 func (x *agentIndex) all() []AgentRecord {
 	x.mu.RLock()
@@ -399,6 +414,36 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 	held := rec.clone()
 	s.index.wrote(&held, next)
 	return next, nil
+}
+
+// putOver stores rec over whatever the bucket holds for its host (a
+// record that cannot be read: forged, damaged, removed). Its Gen is set
+// above the bucket's last revision, which no record's Gen can pass (each
+// write of any record adds one revision), so every gateway takes it in
+// over the record it holds.
+func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
+	st, err := retryJS(ctx, s.kv.Status)
+	if err != nil {
+		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return errors.New("agent records: unexpected bucket status")
+	}
+	rec.Gen = max(rec.Gen, bs.StreamInfo().State.LastSeq) + 1
+	data, err := s.seal.seal(sealAgent, rec.Host, rec)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	rev, err := s.kv.Put(pctx, rec.Host, data)
+	if err != nil {
+		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
+	}
+	held := rec.clone()
+	s.index.wrote(&held, rev)
+	return nil
 }
 
 // modify applies change to host's record with compare-and-swap, reading

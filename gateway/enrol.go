@@ -241,6 +241,15 @@ func (g *Gateway) giveBackUse(ctx context.Context, id, host string, err error) {
 	}
 }
 
+// issueError turns an error of AgentJWT into the API error the host
+// gets: a key the fleet account holds revoked is refused for good.
+func issueError(host string, err error) *protocol.APIError {
+	if errors.Is(err, ErrKeyRevoked) {
+		return apiErr(protocol.APIKeyRevoked, "%v", err)
+	}
+	return apiErr(protocol.APIUnavailable, "the gateway could not issue a credential for %s (%v): try again in a moment", host, err)
+}
+
 // enrolError turns an error of enrol into the API error the host gets.
 func enrolError(host string, err error) *protocol.APIError {
 	switch {
@@ -312,7 +321,7 @@ func (g *Gateway) recoverHost(ctx context.Context, req *protocol.RecoverRequest,
 		if _, gerr := g.agents.modify(context.WithoutCancel(ctx), req.Host, func(r *AgentRecord) error { r.RecoveriesLeft++; return nil }); gerr != nil {
 			g.log.Error("recover: a recovery was spent on a credential that could not be issued", "host", req.Host, "err", gerr)
 		}
-		return nil, apiErr(protocol.APIUnavailable, "the gateway could not issue a credential for %s (%v): try again in a moment", req.Host, err)
+		return nil, issueError(req.Host, err)
 	}
 	c := AgentCredentials{Host: req.Host, JWT: jwt, Expires: expires, NATSURLs: g.AgentNATSURLs(), CAPEM: g.NATSCAPEM(), Labels: rec.Labels}
 	return g.enrolResponse(&c), nil

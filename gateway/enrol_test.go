@@ -473,19 +473,86 @@ func TestEnrolForgedToken(t *testing.T) {
 	if _, err := gw.Agent(ctx, "forger-1"); err == nil {
 		t.Error("the forged token's host has a record")
 	}
-	// The same record sealed with the fleet's key is a token: only the
-	// seal was missing.
+	// The same record sealed with the fleet's key but written by hand
+	// names no revision it is stored at: refused too.
 	id2, secret2, token2 := protocol.NewJoinToken()
 	sum2 := sha256.Sum256(secret2)
-	sealed, err := gw.seal.seal(sealToken, id2, tokenRecord{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	rec2 := tokenRecord{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	sealed, err := gw.seal.seal(sealToken, id2, rec2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Create(ctx, id2, sealed); err != nil {
 		t.Fatal(err)
 	}
-	if _, code := c.enrol(enrolReq(t, newUser(t), token2, "web-1", c.pin, now)); code != "" {
+	if _, code := c.enrol(enrolReq(t, newUser(t), token2, "web-0", c.pin, now)); code != protocol.APITokenRevoked {
+		t.Errorf("a sealed token written by hand: %q, want %s", code, protocol.APITokenRevoked)
+	}
+	// Written by the token store, the same record is a token: only the
+	// seal and the revision were missing.
+	id3, secret3, token3 := protocol.NewJoinToken()
+	sum3 := sha256.Sum256(secret3)
+	rec3 := tokenRecord{ID: id3, SecretSHA256: hex.EncodeToString(sum3[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := gw.tokens.create(ctx, &rec3); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := c.enrol(enrolReq(t, newUser(t), token3, "web-1", c.pin, now)); code != "" {
 		t.Errorf("the sealed token: %s", code)
+	}
+}
+
+// TestEnrolTokenPutBack: an old sealed copy of a one-use token's record,
+// saved before its use and put back after it (any user of the fleet's
+// NATS account can), does not give the use back: the token is refused
+// for good and listed as tampered; revoking it writes it again, revoked.
+func TestEnrolTokenPutBack(t *testing.T) {
+	gw := startAPIGateway(t, &testClock{t: time.Now()}, nil)
+	c := newAPIClient(t, gw)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{}, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Info.ID
+	js, err := jetstream.New(gw.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, tokensBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, code := c.enrol(enrolReq(t, newUser(t), resp.Token, "web-1", c.pin, now)); code != "" {
+		t.Fatalf("the first use: %s", code)
+	}
+	if _, code := c.enrol(enrolReq(t, newUser(t), resp.Token, "web-2", c.pin, now)); code != protocol.APITokenSpent {
+		t.Fatalf("a second use before the copy is put back: %q, want %s", code, protocol.APITokenSpent)
+	}
+	if _, err := kv.Put(ctx, id, saved.Value()); err != nil {
+		t.Fatal(err)
+	}
+	_, aerr := c.do(http.MethodPost, protocol.EnrolPath, enrolReq(t, newUser(t), resp.Token, "web-3", c.pin, now), &protocol.EnrolResponse{})
+	if aerr == nil || aerr.Code != protocol.APITokenRevoked || !strings.Contains(aerr.Message, "put back") {
+		t.Errorf("a use after the old copy was put back: %v; want %s saying it was put back", aerr, protocol.APITokenRevoked)
+	}
+	if _, err := gw.Agent(ctx, "web-3"); err == nil {
+		t.Error("the put-back token enrolled web-3")
+	}
+	list, err := gw.JoinTokens(ctx)
+	if err != nil || len(list) != 1 || list[0].State != protocol.TokenTampered {
+		t.Errorf("the token list: %+v, %v; want the token tampered", list, err)
+	}
+	if _, err := gw.tokens.revoke(ctx, id, "ops", time.Now()); err != nil {
+		t.Fatalf("revoking the put-back token: %v", err)
+	}
+	if list, err := gw.JoinTokens(ctx); err != nil || len(list) != 1 || list[0].State != protocol.TokenRevoked {
+		t.Errorf("the token list after its revocation: %+v, %v", list, err)
 	}
 }
 

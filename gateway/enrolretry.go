@@ -75,7 +75,7 @@ func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req 
 	}
 	jwt, err := g.authority.AgentJWT(host, req.PublicKey, expires)
 	if err != nil {
-		return nil, true, apiErr(protocol.APIUnavailable, "the gateway could not issue a credential for %s (%v): try again in a moment", host, err)
+		return nil, true, issueError(host, err)
 	}
 	out.host, out.labels, out.retried = host, rec.Labels, true
 	g.log.Info("agent enrolled again: the same key sent the same join token (its first answer was lost); no use spent",

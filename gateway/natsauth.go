@@ -145,6 +145,41 @@ type authority struct {
 
 	mu      sync.Mutex // one reconcile at a time; guards records
 	records keyRegistry
+
+	// heldMu guards held, the revocations the servers held at the last
+	// reconcile or push of this gateway. No credential is issued for a
+	// key in it: the account JWT is signed by the operator, so no user
+	// of the fleet account can take an entry out, whatever the records
+	// say (a record put back from before its host was revoked).
+	heldMu sync.Mutex
+	held   jwt.RevocationList
+
+	// connzPage is how many connections a server lists per answer
+	// (0: the constant connzPage; tests make it small).
+	connzPage int
+}
+
+// errKeyInRevocations: the fleet account's revocations hold the key.
+// It is an ErrKeyRevoked.
+var errKeyInRevocations = fmt.Errorf("%w in the fleet account", ErrKeyRevoked)
+
+// checkIssuable refuses a key the servers hold revoked.
+func (a *authority) checkIssuable(userPub string) error {
+	a.heldMu.Lock()
+	at, ok := a.held[userPub]
+	a.heldMu.Unlock()
+	if ok {
+		return fmt.Errorf("%w: the NATS servers hold key %s revoked since %s, whatever its host's record says; no credential is issued for it again (the agent must make a new key)",
+			errKeyInRevocations, userPub, time.Unix(at, 0).UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// setHeld records revs as what the servers hold.
+func (a *authority) setHeld(revs jwt.RevocationList) {
+	a.heldMu.Lock()
+	a.held = maps.Clone(revs)
+	a.heldMu.Unlock()
 }
 
 // setRecords sets where the revoked keys come from.
@@ -162,6 +197,9 @@ func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, e
 	}
 	if !nkeys.IsValidPublicUserKey(userPub) {
 		return "", fmt.Errorf("%q is not an nkey user public key (U...)", userPub)
+	}
+	if err := a.checkIssuable(userPub); err != nil {
+		return "", fmt.Errorf("issue the credential of %s: %w", host, err)
 	}
 	uc := jwt.NewUserClaims(userPub)
 	uc.Name = host
@@ -190,6 +228,43 @@ func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
 			return fmt.Errorf("key %s is not revoked in the agent records (or its credentials have all expired)", pub)
 		}
 	}
+	return nil
+}
+
+// RevokeKeys puts userPubs into the account's revocations as of at,
+// whatever the agent records say, and pushes them: for keys that a
+// record which cannot be trusted (forged, damaged, missing, an old copy)
+// does not name as revoked. Reconciles leave an entry the records know
+// nothing of alone, and prune it only once a record says the key is
+// revoked and every credential issued for it has expired, so it stays.
+func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ac, err := a.src.current(ctx, a.sys)
+	if err != nil {
+		return fmt.Errorf("revocations: %w", err)
+	}
+	if ac.Revocations == nil {
+		ac.Revocations = jwt.RevocationList{}
+	}
+	changed := false
+	for _, pub := range userPubs {
+		if !nkeys.IsValidPublicUserKey(pub) {
+			return fmt.Errorf("revoke %q: not an nkey user public key (U...)", pub)
+		}
+		if ac.Revocations[pub] < at.Unix() {
+			ac.Revocations[pub] = at.Unix()
+			changed = true
+		}
+	}
+	if !changed {
+		a.setHeld(ac.Revocations)
+		return nil
+	}
+	if err := a.push(ctx, ac); err != nil {
+		return err
+	}
+	a.log.Info("fleet account revocations pushed", "revoked", len(ac.Revocations), "added", len(userPubs), "keys", userPubs)
 	return nil
 }
 
@@ -223,6 +298,7 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 		want := a.revocations(ac.Revocations, revoked)
 		held := maps.Equal(ac.Revocations, want) || len(ac.Revocations) == 0 && len(want) == 0
 		if p, ok := a.src.(interface{ mustPush() bool }); held && (!ok || !p.mustPush()) {
+			a.setHeld(want)
 			return want, nil
 		}
 		added, removed := diffRevocations(ac.Revocations, want)
@@ -295,6 +371,7 @@ func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
 	for attempt := 1; attempt <= pushAttempts; attempt++ {
 		if lastErr = a.pushOnce(ctx, subject, token); lastErr == nil {
 			a.src.pushed(ac, token)
+			a.setHeld(ac.Revocations)
 			return nil
 		}
 		var refused *claimsRefusedError

@@ -88,6 +88,12 @@ func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
 	now := s.now()
 	var out []revokedKey
 	for _, e := range all {
+		if e.putBack && e.rec.EnrolKey != "" {
+			// The token is refused for good: so is its enrol credential,
+			// every one issued until it expires.
+			out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: e.rec.ExpiresAt, expires: e.rec.ExpiresAt, exact: true})
+			continue
+		}
 		at := e.rec.enrolKeyRevokedAt()
 		if at.IsZero() || e.rec.RevokedAt.IsZero() && now.Before(at.Add(s.retryWindow)) {
 			// A spent token's credential stays good for the retry

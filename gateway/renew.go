@@ -189,7 +189,7 @@ func (g *Gateway) renewCredential(ctx context.Context, m *nats.Msg, out *enrolOu
 	out.labels = rec.Labels
 	jwt, err := g.authority.AgentJWT(host, req.PublicKey, expires)
 	if err != nil {
-		return nil, apiErr(protocol.APIUnavailable, "the gateway could not issue a credential for %s (%v): try again later", host, err)
+		return nil, issueError(host, err)
 	}
 	return &protocol.RenewResponse{JWT: jwt, Expires: expires}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/policy"
@@ -28,6 +29,21 @@ import (
 // replicas never spend the same use, and is given back when the
 // enrolment fails after it. Tokens that stopped working are kept for
 // tokenKeep so a list shows why, then the sweeper deletes them.
+//
+// Any user of the fleet's NATS account can write the bucket, and the
+// seal (recordseal.go) does not stop one from putting back an old sealed
+// copy: a spent token's copy from before its last use would give the use
+// back. So each record names, inside its seal, the revision of the bucket
+// it is stored at (Rev) and when the bucket's stream was made (Stream):
+// it is written only at the bucket's next revision (the write expects the
+// stream's last sequence as read), and revisions only grow, so a copy put
+// back lands at another revision than the one it names; a stream deleted
+// and made again (and filled up to the copy's revision) has another
+// creation time. Such a record is refused for good (the token is
+// "tampered"), as is a forged one; a deleted one is unknown. What this
+// cannot catch is a stream restored from an old snapshot (the server
+// keeps its creation time and sequences): no account user may be able to
+// delete the stream.
 
 const (
 	tokensBucket = "fleet_tokens"
@@ -64,6 +80,10 @@ type tokenRecord struct {
 	// EnrolKey is the public key of the token's enrol credential for
 	// enrolment over NATS (natsenrol.go), if it has one.
 	EnrolKey string `json:"enrol_key,omitempty"`
+	// Rev is the revision of the bucket the record was written at, and
+	// Stream when the bucket's stream was made.
+	Rev    uint64    `json:"rev"`
+	Stream time.Time `json:"stream"`
 }
 
 // state says whether the token works at now, and if not why.
@@ -251,6 +271,7 @@ func clipText(s string, n int) string {
 
 // tokenStore reads and writes the token records.
 type tokenStore struct {
+	js   jetstream.JetStream
 	kv   jetstream.KeyValue
 	seal *recordSeal
 	log  *slog.Logger
@@ -271,13 +292,21 @@ func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now 
 	if err != nil {
 		return nil, fmt.Errorf("join tokens: %w", err)
 	}
-	return &tokenStore{kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow}, nil
+	return &tokenStore{js: js, kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow}, nil
 }
 
 // errTokenNotFound: no token of that id (or it was swept).
 var errTokenNotFound = errors.New("no such join token")
 
+// errTokenPutBack: the record is stored at another revision than the one
+// it was written at: an old copy put back.
+var errTokenPutBack = errors.New("its record is a sealed copy put back in the bucket, not the one the gateways last wrote (a user of the fleet's NATS account wrote it)")
+
 func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, error) {
+	info, err := s.streamInfo(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
+	}
 	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
@@ -289,40 +318,77 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 	if err := s.seal.open(sealToken, id, e.Value(), &t); err != nil || t.ID != id {
 		return nil, 0, fmt.Errorf("join token %s: damaged or forged record (%v)", id, err)
 	}
+	if t.Rev != e.Revision() {
+		return &t, e.Revision(), fmt.Errorf("join token %s: %w: it names revision %d, and is stored at %d", id, errTokenPutBack, t.Rev, e.Revision())
+	}
+	if !t.Stream.Equal(info.Created) {
+		return &t, e.Revision(), fmt.Errorf("join token %s: %w: it was written to the bucket's stream made %s, and the stream now is one made %s",
+			id, errTokenPutBack, t.Stream.UTC().Format(time.RFC3339Nano), info.Created.UTC().Format(time.RFC3339Nano))
+	}
 	return &t, e.Revision(), nil
 }
 
-func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
+// streamInfo describes the bucket's stream as it is now.
+func (s *tokenStore) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	st, err := retryJS(ctx, s.kv.Status)
+	if err != nil {
+		return nil, fmt.Errorf("the join tokens' bucket %s: %w (was its stream deleted? the gateway refuses join tokens until it starts again)", tokensBucket, err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return nil, errors.New("the join tokens' bucket: unexpected status")
+	}
+	return bs.StreamInfo(), nil
+}
+
+// write stores t as the record of its token at the bucket's next
+// revision, which t.Rev then names, if the token's record is still at
+// rev (0: there is none) and nothing else was written to the bucket
+// since its last revision was read. errTokenChanged when either moved.
+func (s *tokenStore) write(ctx context.Context, t *tokenRecord, rev uint64) error {
+	info, err := s.streamInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("store join token %s: %w", t.ID, err)
+	}
+	last := info.State.LastSeq
+	t.Rev, t.Stream = last+1, info.Created
 	data, err := s.seal.seal(sealToken, t.ID, t)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
 	defer cancel()
-	if _, err := s.kv.Create(ctx, t.ID, data); err != nil {
+	_, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + tokensBucket + "." + t.ID, Data: data},
+		jetstream.WithExpectLastSequence(last), jetstream.WithExpectLastSequencePerSubject(rev))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return errTokenChanged
+	}
+	if err != nil {
 		return fmt.Errorf("store join token %s: %w", t.ID, err)
 	}
 	return nil
+}
+
+func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
+	for {
+		// Another token's write may come between the read of the last
+		// revision and this one's: read it again.
+		err := s.write(ctx, t, 0)
+		if !errors.Is(err, errTokenChanged) || ctx.Err() != nil {
+			return err
+		}
+		if _, _, gerr := s.get(ctx, t.ID); !errors.Is(gerr, errTokenNotFound) {
+			return fmt.Errorf("store join token %s: the id is taken", t.ID)
+		}
+	}
 }
 
 // errTokenChanged: another write came first.
 var errTokenChanged = errors.New("join token changed meanwhile")
 
 func (s *tokenStore) update(ctx context.Context, t *tokenRecord, rev uint64) error {
-	data, err := s.seal.seal(sealToken, t.ID, t)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	_, err = s.kv.Update(ctx, t.ID, data, rev)
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return errTokenChanged
-	}
-	if err != nil {
-		return fmt.Errorf("update join token %s: %w", t.ID, err)
-	}
-	return nil
+	return s.write(ctx, t, rev)
 }
 
 // modify applies change to the token's record with compare-and-swap,
@@ -361,6 +427,9 @@ func (s *tokenStore) consume(ctx context.Context, id string, secret []byte, now 
 	switch {
 	case errors.Is(err, errTokenNotFound):
 		return nil, unknownToken(id)
+	case errors.Is(err, errTokenPutBack):
+		s.log.Error("join token refused: its record was put back from an old copy", "token", id, "err", err)
+		return nil, apiErr(protocol.APITokenRevoked, "join token %s cannot be used: %v; it is refused for good, ask for a new token (fleetctl token create)", id, errTokenPutBack)
 	case err != nil:
 		return nil, apiErr(protocol.APIUnavailable, "the gateway could not read or update join token %s (%v): try again in a moment", id, err)
 	case refused != nil:
@@ -389,9 +458,17 @@ func (s *tokenStore) giveBack(ctx context.Context, id string) error {
 }
 
 // revoke marks the token revoked by by; revoking it again changes
-// nothing.
+// nothing. A record put back from an old copy is written again revoked
+// (its uses no longer matter).
 func (s *tokenStore) revoke(ctx context.Context, id, by string, now time.Time) (*tokenRecord, error) {
-	return s.modify(ctx, id, func(t *tokenRecord) error {
+	get := func() (*tokenRecord, uint64, error) {
+		t, rev, err := s.get(ctx, id)
+		if errors.Is(err, errTokenPutBack) {
+			return t, rev, nil
+		}
+		return t, rev, err
+	}
+	return modifyCAS(ctx, get, func(t *tokenRecord, rev uint64) error { return s.update(ctx, t, rev) }, errTokenChanged, func(t *tokenRecord) error {
 		if !t.RevokedAt.IsZero() {
 			return errSkip
 		}
@@ -404,12 +481,19 @@ func (s *tokenStore) revoke(ctx context.Context, id, by string, now time.Time) (
 type tokenEntry struct {
 	rec *tokenRecord
 	rev uint64
+	// putBack: the record names another revision or stream than its own
+	// (an old copy put back); the token is refused.
+	putBack bool
 }
 
 // all returns every token record, oldest first.
 func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
 	defer cancel()
+	info, err := s.streamInfo(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
 	w, err := retryJS(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
 		// The watch lives as long as ctx, not one attempt's.
 		return s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -431,7 +515,7 @@ func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 				s.log.Warn("join tokens: ignoring a damaged or forged record", "key", e.Key(), "err", err)
 				continue
 			}
-			out = append(out, tokenEntry{rec: &t, rev: e.Revision()})
+			out = append(out, tokenEntry{rec: &t, rev: e.Revision(), putBack: t.Rev != e.Revision() || !t.Stream.Equal(info.Created)})
 		case <-ctx.Done():
 			return nil, fmt.Errorf("list join tokens: %w", ctx.Err())
 		}

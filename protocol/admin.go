@@ -8,11 +8,21 @@ import "time"
 // OIDC token whose access rule says admin; errors are APIError.
 
 // Admin API paths. Agent paths continue with "/NAME/revoke",
-// "/NAME/labels" and "/NAME/allow-recovery"; a token's path with "/ID".
+// "/NAME/labels" and "/NAME/allow-recovery"; a token's path with "/ID";
+// a key's with "/KEY/revoke" (an agent's nkey user public key).
 const (
 	AdminTokensPath = AdminPath + "tokens"
 	AdminAgentsPath = AdminPath + "agents"
+	AdminKeysPath   = AdminPath + "keys"
 )
+
+// KeyRevokeResponse answers POST AdminKeysPath/KEY/revoke: the key
+// revoked, and the host it was enrolled as or its live credential was
+// issued for (empty: none known).
+type KeyRevokeResponse struct {
+	Key  string `json:"key"`
+	Host string `json:"host,omitempty"`
+}
 
 // TokenCreateRequest is the body of POST AdminTokensPath.
 type TokenCreateRequest struct {
@@ -42,6 +52,10 @@ const (
 	TokenExpired = "expired"
 	TokenSpent   = "spent"
 	TokenRevoked = "revoked"
+	// TokenTampered: the token's record was put back from an old copy
+	// by someone who can write the gateways' bucket; it is refused for
+	// good.
+	TokenTampered = "tampered"
 )
 
 // TokenInfo describes a join token (never its secret).

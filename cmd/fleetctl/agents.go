@@ -61,10 +61,14 @@ func agentState(a *protocol.AgentInfo) string {
 }
 
 var agentRevokeCmd = &command{
-	group: "agent", name: "revoke", args: "NAME",
-	summary: "revoke a host: its credential stops working and its connection is closed",
+	group: "agent", name: "revoke", args: "NAME | --key PUBKEY",
+	summary: "revoke a host (or one agent key): its credential stops working and its connections are closed, whatever its record says",
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		key := fs.String("key", "", "revoke this agent key (U...) instead of a host by name: for a key no record names, or a host whose record is gone")
 		return func(ctx context.Context, c *cli, args []string) error {
+			if *key != "" {
+				return c.revokeKey(ctx, *key, args)
+			}
 			host, err := c.hostArg(args, 1)
 			if err != nil {
 				return err
@@ -77,6 +81,40 @@ var agentRevokeCmd = &command{
 			return nil
 		}
 	},
+}
+
+// userKeyShape reports whether key looks like an nkey user public key
+// (the gateway checks it fully).
+func userKeyShape(key string) bool {
+	if len(key) != 56 || key[0] != 'U' {
+		return false
+	}
+	for _, r := range key {
+		if (r < 'A' || r > 'Z') && (r < '2' || r > '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// revokeKey revokes one agent key (agent revoke --key).
+func (c *cli) revokeKey(ctx context.Context, key string, args []string) error {
+	if len(args) != 0 {
+		return usagef("agent revoke --key takes no host name (got %q): the gateway finds the host the key belongs to", args)
+	}
+	if !userKeyShape(key) {
+		return usagef("--key %q is not an agent's public key (an nkey user key: U and 55 more letters A-Z and digits 2-7; fleetctl agent list shows them)", key)
+	}
+	var resp protocol.KeyRevokeResponse
+	if printed, err := c.ask(ctx, http.MethodPost, protocol.AdminKeysPath+"/"+key+"/revoke", nil, &resp); err != nil || printed {
+		return err
+	}
+	if resp.Host == "" {
+		fmt.Fprintf(c.stdout, "Key %s revoked: no credential issued for it works any more (no host is known for it).\n", key)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "Key %s of host %s revoked: its credential no longer works and its connections are closed.\n", key, resp.Host)
+	return nil
 }
 
 var agentLabelCmd = &command{

@@ -128,6 +128,7 @@ func startFakeGatewayWith(t *testing.T, ca *testCA, cert tls.Certificate) *fakeG
 	mux.HandleFunc("DELETE "+protocol.AdminTokensPath+"/{id}", g.revokeToken)
 	mux.HandleFunc("GET "+protocol.AdminAgentsPath, g.listAgents)
 	mux.HandleFunc("POST "+protocol.AdminAgentsPath+"/{name}/{action}", g.agentAction)
+	mux.HandleFunc("POST "+protocol.AdminKeysPath+"/{key}/revoke", g.revokeKey)
 	g.skillRoutes(mux)
 	g.srv = httptest.NewUnstartedServer(g.record(mux))
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
@@ -283,6 +284,21 @@ func (g *fakeGateway) listAgents(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Unlock()
 	g.answer(w, http.StatusOK, &list)
+}
+
+// revokeKey revokes the key of a host it knows, and any other key.
+func (g *fakeGateway) revokeKey(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	resp := protocol.KeyRevokeResponse{Key: key}
+	g.mu.Lock()
+	for _, a := range g.agents {
+		if a.PublicKey == key {
+			a.RevokedAt, a.RevokedBy, a.Online = time.Now().UTC(), "admin", false
+			resp.Host = a.Host
+		}
+	}
+	g.mu.Unlock()
+	g.answer(w, http.StatusOK, &resp)
 }
 
 func (g *fakeGateway) agentAction(w http.ResponseWriter, r *http.Request) {

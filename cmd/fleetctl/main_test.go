@@ -254,6 +254,31 @@ func TestAgentRevoke(t *testing.T) {
 	}
 }
 
+// TestAgentRevokeKey: agent revoke --key revokes one agent key by itself,
+// whether or not a host is known for it.
+func TestAgentRevokeKey(t *testing.T) {
+	g := startFakeGateway(t)
+	key := "U" + strings.Repeat("WEB2", 13) + "WEB"
+	g.mu.Lock()
+	g.agents["web-1"].PublicKey = key
+	g.mu.Unlock()
+	r := mustRun(t, adminEnv(g), "agent", "revoke", "--key", key)
+	checkRequest(t, g.last(), "POST", protocol.AdminKeysPath+"/"+key+"/revoke")
+	contains(t, "agent revoke --key", r.stdout, "Key "+key+" of host web-1 revoked")
+	other := "U" + strings.Repeat("A", 55)
+	r = mustRun(t, adminEnv(g), "agent", "revoke", "--key", other)
+	contains(t, "agent revoke --key of an unknown key", r.stdout, "Key "+other+" revoked", "no host is known")
+	g.requests = nil
+	for _, bad := range [][]string{{"--key", "web-1"}, {"--key", strings.Repeat("U", 57)}, {"--key", key, "web-1"}} {
+		if r := fleetctl(t, adminEnv(g), append([]string{"agent", "revoke"}, bad...)...); r.code != 2 {
+			t.Errorf("agent revoke %q: exit %d, %q; want a usage error", bad, r.code, r.stderr)
+		}
+	}
+	if n := len(g.sent()); n != 0 {
+		t.Errorf("fleetctl sent %d requests for arguments that are not one agent key", n)
+	}
+}
+
 func TestAgentLabel(t *testing.T) {
 	g := startFakeGateway(t)
 	r := mustRun(t, adminEnv(g), "agent", "label", "web-1", "tier=front", "env-", "owner=team=a")

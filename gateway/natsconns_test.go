@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// TestLiveAgentConns: the servers' list of live connections gives every
+// connection made with an agent credential, with the host it was issued
+// for and its key, across pages; the gateway's own users and a user
+// minted with the account key that names itself after a host are not
+// taken for hosts.
+func TestLiveAgentConns(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	gw.authority.connzPage = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var want []liveConn
+	for i := range 5 {
+		host := fmt.Sprintf("host-%d", i)
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		seed, _ := kp.Seed()
+		creds, err := gw.EnrolLocal(ctx, host, pub, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(gw.NATSURL(), nats.UserJWTAndSeed(creds.JWT, string(seed)))
+		if err != nil {
+			t.Fatalf("connect %s: %v", host, err)
+		}
+		t.Cleanup(nc.Close)
+		want = append(want, liveConn{host: host, key: pub})
+	}
+	// A user minted with the account key in the data directory, named
+	// after a host.
+	data, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsDir, accountKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.FromSeed(bytes.TrimSpace(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, _ := nkeys.CreateUser()
+	rogueJWT, err := userJWT(rogue, "host-1", account, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogueSeed, _ := rogue.Seed()
+	nc, err := nats.Connect(gw.NATSURL(), nats.UserJWTAndSeed(rogueJWT, string(rogueSeed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+
+	got, err := gw.authority.liveKeys(ctx, func(liveConn) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		got[i].server = ""
+	}
+	cmp := func(a, b liveConn) int { return bytes.Compare([]byte(a.host+a.key), []byte(b.host+b.key)) }
+	slices.SortFunc(got, cmp)
+	if !slices.Equal(got, want) {
+		t.Errorf("live agent connections:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// FuzzDecodeConnz: any answer to a connz request either is refused with
+// an error or decodes into a list from which only connections whose JWT
+// the agent signing key signed, for the fleet account and the connected
+// key, are taken.
+func FuzzDecodeConnz(f *testing.F) {
+	account, _ := nkeys.CreateAccount()
+	signer, _ := nkeys.CreateAccount()
+	accountPub, _ := account.PublicKey()
+	a := &authority{accountPub: accountPub, agentSigner: signer}
+	user, _ := nkeys.CreateUser()
+	userPub, _ := user.PublicKey()
+	token, err := a.AgentJWT("web-1", userPub, time.Now().Add(time.Hour))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(fmt.Sprintf(`{"server":{"id":"S1"},"data":{"total":1,"connections":[{"cid":1,"authorized_user":%q,"jwt":%q}]}}`, userPub, token)))
+	f.Add([]byte(`{"server":{"id":"S1"},"data":{"connections":[null,{"jwt":"x.y.z"}]}}`))
+	f.Add([]byte(`{"error":{"code":500,"description":"no"}}`))
+	f.Add([]byte(`{"server":{"id":"S1"}}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		page, err := decodeConnz(data)
+		if err != nil {
+			return
+		}
+		if page.Server == nil || page.Data == nil {
+			t.Fatalf("decoded without a server or a list: %s", data)
+		}
+		for _, c := range a.liveConnsOf(page) {
+			uc, err := jwt.DecodeUserClaims(tokenOf(page, c.key))
+			if err != nil || uc.Issuer != publicKey(signer) || uc.IssuerAccount != accountPub || uc.Name != c.host {
+				t.Errorf("took %+v from %s", c, data)
+			}
+		}
+	})
+}
+
+// tokenOf returns the JWT page lists for key.
+func tokenOf(page *server.ServerAPIConnzResponse, key string) string {
+	for _, ci := range page.Data.Conns {
+		if ci != nil && ci.AuthorizedUser == key {
+			return ci.JWT
+		}
+	}
+	return ""
+}
