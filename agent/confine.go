@@ -127,6 +127,9 @@ func (a *Agent) logConfinement() {
 	switch {
 	case j.refuse != nil:
 		a.log.Error("this host runs no command", "err", j.refuse)
+	case j.confined() && inDir(a.cfg.StateDir, a.cfg.Cwd):
+		a.log.Warn("commands are confined, but the state directory lies in the working directory: commands cannot make new files at its top; give --state_dir outside --cwd",
+			"confinement", j.state, "state_dir", a.cfg.StateDir, "cwd", a.cfg.Cwd)
 	case j.confined():
 		a.log.Info("commands are confined: they cannot reach the state directory", "confinement", j.state)
 	default:

@@ -235,3 +235,11 @@ func TestConfineRequiredWithoutHelper(t *testing.T) {
 		t.Errorf("a bad mode: %v", err)
 	}
 }
+
+// git runs through its guard, whose files lie in the state directory,
+// from confined commands as it does from unconfined ones.
+func TestGitGuardConfined(t *testing.T) {
+	needLandlock(t)
+	t.Run("ordinary use", func(t *testing.T) { gitGuardOrdinaryUse(t, ConfineRequired) })
+	t.Run("attacks", func(t *testing.T) { gitGuardAttacks(t, ConfineRequired) })
+}
