@@ -16,6 +16,13 @@ import (
 // root/state, root/ws (working directory), root/skills (with s1/run.sh).
 func confinedBox(t *testing.T, mode string) (tb *toolbox, root, seed string) {
 	t.Helper()
+	return confinedBoxSkills(t, mode, "skills")
+}
+
+// confinedBoxSkills is confinedBox with the skills directory at skills
+// (relative to the root).
+func confinedBoxSkills(t *testing.T, mode, skills string) (tb *toolbox, root, seed string) {
+	t.Helper()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -23,8 +30,8 @@ func confinedBox(t *testing.T, mode string) (tb *toolbox, root, seed string) {
 	seed = "SUAKEYSEEDTHATMUSTNOTLEAK" + strings.Repeat("X", 20)
 	for path, data := range map[string]string{
 		"state/identity/agent.nk": seed + "\n",
-		"skills/s1/run.sh":        "#!/bin/sh\necho skill-ran\n",
-		"skills/s1/SKILL.md":      "---\nname: s1\ndescription: test\n---\n",
+		skills + "/s1/run.sh":     "#!/bin/sh\necho skill-ran\n",
+		skills + "/s1/SKILL.md":   "---\nname: s1\ndescription: test\n---\n",
 		"ws/readme.txt":           "workspace\n",
 	} {
 		p := filepath.Join(root, path)
@@ -40,7 +47,7 @@ func confinedBox(t *testing.T, mode string) (tb *toolbox, root, seed string) {
 		t.Fatal(err)
 	}
 	cfg := toolboxConfig{
-		Cwd: filepath.Join(root, "ws"), StateDir: filepath.Join(root, "state"), SkillsDir: filepath.Join(root, "skills"),
+		Cwd: filepath.Join(root, "ws"), StateDir: filepath.Join(root, "state"), SkillsDir: filepath.Join(root, skills),
 		Shell: "/bin/sh", BashDefaultTimeout: 30 * time.Second, BashMaxTimeout: 60 * time.Second,
 		ChildEnv: os.Environ(), Host: "test-host", ConfineCommands: mode, ConfineHelper: exe,
 	}
@@ -242,4 +249,34 @@ func TestGitGuardConfined(t *testing.T) {
 	needLandlock(t)
 	t.Run("ordinary use", func(t *testing.T) { gitGuardOrdinaryUse(t, ConfineRequired) })
 	t.Run("attacks", func(t *testing.T) { gitGuardAttacks(t, ConfineRequired) })
+}
+
+// Skills installed inside the state directory run from confined
+// commands, which can neither change them nor reach the rest of it.
+func TestConfinedSkillsInStateDir(t *testing.T) {
+	needLandlock(t)
+	tb, root, seed := confinedBoxSkills(t, ConfineRequired, "state/skills")
+	skill := filepath.Join(root, "state", "skills", "s1")
+	for _, c := range []struct {
+		cmd  string
+		want string // "": the command must fail
+	}{
+		{"sh " + skill + "/run.sh", "skill-ran"},
+		{skill + "/run.sh", "skill-ran"},
+		{"cat " + skill + "/SKILL.md", "name: s1"},
+		{"cat " + skill + "/../../identity/agent.nk", ""},
+		{"echo x >> " + skill + "/run.sh", ""},
+		{"rm " + skill + "/SKILL.md", ""},
+		{"touch " + skill + "/new", ""},
+	} {
+		text, isErr, _ := tbBash(t, tb, map[string]any{"command": c.cmd})
+		switch {
+		case strings.Contains(text, seed):
+			t.Errorf("%s read the key", c.cmd)
+		case c.want == "" && !isErr:
+			t.Errorf("%s succeeded: %q", c.cmd, text)
+		case c.want != "" && (isErr || !strings.Contains(text, c.want)):
+			t.Errorf("%s: error %v, %q; want %q", c.cmd, isErr, text, c.want)
+		}
+	}
 }

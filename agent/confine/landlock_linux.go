@@ -8,6 +8,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // ABI returns the Landlock ABI version the kernel offers, and why it
@@ -79,11 +80,27 @@ func restrict(rules []Rule, abi int) error {
 	h := handled(abi)
 	lr := make([]landlock.Rule, 0, len(rules))
 	for _, r := range rules {
+		// A rule grants; one the kernel cannot take (an entry gone or
+		// out of the user's reach since it was listed, another user's
+		// FUSE mount) is left out rather than failing the command.
+		if !reachable(r.Path) {
+			continue
+		}
 		if a := rights(r, h); a != 0 {
 			lr = append(lr, landlock.PathAccess(a, r.Path).IgnoreIfMissing())
 		}
 	}
 	return landlock.Config{HandledAccessFS: h}.RestrictPaths(lr...)
+}
+
+// reachable reports whether path can be opened as Landlock opens it.
+func reachable(path string) bool {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // execve replaces the process with argv[0], looked up in PATH when it

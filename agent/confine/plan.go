@@ -111,7 +111,10 @@ func Plan(p Paths) ([]Rule, error) {
 		rules = append(rules, Rule{Path: a, Access: List, Dir: true})
 		entries, err := os.ReadDir(a)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			// A directory the agent's user may not list (mode 0711)
+			// gives its entries no rule: commands lose what they could
+			// only reach by knowing its names, and gain nothing.
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 				continue
 			}
 			return nil, fmt.Errorf("confine: list %s: %w", a, err)
