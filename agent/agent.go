@@ -160,6 +160,9 @@ func New(cfg Config) (a *Agent, err error) {
 		Shell:              cfg.Shell,
 		GitGuard:           cfg.GitGuard,
 		TaskWrapper:        cfg.TaskWrapper,
+		ConfineCommands:    cfg.ConfineCommands,
+		ConfineHelper:      cfg.ConfineHelper,
+		SkillsDir:          cfg.SkillsDir,
 		BashDefaultTimeout: cfg.BashDefaultTimeout,
 		BashMaxTimeout:     cfg.BashMaxTimeout,
 		BashMaxLines:       cfg.BashMaxLines,
@@ -327,6 +330,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("this host knows no gateway signing key (it was enrolled before calls were signed), so it runs no call: enrol it again with fleet-agent join")
 	}
 	a.logPolicy()
+	a.logConfinement()
 	// Background tasks a previous agent left are taken over before any
 	// call is heard; they keep running when this agent stops.
 	if err := a.tasks.Open(); err != nil {
@@ -754,6 +758,7 @@ func (a *Agent) announce(nc *nats.Conn, leaving bool) {
 		Shell:        a.shell,
 		Tools:        hp.toolList(),
 		PolicyDigest: hp.pol.Digest(),
+		Confinement:  a.tb.jail.state,
 		TrustedKeys:  a.auth.KeyIDs(),
 		StartedAt:    a.started,
 		HeartbeatMS:  a.cfg.Heartbeat.Milliseconds(),

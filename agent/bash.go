@@ -76,6 +76,9 @@ func (t *toolbox) bash(ctx context.Context, tc *toolCall) *protocol.Result {
 		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
 	}
 	defer cleanup()
+	if inv, err = t.jail.wrapInvocation(inv); err != nil {
+		return toolFailure(tc, "cannot run %s: %v", t.shell, err)
+	}
 	out := newOutputSink(tc.Output, t.spillPath(tc.ID), t.cfg.bashLimits())
 	out.maxSpill, out.maxAge, out.maxFiles, out.maxTotal = t.cfg.SpillMaxBytes, t.cfg.SpillMaxAge, t.cfg.SpillMaxFiles, t.cfg.SpillMaxTotal
 	st, err := t.runShell(ctx, inv, dir, timeout, out)

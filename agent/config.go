@@ -100,6 +100,19 @@ type Config struct {
 	// rules, bash runs git through it; without one, the command rules
 	// refuse git, whose repository configuration can name any program.
 	GitGuard string
+	// ConfineHelper is an executable that runs the confinement helper
+	// when its first argument is ConfineFlag (it calls RunConfined first
+	// thing in main): fleet-agent sets its own. Every command the agent
+	// starts (bash, background tasks, and so skills' scripts and git)
+	// goes through it, which keeps the command from the state directory,
+	// SecretFiles and ProtectedPaths, and from changing SkillsDir. Empty:
+	// commands cannot be confined.
+	ConfineHelper string
+	// ConfineCommands is ConfineAuto (default: confine commands when the
+	// kernel can, else run them unconfined and say so), ConfineRequired
+	// (refuse to run commands that cannot be confined) or ConfineOff
+	// (never confine: commands can read the agent's identity).
+	ConfineCommands string
 	// TaskWrapper is an executable that runs the task wrapper when its
 	// first argument is TaskWrapperFlag (it calls RunTaskWrapper first
 	// thing in main): fleet-agent sets its own. Background tasks on

@@ -26,6 +26,9 @@ type gitLab struct {
 	evil   string // a program that records that it ran, then copies its input
 	marker string // where it records it
 	env    []string
+	// confine is the toolboxes' ConfineCommands; "": commands are not
+	// confined.
+	confine string
 }
 
 func newGitLab(t *testing.T) *gitLab {
@@ -112,8 +115,12 @@ func (l *gitLab) toolbox(text string) *toolbox {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	tb, err := newToolbox(toolboxConfig{Cwd: l.cwd, StateDir: filepath.Join(l.t.TempDir(), "state"), Shell: "/bin/bash",
-		BashDefaultTimeout: time.Minute, BashMaxTimeout: time.Minute, Policy: p, GitGuard: exe, ChildEnv: l.env})
+	cfg := toolboxConfig{Cwd: l.cwd, StateDir: filepath.Join(l.t.TempDir(), "state"), Shell: "/bin/bash",
+		BashDefaultTimeout: time.Minute, BashMaxTimeout: time.Minute, Policy: p, GitGuard: exe, ChildEnv: l.env}
+	if l.confine != "" {
+		cfg.ConfineCommands, cfg.ConfineHelper = l.confine, exe
+	}
+	tb, err := newToolbox(cfg)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -153,10 +160,14 @@ type gitAttack struct {
 // TestGitGuardAttacks plants repositories whose configuration names a
 // program and runs the git commands a policy allows: the program never
 // runs, and the output says why when git does not run.
-func TestGitGuardAttacks(t *testing.T) {
+func TestGitGuardAttacks(t *testing.T) { gitGuardAttacks(t, "") }
+
+// gitGuardAttacks runs the attacks with commands confined as mode says.
+func gitGuardAttacks(t *testing.T, mode string) {
 	for _, a := range gitAttacks() {
 		t.Run(a.name, func(t *testing.T) {
 			l := newGitLab(t)
+			l.confine = mode
 			text := a.profile
 			if strings.HasSuffix(text, ".yaml") {
 				text = l.profile(text)
@@ -426,8 +437,13 @@ func TestGitGuardReadOnlyLeavesIndex(t *testing.T) {
 }
 
 // Ordinary work with git goes on as before under the guard.
-func TestGitGuardOrdinaryUse(t *testing.T) {
+func TestGitGuardOrdinaryUse(t *testing.T) { gitGuardOrdinaryUse(t, "") }
+
+// gitGuardOrdinaryUse runs ordinary git commands with commands confined
+// as mode says.
+func gitGuardOrdinaryUse(t *testing.T, mode string) {
 	l := newGitLab(t)
+	l.confine = mode
 	l.repo(".")
 	l.git(".", "remote", "add", "origin", "https://example.com/repo.git")
 	l.git(".", "config", "branch.main.remote", "origin")

@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if code, ok := RunGitGuard(os.Args); ok {
 		os.Exit(code)
 	}
+	if code, ok := RunConfined(os.Args); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }

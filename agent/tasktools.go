@@ -388,10 +388,3 @@ func joinStates() string {
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-
-// taskInvocation is how background tasks run a command: as bash runs it
-// (see invocation), the script it needs written beside the task's files.
-func taskInvocation(shell, script, command string, params map[string]json.RawMessage) (argv, env []string, err error) {
-	inv, _, err := invocation(shell, script, command, params)
-	return inv.argv, inv.env, err
-}

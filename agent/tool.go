@@ -49,6 +49,12 @@ type toolboxConfig struct {
 	// TaskWrapper wraps background tasks on Windows (see
 	// Config.TaskWrapper).
 	TaskWrapper string
+	// ConfineCommands and ConfineHelper are how commands are kept from
+	// the agent's own files (see Config).
+	ConfineCommands, ConfineHelper string
+	// SkillsDir is the host's skills directory, which commands may read
+	// and run but not change (unless it lies in Cwd, which they write).
+	SkillsDir string
 	// GitGuard runs the git guard (see Config.GitGuard); it must be set
 	// when Policy has command rules and was read for a guarded agent.
 	GitGuard string

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fleetmcp/fleetmcp/agent/confine"
 	"github.com/fleetmcp/fleetmcp/agent/safefs"
 	"github.com/fleetmcp/fleetmcp/agent/tasks"
 	"github.com/fleetmcp/fleetmcp/policy"
@@ -42,6 +43,9 @@ type toolbox struct {
 	journals *patchJournals
 	// gitGuard runs git for bash under command rules; nil otherwise.
 	gitGuard *gitGuard
+	// jail keeps every command the toolbox starts away from the agent's
+	// own files.
+	jail *commandJail
 }
 
 // newToolbox validates cfg and returns a toolbox for it. It creates
@@ -101,12 +105,25 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tm, err := tasks.New(cfg.Tasks, tasks.Setup{StateDir: cfg.StateDir, Shell: shell, Cwd: cfg.Cwd, Env: env, Wrapper: cfg.TaskWrapper,
-		Invocation: taskInvocation, Log: log.With("component", "tasks")})
+	jail, err := newCommandJail(cfg.ConfineCommands, cfg.ConfineHelper, cfg.confinePaths())
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: %w", err)
 	}
-	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tm,
+	// Background tasks run a command as bash runs it (see invocation),
+	// the script it needs written beside the task's files.
+	invoke := func(shell, script, command string, params map[string]json.RawMessage) ([]string, []string, error) {
+		inv, _, err := invocation(shell, script, command, params)
+		if err == nil {
+			inv, err = jail.wrapInvocation(inv)
+		}
+		return inv.argv, inv.env, err
+	}
+	tm, err := tasks.New(cfg.Tasks, tasks.Setup{StateDir: cfg.StateDir, Shell: shell, Cwd: cfg.Cwd, Env: env, Wrapper: cfg.TaskWrapper,
+		Invocation: invoke, Log: log.With("component", "tasks")})
+	if err != nil {
+		return nil, fmt.Errorf("toolbox: %w", err)
+	}
+	t := &toolbox{cfg: cfg, shell: shell, env: env, home: cfg.Home, guard: g, tasks: tm, jail: jail,
 		imageSem: make(chan struct{}, 1), gitGuard: gg, locks: safefs.NewLocks(func(p string) string { return pathKey(p, foldNames) })}
 	t.journals, err = newPatchJournals(cfg.StateDir, g, log.With("component", "patch"), t.lockFiles)
 	if err != nil {
@@ -117,6 +134,30 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	// or undone before any tool runs.
 	t.journals.recover()
 	return t, nil
+}
+
+// confinePaths are what commands are kept from: the agent's state
+// directory and every file no tool may touch, protected; the git guard's
+// files (in the state directory) and the skills directory, read-only.
+// A skills directory in the working directory is left as writable as
+// the rest of it: making it read-only would take from commands the right
+// to create anything in the working directory itself (see package
+// confine), and the file tools may write it anyway.
+func (c *toolboxConfig) confinePaths() confine.Paths {
+	p := confine.Paths{
+		Protected: slices.Concat([]string{c.StateDir}, c.SecretFiles, c.ProtectedPaths),
+		ReadOnly:  []string{filepath.Join(c.StateDir, "git-guard")},
+	}
+	if c.SkillsDir != "" && !inDir(c.SkillsDir, c.Cwd) {
+		p.ReadOnly = append(p.ReadOnly, c.SkillsDir)
+	}
+	return p
+}
+
+// inDir reports whether path is dir or lies inside it (both clean).
+func inDir(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // toolNames lists the tools a host policy may name: those a toolbox

@@ -673,7 +673,7 @@ func (in *interner) release(a *protocol.Announce) {
 // stringFields calls f with the address of each string of a that hosts
 // tend to share (labels aside: map keys have no address).
 func stringFields(a *protocol.Announce, f func(*string)) {
-	for _, p := range []*string{&a.AgentVersion, &a.OS, &a.Arch, &a.Shell, &a.Cwd, &a.PolicyDigest} {
+	for _, p := range []*string{&a.AgentVersion, &a.OS, &a.Arch, &a.Shell, &a.Cwd, &a.PolicyDigest, &a.Confinement} {
 		f(p)
 	}
 	for i := range a.Tools {

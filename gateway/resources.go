@@ -32,7 +32,7 @@ const (
 
 func (g *Gateway) addResources(s *mcp.Server) {
 	s.AddResource(&mcp.Resource{URI: uriHosts, Name: "hosts", MIMEType: mimeJSON,
-		Description: "The hosts you may use, with their facts: name, os, arch, shell, cwd, labels, online, last_seen, agent_version, tools, policy_digest."},
+		Description: "The hosts you may use, with their facts: name, os, arch, shell, cwd, labels, online, last_seen, agent_version, tools, policy_digest, confinement (how the host keeps its commands from its own identity)."},
 		g.readHosts)
 	s.AddResource(&mcp.Resource{URI: uriSkills, Name: "skills", MIMEType: mimeJSON,
 		Description: "The fleet's skills: per skill name its description, the hosts that have it and the SKILL.md path on each; invalid skills listed separately with their problem. Load one with the skill tool."},
@@ -78,6 +78,7 @@ type hostFacts struct {
 	AgentVersion string            `json:"agent_version"`
 	Tools        []string          `json:"tools"`
 	PolicyDigest string            `json:"policy_digest"`
+	Confinement  string            `json:"confinement,omitempty"`
 	Conflict     string            `json:"conflict,omitempty"`
 	Revoked      bool              `json:"revoked,omitempty"`
 }
@@ -94,7 +95,7 @@ func factsOf(h HostInfo) hostFacts {
 	return hostFacts{
 		Name: h.Host, OS: h.OS, Arch: h.Arch, Shell: h.Shell, Cwd: h.Cwd, Labels: labels,
 		Online: h.Online, LastSeen: h.LastSeen.UTC(), AgentVersion: h.AgentVersion, Tools: tools,
-		PolicyDigest: policyName(h.PolicyDigest), Conflict: h.Conflict, Revoked: h.Revoked,
+		PolicyDigest: policyName(h.PolicyDigest), Confinement: h.Confinement, Conflict: h.Conflict, Revoked: h.Revoked,
 	}
 }
 

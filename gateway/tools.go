@@ -125,6 +125,7 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		}
 		b.WriteString("\ttools " + strings.Join(h.Tools, ","))
 		b.WriteString("\tpolicy " + policyLabel(h.PolicyDigest))
+		b.WriteString("\tcommands " + confinementLabel(h.Confinement))
 		if h.Conflict != "" {
 			b.WriteString("\tconflict: " + h.Conflict)
 		}
@@ -152,6 +153,18 @@ func policyLabel(digest string) string {
 		return digest[:len("sha256:")+16]
 	}
 	return digest
+}
+
+// confinementLabel says whether a host's commands can reach its
+// identity: "confined (landlock abi 7)", or "NOT confined (WHY)".
+func confinementLabel(c string) string {
+	switch {
+	case c == "":
+		return "NOT confined (the agent does not say: it predates confinement)"
+	case strings.HasPrefix(c, "none"):
+		return "NOT confined (" + strings.TrimPrefix(strings.TrimPrefix(c, "none"), ": ") + ")"
+	}
+	return "confined (" + c + ")"
 }
 
 func formatLabels(l map[string]string) string {

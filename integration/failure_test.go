@@ -63,6 +63,9 @@ func TestAgentKilledMidCall(t *testing.T) {
 	env.StartAgentProcess("victim")
 	env.WaitHost("victim", true)
 	cs := env.Client("2025-11-25", nil)
+	// The agent's state directory lies in its working directory, where
+	// confined commands may change what exists but make nothing new.
+	writeFile(t, filepath.Join(env.AgentDir("victim"), "started"), "")
 
 	type outcome struct {
 		res *mcp.CallToolResult
@@ -191,6 +194,9 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	env.StartAgentProcess("drainer")
 	env.WaitHost("drainer", true)
 	cs := env.Client("2025-11-25", nil)
+	// The agent's state directory lies in its working directory, where
+	// confined commands may change what exists but make nothing new.
+	writeFile(t, filepath.Join(env.AgentDir("drainer"), "started"), "")
 	done := callAsync(cs, "bash", map[string]any{"host": "drainer", "command": "echo running > started; sleep 1; echo finished"})
 	waitForFile(t, filepath.Join(env.AgentDir("drainer"), "started"))
 	if err := syscall.Kill(env.AgentPID("drainer"), syscall.SIGTERM); err != nil {

@@ -172,6 +172,9 @@ func TestFanoutHostDiesMidRun(t *testing.T) {
 	env.StartAgentProcess("victim")
 	env.WaitHost("victim", true)
 	writeFile(t, filepath.Join(env.AgentDir("victim"), "act.sh"), "echo running > started; sleep 30\n")
+	// The agent's state directory lies in its working directory, where
+	// confined commands may change what exists but make nothing new.
+	writeFile(t, filepath.Join(env.AgentDir("victim"), "started"), "")
 	cs := env.Client("2025-11-25", nil)
 	done := callAsync(cs, "fleet_bash", map[string]any{"selector": "*", "command": "bash ./act.sh"})
 	waitForFile(t, filepath.Join(env.AgentDir("victim"), "started"))

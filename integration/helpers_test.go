@@ -19,6 +19,11 @@ func TestMain(m *testing.M) {
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
 	}
+	// In-process agents given it as their ConfineHelper confine their
+	// commands through it.
+	if code, ok := agent.RunConfined(os.Args); ok {
+		os.Exit(code)
+	}
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(strings.TrimSuffix(binPath, "/fleet-agent"))

@@ -127,6 +127,9 @@ func TestRestartedAgentNeverGetsACallAgain(t *testing.T) {
 	dir := env.AgentDir("restarts")
 	killTasksAfter(t, dir)
 	runs := filepath.Join(dir, "runs")
+	// The agent's state directory lies in its working directory, where
+	// confined commands may change what exists but make nothing new.
+	writeFile(t, runs, "")
 	cs := env.Client("", nil)
 	type outcome struct {
 		tag string

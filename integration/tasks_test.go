@@ -197,6 +197,10 @@ func TestTaskSurvivesAgentRestart(t *testing.T) {
 	cs := env.Client("2025-11-25", nil)
 	dir := env.AgentDir("worker")
 	killTasksAfter(t, dir)
+	// The agent's state directory lies in its working directory, where
+	// confined commands may change what exists but make nothing new.
+	writeFile(t, filepath.Join(dir, "killed.pid"), "")
+	writeFile(t, filepath.Join(dir, "lost.pid"), "")
 
 	keeps, _ := startBackground(t, cs, "worker", "while [ ! -e gate ]; do sleep 0.05; done; echo finished; exit 4", nil)
 	killed, _ := startBackground(t, cs, "worker", "echo $$ > killed.pid; exec sleep 300", nil)

@@ -44,6 +44,8 @@ const (
 	MaxSkillNameLen        = 255
 	MaxSkillDescriptionLen = 4096
 	MaxSkillProblemLen     = 1024
+	// MaxConfinementLen bounds Confinement.
+	MaxConfinementLen = 256
 	// MaxTrustedKeys bounds TrustedKeys.
 	MaxTrustedKeys = 8
 )
@@ -130,6 +132,7 @@ func (a *Announce) Validate() error {
 		{"cwd", a.Cwd, MaxPathLen},
 		{"shell", a.Shell, MaxPathLen},
 		{"policy_digest", a.PolicyDigest, MaxPolicyDigestLen},
+		{"confinement", a.Confinement, MaxConfinementLen},
 	}
 	for _, f := range fields {
 		if err := checkLen(f.name, f.value, f.max); err != nil {

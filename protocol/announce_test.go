@@ -63,6 +63,7 @@ func TestAnnounceLimits(t *testing.T) {
 		{"cwd of 900 KB", "cwd", func(a *Announce) { a.Cwd = big(900 << 10) }},
 		{"shell", "shell", func(a *Announce) { a.Shell = big(MaxPathLen + 1) }},
 		{"policy_digest", "policy_digest", func(a *Announce) { a.PolicyDigest = big(MaxPolicyDigestLen + 1) }},
+		{"confinement", "confinement", func(a *Announce) { a.Confinement = big(MaxConfinementLen + 1) }},
 		{"too many labels", "labels", func(a *Announce) { a.Labels = labels(MaxLabels + 1) }},
 		{"label key", "label key", func(a *Announce) { a.Labels = map[string]string{big(MaxLabelKeyLen + 1): "v"} }},
 		{"empty label key", "empty key", func(a *Announce) { a.Labels = map[string]string{"": "v"} }},
@@ -178,7 +179,7 @@ func FuzzDecodeAnnounce(f *testing.F) {
 			}
 			return
 		}
-		if len(data) > MaxAnnounceBytes || ValidateHost(a.Host) != nil || len(a.Cwd) > MaxPathLen || len(a.Labels) > MaxLabels ||
+		if len(data) > MaxAnnounceBytes || ValidateHost(a.Host) != nil || len(a.Cwd) > MaxPathLen || len(a.Labels) > MaxLabels || len(a.Confinement) > MaxConfinementLen ||
 			len(a.Tools) > MaxTools || len(a.Skills) > MaxSkills {
 			t.Fatalf("DecodeAnnounce accepted an announce beyond the limits: %+v", a)
 		}

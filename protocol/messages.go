@@ -126,8 +126,14 @@ type Announce struct {
 	// "sha256:" and the hex SHA-256 of its normalised rules, the same for
 	// the same rules however they are written. Empty: the host is
 	// unrestricted (or its agent predates host policies).
-	PolicyDigest string    `json:"policy_digest,omitempty"`
-	StartedAt    time.Time `json:"started_at"`
+	PolicyDigest string `json:"policy_digest,omitempty"`
+	// Confinement says how the host keeps the commands it runs (bash,
+	// background tasks, skills' scripts, git) away from its identity and
+	// state: "landlock abi N" when they are confined, "none: WHY" when
+	// they are not, so that any command can read the host's key. At most
+	// MaxConfinementLen bytes. Empty: an agent that predates it (none).
+	Confinement string    `json:"confinement,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
 	// HeartbeatMS is how often the agent announces itself; the gateway
 	// considers the host offline after a few missed heartbeats.
 	HeartbeatMS int64 `json:"heartbeat_ms"`

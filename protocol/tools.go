@@ -130,7 +130,7 @@ const (
 	descBash  = "Run a command on a host, in the host's working directory or cwd, stdin closed. Returns stdout and stderr merged. " +
 		"The language is the host's shell, shown by hosts: bash (or sh) on Linux and macOS, PowerShell on Windows (pwsh, else Windows PowerShell 5.1; no profile, UTF-8 output). " +
 		"On PowerShell hosts, parameters passes named values to a script that declares them with param(...), e.g. command \"param($Path) Get-Item $Path\" with parameters {\"Path\": \"C:\\\\data\"}; exit N sets the exit code. " +
-		"Output is truncated to the last {{output_lines}} lines or {{output_bytes}}; the full output (its first {{spill_max}} unless the host sets otherwise) is then saved to a file on the host (path given, readable with read; kept {{spill_age}}). " +
+		"Output is truncated to the last {{output_lines}} lines or {{output_bytes}}; the full output (its first {{spill_max}} unless the host sets otherwise) is then saved to a file on the host (path given; read it with read: commands cannot reach it; kept {{spill_age}}). " +
 		"A non-zero exit or a timeout is an error. Default timeout {{bash_timeout}} s, at most {{bash_max_timeout}} s unless the host allows more. " +
 		"The command is killed with its whole process group (on Windows its Job Object) on timeout or cancel; background processes it started may keep running. " +
 		"For long jobs set background: true: the call returns at once with a task_id, the command runs on as a task that survives restarts of the agent and the gateway, " +
@@ -139,7 +139,7 @@ const (
 	descTaskStatus = "State of a background task on a host (started by bash with background: true): queued, running, succeeded, failed, timed_out, cancelled, " +
 		"or lost (the agent restarted and the task's process was gone). Waits on the host up to wait seconds (default {{task_wait}}, at most {{task_max_wait}}; 0 answers at once) " +
 		"and returns as soon as the task ends; progress notifications keep the call alive meanwhile. " +
-		"The answer has the exit code, start and end times, a note on how it ended, and the path of the task's full output file on the host (readable with read); " +
+		"The answer has the exit code, start and end times, a note on how it ended, and the path of the task's full output file on the host (read it with read: commands cannot reach it); " +
 		"once the task has ended, also the end of its output (last {{task_tail_lines}} lines, at most {{task_tail_bytes}}). The command is shown up to {{task_shown_command}} characters. " +
 		"Finished tasks are kept {{task_retention}}, at most {{task_kept}} and {{task_kept_bytes}} of output per host (host defaults); older ones are removed."
 	descTaskCancel = "Cancel a background task on a host: a queued task never starts; a running task's whole process group is killed (SIGKILL) " +

@@ -54,6 +54,11 @@ type Options struct {
 	// StateDirHolder tells whether an agent holds the state directory
 	// (agent.StateDirHolder).
 	StateDirHolder func(dir string) (held bool, pid int, err error)
+	// ConfineCommands is the agent's --confine_commands (auto, required
+	// or off) and Cwd its working directory; ConfineABI reports the
+	// kernel's Landlock ABI (default: confine.ABI).
+	ConfineCommands, Cwd string
+	ConfineABI           func() (int, string)
 	// Timeout bounds each network check (default 10s).
 	Timeout time.Duration
 	// Now is the clock (default time.Now).
@@ -72,11 +77,15 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.ConfineABI == nil {
+		o.ConfineABI = kernelABI
+	}
 	var rs []Result
 	rs = append(rs, checkStateDir(o.StateDir, o.UID))
 	id, idResults := checkIdentity(o.StateDir, o.Now())
 	rs = append(rs, idResults...)
 	rs = append(rs, checkPolicy(o.PolicyFile, o.CheckPolicy))
+	rs = append(rs, checkConfinement(o.ConfineCommands, o.StateDir, o.Cwd, o.ConfineABI))
 	if id != nil {
 		rs = append(rs, checkFleetAPI(ctx, id.Enrolment.GatewayURL, id.Enrolment.CAPin, o.Timeout, o.Now)...)
 		for _, u := range id.Enrolment.NATSURLs {

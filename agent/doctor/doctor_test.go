@@ -165,8 +165,9 @@ func find(t *testing.T, rs []Result, check string) Result {
 // checks; the NATS URL its enrolment names is not served, which fails.
 func TestRunEnrolled(t *testing.T) {
 	state, _ := enrol(t)
-	rs := Run(context.Background(), Options{StateDir: state, UID: os.Getuid(), Timeout: 5 * time.Second})
-	for _, c := range []string{"state dir", "identity files", "enrolment", "agent key", "credential", "credential ttl", "fleet API", "clock skew", "host policy"} {
+	rs := Run(context.Background(), Options{StateDir: state, UID: os.Getuid(), Timeout: 5 * time.Second,
+		ConfineABI: func() (int, string) { return 3, "" }})
+	for _, c := range []string{"state dir", "identity files", "enrolment", "agent key", "credential", "credential ttl", "fleet API", "clock skew", "host policy", "confinement"} {
 		if r := find(t, rs, c); r.Status != OK {
 			t.Errorf("%s: %v %q %q", c, r.Status, r.Detail, r.Fix)
 		}

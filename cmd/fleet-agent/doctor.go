@@ -35,6 +35,7 @@ func runDoctor(ctx context.Context, args []string, getenv func(string) string, s
 	self, _ := os.Executable()
 	rs := doctor.Run(ctx, doctor.Options{
 		StateDir: *rf.stateDir, PolicyFile: *rf.policy, Timeout: *timeout, UID: os.Getuid(),
+		ConfineCommands: *rf.confine, Cwd: cmp.Or(*rf.cwd, workingDir()),
 		CheckPolicy: func(file string) ([]string, error) {
 			return agent.CheckPolicy(agent.Config{PolicyFile: file, Cwd: *rf.cwd, Home: home, Shell: *rf.shell, GitGuard: self})
 		},
@@ -44,4 +45,11 @@ func runDoctor(ctx context.Context, args []string, getenv func(string) string, s
 		return errChecksFailed
 	}
 	return nil
+}
+
+// workingDir is the agent's default --cwd: the process's working
+// directory ("" when unknown).
+func workingDir() string {
+	dir, _ := os.Getwd()
+	return dir
 }

@@ -39,6 +39,11 @@ func main() {
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
 	}
+	// Every command it runs starts through it, confined to stay out of
+	// the agent's state directory.
+	if code, ok := agent.RunConfined(os.Args); ok {
+		os.Exit(code)
+	}
 	// On Windows it also wraps background tasks, recording their exit
 	// status when they end.
 	if code, ok := agent.RunTaskWrapper(os.Args); ok {
@@ -186,6 +191,7 @@ type runFlags struct {
 	tailBytes                                              *int
 	drain, heartbeat                                       *time.Duration
 	logLevel, config                                       *string
+	confine                                                *string
 	otlp                                                   *string
 	protected                                              pathsFlag
 }
@@ -199,6 +205,7 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 		stateDir:   fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files"),
 		skillsDir:  fs.String("skills_dir", "", "directory of the host's skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)"),
 		shell:      fs.String("shell", "", "shell for bash commands (default: bash from PATH)"),
+		confine:    fs.String("confine_commands", agent.ConfineAuto, "keep commands (bash, tasks, skills' scripts, git) out of the state directory: auto (when the kernel can, else run them unconfined and say so), required (refuse commands that cannot be confined) or off (unsafe: commands can read the agent's identity)"),
 		maxConc:    fs.Int("max_concurrent", 16, "calls running at once"),
 		maxQueue:   fs.Int("max_queue", 64, "calls waiting for a worker before new ones are refused as busy"),
 		bashDef:    fs.Duration("bash_timeout", 120*time.Second, "default bash timeout"),
@@ -270,7 +277,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
 		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
-		GitGuard: self, TaskWrapper: self,
+		GitGuard: self, TaskWrapper: self, ConfineHelper: self, ConfineCommands: *rf.confine,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
 		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,
 		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax, BashMaxLines: *rf.bashLines, BashMaxBytes: *rf.bashBytes,

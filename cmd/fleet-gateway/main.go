@@ -41,6 +41,11 @@ func main() {
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
 	}
+	// Its commands start through it, kept out of the agent's state and
+	// the gateway's data directory.
+	if code, ok := agent.RunConfined(os.Args); ok {
+		os.Exit(code)
+	}
 	// On Windows it also wraps background tasks, recording their exit
 	// status when they end.
 	if code, ok := agent.RunTaskWrapper(os.Args); ok {
@@ -478,12 +483,13 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
 	return agent.New(agent.Config{
-		GitGuard:    self,
-		TaskWrapper: self,
-		Servers:     id.Enrolment.NATSURLs,
-		Name:        o.agentName,
-		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		GitGuard:      self,
+		TaskWrapper:   self,
+		ConfineHelper: self,
+		Servers:       id.Enrolment.NATSURLs,
+		Name:          o.agentName,
+		Credentials:   agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		GatewayKeys:   id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		StateDir:  stateDir,
 		StateLock: lock,
 		// The agent's tools must not reach the gateway's state and

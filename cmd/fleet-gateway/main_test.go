@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/agent/confine"
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -561,6 +562,15 @@ func TestDevAgentKeepsOffGatewayData(t *testing.T) {
 		res := callTool(tc.tool, tc.args)
 		if !res.IsError || !strings.Contains(resultText(res), "denied") {
 			t.Errorf("%s %v: %q; want it denied", tc.tool, tc.args, resultText(res))
+		}
+	}
+	// Where the kernel can confine them, the agent's commands cannot
+	// read the gateway's keys either, by any path.
+	if abi, _ := confine.ABI(); abi > 0 {
+		for _, cmd := range []string{"cat " + creds, "cat " + caKey, "cat " + filepath.Join(links, "creds-link"), "cat " + filepath.Join(links, "data-link", "tls", "ca.key")} {
+			if out := resultText(callTool("bash", map[string]any{"command": cmd})); strings.Contains(out, seed) || strings.Contains(out, caLine) || !strings.Contains(out, "Permission denied") {
+				t.Errorf("bash %s: %q", cmd, out)
+			}
 		}
 	}
 	// A search of a tree holding the links finds nothing through them.
