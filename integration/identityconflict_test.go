@@ -23,46 +23,28 @@ import (
 // none), audits the event and counts it; revoking the host clears the
 // conflict and throws the copy out.
 func TestCopiedIdentityIsAConflict(t *testing.T) {
-	env := NewEnv(t, Options{Agents: []string{}, Gateway: func(c *gateway.Config) {
-		c.Metrics = true
-		c.MetricsListen = "127.0.0.1:0"
-	}})
+	for _, external := range []bool{false, true} {
+		name := "embedded"
+		if external {
+			name = "external cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			copiedIdentity(t, NewEnv(t, Options{Agents: []string{}, ExternalNATS: external, Gateway: func(c *gateway.Config) {
+				c.Metrics = true
+				c.MetricsListen = "127.0.0.1:0"
+			}}))
+		})
+	}
+}
+
+func copiedIdentity(t *testing.T, env *Env) {
 	env.StartAgentProcess("victim")
 	env.WaitHost("victim", true)
 	cs := env.Client("2025-11-25", nil)
 	mustOK(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo before"}))
 
-	// What a thief takes: the files in the agent's state directory.
-	store := identity.Open(filepath.Join(env.AgentDir("victim"), ".state"))
-	seed, err := os.ReadFile(filepath.Join(store.Dir(), identity.KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := os.ReadFile(filepath.Join(store.Dir(), identity.JWTFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	enrolment, err := store.LoadEnrolment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []nats.Option{nats.UserJWTAndSeed(strings.TrimSpace(string(token)), strings.TrimSpace(string(seed))),
-		nats.CustomInboxPrefix(protocol.AgentInboxPrefix("victim")), nats.MaxReconnects(0)}
-	if enrolment.NATSCA != "" {
-		opts = append(opts, agentTLS([]byte(enrolment.NATSCA)))
-	}
-	rogue, err := nats.Connect(enrolment.NATSURLs[0], opts...)
-	if err != nil {
-		t.Fatalf("the copied credential does not connect: %v", err)
-	}
-	defer rogue.Close()
 	var stolen atomic.Int64
-	if _, err := rogue.Subscribe(protocol.CallSubject("victim"), func(*nats.Msg) { stolen.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := rogue.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	rogue := copyIdentity(t, env, "victim", &stolen)
 	connected := time.Now()
 
 	waitFor(t, 5*time.Second, "hosts to show victim in conflict", func() bool {
@@ -106,6 +88,64 @@ func TestCopiedIdentityIsAConflict(t *testing.T) {
 	if !strings.Contains(out, "victim\trevoked\t") || strings.Contains(out, "conflict") {
 		t.Errorf("hosts after the revocation:\n%s", out)
 	}
+}
+
+// copyIdentity connects with the seed and credential in host's agent
+// state directory, as a thief who copied them would, subscribes to the
+// host's calls (counting them in stolen) and never announces.
+func copyIdentity(t *testing.T, env *Env, host string, stolen *atomic.Int64) *nats.Conn {
+	t.Helper()
+	// What a thief takes: the files in the agent's state directory.
+	store := identity.Open(filepath.Join(env.AgentDir(host), ".state"))
+	seed, err := os.ReadFile(filepath.Join(store.Dir(), identity.KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(filepath.Join(store.Dir(), identity.JWTFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrolment, err := store.LoadEnrolment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []nats.Option{nats.UserJWTAndSeed(strings.TrimSpace(string(token)), strings.TrimSpace(string(seed))),
+		nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)), nats.MaxReconnects(0)}
+	if enrolment.NATSCA != "" {
+		opts = append(opts, agentTLS([]byte(enrolment.NATSCA)))
+	}
+	rogue, err := nats.Connect(enrolment.NATSURLs[0], opts...)
+	if err != nil {
+		t.Fatalf("the copied credential does not connect: %v", err)
+	}
+	t.Cleanup(rogue.Close)
+	if _, err := rogue.Subscribe(protocol.CallSubject(host), func(*nats.Msg) { stolen.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return rogue
+}
+
+// TestCopyConnectedBeforeGatewayStarts: a copy already connected when a
+// gateway starts (no connect event will tell of it) is found by the
+// servers' connection list.
+func TestCopyConnectedBeforeGatewayStarts(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}, ExternalNATS: true})
+	env.StartAgentProcess("early")
+	env.WaitHost("early", true)
+	var stolen atomic.Int64
+	copyIdentity(t, env, "early", &stolen)
+	env.RestartGateway()
+	started := time.Now()
+	waitFor(t, 10*time.Second, "the restarted gateway to find the copy", func() bool {
+		h, ok := env.Gateway.Host("early")
+		return ok && h.IdentityConflict
+	})
+	t.Logf("found %s after the gateway restarted", time.Since(started).Round(time.Millisecond))
+	cs := env.Client("2025-11-25", nil)
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "early", "command": "echo secret"}), "live NATS connections use this host's identity")
 }
 
 // TestAgentRestartIsNoConflict: an agent killed and started again on
