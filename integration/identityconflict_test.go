@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,5 +176,63 @@ func TestAgentRestartIsNoConflict(t *testing.T) {
 	}
 	if got := scrape(t, env.Gateway.MetricsURL())["fleet_identity_conflicts_total"]; got != 0 {
 		t.Errorf("fleet_identity_conflicts_total = %v, want 0", got)
+	}
+}
+
+// TestCopiedIdentityInACluster: on a cluster of gateways, the agent on
+// one node and a copy of its identity on another are a conflict that
+// every gateway finds within 5 s (the servers' events and connection
+// lists span the cluster); revoking through one clears it on all.
+func TestCopiedIdentityInACluster(t *testing.T) {
+	c := startGatewayCluster(t, 3, nil)
+	creds, seed, err := enrolKey(t, c.gw(0), "split")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(url string) *nats.Conn {
+		opts := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix("split")), nats.MaxReconnects(0)}
+		if len(creds.CAPEM) > 0 {
+			opts = append(opts, agentTLS(creds.CAPEM))
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	agent := dial(c.gw(0).NATSURL())
+	hello, _ := json.Marshal(protocol.Announce{Host: "split", Instance: "i-1", Protocol: protocol.Version, HeartbeatMS: 1000, OS: "linux"})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // heartbeats, as the agent sends them
+		for {
+			_ = agent.Publish(protocol.PresenceSubject("split"), hello)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	for i := range 3 {
+		waitFor(t, 20*time.Second, fmt.Sprintf("split listed at gateway %d", i+1), func() bool { _, ok := c.gw(i).Host("split"); return ok })
+	}
+	dial(c.gw(2).NATSURL()) // the copy, on another node
+	connected := time.Now()
+	for i := range 3 {
+		waitFor(t, 5*time.Second-time.Since(connected), fmt.Sprintf("gateway %d to find the conflict", i+1), func() bool {
+			h, _ := c.gw(i).Host("split")
+			return h.IdentityConflict
+		})
+	}
+	if err := c.gw(1).RevokeAgent(t.Context(), "split", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		waitFor(t, 5*time.Second, fmt.Sprintf("gateway %d to clear the conflict", i+1), func() bool {
+			h, _ := c.gw(i).Host("split")
+			return !h.IdentityConflict && h.Revoked
+		})
 	}
 }
