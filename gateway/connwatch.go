@@ -73,7 +73,9 @@ const (
 	connzWait  = 2 * time.Second
 	connzQuiet = 300 * time.Millisecond
 	// connzPage is the connections asked of each server at once.
-	connzPage = 1024
+	// 256 connections with their JWTs keep an answer well under
+	// max_payload (1 MiB).
+	connzPage = 256
 	// defaultAgentHeartbeat is an agent's heartbeat when the gateway
 	// has not heard its own yet.
 	defaultAgentHeartbeat = 5 * time.Second
@@ -166,6 +168,8 @@ type connWatch struct {
 	seen map[connID]time.Time
 	wake chan struct{}
 	subs []*nats.Subscription
+	// page is the connections asked of each server at once (connzPage).
+	page int
 }
 
 func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.Conn) *connWatch {
@@ -174,7 +178,7 @@ func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.
 		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
 		found:       func(string, []natsConn) {},
 		standing:    func(string) bool { return false },
-		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1)}
+		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage}
 }
 
 // subscribe starts hearing the servers' connect and disconnect events.
@@ -405,8 +409,8 @@ type connzReply struct {
 // user only, when set), page by page.
 func (w *connWatch) connz(ctx context.Context, user string) ([]natsConn, error) {
 	var out []natsConn
-	for offset := 0; ; offset += connzPage {
-		replies, err := w.connzRound(ctx, server.ConnzOptions{Username: true, User: user, Offset: offset, Limit: connzPage})
+	for offset := 0; ; offset += w.page {
+		replies, err := w.connzRound(ctx, server.ConnzOptions{Username: true, User: user, Offset: offset, Limit: w.page})
 		if err != nil {
 			return nil, err
 		}
