@@ -49,8 +49,11 @@ import (
 // moved network leaves its old link open on the server until the
 // server's pings fail (minutes with the default ping interval), while
 // its new link carries its heartbeats: so an older connection from which
-// the server has had no activity for longer than two of the host's
-// heartbeats is taken for a dead link and excused — for up to
+// the server has received nothing for longer than two of the host's
+// heartbeats (by its idle time, and by its count of received messages
+// standing still across connz answers, since calls delivered to a dead
+// link reset its idle time) is taken for a dead link and excused — for
+// up to
 // connStaleBound, by when a server would have closed a dead link; a
 // connection still there after that answers the server's pings and is
 // alive. The newest connection is never excused: a copy that connects
@@ -94,6 +97,26 @@ type natsConn struct {
 	last time.Time
 	seen time.Time
 	host string
+	// in counts the messages the server received on it, as the last
+	// connz said (sampled: whether connz said it), and inSince is when
+	// this gateway first saw that count: it stood still since then.
+	in      int64
+	sampled bool
+	inSince time.Time
+}
+
+// quiet returns how long, at now, nothing is known to have come from c:
+// the longer of the server's idle time (which deliveries to it reset
+// too) and how long its count of received messages stood still.
+func (c *natsConn) quiet(now time.Time) time.Duration {
+	var q time.Duration
+	if !c.last.IsZero() {
+		q = now.Sub(c.last)
+	}
+	if !c.inSince.IsZero() {
+		q = max(q, now.Sub(c.inSince))
+	}
+	return q
 }
 
 type connID struct {
@@ -127,8 +150,8 @@ func judge(conns []natsConn, now time.Time, grace, silent, staleBound time.Durat
 			again = true
 			continue
 		}
-		if i != newest && !c.last.IsZero() {
-			if idle := now.Sub(c.last); idle > silent && idle <= staleBound {
+		if i != newest {
+			if q := c.quiet(now); q > silent && q <= staleBound {
 				again = true
 				continue
 			}
@@ -270,8 +293,14 @@ func (w *connWatch) add(c natsConn) int {
 		w.seen[id] = seen
 	}
 	c.seen = seen
-	if old := conns[id]; old != nil && c.last.IsZero() {
-		c.last = old.last
+	old := conns[id]
+	switch {
+	case !c.sampled && old != nil: // an event: connz knows more
+		c.last, c.in, c.sampled, c.inSince = old.last, old.in, old.sampled, old.inSince
+	case c.sampled && old != nil && old.sampled && old.in == c.in:
+		c.inSince = old.inSince
+	case c.sampled:
+		c.inSince = w.now()
 	}
 	conns[id] = &c
 	return len(conns)
@@ -442,7 +471,8 @@ func (w *connWatch) agentConns(z *server.Connz) []natsConn {
 		if !ok {
 			continue
 		}
-		out = append(out, natsConn{Server: z.ID, CID: ci.Cid, User: ci.AuthorizedUser, IP: ci.IP, Start: ci.Start, last: ci.LastActivity, host: host})
+		out = append(out, natsConn{Server: z.ID, CID: ci.Cid, User: ci.AuthorizedUser, IP: ci.IP, Start: ci.Start, last: ci.LastActivity, host: host,
+			in: ci.InMsgs, sampled: true})
 	}
 	return out
 }

@@ -42,6 +42,16 @@ func TestJudge(t *testing.T) {
 		{"a moved agent's dead link is excused", []natsConn{conn(1, time.Hour, time.Hour, 20*time.Second), conn(2, 5*time.Second, 5*time.Second, time.Second)}, nil, true},
 		{"a dead link past the stale bound answers pings: alive", []natsConn{conn(1, time.Hour, time.Hour, 3*time.Minute), conn(2, 5*time.Second, 5*time.Second, time.Second)}, []uint64{1, 2}, false},
 		{"activity unknown (events only) excuses nothing", []natsConn{conn(1, time.Hour, time.Hour, -1), conn(2, 5*time.Second, 5*time.Second, -1)}, []uint64{1, 2}, false},
+		{"calls delivered to a dead link: its received count stood still", []natsConn{func() natsConn {
+			c := conn(1, time.Hour, time.Hour, time.Second)
+			c.sampled, c.inSince = true, now.Add(-30*time.Second)
+			return c
+		}(), conn(2, 5*time.Second, 5*time.Second, time.Second)}, nil, true},
+		{"a live agent's received count moves", []natsConn{func() natsConn {
+			c := conn(1, time.Hour, time.Hour, time.Second)
+			c.sampled, c.inSince = true, now.Add(-time.Second)
+			return c
+		}(), conn(2, 5*time.Second, 5*time.Second, time.Second)}, []uint64{1, 2}, false},
 		{"three: one dead link, two live", []natsConn{conn(1, time.Hour, time.Hour, 30*time.Second), conn(2, time.Minute, time.Minute, time.Second), conn(3, 5*time.Second, 5*time.Second, 0)}, []uint64{2, 3}, false},
 	}
 	for _, tt := range tests {
@@ -253,4 +263,30 @@ func FuzzConnEvent(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestConnWatchReceivedCount: a connection's received count standing
+// still across connz answers dates its quiet from the first answer with
+// that count; a moving count, or none known (events only), does not.
+func TestConnWatchReceivedCount(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	w := newConnWatch(nil, "AFLEET", "ASIGNER", nil, nil)
+	w.now = func() time.Time { return now }
+	c := natsConn{Server: "S", CID: 1, User: "UKEY", host: "h", last: now, in: 7, sampled: true}
+	w.add(c)
+	now = now.Add(20 * time.Second)
+	c.last = now // a call delivered to it
+	w.add(c)
+	if q := w.byHost["h"][c.id()].quiet(now); q != 20*time.Second {
+		t.Errorf("count still for 20 s: quiet %s", q)
+	}
+	w.add(natsConn{Server: "S", CID: 1, User: "UKEY", host: "h"}) // an event keeps what connz knew
+	if q := w.byHost["h"][c.id()].quiet(now); q != 20*time.Second {
+		t.Errorf("after an event: quiet %s", q)
+	}
+	c.in = 8
+	w.add(c)
+	if q := w.byHost["h"][c.id()].quiet(now); q != 0 {
+		t.Errorf("count moved: quiet %s", q)
+	}
 }
