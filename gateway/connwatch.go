@@ -54,9 +54,12 @@ import (
 // standing still across connz answers, since calls delivered to a dead
 // link reset its idle time) is taken for a dead link and excused — for
 // up to
-// connStaleBound, by when a server would have closed a dead link; a
+// the time a server takes to close a dead link; a
 // connection still there after that answers the server's pings and is
-// alive. The newest connection is never excused: a copy that connects
+// alive. That bound is read from the servers (varz: their ping interval
+// and unanswered pings allowed), so it follows an operator's settings:
+// 6 minutes with nats-server's defaults. The newest connection is never
+// excused: a copy that connects
 // beside a live agent is judged on the agent's activity, which its
 // heartbeats keep recent.
 
@@ -64,8 +67,10 @@ const (
 	// connGrace is how long two connections on one identity must both
 	// have been open before they are judged.
 	connGrace = 3 * time.Second
-	// connStaleBound is how long a silent older connection is excused.
-	connStaleBound = 2 * time.Minute
+	// connStaleSlack is added to the time a server takes to close a dead
+	// link (staleBoundOf) before a silent older connection stops being
+	// excused.
+	connStaleSlack = 15 * time.Second
 	// connzEvery is the period of the full connz reconcile.
 	connzEvery = 30 * time.Second
 	// connCheckEvery is how often hosts with two connections are looked
@@ -193,6 +198,41 @@ type connWatch struct {
 	subs []*nats.Subscription
 	// page is the connections asked of each server at once (connzPage).
 	page int
+	// staleBound is how long a silent older connection is excused (see
+	// staleBoundOf); guarded by mu.
+	staleBound time.Duration
+}
+
+// staleBoundOf is how long after the last message it received a server
+// closes a dead link: it pings a connection that sent nothing for its
+// ping interval, at each tick of it, and closes the connection at the
+// tick that finds maxOut pings unanswered; plus connStaleSlack.
+func staleBoundOf(ping time.Duration, maxOut int) time.Duration {
+	return time.Duration(maxOut+1)*ping + connStaleSlack
+}
+
+// refreshStaleBound reads the servers' ping settings, keeping the longest
+// bound any server gives.
+func (w *connWatch) refreshStaleBound(ctx context.Context) {
+	msgs, err := gather(ctx, w.sys, "$SYS.REQ.SERVER.PING.VARZ", nil)
+	if err != nil {
+		w.log.Debug("cannot read the servers' ping settings", "err", err)
+		return
+	}
+	bound := time.Duration(0)
+	for _, m := range msgs {
+		var r struct {
+			Data *server.Varz `json:"data"`
+		}
+		if json.Unmarshal(m.Data, &r) == nil && r.Data != nil && r.Data.PingInterval > 0 {
+			bound = max(bound, staleBoundOf(r.Data.PingInterval, r.Data.MaxPingsOut))
+		}
+	}
+	if bound > 0 {
+		w.mu.Lock()
+		w.staleBound = bound
+		w.mu.Unlock()
+	}
 }
 
 func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.Conn) *connWatch {
@@ -201,7 +241,8 @@ func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.
 		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
 		found:       func(string, []natsConn) {},
 		standing:    func(string) bool { return false },
-		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage}
+		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
+		staleBound: staleBoundOf(server.DEFAULT_PING_INTERVAL, server.DEFAULT_PING_MAX_OUT)}
 }
 
 // subscribe starts hearing the servers' connect and disconnect events.
@@ -338,6 +379,7 @@ func (w *connWatch) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-full.C:
+			w.refreshStaleBound(ctx)
 			if err := w.reconcile(ctx, ""); err != nil && ctx.Err() == nil {
 				w.log.Warn("cannot list the fleet's NATS connections; two connections on one host's identity are seen from the servers' events only until it works", "err", err)
 			}
@@ -389,8 +431,9 @@ func (w *connWatch) check(ctx context.Context, host string) {
 	for _, c := range w.byHost[host] {
 		conns = append(conns, *c)
 	}
+	stale := w.staleBound
 	w.mu.Unlock()
-	counted, _ := judge(conns, w.now(), connGrace, w.silentAfter(host), connStaleBound)
+	counted, _ := judge(conns, w.now(), connGrace, w.silentAfter(host), stale)
 	if len(counted) >= 2 {
 		slices.SortFunc(counted, func(a, b natsConn) int { return a.Start.Compare(b.Start) })
 		w.found(host, counted)
@@ -477,43 +520,55 @@ func (w *connWatch) agentConns(z *server.Connz) []natsConn {
 	return out
 }
 
-// connzRound sends one connz request to every server and collects the
-// answers until none came for connzQuiet (or connzWait is over).
+// connzRound sends one connz request to every server and decodes the
+// answers.
 func (w *connWatch) connzRound(ctx context.Context, opts server.ConnzOptions) ([]connzReply, error) {
 	body, err := json.Marshal(server.ConnzEventOptions{ConnzOptions: opts})
 	if err != nil {
 		return nil, err
 	}
-	inbox := w.nc.NewRespInbox()
-	sub, err := w.nc.SubscribeSync(inbox)
+	msgs, err := gather(ctx, w.nc, "$SYS.REQ.ACCOUNT.PING.CONNZ", body)
 	if err != nil {
 		return nil, fmt.Errorf("connz: %w", err)
 	}
+	out := make([]connzReply, len(msgs))
+	for i, m := range msgs {
+		if err := json.Unmarshal(m.Data, &out[i]); err != nil {
+			return nil, fmt.Errorf("connz: unreadable answer %.200q: %w", m.Data, err)
+		}
+	}
+	return out, nil
+}
+
+// gather sends a request every server answers, and collects the answers
+// until none came for connzQuiet (or connzWait is over).
+func gather(ctx context.Context, nc *nats.Conn, subject string, body []byte) ([]*nats.Msg, error) {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := w.nc.PublishRequest("$SYS.REQ.ACCOUNT.PING.CONNZ", inbox, body); err != nil {
-		return nil, fmt.Errorf("connz: %w", err)
+	if err := nc.PublishRequest(subject, inbox, body); err != nil {
+		return nil, err
 	}
 	deadline := time.Now().Add(connzWait)
-	var out []connzReply
+	var out []*nats.Msg
 	wait := connzWait
 	for {
 		rctx, cancel := context.WithTimeout(ctx, min(wait, time.Until(deadline)))
 		m, err := sub.NextMsgWithContext(rctx)
 		cancel()
 		if err != nil {
-			if len(out) == 0 {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, fmt.Errorf("connz: no NATS server answered within %s", connzWait)
+			if len(out) > 0 {
+				return out, nil
 			}
-			return out, nil
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("no NATS server answered %s within %s", subject, connzWait)
 		}
-		var r connzReply
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return nil, fmt.Errorf("connz: unreadable answer %.200q: %w", m.Data, err)
-		}
-		out = append(out, r)
+		out = append(out, m)
 		wait = connzQuiet
 	}
 }

@@ -290,3 +290,17 @@ func TestConnWatchReceivedCount(t *testing.T) {
 		t.Errorf("count moved: quiet %s", q)
 	}
 }
+
+// TestConnWatchStaleBound: a silent older connection is excused for as
+// long as the servers take to close a dead link, read from their ping
+// settings.
+func TestConnWatchStaleBound(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
+	w.staleBound = 0
+	w.refreshStaleBound(t.Context())
+	// nats-server's defaults: a ping every 2 minutes, 2 unanswered.
+	if want := 6*time.Minute + connStaleSlack; w.staleBound != want {
+		t.Errorf("stale bound %s, want %s", w.staleBound, want)
+	}
+}
