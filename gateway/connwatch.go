@@ -80,6 +80,9 @@ const (
 	// server has answered for that long.
 	connzWait  = 2 * time.Second
 	connzQuiet = 300 * time.Millisecond
+	// connCheckMany is the number of hosts to look at beyond which one
+	// list of the account replaces the lists of each host's keys.
+	connCheckMany = 8
 	// connzPage is the connections asked of each server at once.
 	// 256 connections with their JWTs keep an answer well under
 	// max_payload (1 MiB).
@@ -277,7 +280,6 @@ type connEvent struct {
 // onEvent records a connect or disconnect (on the subscription's
 // goroutine: it only updates the map and wakes the loop).
 func (w *connWatch) onEvent(m *nats.Msg) {
-
 	var ev connEvent
 	if err := json.Unmarshal(m.Data, &ev); err != nil {
 		return
@@ -403,16 +405,26 @@ func (w *connWatch) checkAll(ctx context.Context) {
 		}
 	}
 	w.mu.Unlock()
+	// Many at once (a node died: its connections' disconnects never
+	// come, and its agents reconnected elsewhere) cost one list of the
+	// account rather than one of each key.
+	many := len(hosts) > connCheckMany
+	if many {
+		if err := w.reconcile(ctx, ""); err != nil {
+			w.log.Debug("connz failed", "err", err)
+		}
+	}
 	for _, h := range hosts {
 		if ctx.Err() != nil {
 			return
 		}
-		w.check(ctx, h)
+		w.check(ctx, h, !many)
 	}
 }
 
-// check judges host's connections on what connz says of its keys now.
-func (w *connWatch) check(ctx context.Context, host string) {
+// check judges host's connections, on what connz says of its keys now
+// when refresh is set.
+func (w *connWatch) check(ctx context.Context, host string, refresh bool) {
 	w.mu.Lock()
 	users := map[string]bool{}
 	for _, c := range w.byHost[host] {
@@ -420,6 +432,9 @@ func (w *connWatch) check(ctx context.Context, host string) {
 	}
 	w.mu.Unlock()
 	for u := range users {
+		if !refresh {
+			break
+		}
 		if err := w.reconcile(ctx, u); err != nil {
 			// The events' view is judged alone; last activity is then
 			// unknown, which excuses nothing.

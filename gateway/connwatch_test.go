@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -303,4 +304,60 @@ func TestConnWatchStaleBound(t *testing.T) {
 	if want := 6*time.Minute + connStaleSlack; w.staleBound != want {
 		t.Errorf("stale bound %s, want %s", w.staleBound, want)
 	}
+}
+
+// TestConnWatchNodeDied: when a node dies its connections' disconnects
+// never come, and its agents reconnect elsewhere: every host then seems
+// to have two connections. One list of the account settles them all,
+// and none is a conflict.
+func TestConnWatchNodeDied(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
+	w.hostOf = gw.agentIndex.keyHost
+	var found []string
+	w.found = func(host string, _ []natsConn) { found = append(found, host) }
+	long := time.Now().Add(-time.Hour)
+	for i := range connCheckMany + 2 {
+		host := fmt.Sprintf("moved-%d", i)
+		kp, creds := enrolLocalAgent(t, gw, host)
+		connectAs(t, gw, host, kp, creds)
+		pub, _ := kp.PublicKey()
+		w.mu.Lock()
+		w.seen[connID{"dead-node", uint64(i)}] = long
+		w.add(natsConn{Server: "dead-node", CID: uint64(i), User: pub, Start: long, host: host})
+		w.mu.Unlock()
+	}
+	if err := w.reconcile(t.Context(), ""); err != nil { // the new connections, as the events brought them
+		t.Fatal(err)
+	}
+	// Phantoms from before the list are gone already; put them back as
+	// if their node's connections were heard after it.
+	for i := range connCheckMany + 2 {
+		host := fmt.Sprintf("moved-%d", i)
+		w.mu.Lock()
+		for _, c := range w.byHost[host] {
+			c.seen = long
+		}
+		w.seen[connID{"dead-node", uint64(i)}] = long
+		w.add(natsConn{Server: "dead-node", CID: uint64(i), User: w.anyUser(host), Start: long, host: host})
+		w.mu.Unlock()
+	}
+	w.checkAll(t.Context())
+	if len(found) > 0 {
+		t.Errorf("conflicts found for %v", found)
+	}
+	for i := range connCheckMany + 2 {
+		if n := len(w.byHost[fmt.Sprintf("moved-%d", i)]); n != 1 {
+			t.Errorf("moved-%d has %d connections, want 1", i, n)
+		}
+	}
+}
+
+// anyUser returns the key of one of host's connections. The caller
+// holds w.mu.
+func (w *connWatch) anyUser(host string) string {
+	for _, c := range w.byHost[host] {
+		return c.User
+	}
+	return ""
 }
