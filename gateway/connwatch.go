@@ -52,16 +52,16 @@ import (
 // the server has received nothing for longer than two of the host's
 // heartbeats (by its idle time, and by its count of received messages
 // standing still across connz answers, since calls delivered to a dead
-// link reset its idle time) is taken for a dead link and excused — for
-// up to
-// the time a server takes to close a dead link; a
-// connection still there after that answers the server's pings and is
-// alive. That bound is read from the servers (varz: their ping interval
-// and unanswered pings allowed), so it follows an operator's settings:
-// 6 minutes with nats-server's defaults. The newest connection is never
-// excused: a copy that connects
-// beside a live agent is judged on the agent's activity, which its
-// heartbeats keep recent.
+// link reset its idle time) is taken for a dead link and excused, for as
+// long as a server takes to close a dead link; a connection still there
+// after that answers the server's pings and is alive. That bound is read
+// from the servers (varz: their ping interval and unanswered pings
+// allowed), so it follows an operator's settings: 6 minutes with
+// nats-server's defaults. The newest connection is never excused: a copy
+// that connects beside a live agent is judged on the agent's activity,
+// which its heartbeats keep recent. The price: a copy that connected
+// first and keeps silent is found only after that bound once the agent
+// restarts beside it.
 
 const (
 	// connGrace is how long two connections on one identity must both
