@@ -103,6 +103,9 @@ type Gateway struct {
 	rates rateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
 	agentLogs *logLimiter
+	// identityConflictCount counts the identity conflicts found
+	// (connwatch.go).
+	identityConflictCount atomic.Int64
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 	// tracing makes the spans of calls (nil: off).
@@ -565,7 +568,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	lctx, stop := context.WithCancel(context.Background())
 	g.stopLoops = stop
 	g.loops.Go(func() { g.revocationLoop(lctx) })
-	return nil
+	return g.watchConnections(lctx)
 }
 
 func (g *Gateway) stopNATS() {

@@ -56,6 +56,12 @@ func newMetrics(g *Gateway) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_write_failures_total", Help: "Audit records the stream or the audit file did not take (each is logged in full instead).",
 		}, func() float64 { return float64(g.audit.failures.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fleet_identity_conflicts_total", Help: "Times two live NATS connections were found on one host's identity (the host is refused until an operator revokes or re-enrols it).",
+		}, func() float64 { return float64(g.identityConflictCount.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fleet_hosts_identity_conflict", Help: "Hosts refused now for two live NATS connections on their identity.",
+		}, func() float64 { return float64(g.reg.identityConflicts()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_nats_connected", Help: "1 while the gateway's NATS connection is up.",
 		}, func() float64 { return boolFloat(g.nc.IsConnected()) }),

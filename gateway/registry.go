@@ -42,8 +42,12 @@ type HostInfo struct {
 	// connect, and calls to it are refused.
 	Revoked bool `json:"revoked,omitempty"`
 	// Conflict is set when more than one agent process currently announces
-	// this host name; calls to it are refused until only one is left.
-	Conflict string `json:"conflict,omitempty"`
+	// this host name, calls to it being refused until only one is left;
+	// or when two live NATS connections used the host's identity
+	// (IdentityConflict, connwatch.go), calls being refused until an
+	// operator revokes the host or re-enrols it with --replace.
+	Conflict         string `json:"conflict,omitempty"`
+	IdentityConflict bool   `json:"identity_conflict,omitempty"`
 }
 
 // clone returns a copy that shares no maps or slices with h.
@@ -149,9 +153,13 @@ type registry struct {
 	// block).
 	heardKeys func(host string, trusted []string)
 
-	mu      sync.RWMutex
-	hosts   map[string]*hostEntry
-	strings interner
+	mu    sync.RWMutex
+	hosts map[string]*hostEntry
+	// idConflicts are the identity conflicts found (connwatch.go), by
+	// host; one stands while its key is the host's enrolled key and the
+	// host is not revoked (see standing).
+	idConflicts map[string]identityConflict
+	strings     interner
 	// bytes is the estimated memory of the hosts' entries beyond the
 	// interned strings (see entryCost).
 	bytes int64
@@ -170,7 +178,7 @@ const logEvery = time.Minute
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, agents *agentIndex) *registry {
 	return &registry{log: log, agents: agents, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
 		rejects: newLogLimiter(logEvery, 1), events: newLogLimiter(logEvery, 10),
-		hosts: make(map[string]*hostEntry), strings: interner{m: make(map[string]*internRef)}}
+		hosts: make(map[string]*hostEntry), idConflicts: make(map[string]identityConflict), strings: interner{m: make(map[string]*internRef)}}
 }
 
 func (r *registry) notify() {
@@ -552,6 +560,10 @@ func (r *registry) view(host string, e *hostEntry, now time.Time) HostInfo {
 	if len(live) > 1 {
 		c.Conflict = "agent instances " + strings.Join(live, ", ") + " all announce this name"
 	}
+	if ic, ok := r.standing(host); ok {
+		// The stronger claim: it outlasts the connections that made it.
+		c.Conflict, c.IdentityConflict = ic.detail, true
+	}
 	return c
 }
 
@@ -686,4 +698,73 @@ func stringFields(a *protocol.Announce, f func(*string)) {
 		f(&sk.Path)
 		f(&sk.Problem)
 	}
+}
+
+// identityConflict is two live NATS connections found on one host's
+// identity (connwatch.go). Unlike two processes announcing one name, it
+// does not end when a connection goes: whoever holds the copy can come
+// back at will, so it stands until an operator acts. Revoking the host
+// (its record turns revoked) or re-enrolling it with --replace (its
+// record gets another key, the old one revoked) ends it; the registry
+// reads both from the agent records, so every replica clears it when the
+// records change, whichever replica the operator used.
+type identityConflict struct {
+	key    string
+	detail string
+	since  time.Time
+}
+
+// markIdentityConflict records a conflict on host's identity key and
+// reports whether it is new (none stood for that key already).
+func (r *registry) markIdentityConflict(host, key, detail string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for h := range r.idConflicts {
+		if _, ok := r.standing(h); !ok {
+			delete(r.idConflicts, h) // cleared by an operator since
+		}
+	}
+	if old, ok := r.standing(host); ok && old.key == key {
+		return false
+	}
+	r.idConflicts[host] = identityConflict{key: key, detail: detail, since: r.now()}
+	return true
+}
+
+// standing returns host's identity conflict while it stands: its key is
+// still the one the host is enrolled with, and the host is not revoked.
+// The caller holds r.mu.
+func (r *registry) standing(host string) (identityConflict, bool) {
+	ic, ok := r.idConflicts[host]
+	if !ok {
+		return ic, false
+	}
+	if r.agents != nil {
+		if rec, ok := r.agents.record(host); ok && (rec.Revoked() || rec.PublicKey != ic.key) {
+			return ic, false
+		}
+	}
+	return ic, true
+}
+
+// identityConflicted reports whether host has a standing identity
+// conflict.
+func (r *registry) identityConflicted(host string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.standing(host)
+	return ok
+}
+
+// identityConflicts counts the standing identity conflicts.
+func (r *registry) identityConflicts() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for h := range r.idConflicts {
+		if _, ok := r.standing(h); ok {
+			n++
+		}
+	}
+	return n
 }

@@ -336,6 +336,9 @@ func (r *router) checkHost(host string) (HostInfo, error) {
 	if h.Revoked {
 		return h, &HostError{Host: host, Kind: HostRevoked, Msg: fmt.Sprintf("host %q was revoked: its agent may no longer join the fleet; call hosts to see which hosts are online", host)}
 	}
+	if h.IdentityConflict {
+		return h, &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine: %s", host, h.Conflict)}
+	}
 	if h.Conflict != "" {
 		return h, &HostError{Host: host, Kind: HostConflict, Msg: fmt.Sprintf("host %q is claimed by more than one machine (%s); calls are refused until each agent has its own --name", host, h.Conflict)}
 	}

@@ -115,6 +115,8 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		switch {
 		case h.Revoked:
 			state = "revoked"
+		case h.Conflict != "":
+			state = "conflict"
 		case !h.Online:
 			state = "offline"
 		}

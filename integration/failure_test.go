@@ -209,7 +209,9 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 }
 
 // TestDuplicateHostName: two machines announcing one name must not both run
-// every call; the gateway refuses calls to that name and says why.
+// every call; the gateway refuses calls to that name and says why. Two
+// agents can only share a name by sharing its enrolled identity, so the
+// conflict stands until an operator acts.
 func TestDuplicateHostName(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"twin"}})
 	second, err := agent.New(env.AgentConfig("twin"))
@@ -230,11 +232,25 @@ func TestDuplicateHostName(t *testing.T) {
 		t.Fatalf("hosts does not show the conflict:\n%s", hosts)
 	}
 
-	cancel() // the second agent leaves: the name is usable again
-	<-stopped
-	waitFor(t, 10*time.Second, "the conflict to clear", func() bool {
+	// Both agents use one enrolled identity (one key): the NATS servers
+	// show two live connections on it, which stays a conflict after the
+	// second leaves, until an operator revokes the host (or re-enrols it
+	// with --replace).
+	waitFor(t, 10*time.Second, "the identity conflict to be seen", func() bool {
 		h, _ := env.Gateway.Host("twin")
-		return h.Conflict == "" && h.Online
+		return h.IdentityConflict
 	})
-	mustOK(t, call(t, cs, "bash", map[string]any{"host": "twin", "command": "echo once"}))
+	cancel()
+	<-stopped
+	time.Sleep(time.Second)
+	if h, _ := env.Gateway.Host("twin"); !h.IdentityConflict || !h.Online {
+		t.Fatalf("after the second agent left: conflict %q (identity %v), online %v; want the conflict to stand", h.Conflict, h.IdentityConflict, h.Online)
+	}
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "twin", "command": "echo once"}), "claimed by more than one machine")
+	if err := env.Gateway.RevokeAgent(t.Context(), "twin", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := env.Gateway.Host("twin"); h.Conflict != "" || !h.Revoked {
+		t.Fatalf("after the revocation: conflict %q, revoked %v", h.Conflict, h.Revoked)
+	}
 }
