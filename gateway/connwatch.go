@@ -76,17 +76,13 @@ const (
 	// connCheckEvery is how often hosts with two connections are looked
 	// at again.
 	connCheckEvery = 500 * time.Millisecond
-	// connzWait bounds one connz round; connzQuiet ends it once no
+	// connzWait bounds one connz round; roundQuiet ends it once no
 	// server has answered for that long.
 	connzWait  = 2 * time.Second
-	connzQuiet = 300 * time.Millisecond
+	roundQuiet = 300 * time.Millisecond
 	// connCheckMany is the number of hosts to look at beyond which one
 	// list of the account replaces the lists of each host's keys.
 	connCheckMany = 8
-	// connzPage is the connections asked of each server at once.
-	// 256 connections with their JWTs keep an answer well under
-	// max_payload (1 MiB).
-	connzPage = 256
 	// defaultAgentHeartbeat is an agent's heartbeat when the gateway
 	// has not heard its own yet.
 	defaultAgentHeartbeat = 5 * time.Second
@@ -556,7 +552,7 @@ func (w *connWatch) connzRound(ctx context.Context, opts server.ConnzOptions) ([
 }
 
 // gather sends a request every server answers, and collects the answers
-// until none came for connzQuiet (or connzWait is over).
+// until none came for roundQuiet (or connzWait is over).
 func gather(ctx context.Context, nc *nats.Conn, subject string, body []byte) ([]*nats.Msg, error) {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -584,7 +580,7 @@ func gather(ctx context.Context, nc *nats.Conn, subject string, body []byte) ([]
 			return nil, fmt.Errorf("no NATS server answered %s within %s", subject, connzWait)
 		}
 		out = append(out, m)
-		wait = connzQuiet
+		wait = roundQuiet
 	}
 }
 
