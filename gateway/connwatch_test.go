@@ -300,8 +300,9 @@ func TestConnWatchStaleBound(t *testing.T) {
 	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
 	w.staleBound = 0
 	w.refreshStaleBound(t.Context())
-	// nats-server's defaults: a ping every 2 minutes, 2 unanswered.
-	if want := 6*time.Minute + connStaleSlack; w.staleBound != want {
+	// The embedded server pings every 20 s and closes a link after 2
+	// unanswered pings.
+	if want := 3*embeddedPingInterval + connStaleSlack; w.staleBound != want {
 		t.Errorf("stale bound %s, want %s", w.staleBound, want)
 	}
 }

@@ -19,6 +19,10 @@ import (
 // gateway, connected in process, gets its stores and revocations ready
 // first, then lets agents in (listenForAgents). A cluster node listens
 // from the start, as its routes need (cluster.go), with routeTLS on them.
+// embeddedPingInterval is how often the embedded server pings an idle
+// client.
+const embeddedPingInterval = 20 * time.Second
+
 func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf, routeTLS *tls.Config) (*server.Options, error) {
 	opts := &server.Options{
 		ServerName: "fleet-gateway",
@@ -39,6 +43,14 @@ func embeddedOptions(cfg *Config, auth *embeddedAccount, tlsConf, routeTLS *tls.
 		// server's work is lost and the client comes back to queue
 		// again. The first PING comes at the ping interval instead.
 		DisableShortFirstPing: true,
+		// A link that died without closing (a host that lost its
+		// network) is closed after MaxPingsOut unanswered pings. At
+		// nats-server's default (2 minutes) it stays six minutes, and
+		// for that long a silent copy of a host's credential beside it
+		// can pass for it (connwatch.go); at 20 s, about a minute, for
+		// one ping a connection every 20 s.
+		PingInterval: embeddedPingInterval,
+		MaxPingsOut:  server.DEFAULT_PING_MAX_OUT,
 	}
 	auth.configure(opts)
 	if cfg.NATSListen == "" {
