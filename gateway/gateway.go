@@ -103,6 +103,12 @@ type Gateway struct {
 	rates rateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
 	agentLogs *logLimiter
+	// bounds limits what one host can make the gateway do besides its
+	// calls: refusal reports, renewals (hostbounds.go). hostNC is the
+	// connection the gateway hears them on: a host that floods them
+	// queues nothing in front of the other hosts' replies on nc.
+	bounds *hostBounds
+	hostNC *nats.Conn
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 	// tracing makes the spans of calls (nil: off).
@@ -141,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
+	g.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
 	for _, w := range cfg.transportWarnings() {
 		g.log.Warn(w)
 	}
@@ -336,10 +343,13 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey); err != nil {
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey, g.bounds, g.hostNC); err != nil {
 		return err
 	}
 	if err := g.nc.Flush(); err != nil {
+		return fmt.Errorf("NATS: %w", err)
+	}
+	if err := g.hostNC.Flush(); err != nil {
 		return fmt.Errorf("NATS: %w", err)
 	}
 	// Ask every agent to announce itself now rather than at its next
@@ -360,6 +370,16 @@ func (g *Gateway) resolveReplicas() {
 }
 
 // natsOptions are the options of the gateway's own connection.
+// hostConnOptions are the options of the connection the gateway hears
+// hosts' refusal reports and renewal requests on (hostNC): those of its
+// main connection, under a name of its own, and without announcing
+// itself to the agents when it reconnects (the main connection does).
+func (g *Gateway) hostConnOptions() []nats.Option {
+	return append(g.natsOptions(), nats.Name("fleet-gateway host reports"), nats.ReconnectHandler(func(nc *nats.Conn) {
+		g.log.Info("NATS reconnected (host reports)", "url", nc.ConnectedUrlRedacted())
+	}))
+}
+
 func (g *Gateway) natsOptions() []nats.Option {
 	return append(reconnectOptions(),
 		nats.Name("fleet-gateway"),
@@ -448,6 +468,9 @@ func (g *Gateway) startEmbedded() error {
 	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
+	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
 	sysUser, err := localUser("fleet-gateway system", keys.system)
 	if err != nil {
 		return err
@@ -510,6 +533,9 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 	}
 	url := strings.Join(g.cfg.NATSURLs, ",")
 	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
+	}
+	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
 	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
@@ -590,6 +616,9 @@ func (g *Gateway) stopNATS() {
 	}
 	if g.nc != nil {
 		g.nc.Close()
+	}
+	if g.hostNC != nil {
+		g.hostNC.Close()
 	}
 	if g.sys != nil {
 		g.sys.Close()
