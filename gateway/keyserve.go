@@ -38,7 +38,9 @@ type agentServices struct {
 func (g *Gateway) startAgentServices() error {
 	s := &agentServices{}
 	var err error
-	if s.keys, err = g.nc.QueueSubscribe(protocol.KeysSubjectAll, keysQueue, g.serveKeys); err != nil {
+	// On the connection of host requests (renew.go): a host that floods
+	// them delays nothing on the main connection.
+	if s.keys, err = g.hostNC.QueueSubscribe(protocol.KeysSubjectAll, keysQueue, g.serveKeys); err != nil {
 		return fmt.Errorf("subscribe to key requests: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
