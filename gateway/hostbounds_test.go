@@ -274,3 +274,17 @@ func TestRenewalBounds(t *testing.T) {
 		t.Errorf("%d rate-limited renewals counted, want 4", n)
 	}
 }
+
+// A refusal record names the caller as the call's own record does.
+func TestAuditCallerOf(t *testing.T) {
+	for _, id := range []*Identity{
+		localIdentity(),
+		{Kind: KindAPIToken, Subject: "deploy"},
+		{Kind: KindOIDC, Issuer: "https://idp.example", Subject: "u-1", Email: "ada@example.com", ClientID: "cli", Groups: []string{"ops"}},
+	} {
+		want := AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		if got := auditCallerOf(id.Caller()); got != want {
+			t.Errorf("auditCallerOf(%+v) = %+v, want %+v", id.Caller(), got, want)
+		}
+	}
+}
