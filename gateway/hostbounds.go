@@ -25,10 +25,14 @@ import (
 // Bounds of one host's refusal reports. An agent sends a burst of 20,
 // then at most 10 a second (agent/callcheck.go), and a restarted agent
 // starts with a full burst again: 10 a second with a burst of 40 never
-// drops a real agent's report. A host that floods gets at most
-// 40 + 600 reports a minute past this bound, and only those about calls
-// this gateway sent it are recorded, each call's at most
-// maxRefusalRecordsPerCall times.
+// drops a real agent's report (only the two processes of a restart,
+// both reporting at full rate for more than a few seconds, could, and
+// what is dropped is counted). A host that floods gets at most 40 + 600
+// reports a minute past this bound, and only those about calls this
+// gateway sent it are recorded, each call's at most
+// maxRefusalRecordsPerCall times: with the summaries and the renewals,
+// under 1,000 records a minute however many calls it is sent. The rate
+// is what bounds the trail, so it stays at the agent's own.
 const (
 	reportBurst              = 40
 	reportPeriod             = 4 * time.Second
