@@ -370,17 +370,6 @@ func (g *Gateway) resolveReplicas() {
 }
 
 // natsOptions are the options of the gateway's own connection.
-// hostConnOptions are the options of the connection the gateway hears
-// hosts' refusal reports, renewal and key set requests on (hostNC):
-// those of its main connection, under a name of its own, and without
-// announcing itself to the agents when it reconnects (the main
-// connection does).
-func (g *Gateway) hostConnOptions() []nats.Option {
-	return append(g.natsOptions(), nats.Name("fleet-gateway host reports"), nats.ReconnectHandler(func(nc *nats.Conn) {
-		g.log.Info("NATS reconnected (host reports)", "url", nc.ConnectedUrlRedacted())
-	}))
-}
-
 func (g *Gateway) natsOptions() []nats.Option {
 	return append(reconnectOptions(),
 		nats.Name("fleet-gateway"),

@@ -10,6 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -236,4 +238,15 @@ func (b *hostBounds) takeUnsent() map[string]*unsentTally {
 		}
 	}
 	return out
+}
+
+// hostConnOptions are the options of the connection the gateway hears
+// hosts' refusal reports, renewal and key set requests on (hostNC):
+// those of its main connection, under a name of its own, and without
+// announcing itself to the agents when it reconnects (the main
+// connection does).
+func (g *Gateway) hostConnOptions() []nats.Option {
+	return append(g.natsOptions(), nats.Name("fleet-gateway host reports"), nats.ReconnectHandler(func(nc *nats.Conn) {
+		g.log.Info("NATS reconnected (host reports)", "url", nc.ConnectedUrlRedacted())
+	}))
 }
