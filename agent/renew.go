@@ -32,8 +32,14 @@ type Renewer interface {
 // Timing of renewals: a credential is renewed once less than a third of
 // its lifetime is left (ten days of the default thirty), checked at every
 // connect and about hourly; a refused or unanswered renewal is retried
-// with backoff from renewRetryMin up to renewRetryMax, so a gateway that
-// is down for a while is not asked by the whole fleet at once.
+// with backoff from renewRetryMin up to renewRetryMax (reconnects do not
+// hurry it), so a gateway that is down for a while is not asked by the
+// whole fleet at once. The gateway renews only past half the lifetime
+// (protocol.APITooEarly before) and a few times an hour per host
+// (protocol.APIRateLimited): a third left is a sixth of the lifetime
+// (five days of thirty) of clock skew inside the first, and an agent
+// whose clock is further ahead is refused, keeps its credential and
+// succeeds at a later retry.
 const (
 	renewCheckEvery    = time.Hour
 	renewRetryMin      = time.Minute
@@ -88,11 +94,20 @@ func (a *Agent) renewLoop(ctx context.Context) {
 	timer := time.NewTimer(renewCheckEvery)
 	defer timer.Stop()
 	failures := 0
+	// retryAt is when a failed renewal may be tried again: a reconnect
+	// before then does not hurry it, so an agent that reconnects often
+	// asks no more often than its backoff (the gateway bounds each
+	// host's renewals, and refuses them before half the credential's
+	// life, when this agent's clock runs ahead of the gateway's).
+	var retryAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.joined:
+			if time.Now().Before(retryAt) {
+				continue
+			}
 		case <-timer.C:
 		}
 		now := time.Now()
@@ -115,9 +130,10 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			a.log.Warn("credential renewal failed; the agent keeps its credential and retries",
 				"err", err, "expires", expires, "in", wait.Round(time.Second))
 			timer.Reset(wait)
+			retryAt = time.Now().Add(wait)
 			continue
 		}
-		failures = 0
+		failures, retryAt = 0, time.Time{}
 		issued, expires = r.Validity()
 		a.log.Info("credential renewed: the next connection uses it", "expires", expires)
 		timer.Reset(renewCheckDelay(time.Now(), issued, expires, rand.Float64()))

@@ -252,3 +252,69 @@ func TestRecoveryWhenTheCredentialFails(t *testing.T) {
 		})
 	}
 }
+
+// earlyRenewer is a credential due for renewal whose first renewals the
+// gateway refuses as too early (this host's clock runs ahead of the
+// gateway's); a later one succeeds.
+type earlyRenewer struct {
+	mu      sync.Mutex
+	token   string
+	refuse  int
+	calls   int
+	issued  time.Time
+	expires time.Time
+}
+
+func (e *earlyRenewer) JWT() (string, error) { return e.token, nil }
+
+func (e *earlyRenewer) Validity() (time.Time, time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.issued, e.expires
+}
+
+func (e *earlyRenewer) Renew(context.Context, func(context.Context, string, []byte) ([]byte, error)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls++
+	if e.calls <= e.refuse {
+		return &agentid.RefusedError{Op: "renewal", API: &protocol.APIError{Code: protocol.APITooEarly, Message: "renewed once past half its life"}}
+	}
+	e.issued, e.expires = time.Now(), time.Now().Add(3*time.Hour)
+	return nil
+}
+
+func (e *earlyRenewer) Recover(context.Context) error { return nil }
+
+func (e *earlyRenewer) renewals() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls
+}
+
+// A renewal the gateway refuses as too early does not wedge the agent:
+// it keeps its credential and asks again after its backoff, until one
+// succeeds; reconnects meanwhile do not hurry the next request (the
+// gateway bounds each host's renewals).
+func TestEarlyRenewalRetried(t *testing.T) {
+	f := startOperatorNATS(t, protocol.AgentPublishTemplate(), protocol.AgentSubscribeTemplate())
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	er := &earlyRenewer{token: f.agentJWT(t, kp, "early-1", time.Now().Add(time.Hour)), refuse: 2,
+		issued: time.Now().Add(-24 * time.Hour), expires: time.Now().Add(time.Hour)}
+	r := startAgent(t, f.ns, Config{Name: "early-1", Credentials: Credentials{JWT: er.JWT, Seed: seed}, Renewer: er},
+		func(a *Agent) { a.renewRetry = 2 * time.Second })
+	waitFor(t, 20*time.Second, "the first renewal", func() bool { return er.renewals() >= 1 })
+	// Reconnects within the backoff (1 to 2 s after the first refusal).
+	for range 20 {
+		r.a.signalJoined()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := er.renewals(); n != 1 {
+		t.Errorf("%d renewals asked within the backoff after a refusal, want 1", n)
+	}
+	waitFor(t, 30*time.Second, "a renewal that succeeds", func() bool { return er.renewals() >= 3 })
+	if _, expires := er.Validity(); time.Until(expires) < 2*time.Hour {
+		t.Error("the credential was not renewed after the early refusals")
+	}
+}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -19,7 +18,8 @@ import (
 // receipt signed by the key the gateway enrolled for the host
 // (protocol/receipt.go), or it is refused; and a host's report that it
 // refused a message (protocol/refusal.go), signed with the host's key,
-// ends the call it was about at once, with the host's reason.
+// ends the call it was about at once, with the host's reason
+// (refusals.go).
 
 // hostSigner signs the messages to one agent process: with the newest of
 // the gateway's keys its host trusts, for the instance the gateway heard
@@ -136,54 +136,6 @@ func (r *router) checkReceipt(c *protocol.Call, res *protocol.Result, encoded []
 			"host %s answered %s without a valid receipt (%v): the result is not passed on, and the audit trail records it", c.Host, c.Tool, err)}
 	}
 	return nil
-}
-
-// onRefused hears a host's report of a message it refused. A report
-// about a call or fetch of this gateway's call to that host ends the
-// call with the host's reason. Reports are recorded in the audit trail
-// elsewhere (keyserve.go), by one gateway only.
-func (r *router) onRefused(m *nats.Msg) {
-	host, ok := refusalHost(m.Subject)
-	if !ok || len(m.Data) > protocol.MaxRefusalBytes {
-		return
-	}
-	if key, ok := r.hostKey(host); !ok || protocol.VerifyRefusal(key, m.Data, m.Header.Get(protocol.HeaderReportSig)) != nil {
-		return // not the host's: anyone on the account may publish here
-	}
-	var rep protocol.Refusal
-	if json.Unmarshal(m.Data, &rep) != nil || rep.Validate() != nil || rep.Host != host || rep.CallID == "" {
-		return
-	}
-	if rep.Kind != protocol.MsgCall && rep.Kind != protocol.MsgFetch {
-		return
-	}
-	if rep.Reason == protocol.RefusedOtherInstance {
-		// Another process of the host's agent (one a restart is
-		// replacing) saw the call too; the one it was signed for may
-		// still answer.
-		return
-	}
-	r.mu.Lock()
-	fl := r.calls[rep.CallID]
-	r.mu.Unlock()
-	if fl == nil || fl.host != host {
-		return
-	}
-	fl.mu.Lock()
-	fl.refused = &rep
-	fl.mu.Unlock()
-	fl.wake()
-}
-
-// refusalHost returns the host of a refusal subject.
-func refusalHost(subject string) (string, bool) {
-	pre, suf, _ := strings.Cut(protocol.RefusedSubjectAll, "*")
-	host, ok := strings.CutPrefix(subject, pre)
-	if !ok {
-		return "", false
-	}
-	host, ok = strings.CutSuffix(host, suf)
-	return host, ok && protocol.ValidateHost(host) == nil
 }
 
 // refusedError is the error of a call its host refused.

@@ -106,6 +106,12 @@ type Gateway struct {
 	// identityConflictCount counts the identity conflicts found
 	// (connwatch.go).
 	identityConflictCount atomic.Int64
+	// bounds limits what one host can make the gateway do besides its
+	// calls: refusal reports, renewals (hostbounds.go). hostNC is the
+	// connection the gateway hears them on: a host that floods them
+	// queues nothing in front of the other hosts' replies on nc.
+	bounds *hostBounds
+	hostNC *nats.Conn
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 	// tracing makes the spans of calls (nil: off).
@@ -144,6 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
+	g.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
 	for _, w := range cfg.transportWarnings() {
 		g.log.Warn(w)
 	}
@@ -339,10 +346,13 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey); err != nil {
+	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey, g.bounds, g.hostNC); err != nil {
 		return err
 	}
 	if err := g.nc.Flush(); err != nil {
+		return fmt.Errorf("NATS: %w", err)
+	}
+	if err := g.hostNC.Flush(); err != nil {
 		return fmt.Errorf("NATS: %w", err)
 	}
 	// Ask every agent to announce itself now rather than at its next
@@ -451,6 +461,9 @@ func (g *Gateway) startEmbedded() error {
 	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
+	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
 	sysUser, err := localUser("fleet-gateway system", keys.system)
 	if err != nil {
 		return err
@@ -513,6 +526,9 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 	}
 	url := strings.Join(g.cfg.NATSURLs, ",")
 	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
+	}
+	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
 	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
@@ -593,6 +609,9 @@ func (g *Gateway) stopNATS() {
 	}
 	if g.nc != nil {
 		g.nc.Close()
+	}
+	if g.hostNC != nil {
+		g.hostNC.Close()
 	}
 	if g.sys != nil {
 		g.sys.Close()

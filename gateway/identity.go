@@ -28,6 +28,10 @@ const (
 	// KindUnverified is the caller a message claimed that its host
 	// refused (audit records only): nobody vouches for it.
 	KindUnverified IdentityKind = "unverified"
+	// KindHostReport marks the summary records of a host's reports
+	// about messages no call of the gateway sent it (audit records
+	// only: its subject is the host, and no caller is named).
+	KindHostReport IdentityKind = "host_report"
 )
 
 // Identity is an authenticated caller. It is built once per request by

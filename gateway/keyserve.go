@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -17,52 +16,59 @@ import (
 
 // This file serves agents the chain of gateway key sets (signing.go,
 // protocol/keyset.go) when they ask, on connect, pushes it to every host
-// online when it changes, and records in the audit trail the messages
-// hosts report they refused (protocol/refusal.go).
+// online when it changes, and writes to the audit trail the records the
+// router makes of the messages hosts report they refused (refusals.go).
 
-const (
-	keysQueue    = "fleet-gateway-keys"
-	refusedQueue = "fleet-gateway-refused"
-)
+const keysQueue = "fleet-gateway-keys"
 
-// agentServices are the gateway's subscriptions for agents' key requests
-// and refusal reports, and the goroutine that audits the reports.
+// unsentSummaryEvery is how often the reports hosts sent about messages
+// no call of this gateway sent them are summarised in the trail.
+const unsentSummaryEvery = 10 * time.Second
+
+// agentServices are the gateway's subscription for agents' key requests,
+// and the goroutine that writes the refusal records.
 type agentServices struct {
-	keys, refused *nats.Subscription
-	reports       chan *nats.Msg
-	stop          context.CancelFunc
-	wg            sync.WaitGroup
+	keys *nats.Subscription
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 }
 
-// startAgentServices subscribes to the agents' key requests and refusal
-// reports (each in a queue group: one gateway answers, one records).
+// startAgentServices subscribes to the agents' key requests (in a queue
+// group: one gateway answers) and starts writing refusal records.
 func (g *Gateway) startAgentServices() error {
-	s := &agentServices{reports: make(chan *nats.Msg, 1024)}
+	s := &agentServices{}
 	var err error
-	if s.keys, err = g.nc.QueueSubscribe(protocol.KeysSubjectAll, keysQueue, g.serveKeys); err != nil {
+	// On the connection of host requests (renew.go): a host that floods
+	// them delays nothing on the main connection.
+	if s.keys, err = g.hostNC.QueueSubscribe(protocol.KeysSubjectAll, keysQueue, g.serveKeys); err != nil {
 		return fmt.Errorf("subscribe to key requests: %w", err)
-	}
-	// A flood of reports beyond the channel is dropped by NATS (a slow
-	// consumer), never waited for: each agent limits its own, and the
-	// audit trail must not be what a forger fills.
-	if s.refused, err = g.nc.ChanQueueSubscribe(protocol.RefusedSubjectAll, refusedQueue, s.reports); err != nil {
-		_ = s.keys.Unsubscribe()
-		return fmt.Errorf("subscribe to refusal reports: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m := <-s.reports:
-				g.auditRefusal(m)
-			}
-		}
-	})
+	s.wg.Go(func() { g.writeRefusals(ctx) })
 	g.agentSvc = s
 	return nil
+}
+
+// writeRefusals writes the router's refusal records, and every
+// unsentSummaryEvery the summaries of reports about messages no call of
+// this gateway sent, until ctx ends.
+func (g *Gateway) writeRefusals(ctx context.Context) {
+	tick := time.NewTicker(unsentSummaryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-g.router.refusalRecords:
+			g.audit.write(rec)
+		case <-tick.C:
+			now := g.now()
+			for host, t := range g.bounds.takeUnsent() {
+				g.audit.write(unsentRecord(host, t, now))
+			}
+		}
+	}
 }
 
 func (s *agentServices) close() {
@@ -70,7 +76,6 @@ func (s *agentServices) close() {
 		return
 	}
 	_ = s.keys.Unsubscribe()
-	_ = s.refused.Unsubscribe()
 	s.stop()
 	s.wg.Wait()
 }
@@ -170,54 +175,4 @@ func (g *Gateway) keysBehind(host string, trusted []string) {
 	if err != nil {
 		g.log.Debug("key sets: push failed", "host", host, "err", err)
 	}
-}
-
-// auditRefusal records a host's report of a message it refused.
-func (g *Gateway) auditRefusal(m *nats.Msg) {
-	host, ok := agentRequestHost(m.Subject, ".refused")
-	if !ok || len(m.Data) > protocol.MaxRefusalBytes {
-		return
-	}
-	key, known := g.enrolledKey(host)
-	if !known {
-		return
-	}
-	if err := protocol.VerifyRefusal(key, m.Data, m.Header.Get(protocol.HeaderReportSig)); err != nil {
-		// Anyone on the account may publish here; only the host's own
-		// reports are the host's word.
-		g.agentLogs.log(g.log, slog.LevelWarn, host, "dropping a refusal report the host did not sign", "host", host, "err", err)
-		return
-	}
-	var rep protocol.Refusal
-	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Validate() != nil || rep.Host != host {
-		g.agentLogs.log(g.log, slog.LevelWarn, host, "dropping a malformed refusal report", "host", host)
-		return
-	}
-	// A record of its own (the trail keeps one record per id): a refused
-	// copy of a call must not be taken for the call's record.
-	id := newCallID()
-	tool := rep.Kind
-	if rep.Kind == protocol.MsgCall && rep.Tool != "" {
-		tool = rep.Tool
-	}
-	// The record's time is the gateway's: a host's clock decides nothing
-	// in the trail.
-	rec := &AuditRecord{Time: g.now().UTC(), CallID: id, Tool: tool, Hosts: []string{host},
-		Caller:   AuditCaller{Kind: KindUnverified, Subject: rep.Caller},
-		Decision: decisionDenied, Rule: "host envelope check", Reason: string(rep.Reason), Error: rep.Message, Outcome: outcomeRefused,
-		Source: "refused by host " + host}
-	args := map[string]any{"message": rep.Kind}
-	if rep.CallID != "" {
-		rec.Target = "call " + rep.CallID
-	}
-	if rep.KeyID != "" {
-		args["key_id"] = rep.KeyID
-	}
-	if rep.Suppressed > 0 {
-		args["suppressed"] = rep.Suppressed
-	}
-	rec.Args = args
-	g.agentLogs.log(g.log, slog.LevelWarn, host, "a host refused a message", "host", host, "kind", rep.Kind, "reason", rep.Reason,
-		"call", rep.CallID, "message", rep.Message, "suppressed", rep.Suppressed)
-	g.audit.write(rec)
 }

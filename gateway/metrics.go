@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,7 +74,37 @@ func newMetrics(g *Gateway) *metrics {
 		}, func() float64 { return float64(g.cfg.MaxTransferBytes) }),
 		&fleetCollector{reg: g.reg},
 	)
+	m.reg.MustRegister(boundCollectors(&g.bounds.counts)...)
 	return m
+}
+
+// boundCollectors export what the per-host bounds dropped
+// (hostbounds.go).
+func boundCollectors(c *boundCounts) []prometheus.Collector {
+	var out []prometheus.Collector
+	for _, r := range []struct {
+		reason string
+		n      *atomic.Int64
+	}{
+		{"rate_limited", &c.reportsRateLimited}, {"unsigned", &c.reportsUnsigned}, {"malformed", &c.reportsMalformed},
+		{"not_sent", &c.reportsNotSent}, {"call_recorded", &c.reportsCallCapped}, {"queue_full", &c.reportsQueueFull},
+	} {
+		out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fleet_refusal_reports_dropped_total", ConstLabels: prometheus.Labels{"reason": r.reason},
+			Help: "Hosts' refusal reports not recorded as a refusal of a call, by reason: rate_limited (beyond the host's 10 a second), unsigned, malformed, " +
+				"not_sent (about no call this gateway sent the host: summarised instead), call_recorded (the call's refusals recorded enough times), queue_full.",
+		}, func() float64 { return float64(r.n.Load()) }))
+	}
+	for _, r := range []struct {
+		reason string
+		n      *atomic.Int64
+	}{{"too_early", &c.renewalsEarly}, {"rate_limited", &c.renewalsRateLimited}} {
+		out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fleet_renewals_refused_total", ConstLabels: prometheus.Labels{"reason": r.reason},
+			Help: "Renewal requests answered without a renewal or an audit record, by reason: too_early (before half the credential's life), rate_limited (beyond the host's bound).",
+		}, func() float64 { return float64(r.n.Load()) }))
+	}
+	return out
 }
 
 func boolFloat(b bool) float64 {

@@ -152,7 +152,7 @@ func (g *Gateway) natsJoinToken(t *tokenRecord, token string) (string, []string,
 
 // startNATSEnrolment subscribes the gateway to the enrolment subjects.
 func (g *Gateway) startNATSEnrolment() error {
-	r, err := g.serveQueue(protocol.EnrolSubjectAll, natsEnrolQueue, g.enrolOverNATS)
+	r, err := g.serveQueue(protocol.EnrolSubjectAll, natsEnrolQueue, nil, g.enrolOverNATS)
 	if err != nil {
 		return fmt.Errorf("subscribe to enrolments over NATS: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +46,7 @@ type renewer struct {
 
 // startRenewals subscribes the gateway to the renewal subjects.
 func (g *Gateway) startRenewals() error {
-	r, err := g.serveQueue(protocol.RenewSubjectAll, renewQueue, g.renew)
+	r, err := g.serveQueue(protocol.RenewSubjectAll, renewQueue, g.screenRenewal, g.renew)
 	if err != nil {
 		return fmt.Errorf("subscribe to renewals: %w", err)
 	}
@@ -54,12 +55,16 @@ func (g *Gateway) startRenewals() error {
 }
 
 // serveQueue serves the requests on subject in queue with serve,
-// renewWorkers at a time.
-func (g *Gateway) serveQueue(subject, queue string, serve func(context.Context, *nats.Msg)) (*renewer, error) {
+// renewWorkers at a time. screen, when not nil, sees each request first,
+// on the subscription's goroutine, and answers itself (false) those that
+// must cost no worker: it must not block.
+func (g *Gateway) serveQueue(subject, queue string, screen func(*nats.Msg) bool, serve func(context.Context, *nats.Msg)) (*renewer, error) {
 	r := &renewer{sem: make(chan struct{}, renewWorkers)}
 	r.ctx, r.stop = context.WithCancel(context.Background())
-	sub, err := g.nc.QueueSubscribe(subject, queue, func(m *nats.Msg) {
-		if m.Reply == "" {
+	// On the connection of host requests: a host that floods them
+	// delays nothing on the main connection.
+	sub, err := g.hostNC.QueueSubscribe(subject, queue, func(m *nats.Msg) {
+		if m.Reply == "" || screen != nil && !screen(m) {
 			return
 		}
 		select {
@@ -130,6 +135,43 @@ func renewHost(subject string) (string, bool) {
 // subject is not under inboxPrefix.
 func badReply(reply, inboxPrefix string) *protocol.APIError {
 	return apiErr(protocol.APIBadRequest, "the reply subject %q is not under the sender's inbox prefix %s: no answer is sent", clipText(reply, 80), inboxPrefix)
+}
+
+// screenRenewal answers at once, without a worker, a nonce, a record
+// update or an audit record, the renewal requests of a host whose
+// credential is not past half its life yet, and those beyond the host's
+// bound (hostbounds.go); each is counted, and logged at most once a
+// minute per host. It reports whether the request goes on to renew.
+func (g *Gateway) screenRenewal(m *nats.Msg) bool {
+	host, ok := renewHost(m.Subject)
+	if !ok {
+		return true // renew refuses it, and records why
+	}
+	b := g.bounds
+	var aerr *protocol.APIError
+	if rec, ok := g.agentIndex.record(host); ok && !rec.Revoked() {
+		if due := renewDueAt(rec.CredentialExpiresAt, g.cfg.AgentCredentialTTL); g.now().Before(due) {
+			b.counts.renewalsEarly.Add(1)
+			b.log(g.log, slog.LevelInfo, host, "renew-early", "renewal refused: the credential is not past half its life", "due", due.UTC())
+			aerr = apiErr(protocol.APITooEarly, "the credential of %s is renewed once past half its life, from %s (gateway time); until then it keeps the one it has: ask again then",
+				host, due.UTC().Format(time.RFC3339))
+		}
+	}
+	if aerr == nil {
+		ok, wait := b.allowRenewal(host)
+		if ok {
+			return true
+		}
+		b.counts.renewalsRateLimited.Add(1)
+		b.log(g.log, slog.LevelWarn, host, "renew-rate", "renewal refused: more renewals from the host than it may ask for", "limit", b.renewLimitText())
+		aerr = apiErr(protocol.APIRateLimited, "host %s asked for more renewals than the gateway takes (%s): ask again in %s",
+			host, b.renewLimitText(), wait.Round(time.Second))
+	}
+	if protocol.IsAgentReply(host, m.Reply) {
+		data, _ := json.Marshal(aerr)
+		_ = m.Respond(data)
+	}
+	return false
 }
 
 // renew answers one renewal request.

@@ -87,7 +87,9 @@ func TestRenewOverNATS(t *testing.T) {
 	nc := agentConn(t, gw, "web-1", kp, first)
 	tap := tapAudit(t, gw)
 
-	clock.advance(time.Hour)
+	// Past half the credential's life (the default 720 h): due.
+	halfLife := 361 * time.Hour
+	clock.advance(halfLife)
 	m, err := nc.Request(protocol.RenewSubject("web-1"), renewReq(t, kp, "web-1", clock.now()), 10*time.Second)
 	if err != nil {
 		t.Fatalf("renew over the agent's own connection: %v", err)
@@ -109,18 +111,21 @@ func TestRenewOverNATS(t *testing.T) {
 	seed, _ := kp.Seed()
 	connectAgent(t, gw, "web-1", resp.JWT, seed, nil)
 
-	// A renewal that would shorten the credential leaves the record's
-	// expiry where it is.
+	// A renewal of the fresh credential is too early, and changes
+	// nothing (nor, with the clock back, would it shorten it).
 	clock.advance(-2 * time.Hour)
 	if m, err := nc.Request(protocol.RenewSubject("web-1"), renewReq(t, kp, "web-1", clock.now()), 10*time.Second); err != nil {
 		t.Fatal(err)
-	} else if _, code := renewAnswer(t, m); code != "" {
-		t.Fatal(code)
+	} else if _, code := renewAnswer(t, m); code != protocol.APITooEarly {
+		t.Fatalf("a renewal right after one: %q, want %q", code, protocol.APITooEarly)
 	}
-	clock.advance(time.Hour)
+	clock.advance(2 * time.Hour)
 	if rec, _ := gw.Agent(context.Background(), "web-1"); !rec.CredentialExpiresAt.Equal(resp.Expires) {
 		t.Errorf("record expiry went down to %s from %s", rec.CredentialExpiresAt, resp.Expires)
 	}
+	// From here on web-1 is due again; each refused request below takes
+	// one of the host's renewals, which refill one per 15 minutes.
+	clock.advance(halfLife)
 
 	t.Run("another host's subject", func(t *testing.T) {
 		errs := make(chan error, 4)
@@ -162,6 +167,7 @@ func TestRenewOverNATS(t *testing.T) {
 		}, protocol.APIBadSignature},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			clock.advance(16 * time.Minute)
 			m, err := nc.Request(protocol.RenewSubject("web-1"), tc.data(), 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -172,8 +178,10 @@ func TestRenewOverNATS(t *testing.T) {
 		})
 	}
 	t.Run("replayed", func(t *testing.T) {
-		data := renewReq(t, kp, "web-1", clock.now())
-		for i, want := range []protocol.APICode{"", protocol.APIReplayed} {
+		// A request refused after its nonce was stored (another key),
+		// sent again.
+		data := renewReq(t, other, "web-1", clock.now())
+		for i, want := range []protocol.APICode{protocol.APIForbidden, protocol.APIReplayed} {
 			m, err := nc.Request(protocol.RenewSubject("web-1"), data, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)

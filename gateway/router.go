@@ -80,20 +80,28 @@ type router struct {
 	// with (callsign.go).
 	keys    *signingKey
 	hostKey func(host string) (string, bool)
-	// refusedSub hears the agents' reports of refused messages.
-	refusedSub *nats.Subscription
+	// refusedSub hears the agents' reports of refused messages
+	// (refusals.go); bounds limits them per host, and refusalRecords
+	// takes the records they make to the audit writer.
+	refusedSub     *nats.Subscription
+	bounds         *hostBounds
+	refusalRecords chan *AuditRecord
 	// tracing makes a span of each call (nil: off).
 	tracing *tracing
 
 	mu     sync.Mutex
 	calls  map[string]*inflight            // by call ID
 	byHost map[string]map[string]*inflight // by host, then call ID
+	recent recentCalls                     // finished lately
 }
 
 // inflight buffers the frames of one call between the NATS callback (which
 // must never block) and the goroutine waiting for the call.
 type inflight struct {
-	host   string
+	host string
+	// sent is the gateway's record of the call, for the reports about
+	// it (refusals.go).
+	sent   *sentCall
 	mu     sync.Mutex
 	frames []protocol.Frame
 	// pendingBytes counts the data of the output, progress and keepalive
@@ -133,10 +141,10 @@ const (
 )
 
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing,
-	keys *signingKey, hostKey func(string) (string, bool)) (*router, error) {
+	keys *signingKey, hostKey func(string) (string, bool), bounds *hostBounds, reports *nats.Conn) (*router, error) {
 	r := &router{
 		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
-		keys: keys, hostKey: hostKey,
+		keys: keys, hostKey: hostKey, bounds: bounds, refusalRecords: make(chan *AuditRecord, refusalQueue),
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -151,7 +159,12 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 		return nil, err
 	}
 	r.sub = sub
-	if r.refusedSub, err = nc.Subscribe(protocol.RefusedSubjectAll, r.onRefused); err != nil {
+	// Hosts' refusal reports come on a connection of their own (nc when
+	// none): a flood of them does not delay the replies above.
+	if reports == nil {
+		reports = nc
+	}
+	if r.refusedSub, err = reports.Subscribe(protocol.RefusedSubjectAll, r.onRefused); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe refusals: %w", err)
 	}
@@ -286,7 +299,7 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 		ID: req.ID, Protocol: protocol.Version, Host: req.Host, Tool: req.Tool,
 		Caller: req.Caller, TimeoutMS: req.Timeout.Milliseconds(), Args: req.Args,
 	}
-	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1)}
+	fl := &inflight{host: c.Host, notify: make(chan struct{}, 1), sent: &sentCall{host: c.Host, tool: c.Tool, caller: c.Caller, args: c.Args}}
 	r.track(c.ID, fl)
 	defer r.untrack(c.ID, fl)
 	parts, err := r.send(&c, env, tc)
@@ -315,6 +328,9 @@ func (r *router) untrack(id string, fl *inflight) {
 	delete(r.calls, id)
 	if delete(r.byHost[fl.host], id); len(r.byHost[fl.host]) == 0 {
 		delete(r.byHost, fl.host)
+	}
+	if fl.sent != nil {
+		r.recent.add(id, fl.sent, time.Now())
 	}
 }
 

@@ -50,7 +50,7 @@ func newTestRouter(t *testing.T, ns *server.Server, host string, silence time.Du
 		}
 	}
 	nc := connectNATS(t, ns, "gateway")
-	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil, testGatewayKey(), testHostKey)
+	r, err := newRouter(nc, reg, discardLogger(), silence, nil, nil, testGatewayKey(), testHostKey, newHostBounds(time.Now, time.Hour), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,9 @@ import (
 // credential connects.
 func TestTokenUsesUnderConcurrentEnrolment(t *testing.T) {
 	dataDir := t.TempDir()
+	const credentialTTL = 4 * time.Second
 	e := NewEnv(t, Options{ExternalNATS: true, Agents: []string{}, Gateway: func(c *gateway.Config) {
-		c.APIListen, c.DataDir = "127.0.0.1:0", dataDir
+		c.APIListen, c.DataDir, c.AgentCredentialTTL = "127.0.0.1:0", dataDir, credentialTTL
 	}})
 	gw1 := e.Gateway
 	gw2 := e.StartGateway(nil)
@@ -103,18 +104,22 @@ func TestTokenUsesUnderConcurrentEnrolment(t *testing.T) {
 		t.Errorf("enrolment answer %+v", resp)
 	}
 	seed, _ := keys[host].Seed()
-	nc, err := nats.Connect(e.NATSURL(), nats.UserJWTAndSeed(resp.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)))
-	if err != nil {
-		t.Fatalf("connect with the enrolled credential: %v", err)
-	}
-	defer nc.Close()
-	for i := range 4 { // the queue group hands them to either replica
+	// A credential is renewed once past half its life (credentialTTL
+	// here), each time with the newest one.
+	token, expires := resp.JWT, resp.Expires
+	for i := range 3 { // the queue group hands them to either replica
+		time.Sleep(time.Until(expires.Add(-credentialTTL/2)) + 100*time.Millisecond)
+		nc, err := nats.Connect(e.NATSURL(), nats.UserJWTAndSeed(token, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host)))
+		if err != nil {
+			t.Fatalf("connect with credential %d: %v", i, err)
+		}
 		r := &protocol.RenewRequest{Host: host}
 		if err := enrolclient.Sign(keys[host], &r.Proof, time.Now(), r.SigningBytes); err != nil {
 			t.Fatal(err)
 		}
 		data, _ := json.Marshal(r)
 		m, err := nc.Request(protocol.RenewSubject(host), data, 10*time.Second)
+		nc.Close()
 		if err != nil {
 			t.Fatalf("renewal %d: %v", i, err)
 		}
@@ -122,6 +127,7 @@ func TestTokenUsesUnderConcurrentEnrolment(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &rr); err != nil || rr.JWT == "" {
 			t.Fatalf("renewal %d answered %s", i, m.Data)
 		}
+		token, expires = rr.JWT, rr.Expires
 	}
 }
 

@@ -112,7 +112,8 @@ func republish(t *testing.T, nc *nats.Conn, subject string, m *nats.Msg, data []
 // publish on every host's subjects, but cannot make a host act: forged,
 // foreign-signed, replayed, re-targeted, tampered, expired and
 // far-future calls, and forged cancels, fetches and pokes, run nothing;
-// each is recorded in the audit trail with the host's reason.
+// each is in the audit trail with the host's reason (gateway/README.md,
+// Audit, says how).
 func TestRoguePublisher(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha", "beta"}})
 	cs := env.Client("", nil)
@@ -230,43 +231,71 @@ func TestRoguePublisher(t *testing.T) {
 	if got := ran(); got != "genuine\nslow\n" {
 		t.Errorf("commands run on alpha: %q, want only the genuine ones", got)
 	}
-	// Every refusal is in the audit trail, with its reason.
-	want := map[protocol.RefusalReason]string{
-		protocol.RefusedUnsigned: "alpha", protocol.RefusedUnknownKey: "alpha", protocol.RefusedReplayed: "alpha",
-		protocol.RefusedWrongHost: "beta", protocol.RefusedTampered: "alpha", protocol.RefusedExpired: "alpha", protocol.RefusedFuture: "alpha",
+	// Every refusal is in the audit trail, with its reason: a refused
+	// copy of a message of a call the gateway sent the host (the replayed
+	// and the tampered genuine call, the forged cancel and fetch of the
+	// running one) as a record of that call, with the gateway's own
+	// caller and tool; the refusals of messages no gateway call sent the
+	// host (the forged calls and poke, the genuine call sent to beta) in
+	// the host's summary records, which name no caller.
+	type seenAt struct{ host, how string }
+	want := map[protocol.RefusalReason]seenAt{
+		protocol.RefusedReplayed: {"alpha", "call"}, protocol.RefusedTampered: {"alpha", "call"},
+		protocol.RefusedUnsigned: {"alpha", "summary"}, protocol.RefusedUnknownKey: {"alpha", "summary"},
+		protocol.RefusedExpired: {"alpha", "summary"}, protocol.RefusedFuture: {"alpha", "summary"},
+		protocol.RefusedWrongHost: {"beta", "summary"},
 	}
 	var last []gateway.AuditRecord
 	defer func() {
 		if t.Failed() {
 			for _, r := range last {
-				t.Logf("audit: %s %v %s %s %s %s", r.Tool, r.Hosts, r.Caller.Kind, r.Rule, r.Reason, r.Error)
+				t.Logf("audit: %s %v %s %s %s %s %s %v", r.Tool, r.Hosts, r.Caller.Kind, r.Target, r.Rule, r.Reason, r.Error, r.Args)
 			}
 		}
 	}()
-	waitFor(t, 20*time.Second, "every refusal in the audit trail", func() bool {
+	waitFor(t, 40*time.Second, "every refusal in the audit trail", func() bool {
 		recs := auditRecords(t, cs, map[string]any{"decision": "denied", "limit": 500})
 		last = recs
-		seen := map[protocol.RefusalReason]string{}
+		seen := map[protocol.RefusalReason]seenAt{}
 		kinds := map[string]bool{}
 		for _, r := range recs {
 			if strings.Contains(r.Error, "ROGUE-REPORT") {
 				t.Errorf("a forged refusal report is in the audit trail: %+v", r)
 			}
-			if r.Rule != "host envelope check" || r.Caller.Kind != gateway.KindUnverified {
+			if r.Rule != "host envelope check" {
 				continue
 			}
-			seen[protocol.RefusalReason(r.Reason)] = r.Hosts[0]
-			if r.Reason == string(protocol.RefusedUnsigned) {
-				kinds[r.Tool] = true
+			switch r.Caller.Kind {
+			case gateway.KindHostReport:
+				reasons, _ := r.Args["reasons"].(map[string]any)
+				for reason := range reasons {
+					seen[protocol.RefusalReason(reason)] = seenAt{r.Hosts[0], "summary"}
+				}
+				if r.Hosts[0] == "alpha" {
+					k, _ := r.Args["kinds"].(map[string]any)
+					for kind := range k {
+						kinds[kind] = true
+					}
+				}
+			case gateway.KindLocal:
+				if r.Tool != "bash" || r.Caller.Subject != "local" {
+					t.Errorf("a refusal of the gateway's call recorded with tool %q, caller %+v", r.Tool, r.Caller)
+				}
+				seen[protocol.RefusalReason(r.Reason)] = seenAt{r.Hosts[0], "call"}
+				for _, kind := range []string{"cancel", "fetch"} {
+					if strings.HasSuffix(r.Target, "(its "+kind+" message)") {
+						kinds[kind] = true
+					}
+				}
+			default:
+				t.Errorf("a refusal recorded with caller %+v", r.Caller)
 			}
 		}
-		for reason, host := range want {
-			if seen[reason] != host {
+		for reason, at := range want {
+			if seen[reason] != at {
 				return false
 			}
 		}
-		// The forged call, cancel, fetch and poke are each refused as
-		// unsigned.
 		return kinds["call"] && kinds["cancel"] && kinds["fetch"] && kinds["poke"]
 	})
 }

@@ -210,6 +210,12 @@ const (
 	APIForbidden      APICode = "forbidden"
 	APINotFound       APICode = "not_found"
 	APIUnavailable    APICode = "unavailable"
+	// APITooEarly: a renewal before half the credential's life; the
+	// agent keeps its credential and asks again later.
+	APITooEarly APICode = "too_early"
+	// APIRateLimited: more requests of this kind from the host than the
+	// gateway takes; ask again later.
+	APIRateLimited APICode = "rate_limited"
 )
 
 // APIError is the body of every refused fleet API request (and of a

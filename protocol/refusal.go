@@ -11,11 +11,12 @@ import (
 // An agent refuses a message whose envelope does not hold (envelope.go)
 // without running it, and without answering it when the refusal may be
 // a forgery's (a reply subject it cannot trust). It tells the gateways
-// instead, on RefusedSubject: they record every refusal in the audit
-// trail, and the gateway whose call it was fails the call at once with
-// the agent's reason. An agent reports a bounded number of refusals per
-// second and counts those it left out, so a flood of forgeries costs the
-// trail little. Each report is signed with the agent's own key (the one
+// instead, on RefusedSubject: the gateway whose call it was fails the
+// call at once with the agent's reason and records the refusal with its
+// own record of the call (a report is the host's word: it never names
+// the caller in the trail). An agent reports a bounded number of
+// refusals per second (the gateways take no more from a host) and counts
+// those it left out, so a flood of forgeries costs the trail little. Each report is signed with the agent's own key (the one
 // its receipts are signed with, HeaderReportSig): a report that key did
 // not sign ends no call and is not recorded, as anyone on the account may
 // publish on the subject.
