@@ -159,8 +159,10 @@ func (a *auditor) sync(ctx context.Context) error {
 type pendingRecord struct {
 	id     string
 	data   []byte
-	seal   string // its auditSealHeader ("": none)
 	ticket *auditTicket
+	// link is the record's place in the chain as last sent: the stream
+	// sequence it expects and its digest there.
+	link chainLink
 	// since is the first send of the record's current duplicate window
 	// (zero: not sent yet); stored is set once the stream holds it.
 	since  time.Time
@@ -257,11 +259,7 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 			it.ticket.finish(fmt.Errorf("audit record not encodable: %w", err))
 			continue
 		}
-		p := &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket}
-		if a.seal != nil {
-			p.seal = a.seal.mark(sealAudit, rec.CallID, d)
-		}
-		out = append(out, p)
+		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket})
 		lines = append(append(lines, d...), '\n')
 	}
 	if len(lines) > 0 {
@@ -270,12 +268,33 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 	return out
 }
 
-// send publishes recs at once and waits for their acknowledgements, and
-// returns those not stored. Records past auditResendSafe are looked for
-// in the stream first.
+// auditChainRounds bounds the sends of one group that lose a race to
+// another writer (or follow a duplicate) before the group waits for the
+// writer's next turn.
+const auditChainRounds = 4
+
+// send publishes recs at once, each chained to the one before it, and
+// waits for their acknowledgements, and returns those not stored. Records
+// past auditResendSafe are looked for in the stream first. Records that
+// could not follow their predecessor (another writer's record came
+// between, or a record before them was a duplicate) are chained again to
+// the stream's new last record and sent again at once.
 func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
+	for range auditChainRounds {
+		left, again := a.sendRound(recs)
+		if !again || len(left) == 0 {
+			return left
+		}
+		recs = left
+	}
+	return recs
+}
+
+// sendRound is one send of recs; again reports records refused only for
+// their place in the chain.
+func (a *auditor) sendRound(recs []*pendingRecord) (left []*pendingRecord, again bool) {
 	if len(recs) == 0 {
-		return nil
+		return nil, false
 	}
 	now := time.Now()
 	var stale []*pendingRecord
@@ -285,8 +304,14 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 		}
 	}
 	searched := len(stale) == 0 || a.findStored(stale) == nil
+	tail, err := a.chainTail()
+	if err != nil {
+		a.health.setDown(err)
+		return recs, false
+	}
 	futures := make([]jetstream.PubAckFuture, len(recs))
 	var lastErr error
+	prevID := ""
 	for i, r := range recs {
 		switch {
 		case r.stored:
@@ -299,20 +324,50 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 		case r.since.IsZero():
 			r.since = now
 		}
-		m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data}
-		if r.seal != "" {
-			m.Header = nats.Header{auditSealHeader: {r.seal}}
-		}
-		f, err := a.js.PublishMsgAsync(m, pubOpts(r.id)...)
+		m, opts := a.chained(r, tail, prevID)
+		f, err := a.js.PublishMsgAsync(m, opts...)
 		if errors.Is(err, nats.ErrMaxPayload) {
 			a.giveUp(r, err)
 			continue
 		}
 		futures[i], lastErr = f, err
+		if err == nil {
+			tail, prevID = r.link, r.id
+		}
 	}
+	return a.await(recs, futures, lastErr)
+}
+
+// chained returns r as a message chained to tail (the stream's last
+// message as this writer knows it), and its publish options: it is stored
+// only right after tail, and (prevID set) right after the record of that
+// ID, so that a record whose predecessor was not stored is not either.
+func (a *auditor) chained(r *pendingRecord, tail chainLink, prevID string) (*nats.Msg, []jetstream.PublishOpt) {
+	prev := tail.header()
+	m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data, Header: nats.Header{auditPrevHeader: {prev}}}
+	seal := ""
+	if a.seal != nil {
+		seal = a.seal.mark(sealAuditChained, r.id, chainSealInput(prev, r.data))
+		m.Header.Set(auditSealHeader, seal)
+	}
+	seq := tail.seq + 1
+	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: time.Now()}
+	opts := append(pubOpts(r.id), jetstream.WithExpectLastSequence(tail.seq))
+	if prevID != "" {
+		opts = append(opts, jetstream.WithExpectLastMsgID(prevID))
+	}
+	return m, opts
+}
+
+// await waits for the acknowledgements of futures (those of recs sent)
+// and returns the records not stored. A record stored where its link
+// expects it moves the chain's tail on; anything else (a conflict with
+// another writer, a duplicate, no answer) makes the tail unknown, to be
+// read again from the stream before the next send.
+func (a *auditor) await(recs []*pendingRecord, futures []jetstream.PubAckFuture, lastErr error) ([]*pendingRecord, bool) {
 	deadline := time.NewTimer(auditAttempt)
 	defer deadline.Stop()
-	expired, acked, sent := false, 0, 0
+	expired, acked, sent, conflicts := false, 0, 0, 0
 	var left []*pendingRecord
 	for i, r := range recs {
 		if r.stored {
@@ -327,20 +382,30 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 			continue
 		}
 		sent++
-		ok, err := awaitAck(f, deadline.C, &expired)
-		if !ok {
-			if err != nil {
+		ack, err := awaitAck(f, deadline.C, &expired)
+		if ack == nil {
+			a.forgetTail()
+			if isChainConflict(err) {
+				conflicts++
+			} else if err != nil {
 				lastErr = err
 			}
 			left = append(left, r)
 			continue
 		}
 		acked++
+		if ack.Duplicate || ack.Sequence != r.link.seq {
+			a.forgetTail()
+		} else {
+			a.setTail(r.link)
+		}
 		r.stored = true
 		a.stored(r)
 	}
+	raced := conflicts > 0 && conflicts == len(left)
 	switch {
-	case acked > 0:
+	case acked > 0 || raced:
+		// Losing a race to another replica is no outage.
 		a.health.setUp()
 	case sent > 0 || len(left) > 0:
 		if lastErr == nil {
@@ -348,27 +413,46 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 		}
 		a.health.setDown(lastErr)
 	}
-	return left
+	return left, raced
 }
 
+// isChainConflict reports a publish refused because another record was
+// stored where it expected to follow.
+func isChainConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jsErrCodeWrongLastMsgID:
+		return true
+	}
+	return false
+}
+
+// jsErrCodeWrongLastMsgID is JetStream's error code for a publish whose
+// expected last message ID is not the stream's (nats.go names no constant).
+const jsErrCodeWrongLastMsgID jetstream.ErrorCode = 10070
+
 // awaitAck waits for f's acknowledgement until deadline; once it has
-// passed (expired), only acknowledgements already there count.
-func awaitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, expired *bool) (bool, error) {
+// passed (expired), only acknowledgements already there count. A nil ack
+// is a record not stored (err says why, when known).
+func awaitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, expired *bool) (*jetstream.PubAck, error) {
 	if !*expired {
 		select {
-		case <-f.Ok():
-			return true, nil
+		case ack := <-f.Ok():
+			return ack, nil
 		case err := <-f.Err():
-			return false, err
+			return nil, err
 		case <-deadline:
 			*expired = true
 		}
 	}
 	select {
-	case <-f.Ok():
-		return true, nil
+	case ack := <-f.Ok():
+		return ack, nil
 	default:
-		return false, nil
+		return nil, nil
 	}
 }
 

@@ -56,6 +56,9 @@ func newMetrics(g *Gateway) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_write_failures_total", Help: "Audit records the stream or the audit file did not take (each is logged in full instead).",
 		}, func() float64 { return float64(g.audit.failures.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fleet_audit_damage_total", Help: "Damage found in the audit stream (deleted, cut, records deleted, configuration changed); each is logged and recorded as a gap.",
+		}, func() float64 { _, n := g.audit.damageReport(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_nats_connected", Help: "1 while the gateway's NATS connection is up.",
 		}, func() float64 { return boolFloat(g.nc.IsConnected()) }),
