@@ -35,13 +35,13 @@ import (
 // there is sent again, which starts a new window. No record is stored
 // twice.
 //
-// Records are stored in groups, without a timer: the writer takes every
-// record queued at that moment, publishes them all, and waits for their
-// acknowledgements together, while the records queued meanwhile form the
-// next group. A lone call waits one round trip to the stream's leader;
-// concurrent calls share their round trips.
+// Records are taken from the queue in groups, without a timer: the writer
+// takes every record queued at that moment and stores them one after the
+// other, each chained to the one before it (auditchain.go), while the
+// records queued meanwhile form the next group. A lone call waits one
+// round trip to the stream's leader.
 //
-// When a whole group goes unacknowledged, the stream is taken to be
+// When a record goes unacknowledged, the stream is taken to be
 // unavailable (a leader election, or no quorum) until a send or a probe
 // succeeds. Meanwhile new calls wait up to auditCommitWait before they
 // run, and are refused without running if it does not come back: nothing
@@ -268,33 +268,23 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 	return out
 }
 
-// auditChainRounds bounds the sends of one group that lose a race to
-// another writer (or follow a duplicate) before the group waits for the
-// writer's next turn.
-const auditChainRounds = 4
+// auditConflictRetries bounds how often one record is chained again
+// after losing its place to another writer, in one send.
+const auditConflictRetries = 16
 
-// send publishes recs at once, each chained to the one before it, and
-// waits for their acknowledgements, and returns those not stored. Records
-// past auditResendSafe are looked for in the stream first. Records that
-// could not follow their predecessor (another writer's record came
-// between, or a record before them was a duplicate) are chained again to
-// the stream's new last record and sent again at once.
+// send stores recs one after the other, each chained to the stream's last
+// record and published to be stored only right after it (the expected last
+// sequence), and returns those not stored. One at a time: a group sent at
+// once could not make each record depend on the one before it being
+// stored (JetStream checks the expected last message ID only when a
+// replicated stream applies it, and a refusal there resets the stream's
+// replicas), and a record stored after its predecessor was refused would
+// break the chain. Records past auditResendSafe are looked for in the
+// stream first. A record that lost its place to another writer is chained
+// again to the new last record at once: that is no outage.
 func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
-	for range auditChainRounds {
-		left, again := a.sendRound(recs)
-		if !again || len(left) == 0 {
-			return left
-		}
-		recs = left
-	}
-	return recs
-}
-
-// sendRound is one send of recs; again reports records refused only for
-// their place in the chain.
-func (a *auditor) sendRound(recs []*pendingRecord) (left []*pendingRecord, again bool) {
 	if len(recs) == 0 {
-		return nil, false
+		return nil
 	}
 	now := time.Now()
 	var stale []*pendingRecord
@@ -304,45 +294,81 @@ func (a *auditor) sendRound(recs []*pendingRecord) (left []*pendingRecord, again
 		}
 	}
 	searched := len(stale) == 0 || a.findStored(stale) == nil
-	tail, err := a.chainTail()
-	if err != nil {
-		a.health.setDown(err)
-		return recs, false
-	}
-	futures := make([]jetstream.PubAckFuture, len(recs))
-	var lastErr error
-	prevID := ""
+	var left []*pendingRecord
+	var failed error
 	for i, r := range recs {
+		if failed != nil {
+			left = append(left, recs[i:]...) // sent again on the next turn
+			break
+		}
 		switch {
 		case r.stored:
+			a.stored(r)
 			continue
 		case !r.since.IsZero() && now.Sub(r.since) > auditResendSafe:
 			if !searched {
-				continue // not known yet whether the stream has it
+				left = append(left, r) // not known yet whether the stream has it
+				continue
 			}
 			r.since = now // not in the stream: a new window
 		case r.since.IsZero():
 			r.since = now
 		}
-		m, opts := a.chained(r, tail, prevID)
-		f, err := a.js.PublishMsgAsync(m, opts...)
-		if errors.Is(err, nats.ErrMaxPayload) {
-			a.giveUp(r, err)
-			continue
-		}
-		futures[i], lastErr = f, err
-		if err == nil {
-			tail, prevID = r.link, r.id
+		if failed = a.sendOne(r); failed != nil {
+			if r.ticket.err == nil {
+				left = append(left, r)
+			}
 		}
 	}
-	return a.await(recs, futures, lastErr)
+	if failed != nil && len(left) > 0 {
+		a.health.setDown(failed)
+	} else if failed == nil {
+		a.health.setUp()
+	}
+	return left
+}
+
+// sendOne stores r right after the stream's last record, chaining it
+// again while other writers take that place; an error is a stream that
+// did not take it (or the record given up on: r.ticket.err set).
+func (a *auditor) sendOne(r *pendingRecord) error {
+	for range auditConflictRetries {
+		tail, err := a.chainTail()
+		if err != nil {
+			return err
+		}
+		m, opts := a.chained(r, tail)
+		ctx, cancel := context.WithTimeout(context.Background(), auditAttempt)
+		ack, err := a.js.PublishMsg(ctx, m, opts...)
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrMaxPayload):
+			a.giveUp(r, err)
+			return err
+		case isChainConflict(err):
+			a.forgetTail()
+			continue
+		case err != nil:
+			a.forgetTail()
+			return err
+		case ack.Duplicate || ack.Sequence != r.link.seq:
+			// Stored before (its acknowledgement was lost): the tail is
+			// not this copy.
+			a.forgetTail()
+		default:
+			a.setTail(r.link)
+		}
+		r.stored = true
+		a.stored(r)
+		return nil
+	}
+	return fmt.Errorf("lost its place in the chain to other writers %d times", auditConflictRetries)
 }
 
 // chained returns r as a message chained to tail (the stream's last
 // message as this writer knows it), and its publish options: it is stored
-// only right after tail, and (prevID set) right after the record of that
-// ID, so that a record whose predecessor was not stored is not either.
-func (a *auditor) chained(r *pendingRecord, tail chainLink, prevID string) (*nats.Msg, []jetstream.PublishOpt) {
+// only right after tail.
+func (a *auditor) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstream.PublishOpt) {
 	prev := tail.header()
 	m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data, Header: nats.Header{auditPrevHeader: {prev}}}
 	seal := ""
@@ -352,68 +378,7 @@ func (a *auditor) chained(r *pendingRecord, tail chainLink, prevID string) (*nat
 	}
 	seq := tail.seq + 1
 	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: time.Now()}
-	opts := append(pubOpts(r.id), jetstream.WithExpectLastSequence(tail.seq))
-	if prevID != "" {
-		opts = append(opts, jetstream.WithExpectLastMsgID(prevID))
-	}
-	return m, opts
-}
-
-// await waits for the acknowledgements of futures (those of recs sent)
-// and returns the records not stored. A record stored where its link
-// expects it moves the chain's tail on; anything else (a conflict with
-// another writer, a duplicate, no answer) makes the tail unknown, to be
-// read again from the stream before the next send.
-func (a *auditor) await(recs []*pendingRecord, futures []jetstream.PubAckFuture, lastErr error) ([]*pendingRecord, bool) {
-	deadline := time.NewTimer(auditAttempt)
-	defer deadline.Stop()
-	expired, acked, sent, conflicts := false, 0, 0, 0
-	var left []*pendingRecord
-	for i, r := range recs {
-		if r.stored {
-			a.stored(r)
-			continue
-		}
-		f := futures[i]
-		if f == nil {
-			if r.ticket.err == nil {
-				left = append(left, r)
-			}
-			continue
-		}
-		sent++
-		ack, err := awaitAck(f, deadline.C, &expired)
-		if ack == nil {
-			a.forgetTail()
-			if isChainConflict(err) {
-				conflicts++
-			} else if err != nil {
-				lastErr = err
-			}
-			left = append(left, r)
-			continue
-		}
-		acked++
-		if ack.Duplicate || ack.Sequence != r.link.seq {
-			a.forgetTail()
-		} else {
-			a.setTail(r.link)
-		}
-		r.stored = true
-		a.stored(r)
-	}
-	raced := conflicts > 0 && conflicts == len(left)
-	switch {
-	case acked > 0 || raced:
-		// Losing a race to another replica is no outage.
-		a.health.setUp()
-	case sent > 0 || len(left) > 0:
-		if lastErr == nil {
-			lastErr = fmt.Errorf("no acknowledgement within %s", auditAttempt)
-		}
-		a.health.setDown(lastErr)
-	}
-	return left, raced
+	return m, append(pubOpts(r.id), jetstream.WithExpectLastSequence(tail.seq))
 }
 
 // isChainConflict reports a publish refused because another record was
@@ -424,36 +389,10 @@ func isChainConflict(err error) bool {
 		return false
 	}
 	switch apiErr.ErrorCode {
-	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jsErrCodeWrongLastMsgID:
+	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 		return true
 	}
 	return false
-}
-
-// jsErrCodeWrongLastMsgID is JetStream's error code for a publish whose
-// expected last message ID is not the stream's (nats.go names no constant).
-const jsErrCodeWrongLastMsgID jetstream.ErrorCode = 10070
-
-// awaitAck waits for f's acknowledgement until deadline; once it has
-// passed (expired), only acknowledgements already there count. A nil ack
-// is a record not stored (err says why, when known).
-func awaitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, expired *bool) (*jetstream.PubAck, error) {
-	if !*expired {
-		select {
-		case ack := <-f.Ok():
-			return ack, nil
-		case err := <-f.Err():
-			return nil, err
-		case <-deadline:
-			*expired = true
-		}
-	}
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	default:
-		return nil, nil
-	}
 }
 
 // findStored searches the stream, from the earliest first send of recs

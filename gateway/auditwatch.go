@@ -75,6 +75,9 @@ type streamSeen struct {
 	lastTime          time.Time
 	msgs              uint64
 	configProblemSeen string
+	// cutReported: a cut was reported under the changed configuration
+	// still in place.
+	cutReported bool
 }
 
 // startWatch starts the watcher.
@@ -126,8 +129,8 @@ func (a *auditor) checkStream() {
 	}
 	now := &streamSeen{created: info.Created, first: info.State.FirstSeq, last: info.State.LastSeq, firstTime: info.State.FirstTime,
 		deleted: info.State.NumDeleted, msgs: info.State.Msgs, lastTime: info.State.LastTime}
-	// A changed configuration that stays (not put back) goes on removing
-	// records; it is reported once, not each record it removes.
+	// A changed configuration that stays (not put back) is reported once,
+	// and so is the cut it makes, not each record it removes after.
 	ongoing := false
 	if p := configDamage(w.want, info.Config); p != "" {
 		ongoing = w.seen != nil && w.seen.configProblemSeen == p
@@ -148,7 +151,10 @@ func (a *auditor) streamGone(ctx context.Context) {
 	w := a.watch
 	lost := "its records (none seen by this gateway yet)"
 	if s := w.seen; s != nil && s.last > 0 {
-		lost = fmt.Sprintf("sequences %s (%d records)", seqRange(s.first, s.last), s.msgs)
+		// Records this gateway stored since it last read the state are
+		// lost too.
+		last := max(s.last, a.storedUpTo())
+		lost = fmt.Sprintf("sequences %s (%d records when last read, %d stored since)", seqRange(s.first, last), s.msgs, last-s.last)
 	}
 	_, err := a.js.CreateStream(ctx, w.want)
 	after := "created again"
@@ -173,7 +179,13 @@ func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bo
 		a.damaged(fmt.Sprintf("%d records were deleted inside the audit stream (between sequences %d and %d)", now.deleted-prev.deleted, now.first, now.last),
 			"its count of deleted messages grew", "")
 	}
-	if !ongoing && now.first > prev.first && prev.msgs > 0 && a.cutEarly(ctx, prev, now) {
+	if ongoing {
+		now.cutReported = prev.cutReported
+	}
+	if !now.cutReported && now.first > prev.first && prev.msgs > 0 && a.cutEarly(ctx, prev, now) {
+		// Under a changed configuration that stays, one report: it goes
+		// on removing a record for each one stored.
+		now.cutReported = now.configProblemSeen != ""
 		a.damaged(fmt.Sprintf("the audit stream was cut at its head: sequences %s removed before retention (%s) would have", seqRange(prev.first, now.first-1), a.watch.retention),
 			"its first sequence moved on", "")
 	}
@@ -277,4 +289,15 @@ func (a *auditor) damageReport() ([]auditDamage, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.damages), w.count.Load()
+}
+
+// storedUpTo returns the sequence of the last record the writer knows
+// stored (0: not known).
+func (a *auditor) storedUpTo() uint64 {
+	a.tailMu.Lock()
+	defer a.tailMu.Unlock()
+	if !a.tailOK {
+		return 0
+	}
+	return a.tail.seq
 }
