@@ -35,6 +35,9 @@ const (
 	// decisionSystem is the decision of a record the gateway made of its
 	// own accord (a gap record).
 	decisionSystem = "system"
+	// auditAgeSlack is how close to its age-out a removed record may be
+	// and still count as removed by retention.
+	auditAgeSlack = time.Minute
 	// auditDamageKept bounds the damage reports kept for /readyz.
 	auditDamageKept = 5
 )
@@ -195,7 +198,9 @@ func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bo
 // retention would have: the first record left names its predecessor's
 // time, or (unchained) the first record removed was not due yet.
 func (a *auditor) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
-	due := time.Now().Add(-a.watch.retention + auditWatchEvery)
+	// Records within auditAgeSlack of their age-out count as aged out:
+	// the server's clock, which removes them, may run ahead of ours.
+	due := time.Now().Add(-a.watch.retention + auditAgeSlack)
 	if now.msgs > 0 {
 		if m, err := a.stream.GetMsg(ctx, now.first); err == nil {
 			if l, err := parseChainLink(m.Header.Get(auditPrevHeader)); err == nil && !l.time.IsZero() {
