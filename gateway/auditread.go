@@ -35,7 +35,8 @@ type auditIn struct {
 const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration, " +
 	"and the host's own signed receipt of the result: verified, or its problem), and one per message a host refused (caller unverified). " +
 	"Returns the newest matching records, oldest first; filter by caller, host, tool, decision and time (since/until: RFC 3339 or a duration such as 2h). " +
-	"At most 500 records, and at most the 20000 newest records before until are searched."
+	"At most 500 records, and at most the 20000 newest records before until are searched. " +
+	"verify: true also reads the whole trail's hash chain from its first record and names every gap or broken link."
 
 const (
 	defaultAuditLimit = 50

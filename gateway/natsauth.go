@@ -96,12 +96,12 @@ func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount 
 }
 
 // auditDenied are the JetStream API subjects that delete, cut, change or
-// replace the audit stream, or delete its records. The users the gateways
+// replace the audit stream, delete its records, or take replicas from it. The users the gateways
 // run with may not publish them (their JetStream requests go nowhere):
 // only a credential kept off the running gateways can (see README, Audit).
 func auditDenied() []string {
 	var out []string
-	for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE"} {
+	for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
 		out = append(out, "$JS.API.STREAM."+op+"."+protocol.AuditStream)
 	}
 	return out
