@@ -209,6 +209,12 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 	if a.stream, err = ensureAuditStream(js, sc, patience, admin, log); err != nil {
 		return nil, err
 	}
+	if have := a.stream.CachedInfo(); admin == nil && have != nil && have.Config.MaxAge != sc.MaxAge && have.Config.MaxAge > 0 {
+		// A retention the gateway may not change (an external cluster's
+		// operator changes it with an admin credential) is the operator's
+		// choice, not damage: the watcher and verify go by the stream's.
+		sc.MaxAge, a.retention = have.Config.MaxAge, have.Config.MaxAge
+	}
 	if cfg.File != "" {
 		f, err := openAuditFile(cfg.File)
 		if err != nil {

@@ -196,3 +196,44 @@ func TestAuditWatchTruncated(t *testing.T) {
 		})
 	}
 }
+
+// A stream kept with another retention than the gateway's: with a
+// credential allowed to, the gateway updates it; without one, it keeps
+// the stream's, and the watcher takes that for no damage.
+func TestAuditExistingRetention(t *testing.T) {
+	for _, canUpdate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("update=%v", canUpdate), func(t *testing.T) {
+			s := newAuditServer(t)
+			a, nc := s.auditor(t) // made the stream with the default retention
+			js, ctx := adminStream(t, nc)
+			var admin streamUpdater
+			if canUpdate {
+				admin = func(ctx context.Context, cfg jetstream.StreamConfig) error {
+					_, err := js.UpdateStream(ctx, cfg)
+					return err
+				}
+			}
+			cfg := AuditConfig{Retention: 180 * 24 * time.Hour}
+			b, err := newAuditor(nc, cfg, time.Minute, auditStreamPatience, admin, discardLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.close(context.Background()) })
+			time.Sleep(auditWatchEvery + 500*time.Millisecond)
+			info, err := b.stream.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := a.retention
+			if canUpdate {
+				want = cfg.Retention
+			}
+			if info.Config.MaxAge != want || b.retention != want {
+				t.Errorf("stream max_age %s, the gateway's retention %s; want %s", info.Config.MaxAge, b.retention, want)
+			}
+			if damages, n := b.damageReport(); n != 0 {
+				t.Errorf("reported as damage: %+v", damages)
+			}
+		})
+	}
+}
