@@ -102,6 +102,9 @@ type AuditRecord struct {
 	// of the fleet's NATS account may have), or a gateway of a version
 	// that did not seal records did. Gateways never store it set.
 	Unsealed bool `json:"unsealed,omitempty"`
+	// Seq is, as the audit tool reads it, the record's sequence in the
+	// stream (chain problems name sequences). Gateways never store it.
+	Seq uint64 `json:"seq,omitempty"`
 
 	// rawArgs are the call's arguments until the audit writer summarises
 	// them into Args, off the call's path.
@@ -150,6 +153,9 @@ type auditor struct {
 	// pending counts records handed to the writer and not stored yet.
 	pending atomic.Int64
 
+	// retention is how long the stream keeps records, as configured.
+	retention time.Duration
+
 	// storeLag bounds how long after its call started a record is
 	// stored: the longest call, plus the time it may wait to be stored.
 	storeLag time.Duration
@@ -159,6 +165,15 @@ type auditor struct {
 	// (auditCommitWait).
 	health     auditHealth
 	commitWait time.Duration
+
+	// tail is the stream's last message as the writer knows it, the
+	// predecessor of the next record it sends (tailOK: known).
+	tailMu sync.Mutex
+	tail   chainLink
+	tailOK bool
+
+	// watch looks for damage to the stream (auditwatch.go).
+	watch *auditWatch
 
 	queue   chan auditItem
 	stopped chan struct{} // closed when the writer has stopped
@@ -179,7 +194,7 @@ const jsTimeout = 3 * time.Second
 // newAuditor opens the audit stream, waiting up to patience for
 // JetStream (a cluster's first start waits for all its nodes), and
 // starts the writer.
-func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration, log *slog.Logger) (*auditor, error) {
+func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration, admin streamUpdater, log *slog.Logger) (*auditor, error) {
 	// Acknowledgements that never come are let go, so that a long outage
 	// does not fill the client's table of publishes in flight.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(2*auditAttempt))
@@ -189,8 +204,16 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + auditResendSafe, commitWait: auditCommitWait,
 		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
 	a.health.init()
-	if a.stream, err = ensureAuditStream(js, cfg, patience, log); err != nil {
+	a.retention = cfg.Retention
+	sc := auditStreamConfig(cfg)
+	if a.stream, err = ensureAuditStream(js, sc, patience, admin, log); err != nil {
 		return nil, err
+	}
+	if have := a.stream.CachedInfo(); admin == nil && have != nil && have.Config.MaxAge != sc.MaxAge && have.Config.MaxAge > 0 {
+		// A retention the gateway may not change (an external cluster's
+		// operator changes it with an admin credential) is the operator's
+		// choice, not damage: the watcher and verify go by the stream's.
+		sc.MaxAge, a.retention = have.Config.MaxAge, have.Config.MaxAge
 	}
 	if cfg.File != "" {
 		f, err := openAuditFile(cfg.File)
@@ -200,6 +223,7 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 		a.file, a.filePath = f, cfg.File
 	}
 	go a.run()
+	a.startWatch(sc, admin)
 	return a, nil
 }
 
@@ -207,11 +231,9 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 // to take the audit stream at start.
 const auditStreamPatience = 20 * time.Second
 
-// ensureAuditStream creates or updates the audit stream, retrying while
-// JetStream starts up (for up to patience, saying every 10 s that it
-// waits).
-func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig, patience time.Duration, log *slog.Logger) (jetstream.Stream, error) {
-	sc := jetstream.StreamConfig{
+// auditStreamConfig is the audit stream's configuration.
+func auditStreamConfig(cfg AuditConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        protocol.AuditStream,
 		Description: "fleetmcp audit trail: one record per tool call",
 		Subjects:    []string{protocol.AuditSubject()},
@@ -224,27 +246,64 @@ func ensureAuditStream(js jetstream.JetStream, cfg AuditConfig, patience time.Du
 		DenyPurge:   true,
 		Duplicates:  auditDedupWindow,
 	}
+}
+
+// ensureAuditStream creates the audit stream, or finds it as sc says,
+// retrying while JetStream starts up (for up to patience, saying every
+// 10 s that it waits). A stream there with another configuration is
+// updated when the gateway's user may (auditStreamAdmin), else used
+// as it is, and the watcher reports what differs.
+func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patience time.Duration, admin streamUpdater, log *slog.Logger) (jetstream.Stream, error) {
 	start := time.Now()
 	said := start
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		s, err := js.CreateOrUpdateStream(ctx, sc)
+		s, err := js.CreateStream(ctx, sc)
 		cancel()
 		switch {
 		case err == nil:
 			return s, nil
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			return existingAuditStream(js, sc, admin, log)
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 			return nil, fmt.Errorf("audit trail needs JetStream, which the NATS server does not offer: enable jetstream in its configuration (see deploy/nats/cluster-node.conf)")
 		case time.Since(start) > patience:
 			return nil, fmt.Errorf("audit trail: create stream %s with %d replica(s) (waited %s; a replicated stream needs that many NATS nodes up, and its first creation all of them): %w",
-				protocol.AuditStream, cfg.Replicas, patience.Round(time.Second), err)
+				protocol.AuditStream, sc.Replicas, patience.Round(time.Second), err)
 		case time.Since(said) > 10*time.Second:
 			said = time.Now()
 			log.Info("waiting for JetStream to take the audit stream (a cluster needs a quorum of its nodes, and at its first start all of them)",
-				"replicas", cfg.Replicas, "waited", time.Since(start).Round(time.Second), "err", err)
+				"replicas", sc.Replicas, "waited", time.Since(start).Round(time.Second), "err", err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// streamUpdater updates the audit stream's configuration with a
+// credential allowed to: the gateway's runtime NATS user may not (see
+// auditDenied), so that no credential a running gateway keeps can.
+type streamUpdater func(ctx context.Context, cfg jetstream.StreamConfig) error
+
+// existingAuditStream opens the audit stream that is there with another
+// configuration than sc, and updates it when admin is set.
+func existingAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, admin streamUpdater, log *slog.Logger) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	defer cancel()
+	s, err := js.Stream(ctx, sc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("audit trail: open stream %s: %w", sc.Name, err)
+	}
+	differs := configDamage(sc, s.CachedInfo().Config)
+	switch {
+	case admin != nil:
+		if err := admin(ctx, sc); err != nil {
+			return nil, fmt.Errorf("audit trail: update stream %s: %w", sc.Name, err)
+		}
+	case differs != "":
+		log.Warn("the audit stream's configuration differs from this gateway's, and the gateway's NATS user may not update it: update it with an admin credential",
+			"stream", sc.Name, "differs", differs)
+	}
+	return s, nil
 }
 
 func openAuditFile(path string) (*os.File, error) {
@@ -312,6 +371,7 @@ func (a *auditor) close(ctx context.Context) error {
 			close(a.queue)
 		}
 	}()
+	a.stopWatch()
 	select {
 	case <-a.stopped:
 	case <-ctx.Done():

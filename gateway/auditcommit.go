@@ -35,13 +35,13 @@ import (
 // there is sent again, which starts a new window. No record is stored
 // twice.
 //
-// Records are stored in groups, without a timer: the writer takes every
-// record queued at that moment, publishes them all, and waits for their
-// acknowledgements together, while the records queued meanwhile form the
-// next group. A lone call waits one round trip to the stream's leader;
-// concurrent calls share their round trips.
+// Records are taken from the queue in groups, without a timer: the writer
+// takes every record queued at that moment and stores them one after the
+// other, each chained to the one before it (auditchain.go), while the
+// records queued meanwhile form the next group. A lone call waits one
+// round trip to the stream's leader.
 //
-// When a whole group goes unacknowledged, the stream is taken to be
+// When a record goes unacknowledged, the stream is taken to be
 // unavailable (a leader election, or no quorum) until a send or a probe
 // succeeds. Meanwhile new calls wait up to auditCommitWait before they
 // run, and are refused without running if it does not come back: nothing
@@ -159,8 +159,10 @@ func (a *auditor) sync(ctx context.Context) error {
 type pendingRecord struct {
 	id     string
 	data   []byte
-	seal   string // its auditSealHeader ("": none)
 	ticket *auditTicket
+	// link is the record's place in the chain as last sent: the stream
+	// sequence it expects and its digest there.
+	link chainLink
 	// since is the first send of the record's current duplicate window
 	// (zero: not sent yet); stored is set once the stream holds it.
 	since  time.Time
@@ -257,11 +259,7 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 			it.ticket.finish(fmt.Errorf("audit record not encodable: %w", err))
 			continue
 		}
-		p := &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket}
-		if a.seal != nil {
-			p.seal = a.seal.mark(sealAudit, rec.CallID, d)
-		}
-		out = append(out, p)
+		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket})
 		lines = append(append(lines, d...), '\n')
 	}
 	if len(lines) > 0 {
@@ -270,9 +268,20 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 	return out
 }
 
-// send publishes recs at once and waits for their acknowledgements, and
-// returns those not stored. Records past auditResendSafe are looked for
-// in the stream first.
+// auditConflictRetries bounds how often one record is chained again
+// after losing its place to another writer, in one send.
+const auditConflictRetries = 16
+
+// send stores recs one after the other, each chained to the stream's last
+// record and published to be stored only right after it (the expected last
+// sequence), and returns those not stored. One at a time: a group sent at
+// once could not make each record depend on the one before it being
+// stored (JetStream checks the expected last message ID only when a
+// replicated stream applies it, and a refusal there resets the stream's
+// replicas), and a record stored after its predecessor was refused would
+// break the chain. Records past auditResendSafe are looked for in the
+// stream first. A record that lost its place to another writer is chained
+// again to the new last record at once: that is no outage.
 func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 	if len(recs) == 0 {
 		return nil
@@ -285,91 +294,105 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 		}
 	}
 	searched := len(stale) == 0 || a.findStored(stale) == nil
-	futures := make([]jetstream.PubAckFuture, len(recs))
-	var lastErr error
+	var left []*pendingRecord
+	var failed error
 	for i, r := range recs {
+		if failed != nil {
+			left = append(left, recs[i:]...) // sent again on the next turn
+			break
+		}
 		switch {
 		case r.stored:
+			a.stored(r)
 			continue
 		case !r.since.IsZero() && now.Sub(r.since) > auditResendSafe:
 			if !searched {
-				continue // not known yet whether the stream has it
+				left = append(left, r) // not known yet whether the stream has it
+				continue
 			}
 			r.since = now // not in the stream: a new window
 		case r.since.IsZero():
 			r.since = now
 		}
-		m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data}
-		if r.seal != "" {
-			m.Header = nats.Header{auditSealHeader: {r.seal}}
-		}
-		f, err := a.js.PublishMsgAsync(m, pubOpts(r.id)...)
-		if errors.Is(err, nats.ErrMaxPayload) {
-			a.giveUp(r, err)
-			continue
-		}
-		futures[i], lastErr = f, err
-	}
-	deadline := time.NewTimer(auditAttempt)
-	defer deadline.Stop()
-	expired, acked, sent := false, 0, 0
-	var left []*pendingRecord
-	for i, r := range recs {
-		if r.stored {
-			a.stored(r)
-			continue
-		}
-		f := futures[i]
-		if f == nil {
+		if failed = a.sendOne(r); failed != nil {
 			if r.ticket.err == nil {
 				left = append(left, r)
 			}
-			continue
 		}
-		sent++
-		ok, err := awaitAck(f, deadline.C, &expired)
-		if !ok {
-			if err != nil {
-				lastErr = err
-			}
-			left = append(left, r)
-			continue
-		}
-		acked++
-		r.stored = true
-		a.stored(r)
 	}
-	switch {
-	case acked > 0:
+	if failed != nil && len(left) > 0 {
+		a.health.setDown(failed)
+	} else if failed == nil {
 		a.health.setUp()
-	case sent > 0 || len(left) > 0:
-		if lastErr == nil {
-			lastErr = fmt.Errorf("no acknowledgement within %s", auditAttempt)
-		}
-		a.health.setDown(lastErr)
 	}
 	return left
 }
 
-// awaitAck waits for f's acknowledgement until deadline; once it has
-// passed (expired), only acknowledgements already there count.
-func awaitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, expired *bool) (bool, error) {
-	if !*expired {
-		select {
-		case <-f.Ok():
-			return true, nil
-		case err := <-f.Err():
-			return false, err
-		case <-deadline:
-			*expired = true
+// sendOne stores r right after the stream's last record, chaining it
+// again while other writers take that place; an error is a stream that
+// did not take it (or the record given up on: r.ticket.err set).
+func (a *auditor) sendOne(r *pendingRecord) error {
+	for range auditConflictRetries {
+		tail, err := a.chainTail()
+		if err != nil {
+			return err
 		}
+		m, opts := a.chained(r, tail)
+		ctx, cancel := context.WithTimeout(context.Background(), auditAttempt)
+		ack, err := a.js.PublishMsg(ctx, m, opts...)
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrMaxPayload):
+			a.giveUp(r, err)
+			return err
+		case isChainConflict(err):
+			a.forgetTail()
+			continue
+		case err != nil:
+			a.forgetTail()
+			return err
+		case ack.Duplicate || ack.Sequence != r.link.seq:
+			// Stored before (its acknowledgement was lost): the tail is
+			// not this copy.
+			a.forgetTail()
+		default:
+			a.setTail(r.link)
+		}
+		r.stored = true
+		a.stored(r)
+		return nil
 	}
-	select {
-	case <-f.Ok():
-		return true, nil
-	default:
-		return false, nil
+	return fmt.Errorf("lost its place in the chain to other writers %d times", auditConflictRetries)
+}
+
+// chained returns r as a message chained to tail (the stream's last
+// message as this writer knows it), and its publish options: it is stored
+// only right after tail.
+func (a *auditor) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstream.PublishOpt) {
+	prev := tail.header()
+	m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data, Header: nats.Header{auditPrevHeader: {prev}}}
+	seal := ""
+	if a.seal != nil {
+		seal = a.seal.mark(sealAuditChained, r.id, chainSealInput(prev, r.data))
+		m.Header.Set(auditSealHeader, seal)
 	}
+	seq := tail.seq + 1
+	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: time.Now()}
+	return m, append(pubOpts(r.id), jetstream.WithExpectLastSequence(tail.seq))
+}
+
+// isChainConflict reports a publish refused because another record was
+// stored where it expected to follow.
+func isChainConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+		return true
+	}
+	return false
 }
 
 // findStored searches the stream, from the earliest first send of recs

@@ -70,7 +70,7 @@ func (s *auditServer) auditor(t *testing.T) (*auditor, *nats.Conn) {
 	t.Cleanup(nc.Close)
 	cfg := AuditConfig{}
 	cfg.setDefaults()
-	a, err := newAuditor(nc, cfg, time.Minute, auditStreamPatience, discardLogger())
+	a, err := newAuditor(nc, cfg, time.Minute, auditStreamPatience, nil, discardLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

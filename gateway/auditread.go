@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -28,13 +29,14 @@ type auditIn struct {
 	Until    string `json:"until,omitempty" jsonschema:"only records before this time: RFC 3339, or a duration back from now"`
 	Limit    int    `json:"limit,omitempty" jsonschema:"how many of the newest matching records to return (default 50, at most 500)"`
 	Receipt  string `json:"receipt,omitempty" jsonschema:"only records whose host receipt is verified, has a problem (invalid or missing: the result was refused), or none (no result came)"`
-	Verify   bool   `json:"verify,omitempty" jsonschema:"check each returned record's host receipt again against the keys enrolled for its host (current and revoked) and report the outcome"`
+	Verify   bool   `json:"verify,omitempty" jsonschema:"check each returned record's host receipt again against the keys enrolled for its host (current and revoked), and read the whole trail's hash chain from its first record: report whether it is intact and name every gap or broken link"`
 }
 
 const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration, " +
 	"and the host's own signed receipt of the result: verified, or its problem), and one per message a host refused (caller unverified). " +
 	"Returns the newest matching records, oldest first; filter by caller, host, tool, decision and time (since/until: RFC 3339 or a duration such as 2h). " +
-	"At most 500 records, and at most the 20000 newest records before until are searched."
+	"At most 500 records, and at most the 20000 newest records before until are searched. " +
+	"verify: true also reads the whole trail's hash chain from its first record and names every gap or broken link."
 
 const (
 	defaultAuditLimit = 50
@@ -135,6 +137,9 @@ type auditPage struct {
 	Incomplete bool `json:"incomplete,omitempty"`
 	// Unsealed counts the records shown whose seal does not hold.
 	Unsealed int `json:"unsealed,omitempty"`
+	// Chain is, with verify, the whole stream's chain read from its
+	// first record.
+	Chain *ChainReport `json:"chain,omitempty"`
 }
 
 // query reads the newest records matching q.
@@ -241,7 +246,7 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 				continue
 			}
 			page.Scanned++
-			a.keep(m.Data(), m.Headers().Get(auditSealHeader), q, page)
+			a.keep(meta.Sequence.Stream, m.Data(), m.Headers(), q, page)
 			done = done || meta.Sequence.Stream == end
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -252,13 +257,15 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 	return ctx.Err()
 }
 
-// keep adds the record data, sealed with seal, to page when it matches q.
-func (a *auditor) keep(data []byte, seal string, q auditQuery, page *auditPage) {
+// keep adds the record data, stored at seq with headers hdr, to page
+// when it matches q.
+func (a *auditor) keep(seq uint64, data []byte, hdr nats.Header, q auditQuery, page *auditPage) {
 	var r AuditRecord
 	if err := json.Unmarshal(data, &r); err != nil || !q.match(&r) {
 		return
 	}
-	r.Unsealed = a.seal != nil && !a.seal.holds(sealAudit, r.CallID, data, seal)
+	r.Seq = seq
+	r.Unsealed = a.seal != nil && !a.sealHolds(r.CallID, data, hdr)
 	page.Records = append(page.Records, r)
 	if len(page.Records) > q.limit {
 		page.Records = page.Records[1:]
@@ -280,6 +287,11 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 		for i := range page.Records {
 			g.recheckReceipt(&page.Records[i])
 		}
+		rep, err := g.audit.verifyChain(ctx)
+		if err != nil {
+			return errorResult("audit: verify the chain: " + err.Error()), nil, nil
+		}
+		page.Chain = &rep
 	}
 	for _, r := range page.Records {
 		if r.Unsealed {
@@ -293,6 +305,10 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 	}
 	if page.Incomplete {
 		b.WriteString("; older records in this range were not searched: narrow it with until")
+	}
+	if page.Chain != nil {
+		b.WriteString("\n")
+		b.WriteString(page.Chain.summary())
 	}
 	for i := range page.Records {
 		b.WriteString("\n")
@@ -410,4 +426,82 @@ func (g *Gateway) recheckReceipt(r *AuditRecord) {
 	if rc.Key != rec.PublicKey {
 		rc.Recheck += " before its current one"
 	}
+}
+
+// sealHolds reports whether the record data of callID, stored with
+// headers hdr, carries a seal of this fleet's gateways: over its chain
+// link and data when chained, over its data alone when stored before
+// chaining.
+func (a *auditor) sealHolds(callID string, data []byte, hdr nats.Header) bool {
+	seal := hdr.Get(auditSealHeader)
+	if prev := hdr.Get(auditPrevHeader); prev != "" {
+		return a.seal.holds(sealAuditChained, callID, chainSealInput(prev, data), seal)
+	}
+	return a.seal.holds(sealAudit, callID, data, seal)
+}
+
+// maxChainScan bounds the records one chain verification reads.
+const maxChainScan = 2_000_000
+
+// verifyChain reads the whole stream from its first record and checks
+// its chain (auditchain.go).
+func (a *auditor) verifyChain(ctx context.Context) (ChainReport, error) {
+	sctx, scancel := context.WithTimeout(ctx, 2*jsTimeout)
+	err := a.sync(sctx)
+	scancel()
+	if err != nil {
+		return ChainReport{}, fmt.Errorf("audit trail is behind: %w", err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	info, err := a.stream.Info(ictx)
+	cancel()
+	if err != nil {
+		return ChainReport{}, fmt.Errorf("audit stream: %w", err)
+	}
+	v := newChainVerifier(a.seal, a.retention, time.Now())
+	if info.State.Msgs == 0 {
+		return v.finish(0), nil
+	}
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cons, err := a.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{protocol.AuditSubject()}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first,
+	})
+	cancel()
+	if err != nil {
+		return ChainReport{}, fmt.Errorf("audit stream: %w", err)
+	}
+	for read := 0; ctx.Err() == nil; {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return ChainReport{}, fmt.Errorf("audit stream: %w", err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil || meta.Sequence.Stream > last {
+				done = true
+				continue
+			}
+			n++
+			read++
+			h := m.Headers()
+			v.add(chainMsg{Seq: meta.Sequence.Stream, Time: meta.Timestamp, Prev: h.Get(auditPrevHeader), Seal: h.Get(auditSealHeader), Data: m.Data()})
+			done = done || meta.Sequence.Stream == last || meta.NumPending == 0
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return ChainReport{}, fmt.Errorf("audit stream: %w", err)
+		}
+		if read >= maxChainScan {
+			v.rep.Incomplete = true
+			return v.finish(0), nil
+		}
+		if done {
+			return v.finish(last), nil
+		}
+		if n == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return ChainReport{}, fmt.Errorf("audit stream: %w", ctx.Err())
 }

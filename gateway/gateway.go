@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -31,6 +32,9 @@ type Gateway struct {
 	log *slog.Logger
 
 	ns *embeddedServer // nil with an external cluster
+	// fleetAccount is the fleet account's key on the embedded server
+	// (nil: external), for auditStreamAdmin.
+	fleetAccount nkeys.KeyPair
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
@@ -200,7 +204,7 @@ func (g *Gateway) start(ctx context.Context) error {
 			if g.cfg.clustered() {
 				patience = g.cfg.Cluster.Wait
 			}
-			if g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, patience, g.log.With("component", "audit")); err != nil {
+			if g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, patience, g.auditStreamAdmin(), g.log.With("component", "audit")); err != nil {
 				return err
 			}
 			g.audit.name = g.cfg.Name
@@ -429,6 +433,7 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
+	g.fleetAccount = keys.account
 	// A cluster node refuses agents until its gateway has pushed the
 	// revocations the agent records call for (cluster.go).
 	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
@@ -454,7 +459,7 @@ func (g *Gateway) startEmbedded() error {
 	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
 		return err
 	}
-	gwUser, err := localUser("fleet-gateway", keys.account)
+	gwUser, err := localUser("fleet-gateway", keys.account, auditDenied()...)
 	if err != nil {
 		return err
 	}
@@ -464,7 +469,7 @@ func (g *Gateway) startEmbedded() error {
 	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
-	sysUser, err := localUser("fleet-gateway system", keys.system)
+	sysUser, err := localUser("fleet-gateway system", keys.system, systemDenied()...)
 	if err != nil {
 		return err
 	}

@@ -82,14 +82,36 @@ func agentScope(signerPub string, maxCall time.Duration) *jwt.UserScope {
 	return s
 }
 
-// userJWT issues an unrestricted user JWT for kp, signed by issuer (an
-// account key, or with issuerAccount set a signing key of that account).
-func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount string) (string, error) {
+// userJWT issues a user JWT for kp, signed by issuer (an account key, or
+// with issuerAccount set a signing key of that account), that may publish
+// anything but deny.
+func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount string, deny ...string) (string, error) {
 	uc := jwt.NewUserClaims(publicKey(kp))
 	uc.Name = name
 	uc.IssuerAccount = issuerAccount
+	if len(deny) > 0 {
+		uc.Pub.Deny.Add(deny...)
+	}
 	return uc.Encode(issuer)
 }
+
+// auditDenied are the JetStream API subjects that delete, cut, change or
+// replace the audit stream, delete its records, or take replicas from it. The users the gateways
+// run with may not publish them (their JetStream requests go nowhere):
+// only a credential kept off the running gateways can (see README, Audit).
+func auditDenied() []string {
+	var out []string
+	for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
+		out = append(out, "$JS.API.STREAM."+op+"."+protocol.AuditStream)
+	}
+	return out
+}
+
+// systemDenied is what the gateways' system users may not publish: they
+// push and look up account JWTs and never use JetStream, whose system
+// account API can purge an account's streams ($JS.API.ACCOUNT.PURGE) or
+// remove servers.
+func systemDenied() []string { return []string{"$JS.API.>"} }
 
 // accountSource is where the fleet account JWT comes from and how it is
 // re-signed: built by the gateway for its embedded server, looked up from

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -164,17 +165,49 @@ func (e *embeddedAccount) pushed(ac *jwt.AccountClaims, token string) {
 }
 
 // localUser issues the JWT of an in-process user of account (signed by
-// its key) with a key made for this process only, and the options that
-// connect with it.
-func localUser(name string, account nkeys.KeyPair) (nats.Option, error) {
+// its key) with a key made for this process only, that may publish
+// anything but deny, and the options that connect with it.
+func localUser(name string, account nkeys.KeyPair, deny ...string) (nats.Option, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, err
 	}
-	token, err := userJWT(kp, name, account, "")
+	token, err := userJWT(kp, name, account, "", deny...)
 	if err != nil {
 		return nil, fmt.Errorf("%s user JWT: %w", name, err)
 	}
 	seed, _ := kp.Seed()
 	return nats.UserJWTAndSeed(token, string(seed)), nil
+}
+
+// auditStreamAdmin returns how the gateway updates the audit stream's
+// configuration, which its runtime user may not (auditDenied): on the
+// embedded server, as a user of the fleet account made for that one
+// update and closed after it; on an external cluster not at all (nil),
+// the operator does it with an admin credential. On the embedded server
+// this is no boundary against someone who holds the data directory (the
+// account key is in it; README, Audit, says what that allows), only
+// against the gateway's own long-lived connection.
+func (g *Gateway) auditStreamAdmin() streamUpdater {
+	if g.ns == nil || g.fleetAccount == nil {
+		return nil
+	}
+	key, ns := g.fleetAccount, g.ns.Server
+	return func(ctx context.Context, cfg jetstream.StreamConfig) error {
+		user, err := localUser("fleet-gateway audit admin", key)
+		if err != nil {
+			return err
+		}
+		nc, err := nats.Connect("", nats.InProcessServer(ns), user, nats.Name("fleet-gateway audit admin"))
+		if err != nil {
+			return fmt.Errorf("connect as the audit admin: %w", err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		_, err = js.UpdateStream(ctx, cfg)
+		return err
+	}
 }

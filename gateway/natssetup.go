@@ -118,11 +118,11 @@ func natsSetupFiles(maxCall time.Duration) (map[string][]byte, NATSSetupResult, 
 	if err != nil {
 		return nil, res, fmt.Errorf("fleet account JWT: %w", err)
 	}
-	gwCreds, err := credsFile(gwUser, "fleet-gateway", acct)
+	gwCreds, err := credsFile(gwUser, "fleet-gateway", acct, auditDenied()...)
 	if err != nil {
 		return nil, res, err
 	}
-	sysCreds, err := credsFile(sysUser, "fleet-gateway system", sys)
+	sysCreds, err := credsFile(sysUser, "fleet-gateway system", sys, systemDenied()...)
 	if err != nil {
 		return nil, res, err
 	}
@@ -137,10 +137,10 @@ func natsSetupFiles(maxCall time.Duration) (map[string][]byte, NATSSetupResult, 
 	}, res, nil
 }
 
-// credsFile issues an unrestricted user of the account whose key is
-// account and returns its creds file.
-func credsFile(user nkeys.KeyPair, name string, account nkeys.KeyPair) ([]byte, error) {
-	token, err := userJWT(user, name, account, "")
+// credsFile issues a user of the account whose key is account, that may
+// publish anything but deny, and returns its creds file.
+func credsFile(user nkeys.KeyPair, name string, account nkeys.KeyPair, deny ...string) ([]byte, error) {
+	token, err := userJWT(user, name, account, "", deny...)
 	if err != nil {
 		return nil, fmt.Errorf("%s user JWT: %w", name, err)
 	}

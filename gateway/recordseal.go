@@ -34,6 +34,9 @@ const (
 	// sealAudit: an audit record, keyed by its call ID, its seal in the
 	// message's auditSealHeader.
 	sealAudit sealKind = "audit"
+	// sealAuditChained: a chained audit record, its seal over its link
+	// (auditPrevHeader) and its data (chainSealInput).
+	sealAuditChained sealKind = "audit-chain"
 )
 
 // recordSeal seals and opens records.

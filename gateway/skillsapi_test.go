@@ -22,7 +22,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 	f := newRolloutFixture(t, []string{"web-1", "web-2"}, nil)
 	cfg := AuditConfig{}
 	cfg.setDefaults()
-	aud, err := newAuditor(connectNATS(t, f.ns, "audit"), cfg, time.Minute, auditStreamPatience, discardLogger())
+	aud, err := newAuditor(connectNATS(t, f.ns, "audit"), cfg, time.Minute, auditStreamPatience, nil, discardLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
