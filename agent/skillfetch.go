@@ -173,6 +173,9 @@ func (s *skillStore) stage(ctx context.Context, src bundleSource, m *protocol.Ma
 // one of their paths.
 func (s *skillStore) localFiles(name string) map[string]string {
 	out := make(map[string]string)
+	if s.legacy != nil {
+		out = s.legacy.localFiles(name)
+	}
 	for _, v := range s.versions(name) {
 		m, err := s.readManifest(name, v)
 		if err != nil {

@@ -82,7 +82,8 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err := cfg.setBashLimits(); err != nil {
 		return nil, err
 	}
-	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir})
+	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir,
+		FleetSkills: cfg.FleetSkills})
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
