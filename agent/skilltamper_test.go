@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -257,4 +258,55 @@ func TestSkillMigratesOlderInstall(t *testing.T) {
 		_, errDir := os.Lstat(filepath.Join(hostSkills, fleetDir))
 		return os.IsNotExist(errLink) && os.IsNotExist(errDir)
 	})
+}
+
+// TestGuardFleetSkillsInProtectedDir: the fleet's skills folder of an
+// agent whose state directory lies in a protected directory (the --dev
+// agent's, in the gateway's data directory) is readable and not
+// writable; the rest of the protected directory stays unreadable.
+func TestGuardFleetSkillsInProtectedDir(t *testing.T) {
+	data := t.TempDir()
+	state := filepath.Join(data, "agent")
+	fleet := filepath.Join(state, "skills")
+	tbFile(t, fleet, ".fleet/deploy/0123456789ab/SKILL.md", "x")
+	tbFile(t, data, "nats/keys", "secret")
+	g, err := newGuard(nil, ownFiles{StateDir: state, Protected: []string{data}, FleetSkills: fleet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skill := filepath.Join(fleet, ".fleet", "deploy", "0123456789ab", "SKILL.md")
+	if _, err := g.checkPath(skill, policy.Read); err != nil {
+		t.Errorf("read of a fleet skill's file: %v", err)
+	}
+	if _, err := g.checkPath(skill, policy.Write); err == nil || !strings.Contains(err.Error(), "the skills the fleet installed") {
+		t.Errorf("write of a fleet skill's file: %v", err)
+	}
+	for _, p := range []string{filepath.Join(data, "nats", "keys"), filepath.Join(state, "agent-id"), filepath.Join(fleet, "..", "agent-id")} {
+		if _, err := g.checkPath(filepath.Clean(p), policy.Read); err == nil {
+			t.Errorf("read of %s allowed", p)
+		}
+	}
+}
+
+// TestConfigFleetSkillsDir: the fleet's skills folder defaults to the
+// state directory, whatever the working directory, and may not lie in
+// the host's skills folder, where the tools write.
+func TestConfigFleetSkillsDir(t *testing.T) {
+	cwd, state := t.TempDir(), t.TempDir()
+	c := Config{Cwd: cwd, StateDir: state}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.FleetSkillsDir != filepath.Join(state, "skills") || c.SkillsDir != filepath.Join(cwd, ".agents", "skills") {
+		t.Errorf("defaults: fleet %s, host %s", c.FleetSkillsDir, c.SkillsDir)
+	}
+	for _, fleet := range []string{filepath.Join(cwd, ".agents", "skills"), filepath.Join(cwd, ".agents", "skills", "fleet")} {
+		c := Config{Cwd: cwd, StateDir: state, FleetSkillsDir: fleet}
+		if err := c.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--fleet_skills_dir") {
+			t.Errorf("fleet skills in %s: %v", fleet, err)
+		}
+	}
 }
