@@ -299,9 +299,28 @@ func (s *skillService) applyBundle(e jetstream.KeyValueEntry) {
 		s.log.Error("skills: ignoring a damaged bundle record", "key", e.Key(), "err", err)
 		return
 	}
+	// Only a manifest this fleet signed, for the bundle its key names, is
+	// served (to agents and as MCP Skills resources): a record written by
+	// another user of the account is not, whatever files it names.
+	if err := s.checkBundle(&rec); err != nil {
+		s.log.Error("skills: ignoring a bundle record this fleet did not sign", "key", e.Key(), "err", err)
+		s.mu.Lock()
+		delete(s.manifest, e.Key())
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
 	s.manifest[e.Key()] = &rec
 	s.mu.Unlock()
+}
+
+// checkBundle checks that rec's manifest is the bundle rec names, signed
+// by a key of this fleet.
+func (s *skillService) checkBundle(rec *bundleRecord) error {
+	if got := rec.Manifest.BundleID(); got != rec.BundleID {
+		return fmt.Errorf("its manifest is bundle %s", protocol.Excerpt(got))
+	}
+	return protocol.VerifyBytes(s.signer.verifiable(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
 }
 
 func (s *skillService) applyRollout(e jetstream.KeyValueEntry) {
