@@ -132,6 +132,7 @@ func (s *skillSync) run(ctx context.Context, conn func() *nats.Conn) {
 				if nc := conn(); nc != nil {
 					s.publish(nc)
 				}
+				s.changed() // the catalog lists it with the problem
 				timer.Reset(jitter(s.retry))
 			}
 			continue
@@ -148,8 +149,8 @@ func (s *skillSync) run(ctx context.Context, conn func() *nats.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			next = s.retry
+		if err != nil || s.anyTampered() {
+			next = s.retry // a tampered skill is repaired at the next reconcile
 		}
 		s.logReadError(err, jitter(next))
 		timer.Reset(jitter(next))
@@ -259,6 +260,7 @@ func (s *skillSync) apply(ctx context.Context, nc *nats.Conn, src bundleSource, 
 			s.log.Warn("skills: a skill the fleet installed was changed on disk; it is refused until it is installed again",
 				"skill", name, "bundle", ds.BundleID, "err", err)
 			s.set(name, ds, protocol.SkillTampered, tamperedReason(err))
+			s.changed()
 			return
 		}
 		s.log.Warn("skills: installing again a skill whose files were changed on disk", "skill", name, "bundle", ds.BundleID)
@@ -422,6 +424,16 @@ func (s *skillSync) markTampered(n tamperNote) bool {
 	prev.State, prev.Reason = protocol.SkillTampered, tamperedReason(n.err)
 	s.skills[n.name] = prev
 	return news
+}
+
+// anyTampered reports whether a skill awaits its repair.
+func (s *skillSync) anyTampered() bool {
+	for _, st := range s.skills {
+		if st.State == protocol.SkillTampered {
+			return true
+		}
+	}
+	return false
 }
 
 // tamperedReason is the status's reason for a tampered skill.

@@ -173,23 +173,33 @@ func TestSkillTamperedRefusedReportedRepaired(t *testing.T) {
 }
 
 // TestSkillTamperFoundByReconcile: a change nobody asked the skill tool
-// about is found by the periodic reconcile, which hashes every file
-// (even one whose size, times and mode were kept).
+// about is found by a reconcile, which hashes every file (even one whose
+// size, times and mode were kept), and repaired at the next one, which
+// comes within the retry interval, not the periodic one.
 func TestSkillTamperFoundByReconcile(t *testing.T) {
 	g := startSkillGateway(t)
 	r := g.runSkillAgent(t, "web-1", Config{}, func(a *Agent) {
-		a.skillSync.every, a.skillSync.retry = 300*time.Millisecond, 300*time.Millisecond
+		a.skillSync.every, a.skillSync.retry = time.Hour, 300*time.Millisecond
 	})
 	v1 := g.version("deploy", "v1")
-	rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
+	want := map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)}
+	rev := g.desire(t, "web-1", want)
 	g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
 	p := filepath.Join(r.root, fleetDir, "deploy", shortID(v1.BundleID), "ref.md")
+	fi, _ := os.Stat(p)
 	from := g.mark()
 	if err := os.WriteFile(p, []byte("V1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	g.desire(t, "web-1", want) // a poke: the agent reconciles
 	s := g.waitSkillSince(t, from, "web-1", "deploy", func(_ protocol.SkillStatus, s protocol.SkillState) bool { return s.State == protocol.SkillTampered })
 	mustContain(t, "reason", s.Reason, "ref.md has SHA-256")
+	if sk, _ := r.a.skills.lookup("deploy"); !strings.Contains(sk.Problem, "changed on disk") {
+		t.Errorf("the catalog lists the tampered skill as %+v", sk)
+	}
 	from = g.mark()
 	g.waitSkillSince(t, from, "web-1", "deploy", func(_ protocol.SkillStatus, s protocol.SkillState) bool { return s.State == protocol.SkillInstalled })
 	if data, _ := os.ReadFile(p); string(data) != "v1\n" {
