@@ -165,16 +165,30 @@ func (c *catalog) scanFleet() []protocol.Skill {
 	if c.fleet == nil {
 		return nil
 	}
+	// The names an older agent installed in the host's skills folder
+	// stay the fleet's until the rollout has moved them.
+	names := c.fleet.managedNames()
+	legacy := &skillStore{root: c.root}
+	for _, name := range legacy.managedNames() {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
 	var skills []protocol.Skill
-	for _, name := range c.fleet.managedNames() {
+	for _, name := range names {
 		if !c.allows(name) || len(skills) == protocol.MaxSkills {
 			continue
 		}
+		path := filepath.Join(c.fleet.root, name, skillFile)
 		dir := c.fleet.servedVersion(name)
 		if dir == "" {
+			// Being installed or repaired: the name stays the fleet's, so
+			// that no host skill stands in for it meanwhile.
+			if (c.fleet.claims(name) || legacy.claims(name)) && len(path) <= protocol.MaxPathLen {
+				skills = append(skills, protocol.Skill{Name: name, Path: path, Problem: notServedYet})
+			}
 			continue
 		}
-		path := filepath.Join(c.fleet.root, name, skillFile)
 		if len(path) > protocol.MaxPathLen {
 			c.log.Warn("skills: leaving out a fleet skill whose path is too long to announce", "skill", name)
 			continue
@@ -191,6 +205,9 @@ func (c *catalog) scanFleet() []protocol.Skill {
 	}
 	return skills
 }
+
+// notServedYet is the problem of a fleet skill with no version served.
+const notServedYet = "a fleet rollout is installing or repairing this skill; it is served once its files are in place and checked against the signed manifest"
 
 // checkFleet checks the served version dir of fleet skill name against
 // its manifest and returns the manifest. A mismatch is a *tamperedError,

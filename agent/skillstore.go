@@ -219,6 +219,25 @@ func (s *skillStore) versions(name string) []string {
 	return out
 }
 
+// claims reports whether name's folder in .fleet holds a version, or one
+// being written or put aside: the fleet holds the name even while it
+// serves no version of it.
+func (s *skillStore) claims(name string) bool {
+	if s.ownDirs(name, false) != nil {
+		return false
+	}
+	entries, err := os.ReadDir(s.versionsDir(name))
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), adoptedPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // managedNames lists the skills with a folder in .fleet.
 func (s *skillStore) managedNames() []string {
 	entries, err := os.ReadDir(filepath.Join(s.root, fleetDir))
@@ -348,6 +367,25 @@ func (s *skillStore) prune(name string) {
 		}
 		s.removeVersion(name, v)
 	}
+}
+
+// setAside moves version v of name (a damaged copy, if any) out of the
+// way under a staging name, which keeps the name the fleet's meanwhile
+// (claims), and returns where ("" when there was none); the caller
+// removes it, or the next start does.
+func (s *skillStore) setAside(name, v string) string {
+	if s.ownDirs(name, false) != nil {
+		return ""
+	}
+	dir := s.versionsDir(name)
+	aside := filepath.Join(dir, stagingPrefix+"damaged-"+randomSuffix())
+	if err := os.Rename(filepath.Join(dir, v), aside); err != nil {
+		aside = ""
+	}
+	if err := os.Remove(filepath.Join(dir, v+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("skills: cannot remove a damaged manifest", "skill", name, "version", v, "err", err)
+	}
+	return aside
 }
 
 func (s *skillStore) removeVersion(name, v string) {

@@ -328,7 +328,9 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 			}
 			s.changed()
 		}
-		s.store.removeVersion(name, v)
+		if aside := s.store.setAside(name, v); aside != "" {
+			defer os.RemoveAll(aside)
+		}
 		if err := s.store.stage(ctx, src, &sm.Manifest); err != nil {
 			return "", err
 		}
