@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -270,9 +269,4 @@ func rolloutUnsupported() string {
 			"which Windows allows only with extra privileges; copy the skill's folder into the skills folder by hand"
 	}
 	return ""
-}
-
-// versionName is how logs and reasons name a version folder.
-func versionName(name, v string) string {
-	return strings.Join([]string{fleetDir, name, v}, "/")
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,9 +310,6 @@ func (g *skillGateway) runSkillAgent(t *testing.T, host string, cfg Config, setu
 		cfg.StateDir = t.TempDir()
 	}
 	cfg.Logger = quietLogger()
-	if os.Getenv("SKILLDEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
