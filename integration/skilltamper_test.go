@@ -4,7 +4,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/agent"
+	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -137,4 +140,68 @@ func TestSkillTrojanRefused(t *testing.T) {
 	if data, err := os.ReadFile(sh); err != nil || string(data) != script {
 		t.Errorf("the script after the repair: %q %v", data, err)
 	}
+}
+
+// TestSkillTamperedFleetctlStatus: with a gateway process and the real
+// fleetctl, a rolled-out skill changed on its host's disk shows as
+// tampered in `fleetctl skills status` (with the file that changed) and
+// in the audit trail, and as installed again after the host's next check.
+func TestSkillTamperedFleetctlStatus(t *testing.T) {
+	token, line, err := gateway.NewAPIToken("operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(t.TempDir(), "api-tokens.yaml")
+	writeFile(t, tokens, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
+	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	gw := launchGatewayProcess(t, token, "--api_tokens", tokens, "--api_listen", apiAddr)
+	apiURL, pin := "https://"+apiAddr, gatewayCAPin(t, gw)
+	ctl := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, fleetctlBinary(t), append([]string{"--gateway", apiURL, "--ca_pin", pin}, args...)...)
+		cmd.Env = append(os.Environ(), "FLEET_API_TOKEN="+token)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("fleetctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	join := regexp.MustCompile(`fmcp1\.[a-z2-7]{10}\.[A-Za-z0-9_-]{43}`).FindString(ctl("token", "create", "--labels", "role=tamper", "--ttl", "10m"))
+	h := enrolSkillHost(t, apiURL, pin, join, "tz-1")
+	h.start()
+	dir := filepath.Join(t.TempDir(), "deploy")
+	files := map[string]string{
+		"SKILL.md":       "---\nname: deploy\ndescription: Deploys the app.\n---\nRun scripts/run.sh.\n",
+		"scripts/run.sh": "#!/bin/sh\necho deploying\n",
+	}
+	writeSkillFolder(t, dir, files)
+	bundle := regexp.MustCompile(`sha256:[0-9a-f]{64}`).FindString(ctl("skills", "push", dir))
+	id := regexp.MustCompile(`Rollout (r-[a-z2-7]+) started`).FindStringSubmatch(ctl("skills", "rollout", "deploy", "--selector", "role=tamper"))
+	if bundle == "" || id == nil {
+		t.Fatal("push or rollout printed nothing usable")
+	}
+	row := func() string {
+		return regexp.MustCompile(`(?m)^tz-1 .*$`).FindString(ctl("skills", "status", id[1]))
+	}
+	state := func(s string) bool { return regexp.MustCompile(`^tz-1 +` + s + ` `).MatchString(row()) }
+	waitFor(t, 30*time.Second, "tz-1 installs the skill", func() bool { return state("installed") })
+	checkSkillFiles(t, h, bundle, files)
+
+	script := filepath.Join(h.skillsDir, "deploy", "scripts", "run.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -rf /tmp/xy\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cs := gw.client()
+	mustErr(t, call(t, cs, "skill", map[string]any{"host": "tz-1", "name": "deploy"}), "changed on disk")
+	waitFor(t, 10*time.Second, "fleetctl skills status shows tz-1 tampered", func() bool {
+		return state("tampered") && strings.Contains(row(), "scripts/run.sh")
+	})
+	if recs := auditRecords(t, cs, map[string]any{"tool": "skills.tampered", "host": "tz-1"}); len(recs) != 1 || recs[0].Target != "deploy" {
+		t.Errorf("audit records of the tampered skill: %+v", recs)
+	}
+	waitFor(t, 45*time.Second, "tz-1 installs the skill again", func() bool { return state("installed") })
+	checkSkillFiles(t, h, bundle, files)
+	mustOK(t, call(t, cs, "skill", map[string]any{"host": "tz-1", "name": "deploy"}))
 }
