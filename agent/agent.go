@@ -156,6 +156,7 @@ func New(cfg Config) (a *Agent, err error) {
 	tb, err := newToolbox(toolboxConfig{
 		Cwd:                cfg.Cwd,
 		StateDir:           cfg.StateDir,
+		FleetSkills:        cfg.FleetSkillsDir,
 		Home:               cfg.Home,
 		Shell:              cfg.Shell,
 		GitGuard:           cfg.GitGuard,
@@ -202,7 +203,7 @@ func New(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	// Skills are read as the read tool reads files: through its guard.
-	skills := newCatalog(cfg.SkillsDir, cfg.Name, tb.guard, log)
+	skills := newFleetCatalog(cfg.SkillsDir, cfg.FleetSkillsDir, cfg.Name, tb.guard, log)
 	tb.skills = skills
 	all := tb.tools()
 	a = &Agent{
@@ -241,8 +242,9 @@ func New(cfg Config) (a *Agent, err error) {
 			return nil, fmt.Errorf("agent config: %w", err)
 		}
 	}
-	a.skillSync = newSkillSync(cfg.Name, func() []string { return a.auth.Keys().Keys }, func() *policy.Policy { return a.served().pol }, cfg.SkillsDir, cfg.StateDir, log,
+	a.skillSync = newSkillSync(cfg.Name, func() []string { return a.auth.Keys().Keys }, func() *policy.Policy { return a.served().pol }, cfg.FleetSkillsDir, cfg.SkillsDir, cfg.StateDir, log,
 		func() { skills.refresh(a.skillsChanged) })
+	skills.onTampered = a.skillSync.noteTampered
 	return a, nil
 }
 

@@ -60,11 +60,21 @@ type Config struct {
 	// Empty: the host is unrestricted. A file that does not parse stops
 	// the agent.
 	PolicyFile string
-	// SkillsDir holds the host's skills, one folder per skill with a
-	// SKILL.md in it. Default: .agents/skills in Cwd. A relative path is
-	// taken relative to the process's working directory. It need not
-	// exist: skills appear when it does.
+	// SkillsDir holds the host's own skills, one folder per skill with a
+	// SKILL.md in it, which the tools may edit as the host policy allows.
+	// Default: .agents/skills in Cwd. A relative path is taken relative
+	// to the process's working directory. It need not exist: skills
+	// appear when it does.
 	SkillsDir string
+	// FleetSkillsDir holds the skills the fleet rolls out, installed by
+	// the agent from signed bundles. No tool writes in it, whatever the
+	// host policy says, and what the skill tool serves from it is first
+	// checked against the bundle's signed manifest. A fleet skill hides a
+	// host skill of the same name. Default: skills in StateDir. It must
+	// not be SkillsDir, nor lie inside it. Skills an older agent installed
+	// in SkillsDir/.fleet are installed here again at the first check of
+	// the desired state, and their old copies removed.
+	FleetSkillsDir string
 	// GatewayKeys are the gateway signing keys the agent trusts
 	// (protocol.FormatSigningKey), learnt when it enrolled or from a
 	// later key set (GatewayKeySerial; 0: none): the agent runs only
@@ -228,6 +238,14 @@ func (c *Config) setDefaults() error {
 	if c.SkillsDir, err = filepath.Abs(c.SkillsDir); err != nil {
 		return fmt.Errorf("skills directory: %w", err)
 	}
+	if c.FleetSkillsDir == "" && c.StateDir != "" {
+		c.FleetSkillsDir = filepath.Join(c.StateDir, "skills")
+	}
+	if c.FleetSkillsDir != "" {
+		if c.FleetSkillsDir, err = filepath.Abs(c.FleetSkillsDir); err != nil {
+			return fmt.Errorf("fleet skills directory: %w", err)
+		}
+	}
 	if c.Shell == "" {
 		c.Shell = defaultShell()
 	}
@@ -292,6 +310,10 @@ func (c *Config) validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("no state directory: set --state_dir"))
+	}
+	if c.FleetSkillsDir != "" && within(c.FleetSkillsDir, c.SkillsDir) {
+		errs = append(errs, fmt.Errorf("the fleet's skills directory %s lies in the host's skills directory %s: the tools may write in the host's, never in the fleet's; give --fleet_skills_dir a directory of its own (default: skills in the state directory)",
+			c.FleetSkillsDir, c.SkillsDir))
 	}
 	for _, s := range c.Servers {
 		if err := protocol.ValidateNATSURL(s); err != nil {

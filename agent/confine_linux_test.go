@@ -51,6 +51,11 @@ func confinedBoxSkills(t *testing.T, mode, skills string) (tb *toolbox, root, se
 		Shell: "/bin/sh", BashDefaultTimeout: 30 * time.Second, BashMaxTimeout: 60 * time.Second,
 		ChildEnv: os.Environ(), Host: "test-host", ConfineCommands: mode, ConfineHelper: exe,
 	}
+	if strings.HasPrefix(skills, "state/") {
+		// The agent's own layout: the fleet's skills in the state
+		// directory, the host's own in the working directory.
+		cfg.FleetSkills, cfg.SkillsDir = cfg.SkillsDir, filepath.Join(root, "ws", ".agents", "skills")
+	}
 	if tb, err = newToolbox(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ type guard struct {
 	own     []ownPath
 	outputs []string   // the directory of bash full-output files, as given and resolved
 	tasks   []string   // the directory of background tasks, as given and resolved
+	fleet   []string   // the fleet's skills directory, as given and resolved
 	secrets []secretID // the identities of the credentials and protected files
 	pid     int
 }
@@ -73,6 +74,10 @@ type ownFiles struct {
 	// credentials are.
 	Protected []string
 	StateDir  string // must exist
+	// FleetSkills is the directory of the skills the fleet installed:
+	// no tool writes in it; reads follow the policy's deny rules only,
+	// for the skills the policy shows (see guard.fleetSkill).
+	FleetSkills string
 }
 
 // newGuard returns the guard for pol and the agent's own files.
@@ -93,7 +98,16 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 		}
 		return nil
 	}
-	errs := []error{add(stateDir, "its state directory", false, true)}
+	// The fleet's skills first: a refusal there names them, also when
+	// they lie in the state directory (the default).
+	var errs []error
+	if files.FleetSkills != "" {
+		errs = append(errs, add(files.FleetSkills, "the skills the fleet installed, which only the agent writes", true, false))
+		for _, o := range g.own {
+			g.fleet = append(g.fleet, o.path)
+		}
+	}
+	errs = append(errs, add(stateDir, "its state directory", false, true))
 	if policyFile != "" {
 		errs = append(errs, add(policyFile, "its policy file", true, false))
 	}
@@ -122,7 +136,7 @@ func newGuard(pol *policy.Policy, files ownFiles) (*guard, error) {
 // withPolicy returns a guard of the same files that checks against pol
 // (fixed: a reload does not change it).
 func (g *guard) withPolicy(pol *policy.Policy) *guard {
-	c := &guard{own: g.own, outputs: g.outputs, tasks: g.tasks, secrets: g.secrets, pid: g.pid}
+	c := &guard{own: g.own, outputs: g.outputs, tasks: g.tasks, fleet: g.fleet, secrets: g.secrets, pid: g.pid}
 	c.pol.Store(pol)
 	return c
 }
@@ -154,8 +168,10 @@ func (g *guard) checkResolved(given, resolved string, ops ...policy.Op) error {
 			return err
 		}
 		check := pol.CheckPath
-		if op == policy.Read && g.isOutputFile(resolved) {
-			check = pol.CheckPathDeny // the bash tool hands these out
+		if op == policy.Read && (g.isOutputFile(resolved) || g.fleetSkill(pol, resolved)) {
+			// The bash tool hands output files out; the skill tool the
+			// folders of the fleet's skills the policy shows.
+			check = pol.CheckPathDeny
 		}
 		if err := check(op, given, resolved); err != nil {
 			return err
@@ -178,6 +194,10 @@ func (g *guard) checkOwn(op policy.Op, given, resolved string) error {
 			case p == resolved && g.isOutputFile(p):
 				// The bash and task tools hand these out, wherever the
 				// state directory is.
+				continue
+			case g.inFleetSkills(resolved):
+				// The fleet's skills are read wherever they are kept
+				// (by default in the state directory); never written.
 				continue
 			}
 			return g.refuseOwn(op, given, resolved, o.path, o.what)
@@ -214,6 +234,40 @@ func (g *guard) isOutputFile(p string) bool {
 		if samePath(filepath.Dir(task), dir) && tasks.ValidID(filepath.Base(task)) == nil {
 			return true
 		}
+	}
+	return false
+}
+
+// inFleetSkills reports whether p is in the fleet's skills directory.
+func (g *guard) inFleetSkills(p string) bool {
+	for _, dir := range g.fleet {
+		if within(p, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// fleetSkill reports whether p is a file of a skill the fleet installed
+// that pol shows: <fleet>/<name>/... or <fleet>/.fleet/<name>/....
+func (g *guard) fleetSkill(pol *policy.Policy, p string) bool {
+	for _, dir := range g.fleet {
+		if !within(p, dir) {
+			continue
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return false
+		}
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		name := parts[0]
+		if name == fleetDir {
+			if len(parts) < 2 {
+				return false
+			}
+			name = parts[1]
+		}
+		return protocol.ValidateSkillName(name) == nil && pol.AllowSkill(name)
 	}
 	return false
 }

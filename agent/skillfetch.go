@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -173,6 +172,9 @@ func (s *skillStore) stage(ctx context.Context, src bundleSource, m *protocol.Ma
 // one of their paths.
 func (s *skillStore) localFiles(name string) map[string]string {
 	out := make(map[string]string)
+	if s.legacy != nil {
+		out = s.legacy.localFiles(name)
+	}
 	for _, v := range s.versions(name) {
 		m, err := s.readManifest(name, v)
 		if err != nil {
@@ -267,9 +269,4 @@ func rolloutUnsupported() string {
 			"which Windows allows only with extra privileges; copy the skill's folder into the skills folder by hand"
 	}
 	return ""
-}
-
-// versionName is how logs and reasons name a version folder.
-func versionName(name, v string) string {
-	return strings.Join([]string{fleetDir, name, v}, "/")
 }

@@ -212,11 +212,12 @@ func TestSkillNames(t *testing.T) {
 	}
 }
 
-// TestSkillManagedLinks: a skill the fleet installed is served through
-// its link, from the version folder the link names; .fleet is hidden
-// even with a SKILL.md in it; a link of the fleet's form whose version
-// folder is itself a link out, or a link of another form into .fleet, is
-// not taken for the fleet's and is read as any link is, under the policy.
+// TestSkillManagedLinks: in the host's skills folder, the links of the
+// fleet's form are what an older agent installed there, where any caller
+// who may write could change them: they are never served from there
+// (the rollout installs them in the fleet's folder); .fleet is hidden
+// even with a SKILL.md in it; a link of another form into .fleet is not
+// taken for the fleet's and is read as any link is, under the policy.
 func TestSkillManagedLinks(t *testing.T) {
 	outside := t.TempDir()
 	tbFile(t, outside, "x/SKILL.md", secretSkill)
@@ -240,23 +241,16 @@ func TestSkillManagedLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.skills.rescan()
-	if _, ok := g.skills.lookup(fleetDir); ok {
-		t.Error("the catalog shows .fleet")
+	for _, name := range []string{fleetDir, "deploy", "x"} {
+		if s, ok := g.skills.lookup(name); ok {
+			t.Errorf("the catalog shows %s from the host's skills folder: %+v", name, s)
+		}
 	}
-	s, ok := g.skills.lookup("deploy")
-	if !ok || s.Problem != "" || s.Path != filepath.Join(root, "deploy", skillFile) {
-		t.Errorf("managed skill: %+v, want it served through its link", s)
-	}
-	text := tbText(t, run(t, g.toolbox, "skill", map[string]any{"name": "deploy"}))
-	if !strings.Contains(text, "folder "+filepath.Join(root, ".fleet", "deploy", "0123456789ab")+"]") || !strings.Contains(text, "ref.md") {
-		t.Errorf("skill tool for a managed skill:\n%s", text)
+	if text := tbText(t, run(t, g.toolbox, "skill", map[string]any{"name": "deploy"})); !strings.HasPrefix(text, "no skill deploy") {
+		t.Errorf("skill tool for an older agent's link in the host's folder:\n%s", text)
 	}
 	if s, _ := g.skills.lookup("other"); !strings.Contains(s.Problem, "differs from its folder name") {
 		t.Errorf("a link of another form into .fleet: %+v, want it read as any link (and its name checked)", s)
-	}
-	s, _ = g.skills.lookup("x")
-	if !strings.Contains(s.Problem, "refused by the host policy (paths.allow)") {
-		t.Errorf("a version folder that links out: %+v, want the policy's refusal", s)
 	}
 	noSecret(t, "version folder linking out", g, tbText(t, run(t, g.toolbox, "skill", map[string]any{"name": "x"})))
 }

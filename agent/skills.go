@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,20 +40,32 @@ func parseSkill(dir string, data []byte) (skillMeta, error) {
 	return skillmd.Parse(dir, data)
 }
 
-// catalog is a host's skill catalog: the folders <root>/<name>/SKILL.md
-// the host policy lets callers see. Reads use the last snapshot; watch
-// rebuilds it when the folders change. It is safe for concurrent use.
+// catalog is a host's skill catalog: the skills the fleet installed
+// (<fleet>/<name>, served only while their files match their signed
+// manifests) and the host's own skills (<root>/<name>/SKILL.md), those
+// the host policy lets callers see. A fleet skill hides a host skill of
+// the same name: whoever may write in the host's skills folder must not
+// be able to stand in for a skill the fleet rolled out. Reads use the
+// last snapshot; watch rebuilds it when the host's folders change, and
+// the rollout when it changes the fleet's. It is safe for concurrent use.
 //
 // Skills are files like any other: a SKILL.md is read as the read tool
 // reads files, through the guard, so a link out of the allowed paths, to
 // the agent's own files or to a FIFO shows a problem in the catalog, never
 // what the file holds.
 type catalog struct {
-	root  string // absolute
+	root  string // absolute: the host's own skills
 	host  string
 	guard *guard // reads the files; its policy decides which skills show
 	log   *slog.Logger
-	snap  atomic.Pointer[skillSnapshot]
+	// fleet is the layout of the skills the fleet installed; nil: none.
+	fleet *skillStore
+	// verified remembers the fleet skills' files that matched.
+	verified *verifyCache
+	// onTampered, when set, hears of every fleet skill found changed on
+	// disk (the rollout reports it and repairs it). Set before use.
+	onTampered func(name, bundle string, err error)
+	snap       atomic.Pointer[skillSnapshot]
 	// scanMu makes rescans one at a time, so that the last one stored
 	// is the last one made (a reload rescans with the new policy).
 	scanMu sync.Mutex
@@ -70,12 +83,22 @@ type catalog struct {
 // skillSnapshot is the catalog at one moment.
 type skillSnapshot struct {
 	skills []protocol.Skill // sorted by name
+	fleet  map[string]bool  // the names the fleet installed
 }
 
-// newCatalog returns the catalog of root, already scanned, whose files
-// are read through g.
+// newCatalog returns the catalog of the host's skills in root, already
+// scanned, whose files are read through g.
 func newCatalog(root, host string, g *guard, log *slog.Logger) *catalog {
-	c := &catalog{root: root, host: host, guard: g, log: log, pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
+	return newFleetCatalog(root, "", host, g, log)
+}
+
+// newFleetCatalog is newCatalog with the fleet's skills in fleetRoot
+// ("": none).
+func newFleetCatalog(root, fleetRoot, host string, g *guard, log *slog.Logger) *catalog {
+	c := &catalog{root: root, host: host, guard: g, log: log, verified: newVerifyCache(), pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
+	if fleetRoot != "" {
+		c.fleet = &skillStore{root: fleetRoot, log: log}
+	}
 	c.rescan()
 	return c
 }
@@ -99,21 +122,117 @@ func (c *catalog) lookup(name string) (protocol.Skill, bool) {
 	return skills[i], true
 }
 
+// isFleet reports whether the skill called name is one the fleet
+// installed.
+func (c *catalog) isFleet(name string) bool {
+	return c != nil && c.snap.Load().fleet[name]
+}
+
 // rescan rebuilds the snapshot and reports whether it changed.
 func (c *catalog) rescan() bool {
 	c.scanMu.Lock()
 	defer c.scanMu.Unlock()
-	skills := c.scan()
-	if old := c.snap.Load(); old != nil && slices.Equal(old.skills, skills) {
+	fleet := c.scanFleet()
+	skills := slices.Clone(fleet)
+	names := make(map[string]bool, len(fleet))
+	for _, s := range fleet {
+		names[s.Name] = true
+	}
+	for _, s := range c.scan() {
+		if names[s.Name] {
+			c.log.Debug("skills: a host skill has the name of a skill the fleet installed; the fleet's is served", "skill", s.Name)
+			continue
+		}
+		skills = append(skills, s)
+	}
+	slices.SortFunc(skills, func(a, b protocol.Skill) int { return strings.Compare(a.Name, b.Name) })
+	if len(skills) > protocol.MaxSkills {
+		c.log.Warn("skills: the fleet protocol announces at most this many skills; the ones after them, by name, are left out",
+			"max", protocol.MaxSkills, "left_out", len(skills)-protocol.MaxSkills)
+		skills = skills[:protocol.MaxSkills]
+	}
+	if old := c.snap.Load(); old != nil && slices.Equal(old.skills, skills) && maps.Equal(old.fleet, names) {
 		return false
 	}
-	c.snap.Store(&skillSnapshot{skills: skills})
+	c.snap.Store(&skillSnapshot{skills: skills, fleet: names})
 	return true
 }
 
-// scan reads the skill folders under the root. A missing root is an
-// empty catalog; folders without a SKILL.md and skills the policy denies
-// are left out.
+// scanFleet reads the skills the fleet serves: each a managed link to a
+// version folder, checked against its manifest (a mismatch is a problem,
+// and reported).
+func (c *catalog) scanFleet() []protocol.Skill {
+	if c.fleet == nil {
+		return nil
+	}
+	// The names an older agent installed in the host's skills folder
+	// stay the fleet's until the rollout has moved them.
+	names := c.fleet.managedNames()
+	legacy := &skillStore{root: c.root}
+	for _, name := range legacy.managedNames() {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	var skills []protocol.Skill
+	for _, name := range names {
+		if !c.allows(name) || len(skills) == protocol.MaxSkills {
+			continue
+		}
+		path := filepath.Join(c.fleet.root, name, skillFile)
+		dir := c.fleet.servedVersion(name)
+		if dir == "" {
+			// Being installed or repaired: the name stays the fleet's, so
+			// that no host skill stands in for it meanwhile.
+			if (c.fleet.claims(name) || legacy.claims(name)) && len(path) <= protocol.MaxPathLen {
+				skills = append(skills, protocol.Skill{Name: name, Path: path, Problem: notServedYet})
+			}
+			continue
+		}
+		if len(path) > protocol.MaxPathLen {
+			c.log.Warn("skills: leaving out a fleet skill whose path is too long to announce", "skill", name)
+			continue
+		}
+		s := protocol.Skill{Name: name, Path: path}
+		if _, err := c.checkFleet(name, dir); err != nil {
+			s.Problem = protocol.Clip(err.Error(), protocol.MaxSkillProblemLen)
+			skills = append(skills, s)
+			continue
+		}
+		if ls, ok := c.load(name, dir, path); ok {
+			skills = append(skills, ls)
+		}
+	}
+	return skills
+}
+
+// notServedYet is the problem of a fleet skill with no version served.
+const notServedYet = "a fleet rollout is installing or repairing this skill; it is served once its files are in place and checked against the signed manifest"
+
+// checkFleet checks the served version dir of fleet skill name against
+// its manifest and returns the manifest. A mismatch is a *tamperedError,
+// also told to onTampered.
+func (c *catalog) checkFleet(name, dir string) (*protocol.Manifest, error) {
+	v := filepath.Base(dir)
+	m, err := c.fleet.readManifest(name, v)
+	if err != nil {
+		err = &tamperedError{name: name, bundle: "sha256:" + v, err: fmt.Errorf("its manifest cannot be read: %w", err)}
+	} else if err = verifyFiles(dir, m, c.verified); err != nil {
+		err = &tamperedError{name: name, bundle: m.BundleID(), err: err}
+	}
+	if err != nil {
+		if c.onTampered != nil {
+			te := err.(*tamperedError)
+			c.onTampered(name, te.bundle, te.err)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// scan reads the host's skill folders under the root. A missing root is
+// an empty catalog; folders without a SKILL.md, skills the policy denies
+// and the links an older agent made for the fleet's skills are left out.
 func (c *catalog) scan() []protocol.Skill {
 	entries, err := os.ReadDir(c.root)
 	if err != nil {
@@ -123,34 +242,32 @@ func (c *catalog) scan() []protocol.Skill {
 		return nil
 	}
 	var skills []protocol.Skill
-	left := 0
 	for _, e := range entries {
 		name := e.Name()
 		if name == fleetDir || !c.allows(name) {
-			continue // .fleet holds the versions the fleet installed
+			continue // .fleet holds the versions an older agent installed
 		}
 		dir := filepath.Join(c.root, name)
+		if target, err := os.Readlink(dir); err == nil {
+			if _, managed := managedVersion(name, target); managed {
+				continue // an older agent's fleet skill: served from the fleet's folder once installed there
+			}
+		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
 		if len(skills) == protocol.MaxSkills {
-			left++
-			continue
+			break
 		}
 		if len(name) > protocol.MaxSkillNameLen || len(dir)+len(skillFile)+1 > protocol.MaxPathLen {
 			c.log.Warn("skills: leaving out a folder whose name or path is too long to announce", "folder", protocol.Excerpt(name))
 			continue
 		}
-		s, ok := c.load(name, c.folder(name))
+		s, ok := c.load(name, dir, filepath.Join(dir, skillFile))
 		if ok {
 			skills = append(skills, s)
 		}
 	}
-	if left > 0 {
-		c.log.Warn("skills: the fleet protocol announces at most this many skills; the folders after them, by name, are left out",
-			"max", protocol.MaxSkills, "left_out", left, "dir", c.root)
-	}
-	slices.SortFunc(skills, func(a, b protocol.Skill) int { return strings.Compare(a.Name, b.Name) })
 	return skills
 }
 
@@ -162,20 +279,16 @@ func (c *catalog) allows(name string) bool {
 // folder returns the folder the skill called name is read from: for a
 // skill the fleet installed, the version its link serves (resolved once,
 // so that one answer never mixes two versions); else <root>/<name>.
-// Only a link of exactly the fleet's form is resolved here; any other
-// link is followed, and checked, as the read tool follows links.
 func (c *catalog) folder(name string) string {
-	if v := managedFolder(c.root, name); v != "" {
-		return v
+	if c.isFleet(name) {
+		return c.fleet.servedVersion(name)
 	}
 	return filepath.Join(c.root, name)
 }
 
 // load reads the SKILL.md of the skill called name from dir. It reports
-// false when there is none. The skill's path is <root>/<name>/SKILL.md,
-// through the fleet's link for a skill the fleet installed.
-func (c *catalog) load(name, dir string) (protocol.Skill, bool) {
-	path := filepath.Join(c.root, name, skillFile)
+// false when there is none. path is the skill's path as announced.
+func (c *catalog) load(name, dir, path string) (protocol.Skill, bool) {
 	s := protocol.Skill{Name: name, Path: path}
 	data, err := c.guard.readSkillFile(filepath.Join(dir, skillFile))
 	if errors.Is(err, os.ErrNotExist) {

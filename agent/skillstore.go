@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -20,9 +17,11 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// The skills the fleet rolls out live beside the hand-made ones, in the
-// same skills folder, in a layout that makes every change one atomic
-// rename:
+// The skills the fleet rolls out live in a folder of their own
+// (Config.FleetSkillsDir, by default skills in the state directory), apart
+// from the host's own skills: no tool writes there, and what is served
+// from there is checked against the signed manifest first (skillverify.go).
+// Its layout makes every change one atomic rename:
 //
 //	<root>/<name>                     → .fleet/<name>/<hex12> (a symbolic link)
 //	<root>/.fleet/<name>/<hex12>/     one complete version of the skill
@@ -52,6 +51,10 @@ const (
 type skillStore struct {
 	root string // absolute
 	log  *slog.Logger
+	// legacy, when set, is the layout an older agent kept in the host's
+	// skills folder: its files that still match their digests are copied
+	// instead of fetched when a skill moves here.
+	legacy *skillStore
 }
 
 func (s *skillStore) versionsDir(name string) string { return filepath.Join(s.root, fleetDir, name) }
@@ -114,6 +117,24 @@ func managedFolder(root, name string) string {
 	return dir
 }
 
+// unserve removes the fleet's link of name, so that no version of it is
+// served (a damaged version is then replaced).
+func (s *skillStore) unserve(name string) error {
+	served := filepath.Join(s.root, name)
+	target, err := os.Readlink(served)
+	if err != nil {
+		return nil
+	}
+	if _, managed := managedVersion(name, target); !managed {
+		return nil
+	}
+	if err := os.Remove(served); err != nil {
+		return fmt.Errorf("remove the link of %s: %w", name, err)
+	}
+	safefs.SyncDir(s.root)
+	return nil
+}
+
 // active returns the bundle ID <root>/<name> serves, "" when it serves
 // none the fleet installed.
 func (s *skillStore) active(name string) string {
@@ -126,6 +147,24 @@ func (s *skillStore) active(name string) string {
 		return ""
 	}
 	return m.BundleID()
+}
+
+// tamper checks the version of bundle id that <root>/<name> serves
+// against its manifest, hashing every file: nil when it matches, or when
+// the link serves another bundle or none.
+func (s *skillStore) tamper(name, id string) error {
+	dir := s.servedVersion(name)
+	if dir == "" || filepath.Base(dir) != shortID(id) {
+		return nil
+	}
+	m, err := s.readManifest(name, filepath.Base(dir))
+	switch {
+	case err != nil:
+		return fmt.Errorf("its manifest cannot be read: %w", err)
+	case m.BundleID() != id:
+		return fmt.Errorf("its manifest is of bundle %s", shortBundleID(m.BundleID()))
+	}
+	return verifyVersion(dir, m)
 }
 
 // readManifest reads the manifest kept beside version v of name.
@@ -178,6 +217,25 @@ func (s *skillStore) versions(name string) []string {
 		out[i] = v.v
 	}
 	return out
+}
+
+// claims reports whether name's folder in .fleet holds a version, or one
+// being written or put aside: the fleet holds the name even while it
+// serves no version of it.
+func (s *skillStore) claims(name string) bool {
+	if s.ownDirs(name, false) != nil {
+		return false
+	}
+	entries, err := os.ReadDir(s.versionsDir(name))
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), adoptedPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // managedNames lists the skills with a folder in .fleet.
@@ -241,66 +299,9 @@ func (s *skillStore) recover() {
 }
 
 // verifyVersion checks that version folder dir holds exactly m's files,
-// each a regular file of its size, digest and executable bit.
-func verifyVersion(dir string, m *protocol.Manifest) error {
-	want := make(map[string]protocol.BundleFile, len(m.Files))
-	for _, f := range m.Files {
-		want[f.Path] = f
-	}
-	seen := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
-		switch {
-		case rel == ".":
-			return nil
-		case d.IsDir():
-			return nil // folders are checked by the files in them
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is not a regular file", rel)
-		}
-		f, ok := want[rel]
-		if !ok {
-			return fmt.Errorf("%s is not in the bundle", rel)
-		}
-		seen++
-		return checkFile(p, f)
-	})
-	if err == nil && seen != len(m.Files) {
-		err = fmt.Errorf("%d of the bundle's %d files are missing", len(m.Files)-seen, len(m.Files))
-	}
-	return err
-}
-
-// checkFile checks the file at p against f.
-func checkFile(p string, f protocol.BundleFile) error {
-	fh, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return err
-	}
-	if fi.Size() != f.Size {
-		return fmt.Errorf("%s is %d bytes, not %d", f.Path, fi.Size(), f.Size)
-	}
-	if fs.FileMode(f.Mode)&0o100 != fi.Mode()&0o100 && !windowsModes() {
-		return fmt.Errorf("%s has mode %o, not %o", f.Path, fi.Mode().Perm(), f.Mode)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
-		return fmt.Errorf("%s has SHA-256 %s, not %s", f.Path, got, f.SHA256)
-	}
-	return nil
-}
+// each a regular file of its size, digest and executable bit, hashing
+// every one.
+func verifyVersion(dir string, m *protocol.Manifest) error { return verifyFiles(dir, m, nil) }
 
 // swapLink makes <root>/<name> serve version v: a link made under a
 // temporary name beside the versions and renamed over the served name,
@@ -366,6 +367,25 @@ func (s *skillStore) prune(name string) {
 		}
 		s.removeVersion(name, v)
 	}
+}
+
+// setAside moves version v of name (a damaged copy, if any) out of the
+// way under a staging name, which keeps the name the fleet's meanwhile
+// (claims), and returns where ("" when there was none); the caller
+// removes it, or the next start does.
+func (s *skillStore) setAside(name, v string) string {
+	if s.ownDirs(name, false) != nil {
+		return ""
+	}
+	dir := s.versionsDir(name)
+	aside := filepath.Join(dir, stagingPrefix+"damaged-"+randomSuffix())
+	if err := os.Rename(filepath.Join(dir, v), aside); err != nil {
+		aside = ""
+	}
+	if err := os.Remove(filepath.Join(dir, v+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("skills: cannot remove a damaged manifest", "skill", name, "version", v, "err", err)
+	}
+	return aside
 }
 
 func (s *skillStore) removeVersion(name, v string) {

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +37,9 @@ type skillSync struct {
 	changed func()
 
 	kick chan struct{}
+	// tampered hears of fleet skills found changed on disk (by the skill
+	// tool or the catalog); run reports them.
+	tampered chan tamperNote
 	// every is the mean time between periodic reads; retry the mean
 	// wait after a read that failed.
 	every, retry time.Duration
@@ -50,12 +55,26 @@ type skillSync struct {
 	lastReadErr string
 }
 
-func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, root, stateDir string, log *slog.Logger, changed func()) *skillSync {
+// tamperNote is a fleet skill found changed on disk.
+type tamperNote struct {
+	name, bundle string
+	err          error
+}
+
+// newSkillSync returns the sync of the fleet's skills in root. legacy,
+// when not "" nor root, is the host's skills folder, where an older agent
+// kept the fleet's skills: they move to root (see migrate).
+func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, root, legacy, stateDir string, log *slog.Logger, changed func()) *skillSync {
+	store := &skillStore{root: root, log: log}
+	if legacy != "" && legacy != root {
+		store.legacy = &skillStore{root: legacy, log: log}
+	}
 	return &skillSync{
 		host: host, keys: keys, pol: pol, stateDir: stateDir, log: log, changed: changed,
-		store: &skillStore{root: root, log: log},
-		kick:  make(chan struct{}, 1),
-		every: 5 * time.Minute, retry: 15 * time.Second, timeout: 5 * time.Second,
+		store:    store,
+		kick:     make(chan struct{}, 1),
+		tampered: make(chan tamperNote, 16),
+		every:    5 * time.Minute, retry: 15 * time.Second, timeout: 5 * time.Second,
 		skills: make(map[string]protocol.SkillState), failed: make(map[string]string),
 	}
 }
@@ -65,6 +84,17 @@ func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, 
 func (s *skillSync) poke() {
 	select {
 	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// noteTampered tells run that skill name's served bundle was found
+// changed on disk. It never blocks: a note that finds the queue full is
+// dropped, and the next reconcile, which hashes every file, finds the
+// change again.
+func (s *skillSync) noteTampered(name, bundle string, err error) {
+	select {
+	case s.tampered <- tamperNote{name, bundle, err}:
 	default:
 	}
 }
@@ -95,6 +125,17 @@ func (s *skillSync) run(ctx context.Context, conn func() *nats.Conn) {
 		select {
 		case <-ctx.Done():
 			return
+		case n := <-s.tampered:
+			// Reported now; repaired at the next reconcile, which comes
+			// within the retry interval.
+			if s.markTampered(n) {
+				if nc := conn(); nc != nil {
+					s.publish(nc)
+				}
+				s.changed() // the catalog lists it with the problem
+				timer.Reset(jitter(s.retry))
+			}
+			continue
 		case <-s.kick:
 		case <-timer.C:
 		}
@@ -108,8 +149,8 @@ func (s *skillSync) run(ctx context.Context, conn func() *nats.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			next = s.retry
+		if err != nil || s.anyTampered() {
+			next = s.retry // a tampered skill is repaired at the next reconcile
 		}
 		s.logReadError(err, jitter(next))
 		timer.Reset(jitter(next))
@@ -182,6 +223,7 @@ func (s *skillSync) syncOnce(ctx context.Context, nc *nats.Conn) error {
 		}
 		s.apply(ctx, nc, src, name, d.State.Skills[name])
 	}
+	s.migrate(d.State.Skills)
 	// The status reports the skills desired and those the fleet's links
 	// serve; a skill dropped from the record and not served is gone.
 	for name := range s.skills {
@@ -211,7 +253,18 @@ func (s *skillSync) apply(ctx context.Context, nc *nats.Conn, src bundleSource, 
 		s.set(name, ds, protocol.SkillRefused, why)
 		return
 	}
-	if s.store.active(name) == ds.BundleID {
+	if err := s.store.tamper(name, ds.BundleID); err != nil {
+		if prev := s.skills[name]; prev.State != protocol.SkillTampered || prev.BundleID != ds.BundleID {
+			// Reported at this check, repaired at the next one, so that
+			// the status shows it for a while.
+			s.log.Warn("skills: a skill the fleet installed was changed on disk; it is refused until it is installed again",
+				"skill", name, "bundle", ds.BundleID, "err", err)
+			s.set(name, ds, protocol.SkillTampered, tamperedReason(err))
+			s.changed()
+			return
+		}
+		s.log.Warn("skills: installing again a skill whose files were changed on disk", "skill", name, "bundle", ds.BundleID)
+	} else if s.store.active(name) == ds.BundleID {
 		s.set(name, ds, protocol.SkillInstalled, "")
 		return
 	}
@@ -259,9 +312,6 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 		}
 	}
 	if !onDisk {
-		if filepath.Base(s.store.servedVersion(name)) == v {
-			return "", permanent("the served folder %s is damaged (no usable manifest); remove the skill and roll it out again", versionName(name, v))
-		}
 		sm, err := src.manifest(ctx, id)
 		if err != nil {
 			return "", err
@@ -269,7 +319,18 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 		if err := checkManifest(sm, s.keys(), name, id); err != nil {
 			return "", err
 		}
-		s.store.removeVersion(name, v) // a damaged copy, if any
+		// A damaged copy, if any, goes; if it is the one served, the
+		// skill is served by no version until the new copy is in place
+		// (it was refused anyway).
+		if filepath.Base(s.store.servedVersion(name)) == v {
+			if err := s.store.unserve(name); err != nil {
+				return "", err
+			}
+			s.changed()
+		}
+		if aside := s.store.setAside(name, v); aside != "" {
+			defer os.RemoveAll(aside)
+		}
 		if err := s.store.stage(ctx, src, &sm.Manifest); err != nil {
 			return "", err
 		}
@@ -280,6 +341,34 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 	}
 	s.store.prune(name)
 	return adopted, nil
+}
+
+// migrate removes the copies of the fleet's skills an older agent kept in
+// the host's skills folder (where the tools could change them; they are
+// never served from there) once the skill is installed in the fleet's
+// folder, or no longer desired. Until then their files, when they still
+// match their digests, are copied instead of fetched.
+func (s *skillSync) migrate(desired map[string]protocol.DesiredSkill) {
+	old := s.store.legacy
+	if old == nil {
+		return
+	}
+	names := old.managedNames()
+	for _, name := range names {
+		ds, want := desired[name]
+		if want && !ds.Remove && s.store.active(name) != ds.BundleID {
+			continue
+		}
+		if err := old.remove(name); err != nil {
+			s.log.Warn("skills: cannot remove the copy of a fleet skill an older agent kept in the host's skills folder", "skill", name, "err", err)
+			continue
+		}
+		s.log.Info("skills: removed the copy of a fleet skill an older agent kept in the host's skills folder; it is served from the fleet's folder",
+			"skill", name, "old", filepath.Join(old.root, fleetDir, name), "new", filepath.Join(s.store.root, name))
+	}
+	if len(names) > 0 {
+		_ = os.Remove(filepath.Join(old.root, fleetDir)) // kept while it holds hand-made folders a rollout took over
+	}
 }
 
 // removeSkill removes the fleet's copy of name.
@@ -303,6 +392,56 @@ func (s *skillSync) set(name string, ds protocol.DesiredSkill, state, reason str
 		BundleID: ds.BundleID, Active: s.store.active(name), Rollout: ds.Rollout,
 		State: state, Reason: protocol.Clip(reason, 1000), At: time.Now().UTC(),
 	}
+}
+
+// markTampered records that skill n.name serves bundle n.bundle changed
+// on disk, and reports whether that is news (the state was not tampered
+// already). Notes about a bundle no longer served are dropped.
+func (s *skillSync) markTampered(n tamperNote) bool {
+	prev, known := s.skills[n.name]
+	if !known {
+		return false
+	}
+	// The note names the bundle in full, or by its folder's name alone
+	// when the manifest kept beside it could not be read.
+	var id string
+	for _, c := range []string{prev.BundleID, prev.Active} {
+		if c != "" && (c == n.bundle || len(n.bundle) == len("sha256:")+12 && strings.HasPrefix(c, n.bundle)) {
+			id = c
+			break
+		}
+	}
+	// A note about a bundle no longer served, or from before a repair
+	// (or about a change undone since), is dropped: what counts is what
+	// is on disk now.
+	if id == "" || s.store.tamper(n.name, id) == nil && s.store.active(n.name) == id {
+		return false
+	}
+	news := prev.State != protocol.SkillTampered
+	if news {
+		s.log.Warn("skills: a skill the fleet installed was changed on disk; it is refused until it is installed again",
+			"skill", n.name, "bundle", id, "err", n.err)
+		prev.At = time.Now().UTC()
+	}
+	prev.State, prev.Reason = protocol.SkillTampered, tamperedReason(n.err)
+	s.skills[n.name] = prev
+	return news
+}
+
+// anyTampered reports whether a skill awaits its repair.
+func (s *skillSync) anyTampered() bool {
+	for _, st := range s.skills {
+		if st.State == protocol.SkillTampered {
+			return true
+		}
+	}
+	return false
+}
+
+// tamperedReason is the status's reason for a tampered skill.
+func tamperedReason(err error) string {
+	return protocol.Clip("the installed files differ from the signed manifest: "+err.Error()+
+		"; the skill is refused until the next check of the desired skills installs it again", 1000)
 }
 
 // publish sends the host's full status.

@@ -238,8 +238,21 @@ func (g *skillGateway) onStatus(m *nats.Msg) {
 // name, and returns that state.
 func (g *skillGateway) waitSkill(t *testing.T, host, name string, ok func(protocol.SkillStatus, protocol.SkillState) bool) protocol.SkillState {
 	t.Helper()
+	return g.waitSkillSince(t, 0, host, name, ok)
+}
+
+// mark returns how many statuses have arrived, for waitSkillSince.
+func (g *skillGateway) mark() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.statuses)
+}
+
+// waitSkillSince is waitSkill for the statuses that arrived after the
+// first seen (a mark).
+func (g *skillGateway) waitSkillSince(t *testing.T, seen int, host, name string, ok func(protocol.SkillStatus, protocol.SkillState) bool) protocol.SkillState {
+	t.Helper()
 	deadline := time.After(20 * time.Second)
-	seen := 0
 	for {
 		g.mu.Lock()
 		all := g.statuses[seen:]
@@ -306,7 +319,7 @@ func (g *skillGateway) runSkillAgent(t *testing.T, host string, cfg Config, setu
 		setup(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &skillAgent{a: a, root: a.cfg.SkillsDir, cancel: cancel, done: make(chan error, 1)}
+	r := &skillAgent{a: a, root: a.cfg.FleetSkillsDir, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

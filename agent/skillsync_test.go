@@ -321,9 +321,12 @@ func TestSkillRolloutNoTrustedKey(t *testing.T) {
 	}
 }
 
-// TestSkillRolloutAdoptsHandMadeFolder: a hand-made folder where the
-// skill is served is moved aside, whole, and the status says where.
-func TestSkillRolloutAdoptsHandMadeFolder(t *testing.T) {
+// TestSkillRolloutShadowsHostSkill: a host skill of the name of a skill
+// the fleet installs stays where it is, untouched, and hidden while the
+// fleet's is installed: whoever may write in the host's skills folder
+// cannot stand in for the fleet's skill. Once the fleet's is removed, the
+// host's is served again.
+func TestSkillRolloutShadowsHostSkill(t *testing.T) {
 	g := startSkillGateway(t)
 	cwd := t.TempDir()
 	hand := filepath.Join(cwd, ".agents", "skills", "deploy")
@@ -334,25 +337,32 @@ func TestSkillRolloutAdoptsHandMadeFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := g.runSkillAgent(t, "web-1", Config{Cwd: cwd}, nil)
+	if text, _ := r.skill(t, "deploy"); !strings.Contains(text, "hand") {
+		t.Fatalf("skill tool before the rollout:\n%s", text)
+	}
 	v1 := g.version("deploy", "v1")
 	rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
 	s := g.waitState(t, "web-1", "deploy", protocol.SkillInstalled, v1.BundleID, rev)
-	mustContain(t, "reason", s.Reason, "hand-made", filepath.Join(r.root, fleetDir, "deploy", adoptedPrefix))
-	moved := strings.TrimSpace(s.Reason[strings.Index(s.Reason, filepath.Join(r.root, fleetDir)):])
-	if data, err := os.ReadFile(filepath.Join(moved, skillFile)); err != nil || !strings.Contains(string(data), "hand") {
-		t.Errorf("the hand-made SKILL.md at %s: %q %v", moved, data, err)
+	if s.Reason != "" {
+		t.Errorf("reason %q, want none", s.Reason)
 	}
-	if text, _ := r.skill(t, "deploy"); !strings.Contains(text, "only-v1.md") {
-		t.Errorf("skill tool after adoption:\n%s", text)
+	if text, _ := r.skill(t, "deploy"); !strings.Contains(text, "only-v1.md") || strings.Contains(text, "hand") {
+		t.Errorf("skill tool while the fleet's is installed:\n%s", text)
 	}
-	// Removing the skill leaves the hand-made folder the rollout kept.
+	if skills := r.a.skills.list(); len(skills) != 1 || skills[0].Path != filepath.Join(r.root, "deploy", skillFile) {
+		t.Errorf("catalog = %+v, want the fleet's deploy alone", skills)
+	}
+	if data, err := os.ReadFile(filepath.Join(hand, skillFile)); err != nil || !strings.Contains(string(data), "hand") {
+		t.Errorf("the host's SKILL.md: %q %v", data, err)
+	}
 	rev = g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": {Remove: true}})
 	g.waitSkill(t, "web-1", "deploy", func(st protocol.SkillStatus, s protocol.SkillState) bool {
 		return st.Revision >= rev && s.State == protocol.SkillRemoved
 	})
-	if _, err := os.Stat(filepath.Join(moved, skillFile)); err != nil {
-		t.Errorf("remove deleted the adopted hand-made folder: %v", err)
-	}
+	waitUntil(t, "the host's skill is served again", func() bool {
+		text, ok := r.skill(t, "deploy")
+		return ok && strings.Contains(text, "hand")
+	})
 }
 
 // TestSkillRolloutCrashRecovery: an agent killed mid-install leaves a
@@ -517,27 +527,35 @@ func TestSkillDesiredPermissions(t *testing.T) {
 // it to write, or delete, elsewhere: the rollout fails and says why.
 func TestSkillRolloutPlantedLink(t *testing.T) {
 	g := startSkillGateway(t)
-	cwd, elsewhere := t.TempDir(), t.TempDir()
-	root := filepath.Join(cwd, ".agents", "skills")
-	if err := os.MkdirAll(filepath.Join(root, fleetDir), 0o755); err != nil {
-		t.Fatal(err)
+	cwd, state := t.TempDir(), t.TempDir()
+	var elsewhere []string
+	// One in the fleet's folder (where only the agent and root write),
+	// one where an older agent kept the fleet's skills.
+	for _, root := range []string{filepath.Join(state, "skills"), filepath.Join(cwd, ".agents", "skills")} {
+		dir := t.TempDir()
+		elsewhere = append(elsewhere, dir)
+		if err := os.MkdirAll(filepath.Join(root, fleetDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(dir, filepath.Join(root, fleetDir, "deploy")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(elsewhere, "keep"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(elsewhere, filepath.Join(root, fleetDir, "deploy")); err != nil {
-		t.Fatal(err)
-	}
-	g.runSkillAgent(t, "web-1", Config{Cwd: cwd}, nil)
+	g.runSkillAgent(t, "web-1", Config{Cwd: cwd, StateDir: state}, nil)
 	v1 := g.version("deploy", "v1")
 	rev := g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": install(v1.BundleID)})
 	s := g.waitState(t, "web-1", "deploy", protocol.SkillFailed, v1.BundleID, rev)
 	mustContain(t, "reason", s.Reason, "is not a folder", "remove it")
 	rev = g.desire(t, "web-1", map[string]protocol.DesiredSkill{"deploy": {Remove: true}})
 	g.waitSkill(t, "web-1", "deploy", func(st protocol.SkillStatus, s protocol.SkillState) bool { return st.Revision >= rev })
-	entries, _ := os.ReadDir(elsewhere)
-	if len(entries) != 1 || entries[0].Name() != "keep" {
-		t.Errorf("the agent wrote or deleted through the planted link: %v", entries)
+	for _, dir := range elsewhere {
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 1 || entries[0].Name() != "keep" {
+			t.Errorf("the agent wrote or deleted through the planted link to %s: %v", dir, entries)
+		}
 	}
 }
 

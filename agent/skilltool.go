@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -30,6 +32,8 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 		return toolFailure(tc, "name is empty; give the name of a skill (skills here: %s)", c.names())
 	case !ok:
 		return toolFailure(tc, "no skill %s on host %s; skills here: %s", a.Name, c.hostName(), c.names())
+	case c.isFleet(s.Name):
+		return t.fleetSkill(tc, s)
 	case s.Problem != "":
 		return toolFailure(tc, "skill %s on host %s is invalid: %s (%s)", s.Name, c.hostName(), s.Problem, s.Path)
 	}
@@ -54,6 +58,57 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 		return toolFailure(tc, "skill %s: list its files: %s", s.Name, safefs.Problem(dir, err))
 	}
 	return toolText(tc, skillText(s.Name, dir, data, files, more))
+}
+
+// fleetSkill answers for a skill the fleet installed: from the version its
+// link serves now, once every file of that version matches the signed
+// manifest, and with the SKILL.md whose bytes are served checked against
+// its digest (so that a change made after the check is not served
+// either). The bundled files are the manifest's.
+func (t *toolbox) fleetSkill(tc *toolCall, s protocol.Skill) *protocol.Result {
+	c := t.skills
+	dir := c.folder(s.Name)
+	if dir == "" {
+		return toolFailure(tc, "skill %s on host %s is being installed or repaired by a fleet rollout; try again in a moment", s.Name, c.hostName())
+	}
+	m, err := c.checkFleet(s.Name, dir)
+	if err != nil {
+		return tamperedResult(tc, c.hostName(), err)
+	}
+	path := filepath.Join(dir, skillFile)
+	data, err := t.guard.readSkillFile(path)
+	if isDenied(err) {
+		return deniedResult(tc, err)
+	}
+	if err != nil {
+		return toolFailure(tc, "skill %s on host %s: %s", s.Name, c.hostName(), skillProblem(path, err))
+	}
+	var files []string
+	for _, f := range m.Files {
+		switch {
+		case f.Path == skillFile:
+			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != f.SHA256 {
+				err := &tamperedError{name: s.Name, bundle: m.BundleID(), err: fmt.Errorf("%s changed while it was read", skillFile)}
+				if c.onTampered != nil {
+					c.onTampered(s.Name, m.BundleID(), err.err)
+				}
+				return tamperedResult(tc, c.hostName(), err)
+			}
+		case len(files) < maxSkillFiles:
+			files = append(files, f.Path)
+		}
+	}
+	if s.Problem != "" {
+		return toolFailure(tc, "skill %s on host %s is invalid: %s (%s)", s.Name, c.hostName(), s.Problem, s.Path)
+	}
+	return toolText(tc, skillText(s.Name, dir, data, files, len(m.Files) > maxSkillFiles+1))
+}
+
+// tamperedResult refuses a fleet skill whose files differ from its
+// signed manifest.
+func tamperedResult(tc *toolCall, host string, err error) *protocol.Result {
+	return toolFailure(tc, "refused on host %s: %v. It is not served until the agent installs it again from the fleet's store, "+
+		"which it does at its next check of the desired skills; the rollout status shows it as tampered meanwhile", host, err)
 }
 
 // skillText lays out the skill tool's answer.

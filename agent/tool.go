@@ -41,6 +41,9 @@ type toolboxConfig struct {
 	// StateDir holds the agent's own files; bash full-output files go to
 	// StateDir/output.
 	StateDir string
+	// FleetSkills is the directory of the skills the fleet installed
+	// (Config.FleetSkillsDir): no tool writes in it.
+	FleetSkills string
 	// Home is what "~" expands to in paths; empty: paths starting with "~"
 	// are refused.
 	Home string

@@ -86,7 +86,8 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 	if err := cfg.setBashLimits(); err != nil {
 		return nil, err
 	}
-	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir})
+	g, err := newGuard(cfg.Policy, ownFiles{PolicyFile: cfg.PolicyFile, SecretFiles: cfg.SecretFiles, Protected: cfg.ProtectedPaths, StateDir: cfg.StateDir,
+		FleetSkills: cfg.FleetSkills})
 	if err != nil {
 		return nil, fmt.Errorf("toolbox: the agent's own files: %w", err)
 	}
@@ -138,7 +139,9 @@ func newToolbox(cfg toolboxConfig) (*toolbox, error) {
 
 // confinePaths are what commands are kept from: the agent's state
 // directory and every file no tool may touch, protected; the git guard's
-// files (in the state directory) and the skills directory, read-only.
+// files (in the state directory), the fleet's skills (in the state
+// directory by default; wherever they are, commands run their scripts
+// but never change them) and the host's skills directory, read-only.
 // A skills directory in the working directory is left as writable as
 // the rest of it: making it read-only would take from commands the right
 // to create anything in the working directory itself (see package
@@ -147,6 +150,9 @@ func (c *toolboxConfig) confinePaths() confine.Paths {
 	p := confine.Paths{
 		Protected: slices.Concat([]string{c.StateDir}, c.SecretFiles, c.ProtectedPaths),
 		ReadOnly:  []string{filepath.Join(c.StateDir, "git-guard")},
+	}
+	if c.FleetSkills != "" {
+		p.ReadOnly = append(p.ReadOnly, c.FleetSkills)
 	}
 	if c.SkillsDir != "" && !inDir(c.SkillsDir, c.Cwd) {
 		p.ReadOnly = append(p.ReadOnly, c.SkillsDir)

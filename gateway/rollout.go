@@ -446,6 +446,10 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	switch {
 	case r.Remove && ok && st.State == protocol.SkillRemoved:
 		return protocol.SkillRemoved, ""
+	case !r.Remove && ok && st.BundleID == r.BundleID && st.State == protocol.SkillTampered:
+		// Installed once; the host found the files changed and
+		// refuses them until it has installed them again.
+		return protocol.SkillTampered, st.Reason
 	case !r.Remove && ok && st.BundleID == r.BundleID && st.State == protocol.SkillInstalled:
 		return protocol.SkillInstalled, ""
 	case mine && (st.State == protocol.SkillFailed || st.State == protocol.SkillRefused):
@@ -476,7 +480,7 @@ func (s *skillService) info(r *rollout, withHosts bool) protocol.RolloutInfo {
 		if st, ok := s.status.get(h, r.Skill); ok {
 			active = st.Active
 		}
-		if state == protocol.SkillFailed || state == protocol.SkillRefused {
+		if state == protocol.SkillFailed || state == protocol.SkillRefused || state == protocol.SkillTampered {
 			if len(in.Problems) < protocol.MaxRolloutHostList {
 				in.Problems = append(in.Problems, protocol.RolloutHost{Host: h, State: state, Active: active, Reason: reason})
 			}

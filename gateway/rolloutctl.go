@@ -250,7 +250,7 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 				failed[i] = reason
 			}
 		case i < lo || i >= hi || state == protocol.SkillInstalled || state == protocol.SkillRemoved ||
-			state == protocol.SkillRefused || state == protocol.RolloutHostOffline:
+			state == protocol.SkillRefused || state == protocol.RolloutHostOffline || state == protocol.SkillTampered:
 		case now.Sub(r.BatchStarted) > r.BatchTimeout:
 			failed[i] = fmt.Sprintf("timed out: still %s after %s", state, r.BatchTimeout)
 		default:

@@ -102,11 +102,14 @@ type statusView struct {
 	// changed is closed (and replaced) after every report.
 	changed chan struct{}
 	cons    jetstream.ConsumeContext
+	// onReport is called, outside mu, after each report is applied.
+	onReport func(host string, prev, cur *protocol.SkillStatus)
 }
 
 // openStatusView creates the status stream and follows it with one
 // ordered consumer (the last report per host, then every new one).
-func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger) (*statusView, error) {
+// onReport, when set, hears of each report with the host's previous one.
+func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger, onReport func(host string, prev, cur *protocol.SkillStatus)) (*statusView, error) {
 	cfg := jetstream.StreamConfig{Name: protocol.SkillsStatusStream, Description: "fleetmcp skill status: the last report of each host",
 		Subjects: []string{protocol.SkillsStatusSubjectAll}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage, Replicas: replicas,
 		Discard: jetstream.DiscardOld, MaxMsgSize: 1 << 20}
@@ -125,7 +128,7 @@ func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, l
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	v := &statusView{byHost: map[string]*protocol.SkillStatus{}, changed: make(chan struct{})}
+	v := &statusView{byHost: map[string]*protocol.SkillStatus{}, changed: make(chan struct{}), onReport: onReport}
 	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
 	defer cancel()
 	cons, err := stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
@@ -153,10 +156,14 @@ func (v *statusView) apply(m jetstream.Msg, log *slog.Logger) {
 		return
 	}
 	v.mu.Lock()
+	prev := v.byHost[host]
 	v.byHost[host] = &st
 	close(v.changed)
 	v.changed = make(chan struct{})
 	v.mu.Unlock()
+	if v.onReport != nil {
+		v.onReport(host, prev, &st)
+	}
 }
 
 // get returns host's last report of skill name.

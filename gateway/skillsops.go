@@ -23,7 +23,8 @@ import (
 func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
 	s, err := openSkillService(g.nc, g.signer, gatewayFleet{g}, skillOptions{replicas: g.cfg.Hosts.Replicas,
-		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6), poke: g.pokeHost},
+		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6), poke: g.pokeHost,
+		audit: func(rec *AuditRecord) { g.audit.write(rec) }},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err

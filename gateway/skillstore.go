@@ -85,6 +85,9 @@ type skillOptions struct {
 	// poke tells host to read its desired state now (a signed message:
 	// Gateway.pokeHost); required.
 	poke func(host string)
+	// audit, when set, stores an audit record (a host reporting a
+	// tampered skill: skilltamper.go).
+	audit func(*AuditRecord)
 }
 
 // skillService is one gateway's part of skill rollout.
@@ -159,7 +162,11 @@ func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts s
 		s.close()
 		return nil, err
 	}
-	if s.status, err = openStatusView(s.ctx, js, opts.replicas, log); err != nil {
+	// The controller exists before the status view, whose reports ask
+	// it whether this replica leads; it runs once everything is open.
+	s.ctl = newController(s)
+	tamper := &tamperAuditor{write: opts.audit, leader: s.ctl.leader, known: s.rolledOutTo, log: log, now: s.now}
+	if s.status, err = openStatusView(s.ctx, js, opts.replicas, log, tamper.report); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -167,9 +174,20 @@ func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts s
 		s.close()
 		return nil, err
 	}
-	s.ctl = newController(s)
 	s.wg.Go(func() { s.ctl.run(s.ctx) })
 	return s, nil
+}
+
+// rolledOutTo reports whether a rollout of skill name includes host.
+func (s *skillService) rolledOutTo(host, name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.rollouts {
+		if e.r.Skill == name && slices.Contains(e.r.Hosts, host) {
+			return true
+		}
+	}
+	return false
 }
 
 // leaderStorage is where the leader lease lives: in memory on one
@@ -281,9 +299,28 @@ func (s *skillService) applyBundle(e jetstream.KeyValueEntry) {
 		s.log.Error("skills: ignoring a damaged bundle record", "key", e.Key(), "err", err)
 		return
 	}
+	// Only a manifest this fleet signed, for the bundle its key names, is
+	// served (to agents and as MCP Skills resources): a record written by
+	// another user of the account is not, whatever files it names.
+	if err := s.checkBundle(&rec); err != nil {
+		s.log.Error("skills: ignoring a bundle record this fleet did not sign", "key", e.Key(), "err", err)
+		s.mu.Lock()
+		delete(s.manifest, e.Key())
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
 	s.manifest[e.Key()] = &rec
 	s.mu.Unlock()
+}
+
+// checkBundle checks that rec's manifest is the bundle rec names, signed
+// by a key of this fleet.
+func (s *skillService) checkBundle(rec *bundleRecord) error {
+	if got := rec.Manifest.BundleID(); got != rec.BundleID {
+		return fmt.Errorf("its manifest is bundle %s", protocol.Excerpt(got))
+	}
+	return protocol.VerifyBytes(s.signer.verifiable(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
 }
 
 func (s *skillService) applyRollout(e jetstream.KeyValueEntry) {

@@ -271,6 +271,9 @@ func rolloutSummary(in protocol.RolloutInfo) string {
 		in.ID, in.Skill, in.State, min(in.CurrentBatch+1, in.Batches), in.Batches, in.Hosts, in.Counts[protocol.SkillInstalled]+in.Counts[protocol.SkillRemoved],
 		in.Counts[protocol.SkillFailed], in.Counts[protocol.SkillRefused], in.Counts[protocol.RolloutHostOffline],
 		in.Counts[protocol.SkillPending]+in.Counts[protocol.SkillInstalling]+in.Counts[protocol.RolloutHostWaiting])
+	if n := in.Counts[protocol.SkillTampered]; n > 0 {
+		s += fmt.Sprintf(", %d tampered (files changed on the host; refused there until reinstalled)", n)
+	}
 	if in.Reason != "" {
 		s += " (" + in.Reason + ")"
 	}

@@ -41,8 +41,8 @@ type skillHost struct {
 // through its fleet API, rolls it out to twelve real agents that enrolled
 // over HTTPS, follows it, and rolls it back. One host is offline when the
 // rollout starts and installs when it comes back; one host's policy
-// denies the skill (refused); one cannot install it (its skills folder's
-// .fleet is a file), so the rollout, allowed no errors, pauses. Each
+// denies the skill (refused); one cannot install it (its fleet skills
+// folder's .fleet is a file), so the rollout, allowed no errors, pauses. Each
 // host's files are checked byte for byte on disk, and the rollback puts
 // the previous version back where there was one and removes the skill
 // elsewhere.
@@ -288,7 +288,7 @@ func enrolSkillHost(t *testing.T, apiURL, pin, token, host string) *skillHost {
 		t.Fatalf("enrolment of %s gave the signing keys %v", host, resp.SigningKeys)
 	}
 	dir := t.TempDir()
-	h := &skillHost{name: host, skillsDir: filepath.Join(dir, ".agents", "skills"), policy: filepath.Join(dir, "policy.yaml")}
+	h := &skillHost{name: host, skillsDir: filepath.Join(dir, ".state", "skills"), policy: filepath.Join(dir, "policy.yaml")}
 	started := false
 	h.start = func() {
 		t.Helper()
@@ -298,7 +298,7 @@ func enrolSkillHost(t *testing.T, apiURL, pin, token, host string) *skillHost {
 		started = true
 		cfg := agent.Config{Servers: resp.NATSURLs, Name: host,
 			Credentials: agent.Credentials{JWT: func() (string, error) { return resp.JWT, nil }, Seed: seed, CA: []byte(resp.NATSCA)},
-			GatewayKeys: resp.SigningKeys, Cwd: dir, StateDir: filepath.Join(dir, ".state"), SkillsDir: h.skillsDir,
+			GatewayKeys: resp.SigningKeys, Cwd: dir, StateDir: filepath.Join(dir, ".state"), FleetSkillsDir: h.skillsDir,
 			Heartbeat: 500 * time.Millisecond, Keepalive: 500 * time.Millisecond, ReconnectMin: 50 * time.Millisecond,
 			ReconnectMax: 500 * time.Millisecond, DrainTimeout: 5 * time.Second,
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
@@ -456,6 +456,6 @@ func TestSkillRolloutToEnvAgents(t *testing.T) {
 	if info.State != protocol.RolloutDone {
 		t.Fatalf("the rollout to alpha: %s (%s), hosts %+v", info.State, info.Reason, info.HostStates)
 	}
-	h := &skillHost{name: "alpha", skillsDir: filepath.Join(env.AgentDir("alpha"), ".agents", "skills")}
+	h := &skillHost{name: "alpha", skillsDir: filepath.Join(env.AgentDir("alpha"), ".state", "skills")}
 	checkSkillFiles(t, h, pushed.BundleID, map[string]string{"SKILL.md": skill})
 }

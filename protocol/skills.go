@@ -434,6 +434,10 @@ const (
 	SkillFailed     = "failed"
 	SkillRefused    = "refused"
 	SkillRemoved    = "removed"
+	// SkillTampered: the installed files differ from the signed manifest
+	// (changed on disk); the host refuses to serve them and installs the
+	// bundle again at its next check of the desired state.
+	SkillTampered = "tampered"
 )
 
 // SkillState is what a host did about one skill.
@@ -444,7 +448,7 @@ type SkillState struct {
 	Active   string `json:"active,omitempty"`
 	Rollout  string `json:"rollout,omitempty"`
 	State    string `json:"state"`
-	// Reason says why for failed and refused.
+	// Reason says why for failed, refused and tampered.
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
 }

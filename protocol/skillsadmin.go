@@ -154,7 +154,8 @@ type RolloutInfo struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 	// Counts are the hosts per state (RolloutHost states).
 	Counts map[string]int `json:"counts"`
-	// Problems are the hosts that failed or refused, with why.
+	// Problems are the hosts that failed or refused, or whose installed
+	// files were found tampered with, with why.
 	Problems []RolloutHost `json:"problems,omitempty"`
 	// HostStates lists every host, when asked for and the rollout has at
 	// most MaxRolloutHostList.

@@ -39,7 +39,7 @@ type Options struct {
 	// FLEET_NATS_URL: the variables the agent reads them from; on Linux
 	// they go into the environment file's FLEET_AGENT_FLAGS, as
 	// --policy and --nats); WorkDirs the directories it works in (--cwd,
-	// --skills_dir), kept writable.
+	// --skills_dir, --fleet_skills_dir), kept writable.
 	Args     []string
 	Env      map[string]string
 	WorkDirs []string

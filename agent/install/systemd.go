@@ -19,7 +19,8 @@ type Unit struct {
 	// Args are the agent's flags beyond --state_dir.
 	Args []string
 	// WorkDirs are the directories the agent works in (--cwd,
-	// --skills_dir): read-write, whatever the hardening.
+	// --skills_dir, --fleet_skills_dir): read-write, whatever the
+	// hardening.
 	WorkDirs []string
 	// DrainTimeout is the agent's --drain_timeout.
 	DrainTimeout time.Duration

@@ -78,7 +78,7 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	if *rf.servers != "" {
 		o.Env["FLEET_NATS_URL"] = *rf.servers
 	}
-	for _, d := range []*string{rf.cwd, rf.skillsDir} {
+	for _, d := range []*string{rf.cwd, rf.skillsDir, rf.fleetSkills} {
 		if *d != "" {
 			if *d, err = filepath.Abs(*d); err != nil {
 				return err

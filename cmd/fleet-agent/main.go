@@ -174,36 +174,38 @@ func parse(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 // runFlags are the flags of a running agent (plain start, join, and what
 // install writes into the service definition).
 type runFlags struct {
-	servers, name, cwd, policy, stateDir, skillsDir, shell *string
-	maxConc, maxQueue                                      *int
-	bashDef, bashMax                                       *time.Duration
-	bashLines, bashBytes                                   *int
-	imageDim, imageMax                                     *int
-	outFileMiB                                             *int64
-	outKeep                                                *time.Duration
-	outFiles                                               *int
-	outAllMiB, binaryMax                                   *int64
-	taskDef, taskMax                                       *time.Duration
-	maxTasks, taskQueue                                    *int
-	retention                                              *time.Duration
-	maxKept                                                *int
-	keptMiB, outMiB                                        *int64
-	tailBytes                                              *int
-	drain, heartbeat                                       *time.Duration
-	logLevel, config                                       *string
-	confine                                                *string
-	otlp                                                   *string
-	protected                                              pathsFlag
+	servers, name, cwd, policy, stateDir, skillsDir, fleetSkills, shell *string
+	maxConc, maxQueue                                                   *int
+	bashDef, bashMax                                                    *time.Duration
+	bashLines, bashBytes                                                *int
+	imageDim, imageMax                                                  *int
+	outFileMiB                                                          *int64
+	outKeep                                                             *time.Duration
+	outFiles                                                            *int
+	outAllMiB, binaryMax                                                *int64
+	taskDef, taskMax                                                    *time.Duration
+	maxTasks, taskQueue                                                 *int
+	retention                                                           *time.Duration
+	maxKept                                                             *int
+	keptMiB, outMiB                                                     *int64
+	tailBytes                                                           *int
+	drain, heartbeat                                                    *time.Duration
+	logLevel, config                                                    *string
+	confine                                                             *string
+	otlp                                                                *string
+	protected                                                           pathsFlag
 }
 
 func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 	rf := &runFlags{
-		servers:    fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL; default: those the agent got when it enrolled)"),
-		name:       fs.String("name", "", "this host's name in the fleet (default: the name it enrolled with; another one is refused)"),
-		cwd:        fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)"),
-		policy:     fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)"),
-		stateDir:   fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files"),
-		skillsDir:  fs.String("skills_dir", "", "directory of the host's skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)"),
+		servers:   fs.String("nats", getenv("FLEET_NATS_URL"), "NATS URL(s), comma-separated (env FLEET_NATS_URL; default: those the agent got when it enrolled)"),
+		name:      fs.String("name", "", "this host's name in the fleet (default: the name it enrolled with; another one is refused)"),
+		cwd:       fs.String("cwd", "", "working directory for bash and relative paths (default: current directory)"),
+		policy:    fs.String("policy", getenv("FLEET_POLICY"), "host policy file, YAML or JSON (env FLEET_POLICY; default: unrestricted)"),
+		stateDir:  fs.String("state_dir", defaultStateDir(getenv), "directory for the agent's own files"),
+		skillsDir: fs.String("skills_dir", "", "directory of the host's own skills, one folder with a SKILL.md per skill (default: .agents/skills in the working directory)"),
+		fleetSkills: fs.String("fleet_skills_dir", "", "directory where the agent installs the skills the fleet rolls out; no tool writes in it "+
+			"(default: skills in the state directory; not inside --skills_dir)"),
 		shell:      fs.String("shell", "", "shell for bash commands (default: bash from PATH)"),
 		confine:    fs.String("confine_commands", agent.ConfineAuto, "keep commands (bash, tasks, skills' scripts, git) out of the state directory: auto (when the kernel can, else run them unconfined and say so), required (refuse commands that cannot be confined) or off (unsafe: commands can read the agent's identity)"),
 		maxConc:    fs.Int("max_concurrent", 16, "calls running at once"),
@@ -276,8 +278,8 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
 		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
-		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
-		GitGuard: self, TaskWrapper: self, ConfineHelper: self, ConfineCommands: *rf.confine,
+		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, FleetSkillsDir: *rf.fleetSkills, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
+		GitGuard: self, TaskWrapper: self,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
 		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,
 		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax, BashMaxLines: *rf.bashLines, BashMaxBytes: *rf.bashBytes,

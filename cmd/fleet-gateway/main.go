@@ -492,6 +492,10 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		GatewayKeys:   id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		StateDir:  stateDir,
 		StateLock: lock,
+		// Rollouts install here, in the data directory, never in the
+		// working directory's .agents/skills (often a checkout, whose
+		// skills stay the host's own).
+		FleetSkillsDir: filepath.Join(stateDir, "skills"),
 		// The agent's tools must not reach the gateway's state and
 		// secrets (the NATS keys and the CA key among them).
 		ProtectedPaths: gw.SecretPaths(),

@@ -227,7 +227,7 @@ func (c *cli) printRollout(in *protocol.RolloutInfo) {
 // formatCounts writes per-state counts in a fixed order.
 func formatCounts(counts map[string]int) string {
 	order := []string{protocol.SkillInstalled, protocol.SkillRemoved, protocol.SkillInstalling, protocol.SkillPending,
-		protocol.RolloutHostWaiting, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused}
+		protocol.RolloutHostWaiting, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused, protocol.SkillTampered}
 	var parts []string
 	seen := map[string]bool{}
 	for _, s := range order {
