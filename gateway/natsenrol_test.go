@@ -342,7 +342,8 @@ func TestNATSTokenNeedsTLS(t *testing.T) {
 // unrestricted connection would publish the answer to a presence subject,
 // another host's calls or the JetStream API.
 func TestNoAnswerOutsideTheSendersInbox(t *testing.T) {
-	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true })
+	clock := &testClock{t: time.Now()}
+	gw := startAPIGateway(t, clock, func(c *Config) { c.NATSTLS = true })
 	tap := tapAudit(t, gw)
 	// The observer shares the tap's connection, so what the gateway
 	// publishes before the audit record reaches it first.
@@ -397,8 +398,12 @@ func TestNoAnswerOutsideTheSendersInbox(t *testing.T) {
 		t.Fatal(code)
 	}
 	nc := agentConn(t, gw, "web-1", kp, first)
+	// Past half the credential's life: an earlier renewal is refused
+	// before its reply subject is looked at, and not audited (renew.go,
+	// screenRenewal).
+	clock.advance(gw.cfg.AgentCredentialTTL/2 + time.Minute)
 	for _, reply := range targets {
-		if err := nc.PublishRequest(protocol.RenewSubject("web-1"), reply, renewReq(t, kp, "web-1", time.Now())); err != nil {
+		if err := nc.PublishRequest(protocol.RenewSubject("web-1"), reply, renewReq(t, kp, "web-1", clock.now())); err != nil {
 			t.Fatal(err)
 		}
 		r := tap.first(t, gw, "renew")
