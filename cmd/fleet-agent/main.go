@@ -279,7 +279,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
 		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, FleetSkillsDir: *rf.fleetSkills, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
-		GitGuard: self, TaskWrapper: self,
+		GitGuard: self, TaskWrapper: self, ConfineHelper: self, ConfineCommands: *rf.confine,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,
 		MaxConcurrent: *rf.maxConc, MaxQueue: *rf.maxQueue,
 		BashDefaultTimeout: *rf.bashDef, BashMaxTimeout: *rf.bashMax, BashMaxLines: *rf.bashLines, BashMaxBytes: *rf.bashBytes,
