@@ -3,6 +3,7 @@ package doctor
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/fleetmcp/fleetmcp/agent/confine"
@@ -39,7 +40,28 @@ func checkConfinement(mode, stateDir, cwd string, abi func() (int, string)) Resu
 		return warn(r, detail+", but it lies in the working directory "+cwd+", where commands can then make nothing new at the top",
 			"give the agent a --state_dir outside its --cwd, such as /var/lib/fleetmcp-agent")
 	}
+	if above := aboveDirs(stateDir); len(above) > 0 {
+		detail += "; nor make new entries directly in " + strings.Join(above, ", ") + " (existing ones stay usable; policy/README.md)"
+	}
 	return ok(r, detail)
+}
+
+// aboveDirs lists the directories from / down to dir's parent: those in
+// which confined commands can list and use what exists but make nothing
+// new (package confine).
+func aboveDirs(dir string) []string {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil
+	}
+	var out []string
+	for d := filepath.Dir(filepath.Clean(dir)); ; d = filepath.Dir(d) {
+		out = append(out, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // inside reports whether path lies in dir (both made absolute).

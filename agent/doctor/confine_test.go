@@ -18,6 +18,7 @@ func TestCheckConfinement(t *testing.T) {
 		detail, fix     string
 	}{
 		{"confined", "auto", ws, landlock, OK, "landlock abi 7: commands cannot read or change " + state, ""},
+		{"what it costs", "auto", ws, landlock, OK, ", " + filepath.Dir(root) + ", " + root + " (existing ones stay usable", ""},
 		{"required and confined", "required", ws, landlock, OK, "landlock abi 7", ""},
 		{"state in the working directory", "auto", root, landlock, Warn, "lies in the working directory", "--state_dir outside its --cwd"},
 		{"no landlock", "auto", ws, none, Warn, "none: kernel has no Landlock; any command", "Linux 5.13"},
@@ -30,5 +31,20 @@ func TestCheckConfinement(t *testing.T) {
 				t.Errorf("got %v %q (fix %q), want %v with %q (fix %q)", r.Status, r.Detail, r.Fix, c.want, c.detail, c.fix)
 			}
 		})
+	}
+}
+
+func TestAboveDirs(t *testing.T) {
+	for dir, want := range map[string]string{
+		"/var/lib/fleetmcp-agent":                "/ /var /var/lib",
+		"/home/ann/.local/state/fleetmcp-agent/": "/ /home /home/ann /home/ann/.local /home/ann/.local/state",
+		"/srv":                                   "/",
+		"/":                                      "/",
+		"relative/state":                         "",
+		"":                                       "",
+	} {
+		if got := strings.Join(aboveDirs(dir), " "); got != want {
+			t.Errorf("aboveDirs(%q) = %q, want %q", dir, got, want)
+		}
 	}
 }
