@@ -203,7 +203,10 @@ func New(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	// Skills are read as the read tool reads files: through its guard.
-	skills := newFleetCatalog(cfg.SkillsDir, cfg.FleetSkillsDir, cfg.Name, tb.guard, log)
+	// What the fleet installed is recorded in the state directory, out of
+	// the skills folder and of the commands' reach.
+	installed := loadInstalled(cfg.StateDir, log)
+	skills := newFleetCatalog(cfg.SkillsDir, cfg.FleetSkillsDir, installed, cfg.Name, tb.guard, log)
 	tb.skills = skills
 	all := tb.tools()
 	a = &Agent{
@@ -242,7 +245,7 @@ func New(cfg Config) (a *Agent, err error) {
 			return nil, fmt.Errorf("agent config: %w", err)
 		}
 	}
-	a.skillSync = newSkillSync(cfg.Name, func() []string { return a.auth.Keys().Keys }, func() *policy.Policy { return a.served().pol }, cfg.FleetSkillsDir, cfg.SkillsDir, cfg.StateDir, log,
+	a.skillSync = newSkillSync(cfg.Name, func() []string { return a.auth.Keys().Keys }, func() *policy.Policy { return a.served().pol }, cfg.FleetSkillsDir, cfg.SkillsDir, cfg.StateDir, installed, log,
 		func() { skills.refresh(a.skillsChanged) })
 	skills.onTampered = a.skillSync.noteTampered
 	return a, nil

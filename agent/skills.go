@@ -89,15 +89,15 @@ type skillSnapshot struct {
 // newCatalog returns the catalog of the host's skills in root, already
 // scanned, whose files are read through g.
 func newCatalog(root, host string, g *guard, log *slog.Logger) *catalog {
-	return newFleetCatalog(root, "", host, g, log)
+	return newFleetCatalog(root, "", nil, host, g, log)
 }
 
 // newFleetCatalog is newCatalog with the fleet's skills in fleetRoot
-// ("": none).
-func newFleetCatalog(root, fleetRoot, host string, g *guard, log *slog.Logger) *catalog {
+// ("": none), each served only as the bundle installed records.
+func newFleetCatalog(root, fleetRoot string, installed *installedRecord, host string, g *guard, log *slog.Logger) *catalog {
 	c := &catalog{root: root, host: host, guard: g, log: log, verified: newVerifyCache(), pollEvery: 2 * time.Second, debounce: 100 * time.Millisecond}
 	if fleetRoot != "" {
-		c.fleet = &skillStore{root: fleetRoot, log: log}
+		c.fleet = &skillStore{root: fleetRoot, log: log, installed: installed}
 	}
 	c.rescan()
 	return c
@@ -194,7 +194,13 @@ func (c *catalog) scanFleet() []protocol.Skill {
 			continue
 		}
 		s := protocol.Skill{Name: name, Path: path}
-		if _, err := c.checkFleet(name, dir); err != nil {
+		dir, _, err := c.checkFleet(name, dir)
+		if errors.Is(err, errNotRecorded) {
+			s.Problem = notServedYet
+			skills = append(skills, s)
+			continue
+		}
+		if err != nil {
 			s.Problem = protocol.Clip(err.Error(), protocol.MaxSkillProblemLen)
 			skills = append(skills, s)
 			continue
@@ -210,24 +216,28 @@ func (c *catalog) scanFleet() []protocol.Skill {
 const notServedYet = "a fleet rollout is installing or repairing this skill; it is served once its files are in place and checked against the signed manifest"
 
 // checkFleet checks the served version dir of fleet skill name against
-// its manifest and returns the manifest. A mismatch is a *tamperedError,
-// also told to onTampered.
-func (c *catalog) checkFleet(name, dir string) (*protocol.Manifest, error) {
-	v := filepath.Base(dir)
-	m, err := c.fleet.readManifest(name, v)
-	if err != nil {
-		err = &tamperedError{name: name, bundle: "sha256:" + v, err: fmt.Errorf("its manifest cannot be read: %w", err)}
-	} else if err = verifyFiles(dir, m, c.verified); err != nil {
-		err = &tamperedError{name: name, bundle: m.BundleID(), err: err}
-	}
-	if err != nil {
-		if c.onTampered != nil {
-			te := err.(*tamperedError)
-			c.onTampered(name, te.bundle, te.err)
+// the bundle the agent installed and its manifest, and returns the
+// folder checked and its manifest. A mismatch is a *tamperedError, also
+// told to onTampered; a version the agent has no record of is
+// errNotRecorded.
+func (c *catalog) checkFleet(name, dir string) (string, *protocol.Manifest, error) {
+	m, err := c.fleet.checkServed(name, dir, c.verified)
+	// A rollout may swap the link between its reading here and the
+	// record's, and the record then names the new version only: the
+	// version the link serves now is the one to check.
+	for i := 0; err != nil && i < 2; i++ {
+		now := c.fleet.servedVersion(name)
+		if now == "" || now == dir {
+			break
 		}
-		return nil, err
+		dir = now
+		m, err = c.fleet.checkServed(name, dir, c.verified)
 	}
-	return m, nil
+	var te *tamperedError
+	if errors.As(err, &te) && c.onTampered != nil {
+		c.onTampered(name, te.bundle, te.err)
+	}
+	return dir, m, err
 }
 
 // scan reads the host's skill folders under the root. A missing root is

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,11 +26,13 @@ import (
 //
 //	<root>/<name>                     → .fleet/<name>/<hex12> (a symbolic link)
 //	<root>/.fleet/<name>/<hex12>/     one complete version of the skill
-//	<root>/.fleet/<name>/<hex12>.json its signed manifest (the full bundle ID)
+//	<root>/.fleet/<name>/<hex12>.json its manifest (the full bundle ID)
 //	<root>/.fleet/<name>/.staging-*   a version being written (never served)
 //	<root>/.fleet/<name>/adopted-<t>  the hand-made folder that was at <name>
 //
-// hex12 is the first 12 hex digits of the bundle ID. A version is staged,
+// hex12 is the first 12 hex digits of the bundle ID; which full bundle ID
+// each skill serves is the agent's own record, outside this folder
+// (skillinstalled.go). A version is staged,
 // synced to disk, and renamed into place whole; the link is then made
 // under a temporary name and renamed over the served one, so a reader
 // sees the old version or the new one, never a mix, and a crash leaves at
@@ -51,6 +54,9 @@ const (
 type skillStore struct {
 	root string // absolute
 	log  *slog.Logger
+	// installed is the agent's record of the bundle it installed for
+	// each skill: only that bundle is served (nil: none is).
+	installed *installedRecord
 	// legacy, when set, is the layout an older agent kept in the host's
 	// skills folder: its files that still match their digests are copied
 	// instead of fetched when a skill moves here.
@@ -136,35 +142,94 @@ func (s *skillStore) unserve(name string) error {
 }
 
 // active returns the bundle ID <root>/<name> serves, "" when it serves
-// none the fleet installed.
+// none the agent recorded installing: the link must lead to the version
+// folder of a bundle the record names, whose manifest's full ID is that
+// bundle's. It hashes no file (checkServed does).
 func (s *skillStore) active(name string) string {
 	dir := s.servedVersion(name)
 	if dir == "" {
 		return ""
 	}
-	m, err := s.readManifest(name, filepath.Base(dir))
-	if err != nil {
+	id := s.recordedID(name, filepath.Base(dir))
+	if id == "" {
 		return ""
 	}
-	return m.BundleID()
+	m, err := s.readManifest(name, filepath.Base(dir))
+	if err != nil || m.BundleID() != id {
+		return ""
+	}
+	return id
 }
 
-// tamper checks the version of bundle id that <root>/<name> serves
-// against its manifest, hashing every file: nil when it matches, or when
-// the link serves another bundle or none.
-func (s *skillStore) tamper(name, id string) error {
-	dir := s.servedVersion(name)
-	if dir == "" || filepath.Base(dir) != shortID(id) {
-		return nil
+// recordedID returns the bundle the record lets name serve from version
+// folder v, "" when there is none.
+func (s *skillStore) recordedID(name, v string) string {
+	rec := s.installed.get(name)
+	for _, id := range []string{rec.Bundle, rec.Next} {
+		if id != "" && shortID(id) == v {
+			return id
+		}
 	}
-	m, err := s.readManifest(name, filepath.Base(dir))
+	return ""
+}
+
+// errNotRecorded is a served version the agent has no record of
+// installing (a record lost, or from an agent that kept none): it is not
+// served until the desired state names it and it is installed again.
+var errNotRecorded = errors.New("the agent has no record of installing it")
+
+// checkServed checks version folder dir, which <root>/<name> serves,
+// against what the agent installed: the record must name a bundle of
+// that folder, the manifest kept beside it must be exactly that bundle's
+// (its full SHA-256, not the folder name's 48 bits), and the folder must
+// hold exactly the manifest's files (cache, when not nil, spares hashing
+// files that matched before). A mismatch is a *tamperedError naming the
+// bundle the agent installed; a version never recorded is
+// errNotRecorded.
+func (s *skillStore) checkServed(name, dir string, cache *verifyCache) (*protocol.Manifest, error) {
+	rec := s.installed.get(name)
+	if rec.Bundle == "" && rec.Next == "" {
+		return nil, errNotRecorded
+	}
+	v := filepath.Base(dir)
+	id := s.recordedID(name, v)
+	if id == "" {
+		return nil, &tamperedError{name: name, bundle: cmp.Or(rec.Bundle, rec.Next),
+			err: fmt.Errorf("its link serves version folder %s, not the bundle the agent installed", v)}
+	}
+	m, err := s.readManifest(name, v)
 	switch {
 	case err != nil:
-		return fmt.Errorf("its manifest cannot be read: %w", err)
+		err = fmt.Errorf("its manifest cannot be read: %w", err)
 	case m.BundleID() != id:
-		return fmt.Errorf("its manifest is of bundle %s", shortBundleID(m.BundleID()))
+		err = fmt.Errorf("its manifest is of bundle %s, not of bundle %s the agent installed", m.BundleID(), id)
+	default:
+		err = verifyFiles(dir, m, cache)
 	}
-	return verifyVersion(dir, m)
+	if err != nil {
+		return nil, &tamperedError{name: name, bundle: id, err: err}
+	}
+	return m, nil
+}
+
+// tamper checks the version <root>/<name> serves against what the agent
+// installed, hashing every file: nil when it matches, or when it serves
+// no version or one the agent has no record of (installing the desired
+// one makes the record).
+func (s *skillStore) tamper(name string) error {
+	dir := s.servedVersion(name)
+	if dir == "" {
+		return nil
+	}
+	_, err := s.checkServed(name, dir, nil)
+	if errors.Is(err, errNotRecorded) {
+		return nil
+	}
+	var te *tamperedError
+	if errors.As(err, &te) {
+		return te.err
+	}
+	return err
 }
 
 // readManifest reads the manifest kept beside version v of name.
@@ -340,6 +405,27 @@ func (s *skillStore) swapLink(name, v string) (adopted string, err error) {
 	return adopted, nil
 }
 
+// serve makes <root>/<name> serve bundle id, whose version folder is in
+// place and checked, and records it: while the link is swapped the
+// record accepts either version, so that neither a reader meanwhile nor
+// a crash finds the served one unrecorded.
+func (s *skillStore) serve(name, id string) (adopted string, err error) {
+	if err := s.installed.begin(name, id); err != nil {
+		s.log.Warn("skills: "+err.Error(), "skill", name)
+	}
+	adopted, err = s.swapLink(name, shortID(id))
+	if err != nil {
+		if e := s.installed.abort(name); e != nil {
+			s.log.Warn("skills: "+e.Error(), "skill", name)
+		}
+		return adopted, err
+	}
+	if err := s.installed.commit(name, id); err != nil {
+		s.log.Warn("skills: "+err.Error()+"; after a restart the skill is installed again", "skill", name)
+	}
+	return adopted, nil
+}
+
 // adoptPath returns a free adopted-<unix time> path for name.
 func (s *skillStore) adoptPath(name string) string {
 	base := filepath.Join(s.versionsDir(name), adoptedPrefix+strconv.FormatInt(time.Now().Unix(), 10))
@@ -416,6 +502,9 @@ func (s *skillStore) remove(name string) error {
 			}
 			safefs.SyncDir(s.root)
 		}
+	}
+	if err := s.installed.forget(name); err != nil {
+		return err
 	}
 	if err := s.ownDirs(name, false); errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,11 +60,13 @@ type tamperNote struct {
 	err          error
 }
 
-// newSkillSync returns the sync of the fleet's skills in root. legacy,
+// newSkillSync returns the sync of the fleet's skills in root; installed
+// records the bundle it installs for each (the catalog serves only
+// those). legacy,
 // when not "" nor root, is the host's skills folder, where an older agent
 // kept the fleet's skills: they move to root (see migrate).
-func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, root, legacy, stateDir string, log *slog.Logger, changed func()) *skillSync {
-	store := &skillStore{root: root, log: log}
+func newSkillSync(host string, keys func() []string, pol func() *policy.Policy, root, legacy, stateDir string, installed *installedRecord, log *slog.Logger, changed func()) *skillSync {
+	store := &skillStore{root: root, log: log, installed: installed}
 	if legacy != "" && legacy != root {
 		store.legacy = &skillStore{root: legacy, log: log}
 	}
@@ -253,7 +254,7 @@ func (s *skillSync) apply(ctx context.Context, nc *nats.Conn, src bundleSource, 
 		s.set(name, ds, protocol.SkillRefused, why)
 		return
 	}
-	if err := s.store.tamper(name, ds.BundleID); err != nil {
+	if err := s.store.tamper(name); err != nil {
 		if prev := s.skills[name]; prev.State != protocol.SkillTampered || prev.BundleID != ds.BundleID {
 			// Reported at this check, repaired at the next one, so that
 			// the status shows it for a while.
@@ -302,10 +303,13 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 	v := shortID(id)
 	onDisk := false
 	if m, err := s.store.readManifest(name, v); err == nil {
+		// The folder name is 48 bits of the bundle ID: a manifest of
+		// another bundle there (made to collide, or a rare accident) is
+		// replaced by a fetched copy of this one.
 		if m.BundleID() != id {
-			return "", permanent("bundle %s shares its folder name %s with bundle %s kept on disk; it cannot be installed beside it", id, v, m.BundleID())
-		}
-		if err := verifyVersion(filepath.Join(s.store.versionsDir(name), v), m); err != nil {
+			s.log.Warn("skills: a kept version's manifest is of another bundle with the same folder name; fetching this bundle",
+				"skill", name, "version", v, "bundle", id, "on_disk", m.BundleID())
+		} else if err := verifyVersion(filepath.Join(s.store.versionsDir(name), v), m); err != nil {
 			s.log.Warn("skills: a kept version changed on disk; fetching it again", "skill", name, "version", v, "err", err)
 		} else {
 			onDisk = true
@@ -335,7 +339,7 @@ func (s *skillSync) install(ctx context.Context, src bundleSource, name, id stri
 			return "", err
 		}
 	}
-	adopted, err = s.store.swapLink(name, v)
+	adopted, err = s.store.serve(name, id)
 	if err != nil {
 		return adopted, err
 	}
@@ -402,11 +406,10 @@ func (s *skillSync) markTampered(n tamperNote) bool {
 	if !known {
 		return false
 	}
-	// The note names the bundle in full, or by its folder's name alone
-	// when the manifest kept beside it could not be read.
+	// The note names the bundle the agent recorded installing, in full.
 	var id string
 	for _, c := range []string{prev.BundleID, prev.Active} {
-		if c != "" && (c == n.bundle || len(n.bundle) == len("sha256:")+12 && strings.HasPrefix(c, n.bundle)) {
+		if c != "" && c == n.bundle {
 			id = c
 			break
 		}
@@ -414,7 +417,7 @@ func (s *skillSync) markTampered(n tamperNote) bool {
 	// A note about a bundle no longer served, or from before a repair
 	// (or about a change undone since), is dropped: what counts is what
 	// is on disk now.
-	if id == "" || s.store.tamper(n.name, id) == nil && s.store.active(n.name) == id {
+	if id == "" || s.store.tamper(n.name) == nil && s.store.active(n.name) == id {
 		return false
 	}
 	news := prev.State != protocol.SkillTampered

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -68,10 +69,14 @@ func (t *toolbox) skill(ctx context.Context, tc *toolCall) *protocol.Result {
 func (t *toolbox) fleetSkill(tc *toolCall, s protocol.Skill) *protocol.Result {
 	c := t.skills
 	dir := c.folder(s.Name)
-	if dir == "" {
+	var m *protocol.Manifest
+	err := errNotRecorded
+	if dir != "" {
+		dir, m, err = c.checkFleet(s.Name, dir)
+	}
+	if errors.Is(err, errNotRecorded) {
 		return toolFailure(tc, "skill %s on host %s is being installed or repaired by a fleet rollout; try again in a moment", s.Name, c.hostName())
 	}
-	m, err := c.checkFleet(s.Name, dir)
 	if err != nil {
 		return tamperedResult(tc, c.hostName(), err)
 	}
