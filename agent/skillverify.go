@@ -3,7 +3,6 @@ package agent
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -192,8 +191,6 @@ func (e *tamperedError) Error() string {
 }
 
 func (e *tamperedError) Unwrap() error { return e.err }
-
-func isTampered(err error) bool { return errors.As(err, new(*tamperedError)) }
 
 // shortBundleID names a bundle in a message.
 func shortBundleID(id string) string {
