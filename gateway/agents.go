@@ -58,6 +58,12 @@ type AgentRecord struct {
 	// RevokedKeys are the host's earlier keys, revoked when another key
 	// replaced them.
 	RevokedKeys []RevokedKey `json:"revoked_keys,omitempty"`
+	// IdentityConflict is set when two clients were found on the host's
+	// identity (connwatch.go). Calls to the host are refused, by every
+	// gateway and across restarts, while the record still has the key it
+	// names and is not revoked: revoking the host or re-enrolling it
+	// with --replace (another key) ends it.
+	IdentityConflict *RecordedConflict `json:"identity_conflict,omitempty"`
 	// Gen counts the record's writes (1 when created). Records are
 	// sealed (recordseal.go), but an old sealed copy put back into the
 	// bucket would still pass its seal: the gateways take no record
@@ -73,6 +79,23 @@ type RevokedKey struct {
 	CredentialExpiresAt time.Time `json:"credential_expires_at"`
 }
 
+// RecordedConflict is an identity conflict as a host's record keeps it.
+type RecordedConflict struct {
+	PublicKey string    `json:"public_key"`
+	FoundAt   time.Time `json:"found_at"`
+	Detail    string    `json:"detail"`
+}
+
+// conflictStands returns the record's identity conflict while it stands:
+// it names the key the record holds, and the host is not revoked.
+func (r *AgentRecord) conflictStands() (*RecordedConflict, bool) {
+	ic := r.IdentityConflict
+	if ic == nil || r.Revoked() || ic.PublicKey != r.PublicKey {
+		return nil, false
+	}
+	return ic, true
+}
+
 // Revoked reports whether the host was revoked.
 func (r *AgentRecord) Revoked() bool { return !r.RevokedAt.IsZero() }
 
@@ -81,6 +104,10 @@ func (r *AgentRecord) clone() AgentRecord {
 	c := *r
 	c.Labels = maps.Clone(r.Labels)
 	c.RevokedKeys = slices.Clone(r.RevokedKeys)
+	if r.IdentityConflict != nil {
+		ic := *r.IdentityConflict
+		c.IdentityConflict = &ic
+	}
 	return c
 }
 

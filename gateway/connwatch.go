@@ -62,6 +62,20 @@ import (
 // which its heartbeats keep recent. The price: a copy that connected
 // first and keeps silent is found only after that bound once the agent
 // restarts beside it.
+//
+// The grace alone could be evaded: a copy that closes each connection
+// within it (and opens the next one before, or after a pause) is never
+// two connections judged, yet hears calls while it is there. So the
+// watch also judges how links end. A restart or a move ends the OLDER
+// link (the old process, the dead link) and keeps the newer one; one
+// agent process never holds two links. A NEWER link that closes while
+// an older one stays open and active (not silent for two heartbeats) is
+// therefore a second client's: each such close is a strike against the
+// host, and churnStrikes of them within churnWindow are a conflict,
+// however short each link was. The price: an agent whose new link drops
+// twice within churnWindow while its old link, dead but not yet silent
+// for two heartbeats, is still on the server (a network flap right after
+// a move) is taken for a copy too.
 
 const (
 	// connGrace is how long two connections on one identity must both
@@ -86,6 +100,12 @@ const (
 	// defaultAgentHeartbeat is an agent's heartbeat when the gateway
 	// has not heard its own yet.
 	defaultAgentHeartbeat = 5 * time.Second
+	// churnStrikes newer links closed beside an older active one within
+	// churnWindow are a conflict (see the file comment). The window is
+	// long because a strike needs an older link that is active, which an
+	// agent's own dead link stops being after two heartbeats.
+	churnStrikes = 2
+	churnWindow  = 10 * time.Minute
 )
 
 // natsConn is one connection on an agent identity, as a server reported
@@ -107,6 +127,9 @@ type natsConn struct {
 	in      int64
 	sampled bool
 	inSince time.Time
+	// Closed is when this gateway saw it close (zero: open), for a link
+	// that closed beside an older one.
+	Closed time.Time `json:"closed,omitzero"`
 }
 
 // quiet returns how long, at now, nothing is known to have come from c:
@@ -131,7 +154,11 @@ type connID struct {
 func (c *natsConn) id() connID { return connID{c.Server, c.CID} }
 
 func (c *natsConn) String() string {
-	return fmt.Sprintf("server %s connection %d from %s since %s", protocol.Clip(c.Server, 12), c.CID, c.IP, c.Start.UTC().Format(time.RFC3339))
+	s := fmt.Sprintf("server %s connection %d from %s since %s", protocol.Clip(c.Server, 12), c.CID, c.IP, c.Start.UTC().Format(time.RFC3339))
+	if !c.Closed.IsZero() {
+		s += " closed " + c.Closed.UTC().Format(time.RFC3339)
+	}
+	return s
 }
 
 // judge decides, at now, whether a host's connections are a conflict.
@@ -182,7 +209,7 @@ type connWatch struct {
 	silentAfter func(host string) time.Duration
 	// found is told each conflict (every look while it lasts: it must
 	// keep its own record of what it already knows).
-	found func(host string, conns []natsConn)
+	found func(ctx context.Context, host string, conns []natsConn)
 	// standing reports whether host's conflict was found already and
 	// stands: it is not looked at again.
 	standing func(host string) bool
@@ -193,8 +220,14 @@ type connWatch struct {
 	// seen keeps when each connection was first seen, across connz
 	// rounds.
 	seen map[connID]time.Time
-	wake chan struct{}
-	subs []*nats.Subscription
+	// strikes are each host's newer links that closed beside an older
+	// active one, within churnWindow; churned the hosts whose strikes
+	// made a conflict, with the connections that show it, until the loop
+	// tells found.
+	strikes map[string][]natsConn
+	churned map[string][]natsConn
+	wake    chan struct{}
+	subs    []*nats.Subscription
 	// page is the connections asked of each server at once (connzPage).
 	page int
 	// staleBound is how long a silent older connection is excused (see
@@ -238,9 +271,10 @@ func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.
 	return &connWatch{log: log, accountPub: accountPub, signerPub: signerPub, sys: sys, nc: nc, now: time.Now,
 		hostOf:      func(string) (string, bool) { return "", false },
 		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
-		found:       func(string, []natsConn) {},
+		found:       func(context.Context, string, []natsConn) {},
 		standing:    func(string) bool { return false },
 		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
+		strikes: make(map[string][]natsConn), churned: make(map[string][]natsConn),
 		staleBound: staleBoundOf(server.DEFAULT_PING_INTERVAL, server.DEFAULT_PING_MAX_OUT)}
 }
 
@@ -296,7 +330,7 @@ func (w *connWatch) onEvent(m *nats.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if ev.Type == server.DisconnectEventMsgType {
-		w.drop(host, c.id())
+		w.closed(host, c.id())
 		return
 	}
 	if w.add(c) >= 2 {
@@ -356,6 +390,65 @@ func (w *connWatch) drop(host string, id connID) {
 	}
 }
 
+// closed forgets a connection that closed, and counts a strike against
+// its host when it was a newer link that closed while an older one stays
+// open and active (see the file comment). The caller holds w.mu.
+func (w *connWatch) closed(host string, id connID) {
+	conns := w.byHost[host]
+	c := conns[id]
+	w.drop(host, id)
+	if c == nil || c.Start.IsZero() {
+		return
+	}
+	now := w.now()
+	silent := w.silentAfter(host)
+	var older []natsConn
+	for _, o := range conns {
+		if o.Start.Before(c.Start) && o.quiet(now) <= silent {
+			older = append(older, *o)
+		}
+	}
+	if len(older) == 0 || w.standing(host) {
+		return
+	}
+	gone := *c
+	gone.Closed = now
+	strikes := append(recentStrikes(w.strikes[host], now), gone)
+	if len(strikes) < churnStrikes {
+		w.strikes[host] = strikes
+		return
+	}
+	delete(w.strikes, host)
+	w.churned[host] = append(older, strikes...)
+	w.poke()
+}
+
+// recentStrikes returns the strikes that closed within churnWindow
+// before now.
+func recentStrikes(strikes []natsConn, now time.Time) []natsConn {
+	return slices.DeleteFunc(slices.Clone(strikes), func(s natsConn) bool { return now.Sub(s.Closed) > churnWindow })
+}
+
+// takeChurned returns the conflicts strikes made since the last call,
+// and forgets strikes too old to count.
+func (w *connWatch) takeChurned() map[string][]natsConn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	for h, s := range w.strikes {
+		if s = recentStrikes(s, now); len(s) == 0 {
+			delete(w.strikes, h)
+		} else {
+			w.strikes[h] = s
+		}
+	}
+	out := w.churned
+	if len(out) > 0 {
+		w.churned = make(map[string][]natsConn)
+	}
+	return out
+}
+
 func (w *connWatch) poke() {
 	select {
 	case w.wake <- struct{}{}:
@@ -391,8 +484,13 @@ func (w *connWatch) run(ctx context.Context) {
 	}
 }
 
-// checkAll looks again at every host with two connections or more.
+// checkAll tells found of the conflicts strikes made, and looks again
+// at every host with two connections or more.
 func (w *connWatch) checkAll(ctx context.Context) {
+	for h, conns := range w.takeChurned() {
+		slices.SortFunc(conns, func(a, b natsConn) int { return a.Start.Compare(b.Start) })
+		w.found(ctx, h, conns)
+	}
 	w.mu.Lock()
 	var hosts []string
 	for h, conns := range w.byHost {
@@ -447,7 +545,7 @@ func (w *connWatch) check(ctx context.Context, host string, refresh bool) {
 	counted, _ := judge(conns, w.now(), connGrace, w.silentAfter(host), stale)
 	if len(counted) >= 2 {
 		slices.SortFunc(counted, func(a, b natsConn) int { return a.Start.Compare(b.Start) })
-		w.found(host, counted)
+		w.found(ctx, host, counted)
 	}
 }
 
@@ -471,7 +569,7 @@ func (w *connWatch) reconcile(ctx context.Context, user string) error {
 	for host, hc := range w.byHost {
 		for id, c := range hc {
 			if (user == "" || c.User == user) && !live[id] && c.seen.Before(asked) {
-				w.drop(host, id)
+				w.closed(host, id)
 			}
 		}
 	}
@@ -587,11 +685,19 @@ func gather(ctx context.Context, nc *nats.Conn, subject string, body []byte) ([]
 // conflictDetail is the text a conflict shows in hosts.
 func conflictDetail(conns []natsConn) string {
 	parts := make([]string, len(conns))
+	closed := 0
 	for i := range conns {
 		parts[i] = conns[i].String()
+		if !conns[i].Closed.IsZero() {
+			closed++
+		}
 	}
-	return fmt.Sprintf("%d live NATS connections use this host's identity (key %s): %s; its credential may have been copied. An operator must revoke it (fleetctl agent revoke) or re-enrol it with a --replace token",
-		len(conns), protocol.Clip(conns[0].User, 12), strings.Join(parts, "; "))
+	what := fmt.Sprintf("%d live NATS connections use this host's identity", len(conns))
+	if closed > 0 {
+		what = fmt.Sprintf("a second client keeps connecting on this host's identity: %d newer NATS connections closed while an older one stayed open and active (a restart or a move ends the older one)", closed)
+	}
+	return fmt.Sprintf("%s (key %s): %s; its credential may have been copied. An operator must revoke it (fleetctl agent revoke) or re-enrol it with a --replace token",
+		what, protocol.Clip(conns[0].User, 12), strings.Join(parts, "; "))
 }
 
 // watchConnections starts the watch of the fleet's agent connections,
@@ -616,8 +722,8 @@ func (g *Gateway) watchConnections(ctx context.Context) error {
 }
 
 // identityConflictFound marks host conflicting, and the first time logs,
-// counts and audits it.
-func (g *Gateway) identityConflictFound(host string, conns []natsConn) {
+// counts and audits it and keeps it in the host's record.
+func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns []natsConn) {
 	key := conns[len(conns)-1].User
 	if rec, ok := g.agentIndex.record(host); ok {
 		for _, c := range conns {
@@ -645,6 +751,34 @@ func (g *Gateway) identityConflictFound(host string, conns []natsConn) {
 		Reason: "two live NATS connections on the host's identity", Error: detail,
 		Source: "the NATS servers' connections", Args: map[string]any{"connections": list}}
 	g.audit.write(rec)
+	if err := g.keepIdentityConflict(ctx, host, key, detail); err != nil {
+		g.log.Error("the identity conflict is refused here, but could not be kept in the host's record: other gateways and this one after a restart do not know it; revoke the host",
+			"host", host, "err", err)
+	}
+}
+
+// conflictWriteTimeout bounds the write of a conflict into a host's
+// record, which holds up the connection watch.
+const conflictWriteTimeout = 10 * time.Second
+
+// keepIdentityConflict writes the conflict found on host's key into its
+// record, once: a record that keeps one for its key already, is revoked
+// or holds another key is left as it is.
+func (g *Gateway) keepIdentityConflict(ctx context.Context, host, key, detail string) error {
+	ctx, cancel := context.WithTimeout(ctx, conflictWriteTimeout)
+	defer cancel()
+	now := g.now().UTC()
+	_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+		if _, ok := r.conflictStands(); ok || r.Revoked() || r.PublicKey != key {
+			return errSkip
+		}
+		r.IdentityConflict = &RecordedConflict{PublicKey: key, FoundAt: now, Detail: detail}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("keep the identity conflict of %s: %w", host, err)
+	}
+	return nil
 }
 
 // auditIdentityConflict is the tool name of an identity conflict's audit

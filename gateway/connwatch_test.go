@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -316,7 +317,7 @@ func TestConnWatchNodeDied(t *testing.T) {
 	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
 	w.hostOf = gw.agentIndex.keyHost
 	var found []string
-	w.found = func(host string, _ []natsConn) { found = append(found, host) }
+	w.found = func(_ context.Context, host string, _ []natsConn) { found = append(found, host) }
 	long := time.Now().Add(-time.Hour)
 	for i := range connCheckMany + 2 {
 		host := fmt.Sprintf("moved-%d", i)
@@ -361,4 +362,145 @@ func (w *connWatch) anyUser(host string) string {
 		return c.User
 	}
 	return ""
+}
+
+// heartbeat announces host on nc every second, as its agent does, until
+// the test ends.
+func heartbeat(t *testing.T, nc *nats.Conn, host string) {
+	t.Helper()
+	hello, _ := json.Marshal(protocol.Announce{Host: host, Instance: "i-1", Protocol: protocol.Version, HeartbeatMS: 1000, OS: "linux"})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_ = nc.Publish(protocol.PresenceSubject(host), hello)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// TestConnWatchChurningCopy: a copy that never keeps a connection open
+// for the grace, beside a live agent, is found all the same: one that
+// opens each link before closing the one before (overlapping), and one
+// that stays just under the grace and then waits as long before coming
+// back. Each of its links is newer than the agent's and closes while the
+// agent's stays.
+func TestConnWatchChurningCopy(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		stay, gap time.Duration
+	}{
+		{"overlapping links", 2500 * time.Millisecond, -500 * time.Millisecond},
+		{"a link at a time", connGrace - 100*time.Millisecond, connGrace},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gw := startAPIGateway(t, nil, nil)
+			kp, creds := enrolLocalAgent(t, gw, "victim")
+			heartbeat(t, connectAs(t, gw, "victim", kp, creds), "victim")
+			waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
+			start := time.Now()
+			var prev *nats.Conn
+			for !gw.reg.identityConflicted("victim") {
+				if time.Since(start) > 4*(tt.stay+tt.gap)+5*time.Second {
+					t.Fatalf("the churning copy was not found within %s", time.Since(start).Round(time.Second))
+				}
+				if tt.gap > 0 && prev != nil {
+					prev.Close()
+					time.Sleep(tt.gap)
+				}
+				next := connectAs(t, gw, "victim", kp, creds)
+				if tt.gap < 0 && prev != nil {
+					prev.Close()
+				}
+				prev = next
+				time.Sleep(tt.stay + min(tt.gap, 0))
+			}
+			t.Logf("found after %s", time.Since(start).Round(time.Millisecond))
+			h, _ := gw.Host("victim")
+			if !strings.Contains(h.Conflict, "a second client keeps connecting") {
+				t.Errorf("hosts shows %q", h.Conflict)
+			}
+			if _, err := gw.router.checkHost("victim"); err == nil {
+				t.Error("a call to the churned host is not refused")
+			}
+			if n := gw.identityConflictCount.Load(); n != 1 {
+				t.Errorf("counted %d conflicts, want 1", n)
+			}
+		})
+	}
+}
+
+// TestConnWatchRestartsAreNoChurn: an agent that restarts again and
+// again, its old link closing at once or just after its new one opened,
+// raises no conflict: each time the older link is the one that ends.
+func TestConnWatchRestartsAreNoChurn(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	kp, creds := enrolLocalAgent(t, gw, "phoenix")
+	old := connectAs(t, gw, "phoenix", kp, creds)
+	for round := range 6 {
+		if round%2 == 0 {
+			next := connectAs(t, gw, "phoenix", kp, creds)
+			old.Close() // the old process goes after the new one came
+			old = next
+		} else {
+			old.Close() // killed: its link ends before the next one
+			old = connectAs(t, gw, "phoenix", kp, creds)
+		}
+		time.Sleep(time.Second)
+	}
+	time.Sleep(connCheckEvery * 3)
+	if gw.reg.identityConflicted("phoenix") {
+		h, _ := gw.Host("phoenix")
+		t.Fatalf("restarts taken for a conflict: %s", h.Conflict)
+	}
+}
+
+// TestConnWatchConflictKept: a conflict found is written into the host's
+// record, once, and stands from the record alone (what another gateway,
+// or this one after a restart, knows); revoking the host ends it.
+func TestConnWatchConflictKept(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	kp, creds := enrolLocalAgent(t, gw, "victim")
+	heartbeat(t, connectAs(t, gw, "victim", kp, creds), "victim")
+	waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
+	before, _, err := gw.agents.get(t.Context(), "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectAs(t, gw, "victim", kp, creds)
+	waitUntil(t, "the conflict to be kept in the record", func() bool {
+		rec, ok := gw.agentIndex.record("victim")
+		return ok && rec.IdentityConflict != nil
+	})
+	time.Sleep(connCheckEvery * 4) // more looks find it again: no more writes
+	rec, _, err := gw.agents.get(t.Context(), "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	if rec.Gen != before.Gen+1 || rec.IdentityConflict.PublicKey != pub || !strings.Contains(rec.IdentityConflict.Detail, "live NATS connections") {
+		t.Errorf("record gen %d (was %d), conflict %+v", rec.Gen, before.Gen, rec.IdentityConflict)
+	}
+	// What a gateway that did not see it knows: the record only.
+	gw.reg.mu.Lock()
+	clear(gw.reg.idConflicts)
+	gw.reg.mu.Unlock()
+	if h, _ := gw.Host("victim"); !h.IdentityConflict || !strings.Contains(h.Conflict, "--replace") {
+		t.Errorf("from the record alone, hosts shows %+v", h)
+	}
+	if _, err := gw.router.checkHost("victim"); err == nil {
+		t.Error("from the record alone, a call to the host is not refused")
+	}
+	if err := gw.RevokeAgent(t.Context(), "victim", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := gw.Host("victim"); h.IdentityConflict {
+		t.Errorf("after the revocation: %+v", h)
+	}
 }

@@ -703,11 +703,14 @@ func stringFields(a *protocol.Announce, f func(*string)) {
 // identityConflict is two live NATS connections found on one host's
 // identity (connwatch.go). Unlike two processes announcing one name, it
 // does not end when a connection goes: whoever holds the copy can come
-// back at will, so it stands until an operator acts. Revoking the host
-// (its record turns revoked) or re-enrolling it with --replace (its
-// record gets another key, the old one revoked) ends it; the registry
-// reads both from the agent records, so every replica clears it when the
-// records change, whichever replica the operator used.
+// back at will, so it stands until an operator acts. The gateway that
+// finds it keeps it here at once and writes it into the host's agent
+// record (identityConflictFound), from which every replica, and this one
+// after a restart, knows it too. Revoking the host (its record turns
+// revoked) or re-enrolling it with --replace (its record gets another
+// key, the old one revoked) ends it; the registry reads both from the
+// agent records, so every replica clears it when the records change,
+// whichever replica the operator used.
 type identityConflict struct {
 	key    string
 	detail string
@@ -715,7 +718,8 @@ type identityConflict struct {
 }
 
 // markIdentityConflict records a conflict on host's identity key and
-// reports whether it is new (none stood for that key already).
+// reports whether it is new (none stood for that key already, here or
+// in the host's record).
 func (r *registry) markIdentityConflict(host, key, detail string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -731,20 +735,23 @@ func (r *registry) markIdentityConflict(host, key, detail string) bool {
 	return true
 }
 
-// standing returns host's identity conflict while it stands: its key is
-// still the one the host is enrolled with, and the host is not revoked.
-// The caller holds r.mu.
+// standing returns host's identity conflict while it stands: found here
+// or kept in its record, for the key the host is still enrolled with,
+// and the host is not revoked. The caller holds r.mu.
 func (r *registry) standing(host string) (identityConflict, bool) {
-	ic, ok := r.idConflicts[host]
-	if !ok {
-		return ic, false
-	}
+	var rec *AgentRecord
 	if r.agents != nil {
-		if rec, ok := r.agents.record(host); ok && (rec.Revoked() || rec.PublicKey != ic.key) {
-			return ic, false
+		rec, _ = r.agents.record(host)
+	}
+	if ic, ok := r.idConflicts[host]; ok && (rec == nil || !rec.Revoked() && rec.PublicKey == ic.key) {
+		return ic, true
+	}
+	if rec != nil {
+		if kept, ok := rec.conflictStands(); ok {
+			return identityConflict{key: kept.PublicKey, detail: kept.Detail, since: kept.FoundAt}, true
 		}
 	}
-	return ic, true
+	return identityConflict{}, false
 }
 
 // identityConflicted reports whether host has a standing identity
@@ -756,15 +763,23 @@ func (r *registry) identityConflicted(host string) bool {
 	return ok
 }
 
-// identityConflicts counts the standing identity conflicts.
+// identityConflicts counts the hosts with a standing identity conflict,
+// found here or kept in their records.
 func (r *registry) identityConflicts() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	n := 0
+	hosts := make(map[string]bool)
 	for h := range r.idConflicts {
 		if _, ok := r.standing(h); ok {
-			n++
+			hosts[h] = true
 		}
 	}
-	return n
+	if r.agents != nil {
+		for _, rec := range r.agents.all() {
+			if _, ok := rec.conflictStands(); ok {
+				hosts[rec.Host] = true
+			}
+		}
+	}
+	return len(hosts)
 }

@@ -108,7 +108,10 @@ func median(ds []time.Duration) time.Duration {
 // keep their latency: the median during the flood within three times
 // (and 25 ms) that during a control flood of the same messages on a
 // subject nobody hears (which costs the machine the flooder's own work,
-// as this test runs the flooder beside the gateway).
+// as this test runs the flooder beside the gateway). The rogue's
+// connection beside the live agent is an identity conflict as well: the
+// real call is made before it connects, and the host stands refused
+// after the flood.
 func TestFloodingHost(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"honest"}, Gateway: func(c *gateway.Config) {
 		c.Metrics, c.MetricsListen = true, "127.0.0.1:0"
@@ -116,14 +119,18 @@ func TestFloodingHost(t *testing.T) {
 	env.StartAgentProcess("victim")
 	env.WaitHost("victim", true)
 	cs := env.Client("", nil)
-	js, _ := jetstream.New(env.GatewayConn())
-	rogue, kp := stolenHost(t, env, "victim", filepath.Join(env.AgentDir("victim"), ".state"))
+	wire := env.GatewayConn()
+	js, _ := jetstream.New(wire)
 
-	// A real call to the host, seen on its own subject.
-	calls, stop := capture(t, rogue, protocol.CallSubject("victim"))
+	// A real call to the host, seen on its own subject, made before the
+	// rogue connects: the rogue's connection beside the live agent is
+	// two connections on one identity, and once the gateway has found
+	// that (within seconds) it refuses every call to the host.
+	calls, stop := capture(t, wire, protocol.CallSubject("victim"))
 	mustOK(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo real"}))
 	realID := next(t, calls, "the real call on the wire").Header.Get(protocol.HeaderCall)
 	stop()
+	rogue, kp := stolenHost(t, env, "victim", filepath.Join(env.AgentDir("victim"), ".state"))
 
 	honest := func() time.Duration {
 		start := time.Now()
@@ -275,4 +282,11 @@ func TestFloodingHost(t *testing.T) {
 	if len(answers) != 1 || answers[protocol.APITooEarly] == 0 {
 		t.Errorf("renewal answers %v, want only %s", answers, protocol.APITooEarly)
 	}
+	// The rogue connected with the host's own files beside its live
+	// agent, for longer than the flood: the host stands in conflict and
+	// its calls are refused.
+	if h, _ := env.Gateway.Host("victim"); !h.IdentityConflict {
+		t.Errorf("the rogue beside the live agent is no conflict: %+v", h.Conflict)
+	}
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo after"}), "live NATS connections use this host's identity")
 }

@@ -236,3 +236,123 @@ func TestCopiedIdentityInACluster(t *testing.T) {
 		})
 	}
 }
+
+// TestChurningCopyIsAConflict: the thief with the host's copied seed and
+// credential never keeps a connection open for the 3 s two connections
+// are given: it opens a new one every 2.5 s and closes the one before
+// just after, so it always hears the host's calls. The gateway finds it
+// within seconds all the same, refuses the host, and still refuses it
+// after the copy is gone and the gateway has restarted; revoking the
+// host clears it.
+func TestChurningCopyIsAConflict(t *testing.T) {
+	env := NewEnv(t, Options{Agents: []string{}, ExternalNATS: true})
+	env.StartAgentProcess("victim")
+	env.WaitHost("victim", true)
+	cs := env.Client("2025-11-25", nil)
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo before"}))
+
+	var stolen atomic.Int64
+	start := time.Now()
+	var prev *nats.Conn
+	for {
+		h, _ := env.Gateway.Host("victim")
+		if h.IdentityConflict {
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("the churning copy was not found within %s", time.Since(start).Round(time.Second))
+		}
+		next := copyIdentity(t, env, "victim", &stolen)
+		if prev != nil {
+			prev.Close()
+		}
+		prev = next
+		time.Sleep(2500 * time.Millisecond)
+	}
+	t.Logf("found %s after the copy began", time.Since(start).Round(time.Millisecond))
+	prev.Close()
+	const refused = "a second client keeps connecting on this host's identity"
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo secret"}), refused)
+
+	env.RestartGateway()
+	env.WaitHost("victim", true)
+	cs = env.Client("2025-11-25", nil)
+	if h, _ := env.Gateway.Host("victim"); !h.IdentityConflict {
+		t.Fatalf("the restarted gateway forgot the conflict: %+v", h.Conflict)
+	}
+	mustErr(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo secret"}), refused)
+	if out := mustOK(t, call(t, cs, "hosts", nil)); !strings.Contains(out, "victim\tconflict\t") {
+		t.Errorf("hosts after the restart:\n%s", out)
+	}
+	if err := env.Gateway.RevokeAgent(t.Context(), "victim", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := env.Gateway.Host("victim"); h.IdentityConflict || !h.Revoked {
+		t.Errorf("after the revocation: conflict %q, revoked %v", h.Conflict, h.Revoked)
+	}
+}
+
+// TestIdentityConflictKeptInACluster: a gateway replica that was down
+// while a copy connected beside the agent (it never saw the two
+// connections, and the copy is gone when it starts) refuses the host all
+// the same: the conflict is kept in the host's record. Revoking through
+// another replica clears it everywhere.
+func TestIdentityConflictKeptInACluster(t *testing.T) {
+	c := startGatewayCluster(t, 3, nil)
+	creds, seed, err := enrolKey(t, c.gw(0), "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(url string) *nats.Conn {
+		opts := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix("kept")), nats.MaxReconnects(-1)}
+		if len(creds.CAPEM) > 0 {
+			opts = append(opts, agentTLS(creds.CAPEM))
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	agent := dial(c.gw(0).NATSURL())
+	hello, _ := json.Marshal(protocol.Announce{Host: "kept", Instance: "i-1", Protocol: protocol.Version, HeartbeatMS: 1000, OS: "linux"})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // heartbeats, as the agent sends them
+		defer close(done)
+		for {
+			_ = agent.Publish(protocol.PresenceSubject("kept"), hello)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	waitFor(t, 20*time.Second, "kept listed at gateway 2", func() bool { _, ok := c.gw(1).Host("kept"); return ok })
+	c.stop(2)
+	copied := dial(c.gw(1).NATSURL())
+	for i := range 2 {
+		waitFor(t, 5*time.Second, fmt.Sprintf("gateway %d to find the conflict", i+1), func() bool {
+			h, _ := c.gw(i).Host("kept")
+			return h.IdentityConflict
+		})
+	}
+	copied.Close()
+	c.restart(2)
+	waitFor(t, 20*time.Second, "gateway 3 to refuse the host it never saw two connections of", func() bool {
+		h, _ := c.gw(2).Host("kept")
+		return h.IdentityConflict && strings.Contains(h.Conflict, "live NATS connections use this host's identity")
+	})
+	if err := c.gw(1).RevokeAgent(t.Context(), "kept", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		waitFor(t, 5*time.Second, fmt.Sprintf("gateway %d to clear the conflict", i+1), func() bool {
+			h, _ := c.gw(i).Host("kept")
+			return !h.IdentityConflict && h.Revoked
+		})
+	}
+}
