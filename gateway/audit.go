@@ -222,8 +222,9 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 		}
 		a.file, a.filePath = f, cfg.File
 	}
-	go a.run()
+	// The watcher first: the writer reports damage through it.
 	a.startWatch(sc, admin)
+	go a.run()
 	return a, nil
 }
 

@@ -261,8 +261,18 @@ func configDamage(want, cfg jetstream.StreamConfig) string {
 // damaged alerts: a log line, the metric, /readyz, and a gap record in
 // the stream.
 func (a *auditor) damaged(what, how, after string) {
-	w := a.watch
-	w.count.Add(1)
+	detail := a.alarm(what, how, after, "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
+	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: KindLocal, Subject: "fleet-gateway"},
+		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
+	// Not waited on: the writer stores it as soon as the stream takes
+	// records.
+	a.write(rec)
+}
+
+// alarm reports damage without a gap record (nothing was lost, or the
+// writer itself found it and must not wait on its own queue): a log
+// line, the metric, /readyz. It returns the damage as /readyz says it.
+func (a *auditor) alarm(what, how, after, hint string) string {
 	detail := what
 	if how != "" {
 		detail += "; detected because " + how
@@ -270,19 +280,19 @@ func (a *auditor) damaged(what, how, after string) {
 	if after != "" {
 		detail += "; stream " + after
 	}
-	a.log.Error("AUDIT TRAIL DAMAGED: "+what, "detected", how, "action", after,
-		"hint", "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
+	a.log.Error("AUDIT TRAIL DAMAGED: "+what, "detected", how, "action", after, "hint", hint)
+	w := a.watch
+	if w == nil {
+		return detail
+	}
+	w.count.Add(1)
 	w.mu.Lock()
 	w.damages = append(w.damages, auditDamage{At: time.Now(), What: detail})
 	if len(w.damages) > auditDamageKept {
 		w.damages = w.damages[len(w.damages)-auditDamageKept:]
 	}
 	w.mu.Unlock()
-	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: KindLocal, Subject: "fleet-gateway"},
-		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
-	// Not waited on: the writer stores it as soon as the stream takes
-	// records.
-	a.write(rec)
+	return detail
 }
 
 // damageReport returns the damage found so far (nil: none) and how many.
