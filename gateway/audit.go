@@ -171,6 +171,8 @@ type auditor struct {
 	tailMu sync.Mutex
 	tail   chainLink
 	tailOK bool
+	// clock dates the chain links by the server's clock (auditchain.go).
+	clock serverClock
 
 	// watch looks for damage to the stream (auditwatch.go).
 	watch *auditWatch

@@ -396,7 +396,7 @@ func (a *auditor) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstr
 		m.Header.Set(auditSealHeader, seal)
 	}
 	seq := tail.seq + 1
-	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: time.Now()}
+	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: a.clock.serverNow(a.stream)}
 	return m, append(pubOpts(r.msgID), jetstream.WithExpectLastSequence(tail.seq))
 }
 

@@ -70,13 +70,15 @@ type auditWatch struct {
 
 // streamSeen is what the watcher read of the stream last time.
 type streamSeen struct {
-	created           time.Time
-	first, last       uint64
-	firstTime         time.Time
-	deleted           int
-	lastDigest        string
-	lastTime          time.Time
-	msgs              uint64
+	created     time.Time
+	first, last uint64
+	firstTime   time.Time
+	deleted     int
+	lastDigest  string
+	lastTime    time.Time
+	msgs        uint64
+	// at is when it was read, by the server's clock.
+	at                time.Time
 	configProblemSeen string
 	// cutReported: a cut was reported under the changed configuration
 	// still in place.
@@ -131,7 +133,7 @@ func (a *auditor) checkStream() {
 		return // unavailable: the writer's health says so
 	}
 	now := &streamSeen{created: info.Created, first: info.State.FirstSeq, last: info.State.LastSeq, firstTime: info.State.FirstTime,
-		deleted: info.State.NumDeleted, msgs: info.State.Msgs, lastTime: info.State.LastTime}
+		deleted: info.State.NumDeleted, msgs: info.State.Msgs, lastTime: info.State.LastTime, at: serverTime(info)}
 	// A changed configuration that stays (not put back) is reported once,
 	// and so is the cut it makes, not each record it removes after.
 	ongoing := false
@@ -196,15 +198,17 @@ func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bo
 
 // cutEarly reports whether records before now.first were removed before
 // retention would have: the first record left names its predecessor's
-// time, or (unchained) the first record removed was not due yet.
+// time, or (unchained) the first record removed was not due yet. All by
+// the server's clock, which stamps and ages out the records: not by this
+// gateway's, nor by that of the gateway that wrote the link, either of
+// which may be off.
 func (a *auditor) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
-	// Records within auditAgeSlack of their age-out count as aged out:
-	// the server's clock, which removes them, may run ahead of ours.
-	due := time.Now().Add(-a.watch.retention + auditAgeSlack)
+	// Records within auditAgeSlack of their age-out count as aged out.
+	due := now.at.Add(-a.watch.retention + auditAgeSlack)
 	if now.msgs > 0 {
 		if m, err := a.stream.GetMsg(ctx, now.first); err == nil {
 			if l, err := parseChainLink(m.Header.Get(auditPrevHeader)); err == nil && !l.time.IsZero() {
-				return l.time.After(due)
+				return linkTime(l, m.Time).After(due)
 			}
 		}
 	}
