@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,5 +105,79 @@ func TestAuditRecordNotSuppressedThroughDedup(t *testing.T) {
 	}
 	if !page.Chain.Intact && !strings.Contains(out, fmt.Sprintf("unsealed at seq %d", fake[0].Seq)) {
 		t.Errorf("verify does not name the forged record, seq %d, as unsealed:\n%s", fake[0].Seq, out)
+	}
+}
+
+// The same rogue, knowing that message IDs are no longer call IDs, takes
+// them from the bus: it floods the audit subject so that the gateway's
+// publishes lose their place in the chain and are refused, reads the
+// message ID of every publish it sees there, refused or not, and stores
+// junk under it at once, so that the gateway's next try is answered
+// "duplicate". Every call's record is stored anyway, sealed, once; what
+// was stored under a record's ID is counted as damage.
+func TestAuditRecordNotSuppressedByStolenMsgID(t *testing.T) {
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"alpha"}, Gateway: func(c *gateway.Config) { c.Metrics = true }})
+	cs := env.Client("", nil)
+	mustOK(t, call(t, cs, "hosts", nil))
+	base := strings.TrimSuffix(env.Gateway.MCPURL(), "/mcp")
+
+	gwCreds := filepath.Join(env.setup, gateway.NATSSetupFiles.GatewayCreds)
+	rogue, err := nats.Connect(env.NATSURL(), nats.UserCredentials(gwCreds), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	junk := []byte(`{"call_id":"junk","caller":{"kind":"local","sub":"nobody"},"tool":"bash","decision":"allowed","outcome":"ok"}`)
+	var stolen atomic.Int64
+	sub, err := rogue.Subscribe(protocol.AuditSubject(), func(m *nats.Msg) {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "" || m.Header.Get("Rogue") != "" {
+			return
+		}
+		stolen.Add(1)
+		_ = rogue.PublishMsg(&nats.Msg{Subject: protocol.AuditSubject(), Data: junk, Header: nats.Header{jetstream.MsgIDHeader: {id}, "Rogue": {"1"}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = rogue.PublishMsg(&nats.Msg{Subject: protocol.AuditSubject(), Data: junk, Header: nats.Header{"Rogue": {"1"}}})
+			}
+		}
+	}()
+	const calls = 10
+	for i := range calls {
+		mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": fmt.Sprintf("echo call-%d", i)}))
+	}
+	close(stop)
+	<-flooded
+	damage := scrape(t, base+"/metrics")["fleet_audit_damage_total"]
+	t.Logf("the rogue stored junk under %d message IDs it saw; the gateway found %v under its records' IDs", stolen.Load(), damage)
+	if damage == 0 {
+		t.Error("no junk was found under a record's message ID: the attack did not reach the gateway's records")
+	}
+
+	recs := auditRecords(t, cs, map[string]any{"tool": "bash", "caller": "local", "limit": 500})
+	sealed := map[string]int{}
+	for _, r := range recs {
+		if !r.Unsealed {
+			sealed[fmt.Sprint(r.Args["command"])]++
+		}
+	}
+	for i := range calls {
+		if n := sealed[fmt.Sprintf("echo call-%d", i)]; n != 1 {
+			t.Errorf("call %d has %d sealed records, want 1: %v", i, n, sealed)
+		}
 	}
 }
