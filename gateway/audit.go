@@ -171,6 +171,8 @@ type auditor struct {
 	tailMu sync.Mutex
 	tail   chainLink
 	tailOK bool
+	// clock dates the chain links by the server's clock (auditchain.go).
+	clock serverClock
 
 	// watch looks for damage to the stream (auditwatch.go).
 	watch *auditWatch
@@ -222,8 +224,9 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 		}
 		a.file, a.filePath = f, cfg.File
 	}
-	go a.run()
+	// The watcher first: the writer reports damage through it.
 	a.startWatch(sc, admin)
+	go a.run()
 	return a, nil
 }
 

@@ -17,7 +17,8 @@ import (
 // This file chains the audit records. Each record a gateway stores names
 // its predecessor in the stream, in the auditPrevHeader: the
 // predecessor's stream sequence, its digest (chainDigest: over its
-// sequence, its own link, its seal and its data) and when it was stored.
+// sequence, its own link, its seal and its data) and when it was stored,
+// by the NATS server's clock (serverClock).
 // The record's seal covers that link, so no one without the sealing key
 // can move a record or change what it follows. The gateways store a record
 // only right after the one it names: each publish expects the stream's
@@ -240,7 +241,7 @@ func (v *chainVerifier) checkHead(m chainMsg, l chainLink) {
 	switch {
 	case l.seq == 0:
 		return
-	case !l.time.IsZero() && !l.time.Add(v.retention).After(v.now):
+	case !l.time.IsZero() && !linkTime(l, m.Time).Add(v.retention).After(v.now):
 		v.rep.AgedOut = true
 	case l.time.IsZero():
 		v.problem(m.Seq, "head_missing", "the first record, seq %d, follows seq %d, which is not in the stream (when it was stored is not known): sequences up to %d were removed", m.Seq, l.seq, l.seq)
@@ -354,4 +355,66 @@ func (a *auditor) forgetTail() {
 	a.tailMu.Lock()
 	a.tailOK = false
 	a.tailMu.Unlock()
+}
+
+// auditClockEvery is how often the writer reads the server's clock.
+const auditClockEvery = 30 * time.Second
+
+// serverClock tells the time by the NATS server's clock, which stamps
+// the stored messages and ages them out: a chain link names when its
+// predecessor was stored by that clock, so that a gateway whose own
+// clock is off does not make the watchers and verify take a record that
+// aged out for one removed early (or the other way round). Only the
+// writer's goroutine uses it.
+type serverClock struct {
+	// local is this gateway's clock (nil: time.Now).
+	local  func() time.Time
+	offset time.Duration // the server's clock minus local
+	read   time.Time     // when offset was read (local; zero: never)
+}
+
+func (c *serverClock) localNow() time.Time {
+	if c.local != nil {
+		return c.local()
+	}
+	return time.Now()
+}
+
+// serverNow returns the server's time now, reading the server's clock
+// from stream's info at most every auditClockEvery; until it can, it
+// goes by the local clock.
+func (c *serverClock) serverNow(stream jetstream.Stream) time.Time {
+	now := c.localNow()
+	if c.read.IsZero() || now.Sub(c.read) > auditClockEvery || now.Before(c.read) {
+		c.read = now
+		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		info, err := stream.Info(ctx)
+		cancel()
+		after := c.localNow()
+		if err == nil && !info.TimeStamp.IsZero() {
+			c.offset = info.TimeStamp.Sub(now.Add(after.Sub(now) / 2))
+		}
+		now = after
+	}
+	return now.Add(c.offset)
+}
+
+// linkTime is when l's predecessor was stored, as a link read from a
+// message stored at stored says: never after stored, as a predecessor is
+// stored before its successor (a link written by a gateway whose clock
+// ran ahead, before links went by the server's clock, says later).
+func linkTime(l chainLink, stored time.Time) time.Time {
+	if !stored.IsZero() && l.time.After(stored) {
+		return stored
+	}
+	return l.time
+}
+
+// serverTime returns the server's time in info, or the local time when
+// the server did not say.
+func serverTime(info *jetstream.StreamInfo) time.Time {
+	if info != nil && !info.TimeStamp.IsZero() {
+		return info.TimeStamp
+	}
+	return time.Now()
 }

@@ -26,14 +26,17 @@ import (
 // before it answered leaves a call its client saw fail, whose record may
 // or may not have been stored.
 //
-// A record's message ID is its call ID, and the stream drops a message
-// whose ID it has seen within its duplicate window (auditDedupWindow): a
-// record sent again because its acknowledgement was lost is stored once.
-// A record is sent again with its ID as is only within auditResendSafe of
-// its first send; after that the stream is searched for the ID first
-// (headers only, from the first send on), and only a record not found
-// there is sent again, which starts a new window. No record is stored
-// twice.
+// A record's message ID is random, made when the record is first sent
+// (auditdedup.go), and the stream drops a message whose ID it has seen
+// within its duplicate window (auditDedupWindow): a record sent again
+// because its acknowledgement was lost is stored once. A record is sent
+// again with its ID as is only within auditResendSafe of its first send;
+// after that the stream is searched for the ID first (headers only, from
+// the first send on), and only a record not found there is sent again,
+// which starts a new window. No record is stored twice. Whatever the
+// stream answers "duplicate" to, or the search finds, is read back and
+// must be this record, sealed and in its place in the chain: a message
+// someone else stored under the record's ID does not stand for it.
 //
 // Records are taken from the queue in groups, without a timer: the writer
 // takes every record queued at that moment and stores them one after the
@@ -160,6 +163,11 @@ type pendingRecord struct {
 	id     string
 	data   []byte
 	ticket *auditTicket
+	// msgID is the record's message ID (newAuditMsgID); foreign the
+	// sequence of the last message found under it that was not this
+	// record (reported once).
+	msgID   string
+	foreign uint64
 	// link is the record's place in the chain as last sent: the stream
 	// sequence it expects and its digest there.
 	link chainLink
@@ -259,7 +267,7 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 			it.ticket.finish(fmt.Errorf("audit record not encodable: %w", err))
 			continue
 		}
-		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket})
+		out = append(out, &pendingRecord{id: rec.CallID, data: d, ticket: it.ticket, msgID: newAuditMsgID()})
 		lines = append(append(lines, d...), '\n')
 	}
 	if len(lines) > 0 {
@@ -351,9 +359,20 @@ func (a *auditor) sendOne(r *pendingRecord) error {
 		case err != nil:
 			a.forgetTail()
 			return err
-		case ack.Duplicate || ack.Sequence != r.link.seq:
-			// Stored before (its acknowledgement was lost): the tail is
-			// not this copy.
+		case ack.Duplicate:
+			// Its ID was taken: by this record, stored before (its
+			// acknowledgement was lost), or by a message someone else
+			// stored under it. The tail is not this copy either way.
+			a.forgetTail()
+			mine, err := a.holdsRecord(r, ack.Sequence)
+			if err != nil {
+				return err
+			}
+			if !mine {
+				a.foreignUnderID(r, ack.Sequence, "the stream answered its publish \"duplicate\"")
+				continue
+			}
+		case ack.Sequence != r.link.seq:
 			a.forgetTail()
 		default:
 			a.setTail(r.link)
@@ -377,8 +396,8 @@ func (a *auditor) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstr
 		m.Header.Set(auditSealHeader, seal)
 	}
 	seq := tail.seq + 1
-	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: time.Now()}
-	return m, append(pubOpts(r.id), jetstream.WithExpectLastSequence(tail.seq))
+	r.link = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, r.data), time: a.clock.serverNow(a.stream)}
+	return m, append(pubOpts(r.msgID), jetstream.WithExpectLastSequence(tail.seq))
 }
 
 // isChainConflict reports a publish refused because another record was
@@ -396,12 +415,15 @@ func isChainConflict(err error) bool {
 }
 
 // findStored searches the stream, from the earliest first send of recs
-// on, for their IDs, headers only, and marks those it holds as stored.
+// on, for their message IDs, headers only, and marks those it holds as
+// stored: a message found under a record's ID is read back, and counts
+// only when it is that record (holdsRecord).
 func (a *auditor) findStored(recs []*pendingRecord) error {
 	ids := make(map[string]*pendingRecord, len(recs))
+	found := map[*pendingRecord][]uint64{}
 	from := time.Now()
 	for _, r := range recs {
-		ids[r.id] = r
+		ids[r.msgID] = r
 		if r.since.Before(from) {
 			from = r.since
 		}
@@ -421,6 +443,15 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 	} else if info.NumPending == 0 {
 		return nil // nothing stored since: none of them is there
 	}
+	if err := a.scanIDs(ctx, cons, ids, found); err != nil {
+		return err
+	}
+	return a.checkFound(found)
+}
+
+// scanIDs reads cons to its end and notes, for each record of ids, the
+// sequences of the messages stored under its ID.
+func (a *auditor) scanIDs(ctx context.Context, cons jetstream.Consumer, ids map[string]*pendingRecord, found map[*pendingRecord][]uint64) error {
 	empty := 0
 	for ctx.Err() == nil {
 		batch, err := cons.FetchNoWait(500)
@@ -430,12 +461,14 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 		n, done := 0, false
 		for m := range batch.Messages() {
 			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
 			if r := ids[m.Headers().Get(jetstream.MsgIDHeader)]; r != nil {
-				r.stored = true
+				found[r] = append(found[r], meta.Sequence.Stream)
 			}
-			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
-				done = true
-			}
+			done = done || meta.NumPending == 0
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("search the audit stream: %w", err)

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,7 +80,7 @@ func (s *auditServer) auditor(t *testing.T) (*auditor, *nats.Conn) {
 	return a, nc
 }
 
-// streamCount returns the messages in the audit stream per message ID.
+// streamCount returns the messages in the audit stream per call ID.
 func streamCount(t *testing.T, nc *nats.Conn) map[string]int {
 	t.Helper()
 	js, _ := jetstream.New(nc)
@@ -98,7 +100,13 @@ func streamCount(t *testing.T, nc *nats.Conn) map[string]int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[m.Header.Get(jetstream.MsgIDHeader)]++
+		var rec struct {
+			CallID string `json:"call_id"`
+		}
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+		out[rec.CallID]++
 	}
 	return out
 }
@@ -138,25 +146,37 @@ func TestAuditCommitStoresEachOnce(t *testing.T) {
 
 // A record sent again within the duplicate window is stored once (the
 // stream drops the second); one whose window has passed is looked for
-// first: found, it is not sent again; not found, it is sent.
+// first: found, it is not sent again; not found, it is sent; found under
+// its ID but not itself (someone else's message), it is sent under a new
+// ID and the message reported.
 func TestAuditResendBeyondWindow(t *testing.T) {
 	s := newAuditServer(t)
-	a, nc := s.auditor(t)
+	a := s.sealedAuditor(t, testSeal(t))
+	nc := a.js.Conn()
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	longAgo := time.Now().Add(-auditResendSafe - 10*time.Second)
+	rec := func(id string, since time.Time) *pendingRecord {
+		return &pendingRecord{id: id, data: []byte(`{"call_id":"` + id + `"}`), ticket: newAuditTicket(), since: since, msgID: newAuditMsgID()}
+	}
+	recs := []*pendingRecord{rec("landed-recent", time.Now().Add(-time.Second)), rec("landed-long-ago", longAgo), rec("lost-long-ago", longAgo), rec("forged-long-ago", longAgo)}
 	// As if the first sends had been stored and their acknowledgements
 	// lost.
-	for _, id := range []string{"landed-recent", "landed-long-ago"} {
-		if _, err := js.Publish(ctx, protocol.AuditSubject(), []byte(`{"call_id":"`+id+`"}`), pubOpts(id)...); err != nil {
+	for _, r := range recs[:2] {
+		tail, err := a.chainTail()
+		if err != nil {
 			t.Fatal(err)
 		}
+		m, opts := a.chained(r, tail)
+		if _, err := js.PublishMsg(ctx, m, opts...); err != nil {
+			t.Fatal(err)
+		}
+		a.forgetTail()
 	}
-	longAgo := time.Now().Add(-auditResendSafe - 10*time.Second)
-	recs := []*pendingRecord{
-		{id: "landed-recent", data: []byte(`{"call_id":"landed-recent"}`), ticket: newAuditTicket(), since: time.Now().Add(-time.Second)},
-		{id: "landed-long-ago", data: []byte(`{"call_id":"landed-long-ago"}`), ticket: newAuditTicket(), since: longAgo},
-		{id: "lost-long-ago", data: []byte(`{"call_id":"lost-long-ago"}`), ticket: newAuditTicket(), since: longAgo},
+	// Someone else's message under the last one's ID.
+	if _, err := js.Publish(ctx, protocol.AuditSubject(), []byte(`{"call_id":"forged-long-ago","tool":"junk"}`), pubOpts(recs[3].msgID)...); err != nil {
+		t.Fatal(err)
 	}
 	a.pending.Add(int64(len(recs)))
 	if left := a.send(recs); len(left) != 0 {
@@ -168,7 +188,7 @@ func TestAuditResendBeyondWindow(t *testing.T) {
 		}
 	}
 	got := streamCount(t, nc)
-	want := map[string]int{"landed-recent": 1, "landed-long-ago": 1, "lost-long-ago": 1}
+	want := map[string]int{"landed-recent": 1, "landed-long-ago": 1, "lost-long-ago": 1, "forged-long-ago": 2}
 	for id, n := range want {
 		if got[id] != n {
 			t.Errorf("%s stored %d times, want %d", id, got[id], n)
@@ -176,6 +196,16 @@ func TestAuditResendBeyondWindow(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("the stream holds %v", got)
+	}
+	if damages, n := a.damageReport(); n != 1 || !strings.Contains(damages[0].What, "record of call forged-long-ago (seq 3)") {
+		t.Errorf("%d damages reported, want the forged one: %+v", n, damages)
+	}
+	rep, err := a.verifyChain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := problems(rep); p != "unchained@3 unsealed@3" {
+		t.Errorf("verify names %q, want the forged message only\n%s", p, rep.summary())
 	}
 }
 

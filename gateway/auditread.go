@@ -458,7 +458,7 @@ func (a *auditor) verifyChain(ctx context.Context) (ChainReport, error) {
 	if err != nil {
 		return ChainReport{}, fmt.Errorf("audit stream: %w", err)
 	}
-	v := newChainVerifier(a.seal, a.retention, time.Now())
+	v := newChainVerifier(a.seal, a.retention, serverTime(info))
 	if info.State.Msgs == 0 {
 		return v.finish(0), nil
 	}

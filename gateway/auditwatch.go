@@ -70,13 +70,15 @@ type auditWatch struct {
 
 // streamSeen is what the watcher read of the stream last time.
 type streamSeen struct {
-	created           time.Time
-	first, last       uint64
-	firstTime         time.Time
-	deleted           int
-	lastDigest        string
-	lastTime          time.Time
-	msgs              uint64
+	created     time.Time
+	first, last uint64
+	firstTime   time.Time
+	deleted     int
+	lastDigest  string
+	lastTime    time.Time
+	msgs        uint64
+	// at is when it was read, by the server's clock.
+	at                time.Time
 	configProblemSeen string
 	// cutReported: a cut was reported under the changed configuration
 	// still in place.
@@ -131,7 +133,7 @@ func (a *auditor) checkStream() {
 		return // unavailable: the writer's health says so
 	}
 	now := &streamSeen{created: info.Created, first: info.State.FirstSeq, last: info.State.LastSeq, firstTime: info.State.FirstTime,
-		deleted: info.State.NumDeleted, msgs: info.State.Msgs, lastTime: info.State.LastTime}
+		deleted: info.State.NumDeleted, msgs: info.State.Msgs, lastTime: info.State.LastTime, at: serverTime(info)}
 	// A changed configuration that stays (not put back) is reported once,
 	// and so is the cut it makes, not each record it removes after.
 	ongoing := false
@@ -196,15 +198,17 @@ func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bo
 
 // cutEarly reports whether records before now.first were removed before
 // retention would have: the first record left names its predecessor's
-// time, or (unchained) the first record removed was not due yet.
+// time, or (unchained) the first record removed was not due yet. All by
+// the server's clock, which stamps and ages out the records: not by this
+// gateway's, nor by that of the gateway that wrote the link, either of
+// which may be off.
 func (a *auditor) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
-	// Records within auditAgeSlack of their age-out count as aged out:
-	// the server's clock, which removes them, may run ahead of ours.
-	due := time.Now().Add(-a.watch.retention + auditAgeSlack)
+	// Records within auditAgeSlack of their age-out count as aged out.
+	due := now.at.Add(-a.watch.retention + auditAgeSlack)
 	if now.msgs > 0 {
 		if m, err := a.stream.GetMsg(ctx, now.first); err == nil {
 			if l, err := parseChainLink(m.Header.Get(auditPrevHeader)); err == nil && !l.time.IsZero() {
-				return l.time.After(due)
+				return linkTime(l, m.Time).After(due)
 			}
 		}
 	}
@@ -261,8 +265,18 @@ func configDamage(want, cfg jetstream.StreamConfig) string {
 // damaged alerts: a log line, the metric, /readyz, and a gap record in
 // the stream.
 func (a *auditor) damaged(what, how, after string) {
-	w := a.watch
-	w.count.Add(1)
+	detail := a.alarm(what, how, after, "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
+	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: KindLocal, Subject: "fleet-gateway"},
+		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
+	// Not waited on: the writer stores it as soon as the stream takes
+	// records.
+	a.write(rec)
+}
+
+// alarm reports damage without a gap record (nothing was lost, or the
+// writer itself found it and must not wait on its own queue): a log
+// line, the metric, /readyz. It returns the damage as /readyz says it.
+func (a *auditor) alarm(what, how, after, hint string) string {
 	detail := what
 	if how != "" {
 		detail += "; detected because " + how
@@ -270,19 +284,19 @@ func (a *auditor) damaged(what, how, after string) {
 	if after != "" {
 		detail += "; stream " + after
 	}
-	a.log.Error("AUDIT TRAIL DAMAGED: "+what, "detected", how, "action", after,
-		"hint", "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
+	a.log.Error("AUDIT TRAIL DAMAGED: "+what, "detected", how, "action", after, "hint", hint)
+	w := a.watch
+	if w == nil {
+		return detail
+	}
+	w.count.Add(1)
 	w.mu.Lock()
 	w.damages = append(w.damages, auditDamage{At: time.Now(), What: detail})
 	if len(w.damages) > auditDamageKept {
 		w.damages = w.damages[len(w.damages)-auditDamageKept:]
 	}
 	w.mu.Unlock()
-	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: KindLocal, Subject: "fleet-gateway"},
-		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
-	// Not waited on: the writer stores it as soon as the stream takes
-	// records.
-	a.write(rec)
+	return detail
 }
 
 // damageReport returns the damage found so far (nil: none) and how many.

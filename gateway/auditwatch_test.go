@@ -237,3 +237,83 @@ func TestAuditExistingRetention(t *testing.T) {
 		})
 	}
 }
+
+// A gateway whose clock is off does not fool the watchers: records
+// stored by a writer whose clock runs ten minutes ahead age out with no
+// "cut" reported by a gateway whose clock is right (nor by the writer's
+// own), and a cut of records stored by a writer whose clock runs 100 days
+// behind is still seen. The chain links, and the watchers, go by the NATS
+// server's clock.
+func TestAuditWatchSkewedWriter(t *testing.T) {
+	t.Run("ahead, records age out", func(t *testing.T) {
+		s := newAuditServer(t)
+		nc, err := nats.Connect(s.ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, ctx := adminStream(t, nc)
+		// A stream kept 3 s, made before the gateways start: they take its
+		// retention as the operator's choice.
+		sc := auditStreamConfig(AuditConfig{Retention: 3 * time.Second})
+		sc.Duplicates = time.Second
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+		seal := testSeal(t)
+		writer := s.sealedAuditor(t, seal)
+		writer.clock.local = func() time.Time { return time.Now().Add(10 * time.Minute) }
+		right := s.sealedAuditor(t, seal)
+		if writer.retention != 3*time.Second || right.retention != 3*time.Second {
+			t.Fatalf("retention %s, %s", writer.retention, right.retention)
+		}
+		for _, id := range []string{"r0", "r1"} {
+			if err := writer.commit(ctx, &AuditRecord{CallID: id, Tool: "bash"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		if err := writer.commit(ctx, &AuditRecord{CallID: "r2", Tool: "bash"}); err != nil {
+			t.Fatal(err)
+		}
+		// r0 and r1 age out; the watchers read the stream beginning at r2,
+		// whose link names r1, then empty.
+		for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+			info, err := right.stream.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.FirstSeq >= 3 {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("records did not age out: %+v", info.State)
+			}
+		}
+		time.Sleep(2*auditWatchEvery + time.Second)
+		for name, a := range map[string]*auditor{"the gateway whose clock is right": right, "the writer": writer} {
+			if damages, n := a.damageReport(); n != 0 {
+				t.Errorf("%s reported records that aged out as damage: %+v", name, damages)
+			}
+		}
+	})
+	t.Run("behind, a cut is seen", func(t *testing.T) {
+		s := newAuditServer(t)
+		writer, nc := s.auditor(t)
+		writer.clock.local = func() time.Time { return time.Now().Add(-100 * 24 * time.Hour) }
+		ctx := context.Background()
+		for i := range 6 {
+			if err := writer.commit(ctx, &AuditRecord{CallID: fmt.Sprintf("r%d", i), Tool: "bash"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(auditWatchEvery + 500*time.Millisecond)
+		js, jctx := adminStream(t, nc)
+		cfg := writer.watch.want
+		cfg.MaxMsgs = 1
+		if _, err := js.UpdateStream(jctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		waitDamage(t, writer, "cut at its head: sequences 1-5 removed")
+	})
+}

@@ -64,7 +64,7 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "fleet_hosts_identity_conflict", Help: "Hosts refused now for two live NATS connections on their identity.",
 		}, func() float64 { return float64(g.reg.identityConflicts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "fleet_audit_damage_total", Help: "Damage found in the audit stream (deleted, cut, records deleted, configuration changed); each is logged and recorded as a gap.",
+			Name: "fleet_audit_damage_total", Help: "Damage found in the audit stream (deleted, cut, records deleted, configuration changed, a foreign message under a record's message ID); each is logged, and a loss recorded as a gap.",
 		}, func() float64 { _, n := g.audit.damageReport(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_nats_connected", Help: "1 while the gateway's NATS connection is up.",
