@@ -74,7 +74,6 @@ type streamSeen struct {
 	first, last uint64
 	firstTime   time.Time
 	deleted     int
-	lastDigest  string
 	lastTime    time.Time
 	msgs        uint64
 	// at is when it was read, by the server's clock.
