@@ -181,7 +181,7 @@ func localUser(name string, account nkeys.KeyPair, deny ...string) (nats.Option,
 }
 
 // auditStreamAdmin returns how the gateway updates the audit stream's
-// configuration, which its runtime user may not (auditDenied): on the
+// configuration, which its runtime user may not (runtimeDenied): on the
 // embedded server, as a user of the fleet account made for that one
 // update and closed after it; on an external cluster not at all (nil),
 // the operator does it with an admin credential. On the embedded server
