@@ -110,12 +110,16 @@ func protectedStreams() []string {
 // from it. The users the gateways run with may not publish them (their
 // JetStream requests go nowhere): only a credential kept off the running
 // gateways can (see README, Audit, and the security model). A snapshot
-// is only a read, which those users may do anyway.
+// is only a read, which those users may do anyway. The same requests
+// through a JetStream domain's prefix ($JS.<domain>.API, which a server
+// with a domain maps onto its own API) are denied too.
 func runtimeDenied() []string {
 	var out []string
-	for _, stream := range protectedStreams() {
-		for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
-			out = append(out, "$JS.API.STREAM."+op+"."+stream)
+	for _, prefix := range []string{"$JS.API.", "$JS.*.API."} {
+		for _, stream := range protectedStreams() {
+			for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
+				out = append(out, prefix+"STREAM."+op+"."+stream)
+			}
 		}
 	}
 	return out

@@ -141,6 +141,8 @@ func TestDeniesSubject(t *testing.T) {
 		{deny, "$JS.API.STREAM.UPDATE.KV_fleet_tokens", true},
 		{deny, "$JS.API.STREAM.RESTORE.KV_" + protocol.AgentsBucket, true},
 		{deny, "$JS.API.STREAM.UPDATE.KV_fleet_hosts", false},
+		{deny, "$JS.hub.API.STREAM.DELETE.KV_fleet_tokens", true},
+		{deny, "$JS.hub.API.STREAM.DELETE." + protocol.AuditStream, true},
 		{nil, "$JS.API.STREAM.UPDATE.KV_fleet_tokens", false},
 		{[]string{"$JS.API.>"}, "$JS.API.STREAM.UPDATE.KV_fleet_tokens", true},
 		{[]string{"$JS.API.STREAM.*.KV_fleet_tokens"}, "$JS.API.STREAM.UPDATE.KV_fleet_tokens", true},
