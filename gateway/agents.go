@@ -307,18 +307,18 @@ const agentsLoadTimeout = 2 * time.Minute
 
 // openAgentStore creates (or updates) the bucket and fills index from it,
 // keeping it current until close.
-func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, log *slog.Logger) (*agentStore, error) {
+func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, admin jsAdmin, log *slog.Logger) (*agentStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("agent records: %w", err)
 	}
-	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+	kv, err := ensureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      protocol.AgentsBucket,
 		Description: "fleetmcp agent records: each enrolled host's key, labels and revocation",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-	})
+	}, admin, log)
 	if err != nil {
 		return nil, err
 	}

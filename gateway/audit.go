@@ -284,7 +284,7 @@ func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patien
 
 // streamUpdater updates the audit stream's configuration with a
 // credential allowed to: the gateway's runtime NATS user may not (see
-// auditDenied), so that no credential a running gateway keeps can.
+// runtimeDenied), so that no credential a running gateway keeps can.
 type streamUpdater func(ctx context.Context, cfg jetstream.StreamConfig) error
 
 // existingAuditStream opens the audit stream that is there with another

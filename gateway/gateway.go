@@ -33,8 +33,11 @@ type Gateway struct {
 
 	ns *embeddedServer // nil with an external cluster
 	// fleetAccount is the fleet account's key on the embedded server
-	// (nil: external), for auditStreamAdmin.
+	// (nil: external), for auditStreamAdmin and streamAdmin.
 	fleetAccount nkeys.KeyPair
+	// natsPubDeny is what the gateway's user on an external cluster may
+	// not publish (its creds' JWT), for streamAdmin.
+	natsPubDeny []string
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
@@ -303,7 +306,7 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return err
 	}
-	if g.tokens, err = openTokenStore(js, seal, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.log.With("component", "tokens")); err != nil {
+	if g.tokens, err = openTokenStore(js, seal, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.streamAdmin("KV_"+tokensBucket), g.log.With("component", "tokens")); err != nil {
 		return err
 	}
 	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
@@ -459,7 +462,7 @@ func (g *Gateway) startEmbedded() error {
 	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
 		return err
 	}
-	gwUser, err := localUser("fleet-gateway", keys.account, auditDenied()...)
+	gwUser, err := localUser("fleet-gateway", keys.account, runtimeDenied()...)
 	if err != nil {
 		return err
 	}
@@ -545,6 +548,7 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 		return fmt.Errorf("external NATS cluster: %w", err)
 	}
 	g.natsCAPEM = x.caPEM
+	g.natsPubDeny = x.pubDeny
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
 		ttl: g.cfg.AgentCredentialTTL, src: &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}, now: time.Now, sys: g.sys}
 	return nil
@@ -573,7 +577,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.log.With("component", "agents")); err != nil {
+	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
 		return err
 	}
 	g.authority.setRecords(g.agents)

@@ -95,14 +95,32 @@ func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount 
 	return uc.Encode(issuer)
 }
 
-// auditDenied are the JetStream API subjects that delete, cut, change or
-// replace the audit stream, delete its records, or take replicas from it. The users the gateways
-// run with may not publish them (their JetStream requests go nowhere):
-// only a credential kept off the running gateways can (see README, Audit).
-func auditDenied() []string {
+// protectedStreams are the streams whose loss or rollback the gateways
+// cannot see through their records alone: the audit trail, and the
+// buckets of the join tokens and agent records, whose checks (a token
+// names the revision it is stored at and its stream's creation time)
+// hold only while the stream itself is neither deleted nor restored
+// from a snapshot, which brings back both.
+func protectedStreams() []string {
+	return []string{protocol.AuditStream, "KV_" + tokensBucket, "KV_" + protocol.AgentsBucket}
+}
+
+// runtimeDenied are the JetStream API subjects that delete, cut, change
+// or replace a protected stream, delete its messages, or take replicas
+// from it. The users the gateways run with may not publish them (their
+// JetStream requests go nowhere): only a credential kept off the running
+// gateways can (see README, Audit, and the security model). A snapshot
+// is only a read, which those users may do anyway. The same requests
+// through a JetStream domain's prefix ($JS.<domain>.API, which a server
+// with a domain maps onto its own API) are denied too.
+func runtimeDenied() []string {
 	var out []string
-	for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
-		out = append(out, "$JS.API.STREAM."+op+"."+protocol.AuditStream)
+	for _, prefix := range []string{"$JS.API.", "$JS.*.API."} {
+		for _, stream := range protectedStreams() {
+			for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
+				out = append(out, prefix+"STREAM."+op+"."+stream)
+			}
+		}
 	}
 	return out
 }

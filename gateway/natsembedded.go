@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // embeddedAccount is the operator-mode setup of the embedded server: the
@@ -181,7 +183,7 @@ func localUser(name string, account nkeys.KeyPair, deny ...string) (nats.Option,
 }
 
 // auditStreamAdmin returns how the gateway updates the audit stream's
-// configuration, which its runtime user may not (auditDenied): on the
+// configuration, which its runtime user may not (runtimeDenied): on the
 // embedded server, as a user of the fleet account made for that one
 // update and closed after it; on an external cluster not at all (nil),
 // the operator does it with an admin credential. On the embedded server
@@ -192,22 +194,11 @@ func (g *Gateway) auditStreamAdmin() streamUpdater {
 	if g.ns == nil || g.fleetAccount == nil {
 		return nil
 	}
-	key, ns := g.fleetAccount, g.ns.Server
+	admin := g.streamAdmin(protocol.AuditStream)
 	return func(ctx context.Context, cfg jetstream.StreamConfig) error {
-		user, err := localUser("fleet-gateway audit admin", key)
-		if err != nil {
+		return admin(ctx, func(js jetstream.JetStream) error {
+			_, err := js.UpdateStream(ctx, cfg)
 			return err
-		}
-		nc, err := nats.Connect("", nats.InProcessServer(ns), user, nats.Name("fleet-gateway audit admin"))
-		if err != nil {
-			return fmt.Errorf("connect as the audit admin: %w", err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		_, err = js.UpdateStream(ctx, cfg)
-		return err
+		})
 	}
 }

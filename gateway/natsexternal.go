@@ -34,6 +34,8 @@ type externalAuth struct {
 	operatorSigner nkeys.KeyPair
 	caPEM          []byte
 	tls            *tls.Config // nil: the system's roots
+	// pubDeny is what the gateway's own user may not publish.
+	pubDeny []string
 }
 
 // loadExternalAuth reads and checks the files of cfg.
@@ -52,6 +54,7 @@ func loadExternalAuth(cfg *Config) (*externalAuth, error) {
 		return nil, fmt.Errorf("--nats_creds %s: not a user JWT: %w", cfg.NATSCredsFile, err)
 	}
 	x.accountPub = uc.Issuer
+	x.pubDeny = uc.Pub.Deny
 	if uc.IssuerAccount != "" {
 		x.accountPub = uc.IssuerAccount
 	}

@@ -118,7 +118,7 @@ func natsSetupFiles(maxCall time.Duration) (map[string][]byte, NATSSetupResult, 
 	if err != nil {
 		return nil, res, fmt.Errorf("fleet account JWT: %w", err)
 	}
-	gwCreds, err := credsFile(gwUser, "fleet-gateway", acct, auditDenied()...)
+	gwCreds, err := credsFile(gwUser, "fleet-gateway", acct, runtimeDenied()...)
 	if err != nil {
 		return nil, res, err
 	}

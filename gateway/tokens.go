@@ -42,8 +42,9 @@ import (
 // creation time. Such a record is refused for good (the token is
 // "tampered"), as is a forged one; a deleted one is unknown. What this
 // cannot catch is a stream restored from an old snapshot (the server
-// keeps its creation time and sequences): no account user may be able to
-// delete the stream.
+// keeps its creation time and sequences): so the gateways' runtime users
+// may not delete, update, purge or restore the stream (runtimeDenied);
+// whoever holds the account key still can.
 
 const (
 	tokensBucket = "fleet_tokens"
@@ -279,20 +280,23 @@ type tokenStore struct {
 	// enrol credential stays good (Config.EnrolRetryWindow).
 	now         func() time.Time
 	retryWindow time.Duration
+	// admin removes the marks of deleted tokens (a stream purge, which
+	// the gateway's own user may not do); nil: they stay.
+	admin jsAdmin
 }
 
-func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, log *slog.Logger) (*tokenStore, error) {
-	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, admin jsAdmin, log *slog.Logger) (*tokenStore, error) {
+	kv, err := ensureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      tokensBucket,
 		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-	})
+	}, admin, log)
 	if err != nil {
 		return nil, fmt.Errorf("join tokens: %w", err)
 	}
-	return &tokenStore{js: js, kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow}, nil
+	return &tokenStore{js: js, kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow, admin: admin}, nil
 }
 
 // errTokenNotFound: no token of that id (or it was swept).
@@ -550,10 +554,20 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 			s.log.Info("join token deleted a day after it stopped working", "token", e.rec.ID, "state", e.rec.state(now), "since", at)
 		}
 	}
+	if s.admin == nil {
+		return n, nil
+	}
 	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
 	defer cancel()
-	// Purge markers older than the default (30 min) go too.
-	_ = s.kv.PurgeDeletes(pctx)
+	// Purge markers older than the default (30 min) go too: that is a
+	// stream purge, which the gateway's own user may not do.
+	_ = s.admin(pctx, func(js jetstream.JetStream) error {
+		kv, err := js.KeyValue(pctx, tokensBucket)
+		if err != nil {
+			return err
+		}
+		return kv.PurgeDeletes(pctx)
+	})
 	return n, nil
 }
 

@@ -133,6 +133,23 @@ func TestAuditTrailRuntimeCredentialsCannotErase(t *testing.T) {
 	accountPub := issuerAccountOf(t, gwCreds)
 	agent := natsUserFromSeed(t, env.NATSURL(), filepath.Join(env.setup, files.AgentSigningKey), accountPub, "alpha")
 	tryErase(t, files.AgentSigningKey, agent, attempts)
+	// The buckets whose rollback would bring back a spent join token or
+	// an agent record from before its revocation are kept the same way
+	// (TestBucketRollbackRefusedToRuntimeCreds tries a restore too).
+	for _, stream := range []string{"KV_fleet_tokens", "KV_" + protocol.AgentsBucket} {
+		info, err := gw.Request("$JS.API.STREAM.INFO."+stream, nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bi struct {
+			Config json.RawMessage `json:"config"`
+		}
+		if err := json.Unmarshal(info.Data, &bi); err != nil {
+			t.Fatal(err)
+		}
+		tryErase(t, files.GatewayCreds, gw, rollbackAttempts(t, stream, bi.Config))
+		tryErase(t, files.AgentSigningKey, agent, rollbackAttempts(t, stream, bi.Config))
+	}
 
 	sys, err := nats.Connect(env.NATSURL(), nats.UserCredentials(filepath.Join(env.setup, files.SystemCreds)), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
