@@ -97,6 +97,10 @@ const (
 	// connCheckMany is the number of hosts to look at beyond which one
 	// list of the account replaces the lists of each host's keys.
 	connCheckMany = 8
+	// goneFor is how long a closed connection is kept from coming
+	// back (connWatch.gone): longer than any connz round or event
+	// delay, shorter than the next reconcile but one.
+	goneFor = 2 * time.Minute
 	// defaultAgentHeartbeat is an agent's heartbeat when the gateway
 	// has not heard its own yet.
 	defaultAgentHeartbeat = 5 * time.Second
@@ -220,6 +224,12 @@ type connWatch struct {
 	// seen keeps when each connection was first seen, across connz
 	// rounds.
 	seen map[connID]time.Time
+	// gone keeps, for goneFor, the connections known closed: the
+	// connect and disconnect events come on two subscriptions, so a
+	// connect may be handled after its own disconnect, and a connz
+	// answer may predate a close; neither may bring a closed
+	// connection back, where it would pass for an older live link.
+	gone map[connID]time.Time
 	// strikes are each host's newer links that closed beside an older
 	// active one, within churnWindow; churned the hosts whose strikes
 	// made a conflict, with the connections that show it, until the loop
@@ -273,7 +283,7 @@ func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.
 		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
 		found:       func(context.Context, string, []natsConn) {},
 		standing:    func(string) bool { return false },
-		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
+		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), gone: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
 		strikes: make(map[string][]natsConn), churned: make(map[string][]natsConn),
 		staleBound: staleBoundOf(server.DEFAULT_PING_INTERVAL, server.DEFAULT_PING_MAX_OUT)}
 }
@@ -331,6 +341,7 @@ func (w *connWatch) onEvent(m *nats.Msg) {
 	defer w.mu.Unlock()
 	if ev.Type == server.DisconnectEventMsgType {
 		w.closed(host, c.id())
+		w.gone[c.id()] = w.now() // also when its connect is yet to come
 		return
 	}
 	if w.add(c) >= 2 {
@@ -360,6 +371,9 @@ func (w *connWatch) add(c natsConn) int {
 		w.byHost[c.host] = conns
 	}
 	id := c.id()
+	if _, ok := w.gone[id]; ok {
+		return len(conns)
+	}
 	seen, ok := w.seen[id]
 	if !ok {
 		seen = w.now()
@@ -397,6 +411,7 @@ func (w *connWatch) closed(host string, id connID) {
 	conns := w.byHost[host]
 	c := conns[id]
 	w.drop(host, id)
+	w.gone[id] = w.now()
 	if c == nil || c.Start.IsZero() {
 		return
 	}
@@ -571,6 +586,11 @@ func (w *connWatch) reconcile(ctx context.Context, user string) error {
 			if (user == "" || c.User == user) && !live[id] && c.seen.Before(asked) {
 				w.closed(host, id)
 			}
+		}
+	}
+	for id, at := range w.gone {
+		if w.now().Sub(at) > goneFor {
+			delete(w.gone, id)
 		}
 	}
 	for _, c := range conns {

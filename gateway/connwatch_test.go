@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -502,5 +503,40 @@ func TestConnWatchConflictKept(t *testing.T) {
 	}
 	if h, _ := gw.Host("victim"); h.IdentityConflict {
 		t.Errorf("after the revocation: %+v", h)
+	}
+}
+
+// TestConnWatchClosedStaysClosed: the connect and disconnect events come
+// on two subscriptions, and a connz answer may predate a close; a
+// connection seen closed must not come back from either, where it would
+// pass for an older live link and make the next restart a strike.
+func TestConnWatchClosedStaysClosed(t *testing.T) {
+	w := newConnWatch(slog.New(slog.DiscardHandler), "ACCOUNT", "SIGNER", nil, nil)
+	t0 := time.Now().Add(-time.Minute)
+	conn := func(cid uint64, start time.Time) natsConn {
+		return natsConn{Server: "S1", CID: cid, User: "UKEY", Start: start, host: "phoenix"}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for round := range 3 {
+		first, second := conn(uint64(10*round+1), t0.Add(time.Duration(round)*time.Second)), conn(uint64(10*round+2), t0.Add(time.Duration(round)*time.Second+time.Millisecond))
+		// A restart: the old process's disconnect is handled before its
+		// connect; then the new one comes, and a stale list still
+		// names the old one.
+		w.closed("phoenix", first.id())
+		w.add(first)
+		w.add(second)
+		stale := first
+		stale.sampled, stale.in = true, 1
+		w.add(stale)
+		if n := len(w.byHost["phoenix"]); n != 1 {
+			t.Fatalf("round %d: %d connections held for the host, want only the live one", round, n)
+		}
+		// The next restart closes the new one too: no older link stands
+		// beside it, so no strike.
+		w.closed("phoenix", second.id())
+	}
+	if s := w.strikes["phoenix"]; len(s) != 0 || len(w.churned) != 0 {
+		t.Errorf("restarts made strikes %v, conflicts %v", s, w.churned)
 	}
 }
