@@ -111,7 +111,7 @@ func verifyFiles(dir string, m *protocol.Manifest, cache *verifyCache) error {
 		case d.IsDir():
 			return nil // folders are checked by the files in them
 		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is not a regular file (%s)", rel, fileKind(d.Type()))
+			return fmt.Errorf("%s is not a regular file (a %s)", rel, typeName(d.Type()))
 		}
 		f, ok := want[rel]
 		if !ok {
@@ -162,21 +162,6 @@ func checkFileCached(p string, f protocol.BundleFile, cache *verifyCache) error 
 	}
 	cache.remember(p, st, f.SHA256)
 	return nil
-}
-
-// fileKind names a file type for a message.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a regular file"
 }
 
 // tamperedError is a fleet skill whose files differ from its signed
