@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -33,29 +31,7 @@ import (
 // account key in the file seedPath.
 func rogueWithAccountKey(t *testing.T, url, seedPath string) *nats.Conn {
 	t.Helper()
-	seed, err := os.ReadFile(seedPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	account, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, _ := nkeys.CreateUser()
-	pub, _ := user.PublicKey()
-	userSeed, _ := user.Seed()
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = "rogue"
-	token, err := uc.Encode(account)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(url, nats.UserJWTAndSeed(token, string(userSeed)))
-	if err != nil {
-		t.Fatalf("connect as a user minted with the account key: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return natsUserFromSeed(t, url, seedPath, "", "rogue")
 }
 
 // rogueKV opens bucket as nc's user.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -30,29 +29,7 @@ import (
 // in the account.
 func roguePublisher(t *testing.T, env *Env) *nats.Conn {
 	t.Helper()
-	seed, err := os.ReadFile(filepath.Join(env.setup, gateway.NATSSetupFiles.AccountKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	account, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, _ := nkeys.CreateUser()
-	pub, _ := user.PublicKey()
-	userSeed, _ := user.Seed()
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = "leaked"
-	token, err := uc.Encode(account)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(env.NATSURL(), nats.UserJWTAndSeed(token, string(userSeed)))
-	if err != nil {
-		t.Fatalf("connect as a second user of the fleet account: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return natsUserFromSeed(t, env.NATSURL(), filepath.Join(env.setup, gateway.NATSSetupFiles.AccountKey), "", "leaked")
 }
 
 // gatewayKeyOf reads the gateway's signing key from its file (the
