@@ -190,16 +190,7 @@ func TestCopiedIdentityInACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	dial := func(url string) *nats.Conn {
-		opts := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix("split")), nats.MaxReconnects(0)}
-		if len(creds.CAPEM) > 0 {
-			opts = append(opts, agentTLS(creds.CAPEM))
-		}
-		nc, err := nats.Connect(url, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return dialAgentCreds(t, url, "split", creds, seed, nats.MaxReconnects(0))
 	}
 	agent := dial(c.gw(0).NATSURL())
 	hello, _ := json.Marshal(protocol.Announce{Host: "split", Instance: "i-1", Protocol: protocol.Version, HeartbeatMS: 1000, OS: "linux"})
@@ -304,16 +295,7 @@ func TestIdentityConflictKeptInACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	dial := func(url string) *nats.Conn {
-		opts := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix("kept")), nats.MaxReconnects(-1)}
-		if len(creds.CAPEM) > 0 {
-			opts = append(opts, agentTLS(creds.CAPEM))
-		}
-		nc, err := nats.Connect(url, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return dialAgentCreds(t, url, "kept", creds, seed, nats.MaxReconnects(-1))
 	}
 	agent := dial(c.gw(0).NATSURL())
 	hello, _ := json.Marshal(protocol.Announce{Host: "kept", Instance: "i-1", Protocol: protocol.Version, HeartbeatMS: 1000, OS: "linux"})
@@ -355,4 +337,20 @@ func TestIdentityConflictKeptInACluster(t *testing.T) {
 			return !h.IdentityConflict && h.Revoked
 		})
 	}
+}
+
+// dialAgentCreds connects to url with host's credential and seed, as its
+// agent (or a copy of it) does.
+func dialAgentCreds(t *testing.T, url, host string, creds gateway.AgentCredentials, seed []byte, extra ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts := append([]nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host))}, extra...)
+	if len(creds.CAPEM) > 0 {
+		opts = append(opts, agentTLS(creds.CAPEM))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
