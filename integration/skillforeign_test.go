@@ -30,24 +30,7 @@ func TestSkillForeignVersionRefused(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pushed, err := env.Gateway.PushSkill(ctx, nil, "deploy", []protocol.SkillPushFile{
-		{Path: "SKILL.md", Data: []byte("---\nname: deploy\ndescription: Deploys the app.\n---\nRun scripts/deploy.sh.\n")},
-		{Path: "scripts/deploy.sh", Data: []byte("#!/bin/sh\necho deploying\n"), Mode: 0o755}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := env.Gateway.StartRollout(ctx, nil, protocol.RolloutRequest{Skill: "deploy", Selector: "alpha"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostState := func() protocol.RolloutHost {
-		info, err := env.Gateway.RolloutStatus(ctx, r.ID, true)
-		if err != nil || len(info.HostStates) != 1 {
-			t.Fatalf("rollout status: %+v %v", info, err)
-		}
-		return info.HostStates[0]
-	}
-	waitFor(t, 30*time.Second, "alpha installs the skill", func() bool { return hostState().State == protocol.SkillInstalled })
+	pushed, hostState := rollOutDeploy(ctx, t, env)
 	cs := env.Client("", nil)
 	m := regexp.MustCompile(`\[skill deploy: folder (\S+)\]`).FindStringSubmatch(mustOK(t, call(t, cs, "skill", map[string]any{"host": "alpha", "name": "deploy"})))
 	if m == nil {
@@ -113,4 +96,35 @@ func TestSkillForeignVersionRefused(t *testing.T) {
 	if h := hostState(); h.State != protocol.SkillInstalled {
 		t.Errorf("after the repair the rollout shows %+v", h)
 	}
+}
+
+// The skill the tamper tests roll out to alpha.
+const (
+	tamperSkillMD = "---\nname: deploy\ndescription: Deploys the app.\n---\nRun scripts/deploy.sh.\n"
+	tamperScript  = "#!/bin/sh\necho deploying\n"
+)
+
+// rollOutDeploy pushes the deploy skill, rolls it out to alpha and waits
+// until alpha has installed it; hostState reads alpha's state in that
+// rollout.
+func rollOutDeploy(ctx context.Context, t *testing.T, env *Env) (pushed protocol.SkillPushResponse, hostState func() protocol.RolloutHost) {
+	t.Helper()
+	pushed, err := env.Gateway.PushSkill(ctx, nil, "deploy", []protocol.SkillPushFile{
+		{Path: "SKILL.md", Data: []byte(tamperSkillMD)}, {Path: "scripts/deploy.sh", Data: []byte(tamperScript), Mode: 0o755}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := env.Gateway.StartRollout(ctx, nil, protocol.RolloutRequest{Skill: "deploy", Selector: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostState = func() protocol.RolloutHost {
+		info, err := env.Gateway.RolloutStatus(ctx, r.ID, true)
+		if err != nil || len(info.HostStates) != 1 {
+			t.Fatalf("rollout status: %+v %v", info, err)
+		}
+		return info.HostStates[0]
+	}
+	waitFor(t, 30*time.Second, "alpha installs the skill", func() bool { return hostState().State == protocol.SkillInstalled })
+	return pushed, hostState
 }

@@ -39,25 +39,8 @@ func TestSkillTrojanRefused(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	skillMD := "---\nname: deploy\ndescription: Deploys the app.\n---\nRun scripts/deploy.sh.\n"
-	script := "#!/bin/sh\necho deploying\n"
-	pushed, err := env.Gateway.PushSkill(ctx, nil, "deploy", []protocol.SkillPushFile{
-		{Path: "SKILL.md", Data: []byte(skillMD)}, {Path: "scripts/deploy.sh", Data: []byte(script), Mode: 0o755}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := env.Gateway.StartRollout(ctx, nil, protocol.RolloutRequest{Skill: "deploy", Selector: "alpha"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostState := func() protocol.RolloutHost {
-		info, err := env.Gateway.RolloutStatus(ctx, r.ID, true)
-		if err != nil || len(info.HostStates) != 1 {
-			t.Fatalf("rollout status: %+v %v", info, err)
-		}
-		return info.HostStates[0]
-	}
-	waitFor(t, 30*time.Second, "alpha installs the skill", func() bool { return hostState().State == protocol.SkillInstalled })
+	skillMD, script := tamperSkillMD, tamperScript
+	pushed, hostState := rollOutDeploy(ctx, t, env)
 
 	cs := env.Client("", nil)
 	text := mustOK(t, call(t, cs, "skill", map[string]any{"host": "alpha", "name": "deploy"}))
