@@ -213,7 +213,7 @@ func (c *catalog) scanFleet() []protocol.Skill {
 }
 
 // notServedYet is the problem of a fleet skill with no version served.
-const notServedYet = "a fleet rollout is installing or repairing this skill; it is served once its files are in place and checked against the signed manifest"
+const notServedYet = "this skill is being installed or repaired by a fleet rollout; it is served once its files are in place and checked against the signed manifest"
 
 // checkFleet checks the served version dir of fleet skill name against
 // the bundle the agent installed and its manifest, and returns the
