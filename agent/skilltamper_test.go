@@ -194,7 +194,16 @@ func TestSkillTamperFoundByReconcile(t *testing.T) {
 	p := filepath.Join(r.root, fleetDir, "deploy", shortID(v1.BundleID), "ref.md")
 	fi, _ := os.Stat(p)
 	from := g.mark()
-	if err := os.WriteFile(p, []byte("V1\n"), 0o644); err != nil {
+	// Changed in place in one write, never truncated: a check that runs
+	// meanwhile sees the old bytes or the new, not an empty file.
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("V1\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
