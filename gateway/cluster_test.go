@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,7 +109,7 @@ func FuzzRouteURLs(f *testing.F) {
 // target that is not empty.
 func TestSeedReplica(t *testing.T) {
 	from := t.TempDir()
-	if _, err := loadOrCreateNATSKeys(from); err != nil {
+	if _, err := loadOrCreateNATSKeys(from, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := loadOrCreateCA(from); err != nil {
@@ -153,7 +154,8 @@ func TestSeedReplica(t *testing.T) {
 			t.Errorf("%s: not copied as it is (%v)", f, err)
 		}
 		fi, _ := os.Stat(filepath.Join(to, f))
-		public := f == filepath.Join(tlsDir, caCertPEM) || f == filepath.Join(signingDir, keySetsFile)
+		public := f == filepath.Join(tlsDir, caCertPEM) || f == filepath.Join(signingDir, keySetsFile) ||
+			f == filepath.Join(natsDir, accountPubFile) || f == filepath.Join(natsDir, systemPubFile)
 		if !public && fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v", f, fi.Mode().Perm())
 		}
@@ -167,9 +169,11 @@ func TestSeedReplica(t *testing.T) {
 		t.Errorf("the seed directory has mode %v", fi.Mode().Perm())
 	}
 	// The seed's keys are the fleet's.
-	k1, _ := loadOrCreateNATSKeys(from)
-	k2, _ := loadOrCreateNATSKeys(to)
-	if publicKey(k1.account) != publicKey(k2.account) || publicKey(k1.agentSigner) != publicKey(k2.agentSigner) {
+	k1, _ := loadOrCreateNATSKeys(from, slog.New(slog.DiscardHandler))
+	k2, _ := loadOrCreateNATSKeys(to, slog.New(slog.DiscardHandler))
+	if k1.accountPub != k2.accountPub || k1.systemPub != k2.systemPub || publicKey(k1.agentSigner) != publicKey(k2.agentSigner) ||
+		publicKey(k1.gatewaySigner) != publicKey(k2.gatewaySigner) || publicKey(k1.enrolSigner) != publicKey(k2.enrolSigner) ||
+		publicKey(k1.systemSigner) != publicKey(k2.systemSigner) {
 		t.Error("the seed's NATS keys are not the first gateway's")
 	}
 	if _, err := SeedReplica(from, to); err == nil || !strings.Contains(err.Error(), "not empty") {

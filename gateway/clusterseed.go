@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/nats-io/nkeys"
 )
 
 // The gateways of an embedded cluster are one fleet: the same operator
@@ -26,9 +24,12 @@ var seedFiles = []struct {
 	optional bool
 }{
 	{filepath.Join(natsDir, operatorKeyFile), 0o600, false},
-	{filepath.Join(natsDir, systemKeyFile), 0o600, false},
-	{filepath.Join(natsDir, accountKeyFile), 0o600, false},
 	{filepath.Join(natsDir, agentSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, gatewaySignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, enrolSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, systemSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, accountPubFile), 0o644, false},
+	{filepath.Join(natsDir, systemPubFile), 0o644, false},
 	// The revocations as last pushed: the node starts with them.
 	{filepath.Join(natsDir, accountJWTFile), 0o600, true},
 	{filepath.Join(tlsDir, caCertPEM), 0o644, false},
@@ -45,15 +46,21 @@ var seedFiles = []struct {
 
 // SeedReplica writes into to (a directory that must not exist or be
 // empty; created 0700) the keys of the fleet whose gateway's data
-// directory is from: the NATS operator, accounts and agent signing key,
+// directory is from: the NATS operator, the accounts' public keys and
+// their signing keys,
 // the fleet CA and the signing key. Started with to as its data
 // directory and the same cluster, another gateway joins the fleet. from
 // may belong to a running gateway: these files do not change once made
 // (the account JWT is replaced whole). It returns the files written,
 // relative to to.
 func SeedReplica(from, to string) ([]string, error) {
-	for _, f := range seedFiles[:4] {
-		if _, err := readSeedFile(filepath.Join(from, f.path), natsKeyKind(f.path), "NATS"); err != nil {
+	for _, f := range keyFiles {
+		if _, err := readSeedFile(filepath.Join(from, natsDir, f.name), f.prefix, f.what); err != nil {
+			return nil, fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", from, err)
+		}
+	}
+	for _, a := range accountKeys {
+		if _, err := readPubFile(filepath.Join(from, natsDir, a.pubFile), a.what); err != nil {
 			return nil, fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", from, err)
 		}
 	}
@@ -87,14 +94,6 @@ func SeedReplica(from, to string) ([]string, error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	return written, nil
-}
-
-// natsKeyKind is the kind of the key in a NATS key file of the seed.
-func natsKeyKind(path string) nkeys.PrefixByte {
-	if filepath.Base(path) == operatorKeyFile {
-		return nkeys.PrefixByteOperator
-	}
-	return nkeys.PrefixByteAccount
 }
 
 // loadCA reads the fleet CA of dataDir, refusing to make

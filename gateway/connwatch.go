@@ -38,7 +38,7 @@ import (
 //     with two connections.
 //
 // Only users issued by the agent signing key count (enrol credentials
-// and the gateway's own users are signed by the account key), and a
+// and the gateway's own users are signed by other keys), and a
 // connection belongs to the host its key is enrolled for (else to the
 // host its credential names).
 //

@@ -32,9 +32,11 @@ type Gateway struct {
 	log *slog.Logger
 
 	ns *embeddedServer // nil with an external cluster
-	// fleetAccount is the fleet account's key on the embedded server
-	// (nil: external), for auditStreamAdmin and streamAdmin.
-	fleetAccount nkeys.KeyPair
+	// streamSigner is the embedded server's admin signing key of the
+	// fleet account (accountPub), made for this process only (nil:
+	// external), for auditStreamAdmin and streamAdmin.
+	streamSigner nkeys.KeyPair
+	accountPub   string
 	// natsPubDeny is what the gateway's user on an external cluster may
 	// not publish (its creds' JWT), for streamAdmin.
 	natsPubDeny []string
@@ -432,11 +434,10 @@ func (g *Gateway) startEmbedded() error {
 	if err := checkDataFormat(g.cfg.DataDir); err != nil {
 		return err
 	}
-	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir)
+	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir, g.log)
 	if err != nil {
 		return err
 	}
-	g.fleetAccount = keys.account
 	// A cluster node refuses agents until its gateway has pushed the
 	// revocations the agent records call for (cluster.go).
 	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
@@ -462,7 +463,9 @@ func (g *Gateway) startEmbedded() error {
 	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
 		return err
 	}
-	gwUser, err := localUser("fleet-gateway", keys.account, runtimeDenied()...)
+	acct.setServer(g.ns.Server)
+	g.streamSigner, g.accountPub = acct.admin, keys.accountPub
+	gwUser, err := scopedUser("fleet-gateway", keys.gatewaySigner, keys.accountPub)
 	if err != nil {
 		return err
 	}
@@ -472,15 +475,18 @@ func (g *Gateway) startEmbedded() error {
 	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
-	sysUser, err := localUser("fleet-gateway system", keys.system, systemDenied()...)
+	sysUser, err := scopedUser("fleet-gateway system", keys.systemSigner, keys.systemPub)
 	if err != nil {
 		return err
 	}
 	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
-	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: publicKey(keys.account), agentSigner: keys.agentSigner,
-		enrolSigner: keys.account, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
+	if _, err := acct.serveClaimUpdates(g.sys); err != nil {
+		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
+	}
+	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
+		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
 	return nil
 }
 

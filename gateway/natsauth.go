@@ -82,6 +82,71 @@ func agentScope(signerPub string, maxCall time.Duration) *jwt.UserScope {
 	return s
 }
 
+// gatewayScope is the scope of the gateway signing key (embedded
+// server): anything in the fleet account but what runtimeDenied holds.
+func gatewayScope(signerPub string) *jwt.UserScope {
+	s := jwt.NewUserScope()
+	s.Key = signerPub
+	s.Role = "gateway"
+	s.Description = "fleetmcp gateways: everything but erasing, cutting or replacing the audit trail and the token and agent buckets"
+	s.Template.Pub.Deny.Add(runtimeDenied()...)
+	return s
+}
+
+// enrolScope is the scope of the enrol signing key (embedded server):
+// each user may ask for its own join token's enrolment only, the token
+// named by its tag token:ID.
+func enrolScope(signerPub string) *jwt.UserScope {
+	s := jwt.NewUserScope()
+	s.Key = signerPub
+	s.Role = "enrol"
+	s.Description = "fleetmcp enrol credentials: each may enrol with its own join token only"
+	s.Template.Pub.Allow.Add(protocol.EnrolPublishAllow(enrolTokenTemplate)...)
+	s.Template.Sub.Allow.Add(protocol.EnrolSubscribeAllow(enrolTokenTemplate)...)
+	s.Template.Limits.Subs = protocol.EnrolMaxSubs
+	s.Template.Limits.Payload = protocol.EnrolMaxPayload
+	s.Template.AllowedConnectionTypes.Add(jwt.ConnectionTypeStandard)
+	return s
+}
+
+// enrolTokenTag names the tag of an enrol credential that holds its
+// join token's ID; enrolTokenTemplate stands for it in enrolScope.
+const (
+	enrolTokenTag      = "token"
+	enrolTokenTemplate = "{{tag(" + enrolTokenTag + ")}}"
+)
+
+// systemScope is the scope of the system signing key (embedded
+// server): the system account without its JetStream API.
+func systemScope(signerPub string) *jwt.UserScope {
+	s := jwt.NewUserScope()
+	s.Key = signerPub
+	s.Role = "gateway-system"
+	s.Description = "fleetmcp gateways' system users: monitoring and claims, never JetStream"
+	s.Template.Pub.Deny.Add(systemDenied()...)
+	return s
+}
+
+// scopedUser issues the JWT of a user of account, signed by the scoped
+// signing key signer (whose template gives its permissions), with a
+// key made for this process only, and the options that connect with it.
+func scopedUser(name string, signer nkeys.KeyPair, account string) (nats.Option, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	uc := jwt.NewUserClaims(publicKey(kp))
+	uc.Name = name
+	uc.IssuerAccount = account
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(signer)
+	if err != nil {
+		return nil, fmt.Errorf("%s user JWT: %w", name, err)
+	}
+	seed, _ := kp.Seed()
+	return nats.UserJWTAndSeed(token, string(seed)), nil
+}
+
 // userJWT issues a user JWT for kp, signed by issuer (an account key, or
 // with issuerAccount set a signing key of that account), that may publish
 // anything but deny.
@@ -129,7 +194,7 @@ func runtimeDenied() []string {
 // push and look up account JWTs and never use JetStream, whose system
 // account API can purge an account's streams ($JS.API.ACCOUNT.PURGE) or
 // remove servers.
-func systemDenied() []string { return []string{"$JS.API.>"} }
+func systemDenied() []string { return []string{"$JS.API.>", "$JS.*.API.>"} }
 
 // accountSource is where the fleet account JWT comes from and how it is
 // re-signed: built by the gateway for its embedded server, looked up from
@@ -169,9 +234,9 @@ type authority struct {
 	log         *slog.Logger
 	accountPub  string
 	agentSigner nkeys.KeyPair
-	// enrolSigner is the fleet account's key, which issues the enrol
-	// credentials of NATS join tokens; nil on an external cluster (the
-	// gateway does not hold the account key there).
+	// enrolSigner is the fleet account's scoped enrol signing key, which
+	// issues the enrol credentials of NATS join tokens; nil on an
+	// external cluster (its setup has no such key).
 	enrolSigner nkeys.KeyPair
 	// ttl is how long an agent credential is valid.
 	ttl time.Duration
@@ -405,6 +470,15 @@ func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
 	}
 	if err := a.src.save(token); err != nil {
 		return err
+	}
+	// The embedded server takes account changes from its own gateway
+	// alone, in process; the push carries them to the other nodes.
+	if l, ok := a.src.(interface {
+		apply(*jwt.AccountClaims) error
+	}); ok {
+		if err := l.apply(ac); err != nil {
+			return err
+		}
 	}
 	subject := fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.UPDATE", a.accountPub)
 	var lastErr error

@@ -140,7 +140,7 @@ func TestRevocations(t *testing.T) {
 // the fleet account's (signed by another operator).
 func TestEmbeddedAccountKeepsRevocations(t *testing.T) {
 	dir := t.TempDir()
-	keys, err := loadOrCreateNATSKeys(dir)
+	keys, err := loadOrCreateNATSKeys(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +168,14 @@ func TestEmbeddedAccountKeepsRevocations(t *testing.T) {
 	if ac, _ := e2.current(context.Background(), nil); ac.Revocations["Uvictim"] != 1000 {
 		t.Errorf("after a restart: revocations %v, want Uvictim", ac.Revocations)
 	}
-	stored, _ := e2.resolver.Fetch(publicKey(keys.account))
+	stored, _ := e2.resolver.Fetch(keys.accountPub)
 	if sac, _ := jwt.DecodeAccountClaims(stored); sac == nil || sac.Revocations["Uvictim"] != 1000 {
 		t.Error("the server's resolver is not preloaded with the revocations")
 	}
 
 	// A JWT signed by another operator is not taken.
 	stranger, _ := nkeys.CreateOperator()
-	forged := fleetAccountClaims(publicKey(keys.account), publicKey(keys.agentSigner), time.Hour)
+	forged := fleetAccountClaims(keys.accountPub, publicKey(keys.agentSigner), time.Hour)
 	if err := os.WriteFile(filepath.Join(dir, natsDir, accountJWTFile), []byte(mustEncode(t, forged, stranger)), 0o600); err != nil {
 		t.Fatal(err)
 	}

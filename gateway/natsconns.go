@@ -18,8 +18,8 @@ import (
 // is the servers' word, which no user of the fleet account can change. A
 // connection counts as a host's only when its user JWT was signed by the
 // agent signing key (which names each JWT after its host); the gateway's
-// own users and anything else minted with the account key are never
-// taken for a host.
+// own users and anything else minted with another key are never taken
+// for a host.
 
 const (
 	// connzPage is how many connections one server lists per answer:

@@ -19,8 +19,8 @@ import (
 // TestLiveAgentConns: the servers' list of live connections gives every
 // connection made with an agent credential, with the host it was issued
 // for and its key, across pages; the gateway's own users and a user
-// minted with the account key that names itself after a host are not
-// taken for hosts.
+// minted with the gateway signing key that names itself after a host are
+// not taken for hosts.
 func TestLiveAgentConns(t *testing.T) {
 	gw := startAPIGateway(t, nil, nil)
 	gw.authority.connzPage = 2
@@ -43,18 +43,22 @@ func TestLiveAgentConns(t *testing.T) {
 		t.Cleanup(nc.Close)
 		want = append(want, liveConn{host: host, key: pub})
 	}
-	// A user minted with the account key in the data directory, named
-	// after a host.
-	data, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsDir, accountKeyFile))
+	// A user minted with the gateway signing key in the data directory,
+	// named after a host.
+	data, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsDir, gatewaySignerKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	account, err := nkeys.FromSeed(bytes.TrimSpace(data))
+	signer, err := nkeys.FromSeed(bytes.TrimSpace(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rogue, _ := nkeys.CreateUser()
-	rogueJWT, err := userJWT(rogue, "host-1", account, "")
+	uc := jwt.NewUserClaims(publicKey(rogue))
+	uc.Name = "host-1"
+	uc.IssuerAccount = gw.accountPub
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	rogueJWT, err := uc.Encode(signer)
 	if err != nil {
 		t.Fatal(err)
 	}

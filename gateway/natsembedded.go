@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,23 +26,46 @@ import (
 // operator and its two accounts, built from the keys in DataDir/nats at
 // every start. The fleet account JWT is rebuilt with the revocations of
 // the one the gateway last pushed (DataDir/nats/account.jwt), so a
-// restart keeps them, and the in-memory account resolver (which forgets
-// pushes on restart) is preloaded with it.
+// restart keeps them, and the server's account resolver is preloaded
+// with it.
+//
+// The server takes account changes from its gateway alone, in process
+// (apply): its resolver tracks updates itself (fleetResolver), so the
+// server does not serve $SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE. The gateway
+// serves it instead (serveClaimUpdates), for the other nodes of a
+// cluster, and takes from what it is sent only revocations to add. So
+// whoever holds the operator key and a system user can revoke keys, and
+// nothing more: not add a signing key of their own to the fleet account
+// (a user of any permissions), nor change the system account.
 type embeddedAccount struct {
 	keys     *natsKeys
 	maxCall  time.Duration
 	path     string // DataDir/nats/account.jwt
 	operator *jwt.OperatorClaims
 	sysJWT   string
-	resolver *server.MemAccResolver
+	resolver *fleetResolver
+	// admin is an unscoped signing key of the fleet account made for
+	// this process only and never stored: it signs the one-off users
+	// that change a protected stream's configuration (streamAdmin).
+	// Only this node's server knows it.
+	admin nkeys.KeyPair
+	log   *slog.Logger
 
 	mu   sync.Mutex
+	srv  *server.Server     // set once started (setServer)
 	revs jwt.RevocationList // what the server holds
-	// closed: the server holds the account without its agent signing
-	// key, refusing every agent, until the first push (a cluster node
-	// starting, cluster.go).
+	// closed: the server holds the account without its agent and
+	// enrol signing keys, refusing every agent, until the first push (a
+	// cluster node starting, cluster.go).
 	closed bool
 }
+
+// fleetResolver is the embedded server's account resolver: in memory,
+// and tracking updates itself, so the server leaves claim updates to
+// the gateway.
+type fleetResolver struct{ server.MemAccResolver }
+
+func (*fleetResolver) IsTrackingUpdate() bool { return true }
 
 // newEmbeddedAccount builds the operator, system account and fleet
 // account JWTs from keys, taking the revocations of the account JWT
@@ -49,11 +73,16 @@ type embeddedAccount struct {
 // operator), and saves the new account JWT. With closed, the server
 // starts with the fleet account refusing agents until the first push.
 func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, closed bool, log *slog.Logger) (*embeddedAccount, error) {
-	e := &embeddedAccount{keys: keys, maxCall: maxCall, path: filepath.Join(dataDir, natsDir, accountJWTFile), resolver: &server.MemAccResolver{}, closed: closed}
-	opPub, sysPub := publicKey(keys.operator), publicKey(keys.system)
+	admin, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
+	e := &embeddedAccount{keys: keys, maxCall: maxCall, path: filepath.Join(dataDir, natsDir, accountJWTFile), resolver: &fleetResolver{},
+		admin: admin, log: log, closed: closed}
+	opPub := publicKey(keys.operator)
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = operatorName
-	oc.SystemAccount = sysPub
+	oc.SystemAccount = keys.systemPub
 	opJWT, err := oc.Encode(keys.operator)
 	if err != nil {
 		return nil, fmt.Errorf("operator JWT: %w", err)
@@ -61,8 +90,9 @@ func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, c
 	if e.operator, err = jwt.DecodeOperatorClaims(opJWT); err != nil {
 		return nil, fmt.Errorf("operator JWT: %w", err)
 	}
-	sc := jwt.NewAccountClaims(sysPub)
+	sc := jwt.NewAccountClaims(keys.systemPub)
 	sc.Name = systemAccountName
+	sc.SigningKeys.AddScopedSigner(systemScope(publicKey(keys.systemSigner)))
 	if e.sysJWT, err = sc.Encode(keys.operator); err != nil {
 		return nil, fmt.Errorf("system account JWT: %w", err)
 	}
@@ -81,17 +111,11 @@ func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, c
 		return nil, err
 	}
 	e.revs = ac.Revocations
-	if closed {
-		// Agents' credentials are signed by the agent signing key: an
-		// account without it accepts none of them. The gateway's own
-		// users are signed by the account key itself.
-		ac.SigningKeys = jwt.SigningKeys{}
-		if token, err = e.sign(ac); err != nil {
-			return nil, err
-		}
+	if token, err = e.serverJWT(ac.Revocations); err != nil {
+		return nil, err
 	}
-	_ = e.resolver.Store(sysPub, e.sysJWT)
-	_ = e.resolver.Store(publicKey(keys.account), token)
+	_ = e.resolver.Store(keys.systemPub, e.sysJWT)
+	_ = e.resolver.Store(keys.accountPub, token)
 	return e, nil
 }
 
@@ -108,28 +132,51 @@ func (e *embeddedAccount) saved() (jwt.RevocationList, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case ac.Subject != publicKey(e.keys.account):
-		return nil, fmt.Errorf("it is the JWT of account %s, not of the fleet account %s", ac.Subject, publicKey(e.keys.account))
+	case ac.Subject != e.keys.accountPub:
+		return nil, fmt.Errorf("it is the JWT of account %s, not of the fleet account %s", ac.Subject, e.keys.accountPub)
 	case ac.Issuer != publicKey(e.keys.operator):
 		return nil, fmt.Errorf("it was signed by %s, not by the operator %s", ac.Issuer, publicKey(e.keys.operator))
 	}
 	return ac.Revocations, nil
 }
 
-// claims builds the fleet account's claims with revs.
+// claims builds the fleet account's claims with revs: the scoped
+// signing keys of agents, the gateway's users and enrol credentials,
+// and this process's admin key.
 func (e *embeddedAccount) claims(revs jwt.RevocationList) *jwt.AccountClaims {
-	ac := fleetAccountClaims(publicKey(e.keys.account), publicKey(e.keys.agentSigner), e.maxCall)
+	ac := fleetAccountClaims(e.keys.accountPub, publicKey(e.keys.agentSigner), e.maxCall)
+	ac.SigningKeys.AddScopedSigner(gatewayScope(publicKey(e.keys.gatewaySigner)))
+	ac.SigningKeys.AddScopedSigner(enrolScope(publicKey(e.keys.enrolSigner)))
+	ac.SigningKeys.Add(publicKey(e.admin))
 	if len(revs) > 0 {
 		ac.Revocations = maps.Clone(revs)
 	}
 	return ac
 }
 
+// serverJWT returns the account JWT the server is to hold with revs:
+// while closed, without the signing keys of agents and enrol
+// credentials, so that it accepts none of them.
+func (e *embeddedAccount) serverJWT(revs jwt.RevocationList) (string, error) {
+	ac := e.claims(revs)
+	if e.closed {
+		ac.SigningKeys.Remove(publicKey(e.keys.agentSigner), publicKey(e.keys.enrolSigner))
+	}
+	return e.sign(ac)
+}
+
 // configure puts operator mode into the server's options.
 func (e *embeddedAccount) configure(opts *server.Options) {
 	opts.TrustedOperators = []*jwt.OperatorClaims{e.operator}
-	opts.SystemAccount = publicKey(e.keys.system)
+	opts.SystemAccount = e.keys.systemPub
 	opts.AccountResolver = e.resolver
+}
+
+// setServer tells e the server it configured, once started.
+func (e *embeddedAccount) setServer(s *server.Server) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.srv = s
 }
 
 // mustPush reports whether the server holds the account closed to
@@ -157,24 +204,115 @@ func (e *embeddedAccount) save(token string) error {
 	return nil
 }
 
-func (e *embeddedAccount) pushed(ac *jwt.AccountClaims, token string) {
+// apply gives this node's server the account with ac's revocations,
+// opened to agents, before the push to the other nodes.
+func (e *embeddedAccount) apply(ac *jwt.AccountClaims) error {
 	e.mu.Lock()
-	e.revs = maps.Clone(ac.Revocations)
+	defer e.mu.Unlock()
 	e.closed = false
-	e.mu.Unlock()
-	// Should the server look the account up again, it finds this one.
-	_ = e.resolver.Store(ac.Subject, token)
+	return e.applyLocked(ac.Revocations)
 }
 
-// localUser issues the JWT of an in-process user of account (signed by
-// its key) with a key made for this process only, that may publish
-// anything but deny, and the options that connect with it.
-func localUser(name string, account nkeys.KeyPair, deny ...string) (nats.Option, error) {
+// applyLocked puts revs into the server's account. e.mu is held.
+func (e *embeddedAccount) applyLocked(revs jwt.RevocationList) error {
+	token, err := e.serverJWT(revs)
+	if err != nil {
+		return fmt.Errorf("sign the fleet account JWT: %w", err)
+	}
+	sac, err := jwt.DecodeAccountClaims(token)
+	if err != nil {
+		return fmt.Errorf("the fleet account JWT: %w", err)
+	}
+	// Should the server look the account up again, it finds this one.
+	_ = e.resolver.Store(sac.Subject, token)
+	if e.srv != nil {
+		acc, err := e.srv.LookupAccount(sac.Subject)
+		if err != nil {
+			return fmt.Errorf("the embedded server's fleet account: %w", err)
+		}
+		e.srv.UpdateAccountClaims(acc, sac)
+	}
+	e.revs = maps.Clone(revs)
+	return nil
+}
+
+// pushed: the other nodes took the revocations too; apply gave them to
+// this node's server already.
+func (e *embeddedAccount) pushed(*jwt.AccountClaims, string) {}
+
+// mergeRevocations adds to this node's server the revocations of an
+// account JWT another node pushed (token), if it is the fleet account's
+// and signed by the operator; everything else in it is ignored. It
+// returns how many entries were added or moved later.
+func (e *embeddedAccount) mergeRevocations(token string) (int, error) {
+	ac, err := jwt.DecodeAccountClaims(token)
+	if err != nil {
+		return 0, err
+	}
+	if ac.Subject != e.keys.accountPub {
+		return 0, fmt.Errorf("it is the JWT of account %s, not of the fleet account", ac.Subject)
+	}
+	if ac.Issuer != publicKey(e.keys.operator) {
+		return 0, fmt.Errorf("it was signed by %s, not by the operator", ac.Issuer)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	revs := maps.Clone(e.revs)
+	if revs == nil {
+		revs = jwt.RevocationList{}
+	}
+	added := 0
+	for pub, at := range ac.Revocations {
+		if at > revs[pub] {
+			revs[pub] = at
+			added++
+		}
+	}
+	if added == 0 {
+		return 0, nil
+	}
+	if err := e.applyLocked(revs); err != nil {
+		return 0, err
+	}
+	if token, err := e.sign(e.claims(revs)); err == nil {
+		if err := e.save(token); err != nil {
+			e.log.Warn("revocations from another node are held but not saved", "err", err)
+		}
+	}
+	return added, nil
+}
+
+// serveClaimUpdates answers, on the system connection sys, the account
+// JWTs other nodes push for the fleet account
+// ($SYS.REQ.ACCOUNT.<fleet>.CLAIMS.UPDATE), taking their revocations
+// only. Other accounts' updates are not served: no server takes them.
+func (e *embeddedAccount) serveClaimUpdates(sys *nats.Conn) (*nats.Subscription, error) {
+	subject := fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.UPDATE", e.keys.accountPub)
+	return sys.Subscribe(subject, func(m *nats.Msg) {
+		resp := server.ServerAPIClaimUpdateResponse{}
+		added, err := e.mergeRevocations(string(m.Data))
+		if err != nil {
+			e.log.Warn("a fleet account JWT pushed to NATS was refused: only the operator's, and only its revocations, are taken", "err", err)
+			resp.Error = &server.ClaimUpdateError{Account: e.keys.accountPub, Code: 400, Description: "refused: " + err.Error()}
+		} else {
+			resp.Data = &server.ClaimUpdateStatus{Account: e.keys.accountPub, Code: 200, Message: fmt.Sprintf("revocations merged (%d added)", added)}
+		}
+		if m.Reply != "" {
+			data, _ := json.Marshal(resp)
+			_ = m.Respond(data)
+		}
+	})
+}
+
+// adminUser issues the JWT of a user of account, of any permissions,
+// signed by its unscoped signing key signer, with a key made for this
+// process only, and the options that connect with it.
+func adminUser(name string, signer nkeys.KeyPair, account string) (nats.Option, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, err
 	}
-	token, err := userJWT(kp, name, account, "", deny...)
+	token, err := userJWT(kp, name, signer, account)
 	if err != nil {
 		return nil, fmt.Errorf("%s user JWT: %w", name, err)
 	}
@@ -185,13 +323,10 @@ func localUser(name string, account nkeys.KeyPair, deny ...string) (nats.Option,
 // auditStreamAdmin returns how the gateway updates the audit stream's
 // configuration, which its runtime user may not (runtimeDenied): on the
 // embedded server, as a user of the fleet account made for that one
-// update and closed after it; on an external cluster not at all (nil),
-// the operator does it with an admin credential. On the embedded server
-// this is no boundary against someone who holds the data directory (the
-// account key is in it; README, Audit, says what that allows), only
-// against the gateway's own long-lived connection.
+// update and closed after it (streamAdmin); on an external cluster not
+// at all (nil), the operator does it with an admin credential.
 func (g *Gateway) auditStreamAdmin() streamUpdater {
-	if g.ns == nil || g.fleetAccount == nil {
+	if g.ns == nil || g.streamSigner == nil {
 		return nil
 	}
 	admin := g.streamAdmin(protocol.AuditStream)

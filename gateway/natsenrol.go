@@ -19,9 +19,10 @@ import (
 // fleet API. A join token made with NATS set comes with an enrol
 // credential: a user JWT for a throw-away key (whose seed goes to the
 // operator with the token, and is never stored), signed by the fleet
-// account key, whose permissions allow publishing on the token's
-// enrolment subject and subscribing to its private inbox prefix, nothing
-// else, with a small payload and subscription limit and the token's
+// account's scoped enrol signing key, whose template allows publishing
+// on the token's enrolment subject and subscribing to its private inbox
+// prefix, nothing else, with a small payload and subscription limit;
+// the credential names its token in a tag and carries the token's
 // expiry. It is not a bearer token (the account allows none): the host
 // signs the server's nonce with the seed.
 //
@@ -41,7 +42,7 @@ const natsEnrolQueue = "fleet-gateway-enrol"
 // throw-away key userPub, valid until expires.
 func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
 	if a.enrolSigner == nil {
-		return "", errors.New("enrolment over NATS needs the fleet account key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
+		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
 	}
 	if err := protocol.CheckTokenID(tokenID); err != nil {
 		return "", err
@@ -49,11 +50,11 @@ func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string
 	uc := jwt.NewUserClaims(userPub)
 	uc.Name = "enrol-" + tokenID
 	uc.Expires = expires.Unix()
-	uc.Pub.Allow.Add(protocol.EnrolPublishAllow(tokenID)...)
-	uc.Sub.Allow.Add(protocol.EnrolSubscribeAllow(tokenID)...)
-	uc.Limits.Subs = protocol.EnrolMaxSubs
-	uc.Limits.Payload = protocol.EnrolMaxPayload
-	uc.AllowedConnectionTypes.Add(jwt.ConnectionTypeStandard)
+	uc.IssuerAccount = a.accountPub
+	// The enrol signing key's template (enrolScope) gives the token's
+	// own subjects, from this tag, and the limits.
+	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
 	token, err := uc.Encode(a.enrolSigner)
 	if err != nil {
 		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)

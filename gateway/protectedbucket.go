@@ -30,16 +30,16 @@ type jsAdmin func(ctx context.Context, do func(jetstream.JetStream) error) error
 
 // streamAdmin returns how the gateway changes the protected stream
 // named stream: on the embedded server as a user of the fleet account
-// made for that one change and closed after it; on an external cluster
-// with its own connection when its creds do not deny the update (creds
-// made before the deny), else not at all (nil). On the embedded server
-// this is no boundary against someone who holds the data directory (the
-// account key is in it), only against the gateway's long-lived users.
+// made for that one change and closed after it, signed by the signing
+// key this process made and keeps in memory alone (no file in the data
+// directory can sign such a user); on an external cluster with its own
+// connection when its creds do not deny the update (creds made before
+// the deny), else not at all (nil).
 func (g *Gateway) streamAdmin(stream string) jsAdmin {
-	if g.ns != nil && g.fleetAccount != nil {
-		key, ns := g.fleetAccount, g.ns.Server
+	if g.ns != nil && g.streamSigner != nil {
+		key, account, ns := g.streamSigner, g.accountPub, g.ns.Server
 		return func(ctx context.Context, do func(jetstream.JetStream) error) error {
-			user, err := localUser("fleet-gateway stream admin", key)
+			user, err := adminUser("fleet-gateway stream admin", key, account)
 			if err != nil {
 				return err
 			}

@@ -43,8 +43,9 @@ import (
 // "tampered"), as is a forged one; a deleted one is unknown. What this
 // cannot catch is a stream restored from an old snapshot (the server
 // keeps its creation time and sequences): so the gateways' runtime users
-// may not delete, update, purge or restore the stream (runtimeDenied);
-// whoever holds the account key still can.
+// may not delete, update, purge or restore the stream (runtimeDenied),
+// nor any user the embedded server's data directory can sign; whoever
+// holds an external setup's account key (kept offline) still can.
 
 const (
 	tokensBucket = "fleet_tokens"

@@ -50,11 +50,17 @@ func rogueKV(t *testing.T, nc *nats.Conn, bucket string) jetstream.KeyValue {
 	return kv
 }
 
-// embeddedRogue connects to env's embedded server with the account key
-// of its gateway's data directory.
+// embeddedRogue connects to env's embedded server as a user minted with
+// the gateway signing key of its gateway's data directory: it may write
+// the gateways' buckets, as the gateway's own users may.
 func embeddedRogue(t *testing.T, env *Env) *nats.Conn {
 	t.Helper()
-	return rogueWithAccountKey(t, env.NATSURL(), filepath.Join(env.gwConfig.DataDir, "nats", gateway.NATSSetupFiles.AccountKey))
+	dir := filepath.Join(env.gwConfig.DataDir, "nats")
+	account, err := os.ReadFile(filepath.Join(dir, "account.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return natsUserFromSeed(t, env.NATSURL(), filepath.Join(dir, "gateway-signer.nk"), strings.TrimSpace(string(account)), "rogue")
 }
 
 // fleetctlAt runs the fleetctl binary against gw's fleet API (with
@@ -237,15 +243,23 @@ func TestRevokeOverRolledBackRecord(t *testing.T) {
 	}
 }
 
-// TestSpentTokenStaysSpent: the rogue saves a one-use join token's sealed
-// record before its use and puts it back after (again after deleting it
-// too); the token never enrols a host again, and fleetctl lists it as
-// tampered. Deleting the bucket's stream does not help either: while it
-// is gone, enrolments are refused; made again and filled up so that the
-// copy lands at the revision it names, the copy is still refused.
+// TestSpentTokenStaysSpent: the rogue, with the gateway's own creds,
+// saves a one-use join token's sealed record before its use and puts it
+// back after (again after deleting it too); the token never enrols a
+// host again, and fleetctl lists it as tampered. The gateway's creds may
+// not delete the bucket's stream; with the account key (kept offline)
+// deleting it does not help either: while it is gone, enrolments are
+// refused; made again and filled up so that the copy lands at the
+// revision it names, the copy is still refused.
 func TestSpentTokenStaysSpent(t *testing.T) {
-	env := NewEnv(t, Options{Agents: []string{}, Gateway: func(c *gateway.Config) { c.APIListen = "127.0.0.1:0" }})
-	rogue := embeddedRogue(t, env)
+	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{}, Gateway: func(c *gateway.Config) {
+		c.APIListen, c.DataDir = "127.0.0.1:0", t.TempDir()
+	}})
+	rogue, err := nats.Connect(env.NATSURL(), nats.UserCredentials(filepath.Join(env.setup, gateway.NATSSetupFiles.GatewayCreds)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
 	kv := rogueKV(t, rogue, "fleet_tokens")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -296,7 +310,11 @@ func TestSpentTokenStaysSpent(t *testing.T) {
 			t.Errorf("%s has a record", host)
 		}
 	}
-	js, err := jetstream.New(rogue)
+	if _, err := rogue.Request("$JS.API.STREAM.DELETE.KV_fleet_tokens", nil, 2*time.Second); err == nil {
+		t.Fatal("the gateway's creds deleted the tokens' stream")
+	}
+	admin := rogueWithAccountKey(t, env.NATSURL(), filepath.Join(env.setup, gateway.NATSSetupFiles.AccountKey))
+	js, err := jetstream.New(admin)
 	if err != nil {
 		t.Fatal(err)
 	}

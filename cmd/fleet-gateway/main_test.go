@@ -271,7 +271,7 @@ func TestDevSmoke(t *testing.T) {
 	}
 	// The fleet's keys and the dev agent's identity are readable by their
 	// owner only.
-	for _, f := range []string{"nats/operator.nk", "nats/system.nk", "nats/account.nk", "nats/agent-signer.nk", "nats/account.jwt",
+	for _, f := range []string{"nats/operator.nk", "nats/system-signer.nk", "nats/gateway-signer.nk", "nats/enrol-signer.nk", "nats/agent-signer.nk", "nats/account.jwt",
 		"agent/identity/agent.nk", "agent/identity/agent.jwt", "agent/identity/enrolment.json"} {
 		fi, err := os.Stat(filepath.Join(dataDir, f))
 		if err != nil {

@@ -20,16 +20,20 @@ import (
 )
 
 // OperatorConn connects to urls as the fleet's operator would: as a user
-// of the fleet account signed by the account key in a gateway's data
-// directory (nats/account.nk), which may read every stream.
+// of the fleet account signed by the gateway signing key in a gateway's
+// data directory (nats/gateway-signer.nk), which may read every stream.
 func OperatorConn(dataDir string, urls []string, opts ...nats.Option) (*nats.Conn, error) {
-	seed, err := os.ReadFile(filepath.Join(dataDir, "nats", "account.nk"))
+	seed, err := os.ReadFile(filepath.Join(dataDir, "nats", "gateway-signer.nk"))
 	if err != nil {
-		return nil, fmt.Errorf("the fleet account key: %w", err)
+		return nil, fmt.Errorf("the gateway signing key: %w", err)
 	}
-	acct, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	signer, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
 	if err != nil {
-		return nil, fmt.Errorf("the fleet account key: %w", err)
+		return nil, fmt.Errorf("the gateway signing key: %w", err)
+	}
+	account, err := os.ReadFile(filepath.Join(dataDir, "nats", "account.pub"))
+	if err != nil {
+		return nil, fmt.Errorf("the fleet account: %w", err)
 	}
 	user, err := nkeys.CreateUser()
 	if err != nil {
@@ -38,7 +42,10 @@ func OperatorConn(dataDir string, urls []string, opts ...nats.Option) (*nats.Con
 	pub, _ := user.PublicKey()
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = "hacheck"
-	token, err := uc.Encode(acct)
+	uc.IssuerAccount = strings.TrimSpace(string(account))
+	// The signing key's template gives the permissions.
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(signer)
 	if err != nil {
 		return nil, err
 	}
