@@ -59,9 +59,11 @@ type Gateway struct {
 
 	// authority issues agent credentials and keeps the revocations;
 	// agents are the agent records, agentIndex the gateway's copy of them.
-	authority  *authority
-	agents     *agentStore
-	agentIndex *agentIndex
+	authority *authority
+	agents    *agentStore
+	// revokedKeys is the ledger of every key ever revoked.
+	revokedKeys *revokedLedger
+	agentIndex  *agentIndex
 	// tokens are the join tokens, nonces the request nonces seen;
 	// renewals serves credential renewals over NATS; api is the fleet
 	// API listener (enrolment and admin), apiCA the fleet CA when only
@@ -316,7 +318,7 @@ func (g *Gateway) startEnrolment() error {
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.setRecords(keySources{g.agents, g.tokens})
+	g.authority.setRecords(keySources{g.agents, g.tokens}, g.revokedKeys)
 	g.reconcileSoon()
 	if err := g.startRenewals(); err != nil {
 		return err
@@ -586,7 +588,12 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
 		return err
 	}
-	g.authority.setRecords(g.agents)
+	ledger, err := openRevokedLedger(ctx, g.nc, seal, g.cfg.Hosts.Replicas, g.log.With("component", "revoked-keys"))
+	if err != nil {
+		return err
+	}
+	g.revokedKeys = ledger
+	g.authority.setRecords(g.agents, ledger)
 	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	err = g.authority.Reconcile(rctx)
 	cancel()
@@ -615,6 +622,9 @@ func (g *Gateway) stopNATS() {
 	}
 	if g.agents != nil {
 		g.agents.close()
+	}
+	if g.revokedKeys != nil {
+		g.revokedKeys.close()
 	}
 	if g.store != nil {
 		g.store.close()

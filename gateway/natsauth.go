@@ -167,7 +167,7 @@ func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount 
 // hold only while the stream itself is neither deleted nor restored
 // from a snapshot, which brings back both.
 func protectedStreams() []string {
-	return []string{protocol.AuditStream, "KV_" + tokensBucket, "KV_" + protocol.AgentsBucket}
+	return []string{protocol.AuditStream, "KV_" + tokensBucket, "KV_" + protocol.AgentsBucket, revokedStream}
 }
 
 // runtimeDenied are the JetStream API subjects that delete, cut, change
@@ -250,6 +250,9 @@ type authority struct {
 
 	mu      sync.Mutex // one reconcile at a time; guards records
 	records keyRegistry
+	// ledger holds every key ever revoked (revokedledger.go), set with
+	// the records; no credential is issued for a key in it.
+	ledger *revokedLedger
 
 	// heldMu guards held, the revocations the servers held at the last
 	// reconcile or push of this gateway. No credential is issued for a
@@ -268,11 +271,19 @@ type authority struct {
 // It is an ErrKeyRevoked.
 var errKeyInRevocations = fmt.Errorf("%w in the fleet account", ErrKeyRevoked)
 
-// checkIssuable refuses a key the servers hold revoked.
+// checkIssuable refuses a key the servers hold revoked, or that the
+// revoked keys' ledger holds.
 func (a *authority) checkIssuable(userPub string) error {
 	a.heldMu.Lock()
 	at, ok := a.held[userPub]
+	ledger := a.ledger
 	a.heldMu.Unlock()
+	if !ok && ledger != nil {
+		if since, found := ledger.revokedAt(userPub); found {
+			return fmt.Errorf("%w: key %s was revoked %s (the revoked keys' ledger holds it), whatever its host's record says; no credential is issued for it again (the agent must make a new key)",
+				ErrKeyRevoked, userPub, since.Format(time.RFC3339))
+		}
+	}
 	if ok {
 		return fmt.Errorf("%w: the NATS servers hold key %s revoked since %s, whatever its host's record says; no credential is issued for it again (the agent must make a new key)",
 			errKeyInRevocations, userPub, time.Unix(at, 0).UTC().Format(time.RFC3339))
@@ -287,11 +298,29 @@ func (a *authority) setHeld(revs jwt.RevocationList) {
 	a.heldMu.Unlock()
 }
 
-// setRecords sets where the revoked keys come from.
-func (a *authority) setRecords(r keyRegistry) {
+// setRecords sets where the revoked keys come from, and the ledger
+// that keeps them all.
+func (a *authority) setRecords(r keyRegistry, ledger *revokedLedger) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.records = r
+	a.heldMu.Lock()
+	a.ledger = ledger
+	a.heldMu.Unlock()
+}
+
+// keepRevoked records keys in the ledger; a failure is logged, and the
+// next reconcile tries again (the records still name them).
+func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) {
+	a.heldMu.Lock()
+	ledger := a.ledger
+	a.heldMu.Unlock()
+	if ledger == nil {
+		return
+	}
+	if err := ledger.record(ctx, keys); err != nil {
+		a.log.Warn("revoked keys not recorded in the ledger yet; retrying at the next reconcile", "err", err)
+	}
 }
 
 // AgentJWT issues the user JWT of host's agent for its public key
@@ -353,15 +382,18 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 		ac.Revocations = jwt.RevocationList{}
 	}
 	changed := false
+	var keep []revokedKey
 	for _, pub := range userPubs {
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return fmt.Errorf("revoke %q: not an nkey user public key (U...)", pub)
 		}
+		keep = append(keep, revokedKey{pub: pub, revokedAt: at})
 		if ac.Revocations[pub] < at.Unix() {
 			ac.Revocations[pub] = at.Unix()
 			changed = true
 		}
 	}
+	a.keepRevoked(ctx, keep)
 	if !changed {
 		a.setHeld(ac.Revocations)
 		return nil
@@ -396,6 +428,7 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)
 		}
+		a.keepRevoked(ctx, revoked)
 		ac, err := a.src.current(ctx, a.sys)
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)

@@ -10,3 +10,7 @@ const AuditStream = "FLEET_AUDIT"
 
 // AuditSubject is where gateways publish audit records.
 func AuditSubject() string { return prefix + ".audit" }
+
+// RevokedKeysSubject is where the gateways record every agent key they
+// revoke (the revoked keys' ledger); no agent may publish on it.
+func RevokedKeysSubject() string { return prefix + ".revoked" }

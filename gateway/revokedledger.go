@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// The revoked keys' ledger: every agent key (and enrol credential key)
+// the gateways ever revoked, one sealed message each, in a stream that
+// only grows. The fleet account's revocations lose an entry once every
+// credential issued for its key has expired (the account JWT must stay
+// small), and the agent records can be written by any user of the
+// account: an old copy of a host's record from before its revocation,
+// put back after the entry was pruned, would otherwise let the key be
+// issued a credential again. The ledger is what a gateway asks before
+// it issues any credential; its stream refuses deletes, purges and
+// rollups, and the gateways' users may not delete, update, purge or
+// restore it (protectedStreams), so no key a running gateway holds can
+// take an entry out. Entries without a good seal (anyone in the account
+// may publish on the subject) are ignored.
+
+const (
+	revokedStream = "FLEET_REVOKED"
+	// revokedMaxMsg bounds one entry.
+	revokedMaxMsg = 1024
+)
+
+// sealRevoked: an entry of the ledger, keyed by the revoked key.
+const sealRevoked sealKind = "revoked-key"
+
+// revokedEntry is one revoked key.
+type revokedEntry struct {
+	Key       string    `json:"key"`
+	RevokedAt time.Time `json:"revoked_at"`
+}
+
+// revokedLedger is the ledger as one gateway follows it.
+type revokedLedger struct {
+	js   jetstream.JetStream
+	seal *recordSeal
+	log  *slog.Logger
+	cc   jetstream.ConsumeContext
+
+	mu   sync.Mutex
+	keys map[string]time.Time
+}
+
+// openRevokedLedger creates the ledger's stream if there is none, and
+// reads it whole before returning; it then follows what other gateways
+// add until close.
+func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, replicas int, log *slog.Logger) (*revokedLedger, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("revoked keys: %w", err)
+	}
+	if replicas < 1 {
+		replicas = 1
+	}
+	cfg := jetstream.StreamConfig{
+		Name:        revokedStream,
+		Description: "fleetmcp: every agent key ever revoked (append only)",
+		Subjects:    []string{protocol.RevokedKeysSubject()},
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  revokedMaxMsg,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowRollup: false,
+	}
+	s, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, revokedStream)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("revoked keys: stream %s: %w", revokedStream, err)
+	}
+	if c := s.CachedInfo().Config; !c.DenyDelete || !c.DenyPurge || c.AllowRollup || c.MaxAge != 0 || c.MaxMsgs > 0 || c.MaxBytes > 0 {
+		log.Error("the revoked keys' stream lets entries go (deletes, purges, rollups or limits allowed); put its configuration back with an admin credential",
+			"stream", revokedStream, "deny_delete", c.DenyDelete, "deny_purge", c.DenyPurge, "allow_rollup", c.AllowRollup, "max_age", c.MaxAge, "max_msgs", c.MaxMsgs)
+	}
+	last := s.CachedInfo().State.LastSeq
+	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]time.Time{}}
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("revoked keys: %w", err)
+	}
+	loaded := make(chan struct{})
+	var once sync.Once
+	if last == 0 {
+		once.Do(func() { close(loaded) })
+	}
+	l.cc, err = oc.Consume(func(m jetstream.Msg) {
+		l.add(m)
+		if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= last {
+			once.Do(func() { close(loaded) })
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("revoked keys: %w", err)
+	}
+	select {
+	case <-loaded:
+		return l, nil
+	case <-ctx.Done():
+		l.close()
+		return nil, fmt.Errorf("revoked keys: stream %s not read whole: %w", revokedStream, context.Cause(ctx))
+	}
+}
+
+// add takes the entry in m, if its seal holds.
+func (l *revokedLedger) add(m jetstream.Msg) {
+	var e revokedEntry
+	key := m.Headers().Get(revokedKeyHeader)
+	if err := l.seal.open(sealRevoked, key, m.Data(), &e); err != nil || e.Key != key {
+		l.log.Warn("an entry of the revoked keys' stream is not sealed by a gateway; ignored", "key", key, "err", err)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at, ok := l.keys[key]; !ok || e.RevokedAt.Before(at) {
+		l.keys[key] = e.RevokedAt
+	}
+}
+
+// revokedKeyHeader names the key an entry is about.
+const revokedKeyHeader = "Fleet-Revoked-Key"
+
+// revokedAt reports whether the ledger holds pub, and since when.
+func (l *revokedLedger) revokedAt(pub string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.keys[pub]
+	return at, ok
+}
+
+// record appends the keys the ledger does not hold yet.
+func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
+	var errs []error
+	for _, k := range keys {
+		if _, ok := l.revokedAt(k.pub); ok {
+			continue
+		}
+		data, err := l.seal.seal(sealRevoked, k.pub, revokedEntry{Key: k.pub, RevokedAt: k.revokedAt.UTC()})
+		if err != nil {
+			return err
+		}
+		msg := &nats.Msg{Subject: protocol.RevokedKeysSubject(), Data: data, Header: nats.Header{}}
+		msg.Header.Set(revokedKeyHeader, k.pub)
+		pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		// The ID makes two gateways' entries for one key one message
+		// (within the stream's duplicate window).
+		_, err = l.js.PublishMsg(pctx, msg, jetstream.WithMsgID("revoked-"+k.pub))
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("key %s: %w", k.pub, err))
+			continue
+		}
+		l.mu.Lock()
+		if _, ok := l.keys[k.pub]; !ok {
+			l.keys[k.pub] = k.revokedAt.UTC()
+		}
+		l.mu.Unlock()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("record revoked keys in %s: %w", revokedStream, errors.Join(errs...))
+	}
+	return nil
+}
+
+// len returns how many keys the ledger holds.
+func (l *revokedLedger) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
+
+func (l *revokedLedger) close() {
+	if l.cc != nil {
+		l.cc.Stop()
+	}
+}

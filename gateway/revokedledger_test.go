@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+)
+
+// A revoked key stays refused after its entry left the fleet account's
+// revocations (every credential issued for it expired, so the reconcile
+// pruned it) and an old copy of its host's record, from before the
+// revocation, was put back: the ledger holds it, for this gateway and
+// for one that reads the ledger afresh. Entries not sealed by a gateway
+// are ignored.
+func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
+	clock := &testClock{t: time.Now()}
+	gw := startAPIGateway(t, clock, nil)
+	gw.authority.now = clock.now
+	c := newAPIClient(t, gw)
+	tok := c.createToken(protocol.TokenCreateRequest{})
+	kp := newUser(t)
+	pub := publicKey(kp)
+	if _, code := c.enrol(enrolReq(t, kp, tok.Token, "web-1", c.pin, clock.now())); code != "" {
+		t.Fatal(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := jetstream.New(gw.nc)
+	kv, err := js.KeyValue(ctx, protocol.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := kv.Get(ctx, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.RevokeAgent(ctx, "web-1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gw.revokedKeys.revokedAt(pub); !ok {
+		t.Fatal("the revoked key is not in the ledger")
+	}
+
+	clock.advance(gw.cfg.AgentCredentialTTL + 30*24*time.Hour)
+	if err := gw.authority.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ac, _ := gw.authority.src.current(ctx, gw.sys)
+	if _, ok := ac.Revocations[pub]; ok {
+		t.Fatal("the reconcile did not prune the expired entry: the test does not reach the case")
+	}
+	if _, err := kv.Put(ctx, "web-1", saved.Value()); err != nil {
+		t.Fatal(err)
+	}
+	// (A running gateway keeps the revocation it read; one that starts
+	// now would read the copy. Whatever the record says, no credential.)
+	if _, err := gw.authority.AgentJWT("web-1", pub, clock.now().Add(time.Hour)); !errors.Is(err, ErrKeyRevoked) {
+		t.Errorf("a credential for the revoked key, with its old record back: %v", err)
+	}
+
+	// A junk entry, and an entry sealed by nobody, for another key.
+	other := publicKey(newUser(t))
+	for _, data := range [][]byte{[]byte("junk"), []byte(`{"record":{"key":"` + other + `"},"seal":"AAAA"}`)} {
+		msg := &nats.Msg{Subject: protocol.RevokedKeysSubject(), Data: data, Header: nats.Header{revokedKeyHeader: []string{other}}}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seal, _ := gw.recordSeal()
+	fresh, err := openRevokedLedger(ctx, gw.nc, seal, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.close()
+	if _, ok := fresh.revokedAt(pub); !ok {
+		t.Error("a gateway reading the ledger afresh does not hold the revoked key")
+	}
+	if _, ok := fresh.revokedAt(other); ok {
+		t.Error("an entry sealed by nobody was taken")
+	}
+	if _, err := gw.authority.AgentJWT("web-1", other, clock.now().Add(time.Hour)); err != nil {
+		t.Errorf("a key named only by unsealed entries is refused: %v", err)
+	}
+}
