@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"strconv"
 
 	"github.com/fleetmcp/fleetmcp/agent/service"
@@ -26,20 +24,42 @@ const (
 // which must exist (macOS has no useradd: make it with sysadminctl, or
 // pass --user root).
 func install(ctx context.Context, o *Options) error {
-	if o.system() && os.Geteuid() != 0 {
-		return errNotRoot
+	// Everything is checked before the token is spent.
+	var problems []error
+	if o.system() && o.machine.euid() != 0 {
+		problems = append(problems, errNotRoot)
 	}
 	uid, gid := -1, -1
 	if o.system() {
-		u, err := user.Lookup(o.User)
+		u, err := o.machine.lookupUser(o.User)
 		if err != nil {
-			return fmt.Errorf("the agent's user %s: %w; create it first (sysadminctl -addUser %s ...), or pass --user root", o.User, err, o.User)
+			problems = append(problems, fmt.Errorf("the agent's user %s: %w; create it first (sysadminctl -addUser %s ...), or pass --user root", o.User, err, o.User))
+		} else {
+			uid, _ = strconv.Atoi(u.Uid)
+			gid, _ = strconv.Atoi(u.Gid)
 		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
+		if _, err := o.machine.lookPath("launchctl"); err != nil && !o.NoStart {
+			problems = append(problems, fmt.Errorf("launchctl: %w", err))
+		}
 	} else {
 		o.say("user: not giving the files to %s: --prefix %s is not this machine's root", o.User, o.Prefix)
 	}
+	for _, f := range []string{DarwinBinary, DarwinPlist} {
+		if err := checkWritable(o.path(f), false); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if err := checkWritable(o.path(DarwinStateDir), true); err != nil {
+		problems = append(problems, err)
+	}
+	if err := preflight(problems); err != nil {
+		return err
+	}
+	return installDarwin(ctx, o, uid, gid)
+}
+
+// installDarwin enrols and writes, once the checks passed.
+func installDarwin(ctx context.Context, o *Options, uid, gid int) error {
 	stateDir := o.path(DarwinStateDir)
 	changed, err := o.enrol(ctx, stateDir)
 	if err != nil {
@@ -92,7 +112,7 @@ func install(ctx context.Context, o *Options) error {
 		}
 	}
 	if err := o.Command(ctx, "launchctl", "bootstrap", "system", DarwinPlist); err != nil {
-		return errors.Join(fmt.Errorf("load the service"), err)
+		return afterEnrolment(errors.Join(fmt.Errorf("load the service"), err))
 	}
 	o.say("service: %s loaded and running", darwinLabel)
 	return nil

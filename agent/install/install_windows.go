@@ -48,6 +48,14 @@ const stateDACL = "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)"
 // "NT AUTHORITY\LocalService"), started automatically after boot.
 func install(ctx context.Context, o *Options) error {
 	bin, stateDir := windowsPaths(o)
+	// The service control manager is asked before the token is spent.
+	if o.system() && !o.NoStart {
+		m, err := mgr.Connect()
+		if err != nil {
+			return preflight([]error{fmt.Errorf("the service control manager: %w (run as an administrator)", err)})
+		}
+		m.Disconnect()
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
@@ -95,8 +103,14 @@ func install(ctx context.Context, o *Options) error {
 		o.say("service: not registered (--no_start or --prefix); command line: %s", def.CommandLine)
 		return nil
 	}
-	return register(def, enrolled || c)
+	if err := register(def, enrolled || c); err != nil {
+		return afterEnrolment(err)
+	}
+	return nil
 }
+
+// dirWritable: Windows access rules are checked by the write itself.
+func dirWritable(string) bool { return true }
 
 // register creates or updates the service and starts it (restarting it
 // when its files changed).

@@ -482,27 +482,29 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		return nil, err
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
-	return agent.New(agent.Config{
-		GitGuard:      self,
-		TaskWrapper:   self,
-		ConfineHelper: self,
-		Servers:       id.Enrolment.NATSURLs,
-		Name:          o.agentName,
-		Credentials:   agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		GatewayKeys:   id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
-		StateDir:  stateDir,
-		StateLock: lock,
-		// Rollouts install here, in the data directory, never in the
-		// working directory's .agents/skills (often a checkout, whose
-		// skills stay the host's own).
+	cfg := devAgentConfig(o.dataDir, id)
+	cfg.GitGuard, cfg.TaskWrapper, cfg.ConfineHelper = self, self, self
+	cfg.Name, cfg.StateLock = o.agentName, lock
+	// The agent's tools must not reach the gateway's state and secrets
+	// (the NATS keys and the CA key among them).
+	cfg.ProtectedPaths = gw.SecretPaths()
+	cfg.Home, cfg.Logger, cfg.TracerProvider = getenv("HOME"), log.With("component", "agent"), tp
+	return agent.New(cfg)
+}
+
+// devAgentConfig is the dev agent's configuration of identity id: its
+// state, and the skills the fleet rolls out to it, in the data directory,
+// never in the working directory's .agents/skills (often a checkout,
+// whose skills stay the host's own).
+func devAgentConfig(dataDir string, id *identity.Identity) agent.Config {
+	stateDir := filepath.Join(dataDir, "agent")
+	return agent.Config{
+		Servers:     id.Enrolment.NATSURLs,
+		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		StateDir:       stateDir,
 		FleetSkillsDir: filepath.Join(stateDir, "skills"),
-		// The agent's tools must not reach the gateway's state and
-		// secrets (the NATS keys and the CA key among them).
-		ProtectedPaths: gw.SecretPaths(),
-		Home:           getenv("HOME"),
-		Logger:         log.With("component", "agent"),
-		TracerProvider: tp,
-	})
+	}
 }
 
 // enrolDevAgent enrols the agent of stateDir as host name, with a key
