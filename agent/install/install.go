@@ -163,6 +163,7 @@ func (o *Options) enrol(ctx context.Context, stateDir string) (bool, error) {
 	}
 	join := o.Join
 	join.StateDir = stateDir
+	join.Say = func(msg string) { o.say("identity: %s", msg) }
 	id, enrolled, err := identity.Join(ctx, join)
 	if err != nil {
 		return false, err

@@ -116,6 +116,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	opts.Lock = lock
+	opts.Say = func(msg string) { log.Warn(msg) }
 	id, enrolled, err := identity.Join(ctx, opts)
 	if err != nil {
 		lock.Release()
