@@ -108,6 +108,9 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err := checkPolicyFirst(rf, getenv); err != nil {
 		return err
 	}
+	if err := checkStateModes(*rf.stateDir); err != nil {
+		return err
+	}
 	// The state directory is this process's from before the key is made
 	// until the agent it runs stops: a second join or agent on it is
 	// refused, and never leaves a key of one and a credential of another.

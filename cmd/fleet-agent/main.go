@@ -26,6 +26,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/service"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/filemode"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
@@ -136,6 +137,9 @@ flags:
 	if err != nil {
 		return err
 	}
+	if err := checkStateModes(*rf.stateDir); err != nil {
+		return err
+	}
 	id, err := identity.Load(*rf.stateDir)
 	if err != nil {
 		return err
@@ -145,6 +149,20 @@ flags:
 			*rf.name, *rf.stateDir, id.Enrolment.Host)
 	}
 	return start(ctx, rf, id, nil, getenv, log)
+}
+
+// checkStateModes refuses a state directory others may write, and a key
+// or credential others than the agent's user may read, before the agent
+// loads them (identity.Load would make a readable key private, hiding
+// that it was readable).
+func checkStateModes(stateDir string) error {
+	idDir := identity.Open(stateDir).Dir()
+	return filemode.Check(
+		filemode.Rule{Path: stateDir, Dir: true},
+		filemode.Rule{Path: idDir, Dir: true},
+		filemode.Rule{Path: filepath.Join(idDir, identity.KeyFile), Deny: filemode.Private},
+		filemode.Rule{Path: filepath.Join(idDir, identity.JWTFile), Deny: filemode.Private},
+	)
 }
 
 // parse parses args into fs, then the --config file (when fs has the

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/filemode"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -254,6 +255,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if err := checkModes(cfg.Paths()); err != nil {
+		return err
+	}
 	hostname, _ := os.Hostname()
 	tp, err := tracing.Start(tracing.Config{Endpoint: o.otlpEndpoint, Service: "fleet-gateway", Version: gateway.Version, Host: hostname, Logger: log}, getenv)
 	if err != nil {
@@ -463,6 +467,22 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 			fmt.Fprintf(w, "  Access rules: %s\n", cfg.Access.Source)
 		}
 	}
+}
+
+// checkModes refuses to start with a data directory others may write,
+// or a key or credential others may read (cmd/internal/filemode).
+func checkModes(p gateway.StatePaths) error {
+	var rules []filemode.Rule
+	for _, d := range p.Dirs {
+		rules = append(rules, filemode.Rule{Path: d, Dir: true})
+	}
+	for _, f := range p.Own {
+		rules = append(rules, filemode.Rule{Path: f, Deny: filemode.Private})
+	}
+	for _, f := range p.Provided {
+		rules = append(rules, filemode.Rule{Path: f, Deny: filemode.NotWorld})
+	}
+	return filemode.Check(rules...)
 }
 
 // devAgent enrols this machine's agent with the gateway in process (its
