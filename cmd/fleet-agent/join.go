@@ -97,6 +97,10 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	rf.watchConfig(fs, args, func(fs *flag.FlagSet) {
+		addJoinFlags(fs, getenv)
+		addRunFlags(fs, getenv)
+	})
 	log, err := rf.logger(stderr)
 	if err != nil {
 		return err

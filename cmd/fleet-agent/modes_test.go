@@ -3,6 +3,9 @@
 package main
 
 import (
+	"bytes"
+	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,5 +50,36 @@ func TestRunRefusesOpenModes(t *testing.T) {
 				t.Errorf("the mode of %s changed: %v", path, fi.Mode())
 			}
 		})
+	}
+}
+
+// At a reload the agent says which settings of its --config file changed
+// since it started: they take effect at a restart.
+func TestConfigChangesAtReload(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(conf, []byte("max_concurrent: 8\nbash_timeout: 2m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
+	rf := addRunFlags(fs, env(nil))
+	args := []string{"--config", conf, "--log_level", "warn"}
+	if _, err := parse(fs, args); err != nil {
+		t.Fatal(err)
+	}
+	rf.watchConfig(fs, args, func(fs *flag.FlagSet) { addRunFlags(fs, env(nil)) })
+	logged := func() string {
+		var b bytes.Buffer
+		logConfigChanges(rf.configChanges, slog.New(slog.NewTextHandler(&b, nil)))
+		return b.String()
+	}
+	if got := logged(); !strings.Contains(got, "are those running") {
+		t.Errorf("unchanged: %s", got)
+	}
+	// 2m as 120s is the same; log_level is the command line's.
+	if err := os.WriteFile(conf, []byte("max_concurrent: 4\nbash_timeout: 120s\nlog_level: debug\npolicy: /etc/p.yaml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := logged(); !strings.Contains(got, "keys=max_concurrent,policy\n") || !strings.Contains(got, "next restart") {
+		t.Errorf("changed: %s", got)
 	}
 }

@@ -63,6 +63,9 @@ func main() {
 }
 
 type options struct {
+	// values are every flag's value, for the --config file's changes at
+	// a SIGHUP (configChanges).
+	values     map[string]string
 	dev        bool
 	noAuth     bool
 	listen     string
@@ -187,6 +190,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	}
+	o.values = configfile.Values(fs)
 	return o, nil
 }
 
@@ -289,7 +293,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
 	}
-	g.Go(func() error { reloadOnHangup(gctx, hup, gw); return nil })
+	changes := configChanges(o, args, getenv)
+	g.Go(func() error { reloadOnHangup(gctx, hup, gw, changes, log); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		// The in-process agent drains first, while NATS is still up, so
@@ -313,14 +318,50 @@ func flushSpans(tp *tracing.Provider, log *slog.Logger) {
 
 // reloadOnHangup reloads the access rules, the API tokens and the audit
 // file on each SIGHUP until ctx ends. The gateway logs what it refused.
-func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway) {
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway, changes func() ([]string, error), log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 			_ = gw.Reload()
+			logConfigChanges(changes, log)
 		}
+	}
+}
+
+// configChanges returns how to find the settings of the --config file
+// (read again with the same command line and environment) that differ
+// from those the gateway runs with; nil without --config.
+func configChanges(o *options, args []string, getenv func(string) string) func() ([]string, error) {
+	if o.configFile == "" {
+		return nil
+	}
+	return func() ([]string, error) {
+		again, err := parseFlags(args, getenv, io.Discard)
+		if err != nil {
+			return nil, err
+		}
+		return configfile.Changed(o.values, again.values), nil
+	}
+}
+
+// logConfigChanges says, at a reload, which settings of the --config
+// file changed: a reload re-reads the files named (access rules, API
+// tokens, the host policy, the signing keys), not the settings, which
+// take effect at the next restart.
+func logConfigChanges(changes func() ([]string, error), log *slog.Logger) {
+	if changes == nil {
+		return
+	}
+	changed, err := changes()
+	switch {
+	case err != nil:
+		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: settings of the --config file changed; they take effect at the next restart, not at a reload", "keys", strings.Join(changed, ","))
+	default:
+		log.Info("reload: the --config file's settings are those running")
 	}
 }
 
