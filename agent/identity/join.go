@@ -145,12 +145,20 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if id, done, err := opts.enrolled(gw); done && (err != nil || !opts.newToken(id)) {
-		return id, false, err
+	found, done, err := opts.enrolled(gw)
+	if done && (err != nil || !opts.newToken(found)) {
+		return found, false, err
 	}
 	lock := opts.Lock
 	if lock == nil {
 		if lock, err = statelock.Acquire(opts.StateDir); err != nil {
+			var inUse *statelock.InUseError
+			if found != nil && errors.As(err, &inUse) {
+				// An agent runs on this identity (an installed
+				// service): it stays, and the token is not used.
+				opts.say(fmt.Sprintf("an agent runs on %s (%v): its identity as %q is kept and the new token not used; to re-enrol, stop it first", opts.StateDir, err, found.Enrolment.Host))
+				return found, false, nil
+			}
 			return nil, false, fmt.Errorf("join: %w", err)
 		}
 		defer lock.Release()
@@ -163,8 +171,16 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 			return id, false, err
 		}
 		dead, err := holds(ctx, id)
-		if err != nil || dead == nil {
+		if err != nil {
 			return id, false, err
+		}
+		if dead == nil {
+			// The identity holds: this token is not for it, and the
+			// same join again need not ask.
+			if err := Open(opts.StateDir).write(TokenIDFile, []byte(opts.tokenID()+"\n")); err != nil {
+				return nil, false, fmt.Errorf("join: %w", err)
+			}
+			return id, false, nil
 		}
 		// The gateway no longer knows this identity (the host revoked,
 		// its name taken over, its record deleted): the token enrols

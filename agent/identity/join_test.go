@@ -526,11 +526,29 @@ func TestJoinNewTokenReenrolsARevokedHost(t *testing.T) {
 		t.Fatalf("a new token on a good identity: %v, enrolled %v, key kept %v, %d requests", err, enrolled, id.PublicKey == old.PublicKey, g.Requests()-n)
 	}
 
+	// That token again: the identity held, nothing is asked.
+	if _, enrolled, err := Join(context.Background(), o); err != nil || enrolled || g.Requests() != n+1 {
+		t.Fatalf("the new token again: %v, enrolled %v, %d requests", err, enrolled, g.Requests()-n)
+	}
+	// A running agent holds the state directory: its identity stays,
+	// nothing is asked, the join says so.
+	o.Token = g.NewToken()
+	var said []string
+	o.Say = func(msg string) { said = append(said, msg) }
+	running, err := statelock.Acquire(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, enrolled, err := Join(context.Background(), o); err != nil || enrolled || id.PublicKey != old.PublicKey || g.Requests() != n+1 ||
+		len(said) != 1 || !strings.Contains(said[0], "an agent runs on") {
+		t.Fatalf("a new token while an agent runs: %v, enrolled %v, %d requests, said %q", err, enrolled, g.Requests()-n, said)
+	}
+	running.Release()
+	said = nil
+
 	// Revoked: the new token enrols the host again, as web-1, with a new
 	// key, without --name.
 	g.Revoke("web-1")
-	var said []string
-	o.Say = func(msg string) { said = append(said, msg) }
 	id, enrolled, err = Join(context.Background(), o)
 	if err != nil || !enrolled {
 		t.Fatalf("a new token on a revoked identity: %v, enrolled %v", err, enrolled)

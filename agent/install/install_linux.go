@@ -162,6 +162,9 @@ func (o *Options) writeLinux(ctx context.Context, p *linuxPlan, stateDir string)
 	if !o.system() {
 		o.say("user: not creating %s nor giving it the files: --prefix %s is not this machine's root", o.User, o.Prefix)
 	}
+	if p.owner != nil {
+		o.say("user: %s exists", o.User)
+	}
 	if p.makeUser {
 		u, err := o.makeUser(ctx)
 		if err != nil {
