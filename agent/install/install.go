@@ -36,14 +36,12 @@ type Options struct {
 	// running one).
 	Executable string
 	// Args are the agent's flags beyond --state_dir (the run flags given
-	// to install), and Env the settings the host changes (FLEET_POLICY,
-	// FLEET_NATS_URL: the variables the agent reads them from; on Linux
-	// they go into the environment file's FLEET_AGENT_FLAGS, as
-	// --policy and --nats); WorkDirs the directories it works in (--cwd,
-	// --skills_dir, --fleet_skills_dir), kept writable.
-	Args     []string
-	Env      map[string]string
-	WorkDirs []string
+	// to install, paths absolute), and Env the settings the host changes
+	// (FLEET_POLICY, FLEET_NATS_URL: the variables the agent reads them
+	// from; on Linux they go into the environment file's
+	// FLEET_AGENT_FLAGS, as --policy and --nats).
+	Args []string
+	Env  map[string]string
 	// DrainTimeout is the agent's --drain_timeout (how long a stop may
 	// take).
 	DrainTimeout time.Duration

@@ -30,7 +30,7 @@ func testOptions(t *testing.T, g *identitytest.Gateway) Options {
 		Join:   identity.JoinOptions{GatewayURL: g.URL, Token: g.Token, CAPin: g.Pin, Host: "web-1"},
 		Prefix: t.TempDir(), User: DefaultUser, NoStart: true, Executable: bin,
 		Args: []string{"--cwd", "/srv/work", "--max_concurrent=4"}, Env: map[string]string{"FLEET_POLICY": "/etc/fleetmcp/policy.yaml"},
-		WorkDirs: []string{"/srv/work"}, DrainTimeout: 30 * time.Second,
+		DrainTimeout: 30 * time.Second,
 		Command: func(_ context.Context, name string, args ...string) error {
 			t.Errorf("install ran %s %q under a prefix", name, args)
 			return nil
