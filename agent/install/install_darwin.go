@@ -15,9 +15,13 @@ import (
 const (
 	DarwinBinary   = "/usr/local/bin/fleet-agent"
 	DarwinStateDir = "/Library/Application Support/fleetmcp-agent"
-	DarwinLog      = "/Library/Logs/fleetmcp-agent.log"
-	darwinLabel    = "io.fleetmcp.agent"
-	DarwinPlist    = "/Library/LaunchDaemons/" + darwinLabel + ".plist"
+	// DarwinHomeDir is the agent's working directory and HOME, as
+	// /var/lib/fleetmcp-agent-home is on Linux: launchd would start it
+	// in /, where --skills_dir would become /.agents/skills.
+	DarwinHomeDir = "/Library/Application Support/fleetmcp-agent-home"
+	DarwinLog     = "/Library/Logs/fleetmcp-agent.log"
+	darwinLabel   = "io.fleetmcp.agent"
+	DarwinPlist   = "/Library/LaunchDaemons/" + darwinLabel + ".plist"
 )
 
 // install installs the agent as a launchd daemon running as --user,
@@ -49,8 +53,10 @@ func install(ctx context.Context, o *Options) error {
 			problems = append(problems, err)
 		}
 	}
-	if err := checkWritable(o.path(DarwinStateDir), true); err != nil {
-		problems = append(problems, err)
+	for _, d := range []string{DarwinStateDir, DarwinHomeDir} {
+		if err := checkWritable(o.path(d), true); err != nil {
+			problems = append(problems, err)
+		}
 	}
 	if err := preflight(problems); err != nil {
 		return err
@@ -65,9 +71,15 @@ func installDarwin(ctx context.Context, o *Options, uid, gid int) error {
 	if err != nil {
 		return err
 	}
+	home := o.path(DarwinHomeDir)
+	if _, err := ensureDir(home, 0o700); err != nil {
+		return afterEnrolment(err)
+	}
 	if uid >= 0 {
-		if err := chownTree(stateDir, uid, gid); err != nil {
-			return fmt.Errorf("give %s to user %s: %w", stateDir, o.User, err)
+		for _, d := range []string{stateDir, home} {
+			if err := chownTree(d, uid, gid); err != nil {
+				return afterEnrolment(fmt.Errorf("give %s to user %s: %w", d, o.User, err))
+			}
 		}
 	}
 	bin := o.path(DarwinBinary)
@@ -77,7 +89,7 @@ func installDarwin(ctx context.Context, o *Options, uid, gid int) error {
 	}
 	o.step("binary", bin, c)
 	changed = changed || c
-	var env []string
+	env := []string{"HOME=" + DarwinHomeDir}
 	for k, v := range o.Env {
 		env = append(env, k+"="+v)
 	}
@@ -86,7 +98,7 @@ func installDarwin(ctx context.Context, o *Options, uid, gid int) error {
 		userName = ""
 	}
 	plist, err := service.LaunchdPlist(service.Definition{Name: darwinLabel, Executable: DarwinBinary,
-		Args: append([]string{"--state_dir", DarwinStateDir}, o.Args...), Env: env, LogFile: DarwinLog,
+		Args: append([]string{"--state_dir", DarwinStateDir}, o.Args...), Env: env, LogFile: DarwinLog, WorkingDir: DarwinHomeDir,
 		User: userName, DrainTimeout: o.DrainTimeout})
 	if err != nil {
 		return err

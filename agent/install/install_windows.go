@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/windows"
@@ -87,6 +88,16 @@ func install(ctx context.Context, o *Options) error {
 		user = "" // LocalSystem
 	}
 	args := append([]string{"--state_dir", stateDir}, o.Args...)
+	// Services start in System32, where --skills_dir would become
+	// System32\.agents\skills: without a --cwd the agent works in a
+	// directory of its own beside its state.
+	if !slices.ContainsFunc(o.Args, func(a string) bool { return a == "--cwd" || strings.HasPrefix(a, "--cwd=") }) {
+		work := filepath.Join(filepath.Dir(stateDir), "fleetmcp-agent-home")
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return afterEnrolment(err)
+		}
+		args = append(args, "--cwd", work)
+	}
 	for _, k := range slices.Sorted(maps.Keys(o.Env)) {
 		switch v := o.Env[k]; k {
 		case "FLEET_POLICY":
