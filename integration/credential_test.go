@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -261,5 +262,51 @@ func TestRevokedAgentRestartRefused(t *testing.T) {
 	}
 	if strings.Contains(log, "credential recovered") {
 		t.Error("the revoked host recovered a credential")
+	}
+}
+
+// TestRevokedHostReenrolsWithReplaceToken: a revoked host, given a token
+// made with --replace NAME, joins again on its old state directory in one
+// command (fleet-agent join, no --name, no directory deleted): the join
+// asks the gateway with the old key, hears host_revoked, and enrols the
+// host under its name with a new key, which comes online.
+func TestRevokedHostReenrolsWithReplaceToken(t *testing.T) {
+	ce := newCredentialEnv(t, time.Hour)
+	old, err := identity.Load(ce.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ce.Gateway.RevokeAgent(ctx, ce.host, "test"); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ce.Gateway.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Replace: ce.host}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProc{log: &syncBuffer{}}
+	p.cmd = exec.Command(agentBinary(t), "join", "--gateway", ce.Gateway.APIURL(), "--token_file", tokenFile, "--ca_pin", tok.CAPin,
+		"--state_dir", ce.stateDir, "--cwd", ce.dir, "--heartbeat", "500ms")
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.done = waitProcess(p.cmd)
+	t.Cleanup(func() { p.stop(t) })
+	ce.WaitHost(ce.host, true)
+	id, err := identity.Load(ce.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.PublicKey == old.PublicKey || id.Enrolment.Host != ce.host {
+		t.Errorf("re-enrolled as %q with the old key: %v", id.Enrolment.Host, id.PublicKey == old.PublicKey)
+	}
+	if log := p.log.String(); !strings.Contains(log, "host_revoked") || !strings.Contains(log, "new key") || strings.Contains(log, "the token was not used") {
+		t.Errorf("the join's log:\n%s", log)
 	}
 }

@@ -48,6 +48,9 @@ type Options struct {
 	// StateDir is the agent's --state_dir; PolicyFile its host policy
 	// (empty: none).
 	StateDir, PolicyFile string
+	// NATSURLs are the agent's --nats (FLEET_NATS_URL), which it dials
+	// instead of the URLs it enrolled with; empty: those.
+	NATSURLs []string
 	// CheckPolicy parses the policy file as the agent would and returns
 	// its summary (agent.CheckPolicy).
 	CheckPolicy func(file string) ([]string, error)
@@ -88,7 +91,11 @@ func Run(ctx context.Context, o Options) []Result {
 	rs = append(rs, checkConfinement(o.ConfineCommands, o.StateDir, o.Cwd, o.ConfineABI))
 	if id != nil {
 		rs = append(rs, checkFleetAPI(ctx, id.Enrolment.GatewayURL, id.Enrolment.CAPin, o.Timeout, o.Now)...)
-		for _, u := range id.Enrolment.NATSURLs {
+		urls := id.Enrolment.NATSURLs
+		if len(o.NATSURLs) > 0 {
+			urls = o.NATSURLs
+		}
+		for _, u := range urls {
 			rs = append(rs, checkNATS(ctx, u, id.Enrolment.NATSCA, o.Timeout, o.Now()))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -45,7 +46,15 @@ type JoinOptions struct {
 	// that it cannot serve now (a NATS leader election, its storage
 	// briefly away): default DefaultJoinRetry; negative, not at all.
 	RetryFor time.Duration
+	// Say, when set, hears what the join decided beyond enrolling (an
+	// identity found dead and replaced).
+	Say func(msg string)
 }
+
+// TokenIDFile, in the identity directory, names the join token the agent
+// enrolled with: the same join again sends nothing; a join with another
+// token first asks the gateway whether the identity still holds.
+const TokenIDFile = "token.id"
 
 // DefaultJoinRetry is how long a join asks again while the gateway is
 // unavailable: longer than a cluster's leader elections take.
@@ -136,12 +145,20 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if id, done, err := opts.enrolled(gw); done {
-		return id, false, err
+	found, done, err := opts.enrolled(gw)
+	if done && (err != nil || !opts.newToken(found)) {
+		return found, false, err
 	}
 	lock := opts.Lock
 	if lock == nil {
 		if lock, err = statelock.Acquire(opts.StateDir); err != nil {
+			var inUse *statelock.InUseError
+			if found != nil && errors.As(err, &inUse) {
+				// An agent runs on this identity (an installed
+				// service): it stays, and the token is not used.
+				opts.say(fmt.Sprintf("an agent runs on %s (%v): its identity as %q is kept and the new token not used; to re-enrol, stop it first", opts.StateDir, err, found.Enrolment.Host))
+				return found, false, nil
+			}
 			return nil, false, fmt.Errorf("join: %w", err)
 		}
 		defer lock.Release()
@@ -150,7 +167,31 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	}
 	// Again under the lock: another join may have finished meanwhile.
 	if id, done, err := opts.enrolled(gw); done {
-		return id, false, err
+		if err != nil || !opts.newToken(id) {
+			return id, false, err
+		}
+		dead, err := holds(ctx, id)
+		if err != nil {
+			return id, false, err
+		}
+		if dead == nil {
+			// The identity holds: this token is not for it, and the
+			// same join again need not ask.
+			if err := Open(opts.StateDir).write(TokenIDFile, []byte(opts.tokenID()+"\n")); err != nil {
+				return nil, false, fmt.Errorf("join: %w", err)
+			}
+			return id, false, nil
+		}
+		// The gateway no longer knows this identity (the host revoked,
+		// its name taken over, its record deleted): the token enrols
+		// the host again, under its name, with a new key.
+		if opts.Host == "" {
+			opts.Host = id.Enrolment.Host
+		}
+		if err := Open(opts.StateDir).RemoveKey(); err != nil {
+			return nil, false, fmt.Errorf("join: remove the identity the gateway refused: %w", err)
+		}
+		opts.say(fmt.Sprintf("the gateway refused the identity of %s (host %q, key %s): %v; enrolling it again with the token and a new key", opts.StateDir, id.Enrolment.Host, id.PublicKey, dead))
 	}
 	send, closeSend, token, err := opts.enroller(ctx)
 	if err != nil {
@@ -189,6 +230,11 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if err := store.saveAnswer(gw, opts.CAPin, req.PublicKey, &resp, now()); err != nil {
 		return nil, false, fmt.Errorf("enrolment: %w", err)
 	}
+	if tokenID := opts.tokenID(); tokenID != "" {
+		if err := store.write(TokenIDFile, []byte(tokenID+"\n")); err != nil {
+			return nil, false, fmt.Errorf("enrolment: %w", err)
+		}
+	}
 	id, err := Load(opts.StateDir)
 	if err != nil {
 		return nil, false, fmt.Errorf("enrolment stored, but it does not load: %w", err)
@@ -219,6 +265,62 @@ func (o *JoinOptions) enrolled(gw string) (*Identity, bool, error) {
 		return nil, true, err
 	}
 	return nil, false, nil
+}
+
+func (o *JoinOptions) say(msg string) {
+	if o.Say != nil {
+		o.Say(msg)
+	}
+}
+
+// tokenID is the id of the join token over the fleet API ("" for one
+// over NATS, or a malformed one).
+func (o *JoinOptions) tokenID() string {
+	if o.NATSURL != "" {
+		return ""
+	}
+	id, _, err := protocol.ParseJoinToken(o.Token)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
+// newToken reports whether the join brings another token than the one
+// the identity id enrolled with (over the fleet API): then the gateway is
+// asked whether the identity still holds before the token is left
+// unused.
+func (o *JoinOptions) newToken(id *Identity) bool {
+	tokenID := o.tokenID()
+	if tokenID == "" || id.Enrolment.GatewayURL == "" {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join(id.store.Dir(), TokenIDFile))
+	return err != nil || strings.TrimSpace(string(data)) != tokenID
+}
+
+// holds asks the gateway, with the identity's own key (a recovery
+// request), whether it still knows the identity. It returns the refusal
+// when the gateway does not (the host revoked, the name held by another
+// key, no record), nil when it does (recovery not allowed, or allowed and
+// done: the identity then holds a new credential), and an error when it
+// could not tell.
+func holds(ctx context.Context, id *Identity) (dead error, err error) {
+	rerr := id.Recover(ctx)
+	var refusal *RefusedError
+	switch {
+	case rerr == nil:
+		return nil, nil
+	case errors.As(rerr, &refusal):
+		switch refusal.API.Code {
+		case protocol.APINoRecovery:
+			return nil, nil
+		case protocol.APIHostRevoked, protocol.APIKeyRevoked, protocol.APIUnknownHost, protocol.APIForbidden:
+			return refusal.API, nil
+		}
+	}
+	return nil, fmt.Errorf("join: the agent of %s is enrolled as %q, and the join brings a new token; asking the gateway whether that enrolment still holds failed: %w (the token was not used: try again)",
+		id.store.Dir(), id.Enrolment.Host, rerr)
 }
 
 // enroller connects to the gateway the options name, over HTTPS or NATS,

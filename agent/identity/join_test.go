@@ -500,3 +500,91 @@ func TestJoinWithCallersLock(t *testing.T) {
 		t.Errorf("Join with a lock on another directory: %v", err)
 	}
 }
+
+// A join with a new token on a state directory enrolled already asks the
+// gateway, with the agent's own key, whether the enrolment holds: it does,
+// and the token is not used; the host was revoked, and the token enrols it
+// again under its name with a new key, in one command. The same token
+// again sends nothing.
+func TestJoinNewTokenReenrolsARevokedHost(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	o := opts(g, state)
+	old, _, err := Join(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same token: nothing is sent.
+	n := g.Requests()
+	if _, enrolled, err := Join(context.Background(), o); err != nil || enrolled || g.Requests() != n {
+		t.Fatalf("the same join again: %v, enrolled %v, %d requests", err, enrolled, g.Requests()-n)
+	}
+	// A new token while the host holds: one question, the identity kept.
+	o.Token, o.Host = g.NewToken(), ""
+	id, enrolled, err := Join(context.Background(), o)
+	if err != nil || enrolled || id.PublicKey != old.PublicKey || g.Requests() != n+1 {
+		t.Fatalf("a new token on a good identity: %v, enrolled %v, key kept %v, %d requests", err, enrolled, id.PublicKey == old.PublicKey, g.Requests()-n)
+	}
+
+	// That token again: the identity held, nothing is asked.
+	if _, enrolled, err := Join(context.Background(), o); err != nil || enrolled || g.Requests() != n+1 {
+		t.Fatalf("the new token again: %v, enrolled %v, %d requests", err, enrolled, g.Requests()-n)
+	}
+	// A running agent holds the state directory: its identity stays,
+	// nothing is asked, the join says so.
+	o.Token = g.NewToken()
+	var said []string
+	o.Say = func(msg string) { said = append(said, msg) }
+	running, err := statelock.Acquire(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, enrolled, err := Join(context.Background(), o); err != nil || enrolled || id.PublicKey != old.PublicKey || g.Requests() != n+1 ||
+		len(said) != 1 || !strings.Contains(said[0], "an agent runs on") {
+		t.Fatalf("a new token while an agent runs: %v, enrolled %v, %d requests, said %q", err, enrolled, g.Requests()-n, said)
+	}
+	running.Release()
+	said = nil
+
+	// Revoked: the new token enrols the host again, as web-1, with a new
+	// key, without --name.
+	g.Revoke("web-1")
+	id, enrolled, err = Join(context.Background(), o)
+	if err != nil || !enrolled {
+		t.Fatalf("a new token on a revoked identity: %v, enrolled %v", err, enrolled)
+	}
+	if id.PublicKey == old.PublicKey || id.Enrolment.Host != "web-1" || g.LastEnrolment().Host != "web-1" {
+		t.Errorf("re-enrolled as %q (asked %q) with the old key %v", id.Enrolment.Host, g.LastEnrolment().Host, id.PublicKey == old.PublicKey)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "host_revoked") || !strings.Contains(said[0], "new key") {
+		t.Errorf("what the join said: %q", said)
+	}
+	if again, err := Load(state); err != nil || again.PublicKey != id.PublicKey {
+		t.Fatalf("the new identity does not load: %v", err)
+	}
+	// And that token again: nothing is sent.
+	n = g.Requests()
+	if _, enrolled, err := Join(context.Background(), o); err != nil || enrolled || g.Requests() != n {
+		t.Errorf("the re-enrolling join again: %v, enrolled %v, %d requests", err, enrolled, g.Requests()-n)
+	}
+}
+
+// A gateway that cannot say whether the identity holds: the join keeps
+// the identity, leaves the token unused, and says so.
+func TestJoinNewTokenGatewayAway(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	o := opts(g, state)
+	old, _, err := Join(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Token = g.NewToken()
+	g.Close()
+	if _, _, err := Join(context.Background(), o); err == nil || !strings.Contains(err.Error(), "the token was not used") {
+		t.Fatalf("join with the gateway away: %v", err)
+	}
+	if id, err := Load(state); err != nil || id.PublicKey != old.PublicKey {
+		t.Fatalf("the identity after: %v", err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // chownTree gives dir and everything in it to uid:gid, not following
@@ -18,3 +20,6 @@ func chownTree(dir string, uid, gid int) error {
 		return os.Lchown(p, uid, gid)
 	})
 }
+
+// dirWritable reports whether this process may make files in dir.
+func dirWritable(dir string) bool { return unix.Access(dir, unix.W_OK|unix.X_OK) == nil }

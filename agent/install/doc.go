@@ -4,6 +4,14 @@
 // definition (a systemd unit and an environment file on Linux, a launchd
 // daemon on macOS, a Windows service), enabled and started.
 //
+// Before it enrols (and spends the join token) it checks everything it
+// needs: root, the service manager, the user, the paths it writes; a
+// failed check is a *PreflightError and changes nothing. The systemd unit
+// is the fleet-agent package's (embedded, kept equal to
+// deploy/systemd/fleet-agent.service by a test) with another user,
+// ExecStart and stop timeout; beside the installed package, install
+// writes none of its own and uses the package's.
+//
 // Everything is written only when it differs from what is there, so a
 // second install changes nothing and keeps the identity; every path is
 // under Options.Prefix, so that an install into a directory tree can be

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"strconv"
 
 	"github.com/fleetmcp/fleetmcp/agent/service"
@@ -17,37 +15,71 @@ import (
 const (
 	DarwinBinary   = "/usr/local/bin/fleet-agent"
 	DarwinStateDir = "/Library/Application Support/fleetmcp-agent"
-	DarwinLog      = "/Library/Logs/fleetmcp-agent.log"
-	darwinLabel    = "io.fleetmcp.agent"
-	DarwinPlist    = "/Library/LaunchDaemons/" + darwinLabel + ".plist"
+	// DarwinHomeDir is the agent's working directory and HOME, as
+	// /var/lib/fleetmcp-agent-home is on Linux: launchd would start it
+	// in /, where --skills_dir would become /.agents/skills.
+	DarwinHomeDir = "/Library/Application Support/fleetmcp-agent-home"
+	DarwinLog     = "/Library/Logs/fleetmcp-agent.log"
+	darwinLabel   = "io.fleetmcp.agent"
+	DarwinPlist   = "/Library/LaunchDaemons/" + darwinLabel + ".plist"
 )
 
 // install installs the agent as a launchd daemon running as --user,
 // which must exist (macOS has no useradd: make it with sysadminctl, or
 // pass --user root).
 func install(ctx context.Context, o *Options) error {
-	if o.system() && os.Geteuid() != 0 {
-		return errNotRoot
+	// Everything is checked before the token is spent.
+	var problems []error
+	if o.system() && o.machine.euid() != 0 {
+		problems = append(problems, errNotRoot)
 	}
 	uid, gid := -1, -1
 	if o.system() {
-		u, err := user.Lookup(o.User)
+		u, err := o.machine.lookupUser(o.User)
 		if err != nil {
-			return fmt.Errorf("the agent's user %s: %w; create it first (sysadminctl -addUser %s ...), or pass --user root", o.User, err, o.User)
+			problems = append(problems, fmt.Errorf("the agent's user %s: %w; create it first (sysadminctl -addUser %s ...), or pass --user root", o.User, err, o.User))
+		} else {
+			uid, _ = strconv.Atoi(u.Uid)
+			gid, _ = strconv.Atoi(u.Gid)
 		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
+		if _, err := o.machine.lookPath("launchctl"); err != nil && !o.NoStart {
+			problems = append(problems, fmt.Errorf("launchctl: %w", err))
+		}
 	} else {
 		o.say("user: not giving the files to %s: --prefix %s is not this machine's root", o.User, o.Prefix)
 	}
+	for _, f := range []string{DarwinBinary, DarwinPlist} {
+		if err := checkWritable(o.path(f), false); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	for _, d := range []string{DarwinStateDir, DarwinHomeDir} {
+		if err := checkWritable(o.path(d), true); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if err := preflight(problems); err != nil {
+		return err
+	}
+	return installDarwin(ctx, o, uid, gid)
+}
+
+// installDarwin enrols and writes, once the checks passed.
+func installDarwin(ctx context.Context, o *Options, uid, gid int) error {
 	stateDir := o.path(DarwinStateDir)
 	changed, err := o.enrol(ctx, stateDir)
 	if err != nil {
 		return err
 	}
+	home := o.path(DarwinHomeDir)
+	if _, err := ensureDir(home, 0o700); err != nil {
+		return afterEnrolment(err)
+	}
 	if uid >= 0 {
-		if err := chownTree(stateDir, uid, gid); err != nil {
-			return fmt.Errorf("give %s to user %s: %w", stateDir, o.User, err)
+		for _, d := range []string{stateDir, home} {
+			if err := chownTree(d, uid, gid); err != nil {
+				return afterEnrolment(fmt.Errorf("give %s to user %s: %w", d, o.User, err))
+			}
 		}
 	}
 	bin := o.path(DarwinBinary)
@@ -57,7 +89,7 @@ func install(ctx context.Context, o *Options) error {
 	}
 	o.step("binary", bin, c)
 	changed = changed || c
-	var env []string
+	env := []string{"HOME=" + DarwinHomeDir}
 	for k, v := range o.Env {
 		env = append(env, k+"="+v)
 	}
@@ -66,7 +98,7 @@ func install(ctx context.Context, o *Options) error {
 		userName = ""
 	}
 	plist, err := service.LaunchdPlist(service.Definition{Name: darwinLabel, Executable: DarwinBinary,
-		Args: append([]string{"--state_dir", DarwinStateDir}, o.Args...), Env: env, LogFile: DarwinLog,
+		Args: append([]string{"--state_dir", DarwinStateDir}, o.Args...), Env: env, LogFile: DarwinLog, WorkingDir: DarwinHomeDir,
 		User: userName, DrainTimeout: o.DrainTimeout})
 	if err != nil {
 		return err
@@ -92,7 +124,7 @@ func install(ctx context.Context, o *Options) error {
 		}
 	}
 	if err := o.Command(ctx, "launchctl", "bootstrap", "system", DarwinPlist); err != nil {
-		return errors.Join(fmt.Errorf("load the service"), err)
+		return afterEnrolment(errors.Join(fmt.Errorf("load the service"), err))
 	}
 	o.say("service: %s loaded and running", darwinLabel)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/windows"
@@ -48,6 +49,14 @@ const stateDACL = "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)"
 // "NT AUTHORITY\LocalService"), started automatically after boot.
 func install(ctx context.Context, o *Options) error {
 	bin, stateDir := windowsPaths(o)
+	// The service control manager is asked before the token is spent.
+	if o.system() && !o.NoStart {
+		m, err := mgr.Connect()
+		if err != nil {
+			return preflight([]error{fmt.Errorf("the service control manager: %w (run as an administrator)", err)})
+		}
+		m.Disconnect()
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
@@ -79,6 +88,16 @@ func install(ctx context.Context, o *Options) error {
 		user = "" // LocalSystem
 	}
 	args := append([]string{"--state_dir", stateDir}, o.Args...)
+	// Services start in System32, where --skills_dir would become
+	// System32\.agents\skills: without a --cwd the agent works in a
+	// directory of its own beside its state.
+	if !slices.ContainsFunc(o.Args, func(a string) bool { return a == "--cwd" || strings.HasPrefix(a, "--cwd=") }) {
+		work := filepath.Join(filepath.Dir(stateDir), "fleetmcp-agent-home")
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return afterEnrolment(err)
+		}
+		args = append(args, "--cwd", work)
+	}
 	for _, k := range slices.Sorted(maps.Keys(o.Env)) {
 		switch v := o.Env[k]; k {
 		case "FLEET_POLICY":
@@ -95,8 +114,14 @@ func install(ctx context.Context, o *Options) error {
 		o.say("service: not registered (--no_start or --prefix); command line: %s", def.CommandLine)
 		return nil
 	}
-	return register(def, enrolled || c)
+	if err := register(def, enrolled || c); err != nil {
+		return afterEnrolment(err)
+	}
+	return nil
 }
+
+// dirWritable: Windows access rules are checked by the write itself.
+func dirWritable(string) bool { return true }
 
 // register creates or updates the service and starts it (restarting it
 // when its files changed).

@@ -1,6 +1,8 @@
 package install
 
 import (
+	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,126 +11,99 @@ import (
 	"time"
 )
 
-// Unit describes the systemd service of an installed agent.
+// packagedUnit is the unit of the fleet-agent package
+// (deploy/systemd/fleet-agent.service, of which this is a copy kept equal
+// by TestPackagedUnitIsTheDeployOne). The unit install writes is made from
+// it: one definition, one sandbox, one working directory.
+//
+//go:embed fleet-agent.service
+var packagedUnit []byte
+
+// The packaged unit's paths and user, which install's unit changes.
+const (
+	packagedExecStart = "/usr/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent $FLEET_AGENT_FLAGS"
+	packagedStateDir  = "/var/lib/fleetmcp-agent"
+)
+
+// installHeader starts every unit install writes: a unit without it is
+// not install's to replace or remove.
+const installHeader = "# fleetmcp agent, written by fleet-agent install"
+
+// Unit describes the systemd service of an installed agent: the packaged
+// unit with another executable, user, flags or drain timeout.
 type Unit struct {
 	// User runs the agent (and every command it runs).
 	User string
-	// Executable, StateDir and EnvFile are the paths on the installed
-	// system (not under the install's prefix).
-	Executable, StateDir, EnvFile string
+	// Executable is the path of fleet-agent on the installed system (not
+	// under the install's prefix).
+	Executable string
 	// Args are the agent's flags beyond --state_dir.
 	Args []string
-	// WorkDirs are the directories the agent works in (--cwd,
-	// --skills_dir, --fleet_skills_dir): read-write, whatever the
-	// hardening.
-	WorkDirs []string
 	// DrainTimeout is the agent's --drain_timeout.
 	DrainTimeout time.Duration
 }
 
-// homeDirs are the directories ProtectHome= covers.
-var homeDirs = []string{"/home", "/root", "/run/user"}
-
-// Render returns the unit file.
+// Render returns the unit file: the packaged unit, whose state and home
+// directories, working directory, environment file, restart rules and
+// sandbox it keeps, with a header saying who wrote it, and the user, the
+// ExecStart and the stop timeout install was given.
 func (u *Unit) Render() ([]byte, error) {
-	exec, err := systemdCommand(append([]string{u.Executable, "--state_dir", u.StateDir}, u.Args...))
+	if strings.ContainsAny(u.User, "\n\r") {
+		return nil, errors.New("a user with a line break")
+	}
+	exec, err := systemdCommand(append([]string{u.Executable, "--state_dir", packagedStateDir}, u.Args...))
 	if err != nil {
 		return nil, err
 	}
-	if strings.ContainsAny(u.User+u.EnvFile, "\n\r") {
-		return nil, errors.New("a user or path with a line break")
+	body, ok := bytes.CutPrefix(packagedUnit, packagedHeader(packagedUnit))
+	if !ok {
+		return nil, errors.New("the packaged unit has no header")
 	}
-	stateName, ok := strings.CutPrefix(u.StateDir, "/var/lib/")
-	if !ok || stateName == "" || strings.Contains(stateName, "/") {
-		return nil, fmt.Errorf("state directory %s is not directly under /var/lib (StateDirectory=)", u.StateDir)
+	lines := strings.SplitAfter(string(body), "\n")
+	replace := map[string]string{
+		"User=" + DefaultUser:            "User=" + u.User,
+		"Group=" + DefaultUser:           "",
+		"ExecStart=" + packagedExecStart: "ExecStart=" + exec + " $FLEET_AGENT_FLAGS",
+		"TimeoutStopSec=45":              fmt.Sprintf("TimeoutStopSec=%d", int((u.DrainTimeout + 15*time.Second).Seconds())),
 	}
+	if u.User == DefaultUser {
+		// The package's user has a group of its name.
+		replace["Group="+DefaultUser] = "Group=" + DefaultUser
+	}
+	found := map[string]int{}
 	var b strings.Builder
-	b.WriteString(`# fleetmcp agent, written by fleet-agent install (run it again to change
-# this file; edits here are overwritten). The agent dials out to NATS only
-# and runs the fleet's tool calls (files, bash) with the rights of its user.
-[Unit]
-Description=fleetmcp agent
-After=network-online.target
-Wants=network-online.target
-
-[Service]
+	b.WriteString(installHeader + ` from the unit of the
+# fleet-agent package (run install again to change it; edits here are
+# overwritten: put yours in a drop-in, systemctl edit fleet-agent). Only
+# User, ExecStart and TimeoutStopSec differ from the package's; its
+# comments below say what the rest is for.
 `)
-	fmt.Fprintf(&b, "User=%s\n", u.User)
-	fmt.Fprintf(&b, "EnvironmentFile=-%s\n", u.EnvFile)
-	fmt.Fprintf(&b, `# The identity (key, credential, enrolment) lives in the state directory;
-# systemd keeps it owned by the agent's user, and private.
-StateDirectory=%s
-StateDirectoryMode=0700
-# FLEET_AGENT_FLAGS (the policy, the NATS URLs) comes from the
-# environment file.
-ExecStart=%s $FLEET_AGENT_FLAGS
-`, stateName, exec)
-	fmt.Fprintf(&b, `# SIGTERM drains: in-flight calls get up to --drain_timeout to finish.
-KillSignal=SIGTERM
-TimeoutStopSec=%d
-# Background tasks (bash with background: true) must outlive a restart:
-# the next agent re-attaches to them. KillMode=mixed or control-group would
-# kill them at every restart.
-KillMode=process
-Restart=always
-RestartSec=5
-`, int((u.DrainTimeout + 15*time.Second).Seconds()))
-	if u.User == "root" {
-		b.WriteString(`# Run as root, the agent administers this machine: no sandboxing, which
-# would take away what it is for. Choose a user of its own to limit it.
-`)
-	} else {
-		u.hardening(&b)
+	for _, l := range lines {
+		key := strings.TrimSuffix(l, "\n")
+		if r, ok := replace[key]; ok {
+			found[key]++
+			if r == "" {
+				continue
+			}
+			l = r + "\n"
+		}
+		b.WriteString(l)
 	}
-	b.WriteString("\n[Install]\nWantedBy=multi-user.target\n")
+	for k := range replace {
+		if found[k] != 1 {
+			return nil, fmt.Errorf("the packaged unit has %q %d times, not once: install cannot make its unit from it", k, found[k])
+		}
+	}
 	return []byte(b.String()), nil
 }
 
-// hardening writes the sandboxing of an agent that runs as a user of its
-// own. The agent's job is to run commands on this machine, so nothing
-// that commands legitimately use is taken away: the network, /tmp shared
-// with the machine (PrivateTmp would also lose background tasks' files at
-// a restart), the user's writable directories, other processes. What is
-// taken away is what an unprivileged user has no business with anyway, so
-// it costs nothing and closes doors a bug in some setuid program might
-// open.
-func (u *Unit) hardening(b *strings.Builder) {
-	b.WriteString(`# Hardening. The agent's user gains no privileges through setuid programs
-# (sudo, su): grant the agent more by running it as a user with the rights
-# it needs, not through sudo rules, or remove NoNewPrivileges.
-NoNewPrivileges=yes
-RestrictSUIDSGID=yes
-# /usr, /boot and /etc are read-only (the user cannot write them anyway);
-# the rest of the file system is as the user's rights make it.
-ProtectSystem=full
-`)
-	if u.worksInHome() {
-		b.WriteString("# ProtectHome is off: the agent works under a home directory (--cwd, --skills_dir).\n")
-	} else {
-		b.WriteString("# Home directories are read-only to the agent's commands (it works elsewhere;\n# set --cwd under /home and install again to lift this).\nProtectHome=read-only\n")
+// packagedHeader returns the comment lines the packaged unit starts with.
+func packagedHeader(unit []byte) []byte {
+	i := bytes.Index(unit, []byte("\n[Unit]\n"))
+	if i < 0 {
+		return nil
 	}
-	b.WriteString(`# Kernel settings, modules, control groups and the clock stay the
-# system's.
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectControlGroups=yes
-ProtectClock=yes
-LockPersonality=yes
-RestrictRealtime=yes
-`)
-}
-
-// worksInHome reports whether a work directory is under a home
-// directory.
-func (u *Unit) worksInHome() bool {
-	for _, d := range u.WorkDirs {
-		for _, h := range homeDirs {
-			if d == h || strings.HasPrefix(d, h+"/") {
-				return true
-			}
-		}
-	}
-	return false
+	return unit[:i+1]
 }
 
 // systemdCommand quotes args for ExecStart=: an argument that is not

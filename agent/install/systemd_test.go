@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -8,12 +9,25 @@ import (
 )
 
 func unit() Unit {
-	return Unit{User: "fleet-agent", Executable: "/usr/local/bin/fleet-agent", StateDir: "/var/lib/fleetmcp-agent",
-		EnvFile: "/etc/fleetmcp/agent.env", Args: []string{"--cwd", "/srv/work"}, WorkDirs: []string{"/srv/work"}, DrainTimeout: 30 * time.Second}
+	return Unit{User: DefaultUser, Executable: "/usr/local/bin/fleet-agent", Args: []string{"--cwd", "/srv/work"}, DrainTimeout: 30 * time.Second}
 }
 
-// The unit runs the agent as its user with the identity in its state
-// directory, hardened where that costs the agent nothing of its job.
+// The unit install embeds is the package's, byte for byte: one
+// definition of the service, whichever way it is installed.
+func TestPackagedUnitIsTheDeployOne(t *testing.T) {
+	deployed, err := os.ReadFile("../../deploy/systemd/fleet-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(deployed, packagedUnit) {
+		t.Fatal("agent/install/fleet-agent.service differs from deploy/systemd/fleet-agent.service: " +
+			"the unit fleet-agent install writes is made from it, so change both (cp deploy/systemd/fleet-agent.service agent/install/)")
+	}
+}
+
+// The unit install writes is the packaged unit: the same sandbox, state
+// and home directories, working directory and environment file; only its
+// header, User, ExecStart and TimeoutStopSec differ.
 func TestUnitRender(t *testing.T) {
 	u := unit()
 	text, err := u.Render()
@@ -22,40 +36,58 @@ func TestUnitRender(t *testing.T) {
 	}
 	s := string(text)
 	for _, want := range []string{
-		"User=fleet-agent\n", "EnvironmentFile=-/etc/fleetmcp/agent.env\n", "StateDirectory=fleetmcp-agent\n", "StateDirectoryMode=0700\n",
+		"User=fleetmcp-agent\n", "Group=fleetmcp-agent\n", "EnvironmentFile=/etc/fleetmcp/agent.env\n",
+		"StateDirectory=fleetmcp-agent fleetmcp-agent-home\n", "StateDirectoryMode=0700\n",
+		"WorkingDirectory=/var/lib/fleetmcp-agent-home\n", "Environment=HOME=/var/lib/fleetmcp-agent-home\n",
 		"ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work $FLEET_AGENT_FLAGS\n",
-		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n",
-		"NoNewPrivileges=yes\n", "ProtectSystem=full\n", "ProtectHome=read-only\n", "ProtectKernelTunables=yes\n",
-		"WantedBy=multi-user.target\n",
+		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n", "WantedBy=multi-user.target\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the unit lacks %q:\n%s", want, s)
 		}
 	}
-	for _, never := range []string{"PrivateTmp=yes", "ProtectSystem=strict", "PrivateNetwork", "RestrictAddressFamilies", "KillMode=mixed"} {
-		if strings.Contains(s, "\n"+never) {
-			t.Errorf("the unit takes away what the agent is for: %q", never)
+	if !strings.HasPrefix(s, installHeader) {
+		t.Errorf("the unit does not start with install's header:\n%s", s)
+	}
+	// Every line of the package's unit but the header and the four
+	// settings is there, in its order.
+	differ := map[string]bool{}
+	pkgLines := strings.Split(string(bytes.TrimPrefix(packagedUnit, packagedHeader(packagedUnit))), "\n")
+	var kept []string
+	for _, l := range pkgLines {
+		switch {
+		case strings.HasPrefix(l, "ExecStart="), strings.HasPrefix(l, "User="), strings.HasPrefix(l, "TimeoutStopSec="):
+			differ[l] = true
+		default:
+			kept = append(kept, l)
 		}
 	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimPrefix(s, string(s[:strings.Index(s, "\n[Unit]\n")+1])), "\n") {
+		if !strings.HasPrefix(l, "ExecStart=") && !strings.HasPrefix(l, "User=") && !strings.HasPrefix(l, "TimeoutStopSec=") {
+			got = append(got, l)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(kept, "\n") {
+		t.Errorf("the unit's other lines differ from the package's:\n%s\n---\n%s", strings.Join(got, "\n"), strings.Join(kept, "\n"))
+	}
+	if len(differ) != 3 {
+		t.Errorf("the package's unit has %d of User=, ExecStart=, TimeoutStopSec=", len(differ))
+	}
 
-	// Working under /home keeps home directories writable.
-	u.WorkDirs = []string{"/home/dev/project"}
+	// Another user: no group of the package's; a longer drain, a longer
+	// stop.
+	u.User, u.DrainTimeout = "root", time.Minute
 	text, _ = u.Render()
-	if strings.Contains(string(text), "ProtectHome=read-only") {
-		t.Error("ProtectHome with a working directory under /home")
+	if s := string(text); strings.Contains(s, "\nGroup=") || !strings.Contains(s, "\nUser=root\n") || !strings.Contains(s, "\nTimeoutStopSec=75\n") {
+		t.Errorf("a root unit:\n%s", s)
 	}
-	// Root administers the machine: no sandbox.
-	u = unit()
-	u.User = "root"
-	text, _ = u.Render()
-	if strings.Contains(string(text), "NoNewPrivileges") || strings.Contains(string(text), "ProtectSystem") || !strings.Contains(string(text), "User=root") {
-		t.Errorf("a root unit is sandboxed:\n%s", text)
-	}
-	// A state directory systemd cannot manage is refused.
-	u = unit()
-	u.StateDir = "/opt/agent"
-	if _, err := u.Render(); err == nil {
-		t.Error("a state directory outside /var/lib was accepted")
+	// A packaged unit of another shape is refused, not half rewritten.
+	saved := packagedUnit
+	t.Cleanup(func() { packagedUnit = saved })
+	packagedUnit = bytes.Replace(saved, []byte("TimeoutStopSec=45\n"), nil, 1)
+	if _, err := u.Render(); err == nil || !strings.Contains(err.Error(), "TimeoutStopSec=45") {
+		t.Errorf("a packaged unit without TimeoutStopSec: %v", err)
 	}
 }
 

@@ -83,7 +83,6 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 			if *d, err = filepath.Abs(*d); err != nil {
 				return err
 			}
-			o.WorkDirs = append(o.WorkDirs, *d)
 		}
 	}
 	// Settings from --config stay in the file the service reads.

@@ -97,6 +97,10 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	rf.watchConfig(fs, args, func(fs *flag.FlagSet) {
+		addJoinFlags(fs, getenv)
+		addRunFlags(fs, getenv)
+	})
 	log, err := rf.logger(stderr)
 	if err != nil {
 		return err
@@ -108,6 +112,9 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	if err := checkPolicyFirst(rf, getenv); err != nil {
 		return err
 	}
+	if err := checkStateModes(*rf.stateDir); err != nil {
+		return err
+	}
 	// The state directory is this process's from before the key is made
 	// until the agent it runs stops: a second join or agent on it is
 	// refused, and never leaves a key of one and a credential of another.
@@ -116,6 +123,7 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	opts.Lock = lock
+	opts.Say = func(msg string) { log.Warn(msg) }
 	id, enrolled, err := identity.Join(ctx, opts)
 	if err != nil {
 		lock.Release()

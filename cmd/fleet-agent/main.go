@@ -26,6 +26,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/service"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/filemode"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
@@ -128,12 +129,19 @@ flags:
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	rf.watchConfig(fs, args, func(fs *flag.FlagSet) {
+		addRunFlags(fs, getenv)
+		fs.Bool("version", false, "")
+	})
 	if *showVersion {
 		version.Print(os.Stdout, "fleet-agent")
 		return nil
 	}
 	log, err := rf.logger(stderr)
 	if err != nil {
+		return err
+	}
+	if err := checkStateModes(*rf.stateDir); err != nil {
 		return err
 	}
 	id, err := identity.Load(*rf.stateDir)
@@ -145,6 +153,20 @@ flags:
 			*rf.name, *rf.stateDir, id.Enrolment.Host)
 	}
 	return start(ctx, rf, id, nil, getenv, log)
+}
+
+// checkStateModes refuses a state directory others may write, and a key
+// or credential others than the agent's user may read, before the agent
+// loads them (identity.Load would make a readable key private, hiding
+// that it was readable).
+func checkStateModes(stateDir string) error {
+	idDir := identity.Open(stateDir).Dir()
+	return filemode.Check(
+		filemode.Rule{Path: stateDir, Dir: true},
+		filemode.Rule{Path: idDir, Dir: true},
+		filemode.Rule{Path: filepath.Join(idDir, identity.KeyFile), Deny: filemode.Private},
+		filemode.Rule{Path: filepath.Join(idDir, identity.JWTFile), Deny: filemode.Private},
+	)
 }
 
 // parse parses args into fs, then the --config file (when fs has the
@@ -194,6 +216,28 @@ type runFlags struct {
 	confine                                                             *string
 	otlp                                                                *string
 	protected                                                           pathsFlag
+	// configChanges, with --config, returns the settings of the file
+	// (read again) that differ from those running.
+	configChanges func() ([]string, error)
+}
+
+// watchConfig lets a reload find the settings of the --config file that
+// changed since fs was parsed from args: define adds the flags of fs to
+// a new flag set.
+func (rf *runFlags) watchConfig(fs *flag.FlagSet, args []string, define func(*flag.FlagSet)) {
+	if *rf.config == "" {
+		return
+	}
+	running := configfile.Values(fs)
+	rf.configChanges = func() ([]string, error) {
+		again := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		again.SetOutput(io.Discard)
+		define(again)
+		if _, err := parse(again, args); err != nil {
+			return nil, err
+		}
+		return configfile.Changed(running, configfile.Values(again)), nil
+	}
 }
 
 func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
@@ -301,7 +345,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 	defer signal.Stop(hup)
 	rctx, stopReload := context.WithCancel(ctx)
 	var reloads sync.WaitGroup
-	reloads.Go(func() { reloadOnHangup(rctx, a, hup, paramChanges) })
+	reloads.Go(func() { reloadOnHangup(rctx, a, hup, paramChanges, rf.configChanges, log) })
 	defer reloads.Wait()
 	defer stopReload()
 	return a.Run(ctx)
@@ -330,8 +374,10 @@ func serviceReload() {
 }
 
 // reloadOnHangup reloads the host policy on each SIGHUP or parameter
-// change until ctx ends. The agent logs what it refused.
-func reloadOnHangup(ctx context.Context, a *agent.Agent, hup <-chan os.Signal, params <-chan struct{}) {
+// change until ctx ends, and says which settings of the --config file
+// changed (changes, nil without one): those take effect at a restart.
+// The agent logs what it refused.
+func reloadOnHangup(ctx context.Context, a *agent.Agent, hup <-chan os.Signal, params <-chan struct{}, changes func() ([]string, error), log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -341,7 +387,25 @@ func reloadOnHangup(ctx context.Context, a *agent.Agent, hup <-chan os.Signal, p
 		}
 		if ctx.Err() == nil {
 			_ = a.Reload()
+			logConfigChanges(changes, log)
 		}
+	}
+}
+
+// logConfigChanges logs the settings of the --config file that differ
+// from those running.
+func logConfigChanges(changes func() ([]string, error), log *slog.Logger) {
+	if changes == nil {
+		return
+	}
+	changed, err := changes()
+	switch {
+	case err != nil:
+		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: settings of the --config file changed; they take effect at the next restart (a reload re-reads the host policy file only)", "keys", strings.Join(changed, ","))
+	default:
+		log.Info("reload: the --config file's settings are those running")
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +63,42 @@ rate_limit: 10/s
 	}
 	if o, err := parseFlags([]string{"--config", writeConfig(t, "# nothing yet\n")}, env(nil), io.Discard); err != nil || o.listen != "127.0.0.1:8080" {
 		t.Errorf("empty config file: %v, listen %q", err, o.listen)
+	}
+}
+
+// A reload says which settings of the --config file changed since the
+// start (they need a restart), and that a file that no longer reads
+// would fail one; the command line still wins over the file.
+func TestConfigFileChangesAtReload(t *testing.T) {
+	path := writeConfig(t, "listen: 127.0.0.1:9000\nsession_timeout: 5m\n")
+	args := []string{"--config", path, "--rate_limit", "5/s"}
+	o, err := parseFlags(args, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := configChanges(o, args, env(nil))
+	logged := func() string {
+		var b syncBuffer
+		logConfigChanges(changes, slog.New(slog.NewTextHandler(&b, nil)))
+		return b.String()
+	}
+	if got := logged(); !strings.Contains(got, "settings are those running") {
+		t.Errorf("an unchanged file: %s", got)
+	}
+	// 5m written as 300s is the same setting.
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:9001\nsession_timeout: 300s\nrate_limit: 1/s\nmetrics: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := logged(); !strings.Contains(got, "keys=listen,metrics\n") || !strings.Contains(got, "next restart") {
+		t.Errorf("a changed file: %s", got)
+	}
+	if err := os.WriteFile(path, []byte("lisen: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := logged(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, `unknown key \"lisen\"`) {
+		t.Errorf("a broken file: %s", got)
+	}
+	if configChanges(&options{}, nil, env(nil)) != nil {
+		t.Error("changes without --config")
 	}
 }

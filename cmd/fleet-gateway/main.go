@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/filemode"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -62,6 +63,9 @@ func main() {
 }
 
 type options struct {
+	// values are every flag's value, for the --config file's changes at
+	// a SIGHUP (configChanges).
+	values     map[string]string
 	dev        bool
 	noAuth     bool
 	listen     string
@@ -186,6 +190,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	}
+	o.values = configfile.Values(fs)
 	return o, nil
 }
 
@@ -254,6 +259,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if err := checkModes(cfg.Paths()); err != nil {
+		return err
+	}
 	hostname, _ := os.Hostname()
 	tp, err := tracing.Start(tracing.Config{Endpoint: o.otlpEndpoint, Service: "fleet-gateway", Version: gateway.Version, Host: hostname, Logger: log}, getenv)
 	if err != nil {
@@ -285,7 +293,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
 	}
-	g.Go(func() error { reloadOnHangup(gctx, hup, gw); return nil })
+	changes := configChanges(o, args, getenv)
+	g.Go(func() error { reloadOnHangup(gctx, hup, gw, changes, log); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		// The in-process agent drains first, while NATS is still up, so
@@ -309,14 +318,50 @@ func flushSpans(tp *tracing.Provider, log *slog.Logger) {
 
 // reloadOnHangup reloads the access rules, the API tokens and the audit
 // file on each SIGHUP until ctx ends. The gateway logs what it refused.
-func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway) {
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gateway, changes func() ([]string, error), log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 			_ = gw.Reload()
+			logConfigChanges(changes, log)
 		}
+	}
+}
+
+// configChanges returns how to find the settings of the --config file
+// (read again with the same command line and environment) that differ
+// from those the gateway runs with; nil without --config.
+func configChanges(o *options, args []string, getenv func(string) string) func() ([]string, error) {
+	if o.configFile == "" {
+		return nil
+	}
+	return func() ([]string, error) {
+		again, err := parseFlags(args, getenv, io.Discard)
+		if err != nil {
+			return nil, err
+		}
+		return configfile.Changed(o.values, again.values), nil
+	}
+}
+
+// logConfigChanges says, at a reload, which settings of the --config
+// file changed: a reload re-reads the files named (access rules, API
+// tokens, the host policy, the signing keys), not the settings, which
+// take effect at the next restart.
+func logConfigChanges(changes func() ([]string, error), log *slog.Logger) {
+	if changes == nil {
+		return
+	}
+	changed, err := changes()
+	switch {
+	case err != nil:
+		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: settings of the --config file changed; they take effect at the next restart, not at a reload", "keys", strings.Join(changed, ","))
+	default:
+		log.Info("reload: the --config file's settings are those running")
 	}
 }
 
@@ -465,6 +510,22 @@ func printServing(w io.Writer, gw *gateway.Gateway, cfg *gateway.Config) {
 	}
 }
 
+// checkModes refuses to start with a data directory others may write,
+// or a key or credential others may read (cmd/internal/filemode).
+func checkModes(p gateway.StatePaths) error {
+	var rules []filemode.Rule
+	for _, d := range p.Dirs {
+		rules = append(rules, filemode.Rule{Path: d, Dir: true})
+	}
+	for _, f := range p.Own {
+		rules = append(rules, filemode.Rule{Path: f, Deny: filemode.Private})
+	}
+	for _, f := range p.Provided {
+		rules = append(rules, filemode.Rule{Path: f, Deny: filemode.NotWorld})
+	}
+	return filemode.Check(rules...)
+}
+
 // devAgent enrols this machine's agent with the gateway in process (its
 // key is made once in its state directory under --data_dir) and returns
 // it, ready to run.
@@ -482,27 +543,29 @@ func devAgent(ctx context.Context, gw *gateway.Gateway, o *options, getenv func(
 		return nil, err
 	}
 	self, _ := os.Executable() // without it, git is refused under command rules
-	return agent.New(agent.Config{
-		GitGuard:      self,
-		TaskWrapper:   self,
-		ConfineHelper: self,
-		Servers:       id.Enrolment.NATSURLs,
-		Name:          o.agentName,
-		Credentials:   agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		GatewayKeys:   id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
-		StateDir:  stateDir,
-		StateLock: lock,
-		// Rollouts install here, in the data directory, never in the
-		// working directory's .agents/skills (often a checkout, whose
-		// skills stay the host's own).
+	cfg := devAgentConfig(o.dataDir, id)
+	cfg.GitGuard, cfg.TaskWrapper, cfg.ConfineHelper = self, self, self
+	cfg.Name, cfg.StateLock = o.agentName, lock
+	// The agent's tools must not reach the gateway's state and secrets
+	// (the NATS keys and the CA key among them).
+	cfg.ProtectedPaths = gw.SecretPaths()
+	cfg.Home, cfg.Logger, cfg.TracerProvider = getenv("HOME"), log.With("component", "agent"), tp
+	return agent.New(cfg)
+}
+
+// devAgentConfig is the dev agent's configuration of identity id: its
+// state, and the skills the fleet rolls out to it, in the data directory,
+// never in the working directory's .agents/skills (often a checkout,
+// whose skills stay the host's own).
+func devAgentConfig(dataDir string, id *identity.Identity) agent.Config {
+	stateDir := filepath.Join(dataDir, "agent")
+	return agent.Config{
+		Servers:     id.Enrolment.NATSURLs,
+		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
+		GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		StateDir:       stateDir,
 		FleetSkillsDir: filepath.Join(stateDir, "skills"),
-		// The agent's tools must not reach the gateway's state and
-		// secrets (the NATS keys and the CA key among them).
-		ProtectedPaths: gw.SecretPaths(),
-		Home:           getenv("HOME"),
-		Logger:         log.With("component", "agent"),
-		TracerProvider: tp,
-	})
+	}
 }
 
 // enrolDevAgent enrols the agent of stateDir as host name, with a key

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,6 +131,8 @@ type Gateway struct {
 	requests int
 	nonces   map[string]bool
 	keys     map[string]string // host -> public key enrolled
+	revoked  map[string]bool   // public keys revoked
+	tokens   []string          // tokens made by NewToken
 	refuse   protocol.APICode
 	// refuseNext, refuseLeft: the next refuseLeft enrolments are refused
 	// with refuseNext.
@@ -158,7 +161,7 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	_, _, token := protocol.NewJoinToken()
 	acc, _ := nkeys.CreateAccount()
 	signing, _, _ := ed25519.GenerateKey(nil)
-	g := &Gateway{t: t, Pin: pin, Token: token, account: acc, nonces: map[string]bool{}, keys: map[string]string{},
+	g := &Gateway{t: t, Pin: pin, Token: token, account: acc, nonces: map[string]bool{}, keys: map[string]string{}, revoked: map[string]bool{},
 		NATSCA: NewCA(t, "nats").PEM(), NATSURLs: []string{"tls://127.0.0.1:1"}, SigningKeys: []string{protocol.FormatSigningKey(signing)}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.EnrolPath, g.enrol)
@@ -171,6 +174,9 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	g.URL = g.srv.URL
 	return g
 }
+
+// Close stops serving the API: requests then fail to connect.
+func (g *Gateway) Close() { g.srv.Close() }
 
 // Requests returns how many requests reached the API.
 func (g *Gateway) Requests() int {
@@ -192,6 +198,26 @@ func (g *Gateway) RefuseNext(code protocol.APICode, n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.refuseNext, g.refuseLeft = code, n
+}
+
+// NewToken returns another join token the API accepts, as a second
+// fleetctl token create makes.
+func (g *Gateway) NewToken() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, _, token := protocol.NewJoinToken()
+	g.tokens = append(g.tokens, token)
+	return token
+}
+
+// Revoke revokes host, as fleetctl agent revoke does: its key gets
+// nothing again, and a token enrols the name with another key (as one
+// made with --replace does).
+func (g *Gateway) Revoke(host string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.revoked[g.keys[host]] = true
+	delete(g.keys, host)
 }
 
 // AllowRecovery allows n recoveries.
@@ -301,13 +327,17 @@ func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {
 		g.refuseLeft--
 		writeAPIError(w, http.StatusServiceUnavailable, g.refuseNext, "refused this once as the test asked")
 		return
-	case req.Token != g.Token:
+	case req.Token != g.Token && !slices.Contains(g.tokens, req.Token):
 		writeAPIError(w, http.StatusForbidden, protocol.APITokenUnknown, "no such token")
 		return
 	}
 	host := req.Host
 	if host == "" {
 		host = "from-token"
+	}
+	if g.revoked[req.PublicKey] {
+		writeAPIError(w, http.StatusForbidden, protocol.APIKeyRevoked, "key "+req.PublicKey+" was revoked")
+		return
 	}
 	if k, ok := g.keys[host]; ok && k != req.PublicKey {
 		writeAPIError(w, http.StatusConflict, protocol.APINameTaken, "host "+host+" is enrolled with another key")
@@ -333,6 +363,8 @@ func (g *Gateway) recover(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.CAPin != g.Pin:
 		writeAPIError(w, http.StatusBadRequest, protocol.APIWrongCA, "not this gateway's CA")
+	case g.revoked[req.PublicKey]:
+		writeAPIError(w, http.StatusForbidden, protocol.APIHostRevoked, "host "+req.Host+" was revoked")
 	case g.keys[req.Host] != req.PublicKey:
 		writeAPIError(w, http.StatusNotFound, protocol.APIUnknownHost, "no such host with this key")
 	case g.recovery == 0:

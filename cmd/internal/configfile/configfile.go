@@ -140,3 +140,30 @@ func Apply(fs *flag.FlagSet, path string, set map[string]bool, cmdlineOnly ...st
 	}
 	return nil
 }
+
+// Values returns the value of every flag of fs, by name: what a daemon
+// runs with, to compare with the settings of its --config file read
+// again (Changed).
+func Values(fs *flag.FlagSet) map[string]string {
+	out := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { out[f.Name] = f.Value.String() })
+	return out
+}
+
+// Changed returns, sorted, the names whose values differ between running
+// and reread (a name in only one of them counts).
+func Changed(running, reread map[string]string) []string {
+	var out []string
+	for k, v := range running {
+		if w, ok := reread[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range reread {
+		if _, ok := running[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,32 @@
+package gateway
+
+import "path/filepath"
+
+// StatePaths are the paths of cfg that hold the gateway's state and
+// secrets, for the checks of their modes at start: Dirs, which others
+// may not write (the data directory and its key directories); Own, the
+// keys the gateway writes itself (only their owner may read them); and
+// Provided, the keys and credentials the operator gives (TLS keys, NATS
+// creds and signing keys), which a group may read but others may not.
+type StatePaths struct {
+	Dirs, Own, Provided []string
+}
+
+// Paths returns cfg's StatePaths (absolute where cfg's are).
+func (cfg *Config) Paths() StatePaths {
+	var p StatePaths
+	if d := cfg.DataDir; d != "" {
+		p.Dirs = []string{d, filepath.Join(d, natsDir), filepath.Join(d, tlsDir), filepath.Join(d, signingDir)}
+		p.Own = append(p.Own, filepath.Join(d, tlsDir, caKeyFile), filepath.Join(d, signingDir, signingKeyFile), filepath.Join(d, signingDir, retiringKeyFile))
+		for _, f := range keyFiles {
+			p.Own = append(p.Own, filepath.Join(d, natsDir, f.name))
+		}
+	}
+	for _, f := range []string{cfg.APITLSKey, cfg.TLSKey, cfg.NATSTLSKey, cfg.SigningKeyFile,
+		cfg.NATSCredsFile, cfg.NATSSystemCredsFile, cfg.NATSAgentSigningKeyFile, cfg.NATSOperatorSigningKeyFile} {
+		if f != "" {
+			p.Provided = append(p.Provided, f)
+		}
+	}
+	return p
+}
