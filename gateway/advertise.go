@@ -166,7 +166,7 @@ func (g *Gateway) checkHandOut(ctx context.Context, src string) *protocol.APIErr
 		if bad, ips := loopbackOnly(ctx, g.lookupIP, host); bad {
 			return apiErr(protocol.APIGatewayMisconfigured,
 				"the gateway would give this host the NATS URL %s, but %s resolves to %s (loopback) on the gateway: this host would dial itself. "+
-					"Nothing was spent. On the gateway, %s; then run the join again", u, host, strings.Join(ips, ", "), advertiseFix)
+					"Nothing was spent. On the gateway, %s", u, host, strings.Join(ips, ", "), advertiseFix)
 		}
 	}
 	return nil

@@ -163,6 +163,7 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.EnrolPath, g.enrol)
 	mux.HandleFunc("POST "+protocol.RecoverPath, g.recover)
+	mux.HandleFunc("POST "+protocol.LocatePath, g.locate)
 	g.srv = httptest.NewUnstartedServer(mux)
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	g.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes clients refuse
@@ -315,6 +316,38 @@ func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {
 	}
 	g.keys[host] = req.PublicKey
 	g.answer(w, host, req.PublicKey)
+}
+
+// SetNATSURLs changes the NATS URLs the API's answers carry.
+func (g *Gateway) SetNATSURLs(urls []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.NATSURLs = urls
+}
+
+// locate answers an enrolled key with the current NATS URLs.
+func (g *Gateway) locate(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.requests++
+	var req protocol.LocateRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes)).Decode(&req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, protocol.APIBadRequest, err.Error())
+		return
+	}
+	if code, msg := g.checkProof(&req.Proof, req.SigningBytes()); code != "" {
+		writeAPIError(w, http.StatusBadRequest, code, msg)
+		return
+	}
+	switch {
+	case req.CAPin != g.Pin:
+		writeAPIError(w, http.StatusBadRequest, protocol.APIWrongCA, "not this gateway's CA")
+	case g.keys[req.Host] != req.PublicKey:
+		writeAPIError(w, http.StatusNotFound, protocol.APIUnknownHost, "no such host with this key")
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(protocol.LocateResponse{Host: req.Host, NATSURLs: g.NATSURLs, NATSCA: g.NATSCA})
+	}
 }
 
 func (g *Gateway) recover(w http.ResponseWriter, r *http.Request) {
