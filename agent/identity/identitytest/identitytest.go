@@ -127,7 +127,8 @@ type Gateway struct {
 	account     nkeys.KeyPair
 
 	mu       sync.Mutex
-	requests int
+	requests int // enrolments and recoveries
+	locates  int
 	nonces   map[string]bool
 	keys     map[string]string // host -> public key enrolled
 	refuse   protocol.APICode
@@ -173,7 +174,15 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	return g
 }
 
-// Requests returns how many requests reached the API.
+// Locates returns how many requests for the NATS URLs reached the API.
+func (g *Gateway) Locates() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.locates
+}
+
+// Requests returns how many enrolment and recovery requests reached the
+// API.
 func (g *Gateway) Requests() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -329,7 +338,7 @@ func (g *Gateway) SetNATSURLs(urls []string) {
 func (g *Gateway) locate(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.requests++
+	g.locates++
 	var req protocol.LocateRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes)).Decode(&req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, protocol.APIBadRequest, err.Error())
@@ -374,4 +383,41 @@ func (g *Gateway) recover(w http.ResponseWriter, r *http.Request) {
 		g.recovery--
 		g.answer(w, req.Host, req.PublicKey)
 	}
+}
+
+// ServeNATSGreeting serves the start of a NATS connection on loopback, as
+// far as a probe of the URL looks (the INFO line, then a TLS handshake
+// with a certificate of a new NATS CA), and makes it the NATS URL and CA
+// the API's answers carry. It returns the URL.
+func (g *Gateway) ServeNATSGreeting(t testing.TB) string {
+	t.Helper()
+	ca := NewCA(t, "nats")
+	cert := ca.Leaf(t, []string{"127.0.0.1", "localhost"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write([]byte("INFO {\"tls_required\":true}\r\n")); err != nil {
+					return
+				}
+				_ = tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
+			})
+		}
+	})
+	url := "tls://" + ln.Addr().String()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.NATSURLs, g.NATSCA = []string{url}, ca.PEM()
+	return url
 }
