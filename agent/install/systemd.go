@@ -72,6 +72,7 @@ TimeoutStopSec=%d
 KillMode=process
 Restart=always
 RestartSec=5
+RestartPreventExitStatus=77
 `, int((u.DrainTimeout + 15*time.Second).Seconds()))
 	if u.User == "root" {
 		b.WriteString(`# Run as root, the agent administers this machine: no sandboxing, which

@@ -24,7 +24,7 @@ func TestUnitRender(t *testing.T) {
 	for _, want := range []string{
 		"User=fleet-agent\n", "EnvironmentFile=-/etc/fleetmcp/agent.env\n", "StateDirectory=fleetmcp-agent\n", "StateDirectoryMode=0700\n",
 		"ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work $FLEET_AGENT_FLAGS\n",
-		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n",
+		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n", "RestartPreventExitStatus=77\n",
 		"NoNewPrivileges=yes\n", "ProtectSystem=full\n", "ProtectHome=read-only\n", "ProtectKernelTunables=yes\n",
 		"WantedBy=multi-user.target\n",
 	} {
