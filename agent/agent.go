@@ -132,6 +132,7 @@ type Agent struct {
 	// fatal carries the reason the agent must stop (a *RevokedError);
 	// locatePoke wakes the locate loop, redial cuts dialLoop's wait.
 	fatal      chan error
+	stopping   atomic.Bool // set with the first reason on fatal
 	locatePoke chan struct{}
 	redial     chan struct{}
 }
@@ -502,6 +503,10 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 	attempt, joined := 0, false
 	for ctx.Err() == nil {
 		a.maybeRecover(ctx, a.credentialState(nil))
+		if a.stopping.Load() {
+			<-ctx.Done()
+			return
+		}
 		closed := make(chan struct{})
 		a.lastDial.set("", nil)
 		nc, err := a.connect(ctx, closed)
@@ -531,6 +536,10 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 		wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
 		if a.maybeRecover(ctx, a.credentialState(err)) {
 			wait = 0 // dial at once with the recovered credential
+		}
+		if a.stopping.Load() {
+			<-ctx.Done() // the reason is Run's to give
+			return
 		}
 		a.logDialError(err, wait)
 		select {

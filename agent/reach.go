@@ -241,9 +241,15 @@ type RevokedError struct {
 }
 
 func (e *RevokedError) Error() string {
-	return fmt.Sprintf("host %s was revoked by the fleet's operator (%v): the agent stops and is not restarted. "+
+	// Only what said so: the advice of a refusal would be a second one.
+	cause := fmt.Sprint(e.Err)
+	var apiErr *protocol.APIError
+	if errors.As(e.Err, &apiErr) {
+		cause = "the gateway answered " + string(apiErr.Code)
+	}
+	return fmt.Sprintf("host %s was revoked by the fleet's operator (%s): the agent stops and is not restarted. "+
 		"To enrol this machine again, the operator makes a token with fleetctl token create --replace %s, and this machine joins with it (fleet-agent join --name %s ...)",
-		e.Host, e.Err, e.Host, e.Host)
+		e.Host, cause, e.Host, e.Host)
 }
 
 func (e *RevokedError) Unwrap() error { return e.Err }
@@ -268,6 +274,7 @@ func revoked(err error) bool {
 
 // stop makes Run stop with err (the first reason given wins).
 func (a *Agent) stop(err error) {
+	a.stopping.Store(true)
 	select {
 	case a.fatal <- err:
 	default:
