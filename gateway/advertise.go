@@ -164,9 +164,14 @@ func (g *Gateway) checkHandOut(ctx context.Context, src string) *protocol.APIErr
 	for _, u := range g.AgentNATSURLs() {
 		host := urlHost(u)
 		if bad, ips := loopbackOnly(ctx, g.lookupIP, host); bad {
+			fix := advertiseFix
+			if g.ns != nil && len(g.cfg.NATSAdvertise) == 0 && isLoopback(g.cfg.NATSListen) {
+				fix = fmt.Sprintf("its NATS server listens on loopback only (--nats_listen %s): give --nats_listen 0.0.0.0:%s (or an address of the gateway's machine the hosts reach) "+
+					"and --advertise NAME, a DNS name or address the other machines reach it by", g.cfg.NATSListen, portOf(g.cfg.NATSListen))
+			}
 			return apiErr(protocol.APIGatewayMisconfigured,
 				"the gateway would give this host the NATS URL %s, but %s resolves to %s (loopback) on the gateway: this host would dial itself. "+
-					"Nothing was spent. On the gateway, %s", u, host, strings.Join(ips, ", "), advertiseFix)
+					"Nothing was spent. On the gateway, %s", u, host, strings.Join(ips, ", "), fix)
 		}
 	}
 	return nil
