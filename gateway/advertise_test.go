@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -76,5 +81,43 @@ func TestCheckHandOut(t *testing.T) {
 	g.cfg.lookupIP = fakeLookup(map[string]string{"gwhost": "10.0.0.5"})
 	if aerr := g.checkHandOut(context.Background(), "10.1.2.3"); aerr != nil {
 		t.Errorf("a good URL was refused: %v", aerr)
+	}
+}
+
+// A host asks for its current NATS URLs with its enrolled key: answered
+// without a recovery allowed, refused for another key, an unknown or a
+// revoked host.
+func TestLocate(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	c := newAPIClient(t, gw)
+	tok := c.createToken(protocol.TokenCreateRequest{Uses: 5})
+	kp := newUser(t)
+	if _, code := c.enrol(enrolReq(t, kp, tok.Token, "web-1", c.pin, time.Now())); code != "" {
+		t.Fatal(code)
+	}
+	locate := func(kp nkeys.KeyPair, host string) (protocol.LocateResponse, protocol.APICode) {
+		r := &protocol.LocateRequest{Host: host, CAPin: c.pin}
+		signProof(t, kp, &r.Proof, time.Now(), r.SigningBytes)
+		var resp protocol.LocateResponse
+		if _, aerr := c.do(http.MethodPost, protocol.LocatePath, r, &resp); aerr != nil {
+			return resp, aerr.Code
+		}
+		return resp, ""
+	}
+	resp, code := locate(kp, "web-1")
+	if code != "" || resp.Host != "web-1" || !slices.Equal(resp.NATSURLs, gw.AgentNATSURLs()) || len(resp.NATSURLs) == 0 {
+		t.Fatalf("locate: %q %+v (the gateway gives %v)", code, resp, gw.AgentNATSURLs())
+	}
+	if _, code := locate(newUser(t), "web-1"); code != protocol.APIForbidden {
+		t.Errorf("another key: %q", code)
+	}
+	if _, code := locate(kp, "nobody"); code != protocol.APIUnknownHost {
+		t.Errorf("unknown host: %q", code)
+	}
+	if err := gw.RevokeAgent(context.Background(), "web-1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := locate(kp, "web-1"); code != protocol.APIHostRevoked {
+		t.Errorf("revoked host: %q", code)
 	}
 }
