@@ -71,7 +71,9 @@ type Config struct {
 	SigningKeyFile string
 	// NATSAdvertise are the NATS URLs agents dial, as they reach this
 	// gateway (a load balancer, a DNS name). Default: derived from
-	// NATSListen (tls://HOSTNAME:PORT beyond loopback), or NATSURLs.
+	// NATSListen (beyond loopback tls://ADVERTISE:PORT, ADVERTISE the
+	// first of Advertise, else the hostname for every interface), or
+	// NATSURLs.
 	NATSAdvertise []string
 	// Advertise are further names (DNS names or IP addresses) agents
 	// reach this machine by, added to its certificates. The first one is
