@@ -22,8 +22,8 @@ import (
 const resolveTimeout = 2 * time.Second
 
 // resolved says what host resolves to on this machine, for a message:
-// "10.0.0.5", "127.0.1.1, a loopback address of this machine", "does not
-// resolve: ...".
+// "10.0.0.5", "127.0.1.1, a loopback address of this machine"; "" when
+// it does not resolve.
 func resolved(ctx context.Context, host string) string {
 	if ip := net.ParseIP(host); ip != nil {
 		if ip.IsLoopback() {
@@ -35,7 +35,7 @@ func resolved(ctx context.Context, host string) string {
 	defer cancel()
 	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 	if err != nil || len(addrs) == 0 {
-		return "which does not resolve on this machine"
+		return ""
 	}
 	var out []string
 	loop := true
@@ -79,13 +79,16 @@ func netCause(err error) string {
 type UnreachableError struct {
 	What     string // "the fleet API", "NATS"
 	URL      string
-	Resolved string // what its host resolves to
+	Resolved string // what its host resolves to ("": nothing)
 	Cause    string // netCause
 	Advice   string
 	Err      error
 }
 
 func (e *UnreachableError) Error() string {
+	if e.Resolved == "" {
+		return fmt.Sprintf("%s is not reachable at %s: %s; %s", e.What, e.URL, e.Cause, e.Advice)
+	}
 	return fmt.Sprintf("%s is not reachable at %s (resolved to %s): %s; %s", e.What, e.URL, e.Resolved, e.Cause, e.Advice)
 }
 

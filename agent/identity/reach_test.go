@@ -139,3 +139,15 @@ func TestLocate(t *testing.T) {
 		t.Errorf("Locate with another host's name: %v", err)
 	}
 }
+
+// A join over NATS that cannot reach the server says where and why.
+func TestJoinOverNATSUnreachableExplained(t *testing.T) {
+	addr := closedPort(t)
+	_, _, err := Join(context.Background(), JoinOptions{NATSURL: "tls://" + addr, Token: testNATSToken(t),
+		CAPin: identitytest.NewCA(t, "fleet").Pin(), StateDir: t.TempDir(), Host: "edge-1"})
+	var uerr *UnreachableError
+	if !errors.As(err, &uerr) || !strings.Contains(err.Error(), "the gateway's NATS server is not reachable at tls://"+addr) ||
+		!strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "--nats_listen") {
+		t.Errorf("join over NATS to a closed port: %v", err)
+	}
+}
