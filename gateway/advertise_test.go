@@ -75,8 +75,12 @@ func TestCheckHandOut(t *testing.T) {
 	}
 	aerr := g.checkHandOut(context.Background(), "10.1.2.3")
 	if aerr == nil || aerr.Code != protocol.APIGatewayMisconfigured || !strings.Contains(aerr.Message, "tls://gwhost:4222") ||
-		!strings.Contains(aerr.Message, "Nothing was spent") || !strings.Contains(aerr.Message, "--advertise") {
+		!strings.Contains(aerr.Message, "Nothing was spent") || !strings.Contains(aerr.Message, "--nats_advertise tls://NAME:PORT") {
 		t.Errorf("a remote client given a loopback URL: %v", aerr)
+	}
+	ext := &Gateway{cfg: Config{NATSURLs: []string{"tls://localhost:4222"}, lookupIP: fakeLookup(nil)}}
+	if aerr := ext.checkHandOut(context.Background(), "10.1.2.3"); aerr == nil || !strings.Contains(aerr.Message, "the gateway's own --nats_url") {
+		t.Errorf("an external cluster's loopback URL: %v", aerr)
 	}
 	g.cfg.lookupIP = fakeLookup(map[string]string{"gwhost": "10.0.0.5"})
 	if aerr := g.checkHandOut(context.Background(), "10.1.2.3"); aerr != nil {

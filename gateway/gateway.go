@@ -179,7 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { g.done <- g.http.Serve(g.ln) }()
 	g.logAccess()
-	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "auth", !cfg.AuthDisabled)
+	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "agents_dial", strings.Join(g.AgentNATSURLs(), ","), "auth", !cfg.AuthDisabled)
 	return g, nil
 }
 
