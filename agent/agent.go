@@ -343,7 +343,9 @@ func newInstanceID() string {
 // answers; it returns only after ctx ends, or with an error: at once when
 // the background tasks directory cannot be used, and, after draining, when
 // NATS refuses the host its own subjects on its first connection (a
-// *JoinRefusedError: the credential is another host's).
+// *JoinRefusedError: the credential is another host's), or when the
+// host was revoked (a *RevokedError: NATS closed its connection as
+// revoked, or the gateway refused a recovery, renewal or URL request so).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	defer a.state.close()
