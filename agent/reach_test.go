@@ -142,3 +142,34 @@ func TestRevokedAgentStops(t *testing.T) {
 		t.Errorf("the log gives other advice too:\n%s", out)
 	}
 }
+
+// A connected agent whose NATS server goes away for good, while the
+// gateway hands out another: its own reconnects fail and say so, naming
+// the URL; it asks for the current URLs, leaves the old connection and
+// joins at the new one.
+func TestMovedNATSLocated(t *testing.T) {
+	old := startTestNATS(t)
+	ns, _, pres := watchedNATS(t)
+	loc := &fakeLocator{}
+	moved := []string{ns.ClientURL()}
+	loc.urls.Store(&moved)
+	var log lockedBuffer
+	r := startAgent(t, old, Config{Name: "moved-1", Locator: loc, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond},
+		func(a *Agent) { a.log = slog.New(slog.NewTextHandler(&log, nil)) })
+	waitFor(t, 10*time.Second, "the agent to join the first server", func() bool {
+		nc := r.a.nc.Load()
+		return nc != nil && nc.IsConnected()
+	})
+	if n := loc.asked.Load(); n != 0 {
+		t.Fatalf("the gateway was asked for the URLs %d times while NATS answered", n)
+	}
+	oldURL := old.ClientURL()
+	old.Shutdown()
+	nextAnnounce(t, pres, "moved-1", false)
+	out := log.String()
+	for _, want := range []string{"cannot reach NATS at " + oldURL, "connection refused", "fleet-agent doctor", "the gateway gave other NATS URLs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+}
