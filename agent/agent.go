@@ -121,6 +121,20 @@ type Agent struct {
 	// is the first wait after a failed renewal.
 	joined     chan struct{}
 	renewRetry time.Duration
+
+	// servers are the NATS URLs dialled now: Config.Servers, or those
+	// the gateway gave since (reach.go).
+	servers atomic.Pointer[[]string]
+	// reach bounds the warnings about NATS being out of reach; lastDial
+	// is the last failed dial (reach.go).
+	reach    reachLog
+	lastDial lastDial
+	// fatal carries the reason the agent must stop (a *RevokedError);
+	// locatePoke wakes the locate loop, redial cuts dialLoop's wait.
+	fatal      chan error
+	stopping   atomic.Bool // set with the first reason on fatal
+	locatePoke chan struct{}
+	redial     chan struct{}
 }
 
 // New validates cfg, takes the state directory for this process (a
@@ -220,6 +234,9 @@ func New(cfg Config) (a *Agent, err error) {
 		instance:    newInstanceID(),
 		cancelGrace: 5 * time.Second,
 		joined:      make(chan struct{}, 1),
+		fatal:       make(chan error, 1),
+		locatePoke:  make(chan struct{}, 1),
+		redial:      make(chan struct{}, 1),
 		renewRetry:  renewRetryMin,
 		calls:       newCallTable(cfg.ResultTTL, log),
 		pend:        assembler{calls: make(map[string]*pending), decoding: make(map[string]*pending)},
@@ -235,6 +252,8 @@ func New(cfg Config) (a *Agent, err error) {
 		shell:       describeShell(context.Background(), tb.shell),
 	}
 	a.hp.Store(newHostPolicy(all, pol))
+	servers := slices.Clone(cfg.Servers)
+	a.servers.Store(&servers)
 	if a.auth, err = callauth.New(callauth.Config{Host: cfg.Name, Instance: a.instance, Keys: protocol.KeyState{Serial: cfg.GatewayKeySerial, Keys: cfg.GatewayKeys}}); err != nil {
 		state.close()
 		return nil, fmt.Errorf("agent config: %w", err)
@@ -324,7 +343,9 @@ func newInstanceID() string {
 // answers; it returns only after ctx ends, or with an error: at once when
 // the background tasks directory cannot be used, and, after draining, when
 // NATS refuses the host its own subjects on its first connection (a
-// *JoinRefusedError: the credential is another host's).
+// *JoinRefusedError: the credential is another host's), or when the
+// host was revoked (a *RevokedError: NATS closed its connection as
+// revoked, or the gateway refused a recovery, renewal or URL request so).
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	defer a.state.close()
@@ -368,6 +389,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Renewer != nil {
 		session.Go(func() { a.renewLoop(runCtx) })
 	}
+	if a.cfg.Locator != nil {
+		session.Go(func() { a.locateLoop(runCtx) })
+	}
 	var watcher sync.WaitGroup
 	watcher.Go(func() { a.skills.watch(runCtx, a.skillsChanged) })
 	watcher.Go(func() { a.skillSync.run(runCtx, a.nc.Load) })
@@ -376,6 +400,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-refused:
+	case runErr = <-a.fatal:
 	}
 	stopRun()
 	watcher.Wait()       // no announce of a changed catalog follows the leaving one
@@ -480,10 +505,16 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 	attempt, joined := 0, false
 	for ctx.Err() == nil {
 		a.maybeRecover(ctx, a.credentialState(nil))
+		if a.stopping.Load() {
+			<-ctx.Done()
+			return
+		}
 		closed := make(chan struct{})
+		a.lastDial.set("", nil)
 		nc, err := a.connect(ctx, closed)
 		if err == nil {
 			a.lastDialFailure, a.recoverState = "", ""
+			a.reachable(nc.ConnectedUrlRedacted())
 			err = a.serve(ctx, nc, closed)
 			if err == nil {
 				attempt, joined = 0, true
@@ -498,15 +529,25 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 		if ctx.Err() != nil {
 			return
 		}
+		if revoked(err) {
+			a.stop(&RevokedError{Host: a.cfg.Name, Err: err})
+			<-ctx.Done()
+			return
+		}
 		attempt++
 		wait := reconnectDelay(attempt, a.cfg.ReconnectMin, a.cfg.ReconnectMax)
 		if a.maybeRecover(ctx, a.credentialState(err)) {
 			wait = 0 // dial at once with the recovered credential
 		}
+		if a.stopping.Load() {
+			<-ctx.Done() // the reason is Run's to give
+			return
+		}
 		a.logDialError(err, wait)
 		select {
 		case <-ctx.Done():
 			return
+		case <-a.redial: // the gateway gave other URLs
 		case <-time.After(wait):
 		}
 	}
@@ -519,6 +560,11 @@ func (a *Agent) dialLoop(ctx context.Context, refused chan<- error) {
 func (a *Agent) logDialError(err error, wait time.Duration) {
 	in := wait.Round(time.Millisecond)
 	reason, advice := dialFailure(err)
+	if reason == reasonUnreachable {
+		a.lastDialFailure = reason
+		a.unreachable(err, wait)
+		return
+	}
 	level := slog.LevelDebug
 	if reason != a.lastDialFailure {
 		level = slog.LevelWarn
@@ -535,9 +581,6 @@ func (a *Agent) logDialError(err error, wait time.Duration) {
 // failures only the operator can fix.
 func dialFailure(err error) (reason, advice string) {
 	switch {
-	case errors.Is(err, nats.ErrAuthRevoked):
-		return "NATS refused the agent: its credential was revoked",
-			"this host was revoked by the fleet's operator; it can join again only when enrolled anew with a token made with --replace"
 	case errors.Is(err, nats.ErrAuthExpired):
 		return "NATS refused the agent: its credential expired",
 			"enrol the host again (fleet-agent join) to get a new credential"
@@ -547,8 +590,11 @@ func dialFailure(err error) (reason, advice string) {
 	case errors.Is(err, nats.ErrPermissionViolation):
 		return "NATS refused the agent its subjects", ""
 	}
-	return "cannot reach NATS", ""
+	return reasonUnreachable, ""
 }
+
+// reasonUnreachable: no NATS server could be reached (reach.go logs it).
+const reasonUnreachable = "cannot reach NATS"
 
 // reconnectDelay returns how long to wait before attempt (from 1) to
 // reach NATS again: a uniformly random duration up to a ceiling that
@@ -576,7 +622,7 @@ func backoffCeiling(attempt int, lo, hi time.Duration) time.Duration {
 // connect dials NATS. It gives up as soon as ctx ends, even while a
 // server is being dialled or has not finished its handshake.
 func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, error) {
-	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: DialTimeout}}
+	d := &dialer{ctx: ctx, net: net.Dialer{Timeout: DialTimeout}, failed: a.lastDial.set}
 	opts := []nats.Option{
 		nats.Name("fleet-agent " + a.cfg.Name),
 		nats.SetCustomDialer(d),
@@ -589,25 +635,41 @@ func (a *Agent) connect(ctx context.Context, closed chan struct{}) (*nats.Conn, 
 		nats.MaxPingsOutstanding(2),
 		nats.CustomInboxPrefix(protocol.AgentInboxPrefix(a.cfg.Name)),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if revoked(err) {
+				a.stop(&RevokedError{Host: a.cfg.Name, Err: err})
+				nc.Close()
+				return
+			}
 			if err != nil {
 				a.log.Warn("NATS disconnected", "err", err)
 			}
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && reasonOf(err) == reasonUnreachable {
+				a.unreachable(err, 0)
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			a.reachable(nc.ConnectedUrlRedacted())
 			a.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 			a.announce(nc, false)
 			a.signalJoined()
 			a.signalKeys()
 			a.skillSync.poke() // a rollout may have come while it was away
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
+			if revoked(err) {
+				a.stop(&RevokedError{Host: a.cfg.Name, Err: err})
+				nc.Close()
+				return
+			}
 			a.log.Warn("NATS error", "err", err)
 		}),
 	}
 	opts = append(opts, a.cfg.Credentials.natsOptions()...)
 	opts = append(opts, a.cfg.NATSOptions...)
-	nc, err := nats.Connect(joinURLs(a.cfg.Servers), opts...)
+	nc, err := nats.Connect(joinURLs(a.currentServers()), opts...)
 	d.connected()
 	return nc, err
 }
@@ -823,6 +885,12 @@ func (a *Agent) skillsChanged() {
 	if nc := a.nc.Load(); nc != nil {
 		a.announce(nc, false)
 	}
+}
+
+// reasonOf is dialFailure's reason alone.
+func reasonOf(err error) string {
+	r, _ := dialFailure(err)
+	return r
 }
 
 func joinURLs(urls []string) string {

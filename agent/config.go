@@ -42,6 +42,12 @@ type Config struct {
 	// NATS refuses it (over the gateway's fleet API): fleet-agent sets
 	// its identity. Nil: the credential is used as it is.
 	Renewer Renewer
+	// Locator, when set, asks the gateway's fleet API for the NATS URLs
+	// to dial now when Servers cannot be reached (the gateway's
+	// addresses changed, or were wrong when the host enrolled), and
+	// stores them: fleet-agent sets its identity when the URLs come from
+	// the enrolment (no --nats). Nil: Servers are dialled as they are.
+	Locator Locator
 
 	// Cwd is the working directory for bash and relative paths. Default:
 	// the process's working directory.

@@ -16,6 +16,8 @@ import (
 type dialer struct {
 	ctx context.Context
 	net net.Dialer
+	// failed, when set, hears of every dial that failed.
+	failed func(addr string, err error)
 
 	mu    sync.Mutex
 	done  bool
@@ -28,10 +30,17 @@ func (d *dialer) Dial(network, address string) (net.Conn, error) {
 	done := d.done
 	d.mu.Unlock()
 	if done {
-		return d.net.Dial(network, address)
+		conn, err := d.net.Dial(network, address)
+		if err != nil && d.failed != nil {
+			d.failed(address, err)
+		}
+		return conn, err
 	}
 	conn, err := d.net.DialContext(d.ctx, network, address)
 	if err != nil {
+		if d.failed != nil && d.ctx.Err() == nil {
+			d.failed(address, err)
+		}
 		return nil, err
 	}
 	stop := context.AfterFunc(d.ctx, func() { conn.Close() })

@@ -124,6 +124,10 @@ func (a *Agent) renewLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if revoked(err) {
+			a.stop(&RevokedError{Host: a.cfg.Name, Err: err})
+			return
+		}
 		if err != nil {
 			failures++
 			wait := renewRetryDelay(failures, a.renewRetry, rand.Float64())
@@ -208,6 +212,8 @@ func (a *Agent) maybeRecover(ctx context.Context, state string) bool {
 		_, expires := a.cfg.Renewer.Validity()
 		a.log.Info("credential recovered", "expires", expires)
 		return true
+	case revoked(err):
+		a.stop(&RevokedError{Host: a.cfg.Name, Err: err})
 	case errors.As(err, &apiErr) && apiErr.Code == protocol.APINoRecovery:
 		a.log.Error("recovery not allowed: run fleet-agent join with a new token", "err", err)
 	default:

@@ -71,10 +71,16 @@ type Config struct {
 	SigningKeyFile string
 	// NATSAdvertise are the NATS URLs agents dial, as they reach this
 	// gateway (a load balancer, a DNS name). Default: derived from
-	// NATSListen (tls://HOSTNAME:PORT beyond loopback), or NATSURLs.
+	// NATSListen (beyond loopback tls://ADVERTISE:PORT, ADVERTISE the
+	// first of Advertise, else the hostname for every interface), or
+	// NATSURLs.
 	NATSAdvertise []string
 	// Advertise are further names (DNS names or IP addresses) agents
-	// reach this machine by, added to its certificates.
+	// reach this machine by, added to its certificates. The first one is
+	// the host of the fleet API's URL and, for a NATS listener beyond
+	// loopback, of the NATS URLs agents are given (unless NATSAdvertise
+	// is set). Start refuses a name advertised for a listener beyond
+	// loopback that resolves to loopback only (advertise.go).
 	Advertise []string
 	// NATSMaxPayload sets the embedded server's max_payload (default 1 MiB).
 	NATSMaxPayload int32
@@ -207,6 +213,9 @@ type Config struct {
 	// clock, when set (tests), is the gateway's clock instead of
 	// time.Now.
 	clock func() time.Time
+	// lookupIP, when set (tests), resolves the advertised names instead
+	// of the system's resolver.
+	lookupIP ipLookup
 }
 
 // DefaultMaxTransferBytes is the default of Config.MaxTransferBytes.

@@ -147,19 +147,36 @@ func (g *Gateway) APIHandler() http.Handler {
 	mux.HandleFunc(protocol.EnrolPath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.EnrolRequest
 		g.serveEnrolment(w, r, "enrol", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
+			// Before the token is spent: an answer the host cannot use
+			// must not cost it.
+			if aerr := g.checkHandOut(ctx, sourceOf(r)); aerr != nil {
+				out.key, out.host = req.PublicKey, req.Host
+				out.tokenID, _, _ = protocol.ParseJoinToken(req.Token)
+				return nil, aerr
+			}
 			return g.enrolHost(ctx, &req, out)
+		})
+	})
+	mux.HandleFunc(protocol.LocatePath, func(w http.ResponseWriter, r *http.Request) {
+		var req protocol.LocateRequest
+		g.serveEnrolment(w, r, "locate", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
+			return g.locateHost(ctx, &req, sourceOf(r), out)
 		})
 	})
 	mux.HandleFunc(protocol.RecoverPath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.RecoverRequest
 		g.serveEnrolment(w, r, "recover", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
+			if aerr := g.checkHandOut(ctx, sourceOf(r)); aerr != nil {
+				out.key, out.host = req.PublicKey, req.Host
+				return nil, aerr
+			}
 			return g.recoverHost(ctx, &req, out)
 		})
 	})
 	mux.Handle(protocol.AdminPath, g.adminHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, apiErr(protocol.APINotFound, "no fleet API endpoint at %s %s: hosts POST %s or %s; operators use %s...",
-			r.Method, clipText(r.URL.Path, 80), protocol.EnrolPath, protocol.RecoverPath, protocol.AdminPath))
+		writeAPIError(w, apiErr(protocol.APINotFound, "no fleet API endpoint at %s %s: hosts POST %s, %s or %s; operators use %s...",
+			r.Method, clipText(r.URL.Path, 80), protocol.EnrolPath, protocol.RecoverPath, protocol.LocatePath, protocol.AdminPath))
 	})
 	return mux
 }
@@ -188,7 +205,7 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 	}
 	g.auditEnrolment(what, src, &out, aerr)
 	if aerr != nil {
-		if aerr.Code != protocol.APIUnavailable {
+		if aerr.Code != protocol.APIUnavailable && aerr.Code != protocol.APIGatewayMisconfigured {
 			g.api.failures.fail(src, g.now())
 		}
 		writeAPIError(w, aerr)

@@ -169,6 +169,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.SkillSource != nil {
 		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
 	}
+	lookup := cfg.lookupIP
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupIPAddr
+	}
+	if err := cfg.checkAdvertised(ctx, lookup); err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
 	if err := g.start(ctx); err != nil {
 		g.closeStarted()
 		return nil, err
@@ -176,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { g.done <- g.http.Serve(g.ln) }()
 	g.logAccess()
-	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "auth", !cfg.AuthDisabled)
+	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "agents_dial", strings.Join(g.AgentNATSURLs(), ","), "auth", !cfg.AuthDisabled)
 	return g, nil
 }
 
@@ -773,7 +780,8 @@ func (g *Gateway) NATSURL() string {
 
 // AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
 // else the external cluster's URLs, or the embedded server's address,
-// with the machine's hostname when it listens on every interface.
+// beyond loopback with the first Advertise name, or the machine's
+// hostname when it listens on every interface.
 func (g *Gateway) AgentNATSURLs() []string {
 	if len(g.cfg.NATSAdvertise) > 0 {
 		return slices.Clone(g.cfg.NATSAdvertise)
@@ -789,10 +797,9 @@ func (g *Gateway) AgentNATSURLs() []string {
 	if err != nil {
 		return []string{raw}
 	}
-	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
-		if name, err := os.Hostname(); err == nil && name != "" {
-			u.Host = net.JoinHostPort(name, u.Port())
-		}
+	if !isLoopback(g.cfg.NATSListen) {
+		// One --advertise names the fleet API and the NATS URLs both.
+		u.Host = net.JoinHostPort(advertiseHost(g.cfg.NATSListen, g.cfg.Advertise), u.Port())
 	}
 	return []string{u.String()}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -225,10 +226,12 @@ func TestAgentRecoversAfterExpiry(t *testing.T) {
 	}
 }
 
-// TestRevokedAgentRestartRefused: a revoked host's agent, restarted, is
+// TestRevokedAgentRestartRefused: a running agent whose host is revoked
+// exits by itself with agent.ExitRevoked (which its units do not
+// restart), saying once how to enrol again. Restarted anyway, it is
 // refused by NATS and asks for a recovery, which the gateway refuses as
-// host_revoked: it never gets a credential, and the host never comes
-// back online.
+// host_revoked: it exits the same way, never with a credential, and the
+// host never comes back online.
 func TestRevokedAgentRestartRefused(t *testing.T) {
 	ce := newCredentialEnv(t, time.Hour)
 	p := ce.start(t)
@@ -238,24 +241,18 @@ func TestRevokedAgentRestartRefused(t *testing.T) {
 	if err := ce.Gateway.RevokeAgent(ctx, ce.host, "test"); err != nil {
 		t.Fatal(err)
 	}
-	p.stop(t)
+	p.waitExit(t, 20*time.Second, agent.ExitRevoked)
 	ce.WaitHost(ce.host, false)
 	old := ce.jwt(t)
 
 	p = ce.start(t)
-	p.waitLog(t, 30*time.Second, string(protocol.APIHostRevoked))
+	p.waitExit(t, 30*time.Second, agent.ExitRevoked)
 	log := p.log.String()
-	if !strings.Contains(log, "was revoked") {
-		t.Errorf("the agent's log does not say the host was revoked:\n%s", log)
+	if !strings.Contains(log, string(protocol.APIHostRevoked)) {
+		t.Errorf("the agent's log does not give the gateway's refusal:\n%s", log)
 	}
-	// It keeps trying, and keeps being refused: never online, never a
-	// new credential.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if h, _ := ce.Gateway.Host(ce.host); h.Online {
-			t.Fatal("the revoked host came back online")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if h, _ := ce.Gateway.Host(ce.host); h.Online {
+		t.Fatal("the revoked host came back online")
 	}
 	if ce.jwt(t) != old {
 		t.Error("the revoked host's credential on disk changed")
@@ -308,5 +305,28 @@ func TestRevokedHostReenrolsWithReplaceToken(t *testing.T) {
 	}
 	if log := p.log.String(); !strings.Contains(log, "host_revoked") || !strings.Contains(log, "new key") || strings.Contains(log, "the token was not used") {
 		t.Errorf("the join's log:\n%s", log)
+	}
+}
+
+// waitExit waits for the agent to exit by itself with status code, and
+// for its log to say once, and only, how to enrol the host again.
+func (p *agentProc) waitExit(t *testing.T, d time.Duration, code int) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("fleet-agent did not exit within %s\n%s", d, p.log.String())
+	}
+	if got := p.cmd.ProcessState.ExitCode(); got != code {
+		t.Errorf("fleet-agent exited with status %d, want %d\n%s", got, code, p.log.String())
+	}
+	log := p.log.String()
+	if n := strings.Count(log, "fleetctl token create --replace"); n != 1 || !strings.Contains(log, "was revoked by the fleet's operator") {
+		t.Errorf("the log says %d times how to enrol again, want once:\n%s", n, log)
+	}
+	for _, other := range []string{"recovery not allowed", "keeps trying", "check --nats"} {
+		if strings.Contains(log, other) {
+			t.Errorf("the log of the revoked agent also says %q:\n%s", other, log)
+		}
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fleetmcp/fleetmcp/agent"
 )
 
 // The files under deploy/ that install and run the binaries (units,
@@ -114,6 +117,12 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			if r := s["Restart"]; len(r) != 1 || r[0] != "always" {
 				t.Errorf("Restart=%v", r)
+			}
+			if u.name == "fleet-agent" {
+				// A revoked agent exits with agent.ExitRevoked, for good.
+				if r := s["RestartPreventExitStatus"]; len(r) != 1 || r[0] != strconv.Itoa(agent.ExitRevoked) {
+					t.Errorf("RestartPreventExitStatus=%v, want %d", r, agent.ExitRevoked)
+				}
 			}
 			// The flags of the unit and of its environment file's example.
 			flags, ok := envValue(t, u.env, u.flagsVar, u.commentedFlags)

@@ -21,6 +21,9 @@ import (
 const (
 	EnrolPath   = "/v1/enrol"
 	RecoverPath = "/v1/recover"
+	// LocatePath is where an enrolled host asks for the NATS URLs to
+	// dial now, when those it stored no longer answer.
+	LocatePath = "/v1/locate"
 	// AdminPath prefixes the admin API (admin.go).
 	AdminPath = "/v1/admin/"
 )
@@ -93,6 +96,24 @@ type RecoverRequest struct {
 	Proof
 }
 
+// LocateRequest is the body of POST LocatePath: an enrolled host whose
+// NATS URLs no longer answer asks for the current ones with its key. It
+// gets no credential, so no operator's leave is needed.
+type LocateRequest struct {
+	Host  string `json:"host"`
+	CAPin string `json:"ca_pin"`
+	Proof
+}
+
+// LocateResponse answers a LocateRequest.
+type LocateResponse struct {
+	Host string `json:"host"`
+	// NATSURLs are the URLs to dial; NATSCA the PEM of the CA of their
+	// certificates (empty: NATS is not TLS).
+	NATSURLs []string `json:"nats_urls"`
+	NATSCA   string   `json:"nats_ca,omitempty"`
+}
+
 // RenewRequest is sent to RenewSubject(host) before the credential
 // expires.
 type RenewRequest struct {
@@ -132,6 +153,7 @@ const (
 	PurposeEnrol   = "enrol"
 	PurposeRecover = "recover"
 	PurposeRenew   = "renew"
+	PurposeLocate  = "locate"
 )
 
 // SigningBytes is what the agent signs for an enrolment: every field but
@@ -145,6 +167,11 @@ func (r *EnrolRequest) SigningBytes() []byte {
 // SigningBytes is what the agent signs for a recovery.
 func (r *RecoverRequest) SigningBytes() []byte {
 	return signingBytes(PurposeRecover, &r.Proof, "host", r.Host, "ca_pin", r.CAPin)
+}
+
+// SigningBytes is what the agent signs to ask for its NATS URLs.
+func (r *LocateRequest) SigningBytes() []byte {
+	return signingBytes(PurposeLocate, &r.Proof, "host", r.Host, "ca_pin", r.CAPin)
 }
 
 // SigningBytes is what the agent signs for a renewal.
@@ -216,6 +243,11 @@ const (
 	// APIRateLimited: more requests of this kind from the host than the
 	// gateway takes; ask again later.
 	APIRateLimited APICode = "rate_limited"
+	// APIGatewayMisconfigured: the gateway would hand the host an
+	// address it cannot use (a NATS URL that resolves to loopback on the
+	// gateway); nothing was spent, the operator must fix the gateway's
+	// flags first.
+	APIGatewayMisconfigured APICode = "gateway_misconfigured"
 )
 
 // APIError is the body of every refused fleet API request (and of a

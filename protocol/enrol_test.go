@@ -26,6 +26,11 @@ func TestSigningBytesGolden(t *testing.T) {
 	if got := string(rec.SigningBytes()); !strings.HasPrefix(got, "fleetmcp-v1 recover\n") {
 		t.Errorf("recover signing bytes start %q", got)
 	}
+	loc := &LocateRequest{Host: "web-1", CAPin: "sha256:00", Proof: p}
+	want = "fleetmcp-v1 locate\npublic_key=4:UKEY\nnonce=7:bm9uY2U\ntime=30:2026-12-01T09:00:00.000000005Z\nhost=5:web-1\nca_pin=9:sha256:00\n"
+	if got := string(loc.SigningBytes()); got != want {
+		t.Errorf("locate signing bytes:\n%q\nwant\n%q", got, want)
+	}
 }
 
 // TestSigningBytesDistinct: requests that differ in any field, or only
@@ -55,6 +60,9 @@ func TestSigningBytesDistinct(t *testing.T) {
 	}
 	if string((&RenewRequest{Host: "h", Proof: base.Proof}).SigningBytes()) == string((&RecoverRequest{Host: "h", Proof: base.Proof}).SigningBytes()) {
 		t.Error("a renewal and a recovery sign alike")
+	}
+	if string((&LocateRequest{Host: "h", CAPin: "c", Proof: base.Proof}).SigningBytes()) == string((&RecoverRequest{Host: "h", CAPin: "c", Proof: base.Proof}).SigningBytes()) {
+		t.Error("a request for the NATS URLs and a recovery sign alike")
 	}
 }
 

@@ -120,6 +120,8 @@ func refused(op string, apiErr *protocol.APIError) *RefusedError {
 		protocol.APIUnauthorized:   "the fleet API refused the caller",
 		protocol.APIForbidden:      "the fleet API refused the caller",
 		protocol.APINotFound:       "the URL is not the gateway's fleet API: check --gateway",
+		protocol.APIGatewayMisconfigured: "the gateway's addresses are wrong for this host (nothing was spent): its operator fixes the gateway's flags as the message says, " +
+			"then this is tried again",
 	}[apiErr.Code]
 	return &RefusedError{Op: op, API: apiErr, Advice: advice}
 }
@@ -178,6 +180,9 @@ func (c *apiClient) post(ctx context.Context, op, path string, body, out any) er
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if uerr := apiUnreachable(ctx, c.base, err); uerr != nil {
+			return fmt.Errorf("%s: %w", op, uerr)
+		}
 		return fmt.Errorf("%s at %s: %w", op, c.base, err)
 	}
 	defer resp.Body.Close()

@@ -62,11 +62,12 @@ func dialNATSEnrol(ctx context.Context, u *url.URL, pin string, nt *protocol.NAT
 	if err != nil {
 		return nil, err
 	}
+	dialer := &ctxDialer{ctx: ctx}
 	nc, err := nats.Connect(u.String(),
 		nats.Secure(pinnedTLS(pin, u.Hostname(), time.Now)),
 		nats.UserJWTAndSeed(nt.JWT, nt.Seed),
 		nats.CustomInboxPrefix(protocol.EnrolInboxPrefix(id)),
-		nats.SetCustomDialer(ctxDialer{ctx}),
+		nats.SetCustomDialer(dialer),
 		nats.NoReconnect(), nats.Timeout(apiTimeout/2), nats.Name("fleet-agent join"),
 		// The credential is revoked once the token is spent, possibly
 		// before the connection is closed: nothing to report then.
@@ -75,17 +76,32 @@ func dialNATSEnrol(ctx context.Context, u *url.URL, pin string, nt *protocol.NAT
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 			return nil, fmt.Errorf("enrolment at %s: the NATS server refused the token's credential (%w): the token was used up, revoked or has expired; ask the fleet's operator for a new one (fleetctl token create --nats)", u.Redacted(), err)
 		}
+		if dialer.err != nil {
+			if c := netCause(dialer.err); c != "" {
+				return nil, fmt.Errorf("enrolment: %w", &UnreachableError{What: "the gateway's NATS server", URL: u.Redacted(), Resolved: resolved(ctx, u.Hostname()),
+					Cause: c, Err: dialer.err, Advice: "check --nats against the gateway's --nats_listen and --advertise, and the firewalls between this host and the gateway"})
+			}
+		}
 		return nil, fmt.Errorf("enrolment at %s: %w", u.Redacted(), err)
 	}
 	return &natsEnroller{nc: nc, id: id, url: u.Redacted()}, nil
 }
 
-// ctxDialer dials with ctx, so a join that is cancelled stops dialling.
-type ctxDialer struct{ ctx context.Context }
+// ctxDialer dials with ctx, so a join that is cancelled stops dialling,
+// and keeps the last dial's error (nats.Connect reports only that no
+// server answered).
+type ctxDialer struct {
+	ctx context.Context
+	err error
+}
 
-func (d ctxDialer) Dial(network, address string) (net.Conn, error) {
+func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
 	var nd net.Dialer
-	return nd.DialContext(d.ctx, network, address)
+	conn, err := nd.DialContext(d.ctx, network, address)
+	if err != nil {
+		d.err = err
+	}
+	return conn, err
 }
 
 func (e *natsEnroller) close() { e.nc.Close() }

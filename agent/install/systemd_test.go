@@ -40,7 +40,7 @@ func TestUnitRender(t *testing.T) {
 		"StateDirectory=fleetmcp-agent fleetmcp-agent-home\n", "StateDirectoryMode=0700\n",
 		"WorkingDirectory=/var/lib/fleetmcp-agent-home\n", "Environment=HOME=/var/lib/fleetmcp-agent-home\n",
 		"ExecStart=/usr/local/bin/fleet-agent --state_dir /var/lib/fleetmcp-agent --cwd /srv/work $FLEET_AGENT_FLAGS\n",
-		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n", "WantedBy=multi-user.target\n",
+		"KillMode=process\n", "TimeoutStopSec=45\n", "Restart=always\n", "RestartPreventExitStatus=77\n", "WantedBy=multi-user.target\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the unit lacks %q:\n%s", want, s)

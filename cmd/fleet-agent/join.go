@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 
@@ -135,7 +136,54 @@ func runJoin(ctx context.Context, args []string, getenv func(string) string, std
 	} else {
 		log.Info("enrolled already with this gateway: the token was not used", "host", id.Enrolment.Host, "gateway", id.Enrolment.GatewayURL)
 	}
+	if err := checkNATSReach(ctx, id, *rf.servers, *rf.stateDir); err != nil {
+		lock.Release()
+		return err
+	}
 	return start(ctx, rf, id, lock, getenv, log)
+}
+
+// checkNATSReach makes sure this host can use one of the NATS URLs it
+// will dial (--nats, else those of the enrolment): a TCP connection and a
+// TLS handshake against the fleet's NATS CA. When none works it asks the
+// gateway for the current ones once (they may have been fixed since),
+// and otherwise says which URL failed, why, and what to run on the
+// gateway. The enrolment is kept either way: the token was well spent.
+func checkNATSReach(ctx context.Context, id *identity.Identity, servers, stateDir string) error {
+	urls := splitList(servers)
+	given := len(urls) > 0
+	if !given {
+		urls = id.Enrolment.NATSURLs
+	}
+	err := identity.ProbeNATS(ctx, urls, id.Enrolment.NATSCA)
+	if err == nil {
+		return nil
+	}
+	if !given && id.Enrolment.GatewayURL != "" {
+		if now, changed, lerr := id.Locate(ctx); lerr == nil && changed {
+			if identity.ProbeNATS(ctx, now, id.Enrolment.NATSCA) == nil {
+				return nil
+			}
+			urls = now
+		}
+	}
+	if given {
+		return fmt.Errorf("host %s is enrolled (its identity is in %s), but no NATS URL of --nats works from here:\n  %s\ncheck --nats, or drop it to dial the URLs the gateway gave (%s)",
+			id.Enrolment.Host, stateDir, indent(err), strings.Join(id.Enrolment.NATSURLs, ","))
+	}
+	fix := "restart fleet-gateway with --advertise NAME, a name or address this host reaches the gateway by (or --nats_advertise tls://NAME:PORT)"
+	if u, perr := url.Parse(id.Enrolment.GatewayURL); perr == nil && u.Hostname() != "" {
+		fix = fmt.Sprintf("restart fleet-gateway with --advertise %s (the name this host reached its fleet API by), or --nats_advertise tls://%s:PORT", u.Hostname(), u.Hostname())
+	}
+	return fmt.Errorf("host %s is enrolled (its identity is in %s), but no NATS URL the gateway gave (%s) works from here:\n  %s\n"+
+		"On the gateway: %s. Then start the agent again (fleet-agent --state_dir %s, or its service): it asks the gateway for the current NATS URLs by itself, no token needed",
+		id.Enrolment.Host, stateDir, strings.Join(urls, ","), indent(err), fix, stateDir)
+}
+
+// indent puts each line of err's text after the first on a line of its
+// own, indented.
+func indent(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "\n  ")
 }
 
 // checkPolicyFirst reads the host policy the agent will run with before

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
 )
@@ -43,6 +46,7 @@ func runUntil(t *testing.T, args []string, vars map[string]string) string {
 // with the identity join wrote.
 func TestJoinThenRun(t *testing.T) {
 	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	natsURL := g.ServeNATSGreeting(t)
 	state := t.TempDir()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(g.Token+"\n"), 0o600); err != nil {
@@ -62,7 +66,7 @@ func TestJoinThenRun(t *testing.T) {
 		t.Errorf("second join: %d requests\n%s", g.Requests(), out)
 	}
 	out = runUntil(t, []string{"--state_dir", state, "--drain_timeout", "1s"}, nil)
-	if !strings.Contains(out, "host=web-1") || !strings.Contains(out, "tls://127.0.0.1:1") {
+	if !strings.Contains(out, "host=web-1") || !strings.Contains(out, natsURL) {
 		t.Errorf("plain start after join:\n%s", out)
 	}
 	// The token from the environment, the CA pin and gateway too.
@@ -162,5 +166,46 @@ func TestInstallCommand(t *testing.T) {
 	}
 	if _, err := runFails(t, append(args, "--state_dir", t.TempDir()), nil); err == nil || !strings.Contains(err.Error(), "--state_dir") {
 		t.Errorf("install with --state_dir: %v", err)
+	}
+}
+
+// A join whose NATS URLs do not work from the host keeps the enrolment
+// but fails, naming the URL, the error and what to run on the gateway;
+// once the gateway gives a URL that works, join asks for it and runs.
+func TestJoinChecksNATS(t *testing.T) {
+	g := identitytest.NewGateway(t, identitytest.NewCA(t, "fleet"))
+	state := t.TempDir()
+	args := []string{"join", "--gateway", g.URL, "--name", "web-1", "--state_dir", state, "--drain_timeout", "1s"}
+	vars := map[string]string{"FLEET_JOIN_TOKEN": g.Token, "FLEET_CA_PIN": g.Pin}
+	var log syncBuffer
+	err := run(context.Background(), args, env(vars), &log)
+	if err == nil {
+		t.Fatalf("join with NATS out of reach succeeded\n%s", log.String())
+	}
+	for _, want := range []string{"host web-1 is enrolled", "NATS is not reachable at tls://127.0.0.1:1", "connection refused",
+		"restart fleet-gateway with --advertise 127.0.0.1", "asks the gateway for the current NATS URLs by itself"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := identity.Load(state); err != nil {
+		t.Fatalf("the enrolment was not kept: %v", err)
+	}
+	natsURL := g.ServeNATSGreeting(t)
+	out := runUntil(t, args, vars)
+	if !strings.Contains(out, "enrolled already") || !strings.Contains(out, natsURL) || g.Requests() != 1 || g.Locates() == 0 {
+		t.Errorf("join once the gateway gives a good URL: %d enrolments, %d locates\n%s", g.Requests(), g.Locates(), out)
+	}
+	if id, err := identity.Load(state); err != nil || id.Enrolment.NATSURLs[0] != natsURL {
+		t.Errorf("the new URL is not stored: %v", err)
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	if got := exitStatus(fmt.Errorf("run: %w", &agent.RevokedError{Host: "web-1", Err: errors.New("revoked")})); got != 77 {
+		t.Errorf("revoked: exit status %d", got)
+	}
+	if got := exitStatus(errors.New("other")); got != 2 {
+		t.Errorf("another error: exit status %d", got)
 	}
 }

@@ -56,7 +56,7 @@ func main() {
 		return run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	}, serviceReload, serviceStopWait); ok {
 		if err != nil {
-			os.Exit(2)
+			os.Exit(exitStatus(err))
 		}
 		os.Exit(0)
 	}
@@ -72,8 +72,19 @@ func main() {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
 		}
-		os.Exit(2)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// exitStatus is the exit status for err: agent.ExitRevoked (77) for a
+// revoked host, which the service units do not restart
+// (RestartPreventExitStatus=77); 2 for any other error.
+func exitStatus(err error) int {
+	var rerr *agent.RevokedError
+	if errors.As(err, &rerr) {
+		return agent.ExitRevoked
+	}
+	return 2
 }
 
 // serviceStopWait is how long a Windows service stop may take: the default
@@ -301,8 +312,13 @@ func (rf *runFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 // the state directory's lock the caller holds; the agent takes it over.
 func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *statelock.Lock, getenv func(string) string, log *slog.Logger) error {
 	urls := splitList(*rf.servers)
+	var locator agent.Locator
 	if len(urls) == 0 {
 		urls = id.Enrolment.NATSURLs
+		if id.Enrolment.GatewayURL != "" {
+			// URLs that no longer answer are asked for again.
+			locator = id
+		}
 	}
 	// Without its own executable the agent refuses git under command
 	// rules.
@@ -321,7 +337,7 @@ func start(ctx context.Context, rf *runFlags, id *identity.Identity, lock *state
 	a, err := agent.New(agent.Config{
 		Servers: urls, Name: id.Enrolment.Host,
 		Credentials: agent.Credentials{JWT: id.JWT, Seed: id.Seed, CA: []byte(id.Enrolment.NATSCA)},
-		Renewer:     id, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
+		Renewer:     id, Locator: locator, GatewayKeys: id.GatewayKeys().Keys, GatewayKeySerial: id.GatewayKeys().Serial, KeyStore: id,
 		Cwd: *rf.cwd, StateDir: *rf.stateDir, StateLock: lock, SkillsDir: *rf.skillsDir, FleetSkillsDir: *rf.fleetSkills, Home: cmp.Or(getenv("HOME"), getenv("USERPROFILE")), Shell: *rf.shell,
 		GitGuard: self, TaskWrapper: self, ConfineHelper: self, ConfineCommands: *rf.confine,
 		PolicyFile: *rf.policy, ProtectedPaths: rf.protected,

@@ -128,7 +128,8 @@ type Gateway struct {
 	account     nkeys.KeyPair
 
 	mu       sync.Mutex
-	requests int
+	requests int // enrolments and recoveries
+	locates  int
 	nonces   map[string]bool
 	keys     map[string]string // host -> public key enrolled
 	revoked  map[string]bool   // public keys revoked
@@ -166,6 +167,7 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.EnrolPath, g.enrol)
 	mux.HandleFunc("POST "+protocol.RecoverPath, g.recover)
+	mux.HandleFunc("POST "+protocol.LocatePath, g.locate)
 	g.srv = httptest.NewUnstartedServer(mux)
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	g.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes clients refuse
@@ -178,7 +180,15 @@ func NewGatewayCert(t testing.TB, pin string, cert tls.Certificate) *Gateway {
 // Close stops serving the API: requests then fail to connect.
 func (g *Gateway) Close() { g.srv.Close() }
 
-// Requests returns how many requests reached the API.
+// Locates returns how many requests for the NATS URLs reached the API.
+func (g *Gateway) Locates() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.locates
+}
+
+// Requests returns how many enrolment and recovery requests reached the
+// API.
 func (g *Gateway) Requests() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -347,6 +357,38 @@ func (g *Gateway) enrol(w http.ResponseWriter, r *http.Request) {
 	g.answer(w, host, req.PublicKey)
 }
 
+// SetNATSURLs changes the NATS URLs the API's answers carry.
+func (g *Gateway) SetNATSURLs(urls []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.NATSURLs = urls
+}
+
+// locate answers an enrolled key with the current NATS URLs.
+func (g *Gateway) locate(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.locates++
+	var req protocol.LocateRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes)).Decode(&req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, protocol.APIBadRequest, err.Error())
+		return
+	}
+	if code, msg := g.checkProof(&req.Proof, req.SigningBytes()); code != "" {
+		writeAPIError(w, http.StatusBadRequest, code, msg)
+		return
+	}
+	switch {
+	case req.CAPin != g.Pin:
+		writeAPIError(w, http.StatusBadRequest, protocol.APIWrongCA, "not this gateway's CA")
+	case g.keys[req.Host] != req.PublicKey:
+		writeAPIError(w, http.StatusNotFound, protocol.APIUnknownHost, "no such host with this key")
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(protocol.LocateResponse{Host: req.Host, NATSURLs: g.NATSURLs, NATSCA: g.NATSCA})
+	}
+}
+
 func (g *Gateway) recover(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -373,4 +415,41 @@ func (g *Gateway) recover(w http.ResponseWriter, r *http.Request) {
 		g.recovery--
 		g.answer(w, req.Host, req.PublicKey)
 	}
+}
+
+// ServeNATSGreeting serves the start of a NATS connection on loopback, as
+// far as a probe of the URL looks (the INFO line, then a TLS handshake
+// with a certificate of a new NATS CA), and makes it the NATS URL and CA
+// the API's answers carry. It returns the URL.
+func (g *Gateway) ServeNATSGreeting(t testing.TB) string {
+	t.Helper()
+	ca := NewCA(t, "nats")
+	cert := ca.Leaf(t, []string{"127.0.0.1", "localhost"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write([]byte("INFO {\"tls_required\":true}\r\n")); err != nil {
+					return
+				}
+				_ = tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
+			})
+		}
+	})
+	url := "tls://" + ln.Addr().String()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.NATSURLs, g.NATSCA = []string{url}, ca.PEM()
+	return url
 }
