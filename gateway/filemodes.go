@@ -21,6 +21,9 @@ func (cfg *Config) Paths() StatePaths {
 		for _, f := range keyFiles {
 			p.Own = append(p.Own, filepath.Join(d, natsDir, f.name))
 		}
+		// The accounts' own keys of a data directory not moved to scoped
+		// keys yet: secrets until the start that removes them.
+		p.Own = append(p.Own, filepath.Join(d, natsDir, legacyAccountKeyFile), filepath.Join(d, natsDir, legacySystemKeyFile))
 	}
 	for _, f := range []string{cfg.APITLSKey, cfg.TLSKey, cfg.NATSTLSKey, cfg.SigningKeyFile,
 		cfg.NATSCredsFile, cfg.NATSSystemCredsFile, cfg.NATSAgentSigningKeyFile, cfg.NATSOperatorSigningKeyFile} {

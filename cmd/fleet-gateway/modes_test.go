@@ -20,7 +20,8 @@ func TestRunRefusesOpenModes(t *testing.T) {
 		want string
 	}{
 		"writable data dir": {"", 0o777, "", "chmod go-w "},
-		"readable NATS key": {"nats/account.nk", 0o644, "", "chmod 0600 "},
+		"readable NATS key": {"nats/gateway-signer.nk", 0o644, "", "chmod 0600 "},
+		"readable old key":  {"nats/account.nk", 0o644, "", "chmod 0600 "},
 		"group NATS key":    {"nats/operator.nk", 0o640, "", "chmod 0600 "},
 		"readable CA key":   {"tls/ca.key", 0o604, "", "chmod 0600 "},
 		"readable TLS key":  {"mcp.key", 0o644, "--tls_key", "chmod 0640 "},
