@@ -198,7 +198,7 @@ func (c *cli) printRollout(in *protocol.RolloutInfo) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Rollout:\t%s (%s)\n", in.ID, what)
-	fmt.Fprintf(tw, "State:\t%s, batch %d of %d\n", in.State, in.CurrentBatch, in.Batches)
+	fmt.Fprintf(tw, "State:\t%s\n", rolloutProgress(in))
 	if in.Reason != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", in.Reason)
 	}
@@ -224,10 +224,30 @@ func (c *cli) printRollout(in *protocol.RolloutInfo) {
 	tw.Flush()
 }
 
+// batchNumber is the batch a rollout is at, counted from 1 (the API's
+// current_batch counts from 0); a done rollout is past its last.
+func batchNumber(in *protocol.RolloutInfo) int {
+	if in.State == protocol.RolloutDone {
+		return in.Batches
+	}
+	return min(in.CurrentBatch+1, in.Batches)
+}
+
+// rolloutProgress says a rollout's state and where it is.
+func rolloutProgress(in *protocol.RolloutInfo) string {
+	switch {
+	case in.Batches == 0:
+		return in.State
+	case in.State == protocol.RolloutDone:
+		return fmt.Sprintf("%s, all %d batches", in.State, in.Batches)
+	}
+	return fmt.Sprintf("%s, batch %d of %d", in.State, batchNumber(in), in.Batches)
+}
+
 // formatCounts writes per-state counts in a fixed order.
 func formatCounts(counts map[string]int) string {
 	order := []string{protocol.SkillInstalled, protocol.SkillRemoved, protocol.SkillInstalling, protocol.SkillPending,
-		protocol.RolloutHostWaiting, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused, protocol.SkillTampered}
+		protocol.RolloutHostWaiting, protocol.RolloutHostSkipped, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused, protocol.SkillTampered}
 	var parts []string
 	seen := map[string]bool{}
 	for _, s := range order {
@@ -322,7 +342,7 @@ var skillRolloutsCmd = &command{
 				if r.Remove {
 					bundle = "(remove)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Skill, bundle, r.State, r.CurrentBatch, r.Batches,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Skill, bundle, r.State, batchNumber(&r), r.Batches,
 					formatCounts(r.Counts), formatTime(r.CreatedAt), orDash(r.CreatedBy))
 			}
 			return tw.Flush()

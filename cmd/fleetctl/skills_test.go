@@ -34,7 +34,7 @@ func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
 	}
 	g.skills.rollouts["r-aaaaaaaaaa"] = &protocol.RolloutInfo{ID: "r-aaaaaaaaaa", Skill: "deploy", BundleID: "sha256:" + strings.Repeat("b", 64),
 		Selector: "role=web", State: protocol.RolloutPaused, Reason: "2 hosts failed, more than max_errors 1", Canary: 1, Batch: "25%", MaxErrors: 1,
-		BatchTimeout: "10m0s", Hosts: 3, Batches: 3, CurrentBatch: 2, CreatedAt: at, CreatedBy: "alice",
+		BatchTimeout: "10m0s", Hosts: 3, Batches: 3, CurrentBatch: 1, CreatedAt: at, CreatedBy: "alice",
 		Counts: map[string]int{protocol.SkillInstalled: 1, protocol.SkillFailed: 1, protocol.SkillRefused: 1},
 		HostStates: []protocol.RolloutHost{
 			{Host: "web-1", State: protocol.SkillInstalled, Active: "sha256:" + strings.Repeat("b", 64)},
