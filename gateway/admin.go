@@ -379,19 +379,13 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 	g.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", formatLabels(t.Labels),
 		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
 	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
-	args := fmt.Sprintf("--gateway %s --token %s --ca_pin %s", resp.GatewayURL, token, resp.CAPin)
 	if req.NATS {
 		resp.Token, resp.NATSURLs, resp.CAPin = natsToken, natsURLs, g.NATSCAPin()
-		args = fmt.Sprintf("--nats %s --token %s --ca_pin %s", natsURLs[0], natsToken, resp.CAPin)
 	}
-	if t.NamePattern != "" {
-		// The host's own name may not match the pattern.
-		args += " --name NAME"
-	}
-	resp.JoinCommand = "fleet-agent join " + args
-	resp.InstallCommand = "fleet-agent install " + args
+	resp.JoinCommand, resp.InstallCommand = protocol.JoinCommands(resp)
 	return resp, nil
 }
+
 
 // AllowRecovery lets host recover its credential count more times (it
 // may then get a new credential with its key alone, once expired).

@@ -93,6 +93,30 @@ type TokenCreateResponse struct {
 	InstallCommand string `json:"install_command"`
 }
 
+// JoinCommands returns the commands that join a host with the token of
+// resp, ready to paste but for the token itself: fleet-agent reads it
+// from standard input (--token_file -), so that it shows neither in ps
+// nor in a shell's history. A token for one name, or one that replaces a
+// host, names the host; one for a pattern of names asks for the name.
+func JoinCommands(resp *TokenCreateResponse) (join, install string) {
+	args := "--gateway " + resp.GatewayURL
+	if resp.Info.NATS && len(resp.NATSURLs) > 0 {
+		args = "--nats " + resp.NATSURLs[0]
+	}
+	args += " --ca_pin " + resp.CAPin
+	switch t := &resp.Info; {
+	case t.Name != "":
+		args += " --name " + t.Name
+	case t.Replace != "":
+		args += " --name " + t.Replace
+	case t.NamePattern != "":
+		// The host's own name may not match the pattern.
+		args += " --name NAME"
+	}
+	args += " --token_file -"
+	return "fleet-agent join " + args, "fleet-agent install " + args
+}
+
 // TokenList answers GET AdminTokensPath.
 type TokenList struct {
 	Tokens []TokenInfo `json:"tokens"`
