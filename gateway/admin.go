@@ -386,7 +386,6 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 	return resp, nil
 }
 
-
 // AllowRecovery lets host recover its credential count more times (it
 // may then get a new credential with its key alone, once expired).
 func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) error {
