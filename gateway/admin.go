@@ -242,6 +242,13 @@ func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) 
 	return out, nil
 }
 
+// RevokeJoinToken revokes join token id, as by: no host can enrol with
+// it any more.
+func (g *Gateway) RevokeJoinToken(ctx context.Context, id, by string) error {
+	_, err := g.tokens.revoke(ctx, id, by, g.now())
+	return err
+}
+
 func (a *adminAction) revokeToken() {
 	t, err := a.g.tokens.revoke(a.r.Context(), a.route.target, a.id.Name(), a.g.now())
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -63,6 +65,7 @@ func main() {
 
 type options struct {
 	dev        bool
+	devToken   bool
 	noAuth     bool
 	listen     string
 	dataDir    string
@@ -124,6 +127,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	hostname, _ := os.Hostname()
 	o := &options{}
 	fs.BoolVar(&o.dev, "dev", false, "development mode: caller auth off, loopback only, plus an agent for this machine")
+	fs.BoolVar(&o.devToken, "dev_join_token", false, "with --dev: also print a join token for one more host (one use, valid 15 minutes, revoked when the gateway stops)")
 	fs.BoolVar(&o.noAuth, "no_auth", false, "turn caller authentication off (only allowed on a loopback --listen)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the MCP endpoint")
 	fs.StringVar(&o.dataDir, "data_dir", defaultDataDir(getenv), "state directory for the embedded NATS server")
@@ -270,6 +274,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	agentDone := make(chan struct{})
+	var devToken string
 	if o.dev {
 		a, err := devAgent(ctx, gw, o, getenv, log, cfg.TracerProvider)
 		if err != nil {
@@ -280,7 +285,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			defer close(agentDone)
 			return a.Run(gctx)
 		})
-		printDev(ctx, stdout, gw, o, log)
+		devToken = printDev(ctx, stdout, gw, o, getenv, log)
 	} else {
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
@@ -293,6 +298,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		<-agentDone
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if devToken != "" {
+			// The token printed is good only while this gateway runs.
+			if err := gw.RevokeJoinToken(sctx, devToken, "dev"); err != nil {
+				log.Debug("dev: the printed join token was not revoked", "token", devToken, "err", err)
+			}
+		}
 		return gw.Shutdown(sctx)
 	})
 	return g.Wait()
@@ -520,7 +531,9 @@ func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name stri
 	}
 	pub, _ := kp.PublicKey()
 	kp.Wipe()
-	creds, err := gw.EnrolLocal(ctx, name, pub, map[string]string{"dev": "true"})
+	hostname, _ := os.Hostname()
+	creds, err := gw.EnrolLocal(ctx, name, pub, map[string]string{"dev": "true"},
+		gateway.WithFacts(protocol.AgentFacts{OS: runtime.GOOS, Arch: runtime.GOARCH, Hostname: hostname}))
 	if err != nil {
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
@@ -554,7 +567,11 @@ func loopbackURL(raw string) string {
 	return u.String()
 }
 
-func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options, log *slog.Logger) {
+// printDev prints how to use the --dev gateway: the MCP endpoint, how to
+// reach it with fleetctl (whose profile it saves for this user), and what
+// another host needs to join; with --dev_join_token also a join token,
+// whose id it returns.
+func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) string {
 	urls := gw.AgentNATSURLs()
 	reach := whoReaches(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
@@ -566,32 +583,64 @@ func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options,
 Connect an MCP client:
   claude mcp add --transport http fleet %s
   npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
-
-Join another agent (%s):
-  NATS URL:      %s
-`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), reach, strings.Join(urls, ","))
+  (Cursor, VS Code: see "Connecting an MCP client" in the README)
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL())
+	if api := gw.APIURL(); api != "" {
+		fmt.Fprintf(w, "\nManage the fleet with fleetctl (%s), or in another shell:\n  export FLEET_GATEWAY=%s FLEET_CA_PIN=%s\n",
+			saveDevProfile(gw, getenv, log), api, gw.APICAPin())
+	}
+	fmt.Fprintf(w, "\nJoin another agent (%s):\n  NATS URL:      %s\n", reach, strings.Join(urls, ","))
 	if pin := gw.NATSCAPin(); pin != "" {
 		fmt.Fprintf(w, "  CA pin:        %s\n", pin)
 	} else {
 		fmt.Fprintln(w, "  TLS:           off on loopback (--nats_tls turns it on; beyond loopback it is always on)")
 	}
-	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n\n"
+	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n"
 	if gw.APIURL() == "" {
 		fmt.Fprint(w, "  Fleet API:     off (--api_listen); hosts cannot join over the network\n\n"+howto)
-		return
+		return ""
 	}
 	hint := ""
 	if ip := net.ParseIP(strings.Trim(hostOf(gw.APIURL()), "[]")); ip != nil && ip.IsLoopback() {
 		hint = "; --api_listen 0.0.0.0:8443 lets other machines enrol"
 	}
-	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n", gw.APIURL(), gw.APICAPin(), hint)
+	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n\n", gw.APIURL(), gw.APICAPin(), hint)
+	if !o.devToken {
+		fmt.Fprint(w, howto)
+		return ""
+	}
 	tok, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{TTL: "15m", Uses: 1, Labels: map[string]string{"dev": "true"}}, "dev")
 	if err != nil {
 		log.Warn("dev: no join token made", "err", err)
-		fmt.Fprint(w, "\n"+howto)
-		return
+		fmt.Fprint(w, howto)
+		return ""
 	}
-	fmt.Fprintf(w, "\nJoin one more host with this token (one use, valid 15 minutes):\n  %s\n\n%s", tok.JoinCommand, howto)
+	fmt.Fprintf(w, "Join one more host with this token (one use, valid 15 minutes, revoked when this gateway stops):\n  token:   %s\n  command: %s\n\n%s",
+		tok.Token, tok.JoinCommand, howto)
+	return tok.Info.ID
+}
+
+// saveDevProfile saves fleetctl's profile for this gateway for the user
+// running it (never over a profile of another gateway), and says where.
+func saveDevProfile(gw *gateway.Gateway, getenv func(string) string, log *slog.Logger) string {
+	path, err := profile.Path(getenv)
+	if err != nil {
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	}
+	old, err := profile.Load(path)
+	switch {
+	case err != nil:
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	case old != nil && !old.Dev:
+		return "your profile " + path + " is another gateway's: give the settings below, or --gateway and --ca_pin"
+	}
+	if err := profile.Save(path, &profile.Profile{Gateway: gw.APIURL(), CAPin: gw.APICAPin(), Dev: true}); err != nil {
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	}
+	return "its profile for this gateway is saved in " + path
 }
 
 // hostOf returns the host of a URL ("" if it does not parse).

@@ -25,14 +25,22 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/confine"
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
 // the environment they run in.
+// A --dev gateway saves fleetctl's profile in testProfile, never in the
+// user's own configuration, unless vars names another file.
 func env(vars map[string]string) func(string) string {
-	return func(k string) string { return vars[k] }
+	return func(k string) string {
+		if v, ok := vars[k]; ok || k != profile.EnvPath {
+			return v
+		}
+		return testProfile
+	}
 }
 
 // syncBuffer is a bytes.Buffer that run may write to while the test reads.
@@ -198,8 +206,9 @@ func TestDevSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
-	go func() { done <- run(ctx, args, env(nil), &stdout, &stderr) }()
+	args := []string{"--dev", "--dev_join_token", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
+	profilePath := filepath.Join(t.TempDir(), "config", "fleetctl.json")
+	go func() { done <- run(ctx, args, env(map[string]string{profile.EnvPath: profilePath}), &stdout, &stderr) }()
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -253,12 +262,23 @@ func TestDevSmoke(t *testing.T) {
 	if strings.Contains(out, "nats://127.0.0.1:0\n") || strings.Contains(out, "PASSWORD") {
 		t.Errorf("the join instructions name port 0 or a password:\n%s", out)
 	}
-	// The printed join command works: its token enrols one more host
-	// over the fleet API, whose CA has the printed pin; only once.
-	join := regexp.MustCompile(`fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --token (\S+) --ca_pin (sha256:[0-9a-f]{64})\n`).FindStringSubmatch(out)
+	// fleetctl's settings: one export line, and the profile saved for
+	// this user.
+	export := regexp.MustCompile(`(?m)^  export FLEET_GATEWAY=(https://127\.0\.0\.1:\d+) FLEET_CA_PIN=(sha256:[0-9a-f]{64})$`).FindStringSubmatch(out)
+	if export == nil {
+		t.Fatalf("no export line for fleetctl on stdout:\n%s", out)
+	}
+	if p, err := profile.Load(profilePath); err != nil || p == nil || p.Gateway != export[1] || p.CAPin != export[2] || !p.Dev {
+		t.Errorf("fleetctl's profile %+v, %v; want the gateway and pin of the export line", p, err)
+	}
+	// The printed join command works: its token (on stdin) enrols one
+	// more host over the fleet API, whose CA has the printed pin; only
+	// once.
+	join := regexp.MustCompile(`token: +(\S+)\n  command: fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --ca_pin (sha256:[0-9a-f]{64}) --token_file -\n`).FindStringSubmatch(out)
 	if join == nil {
 		t.Fatalf("no ready join command on stdout:\n%s", out)
 	}
+	join[1], join[2] = join[2], join[1]
 	jc := enrolclient.New(join[1], join[3], 1)
 	defer jc.Close()
 	kp, _ := nkeys.CreateUser()
