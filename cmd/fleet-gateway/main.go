@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -100,6 +102,7 @@ type options struct {
 	accessFile, apiTokensFile       string
 	rateLimit                       string
 	newAPIToken                     string
+	adminToken                      bool
 	auditFile                       string
 	auditRetention                  time.Duration
 	auditReplicas                   int
@@ -185,7 +188,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if o.configFile != "" {
-		if err := configfile.Apply(fs, o.configFile, o.set, "new_api_token"); err != nil {
+		if err := configfile.Apply(fs, o.configFile, o.set, "new_api_token", "admin"); err != nil {
 			return nil, err
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
@@ -208,6 +211,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.apiTokensFile, "api_tokens", "", "static API tokens file (YAML or JSON; SHA-256 hashes with each token's own grants)")
 	fs.StringVar(&o.rateLimit, "rate_limit", "", "tools/call limit per caller where its access rule or token sets no rate_limit: N/s, N/min or N/h (default: unlimited)")
 	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
+	fs.BoolVar(&o.adminToken, "admin", false, "with --new_api_token: an admin's token (every tool, every host, the admin API fleetctl uses), and the fleetctl login command for it")
 	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
 	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
 	fs.IntVar(&o.auditReplicas, "audit_replicas", 0, "replicas of the audit stream; 0: 3 on a NATS cluster, else 1")
@@ -427,7 +431,11 @@ func splitList(s string) []string {
 
 // printAPIToken prints a new API token and its line for the tokens file.
 func printAPIToken(w io.Writer, o *options) error {
-	token, line, err := gateway.NewAPIToken(o.newAPIToken)
+	newToken := gateway.NewAPIToken
+	if o.adminToken {
+		newToken = gateway.NewAdminAPIToken
+	}
+	token, line, err := newToken(o.newAPIToken)
 	if err != nil {
 		return fmt.Errorf("--new_api_token: %w", err)
 	}
@@ -444,7 +452,40 @@ Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and reloa
 
   %s
 `, o.newAPIToken, token, file, line)
+	if o.adminToken {
+		fmt.Fprintf(w, `
+Then, where fleetctl runs, save it in fleetctl's profile (paste the token when asked):
+
+  %s
+`, fleetctlLogin(o))
+	}
 	return nil
+}
+
+// fleetctlLogin is the fleetctl login command for this gateway's fleet
+// API: its address from --api_listen (this machine's name when it
+// listens on every address), its CA pin from the fleet CA in --data_dir
+// (PIN before the gateway's first start made it).
+func fleetctlLogin(o *options) string {
+	host, port, err := net.SplitHostPort(o.apiListen)
+	if err != nil {
+		host, port = "GATEWAY", "8443"
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host, _ = os.Hostname()
+	}
+	if adv := splitList(o.advertise); len(adv) > 0 {
+		host = adv[0]
+	}
+	pin := "PIN"
+	if data, err := os.ReadFile(filepath.Join(o.dataDir, "tls", "ca.pem")); err == nil {
+		if block, _ := pem.Decode(data); block != nil {
+			if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
+				pin = protocol.CAPin(cert)
+			}
+		}
+	}
+	return fmt.Sprintf("fleetctl login --gateway https://%s --ca_pin %s --api_token_file -", net.JoinHostPort(host, port), pin)
 }
 
 // printServing tells how to reach a gateway that is not in --dev mode.
