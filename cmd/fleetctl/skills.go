@@ -75,6 +75,7 @@ var skillRolloutCmd = &command{
 		maxErrors := fs.Int("max_errors", 0, "how many hosts may fail before the rollout pauses")
 		autoRollback := fs.Bool("auto_rollback", false, "roll back instead of pausing when more than --max_errors hosts fail")
 		batchTimeout := fs.Duration("batch_timeout", 10*time.Minute, "how long an online host may take to install before it counts as failed")
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			if err := c.wantArgs(args, 1); err != nil {
 				return err
@@ -90,13 +91,21 @@ var skillRolloutCmd = &command{
 			if req.BundleID, err = c.resolveBundle(ctx, name, bundle); err != nil {
 				return err
 			}
-			var info protocol.RolloutInfo
-			if printed, err := c.ask(ctx, http.MethodPost, protocol.AdminRolloutsPath, req, &info); err != nil || printed {
+			if err := w.check(); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "Rollout %s started: %s %s to %d hosts in %d batches.\n", info.ID, info.Skill, info.BundleID, info.Hosts, info.Batches)
-			fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s\n", info.ID)
-			return nil
+			var info protocol.RolloutInfo
+			printed, err := c.ask(ctx, http.MethodPost, protocol.AdminRolloutsPath, req, &info)
+			if err != nil {
+				return err
+			}
+			if !printed {
+				fmt.Fprintf(c.stdout, "Rollout %s started: %s %s to %d hosts in %d batches.\n", info.ID, info.Skill, info.BundleID, info.Hosts, info.Batches)
+				if !*w.wait {
+					fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s --wait\n", info.ID)
+				}
+			}
+			return c.maybeWait(ctx, w, info.ID)
 		}
 	},
 }
@@ -173,12 +182,19 @@ func (c *cli) resolveBundle(ctx context.Context, name, bundle string) (string, e
 
 var skillStatusCmd = &command{
 	group: "skills", name: "status", args: "ROLLOUT",
-	summary: "show a rollout: its state and batch, and where each host stands",
+	summary: "show a rollout: its state and batch, and where each host stands (--wait: follow it to its end)",
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			id, err := c.rolloutArg(args)
 			if err != nil {
 				return err
+			}
+			if err := w.check(); err != nil {
+				return err
+			}
+			if *w.wait {
+				return c.waitRollout(ctx, id, *w.poll)
 			}
 			var info protocol.RolloutInfo
 			if printed, err := c.ask(ctx, http.MethodGet, rolloutPath(id)+"?hosts=1", nil, &info); err != nil || printed {
@@ -301,6 +317,7 @@ var skillRemoveCmd = &command{
 	summary: "remove a skill from the hosts a selector picks (as a rollout); prints the rollout id",
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		selector := fs.String("selector", "", `the hosts: a name glob and labels, e.g. "web-*", role=web, "*" for all (required)`)
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			name, err := c.skillArg(args)
 			if err != nil {
@@ -309,12 +326,21 @@ var skillRemoveCmd = &command{
 			if strings.TrimSpace(*selector) == "" {
 				return usagef(`--selector is required: which hosts lose the skill? e.g. --selector role=web, --selector "*" for all`)
 			}
-			var info protocol.RolloutInfo
-			if printed, err := c.ask(ctx, http.MethodPost, skillPath(name)+"/remove", &protocol.SkillRemoveRequest{Selector: *selector}, &info); err != nil || printed {
+			if err := w.check(); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "Rollout %s started: remove %s from %d hosts.\nFollow it with: fleetctl skills status %s\n", info.ID, name, info.Hosts, info.ID)
-			return nil
+			var info protocol.RolloutInfo
+			printed, err := c.ask(ctx, http.MethodPost, skillPath(name)+"/remove", &protocol.SkillRemoveRequest{Selector: *selector}, &info)
+			if err != nil {
+				return err
+			}
+			if !printed {
+				fmt.Fprintf(c.stdout, "Rollout %s started: remove %s from %d hosts.\n", info.ID, name, info.Hosts)
+				if !*w.wait {
+					fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s --wait\n", info.ID)
+				}
+			}
+			return c.maybeWait(ctx, w, info.ID)
 		}
 	},
 }

@@ -23,6 +23,9 @@ import (
 type fakeSkills struct {
 	versions map[string][]protocol.SkillVersion
 	rollouts map[string]*protocol.RolloutInfo
+	// script holds a rollout's answers to come, one a GET (the last
+	// one stays).
+	script map[string][]*protocol.RolloutInfo
 }
 
 func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
@@ -78,7 +81,15 @@ func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
 		}
 	})
 	mux.HandleFunc("GET "+ro+"/{id}", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		if next := g.skills.script[r.PathValue("id")]; len(next) > 0 {
+			g.skills.rollouts[r.PathValue("id")] = next[0]
+			if len(next) > 1 {
+				g.skills.script[r.PathValue("id")] = next[1:]
+			}
+		}
 		info := g.skills.rollouts[r.PathValue("id")]
+		g.mu.Unlock()
 		if info == nil {
 			g.fail(w, http.StatusNotFound, protocol.APINotFound, "no rollout "+r.PathValue("id"))
 			return
