@@ -129,6 +129,7 @@ func startFakeGatewayWith(t *testing.T, ca *testCA, cert tls.Certificate) *fakeG
 	mux.HandleFunc("GET "+protocol.AdminAgentsPath, g.listAgents)
 	mux.HandleFunc("POST "+protocol.AdminAgentsPath+"/{name}/{action}", g.agentAction)
 	mux.HandleFunc("POST "+protocol.AdminKeysPath+"/{key}/revoke", g.revokeKey)
+	mux.HandleFunc("GET "+protocol.AdminAuditPath, g.audit)
 	g.skillRoutes(mux)
 	g.srv = httptest.NewUnstartedServer(g.record(mux))
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}

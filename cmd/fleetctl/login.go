@@ -18,13 +18,15 @@ import (
 // topCommands are the commands of no group besides doctor and help.
 var topCommands = map[string]func(*cli, context.Context, []string) error{
 	"login": (*cli).runLogin,
+	"audit": (*cli).runAudit,
 }
 
 var (
-	topCommandNames   = []string{"login"}
-	topCommandArgs    = map[string]string{"login": ""}
+	topCommandNames   = []string{"audit", "login"}
+	topCommandArgs    = map[string]string{"login": "", "audit": ""}
 	topCommandSummary = map[string]string{
 		"login": "check the gateway (--gateway, --ca_pin, --api_token_file) and save it as the profile later commands use",
+		"audit": "show the audit trail: --caller, --host, --tool, --decision, --since, --until, --limit",
 	}
 )
 
