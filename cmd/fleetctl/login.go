@@ -17,16 +17,18 @@ import (
 
 // topCommands are the commands of no group besides doctor and help.
 var topCommands = map[string]func(*cli, context.Context, []string) error{
-	"login": (*cli).runLogin,
-	"audit": (*cli).runAudit,
+	"login":      (*cli).runLogin,
+	"audit":      (*cli).runAudit,
+	"completion": (*cli).runCompletion,
 }
 
 var (
-	topCommandNames   = []string{"audit", "login"}
-	topCommandArgs    = map[string]string{"login": "", "audit": ""}
+	topCommandNames   = []string{"audit", "login", "completion"}
+	topCommandArgs    = map[string]string{"login": "", "audit": "", "completion": "SHELL"}
 	topCommandSummary = map[string]string{
-		"login": "check the gateway (--gateway, --ca_pin, --api_token_file) and save it as the profile later commands use",
-		"audit": "show the audit trail: --caller, --host, --tool, --decision, --since, --until, --limit",
+		"login":      "check the gateway (--gateway, --ca_pin, --api_token_file) and save it as the profile later commands use",
+		"audit":      "show the audit trail: --caller, --host, --tool, --decision, --since, --until, --limit",
+		"completion": "print the completion script for bash, zsh or fish",
 	}
 )
 
