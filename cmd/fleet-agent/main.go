@@ -31,9 +31,8 @@ import (
 )
 
 func main() {
-	if v, ok := version.Release(); ok {
-		agent.Version = v
-	}
+	// --version and the version the agent announces say the same.
+	agent.Version = version.Get().Version
 	// The agent's own executable is the git guard bash runs git through
 	// under a policy with command rules.
 	if code, ok := agent.RunGitGuard(os.Args); ok {

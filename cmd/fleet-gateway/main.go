@@ -38,9 +38,10 @@ import (
 )
 
 func main() {
-	if v, ok := version.Release(); ok {
-		agent.Version, gateway.Version = v, v
-	}
+	// --version, the MCP server's version and the dev agent's say the
+	// same.
+	agent.Version = version.Get().Version
+	gateway.Version = agent.Version
 	// The in-process agent of --dev runs git through this executable.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
