@@ -25,6 +25,7 @@ func runDoctor(ctx context.Context, args []string, getenv func(string) string, s
 	fs.SetOutput(stderr)
 	rf := addRunFlags(fs, getenv)
 	timeout := fs.Duration("timeout", 10*time.Second, "how long each network check may take")
+	setUsage(fs, doctorSynopsis)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}

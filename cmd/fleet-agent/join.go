@@ -130,6 +130,7 @@ func readTokenLine(r io.Reader, prompt io.Writer) (string, error) {
 func runJoin(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fleet-agent join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, joinSynopsis)
 	jf := addJoinFlags(fs, getenv)
 	rf := addRunFlags(fs, getenv)
 	if _, err := parse(fs, args); err != nil {

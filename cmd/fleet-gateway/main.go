@@ -59,9 +59,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fleet-gateway:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // help was asked for
 		}
+		fmt.Fprintln(os.Stderr, "fleet-gateway:", err)
 		os.Exit(2)
 	}
 }
@@ -128,6 +129,7 @@ type options struct {
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("fleet-gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { printUsage(stderr, fs) }
 	hostname, _ := os.Hostname()
 	o := &options{}
 	fs.BoolVar(&o.dev, "dev", false, "development mode: caller auth off, loopback only, plus an agent for this machine")
@@ -241,6 +243,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 0 && args[0] == "replica-seed" {
 		return runReplicaSeed(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) == 1 && args[0] == "help" {
+		// Asked for: the whole text on stdout, and no error.
+		_, err := parseFlags([]string{"-h"}, getenv, stdout)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {

@@ -163,6 +163,16 @@ func TestRunHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
 	}
+	for _, w := range []string{"Usage:", "fleet-gateway --dev", "fleet-gateway nats-setup", "fleet-gateway signing-key", "fleet-gateway replica-seed", "--new_api_token NAME [--admin]"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("-h does not say %q:\n%s", w, stderr)
+		}
+	}
+	// help is asked for: on stdout, and not an error.
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, env(nil), &stdout, io.Discard); err != nil || !strings.HasPrefix(stdout.String(), "fleet-gateway runs a fleetmcp gateway") || !strings.Contains(stdout.String(), "-data_dir") {
+		t.Errorf("help = %v:\n%s", err, stdout.String())
+	}
 	for _, f := range []string{"-dev", "-no_auth", "-listen", "-api_listen", "-api_tls_cert", "-api_tls_key", "-tls_cert", "-tls_key", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
 		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_tls_cert", "-nats_tls_key", "-max_request_mib", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
 		if !strings.Contains(stderr, f) {
