@@ -88,7 +88,7 @@ func Parse(path string, data []byte) (*Profile, error) {
 		return nil, fmt.Errorf("profile %s: more than one JSON object: fix it, or remove it and run fleetctl login", path)
 	}
 	if p.Gateway == "" {
-		return nil, fmt.Errorf("profile %s names no gateway: run fleetctl login --gateway https://GATEWAY:8443 --ca_pin sha256:...", path)
+		return nil, fmt.Errorf("profile %s names no gateway: run fleetctl login --gateway https://GATEWAY:8443 --ca_pin PIN", path)
 	}
 	if strings.ContainsAny(p.APIToken, "\r\n\t ") {
 		return nil, fmt.Errorf("profile %s: the api_token has spaces or line breaks: run fleetctl login again", path)
