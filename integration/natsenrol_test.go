@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,7 +51,7 @@ func TestJoinOverNATSOnly(t *testing.T) {
 
 	// Another pin: refused before anything is sent.
 	wrong := append([]string(nil), args...)
-	wrong[len(wrong)-1] = "sha256:" + strings.Repeat("0", 64)
+	wrong[slices.Index(wrong, "--ca_pin")+1] = "sha256:" + strings.Repeat("0", 64)
 	out, err := exec.Command(agentBinary(t), append(wrong, "--state_dir", filepath.Join(dir, ".wrong"), "--cwd", dir)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "holds no CA certificate of the pin") {
 		t.Fatalf("a join with another pin: %v\n%s", err, out)
