@@ -129,8 +129,12 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 	}
 	f := &fleet{mcpURL: "http://" + addrs[0] + "/mcp"}
 	var join, token string
-	gw, err := start(ctx, "fleet-gateway --dev", exec.Command(gwBin, "--dev", "--dev_join_token", "--listen", addrs[0], "--nats_listen", addrs[1], "--api_listen", addrs[2],
-		"--data_dir", filepath.Join(dir, "gateway"), "--agent_name", devHost, "--log_level", "warn"), stderr, 2*time.Minute,
+	gwCmd := exec.Command(gwBin, "--dev", "--dev_join_token", "--listen", addrs[0], "--nats_listen", addrs[1], "--api_listen", addrs[2],
+		"--data_dir", filepath.Join(dir, "gateway"), "--agent_name", devHost, "--log_level", "warn")
+	// Its fleetctl profile stays with the bench, not in the user's
+	// configuration.
+	gwCmd.Env = append(os.Environ(), "FLEET_PROFILE="+filepath.Join(dir, "fleetctl.json"))
+	gw, err := start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute,
 		func(line string) bool {
 			line = strings.TrimSpace(line)
 			if s, ok := strings.CutPrefix(line, "token:"); ok {
