@@ -75,3 +75,18 @@ func TestCompletionTopFlags(t *testing.T) {
 		}
 	}
 }
+
+// help names every command, and help COMMAND describes a command outside
+// the groups as its -h does, without an error.
+func TestHelpTopCommands(t *testing.T) {
+	r := mustRun(t, nil, "help")
+	for _, name := range append([]string{"doctor"}, topCommandNames...) {
+		if !strings.Contains(r.stderr, "  "+name+" ") {
+			t.Errorf("help does not list %s:\n%s", name, r.stderr)
+		}
+		h := mustRun(t, nil, "help", name)
+		if !strings.Contains(h.stderr, "Usage: fleetctl "+name) {
+			t.Errorf("help %s:\n%s", name, h.stderr)
+		}
+	}
+}

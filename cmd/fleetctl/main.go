@@ -337,6 +337,16 @@ func (c *cli) help(root *flag.FlagSet, words []string) error {
 			c.groupUsage(words[0])
 			return nil
 		}
+		run, ok := topCommands[words[0]]
+		if words[0] == "doctor" {
+			run, ok = (*cli).runDoctor, true
+		}
+		if ok {
+			if err := run(c, context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return nil
+		}
 	case 2:
 		if cmd := findCommand(words[0], words[1]); cmd != nil {
 			fs := flag.NewFlagSet(cmd.path(), flag.ContinueOnError)
