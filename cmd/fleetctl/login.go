@@ -116,7 +116,7 @@ func readLine(r io.Reader, prompt io.Writer, ask string) (string, error) {
 		return "", fmt.Errorf("reading standard input: %w", err)
 	}
 	line = strings.TrimSpace(line)
-	if line == "" || strings.ContainsAny(line, " \t") {
+	if line == "" || strings.ContainsAny(line, " \t\r\n") {
 		return "", errors.New("--api_token_file -: want one token on one line on standard input")
 	}
 	return line, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -98,4 +99,17 @@ func TestLoginRefuses(t *testing.T) {
 			t.Errorf("fleetctl %s: exit %d\n%s", strings.Join(tc.args, " "), r.code, r.stderr)
 		}
 	}
+}
+
+// A token read from standard input is one line without spaces, or an
+// error.
+func FuzzReadLine(f *testing.F) {
+	f.Add("fmcp_abc\n")
+	f.Add(" a b \r\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := readLine(strings.NewReader(in), io.Discard, "")
+		if err == nil && (got == "" || strings.ContainsAny(got, " \t\r\n")) {
+			t.Fatalf("readLine(%q) = %q", in, got)
+		}
+	})
 }
