@@ -95,6 +95,10 @@ func (c *cli) printCreated(r *protocol.TokenCreateResponse) {
 	if r.InstallCommand != "" {
 		fmt.Fprintf(w, "\nor, as root, install the agent as a system service and join:\n\n    %s\n", r.InstallCommand)
 	}
+	if r.Info.NATS {
+		// Longer than some terminals take on one line (macOS: 1024 bytes).
+		fmt.Fprintf(w, "\nThe token is long (%d characters): rather than paste it at the prompt, save it in a file and redirect it in (... --token_file - < FILE).\n", len(r.Token))
+	}
 }
 
 // tokenNames says which host names a token enrols.
