@@ -196,6 +196,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	}
+	switch {
+	case o.devToken && !o.dev:
+		return nil, errors.New("--dev_join_token is for --dev: a gateway in production makes join tokens with fleetctl token create")
+	case o.adminToken && o.newAPIToken == "":
+		return nil, errors.New("--admin goes with --new_api_token NAME: it makes an admin's token")
+	}
 	return o, nil
 }
 

@@ -122,6 +122,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"bad hosts replicas", with("--dev", "--hosts_replicas", "6"), nil, []string{"hosts bucket replicas 6"}},
 		{"short hosts retention", with("--dev", "--hosts_retention", "5m"), nil, []string{"hosts retention 5m0s", "minimum 1h"}},
 		{"bad API token name", with("--new_api_token", "a b"), nil, []string{"--new_api_token", `"a b"`}},
+		{"admin without a new token", with("--admin"), nil, []string{"--admin goes with --new_api_token"}},
+		{"dev join token without dev", with("--dev_join_token"), nil, []string{"--dev_join_token is for --dev"}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
 		{"external cluster without its setup", []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://127.0.0.1:4222"}, nil,
 			[]string{"operator mode", "--nats_creds", "--nats_system_creds", "--nats_agent_signing_key", "--nats_operator_signing_key", "nats-setup"}},
