@@ -218,7 +218,9 @@ func (c *cli) client() (*client, error) {
 func (c *cli) connection() (connection, error) {
 	conn := c.g.conn
 	p := c.profile
-	if c.profileErr != nil && conn.gateway == "" {
+	if c.profileErr != nil && conn.gateway == "" && c.profilePath != "" {
+		// A profile that cannot be used (without one, the error is
+		// that no gateway was given).
 		return conn, c.profileErr
 	}
 	if p == nil || (conn.gateway != "" && strings.TrimSuffix(conn.gateway, "/") != strings.TrimSuffix(p.Gateway, "/")) {
