@@ -15,7 +15,7 @@ import (
 // topFlagNames are the own flags of the commands outside the groups.
 var topFlagNames = map[string][]string{
 	"doctor":     {"mcp_url"},
-	"login":      {"no_check"},
+	"login":      {"no_check", "token_file"},
 	"audit":      {"caller", "host", "tool", "decision", "since", "until", "receipt", "limit"},
 	"help":       nil,
 	"completion": nil,

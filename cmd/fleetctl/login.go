@@ -39,13 +39,16 @@ func (c *cli) runLogin(ctx context.Context, args []string) error {
 	fs.SetOutput(c.stderr)
 	c.g.register(fs)
 	noCheck := fs.Bool("no_check", false, "save without asking the gateway first")
+	fs.StringVar(&c.g.conn.tokenFile, "token_file", c.g.conn.tokenFile, "the same as --api_token_file")
 	fs.Usage = func() {
 		fmt.Fprintf(c.stderr, `Usage: fleetctl login --gateway https://GATEWAY:8443 --ca_pin sha256:... [--api_token_file FILE|-]
 
 Check the gateway's admin API with these settings, then save them as the
-profile (%s, 0600) that later commands use without flags. Flags and FLEET_*
-variables still win over it. --api_token_file - reads the token from
-standard input (asked for on a terminal); the token is kept in the profile.
+profile later commands use without flags. Flags and FLEET_* variables still
+win over it. --api_token_file - (or --token_file -) reads the admin token
+from standard input (asked for on a terminal); the profile keeps it.
+
+Profile: %s (0600)
 
 Flags:
 `, c.profilePathOrDefault())

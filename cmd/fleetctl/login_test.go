@@ -34,7 +34,7 @@ func TestLoginProfileAndPrecedence(t *testing.T) {
 		t.Fatal("a failed login saved a profile")
 	}
 
-	r := mustRun(t, env, "login", "--gateway", g.url(), "--ca_pin", g.ca.pin, "--api_token_file", tokenFile)
+	r := mustRun(t, env, "login", "--gateway", g.url(), "--ca_pin", g.ca.pin, "--token_file", tokenFile)
 	contains(t, "login", r.stdout, "Saved the profile for "+g.url(), path)
 	p, err := profile.Load(path)
 	if err != nil || p.Gateway != g.url() || p.CAPin != g.ca.pin || p.APIToken != adminToken {
