@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nkeys"
@@ -22,7 +24,7 @@ import (
 
 // adminRoute is a parsed admin path.
 type adminRoute struct {
-	// kind is "tokens", "token", "agents", "agent" or "key".
+	// kind is "tokens", "token", "agents", "agent", "key" or "audit".
 	kind string
 	// target is the token id, host name or key; action the agent or key
 	// action.
@@ -49,6 +51,8 @@ func parseAdminPath(path string) (adminRoute, error) {
 		return adminRoute{kind: "tokens"}, nil
 	case len(parts) == 1 && parts[0] == coll(protocol.AdminAgentsPath):
 		return adminRoute{kind: "agents"}, nil
+	case len(parts) == 1 && parts[0] == coll(protocol.AdminAuditPath):
+		return adminRoute{kind: "audit"}, nil
 	case len(parts) == 2 && parts[0] == coll(protocol.AdminTokensPath):
 		if err := protocol.CheckTokenID(parts[1]); err != nil {
 			return adminRoute{}, err
@@ -72,8 +76,8 @@ func parseAdminPath(path string) (adminRoute, error) {
 		}
 		return adminRoute{kind: "key", target: parts[1], action: parts[2]}, nil
 	}
-	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s, %s/NAME/ACTION or %s/KEY/revoke", clipText(path, 80),
-		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath, protocol.AdminKeysPath)
+	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s, %s/NAME/ACTION, %s/KEY/revoke or %s", clipText(path, 80),
+		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath, protocol.AdminKeysPath, protocol.AdminAuditPath)
 }
 
 // adminIDKey carries the admin's identity to the skills handlers.
@@ -176,8 +180,10 @@ func (a *adminAction) serve() {
 		a.agentAction()
 	case rt.kind == "key" && m == http.MethodPost:
 		a.revokeKey()
+	case rt.kind == "audit" && m == http.MethodGet:
+		a.queryAudit()
 	default:
-		a.w.Header().Set("Allow", map[string]string{"tokens": "GET, POST", "token": "DELETE", "agents": "GET", "agent": "POST", "key": "POST"}[rt.kind])
+		a.w.Header().Set("Allow", map[string]string{"tokens": "GET, POST", "token": "DELETE", "agents": "GET", "agent": "POST", "key": "POST", "audit": "GET"}[rt.kind])
 		writeAPIErrorStatus(a.w, http.StatusMethodNotAllowed, apiErr(protocol.APIBadRequest, "%s does not take %s", a.r.URL.Path, m))
 	}
 }
@@ -215,6 +221,50 @@ func (a *adminAction) createToken() {
 	a.finish("admin_token_create", resp.Info.ID, args, resp, nil)
 }
 
+// queryAudit answers GET AdminAuditPath: the audit tool's query, its
+// filters as query parameters.
+func (a *adminAction) queryAudit() {
+	v := a.r.URL.Query()
+	for k := range v {
+		if !slices.Contains(protocol.AuditFilter, k) {
+			a.finish("admin_audit", "", nil, nil, apiErr(protocol.APIBadRequest, "no audit filter %q: use %s", clipText(k, 40), strings.Join(protocol.AuditFilter, ", ")))
+			return
+		}
+	}
+	in := auditIn{Caller: v.Get("caller"), Host: v.Get("host"), Tool: v.Get("tool"), Decision: v.Get("decision"),
+		Since: v.Get("since"), Until: v.Get("until"), Receipt: v.Get("receipt")}
+	args := map[string]any{}
+	for _, k := range protocol.AuditFilter {
+		if s := v.Get(k); s != "" {
+			args[k] = clipText(s, 120)
+		}
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "limit %q: give a number of records, 1 to %d", clipText(s, 20), maxAuditLimit))
+			return
+		}
+		in.Limit = n
+	}
+	q, err := parseAuditQuery(in, a.g.now())
+	if err != nil {
+		a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "%v", err))
+		return
+	}
+	page, err := a.g.audit.query(a.r.Context(), q)
+	if err != nil {
+		a.finish("admin_audit", "", args, nil, adminError(err))
+		return
+	}
+	for _, r := range page.Records {
+		if r.Unsealed {
+			page.Unsealed++
+		}
+	}
+	a.finish("admin_audit", "", args, page, nil)
+}
+
 func (a *adminAction) listTokens() {
 	tokens, err := a.g.JoinTokens(a.r.Context())
 	if err != nil {
@@ -240,6 +290,13 @@ func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) 
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// RevokeJoinToken revokes join token id, as by: no host can enrol with
+// it any more.
+func (g *Gateway) RevokeJoinToken(ctx context.Context, id, by string) error {
+	_, err := g.tokens.revoke(ctx, id, by, g.now())
+	return err
 }
 
 func (a *adminAction) revokeToken() {
@@ -379,17 +436,10 @@ func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 	g.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", formatLabels(t.Labels),
 		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
 	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
-	args := fmt.Sprintf("--gateway %s --token %s --ca_pin %s", resp.GatewayURL, token, resp.CAPin)
 	if req.NATS {
 		resp.Token, resp.NATSURLs, resp.CAPin = natsToken, natsURLs, g.NATSCAPin()
-		args = fmt.Sprintf("--nats %s --token %s --ca_pin %s", natsURLs[0], natsToken, resp.CAPin)
 	}
-	if t.NamePattern != "" {
-		// The host's own name may not match the pattern.
-		args += " --name NAME"
-	}
-	resp.JoinCommand = "fleet-agent join " + args
-	resp.InstallCommand = "fleet-agent install " + args
+	resp.JoinCommand, resp.InstallCommand = protocol.JoinCommands(resp)
 	return resp, nil
 }
 

@@ -62,6 +62,10 @@ type EnrolOption func(*enrolment)
 // key, even a revoked one: the old key is revoked.
 func ReplaceHost() EnrolOption { return func(e *enrolment) { e.replace = true } }
 
+// WithFacts records what the host is (OS, architecture, hostname), as a
+// host that enrols over the network says of itself.
+func WithFacts(f protocol.AgentFacts) EnrolOption { return func(e *enrolment) { e.facts = f } }
+
 // enrolment is one request to enrol a host's key.
 type enrolment struct {
 	host, userPub string

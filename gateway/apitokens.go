@@ -163,6 +163,16 @@ func (t *APITokens) Summary() []string {
 // add under tokens: in the tokens file. The line grants read on every
 // host; narrow or widen it there.
 func NewAPIToken(name string) (token, line string, err error) {
+	return newAPIToken(name, `tools: [read]`)
+}
+
+// NewAdminAPIToken is NewAPIToken for an admin: its entry allows every
+// tool on every host and the admin API (fleetctl).
+func NewAdminAPIToken(name string) (token, line string, err error) {
+	return newAPIToken(name, `tools: ["*"], admin: true`)
+}
+
+func newAPIToken(name, grants string) (token, line string, err error) {
 	if err := validateTokenName(name); err != nil {
 		return "", "", err
 	}
@@ -172,6 +182,6 @@ func NewAPIToken(name string) (token, line string, err error) {
 	}
 	token = apiTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 	sum := sha256.Sum256([]byte(token))
-	line = fmt.Sprintf(`- {name: %s, sha256: "%s", hosts: ["*"], tools: [read]}`, strconv.Quote(name), hex.EncodeToString(sum[:]))
+	line = fmt.Sprintf(`- {name: %s, sha256: "%s", hosts: ["*"], %s}`, strconv.Quote(name), hex.EncodeToString(sum[:]), grants)
 	return token, line, nil
 }

@@ -205,7 +205,7 @@ func TestEnrolOverHTTPS(t *testing.T) {
 	gw := startAPIGateway(t, nil, func(c *Config) { c.NATSTLS = true })
 	c := newAPIClient(t, gw)
 	tok := c.createToken(protocol.TokenCreateRequest{Labels: map[string]string{"env": "prod"}, Uses: 2})
-	if !strings.Contains(tok.JoinCommand, "fleet-agent join --gateway "+gw.APIURL()+" --token "+tok.Token+" --ca_pin "+gw.APICAPin()) ||
+	if !strings.Contains(tok.JoinCommand, "fleet-agent join --gateway "+gw.APIURL()+" --ca_pin "+gw.APICAPin()+" --token_file -") || strings.Contains(tok.JoinCommand, tok.Token) ||
 		tok.InstallCommand != strings.Replace(tok.JoinCommand, " join ", " install ", 1) || tok.CAPin != gw.APICAPin() || !protocol.ValidCAPin(tok.CAPin) {
 		t.Errorf("token create answer %+v: want the ready join and install commands with the gateway URL and pin", tok)
 	}

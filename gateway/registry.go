@@ -242,6 +242,9 @@ func (r *registry) onPresence(m *nats.Msg) {
 	}
 	// back is how long a host this gateway logged offline was away.
 	wasLogged, back := e.logged, time.Duration(0)
+	// A goodbye of a host logged as gone already (a repeated goodbye)
+	// is not news.
+	goneAlready := !e.logged && !e.loggedAt.IsZero()
 	if !e.loggedAt.IsZero() && !e.logged {
 		back = max(now.Sub(e.heard), time.Nanosecond)
 	}
@@ -260,6 +263,8 @@ func (r *registry) onPresence(m *nats.Msg) {
 		r.heardKeys(host, a.TrustedKeys)
 	}
 	switch {
+	case leaving && goneAlready:
+		r.log.Debug("host left (again)", "host", host, "instance", a.Instance)
 	case leaving:
 		r.events.log(r.log, slog.LevelInfo, host, "host left", "host", host, "instance", a.Instance)
 	case len(instances) > 1:

@@ -60,6 +60,10 @@ func TestRegistryLogsStateChangesOnce(t *testing.T) {
 	a.Leaving = true
 	announce(t, r, a)
 	want("goodbye", "host left")
+	// The goodbye repeated (the agent says it as it drains and as it
+	// closes) is logged once.
+	announce(t, r, a)
+	want("second goodbye")
 	clock.advance(time.Minute)
 	r.logOffline(clock.now())
 	want("sweep after goodbye")

@@ -93,8 +93,10 @@ type rollout struct {
 	// Failed is how records of earlier gateways named failed hosts (with
 	// why); decodeRollout moves it into FailedHosts and Reasons.
 	Failed map[string]string `json:"failed,omitempty"`
-	// failed indexes FailedHosts; set by index.
-	failed map[int]bool
+	// failed indexes FailedHosts, and previous maps a host's index to
+	// its previous bundle ("" for none); both set by index.
+	failed   map[int]bool
+	previous []string
 	// Undo asks the controller to write the rollback.
 	Undo bool `json:"undo,omitempty"`
 
@@ -129,12 +131,32 @@ func decodeRollout(key string, data []byte) (*rollout, error) {
 	return &r, nil
 }
 
-// index builds the set of failed hosts.
+// index builds the set of failed hosts and each host's previous bundle.
 func (r *rollout) index() {
 	r.failed = make(map[int]bool, len(r.FailedHosts))
 	for _, i := range r.FailedHosts {
 		r.failed[i] = true
 	}
+	r.previous = nil
+	if len(r.Previous) > 0 {
+		r.previous = make([]string, len(r.Hosts))
+		for bundle, idx := range r.Previous {
+			for _, i := range idx {
+				if i >= 0 && i < len(r.previous) {
+					r.previous[i] = bundle
+				}
+			}
+		}
+	}
+}
+
+// previousOf is the bundle host i had before the rollout ("" for none):
+// what a rollback sets it back to.
+func (r *rollout) previousOf(i int) string {
+	if i < len(r.previous) {
+		return r.previous[i]
+	}
+	return ""
 }
 
 // isFailed reports whether host i failed.
@@ -437,6 +459,9 @@ func (s *skillService) rolloutByID(ctx context.Context, id string) (*rollout, er
 // or offline.
 func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	host := r.Hosts[i]
+	if r.State == protocol.RolloutRolledBack {
+		return s.rolledBackState(r, i)
+	}
 	if i >= r.assigned() {
 		return protocol.RolloutHostWaiting, ""
 	}
@@ -457,6 +482,36 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	case failed:
 		return protocol.SkillFailed, r.failure(i)
 	case mine && st.State == protocol.SkillInstalling:
+		return protocol.SkillInstalling, ""
+	}
+	if !s.fleet.online(host) {
+		return protocol.RolloutHostOffline, ""
+	}
+	return protocol.SkillPending, ""
+}
+
+// rolledBackState says where host i of a rolled back rollout stands:
+// against the bundle it had before (installed again, or removed when it
+// had none), not the bundle rolled back. A host of a batch that never
+// started is skipped.
+func (s *skillService) rolledBackState(r *rollout, i int) (state, reason string) {
+	host := r.Hosts[i]
+	if i >= r.assigned() {
+		return protocol.RolloutHostSkipped, ""
+	}
+	prev := r.previousOf(i)
+	st, ok := s.status.get(host, r.Skill)
+	mine := ok && st.Rollout == r.ID
+	switch {
+	case prev == "" && ok && st.State == protocol.SkillRemoved:
+		return protocol.SkillRemoved, ""
+	case prev != "" && ok && st.BundleID == prev && st.State == protocol.SkillTampered:
+		return protocol.SkillTampered, st.Reason
+	case prev != "" && ok && st.BundleID == prev && st.State == protocol.SkillInstalled:
+		return protocol.SkillInstalled, ""
+	case mine && st.BundleID == prev && (st.State == protocol.SkillFailed || st.State == protocol.SkillRefused):
+		return st.State, st.Reason
+	case mine && st.BundleID == prev && st.State == protocol.SkillInstalling:
 		return protocol.SkillInstalling, ""
 	}
 	if !s.fleet.online(host) {

@@ -473,3 +473,42 @@ func FuzzParseBatch(f *testing.F) {
 		}
 	})
 }
+
+// After a rollback, each host's state is measured against the bundle it
+// had before, and shows within seconds: installed again, removed where it
+// had none, skipped where its batch never started.
+func TestRolloutRollbackShowsHostStates(t *testing.T) {
+	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
+	f := newRolloutFixture(t, hosts, nil)
+	v1 := f.push("deploy", "1")
+	f.waitState(f.start(protocol.RolloutRequest{Skill: "deploy", Selector: "web-1", Canary: intp(0), Batch: "1"}), protocol.RolloutDone)
+	v2 := f.push("deploy", "2")
+	f.agents["web-3"].mu.Lock()
+	f.agents["web-3"].behave = simFail
+	f.agents["web-3"].mu.Unlock()
+	id := f.start(protocol.RolloutRequest{Skill: "deploy", BundleID: v2, Selector: "*", Canary: intp(2), Batch: "1", AutoRollback: true})
+	f.waitState(id, protocol.RolloutRolledBack)
+	want := map[string]string{"web-1": protocol.SkillInstalled, "web-2": protocol.SkillRemoved, "web-3": protocol.SkillRemoved, "web-4": protocol.RolloutHostSkipped}
+	deadline := time.Now().Add(5 * time.Second)
+	var in protocol.RolloutInfo
+	waitUntil(t, "every host's state after the rollback", func() bool {
+		in = rolloutInfo(t, f.s, id)
+		for _, h := range in.HostStates {
+			if want[h.Host] != h.State {
+				return false
+			}
+		}
+		return len(in.HostStates) == len(hosts)
+	})
+	if time.Now().After(deadline) {
+		t.Fatalf("the hosts' states took more than 5s to show: %+v", in.HostStates)
+	}
+	for _, h := range in.HostStates {
+		if h.Host == "web-1" && h.Active != v1 {
+			t.Fatalf("web-1 serves %s after the rollback, want %s", h.Active, v1)
+		}
+	}
+	if in.Counts[protocol.SkillPending] != 0 || in.Counts[protocol.SkillInstalled] != 1 || in.Counts[protocol.SkillRemoved] != 2 {
+		t.Fatalf("counts after the rollback = %v", in.Counts)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,13 +36,13 @@ func TestJoinOverNATSOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	join := resp.JoinCommand
-	if !regexp.MustCompile(`^fleet-agent join --nats tls://\S+ --token fmcpn1\.\S+ --ca_pin sha256:[0-9a-f]{64}$`).MatchString(join) {
+	if !regexp.MustCompile(`^fleet-agent join --nats tls://\S+ --ca_pin sha256:[0-9a-f]{64} --name edge-1 --token_file -$`).MatchString(join) {
 		t.Fatalf("join command %q", join)
 	}
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	writeFile(t, tokenFile, resp.Token+"\n")
-	args := strings.Fields(strings.Replace(join, "--token "+resp.Token, "--token_file "+tokenFile, 1))[1:]
+	args := strings.Fields(strings.Replace(join, "--token_file -", "--token_file "+tokenFile, 1))[1:]
 	// The embedded server's URL, as this test reaches it.
 	args[2] = env.NATSURL()
 	if !strings.HasPrefix(args[2], "tls://") {
@@ -50,7 +51,7 @@ func TestJoinOverNATSOnly(t *testing.T) {
 
 	// Another pin: refused before anything is sent.
 	wrong := append([]string(nil), args...)
-	wrong[len(wrong)-1] = "sha256:" + strings.Repeat("0", 64)
+	wrong[slices.Index(wrong, "--ca_pin")+1] = "sha256:" + strings.Repeat("0", 64)
 	out, err := exec.Command(agentBinary(t), append(wrong, "--state_dir", filepath.Join(dir, ".wrong"), "--cwd", dir)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "holds no CA certificate of the pin") {
 		t.Fatalf("a join with another pin: %v\n%s", err, out)

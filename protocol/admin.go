@@ -14,7 +14,62 @@ const (
 	AdminTokensPath = AdminPath + "tokens"
 	AdminAgentsPath = AdminPath + "agents"
 	AdminKeysPath   = AdminPath + "keys"
+	// AdminAuditPath (GET) queries the audit trail; its query
+	// parameters are AuditFilter's fields (caller, host, tool,
+	// decision, since, until, limit, receipt), its answer AuditAnswer.
+	AdminAuditPath = AdminPath + "audit"
 )
+
+// AuditFilter are the audit trail's filters, as the query parameters of
+// AdminAuditPath and the arguments of the audit tool name them: Caller
+// is text in the caller's sub, email or client_id ("token NAME" for an
+// API token); Decision allowed or denied; Since and Until an RFC 3339
+// time or a duration back from now (1h); Limit the newest N records
+// (default 50, at most 500); Receipt verified, problem or none.
+var AuditFilter = []string{"caller", "host", "tool", "decision", "since", "until", "limit", "receipt"}
+
+// AuditAnswer answers GET AdminAuditPath: the newest matching records,
+// oldest first.
+type AuditAnswer struct {
+	Records []AuditEntry `json:"records"`
+	// Scanned is how many records were read; Incomplete is set when
+	// older records in the range were not (narrow it with until).
+	Scanned    int  `json:"scanned"`
+	Incomplete bool `json:"incomplete,omitempty"`
+	// Unsealed counts the records whose seal does not hold.
+	Unsealed int `json:"unsealed,omitempty"`
+}
+
+// AuditEntry is one audit record, as the admin API gives it (the
+// gateway's record has more fields; these are the ones fleetctl shows).
+type AuditEntry struct {
+	Seq    uint64    `json:"seq,omitempty"`
+	Time   time.Time `json:"time"`
+	CallID string    `json:"call_id"`
+	Caller struct {
+		Kind     string `json:"kind"`
+		Subject  string `json:"sub"`
+		Email    string `json:"email,omitempty"`
+		ClientID string `json:"client_id,omitempty"`
+	} `json:"caller"`
+	Tool       string         `json:"tool"`
+	Hosts      []string       `json:"hosts,omitempty"`
+	Target     string         `json:"target,omitempty"`
+	Source     string         `json:"source,omitempty"`
+	Args       map[string]any `json:"args,omitempty"`
+	Decision   string         `json:"decision"`
+	Rule       string         `json:"rule,omitempty"`
+	Reason     string         `json:"reason,omitempty"`
+	Outcome    string         `json:"outcome"`
+	ExitCode   *int           `json:"exit_code,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	DurationMS int64          `json:"duration_ms"`
+	Unsealed   bool           `json:"unsealed,omitempty"`
+	Receipt    *struct {
+		Verified bool   `json:"verified"`
+		Problem  string `json:"problem,omitempty"`
+	} `json:"receipt,omitempty"`
+}
 
 // KeyRevokeResponse answers POST AdminKeysPath/KEY/revoke: the key
 // revoked, and the host it was enrolled as or its live credential was
@@ -91,6 +146,30 @@ type TokenCreateResponse struct {
 	// JoinCommand and InstallCommand are ready to paste on the host.
 	JoinCommand    string `json:"join_command"`
 	InstallCommand string `json:"install_command"`
+}
+
+// JoinCommands returns the commands that join a host with the token of
+// resp, ready to paste but for the token itself: fleet-agent reads it
+// from standard input (--token_file -), so that it shows neither in ps
+// nor in a shell's history. A token for one name, or one that replaces a
+// host, names the host; one for a pattern of names asks for the name.
+func JoinCommands(resp *TokenCreateResponse) (join, install string) {
+	args := "--gateway " + resp.GatewayURL
+	if resp.Info.NATS && len(resp.NATSURLs) > 0 {
+		args = "--nats " + resp.NATSURLs[0]
+	}
+	args += " --ca_pin " + resp.CAPin
+	switch t := &resp.Info; {
+	case t.Name != "":
+		args += " --name " + t.Name
+	case t.Replace != "":
+		args += " --name " + t.Replace
+	case t.NamePattern != "":
+		// The host's own name may not match the pattern.
+		args += " --name NAME"
+	}
+	args += " --token_file -"
+	return "fleet-agent join " + args, "fleet-agent install " + args
 }
 
 // TokenList answers GET AdminTokensPath.

@@ -315,7 +315,7 @@ func CheckTokenID(id string) error {
 
 // ErrNotEnrolled is what an agent says when its state directory holds no
 // identity.
-var ErrNotEnrolled = errors.New("this host is not enrolled: run `fleet-agent join --gateway https://GATEWAY:8443 --token TOKEN --ca_pin PIN` with a token from `fleetctl token create`")
+var ErrNotEnrolled = errors.New("this host is not enrolled: run `fleet-agent join --gateway https://GATEWAY:8443 --ca_pin PIN --token_file -` and paste a token from `fleetctl token create`")
 
 // clip shortens s for an error message.
 func clip(s string) string {

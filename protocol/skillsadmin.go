@@ -115,7 +115,10 @@ const (
 
 // RolloutHost is one host of a rollout and where it stands: a
 // SkillState state, or "offline" for a host assigned while away (its
-// desired state waits for it), or "waiting" for a host of a later batch.
+// desired state waits for it), or "waiting" for a host of a later batch,
+// or "skipped" for a host of a batch that never started before the
+// rollout was rolled back. The hosts of a rolled back rollout stand
+// against the bundle each had before ("removed" when it had none).
 type RolloutHost struct {
 	Host  string `json:"host"`
 	State string `json:"state"`
@@ -129,6 +132,7 @@ type RolloutHost struct {
 const (
 	RolloutHostWaiting = "waiting"
 	RolloutHostOffline = "offline"
+	RolloutHostSkipped = "skipped"
 )
 
 // RolloutInfo is a rollout and its progress.

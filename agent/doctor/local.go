@@ -17,7 +17,7 @@ import (
 )
 
 // reenrol is the fix for an identity beyond repair.
-const reenrol = "delete the identity directory and enrol again: fleet-agent join --gateway URL --token TOKEN --ca_pin PIN (fleetctl token create prints it)"
+const reenrol = "delete the identity directory and enrol again: fleet-agent join --gateway URL --ca_pin PIN --token_file - (fleetctl token create prints it and the token)"
 
 // checkStateDir: the state directory exists, is a directory, is private
 // (0700) and belongs to the agent's user.
@@ -69,7 +69,7 @@ func checkIdentity(stateDir string, now time.Time) (*enrolledIdentity, []Result)
 	}
 	if len(missing) > 0 {
 		return nil, []Result{fail(files, fmt.Sprintf("%s lacks %s", store.Dir(), strings.Join(missing, ", ")),
-			"enrol this host: fleet-agent join --gateway URL --token TOKEN --ca_pin PIN (fleetctl token create prints it)")}
+			"enrol this host: fleet-agent join --gateway URL --ca_pin PIN --token_file - (fleetctl token create prints it and the token)")}
 	}
 	keyPath := filepath.Join(store.Dir(), identity.KeyFile)
 	rs := []Result{ok(files, store.Dir())}

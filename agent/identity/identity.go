@@ -50,8 +50,8 @@ const (
 var ErrNotEnrolled = errors.New("not enrolled")
 
 // joinHint says how an agent gets an identity.
-const joinHint = "run fleet-agent join --gateway https://GATEWAY:8443 --token TOKEN --ca_pin PIN " +
-	"(the fleet's operator gets the command from fleetctl token create)"
+const joinHint = "run fleet-agent join --gateway https://GATEWAY:8443 --ca_pin PIN --token_file - and paste the join token " +
+	"(the fleet's operator gets the command and the token from fleetctl token create)"
 
 // Store is the identity directory of a state directory.
 type Store struct {

@@ -32,6 +32,7 @@ func runDoctor(ctx context.Context, args []string, getenv func(string) string, s
 		timeout := fs.Duration("timeout", 10*time.Second, "how long each network check may take")
 		unit := fs.String("unit", "", "read the agent's flags from this systemd unit, its drop-ins and its EnvironmentFile, as the service runs it; flags given here win "+
 			"(default: the installed fleet-agent.service when no --state_dir or --config is given; off: none)")
+		setUsage(fs, doctorSynopsis)
 		return fs, rf, timeout, unit
 	}
 	fs, rf, timeout, unit := flags()

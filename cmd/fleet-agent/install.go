@@ -34,6 +34,7 @@ func runInstall(ctx context.Context, args []string, getenv func(string) string, 
 	prefix := fs.String("prefix", "/", "root of the file system to install into (another directory: files only, no user, no service started)")
 	noStart := fs.Bool("no_start", false, "write the files, but do not enable or start the service")
 	user := fs.String("user", install.DefaultUser, "the user the agent runs as, made when missing (Linux); its commands have its rights")
+	installUsage(fs, getenv)
 	cmdline, err := parse(fs, args)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -20,16 +21,25 @@ import (
 // joinFlags are how join and install enrol the machine.
 type joinFlags struct {
 	gateway, token, tokenFile, caPin *string
+	// stdin is where --token_file - reads the token; prompt where it
+	// asks for it when stdin is a terminal.
+	stdin  io.Reader
+	prompt io.Writer
 }
 
 func addJoinFlags(fs *flag.FlagSet, getenv func(string) string) *joinFlags {
 	return &joinFlags{
 		gateway:   fs.String("gateway", getenv("FLEET_GATEWAY"), "the gateway's fleet API, https://HOST:8443 (env FLEET_GATEWAY)"),
 		token:     fs.String("token", "", "the join token from fleetctl token create (visible to ps: prefer --token_file or env FLEET_JOIN_TOKEN); a NATS join token (token create --nats) enrols over NATS at --nats"),
-		tokenFile: fs.String("token_file", "", "a file holding the join token"),
+		tokenFile: fs.String("token_file", "", `a file holding the join token; "-" reads it from standard input (asked for on a terminal)`),
 		caPin:     fs.String("ca_pin", getenv("FLEET_CA_PIN"), "the pin of the fleet's CA, sha256:... as fleetctl token create prints it (env FLEET_CA_PIN)"),
+		stdin:     tokenStdin,
+		prompt:    fs.Output(),
 	}
 }
+
+// tokenStdin is where --token_file - reads (tests replace it).
+var tokenStdin io.Reader = os.Stdin
 
 // maxTokenFileBytes bounds a token file (a token is about 60 bytes, a
 // NATS join token about 2 KiB).
@@ -51,6 +61,12 @@ func (j *joinFlags) options(getenv func(string) string, host, stateDir, natsURLs
 	switch {
 	case given > 1:
 		return o, errors.New("--token and --token_file both given: pass the join token once")
+	case *j.tokenFile == "-":
+		tok, err := readTokenLine(j.stdin, j.prompt)
+		if err != nil {
+			return o, err
+		}
+		o.Token = tok
 	case *j.tokenFile != "":
 		f, err := os.Open(*j.tokenFile)
 		if err != nil {
@@ -88,11 +104,34 @@ func (j *joinFlags) options(getenv func(string) string, host, stateDir, natsURLs
 	return o, identity.CheckJoinOptions(&o)
 }
 
+// readTokenLine reads a join token from the first line of r (standard
+// input), asking for it on prompt when r is a terminal.
+func readTokenLine(r io.Reader, prompt io.Writer) (string, error) {
+	if f, ok := r.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 && prompt != nil {
+			fmt.Fprint(prompt, "Join token (paste it, then press Enter): ")
+		}
+	}
+	line, err := bufio.NewReader(io.LimitReader(r, maxTokenFileBytes+1)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("--token_file -: reading standard input: %w", err)
+	}
+	if len(line) > maxTokenFileBytes {
+		return "", fmt.Errorf("--token_file -: more than %d bytes on standard input, not a join token", maxTokenFileBytes)
+	}
+	tok := strings.TrimSpace(line)
+	if tok == "" {
+		return "", errors.New("--token_file -: no join token on standard input: paste the token fleetctl token create printed (or pipe it in)")
+	}
+	return tok, nil
+}
+
 // runJoin enrols the machine with the gateway (or finds it enrolled with
 // it already), then runs the agent as a plain start does.
 func runJoin(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fleet-agent join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, joinSynopsis)
 	jf := addJoinFlags(fs, getenv)
 	rf := addRunFlags(fs, getenv)
 	if _, err := parse(fs, args); err != nil {

@@ -32,9 +32,8 @@ import (
 )
 
 func main() {
-	if v, ok := version.Release(); ok {
-		agent.Version = v
-	}
+	// --version and the version the agent announces say the same.
+	agent.Version = version.Get().Version
 	// The agent's own executable is the git guard bash runs git through
 	// under a policy with command rules.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
@@ -69,9 +68,10 @@ func main() {
 		if errors.Is(err, errChecksFailed) {
 			os.Exit(1)
 		}
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fleet-agent:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // help was asked for
 		}
+		fmt.Fprintln(os.Stderr, "fleet-agent:", err)
 		os.Exit(exitStatus(err))
 	}
 }
@@ -120,21 +120,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return runInstall(ctx, args[1:], getenv, stderr)
 		case "doctor":
 			return runDoctor(ctx, args[1:], getenv, os.Stdout, stderr)
+		case "help":
+			return runHelp(args[1:], getenv, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage:
-  fleet-agent [flags]           run with the identity in --state_dir
-  fleet-agent join [flags]      enrol with a gateway (--gateway, or --nats with a NATS join token; --token_file, --ca_pin), then run
-  fleet-agent install [flags]   install as a system service, enrolled (see fleet-agent install -h)
-  fleet-agent doctor [flags]    check the state directory, identity, policy, gateway and NATS (exit 1 on a failure)
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, rootSynopsis)
 	rf := addRunFlags(fs, getenv)
 	showVersion := fs.Bool("version", false, "print the version, commit, build date and Go version, then exit")
 	if _, err := parse(fs, args); err != nil {

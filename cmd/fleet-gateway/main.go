@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +31,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/filemode"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -35,9 +39,10 @@ import (
 )
 
 func main() {
-	if v, ok := version.Release(); ok {
-		agent.Version, gateway.Version = v, v
-	}
+	// --version, the MCP server's version and the dev agent's say the
+	// same.
+	agent.Version = version.Get().Version
+	gateway.Version = agent.Version
 	// The in-process agent of --dev runs git through this executable.
 	if code, ok := agent.RunGitGuard(os.Args); ok {
 		os.Exit(code)
@@ -55,9 +60,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fleet-gateway:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // help was asked for
 		}
+		fmt.Fprintln(os.Stderr, "fleet-gateway:", err)
 		os.Exit(2)
 	}
 }
@@ -67,6 +73,7 @@ type options struct {
 	// a SIGHUP (configChanges).
 	values     map[string]string
 	dev        bool
+	devToken   bool
 	noAuth     bool
 	listen     string
 	dataDir    string
@@ -101,6 +108,7 @@ type options struct {
 	accessFile, apiTokensFile       string
 	rateLimit                       string
 	newAPIToken                     string
+	adminToken                      bool
 	auditFile                       string
 	auditRetention                  time.Duration
 	auditReplicas                   int
@@ -125,9 +133,11 @@ type options struct {
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("fleet-gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { printUsage(stderr, fs) }
 	hostname, _ := os.Hostname()
 	o := &options{}
 	fs.BoolVar(&o.dev, "dev", false, "development mode: caller auth off, loopback only, plus an agent for this machine")
+	fs.BoolVar(&o.devToken, "dev_join_token", false, "with --dev: also print a join token for one more host (one use, valid 15 minutes, revoked when the gateway stops)")
 	fs.BoolVar(&o.noAuth, "no_auth", false, "turn caller authentication off (only allowed on a loopback --listen)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the MCP endpoint")
 	fs.StringVar(&o.dataDir, "data_dir", defaultDataDir(getenv), "state directory for the embedded NATS server")
@@ -185,12 +195,18 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if o.configFile != "" {
-		if err := configfile.Apply(fs, o.configFile, o.set, "new_api_token"); err != nil {
+		if err := configfile.Apply(fs, o.configFile, o.set, "new_api_token", "admin"); err != nil {
 			return nil, err
 		}
 		fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	}
 	o.values = configfile.Values(fs)
+	switch {
+	case o.devToken && !o.dev:
+		return nil, errors.New("--dev_join_token is for --dev: a gateway in production makes join tokens with fleetctl token create")
+	case o.adminToken && o.newAPIToken == "":
+		return nil, errors.New("--admin goes with --new_api_token NAME: it makes an admin's token")
+	}
 	return o, nil
 }
 
@@ -209,6 +225,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.apiTokensFile, "api_tokens", "", "static API tokens file (YAML or JSON; SHA-256 hashes with each token's own grants)")
 	fs.StringVar(&o.rateLimit, "rate_limit", "", "tools/call limit per caller where its access rule or token sets no rate_limit: N/s, N/min or N/h (default: unlimited)")
 	fs.StringVar(&o.newAPIToken, "new_api_token", "", "print a new API token for NAME and the line to add to the --api_tokens file, then exit")
+	fs.BoolVar(&o.adminToken, "admin", false, "with --new_api_token: an admin's token (every tool, every host, the admin API fleetctl uses), and the fleetctl login command for it")
 	fs.StringVar(&o.auditFile, "audit_file", "", "also append every audit record to this file as JSON lines")
 	fs.DurationVar(&o.auditRetention, "audit_retention", 90*24*time.Hour, "how long the audit stream keeps records")
 	fs.IntVar(&o.auditReplicas, "audit_replicas", 0, "replicas of the audit stream; 0: 3 on a NATS cluster, else 1")
@@ -237,6 +254,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 0 && args[0] == "replica-seed" {
 		return runReplicaSeed(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) == 1 && args[0] == "help" {
+		// Asked for: the whole text on stdout, and no error.
+		_, err := parseFlags([]string{"-h"}, getenv, stdout)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -278,6 +303,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	agentDone := make(chan struct{})
+	var devToken string
 	if o.dev {
 		a, err := devAgent(ctx, gw, o, getenv, log, cfg.TracerProvider)
 		if err != nil {
@@ -288,7 +314,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			defer close(agentDone)
 			return a.Run(gctx)
 		})
-		printDev(ctx, stdout, gw, o, log)
+		devToken = printDev(ctx, stdout, gw, o, getenv, log)
 	} else {
 		close(agentDone)
 		printServing(stdout, gw, &cfg)
@@ -302,6 +328,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		<-agentDone
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if devToken != "" {
+			// The token printed is good only while this gateway runs.
+			if err := gw.RevokeJoinToken(sctx, devToken, "dev"); err != nil {
+				log.Debug("dev: the printed join token was not revoked", "token", devToken, "err", err)
+			}
+		}
 		return gw.Shutdown(sctx)
 	})
 	return g.Wait()
@@ -461,7 +493,11 @@ func splitList(s string) []string {
 
 // printAPIToken prints a new API token and its line for the tokens file.
 func printAPIToken(w io.Writer, o *options) error {
-	token, line, err := gateway.NewAPIToken(o.newAPIToken)
+	newToken := gateway.NewAPIToken
+	if o.adminToken {
+		newToken = gateway.NewAdminAPIToken
+	}
+	token, line, err := newToken(o.newAPIToken)
 	if err != nil {
 		return fmt.Errorf("--new_api_token: %w", err)
 	}
@@ -478,7 +514,40 @@ Add this entry under "tokens:" in %s, narrow or widen hosts and tools, and reloa
 
   %s
 `, o.newAPIToken, token, file, line)
+	if o.adminToken {
+		fmt.Fprintf(w, `
+Then, where fleetctl runs, save it in fleetctl's profile (paste the token when asked):
+
+  %s
+`, fleetctlLogin(o))
+	}
 	return nil
+}
+
+// fleetctlLogin is the fleetctl login command for this gateway's fleet
+// API: its address from --api_listen (this machine's name when it
+// listens on every address), its CA pin from the fleet CA in --data_dir
+// (PIN before the gateway's first start made it).
+func fleetctlLogin(o *options) string {
+	host, port, err := net.SplitHostPort(o.apiListen)
+	if err != nil {
+		host, port = "GATEWAY", "8443"
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host, _ = os.Hostname()
+	}
+	if adv := splitList(o.advertise); len(adv) > 0 {
+		host = adv[0]
+	}
+	pin := "PIN"
+	if data, err := os.ReadFile(filepath.Join(o.dataDir, "tls", "ca.pem")); err == nil {
+		if block, _ := pem.Decode(data); block != nil {
+			if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
+				pin = protocol.CAPin(cert)
+			}
+		}
+	}
+	return fmt.Sprintf("fleetctl login --gateway https://%s --ca_pin %s --api_token_file -", net.JoinHostPort(host, port), pin)
 }
 
 // printServing tells how to reach a gateway that is not in --dev mode.
@@ -583,7 +652,9 @@ func enrolDevAgent(ctx context.Context, gw *gateway.Gateway, stateDir, name stri
 	}
 	pub, _ := kp.PublicKey()
 	kp.Wipe()
-	creds, err := gw.EnrolLocal(ctx, name, pub, map[string]string{"dev": "true"})
+	hostname, _ := os.Hostname()
+	creds, err := gw.EnrolLocal(ctx, name, pub, map[string]string{"dev": "true"},
+		gateway.WithFacts(protocol.AgentFacts{OS: runtime.GOOS, Arch: runtime.GOARCH, Hostname: hostname}))
 	if err != nil {
 		return nil, fmt.Errorf("dev agent: %w", err)
 	}
@@ -617,7 +688,11 @@ func loopbackURL(raw string) string {
 	return u.String()
 }
 
-func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options, log *slog.Logger) {
+// printDev prints how to use the --dev gateway: the MCP endpoint, how to
+// reach it with fleetctl (whose profile it saves for this user), and what
+// another host needs to join; with --dev_join_token also a join token,
+// whose id it returns.
+func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options, getenv func(string) string, log *slog.Logger) string {
 	urls := gw.AgentNATSURLs()
 	reach := whoReaches(gw.NATSURL())
 	fmt.Fprintf(w, `fleetmcp gateway %s — development mode (caller authentication OFF, loopback only)
@@ -629,32 +704,64 @@ func printDev(ctx context.Context, w io.Writer, gw *gateway.Gateway, o *options,
 Connect an MCP client:
   claude mcp add --transport http fleet %s
   npx @modelcontextprotocol/inspector   (Streamable HTTP, URL above)
-
-Join another agent (%s):
-  NATS URL:      %s
-`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL(), reach, strings.Join(urls, ","))
+  (Cursor, VS Code: see "Connecting an MCP client" in the README)
+`, gateway.Version, gw.MCPURL(), o.agentName, o.dataDir, gw.MCPURL())
+	if api := gw.APIURL(); api != "" {
+		fmt.Fprintf(w, "\nManage the fleet with fleetctl (%s), or in another shell:\n  export FLEET_GATEWAY=%s FLEET_CA_PIN=%s\n",
+			saveDevProfile(gw, getenv, log), api, gw.APICAPin())
+	}
+	fmt.Fprintf(w, "\nJoin another agent (%s):\n  NATS URL:      %s\n", reach, strings.Join(urls, ","))
 	if pin := gw.NATSCAPin(); pin != "" {
 		fmt.Fprintf(w, "  CA pin:        %s\n", pin)
 	} else {
 		fmt.Fprintln(w, "  TLS:           off on loopback (--nats_tls turns it on; beyond loopback it is always on)")
 	}
-	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n\n"
+	const howto = "Each agent enrols with its own key and gets its own credential;\nfleetctl token create prints the command that joins a host.\n"
 	if gw.APIURL() == "" {
 		fmt.Fprint(w, "  Fleet API:     off (--api_listen); hosts cannot join over the network\n\n"+howto)
-		return
+		return ""
 	}
 	hint := ""
 	if ip := net.ParseIP(strings.Trim(hostOf(gw.APIURL()), "[]")); ip != nil && ip.IsLoopback() {
 		hint = "; --api_listen 0.0.0.0:8443 lets other machines enrol"
 	}
-	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n", gw.APIURL(), gw.APICAPin(), hint)
+	fmt.Fprintf(w, "  Fleet API:     %s (CA pin %s%s)\n\n", gw.APIURL(), gw.APICAPin(), hint)
+	if !o.devToken {
+		fmt.Fprint(w, howto)
+		return ""
+	}
 	tok, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{TTL: "15m", Uses: 1, Labels: map[string]string{"dev": "true"}}, "dev")
 	if err != nil {
 		log.Warn("dev: no join token made", "err", err)
-		fmt.Fprint(w, "\n"+howto)
-		return
+		fmt.Fprint(w, howto)
+		return ""
 	}
-	fmt.Fprintf(w, "\nJoin one more host with this token (one use, valid 15 minutes):\n  %s\n\n%s", tok.JoinCommand, howto)
+	fmt.Fprintf(w, "Join one more host with this token (one use, valid 15 minutes, revoked when this gateway stops):\n  token:   %s\n  command: %s\n\n%s",
+		tok.Token, tok.JoinCommand, howto)
+	return tok.Info.ID
+}
+
+// saveDevProfile saves fleetctl's profile for this gateway for the user
+// running it (never over a profile of another gateway), and says where.
+func saveDevProfile(gw *gateway.Gateway, getenv func(string) string, log *slog.Logger) string {
+	path, err := profile.Path(getenv)
+	if err != nil {
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	}
+	old, err := profile.Load(path)
+	switch {
+	case err != nil:
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	case old != nil && !old.Dev:
+		return "your profile " + path + " is another gateway's: give the settings below, or --gateway and --ca_pin"
+	}
+	if err := profile.Save(path, &profile.Profile{Gateway: gw.APIURL(), CAPin: gw.APICAPin(), Dev: true}); err != nil {
+		log.Warn("dev: fleetctl's profile not saved", "err", err)
+		return "its profile was not saved: " + err.Error()
+	}
+	return "its profile for this gateway is saved in " + path
 }
 
 // hostOf returns the host of a URL ("" if it does not parse).

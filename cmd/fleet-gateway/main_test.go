@@ -25,14 +25,22 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/confine"
 	"github.com/fleetmcp/fleetmcp/agent/identity/identitytest"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // env returns a getenv that sees only vars, so the tests do not depend on
 // the environment they run in.
+// A --dev gateway saves fleetctl's profile in testProfile, never in the
+// user's own configuration, unless vars names another file.
 func env(vars map[string]string) func(string) string {
-	return func(k string) string { return vars[k] }
+	return func(k string) string {
+		if v, ok := vars[k]; ok || k != profile.EnvPath {
+			return v
+		}
+		return testProfile
+	}
 }
 
 // syncBuffer is a bytes.Buffer that run may write to while the test reads.
@@ -114,6 +122,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"bad hosts replicas", with("--dev", "--hosts_replicas", "6"), nil, []string{"hosts bucket replicas 6"}},
 		{"short hosts retention", with("--dev", "--hosts_retention", "5m"), nil, []string{"hosts retention 5m0s", "minimum 1h"}},
 		{"bad API token name", with("--new_api_token", "a b"), nil, []string{"--new_api_token", `"a b"`}},
+		{"admin without a new token", with("--admin"), nil, []string{"--admin goes with --new_api_token"}},
+		{"dev join token without dev", with("--dev_join_token"), nil, []string{"--dev_join_token is for --dev"}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
 		{"external cluster without its setup", []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://127.0.0.1:4222"}, nil,
 			[]string{"operator mode", "--nats_creds", "--nats_system_creds", "--nats_agent_signing_key", "--nats_operator_signing_key", "nats-setup"}},
@@ -154,6 +164,16 @@ func TestRunHelp(t *testing.T) {
 	stderr, err := runFails(t, []string{"-h"}, nil)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v, want flag.ErrHelp", err)
+	}
+	for _, w := range []string{"Usage:", "fleet-gateway --dev", "fleet-gateway nats-setup", "fleet-gateway signing-key", "fleet-gateway replica-seed", "--new_api_token NAME [--admin]"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("-h does not say %q:\n%s", w, stderr)
+		}
+	}
+	// help is asked for: on stdout, and not an error.
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, env(nil), &stdout, io.Discard); err != nil || !strings.HasPrefix(stdout.String(), "fleet-gateway runs a fleetmcp gateway") || !strings.Contains(stdout.String(), "-data_dir") {
+		t.Errorf("help = %v:\n%s", err, stdout.String())
 	}
 	for _, f := range []string{"-dev", "-no_auth", "-listen", "-api_listen", "-api_tls_cert", "-api_tls_key", "-tls_cert", "-tls_key", "-data_dir", "-nats_url", "-agent_name", "-nats_creds", "-nats_system_creds",
 		"-nats_agent_signing_key", "-nats_operator_signing_key", "-nats_tls", "-nats_tls_cert", "-nats_tls_key", "-max_request_mib", "-nats_advertise", "-advertise", "-agent_credential_ttl"} {
@@ -198,8 +218,9 @@ func TestDevSmoke(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	args := []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
-	go func() { done <- run(ctx, args, env(nil), &stdout, &stderr) }()
+	args := []string{"--dev", "--dev_join_token", "--listen", "127.0.0.1:0", "--nats_listen", "127.0.0.1:0", "--api_listen", "127.0.0.1:0", "--data_dir", dataDir, "--agent_name", "devhost"}
+	profilePath := filepath.Join(t.TempDir(), "config", "fleetctl.json")
+	go func() { done <- run(ctx, args, env(map[string]string{profile.EnvPath: profilePath}), &stdout, &stderr) }()
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -253,12 +274,23 @@ func TestDevSmoke(t *testing.T) {
 	if strings.Contains(out, "nats://127.0.0.1:0\n") || strings.Contains(out, "PASSWORD") {
 		t.Errorf("the join instructions name port 0 or a password:\n%s", out)
 	}
-	// The printed join command works: its token enrols one more host
-	// over the fleet API, whose CA has the printed pin; only once.
-	join := regexp.MustCompile(`fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --token (\S+) --ca_pin (sha256:[0-9a-f]{64})\n`).FindStringSubmatch(out)
+	// fleetctl's settings: one export line, and the profile saved for
+	// this user.
+	export := regexp.MustCompile(`(?m)^  export FLEET_GATEWAY=(https://127\.0\.0\.1:\d+) FLEET_CA_PIN=(sha256:[0-9a-f]{64})$`).FindStringSubmatch(out)
+	if export == nil {
+		t.Fatalf("no export line for fleetctl on stdout:\n%s", out)
+	}
+	if p, err := profile.Load(profilePath); err != nil || p == nil || p.Gateway != export[1] || p.CAPin != export[2] || !p.Dev {
+		t.Errorf("fleetctl's profile %+v, %v; want the gateway and pin of the export line", p, err)
+	}
+	// The printed join command works: its token (on stdin) enrols one
+	// more host over the fleet API, whose CA has the printed pin; only
+	// once.
+	join := regexp.MustCompile(`token: +(\S+)\n  command: fleet-agent join --gateway (https://127\.0\.0\.1:\d+) --ca_pin (sha256:[0-9a-f]{64}) --token_file -\n`).FindStringSubmatch(out)
 	if join == nil {
 		t.Fatalf("no ready join command on stdout:\n%s", out)
 	}
+	join[1], join[2] = join[2], join[1]
 	jc := enrolclient.New(join[1], join[3], 1)
 	defer jc.Close()
 	kp, _ := nkeys.CreateUser()

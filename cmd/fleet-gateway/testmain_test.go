@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/fleetmcp/fleetmcp/agent"
@@ -13,5 +14,15 @@ func TestMain(m *testing.M) {
 	if code, ok := agent.RunConfined(os.Args); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "fleet-gateway-test-profile")
+	if err != nil {
+		panic(err)
+	}
+	testProfile = filepath.Join(dir, "fleetctl.json")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// testProfile is where the tests' --dev gateways save fleetctl's profile.
+var testProfile string

@@ -83,7 +83,8 @@ func (c *cli) runDoctor(ctx context.Context, args []string) error {
 	}
 	rs, agents := cl.adminChecks(ctx, c.now)
 	if *mcpURL != "" {
-		rs = append(rs, readyCheck(ctx, *mcpURL, c.g.conn))
+		conn, _ := c.connection()
+		rs = append(rs, readyCheck(ctx, *mcpURL, conn))
 	}
 	if agents != nil {
 		rs = append(rs, fleetChecks(agents, c.now())...)

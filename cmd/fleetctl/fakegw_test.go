@@ -129,6 +129,7 @@ func startFakeGatewayWith(t *testing.T, ca *testCA, cert tls.Certificate) *fakeG
 	mux.HandleFunc("GET "+protocol.AdminAgentsPath, g.listAgents)
 	mux.HandleFunc("POST "+protocol.AdminAgentsPath+"/{name}/{action}", g.agentAction)
 	mux.HandleFunc("POST "+protocol.AdminKeysPath+"/{key}/revoke", g.revokeKey)
+	mux.HandleFunc("GET "+protocol.AdminAuditPath, g.audit)
 	g.skillRoutes(mux)
 	g.srv = httptest.NewUnstartedServer(g.record(mux))
 	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
@@ -245,9 +246,9 @@ func (g *fakeGateway) createToken(w http.ResponseWriter, r *http.Request) {
 	g.tokens[id] = &info
 	g.mu.Unlock()
 	gw := "https://" + g.srv.Listener.Addr().String()
-	join := "fleet-agent join --gateway " + gw + " --token " + token + " --ca_pin " + g.ca.pin
-	g.answer(w, http.StatusCreated, &protocol.TokenCreateResponse{Token: token, Info: info, GatewayURL: gw, CAPin: g.ca.pin,
-		JoinCommand: join, InstallCommand: "sudo " + strings.Replace(join, " join ", " install ", 1)})
+	resp := &protocol.TokenCreateResponse{Token: token, Info: info, GatewayURL: gw, CAPin: g.ca.pin}
+	resp.JoinCommand, resp.InstallCommand = protocol.JoinCommands(resp)
+	g.answer(w, http.StatusCreated, resp)
 }
 
 func (g *fakeGateway) listTokens(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 )
 
@@ -75,6 +76,13 @@ type cli struct {
 	stdout, stderr io.Writer
 	now            func() time.Time
 	cmd            *command // the command running
+	getenv         func(string) string
+	stdin          io.Reader
+	// profile is the saved profile (nil: none), profileErr why it
+	// could not be read.
+	profile     *profile.Profile
+	profilePath string
+	profileErr  error
 }
 
 // command is one fleetctl command.
@@ -97,7 +105,8 @@ var commands = []*command{tokenCreateCmd, tokenListCmd, tokenRevokeCmd, agentLis
 func isGroup(word string) bool { return word == "token" || word == "agent" || word == "skills" }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	c := &cli{stdout: stdout, stderr: stderr, now: time.Now}
+	c := &cli{stdout: stdout, stderr: stderr, now: time.Now, getenv: getenv, stdin: os.Stdin}
+	c.loadProfile()
 	c.g.conn = connection{gateway: getenv("FLEET_GATEWAY"), token: getenv("FLEET_API_TOKEN"), caPin: getenv("FLEET_CA_PIN"), timeout: 30 * time.Second}
 	root := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
 	root.SetOutput(stderr)
@@ -122,6 +131,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	if group == "doctor" {
 		return c.runDoctor(ctx, words[1:])
+	}
+	if run, ok := topCommands[group]; ok {
+		return run(c, ctx, words[1:])
 	}
 	if !isGroup(group) {
 		return usagef("unknown command %q: see fleetctl help", group)
@@ -190,7 +202,47 @@ func findCommand(group, name string) *command {
 }
 
 // client returns a client for the gateway the global flags name.
-func (c *cli) client() (*client, error) { return newClient(c.g.conn) }
+func (c *cli) client() (*client, error) {
+	conn, err := c.connection()
+	if err != nil {
+		return nil, err
+	}
+	return newClient(conn)
+}
+
+// connection is what the flags and the environment say about reaching
+// the gateway, completed by the saved profile: flags win over FLEET_*
+// variables, which win over the profile. The profile's CA pin and token
+// are used only for the profile's gateway, and only where no flag or
+// variable gives a pin, CA file or token.
+func (c *cli) connection() (connection, error) {
+	conn := c.g.conn
+	p := c.profile
+	if c.profileErr != nil && conn.gateway == "" && c.profilePath != "" {
+		// A profile that cannot be used (without one, the error is
+		// that no gateway was given).
+		return conn, c.profileErr
+	}
+	if p == nil || (conn.gateway != "" && strings.TrimSuffix(conn.gateway, "/") != strings.TrimSuffix(p.Gateway, "/")) {
+		return conn, nil
+	}
+	conn.gateway = p.Gateway
+	if conn.caPin == "" && conn.caFile == "" {
+		conn.caPin = p.CAPin
+	}
+	if conn.token == "" && conn.tokenFile == "" {
+		conn.token = p.APIToken
+	}
+	return conn, nil
+}
+
+// loadProfile reads the saved profile, if any.
+func (c *cli) loadProfile() {
+	c.profilePath, c.profileErr = profile.Path(c.getenv)
+	if c.profileErr == nil {
+		c.profile, c.profileErr = profile.Load(c.profilePath)
+	}
+}
 
 // ask sends a request to the gateway and decodes its answer into out;
 // with --json it prints the answer as it came instead, and says it did.
@@ -232,8 +284,11 @@ Commands:
 
 const outro = `
 Global flags go before or after the command. The gateway's address, the
-admin token and the CA pin can come from the environment:
+admin token and the CA pin come from, in this order: the flags; the
+environment,
   FLEET_GATEWAY=https://gw.example.com:8443 FLEET_CA_PIN=sha256:... FLEET_API_TOKEN=fmcp_...
+and the profile fleetctl login saves (FLEET_PROFILE names another file),
+whose pin and token apply to its own gateway only.
 
 "fleetctl COMMAND -h" describes a command and its flags.
 `
@@ -244,6 +299,9 @@ func (c *cli) usage(root *flag.FlagSet) {
 		fmt.Fprintf(c.stderr, "  %-22s %s\n", cmd.path(), cmd.summary)
 	}
 	fmt.Fprintln(c.stderr, "  doctor                 check the admin API, the admin token, the clocks and the fleet's hosts")
+	for _, name := range topCommandNames {
+		fmt.Fprintf(c.stderr, "  %-22s %s\n", name+" "+topCommandArgs[name], topCommandSummary[name])
+	}
 	fmt.Fprintln(c.stderr, "  help [COMMAND]         this text, or a command's")
 	fmt.Fprintln(c.stderr, "\nGlobal flags:")
 	printFlags(c.stderr, root, func(name string) bool { return true })
@@ -279,6 +337,16 @@ func (c *cli) help(root *flag.FlagSet, words []string) error {
 	case 1:
 		if isGroup(words[0]) {
 			c.groupUsage(words[0])
+			return nil
+		}
+		run, ok := topCommands[words[0]]
+		if words[0] == "doctor" {
+			run, ok = (*cli).runDoctor, true
+		}
+		if ok {
+			if err := run(c, context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+				return err
+			}
 			return nil
 		}
 	case 2:

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/cmd/internal/profile"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -27,7 +29,14 @@ func fleetctl(t *testing.T, env map[string]string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var out, errb bytes.Buffer
-	err := run(ctx, args, &out, &errb, func(k string) string { return env[k] })
+	// No test reads the user's own profile.
+	noProfile := filepath.Join(t.TempDir(), "no-profile.json")
+	err := run(ctx, args, &out, &errb, func(k string) string {
+		if k == profile.EnvPath && env[k] == "" {
+			return noProfile
+		}
+		return env[k]
+	})
 	code := exitCode(err, &errb)
 	return result{stdout: out.String(), stderr: errb.String(), err: err, code: code}
 }

@@ -75,6 +75,7 @@ var skillRolloutCmd = &command{
 		maxErrors := fs.Int("max_errors", 0, "how many hosts may fail before the rollout pauses")
 		autoRollback := fs.Bool("auto_rollback", false, "roll back instead of pausing when more than --max_errors hosts fail")
 		batchTimeout := fs.Duration("batch_timeout", 10*time.Minute, "how long an online host may take to install before it counts as failed")
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			if err := c.wantArgs(args, 1); err != nil {
 				return err
@@ -90,13 +91,21 @@ var skillRolloutCmd = &command{
 			if req.BundleID, err = c.resolveBundle(ctx, name, bundle); err != nil {
 				return err
 			}
-			var info protocol.RolloutInfo
-			if printed, err := c.ask(ctx, http.MethodPost, protocol.AdminRolloutsPath, req, &info); err != nil || printed {
+			if err := w.check(); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "Rollout %s started: %s %s to %d hosts in %d batches.\n", info.ID, info.Skill, info.BundleID, info.Hosts, info.Batches)
-			fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s\n", info.ID)
-			return nil
+			var info protocol.RolloutInfo
+			printed, err := c.ask(ctx, http.MethodPost, protocol.AdminRolloutsPath, req, &info)
+			if err != nil {
+				return err
+			}
+			if !printed {
+				fmt.Fprintf(c.stdout, "Rollout %s started: %s %s to %d hosts in %d batches.\n", info.ID, info.Skill, info.BundleID, info.Hosts, info.Batches)
+				if !*w.wait {
+					fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s --wait\n", info.ID)
+				}
+			}
+			return c.maybeWait(ctx, w, info.ID)
 		}
 	},
 }
@@ -173,12 +182,19 @@ func (c *cli) resolveBundle(ctx context.Context, name, bundle string) (string, e
 
 var skillStatusCmd = &command{
 	group: "skills", name: "status", args: "ROLLOUT",
-	summary: "show a rollout: its state and batch, and where each host stands",
+	summary: "show a rollout: its state and batch, and where each host stands (--wait: follow it to its end)",
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			id, err := c.rolloutArg(args)
 			if err != nil {
 				return err
+			}
+			if err := w.check(); err != nil {
+				return err
+			}
+			if *w.wait {
+				return c.waitRollout(ctx, id, *w.poll)
 			}
 			var info protocol.RolloutInfo
 			if printed, err := c.ask(ctx, http.MethodGet, rolloutPath(id)+"?hosts=1", nil, &info); err != nil || printed {
@@ -198,7 +214,7 @@ func (c *cli) printRollout(in *protocol.RolloutInfo) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Rollout:\t%s (%s)\n", in.ID, what)
-	fmt.Fprintf(tw, "State:\t%s, batch %d of %d\n", in.State, in.CurrentBatch, in.Batches)
+	fmt.Fprintf(tw, "State:\t%s\n", rolloutProgress(in))
 	if in.Reason != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", in.Reason)
 	}
@@ -224,10 +240,30 @@ func (c *cli) printRollout(in *protocol.RolloutInfo) {
 	tw.Flush()
 }
 
+// batchNumber is the batch a rollout is at, counted from 1 (the API's
+// current_batch counts from 0); a done rollout is past its last.
+func batchNumber(in *protocol.RolloutInfo) int {
+	if in.State == protocol.RolloutDone {
+		return in.Batches
+	}
+	return min(in.CurrentBatch+1, in.Batches)
+}
+
+// rolloutProgress says a rollout's state and where it is.
+func rolloutProgress(in *protocol.RolloutInfo) string {
+	switch {
+	case in.Batches == 0:
+		return in.State
+	case in.State == protocol.RolloutDone:
+		return fmt.Sprintf("%s, all %d batches", in.State, in.Batches)
+	}
+	return fmt.Sprintf("%s, batch %d of %d", in.State, batchNumber(in), in.Batches)
+}
+
 // formatCounts writes per-state counts in a fixed order.
 func formatCounts(counts map[string]int) string {
 	order := []string{protocol.SkillInstalled, protocol.SkillRemoved, protocol.SkillInstalling, protocol.SkillPending,
-		protocol.RolloutHostWaiting, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused, protocol.SkillTampered}
+		protocol.RolloutHostWaiting, protocol.RolloutHostSkipped, protocol.RolloutHostOffline, protocol.SkillFailed, protocol.SkillRefused, protocol.SkillTampered}
 	var parts []string
 	seen := map[string]bool{}
 	for _, s := range order {
@@ -281,6 +317,7 @@ var skillRemoveCmd = &command{
 	summary: "remove a skill from the hosts a selector picks (as a rollout); prints the rollout id",
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		selector := fs.String("selector", "", `the hosts: a name glob and labels, e.g. "web-*", role=web, "*" for all (required)`)
+		w := waitFlags(fs)
 		return func(ctx context.Context, c *cli, args []string) error {
 			name, err := c.skillArg(args)
 			if err != nil {
@@ -289,12 +326,21 @@ var skillRemoveCmd = &command{
 			if strings.TrimSpace(*selector) == "" {
 				return usagef(`--selector is required: which hosts lose the skill? e.g. --selector role=web, --selector "*" for all`)
 			}
-			var info protocol.RolloutInfo
-			if printed, err := c.ask(ctx, http.MethodPost, skillPath(name)+"/remove", &protocol.SkillRemoveRequest{Selector: *selector}, &info); err != nil || printed {
+			if err := w.check(); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "Rollout %s started: remove %s from %d hosts.\nFollow it with: fleetctl skills status %s\n", info.ID, name, info.Hosts, info.ID)
-			return nil
+			var info protocol.RolloutInfo
+			printed, err := c.ask(ctx, http.MethodPost, skillPath(name)+"/remove", &protocol.SkillRemoveRequest{Selector: *selector}, &info)
+			if err != nil {
+				return err
+			}
+			if !printed {
+				fmt.Fprintf(c.stdout, "Rollout %s started: remove %s from %d hosts.\n", info.ID, name, info.Hosts)
+				if !*w.wait {
+					fmt.Fprintf(c.stdout, "Follow it with: fleetctl skills status %s --wait\n", info.ID)
+				}
+			}
+			return c.maybeWait(ctx, w, info.ID)
 		}
 	},
 }
@@ -322,7 +368,7 @@ var skillRolloutsCmd = &command{
 				if r.Remove {
 					bundle = "(remove)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Skill, bundle, r.State, r.CurrentBatch, r.Batches,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Skill, bundle, r.State, batchNumber(&r), r.Batches,
 					formatCounts(r.Counts), formatTime(r.CreatedAt), orDash(r.CreatedBy))
 			}
 			return tw.Flush()

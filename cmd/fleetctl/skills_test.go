@@ -23,6 +23,9 @@ import (
 type fakeSkills struct {
 	versions map[string][]protocol.SkillVersion
 	rollouts map[string]*protocol.RolloutInfo
+	// script holds a rollout's answers to come, one a GET (the last
+	// one stays).
+	script map[string][]*protocol.RolloutInfo
 }
 
 func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
@@ -34,7 +37,7 @@ func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
 	}
 	g.skills.rollouts["r-aaaaaaaaaa"] = &protocol.RolloutInfo{ID: "r-aaaaaaaaaa", Skill: "deploy", BundleID: "sha256:" + strings.Repeat("b", 64),
 		Selector: "role=web", State: protocol.RolloutPaused, Reason: "2 hosts failed, more than max_errors 1", Canary: 1, Batch: "25%", MaxErrors: 1,
-		BatchTimeout: "10m0s", Hosts: 3, Batches: 3, CurrentBatch: 2, CreatedAt: at, CreatedBy: "alice",
+		BatchTimeout: "10m0s", Hosts: 3, Batches: 3, CurrentBatch: 1, CreatedAt: at, CreatedBy: "alice",
 		Counts: map[string]int{protocol.SkillInstalled: 1, protocol.SkillFailed: 1, protocol.SkillRefused: 1},
 		HostStates: []protocol.RolloutHost{
 			{Host: "web-1", State: protocol.SkillInstalled, Active: "sha256:" + strings.Repeat("b", 64)},
@@ -78,7 +81,15 @@ func (g *fakeGateway) skillRoutes(mux *http.ServeMux) {
 		}
 	})
 	mux.HandleFunc("GET "+ro+"/{id}", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		if next := g.skills.script[r.PathValue("id")]; len(next) > 0 {
+			g.skills.rollouts[r.PathValue("id")] = next[0]
+			if len(next) > 1 {
+				g.skills.script[r.PathValue("id")] = next[1:]
+			}
+		}
 		info := g.skills.rollouts[r.PathValue("id")]
+		g.mu.Unlock()
 		if info == nil {
 			g.fail(w, http.StatusNotFound, protocol.APINotFound, "no rollout "+r.PathValue("id"))
 			return

@@ -91,12 +91,13 @@ func (c *cli) printCreated(r *protocol.TokenCreateResponse) {
 		fmt.Fprintf(tw, "  NATS:\t%s\n", strings.Join(r.NATSURLs, ", "))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nOn the host, join the fleet:\n\n    %s\n", r.JoinCommand)
-	if r.Info.NATS {
-		fmt.Fprintf(w, "\n(To keep the token out of ps, write it to a file and pass --token_file FILE instead of --token.)\n")
-	}
+	fmt.Fprintf(w, "\nOn the host, run this and paste the token when it asks (or pipe it in: it reads the token from standard input, out of ps and the shell's history):\n\n    %s\n", r.JoinCommand)
 	if r.InstallCommand != "" {
-		fmt.Fprintf(w, "\nor install the agent as a system service and join:\n\n    %s\n", r.InstallCommand)
+		fmt.Fprintf(w, "\nor, as root, install the agent as a system service and join:\n\n    %s\n", r.InstallCommand)
+	}
+	if r.Info.NATS {
+		// Longer than some terminals take on one line (macOS: 1024 bytes).
+		fmt.Fprintf(w, "\nThe token is long (%d characters): rather than paste it at the prompt, save it in a file and redirect it in (... --token_file - < FILE).\n", len(r.Token))
 	}
 }
 

@@ -28,16 +28,17 @@ func TestTokenCreateNATS(t *testing.T) {
 }
 
 // A NATS join token is shown as one, with the NATS URLs, the command
-// and how to keep the token out of ps.
+// which reads the token from standard input.
 func TestPrintCreatedNATS(t *testing.T) {
 	var out bytes.Buffer
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	c := &cli{stdout: &out, now: func() time.Time { return now }}
 	r := &protocol.TokenCreateResponse{Token: "fmcpn1.abc", Info: protocol.TokenInfo{ID: "aaaaaaaaaa", Uses: 1, NATS: true, ExpiresAt: now.Add(time.Hour)},
 		CAPin: "sha256:" + strings.Repeat("1", 64), NATSURLs: []string{"tls://gw.example:4222"},
-		JoinCommand: "fleet-agent join --nats tls://gw.example:4222 --token fmcpn1.abc --ca_pin sha256:" + strings.Repeat("1", 64)}
+	}
+	r.JoinCommand, r.InstallCommand = protocol.JoinCommands(r)
 	c.printCreated(r)
-	for _, want := range []string{"NATS join token", "fmcpn1.abc", "tls://gw.example:4222", r.JoinCommand, "--token_file"} {
+	for _, want := range []string{"NATS join token", "fmcpn1.abc", "tls://gw.example:4222", r.JoinCommand, "--token_file -", "standard input"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("token create --nats prints no %q:\n%s", want, out.String())
 		}

@@ -23,9 +23,17 @@ import (
 // An empty one falls back to the build information.
 var version, commit, date string
 
+// Base is the version the source tree is at. A build that is neither a
+// release (-ldflags) nor a go install of a tagged module reports
+// Base-dev, and its MCP server and agents the same.
+const Base = "0.1.0"
+
+// devel is what the Go toolchain stamps into a build from a working tree.
+const devel = "(devel)"
+
 // Info is what --version prints.
 type Info struct {
-	Version   string // release version, module version, or "(devel)"
+	Version   string // release version, module version, or Base-dev
 	Commit    string // VCS revision, or "unknown"
 	Modified  bool   // built from a working tree with uncommitted changes
 	Date      string // commit time (RFC 3339) or the release build's date, or "unknown"
@@ -34,10 +42,11 @@ type Info struct {
 }
 
 // Release returns the build's version when it has one (a release, or a
-// module version from go install), and ok false for a development build.
+// module version from go install), and ok false for a development build
+// (whose version is Base-dev).
 func Release() (v string, ok bool) {
 	v = Get().Version
-	return v, v != "" && v != "(devel)"
+	return v, v != Base+"-dev"
 }
 
 // Get returns the running binary's Info.
@@ -65,8 +74,8 @@ func fromBuildInfo(bi *debug.BuildInfo, ldVersion, ldCommit, ldDate string) Info
 			}
 		}
 	}
-	if modVersion == "" {
-		modVersion = "(devel)"
+	if modVersion == "" || modVersion == devel {
+		modVersion = Base + "-dev"
 	}
 	in.Version = cmp.Or(ldVersion, modVersion)
 	in.Commit = cmp.Or(ldCommit, vcsRev, "unknown")

@@ -128,13 +128,21 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 		addrs[i] = a
 	}
 	f := &fleet{mcpURL: "http://" + addrs[0] + "/mcp"}
-	var join string
-	gw, err := start(ctx, "fleet-gateway --dev", exec.Command(gwBin, "--dev", "--listen", addrs[0], "--nats_listen", addrs[1], "--api_listen", addrs[2],
-		"--data_dir", filepath.Join(dir, "gateway"), "--agent_name", devHost, "--log_level", "warn"), stderr, 2*time.Minute,
+	var join, token string
+	gwCmd := exec.Command(gwBin, "--dev", "--dev_join_token", "--listen", addrs[0], "--nats_listen", addrs[1], "--api_listen", addrs[2],
+		"--data_dir", filepath.Join(dir, "gateway"), "--agent_name", devHost, "--log_level", "warn")
+	// Its fleetctl profile stays with the bench, not in the user's
+	// configuration.
+	gwCmd.Env = append(os.Environ(), "FLEET_PROFILE="+filepath.Join(dir, "fleetctl.json"))
+	gw, err := start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute,
 		func(line string) bool {
-			if s, ok := strings.CutPrefix(strings.TrimSpace(line), "fleet-agent join "); ok {
+			line = strings.TrimSpace(line)
+			if s, ok := strings.CutPrefix(line, "token:"); ok {
+				token = strings.TrimSpace(s)
+			}
+			if s, ok := strings.CutPrefix(line, "command: fleet-agent join "); ok {
 				join = s
-				return true
+				return token != ""
 			}
 			return false
 		})
@@ -146,7 +154,7 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 	args = append(args, "--name", agentHost, "--state_dir", filepath.Join(dir, "agent"), "--cwd", cwd, "--log_level", "warn")
 	// The agent prints nothing when it is up: readiness is the gateway
 	// seeing it online, below.
-	ag, err := startQuiet(agBin, args, stderr)
+	ag, err := startQuiet(agBin, args, strings.NewReader(token+"\n"), stderr)
 	if err != nil {
 		f.stop()
 		return nil, err
@@ -172,9 +180,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // startQuiet runs a process that signals nothing on stdout.
-func startQuiet(bin string, args []string, stderr io.Writer) (*proc, error) {
+func startQuiet(bin string, args []string, stdin io.Reader, stderr io.Writer) (*proc, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr, cmd.Stdout = stderr, io.Discard
+	cmd.Stdin, cmd.Stderr, cmd.Stdout = stdin, stderr, io.Discard
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, err
