@@ -91,9 +91,11 @@ exec_start() {
 # User and Group, with its umask, working directory, Environment= and the
 # variables of ENV (its EnvironmentFile) and nothing else; sets $! .
 run_as() {
-	local unit="$1" log="$3" user group umask dir
+	local unit="$1" log="$3" user group umask dir in=/dev/null
 	local -n vars="$2"
 	shift 3
+	# STDIN=FILE before the call: what the command reads on its standard input.
+	[ -n "${STDIN:-}" ] && in="$STDIN"
 	user="$(unit_value "$unit" User)" group="$(unit_value "$unit" Group)"
 	umask="$(unit_value "$unit" UMask)" dir="$(unit_value "$unit" WorkingDirectory)"
 	local envs=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
@@ -104,7 +106,7 @@ run_as() {
 		umask "${umask:-0022}"
 		cd "${dir:-/}"
 		exec setpriv --reuid="$user" --regid="${group:-$user}" --init-groups -- env -i "${envs[@]}" "$@"
-	) >"$log" 2>&1 </dev/null &
+	) >"$log" 2>&1 <"$in" &
 }
 
 # free_port VAR: sets VAR to a TCP port nothing on this machine listens
@@ -184,13 +186,18 @@ echo "check: installed gateway runs as $gwuser as its unit starts it (${gwcmd[*]
 out="$("${ctl[@]}" token create --name fleet-check-host --ttl 10m)" || fail "fleetctl token create: $out"
 join="$(grep -m1 '^ *fleet-agent join ' <<<"$out")" || fail "fleetctl token create printed no join command: $out"
 read -ra joincmd <<<"$join"
+# The printed command reads the token on its standard input (--token_file -),
+# as someone pasting it at the prompt or piping it in gives it.
+jointoken="$(sed -n 's/^ *\(fmcp1[A-Za-z0-9_-]*\) *$/\1/p' <<<"$out")"
+[ -n "$jointoken" ] || fail "fleetctl token create printed no token: $out"
+(umask 077 && printf '%s\n' "$jointoken" >"$tmp/join-token")
 declare -A agenv=()
 env_file "$(unit_value "$agunit" EnvironmentFile)" agenv
 agcmd=()
 exec_start "$agunit" agcmd agenv
 [ "${agcmd[0]}" = /usr/bin/fleet-agent ] || fail "$agunit runs ${agcmd[0]}, not /usr/bin/fleet-agent"
 aguser="$(unit_value "$agunit" User)"
-run_as "$agunit" agenv "$tmp/agent.log" /usr/bin/fleet-agent "${joincmd[@]:1}" "${agcmd[@]:1}" --name fleet-check-host
+STDIN="$tmp/join-token" run_as "$agunit" agenv "$tmp/agent.log" /usr/bin/fleet-agent "${joincmd[@]:1}" "${agcmd[@]:1}"
 agpid=$!
 for i in $(seq 150); do
 	kill -0 "$agpid" 2>/dev/null || fail "fleet-agent join exited: $(tail -n 20 "$tmp/agent.log")"
