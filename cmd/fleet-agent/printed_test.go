@@ -27,6 +27,8 @@ func withStdin(t *testing.T, s string) {
 func TestPrintedJoinCommandsRun(t *testing.T) {
 	ca := identitytest.NewCA(t, "fleet")
 	g := identitytest.NewGateway(t, ca)
+	// The join checks the NATS URLs it is given before it runs.
+	g.ServeNATSGreeting(t)
 	for _, tc := range []struct {
 		info protocol.TokenInfo
 		host string
