@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -63,7 +64,9 @@ type Gateway struct {
 	agents    *agentStore
 	// revokedKeys is the ledger of every key ever revoked.
 	revokedKeys *revokedLedger
-	agentIndex  *agentIndex
+	// embedded is the embedded server's account setup (nil: external).
+	embedded   *embeddedAccount
+	agentIndex *agentIndex
 	// tokens are the join tokens, nonces the request nonces seen;
 	// renewals serves credential renewals over NATS; api is the fleet
 	// API listener (enrolment and admin), apiCA the fleet CA when only
@@ -491,11 +494,12 @@ func (g *Gateway) startEmbedded() error {
 	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
-	if _, err := acct.serveClaimUpdates(g.sys); err != nil {
-		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
-	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
 		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
+	g.embedded = acct
+	if _, err := acct.serveClaimUpdates(g.sys, g.authority.ledgerRevokedAt); err != nil {
+		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
+	}
 	return nil
 }
 
@@ -595,11 +599,34 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
 		return err
 	}
-	ledger, err := openRevokedLedger(ctx, g.nc, seal, g.cfg.Hosts.Replicas, g.log.With("component", "revoked-keys"))
+	// The embedded server holds every key revoked while a credential
+	// issued before could still be valid: it may have missed a
+	// revocation by key while down, which no record names.
+	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, maxTokenTTL) - pruneSlack)
+	var added func(string, time.Time)
+	if g.embedded != nil {
+		added = func(key string, at time.Time) {
+			if at.After(recent) {
+				if _, err := g.embedded.addRevocations(jwt.RevocationList{key: at.Unix()}); err != nil {
+					g.log.Warn("a revoked key from the ledger is not held by this node's server yet", "key", key, "err", err)
+				}
+			}
+		}
+	}
+	ledger, err := openRevokedLedger(ctx, g.nc, seal, g.cfg.Hosts.Replicas, g.log.With("component", "revoked-keys"), added)
 	if err != nil {
 		return err
 	}
 	g.revokedKeys = ledger
+	if g.embedded != nil {
+		held := jwt.RevocationList{}
+		for k, at := range ledger.since(recent) {
+			held[k] = at.Unix()
+		}
+		if _, err := g.embedded.addRevocations(held); err != nil {
+			return fmt.Errorf("revoked keys: %w", err)
+		}
+	}
 	g.authority.setRecords(g.agents, ledger)
 	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	err = g.authority.Reconcile(rctx)

@@ -117,14 +117,28 @@ const (
 )
 
 // systemScope is the scope of the system signing key (embedded
-// server): the system account without its JetStream API.
-func systemScope(signerPub string) *jwt.UserScope {
+// server): what the gateway asks of the system account (the fleet
+// account's claims and connections, the servers' varz and connz) and
+// answers (other nodes' claim pushes), nothing else: a system user may
+// otherwise publish on the servers' raft subjects ($NRG.>), where an
+// entry deletes any stream, or kick connections and put servers in lame
+// duck mode.
+func systemScope(signerPub, fleetPub string) *jwt.UserScope {
 	s := jwt.NewUserScope()
 	s.Key = signerPub
 	s.Role = "gateway-system"
-	s.Description = "fleetmcp gateways' system users: monitoring and claims, never JetStream"
+	s.Description = "fleetmcp gateways' system users: the fleet account's claims and connections, never JetStream"
+	s.Template.Pub.Allow.Add(systemAllowed(fleetPub)...)
 	s.Template.Pub.Deny.Add(systemDenied()...)
 	return s
+}
+
+// systemAllowed is what the gateways' system users of the embedded
+// server may publish.
+func systemAllowed(fleetPub string) []string {
+	acc := "$SYS.REQ.ACCOUNT." + fleetPub + "."
+	return []string{acc + "CLAIMS.UPDATE", acc + "CLAIMS.LOOKUP", acc + "CONNZ",
+		"$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.SERVER.*.CONNZ", "_INBOX.>"}
 }
 
 // scopedUser issues the JWT of a user of account, signed by the scoped
@@ -307,6 +321,18 @@ func (a *authority) setRecords(r keyRegistry, ledger *revokedLedger) {
 	a.heldMu.Lock()
 	a.ledger = ledger
 	a.heldMu.Unlock()
+}
+
+// ledgerRevokedAt reports whether the revoked keys' ledger holds pub,
+// and since when (false before the ledger is open).
+func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
+	a.heldMu.Lock()
+	ledger := a.ledger
+	a.heldMu.Unlock()
+	if ledger == nil {
+		return time.Time{}, false
+	}
+	return ledger.revokedAt(pub)
 }
 
 // keepRevoked records keys in the ledger; a failure is logged, and the

@@ -92,7 +92,7 @@ func newEmbeddedAccount(dataDir string, keys *natsKeys, maxCall time.Duration, c
 	}
 	sc := jwt.NewAccountClaims(keys.systemPub)
 	sc.Name = systemAccountName
-	sc.SigningKeys.AddScopedSigner(systemScope(publicKey(keys.systemSigner)))
+	sc.SigningKeys.AddScopedSigner(systemScope(publicKey(keys.systemSigner), keys.accountPub))
 	if e.sysJWT, err = sc.Encode(keys.operator); err != nil {
 		return nil, fmt.Errorf("system account JWT: %w", err)
 	}
@@ -242,9 +242,12 @@ func (e *embeddedAccount) pushed(*jwt.AccountClaims, string) {}
 
 // mergeRevocations adds to this node's server the revocations of an
 // account JWT another node pushed (token), if it is the fleet account's
-// and signed by the operator; everything else in it is ignored. It
-// returns how many entries were added or moved later.
-func (e *embeddedAccount) mergeRevocations(token string) (int, error) {
+// and signed by the operator, and only those of keys the revoked keys'
+// ledger holds (held): everything else in it is ignored, so that
+// whoever holds the operator key cannot shut out every user ("*"), the
+// gateways' own users, or grow the JWT with junk. It returns how many
+// entries were added or moved later.
+func (e *embeddedAccount) mergeRevocations(token string, held func(string) (time.Time, bool)) (int, error) {
 	ac, err := jwt.DecodeAccountClaims(token)
 	if err != nil {
 		return 0, err
@@ -255,6 +258,18 @@ func (e *embeddedAccount) mergeRevocations(token string) (int, error) {
 	if ac.Issuer != publicKey(e.keys.operator) {
 		return 0, fmt.Errorf("it was signed by %s, not by the operator", ac.Issuer)
 	}
+	add := jwt.RevocationList{}
+	for pub := range ac.Revocations {
+		if at, ok := held(pub); ok {
+			add[pub] = at.Unix()
+		}
+	}
+	return e.addRevocations(add)
+}
+
+// addRevocations adds revs to this node's server and saves the account
+// JWT; it returns how many entries were added or moved later.
+func (e *embeddedAccount) addRevocations(add jwt.RevocationList) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	revs := maps.Clone(e.revs)
@@ -262,7 +277,7 @@ func (e *embeddedAccount) mergeRevocations(token string) (int, error) {
 		revs = jwt.RevocationList{}
 	}
 	added := 0
-	for pub, at := range ac.Revocations {
+	for pub, at := range add {
 		if at > revs[pub] {
 			revs[pub] = at
 			added++
@@ -284,13 +299,14 @@ func (e *embeddedAccount) mergeRevocations(token string) (int, error) {
 
 // serveClaimUpdates answers, on the system connection sys, the account
 // JWTs other nodes push for the fleet account
-// ($SYS.REQ.ACCOUNT.<fleet>.CLAIMS.UPDATE), taking their revocations
-// only. Other accounts' updates are not served: no server takes them.
-func (e *embeddedAccount) serveClaimUpdates(sys *nats.Conn) (*nats.Subscription, error) {
+// ($SYS.REQ.ACCOUNT.<fleet>.CLAIMS.UPDATE), taking their revocations of
+// keys held revoked (the ledger) only. Other accounts' updates are not
+// served: no server takes them.
+func (e *embeddedAccount) serveClaimUpdates(sys *nats.Conn, held func(string) (time.Time, bool)) (*nats.Subscription, error) {
 	subject := fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.UPDATE", e.keys.accountPub)
 	return sys.Subscribe(subject, func(m *nats.Msg) {
 		resp := server.ServerAPIClaimUpdateResponse{}
-		added, err := e.mergeRevocations(string(m.Data))
+		added, err := e.mergeRevocations(string(m.Data), held)
 		if err != nil {
 			e.log.Warn("a fleet account JWT pushed to NATS was refused: only the operator's, and only its revocations, are taken", "err", err)
 			resp.Error = &server.ClaimUpdateError{Account: e.keys.accountPub, Code: 400, Description: "refused: " + err.Error()}

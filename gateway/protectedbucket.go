@@ -120,7 +120,9 @@ func kvStreamConfig(kc jetstream.KeyValueConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name: "KV_" + kc.Bucket, Description: kc.Description, Subjects: []string{"$KV." + kc.Bucket + ".>"},
 		MaxMsgsPerSubject: history, MaxBytes: maxBytes, MaxAge: kc.TTL, MaxMsgSize: maxMsgSize,
-		Storage: kc.Storage, Replicas: replicas, AllowRollup: true, DenyDelete: true, Duplicates: dup,
+		// No rollups: a message with a Nats-Rollup header would purge
+		// the whole stream, and any user of the account may publish one.
+		Storage: kc.Storage, Replicas: replicas, AllowRollup: false, DenyDelete: true, Duplicates: dup,
 		MaxMsgs: -1, MaxConsumers: -1, AllowDirect: replicas <= 1, Discard: jetstream.DiscardNew,
 	}
 }

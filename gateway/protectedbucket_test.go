@@ -72,10 +72,11 @@ func streamCreated(t *testing.T, nc *nats.Conn, stream string) time.Time {
 }
 
 // kvStreamConfig makes the stream nats.go's KeyValue client makes, but
-// for direct gets on a replicated bucket; a bucket made by a gateway of
-// an older version (create-or-update) is taken as it is, and one whose
-// configuration changed is put back through the admin, or left and
-// logged without one.
+// for direct gets on a replicated bucket and rollups, which it refuses
+// (a rollup purges a bucket with a plain publish); a bucket made by a
+// gateway of an older version (create-or-update) gets its rollups turned
+// off, and one whose configuration changed is put back through the
+// admin, or left and logged without one.
 func TestEnsureProtectedBucket(t *testing.T) {
 	s := newAuditServer(t)
 	nc, err := nats.Connect(s.ns.ClientURL())
@@ -91,15 +92,16 @@ func TestEnsureProtectedBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := js.Stream(ctx, "KV_older")
-	if d := kvConfigDiffers(kvStreamConfig(kc), st.CachedInfo().Config); d != "" {
-		t.Fatalf("nats.go's bucket differs from kvStreamConfig's: %s", d)
+	if d := kvConfigDiffers(kvStreamConfig(kc), st.CachedInfo().Config); d != "allow_rollup_hdrs true (want false)" {
+		t.Fatalf("nats.go's bucket differs from kvStreamConfig's: %q; want only its rollups", d)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	updates := 0
 	admin := func(ctx context.Context, do func(jetstream.JetStream) error) error { updates++; return do(js) }
-	if _, err := ensureProtectedBucket(js, 5*time.Second, kc, admin, log); err != nil || updates != 0 {
-		t.Fatalf("an older gateway's bucket: %v, %d updates; want it taken as it is", err, updates)
+	if _, err := ensureProtectedBucket(js, 5*time.Second, kc, admin, log); err != nil || updates != 1 {
+		t.Fatalf("an older gateway's bucket: %v, %d updates; want its rollups turned off", err, updates)
 	}
+	st, _ = js.Stream(ctx, "KV_older")
 	cfg := st.CachedInfo().Config
 	cfg.MaxMsgsPerSubject, cfg.Description = 5, "changed"
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -109,7 +111,7 @@ func TestEnsureProtectedBucket(t *testing.T) {
 		t.Fatalf("without an admin: %v", err)
 	}
 	kv, err := ensureProtectedBucket(js, 5*time.Second, kc, admin, log)
-	if err != nil || updates != 1 {
+	if err != nil || updates != 2 {
 		t.Fatalf("with an admin: %v, %d updates", err, updates)
 	}
 	if info, _ := js.Stream(ctx, "KV_older"); kvConfigDiffers(kvStreamConfig(kc), info.CachedInfo().Config) != "" {

@@ -49,6 +49,7 @@ type revokedLedger struct {
 	seal *recordSeal
 	log  *slog.Logger
 	cc   jetstream.ConsumeContext
+	junk *logLimiter
 
 	mu   sync.Mutex
 	keys map[string]time.Time
@@ -56,8 +57,9 @@ type revokedLedger struct {
 
 // openRevokedLedger creates the ledger's stream if there is none, and
 // reads it whole before returning; it then follows what other gateways
-// add until close.
-func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, replicas int, log *slog.Logger) (*revokedLedger, error) {
+// add until close, calling added (when not nil) with each key new to it
+// from then on.
+func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, replicas int, log *slog.Logger, added func(key string, at time.Time)) (*revokedLedger, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -90,7 +92,7 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 			"stream", revokedStream, "deny_delete", c.DenyDelete, "deny_purge", c.DenyPurge, "allow_rollup", c.AllowRollup, "max_age", c.MaxAge, "max_msgs", c.MaxMsgs)
 	}
 	last := s.CachedInfo().State.LastSeq
-	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]time.Time{}}
+	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]time.Time{}, junk: newLogLimiter(time.Minute, 1)}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -101,7 +103,14 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 		once.Do(func() { close(loaded) })
 	}
 	l.cc, err = oc.Consume(func(m jetstream.Msg) {
-		l.add(m)
+		key, at, isNew := l.add(m)
+		select {
+		case <-loaded:
+			if isNew && added != nil {
+				added(key, at)
+			}
+		default:
+		}
 		if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= last {
 			once.Do(func() { close(loaded) })
 		}
@@ -118,19 +127,36 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 	}
 }
 
-// add takes the entry in m, if its seal holds.
-func (l *revokedLedger) add(m jetstream.Msg) {
+// add takes the entry in m, if its seal holds, and reports whether its
+// key is new to the ledger.
+func (l *revokedLedger) add(m jetstream.Msg) (string, time.Time, bool) {
 	var e revokedEntry
 	key := m.Headers().Get(revokedKeyHeader)
 	if err := l.seal.open(sealRevoked, key, m.Data(), &e); err != nil || e.Key != key {
-		l.log.Warn("an entry of the revoked keys' stream is not sealed by a gateway; ignored", "key", key, "err", err)
-		return
+		// Anyone in the account may publish here: one line a minute.
+		l.junk.log(l.log, slog.LevelWarn, "junk", "entries of the revoked keys' stream not sealed by a gateway are ignored", "key", key, "err", err)
+		return "", time.Time{}, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if at, ok := l.keys[key]; !ok || e.RevokedAt.Before(at) {
+	at, ok := l.keys[key]
+	if !ok || e.RevokedAt.Before(at) {
 		l.keys[key] = e.RevokedAt
 	}
+	return key, e.RevokedAt, !ok
+}
+
+// since returns the keys revoked after t, with when.
+func (l *revokedLedger) since(t time.Time) map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]time.Time{}
+	for k, at := range l.keys {
+		if at.After(t) {
+			out[k] = at
+		}
+	}
+	return out
 }
 
 // revokedKeyHeader names the key an entry is about.
@@ -158,9 +184,11 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 		msg := &nats.Msg{Subject: protocol.RevokedKeysSubject(), Data: data, Header: nats.Header{}}
 		msg.Header.Set(revokedKeyHeader, k.pub)
 		pctx, cancel := context.WithTimeout(ctx, jsTimeout)
-		// The ID makes two gateways' entries for one key one message
-		// (within the stream's duplicate window).
-		_, err = l.js.PublishMsg(pctx, msg, jetstream.WithMsgID("revoked-"+k.pub))
+		// No message ID: one that anyone in the account can take first
+		// would make this entry a "duplicate" that is never stored. Two
+		// gateways' entries for one key are two messages, which is
+		// harmless.
+		_, err = l.js.PublishMsg(pctx, msg)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("key %s: %w", k.pub, err))
@@ -176,13 +204,6 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 		return fmt.Errorf("record revoked keys in %s: %w", revokedStream, errors.Join(errs...))
 	}
 	return nil
-}
-
-// len returns how many keys the ledger holds.
-func (l *revokedLedger) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
 }
 
 func (l *revokedLedger) close() {

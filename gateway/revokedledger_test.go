@@ -75,7 +75,7 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 		}
 	}
 	seal, _ := gw.recordSeal()
-	fresh, err := openRevokedLedger(ctx, gw.nc, seal, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fresh, err := openRevokedLedger(ctx, gw.nc, seal, 1, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

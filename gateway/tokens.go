@@ -548,7 +548,8 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 			continue
 		}
 		dctx, cancel := context.WithTimeout(ctx, jsTimeout)
-		err := s.kv.Purge(dctx, e.rec.ID, jetstream.LastRevision(e.rev))
+		// A delete marker (the buckets take no rollup, so no purge).
+		err := s.kv.Delete(dctx, e.rec.ID, jetstream.LastRevision(e.rev))
 		cancel()
 		if err == nil {
 			n++
@@ -560,7 +561,7 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
 	defer cancel()
-	// Purge markers older than the default (30 min) go too: that is a
+	// Delete markers older than the default (30 min) go too: that is a
 	// stream purge, which the gateway's own user may not do.
 	_ = s.admin(pctx, func(js jetstream.JetStream) error {
 		kv, err := js.KeyValue(pctx, tokensBucket)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestAuditTrailDataDirKeysCannotErase(t *testing.T) {
 	if reader == nil {
 		t.Fatal("the gateway signing key mints no user: the test cannot read the streams' configuration")
 	}
-	for _, stream := range []string{protocol.AuditStream, "KV_fleet_tokens", "KV_" + protocol.AgentsBucket} {
+	for _, stream := range []string{protocol.AuditStream, "KV_fleet_tokens", "KV_" + protocol.AgentsBucket, "FLEET_REVOKED"} {
 		info, err := reader.Request("$JS.API.STREAM.INFO."+stream, nil, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +74,17 @@ func TestAuditTrailDataDirKeysCannotErase(t *testing.T) {
 	for _, a := range attempts {
 		maps.Copy(all, a)
 	}
-	eraseAll := func(who string, nc *nats.Conn) { tryErase(t, who, nc, all) }
+	eraseAll := func(who string, nc *nats.Conn) {
+		tryErase(t, who, nc, all)
+		// A rollup purges a stream with a plain publish.
+		for subj, stream := range map[string]string{"$KV.fleet_agents.rollup": "KV_" + protocol.AgentsBucket, "$KV.fleet_tokens.rollup": "KV_fleet_tokens",
+			protocol.AuditSubject(): protocol.AuditStream, protocol.RevokedKeysSubject(): "FLEET_REVOKED"} {
+			msg := &nats.Msg{Subject: subj, Header: nats.Header{"Nats-Rollup": []string{"all"}}, Data: []byte("x")}
+			if reply, err := nc.RequestMsg(msg, 1500*time.Millisecond); err == nil && !strings.Contains(string(reply.Data), `"error"`) {
+				t.Errorf("as a user made with %s, a rollup on %s was taken: %s", who, stream, reply.Data)
+			}
+		}
+	}
 
 	var operator nkeys.KeyPair
 	for _, path := range seeds {
@@ -107,6 +118,49 @@ func TestAuditTrailDataDirKeysCannotErase(t *testing.T) {
 	if sys == nil {
 		t.Fatal("the system signing key mints no user")
 	}
+	// The system user may publish nothing but what the gateway asks of
+	// the servers: not on the raft subjects (on a cluster, an entry there
+	// deletes any stream), not a kick or lame duck mode.
+	var violations []string
+	var vmu sync.Mutex
+	sysPerm := rogueUserWith(t, env.NATSURL(), filepath.Join(dir, "system-signer.nk"), systemPub, "leaked system 2", func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		vmu.Lock()
+		violations = append(violations, err.Error())
+		vmu.Unlock()
+	})
+	forbidden := []string{"$NRG.P._meta_", "$SYS.REQ.SERVER.PING.KICK", "$SYS.REQ.SERVER.PING.LDM", "$JS.API.ACCOUNT.PURGE." + accountPub}
+	for _, subj := range forbidden {
+		if err := sysPerm.Publish(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the server to refuse the system user's publishes", func() bool {
+		_ = sysPerm.Flush()
+		vmu.Lock()
+		defer vmu.Unlock()
+		return len(violations) >= len(forbidden)
+	})
+
+	// The operator key revokes every user ("*") and junk keys: the
+	// servers take neither (only keys the revoked keys' ledger holds).
+	everyone := jwt.NewAccountClaims(accountPub)
+	junk, _ := nkeys.CreateUser()
+	junkPub, _ := junk.PublicKey()
+	everyone.Revocations = jwt.RevocationList{"*": time.Now().Add(50 * 365 * 24 * time.Hour).Unix(), junkPub: time.Now().Unix()}
+	allToken, err := everyone.Encode(operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Request("$SYS.REQ.ACCOUNT."+accountPub+".CLAIMS.UPDATE", []byte(allToken), 2*time.Second); err != nil {
+		t.Logf("the push was not answered: %v", err)
+	}
+	mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo after revoking everyone"}))
+	if data, err := os.ReadFile(filepath.Join(dir, "account.jwt")); err != nil || strings.Contains(string(data), junkPub) {
+		t.Errorf("the saved account JWT: %v", err)
+	} else if ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(data))); err != nil || len(ac.Revocations) > 0 {
+		t.Errorf("the saved account JWT holds revocations %v (%v)", ac.Revocations, err)
+	}
+
 	evil, _ := nkeys.CreateAccount()
 	evilPub, _ := evil.PublicKey()
 	for _, acct := range []string{accountPub, systemPub} {
@@ -149,6 +203,12 @@ func TestAuditTrailDataDirKeysCannotErase(t *testing.T) {
 // when the server refuses such a user.
 func rogueUser(t *testing.T, url, path, issuerAccount, name string) *nats.Conn {
 	t.Helper()
+	return rogueUserWith(t, url, path, issuerAccount, name, func(*nats.Conn, *nats.Subscription, error) {})
+}
+
+// rogueUserWith is rogueUser with the connection's error handler.
+func rogueUserWith(t *testing.T, url, path, issuerAccount, name string, errs nats.ErrHandler) *nats.Conn {
+	t.Helper()
 	seed, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -170,8 +230,7 @@ func rogueUser(t *testing.T, url, path, issuerAccount, name string) *nats.Conn {
 	if err != nil {
 		return nil
 	}
-	nc, err := nats.Connect(url, nats.UserJWTAndSeed(token, string(userSeed)), nats.MaxReconnects(0),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	nc, err := nats.Connect(url, nats.UserJWTAndSeed(token, string(userSeed)), nats.MaxReconnects(0), nats.ErrorHandler(errs))
 	if err != nil {
 		return nil
 	}

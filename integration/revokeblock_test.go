@@ -145,7 +145,7 @@ func TestRevokeWhateverTheRecordSays(t *testing.T) {
 			}
 		},
 		"deleted": func(host string) {
-			if err := kv.Purge(ctx, host); err != nil {
+			if err := kv.Delete(ctx, host); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -288,7 +288,7 @@ func TestSpentTokenStaysSpent(t *testing.T) {
 	for i, putBack := range []func() error{
 		func() error { _, err := kv.Put(ctx, tok.Info.ID, saved.Value()); return err },
 		func() error {
-			if err := kv.Purge(ctx, tok.Info.ID); err != nil {
+			if err := kv.Delete(ctx, tok.Info.ID); err != nil {
 				return err
 			}
 			_, err := kv.Put(ctx, tok.Info.ID, saved.Value())
