@@ -49,6 +49,8 @@ func TestWalkthroughNetNS(t *testing.T) {
 		bin:  walkBinaries(t),
 		home: filepath.Join(root, "gateway-home"),
 		subst: strings.NewReplacer(
+			// Longest first: a replacer tries them in this order.
+			"/var/lib/fleetmcp-agent", "STATE_DIR",
 			"/var/lib/fleetmcp", filepath.Join(root, "var-lib-fleetmcp"),
 			"/etc/fleetmcp", filepath.Join(root, "etc-fleetmcp"),
 			":8443", ":"+strconv.Itoa(freePortOn(t, "0.0.0.0")),
@@ -113,6 +115,7 @@ type walk struct {
 
 var (
 	walkAdminTokenRE = regexp.MustCompile(`fmcp_[A-Za-z0-9_-]{20,}`)
+	walkSystemPathRE = regexp.MustCompile(`(^|[\s='"])/(etc|var|usr|opt|srv|root|home|lib|boot)(/|\s|$)`)
 	walkCAPinRE      = regexp.MustCompile(`(?m)^\s*CA pin:\s+(sha256:[0-9a-f]{64})$`)
 )
 
@@ -124,15 +127,20 @@ func (w *walk) run(b shBlock, ns *netNS, name string) {
 	if w.done == nil {
 		w.done = map[string]bool{}
 	}
-	text := w.placeholders(b, name)
+	home, stateDir := w.home, ""
+	if ns != nil {
+		home = filepath.Join(filepath.Dir(w.home), name+"-home")
+		stateDir = filepath.Join(filepath.Dir(w.home), name+"-var-lib-fleetmcp-agent")
+		mkdir(t, home)
+	}
+	text := w.placeholders(b, name, stateDir)
+	// Run as root, a system path left as it is would change this machine.
+	if m := walkSystemPathRE.FindString(text); m != "" {
+		t.Fatalf("deploy/README.md:%d: the walk-through names %s, which the test does not replace with a temporary one: add it to the replacements", b.Line, strings.TrimSpace(m))
+	}
 	cmds, err := shCommands(text)
 	if err != nil {
 		t.Fatalf("deploy/README.md:%d: %v", b.Line, err)
-	}
-	home := w.home
-	if ns != nil {
-		home = filepath.Join(filepath.Dir(w.home), name+"-home")
-		mkdir(t, home)
 	}
 	for _, c := range cmds {
 		where := "the gateway machine"
@@ -189,9 +197,10 @@ func (w *walk) run(b shBlock, ns *netNS, name string) {
 			if ns == nil {
 				t.Fatalf("deploy/README.md:%d: fleet-agent join runs on the gateway machine; want it on each host", b.Line)
 			}
-			// The README's command is the one token create printed.
-			if want := strings.Fields(strings.ReplaceAll(w.printed, "NAME", name)); !slices.Equal(a, want) {
-				t.Errorf("deploy/README.md:%d: the join command\n\t%s\nis not the one fleetctl token create printed:\n\t%s", b.Line, strings.Join(a, " "), strings.Join(want, " "))
+			// The README's command is the one token create printed, with
+			// agent flags after it.
+			if want := strings.Fields(strings.ReplaceAll(w.printed, "NAME", name)); len(a) < len(want) || !slices.Equal(a[:len(want)], want) {
+				t.Errorf("deploy/README.md:%d: the join command\n\t%s\ndoes not start with the one fleetctl token create printed:\n\t%s", b.Line, strings.Join(a, " "), strings.Join(want, " "))
 			}
 			p := w.start(c, ns, home, w.joinToken+"\n")
 			cs := w.client()
@@ -223,13 +232,14 @@ func (w *walk) run(b shBlock, ns *netNS, name string) {
 }
 
 // placeholders fills in b's placeholders and replaces its system paths
-// and ports.
-func (w *walk) placeholders(b shBlock, name string) string {
+// and ports; a host's state directory is its own (stateDir).
+func (w *walk) placeholders(b shBlock, name, stateDir string) string {
 	text := w.subst.Replace(b.Text)
 	for _, p := range []struct{ name, value, after string }{
 		{"GATEWAY_IP", w.gatewayIP, ""},
 		{"CA_PIN", w.caPin, "the gateway has started and printed it"},
 		{"NAME", name, "a host's block"},
+		{"STATE_DIR", stateDir, "a host's block (/var/lib/fleetmcp-agent)"},
 	} {
 		re := regexp.MustCompile(`\b` + p.name + `\b`)
 		if !re.MatchString(text) {
@@ -295,7 +305,7 @@ func (w *walk) output(c shCommand, ns *netNS, home, stdin string) string {
 	out, err := w.command(ctx, c, ns, home, stdin).CombinedOutput()
 	w.t.Logf("%s", out)
 	if err != nil {
-		w.t.Fatalf("%s: %v\n%s", c.Text, err, out)
+		w.t.Fatalf("%s: %v (its output is above)", c.Text, err)
 	}
 	return string(out)
 }
