@@ -41,7 +41,10 @@ type Config struct {
 	NATSAgentSigningKeyFile string
 	// NATSOperatorSigningKeyFile is the seed of a signing key of the
 	// cluster's operator, with which the gateway re-signs the fleet
-	// account JWT to change its revocations.
+	// account JWT to change its revocations. Without it, the gateway
+	// asks the cluster's revoker (RunRevoker), which holds the key: the
+	// operator signing key can re-sign any account, so a gateway that
+	// holds it can erase the audit trail.
 	NATSOperatorSigningKeyFile string
 	// NATSCAFile is the CA of an external cluster's TLS certificates (PEM)
 	// when the system's roots do not know it: the gateway trusts it, and
@@ -338,11 +341,12 @@ func (c *Config) validateTLS() []error {
 func (c *Config) validateExternal() []error {
 	files := []struct{ flag, value string }{
 		{"--nats_creds", c.NATSCredsFile}, {"--nats_system_creds", c.NATSSystemCredsFile},
-		{"--nats_agent_signing_key", c.NATSAgentSigningKeyFile}, {"--nats_operator_signing_key", c.NATSOperatorSigningKeyFile},
+		{"--nats_agent_signing_key", c.NATSAgentSigningKeyFile},
 	}
 	var errs []error
 	if len(c.NATSURLs) == 0 {
-		for _, f := range append(files, struct{ flag, value string }{"--nats_ca", c.NATSCAFile}) {
+		for _, f := range append(files, struct{ flag, value string }{"--nats_ca", c.NATSCAFile},
+			struct{ flag, value string }{"--nats_operator_signing_key", c.NATSOperatorSigningKeyFile}) {
 			if f.value != "" {
 				errs = append(errs, fmt.Errorf("%s is for an external NATS cluster (--nats_url); the embedded server makes its own keys in --data_dir", f.flag))
 			}

@@ -568,8 +568,14 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 	}
 	g.natsCAPEM = x.caPEM
 	g.natsPubDeny = x.pubDeny
+	var src accountSource = &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}
+	if x.operatorSigner == nil {
+		// The revoker beside the cluster holds the operator signing key.
+		src = &revokerAccount{accountPub: x.accountPub, nc: g.nc, sys: g.sys}
+		g.log.Info("revocations go through the cluster's revoker (no --nats_operator_signing_key)", "subject", protocol.RevokerSubject())
+	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
-		ttl: g.cfg.AgentCredentialTTL, src: &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}, now: time.Now, sys: g.sys}
+		ttl: g.cfg.AgentCredentialTTL, src: src, now: time.Now, sys: g.sys}
 	return nil
 }
 
@@ -613,7 +619,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 			}
 		}
 	}
-	ledger, err := openRevokedLedger(ctx, g.nc, seal, g.cfg.Hosts.Replicas, g.log.With("component", "revoked-keys"), added)
+	ledger, err := openRevokedLedger(ctx, g.nc, seal, max(g.cfg.Hosts.Replicas, 1), g.log.With("component", "revoked-keys"), added)
 	if err != nil {
 		return err
 	}

@@ -461,6 +461,11 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 		}
 		want := a.revocations(ac.Revocations, revoked)
 		held := maps.Equal(ac.Revocations, want) || len(ac.Revocations) == 0 && len(want) == 0
+		if _, ok := a.src.(delegatedSource); ok {
+			// The revoker prunes on its own: what counts is that every
+			// revocation wanted is held.
+			held = covers(ac.Revocations, want)
+		}
 		if p, ok := a.src.(interface{ mustPush() bool }); held && (!ok || !p.mustPush()) {
 			a.setHeld(want)
 			return want, nil
@@ -502,6 +507,23 @@ func (a *authority) revocations(cur jwt.RevocationList, revoked []revokedKey) jw
 	return want
 }
 
+// delegatedSource is an account source whose revocations another
+// process pushes (the revoker of an external cluster, natsrevoker.go):
+// revoke asks it to add those of ac the servers do not hold.
+type delegatedSource interface {
+	revoke(ctx context.Context, ac *jwt.AccountClaims) error
+}
+
+// covers reports whether have holds every revocation of want, as late.
+func covers(have, want jwt.RevocationList) bool {
+	for k, at := range want {
+		if have[k] < at {
+			return false
+		}
+	}
+	return true
+}
+
 func diffRevocations(old, now jwt.RevocationList) (added, removed int) {
 	for k := range now {
 		if _, ok := old[k]; !ok {
@@ -519,6 +541,15 @@ func diffRevocations(old, now jwt.RevocationList) (added, removed int) {
 // push signs ac and sends it to the servers, retrying a few times while
 // they do not answer.
 func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
+	if d, ok := a.src.(delegatedSource); ok {
+		// A revoker holds the operator signing key: it adds what is
+		// missing, and prunes on its own.
+		if err := d.revoke(ctx, ac); err != nil {
+			return err
+		}
+		a.setHeld(ac.Revocations)
+		return nil
+	}
 	token, err := a.src.sign(ac)
 	if err != nil {
 		return fmt.Errorf("sign the fleet account JWT: %w", err)
@@ -569,9 +600,15 @@ type claimsRefusedError struct{ msg string }
 func (e *claimsRefusedError) Error() string { return "the NATS server refused it: " + e.msg }
 
 func (a *authority) pushOnce(ctx context.Context, subject, token string) error {
+	return pushClaims(ctx, a.sys, subject, token)
+}
+
+// pushClaims sends an account JWT to the servers on subject as the
+// system user sys, and returns their refusal if they refuse it.
+func pushClaims(ctx context.Context, sys *nats.Conn, subject, token string) error {
 	rctx, cancel := context.WithTimeout(ctx, pushTimeout)
 	defer cancel()
-	msg, err := a.sys.RequestWithContext(rctx, subject, []byte(token))
+	msg, err := sys.RequestWithContext(rctx, subject, []byte(token))
 	if err != nil {
 		return err
 	}

@@ -61,8 +61,12 @@ func loadExternalAuth(cfg *Config) (*externalAuth, error) {
 	if x.agentSigner, err = readSeedFile(cfg.NATSAgentSigningKeyFile, nkeys.PrefixByteAccount, "agent signing key (--nats_agent_signing_key)"); err != nil {
 		return nil, err
 	}
-	if x.operatorSigner, err = readSeedFile(cfg.NATSOperatorSigningKeyFile, nkeys.PrefixByteOperator, "operator signing key (--nats_operator_signing_key)"); err != nil {
-		return nil, err
+	// Without it, a revoker beside the cluster holds it
+	// (natsrevoker.go).
+	if cfg.NATSOperatorSigningKeyFile != "" {
+		if x.operatorSigner, err = readSeedFile(cfg.NATSOperatorSigningKeyFile, nkeys.PrefixByteOperator, "operator signing key (--nats_operator_signing_key)"); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.NATSCAFile != "" {
 		if x.caPEM, err = os.ReadFile(cfg.NATSCAFile); err != nil {
@@ -96,10 +100,12 @@ func (x *externalAuth) check(ctx context.Context, sys *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	signer := publicKey(x.operatorSigner)
-	if signer != op.Subject && !slices.Contains(op.SigningKeys, signer) {
-		return fmt.Errorf("--nats_operator_signing_key %s is not a signing key of the cluster's operator %s (%q): give a seed from nsc's keys for one of %v",
-			signer, op.Subject, op.Name, op.SigningKeys)
+	if x.operatorSigner != nil {
+		signer := publicKey(x.operatorSigner)
+		if signer != op.Subject && !slices.Contains(op.SigningKeys, signer) {
+			return fmt.Errorf("--nats_operator_signing_key %s is not a signing key of the cluster's operator %s (%q): give a seed from nsc's keys for one of %v",
+				signer, op.Subject, op.Name, op.SigningKeys)
+		}
 	}
 	ac, err := lookupAccount(ctx, sys, x.accountPub)
 	if err != nil {

@@ -58,14 +58,12 @@ type revokedLedger struct {
 // openRevokedLedger creates the ledger's stream if there is none, and
 // reads it whole before returning; it then follows what other gateways
 // add until close, calling added (when not nil) with each key new to it
-// from then on.
+// from then on. With replicas 0 it does not create the stream, only
+// follows it.
 func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, replicas int, log *slog.Logger, added func(key string, at time.Time)) (*revokedLedger, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
-	}
-	if replicas < 1 {
-		replicas = 1
 	}
 	cfg := jetstream.StreamConfig{
 		Name:        revokedStream,
@@ -80,8 +78,11 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 		DenyPurge:   true,
 		AllowRollup: false,
 	}
-	s, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	var s jetstream.Stream
+	if replicas > 0 {
+		s, err = js.CreateStream(ctx, cfg)
+	}
+	if replicas <= 0 || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		s, err = js.Stream(ctx, revokedStream)
 	}
 	if err != nil {

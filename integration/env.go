@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,6 +55,10 @@ type Options struct {
 	// test started itself, in operator mode from the files nats-setup
 	// wrote into ServerSetup.
 	ServerURL, ServerSetup string
+	// Revoker (with ExternalNATS) runs the cluster's revoker beside the
+	// server, holding the operator signing key, and the gateway without
+	// it.
+	Revoker bool
 }
 
 // Env is a running fleet for one test.
@@ -147,6 +152,9 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	if opts.Gateway != nil {
 		opts.Gateway(&cfg)
 	}
+	if opts.Revoker {
+		cfg.NATSOperatorSigningKeyFile = ""
+	}
 	e.gwConfig = cfg
 	gw, err := gateway.Start(context.Background(), cfg)
 	if err != nil {
@@ -154,6 +162,9 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 	}
 	e.Gateway = gw
 	t.Cleanup(e.close)
+	if opts.Revoker {
+		e.startRevoker()
+	}
 	for _, name := range opts.Agents {
 		e.StartAgent(name, nil)
 	}
@@ -764,4 +775,37 @@ func agentTLS(caPEM []byte) nats.Option {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	return nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+}
+
+// startRevoker runs the cluster's revoker until the test ends, and waits
+// until it answers.
+func (e *Env) startRevoker() {
+	f := gateway.NATSSetupFiles
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- gateway.RunRevoker(ctx, gateway.RevokerConfig{NATSURLs: []string{e.NATSURL()},
+			CredsFile: filepath.Join(e.setup, f.GatewayCreds), SystemCredsFile: filepath.Join(e.setup, f.SystemCreds),
+			AgentSigningKeyFile: filepath.Join(e.setup, f.AgentSigningKey), OperatorSigningKeyFile: filepath.Join(e.setup, f.OperatorSigningKey),
+			Logger: e.log.With("component", "revoker")})
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			e.t.Errorf("revoker: %v", err)
+		}
+	})
+	nc, err := nats.Connect(e.NATSURL(), nats.UserCredentials(filepath.Join(e.setup, f.GatewayCreds)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer nc.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := nc.Request(protocol.RevokerSubject(), []byte(`{"keys":{}}`), time.Second); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			e.t.Fatalf("the revoker does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

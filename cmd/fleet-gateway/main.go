@@ -164,7 +164,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.natsCreds, "nats_creds", "", "external cluster: the gateway's user creds file")
 	fs.StringVar(&o.natsSysCreds, "nats_system_creds", "", "external cluster: a system account user's creds file (account JWT lookups and pushes)")
 	fs.StringVar(&o.natsAgentKey, "nats_agent_signing_key", "", "external cluster: seed file of the fleet account's scoped agent signing key")
-	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations)")
+	fs.StringVar(&o.natsOperatorKey, "nats_operator_signing_key", "", "external cluster: seed file of an operator signing key (re-signs the account JWT for revocations); without it the cluster's revoker does (fleet-gateway nats-revoker), and the gateway holds no key that can re-sign an account")
 	fs.StringVar(&o.natsCA, "nats_ca", "", "external cluster: CA certificate (PEM) of its TLS certificates, when the system's roots do not know it")
 	fs.IntVar(&o.maxPayload, "nats_max_payload", 0, "embedded server's max message size in bytes (default 1 MiB)")
 	fs.StringVar(&o.signingKey, "signing_key", "", "the gateway's signing key FILE (calls, skills), shared by the replicas of a fleet with its directory (default: DATA_DIR/signing/gateway.key, made on first start; required with --nats_url and no --data_dir)")
@@ -248,6 +248,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer signal.Stop(hup)
 	if len(args) > 0 && args[0] == "nats-setup" {
 		return runNATSSetup(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "nats-revoker" {
+		return runNATSRevoker(ctx, args[1:], stderr)
 	}
 	if len(args) > 0 && args[0] == "signing-key" {
 		return runSigningKey(args[1:], getenv, stdout, stderr)

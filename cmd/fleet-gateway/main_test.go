@@ -126,7 +126,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"dev join token without dev", with("--dev_join_token"), nil, []string{"--dev_join_token is for --dev"}},
 		{"bad NATS listen address", []string{"--dev", "--listen", "127.0.0.1:0", "--nats_listen", "4222", "--data_dir", dir}, nil, []string{"--nats_listen", `"4222"`}},
 		{"external cluster without its setup", []string{"--no_auth", "--listen", "127.0.0.1:0", "--nats_url", "nats://127.0.0.1:4222"}, nil,
-			[]string{"operator mode", "--nats_creds", "--nats_system_creds", "--nats_agent_signing_key", "--nats_operator_signing_key", "nats-setup"}},
+			[]string{"operator mode", "--nats_creds", "--nats_system_creds", "--nats_agent_signing_key", "nats-setup"}},
 		{"external setup files for the embedded server", with("--dev", "--nats_creds", "gw.creds"), nil, []string{"--nats_creds is for an external NATS cluster"}},
 		{"password flags are gone", with("--dev", "--nats_user", "gateway"), nil, []string{"-nats_user", "not defined"}},
 		{"credential printing is gone", with("--agent_credential", "web-1"), nil, []string{"-agent_credential", "not defined"}},

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
@@ -52,17 +59,26 @@ add "include %s" to it, and give each server its own resolver dir.
 
 Every gateway replica:
   fleet-gateway --nats_url nats://n1:4222,... \
-    --nats_creds %s \
-    --nats_system_creds %s \
-    --nats_agent_signing_key %s \
-    --nats_operator_signing_key %s \
-    --signing_key %s
+    --nats_creds %[9]s \
+    --nats_system_creds %[10]s \
+    --nats_agent_signing_key %[11]s \
+    --signing_key %[13]s
 
-The gateways sign every call with the key in %s: copy
+One revoker, on a machine of the NATS servers rather than a gateway's (it
+alone holds the operator signing key, which can re-sign any account; the
+gateways ask it to revoke hosts, and it revokes nothing the gateways have
+not recorded):
+  fleet-gateway nats-revoker --nats_url nats://n1:4222,... \
+    --nats_creds %[9]s \
+    --nats_system_creds %[10]s \
+    --nats_agent_signing_key %[11]s \
+    --nats_operator_signing_key %[12]s
+
+The gateways sign every call with the key in %[14]s: copy
 that whole directory to every replica (its rotations keep their files
 there: fleet-gateway signing-key rotate|retire --signing_key FILE).
 
-Keep %s, %s and %s offline: they can make any account or user.
+Keep %[15]s, %[16]s and %[17]s offline: they can make any account or user.
 `, res.Dir, res.Operator, res.OperatorSigningKey, res.SystemAccount, res.Account, res.AgentSigningKey,
 		p(f.ServerConfig), f.ServerConfig, p(f.GatewayCreds), p(f.SystemCreds), p(f.AgentSigningKey), p(f.OperatorSigningKey),
 		p(f.SigningKey), filepath.Dir(p(f.SigningKey)),
@@ -106,4 +122,49 @@ owned by the gateway's user, mode 0700), make it the new gateway's
 --nats_routes as the others and a --name of its own.
 `)
 	return nil
+}
+
+// runNATSRevoker is `fleet-gateway nats-revoker`: the revoker of an
+// external cluster (gateway.RunRevoker), until SIGINT or SIGTERM.
+func runNATSRevoker(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fleet-gateway nats-revoker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg gateway.RevokerConfig
+	urls := fs.String("nats_url", "", "the cluster's NATS URLs, comma-separated")
+	fs.StringVar(&cfg.CredsFile, "nats_creds", "", "creds of a fleet account user (the gateways' gateway.creds)")
+	fs.StringVar(&cfg.SystemCredsFile, "nats_system_creds", "", "creds of a system account user (system.creds)")
+	fs.StringVar(&cfg.AgentSigningKeyFile, "nats_agent_signing_key", "", "the agent signing key's seed (the seal of the revoked keys' ledger is derived from it)")
+	fs.StringVar(&cfg.OperatorSigningKeyFile, "nats_operator_signing_key", "", "the operator signing key's seed: only the revoker holds it")
+	fs.StringVar(&cfg.CAFile, "nats_ca", "", "the cluster's TLS CA (PEM), when the system's roots do not know it")
+	fs.DurationVar(&cfg.Horizon, "horizon", gateway.DefaultRevokerHorizon, "prune a revoked key's entry this long after its revocation: longer than the gateways' --agent_credential_ttl and longest join token")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleet-gateway nats-revoker --nats_url URLS --nats_creds F --nats_system_creds F --nats_agent_signing_key F --nats_operator_signing_key F\n\n"+
+			"Adds the keys the gateways revoke to the fleet account's revocations on an external NATS cluster, holding its operator signing key so that no gateway does.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("nats-revoker: unexpected argument %q: all options are flags", fs.Arg(0))
+	}
+	var missing []string
+	for flagName, v := range map[string]string{"--nats_url": *urls, "--nats_creds": cfg.CredsFile, "--nats_system_creds": cfg.SystemCredsFile,
+		"--nats_agent_signing_key": cfg.AgentSigningKeyFile, "--nats_operator_signing_key": cfg.OperatorSigningKeyFile} {
+		if v == "" {
+			missing = append(missing, flagName)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("nats-revoker needs %s (fleet-gateway nats-setup wrote the files)", strings.Join(missing, ", "))
+	}
+	if cfg.Horizon < time.Hour {
+		return fmt.Errorf("nats-revoker: --horizon %s is too short: credentials live longer", cfg.Horizon)
+	}
+	cfg.NATSURLs = strings.Split(*urls, ",")
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return gateway.RunRevoker(ctx, cfg)
 }

@@ -188,7 +188,7 @@ join="$(grep -m1 '^ *fleet-agent join ' <<<"$out")" || fail "fleetctl token crea
 read -ra joincmd <<<"$join"
 # The printed command reads the token on its standard input (--token_file -),
 # as someone pasting it at the prompt or piping it in gives it.
-jointoken="$(sed -n 's/^ *\(fmcp1[A-Za-z0-9_-]*\) *$/\1/p' <<<"$out")"
+jointoken="$(sed -n 's/^ *\(fmcp1\.[A-Za-z0-9._-]*\) *$/\1/p' <<<"$out")"
 [ -n "$jointoken" ] || fail "fleetctl token create printed no token: $out"
 (umask 077 && printf '%s\n' "$jointoken" >"$tmp/join-token")
 declare -A agenv=()
