@@ -477,7 +477,7 @@ func (g *Gateway) startEmbedded() error {
 	}
 	acct.setServer(g.ns.Server)
 	g.streamSigner, g.accountPub = acct.admin, keys.accountPub
-	gwUser, err := scopedUser("fleet-gateway", keys.gatewaySigner, keys.accountPub)
+	gwUser, gwPub, err := scopedUser("fleet-gateway", keys.gatewaySigner, keys.accountPub)
 	if err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func (g *Gateway) startEmbedded() error {
 	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
-	sysUser, err := scopedUser("fleet-gateway system", keys.systemSigner, keys.systemPub)
+	sysUser, sysPub, err := scopedUser("fleet-gateway system", keys.systemSigner, keys.systemPub)
 	if err != nil {
 		return err
 	}
@@ -497,6 +497,9 @@ func (g *Gateway) startEmbedded() error {
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
 		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
 	g.embedded = acct
+	// Its own users are never revoked through the ledger: whoever holds
+	// the seal's key could otherwise cut the gateway off its server.
+	acct.keepOwn(gwPub, sysPub)
 	if _, err := acct.serveClaimUpdates(g.sys, g.authority.ledgerRevokedAt); err != nil {
 		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
 	}
@@ -573,6 +576,10 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 		// The revoker beside the cluster holds the operator signing key.
 		src = &revokerAccount{accountPub: x.accountPub, nc: g.nc, sys: g.sys}
 		g.log.Info("revocations go through the cluster's revoker (no --nats_operator_signing_key)", "subject", protocol.RevokerSubject())
+		if _, err := g.nc.Request(protocol.RevokerSubject(), []byte(`{"keys":{}}`), pushTimeout); err != nil {
+			g.log.Warn("no revoker answers: revoking a host fails until one does (fleet-gateway nats-revoker, see deploy/nats/README.md)",
+				"subject", protocol.RevokerSubject(), "err", err)
+		}
 	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
 		ttl: g.cfg.AgentCredentialTTL, src: src, now: time.Now, sys: g.sys}

@@ -130,6 +130,10 @@ func systemScope(signerPub, fleetPub string) *jwt.UserScope {
 	s.Description = "fleetmcp gateways' system users: the fleet account's claims and connections, never JetStream"
 	s.Template.Pub.Allow.Add(systemAllowed(fleetPub)...)
 	s.Template.Pub.Deny.Add(systemDenied()...)
+	// Nor may it hear requests meant for the servers, to answer them
+	// first (a connz answered with an error would hide a live host).
+	s.Template.Sub.Allow.Add("_INBOX.>", "$SYS.ACCOUNT."+fleetPub+".>", "$SYS.SERVER.*.CLIENT.AUTH.ERR",
+		"$SYS.REQ.ACCOUNT."+fleetPub+".CLAIMS.UPDATE")
 	return s
 }
 
@@ -143,11 +147,12 @@ func systemAllowed(fleetPub string) []string {
 
 // scopedUser issues the JWT of a user of account, signed by the scoped
 // signing key signer (whose template gives its permissions), with a
-// key made for this process only, and the options that connect with it.
-func scopedUser(name string, signer nkeys.KeyPair, account string) (nats.Option, error) {
+// key made for this process only, and returns the options that connect
+// with it and its public key.
+func scopedUser(name string, signer nkeys.KeyPair, account string) (nats.Option, string, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	uc := jwt.NewUserClaims(publicKey(kp))
 	uc.Name = name
@@ -155,10 +160,10 @@ func scopedUser(name string, signer nkeys.KeyPair, account string) (nats.Option,
 	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
 	token, err := uc.Encode(signer)
 	if err != nil {
-		return nil, fmt.Errorf("%s user JWT: %w", name, err)
+		return nil, "", fmt.Errorf("%s user JWT: %w", name, err)
 	}
 	seed, _ := kp.Seed()
-	return nats.UserJWTAndSeed(token, string(seed)), nil
+	return nats.UserJWTAndSeed(token, string(seed)), publicKey(kp), nil
 }
 
 // userJWT issues a user JWT for kp, signed by issuer (an account key, or
@@ -231,6 +236,9 @@ type revokedKey struct {
 	pub       string
 	revokedAt time.Time
 	expires   time.Time
+	// until is when its last credential expires, for the ledger (zero:
+	// not known; set by keepRevoked).
+	until time.Time
 	// exact: expires is when the last credential of the key expires (an
 	// enrol credential), not only the record's latest agent credential.
 	exact bool
@@ -335,18 +343,32 @@ func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
 	return ledger.revokedAt(pub)
 }
 
-// keepRevoked records keys in the ledger; a failure is logged, and the
-// next reconcile tries again (the records still name them).
-func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) {
+// keepRevoked records keys in the ledger, each with when its last
+// credential expires (a key revoked by hand, expires unknown: never). A
+// failure is returned after the push goes on, so that the caller tries
+// again: the other nodes take only keys their ledger holds.
+func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
 	a.heldMu.Lock()
 	ledger := a.ledger
 	a.heldMu.Unlock()
 	if ledger == nil {
-		return
+		return nil
+	}
+	for i, k := range keys {
+		if k.expires.IsZero() && !k.exact {
+			continue
+		}
+		until := k.revokedAt.Add(a.ttl)
+		if k.exact || k.expires.After(until) {
+			until = k.expires
+		}
+		keys[i].until = until.Add(pruneSlack)
 	}
 	if err := ledger.record(ctx, keys); err != nil {
-		a.log.Warn("revoked keys not recorded in the ledger yet; retrying at the next reconcile", "err", err)
+		a.log.Warn("revoked keys not recorded in the ledger yet; retrying", "err", err)
+		return err
 	}
+	return nil
 }
 
 // AgentJWT issues the user JWT of host's agent for its public key
@@ -419,16 +441,16 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 			changed = true
 		}
 	}
-	a.keepRevoked(ctx, keep)
+	ledgerErr := a.keepRevoked(ctx, keep)
 	if !changed {
 		a.setHeld(ac.Revocations)
-		return nil
+		return ledgerErr
 	}
 	if err := a.push(ctx, ac); err != nil {
 		return err
 	}
 	a.log.Info("fleet account revocations pushed", "revoked", len(ac.Revocations), "added", len(userPubs), "keys", userPubs)
-	return nil
+	return ledgerErr
 }
 
 // Reconcile rebuilds the account's revocations from the agent records
@@ -454,7 +476,9 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)
 		}
-		a.keepRevoked(ctx, revoked)
+		if err := a.keepRevoked(ctx, revoked); err != nil {
+			return nil, fmt.Errorf("revocations: %w", err)
+		}
 		ac, err := a.src.current(ctx, a.sys)
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)

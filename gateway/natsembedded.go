@@ -52,6 +52,7 @@ type embeddedAccount struct {
 	log   *slog.Logger
 
 	mu   sync.Mutex
+	own  map[string]bool    // this gateway's users' keys (keepOwn)
 	srv  *server.Server     // set once started (setServer)
 	revs jwt.RevocationList // what the server holds
 	// closed: the server holds the account without its agent and
@@ -267,8 +268,22 @@ func (e *embeddedAccount) mergeRevocations(token string, held func(string) (time
 	return e.addRevocations(add)
 }
 
-// addRevocations adds revs to this node's server and saves the account
-// JWT; it returns how many entries were added or moved later.
+// keepOwn names this gateway's own users' keys, which addRevocations
+// leaves alone.
+func (e *embeddedAccount) keepOwn(pubs ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.own == nil {
+		e.own = map[string]bool{}
+	}
+	for _, p := range pubs {
+		e.own[p] = true
+	}
+}
+
+// addRevocations adds revs (but this gateway's own users' keys) to this
+// node's server and saves the account JWT; it returns how many entries
+// were added or moved later.
 func (e *embeddedAccount) addRevocations(add jwt.RevocationList) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -278,6 +293,10 @@ func (e *embeddedAccount) addRevocations(add jwt.RevocationList) (int, error) {
 	}
 	added := 0
 	for pub, at := range add {
+		if e.own[pub] {
+			e.log.Warn("a revocation of this gateway's own user is ignored (a forged entry of the revoked keys' ledger?)", "key", pub)
+			continue
+		}
 		if at > revs[pub] {
 			revs[pub] = at
 			added++

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -24,8 +25,11 @@ import (
 // audit trail. The revoker holds that key instead, beside the NATS
 // servers, and does one thing with it: it adds to the fleet account's
 // revocations keys the revoked keys' ledger holds (sealed entries only
-// a gateway can write), and prunes, on its own, ledger keys revoked
-// longer ago than every credential issued for them can live (Horizon).
+// a gateway can write), and prunes, on its own, the entries of ledger
+// keys once the last credential issued for them has expired (the
+// ledger's entry says when; a key whose entry does not say is kept for
+// ever). It never revokes the keys of its own users, which are the
+// gateways' too.
 // The gateways ask it on protocol.RevokerSubject; whoever holds a
 // gateway's creds can ask it nothing more than to revoke a key revoked
 // already.
@@ -49,15 +53,8 @@ type RevokerConfig struct {
 	// CAFile is the cluster's TLS CA when the system roots do not know
 	// it.
 	CAFile string
-	// Horizon is how long after its revocation a key's entry is pruned:
-	// longer than the longest credential (--agent_credential_ttl) or
-	// join token a gateway issues. Default DefaultRevokerHorizon.
-	Horizon time.Duration
-	Logger  *slog.Logger
+	Logger *slog.Logger
 }
-
-// DefaultRevokerHorizon is the revoker's default horizon.
-const DefaultRevokerHorizon = 90 * 24 * time.Hour
 
 // revokerQueue is the queue group of the revokers.
 const revokerQueue = "fleet-revoker"
@@ -75,7 +72,7 @@ type revoker struct {
 	accountPub string
 	signer     nkeys.KeyPair
 	ledger     *revokedLedger
-	horizon    time.Duration
+	own        map[string]bool // its users' keys (the gateways')
 	log        *slog.Logger
 	now        func() time.Time
 
@@ -87,9 +84,6 @@ func RunRevoker(ctx context.Context, cfg RevokerConfig) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
-	}
-	if cfg.Horizon == 0 {
-		cfg.Horizon = DefaultRevokerHorizon
 	}
 	gcfg := &Config{NATSCredsFile: cfg.CredsFile, NATSAgentSigningKeyFile: cfg.AgentSigningKeyFile,
 		NATSOperatorSigningKeyFile: cfg.OperatorSigningKeyFile, NATSCAFile: cfg.CAFile}
@@ -141,12 +135,18 @@ func RunRevoker(ctx context.Context, cfg RevokerConfig) error {
 		}
 	}
 	defer ledger.close()
-	r := &revoker{sys: sys, accountPub: x.accountPub, signer: x.operatorSigner, ledger: ledger, horizon: cfg.Horizon, log: log, now: time.Now}
+	own := map[string]bool{}
+	for _, f := range []string{cfg.CredsFile, cfg.SystemCredsFile} {
+		if pub, err := credsUser(f); err == nil {
+			own[pub] = true
+		}
+	}
+	r := &revoker{sys: sys, accountPub: x.accountPub, signer: x.operatorSigner, ledger: ledger, own: own, log: log, now: time.Now}
 	sub, err := nc.QueueSubscribe(protocol.RevokerSubject(), revokerQueue, r.serve)
 	if err != nil {
 		return fmt.Errorf("revoker: %w", err)
 	}
-	log.Info("revoker serving", "subject", protocol.RevokerSubject(), "account", x.accountPub, "horizon", cfg.Horizon)
+	log.Info("revoker serving", "subject", protocol.RevokerSubject(), "account", x.accountPub)
 	<-ctx.Done()
 	_ = sub.Drain()
 	return nil
@@ -157,7 +157,7 @@ func (r *revoker) serve(m *nats.Msg) {
 	ans := protocol.RevokerAnswer{}
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		ans.Error = "not a revocation request: " + err.Error()
-	} else if n, err := r.revoke(context.Background(), req.Keys); err != nil {
+	} else if n, err := r.revoke(req.Keys); err != nil {
 		ans.Error = err.Error()
 		r.log.Warn("revocation request refused", "err", err)
 	} else {
@@ -168,21 +168,35 @@ func (r *revoker) serve(m *nats.Msg) {
 }
 
 // revoke adds keys to the fleet account's revocations, each of which
-// the ledger must hold, and prunes the ledger's keys revoked before the
-// horizon.
-func (r *revoker) revoke(ctx context.Context, keys map[string]int64) (int, error) {
+// the ledger must hold, and prunes the entries of ledger keys whose
+// credentials have all expired.
+func (r *revoker) revoke(keys map[string]int64) (int, error) {
 	if len(keys) > maxRevokerKeys {
 		return 0, fmt.Errorf("%d keys in one request, more than %d", len(keys), maxRevokerKeys)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*pushTimeout)
+	defer cancel()
 	now := r.now()
+	caught := false
 	for k, at := range keys {
 		if !nkeys.IsValidPublicUserKey(k) {
 			return 0, fmt.Errorf("%.60q is not a user key", k)
 		}
+		if r.own[k] {
+			return 0, fmt.Errorf("key %s is the revoker's own user's, which the gateways share: it is not revoked this way", k)
+		}
 		if at > now.Add(maxClockSkew).Unix() {
 			return 0, fmt.Errorf("key %s revoked from %s, a time to come", k, time.Unix(at, 0).UTC().Format(time.RFC3339))
 		}
-		if !r.waitLedger(ctx, k) {
+		if _, ok := r.ledger.revokedAt(k); !ok && !caught {
+			// A gateway writes the ledger before it asks: read up to
+			// the stream's last message, once a request.
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+			_ = r.ledger.catchUp(cctx)
+			ccancel()
+			caught = true
+		}
+		if _, ok := r.ledger.revokedAt(k); !ok {
 			return 0, fmt.Errorf("key %s is not in the revoked keys' ledger: only a gateway that revoked it may ask", k)
 		}
 	}
@@ -202,8 +216,11 @@ func (r *revoker) revoke(ctx context.Context, keys map[string]int64) (int, error
 			added++
 		}
 	}
-	for k, at := range ac.Revocations {
-		if since, ok := r.ledger.revokedAt(k); ok && time.Unix(at, 0).Before(now.Add(-r.horizon)) && since.Before(now.Add(-r.horizon)) {
+	for k := range ac.Revocations {
+		if _, asked := keys[k]; asked {
+			continue
+		}
+		if until, ok := r.ledger.until(k); ok && !until.IsZero() && now.After(until) {
 			delete(ac.Revocations, k)
 			pruned++
 		}
@@ -222,20 +239,21 @@ func (r *revoker) revoke(ctx context.Context, keys map[string]int64) (int, error
 	return added, nil
 }
 
-// waitLedger reports whether the ledger holds key, waiting a little for
-// an entry a gateway has just written.
-func (r *revoker) waitLedger(ctx context.Context, key string) bool {
-	for range 30 {
-		if _, ok := r.ledger.revokedAt(key); ok {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(100 * time.Millisecond):
-		}
+// credsUser returns the public key of the user in a creds file.
+func credsUser(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
 	}
-	return false
+	token, err := jwt.ParseDecoratedJWT(data)
+	if err != nil {
+		return "", err
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return "", err
+	}
+	return uc.Subject, nil
 }
 
 // revokerAccount is the fleet account of an external cluster whose

@@ -41,18 +41,31 @@ const sealRevoked sealKind = "revoked-key"
 type revokedEntry struct {
 	Key       string    `json:"key"`
 	RevokedAt time.Time `json:"revoked_at"`
+	// Until is when the last credential issued for the key before its
+	// revocation expires, as its gateway knew (zero: not known, never
+	// pruned): an external cluster's revoker prunes the key's entry in
+	// the account JWT after it.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// ledgerKey is what the ledger knows of one key.
+type ledgerKey struct {
+	at, until time.Time // until zero: for ever
 }
 
 // revokedLedger is the ledger as one gateway follows it.
 type revokedLedger struct {
-	js   jetstream.JetStream
-	seal *recordSeal
-	log  *slog.Logger
-	cc   jetstream.ConsumeContext
-	junk *logLimiter
+	js     jetstream.JetStream
+	seal   *recordSeal
+	log    *slog.Logger
+	cc     jetstream.ConsumeContext
+	junk   *logLimiter
+	stream jetstream.Stream
 
 	mu   sync.Mutex
-	keys map[string]time.Time
+	keys map[string]ledgerKey
+	// seq is the stream sequence read up to.
+	seq uint64
 }
 
 // openRevokedLedger creates the ledger's stream if there is none, and
@@ -93,7 +106,7 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 			"stream", revokedStream, "deny_delete", c.DenyDelete, "deny_purge", c.DenyPurge, "allow_rollup", c.AllowRollup, "max_age", c.MaxAge, "max_msgs", c.MaxMsgs)
 	}
 	last := s.CachedInfo().State.LastSeq
-	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]time.Time{}, junk: newLogLimiter(time.Minute, 1)}
+	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]ledgerKey{}, junk: newLogLimiter(time.Minute, 1), stream: s}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -105,6 +118,11 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 	}
 	l.cc, err = oc.Consume(func(m jetstream.Msg) {
 		key, at, isNew := l.add(m)
+		if md, err := m.Metadata(); err == nil {
+			l.mu.Lock()
+			l.seq = max(l.seq, md.Sequence.Stream)
+			l.mu.Unlock()
+		}
 		select {
 		case <-loaded:
 			if isNew && added != nil {
@@ -140,11 +158,58 @@ func (l *revokedLedger) add(m jetstream.Msg) (string, time.Time, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at, ok := l.keys[key]
-	if !ok || e.RevokedAt.Before(at) {
-		l.keys[key] = e.RevokedAt
-	}
+	k, ok := l.keys[key]
+	l.keys[key] = mergeLedgerKey(k, ok, e)
 	return key, e.RevokedAt, !ok
+}
+
+// mergeLedgerKey is what the ledger knows of a key (k, if known) with
+// entry e too: the earliest revocation, the latest until (for ever if
+// any entry says so).
+func mergeLedgerKey(k ledgerKey, known bool, e revokedEntry) ledgerKey {
+	if !known {
+		return ledgerKey{at: e.RevokedAt, until: e.Until}
+	}
+	if e.RevokedAt.Before(k.at) {
+		k.at = e.RevokedAt
+	}
+	if k.until.IsZero() || e.Until.IsZero() {
+		k.until = time.Time{}
+	} else if e.Until.After(k.until) {
+		k.until = e.Until
+	}
+	return k
+}
+
+// until returns when the last credential of a key in the ledger
+// expires (zero: for ever, or not in the ledger).
+func (l *revokedLedger) until(pub string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, ok := l.keys[pub]
+	return k.until, ok
+}
+
+// catchUp waits, at most until ctx ends, until the ledger has read the
+// stream up to its last message now.
+func (l *revokedLedger) catchUp(ctx context.Context) error {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		l.mu.Lock()
+		seq := l.seq
+		l.mu.Unlock()
+		if seq >= info.State.LastSeq {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // since returns the keys revoked after t, with when.
@@ -152,9 +217,9 @@ func (l *revokedLedger) since(t time.Time) map[string]time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]time.Time{}
-	for k, at := range l.keys {
-		if at.After(t) {
-			out[k] = at
+	for key, k := range l.keys {
+		if k.at.After(t) {
+			out[key] = k.at
 		}
 	}
 	return out
@@ -167,8 +232,8 @@ const revokedKeyHeader = "Fleet-Revoked-Key"
 func (l *revokedLedger) revokedAt(pub string) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at, ok := l.keys[pub]
-	return at, ok
+	k, ok := l.keys[pub]
+	return k.at, ok
 }
 
 // record appends the keys the ledger does not hold yet.
@@ -178,7 +243,11 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 		if _, ok := l.revokedAt(k.pub); ok {
 			continue
 		}
-		data, err := l.seal.seal(sealRevoked, k.pub, revokedEntry{Key: k.pub, RevokedAt: k.revokedAt.UTC()})
+		e := revokedEntry{Key: k.pub, RevokedAt: k.revokedAt.UTC(), Until: k.until.UTC()}
+		if k.until.IsZero() {
+			e.Until = time.Time{}
+		}
+		data, err := l.seal.seal(sealRevoked, k.pub, e)
 		if err != nil {
 			return err
 		}
@@ -196,9 +265,8 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 			continue
 		}
 		l.mu.Lock()
-		if _, ok := l.keys[k.pub]; !ok {
-			l.keys[k.pub] = k.revokedAt.UTC()
-		}
+		old, ok := l.keys[k.pub]
+		l.keys[k.pub] = mergeLedgerKey(old, ok, e)
 		l.mu.Unlock()
 	}
 	if len(errs) > 0 {

@@ -90,3 +90,51 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 		t.Errorf("a key named only by unsealed entries is refused: %v", err)
 	}
 }
+
+// A sealed entry of the ledger naming the gateway's own user (written by
+// whoever holds the seal's key) does not cut the gateway off its
+// server: every node applies the ledger's new keys but its own users'.
+func TestLedgerSparesTheGatewaysOwnUsers(t *testing.T) {
+	gw := startAPIGateway(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gw.embedded.mu.Lock()
+	var own []string
+	for k := range gw.embedded.own {
+		own = append(own, k)
+	}
+	gw.embedded.mu.Unlock()
+	if len(own) != 2 {
+		t.Fatalf("the gateway's own users: %v", own)
+	}
+	seal, _ := gw.recordSeal()
+	other, err := openRevokedLedger(ctx, gw.nc, seal, 1, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.close()
+	var keys []revokedKey
+	for _, k := range own {
+		keys = append(keys, revokedKey{pub: k, revokedAt: time.Now()})
+	}
+	if err := other.record(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the gateway's ledger to read the entries", func() bool {
+		_, ok := gw.revokedKeys.revokedAt(own[0])
+		return ok
+	})
+	time.Sleep(200 * time.Millisecond) // a revocation would have closed the connections by now
+	if !gw.nc.IsConnected() || !gw.sys.IsConnected() {
+		t.Fatal("the gateway's own users were cut off")
+	}
+	ac, _ := gw.authority.src.current(ctx, gw.sys)
+	for _, k := range own {
+		if _, ok := ac.Revocations[k]; ok {
+			t.Errorf("the server holds the gateway's own user %s revoked", k)
+		}
+	}
+	if _, err := gw.nc.Request(protocol.RevokedKeysSubject()+".x", nil, time.Second); errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatal(err)
+	}
+}

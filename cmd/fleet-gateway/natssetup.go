@@ -136,7 +136,6 @@ func runNATSRevoker(ctx context.Context, args []string, stderr io.Writer) error 
 	fs.StringVar(&cfg.AgentSigningKeyFile, "nats_agent_signing_key", "", "the agent signing key's seed (the seal of the revoked keys' ledger is derived from it)")
 	fs.StringVar(&cfg.OperatorSigningKeyFile, "nats_operator_signing_key", "", "the operator signing key's seed: only the revoker holds it")
 	fs.StringVar(&cfg.CAFile, "nats_ca", "", "the cluster's TLS CA (PEM), when the system's roots do not know it")
-	fs.DurationVar(&cfg.Horizon, "horizon", gateway.DefaultRevokerHorizon, "prune a revoked key's entry this long after its revocation: longer than the gateways' --agent_credential_ttl and longest join token")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fleet-gateway nats-revoker --nats_url URLS --nats_creds F --nats_system_creds F --nats_agent_signing_key F --nats_operator_signing_key F\n\n"+
 			"Adds the keys the gateways revoke to the fleet account's revocations on an external NATS cluster, holding its operator signing key so that no gateway does.")
@@ -158,9 +157,6 @@ func runNATSRevoker(ctx context.Context, args []string, stderr io.Writer) error 
 	if len(missing) > 0 {
 		slices.Sort(missing)
 		return fmt.Errorf("nats-revoker needs %s (fleet-gateway nats-setup wrote the files)", strings.Join(missing, ", "))
-	}
-	if cfg.Horizon < time.Hour {
-		return fmt.Errorf("nats-revoker: --horizon %s is too short: credentials live longer", cfg.Horizon)
 	}
 	cfg.NATSURLs = strings.Split(*urls, ",")
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
