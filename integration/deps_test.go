@@ -286,8 +286,8 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		case p.ImportPath == module+"/cmd/fleetctl":
 			checked["fleetctl"] = true
-			rule("may import only protocol, the version package and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
-				if imp == protocol || imp == p.ImportPath || imp == module+"/cmd/internal/version" {
+			rule("may import only protocol, the version and profile packages and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
+				if imp == protocol || imp == p.ImportPath || imp == module+"/cmd/internal/version" || imp == module+"/cmd/internal/profile" {
 					return false
 				}
 				if q := g[imp]; q != nil {
