@@ -51,8 +51,8 @@ func TestRevokerHoldsTheOperatorKey(t *testing.T) {
 	for name, keys := range map[string]map[string]int64{
 		"the gateways' own user": {gwPub: time.Now().Unix()},
 		"a key never revoked":    {junkPub: time.Now().Unix()},
-		"every user":          {"*": time.Now().Unix()},
-		"a time to come":      {publicOf(t, seed): time.Now().Add(time.Hour).Unix()},
+		"every user":             {"*": time.Now().Unix()},
+		"a time to come":         {publicOf(t, seed): time.Now().Add(time.Hour).Unix()},
 	} {
 		data, _ := json.Marshal(protocol.RevokerRequest{Keys: keys})
 		msg, err := gw.Request(protocol.RevokerSubject(), data, 10*time.Second)
