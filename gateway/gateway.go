@@ -495,7 +495,7 @@ func (g *Gateway) startEmbedded() error {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
-		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: time.Now, sys: g.sys}
+		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: g.now, sys: g.sys}
 	g.embedded = acct
 	// Its own users are never revoked through the ledger: whoever holds
 	// the seal's key could otherwise cut the gateway off its server.
@@ -582,7 +582,7 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 		}
 	}
 	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
-		ttl: g.cfg.AgentCredentialTTL, src: src, now: time.Now, sys: g.sys}
+		ttl: g.cfg.AgentCredentialTTL, src: src, now: g.now, sys: g.sys}
 	return nil
 }
 

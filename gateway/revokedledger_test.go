@@ -23,7 +23,6 @@ import (
 func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 	clock := &testClock{t: time.Now()}
 	gw := startAPIGateway(t, clock, nil)
-	gw.authority.now = clock.now
 	c := newAPIClient(t, gw)
 	tok := c.createToken(protocol.TokenCreateRequest{})
 	kp := newUser(t)
