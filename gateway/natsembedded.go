@@ -214,8 +214,16 @@ func (e *embeddedAccount) apply(ac *jwt.AccountClaims) error {
 	return e.applyLocked(ac.Revocations)
 }
 
-// applyLocked puts revs into the server's account. e.mu is held.
+// applyLocked puts revs into the server's account, but for this
+// gateway's own users' keys (keepOwn), which only a forged record or
+// ledger entry names. e.mu is held.
 func (e *embeddedAccount) applyLocked(revs jwt.RevocationList) error {
+	if len(e.own) > 0 {
+		revs = maps.Clone(revs)
+		for k := range e.own {
+			delete(revs, k)
+		}
+	}
 	token, err := e.serverJWT(revs)
 	if err != nil {
 		return fmt.Errorf("sign the fleet account JWT: %w", err)
