@@ -395,25 +395,8 @@ func reloadOnHangup(ctx context.Context, a *agent.Agent, hup <-chan os.Signal, p
 		}
 		if ctx.Err() == nil {
 			_ = a.Reload()
-			logConfigChanges(changes, log)
+			configfile.LogChanges(changes, log, " (a reload re-reads the host policy file only)")
 		}
-	}
-}
-
-// logConfigChanges logs the settings of the --config file that differ
-// from those running.
-func logConfigChanges(changes func() ([]string, error), log *slog.Logger) {
-	if changes == nil {
-		return
-	}
-	changed, err := changes()
-	switch {
-	case err != nil:
-		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
-	case len(changed) > 0:
-		log.Warn("reload: settings of the --config file changed; they take effect at the next restart (a reload re-reads the host policy file only)", "keys", strings.Join(changed, ","))
-	default:
-		log.Info("reload: the --config file's settings are those running")
 	}
 }
 

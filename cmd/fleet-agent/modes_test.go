@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -69,7 +70,7 @@ func TestConfigChangesAtReload(t *testing.T) {
 	rf.watchConfig(fs, args, func(fs *flag.FlagSet) { addRunFlags(fs, env(nil)) })
 	logged := func() string {
 		var b bytes.Buffer
-		logConfigChanges(rf.configChanges, slog.New(slog.NewTextHandler(&b, nil)))
+		configfile.LogChanges(rf.configChanges, slog.New(slog.NewTextHandler(&b, nil)), " (a reload re-reads the host policy file only)")
 		return b.String()
 	}
 	if got := logged(); !strings.Contains(got, "are those running") {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/cmd/internal/configfile"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -79,7 +81,7 @@ func TestConfigFileChangesAtReload(t *testing.T) {
 	changes := configChanges(o, args, env(nil))
 	logged := func() string {
 		var b syncBuffer
-		logConfigChanges(changes, slog.New(slog.NewTextHandler(&b, nil)))
+		configfile.LogChanges(changes, slog.New(slog.NewTextHandler(&b, nil)), ", not at a reload")
 		return b.String()
 	}
 	if got := logged(); !strings.Contains(got, "settings are those running") {

@@ -360,7 +360,7 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, gw *gateway.Gatew
 			return
 		case <-hup:
 			_ = gw.Reload()
-			logConfigChanges(changes, log)
+			configfile.LogChanges(changes, log, ", not at a reload")
 		}
 	}
 }
@@ -378,25 +378,6 @@ func configChanges(o *options, args []string, getenv func(string) string) func()
 			return nil, err
 		}
 		return configfile.Changed(o.values, again.values), nil
-	}
-}
-
-// logConfigChanges says, at a reload, which settings of the --config
-// file changed: a reload re-reads the files named (access rules, API
-// tokens, the host policy, the signing keys), not the settings, which
-// take effect at the next restart.
-func logConfigChanges(changes func() ([]string, error), log *slog.Logger) {
-	if changes == nil {
-		return
-	}
-	changed, err := changes()
-	switch {
-	case err != nil:
-		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
-	case len(changed) > 0:
-		log.Warn("reload: settings of the --config file changed; they take effect at the next restart, not at a reload", "keys", strings.Join(changed, ","))
-	default:
-		log.Info("reload: the --config file's settings are those running")
 	}
 }
 

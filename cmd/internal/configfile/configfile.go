@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -166,4 +167,24 @@ func Changed(running, reread map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// LogChanges logs, at a reload, the settings of the --config file that
+// changed since the start (changes says which; nil: no --config file).
+// A reload re-reads the files the settings name, not the settings, which
+// take effect at the next restart; reloads says what a reload does
+// instead, for the message.
+func LogChanges(changes func() ([]string, error), log *slog.Logger, reloads string) {
+	if changes == nil {
+		return
+	}
+	changed, err := changes()
+	switch {
+	case err != nil:
+		log.Error("reload: the --config file does not read; the running settings stay, and a restart would fail with it", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: settings of the --config file changed; they take effect at the next restart"+reloads, "keys", strings.Join(changed, ","))
+	default:
+		log.Info("reload: the --config file's settings are those running")
+	}
 }
