@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -27,34 +25,10 @@ import (
 // that account (a scoped key's template then decides).
 func natsUserFromSeed(t *testing.T, url, path, issuerAccount, name string) *nats.Conn {
 	t.Helper()
-	seed, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	nc := rogueUser(t, url, path, issuerAccount, name)
+	if nc == nil {
+		t.Fatalf("the server refused a user minted with %s", filepath.Base(path))
 	}
-	signer, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	user, _ := nkeys.CreateUser()
-	pub, _ := user.PublicKey()
-	userSeed, _ := user.Seed()
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = name
-	uc.IssuerAccount = issuerAccount
-	if issuerAccount != "" {
-		// A scoped key's users carry no permissions or limits of their
-		// own, or the server refuses them.
-		uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	}
-	token, err := uc.Encode(signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(url, nats.UserJWTAndSeed(token, string(userSeed)), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatalf("connect as a user minted with %s: %v", filepath.Base(path), err)
-	}
-	t.Cleanup(nc.Close)
 	return nc
 }
 
@@ -186,6 +160,16 @@ func TestAuditTrailRuntimeCredentialsCannotErase(t *testing.T) {
 // issuerAccountOf returns the account of the user in a creds file.
 func issuerAccountOf(t *testing.T, creds string) string {
 	t.Helper()
+	uc := credsClaims(t, creds)
+	if uc.IssuerAccount != "" {
+		return uc.IssuerAccount
+	}
+	return uc.Issuer
+}
+
+// credsClaims returns the claims of the user in a creds file.
+func credsClaims(t *testing.T, creds string) *jwt.UserClaims {
+	t.Helper()
 	data, err := os.ReadFile(creds)
 	if err != nil {
 		t.Fatal(err)
@@ -198,10 +182,7 @@ func issuerAccountOf(t *testing.T, creds string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uc.IssuerAccount != "" {
-		return uc.IssuerAccount
-	}
-	return uc.Issuer
+	return uc
 }
 
 // Damage done with what no running gateway holds (here the fleet

@@ -3,13 +3,11 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -47,7 +45,7 @@ func TestRevokerHoldsTheOperatorKey(t *testing.T) {
 	defer gw.Close()
 	junk, _ := nkeys.CreateUser()
 	junkPub, _ := junk.PublicKey()
-	gwPub := credsSubject(t, filepath.Join(env.setup, gateway.NATSSetupFiles.GatewayCreds))
+	gwPub := credsClaims(t, filepath.Join(env.setup, gateway.NATSSetupFiles.GatewayCreds)).Subject
 	for name, keys := range map[string]map[string]int64{
 		"the gateways' own user": {gwPub: time.Now().Unix()},
 		"a key never revoked":    {junkPub: time.Now().Unix()},
@@ -71,22 +69,4 @@ func TestRevokerHoldsTheOperatorKey(t *testing.T) {
 	if out := mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "echo still here"})); !strings.Contains(out, "still here") {
 		t.Errorf("bash after the refused requests: %q", out)
 	}
-}
-
-// credsSubject returns the public key of the user in a creds file.
-func credsSubject(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := jwt.ParseDecoratedJWT(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uc, err := jwt.DecodeUserClaims(token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uc.Subject
 }
