@@ -11,6 +11,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file enrols, labels and revokes agents: it writes the agent
@@ -282,7 +284,7 @@ func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[strin
 			delete(labels, k)
 		}
 		if maps.Equal(labels, r.Labels) {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		if err := policy.ValidateLabels(labels); err != nil {
 			return err

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file revokes hosts and keys whatever the agent records say. A
@@ -41,7 +43,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 	now := g.now().UTC()
 	rec, recErr := g.agents.modify(ctx, host, func(r *AgentRecord) error {
 		if r.Revoked() {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.RevokedAt, r.RevokedBy = now, by
 		return nil
@@ -130,7 +132,7 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 		}
 		_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
 			if !add(r) {
-				return errSkip
+				return jskv.ErrSkip
 			}
 			return nil
 		})

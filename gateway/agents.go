@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file keeps the agent records: one per enrolled host in the
@@ -292,7 +294,7 @@ type agentStore struct {
 	seal  *recordSeal
 	log   *slog.Logger
 
-	first  bucketWatch
+	first  jskv.Watch
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -307,12 +309,12 @@ const agentsLoadTimeout = 2 * time.Minute
 
 // openAgentStore creates (or updates) the bucket and fills index from it,
 // keeping it current until close.
-func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, admin jsAdmin, log *slog.Logger) (*agentStore, error) {
+func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, admin jskv.Admin, log *slog.Logger) (*agentStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("agent records: %w", err)
 	}
-	kv, err := ensureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+	kv, err := jskv.EnsureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      protocol.AgentsBucket,
 		Description: "fleetmcp agent records: each enrolled host's key, labels and revocation",
 		History:     1,
@@ -324,12 +326,12 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas
 	}
 	s := &agentStore{kv: kv, nc: nc, index: index, seal: seal, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = watchBucket(s.ctx, kv, agentsLoadTimeout); err != nil {
+	if s.first, err = jskv.StartWatch(s.ctx, kv, agentsLoadTimeout); err != nil {
 		s.cancel()
 		return nil, err
 	}
 	loaded := make(chan struct{})
-	s.wg.Go(func() { followBucket(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply) })
+	s.wg.Go(func() { jskv.Follow(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply) })
 	select {
 	case <-loaded:
 	case <-time.After(agentsLoadTimeout):
@@ -378,7 +380,7 @@ func (s *agentStore) decode(host string, data []byte) (*AgentRecord, error) {
 
 // get reads host's record from the bucket, with its revision.
 func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64, error) {
-	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, host) })
+	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w %q: no host of that name was enrolled", ErrUnknownAgent, host)
 	}
@@ -407,7 +409,7 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	rev, err := s.kv.Create(ctx, rec.Host, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -429,7 +431,7 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	next, err := s.kv.Update(ctx, rec.Host, data, rev)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -449,7 +451,7 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 // write of any record adds one revision), so every gateway takes it in
 // over the record it holds.
 func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
-	st, err := retryJS(ctx, s.kv.Status)
+	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
 	}
@@ -462,7 +464,7 @@ func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	pctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	rev, err := s.kv.Put(pctx, rec.Host, data)
 	if err != nil {
@@ -475,9 +477,9 @@ func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
 
 // modify applies change to host's record with compare-and-swap, reading
 // it again as often as another writer came first. change returns
-// errSkip when there is nothing to write.
+// jskv.ErrSkip when there is nothing to write.
 func (s *agentStore) modify(ctx context.Context, host string, change func(*AgentRecord) error) (*AgentRecord, error) {
-	return modifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.get(ctx, host) },
+	return jskv.ModifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.get(ctx, host) },
 		func(rec *AgentRecord, rev uint64) error { _, err := s.update(ctx, rec, rev); return err },
 		errRecordChanged, change)
 }
@@ -486,7 +488,7 @@ func (s *agentStore) modify(ctx context.Context, host string, change func(*Agent
 // called (by any gateway), so that a decision made from the index sees
 // them.
 func (s *agentStore) sync(ctx context.Context) error {
-	st, err := retryJS(ctx, s.kv.Status)
+	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("agent records: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file keeps the audit trail: one record per tool call, allowed or
@@ -189,10 +191,6 @@ type auditor struct {
 // auditQueueLen bounds records waiting to be stored.
 const auditQueueLen = 4096
 
-// jsTimeout bounds one JetStream API call; JetStream may not answer at all
-// while it elects a leader, so calls are retried rather than waited on.
-const jsTimeout = 3 * time.Second
-
 // newAuditor opens the audit stream, waiting up to patience for
 // JetStream (a cluster's first start waits for all its nodes), and
 // starts the writer.
@@ -260,7 +258,7 @@ func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patien
 	start := time.Now()
 	said := start
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 		s, err := js.CreateStream(ctx, sc)
 		cancel()
 		switch {
@@ -290,7 +288,7 @@ type streamUpdater func(ctx context.Context, cfg jetstream.StreamConfig) error
 // existingAuditStream opens the audit stream that is there with another
 // configuration than sc, and updates it when admin is set.
 func existingAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, admin streamUpdater, log *slog.Logger) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	s, err := js.Stream(ctx, sc.Name)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file chains the audit records. Each record a gateway stores names
@@ -308,7 +310,7 @@ func (a *auditor) chainTail() (chainLink, error) {
 	if a.tailOK {
 		return a.tail, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	l, err := readChainTail(ctx, a.stream)
 	if err != nil {
@@ -387,7 +389,7 @@ func (c *serverClock) serverNow(stream jetstream.Stream) time.Time {
 	now := c.localNow()
 	if c.read.IsZero() || now.Sub(c.read) > auditClockEvery || now.Before(c.read) {
 		c.read = now
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 		info, err := stream.Info(ctx)
 		cancel()
 		after := c.localNow()

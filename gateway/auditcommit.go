@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file stores the audit records: each exactly once, and a tool
@@ -429,7 +431,7 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 		}
 	}
 	from = from.Add(-time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*jskv.Timeout)
 	defer cancel()
 	cons, err := a.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{protocol.AuditSubject()}, DeliverPolicy: jetstream.DeliverByStartTimePolicy,

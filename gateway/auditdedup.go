@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file keeps the stream's de-duplication from being turned against
@@ -41,7 +43,7 @@ func newAuditMsgID() string {
 // sent it: the same data, sealed by a gateway of this fleet (when records
 // are sealed), and chained to the sequence just before it.
 func (a *auditor) holdsRecord(r *pendingRecord, seq uint64) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	m, err := a.stream.GetMsg(ctx, seq)
 	switch {

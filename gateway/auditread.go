@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file reads the audit trail back for the admin-only audit tool.
@@ -146,13 +148,13 @@ type auditPage struct {
 func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
 	// Records are stored asynchronously; include those of calls that
 	// have already answered.
-	sctx, scancel := context.WithTimeout(ctx, 2*jsTimeout)
+	sctx, scancel := context.WithTimeout(ctx, 2*jskv.Timeout)
 	err := a.sync(sctx)
 	scancel()
 	if err != nil {
 		return nil, fmt.Errorf("audit trail is behind: %w", err)
 	}
-	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ictx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	info, err := a.stream.Info(ictx)
 	cancel()
 	if err != nil {
@@ -192,7 +194,7 @@ func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
 func (a *auditor) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time) (uint64, error) {
 	for lo <= hi {
 		mid := lo + (hi-lo)/2
-		gctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		gctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		m, err := a.stream.GetMsg(gctx, mid)
 		cancel()
 		switch {
@@ -211,7 +213,7 @@ func (a *auditor) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time
 
 // scan reads records start..end and keeps the newest q.limit that match.
 func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, page *auditPage) error {
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	cons, err := a.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
@@ -225,7 +227,7 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 		return fmt.Errorf("audit stream: %w", err)
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		dctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 		defer cancel()
 		_ = a.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
@@ -446,13 +448,13 @@ const maxChainScan = 2_000_000
 // verifyChain reads the whole stream from its first record and checks
 // its chain (auditchain.go).
 func (a *auditor) verifyChain(ctx context.Context) (ChainReport, error) {
-	sctx, scancel := context.WithTimeout(ctx, 2*jsTimeout)
+	sctx, scancel := context.WithTimeout(ctx, 2*jskv.Timeout)
 	err := a.sync(sctx)
 	scancel()
 	if err != nil {
 		return ChainReport{}, fmt.Errorf("audit trail is behind: %w", err)
 	}
-	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ictx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	info, err := a.stream.Info(ictx)
 	cancel()
 	if err != nil {
@@ -463,7 +465,7 @@ func (a *auditor) verifyChain(ctx context.Context) (ChainReport, error) {
 		return v.finish(0), nil
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	cons, err := a.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{protocol.AuditSubject()}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first,
 	})

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file watches the audit stream for damage: deleted (and created
@@ -121,7 +123,7 @@ func (a *auditor) watchLoop() {
 // checkStream reads the stream's state once and acts on any damage.
 func (a *auditor) checkStream() {
 	w := a.watch
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	info, err := a.stream.Info(ctx)
 	switch {

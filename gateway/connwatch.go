@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file watches the fleet account's NATS connections for two live
@@ -790,7 +792,7 @@ func (g *Gateway) keepIdentityConflict(ctx context.Context, host, key, detail st
 	now := g.now().UTC()
 	_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
 		if _, ok := r.conflictStands(); ok || r.Revoked() || r.PublicKey != key {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.IdentityConflict = &RecordedConflict{PublicKey: key, FoundAt: now, Detail: detail}
 		return nil

@@ -9,7 +9,7 @@
 // natssetup.go for its setup); the agents' NATS identities: the operator
 // mode keys (natskeys.go), the authority that issues credentials and
 // pushes revocations (natsauth.go, revocation.go), the agent records
-// (agents.go, bucketwatch.go) and enrolment (agentadmin.go), the fleet CA
+// (agents.go, internal/jskv) and enrolment (agentadmin.go), the fleet CA
 // (tlsca.go); the fleet API listener (fleetapi.go), where hosts enrol and
 // recover with join tokens (enrol.go, tokens.go) and operators use the
 // admin API (admin.go), and renewal over NATS (renew.go); registry; router; the MCP surface (mcp.go) and its tools;

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file is enrolment over the network: a host proves it holds its
@@ -39,7 +41,7 @@ const (
 type nonceStore struct{ kv jetstream.KeyValue }
 
 func openNonceStore(js jetstream.JetStream, replicas int) (*nonceStore, error) {
-	kv, err := ensureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+	kv, err := jskv.EnsureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      noncesBucket,
 		Description: "fleetmcp request nonces seen in the last 15 minutes (replay protection)",
 		History:     1,
@@ -63,18 +65,18 @@ func openNonceStore(js jetstream.JetStream, replicas int) (*nonceStore, error) {
 func (s *nonceStore) record(ctx context.Context, nonce string) *protocol.APIError {
 	mark := []byte(protocol.NewNonce())
 	unanswered := false
-	_, err := retryJS(ctx, func(ctx context.Context) (uint64, error) {
+	_, err := jskv.Retry(ctx, func(ctx context.Context) (uint64, error) {
 		rev, err := s.kv.Create(ctx, nonce, mark)
 		if errors.Is(err, jetstream.ErrKeyExists) && unanswered {
 			e, gerr := s.kv.Get(ctx, nonce)
 			switch {
 			case gerr == nil && bytes.Equal(e.Value(), mark):
 				return e.Revision(), nil
-			case gerr != nil && jsUnanswered(gerr):
+			case gerr != nil && jskv.Unanswered(gerr):
 				return 0, gerr
 			}
 		}
-		unanswered = unanswered || jsUnanswered(err)
+		unanswered = unanswered || jskv.Unanswered(err)
 		return rev, err
 	})
 	switch {
@@ -234,7 +236,7 @@ func (g *Gateway) giveBackUse(ctx context.Context, id, host string, err error) {
 			"token", id, "host", host, "err", err)
 		return
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jsTimeout)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jskv.Timeout)
 	defer cancel()
 	if berr := g.tokens.giveBack(bctx, id); berr != nil {
 		g.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)

@@ -25,6 +25,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // startAPIGateway starts a gateway with embedded NATS (listening on
@@ -593,7 +595,7 @@ func TestNonceRecordRetried(t *testing.T) {
 	if aerr := s.record(ctx, n); aerr == nil || aerr.Code != protocol.APIReplayed {
 		t.Errorf("the same nonce again, its answer lost on the way: %v, want replayed", aerr)
 	}
-	kv.lost.Store(jsAttempts)
+	kv.lost.Store(jskv.Attempts)
 	if aerr := s.record(ctx, protocol.NewNonce()); aerr == nil || aerr.Code != protocol.APIUnavailable {
 		t.Errorf("every answer lost: %v, want unavailable", aerr)
 	}

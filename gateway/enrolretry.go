@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // An enrolment whose answer is lost on its way back (a connection cut, a
@@ -62,7 +64,7 @@ func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req 
 			return errNotRetry
 		}
 		if !expires.After(r.CredentialExpiresAt) {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.CredentialExpiresAt = expires
 		return nil

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file shares the host registry between gateway replicas through a
@@ -106,9 +108,6 @@ const (
 	holdAfterFailure = 30 * time.Second
 	// storeLoadTimeout bounds the wait for the bucket's records at start.
 	storeLoadTimeout = 10 * time.Second
-	// watchPatience is how long a watch is retried while JetStream does
-	// not answer (as while a whole fleet reconnects).
-	watchPatience = 20 * time.Second
 )
 
 // hostRecord is a record of the hosts bucket.
@@ -127,7 +126,7 @@ type hostStore struct {
 	retention time.Duration
 
 	nc     *nats.Conn
-	first  bucketWatch     // the watch started at open; then owned by watch
+	first  jskv.Watch      // the watch started at open; then owned by watch
 	loaded chan struct{}   // closed once the bucket's records are in the registry
 	ctx    context.Context // ends at close
 	cancel context.CancelFunc
@@ -166,7 +165,7 @@ func newHostStore(nc *nats.Conn, reg *registry, cfg HostsConfig, log *slog.Logge
 	}
 	s := &hostStore{kv: kv, nc: nc, reg: reg, log: log, retention: cfg.Retention}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = watchBucket(s.ctx, kv, watchPatience); err != nil {
+	if s.first, err = jskv.StartWatch(s.ctx, kv, jskv.WatchPatience); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -194,7 +193,7 @@ func (s *hostStore) isLoaded() bool {
 // ensureHostsBucket creates or updates the bucket, retrying while
 // JetStream starts up.
 func ensureHostsBucket(js jetstream.JetStream, cfg HostsConfig) (jetstream.KeyValue, error) {
-	return ensureBucket(js, watchPatience, jetstream.KeyValueConfig{
+	return jskv.EnsureBucket(js, jskv.WatchPatience, jetstream.KeyValueConfig{
 		Bucket:      protocol.HostsBucket,
 		Description: "fleetmcp host registry: each host's last announce and when it was last seen",
 		History:     1,
@@ -213,10 +212,10 @@ func (s *hostStore) close() {
 }
 
 // watch applies the bucket's records to the registry: the current ones
-// first (then loaded is closed), then every change (see followBucket).
+// first (then loaded is closed), then every change (see jskv.Follow).
 func (s *hostStore) watch(loaded chan struct{}) {
 	defer s.wg.Done()
-	followBucket(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply)
+	jskv.Follow(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply)
 }
 
 func (s *hostStore) apply(e jetstream.KeyValueEntry) {
@@ -335,7 +334,7 @@ func (s *hostStore) write(ctx context.Context, w hostWrite) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	var rev uint64
 	if w.rev == 0 {
@@ -360,7 +359,7 @@ func (s *hostStore) write(ctx context.Context, w hostWrite) error {
 // forget removes the record of a host gone for longer than the
 // retention, unless it changed since this gateway decided so.
 func (s *hostStore) forget(ctx context.Context, f hostWrite) error {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	err := s.kv.Delete(ctx, f.host, jetstream.LastRevision(f.rev))
 	switch {

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // Enrolment over NATS, for hosts that reach the NATS servers but not the
@@ -164,7 +166,7 @@ func (g *Gateway) startNATSEnrolment() error {
 // enrolOverNATS answers one enrolment request sent over NATS, as the
 // fleet API answers one sent over HTTPS.
 func (g *Gateway) enrolOverNATS(ctx context.Context, m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
 	out := enrolOutcome{}
 	id, ok := protocol.TokenIDOfEnrolSubject(m.Subject)

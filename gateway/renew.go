@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // Renewal over NATS: an agent asks for a new credential on
@@ -176,7 +178,7 @@ func (g *Gateway) screenRenewal(m *nats.Msg) bool {
 
 // renew answers one renewal request.
 func (g *Gateway) renew(ctx context.Context, m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
 	out := enrolOutcome{}
 	if host, ok := renewHost(m.Subject); !ok || !protocol.IsAgentReply(host, m.Reply) {
@@ -220,7 +222,7 @@ func (g *Gateway) renewCredential(ctx context.Context, m *nats.Msg, out *enrolOu
 			return err
 		}
 		if !expires.After(r.CredentialExpiresAt) {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.CredentialExpiresAt = expires
 		return nil

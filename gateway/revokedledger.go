@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // The revoked keys' ledger: every agent key (and enrol credential key)
@@ -253,7 +255,7 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 		}
 		msg := &nats.Msg{Subject: protocol.RevokedKeysSubject(), Data: data, Header: nats.Header{}}
 		msg.Header.Set(revokedKeyHeader, k.pub)
-		pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		pctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		// No message ID: one that anyone in the account can take first
 		// would make this entry a "duplicate" that is never stored. Two
 		// gateways' entries for one key are two messages, which is

@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file keeps the rollout records (KV rolloutsBucket, key = rollout
@@ -338,7 +340,7 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 	if len(data)+rolloutGrowth(len(r.Hosts)) > maxRolloutRecord {
 		return nil, fmt.Errorf("%w: the rollout's %d hosts do not fit one record; select fewer hosts (by labels) and roll out in parts", ErrSkillRefused, len(r.Hosts))
 	}
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	rev, err := s.rolls.Create(cctx, r.ID, data)
 	cancel()
 	if err != nil {
@@ -358,7 +360,7 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 	for _, id := range older {
 		_, err := s.modifyRollout(ctx, id, func(o *rollout) error {
 			if o.State != protocol.RolloutRunning && o.State != protocol.RolloutPaused {
-				return errSkip
+				return jskv.ErrSkip
 			}
 			o.State, o.Reason = protocol.RolloutSuperseded, "superseded by "+r.ID
 			return nil
@@ -375,7 +377,7 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 // reading it again as often as another write came first.
 func (s *skillService) modifyRollout(ctx context.Context, id string, change func(*rollout) error) (*rollout, error) {
 	for {
-		gctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		gctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		e, err := s.rolls.Get(gctx, id)
 		cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
@@ -388,7 +390,7 @@ func (s *skillService) modifyRollout(ctx context.Context, id string, change func
 		if err != nil {
 			return nil, fmt.Errorf("rollout %s is damaged: %w", id, err)
 		}
-		if err := change(r); errors.Is(err, errSkip) {
+		if err := change(r); errors.Is(err, jskv.ErrSkip) {
 			return r, nil
 		} else if err != nil {
 			return nil, err
@@ -402,7 +404,7 @@ func (s *skillService) modifyRollout(ctx context.Context, id string, change func
 		if len(data) > maxRolloutRecord {
 			return nil, fmt.Errorf("rollout %s: %w (%d bytes)", id, errRolloutFull, len(data))
 		}
-		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		uctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		rev, err := s.rolls.Update(uctx, id, data, e.Revision())
 		cancel()
 		if err == nil {
@@ -452,7 +454,7 @@ func (s *skillService) rolloutByID(ctx context.Context, id string) (*rollout, er
 	if ok {
 		return e.r, nil
 	}
-	return s.modifyRollout(ctx, id, func(*rollout) error { return errSkip })
+	return s.modifyRollout(ctx, id, func(*rollout) error { return jskv.ErrSkip })
 }
 
 // hostState says where host stands in r: a SkillState state, or waiting

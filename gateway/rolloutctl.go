@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file is the rollout controller. One replica at a time leads: it
@@ -132,7 +134,7 @@ func (c *controller) driveLoop(ctx context.Context) {
 // campaign takes or keeps the leader key.
 func (c *controller) campaign(ctx context.Context) {
 	s := c.s
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	c.mu.Lock()
 	leading, rev := c.leading, c.rev
@@ -193,7 +195,7 @@ func (c *controller) resign() {
 	if !leading || !c.s.nc.IsConnected() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	_ = c.s.leader.Delete(ctx, leaderKey, jetstream.LastRevision(rev))
 }
@@ -266,7 +268,7 @@ func (c *controller) step(ctx context.Context, r *rollout) error {
 	}
 	_, err := s.modifyRollout(ctx, r.ID, func(r *rollout) error {
 		if r.State != protocol.RolloutRunning || r.Current != k {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		for _, i := range slices.Sorted(maps.Keys(failed)) {
 			r.fail(i, failed[i])
@@ -306,7 +308,7 @@ func (c *controller) repoke(id string, hosts []string, now time.Time) {
 func (c *controller) pauseFull(ctx context.Context, id string, full error) error {
 	_, err := c.s.modifyRollout(ctx, id, func(r *rollout) error {
 		if r.State != protocol.RolloutRunning {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.State = protocol.RolloutPaused
 		r.Reason = fmt.Sprintf("paused: %v; roll back, or roll out to fewer hosts at once", full)
@@ -340,7 +342,7 @@ func (c *controller) writeBatch(ctx context.Context, r *rollout, k int) error {
 		}
 		if _, err := s.modifyRollout(ctx, r.ID, func(r *rollout) error {
 			if r.Prepared > k {
-				return errSkip
+				return jskv.ErrSkip
 			}
 			if r.Previous == nil {
 				r.Previous = map[string][]int{}
@@ -368,7 +370,7 @@ func (c *controller) writeBatch(ctx context.Context, r *rollout, k int) error {
 	}
 	_, err = s.modifyRollout(ctx, r.ID, func(r *rollout) error {
 		if r.Written > k {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.Written = k + 1
 		if r.Current == k {
@@ -435,7 +437,7 @@ func (c *controller) rollback(ctx context.Context, r *rollout) error {
 	}
 	_, err = s.modifyRollout(ctx, r.ID, func(r *rollout) error {
 		if !r.Undo {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		r.Undo = false
 		return nil

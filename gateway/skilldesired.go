@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file writes the hosts' desired states and reads their status
@@ -56,7 +58,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 		if err != nil {
 			return nil, err
 		}
-		wctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		wctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		if rev == 0 {
 			_, err = s.desired.Create(wctx, host, data)
 		} else {
@@ -75,7 +77,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 
 // readDesired reads host's desired state and its revision (0: none).
 func (s *skillService) readDesired(ctx context.Context, host string) (protocol.DesiredState, uint64, error) {
-	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
+	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return protocol.DesiredState{Host: host}, 0, nil
 	}
@@ -116,7 +118,7 @@ func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, l
 	deadline := time.Now().Add(agentsLoadTimeout)
 	var stream jetstream.Stream
 	for {
-		cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		var err error
 		stream, err = js.CreateOrUpdateStream(cctx, cfg)
 		cancel()
@@ -129,7 +131,7 @@ func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, l
 		time.Sleep(500 * time.Millisecond)
 	}
 	v := &statusView{byHost: map[string]*protocol.SkillStatus{}, changed: make(chan struct{}), onReport: onReport}
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	cons, err := stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file serves agents their skill manifests and files. Every gateway
@@ -80,7 +82,7 @@ func (s *skillService) answer(m *nats.Msg) {
 		s.replyError(m, protocol.APIForbidden, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, 4*jskv.Timeout)
 	defer cancel()
 	switch {
 	case strings.HasSuffix(m.Subject, ".desired"):
@@ -97,7 +99,7 @@ func (s *skillService) answer(m *nats.Msg) {
 // Status 404 when it has none.
 func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host string) {
 	out := nats.NewMsg(m.Reply)
-	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
+	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		out.Header.Set("Status", "404")

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file is skill rollout as the gateway's Go API: the methods the
@@ -272,7 +274,7 @@ func (g *Gateway) SkillConsumers(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
 	for _, name := range []string{protocol.SkillsStatusStream, "KV_" + protocol.SkillsDesiredBucket, "KV_" + skillBundlesBucket,
 		"KV_" + rolloutsBucket, "KV_" + leaderBucket, "OBJ_" + skillFilesBucket} {
-		cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		st, err := s.js.Stream(cctx, name)
 		if err == nil {
 			var info *jetstream.StreamInfo

@@ -19,6 +19,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 	"github.com/fleetmcp/fleetmcp/protocol/skillmd"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file is the skill store of fleet-wide rollout. Files live in the
@@ -210,7 +212,7 @@ func (s *skillService) dropMemoryLeader(kc jetstream.KeyValueConfig) {
 	if kc.Storage != jetstream.FileStorage {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, jskv.Timeout)
 	defer cancel()
 	info, err := s.js.Stream(ctx, "KV_"+kc.Bucket)
 	if err != nil || info.CachedInfo().Config.Storage == jetstream.FileStorage {
@@ -238,7 +240,7 @@ func (s *skillService) openBuckets() error {
 		if b.kc.Bucket == leaderBucket {
 			s.dropMemoryLeader(b.kc)
 		}
-		kv, err := ensureBucket(s.js, agentsLoadTimeout, b.kc)
+		kv, err := jskv.EnsureBucket(s.js, agentsLoadTimeout, b.kc)
 		if err != nil {
 			return fmt.Errorf("skills: %w", err)
 		}
@@ -246,7 +248,7 @@ func (s *skillService) openBuckets() error {
 	}
 	deadline := time.Now().Add(agentsLoadTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, jsTimeout)
+		ctx, cancel := context.WithTimeout(s.ctx, jskv.Timeout)
 		obs, err := s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: skillFilesBucket,
 			Description: "fleetmcp skill files by SHA-256", Storage: jetstream.FileStorage, Replicas: r})
 		cancel()
@@ -264,12 +266,12 @@ func (s *skillService) openBuckets() error {
 // follow keeps apply fed with kv's entries until close, after loading
 // the current ones.
 func (s *skillService) follow(kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
-	first, err := watchBucket(s.ctx, kv, watchPatience)
+	first, err := jskv.StartWatch(s.ctx, kv, jskv.WatchPatience)
 	if err != nil {
 		return fmt.Errorf("skills: %w", err)
 	}
 	loaded := make(chan struct{})
-	s.wg.Go(func() { followBucket(s.ctx, s.nc, kv, first, &s.wg, s.log, loaded, apply) })
+	s.wg.Go(func() { jskv.Follow(s.ctx, s.nc, kv, first, &s.wg, s.log, loaded, apply) })
 	select {
 	case <-loaded:
 		return nil
@@ -429,7 +431,7 @@ func (s *skillService) push(ctx context.Context, name string, files []pushFile, 
 	if err != nil {
 		return resp, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	if _, err := s.bundles.Create(cctx, key, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return resp, fmt.Errorf("store the manifest of %s: %w", id, err)
@@ -445,7 +447,7 @@ func (s *skillService) push(ctx context.Context, name string, files []pushFile, 
 
 // storeFile puts a file into the object store unless it is there.
 func (s *skillService) storeFile(ctx context.Context, digest string, data []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
 	if info, err := s.files.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(data)) {
 		return nil
@@ -465,7 +467,7 @@ func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, e
 	if ok {
 		return rec, nil
 	}
-	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.bundles.Get(ctx, key) })
+	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.bundles.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return nil, fmt.Errorf("%w: no bundle sha256:%s was pushed", ErrSkillNotFound, protocol.Clip(key, 64))
 	}

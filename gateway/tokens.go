@@ -19,6 +19,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file keeps the join tokens: one record per token in the JetStream
@@ -283,11 +285,11 @@ type tokenStore struct {
 	retryWindow time.Duration
 	// admin removes the marks of deleted tokens (a stream purge, which
 	// the gateway's own user may not do); nil: they stay.
-	admin jsAdmin
+	admin jskv.Admin
 }
 
-func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, admin jsAdmin, log *slog.Logger) (*tokenStore, error) {
-	kv, err := ensureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, admin jskv.Admin, log *slog.Logger) (*tokenStore, error) {
+	kv, err := jskv.EnsureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      tokensBucket,
 		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
 		History:     1,
@@ -312,7 +314,7 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
 	}
-	e, err := retryJS(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
+	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
 	}
@@ -335,7 +337,7 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 
 // streamInfo describes the bucket's stream as it is now.
 func (s *tokenStore) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
-	st, err := retryJS(ctx, s.kv.Status)
+	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return nil, fmt.Errorf("the join tokens' bucket %s: %w (was its stream deleted? the gateway refuses join tokens until it starts again)", tokensBucket, err)
 	}
@@ -361,7 +363,7 @@ func (s *tokenStore) write(ctx context.Context, t *tokenRecord, rev uint64) erro
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	_, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + tokensBucket + "." + t.ID, Data: data},
 		jetstream.WithExpectLastSequence(last), jetstream.WithExpectLastSequencePerSubject(rev))
@@ -397,10 +399,10 @@ func (s *tokenStore) update(ctx context.Context, t *tokenRecord, rev uint64) err
 }
 
 // modify applies change to the token's record with compare-and-swap,
-// again as often as another writer comes first. change returns errSkip
+// again as often as another writer comes first. change returns jskv.ErrSkip
 // when there is nothing to write.
 func (s *tokenStore) modify(ctx context.Context, id string, change func(*tokenRecord) error) (*tokenRecord, error) {
-	return modifyCAS(ctx, func() (*tokenRecord, uint64, error) { return s.get(ctx, id) },
+	return jskv.ModifyCAS(ctx, func() (*tokenRecord, uint64, error) { return s.get(ctx, id) },
 		func(t *tokenRecord, rev uint64) error { return s.update(ctx, t, rev) },
 		errTokenChanged, change)
 }
@@ -414,14 +416,14 @@ func (s *tokenStore) consume(ctx context.Context, id string, secret []byte, now 
 	t, err := s.modify(ctx, id, func(t *tokenRecord) error {
 		if !t.secretMatches(secret) {
 			refused = unknownToken(id)
-			return errSkip
+			return jskv.ErrSkip
 		}
 		at := now()
 		if refused = t.refusal(at); refused != nil {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		if refused = check(t); refused != nil {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		t.Used++
 		if t.Used >= t.Uses {
@@ -451,7 +453,7 @@ func unknownToken(id string) *protocol.APIError {
 func (s *tokenStore) giveBack(ctx context.Context, id string) error {
 	_, err := s.modify(ctx, id, func(t *tokenRecord) error {
 		if t.Used == 0 {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		t.Used--
 		if t.Used < t.Uses {
@@ -473,9 +475,9 @@ func (s *tokenStore) revoke(ctx context.Context, id, by string, now time.Time) (
 		}
 		return t, rev, err
 	}
-	return modifyCAS(ctx, get, func(t *tokenRecord, rev uint64) error { return s.update(ctx, t, rev) }, errTokenChanged, func(t *tokenRecord) error {
+	return jskv.ModifyCAS(ctx, get, func(t *tokenRecord, rev uint64) error { return s.update(ctx, t, rev) }, errTokenChanged, func(t *tokenRecord) error {
 		if !t.RevokedAt.IsZero() {
-			return errSkip
+			return jskv.ErrSkip
 		}
 		t.RevokedAt, t.RevokedBy = now.UTC(), by
 		return nil
@@ -493,13 +495,13 @@ type tokenEntry struct {
 
 // all returns every token record, oldest first.
 func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
-	ctx, cancel := context.WithTimeout(ctx, 4*jsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
 	info, err := s.streamInfo(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list join tokens: %w", err)
 	}
-	w, err := retryJS(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
+	w, err := jskv.Retry(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
 		// The watch lives as long as ctx, not one attempt's.
 		return s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	})
@@ -547,7 +549,7 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 			// credential has expired.
 			continue
 		}
-		dctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		dctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		// A delete marker (the buckets take no rollup, so no purge).
 		err := s.kv.Delete(dctx, e.rec.ID, jetstream.LastRevision(e.rev))
 		cancel()
@@ -559,7 +561,7 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 	if s.admin == nil {
 		return n, nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	pctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	defer cancel()
 	// Delete markers older than the default (30 min) go too: that is a
 	// stream purge, which the gateway's own user may not do.

@@ -1,4 +1,4 @@
-package gateway
+package jskv
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 // Gateways follow the key-value buckets they share (hosts, agent records)
 // with one watch each, kept alive across outages.
 
-// bucketWatch is one watch of the bucket; cancel ends it.
-type bucketWatch struct {
+// Watch is one watch of the bucket; cancel ends it.
+type Watch struct {
 	w      jetstream.KeyWatcher
 	cancel context.CancelFunc
 }
 
-// watchBucket starts watching every key of kv until ctx ends or the
+// StartWatch starts watching every key of kv until ctx ends or the
 // watch is cancelled, retrying for up to patience while JetStream does
 // not answer. (A watch ends when the context given to WatchAll does, so
 // that context cannot carry a timeout.)
-func watchBucket(ctx context.Context, kv jetstream.KeyValue, patience time.Duration) (bucketWatch, error) {
+func StartWatch(ctx context.Context, kv jetstream.KeyValue, patience time.Duration) (Watch, error) {
 	what := kv.Bucket()
 	type result struct {
 		w   jetstream.KeyWatcher
@@ -42,7 +42,7 @@ func watchBucket(ctx context.Context, kv jetstream.KeyValue, patience time.Durat
 		var res result
 		select {
 		case res = <-done:
-		case <-time.After(jsTimeout):
+		case <-time.After(Timeout):
 			cancel() // ends the request, or the watch it started
 			if res = <-done; res.err == nil {
 				drain(res.w)
@@ -50,11 +50,11 @@ func watchBucket(ctx context.Context, kv jetstream.KeyValue, patience time.Durat
 			}
 		}
 		if res.err == nil {
-			return bucketWatch{w: res.w, cancel: cancel}, nil
+			return Watch{w: res.w, cancel: cancel}, nil
 		}
 		cancel()
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return bucketWatch{}, fmt.Errorf("%s bucket: watch: %w", what, res.err)
+			return Watch{}, fmt.Errorf("%s bucket: watch: %w", what, res.err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -67,7 +67,7 @@ func drain(w jetstream.KeyWatcher) {
 	}
 }
 
-// followBucket applies every entry of kv to apply until ctx ends: those
+// Follow applies every entry of kv to apply until ctx ends: those
 // of first (the current records, after which loaded is closed), then
 // every change. When the connection comes back after an outage it starts
 // a new watch at once, rather than wait until the old one notices missed
@@ -75,12 +75,12 @@ func drain(w jetstream.KeyWatcher) {
 // consumer or the bucket went away) it starts another; a new watch
 // delivers every record again, which apply skips by revision. wg joins
 // the goroutines that drain retired watches.
-func followBucket(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, first bucketWatch, wg *sync.WaitGroup,
+func Follow(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, first Watch, wg *sync.WaitGroup,
 	log *slog.Logger, loaded chan struct{}, apply func(jetstream.KeyValueEntry)) {
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(reconnected)
 	cur := first
-	retire := func(bw bucketWatch) {
+	retire := func(bw Watch) {
 		bw.cancel()
 		wg.Go(func() { drain(bw.w) })
 	}
@@ -90,7 +90,7 @@ func followBucket(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fir
 		case <-ctx.Done():
 			return
 		case <-reconnected:
-			next, err := watchBucket(ctx, kv, watchPatience)
+			next, err := StartWatch(ctx, kv, WatchPatience)
 			if err != nil {
 				log.Warn(kv.Bucket()+" bucket: cannot watch again after reconnecting; the old watch recovers by itself", "err", err)
 				continue
@@ -103,14 +103,14 @@ func followBucket(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fir
 				return
 			case !ok:
 				log.Warn(kv.Bucket() + " bucket: watch ended; watching again")
-				next, err := watchBucket(ctx, kv, watchPatience)
+				next, err := StartWatch(ctx, kv, WatchPatience)
 				for err != nil {
 					select {
 					case <-ctx.Done():
 						return
 					case <-time.After(5 * time.Second):
 					}
-					next, err = watchBucket(ctx, kv, watchPatience)
+					next, err = StartWatch(ctx, kv, WatchPatience)
 				}
 				retire(cur)
 				cur = next
@@ -127,15 +127,15 @@ func followBucket(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fir
 	}
 }
 
-// ensureBucket creates or updates a bucket, retrying for up to patience
+// EnsureBucket creates or updates a bucket, retrying for up to patience
 // while JetStream starts up.
-func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func EnsureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	deadline := time.Now().Add(patience)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
 		if err == nil && kc.Replicas > 1 {
-			kv, err = leaderReads(ctx, js, kc.Bucket)
+			kv, err = LeaderReads(ctx, js, kc.Bucket)
 		}
 		cancel()
 		switch {
@@ -150,7 +150,7 @@ func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.K
 	}
 }
 
-// leaderReads makes the reads of a replicated bucket go to its leader.
+// LeaderReads makes the reads of a replicated bucket go to its leader.
 // JetStream creates buckets with direct gets, which any replica answers,
 // one that lags the leader too: a record another gateway has just
 // written (acknowledged by a quorum) could read as missing, or older,
@@ -158,7 +158,7 @@ func ensureBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.K
 // holds every acknowledged write. (Another gateway creating the bucket
 // turns direct gets on again on the server; this gateway's handle keeps
 // reading from the leader, and that one turns them off again.)
-func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+func LeaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, err

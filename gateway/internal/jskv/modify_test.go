@@ -1,4 +1,4 @@
-package gateway
+package jskv
 
 import (
 	"context"
@@ -41,8 +41,8 @@ func TestJSUnanswered(t *testing.T) {
 		{&nats.APIError{Code: 400, Description: "bad request"}, false},
 		{errors.New("something else"), false},
 	} {
-		if got := jsUnanswered(tc.err); got != tc.want {
-			t.Errorf("jsUnanswered(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := Unanswered(tc.err); got != tc.want {
+			t.Errorf("Unanswered(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
@@ -50,7 +50,7 @@ func TestJSUnanswered(t *testing.T) {
 // TestRetryJSWhileJetStreamAway: a KV watch made while no server
 // answers for JetStream (as while one applies an account's new claims)
 // fails with the older nats API's "jetstream not enabled", which a KV
-// watch reports; retryJS tries it again, and the watch made once
+// watch reports; Retry tries it again, and the watch made once
 // JetStream is back reads the bucket.
 func TestRetryJSWhileJetStreamAway(t *testing.T) {
 	store := t.TempDir()
@@ -93,7 +93,7 @@ func TestRetryJSWhileJetStreamAway(t *testing.T) {
 	restart(false)
 	attempts := 0
 	var first error
-	w, err := retryJS(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
+	w, err := Retry(ctx, func(context.Context) (jetstream.KeyWatcher, error) {
 		attempts++
 		w, err := kv.WatchAll(ctx)
 		if attempts == 1 {
@@ -106,7 +106,7 @@ func TestRetryJSWhileJetStreamAway(t *testing.T) {
 		t.Fatalf("a watch made with no JetStream there failed with %v, want nats.ErrJetStreamNotEnabled", first)
 	}
 	if err != nil {
-		t.Fatalf("retryJS gave up after %d attempts: %v (the first failed with %v)", attempts, err, first)
+		t.Fatalf("Retry gave up after %d attempts: %v (the first failed with %v)", attempts, err, first)
 	}
 	defer w.Stop()
 	select {

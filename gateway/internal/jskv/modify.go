@@ -1,4 +1,4 @@
-package gateway
+package jskv
 
 import (
 	"context"
@@ -9,19 +9,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// modifyCAS applies change to a record with compare-and-swap: it reads
+// ModifyCAS applies change to a record with compare-and-swap: it reads
 // the record and its revision with get, lets change edit it, and writes
 // it with put at that revision, reading again as often as put reports
-// changed (another writer came first). change returns errSkip when there
+// changed (another writer came first). change returns ErrSkip when there
 // is nothing to write.
-func modifyCAS[T any](ctx context.Context, get func() (T, uint64, error), put func(T, uint64) error, changed error, change func(T) error) (T, error) {
+func ModifyCAS[T any](ctx context.Context, get func() (T, uint64, error), put func(T, uint64) error, changed error, change func(T) error) (T, error) {
 	var zero T
 	for {
 		rec, rev, err := get()
 		if err != nil {
 			return zero, err
 		}
-		if err := change(rec); errors.Is(err, errSkip) {
+		if err := change(rec); errors.Is(err, ErrSkip) {
 			return rec, nil
 		} else if err != nil {
 			return zero, err
@@ -35,26 +35,34 @@ func modifyCAS[T any](ctx context.Context, get func() (T, uint64, error), put fu
 	}
 }
 
-// errSkip tells modifyCAS that the record needs no write.
-var errSkip = errors.New("no change")
+// ErrSkip tells ModifyCAS that the record needs no write.
+var ErrSkip = errors.New("no change")
 
-// jsAttempts bounds the attempts of an idempotent JetStream request
-// (retryJS); each has jsTimeout.
-const jsAttempts = 4
+// Timeout bounds one JetStream API call; JetStream may not answer at all
+// while it elects a leader, so calls are retried rather than waited on.
+const Timeout = 3 * time.Second
 
-// retryJS runs op, an idempotent JetStream request (a read, or a write
+// WatchPatience is how long a watch is retried while JetStream does not
+// answer (as while a whole fleet reconnects).
+const WatchPatience = 20 * time.Second
+
+// Attempts bounds the attempts of an idempotent JetStream request
+// (Retry); each has Timeout.
+const Attempts = 4
+
+// Retry runs op, an idempotent JetStream request (a read, or a write
 // made so that doing it twice is no different from once), with a
-// fresh jsTimeout for each attempt, again while JetStream does not answer
+// fresh Timeout for each attempt, again while JetStream does not answer
 // (a leader election: no reply at all, or no responders) until it
-// answers, ctx ends, or jsAttempts were made.
-func retryJS[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+// answers, ctx ends, or Attempts attempts were made.
+func Retry[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
 	var v T
 	var err error
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, jsTimeout)
+		actx, cancel := context.WithTimeout(ctx, Timeout)
 		v, err = op(actx)
 		cancel()
-		if err == nil || !jsUnanswered(err) || ctx.Err() != nil || attempt == jsAttempts {
+		if err == nil || !Unanswered(err) || ctx.Err() != nil || attempt == Attempts {
 			return v, err
 		}
 		select {
@@ -65,9 +73,9 @@ func retryJS[T any](ctx context.Context, op func(context.Context) (T, error)) (T
 	}
 }
 
-// jsUnanswered reports whether err means JetStream did not answer (as
+// Unanswered reports whether err means JetStream did not answer (as
 // during a leader election), rather than answered no.
-func jsUnanswered(err error) bool {
+func Unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	var legacyErr *nats.APIError
 	switch {

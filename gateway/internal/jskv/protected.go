@@ -1,4 +1,4 @@
-package gateway
+package jskv
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,57 +19,17 @@ import (
 // all the token check has to go by). The gateway therefore creates them
 // with a plain stream create, never nats.go's create-or-update (a
 // STREAM.UPDATE), and changes an existing one's configuration only
-// through a jsAdmin: on the embedded server a user made for that one
+// through a Admin: on the embedded server a user made for that one
 // change, on an external cluster nobody (the operator, with an admin
 // credential) unless the gateway's own creds may.
 
-// jsAdmin runs do with a JetStream context whose user may change the
+// Admin runs do with a JetStream context whose user may change the
 // protected streams, closing it after.
-type jsAdmin func(ctx context.Context, do func(jetstream.JetStream) error) error
+type Admin func(ctx context.Context, do func(jetstream.JetStream) error) error
 
-// streamAdmin returns how the gateway changes the protected stream
-// named stream: on the embedded server as a user of the fleet account
-// made for that one change and closed after it, signed by the signing
-// key this process made and keeps in memory alone (no file in the data
-// directory can sign such a user); on an external cluster with its own
-// connection when its creds do not deny the update (creds made before
-// the deny), else not at all (nil).
-func (g *Gateway) streamAdmin(stream string) jsAdmin {
-	if g.ns != nil && g.streamSigner != nil {
-		key, account, ns := g.streamSigner, g.accountPub, g.ns.Server
-		return func(ctx context.Context, do func(jetstream.JetStream) error) error {
-			user, err := adminUser("fleet-gateway stream admin", key, account)
-			if err != nil {
-				return err
-			}
-			nc, err := nats.Connect("", nats.InProcessServer(ns), user, nats.Name("fleet-gateway stream admin"))
-			if err != nil {
-				return fmt.Errorf("connect as the stream admin: %w", err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			return do(js)
-		}
-	}
-	if g.nc == nil || deniesSubject(g.natsPubDeny, "$JS.API.STREAM.UPDATE."+stream) {
-		return nil
-	}
-	nc := g.nc
-	return func(ctx context.Context, do func(jetstream.JetStream) error) error {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		return do(js)
-	}
-}
-
-// deniesSubject reports whether one of the publish denies covers the
+// DeniesSubject reports whether one of the publish denies covers the
 // literal subject subj (a deny may end in > or hold * tokens).
-func deniesSubject(deny []string, subj string) bool {
+func DeniesSubject(deny []string, subj string) bool {
 	have := strings.Split(subj, ".")
 	for _, d := range deny {
 		pat := strings.Split(d, ".")
@@ -95,11 +54,11 @@ func deniesSubject(deny []string, subj string) bool {
 	return false
 }
 
-// kvStreamConfig is the stream nats.go's KeyValue client makes for kc
+// StreamConfig is the stream nats.go's KeyValue client makes for kc
 // (prepareKeyValueConfig, for the options the gateway uses), with direct
 // gets off when the bucket is replicated, so that reads go to the leader
-// (see leaderReads).
-func kvStreamConfig(kc jetstream.KeyValueConfig) jetstream.StreamConfig {
+// (see LeaderReads).
+func StreamConfig(kc jetstream.KeyValueConfig) jetstream.StreamConfig {
 	history, replicas, maxBytes, maxMsgSize := int64(1), kc.Replicas, kc.MaxBytes, int32(kc.MaxValueSize)
 	if kc.History > 0 {
 		history = int64(kc.History)
@@ -127,9 +86,9 @@ func kvStreamConfig(kc jetstream.KeyValueConfig) jetstream.StreamConfig {
 	}
 }
 
-// kvConfigDiffers says what of have's settings want's differ from
+// ConfigDiffers says what of have's settings want's differ from
 // ("" when none does).
-func kvConfigDiffers(want, have jetstream.StreamConfig) string {
+func ConfigDiffers(want, have jetstream.StreamConfig) string {
 	var d []string
 	add := func(differs bool, what string, w, h any) {
 		if differs {
@@ -165,15 +124,15 @@ func withKVSettings(have, want jetstream.StreamConfig) jetstream.StreamConfig {
 	return c
 }
 
-// ensureProtectedBucket creates the protected bucket kc, or opens it and
+// EnsureProtectedBucket creates the protected bucket kc, or opens it and
 // brings its configuration in line through admin (with none, it is used
 // as it is and the difference logged), retrying for up to patience while
 // JetStream starts up.
-func ensureProtectedBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig, admin jsAdmin, log *slog.Logger) (jetstream.KeyValue, error) {
-	want := kvStreamConfig(kc)
+func EnsureProtectedBucket(js jetstream.JetStream, patience time.Duration, kc jetstream.KeyValueConfig, admin Admin, log *slog.Logger) (jetstream.KeyValue, error) {
+	want := StreamConfig(kc)
 	deadline := time.Now().Add(patience)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		kv, err := openProtectedBucket(ctx, js, want, kc.Bucket, admin, log)
 		cancel()
 		var refused *configRefusedError
@@ -196,7 +155,7 @@ type configRefusedError struct{ err error }
 func (e *configRefusedError) Error() string { return e.err.Error() }
 func (e *configRefusedError) Unwrap() error { return e.err }
 
-func openProtectedBucket(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, bucket string, admin jsAdmin, log *slog.Logger) (jetstream.KeyValue, error) {
+func openProtectedBucket(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, bucket string, admin Admin, log *slog.Logger) (jetstream.KeyValue, error) {
 	_, err := js.CreateStream(ctx, want)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// There with another configuration: an older gateway's, another
@@ -206,7 +165,7 @@ func openProtectedBucket(ctx context.Context, js jetstream.JetStream, want jetst
 			return nil, serr
 		}
 		have := s.CachedInfo().Config
-		differs := kvConfigDiffers(want, have)
+		differs := ConfigDiffers(want, have)
 		switch {
 		case differs == "":
 		case admin == nil:
