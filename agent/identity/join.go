@@ -193,28 +193,34 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 		}
 		opts.say(fmt.Sprintf("the gateway refused the identity of %s (host %q, key %s): %v; enrolling it again with the token and a new key", opts.StateDir, id.Enrolment.Host, id.PublicKey, dead))
 	}
-	send, closeSend, token, err := opts.enroller(ctx)
+	return opts.enrol(ctx, gw)
+}
+
+// enrol sends the enrolment request with the host's key (made now if the
+// state directory has none) and stores the gateway's answer, for Join.
+func (o *JoinOptions) enrol(ctx context.Context, gw string) (*Identity, bool, error) {
+	send, closeSend, token, err := o.enroller(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	defer closeSend()
-	store := Open(opts.StateDir)
+	store := Open(o.StateDir)
 	kp, err := store.LoadOrCreateKey()
 	if err != nil {
 		return nil, false, err
 	}
 	defer kp.Wipe()
 	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
+	if o.Now != nil {
+		now = o.Now
 	}
-	facts := opts.Facts
+	facts := o.Facts
 	if facts == (protocol.AgentFacts{}) {
 		facts = Facts()
 	}
-	req := &protocol.EnrolRequest{Token: token, Host: opts.Host, CAPin: opts.CAPin, Facts: facts}
+	req := &protocol.EnrolRequest{Token: token, Host: o.Host, CAPin: o.CAPin, Facts: facts}
 	var resp protocol.EnrolResponse
-	err = retryUnavailable(ctx, opts.retryFor(), func() error {
+	err = retryUnavailable(ctx, o.retryFor(), func() error {
 		// Each attempt is a new request: a new nonce, the time now.
 		if err := prove(kp, req, &req.Proof, now()); err != nil {
 			return err
@@ -224,18 +230,18 @@ func Join(ctx context.Context, opts JoinOptions) (*Identity, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if opts.Host != "" && resp.Host != opts.Host {
-		return nil, false, fmt.Errorf("enrolment: asked for host %q, the gateway enrolled %q: refusing a name not asked for", opts.Host, resp.Host)
+	if o.Host != "" && resp.Host != o.Host {
+		return nil, false, fmt.Errorf("enrolment: asked for host %q, the gateway enrolled %q: refusing a name not asked for", o.Host, resp.Host)
 	}
-	if err := store.saveAnswer(gw, opts.CAPin, req.PublicKey, &resp, now()); err != nil {
+	if err := store.saveAnswer(gw, o.CAPin, req.PublicKey, &resp, now()); err != nil {
 		return nil, false, fmt.Errorf("enrolment: %w", err)
 	}
-	if tokenID := opts.tokenID(); tokenID != "" {
+	if tokenID := o.tokenID(); tokenID != "" {
 		if err := store.write(TokenIDFile, []byte(tokenID+"\n")); err != nil {
 			return nil, false, fmt.Errorf("enrolment: %w", err)
 		}
 	}
-	id, err := Load(opts.StateDir)
+	id, err := Load(o.StateDir)
 	if err != nil {
 		return nil, false, fmt.Errorf("enrolment stored, but it does not load: %w", err)
 	}
