@@ -525,28 +525,9 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 		float64(int64(idle.HeapInuse)-int64(base.HeapInuse))/1024/float64(n), float64(int64(idle.StackInuse)-int64(base.StackInuse))/1024/float64(n),
 		base.Goroutines, idle.Goroutines)
 
-	cs, err := connect(ctx, b.gw.mcpURL)
-	if err != nil {
+	if err := b.calls(ctx, base); err != nil {
 		return err
 	}
-	for _, c := range o.concurrency {
-		if !o.latency {
-			break
-		}
-		for _, tool := range []string{"fleet_read", "fleet_bash"} {
-			if err := b.latency(ctx, cs, tool, c); err != nil {
-				cs.Close()
-				return err
-			}
-		}
-	}
-	if o.soak > 0 {
-		if err := b.soak(ctx, cs, base); err != nil {
-			cs.Close()
-			return err
-		}
-	}
-	cs.Close()
 	if o.profile != "" {
 		if err := b.gw.fetch("/debug/pprof/heap?gc=1", o.profile+".heap"); err != nil {
 			return err
@@ -741,4 +722,28 @@ func fanout(ctx context.Context, cs *mcp.ClientSession, tool string, args map[st
 func pct(d []time.Duration, p int) time.Duration {
 	i := (len(d)*p + 99) / 100
 	return d[max(min(i, len(d))-1, 0)].Round(time.Millisecond)
+}
+
+// calls measures the calls' latency at each concurrency asked for, then
+// soaks the fleet when asked to, through one MCP session.
+func (b *bench) calls(ctx context.Context, base stats) error {
+	cs, err := connect(ctx, b.gw.mcpURL)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	for _, c := range b.o.concurrency {
+		if !b.o.latency {
+			break
+		}
+		for _, tool := range []string{"fleet_read", "fleet_bash"} {
+			if err := b.latency(ctx, cs, tool, c); err != nil {
+				return err
+			}
+		}
+	}
+	if b.o.soak > 0 {
+		return b.soak(ctx, cs, base)
+	}
+	return nil
 }
