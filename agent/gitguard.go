@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/policy"
+
+	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // Under command rules, bash runs git through a guard (see policy's git
@@ -311,16 +313,9 @@ func probeGitGuard(exe string) error {
 	out, err := exec.CommandContext(ctx, exe, GitGuardFlag, "--probe").Output()
 	if err != nil || strings.TrimSpace(string(out)) != gitGuardProbe {
 		return fmt.Errorf("git guard: %s %s --probe answered %q (%w): the executable given to run the git guard does not run it (call agent.RunGitGuard first thing in its main)",
-			exe, GitGuardFlag, clipOutput(out), err)
+			exe, GitGuardFlag, clip.Bytes(out, 200), err)
 	}
 	return nil
-}
-
-func clipOutput(b []byte) string {
-	if len(b) > 200 {
-		b = b[:200]
-	}
-	return string(b)
 }
 
 // envValue returns the value of variable name in env, the last one set.

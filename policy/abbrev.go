@@ -172,13 +172,13 @@ func denyMatch(words []shWord, rules []cmdPattern) error {
 		switch {
 		case !ok:
 		case strings.Contains(s, string(dyn)):
-			return &Denial{"bash.deny", fmt.Sprintf("command %s could match bash.deny %q, depending on values only known when it runs", clip(joinSrc(words)), rules[i].text)}
+			return &Denial{"bash.deny", fmt.Sprintf("command %s could match bash.deny %q, depending on values only known when it runs", shown(joinSrc(words)), rules[i].text)}
 		case reading != "" && !strings.HasPrefix(reading, "with "):
-			return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q when its options are spelled out as the program reads them (%s)", clip(joinSrc(words)), rules[i].text, clip(reading))}
+			return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q when its options are spelled out as the program reads them (%s)", shown(joinSrc(words)), rules[i].text, shown(reading))}
 		case reading != "":
-			return &Denial{"bash.deny", fmt.Sprintf("command %s may match bash.deny %q: it has %s", clip(joinSrc(words)), rules[i].text, reading)}
+			return &Denial{"bash.deny", fmt.Sprintf("command %s may match bash.deny %q: it has %s", shown(joinSrc(words)), rules[i].text, reading)}
 		default:
-			return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q", clip(joinSrc(words)), rules[i].text)}
+			return &Denial{"bash.deny", fmt.Sprintf("command %s matches bash.deny %q", shown(joinSrc(words)), rules[i].text)}
 		}
 	}
 	return nil

@@ -64,7 +64,7 @@ func (c *checker) evaluates(n syntax.Node) error {
 }
 
 func (c *checker) refuseArith(n syntax.Node) error {
-	return c.refuse("%s cannot be checked: arithmetic on variables (bash evaluates a variable's value as code, and a[$(cmd)] in it runs cmd); under bash.allow arithmetic, subscripts and numeric tests take literal numbers only", clip(c.text(n)))
+	return c.refuse("%s cannot be checked: arithmetic on variables (bash evaluates a variable's value as code, and a[$(cmd)] in it runs cmd); under bash.allow arithmetic, subscripts and numeric tests take literal numbers only", shown(c.text(n)))
 }
 
 // arithm checks the arithmetic expression e of node n.
@@ -87,7 +87,7 @@ func (c *checker) arithAssign(n syntax.Node, x syntax.ArithmExpr) error {
 		return nil
 	}
 	if name, _, _ := strings.Cut(lit.Value, "["); c.steers(name) {
-		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(n)), name)
+		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", shown(c.text(n)), name)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (c *checker) loopVar(name *syntax.Lit) error {
 	switch {
 	case name == nil:
 	case c.steers(name.Value):
-		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(name)), name.Value)
+		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", shown(c.text(name)), name.Value)
 	case evaluatesValue(name.Value) && c.allowList():
 		return c.refuseArith(name)
 	}
@@ -110,9 +110,9 @@ func (c *checker) paramExp(pe *syntax.ParamExp) error {
 	if pe.Param != nil && pe.Exp != nil && (pe.Exp.Op == syntax.AssignUnset || pe.Exp.Op == syntax.AssignUnsetOrNull) {
 		switch {
 		case c.steers(pe.Param.Value):
-			return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", clip(c.text(pe)), pe.Param.Value)
+			return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow", shown(c.text(pe)), pe.Param.Value)
 		case pe.Excl:
-			return c.refuse("%s: it sets the variable a value names, which may be one that changes what commands run", clip(c.text(pe)))
+			return c.refuse("%s: it sets the variable a value names, which may be one that changes what commands run", shown(c.text(pe)))
 		}
 	}
 	if !c.allowList() {
@@ -120,13 +120,13 @@ func (c *checker) paramExp(pe *syntax.ParamExp) error {
 	}
 	switch {
 	case pe.Excl && pe.Names == 0 && !atStar(pe.Index):
-		return c.refuse("%s cannot be checked: indirect expansion expands the variable a value names, and bash evaluates a subscript in that name as arithmetic; under bash.allow it is refused", clip(c.text(pe)))
+		return c.refuse("%s cannot be checked: indirect expansion expands the variable a value names, and bash evaluates a subscript in that name as arithmetic; under bash.allow it is refused", shown(c.text(pe)))
 	case pe.Index != nil && !indexLiteral(pe.Index):
 		return c.refuseArith(pe)
 	case pe.Slice != nil && !(arithLiteral(pe.Slice.Offset) && arithLiteral(pe.Slice.Length)):
 		return c.refuseArith(pe)
 	case pe.Exp != nil && pe.Exp.Op == syntax.OtherParamOps && !harmlessTransform(pe.Exp.Word):
-		return c.refuse("%s cannot be checked: the @P transformation expands a value as a prompt, which runs the command substitutions in it; under bash.allow only @Q, @E, @A, @K, @k, @a, @U, @u and @L are allowed", clip(c.text(pe)))
+		return c.refuse("%s cannot be checked: the @P transformation expands a value as a prompt, which runs the command substitutions in it; under bash.allow only @Q, @E, @A, @K, @k, @a, @U, @u and @L are allowed", shown(c.text(pe)))
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ func (c *checker) testVar(ut *syntax.UnaryTest) error {
 	}
 	for _, sw := range ws {
 		if !sw.literal() {
-			return c.refuse("%s: the variable it looks up is only known when the line runs, and bash evaluates a subscript in it as arithmetic; quote a literal name", clip(c.text(ut)))
+			return c.refuse("%s: the variable it looks up is only known when the line runs, and bash evaluates a subscript in it as arithmetic; quote a literal name", shown(c.text(ut)))
 		}
 		if err := c.setsVar(ut.Op.String(), sw, sw.text, true); err != nil {
 			return err

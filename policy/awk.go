@@ -481,16 +481,16 @@ func (c *checker) awkRuns(name string, args []shWord) ([]runs, error) {
 			case stdinName(v.val.text) && c.stdin.known:
 				texts = append(texts, shWord{text: c.stdin.text, src: "standard input"})
 			case v.val.literal() && !c.readsStdin(v.val.text):
-				rs = append(rs, hiddenRun("runs the awk program in file "+clip(v.val.src)+", which the checker does not read; give the program on the command line"))
+				rs = append(rs, hiddenRun("runs the awk program in file "+shown(v.val.src)+", which the checker does not read; give the program on the command line"))
 			default:
 				rs = append(rs, runs{unknown: "runs an awk program from standard input or a file only known when the line runs"})
 			}
 		case "l", "load":
-			rs = append(rs, runs{unknown: "loads a shared library (-l " + clip(v.val.src) + ")"})
+			rs = append(rs, runs{unknown: "loads a shared library (-l " + shown(v.val.src) + ")"})
 		case "D", "debug":
 			rs = append(rs, hiddenRun("runs the awk debugger, which reads commands from standard input"))
 		case "W":
-			rs = append(rs, runs{unknown: "takes -W " + clip(v.val.src) + ", a long option the checker reads only as --name"})
+			rs = append(rs, runs{unknown: "takes -W " + shown(v.val.src) + ", a long option the checker reads only as --name"})
 		case "d", "dump-variables", "p", "pretty-print", "o", "profile":
 			if err := c.awkOutputFile(v); err != nil {
 				return nil, err
@@ -554,7 +554,7 @@ func (c *checker) awkProgramRuns(t shWord) ([]runs, error) {
 			f = dynWord("an expression")
 		}
 		if strings.HasPrefix(w.text, "/inet") {
-			rs = append(rs, runs{unknown: "opens a network connection (print > " + clip(w.text) + ")"})
+			rs = append(rs, runs{unknown: "opens a network connection (print > " + shown(w.text) + ")"})
 			continue
 		}
 		if err := c.writesNamed("awk print >", f); err != nil {
@@ -566,7 +566,7 @@ func (c *checker) awkProgramRuns(t shWord) ([]runs, error) {
 		case !r.known:
 			rs = append(rs, hiddenRun("reads with getline a file named when it runs, which may be a network connection (/inet/...)"))
 		case strings.HasPrefix(r.text, "/inet"):
-			rs = append(rs, runs{unknown: "opens a network connection (getline < " + clip(r.text) + ")"})
+			rs = append(rs, runs{unknown: "opens a network connection (getline < " + shown(r.text) + ")"})
 		}
 	}
 	if prog.dynamic != "" {

@@ -40,7 +40,7 @@ func (c *checker) goRuns(args []shWord) ([]runs, error) {
 			break
 		}
 		if w.splits || w.text != "" && w.text[0] == dyn {
-			return nil, c.refuse("go %s: the word is only known when the line runs and may be a flag that runs a program (-exec, -toolexec)", clip(w.src))
+			return nil, c.refuse("go %s: the word is only known when the line runs and may be a flag that runs a program (-exec, -toolexec)", shown(w.src))
 		}
 		name, v, eq := goFlag(w.text)
 		val := shWord{text: v, src: w.src}
@@ -112,11 +112,11 @@ func (c *checker) goEnv(args []shWord) error {
 			write = true
 		case !write || strings.HasPrefix(a.text, "-"):
 		case !a.literal():
-			return c.refuse("go env -w %s: which variable it writes is only known when the line runs", clip(a.src))
+			return c.refuse("go env -w %s: which variable it writes is only known when the line runs", shown(a.src))
 		default:
 			name, _, _ := strings.Cut(a.text, "=")
 			if c.steers(name) || toolVariable(name) {
-				return c.refuse("go env -w %s: it writes %s into the go command's configuration, which changes what later go commands run", clip(a.src), name)
+				return c.refuse("go env -w %s: it writes %s into the go command's configuration, which changes what later go commands run", shown(a.src), name)
 			}
 		}
 	}
@@ -224,7 +224,7 @@ func npmScriptArgs(sub string, rest []shWord) (runs, bool) {
 	for _, w := range rest {
 		if w.text != "--" && (!w.literal() || strings.ContainsAny(w.text, `/\`)) {
 			return hiddenRun(fmt.Sprintf("hands %s to the package's %s script, whose program may load a file it names as code (node --require, a test runner's --config)",
-				clip(w.src), script)), true
+				shown(w.src), script)), true
 		}
 	}
 	return runs{}, false
@@ -249,9 +249,9 @@ func (c *checker) cargoRuns(args []shWord) ([]runs, error) {
 		case t == "--":
 			return nil, nil
 		case w.splits || t != "" && t[0] == dyn:
-			return nil, c.refuse("cargo %s: the word is only known when the line runs and may be --config, which can name programs", clip(w.src))
+			return nil, c.refuse("cargo %s: the word is only known when the line runs and may be --config, which can name programs", shown(w.src))
 		case i == 0 && strings.HasPrefix(t, "+") && strings.ContainsAny(t, "/\\"):
-			return []runs{hiddenRun("uses a toolchain from a directory (" + clip(w.src) + ")")}, nil
+			return []runs{hiddenRun("uses a toolchain from a directory (" + shown(w.src) + ")")}, nil
 		case t == "--config" || strings.HasPrefix(t, "--config=") || len(t) > 2 && strings.HasPrefix("--config", t):
 			return []runs{hiddenRun("sets configuration with --config, which can name programs to run (runners, linkers, rustc wrappers, aliases)")}, nil
 		}
@@ -327,9 +327,9 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 	name = strings.TrimSpace(strings.TrimRight(name, ":+?!"))
 	switch {
 	case strings.IndexByte(name, dyn) >= 0 || strings.ContainsAny(name, "$("):
-		return []runs{hiddenRun("sets a make variable whose name is only known when it runs (" + clip(w.src) + ")")}, nil
+		return []runs{hiddenRun("sets a make variable whose name is only known when it runs (" + shown(w.src) + ")")}, nil
 	case c.steers(name) || name == ".SHELLFLAGS":
-		return nil, c.refuse("make %s: setting %s changes how make runs its recipes, which the rules cannot follow", clip(w.src), name)
+		return nil, c.refuse("make %s: setting %s changes how make runs its recipes, which the rules cannot follow", shown(w.src), name)
 	case shellAssign && strings.ContainsAny(value, "$"+string(dyn)):
 		return []runs{{unknown: "runs a command (" + name + "!=) that make builds when it runs"}}, nil
 	case strings.ContainsAny(value, "$"+string(dyn)):
@@ -337,7 +337,7 @@ func (c *checker) makeVariable(w shWord) ([]runs, error) {
 	case shellAssign:
 		return []runs{{script: value, isScript: true, lang: langSh, via: name + "!="}}, nil
 	case strings.ContainsAny(value, recipeSyntax):
-		return []runs{hiddenRun("sets make variable " + name + " to text holding shell syntax (" + clip(w.src) + "), which a recipe using it runs as commands")}, nil
+		return []runs{hiddenRun("sets make variable " + name + " to text holding shell syntax (" + shown(w.src) + "), which a recipe using it runs as commands")}, nil
 	}
 	return nil, nil
 }

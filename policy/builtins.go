@@ -80,7 +80,7 @@ func (c *checker) printfTarget(args []shWord) error {
 		known, _, _ := strings.Cut(w.text, string(dyn))
 		switch {
 		case !w.literal() && (strings.HasPrefix("-v", known) || strings.HasPrefix(known, "-v")):
-			return c.refuse("printf %s: the word is only known when the line runs and may be -v NAME, which sets a variable; write the format out", clip(w.src))
+			return c.refuse("printf %s: the word is only known when the line runs and may be -v NAME, which sets a variable; write the format out", shown(w.src))
 		case w.text == "--" || !strings.HasPrefix(w.text, "-"):
 			return nil
 		case w.text == "-v" && i+1 < len(args):
@@ -110,7 +110,7 @@ func (c *checker) testNames(args []shWord) error {
 			continue
 		}
 		if !w.literal() {
-			return c.refuse("test %s %s: the variable it looks up is only known when the line runs, and bash evaluates a subscript in it as arithmetic", clip(prev.src), clip(w.src))
+			return c.refuse("test %s %s: the variable it looks up is only known when the line runs, and bash evaluates a subscript in it as arithmetic", shown(prev.src), shown(w.src))
 		}
 		if err := c.setsVar("test -v", w, w.text, true); err != nil {
 			return err
@@ -125,11 +125,11 @@ func (c *checker) testNames(args []shWord) error {
 func (c *checker) letArgs(args []shWord) error {
 	for _, a := range args {
 		if c.allowList() && !arithText(a.text) {
-			return c.refuse("let %s cannot be checked: arithmetic on variables (bash evaluates a variable's value as code); under bash.allow arithmetic takes literal numbers only", clip(a.src))
+			return c.refuse("let %s cannot be checked: arithmetic on variables (bash evaluates a variable's value as code); under bash.allow arithmetic takes literal numbers only", shown(a.src))
 		}
 		for _, name := range identifiers(a.text) {
 			if c.steers(name) {
-				return c.refuse("let %s: setting %s changes what commands run, which the rules cannot follow", clip(a.src), name)
+				return c.refuse("let %s: setting %s changes what commands run, which the rules cannot follow", shown(a.src), name)
 			}
 		}
 	}
@@ -172,7 +172,7 @@ func (c *checker) loads(name string, args []shWord) error {
 		case a.text == "--" || a.literal() && !strings.HasPrefix(a.text, "-"):
 			return nil
 		case !a.literal() || strings.Contains(a.text[1:], opt):
-			return c.refuse("%s %s: it makes a command run code from a file the rules cannot see", name, clip(joinSrc(append([]shWord{{src: name}}, args...))))
+			return c.refuse("%s %s: it makes a command run code from a file the rules cannot see", name, shown(joinSrc(append([]shWord{{src: name}}, args...))))
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"unicode"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // maxDepth bounds how deeply wrappers and nested scripts are followed.
@@ -162,14 +164,10 @@ func (c *checker) text(n syntax.Node) string {
 	return c.src[start:end]
 }
 
-// clip shortens s for a message.
-func clip(s string) string {
-	const most = 120
-	s = strings.ReplaceAll(s, "\n", `\n`)
-	if len(s) > most {
-		s = s[:most] + "…"
-	}
-	return "`" + s + "`"
+// shown is s as a message quotes it: in backquotes, on one line,
+// clipped.
+func shown(s string) string {
+	return "`" + clip.String(strings.ReplaceAll(s, "\n", `\n`), 120) + "`"
 }
 
 // variants returns the syntaxes a script for lang is read in. A POSIX
@@ -203,12 +201,12 @@ func variantName(v syntax.LangVariant) string {
 // script parses src in each syntax of lang and checks it.
 func (c *checker) script(src string, lang shellLang) error {
 	if c.depth > maxDepth {
-		return c.refuse("%s: scripts nested too deeply to check", clip(src))
+		return c.refuse("%s: scripts nested too deeply to check", shown(src))
 	}
 	for _, v := range variants(lang) {
 		f, err := parse(src, v)
 		if err != nil {
-			return c.refuse("%s does not parse as %s (%v), so it cannot be checked; fix the syntax", clip(src), variantName(v), err)
+			return c.refuse("%s does not parse as %s (%v), so it cannot be checked; fix the syntax", shown(src), variantName(v), err)
 		}
 		sub := *c
 		sub.src, sub.lang = src, lang
@@ -258,11 +256,11 @@ func (c *checker) walk(node syntax.Node) error {
 			err = c.redirects(n.Redirs)
 		case *syntax.CmdSubst:
 			if c.allowList() {
-				err = c.refuse("command substitution %s: under bash.allow what it runs cannot be checked; run it on its own and use its output", clip(c.text(n)))
+				err = c.refuse("command substitution %s: under bash.allow what it runs cannot be checked; run it on its own and use its output", shown(c.text(n)))
 			}
 		case *syntax.ProcSubst:
 			if c.allowList() {
-				err = c.refuse("process substitution %s: under bash.allow what it runs cannot be checked", clip(c.text(n)))
+				err = c.refuse("process substitution %s: under bash.allow what it runs cannot be checked", shown(c.text(n)))
 			}
 		default:
 			err = c.evaluates(n)
@@ -334,12 +332,12 @@ func (c *checker) call(ce *syntax.CallExpr) error {
 // command checks one command given by its words, then what it runs.
 func (c *checker) command(words []shWord) error {
 	if c.depth > maxDepth {
-		return c.refuse("%s: wrappers nested too deeply to check", clip(joinSrc(words)))
+		return c.refuse("%s: wrappers nested too deeply to check", shown(joinSrc(words)))
 	}
 	name := words[0]
 	switch {
 	case !name.literal() && c.allowList():
-		return c.refuse("command %s: its name %s is only known when the line runs; under bash.allow write command names out", clip(joinSrc(words)), clip(name.src))
+		return c.refuse("command %s: its name %s is only known when the line runs; under bash.allow write command names out", shown(joinSrc(words)), shown(name.src))
 	case !name.literal():
 		c.line.cd = true // it may be cd
 		if err := c.match(words); err != nil {
@@ -349,7 +347,7 @@ func (c *checker) command(words []shWord) error {
 	case c.allowList() && strings.ContainsFunc(name.text, unicode.IsSpace):
 		// Words are matched joined by spaces: a name with a space in it
 		// would pass for a name and its first argument.
-		return c.refuse("command %s: its name %s holds white space; under bash.allow command names are single words", clip(joinSrc(words)), clip(name.src))
+		return c.refuse("command %s: its name %s holds white space; under bash.allow command names are single words", shown(joinSrc(words)), shown(name.src))
 	}
 	base := path.Base(name.text)
 	switch base {
@@ -357,7 +355,7 @@ func (c *checker) command(words []shWord) error {
 		c.line.cd = true
 	case "eval", "source", ".":
 		if c.allowList() {
-			return c.refuse("%s: %s runs text the rules cannot see; under bash.allow it is refused", clip(joinSrc(words)), base)
+			return c.refuse("%s: %s runs text the rules cannot see; under bash.allow it is refused", shown(joinSrc(words)), base)
 		}
 		c.line.cd = true // what it runs may change directory
 	}
@@ -399,7 +397,7 @@ func (c *checker) match(words []shWord) error {
 				return nil
 			}
 		}
-		return &Denial{"bash.allow", fmt.Sprintf("command %s is not covered by bash.allow (%s)", clip(joinSrc(words)), patternTexts(rules))}
+		return &Denial{"bash.allow", fmt.Sprintf("command %s is not covered by bash.allow (%s)", shown(joinSrc(words)), patternTexts(rules))}
 	}
 	return nil
 }

@@ -53,24 +53,24 @@ func (c *checker) git(words []shWord) error {
 	name := words[0]
 	if !name.literal() {
 		if c.gitEnv != "" {
-			return c.refuse("%s: the command %s is only known when the line runs and may be git, which %s", clip(joinSrc(words)), clip(name.src), c.gitEnv)
+			return c.refuse("%s: the command %s is only known when the line runs and may be git, which %s", shown(joinSrc(words)), shown(name.src), c.gitEnv)
 		}
 		return nil
 	}
 	base := path.Base(name.text)
 	switch {
 	case strings.HasPrefix(base, "git-credential"):
-		return c.refuse("%s: %s", clip(joinSrc(words)), strings.Replace(gitCredentialRefusal, "git credential and", base+": git credential and", 1))
+		return c.refuse("%s: %s", shown(joinSrc(words)), strings.Replace(gitCredentialRefusal, "git credential and", base+": git credential and", 1))
 	case base != "git" && !slices.Contains(gitPrograms, base) && !(strings.HasPrefix(base, "git-") && strings.Contains(name.text, "/")):
 		return nil
 	case !c.p.env.GitGuarded:
-		return c.refuse("%s: git is refused on this host: it runs programs its repository's configuration names (hooks, filters, aliases, core.fsmonitor), and this agent cannot run it through its git guard", clip(joinSrc(words)))
+		return c.refuse("%s: git is refused on this host: it runs programs its repository's configuration names (hooks, filters, aliases, core.fsmonitor), and this agent cannot run it through its git guard", shown(joinSrc(words)))
 	case base != "git":
-		return c.refuse("%s: %s is part of git and reads the repository's configuration; run it as git COMMAND, which the agent's git guard checks", clip(joinSrc(words)), base)
+		return c.refuse("%s: %s is part of git and reads the repository's configuration; run it as git COMMAND, which the agent's git guard checks", shown(joinSrc(words)), base)
 	case name.text != "git":
-		return c.refuse("%s: run git by its name, so that it runs through the agent's git guard, which checks the configuration it would use", clip(joinSrc(words)))
+		return c.refuse("%s: run git by its name, so that it runs through the agent's git guard, which checks the configuration it would use", shown(joinSrc(words)))
 	case c.gitEnv != "":
-		return c.refuse("%s: git %s, so the agent's git guard and its settings would not apply", clip(joinSrc(words)), c.gitEnv)
+		return c.refuse("%s: git %s, so the agent's git guard and its settings would not apply", shown(joinSrc(words)), c.gitEnv)
 	}
 	return c.gitArgs(words)
 }
@@ -81,7 +81,7 @@ func (c *checker) git(words []shWord) error {
 func (c *checker) gitArgs(words []shWord) error {
 	gl, err := parseGitLine(words[1:])
 	if err != nil {
-		return c.refuse("%s: %v", clip(joinSrc(words)), err)
+		return c.refuse("%s: %v", shown(joinSrc(words)), err)
 	}
 	g := c.p.git
 	if err := g.checkSettings(gl.settings); err != nil {
@@ -99,7 +99,7 @@ func (c *checker) gitArgs(words []shWord) error {
 	f := gitArgs(gl.command.text, gl.args)
 	switch {
 	case f.refuse != "":
-		return c.refuse("%s: %s", clip(joinSrc(words)), f.refuse)
+		return c.refuse("%s: %s", shown(joinSrc(words)), f.refuse)
 	case f.open:
 		if err := c.gitOpen(words); err != nil {
 			return err
@@ -128,13 +128,13 @@ func (c *checker) gitOpen(words []shWord) error {
 	if !c.p.hasOwnPathRules(Write) {
 		return nil
 	}
-	return c.refuse("%s: a word only known when the line runs may be an option such as --output=FILE, which writes a file the path rules must check; write options out, and put paths after --", clip(joinSrc(words)))
+	return c.refuse("%s: a word only known when the line runs may be an option such as --output=FILE, which writes a file the path rules must check; write options out, and put paths after --", shown(joinSrc(words)))
 }
 
 // gitWrites checks file w, which a git option writes, like an output
 // redirection's target.
 func (c *checker) gitWrites(words []shWord, w shWord) error {
-	return c.writesNamed(clip(joinSrc(words))+" writes", w)
+	return c.writesNamed(shown(joinSrc(words))+" writes", w)
 }
 
 // envResets says how a wrapper with words runs its command without the

@@ -69,7 +69,7 @@ func parseGitLine(words []shWord) (gitLine, error) {
 			gl.command, gl.args = w, words[i+1:]
 			return gl, nil
 		case name == "--exec-path" && eq:
-			return gl, fmt.Errorf("git %s runs git's commands from another directory", clip(w.src))
+			return gl, fmt.Errorf("git %s runs git's commands from another directory", shown(w.src))
 		case name == "--list-cmds" && eq, slices.Contains(gitGlobalInfo, t):
 			return gl, nil
 		case slices.Contains(gitGlobalFlags, t):
@@ -85,7 +85,7 @@ func parseGitLine(words []shWord) (gitLine, error) {
 			i++
 			gl.global(name, w, words[i])
 		default:
-			return gl, fmt.Errorf("git option %s is not one git has, or not one the checker knows", clip(w.src))
+			return gl, fmt.Errorf("git option %s is not one git has, or not one the checker knows", shown(w.src))
 		}
 	}
 	return gl, nil
@@ -203,9 +203,9 @@ func (f *gitFindings) long(cmd string, rule gitCommand, args []shWord) int {
 // runsRefusal says why option w of git cmd, one of rule.runs, is refused.
 func (rule gitCommand) runsRefusal(cmd string, w shWord) string {
 	if rule.runsWhy != "" {
-		return fmt.Sprintf("git %s %s %s, which the rules cannot check", cmd, clip(w.src), rule.runsWhy)
+		return fmt.Sprintf("git %s %s %s, which the rules cannot check", cmd, shown(w.src), rule.runsWhy)
 	}
-	return fmt.Sprintf("git %s %s runs a program named on its command line, which the rules cannot check", cmd, clip(w.src))
+	return fmt.Sprintf("git %s %s runs a program named on its command line, which the rules cannot check", cmd, shown(w.src))
 }
 
 // abbreviates reports whether name is one of names or an abbreviation of
@@ -405,7 +405,7 @@ func (g *GitRules) CheckAlias(args []string, entries []GitConfigEntry, isCommand
 		if _, err := g.CheckArgs(next); err != nil {
 			var d *Denial
 			if errors.As(err, &d) {
-				d.Reason += fmt.Sprintf(" (git alias %s runs %s)", cmd, clip(value))
+				d.Reason += fmt.Sprintf(" (git alias %s runs %s)", cmd, shown(value))
 			}
 			return err
 		}

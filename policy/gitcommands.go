@@ -215,7 +215,7 @@ func gitConfigWrites(args []shWord) string {
 		}
 		// A value only known when the line runs is the guard's to check.
 		if known, _, _ := strings.Cut(value.text, string(dyn)); !gitWritable(key.text, known) {
-			return "git config " + clip(key.src) + ": under this host policy git config sets only keys known not to run programs (user.*, branch.*, color.*, ...); " +
+			return "git config " + shown(key.src) + ": under this host policy git config sets only keys known not to run programs (user.*, branch.*, color.*, ...); " +
 				normaliseGitKey(key.text) + " is not one of them"
 		}
 	}

@@ -355,7 +355,7 @@ func (g *GitRules) CheckConfig(entries []GitConfigEntry) error {
 	e := bad[0]
 	value := "set"
 	if !e.NoValue {
-		value = "= " + clip(e.Value)
+		value = "= " + shown(e.Value)
 	}
 	more := ""
 	if len(bad) > 1 {
@@ -433,7 +433,7 @@ func CheckGitTodo(name string, todo []byte) error {
 		fields := strings.Fields(line)
 		if len(fields) > 0 && (fields[0] == "x" || fields[0] == "exec") {
 			return &Denial{"bash", fmt.Sprintf("git would carry on with %s, whose line %d runs a command (%s); the rules cannot check it. "+
-				"Abort it (git rebase --abort, git cherry-pick --abort) or remove the line", name, i+1, clip(line))}
+				"Abort it (git rebase --abort, git cherry-pick --abort) or remove the line", name, i+1, shown(line))}
 		}
 	}
 	return nil

@@ -148,7 +148,7 @@ func (c *checker) interpreterRuns(name string, in *interp, args []shWord) ([]run
 		return hidden("reads its program from standard input, which the checker cannot read")
 	}
 	if !p.rest[0].literal() {
-		return hidden("runs a script whose name " + clip(p.rest[0].src) + " is only known when the line runs")
+		return hidden("runs a script whose name " + shown(p.rest[0].src) + " is only known when the line runs")
 	}
 	return nil, nil
 }
@@ -213,7 +213,7 @@ func (c *checker) crontabLines(text string) ([]runs, error) {
 		}
 		if name, _, ok := strings.Cut(line, "="); ok && validName(strings.TrimSpace(name)) {
 			if c.steers(strings.TrimSpace(name)) {
-				return nil, c.refuse("crontab line %s: setting %s changes what its commands run", clip(line), strings.TrimSpace(name))
+				return nil, c.refuse("crontab line %s: setting %s changes what its commands run", shown(line), strings.TrimSpace(name))
 			}
 			continue
 		}
@@ -226,7 +226,7 @@ func (c *checker) crontabLines(text string) ([]runs, error) {
 			cmd = strings.TrimLeft(cmd, " \t")
 			j := strings.IndexAny(cmd, " \t")
 			if j < 0 {
-				return nil, c.refuse("crontab line %s has no command", clip(line))
+				return nil, c.refuse("crontab line %s has no command", shown(line))
 			}
 			cmd = cmd[j:]
 		}

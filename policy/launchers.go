@@ -171,7 +171,7 @@ func (c *checker) systemdRun(args []shWord) ([]runs, error) {
 		switch v.name {
 		case "p", "property", "path-property", "socket-property", "timer-property":
 			if prop := strings.ToLower(v.val.text); !v.val.literal() || strings.HasPrefix(prop, "exec") || strings.HasPrefix(prop, "environment") {
-				return []runs{{unknown: "sets a unit property (" + clip(v.val.src) + ") that may run commands or set their environment"}}, nil
+				return []runs{{unknown: "sets a unit property (" + shown(v.val.src) + ") that may run commands or set their environment"}}, nil
 			}
 		case "E", "setenv":
 			if _, err := c.skipAssignments("systemd-run --setenv", []shWord{v.val}); err != nil {

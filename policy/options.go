@@ -89,7 +89,7 @@ func (c *checker) parseOpts(cmd string, args []shWord, spec optSpec) (parsedOpts
 	for i := 0; i < len(args); i++ {
 		w := args[i]
 		if !w.literal() && (!spec.lenient || w.splits || w.text[0] == dyn) {
-			return p, c.refuse("%s %s: the word is only known when the line runs and may be an option of %s, so what %s runs or sets cannot be found; write it out, or end the options with -- before it", cmd, clip(w.src), cmd, cmd)
+			return p, c.refuse("%s %s: the word is only known when the line runs and may be an option of %s, so what %s runs or sets cannot be found; write it out, or end the options with -- before it", cmd, shown(w.src), cmd, cmd)
 		}
 		t := w.text
 		switch {
@@ -131,14 +131,14 @@ func (c *checker) longOpt(cmd string, args []shWord, spec optSpec, p *parsedOpts
 	names := []string{full}
 	switch {
 	case strings.IndexByte(name, dyn) >= 0:
-		return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
+		return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, shown(w.src), cmd)
 	case len(cands) > 1 && !spec.lenient:
-		return 0, c.refuse("%s option %s abbreviates more than one option (--%s), so it cannot be told which it is", cmd, clip(w.src), strings.Join(cands, ", --"))
+		return 0, c.refuse("%s option %s abbreviates more than one option (--%s), so it cannot be told which it is", cmd, shown(w.src), strings.Join(cands, ", --"))
 	case len(cands) > 1:
 		// getopt refuses it; taken for each, it can only find more.
 		names = cands
 	case full == "" && !spec.lenient:
-		return 0, c.refuse("%s option %s is not one the checker knows, so where the command it runs starts cannot be told", cmd, clip(w.src))
+		return 0, c.refuse("%s option %s is not one the checker knows, so where the command it runs starts cannot be told", cmd, shown(w.src))
 	case full == "":
 		names = []string{name}
 	}
@@ -187,9 +187,9 @@ func (c *checker) shortOpts(cmd string, args []shWord, spec optSpec, p *parsedOp
 		case spec.lenient && ch != dyn:
 			p.short += string(ch)
 		case ch == dyn:
-			return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, clip(w.src), cmd)
+			return 0, c.refuse("%s option %s is only known when the line runs, so what %s runs or sets cannot be found", cmd, shown(w.src), cmd)
 		default:
-			return 0, c.refuse("%s option %s (in %s) is not one the checker knows, so where the command it runs starts cannot be told", cmd, string(t[0])+string(ch), clip(w.src))
+			return 0, c.refuse("%s option %s (in %s) is not one the checker knows, so where the command it runs starts cannot be told", cmd, string(t[0])+string(ch), shown(w.src))
 		}
 	}
 	return 0, nil
@@ -202,7 +202,7 @@ func (c *checker) splitValue(cmd string, opt, v shWord) error {
 	if !v.splits {
 		return nil
 	}
-	return c.refuse("%s %s %s: the value is only known when the line runs and may split into several words, which %s would read as options or a command; quote it", cmd, clip(opt.src), clip(v.src), cmd)
+	return c.refuse("%s %s %s: the value is only known when the line runs and may split into several words, which %s would read as options or a command; quote it", cmd, shown(opt.src), shown(v.src), cmd)
 }
 
 // nextValue returns how many words the value of the option args[0] takes

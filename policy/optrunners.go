@@ -363,7 +363,7 @@ func tarOldStyle(c *checker, args []shWord) ([]shWord, error) {
 	}
 	first := args[0]
 	if !first.literal() {
-		return nil, c.refuse("tar %s: the word is only known when the line runs and may be options, so what tar runs cannot be found", clip(first.src))
+		return nil, c.refuse("tar %s: the word is only known when the line runs and may be options, so what tar runs cannot be found", shown(first.src))
 	}
 	var out []shWord
 	next := 1
@@ -480,12 +480,12 @@ func lessProgram() *optProgram {
 			for _, v := range p.vals {
 				switch v.name {
 				case "o", "O", "log-file", "LOG-FILE":
-					if err := c.writesNamed("less "+clip(v.val.src), v.val); err != nil {
+					if err := c.writesNamed("less "+shown(v.val.src), v.val); err != nil {
 						return nil, err
 					}
 				case lessCommand:
 					if !lessSafeCommand(v.val) {
-						rs = append(rs, runs{unknown: "runs initial command " + clip(v.val.src) + ", which can run shell commands (!) or write files; only +NUMBER and +/PATTERN are checked", allowOnly: true})
+						rs = append(rs, runs{unknown: "runs initial command " + shown(v.val.src) + ", which can run shell commands (!) or write files; only +NUMBER and +/PATTERN are checked", allowOnly: true})
 					}
 				}
 			}
@@ -602,7 +602,7 @@ func pytestProgram() *optProgram {
 				switch v.name {
 				case "p":
 					if !strings.HasPrefix(v.val.text, "no:") {
-						rs = append(rs, hiddenRun("loads plugin module "+clip(v.val.src)))
+						rs = append(rs, hiddenRun("loads plugin module "+shown(v.val.src)))
 					}
 				case "basetemp", "junitxml", "junit-xml", "log-file", "result-log", "report-log":
 					if err := c.writesNamed("pytest --"+v.name, v.val); err != nil {
@@ -632,7 +632,7 @@ func pytestProgram() *optProgram {
 // cannot see. A key the checker does not know is refused.
 func (c *checker) xdistSpec(w shWord) ([]runs, error) {
 	if !w.literal() {
-		return []runs{{unknown: "takes a gateway spec " + clip(w.src) + " only known when the line runs, which can name programs to run (python=, ssh=)"}}, nil
+		return []runs{{unknown: "takes a gateway spec " + shown(w.src) + " only known when the line runs, which can name programs to run (python=, ssh=)"}}, nil
 	}
 	parts := strings.Split(w.text, "//")
 	kind := parts[0]
@@ -640,7 +640,7 @@ func (c *checker) xdistSpec(w shWord) ([]runs, error) {
 		kind = rest
 	}
 	if kind != "popen" {
-		return []runs{{unknown: "runs tests through gateway " + clip(kind) + " (--tx), over ssh or a socket, with options the checker cannot see"}}, nil
+		return []runs{{unknown: "runs tests through gateway " + shown(kind) + " (--tx), over ssh or a socket, with options the checker cannot see"}}, nil
 	}
 	var rs []runs
 	for _, kv := range parts[1:] {
@@ -653,13 +653,13 @@ func (c *checker) xdistSpec(w shWord) ([]runs, error) {
 			rs = append(rs, runs{words: []shWord{{text: value, src: value}}, nameOnly: true, via: "--tx python="})
 		case strings.HasPrefix(key, "env:"):
 			if name := strings.TrimPrefix(key, "env:"); c.steers(name) {
-				return nil, c.refuse("pytest --tx %s: setting %s changes what commands run, which the rules cannot follow", clip(w.src), name)
+				return nil, c.refuse("pytest --tx %s: setting %s changes what commands run, which the rules cannot follow", shown(w.src), name)
 			}
 		case key == "chdir":
 			c.line.cd = true
 		case key == "id", key == "nice", key == "dont_write_bytecode", key == "execmodel", key == "":
 		default:
-			return []runs{{unknown: "takes gateway option " + clip(kv) + " (--tx), which the checker does not know"}}, nil
+			return []runs{{unknown: "takes gateway option " + shown(kv) + " (--tx), which the checker does not know"}}, nil
 		}
 	}
 	return rs, nil

@@ -110,7 +110,7 @@ func (c *checker) redirect(r *syntax.Redirect) error {
 		// literal file name is checked all the same, for other shells.
 		return nil
 	}
-	what, src := redirWhat(ops), clip(c.text(r.Word))
+	what, src := redirWhat(ops), shown(c.text(r.Word))
 	for _, w := range ws {
 		if mayBeNetwork(w.text) && w.literal() {
 			return c.refuse("%s %s: bash opens /dev/tcp and /dev/udp as network connections, which a restricted policy does not allow", what, src)
@@ -214,7 +214,7 @@ func (c *checker) target(w shWord, ops []Op, what string) error {
 	switch {
 	case w.tilde:
 		if c.p.env.Home == "" {
-			return c.refuse("%s %s: the agent's user has no home directory to expand ~ to", what, clip(w.src))
+			return c.refuse("%s %s: the agent's user has no home directory to expand ~ to", what, shown(w.src))
 		}
 		t = c.p.env.Home + t[1:]
 	case !strings.HasPrefix(t, "/"):
@@ -230,7 +230,7 @@ func (l *lineState) check(path string, ops []Op, what, src string) error {
 	err := l.files(path, ops...)
 	var d *Denial
 	if errors.As(err, &d) {
-		return &Denial{d.Rule, fmt.Sprintf("%s %s: %s", what, clip(src), d.Reason)}
+		return &Denial{d.Rule, fmt.Sprintf("%s %s: %s", what, shown(src), d.Reason)}
 	}
 	return err
 }
@@ -257,7 +257,7 @@ func (l *lineState) opens(ops []Op, src string) {
 func (c *checker) finish() error {
 	for _, rt := range c.line.relative {
 		if c.line.cd {
-			return c.refuse("%s %s in a line that changes directory: which file it opens cannot be known; use an absolute path", rt.what, clip(rt.w.src))
+			return c.refuse("%s %s in a line that changes directory: which file it opens cannot be known; use an absolute path", rt.what, shown(rt.w.src))
 		}
 		if err := c.line.check(strings.TrimSuffix(c.line.cwd, "/")+"/"+rt.w.text, rt.ops, rt.what, rt.w.src); err != nil {
 			return err
@@ -269,7 +269,7 @@ func (c *checker) finish() error {
 	for op, other := range [2]Op{Read: Write, Write: Read} {
 		dev, file := c.line.reopened[op], c.line.only[other]
 		if dev != "" && file != "" {
-			return c.refuse("%s reopens a descriptor of the shell for %s, and the line opens %s for %s only: that file could be reopened without the %s rules seeing it; duplicate descriptors with >&N or <&N instead", clip(dev), ing(Op(op)), file, ing(other), Op(op))
+			return c.refuse("%s reopens a descriptor of the shell for %s, and the line opens %s for %s only: that file could be reopened without the %s rules seeing it; duplicate descriptors with >&N or <&N instead", shown(dev), ing(Op(op)), file, ing(other), Op(op))
 		}
 	}
 	return nil

@@ -232,7 +232,7 @@ func (c *checker) valgrind(args []shWord) ([]runs, error) {
 		t := w.text
 		switch {
 		case !w.literal():
-			return nil, c.refuse("valgrind %s: the word is only known when the line runs and may be an option or the program to run", clip(w.src))
+			return nil, c.refuse("valgrind %s: the word is only known when the line runs and may be an option or the program to run", shown(w.src))
 		case t == "--":
 			return runsInheriting(args[i+1:]), nil
 		case !strings.HasPrefix(t, "-"):
@@ -310,7 +310,7 @@ func (c *checker) perf(args []shWord) ([]runs, error) {
 			case w.text == "record" || w.text == "stat" || sub.text == "ftrace" && !strings.HasPrefix(w.text, "-"):
 				return []runs{{unknown: "runs a command with perf " + sub.text + ", which the checker does not model (it does perf record, stat and trace)"}}, nil
 			case strings.HasPrefix(w.text, "--objdump") || strings.HasPrefix(w.text, "--addr2line") || strings.HasPrefix(w.text, "--symfs"):
-				return []runs{{unknown: "names a program or files for perf to use (" + clip(w.src) + ")"}}, nil
+				return []runs{{unknown: "names a program or files for perf to use (" + shown(w.src) + ")"}}, nil
 			case sub.text == "script" && (w.text == "-s" || strings.HasPrefix(w.text, "--script") || w.text == "report" || w.text == "-g"):
 				return []runs{hiddenRun("runs a perf script, which the checker cannot read")}, nil
 			case sub.text == "config" && strings.Contains(w.text, "="):
@@ -420,7 +420,7 @@ func (c *checker) bwrap(args []shWord) ([]runs, error) {
 		t := w.text
 		switch {
 		case !w.literal():
-			return nil, c.refuse("bwrap %s: the word is only known when the line runs and may be an option or the command to run", clip(w.src))
+			return nil, c.refuse("bwrap %s: the word is only known when the line runs and may be an option or the command to run", shown(w.src))
 		case t == "--":
 			return append(c.sandboxed(args[i+1:]), denySuffixes(args)...), nil
 		case !strings.HasPrefix(t, "--"):
@@ -434,7 +434,7 @@ func (c *checker) bwrap(args []shWord) ([]runs, error) {
 		}
 		n, ok := bwrapArity[t]
 		if !ok {
-			return nil, c.refuse("bwrap option %s is not one the checker knows, so where the command it runs starts cannot be told", clip(w.src))
+			return nil, c.refuse("bwrap option %s is not one the checker knows, so where the command it runs starts cannot be told", shown(w.src))
 		}
 		i += n
 	}
@@ -461,14 +461,14 @@ func (c *checker) firejail(args []shWord) ([]runs, error) {
 		name, v, _ := strings.Cut(strings.TrimPrefix(t, "--"), "=")
 		switch {
 		case !w.literal():
-			return nil, c.refuse("firejail %s: the word is only known when the line runs and may be an option or the program to run", clip(w.src))
+			return nil, c.refuse("firejail %s: the word is only known when the line runs and may be an option or the program to run", shown(w.src))
 		case t == "--":
 			return c.sandboxed(args[i+1:]), nil
 		case !strings.HasPrefix(t, "-"):
 			return c.sandboxed(args[i:]), nil
 		case name == "profile" || name == "include" || strings.HasPrefix(name, "join") || name == "appimage" ||
 			name == "shell" && v != "none" || name == "build":
-			return []runs{{unknown: "takes option " + clip(w.src) + ", which can name programs and variables, or run in another sandbox"}}, nil
+			return []runs{{unknown: "takes option " + shown(w.src) + ", which can name programs and variables, or run in another sandbox"}}, nil
 		case name == "env":
 			if _, err := c.skipAssignments("firejail --env", []shWord{{text: v, src: w.src}}); err != nil {
 				return nil, err
@@ -576,7 +576,7 @@ func (c *checker) hyperfine(args []shWord) ([]runs, error) {
 			case v.val.text == "none":
 				split = true
 			case !v.val.literal() || l == langUnsupported || l == langPowerShell:
-				return []runs{{unknown: "runs its commands with the shell " + clip(v.val.src) + ", whose command lines the checker cannot parse"}}, nil
+				return []runs{{unknown: "runs its commands with the shell " + shown(v.val.src) + ", whose command lines the checker cannot parse"}}, nil
 			default:
 				lang = l
 			}
@@ -651,9 +651,9 @@ func (c *checker) ipRuns(args []shWord) ([]runs, error) {
 		opt := strings.TrimLeft(w.text, "-")
 		switch {
 		case !w.literal():
-			return nil, c.refuse("ip %s: the word is only known when the line runs and may be an option (-batch) or an object", clip(w.src))
+			return nil, c.refuse("ip %s: the word is only known when the line runs and may be an option (-batch) or an object", shown(w.src))
 		case opt == "b" || len(opt) > 1 && strings.HasPrefix("batch", opt):
-			return []runs{{unknown: "runs the ip commands of a batch file (" + clip(w.src) + "), netns exec among them"}}, nil
+			return []runs{{unknown: "runs the ip commands of a batch file (" + shown(w.src) + "), netns exec among them"}}, nil
 		case opt != "" && strings.HasPrefix("all", opt):
 			all = true
 		case opt == "f" || opt == "family" || opt == "n" || opt == "netns" || opt == "l" || opt == "loops" || opt == "rc" || opt == "rcvbuf":
@@ -693,7 +693,7 @@ func fdRuns(args []shWord) []runs {
 		var first []shWord // the command's first word, when attached
 		switch {
 		case !w.literal() && (t == "" || t[0] == dyn || w.splits):
-			return []runs{{unknown: "has a word (" + clip(w.src) + ") only known when the line runs, which may be -x or -X"}}
+			return []runs{{unknown: "has a word (" + shown(w.src) + ") only known when the line runs, which may be -x or -X"}}
 		case t == "--":
 			return rs
 		case t == "--exec" || t == "--exec-batch":

@@ -370,7 +370,7 @@ func (c *checker) sedScripts(p parsedOpts) (scripts []shWord, rs []runs, given b
 			case stdinName(v.val.text) && c.stdin.known:
 				scripts = append(scripts, shWord{text: c.stdin.text, src: "standard input"})
 			case v.val.literal() && !c.readsStdin(v.val.text):
-				rs = append(rs, hiddenRun("runs the sed script in file "+clip(v.val.src)+", which the checker does not read; give it with -e"))
+				rs = append(rs, hiddenRun("runs the sed script in file "+shown(v.val.src)+", which the checker does not read; give it with -e"))
 			default:
 				rs = append(rs, runs{unknown: "runs a sed script from standard input or a file only known when the line runs"})
 			}

@@ -56,7 +56,7 @@ func (c *checker) shell(name string, args []shWord) ([]runs, error) {
 func (c *checker) scriptFile(w shWord, lang shellLang) []runs {
 	switch {
 	case !w.literal():
-		return []runs{{unknown: "reads a script whose name " + clip(w.src) + " is only known when the line runs"}}
+		return []runs{{unknown: "reads a script whose name " + shown(w.src) + " is only known when the line runs"}}
 	case stdinName(w.text):
 		return []runs{c.stdinScript(lang, " ("+w.text+")")}
 	case c.readsStdin(w.text):

@@ -125,7 +125,7 @@ func (c *checker) sshOptions(vals []optVal) []runs {
 			return []runs{{unknown: why}}
 		}
 		if o.name == "l" && !sshName(o.val) {
-			return []runs{{unknown: "logs in as user " + clip(o.val.src) + ", a name holding shell syntax, which ssh pastes into the commands its configuration runs (%u)"}}
+			return []runs{{unknown: "logs in as user " + shown(o.val.src) + ", a name holding shell syntax, which ssh pastes into the commands its configuration runs (%u)"}}
 		}
 	}
 	return nil
@@ -185,11 +185,11 @@ func sshOptionRuns(o optVal) string {
 		case !o.val.literal():
 			return "takes an option only known when the line runs"
 		case strings.Contains(key, "command"), key == "match", key == "include", key == "xauthlocation":
-			return "takes option " + clip(o.val.src) + ", which can run local commands"
+			return "takes option " + shown(o.val.src) + ", which can run local commands"
 		case key == "proxyjump":
-			return "takes option " + clip(o.val.src) + ", which runs ssh again through the shell for the jump host"
+			return "takes option " + shown(o.val.src) + ", which runs ssh again through the shell for the jump host"
 		case key == "pkcs11provider", key == "securitykeyprovider":
-			return "takes option " + clip(o.val.src) + ", which loads a shared library"
+			return "takes option " + shown(o.val.src) + ", which loads a shared library"
 		}
 	}
 	return ""
@@ -203,7 +203,7 @@ func (c *checker) sshDestination(cmd string, w shWord) error {
 	if !w.literal() || sshName(w) {
 		return nil
 	}
-	return c.refuse("%s %s: the host or user name holds shell syntax, which ssh pastes into the commands its configuration runs through a shell (%%h, %%u)", cmd, clip(w.src))
+	return c.refuse("%s %s: the host or user name holds shell syntax, which ssh pastes into the commands its configuration runs through a shell (%%h, %%u)", cmd, shown(w.src))
 }
 
 // sshName reports whether w, a host or user name (or a destination such
@@ -358,7 +358,7 @@ func sshfsProgram() *optProgram {
 						return []runs{{unknown: "takes options only known when the line runs"}}, nil
 					case strings.HasPrefix(key, "ssh_command"), key == "ssh_protocol", key == "sftp_server", key == "directport", key == "passive",
 						sshOptionRuns(optVal{name: "o", val: shWord{text: opt, src: v.val.src}}) != "":
-						return []runs{{unknown: "takes option " + clip(opt) + ", which names a program to run or connects otherwise"}}, nil
+						return []runs{{unknown: "takes option " + shown(opt) + ", which names a program to run or connects otherwise"}}, nil
 					}
 				}
 			}

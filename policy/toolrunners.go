@@ -155,7 +155,7 @@ func aptProgram() *optProgram {
 				case strings.HasPrefix(k, "dir") || strings.Contains(k, "autodetect") || strings.Contains(k, "auto-detect") ||
 					strings.HasPrefix(k, "apt::solver") || strings.HasPrefix(k, "apt::planner") || strings.Contains(k, "::options") ||
 					strings.Contains(k, "methods") || strings.Contains(k, "::bin") || strings.Contains(k, "hook") || strings.Contains(k, "command"):
-					rs = append(rs, runs{unknown: "sets " + clip(key) + ", which names programs apt or dpkg runs"})
+					rs = append(rs, runs{unknown: "sets " + shown(key) + ", which names programs apt or dpkg runs"})
 				}
 			}
 			return rs, nil
@@ -180,7 +180,7 @@ func gpgProgram() *optProgram {
 		extra: func(c *checker, p parsedOpts) ([]runs, error) {
 			for _, v := range append(p.values("", "list-options"), p.values("", "verify-options")...) {
 				if strings.Contains(v.text, "show-photo") || !v.literal() {
-					return []runs{{unknown: "shows photos, which runs a viewer program (" + clip(v.src) + ")"}}, nil
+					return []runs{{unknown: "shows photos, which runs a viewer program (" + shown(v.src) + ")"}}, nil
 				}
 			}
 			return nil, nil
@@ -217,7 +217,7 @@ func (c *checker) hgRuns(args []shWord) ([]runs, error) {
 		case t == "--":
 			return rs, nil
 		case !w.literal() && (t == "" || t[0] == dyn || w.splits):
-			return nil, c.refuse("hg %s: the word is only known when the line runs and may be an option that runs a program (--config hooks.*)", clip(w.src))
+			return nil, c.refuse("hg %s: the word is only known when the line runs and may be an option that runs a program (--config hooks.*)", shown(w.src))
 		case strings.HasPrefix(t, "--") && hgOption(t) != "":
 			name, v, eq := strings.Cut(t, "=")
 			t = hgOption(name)
@@ -285,7 +285,7 @@ func (c *checker) hgConfig(w shWord) ([]runs, error) {
 	section, name, _ := strings.Cut(strings.ToLower(key), ".")
 	switch {
 	case section == "hooks" && strings.HasPrefix(value, "python:"), section == "extensions" && value != "" && value != "!":
-		return []runs{hiddenRun("loads python code with hg --config " + clip(key))}, nil
+		return []runs{hiddenRun("loads python code with hg --config " + shown(key))}, nil
 	case section == "hooks":
 		return []runs{{script: value, isScript: true, lang: langSh, via: "hg --config " + key}}, nil
 	case section == "alias" && strings.HasPrefix(value, "!"):
@@ -296,7 +296,7 @@ func (c *checker) hgConfig(w shWord) ([]runs, error) {
 		return []runs{{script: value, isScript: true, lang: langSh, elsewhere: true, via: "hg --config " + key}}, nil
 	case section == "merge-tools" || section == "extdiff" || section == "diff-tools" || section == "extensions" ||
 		section == "web" || section == "hostsecurity" || section == "format" && name == "usestore":
-		return []runs{{unknown: "sets " + clip(key) + ", which can name programs hg runs or load code"}}, nil
+		return []runs{{unknown: "sets " + shown(key) + ", which can name programs hg runs or load code"}}, nil
 	}
 	return nil, nil
 }
@@ -314,7 +314,7 @@ func (c *checker) cmakeRuns(name string, args []shWord) ([]runs, error) {
 		t := w.text
 		switch {
 		case !w.literal() && (t == "" || t[0] == dyn || w.splits):
-			return nil, c.refuse("%s %s: the word is only known when the line runs and may be an option that runs a program (-E, -P, -D)", name, clip(w.src))
+			return nil, c.refuse("%s %s: the word is only known when the line runs and may be an option that runs a program (-E, -P, -D)", name, shown(w.src))
 		case t == "-E":
 			return c.cmakeE(args[i+1:])
 		case t == "-P" || t == "-C" || t == "--toolchain" || strings.HasPrefix(t, "-C") || strings.HasPrefix(t, "--toolchain="):
@@ -329,7 +329,7 @@ func (c *checker) cmakeRuns(name string, args []shWord) ([]runs, error) {
 				file = args[i]
 			}
 			if !file.literal() || stdinName(file.text) || c.readsStdin(file.text) {
-				return []runs{hiddenRun("runs a cmake script (" + clip(file.src) + ") from standard input or a name only known when the line runs")}, nil
+				return []runs{hiddenRun("runs a cmake script (" + shown(file.src) + ") from standard input or a name only known when the line runs")}, nil
 			}
 			if t == "-P" {
 				return nil, nil // the words after the script are its own
@@ -343,7 +343,7 @@ func (c *checker) cmakeRuns(name string, args []shWord) ([]runs, error) {
 			key, _, _ := strings.Cut(def, "=")
 			key, _, _ = strings.Cut(key, ":")
 			if cmakeProgramVariable(key) {
-				return []runs{hiddenRun("sets cmake variable " + clip(key) + ", which names a program or a file of cmake code the build runs")}, nil
+				return []runs{hiddenRun("sets cmake variable " + shown(key) + ", which names a program or a file of cmake code the build runs")}, nil
 			}
 		}
 	}
@@ -449,7 +449,7 @@ func (c *checker) compilerRuns(name string, args []shWord) ([]runs, error) {
 		}
 		switch {
 		case !w.literal() && (t == "" || t[0] == dyn || t[0] == '@' || strings.HasPrefix(t, "-B") || strings.HasPrefix(t, "-f") || w.splits):
-			return nil, c.refuse("%s %s: the word is only known when the line runs and may be an option that runs a program (-wrapper, -B, -fplugin)", name, clip(w.src))
+			return nil, c.refuse("%s %s: the word is only known when the line runs and may be an option that runs a program (-wrapper, -B, -fplugin)", name, shown(w.src))
 		case t == "-wrapper":
 			v := next()
 			i++
@@ -468,7 +468,7 @@ func (c *checker) compilerRuns(name string, args []shWord) ([]runs, error) {
 			strings.HasPrefix(t, "-Wl,") && strings.Contains(t, "plugin"), strings.HasPrefix(t, "-Wa,") && strings.Contains(t, "plugin"),
 			(t == "-Xclang" || t == "-Xlinker" || t == "-Xassembler" || t == "-Xpreprocessor") && strings.Contains(next().text, "plugin"),
 			t == "-Xclang" && (next().text == "-load" || !next().literal()), t == "-plugin" || strings.HasPrefix(t, "--plugin"):
-			rs = append(rs, hiddenRun("takes "+clip(w.src)+", which makes it run programs or load libraries it names"))
+			rs = append(rs, hiddenRun("takes "+shown(w.src)+", which makes it run programs or load libraries it names"))
 		}
 	}
 	return rs, nil
@@ -497,7 +497,7 @@ func containerRuns(name string, args []shWord) []runs {
 		case slices.Contains(cmds, w.text):
 			return []runs{{unknown: "runs a command in a container (" + name + " " + w.text + "), which the rules cannot check"}}
 		case t == "--config" || t == "--kubeconfig":
-			return []runs{{unknown: "reads a configuration (" + clip(w.src) + ") that can name programs to run (credential helpers, exec plugins)"}}
+			return []runs{{unknown: "reads a configuration (" + shown(w.src) + ") that can name programs to run (credential helpers, exec plugins)"}}
 		}
 	}
 	return nil
@@ -516,7 +516,7 @@ func opensslRuns(args []shWord) []runs {
 			return []runs{hiddenRun("loads engines, shared libraries it names")}
 		case strings.HasPrefix(w.text, "-") && (t == "engine" || t == "provider" || t == "provider-path" || t == "config" ||
 			t == "keyform" && i+1 < len(args) && strings.EqualFold(args[i+1].text, "engine") || t == "ssl_client_engine"):
-			return []runs{hiddenRun("takes " + clip(w.src) + ", which loads a shared library or a configuration that names one")}
+			return []runs{hiddenRun("takes " + shown(w.src) + ", which loads a shared library or a configuration that names one")}
 		}
 	}
 	return nil

@@ -54,7 +54,7 @@ func evaluatesValue(name string) bool {
 // assign checks one variable assignment.
 func (c *checker) assign(a *syntax.Assign) error {
 	if a.Name != nil && !a.Naked && c.steers(a.Name.Value) {
-		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", clip(c.text(a)), a.Name.Value)
+		return c.refuse("%s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", shown(c.text(a)), a.Name.Value)
 	}
 	if a.Name != nil && evaluatesValue(a.Name.Value) && c.allowList() && (a.Value == nil || !numberWord(a.Value.Parts)) {
 		return c.refuseArith(a)
@@ -128,9 +128,9 @@ func (c *checker) declares(words []shWord) error {
 	nameref := variant == "nameref" || variant != "export" && strings.Contains(opts, "n")
 	switch {
 	case c.allowList() && nameref:
-		return c.refuse("%s: a nameref makes later assignments set a variable the line does not name; under bash.allow namerefs are refused", clip(joinSrc(words)))
+		return c.refuse("%s: a nameref makes later assignments set a variable the line does not name; under bash.allow namerefs are refused", shown(joinSrc(words)))
 	case c.allowList() && strings.Contains(opts, "i") && variant != "export" && variant != "readonly":
-		return c.refuse("%s cannot be checked: arithmetic on variables (an integer variable evaluates what is assigned to it); under bash.allow it is refused", clip(joinSrc(words)))
+		return c.refuse("%s cannot be checked: arithmetic on variables (an integer variable evaluates what is assigned to it); under bash.allow it is refused", shown(joinSrc(words)))
 	}
 	// export -n takes a variable out of the environment commands get.
 	lookOnly := strings.ContainsAny(opts, "pfF") || variant == "export" && !strings.Contains(opts, "n") || variant == "readonly"
@@ -142,7 +142,7 @@ func (c *checker) declares(words []shWord) error {
 		if c.allowList() && variant != "export" && !compoundLiteral(value) {
 			// declare -a a="$x" assigns an array when x is "([i]=v)",
 			// subscripts and all, as does declare a="$x" when a is one.
-			return c.refuse("%s %s cannot be checked: arithmetic on variables (a value that is, or may be, an array assignment has its subscripts evaluated); under bash.allow subscripts are literal numbers", variant, clip(w.src))
+			return c.refuse("%s %s cannot be checked: arithmetic on variables (a value that is, or may be, an array assignment has its subscripts evaluated); under bash.allow subscripts are literal numbers", variant, shown(w.src))
 		}
 		if nameref {
 			if err := c.namerefTarget(variant, w, value, isAssign); err != nil {
@@ -164,7 +164,7 @@ func (c *checker) declOpts(words []shWord) (opts string, names []shWord, err err
 		case t == "--":
 			return opts, args[i+1:], nil
 		case t == "" || t[0] == dyn || (t[0] == '-' || t[0] == '+') && !w.literal():
-			return "", nil, c.refuse("%s: %s is only known when the line runs, so what %s declares cannot be checked", clip(joinSrc(words)), clip(w.src), words[0].text)
+			return "", nil, c.refuse("%s: %s is only known when the line runs, so what %s declares cannot be checked", shown(joinSrc(words)), shown(w.src), words[0].text)
 		case (t[0] == '-' || t[0] == '+') && len(t) > 1:
 			opts += t[1:]
 		default:
@@ -204,11 +204,11 @@ func (c *checker) namerefTarget(cmd string, w shWord, target string, isAssign bo
 	base, _, _ := strings.Cut(target, "[")
 	switch {
 	case !isAssign:
-		return c.refuse("%s %s: a nameref without a target lets a later assignment choose the variable it sets", cmd, clip(w.src))
+		return c.refuse("%s %s: a nameref without a target lets a later assignment choose the variable it sets", cmd, shown(w.src))
 	case strings.IndexByte(base, dyn) >= 0:
-		return c.refuse("%s %s: the variable the nameref refers to is only known when the line runs", cmd, clip(w.src))
+		return c.refuse("%s %s: the variable the nameref refers to is only known when the line runs", cmd, shown(w.src))
 	case c.steers(base):
-		return c.refuse("%s %s: a nameref to %s would set it, which changes what commands run", cmd, clip(w.src), base)
+		return c.refuse("%s %s: a nameref to %s would set it, which changes what commands run", cmd, shown(w.src), base)
 	}
 	return nil
 }
@@ -222,15 +222,15 @@ func (c *checker) setsVar(cmd string, w shWord, name string, keep bool) error {
 	base, sub, hasSub := strings.Cut(name, "[")
 	switch {
 	case strings.IndexByte(base, dyn) >= 0:
-		return c.refuse("%s %s: which variable it sets is only known when the line runs", cmd, clip(w.src))
+		return c.refuse("%s %s: which variable it sets is only known when the line runs", cmd, shown(w.src))
 	case !validName(base):
 		return nil // bash refuses it
 	case c.steers(base) && !keep:
-		return c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", cmd, clip(w.src), base)
+		return c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow; set it in the agent's environment instead", cmd, shown(w.src), base)
 	case evaluatesValue(base) && !keep && c.allowList():
-		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates what is assigned to %s); under bash.allow assign it a literal number", cmd, clip(w.src), base)
+		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates what is assigned to %s); under bash.allow assign it a literal number", cmd, shown(w.src), base)
 	case hasSub && c.allowList() && !subscriptText(strings.TrimSuffix(sub, "]")):
-		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates the subscript, and a variable's value in it runs as code); under bash.allow subscripts are literal numbers", cmd, clip(w.src))
+		return c.refuse("%s %s cannot be checked: arithmetic on variables (bash evaluates the subscript, and a variable's value in it runs as code); under bash.allow subscripts are literal numbers", cmd, shown(w.src))
 	}
 	return nil
 }

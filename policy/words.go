@@ -229,7 +229,7 @@ func (c *checker) quotedCode(lit string) error {
 	for _, v := range variants(c.lang) {
 		f, err := parse(src, v)
 		if err != nil || strings.Contains(lit, delim) || c.depth >= maxDepth {
-			return c.refuse("quoted text %s holds $( or ` that does not parse, so what it could run cannot be checked; quote it differently", clip(lit))
+			return c.refuse("quoted text %s holds $( or ` that does not parse, so what it could run cannot be checked; quote it differently", shown(lit))
 		}
 		if err := c.nested(src).substitutions(lit, f); err != nil {
 			return err
@@ -251,7 +251,7 @@ func (c *checker) substitutions(lit string, f *syntax.File) error {
 			return true
 		}
 		if c.allowList() {
-			err = c.refuse("quoted text %s holds a command substitution %s; bash can still run it (eval, arithmetic on a variable holding it), and under bash.allow it cannot be checked", clip(lit), clip(c.text(cs)))
+			err = c.refuse("quoted text %s holds a command substitution %s; bash can still run it (eval, arithmetic on a variable holding it), and under bash.allow it cannot be checked", shown(lit), shown(c.text(cs)))
 		} else {
 			err = c.walk(cs)
 		}

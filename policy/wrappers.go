@@ -56,9 +56,9 @@ func (c *checker) unwrap(words []shWord) error {
 		switch {
 		case r.unknown != "" && r.allowOnly && !c.allowList():
 		case r.unknown != "" && r.allowOnly:
-			return c.refuse("%s %s, which the rules cannot check; under bash.allow it is refused", clip(joinSrc(words)), r.unknown)
+			return c.refuse("%s %s, which the rules cannot check; under bash.allow it is refused", shown(joinSrc(words)), r.unknown)
 		case r.unknown != "":
-			return c.refuse("%s %s, so the rules cannot check it", clip(joinSrc(words)), r.unknown)
+			return c.refuse("%s %s, so the rules cannot check it", shown(joinSrc(words)), r.unknown)
 		case r.isScript:
 			err = sub.script(r.script, r.lang)
 		case r.denyOnly:
@@ -136,11 +136,11 @@ func (c *checker) skipAssignments(cmd string, args []shWord) ([]shWord, error) {
 		name, _, ok := strings.Cut(known, "=")
 		switch {
 		case ok && c.steers(name):
-			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, clip(w.src), name)
+			return nil, c.refuse("%s %s: setting %s changes what commands run, which the rules cannot follow", cmd, shown(w.src), name)
 		case ok:
 			c.assigns = append(c.assigns, w)
 		case !w.literal():
-			return nil, c.refuse("%s %s: whether it sets a variable (PATH, say) or names the command to run is only known when the line runs", cmd, clip(w.src))
+			return nil, c.refuse("%s %s: whether it sets a variable (PATH, say) or names the command to run is only known when the line runs", cmd, shown(w.src))
 		default:
 			return args, nil
 		}
@@ -367,7 +367,7 @@ func (c *checker) findExec(args []shWord) ([]runs, error) {
 	for _, a := range args {
 		if a.splits {
 			// Unquoted, it may split into an -exec action.
-			return []runs{{unknown: "has a word (" + clip(a.src) + ") only known when the line runs, which may hold an -exec action"}}, nil
+			return []runs{{unknown: "has a word (" + shown(a.src) + ") only known when the line runs, which may hold an -exec action"}}, nil
 		}
 	}
 	for i := 0; i < len(args); i++ {
@@ -412,7 +412,7 @@ func (c *checker) joined(args []shWord, lang shellLang) runs {
 	texts := make([]string, len(args))
 	for i, a := range args {
 		if !a.literal() {
-			return runs{unknown: fmt.Sprintf("runs text (%s) that is only known when the line runs", clip(a.src))}
+			return runs{unknown: fmt.Sprintf("runs text (%s) that is only known when the line runs", shown(a.src))}
 		}
 		texts[i] = a.text
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // This file is the wire contract of enrolment: how a host gets its
@@ -68,7 +70,7 @@ func NewNonce() string {
 func CheckNonce(nonce string) error {
 	b, err := base64.RawURLEncoding.DecodeString(nonce)
 	if err != nil || len(b) != NonceBytes {
-		return fmt.Errorf("nonce %q is not %d random bytes in base64url", clip(nonce), NonceBytes)
+		return fmt.Errorf("nonce %q is not %d random bytes in base64url", clip.String(nonce, 40), NonceBytes)
 	}
 	return nil
 }
@@ -303,11 +305,11 @@ func ParseJoinToken(token string) (id string, secret []byte, err error) {
 // CheckTokenID reports whether id has a token id's form.
 func CheckTokenID(id string) error {
 	if len(id) != TokenIDLen {
-		return fmt.Errorf("token id %q is not %d characters", clip(id), TokenIDLen)
+		return fmt.Errorf("token id %q is not %d characters", clip.String(id, 40), TokenIDLen)
 	}
 	for _, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
-			return fmt.Errorf("token id %q has a character outside a-z and 2-7", clip(id))
+			return fmt.Errorf("token id %q has a character outside a-z and 2-7", clip.String(id, 40))
 		}
 	}
 	return nil
@@ -316,11 +318,3 @@ func CheckTokenID(id string) error {
 // ErrNotEnrolled is what an agent says when its state directory holds no
 // identity.
 var ErrNotEnrolled = errors.New("this host is not enrolled: run `fleet-agent join --gateway https://GATEWAY:8443 --ca_pin PIN --token_file -` and paste a token from `fleetctl token create`")
-
-// clip shortens s for an error message.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
-}

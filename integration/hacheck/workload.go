@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // Config is a workload.
@@ -251,20 +253,13 @@ func Classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) 
 	case !res.IsError && strings.Contains(text, tag):
 		return OK, ""
 	case !res.IsError:
-		return ToolError, "answered without the tag: " + clip(text)
+		return ToolError, "answered without the tag: " + clip.String(text, 300)
 	case strings.Contains(text, "was not run: the gateway cannot record it"):
-		return Refused, clip(text)
+		return Refused, clip.String(text, 300)
 	case strings.Contains(text, "so its result is withheld"):
-		return Withheld, clip(text)
+		return Withheld, clip.String(text, 300)
 	}
-	return ToolError, clip(text)
-}
-
-func clip(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "..."
-	}
-	return s
+	return ToolError, clip.String(text, 300)
 }
 
 // enrolLoop enrols a new host every EnrolEvery, through the replicas in

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // exportConfig is where and how the client sends spans.
@@ -198,7 +200,7 @@ func parseHeaders(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("item %d: want key=value pairs separated by commas", i+1)
 		}
 		if !validHeaderName(k) {
-			return nil, fmt.Errorf("%q is not a header name", clip(k))
+			return nil, fmt.Errorf("%q is not a header name", clip.String(k, 40))
 		}
 		val, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
@@ -225,12 +227,4 @@ func validHeaderName(k string) bool {
 		return false
 	}
 	return k != ""
-}
-
-// clip shortens a header name an error quotes.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
 }
