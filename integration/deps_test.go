@@ -174,9 +174,9 @@ func targetOSes() []string {
 // "module" any package of the module, "std" any of the standard library,
 // "*" any package at all. The three forms:
 //
-//	X must not import Y:          {pkgs: "X/...", forbid: "Y/...", why: ...}
-//	X may import only Y (and std): {pkgs: "X", forbid: "*", allow: "std Y", why: ...}
-//	only X may import Y:          {pkgs: "module", except: "X", forbid: "Y/...", direct: true, why: ...}
+//	X must not import Y:      {pkgs: "X/...", forbid: "Y/...", why: ...}
+//	X may import only std, Y: {pkgs: "X", forbid: "*", allow: "std Y", why: ...}
+//	only X may import Y:      {pkgs: "module", except: "X integration/...", forbid: "Y/...", direct: true, why: ...}
 var depRules = []depRule{
 	{pkgs: "gateway/...", forbid: "agent/...", why: "the gateway and the agent never import each other"},
 	{pkgs: "agent/...", forbid: "gateway/...", why: "the gateway and the agent never import each other"},
