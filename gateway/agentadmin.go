@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -103,7 +102,7 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	if !nkeys.IsValidPublicUserKey(e.userPub) {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %q is not an nkey user public key (U...)", e.host, e.userPub)
 	}
-	if err := policy.ValidateLabels(e.labels); err != nil {
+	if err := protocol.ValidateLabels(e.labels); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
 	}
 	if err := g.agents.sync(ctx); err != nil {
@@ -271,7 +270,7 @@ func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[strin
 	if err := protocol.ValidateHost(host); err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
-	if err := policy.ValidateLabels(set); err != nil {
+	if err := protocol.ValidateLabels(set); err != nil {
 		return nil, fmt.Errorf("labels of %s: %w", host, err)
 	}
 	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
@@ -286,7 +285,7 @@ func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[strin
 		if maps.Equal(labels, r.Labels) {
 			return jskv.ErrSkip
 		}
-		if err := policy.ValidateLabels(labels); err != nil {
+		if err := protocol.ValidateLabels(labels); err != nil {
 			return err
 		}
 		r.Labels = labels

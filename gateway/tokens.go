@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -220,7 +219,7 @@ func newTokenRecord(req *protocol.TokenCreateRequest, by string, now time.Time) 
 	if uses < 1 || uses > maxTokenUses {
 		errs = append(errs, fmt.Errorf("uses %d: use 1 to %d", req.Uses, maxTokenUses))
 	}
-	if err := policy.ValidateLabels(req.Labels); err != nil {
+	if err := protocol.ValidateLabels(req.Labels); err != nil {
 		errs = append(errs, fmt.Errorf("labels: %w", err))
 	}
 	errs = append(errs, validateTokenNames(req)...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"go/build"
 	"io"
 	"os"
@@ -158,170 +159,250 @@ func targetOSes() []string {
 	return oses
 }
 
-// TestDepsAgentBinary: fleet-agent must stay a small binary that links
-// neither the NATS server, the MCP SDK, OIDC nor the gateway; nor gRPC,
-// which the OpenTelemetry OTLP exporters (HTTP and gRPC alike) would
-// bring, nearly doubling it: its spans go out through the small OTLP/HTTP
-// client of cmd/internal/tracing.
-func TestDepsAgentBinary(t *testing.T) {
-	root := module + "/cmd/fleet-agent"
-	forbidden := []string{
-		"github.com/nats-io/nats-server/v2",
-		"github.com/modelcontextprotocol/go-sdk",
-		"github.com/coreos/go-oidc/v3",
-		"google.golang.org/grpc",
-		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp",
-		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc",
-		module + "/gateway",
-	}
-	for _, goos := range targetOSes() {
-		g := goList(t, goos, "./cmd/fleet-agent")
-		if g[root] == nil {
-			t.Fatalf("GOOS=%s: go list did not report %s", goos, root)
+// depRules are the module's import rules, one a line. Each holds for the
+// module's packages matching pkgs (but not except): they must not depend
+// on a package matching forbid, unless it matches allow. The depending is
+// transitive (a chain of imports through any package) unless direct is
+// set, and covers what a package's tests import directly unless binary is
+// set (a rule about what a binary links). allOS rules are checked for
+// every system agents run on, since build tags change imports; the others
+// for the system the tests run on.
+//
+// Patterns are separated by spaces: "gateway" is that package alone,
+// "gateway/..." it and its subpackages (both relative to the module
+// unless the first element has a dot: "github.com/nats-io/nats-server/v2/..."),
+// "module" any package of the module, "std" any of the standard library,
+// "*" any package at all. The three forms:
+//
+//	X must not import Y:      {pkgs: "X/...", forbid: "Y/...", why: ...}
+//	X may import only std, Y: {pkgs: "X", forbid: "*", allow: "std Y", why: ...}
+//	only X may import Y:      {pkgs: "module", except: "X integration/...", forbid: "Y/...", direct: true, why: ...}
+var depRules = []depRule{
+	{pkgs: "gateway/...", forbid: "agent/...", why: "the gateway and the agent never import each other"},
+	{pkgs: "agent/...", forbid: "gateway/...", why: "the gateway and the agent never import each other"},
+	{pkgs: "protocol", forbid: "*", allow: "std", why: "it is the wire contract both sides share"},
+	{pkgs: "protocol/skillmd", forbid: "*", allow: "std protocol go.yaml.in/yaml/v3/...", why: "it is a format both sides share"},
+	{pkgs: "policy/...", forbid: "module", allow: "protocol policy/...", why: "policy is pure decisions over what it is given"},
+	{pkgs: "cmd/fleetctl", forbid: "*", allow: "std protocol cmd/internal/version cmd/internal/profile", why: "it speaks the admin API's wire contract, nothing more"},
+	{pkgs: "agent/callauth agent/statelock agent/tasks agent/unidiff", forbid: "module", allow: "protocol policy/... agent/safefs agent/winjob", allOS: true, why: "it is a leaf the agent's tools build on"},
+	{pkgs: "agent/safefs agent/winjob", forbid: "module", allow: "protocol policy/...", allOS: true, why: "it is a base the agent's leaves build on"},
+	{pkgs: "cmd/fleet-agent", forbid: "github.com/nats-io/nats-server/v2/... github.com/modelcontextprotocol/go-sdk/... github.com/coreos/go-oidc/v3/... google.golang.org/grpc/... go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp/... go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc/... gateway/...", binary: true, allOS: true,
+		why: "the agent stays a small binary: gRPC, which the OTLP exporters would bring, nearly doubles it; its spans go out through the small OTLP/HTTP client of cmd/internal/tracing"},
+}
+
+// depRule is one import rule; see depRules.
+type depRule struct {
+	pkgs, except, forbid, allow string
+	direct, binary, allOS       bool
+	why                         string
+}
+
+// depPattern reports whether path matches the pattern pat (see
+// depRules); g tells standard library packages apart.
+func depPattern(g pkgGraph, pat, path string) bool {
+	switch pat {
+	case "*":
+		return true
+	case "module":
+		return inModule(path)
+	case "std":
+		if p := g[path]; p != nil {
+			return p.Standard
 		}
-		for _, bad := range forbidden {
-			if c := g.chain(root, func(p string) bool { return under(p, bad) }); c != nil {
-				t.Errorf("GOOS=%s: fleet-agent depends on %s: %s", goos, c[len(c)-1], strings.Join(c, " -> "))
-			}
-		}
+		// A test-only import go list did not resolve: judge by its path
+		// (standard library paths have no dot in their first element).
+		first, _, _ := strings.Cut(path, "/")
+		return !strings.Contains(first, ".")
 	}
-}
-
-// agentLeaves are the packages below agent that the tools build on. Each
-// stands alone: it imports neither the agent nor the gateway, and from
-// this module at most policy, protocol and the agent's base (agentBase).
-var agentLeaves = []string{
-	module + "/agent/callauth",
-	module + "/agent/safefs",
-	module + "/agent/statelock",
-	module + "/agent/tasks",
-	module + "/agent/unidiff",
-	module + "/agent/winjob",
-}
-
-// agentBase are the leaves the others may build on: the link-refusing
-// file layer and the Windows job object calls. They import no leaf.
-var agentBase = []string{module + "/agent/safefs", module + "/agent/winjob"}
-
-// leafImportBad reports whether leaf, one of agentLeaves, may not import
-// imp.
-func leafImportBad(leaf, imp string) bool {
-	switch {
-	case !inModule(imp) || imp == leaf || imp == module+"/protocol" || under(imp, module+"/policy"):
-		return false
-	case slices.Contains(agentBase, imp):
-		return slices.Contains(agentBase, leaf)
+	tree := strings.HasSuffix(pat, "/...")
+	pat = strings.TrimSuffix(pat, "/...")
+	if first, _, _ := strings.Cut(pat, "/"); !strings.Contains(first, ".") {
+		pat = module + "/" + pat
 	}
-	return true
+	if tree {
+		return under(path, pat)
+	}
+	return path == pat
 }
 
-const leafRule = "may import only policy, protocol and (unless it is one of them) safefs and winjob from this module: it is a leaf the agent's tools build on"
-
-// TestDepsAgentLeaves holds the agent's leaves to their rule on every
-// system agents run on: build tags change what a package imports.
-func TestDepsAgentLeaves(t *testing.T) {
-	for _, goos := range targetOSes() {
-		g := goList(t, goos, "./agent/...")
-		for _, leaf := range agentLeaves {
-			if g[leaf] == nil {
-				t.Errorf("GOOS=%s: go list did not report %s, so its rule was not checked", goos, leaf)
-				continue
-			}
-			if c := g.chain(leaf, func(imp string) bool { return leafImportBad(leaf, imp) }); c != nil {
-				t.Errorf("GOOS=%s: %s %s, but imports %s: %s", goos, leaf, leafRule, c[len(c)-1], strings.Join(c, " -> "))
-			}
+func depAny(g pkgGraph, pats, path string) bool {
+	for _, pat := range strings.Fields(pats) {
+		if depPattern(g, pat, path) {
+			return true
 		}
 	}
+	return false
 }
 
-// TestDepsModuleRules checks the import rules between the module's own
-// packages, on every package of the module.
-func TestDepsModuleRules(t *testing.T) {
-	g := goList(t, runtime.GOOS, "./...")
-	pkgs := g.modulePackages()
-	if len(pkgs) == 0 {
-		t.Fatal("go list reported no packages of the module")
-	}
-	gateway, agent, protocol, policy := module+"/gateway", module+"/agent", module+"/protocol", module+"/policy"
-	checked := map[string]bool{}
+// holds reports whether the rule holds for the package path.
+func (r depRule) holds(g pkgGraph, path string) bool {
+	return inModule(path) && depAny(g, r.pkgs, path) && !depAny(g, r.except, path)
+}
 
-	for _, p := range pkgs {
+// bad reports whether the rule forbids imp to the package path.
+func (r depRule) bad(g pkgGraph, path, imp string) bool {
+	return imp != path && depAny(g, r.forbid, imp) && !depAny(g, r.allow, imp)
+}
+
+// String says what the rule asks, for messages.
+func (r depRule) String() string {
+	what := "must not import " + strings.Join(strings.Fields(r.forbid), ", ")
+	if r.allow != "" {
+		what = "may import only " + strings.Join(strings.Fields(r.allow), ", ")
+		if r.forbid != "*" {
+			what += " from " + strings.Join(strings.Fields(r.forbid), ", ")
+		}
+	}
+	if r.except != "" {
+		what += " (only " + strings.Join(strings.Fields(r.except), ", ") + " may)"
+	}
+	return what + ": " + r.why
+}
+
+// check returns the violations of rule r in g, and whether r holds for
+// any package of g (a rule for no package is a rule not checked).
+func (r depRule) check(g pkgGraph, goos string) (problems []string, matched bool) {
+	for _, p := range g.modulePackages() {
+		if !r.holds(g, p.ImportPath) {
+			continue
+		}
+		matched = true
+		bad := func(imp string) bool { return r.bad(g, p.ImportPath, imp) }
+		if r.direct {
+			for _, imp := range p.Imports {
+				if bad(imp) {
+					problems = append(problems, fmt.Sprintf("GOOS=%s: %s %s, but imports %s", goos, p.ImportPath, r, imp))
+				}
+			}
+		} else if c := g.chain(p.ImportPath, bad); c != nil {
+			problems = append(problems, fmt.Sprintf("GOOS=%s: %s %s, but imports %s: %s", goos, p.ImportPath, r, c[len(c)-1], strings.Join(c, " -> ")))
+		}
+		if r.binary {
+			continue
+		}
 		// Test files are held to the same rules: they are compiled into
 		// the package and show what it is allowed to know about.
-		var testImports []string
-		testImports = append(testImports, p.TestImports...)
-		testImports = append(testImports, p.XTestImports...)
-		rule := func(what string, bad func(string) bool) {
-			if c := g.chain(p.ImportPath, bad); c != nil {
-				t.Errorf("%s %s, but imports %s: %s", p.ImportPath, what, c[len(c)-1], strings.Join(c, " -> "))
-			}
-			for _, imp := range testImports {
-				if imp != p.ImportPath && bad(imp) {
-					t.Errorf("%s %s, but its tests import %s", p.ImportPath, what, imp)
-				}
+		for _, imp := range slices.Concat(p.TestImports, p.XTestImports) {
+			if bad(imp) {
+				problems = append(problems, fmt.Sprintf("GOOS=%s: %s %s, but its tests import %s", goos, p.ImportPath, r, imp))
 			}
 		}
-		switch {
-		case under(p.ImportPath, gateway):
-			checked["gateway"] = true
-			rule("must not import the agent", func(imp string) bool { return under(imp, agent) })
-		case slices.Contains(agentLeaves, p.ImportPath):
-			checked[p.ImportPath] = true
-			rule(leafRule, func(imp string) bool { return leafImportBad(p.ImportPath, imp) })
-		case under(p.ImportPath, agent):
-			checked["agent"] = true
-			rule("must not import the gateway", func(imp string) bool { return under(imp, gateway) })
-		case p.ImportPath == protocol:
-			checked["protocol"] = true
-			rule("must import only the standard library", func(imp string) bool {
-				q := g[imp]
-				if q == nil {
-					// A test-only import go list did not resolve: judge
-					// by its path (standard library paths have no dot in
-					// their first element).
-					first, _, _ := strings.Cut(imp, "/")
-					return strings.Contains(first, ".")
-				}
-				return !q.Standard
-			})
-		case p.ImportPath == module+"/cmd/fleetctl":
-			checked["fleetctl"] = true
-			rule("may import only protocol, the version and profile packages and the standard library (it speaks the admin API's wire contract, nothing more)", func(imp string) bool {
-				if imp == protocol || imp == p.ImportPath || imp == module+"/cmd/internal/version" || imp == module+"/cmd/internal/profile" {
-					return false
-				}
-				if q := g[imp]; q != nil {
-					return !q.Standard
-				}
-				first, _, _ := strings.Cut(imp, "/")
-				return strings.Contains(first, ".")
-			})
-		case p.ImportPath == protocol+"/skillmd":
-			checked["skillmd"] = true
-			rule("may import only protocol, the YAML parser and the standard library (it is a format both sides share)", func(imp string) bool {
-				if imp == protocol || imp == p.ImportPath || imp == "go.yaml.in/yaml/v3" || strings.HasPrefix(imp, "go.yaml.in/yaml/v3/") {
-					return false
-				}
-				if q := g[imp]; q != nil {
-					return !q.Standard
-				}
-				first, _, _ := strings.Cut(imp, "/")
-				return strings.Contains(first, ".")
-			})
-		case under(p.ImportPath, policy):
-			checked["policy"] = true
-			rule("may import only protocol from this module", func(imp string) bool {
-				return inModule(imp) && imp != protocol && !under(imp, policy)
-			})
+	}
+	return problems, matched
+}
+
+// checkDeps checks rules against g and returns every violation, and a
+// problem for each rule that held for no package.
+func checkDeps(g pkgGraph, goos string, rules []depRule) []string {
+	var problems []string
+	for _, r := range rules {
+		p, matched := r.check(g, goos)
+		problems = append(problems, p...)
+		if !matched {
+			problems = append(problems, fmt.Sprintf("GOOS=%s: no package matches %q, so the rule that it %s was not checked", goos, r.pkgs, r))
 		}
 	}
-	for _, name := range append([]string{"gateway", "agent", "protocol", "skillmd", "fleetctl"}, agentLeaves...) {
-		if !checked[name] {
-			t.Errorf("package %s was not found, so its import rule was not checked", name)
+	return problems
+}
+
+// listPatterns are the go list arguments naming the packages a rule
+// holds for.
+func (r depRule) listPatterns() []string {
+	var out []string
+	for _, pat := range strings.Fields(r.pkgs) {
+		switch pat {
+		case "*", "module", "std":
+			out = append(out, "./...")
+		default:
+			out = append(out, "./"+pat)
 		}
 	}
-	if fileExists(filepath.Join(moduleRoot(t), "policy")) && !checked["policy"] {
-		t.Errorf("./policy exists but go list reported no package there, so its import rule was not checked")
+	return out
+}
+
+// TestDepsModuleRules checks every rule of depRules on the module's
+// packages, and the allOS rules again for each other system agents run
+// on.
+func TestDepsModuleRules(t *testing.T) {
+	g := goList(t, runtime.GOOS, "./...")
+	if len(g.modulePackages()) == 0 {
+		t.Fatal("go list reported no packages of the module")
+	}
+	for _, problem := range checkDeps(g, runtime.GOOS, depRules) {
+		t.Error(problem)
+	}
+	var rules []depRule
+	var patterns []string
+	for _, r := range depRules {
+		if r.allOS {
+			rules = append(rules, r)
+			patterns = append(patterns, r.listPatterns()...)
+		}
+	}
+	slices.Sort(patterns)
+	for _, goos := range targetOSes()[1:] {
+		for _, problem := range checkDeps(goList(t, goos, slices.Compact(patterns)...), goos, rules) {
+			t.Error(problem)
+		}
+	}
+}
+
+// TestDepsRulesCatch plants violations of each form of rule in a made-up
+// package graph and checks that each is reported, and nothing else.
+func TestDepsRulesCatch(t *testing.T) {
+	m := func(p string) string { return module + "/" + p }
+	nats := "github.com/nats-io/nats-server/v2/server"
+	pkg := func(path string, std bool, imports ...string) *goPackage {
+		return &goPackage{ImportPath: path, Standard: std, Imports: imports}
+	}
+	g := pkgGraph{}
+	for _, p := range []*goPackage{
+		pkg("fmt", true), pkg("os", true),
+		pkg(nats, false, "fmt"),
+		pkg("github.com/other/lib", false, "fmt"),
+		pkg(m("wire"), false, "fmt"),
+		pkg(m("wire/sub"), false, "fmt", "github.com/other/lib"),
+		pkg(m("core"), false, m("wire"), m("core/keys")),
+		pkg(m("core/keys"), false, nats),
+		pkg(m("core/access"), false, m("core/helper")),
+		pkg(m("core/helper"), false, m("core")), // core/access -> core, through a helper
+		pkg(m("edge"), false, m("wire"), nats),
+		pkg(m("cli"), false, m("wire"), "os"),
+	} {
+		g[p.ImportPath] = p
+	}
+	g[m("cli")].TestImports = []string{m("core")}
+
+	for _, tc := range []struct {
+		name string
+		rule depRule
+		want []string // substrings, one a violation; none: the graph keeps the rule
+	}{
+		{"must not, kept", depRule{pkgs: "wire/...", forbid: "core/...", why: "w"}, nil},
+		{"must not, through a chain", depRule{pkgs: "core/access", forbid: "core", why: "w"},
+			[]string{"core/access must not import core: w, but imports " + m("core") + ": " + m("core/access") + " -> " + m("core/helper") + " -> " + m("core")}},
+		{"may only, kept", depRule{pkgs: "wire", forbid: "*", allow: "std", why: "w"}, nil},
+		{"may only, broken", depRule{pkgs: "wire/...", forbid: "*", allow: "std", why: "w"},
+			[]string{"wire/sub may import only std: w, but imports github.com/other/lib"}},
+		{"may only from the module", depRule{pkgs: "cli", forbid: "module", allow: "wire", why: "w"},
+			[]string{"cli may import only wire from module: w, but its tests import " + m("core")}},
+		{"tests not held for a binary", depRule{pkgs: "cli", forbid: "module", allow: "wire", binary: true, why: "w"}, nil},
+		{"only X may import Y", depRule{pkgs: "module", except: "core/keys", forbid: "github.com/nats-io/nats-server/v2/...", direct: true, why: "w"},
+			[]string{m("edge") + " must not import github.com/nats-io/nats-server/v2/... (only core/keys may): w, but imports " + nats}},
+		{"transitive Y", depRule{pkgs: "core", forbid: "github.com/nats-io/nats-server/v2/...", why: "w"},
+			[]string{m("core") + " -> " + m("core/keys") + " -> " + nats}},
+		{"a rule for no package", depRule{pkgs: "gone/...", forbid: "*", why: "w"}, []string{`no package matches "gone/..."`}},
+	} {
+		got := checkDeps(g, "plan9", []depRule{tc.rule})
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %d problems, want %d:\n%s", tc.name, len(got), len(tc.want), strings.Join(got, "\n"))
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tc.want[i]) {
+				t.Errorf("%s: %q\nwant it to say %q", tc.name, got[i], tc.want[i])
+			}
+		}
 	}
 }
 

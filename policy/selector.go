@@ -3,8 +3,9 @@ package policy
 import (
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // This file is the host selector syntax: one way to name a set of hosts,
@@ -23,8 +24,9 @@ import (
 // Spaces around terms, operators and list items are ignored; commas
 // inside parentheses separate list items, not terms. Host-name globs use
 // the characters of host names (letters, digits, '-', '_') plus '*' and
-// '?'; label keys letters, digits, '-', '_', '.' and '/'; label values
-// anything printable except spaces and the syntax's own , = ! ( ).
+// '?'; label keys and values are those of protocol's label grammar
+// (protocol.IsLabelKeyRune, protocol.IsLabelValueRune), values with the
+// glob characters '*' and '?' besides.
 
 // MaxSelectorLen bounds a selector: at most this many characters, spaces
 // not counted (a text with more than four times as many bytes, spaces
@@ -228,7 +230,7 @@ func (p *selParser) nameTerm(w string, at int) (selTerm, error) {
 
 func (p *selParser) checkKey(key string, at int) error {
 	for i, r := range key {
-		if !isLabelKeyChar(r) {
+		if !protocol.IsLabelKeyRune(r) {
 			return p.errorf(at+i, "label key %q has %q: use letters, digits, '-', '_', '.' and '/'", key, string(r))
 		}
 	}
@@ -313,7 +315,7 @@ func (p *selParser) list(key, op string) ([]string, error) {
 
 func (p *selParser) checkValue(v string, at int) error {
 	for i, r := range v {
-		if !unicode.IsGraphic(r) || unicode.IsSpace(r) {
+		if !protocol.IsLabelValueRune(r) && r != '*' && r != '?' {
 			return p.errorf(at+i, "label value %q has %q: values cannot contain spaces, control characters or any of , = ! ( )", v, string(r))
 		}
 	}
@@ -322,10 +324,6 @@ func (p *selParser) checkValue(v string, at int) error {
 
 func isHostGlobChar(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '*' || r == '?'
-}
-
-func isLabelKeyChar(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '/'
 }
 
 // Match reports whether the host called host, with labels, is selected:
@@ -450,46 +448,4 @@ func Glob(pattern, s string) bool {
 		pi++
 	}
 	return pi == len(pattern)
-}
-
-// Label limits: how many labels a host may have and how long their keys
-// and values may be.
-const (
-	MaxLabels        = 64
-	MaxLabelKeyLen   = 128
-	MaxLabelValueLen = 256
-)
-
-// ValidateLabels reports whether labels can be given to a host: keys that
-// selectors can name (letters, digits, '-', '_', '.' and '/'), values
-// that selectors can match (printable, without spaces or any of , = ! ( )
-// and not made of glob characters only by accident: '*' and '?' are
-// refused, so a value always matches itself), within the limits above.
-func ValidateLabels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return fmt.Errorf("%d labels: at most %d are allowed", len(labels), MaxLabels)
-	}
-	for k, v := range labels {
-		switch {
-		case k == "":
-			return fmt.Errorf("label with an empty key (value %q): write key=value", v)
-		case len(k) > MaxLabelKeyLen:
-			return fmt.Errorf("label key %.20q... is %d bytes long; at most %d are allowed", k, len(k), MaxLabelKeyLen)
-		case len(v) > MaxLabelValueLen:
-			return fmt.Errorf("value of label %q is %d bytes long; at most %d are allowed", k, len(v), MaxLabelValueLen)
-		case !utf8.ValidString(v):
-			return fmt.Errorf("value %q of label %q is not valid UTF-8", v, k)
-		}
-		for _, r := range k {
-			if !isLabelKeyChar(r) {
-				return fmt.Errorf("label key %q has %q: keys use letters, digits, '-', '_', '.' and '/'", k, string(r))
-			}
-		}
-		for _, r := range v {
-			if !unicode.IsGraphic(r) || unicode.IsSpace(r) || strings.ContainsRune(",=!()*?", r) {
-				return fmt.Errorf("value %q of label %q has %q: values cannot contain spaces, control characters or any of , = ! ( ) * ?", v, k, string(r))
-			}
-		}
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -139,7 +138,7 @@ func (a *Announce) Validate() error {
 			return err
 		}
 	}
-	if err := ValidateLabels(a.Labels); err != nil {
+	if err := checkLabelLimits(a.Labels); err != nil {
 		return err
 	}
 	if len(a.Tools) > MaxTools {
@@ -162,27 +161,6 @@ func (a *Announce) Validate() error {
 		return fmt.Errorf("stats %+v: counts must not be negative, nor failed calls more than served ones", *s)
 	}
 	return validateSkills(a.Skills)
-}
-
-// ValidateLabels checks a host's labels against the announce limits: at
-// most MaxLabels, keys of 1 to MaxLabelKeyLen bytes, values of at most
-// MaxLabelValueLen.
-func ValidateLabels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return fmt.Errorf("%d labels; at most %d are allowed", len(labels), MaxLabels)
-	}
-	for k, v := range labels {
-		if k == "" {
-			return errors.New("a label has an empty key: use key=value")
-		}
-		if err := checkLen("label key", k, MaxLabelKeyLen); err != nil {
-			return err
-		}
-		if len(v) > MaxLabelValueLen {
-			return checkLen("value of label "+Excerpt(Clip(k, 40)), v, MaxLabelValueLen)
-		}
-	}
-	return nil
 }
 
 func validateSkills(skills []Skill) error {

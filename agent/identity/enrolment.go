@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -101,10 +100,8 @@ func (e *Enrolment) validate() error {
 			return fmt.Errorf("signing_keys: %w", err)
 		}
 	}
-	for k := range e.Labels {
-		if strings.TrimSpace(k) == "" {
-			return errors.New("labels: a label with an empty key")
-		}
+	if err := protocol.ValidateLabels(e.Labels); err != nil {
+		return fmt.Errorf("labels: %w", err)
 	}
 	return nil
 }

@@ -290,16 +290,16 @@ func TestAgentRevokeKey(t *testing.T) {
 
 func TestAgentLabel(t *testing.T) {
 	g := startFakeGateway(t)
-	r := mustRun(t, adminEnv(g), "agent", "label", "web-1", "tier=front", "env-", "owner=team=a")
+	r := mustRun(t, adminEnv(g), "agent", "label", "web-1", "tier=front", "env-", "owner=team-a")
 	got := g.last()
 	checkRequest(t, got, "POST", protocol.AdminAgentsPath+"/web-1/labels")
 	var req protocol.LabelsRequest
 	body(t, got, &req)
-	want := protocol.LabelsRequest{Set: map[string]string{"tier": "front", "owner": "team=a"}, Remove: []string{"env"}}
+	want := protocol.LabelsRequest{Set: map[string]string{"tier": "front", "owner": "team-a"}, Remove: []string{"env"}}
 	if !equalJSON(req, want) {
 		t.Errorf("agent label sent %+v; want %+v", req, want)
 	}
-	contains(t, "agent label", r.stdout, "Labels of web-1: owner=team=a,tier=front")
+	contains(t, "agent label", r.stdout, "Labels of web-1: owner=team-a,tier=front")
 
 	// Only removals: no set at all.
 	g.requests = nil
@@ -308,7 +308,7 @@ func TestAgentLabel(t *testing.T) {
 		t.Errorf("agent label web-1 tier- sent %s", b)
 	}
 	g.requests = nil
-	for _, args := range [][]string{{"web-1"}, {"web-1", "tier"}, {"web-1", "a=1", "a-"}, {"web.1", "a=1"}} {
+	for _, args := range [][]string{{"web-1"}, {"web-1", "tier"}, {"web-1", "a=1", "a-"}, {"web.1", "a=1"}, {"web-1", "tier=gold*"}, {"web-1", "owner=team=a"}} {
 		if r := fleetctl(t, adminEnv(g), append([]string{"agent", "label"}, args...)...); r.code != 2 {
 			t.Errorf("agent label %v: exit %d, %q; want a usage error", args, r.code, r.stderr)
 		}

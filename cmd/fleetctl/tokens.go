@@ -45,7 +45,7 @@ var tokenCreateCmd = &command{
 
 // tokenRequest checks the flags of token create.
 func tokenRequest(labels string, ttl time.Duration, uses int, name, pattern, replace string) (*protocol.TokenCreateRequest, error) {
-	l, err := parseLabels(labels)
+	l, err := protocol.ParseLabels(labels)
 	if err != nil {
 		return nil, usagef("--labels: %v", err)
 	}
