@@ -17,7 +17,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 
-	"github.com/fleetmcp/fleetmcp/internal/clip"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Under command rules, bash runs git through a guard (see policy's git
@@ -313,7 +313,7 @@ func probeGitGuard(exe string) error {
 	out, err := exec.CommandContext(ctx, exe, GitGuardFlag, "--probe").Output()
 	if err != nil || strings.TrimSpace(string(out)) != gitGuardProbe {
 		return fmt.Errorf("git guard: %s %s --probe answered %q (%w): the executable given to run the git guard does not run it (call agent.RunGitGuard first thing in its main)",
-			exe, GitGuardFlag, clip.Bytes(out, 200), err)
+			exe, GitGuardFlag, protocol.Ellipsis(string(out), 200), err)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/fleetmcp/fleetmcp/internal/clip"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // maxDepth bounds how deeply wrappers and nested scripts are followed.
@@ -167,7 +167,7 @@ func (c *checker) text(n syntax.Node) string {
 // shown is s as a message quotes it: in backquotes, on one line,
 // clipped.
 func shown(s string) string {
-	return "`" + clip.String(strings.ReplaceAll(s, "\n", `\n`), 120) + "`"
+	return "`" + protocol.Ellipsis(strings.ReplaceAll(s, "\n", `\n`), 120) + "`"
 }
 
 // variants returns the syntaxes a script for lang is read in. A POSIX

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // This file is the wire contract of enrolment: how a host gets its
@@ -70,7 +68,7 @@ func NewNonce() string {
 func CheckNonce(nonce string) error {
 	b, err := base64.RawURLEncoding.DecodeString(nonce)
 	if err != nil || len(b) != NonceBytes {
-		return fmt.Errorf("nonce %q is not %d random bytes in base64url", clip.String(nonce, 40), NonceBytes)
+		return fmt.Errorf("nonce %q is not %d random bytes in base64url", Ellipsis(nonce, 40), NonceBytes)
 	}
 	return nil
 }
@@ -305,11 +303,11 @@ func ParseJoinToken(token string) (id string, secret []byte, err error) {
 // CheckTokenID reports whether id has a token id's form.
 func CheckTokenID(id string) error {
 	if len(id) != TokenIDLen {
-		return fmt.Errorf("token id %q is not %d characters", clip.String(id, 40), TokenIDLen)
+		return fmt.Errorf("token id %q is not %d characters", Ellipsis(id, 40), TokenIDLen)
 	}
 	for _, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
-			return fmt.Errorf("token id %q has a character outside a-z and 2-7", clip.String(id, 40))
+			return fmt.Errorf("token id %q has a character outside a-z and 2-7", Ellipsis(id, 40))
 		}
 	}
 	return nil

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // This file is how agents learn the gateway's signing keys after
@@ -75,7 +73,7 @@ func (s *KeySet) Validate() error {
 			return fmt.Errorf("key set %d: %w", s.Serial, err)
 		}
 		if slices.Contains(s.Keys[:i], k) {
-			return fmt.Errorf("key set %d lists %s twice", s.Serial, clip.String(k, 40))
+			return fmt.Errorf("key set %d lists %s twice", s.Serial, Ellipsis(k, 40))
 		}
 	}
 	return nil

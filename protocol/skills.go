@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // This file is the wire contract of fleet-wide skill rollout.
@@ -178,7 +176,7 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("%s: mode %o; a bundle's files are 0644, or 0755 when executable", f.Path, f.Mode)
 		}
 		if !validDigest(f.SHA256) {
-			return fmt.Errorf("%s: %q is not a lowercase hex SHA-256", f.Path, clip.String(f.SHA256, 40))
+			return fmt.Errorf("%s: %q is not a lowercase hex SHA-256", f.Path, Ellipsis(f.SHA256, 40))
 		}
 		total += f.Size
 		if total > MaxBundleBytes {
@@ -223,7 +221,7 @@ func validDigest(s string) bool {
 // Windows reads as a device (CON, NUL, COM1...) or ending in a dot or a
 // space; at most MaxBundlePath bytes and 255 bytes a part.
 func CheckBundlePath(p string) error {
-	bad := func(why string) error { return fmt.Errorf("bundle path %q: %s", clip.String(p, 40), why) }
+	bad := func(why string) error { return fmt.Errorf("bundle path %q: %s", Ellipsis(p, 40), why) }
 	switch {
 	case p == "":
 		return bad("empty")
@@ -309,11 +307,11 @@ func FormatSigningKey(pub ed25519.PublicKey) string {
 func ParseSigningKey(s string) (ed25519.PublicKey, error) {
 	b64, ok := strings.CutPrefix(s, SigningKeyPrefix)
 	if !ok {
-		return nil, fmt.Errorf("signing key %q does not start with %q", clip.String(s, 40), SigningKeyPrefix)
+		return nil, fmt.Errorf("signing key %q does not start with %q", Ellipsis(s, 40), SigningKeyPrefix)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(b64)
 	if err != nil || len(b) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("signing key %q is not a base64url ed25519 public key", clip.String(s, 40))
+		return nil, fmt.Errorf("signing key %q is not a base64url ed25519 public key", Ellipsis(s, 40))
 	}
 	return ed25519.PublicKey(b), nil
 }
@@ -342,7 +340,7 @@ func SignBytes(priv ed25519.PrivateKey, purpose string, msg []byte) Signature {
 // (keys as FormatSigningKey writes them).
 func VerifyBytes(trusted []string, purpose string, msg []byte, s Signature) error {
 	if !slices.Contains(trusted, s.Key) {
-		return fmt.Errorf("signed by %s, which is not a gateway key this agent trusts (it learns them when it enrols)", clip.String(s.Key, 40))
+		return fmt.Errorf("signed by %s, which is not a gateway key this agent trusts (it learns them when it enrols)", Ellipsis(s.Key, 40))
 	}
 	pub, err := ParseSigningKey(s.Key)
 	if err != nil {

@@ -18,8 +18,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // The client side of the gateway's fleet API: enrolment and recovery over
@@ -40,30 +38,30 @@ func ParseGatewayURL(raw string) (string, error) {
 	want := "want https://HOST[:PORT], the gateway's fleet API (--api_listen, port 8443 by default)"
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("gateway URL %q: %w; %s", clip.String(raw, 80), err, want)
+		return "", fmt.Errorf("gateway URL %q: %w; %s", protocol.Ellipsis(raw, 80), err, want)
 	}
 	switch {
 	case strings.EqualFold(u.Scheme, "http"):
-		return "", fmt.Errorf("gateway URL %q is plain http: the join token would travel in the clear; %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q is plain http: the join token would travel in the clear; %s", protocol.Ellipsis(raw, 80), want)
 	case !strings.EqualFold(u.Scheme, "https"):
-		return "", fmt.Errorf("gateway URL %q: %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q: %s", protocol.Ellipsis(raw, 80), want)
 	case u.Hostname() == "" || u.Opaque != "":
-		return "", fmt.Errorf("gateway URL %q has no host; %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q has no host; %s", protocol.Ellipsis(raw, 80), want)
 	case u.User != nil:
-		return "", fmt.Errorf("gateway URL %q carries a user name or password: the fleet API takes none; %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q carries a user name or password: the fleet API takes none; %s", protocol.Ellipsis(raw, 80), want)
 	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
-		return "", fmt.Errorf("gateway URL %q has a path, query or fragment; %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q has a path, query or fragment; %s", protocol.Ellipsis(raw, 80), want)
 	}
 	host := strings.ToLower(u.Hostname())
 	if strings.ContainsAny(host, "%[]") {
-		return "", fmt.Errorf("gateway URL %q: an IPv6 zone or bracket in the host name; %s", clip.String(raw, 80), want)
+		return "", fmt.Errorf("gateway URL %q: an IPv6 zone or bracket in the host name; %s", protocol.Ellipsis(raw, 80), want)
 	}
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("gateway URL %q: port %q is not 1-65535", clip.String(raw, 80), p)
+			return "", fmt.Errorf("gateway URL %q: port %q is not 1-65535", protocol.Ellipsis(raw, 80), p)
 		}
 		host += ":" + p
 	}
@@ -135,7 +133,7 @@ func newAPIClient(gatewayURL, pin string) (*apiClient, error) {
 		return nil, err
 	}
 	if !protocol.ValidCAPin(pin) {
-		return nil, fmt.Errorf("CA pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", clip.String(pin, 80))
+		return nil, fmt.Errorf("CA pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", protocol.Ellipsis(pin, 80))
 	}
 	u, _ := url.Parse(base)
 	tr := &http.Transport{
@@ -191,7 +189,7 @@ func (c *apiClient) post(ctx context.Context, op, path string, body, out any) er
 	if resp.StatusCode != http.StatusOK {
 		var apiErr protocol.APIError
 		if json.Unmarshal(answer, &apiErr) != nil || apiErr.Code == "" {
-			return fmt.Errorf("%s at %s: HTTP %s, not an answer of the fleet API (%q): check --gateway", op, c.base, resp.Status, clip.String(string(answer), 80))
+			return fmt.Errorf("%s at %s: HTTP %s, not an answer of the fleet API (%q): check --gateway", op, c.base, resp.Status, protocol.Ellipsis(string(answer), 80))
 		}
 		return refused(op, &apiErr)
 	}

@@ -12,8 +12,6 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/statelock"
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // JoinOptions are what fleet-agent join is given.
@@ -114,7 +112,7 @@ func (o *JoinOptions) check() (string, error) {
 		}
 	}
 	if !protocol.ValidCAPin(o.CAPin) {
-		errs = append(errs, fmt.Errorf("--ca_pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", clip.String(o.CAPin, 80)))
+		errs = append(errs, fmt.Errorf("--ca_pin %q: want sha256: and 64 lowercase hex digits, as fleetctl token create prints it", protocol.Ellipsis(o.CAPin, 80)))
 	}
 	if o.Host != "" {
 		if err := protocol.ValidateHost(o.Host); err != nil {

@@ -13,8 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/internal/clip"
 )
 
 // Enrolment over NATS, for hosts that reach the NATS servers but not the
@@ -31,7 +29,7 @@ func ParseNATSEnrolURL(raw string) (*url.URL, error) {
 	raw = strings.TrimSpace(raw)
 	want := "want tls://HOST:PORT, the gateway's NATS server (port 4222 by default)"
 	if strings.Contains(raw, ",") {
-		return nil, fmt.Errorf("NATS URL %q: give one server to enrol at; %s", clip.String(raw, 80), want)
+		return nil, fmt.Errorf("NATS URL %q: give one server to enrol at; %s", protocol.Ellipsis(raw, 80), want)
 	}
 	if err := protocol.ValidateNATSURL(raw); err != nil {
 		return nil, fmt.Errorf("%w; %s", err, want)
@@ -39,13 +37,13 @@ func ParseNATSEnrolURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("NATS URL %q: %w; %s", clip.String(raw, 80), err, want)
+		return nil, fmt.Errorf("NATS URL %q: %w; %s", protocol.Ellipsis(raw, 80), err, want)
 	case !strings.EqualFold(u.Scheme, "tls"):
-		return nil, fmt.Errorf("NATS URL %q is not tls://: the join token and its credential would travel without the pinned CA; %s", clip.String(raw, 80), want)
+		return nil, fmt.Errorf("NATS URL %q is not tls://: the join token and its credential would travel without the pinned CA; %s", protocol.Ellipsis(raw, 80), want)
 	case u.Hostname() == "" || u.Port() == "":
-		return nil, fmt.Errorf("NATS URL %q: no host or port; %s", clip.String(raw, 80), want)
+		return nil, fmt.Errorf("NATS URL %q: no host or port; %s", protocol.Ellipsis(raw, 80), want)
 	case u.User != nil:
-		return nil, fmt.Errorf("NATS URL %q carries a user name or password: the join token has the credential; %s", clip.String(raw, 80), want)
+		return nil, fmt.Errorf("NATS URL %q carries a user name or password: the join token has the credential; %s", protocol.Ellipsis(raw, 80), want)
 	}
 	return u, nil
 }

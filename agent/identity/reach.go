@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/internal/clip"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Failures to reach the gateway are explained as its refusals are: what
@@ -166,7 +166,7 @@ func probeNATS(ctx context.Context, raw, ca string) error {
 	line, err := bufio.NewReaderSize(conn, 64<<10).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "INFO ") {
 		if err == nil {
-			err = fmt.Errorf("it answered %q", clip.String(line, 80))
+			err = fmt.Errorf("it answered %q", protocol.Ellipsis(line, 80))
 		}
 		return fail("not a NATS server (no INFO line)", err)
 	}

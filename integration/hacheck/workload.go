@@ -27,7 +27,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fleetmcp/fleetmcp/internal/clip"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Config is a workload.
@@ -253,13 +253,13 @@ func Classify(res *mcp.CallToolResult, err error, tag string) (Outcome, string) 
 	case !res.IsError && strings.Contains(text, tag):
 		return OK, ""
 	case !res.IsError:
-		return ToolError, "answered without the tag: " + clip.String(text, 300)
+		return ToolError, "answered without the tag: " + protocol.Ellipsis(text, 300)
 	case strings.Contains(text, "was not run: the gateway cannot record it"):
-		return Refused, clip.String(text, 300)
+		return Refused, protocol.Ellipsis(text, 300)
 	case strings.Contains(text, "so its result is withheld"):
-		return Withheld, clip.String(text, 300)
+		return Withheld, protocol.Ellipsis(text, 300)
 	}
-	return ToolError, clip.String(text, 300)
+	return ToolError, protocol.Ellipsis(text, 300)
 }
 
 // enrolLoop enrols a new host every EnrolEvery, through the replicas in

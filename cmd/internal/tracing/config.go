@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/internal/clip"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // exportConfig is where and how the client sends spans.
@@ -200,7 +200,7 @@ func parseHeaders(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("item %d: want key=value pairs separated by commas", i+1)
 		}
 		if !validHeaderName(k) {
-			return nil, fmt.Errorf("%q is not a header name", clip.String(k, 40))
+			return nil, fmt.Errorf("%q is not a header name", protocol.Ellipsis(k, 40))
 		}
 		val, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
