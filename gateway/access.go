@@ -14,14 +14,10 @@ import (
 // flag. Deny wins; a caller no rule matches gets nothing. The file format
 // is in accessfile.go.
 
-// Tool names the rules know. Per-host tools (protocol.HostTools) are
-// granted per host; admin tools change or inspect the fleet as a whole
-// and need admin: true; hosts is open to every caller that may use some
-// host.
-const (
-	toolHosts = "hosts"
-	toolAudit = "audit"
-)
+// Tools the rules know (protocol names them all). Per-host tools
+// (protocol.HostTools) are granted per host; admin tools
+// (protocol.AdminTools) change or inspect the fleet as a whole and need
+// admin: true; hosts is open to every caller that may use some host.
 
 // hostToolNames are the tools that act on one host and that access rules
 // grant by name.
@@ -46,23 +42,6 @@ func grantedAs(tool string) string {
 	}
 	return tool
 }
-
-// fanoutBase returns the per-host tool a fan-out tool runs on every host
-// it picks ("" for other tools): a caller may use the fan-out tool on the
-// hosts where it may use that tool, and access rules name only the
-// per-host tools.
-func fanoutBase(tool string) string {
-	switch tool {
-	case toolFleetBash:
-		return protocol.ToolBash
-	case toolFleetRead:
-		return protocol.ToolRead
-	}
-	return ""
-}
-
-// adminToolNames are the tools only admins may call.
-func adminToolNames() []string { return append([]string{toolAudit}, skillToolNames()...) }
 
 // AccessRules decide what each caller may reach. Build them with
 // ParseAccess or LoadAccess; the zero value has no rules.
@@ -210,12 +189,12 @@ func (g *Grants) ToolVisible(tool string) bool {
 	switch {
 	case g.all:
 		return true
-	case slices.Contains(adminToolNames(), tool):
+	case protocol.IsAdminTool(tool):
 		return g.Admin().Allowed
-	case tool == toolHosts:
+	case tool == protocol.ToolHosts:
 		return slices.ContainsFunc(hostToolNames(), g.ToolVisible)
-	case fanoutBase(tool) != "":
-		return g.ToolVisible(fanoutBase(tool))
+	case protocol.FanoutBase(tool) != "":
+		return g.ToolVisible(protocol.FanoutBase(tool))
 	}
 	for _, r := range g.deny {
 		if r.tools[tool] && slices.ContainsFunc(r.hosts, policy.Selector.All) {

@@ -138,7 +138,7 @@ func FuzzParseAccess(f *testing.F) {
 		id := &Identity{Kind: KindOIDC, Subject: "ci-1", Email: "a@example.com",
 			claims: map[string]any{"groups": []any{"ops"}, "project_id": "p-1", "tenant": "acme"}}
 		g := a.For(id)
-		for _, tool := range append(hostToolNames(), toolHosts, toolAudit) {
+		for _, tool := range append(hostToolNames(), protocol.ToolHosts, protocol.ToolAudit) {
 			g.ToolVisible(tool)
 			g.Tool(tool, "web-1", map[string]string{"env": "prod", "role": "web"})
 		}
@@ -279,7 +279,7 @@ func TestGrantsVisible(t *testing.T) {
 	for _, tc := range visible {
 		g := rules.For(ids[tc.who])
 		var tools, seen []string
-		for _, tool := range []string{toolHosts, "read", "write", "edit", "bash", toolAudit} {
+		for _, tool := range []string{protocol.ToolHosts, "read", "write", "edit", "bash", protocol.ToolAudit} {
 			if g.ToolVisible(tool) {
 				tools = append(tools, tool)
 			}
@@ -330,7 +330,7 @@ func TestGrantsTaskToolsFollowBash(t *testing.T) {
 			}
 		}
 	}
-	if !perHostTool(protocol.ToolTaskStatus) || perHostTool(toolHosts) || perHostTool(toolAudit) {
+	if !perHostTool(protocol.ToolTaskStatus) || perHostTool(protocol.ToolHosts) || perHostTool(protocol.ToolAudit) {
 		t.Error("perHostTool misclassifies tools")
 	}
 }

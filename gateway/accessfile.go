@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // The access rules file (YAML, or JSON, which YAML reads too):
@@ -364,9 +365,9 @@ func (r *rule) addTool(t string) error {
 		}
 	case slices.Contains(hostToolNames(), t):
 		r.tools[t] = true
-	case t == toolHosts:
+	case t == protocol.ToolHosts:
 		// Always open to a caller that may use some host.
-	case slices.Contains(adminToolNames(), t):
+	case protocol.IsAdminTool(t):
 		return fmt.Errorf("%s is an admin tool: grant it with admin: true", t)
 	case slices.Contains(taskToolNames(), t):
 		return fmt.Errorf("%s comes with bash: grant bash on the hosts where callers may run and watch background tasks", t)

@@ -36,8 +36,8 @@ import (
 // fan-out; hosts never started get none.
 
 const (
-	toolFleetBash = "fleet_bash"
-	toolFleetRead = "fleet_read"
+	toolFleetBash = protocol.ToolFleetBash
+	toolFleetRead = protocol.ToolFleetRead
 
 	// defaultFanoutConcurrency and maxFanoutConcurrency bound the hosts
 	// called at once.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Every tool the server registers is one the access rules know: the
@@ -33,7 +35,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 	}
 	var perHost []string
 	for _, tool := range res.Tools {
-		if tool.Name == toolHosts || slices.Contains(adminToolNames(), tool.Name) {
+		if tool.Name == protocol.ToolHosts || protocol.IsAdminTool(tool.Name) {
 			continue
 		}
 		data, _ := json.Marshal(tool.InputSchema)
@@ -45,7 +47,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 		}
 		// Fan-out tools are granted as the per-host tool they run, and
 		// take a selector instead of a host.
-		if base := fanoutBase(tool.Name); base != "" {
+		if base := protocol.FanoutBase(tool.Name); base != "" {
 			if !slices.Contains(hostToolNames(), base) || !slices.Contains(schema.Required, "selector") {
 				t.Errorf("%s: runs %q, requires %v", tool.Name, base, schema.Required)
 			}

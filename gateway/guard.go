@@ -241,20 +241,20 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 	switch {
 	case cc.id == nil:
 		return deniedBy("", "no authenticated caller"), tool + " not permitted for " + who
-	case slices.Contains(adminToolNames(), tool):
+	case protocol.IsAdminTool(tool):
 		d := gr.Admin()
 		return d, fmt.Sprintf("%s not permitted for %s: admin tools need an access rule with admin: true", tool, who)
-	case tool == toolHosts:
+	case tool == protocol.ToolHosts:
 		if gr.ToolVisible(tool) {
 			return allowedBy(""), ""
 		}
 		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
-	case fanoutBase(tool) != "":
+	case protocol.FanoutBase(tool) != "":
 		// Each host is decided by the fan-out itself (fanout.go).
 		if gr.ToolVisible(tool) {
 			return allowedBy(""), ""
 		}
-		return deniedBy("", "no access rule grants "+fanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, fanoutBase(tool))
+		return deniedBy("", "no access rule grants "+protocol.FanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, protocol.FanoutBase(tool))
 	case !perHostTool(tool):
 		// Not a tool of this gateway: the SDK answers that.
 		return allowedBy(""), ""
