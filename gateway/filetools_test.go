@@ -48,7 +48,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 		// Fan-out tools are granted as the per-host tool they run, and
 		// take a selector instead of a host.
 		if base := protocol.FanoutBase(tool.Name); base != "" {
-			if !slices.Contains(hostToolNames(), base) || !slices.Contains(schema.Required, "selector") {
+			if !slices.Contains(protocol.GrantedTools(), base) || !slices.Contains(schema.Required, "selector") {
 				t.Errorf("%s: runs %q, requires %v", tool.Name, base, schema.Required)
 			}
 			continue
@@ -69,7 +69,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 		}
 	}
 	slices.Sort(perHost)
-	want := slices.Sorted(slices.Values(append(hostToolNames(), taskToolNames()...)))
+	want := slices.Sorted(slices.Values(append(protocol.GrantedTools(), protocol.TaskTools()...)))
 	if !slices.Equal(perHost, want) {
 		t.Errorf("per-host tools registered %v, known to the access rules %v", perHost, want)
 	}
