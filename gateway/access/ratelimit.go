@@ -70,6 +70,7 @@ func (l RateLimit) perSecond() float64 {
 	return float64(l.N) / l.Period.Seconds()
 }
 
+// String describes l for people, such as "120 calls per minute".
 func (l RateLimit) String() string {
 	if l.Unlimited() {
 		return "unlimited"
