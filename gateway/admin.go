@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -84,8 +85,8 @@ func parseAdminPath(path string) (adminRoute, error) {
 type adminIDKey struct{}
 
 // adminIdentity is the admin a request of the skills handlers is for.
-func adminIdentity(r *http.Request) *Identity {
-	id, _ := r.Context().Value(adminIDKey{}).(*Identity)
+func adminIdentity(r *http.Request) *access.Identity {
+	id, _ := r.Context().Value(adminIDKey{}).(*access.Identity)
 	return id
 }
 
@@ -124,7 +125,7 @@ func underPath(p, base string) bool { return p == base || strings.HasPrefix(p, b
 var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"}
 
 // adminCaller authenticates the caller and checks it is an admin.
-func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
+func (g *Gateway) adminCaller(r *http.Request) (*access.Identity, *protocol.APIError) {
 	if g.auth == nil {
 		if ip := net.ParseIP(sourceOf(r)); ip == nil || !ip.IsLoopback() {
 			return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), so its admin API answers callers on this machine only")
@@ -136,13 +137,13 @@ func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
 				return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), and this request came through a proxy (%s): the admin API answers callers on this machine only, directly; turn authentication on to serve it through a proxy", h)
 			}
 		}
-		return localIdentity(), nil
+		return access.LocalIdentity(), nil
 	}
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if raw = strings.TrimSpace(raw); !ok || raw == "" {
 		return nil, apiErr(protocol.APIUnauthorized, "the admin API needs Authorization: Bearer with an admin API token (an --api_tokens entry with admin: true) or an OIDC token whose access rule says admin: true; set --api_token or FLEET_API_TOKEN")
 	}
-	id, _, err := g.auth.identify(r.Context(), raw)
+	id, _, err := g.auth.Identify(r.Context(), raw)
 	if err != nil {
 		g.log.Info("admin API: refused bearer token", "source", sourceOf(r), "reason", err)
 		return nil, apiErr(protocol.APIUnauthorized, "the bearer token was refused (%v): use a valid admin API token or a current OIDC token", err)
@@ -158,7 +159,7 @@ func (g *Gateway) adminCaller(r *http.Request) (*Identity, *protocol.APIError) {
 // adminAction is one admin request of an admin.
 type adminAction struct {
 	g     *Gateway
-	id    *Identity
+	id    *access.Identity
 	w     http.ResponseWriter
 	r     *http.Request
 	route adminRoute
@@ -464,7 +465,7 @@ func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) err
 }
 
 // auditAdmin writes the audit record of an admin action.
-func (g *Gateway) auditAdmin(id *Identity, tool, target, src string, hosts []string, args map[string]any, aerr *protocol.APIError) {
+func (g *Gateway) auditAdmin(id *access.Identity, tool, target, src string, hosts []string, args map[string]any, aerr *protocol.APIError) {
 	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID},
 		ProjectID: id.ProjectID, Tool: tool, Hosts: hosts, Target: target, Source: src, Args: args, Decision: decisionAllowed, Outcome: outcomeOK}
 	if aerr != nil {

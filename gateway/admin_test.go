@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -84,11 +85,11 @@ func tokenLine(name, token string, admin bool) string {
 func TestAdminAuth(t *testing.T) {
 	is := oidctest.New(t, "fleet", "rsa-1")
 	adminTok, readerTok := "fmcp_admin-token-for-the-test", "fmcp_reader-token-for-the-test"
-	tokens, err := ParseAPITokens("tokens", []byte("tokens:\n"+tokenLine("ops", adminTok, true)+tokenLine("reader", readerTok, false)))
+	tokens, err := access.ParseAPITokens("tokens", []byte("tokens:\n"+tokenLine("ops", adminTok, true)+tokenLine("reader", readerTok, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := ParseAccess("rules", []byte(`
+	rules, err := access.ParseRules("rules", []byte(`
 rules:
   - name: ops
     match: {groups: ops}
@@ -105,7 +106,7 @@ rules:
 	}
 	gw := startAPIGateway(t, nil, func(c *Config) {
 		c.AuthDisabled = false
-		c.Auth = AuthConfig{Issuer: is.URL(), Audience: "fleet", APITokens: tokens}
+		c.Auth = access.AuthConfig{Issuer: is.URL(), Audience: "fleet", APITokens: tokens}
 		c.Access = rules
 	})
 	tap := tapAudit(t, gw)
@@ -150,7 +151,7 @@ rules:
 		t.Errorf("token %+v", tok)
 	}
 	rec := tap.find(t, gw, "admin_token_create", outcomeOK)
-	if rec.Caller.Kind != KindAPIToken || rec.Caller.Subject != "ops" || rec.Target != tok.Info.ID || rec.Source != "127.0.0.1" {
+	if rec.Caller.Kind != access.KindAPIToken || rec.Caller.Subject != "ops" || rec.Target != tok.Info.ID || rec.Source != "127.0.0.1" {
 		t.Errorf("token create record %+v", rec)
 	}
 	if line := rec.line(); !strings.Contains(line, "\ttarget "+tok.Info.ID+"\t") {
@@ -163,7 +164,7 @@ rules:
 	if _, code := c.enrol(enrolReq(t, kp, tok.Token, "web-1", c.pin, time.Now())); code != "" {
 		t.Fatal(code)
 	}
-	if rec := tap.find(t, gw, "enrol", outcomeOK); rec.Caller.Kind != KindAgent || rec.Target != tok.Info.ID || len(rec.Hosts) != 1 || rec.Hosts[0] != "web-1" {
+	if rec := tap.find(t, gw, "enrol", outcomeOK); rec.Caller.Kind != access.KindAgent || rec.Target != tok.Info.ID || len(rec.Hosts) != 1 || rec.Hosts[0] != "web-1" {
 		t.Errorf("enrol record %+v", rec)
 	}
 	if _, code := c.enrol(enrolReq(t, newUser(t), tok.Token, "db-1", c.pin, time.Now())); code != protocol.APINameNotAllowed {
@@ -181,7 +182,7 @@ rules:
 	if info.Labels["role"] != "web" || info.Labels["env"] != "" {
 		t.Errorf("labels %v", info.Labels)
 	}
-	if rec := tap.find(t, gw, "admin_agent_labels", outcomeOK); rec.Caller.Kind != KindOIDC || rec.Caller.Subject != "user-ops" || rec.Target != "web-1" || len(rec.Hosts) != 1 {
+	if rec := tap.find(t, gw, "admin_agent_labels", outcomeOK); rec.Caller.Kind != access.KindOIDC || rec.Caller.Subject != "user-ops" || rec.Target != "web-1" || len(rec.Hosts) != 1 {
 		t.Errorf("labels record %+v", rec)
 	}
 	var list protocol.AgentList

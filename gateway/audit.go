@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -115,10 +116,10 @@ type AuditRecord struct {
 
 // AuditCaller identifies the caller in a record.
 type AuditCaller struct {
-	Kind     IdentityKind `json:"kind"`
-	Subject  string       `json:"sub"`
-	Email    string       `json:"email,omitempty"`
-	ClientID string       `json:"client_id,omitempty"`
+	Kind     access.IdentityKind `json:"kind"`
+	Subject  string              `json:"sub"`
+	Email    string              `json:"email,omitempty"`
+	ClientID string              `json:"client_id,omitempty"`
 }
 
 // Decisions and outcomes.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 func TestParseAuditQuery(t *testing.T) {
@@ -68,8 +70,8 @@ func TestAuditQueryMatch(t *testing.T) {
 	}
 	// "token deploy" finds the API token deploy, not a provider's user
 	// named like it; "deploy" finds both.
-	tok := &AuditRecord{Time: at, Caller: AuditCaller{Kind: KindAPIToken, Subject: "deploy"}}
-	usr := &AuditRecord{Time: at, Caller: AuditCaller{Kind: KindOIDC, Subject: "deploy"}}
+	tok := &AuditRecord{Time: at, Caller: AuditCaller{Kind: access.KindAPIToken, Subject: "deploy"}}
+	usr := &AuditRecord{Time: at, Caller: AuditCaller{Kind: access.KindOIDC, Subject: "deploy"}}
 	for _, tc := range []struct {
 		q        string
 		tok, usr bool
@@ -107,5 +109,17 @@ func TestAuditLineColumns(t *testing.T) {
 		if len(cols) != want || cols[3] != c.where || cols[4] != decisionAllowed {
 			t.Errorf("%s: columns %q: want %d, the fourth %q and the fifth the decision", c.name, cols, want, c.where)
 		}
+	}
+}
+
+// TestAuditLineNamesTokens: the audit text tells an API token from a
+// provider's user of the same name.
+func TestAuditLineNamesTokens(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	tok := AuditRecord{Time: at, Caller: AuditCaller{Kind: access.KindAPIToken, Subject: "deploy"}, Tool: "read"}
+	usr := AuditRecord{Time: at, Caller: AuditCaller{Kind: access.KindOIDC, Subject: "deploy"}, Tool: "read"}
+	a, b := strings.Split(tok.line(), "\t")[1], strings.Split(usr.line(), "\t")[1]
+	if a != "token deploy" || b != "deploy" {
+		t.Errorf("callers shown as %q and %q, want \"token deploy\" and \"deploy\"", a, b)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -119,7 +120,7 @@ func (q *auditQuery) match(r *AuditRecord) bool {
 		return true
 	}
 	name := r.Caller.Subject
-	if r.Caller.Kind == KindAPIToken {
+	if r.Caller.Kind == access.KindAPIToken {
 		name = "token " + name // "token deploy" finds the API token only
 	}
 	for _, s := range []string{name, r.Caller.Email, r.Caller.ClientID} {
@@ -326,7 +327,7 @@ func (r *AuditRecord) line() string {
 	var b strings.Builder
 	who := r.Caller.Subject
 	switch {
-	case r.Caller.Kind == KindAPIToken:
+	case r.Caller.Kind == access.KindAPIToken:
 		// As Identity.Name: the API token deploy is not the identity
 		// provider's user "deploy".
 		who = "token " + r.Caller.Subject

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -267,7 +268,7 @@ func configDamage(want, cfg jetstream.StreamConfig) string {
 // the stream.
 func (a *auditor) damaged(what, how, after string) {
 	detail := a.alarm(what, how, after, "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
-	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: KindLocal, Subject: "fleet-gateway"},
+	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: access.KindLocal, Subject: "fleet-gateway"},
 		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
 	// Not waited on: the writer stores it as soon as the stream takes
 	// records.

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -127,14 +128,14 @@ type Config struct {
 	AuthDisabled bool
 	// Auth configures caller authentication: JWTs from an issuer, static
 	// API tokens, or both. Required unless AuthDisabled.
-	Auth AuthConfig
-	// Access are the caller access rules (LoadAccess). Required with a JWT
+	Auth access.AuthConfig
+	// Access are the caller access rules (access.LoadRules). Required with a JWT
 	// issuer; API tokens carry their own grants, and deny rules apply to
 	// every caller.
-	Access *AccessRules
+	Access *access.Rules
 	// RateLimit is each caller's tools/call limit where its access rule
-	// or API token sets none (ParseRateLimit). Zero: unlimited.
-	RateLimit RateLimit
+	// or API token sets none (access.ParseRateLimit). Zero: unlimited.
+	RateLimit access.RateLimit
 	// Audit configures the audit trail.
 	Audit AuditConfig
 
@@ -243,7 +244,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.ProgressIdle, 5*time.Second)
 	setDur(&c.AgentCredentialTTL, 720*time.Hour)
 	setDur(&c.EnrolRetryWindow, 10*time.Minute)
-	c.Auth.setDefaults()
+	c.Auth.SetDefaults()
 	c.Audit.setDefaults()
 	c.Hosts.setDefaults()
 	c.Cluster.setDefaults(c)
@@ -378,7 +379,7 @@ func (c *Config) validateAuth() []error {
 		if !isLoopback(c.Listen) {
 			errs = append(errs, fmt.Errorf("caller authentication is off, so the MCP endpoint may only listen on loopback, not %q: use --listen 127.0.0.1:PORT, or configure authentication (--jwt_issuer and --jwt_audience, or --api_tokens) instead of --no_auth/--dev", c.Listen))
 		}
-		if c.Auth.configured() {
+		if c.Auth.Configured() {
 			errs = append(errs, errors.New("caller authentication is off (--dev or --no_auth), yet JWT or API-token settings are given: drop one or the other"))
 		}
 		if c.Access != nil {
@@ -386,11 +387,11 @@ func (c *Config) validateAuth() []error {
 		}
 		return errs
 	}
-	if !c.Auth.configured() {
+	if !c.Auth.Configured() {
 		return append(errs, errors.New("caller authentication is not configured: set --jwt_issuer and --jwt_audience (or JWT_ISSUER and JWT_AUDIENCE), or --api_tokens FILE; "+
 			"for this machine only, --dev or --no_auth on a loopback listener"))
 	}
-	errs = append(errs, c.Auth.validate()...)
+	errs = append(errs, c.Auth.Validate()...)
 	if c.Auth.Issuer != "" && c.Access == nil {
 		errs = append(errs, errors.New("JWT callers need access rules: set --access FILE (a caller no rule matches may do nothing)"))
 	}

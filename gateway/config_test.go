@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // external sets the files an external cluster needs.
@@ -75,18 +77,18 @@ func TestConfigValidate(t *testing.T) {
 		{"silence too short", dev(Config{Silence: 50 * time.Millisecond}), []string{"silence", "50ms", "minimum 100ms"}},
 		{"silence at the minimum", dev(Config{Silence: 100 * time.Millisecond}), nil},
 		{"auth enabled", Config{DataDir: "/var/lib/fleet"}, []string{"authentication is not configured", "--dev", "--no_auth", "loopback", "--jwt_issuer", "--api_tokens"}},
-		{"API tokens on all interfaces", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: AuthConfig{APITokens: &APITokens{}}}, nil},
+		{"API tokens on all interfaces", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: access.AuthConfig{APITokens: &access.APITokens{}}}, nil},
 		{"metrics on a loopback MCP listener", dev(Config{Metrics: true}), nil},
-		{"metrics on an MCP listener beyond loopback", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: AuthConfig{APITokens: &APITokens{}}, Metrics: true},
+		{"metrics on an MCP listener beyond loopback", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: access.AuthConfig{APITokens: &access.APITokens{}}, Metrics: true},
 			[]string{"--metrics", "without authentication", "0.0.0.0:8080", "--metrics_listen"}},
-		{"metrics on a listener of their own", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: AuthConfig{APITokens: &APITokens{}}, MetricsListen: "127.0.0.1:9464"}, nil},
+		{"metrics on a listener of their own", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080", Auth: access.AuthConfig{APITokens: &access.APITokens{}}, MetricsListen: "127.0.0.1:9464"}, nil},
 		{"a CORS wildcard", dev(Config{CORSOrigins: []string{"*"}}), []string{"--cors_origins", "would admit any page"}},
 		{"JWT with rules on all interfaces", Config{DataDir: "/var/lib/fleet", Listen: "0.0.0.0:8080",
-			Auth: AuthConfig{Issuer: "https://id.example", Audience: "fleet"}, Access: &AccessRules{}}, nil},
-		{"JWT without rules", Config{DataDir: "/var/lib/fleet", Auth: AuthConfig{Issuer: "https://id.example", Audience: "fleet"}}, []string{"--access"}},
-		{"JWT without audience", Config{DataDir: "/var/lib/fleet", Auth: AuthConfig{Issuer: "https://id.example"}, Access: &AccessRules{}}, []string{"--jwt_audience is required"}},
-		{"auth off with an issuer", dev(Config{Auth: AuthConfig{Issuer: "https://id.example", Audience: "fleet"}}), []string{"authentication is off", "drop one"}},
-		{"auth off with rules", dev(Config{Access: &AccessRules{}}), []string{"access rules apply to authenticated callers", "--access"}},
+			Auth: access.AuthConfig{Issuer: "https://id.example", Audience: "fleet"}, Access: &access.Rules{}}, nil},
+		{"JWT without rules", Config{DataDir: "/var/lib/fleet", Auth: access.AuthConfig{Issuer: "https://id.example", Audience: "fleet"}}, []string{"--access"}},
+		{"JWT without audience", Config{DataDir: "/var/lib/fleet", Auth: access.AuthConfig{Issuer: "https://id.example"}, Access: &access.Rules{}}, []string{"--jwt_audience is required"}},
+		{"auth off with an issuer", dev(Config{Auth: access.AuthConfig{Issuer: "https://id.example", Audience: "fleet"}}), []string{"authentication is off", "drop one"}},
+		{"auth off with rules", dev(Config{Access: &access.Rules{}}), []string{"access rules apply to authenticated callers", "--access"}},
 		{"audit replicas", dev(Config{Audit: AuditConfig{Replicas: 7}}), []string{"replicas 7"}},
 		{"audit retention", dev(Config{Audit: AuditConfig{Retention: time.Minute}}), []string{"retention 1m0s"}},
 		{"hosts replicas", dev(Config{Hosts: HostsConfig{Replicas: 6}}), []string{"hosts bucket replicas 6"}},
@@ -213,7 +215,7 @@ func TestTransportWarnings(t *testing.T) {
 func TestStartWarnsOfClearTransport(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	cfg := Config{Listen: "0.0.0.0:0", DataDir: t.TempDir(), Auth: AuthConfig{APITokens: &APITokens{}},
+	cfg := Config{Listen: "0.0.0.0:0", DataDir: t.TempDir(), Auth: access.AuthConfig{APITokens: &access.APITokens{}},
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	gw, err := Start(t.Context(), cfg)
 	if err != nil {

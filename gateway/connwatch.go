@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -768,7 +769,7 @@ func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns 
 	// The record's facts are the servers', read by the gateway: nothing
 	// in it comes from either connection.
 	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Tool: auditIdentityConflict, Hosts: []string{host},
-		Caller:   AuditCaller{Kind: KindUnverified, Subject: "nats key " + key},
+		Caller:   AuditCaller{Kind: access.KindUnverified, Subject: "nats key " + key},
 		Decision: decisionDenied, Rule: "one live connection per host identity", Outcome: outcomeRefused,
 		Reason: "two live NATS connections on the host's identity", Error: detail,
 		Source: "the NATS servers' connections", Args: map[string]any{"connections": list}}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -36,8 +37,8 @@ import (
 // fan-out; hosts never started get none.
 
 const (
-	toolFleetBash = "fleet_bash"
-	toolFleetRead = "fleet_read"
+	toolFleetBash = protocol.ToolFleetBash
+	toolFleetRead = protocol.ToolFleetRead
 
 	// defaultFanoutConcurrency and maxFanoutConcurrency bound the hosts
 	// called at once.
@@ -320,7 +321,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 	}
 	o.DurationMS = time.Since(start).Milliseconds()
 	f.classify(o, res, err)
-	f.audit(o, start, id, allowedBy(rule))
+	f.audit(o, start, id, access.AllowedBy(rule))
 }
 
 // classifyRouting sorts a routing failure; it reports whether err was one.
@@ -494,7 +495,7 @@ func lastLine(s string) string {
 }
 
 // audit records one host's part of the fan-out.
-func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec Decision) {
+func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec access.Decision) {
 	rec := &AuditRecord{
 		Time: start.UTC(), CallID: id, Tool: f.base, Hosts: []string{o.Host}, Args: f.auditArgs,
 		Parent: f.cc.callID, DurationMS: o.DurationMS, BytesOut: o.Bytes, ExitCode: o.ExitCode,

@@ -254,25 +254,6 @@ func FuzzRenderFanout(f *testing.F) {
 	})
 }
 
-// Fan-out tools follow the grants of the tool they run on each host.
-func TestFanoutToolVisible(t *testing.T) {
-	rules, ids, _ := grantsFixture(t)
-	for _, tc := range []struct {
-		who  string
-		want string
-	}{{"ops", "fleet_bash fleet_read"}, {"dashboard", "fleet_read"}, {"intern", "fleet_read"}, {"stranger", ""}, {"local", "fleet_bash fleet_read"}} {
-		var got []string
-		for _, tool := range []string{toolFleetBash, toolFleetRead} {
-			if rules.For(ids[tc.who]).ToolVisible(tool) {
-				got = append(got, tool)
-			}
-		}
-		if strings.Join(got, " ") != tc.want {
-			t.Errorf("%s sees %q, want %q", tc.who, got, tc.want)
-		}
-	}
-}
-
 // FuzzClassifyBash: whatever text an agent's bash result holds, the
 // classification never panics, every host lands in a bucket with a reason
 // unless it succeeded, and the output it keeps is part of the text.

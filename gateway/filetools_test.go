@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Every tool the server registers is one the access rules know: the
@@ -33,7 +35,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 	}
 	var perHost []string
 	for _, tool := range res.Tools {
-		if tool.Name == toolHosts || slices.Contains(adminToolNames(), tool.Name) {
+		if tool.Name == protocol.ToolHosts || protocol.IsAdminTool(tool.Name) {
 			continue
 		}
 		data, _ := json.Marshal(tool.InputSchema)
@@ -45,8 +47,8 @@ func TestToolsKnownToAccess(t *testing.T) {
 		}
 		// Fan-out tools are granted as the per-host tool they run, and
 		// take a selector instead of a host.
-		if base := fanoutBase(tool.Name); base != "" {
-			if !slices.Contains(hostToolNames(), base) || !slices.Contains(schema.Required, "selector") {
+		if base := protocol.FanoutBase(tool.Name); base != "" {
+			if !slices.Contains(protocol.GrantedTools(), base) || !slices.Contains(schema.Required, "selector") {
 				t.Errorf("%s: runs %q, requires %v", tool.Name, base, schema.Required)
 			}
 			continue
@@ -67,7 +69,7 @@ func TestToolsKnownToAccess(t *testing.T) {
 		}
 	}
 	slices.Sort(perHost)
-	want := slices.Sorted(slices.Values(append(hostToolNames(), taskToolNames()...)))
+	want := slices.Sorted(slices.Values(append(protocol.GrantedTools(), protocol.TaskTools()...)))
 	if !slices.Equal(perHost, want) {
 		t.Errorf("per-host tools registered %v, known to the access rules %v", perHost, want)
 	}

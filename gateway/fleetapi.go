@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -220,7 +221,7 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 
 // auditEnrolment logs and audits an enrolment, recovery or renewal.
 func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *protocol.APIError) {
-	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: KindAgent, Subject: out.key},
+	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: out.key},
 		Tool: what, Target: out.tokenID, Source: src, Decision: decisionAllowed, Outcome: outcomeOK}
 	if out.host != "" {
 		rec.Hosts = []string{out.host}

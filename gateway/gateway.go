@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -51,10 +52,10 @@ type Gateway struct {
 	reg    *registry
 	store  *hostStore
 	router *router
-	auth   *authenticator // nil with authentication off
+	auth   *access.Authenticator // nil with authentication off
 	audit  *auditor
 	// access are the access rules in force; a reload swaps them.
-	access atomic.Pointer[AccessRules]
+	access atomic.Pointer[access.Rules]
 	// reloadMu makes reloads one at a time.
 	reloadMu sync.Mutex
 
@@ -114,7 +115,7 @@ type Gateway struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 	// rates holds the per-caller rate-limit buckets.
-	rates rateLimiters
+	rates access.RateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
 	agentLogs *logLimiter
 	// identityConflictCount counts the identity conflicts found
@@ -195,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 // failure closeStarted stops exactly what was started.
 func (g *Gateway) start(ctx context.Context) error {
 	if !g.cfg.AuthDisabled {
-		a, err := newAuthenticator(ctx, g.cfg.Auth, g.log.With("component", "auth"))
+		a, err := access.NewAuthenticator(ctx, g.cfg.Auth, g.log.With("component", "auth"))
 		if err != nil {
 			return fmt.Errorf("caller authentication: %w", err)
 		}
@@ -761,13 +762,13 @@ func (g *Gateway) logGrants() {
 	if g.auth == nil {
 		return
 	}
-	if tokens := g.auth.tokens.Load(); tokens != nil {
+	if tokens := g.auth.Tokens(); tokens != nil {
 		for _, line := range tokens.Summary() {
 			g.log.Info("API token", "grant", line)
 		}
 	}
 	if rules := g.access.Load(); rules != nil {
-		g.log.Info("access rules", "file", rules.Source, "rules", len(rules.rules))
+		g.log.Info("access rules", "file", rules.Source, "rules", rules.Len())
 		for _, line := range rules.Summary() {
 			g.log.Info("access rule", "rule", line)
 		}
@@ -782,9 +783,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var mcpHandler http.Handler = g.mcpHandler(g.newMCPServer())
 	if g.auth != nil {
-		mcpHandler = g.auth.protect(mcpHandler)
-		mux.Handle(wellKnownResource, g.auth.metadata())
-		mux.Handle(wellKnownResource+"/mcp", g.auth.metadata())
+		mcpHandler = g.auth.Protect(mcpHandler)
+		mux.Handle(access.MetadataPath, g.auth.Metadata())
+		mux.Handle(access.MetadataPath+"/mcp", g.auth.Metadata())
 	}
 	mux.Handle("/mcp", mcpHandler)
 	g.healthHandlers(mux)

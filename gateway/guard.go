@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -23,8 +24,8 @@ import (
 
 // callContext is what the guard hands a tool handler.
 type callContext struct {
-	id     *Identity
-	grants *Grants
+	id     *access.Identity
+	grants *access.Grants
 	callID string
 	// outcome is set by forward for failures a result does not show
 	// (timed out, cancelled); empty: judged from the result.
@@ -65,6 +66,26 @@ func (cc *callContext) recorded(t *auditTicket) {
 
 type callContextKey struct{}
 
+// identityOf returns the caller of an MCP request: the authenticated
+// identity, or the local caller when authentication is off. With
+// authentication on and no identity (which the HTTP middleware prevents)
+// it returns nil, and the caller gets nothing.
+func (g *Gateway) identityOf(extra *mcp.RequestExtra) *access.Identity {
+	if g.cfg.AuthDisabled {
+		return access.LocalIdentity()
+	}
+	if extra == nil {
+		return nil
+	}
+	return access.FromTokenInfo(extra.TokenInfo)
+}
+
+// perHostTool reports whether tool acts on one host (and takes "host").
+func perHostTool(tool string) bool {
+	_, ok := protocol.HostTool(tool)
+	return ok
+}
+
 func withCall(ctx context.Context, cc *callContext) context.Context {
 	return context.WithValue(ctx, callContextKey{}, cc)
 }
@@ -75,7 +96,7 @@ func callFrom(ctx context.Context) *callContext {
 	if cc, ok := ctx.Value(callContextKey{}).(*callContext); ok {
 		return cc
 	}
-	return &callContext{grants: (*AccessRules)(nil).For(nil), callID: newCallID()}
+	return &callContext{grants: (*access.Rules)(nil).For(nil), callID: newCallID()}
 }
 
 // guard is the receiving middleware of the MCP server. Resource reads
@@ -232,7 +253,7 @@ func hostArg(raw json.RawMessage) string {
 // decide applies the access rules to a call. A refused call gets a tool
 // error that names the caller and, for a host the caller may see, the
 // host; a host it may not see gets the unknown-host answer.
-func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) {
+func (g *Gateway) decide(cc *callContext, tool, host string) (access.Decision, string) {
 	who := "an unauthenticated caller"
 	if cc.id != nil {
 		who = cc.id.Name()
@@ -240,38 +261,38 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 	gr := cc.grants
 	switch {
 	case cc.id == nil:
-		return deniedBy("", "no authenticated caller"), tool + " not permitted for " + who
-	case slices.Contains(adminToolNames(), tool):
+		return access.DeniedBy("", "no authenticated caller"), tool + " not permitted for " + who
+	case protocol.IsAdminTool(tool):
 		d := gr.Admin()
 		return d, fmt.Sprintf("%s not permitted for %s: admin tools need an access rule with admin: true", tool, who)
-	case tool == toolHosts:
+	case tool == protocol.ToolHosts:
 		if gr.ToolVisible(tool) {
-			return allowedBy(""), ""
+			return access.AllowedBy(""), ""
 		}
-		return deniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
-	case fanoutBase(tool) != "":
+		return access.DeniedBy("", "no access rule grants any host"), fmt.Sprintf("hosts not permitted for %s: no access rule grants you any host", who)
+	case protocol.FanoutBase(tool) != "":
 		// Each host is decided by the fan-out itself (fanout.go).
 		if gr.ToolVisible(tool) {
-			return allowedBy(""), ""
+			return access.AllowedBy(""), ""
 		}
-		return deniedBy("", "no access rule grants "+fanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, fanoutBase(tool))
+		return access.DeniedBy("", "no access rule grants "+protocol.FanoutBase(tool)), fmt.Sprintf("%s not permitted for %s: no access rule grants %s on any host", tool, who, protocol.FanoutBase(tool))
 	case !perHostTool(tool):
 		// Not a tool of this gateway: the SDK answers that.
-		return allowedBy(""), ""
+		return access.AllowedBy(""), ""
 	case !gr.ToolVisible(tool):
-		return deniedBy("", "no access rule grants "+tool), fmt.Sprintf("%s not permitted for %s", tool, who)
+		return access.DeniedBy("", "no access rule grants "+tool), fmt.Sprintf("%s not permitted for %s", tool, who)
 	case protocol.ValidateHost(host) != nil:
 		// Reaches no host: the tool reports the bad argument.
-		return allowedBy(""), ""
+		return access.AllowedBy(""), ""
 	}
 	h, ok := g.reg.get(host)
 	switch {
 	case !ok:
 		// Refused here, not left to the router: a host that announces
 		// itself while the call is on its way must not escape the rules.
-		return deniedBy("", "unknown host"), unknownHost(host).Msg
+		return access.DeniedBy("", "unknown host"), unknownHost(host).Msg
 	case !gr.HostVisible(host, h.Labels):
-		return deniedBy("", "host not visible to the caller: no rule grants any tool on it"), unknownHost(host).Msg
+		return access.DeniedBy("", "host not visible to the caller: no rule grants any tool on it"), unknownHost(host).Msg
 	}
 	d := gr.Tool(tool, host, h.Labels)
 	if d.Allowed {
@@ -286,21 +307,21 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (Decision, string) 
 
 // rateCheck takes the call from the caller's rate-limit bucket. Over the
 // limit, the call is refused with a message that says when to retry.
-func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec Decision) (Decision, string) {
+func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec access.Decision) (access.Decision, string) {
 	rd := cc.grants.RateLimit(g.cfg.RateLimit)
 	// One bucket per caller as hosts know it, issuer and subject: the
 	// API token deploy and a provider's user "deploy" are two callers.
-	ok, wait := g.rates.allow(cc.id.qualified(), rd.limit, now)
+	ok, wait := g.rates.Allow(cc.id.Qualified(), rd.Limit, now)
 	if ok {
 		return dec, ""
 	}
 	from := "the gateway's default"
-	if rd.rule != "" {
-		from = rd.rule
+	if rd.Rule != "" {
+		from = rd.Rule
 	}
 	g.metrics.rateLimited.Inc()
 	secs := math.Ceil(wait.Seconds()*10) / 10
-	return deniedBy(rd.rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.limit, from, secs)
+	return access.DeniedBy(rd.Rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.Limit, from, secs)
 }
 
 // newRecord starts the audit record of a call.

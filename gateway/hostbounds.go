@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -93,8 +94,8 @@ type hostBounds struct {
 	now      func() time.Time
 	renewTTL time.Duration
 
-	reports  rateLimiters
-	renewals rateLimiters
+	reports  access.RateLimiters
+	renewals access.RateLimiters
 	logs     *logLimiter
 	counts   boundCounts
 
@@ -108,12 +109,12 @@ func newHostBounds(now func() time.Time, renewTTL time.Duration) *hostBounds {
 	return &hostBounds{now: now, renewTTL: renewTTL, logs: newLogLimiter(logEvery, 1), unsent: make(map[string]*unsentTally)}
 }
 
-func (b *hostBounds) reportLimit() RateLimit {
-	return RateLimit{N: reportBurst, Period: reportPeriod}
+func (b *hostBounds) reportLimit() access.RateLimit {
+	return access.RateLimit{N: reportBurst, Period: reportPeriod}
 }
 
-func (b *hostBounds) renewLimit() RateLimit {
-	return RateLimit{N: renewBurst, Period: renewBurst * renewRefill(b.renewTTL)}
+func (b *hostBounds) renewLimit() access.RateLimit {
+	return access.RateLimit{N: renewBurst, Period: renewBurst * renewRefill(b.renewTTL)}
 }
 
 // renewLimitText says the renewal bound for people.
@@ -123,14 +124,14 @@ func (b *hostBounds) renewLimitText() string {
 
 // allowReport takes one of host's refusal reports from its bucket.
 func (b *hostBounds) allowReport(host string) bool {
-	ok, _ := b.reports.allow(host, b.reportLimit(), b.now())
+	ok, _ := b.reports.Allow(host, b.reportLimit(), b.now())
 	return ok
 }
 
 // allowRenewal takes one of host's renewals from its bucket; when it is
 // empty, it says how long until the next one.
 func (b *hostBounds) allowRenewal(host string) (bool, time.Duration) {
-	return b.renewals.allow(host, b.renewLimit(), b.now())
+	return b.renewals.Allow(host, b.renewLimit(), b.now())
 }
 
 // log writes one line about host's bound named what, at most one per
@@ -184,11 +185,11 @@ func refusalKind(k string) string {
 func auditCallerOf(c protocol.Caller) AuditCaller {
 	switch c.Issuer {
 	case protocol.IssuerLocal:
-		return AuditCaller{Kind: KindLocal, Subject: c.Subject}
+		return AuditCaller{Kind: access.KindLocal, Subject: c.Subject}
 	case protocol.IssuerAPIToken:
-		return AuditCaller{Kind: KindAPIToken, Subject: strings.TrimPrefix(c.Subject, "token:")}
+		return AuditCaller{Kind: access.KindAPIToken, Subject: strings.TrimPrefix(c.Subject, "token:")}
 	}
-	return AuditCaller{Kind: KindOIDC, Subject: c.Subject, Email: c.Name, ClientID: c.ClientID}
+	return AuditCaller{Kind: access.KindOIDC, Subject: c.Subject, Email: c.Name, ClientID: c.ClientID}
 }
 
 // unsentTally counts one host's reports about messages this gateway did

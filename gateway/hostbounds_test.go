@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -74,12 +75,12 @@ func TestRefusalReportsBounded(t *testing.T) {
 			t.Errorf("a record carries what the host made up: %s", data)
 		}
 		switch rec.Caller.Kind {
-		case KindHostReport:
+		case access.KindHostReport:
 			summaries++
 			if rec.Tool != refusedMessagesTool || rec.Hosts[0] != "web-1" && rec.Hosts[0] != "web-2" {
 				t.Errorf("summary record %s", data)
 			}
-		case KindOIDC:
+		case access.KindOIDC:
 			calls++
 			if rec.Caller.Subject != "user-1" || rec.Caller.Email != "Ada" || rec.Tool != "bash" || string(rec.rawArgs) != string(rc.call.Args) ||
 				rec.Target != "call "+rc.call.ID+" (its call message)" || rec.Reason != "replayed" || rec.Outcome != outcomeRefused {
@@ -280,10 +281,10 @@ func TestRenewalBounds(t *testing.T) {
 
 // A refusal record names the caller as the call's own record does.
 func TestAuditCallerOf(t *testing.T) {
-	for _, id := range []*Identity{
-		localIdentity(),
-		{Kind: KindAPIToken, Subject: "deploy"},
-		{Kind: KindOIDC, Issuer: "https://idp.example", Subject: "u-1", Email: "ada@example.com", ClientID: "cli", Groups: []string{"ops"}},
+	for _, id := range []*access.Identity{
+		access.LocalIdentity(),
+		{Kind: access.KindAPIToken, Subject: "deploy"},
+		{Kind: access.KindOIDC, Issuer: "https://idp.example", Subject: "u-1", Email: "ada@example.com", ClientID: "cli", Groups: []string{"ops"}},
 	} {
 		want := AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		if got := auditCallerOf(id.Caller()); got != want {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -120,7 +119,7 @@ func boolFloat(b bool) float64 {
 // metricTool returns the tool label of a call: the tool's name when the
 // gateway serves it, else "other" (a client may send any name).
 func metricTool(tool string) string {
-	if perHostTool(tool) || fanoutBase(tool) != "" || tool == toolHosts || slices.Contains(adminToolNames(), tool) {
+	if perHostTool(tool) || protocol.FanoutBase(tool) != "" || tool == protocol.ToolHosts || protocol.IsAdminTool(tool) {
 		return tool
 	}
 	return "other"

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -162,11 +163,11 @@ func TestParseHostURI(t *testing.T) {
 }
 
 func TestSkillToolInAccessRules(t *testing.T) {
-	rules, err := ParseAccess("a.yaml", []byte("rules:\n  - match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [read, skill]\n"))
+	rules, err := access.ParseRules("a.yaml", []byte("rules:\n  - match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [read, skill]\n"))
 	if err != nil {
 		t.Fatalf("skill in an access rule: %v", err)
 	}
-	g := rules.For(&Identity{Kind: KindOIDC, Subject: "u"})
+	g := rules.For(&access.Identity{Kind: access.KindOIDC, Subject: "u"})
 	if !g.ToolVisible("skill") || !g.Tool("skill", "alpha", nil).Allowed || g.Tool("bash", "alpha", nil).Allowed {
 		t.Error("a rule granting skill does not grant exactly read and skill")
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -88,13 +89,13 @@ func newRedactor() *redactor {
 		`hv[sbr]\.[A-Za-z0-9_-]{20,}`,                             // Vault
 		// Webhook URLs are their own credential.
 		`hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+`, `discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+`,
-		apiTokenPrefix + `[A-Za-z0-9_-]{20,}`,
+		access.APITokenPrefix + `[A-Za-z0-9_-]{20,}`,
 	}, "|")
 	// secretWords are in every name secretName matches; tokenStarts
 	// begin every token in tokens.
 	secretWords := []string{"pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie"}
 	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj",
-		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", apiTokenPrefix}
+		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", access.APITokenPrefix}
 	rules := []redaction{
 		// PEM private keys, PGP key blocks, and the seed block of a NATS
 		// credentials file (whose END line has six dashes).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -222,7 +223,7 @@ func refusalRecord(host string, sc *sentCall, rep *protocol.Refusal, now time.Ti
 // no caller, no text of the host's.
 func unsentRecord(host string, t *unsentTally, now time.Time) *AuditRecord {
 	return &AuditRecord{Time: now.UTC(), CallID: newCallID(), Tool: refusedMessagesTool, Hosts: []string{host},
-		Caller:   AuditCaller{Kind: KindHostReport, Subject: host},
+		Caller:   AuditCaller{Kind: access.KindHostReport, Subject: host},
 		Decision: decisionDenied, Rule: "host envelope check", Reason: "not sent by this gateway", Outcome: outcomeRefused,
 		Source: "refused by host " + host,
 		Args: map[string]any{"reports": t.reports, "since": t.since.UTC().Format(time.RFC3339), "reasons": t.reasons, "kinds": t.kinds,

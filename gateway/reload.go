@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // This file reloads what an operator may change without a restart (on
@@ -22,24 +24,24 @@ func (g *Gateway) Reload() error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	var errs []error
-	access, tokens := g.access.Load(), (*APITokens)(nil)
+	rules, tokens := g.access.Load(), (*access.APITokens)(nil)
 	if g.auth != nil {
-		tokens = g.auth.tokens.Load()
+		tokens = g.auth.Tokens()
 	}
-	var newAccess *AccessRules
-	var newTokens *APITokens
+	var newAccess *access.Rules
+	var newTokens *access.APITokens
 	var bad bool
-	if access != nil && access.path != "" {
+	if rules != nil && rules.Path() != "" {
 		var err error
-		if newAccess, err = LoadAccess(access.path); err != nil {
-			g.log.Error(refusedReload, "file", access.path, "err", err)
+		if newAccess, err = access.LoadRules(rules.Path()); err != nil {
+			g.log.Error(refusedReload, "file", rules.Path(), "err", err)
 			errs, bad = append(errs, err), true
 		}
 	}
-	if tokens != nil && tokens.path != "" {
+	if tokens != nil && tokens.Path() != "" {
 		var err error
-		if newTokens, err = LoadAPITokens(tokens.path); err != nil {
-			g.log.Error(refusedReload, "file", tokens.path, "err", err)
+		if newTokens, err = access.LoadAPITokens(tokens.Path()); err != nil {
+			g.log.Error(refusedReload, "file", tokens.Path(), "err", err)
 			errs, bad = append(errs, err), true
 		}
 	}
@@ -48,7 +50,7 @@ func (g *Gateway) Reload() error {
 			g.access.Store(newAccess)
 		}
 		if newTokens != nil {
-			g.auth.tokens.Store(newTokens)
+			g.auth.SetTokens(newTokens)
 		}
 		g.log.Info("reloaded access rules and API tokens")
 		g.logGrants()

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -194,7 +195,7 @@ func TestRenewOverNATS(t *testing.T) {
 	t.Run("audited", func(t *testing.T) {
 		ok := tap.find(t, gw, "renew", outcomeOK)
 		refused := tap.find(t, gw, "renew", outcomeRefused)
-		if ok.Caller.Kind != KindAgent || ok.Caller.Subject != pub || len(ok.Hosts) != 1 || ok.Hosts[0] != "web-1" || refused.Reason == "" {
+		if ok.Caller.Kind != access.KindAgent || ok.Caller.Subject != pub || len(ok.Hosts) != 1 || ok.Hosts[0] != "web-1" || refused.Reason == "" {
 			t.Errorf("renewal records %+v and %+v", ok, refused)
 		}
 	})

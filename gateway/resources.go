@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -52,7 +53,7 @@ func (g *Gateway) addResources(s *mcp.Server) {
 
 // resourceGrants returns the access of the caller of a resource read, as
 // the guard computes it for tool calls.
-func (g *Gateway) resourceGrants(req *mcp.ReadResourceRequest) *Grants {
+func (g *Gateway) resourceGrants(req *mcp.ReadResourceRequest) *access.Grants {
 	var extra *mcp.RequestExtra
 	if req != nil {
 		extra = req.Extra
@@ -61,7 +62,7 @@ func (g *Gateway) resourceGrants(req *mcp.ReadResourceRequest) *Grants {
 }
 
 // visibleHosts returns the hosts gr may see, sorted by name.
-func (g *Gateway) visibleHosts(gr *Grants) []HostInfo {
+func (g *Gateway) visibleHosts(gr *access.Grants) []HostInfo {
 	return slices.DeleteFunc(g.reg.list(""), func(h HostInfo) bool { return !gr.HostVisible(h.Host, h.Labels) })
 }
 

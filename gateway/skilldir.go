@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -67,7 +68,7 @@ func (g *Gateway) readSkillDirectory(ctx context.Context, _ *mcp.ServerSession, 
 	if err != nil {
 		return nil, invalid(err.Error())
 	}
-	id, _ := ctx.Value(skillsCaller{}).(*Identity)
+	id, _ := ctx.Value(skillsCaller{}).(*access.Identity)
 	sm, ok, err := g.servedSkill(ctx, id, name)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -20,7 +21,7 @@ const maxSkillPushBody = protocol.MaxBundleBytes*4/3 + 4<<20
 
 // skillsRoutes returns the skill handlers by ServeMux pattern. caller
 // returns the authenticated caller of a request.
-func (g *Gateway) skillsRoutes(caller func(*http.Request) *Identity) map[string]http.HandlerFunc {
+func (g *Gateway) skillsRoutes(caller func(*http.Request) *access.Identity) map[string]http.HandlerFunc {
 	sk, ro := protocol.AdminSkillsPath, protocol.AdminRolloutsPath
 	return map[string]http.HandlerFunc{
 		"GET " + sk: func(w http.ResponseWriter, r *http.Request) {

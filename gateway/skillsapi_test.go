@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -28,8 +29,8 @@ func TestSkillsAdminAPI(t *testing.T) {
 	}
 	g := &Gateway{skillStore: f.s, audit: aud, log: discardLogger()}
 	mux := http.NewServeMux()
-	admin := &Identity{Kind: KindAPIToken, Subject: "ops"}
-	for pattern, h := range g.skillsRoutes(func(*http.Request) *Identity { return admin }) {
+	admin := &access.Identity{Kind: access.KindAPIToken, Subject: "ops"}
+	for pattern, h := range g.skillsRoutes(func(*http.Request) *access.Identity { return admin }) {
 		mux.HandleFunc(pattern, h)
 	}
 	srv := httptest.NewServer(mux)

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -172,7 +173,7 @@ func (g *Gateway) skillsMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 
 // skillsVisible reports whether id may see the fleet's skills: its
 // access rules grant it the skill tool on at least one host.
-func (g *Gateway) skillsVisible(id *Identity) bool {
+func (g *Gateway) skillsVisible(id *access.Identity) bool {
 	gr := g.cfg.Access.For(id)
 	return slices.ContainsFunc(g.reg.list(""), func(h HostInfo) bool {
 		return gr.Tool(protocol.ToolSkill, h.Host, h.Labels).Allowed
@@ -188,7 +189,7 @@ func (g *Gateway) listSkills(ctx context.Context, _ *mcp.ServerSession, p *listS
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
 	}
-	id, _ := ctx.Value(skillsCaller{}).(*Identity)
+	id, _ := ctx.Value(skillsCaller{}).(*access.Identity)
 	if !g.skillsVisible(id) {
 		return res, nil
 	}
@@ -228,7 +229,7 @@ func (g *Gateway) getSkill(ctx context.Context, _ *mcp.ServerSession, p *getSkil
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
-	id, _ := ctx.Value(skillsCaller{}).(*Identity)
+	id, _ := ctx.Value(skillsCaller{}).(*access.Identity)
 	sm, ok, err := g.servedSkill(ctx, id, name)
 	if err != nil {
 		return nil, err
@@ -245,7 +246,7 @@ func (g *Gateway) getSkill(ctx context.Context, _ *mcp.ServerSession, p *getSkil
 }
 
 // servedSkill returns the bundle served as skill name, if id may see it.
-func (g *Gateway) servedSkill(ctx context.Context, id *Identity, name string) (protocol.SignedManifest, bool, error) {
+func (g *Gateway) servedSkill(ctx context.Context, id *access.Identity, name string) (protocol.SignedManifest, bool, error) {
 	if !g.skillsVisible(id) {
 		return protocol.SignedManifest{}, false, nil
 	}

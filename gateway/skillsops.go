@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -86,9 +87,9 @@ func (g *Gateway) skillService() (*skillService, error) {
 }
 
 // auditSkillOp records one skill operation done through the Go API.
-func (g *Gateway) auditSkillOp(start time.Time, by *Identity, op string, args map[string]any, err error) {
+func (g *Gateway) auditSkillOp(start time.Time, by *access.Identity, op string, args map[string]any, err error) {
 	if by == nil {
-		by = localIdentity()
+		by = access.LocalIdentity()
 	}
 	rec := &AuditRecord{Time: start.UTC(), CallID: newCallID(), Tool: op, Args: args, Decision: decisionAllowed, Outcome: outcomeOK,
 		Caller:     AuditCaller{Kind: by.Kind, Subject: by.Subject, Email: by.Email, ClientID: by.ClientID},
@@ -103,7 +104,7 @@ func (g *Gateway) auditSkillOp(start time.Time, by *Identity, op string, args ma
 }
 
 // callerName names who did something, for the records.
-func callerName(by *Identity) string {
+func callerName(by *access.Identity) string {
 	if by == nil {
 		return "local"
 	}
@@ -113,7 +114,7 @@ func callerName(by *Identity) string {
 // PushSkill stores a skill bundle (the files of the skill's folder)
 // after checking it; the same files again are the same version. by is
 // the caller (nil: the local operator).
-func (g *Gateway) PushSkill(ctx context.Context, by *Identity, name string, files []protocol.SkillPushFile) (protocol.SkillPushResponse, error) {
+func (g *Gateway) PushSkill(ctx context.Context, by *access.Identity, name string, files []protocol.SkillPushFile) (protocol.SkillPushResponse, error) {
 	start := time.Now()
 	resp, err := g.pushSkill(ctx, name, toPushFiles(files), callerName(by))
 	g.auditSkillOp(start, by, "skills.push", map[string]any{"skill": name, "files": len(files), "bundle_id": resp.BundleID}, err)
@@ -171,7 +172,7 @@ func (g *Gateway) SkillVersions(ctx context.Context, name string) ([]protocol.Sk
 
 // StartRollout starts rolling a pushed bundle out; a running rollout of
 // the same skill is superseded.
-func (g *Gateway) StartRollout(ctx context.Context, by *Identity, req protocol.RolloutRequest) (protocol.RolloutInfo, error) {
+func (g *Gateway) StartRollout(ctx context.Context, by *access.Identity, req protocol.RolloutRequest) (protocol.RolloutInfo, error) {
 	start := time.Now()
 	info, err := g.startRollout(ctx, req, false, callerName(by))
 	g.auditSkillOp(start, by, "skills.rollout", map[string]any{"skill": req.Skill, "bundle_id": info.BundleID, "selector": req.Selector, "rollout": info.ID}, err)
@@ -192,7 +193,7 @@ func (g *Gateway) startRollout(ctx context.Context, req protocol.RolloutRequest,
 
 // RemoveSkill removes a skill from the hosts selector picks (a rollout
 // of the removal, in one batch).
-func (g *Gateway) RemoveSkill(ctx context.Context, by *Identity, name, selector string) (protocol.RolloutInfo, error) {
+func (g *Gateway) RemoveSkill(ctx context.Context, by *access.Identity, name, selector string) (protocol.RolloutInfo, error) {
 	start := time.Now()
 	none := 0
 	info, err := g.startRollout(ctx, protocol.RolloutRequest{Skill: name, Selector: selector, Canary: &none, Batch: "100%"}, true, callerName(by))
@@ -228,23 +229,23 @@ func (g *Gateway) Rollouts(ctx context.Context) ([]protocol.RolloutInfo, error) 
 }
 
 // PauseRollout pauses a running rollout: no further batch starts.
-func (g *Gateway) PauseRollout(ctx context.Context, by *Identity, id string) (protocol.RolloutInfo, error) {
+func (g *Gateway) PauseRollout(ctx context.Context, by *access.Identity, id string) (protocol.RolloutInfo, error) {
 	return g.controlRolloutAudited(ctx, by, id, protocol.RolloutPause)
 }
 
 // ResumeRollout resumes a paused rollout; the failures so far no longer
 // count against max_errors.
-func (g *Gateway) ResumeRollout(ctx context.Context, by *Identity, id string) (protocol.RolloutInfo, error) {
+func (g *Gateway) ResumeRollout(ctx context.Context, by *access.Identity, id string) (protocol.RolloutInfo, error) {
 	return g.controlRolloutAudited(ctx, by, id, protocol.RolloutResume)
 }
 
 // RollbackRollout sets every host the rollout reached back to the
 // bundle it had before (removing the skill where it had none).
-func (g *Gateway) RollbackRollout(ctx context.Context, by *Identity, id string) (protocol.RolloutInfo, error) {
+func (g *Gateway) RollbackRollout(ctx context.Context, by *access.Identity, id string) (protocol.RolloutInfo, error) {
 	return g.controlRolloutAudited(ctx, by, id, protocol.RolloutRollback)
 }
 
-func (g *Gateway) controlRolloutAudited(ctx context.Context, by *Identity, id, action string) (protocol.RolloutInfo, error) {
+func (g *Gateway) controlRolloutAudited(ctx context.Context, by *access.Identity, id, action string) (protocol.RolloutInfo, error) {
 	start := time.Now()
 	info, err := g.controlRollout(ctx, id, action)
 	g.auditSkillOp(start, by, "skills.rollout_"+action, map[string]any{"rollout": id}, err)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -67,7 +68,7 @@ func (a *tamperAuditor) report(host string, prev, cur *protocol.SkillStatus) {
 		if protocol.ValidateSkillName(name) != nil || !a.known(host, name) || !a.admit(host, now) {
 			continue
 		}
-		a.write(&AuditRecord{Time: now.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: KindAgent, Subject: host},
+		a.write(&AuditRecord{Time: now.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: host},
 			Tool: tamperAuditTool, Hosts: []string{host}, Target: name,
 			Args:     map[string]any{"skill": name, "bundle_id": protocol.Clip(st.BundleID, 80), "rollout": protocol.Clip(st.Rollout, 80)},
 			Decision: decisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",

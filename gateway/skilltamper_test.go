@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -40,7 +41,7 @@ func TestTamperAuditor(t *testing.T) {
 		t.Fatalf("%d records, want 1 (deploy; no rollout sent other): %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.Tool != tamperAuditTool || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" || r.Target != "deploy" || r.Caller.Kind != KindAgent ||
+	if r.Tool != tamperAuditTool || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" || r.Target != "deploy" || r.Caller.Kind != access.KindAgent ||
 		r.Decision != decisionDenied || !strings.Contains(r.Error, "reported by the host: scripts/run.sh") {
 		t.Errorf("record %+v", r)
 	}

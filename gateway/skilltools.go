@@ -19,16 +19,11 @@ import (
 // applies, and the caller's access rules must grant read and list there.
 
 const (
-	toolSkillPush    = "skill_push"
-	toolSkillRollout = "skill_rollout"
-	toolSkillStatus  = "skill_rollout_status"
-	toolSkillControl = "skill_rollout_control"
+	toolSkillPush    = protocol.ToolSkillPush
+	toolSkillRollout = protocol.ToolSkillRollout
+	toolSkillStatus  = protocol.ToolSkillStatus
+	toolSkillControl = protocol.ToolSkillControl
 )
-
-// skillToolNames are the skill rollout tools (all admin tools).
-func skillToolNames() []string {
-	return []string{toolSkillPush, toolSkillRollout, toolSkillStatus, toolSkillControl}
-}
 
 type skillPushIn struct {
 	Host string `json:"host" jsonschema:"the host whose folder holds the skill"`

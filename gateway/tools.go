@@ -31,8 +31,8 @@ const (
 )
 
 func (g *Gateway) addTools(s *mcp.Server) {
-	mcp.AddTool(s, &mcp.Tool{Name: toolHosts, Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
-	mcp.AddTool(s, &mcp.Tool{Name: toolAudit, Description: descAudit, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.auditTool)
+	mcp.AddTool(s, &mcp.Tool{Name: protocol.ToolHosts, Description: descHosts, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.hostsTool)
+	mcp.AddTool(s, &mcp.Tool{Name: protocol.ToolAudit, Description: descAudit, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, g.auditTool)
 	g.addHostTools(s)
 	g.addFanoutTools(s)
 	g.addSkillTools(s)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // fleet-gateway --new_api_token NAME --admin prints the tokens file's
@@ -21,7 +21,7 @@ import (
 // printed with the token on stdin, saves a profile fleetctl then works
 // with alone.
 func TestAdminTokenLoginAsPrinted(t *testing.T) {
-	boot, bootLine, err := gateway.NewAPIToken("boot")
+	boot, bootLine, err := access.NewAPIToken("boot")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -82,7 +83,7 @@ func checkDevRecords(t *testing.T, recs []gateway.AuditRecord) {
 		{"allowed bash", ok.Tool == "bash" && ok.Decision == "allowed" && ok.Rule == "staging-devs" && ok.Outcome == "ok" && exit(ok) == 0 &&
 			ok.Args["command"] == "echo hi" && ok.Hosts[0] == "alpha" && ok.BytesOut == 3, ok},
 		{"caller and metadata", ok.Caller.Subject == "user-dev" && ok.Caller.Email == "dev@example.com" && ok.Caller.ClientID == "claude-code" &&
-			ok.Caller.Kind == gateway.KindOIDC && ok.ProjectID == "proj-dev" && ok.ExecutionID == "exec-42" && ok.WorkspaceID == "ws-7" && ok.CallID != "", ok},
+			ok.Caller.Kind == access.KindOIDC && ok.ProjectID == "proj-dev" && ok.ExecutionID == "exec-42" && ok.WorkspaceID == "ws-7" && ok.CallID != "", ok},
 		{"failed command", failed.Outcome == "error" && exit(failed) == 3 && failed.Error == "Command exited with code 3" &&
 			failed.Args["command"] == "export API_TOKEN=[redacted]; exit 3", failed},
 		{"refused by a rule", refused.Decision == "denied" && refused.Rule == "no-bash-on-beta" && refused.Outcome == "refused" && refused.Hosts[0] == "beta", refused},

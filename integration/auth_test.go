@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -62,16 +63,16 @@ func newAuthFleet(t *testing.T) *authFleet { return newAuthFleetWith(t, Options{
 // newAuthFleetWith is newAuthFleet with options (ExternalNATS).
 func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
 	is := oidctest.New(t, audience, "key-1")
-	rules, err := gateway.ParseAccess("access.yaml", []byte(accessRules))
+	rules, err := access.ParseRules("access.yaml", []byte(accessRules))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci, line, err := gateway.NewAPIToken("ci")
+	ci, line, err := access.NewAPIToken("ci")
 	if err != nil {
 		t.Fatal(err)
 	}
 	line = strings.Replace(line, `hosts: ["*"]`, `hosts: [alpha]`, 1)
-	tokens, err := gateway.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func newAuthFleetWith(t *testing.T, opts Options) *authFleet {
 	opts.Labels = func(host string) map[string]string { return map[string]string{"env": hostEnvs[host]} }
 	opts.Gateway = func(c *gateway.Config) {
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{
+		c.Auth = access.AuthConfig{
 			Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh,
 			Scopes: []string{"openid", "email", "fleet"}, APITokens: tokens,
 		}

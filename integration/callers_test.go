@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 )
 
@@ -47,22 +48,22 @@ callers:
 // None of them gets it; the API token still does.
 func TestCallerIdentityCollision(t *testing.T) {
 	is := oidctest.New(t, audience, "key-1")
-	rules, err := gateway.ParseAccess("access.yaml", []byte("rules:\n  - name: everyone\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [\"*\"]\n    admin: true\n"))
+	rules, err := access.ParseRules("access.yaml", []byte("rules:\n  - name: everyone\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [\"*\"]\n    admin: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	deployToken, line, err := gateway.NewAPIToken("deploy")
+	deployToken, line, err := access.NewAPIToken("deploy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := gateway.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := NewEnv(t, Options{Agents: []string{},
 		Gateway: func(c *gateway.Config) {
 			c.AuthDisabled = false
-			c.Auth = gateway.AuthConfig{Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh, APITokens: tokens}
+			c.Auth = access.AuthConfig{Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh, APITokens: tokens}
 			c.Access = rules
 		}})
 	// alpha is a fleet-agent process, beta an agent in the test.
@@ -138,7 +139,7 @@ func TestCallerIdentityCollision(t *testing.T) {
 		t.Errorf("the API token's reads in the audit trail: %d records, want 2", len(recs))
 	}
 	for _, r := range recs {
-		if r.Caller.Kind != gateway.KindAPIToken || r.Decision != "allowed" {
+		if r.Caller.Kind != access.KindAPIToken || r.Decision != "allowed" {
 			t.Errorf("record under \"token deploy\": %+v", r)
 		}
 	}

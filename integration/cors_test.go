@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // originTransport sends Origin on every request, as a browser page does,
@@ -58,17 +59,17 @@ func preflight(t *testing.T, url, origin string) *http.Response {
 // carry no CORS headers; authentication is unchanged for everyone.
 func TestCORSOrigins(t *testing.T) {
 	const app, evil = "https://app.example.com", "https://evil.example"
-	token, line, err := gateway.NewAPIToken("web")
+	token, line, err := access.NewAPIToken("web")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := gateway.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+line+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) {
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{APITokens: tokens}
+		c.Auth = access.AuthConfig{APITokens: tokens}
 		c.CORSOrigins = []string{app, "http://localhost:6274"}
 	}})
 	url := env.Gateway.MCPURL()

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // TestClusterConfigExample: deploy/nats/cluster-node.conf, with the
@@ -48,14 +49,14 @@ func TestClusterConfigExample(t *testing.T) {
 // The gateway examples in deploy/ parse, and the systemd unit names the
 // files they are installed as.
 func TestGatewayExamplesParse(t *testing.T) {
-	rules, err := gateway.LoadAccess("../deploy/gateway/access.yaml")
+	rules, err := access.LoadRules("../deploy/gateway/access.yaml")
 	if err != nil {
 		t.Fatalf("deploy/gateway/access.yaml: %v", err)
 	}
 	if len(rules.Summary()) < 3 {
 		t.Fatalf("access.yaml has only %d rules", len(rules.Summary()))
 	}
-	if _, err := gateway.LoadAPITokens("../deploy/gateway/api-tokens.yaml"); err != nil {
+	if _, err := access.LoadAPITokens("../deploy/gateway/api-tokens.yaml"); err != nil {
 		t.Fatalf("deploy/gateway/api-tokens.yaml: %v", err)
 	}
 	unit, err := os.ReadFile("../deploy/systemd/fleet-gateway.service")

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // TestDoctor runs both doctors, the real binaries, against a real
@@ -24,11 +24,11 @@ import (
 // readiness, the agent's version from the listing), and with a token
 // that is not an admin's.
 func TestDoctor(t *testing.T) {
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}
-	userToken, userLine, err := gateway.NewAPIToken("user")
+	userToken, userLine, err := access.NewAPIToken("user")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -259,7 +260,7 @@ func TestFloodingHost(t *testing.T) {
 		}
 		if strings.HasPrefix(r.Target, "call "+realID) {
 			realRefusal = true
-			if r.Caller.Kind != gateway.KindLocal || r.Tool != "bash" || r.Reason != string(protocol.RefusedReplayed) {
+			if r.Caller.Kind != access.KindLocal || r.Tool != "bash" || r.Reason != string(protocol.RefusedReplayed) {
 				t.Errorf("the real call's refusal is recorded as %s", data)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // gatewayConfig is a gateway with its own embedded NATS on dataDir, auth
@@ -138,8 +139,8 @@ func TestGatewayStartCancelled(t *testing.T) {
 	defer stuck.Close()
 	cfg := gatewayConfig(t, t.TempDir())
 	cfg.AuthDisabled = false
-	cfg.Auth = gateway.AuthConfig{Issuer: stuck.URL, Audience: "fleet"}
-	rules, err := gateway.ParseAccess("access.yaml", []byte(accessRules))
+	cfg.Auth = access.AuthConfig{Issuer: stuck.URL, Audience: "fleet"}
+	rules, err := access.ParseRules("access.yaml", []byte(accessRules))
 	if err != nil {
 		t.Fatal(err)
 	}

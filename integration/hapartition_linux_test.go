@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -258,7 +259,7 @@ type partitionCluster struct {
 func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluster {
 	t.Helper()
 	p := &partitionCluster{}
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // TestJoinFromNetNS is the install story end to end, across a network: an
@@ -31,7 +31,7 @@ func TestJoinFromNetNS(t *testing.T) {
 	ns := newNetNS(t)
 	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
 	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}

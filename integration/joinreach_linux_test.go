@@ -18,7 +18,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // The join pitfalls of a gateway whose addresses do not reach it from the
@@ -39,7 +39,7 @@ type joinFleet struct {
 // the token and the file.
 func adminTokens(t *testing.T) (string, string) {
 	t.Helper()
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}

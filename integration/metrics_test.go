@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // scrape returns the samples at url by series ("name{labels}"; labels in
@@ -46,23 +47,23 @@ func scrape(t testing.TB, url string) map[string]float64 {
 // refusals, audit write failures, the fleet by state, version and policy,
 // and each agent's own counters from its heartbeat.
 func TestMetricsMoveWithCalls(t *testing.T) {
-	ops, opsLine, err := gateway.NewAPIToken("ops")
+	ops, opsLine, err := access.NewAPIToken("ops")
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, slowLine, err := gateway.NewAPIToken("slow")
+	slow, slowLine, err := access.NewAPIToken("slow")
 	if err != nil {
 		t.Fatal(err)
 	}
 	opsLine = strings.Replace(opsLine, "tools: [read]}", "tools: [read, bash]}", 1)
 	slowLine = strings.Replace(slowLine, "tools: [read]}", `tools: [read], rate_limit: "1/h"}`, 1)
-	tokens, err := gateway.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+opsLine+"\n  "+slowLine+"\n"))
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+opsLine+"\n  "+slowLine+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := NewEnv(t, Options{Agents: []string{"alpha", "beta"}, Gateway: func(c *gateway.Config) {
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{APITokens: tokens}
+		c.Auth = access.AuthConfig{APITokens: tokens}
 		c.Metrics = true
 		c.MetricsListen = "127.0.0.1:0"
 		c.Audit.File = "/dev/full" // every write fails: ENOSPC

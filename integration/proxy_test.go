@@ -21,7 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 )
 
@@ -126,7 +126,7 @@ func examineExample(t *testing.T, name string, replace map[string]string) string
 // the agent "behind" is enrolled).
 func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 	t.Helper()
-	token, line, err := gateway.NewAPIToken("proxy-test")
+	token, line, err := access.NewAPIToken("proxy-test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,31 +9,32 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // Each caller has its own bucket: a token limited to 3 calls a minute is
 // refused on its 4th call with a message saying when to retry, the refusal
 // is audited, and another caller under the gateway default is unaffected.
 func TestPerCallerRateLimit(t *testing.T) {
-	slow, slowLine, err := gateway.NewAPIToken("slow")
+	slow, slowLine, err := access.NewAPIToken("slow")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast, fastLine, err := gateway.NewAPIToken("fast")
+	fast, fastLine, err := access.NewAPIToken("fast")
 	if err != nil {
 		t.Fatal(err)
 	}
 	slowLine = strings.Replace(slowLine, "tools: [read]}", `tools: [bash], rate_limit: "3/min"}`, 1)
 	fastLine = strings.Replace(fastLine, "tools: [read]}", "tools: [bash]}", 1)
-	tokens, err := gateway.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+slowLine+"\n  "+fastLine+"\n"))
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+slowLine+"\n  "+fastLine+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	auditLog := t.TempDir() + "/audit.jsonl"
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) {
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{APITokens: tokens}
-		c.RateLimit = gateway.RateLimit{N: 1000, Period: time.Minute}
+		c.Auth = access.AuthConfig{APITokens: tokens}
+		c.RateLimit = access.RateLimit{N: 1000, Period: time.Minute}
 		c.Audit.File = auditLog
 	}})
 	for _, era := range eras {

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 // logBuffer is a slog destination tests read while the gateway writes.
@@ -53,7 +54,7 @@ func (b *logBuffer) lines(want ...string) []string {
 func TestReloadAccessAndTokens(t *testing.T) {
 	dir := t.TempDir()
 	accessFile, tokensFile := filepath.Join(dir, "access.yaml"), filepath.Join(dir, "tokens.yaml")
-	ops, line, err := gateway.NewAPIToken("ops")
+	ops, line, err := access.NewAPIToken("ops")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,19 +64,19 @@ func TestReloadAccessAndTokens(t *testing.T) {
 	accessV2 := "rules:\n  - {name: no-bash, deny: true, match: {sub: \"*\"}, hosts: [\"*\"], tools: [bash]}\n"
 	writeFile(t, accessFile, accessV1)
 	writeFile(t, tokensFile, tokensV1)
-	access, err := gateway.LoadAccess(accessFile)
+	rules, err := access.LoadRules(accessFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := gateway.LoadAPITokens(tokensFile)
+	tokens, err := access.LoadAPITokens(tokensFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) {
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{APITokens: tokens}
-		c.Access = access
+		c.Auth = access.AuthConfig{APITokens: tokens}
+		c.Access = rules
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}})
 	sessions := map[string]*mcp.ClientSession{}

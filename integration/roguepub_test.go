@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -243,7 +244,7 @@ func TestRoguePublisher(t *testing.T) {
 				continue
 			}
 			switch r.Caller.Kind {
-			case gateway.KindHostReport:
+			case access.KindHostReport:
 				reasons, _ := r.Args["reasons"].(map[string]any)
 				for reason := range reasons {
 					seen[protocol.RefusalReason(reason)] = seenAt{r.Hosts[0], "summary"}
@@ -254,7 +255,7 @@ func TestRoguePublisher(t *testing.T) {
 						kinds[kind] = true
 					}
 				}
-			case gateway.KindLocal:
+			case access.KindLocal:
 				if r.Tool != "bash" || r.Caller.Subject != "local" {
 					t.Errorf("a refusal of the gateway's call recorded with tool %q, caller %+v", r.Tool, r.Caller)
 				}

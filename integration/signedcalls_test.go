@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -39,7 +40,7 @@ callers:
 // configured claim only.
 func TestCallerHostPolicy(t *testing.T) {
 	is := oidctest.New(t, audience, "key-1")
-	rules, err := gateway.ParseAccess("access.yaml", []byte("rules:\n  - name: all\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [\"*\"]\n    admin: true\n"))
+	rules, err := access.ParseRules("access.yaml", []byte("rules:\n  - name: all\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [\"*\"]\n    admin: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestCallerHostPolicy(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{},
 		Gateway: func(c *gateway.Config) {
 			c.AuthDisabled = false
-			c.Auth = gateway.AuthConfig{Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh, GroupsClaim: "fleet_groups"}
+			c.Auth = access.AuthConfig{Issuer: is.URL(), Audience: audience, KeyRefreshInterval: keyRefresh, GroupsClaim: "fleet_groups"}
 			c.Access = rules
 		}})
 	env.StartAgent("alpha", func(c *agent.Config) {
@@ -190,7 +191,7 @@ func TestSigningKeyRotationEndToEnd(t *testing.T) {
 	// the messages it refused that no gateway call sent it.
 	waitFor(t, 30*time.Second, "the retired key's call refused in the audit trail", func() bool {
 		for _, r := range auditRecords(t, cs, map[string]any{"host": "alpha", "decision": "denied"}) {
-			if reasons, _ := r.Args["reasons"].(map[string]any); r.Caller.Kind == gateway.KindHostReport && reasons[string(protocol.RefusedUnknownKey)] != nil {
+			if reasons, _ := r.Args["reasons"].(map[string]any); r.Caller.Kind == access.KindHostReport && reasons[string(protocol.RefusedUnknownKey)] != nil {
 				return true
 			}
 		}

@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent"
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -47,7 +47,7 @@ type skillHost struct {
 // the previous version back where there was one and removes the skill
 // elsewhere.
 func TestSkillRolloutWithFleetctl(t *testing.T) {
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -488,7 +489,7 @@ func TestSkillsExtensionAccess(t *testing.T) {
 		"reader":    `hosts: ["*"], tools: [read, bash]`,
 		"elsewhere": `hosts: [nowhere], tools: [skill]`,
 	} {
-		tok, line, err := gateway.NewAPIToken(name)
+		tok, line, err := access.NewAPIToken(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,14 +501,14 @@ func TestSkillsExtensionAccess(t *testing.T) {
 	for _, l := range tokenLines {
 		yaml.WriteString("  " + l + "\n")
 	}
-	parsed, err := gateway.ParseAPITokens("tokens.yaml", []byte(yaml.String()))
+	parsed, err := access.ParseAPITokens("tokens.yaml", []byte(yaml.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := NewEnv(t, Options{Agents: []string{"alpha", "beta"}, Gateway: func(c *gateway.Config) {
 		c.SkillSource = src
 		c.AuthDisabled = false
-		c.Auth = gateway.AuthConfig{APITokens: parsed}
+		c.Auth = access.AuthConfig{APITokens: parsed}
 	}})
 	for _, version := range []string{"2025-11-25", ""} {
 		t.Run("protocol="+version, func(t *testing.T) {

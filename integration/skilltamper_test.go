@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/agent"
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -130,7 +130,7 @@ func TestSkillTrojanRefused(t *testing.T) {
 // tampered in `fleetctl skills status` (with the file that changed) and
 // in the audit trail, and as installed again after the host's next check.
 func TestSkillTamperedFleetctlStatus(t *testing.T) {
-	token, line, err := gateway.NewAPIToken("operator")
+	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,3 +213,22 @@ func BenchmarkHostTool(b *testing.B) {
 		}
 	}
 }
+
+// The gateway's own tools are named apart from the per-host ones, and
+// each fan-out tool runs a per-host tool that access rules grant.
+func TestGatewayToolNames(t *testing.T) {
+	own := append([]string{ToolHosts, ToolFleetBash, ToolFleetRead}, AdminTools()...)
+	for _, name := range own {
+		if _, ok := HostTool(name); ok {
+			t.Errorf("%s is both a gateway tool and a per-host tool", name)
+		}
+	}
+	for _, name := range []string{ToolFleetBash, ToolFleetRead} {
+		if base := FanoutBase(name); !slices.Contains(GrantedTools(), base) {
+			t.Errorf("%s runs %q, not a granted per-host tool", name, base)
+		}
+	}
+	if FanoutBase(ToolBash) != "" || FanoutBase(ToolHosts) != "" || !IsAdminTool(ToolAudit) || IsAdminTool(ToolHosts) || IsAdminTool(ToolBash) {
+		t.Error("FanoutBase or IsAdminTool misclassifies a tool")
+	}
+}

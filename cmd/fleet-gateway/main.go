@@ -35,6 +35,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/cmd/internal/tracing"
 	"github.com/fleetmcp/fleetmcp/cmd/internal/version"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -216,7 +217,7 @@ func authFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	fs.StringVar(&o.jwtIssuer, "jwt_issuer", getenv("JWT_ISSUER"), "accept bearer JWTs from this issuer URL (env JWT_ISSUER)")
 	fs.StringVar(&o.jwtAudience, "jwt_audience", getenv("JWT_AUDIENCE"), "audience a JWT must be issued for; required with --jwt_issuer (env JWT_AUDIENCE)")
 	fs.StringVar(&o.jwksURI, "jwks_uri", getenv("JWKS_URI"), "the issuer's JSON Web Key Set URL, when it has no discovery document (env JWKS_URI)")
-	fs.StringVar(&o.jwtAlgs, "jwt_algs", strings.Join(gateway.DefaultAlgorithms(), ","), "accepted JWT signature algorithms, comma-separated (never none or HMAC)")
+	fs.StringVar(&o.jwtAlgs, "jwt_algs", strings.Join(access.DefaultAlgorithms(), ","), "accepted JWT signature algorithms, comma-separated (never none or HMAC)")
 	fs.DurationVar(&o.jwtLeeway, "jwt_leeway", 30*time.Second, "clock skew allowed on a JWT's exp, nbf and iat")
 	fs.StringVar(&o.groupsClaim, "groups_claim", "groups", "the JWT claim that lists a caller's groups, which calls carry to hosts signed (host policies' callers: groups)")
 	fs.StringVar(&o.resourceURL, "resource_url", "", "the MCP endpoint's public URL (e.g. https://fleet.example.com/mcp) for the OAuth metadata; default: from each request's Host")
@@ -443,22 +444,22 @@ func authConfig(cfg *gateway.Config, o *options, log *slog.Logger) error {
 			}
 		}
 	}
-	cfg.Auth = gateway.AuthConfig{
+	cfg.Auth = access.AuthConfig{
 		Issuer: o.jwtIssuer, Audience: o.jwtAudience, JWKSURL: o.jwksURI,
 		Algorithms: splitList(o.jwtAlgs), Leeway: o.jwtLeeway, GroupsClaim: o.groupsClaim, ResourceURL: o.resourceURL,
 		Scopes: splitList(o.scopes),
 	}
 	var err error
-	if cfg.RateLimit, err = gateway.ParseRateLimit(o.rateLimit); err != nil {
+	if cfg.RateLimit, err = access.ParseRateLimit(o.rateLimit); err != nil {
 		return fmt.Errorf("--rate_limit: %w", err)
 	}
 	if o.apiTokensFile != "" {
-		if cfg.Auth.APITokens, err = gateway.LoadAPITokens(o.apiTokensFile); err != nil {
+		if cfg.Auth.APITokens, err = access.LoadAPITokens(o.apiTokensFile); err != nil {
 			return err
 		}
 	}
 	if o.accessFile != "" {
-		if cfg.Access, err = gateway.LoadAccess(o.accessFile); err != nil {
+		if cfg.Access, err = access.LoadRules(o.accessFile); err != nil {
 			return err
 		}
 	}
@@ -477,9 +478,9 @@ func splitList(s string) []string {
 
 // printAPIToken prints a new API token and its line for the tokens file.
 func printAPIToken(w io.Writer, o *options) error {
-	newToken := gateway.NewAPIToken
+	newToken := access.NewAPIToken
 	if o.adminToken {
-		newToken = gateway.NewAdminAPIToken
+		newToken = access.NewAdminAPIToken
 	}
 	token, line, err := newToken(o.newAPIToken)
 	if err != nil {

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetmcp/fleetmcp/policy"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // The access rules file (YAML, or JSON, which YAML reads too):
@@ -113,13 +114,13 @@ func kindName(k yaml.Kind) string {
 	return "value"
 }
 
-// LoadAccess reads and parses the access rules file at path.
-func LoadAccess(path string) (*AccessRules, error) {
+// LoadRules reads and parses the access rules file at path.
+func LoadRules(path string) (*Rules, error) {
 	data, err := readSmallFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("access rules: %w", err)
 	}
-	a, err := ParseAccess(path, data)
+	a, err := ParseRules(path, data)
 	if err != nil {
 		return nil, err
 	}
@@ -143,9 +144,9 @@ func readSmallFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParseAccess parses an access rules file; name is used in messages.
+// ParseRules parses an access rules file; name is used in messages.
 // Every error names the rule and what is wrong with it.
-func ParseAccess(name string, data []byte) (*AccessRules, error) {
+func ParseRules(name string, data []byte) (*Rules, error) {
 	var f accessFile
 	if err := decodeStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -153,7 +154,7 @@ func ParseAccess(name string, data []byte) (*AccessRules, error) {
 	if len(f.Rules) == 0 {
 		return nil, fmt.Errorf("%s has no rules: add a rules: list (without rules no caller may do anything)", name)
 	}
-	a := &AccessRules{Source: name}
+	a := &Rules{Source: name}
 	seen := map[string]int{}
 	var errs []error
 	for i, spec := range f.Rules {
@@ -224,14 +225,14 @@ func knownKeys(goType string) (where, keys string) {
 	return "", ""
 }
 
-// explainKey rewrites "line N: field X not found in type gateway.T" into
+// explainKey rewrites "line N: field X not found in type access.T" into
 // a message in the file's own terms.
 func explainKey(msg string) string {
 	line, rest, ok := strings.Cut(msg, ": field ")
 	if !ok {
 		return msg
 	}
-	field, goType, ok := strings.Cut(rest, " not found in type gateway.")
+	field, goType, ok := strings.Cut(rest, " not found in type access.")
 	if !ok {
 		return msg
 	}
@@ -364,9 +365,9 @@ func (r *rule) addTool(t string) error {
 		}
 	case slices.Contains(hostToolNames(), t):
 		r.tools[t] = true
-	case t == toolHosts:
+	case t == protocol.ToolHosts:
 		// Always open to a caller that may use some host.
-	case slices.Contains(adminToolNames(), t):
+	case protocol.IsAdminTool(t):
 		return fmt.Errorf("%s is an admin tool: grant it with admin: true", t)
 	case slices.Contains(taskToolNames(), t):
 		return fmt.Errorf("%s comes with bash: grant bash on the hosts where callers may run and watch background tasks", t)

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"crypto/rand"
@@ -20,12 +20,12 @@ import (
 //	  - {name: ci-bot, sha256: "<64 hex digits>", hosts: ["env=staging"], tools: [read, bash]}
 //	  - {name: ops-laptop, sha256: "...", hosts: ["*"], tools: ["*"], admin: true}
 //
-// A token is apiTokenPrefix followed by 43 base64url characters (32
+// A token is APITokenPrefix followed by 43 base64url characters (32
 // random bytes); NewAPIToken makes one and the line for the file.
 
-// apiTokenPrefix starts every static API token, which tells them apart
-// from JWTs (and lets secret scanners find them).
-const apiTokenPrefix = "fmcp_"
+// APITokenPrefix starts every static API token, which tells them apart
+// from JWTs (and lets secret scanners and the audit redaction find them).
+const APITokenPrefix = "fmcp_"
 
 // apiToken is one entry of the tokens file.
 type apiToken struct {
@@ -42,6 +42,10 @@ type APITokens struct {
 	// path is the file LoadAPITokens read, which a reload reads again.
 	path string
 }
+
+// Path returns the file LoadAPITokens read the tokens from ("" when they
+// were parsed from memory): a reload reads it again.
+func (t *APITokens) Path() string { return t.path }
 
 type tokensFile struct {
 	Tokens []tokenSpec `yaml:"tokens"`
@@ -180,7 +184,7 @@ func newAPIToken(name, grants string) (token, line string, err error) {
 	if _, err := rand.Read(b); err != nil {
 		return "", "", err
 	}
-	token = apiTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	token = APITokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 	sum := sha256.Sum256([]byte(token))
 	line = fmt.Sprintf(`- {name: %s, sha256: "%s", hosts: ["*"], %s}`, strconv.Quote(name), hex.EncodeToString(sum[:]), grants)
 	return token, line, nil

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"bytes"
@@ -97,14 +97,14 @@ func TestAccessFiles(t *testing.T) {
 				}
 			}
 			if !bytes.Equal(got.Bytes(), want) {
-				t.Errorf("%s:\n--- got\n%s--- want\n%s(run go test ./gateway -run TestAccessFiles -update to accept)", path, got.Bytes(), want)
+				t.Errorf("%s:\n--- got\n%s--- want\n%s(run go test ./gateway/access -run TestAccessFiles -update to accept)", path, got.Bytes(), want)
 			}
 		})
 	}
 }
 
 func describeRules(name string, data []byte) string {
-	a, err := ParseAccess(name, data)
+	a, err := ParseRules(name, data)
 	if err != nil {
 		return "error: " + err.Error() + "\n"
 	}
@@ -125,7 +125,7 @@ func FuzzParseAccess(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := ParseAccess("fuzz.yaml", data)
+		a, err := ParseRules("fuzz.yaml", data)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error message")
@@ -138,7 +138,7 @@ func FuzzParseAccess(f *testing.F) {
 		id := &Identity{Kind: KindOIDC, Subject: "ci-1", Email: "a@example.com",
 			claims: map[string]any{"groups": []any{"ops"}, "project_id": "p-1", "tenant": "acme"}}
 		g := a.For(id)
-		for _, tool := range append(hostToolNames(), toolHosts, toolAudit) {
+		for _, tool := range append(hostToolNames(), protocol.ToolHosts, protocol.ToolAudit) {
 			g.ToolVisible(tool)
 			g.Tool(tool, "web-1", map[string]string{"env": "prod", "role": "web"})
 		}
@@ -187,9 +187,9 @@ rules:
 
 // grantsFixture returns the rules above, the callers of the grants tests
 // and the labels of their hosts.
-func grantsFixture(t *testing.T) (*AccessRules, map[string]*Identity, map[string]map[string]string) {
+func grantsFixture(t *testing.T) (*Rules, map[string]*Identity, map[string]map[string]string) {
 	t.Helper()
-	rules, err := ParseAccess("rules.yaml", []byte(grantsRules))
+	rules, err := ParseRules("rules.yaml", []byte(grantsRules))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func grantsFixture(t *testing.T) (*AccessRules, map[string]*Identity, map[string
 		"intern":     oidc("u-i", map[string]any{"email": "i@example.com", "groups": []any{"interns"}}),
 		"stranger":   oidc("u-x", map[string]any{"email": "x@example.org", "groups": []any{"opsx"}}),
 		"token":      {Kind: KindAPIToken, Subject: "ops", token: tokenNamed(tokens, "ops")},
-		"local":      localIdentity(),
+		"local":      LocalIdentity(),
 		"nobody":     nil,
 	}
 	hosts := map[string]map[string]string{
@@ -279,7 +279,7 @@ func TestGrantsVisible(t *testing.T) {
 	for _, tc := range visible {
 		g := rules.For(ids[tc.who])
 		var tools, seen []string
-		for _, tool := range []string{toolHosts, "read", "write", "edit", "bash", toolAudit} {
+		for _, tool := range []string{protocol.ToolHosts, "read", "write", "edit", "bash", protocol.ToolAudit} {
 			if g.ToolVisible(tool) {
 				tools = append(tools, tool)
 			}
@@ -330,7 +330,23 @@ func TestGrantsTaskToolsFollowBash(t *testing.T) {
 			}
 		}
 	}
-	if !perHostTool(protocol.ToolTaskStatus) || perHostTool(toolHosts) || perHostTool(toolAudit) {
-		t.Error("perHostTool misclassifies tools")
+}
+
+// Fan-out tools follow the grants of the tool they run on each host.
+func TestFanoutToolVisible(t *testing.T) {
+	rules, ids, _ := grantsFixture(t)
+	for _, tc := range []struct {
+		who  string
+		want string
+	}{{"ops", "fleet_bash fleet_read"}, {"dashboard", "fleet_read"}, {"intern", "fleet_read"}, {"stranger", ""}, {"local", "fleet_bash fleet_read"}} {
+		var got []string
+		for _, tool := range []string{protocol.ToolFleetBash, protocol.ToolFleetRead} {
+			if rules.For(ids[tc.who]).ToolVisible(tool) {
+				got = append(got, tool)
+			}
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s sees %q, want %q", tc.who, got, tc.want)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -35,7 +34,7 @@ const (
 )
 
 // Identity is an authenticated caller. It is built once per request by
-// the authenticator and never leaves the gateway: agents see only
+// the Authenticator and never leaves the gateway: agents see only
 // Caller().
 type Identity struct {
 	Kind IdentityKind
@@ -59,9 +58,9 @@ type Identity struct {
 // identityKey is where an Identity travels in auth.TokenInfo.Extra.
 const identityKey = "fleetmcp.identity"
 
-// localIdentity returns the caller of a gateway whose authentication is
+// LocalIdentity returns the caller of a gateway whose authentication is
 // off.
-func localIdentity() *Identity { return &Identity{Kind: KindLocal, Subject: localSubject} }
+func LocalIdentity() *Identity { return &Identity{Kind: KindLocal, Subject: localSubject} }
 
 // Subjects hosts see for the gateway's own callers: an API token is
 // iss protocol.IssuerAPIToken, sub apiTokenSubjectPrefix+NAME; the local
@@ -199,27 +198,23 @@ func scopesOf(claims map[string]any) []string {
 // and subject: no caller of one issuer can take up a session of another's
 // caller with the same subject.
 func (id *Identity) tokenInfo() *auth.TokenInfo {
-	return &auth.TokenInfo{UserID: id.qualified(), Scopes: id.Scopes, Extra: map[string]any{identityKey: id}}
+	return &auth.TokenInfo{UserID: id.Qualified(), Scopes: id.Scopes, Extra: map[string]any{identityKey: id}}
 }
 
-// qualified is the caller's issuer and subject in one string, which
-// differs whenever either does: the issuer's length comes first.
-func (id *Identity) qualified() string {
+// Qualified is the caller's issuer and subject in one string, which
+// differs whenever either does: the issuer's length comes first. It keys
+// what belongs to one caller (MCP sessions, rate-limit buckets).
+func (id *Identity) Qualified() string {
 	c := id.Caller()
 	return strconv.Itoa(len(c.Issuer)) + ":" + c.Issuer + " " + c.Subject
 }
 
-// identityOf returns the caller of an MCP request: the authenticated
-// identity, or the local caller when authentication is off. With
-// authentication on and no identity (which the HTTP middleware prevents)
-// it returns nil, and the caller gets nothing.
-func (g *Gateway) identityOf(extra *mcp.RequestExtra) *Identity {
-	if g.cfg.AuthDisabled {
-		return localIdentity()
-	}
-	if extra == nil || extra.TokenInfo == nil {
+// FromTokenInfo returns the caller the Authenticator put in ti (nil when
+// ti is nil or holds none).
+func FromTokenInfo(ti *auth.TokenInfo) *Identity {
+	if ti == nil {
 		return nil
 	}
-	id, _ := extra.TokenInfo.Extra[identityKey].(*Identity)
+	id, _ := ti.Extra[identityKey].(*Identity)
 	return id
 }

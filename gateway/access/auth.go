@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"context"
@@ -60,16 +60,22 @@ type AuthConfig struct {
 	HTTPClient *http.Client
 }
 
-func (c *AuthConfig) configured() bool {
+// Configured reports whether any JWT or API-token setting is given.
+func (c *AuthConfig) Configured() bool {
 	return c.Issuer != "" || c.Audience != "" || c.JWKSURL != "" || c.APITokens != nil
 }
 
-func (c *AuthConfig) setDefaults() {
+// SetDefaults fills in the defaults of the settings left zero.
+func (c *AuthConfig) SetDefaults() {
 	if len(c.Algorithms) == 0 {
 		c.Algorithms = DefaultAlgorithms()
 	}
-	setDur(&c.Leeway, 30*time.Second)
-	setDur(&c.KeyRefreshInterval, 30*time.Second)
+	if c.Leeway == 0 {
+		c.Leeway = 30 * time.Second
+	}
+	if c.KeyRefreshInterval == 0 {
+		c.KeyRefreshInterval = 30 * time.Second
+	}
 	if c.GroupsClaim == "" {
 		c.GroupsClaim = "groups"
 	}
@@ -78,7 +84,9 @@ func (c *AuthConfig) setDefaults() {
 	}
 }
 
-func (c *AuthConfig) validate() []error {
+// Validate returns every problem of the settings, each saying which flag
+// to fix and how.
+func (c *AuthConfig) Validate() []error {
 	var errs []error
 	switch {
 	case c.Issuer == "" && c.Audience != "":
@@ -110,8 +118,8 @@ func (c *AuthConfig) validate() []error {
 	return errs
 }
 
-// authenticator verifies the bearer tokens of MCP requests.
-type authenticator struct {
+// Authenticator verifies the bearer tokens of MCP and admin API requests.
+type Authenticator struct {
 	cfg AuthConfig
 	jwt *jwtVerifier // nil without an issuer
 	// tokens are the API tokens in force; a reload swaps them.
@@ -119,10 +127,10 @@ type authenticator struct {
 	log    *slog.Logger
 }
 
-// newAuthenticator finds the issuer's keys, if there is an issuer, within
+// NewAuthenticator finds the issuer's keys, if there is an issuer, within
 // 30 s or until ctx ends.
-func newAuthenticator(ctx context.Context, cfg AuthConfig, log *slog.Logger) (*authenticator, error) {
-	a := &authenticator{cfg: cfg, log: log}
+func NewAuthenticator(ctx context.Context, cfg AuthConfig, log *slog.Logger) (*Authenticator, error) {
+	a := &Authenticator{cfg: cfg, log: log}
 	a.tokens.Store(cfg.APITokens)
 	if cfg.Issuer != "" {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -136,10 +144,16 @@ func newAuthenticator(ctx context.Context, cfg AuthConfig, log *slog.Logger) (*a
 	return a, nil
 }
 
+// Tokens returns the API tokens in force (nil: none).
+func (a *Authenticator) Tokens() *APITokens { return a.tokens.Load() }
+
+// SetTokens puts t in force instead of the API tokens before (a reload).
+func (a *Authenticator) SetTokens(t *APITokens) { a.tokens.Store(t) }
+
 // verify is the auth.TokenVerifier: it returns the caller in TokenInfo,
 // or an error wrapping auth.ErrInvalidToken.
-func (a *authenticator) verify(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
-	id, exp, err := a.identify(ctx, token)
+func (a *Authenticator) verify(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+	id, exp, err := a.Identify(ctx, token)
 	if err != nil {
 		a.log.Info("refused bearer token", "remote", r.RemoteAddr, "reason", err)
 		return nil, err
@@ -149,8 +163,11 @@ func (a *authenticator) verify(ctx context.Context, token string, r *http.Reques
 	return ti, nil
 }
 
-func (a *authenticator) identify(ctx context.Context, token string) (*Identity, time.Time, error) {
-	if strings.HasPrefix(token, apiTokenPrefix) {
+// Identify verifies a bearer token (an API token or a JWT) and returns
+// its caller and, for a JWT, its expiry. Every error wraps
+// auth.ErrInvalidToken.
+func (a *Authenticator) Identify(ctx context.Context, token string) (*Identity, time.Time, error) {
+	if strings.HasPrefix(token, APITokenPrefix) {
 		t := a.tokens.Load().lookup(token)
 		if t == nil {
 			return nil, time.Time{}, invalidToken("unknown API token")
@@ -158,14 +175,14 @@ func (a *authenticator) identify(ctx context.Context, token string) (*Identity, 
 		return &Identity{Kind: KindAPIToken, Subject: t.name, token: t}, time.Time{}, nil
 	}
 	if a.jwt == nil {
-		return nil, time.Time{}, invalidToken("this gateway accepts only its API tokens (" + apiTokenPrefix + "...)")
+		return nil, time.Time{}, invalidToken("this gateway accepts only its API tokens (" + APITokenPrefix + "...)")
 	}
 	return a.jwt.verify(ctx, token)
 }
 
-// protect wraps the MCP handler: every request must carry a valid bearer
-// token.
-func (a *authenticator) protect(next http.Handler) http.Handler {
+// Protect wraps the MCP handler: every request must carry a valid bearer
+// token, whose caller the handler finds with FromTokenInfo.
+func (a *Authenticator) Protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := &auth.RequireBearerTokenOptions{
 			ResourceMetadataURL: a.metadataURL(r),
@@ -179,7 +196,7 @@ func (a *authenticator) protect(next http.Handler) http.Handler {
 
 // resourceURL is the MCP endpoint's URL as this request reached it, unless
 // configured.
-func (a *authenticator) resourceURL(r *http.Request) string {
+func (a *Authenticator) resourceURL(r *http.Request) string {
 	if a.cfg.ResourceURL != "" {
 		return a.cfg.ResourceURL
 	}
@@ -192,21 +209,23 @@ func (a *authenticator) resourceURL(r *http.Request) string {
 
 // metadataURL is where RFC 9728 puts the metadata of the resource: the
 // well-known path inserted before the resource's path.
-func (a *authenticator) metadataURL(r *http.Request) string {
+func (a *Authenticator) metadataURL(r *http.Request) string {
 	u, err := url.Parse(a.resourceURL(r))
 	if err != nil {
 		return ""
 	}
-	u.Path = wellKnownResource + strings.TrimSuffix(u.Path, "/")
+	u.Path = MetadataPath + strings.TrimSuffix(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
 	return u.String()
 }
 
-const wellKnownResource = "/.well-known/oauth-protected-resource"
+// MetadataPath is where the protected-resource metadata is served (and,
+// with the MCP endpoint's path appended, served again).
+const MetadataPath = "/.well-known/oauth-protected-resource"
 
-// metadata serves the protected-resource metadata (RFC 9728): the
+// Metadata serves the protected-resource metadata (RFC 9728): the
 // resource, the issuer to log in with, and the scopes to ask for.
-func (a *authenticator) metadata() http.Handler {
+func (a *Authenticator) Metadata() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m := &oauthex.ProtectedResourceMetadata{
 			Resource:               a.resourceURL(r),

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"fmt"
@@ -14,14 +14,10 @@ import (
 // flag. Deny wins; a caller no rule matches gets nothing. The file format
 // is in accessfile.go.
 
-// Tool names the rules know. Per-host tools (protocol.HostTools) are
-// granted per host; admin tools change or inspect the fleet as a whole
-// and need admin: true; hosts is open to every caller that may use some
-// host.
-const (
-	toolHosts = "hosts"
-	toolAudit = "audit"
-)
+// Tools the rules know (protocol names them all). Per-host tools
+// (protocol.HostTools) are granted per host; admin tools
+// (protocol.AdminTools) change or inspect the fleet as a whole and need
+// admin: true; hosts is open to every caller that may use some host.
 
 // hostToolNames are the tools that act on one host and that access rules
 // grant by name.
@@ -32,12 +28,6 @@ func hostToolNames() []string { return protocol.GrantedTools() }
 // use bash on a host may use them there, and nobody else.
 func taskToolNames() []string { return protocol.TaskTools() }
 
-// perHostTool reports whether tool acts on one host (and takes "host").
-func perHostTool(tool string) bool {
-	_, ok := protocol.HostTool(tool)
-	return ok
-}
-
 // grantedAs returns the tool whose grant decides tool: bash for the task
 // tools, the tool itself otherwise.
 func grantedAs(tool string) string {
@@ -47,32 +37,22 @@ func grantedAs(tool string) string {
 	return tool
 }
 
-// fanoutBase returns the per-host tool a fan-out tool runs on every host
-// it picks ("" for other tools): a caller may use the fan-out tool on the
-// hosts where it may use that tool, and access rules name only the
-// per-host tools.
-func fanoutBase(tool string) string {
-	switch tool {
-	case toolFleetBash:
-		return protocol.ToolBash
-	case toolFleetRead:
-		return protocol.ToolRead
-	}
-	return ""
-}
-
-// adminToolNames are the tools only admins may call.
-func adminToolNames() []string { return append([]string{toolAudit}, skillToolNames()...) }
-
-// AccessRules decide what each caller may reach. Build them with
-// ParseAccess or LoadAccess; the zero value has no rules.
-type AccessRules struct {
+// Rules decide what each caller may reach. Build them with
+// ParseRules or LoadRules; the zero value has no rules.
+type Rules struct {
 	// Source names where the rules came from, for messages.
 	Source string
 	rules  []*rule
-	// path is the file LoadAccess read, which a reload reads again.
+	// path is the file LoadRules read, which a reload reads again.
 	path string
 }
+
+// Path returns the file LoadRules read the rules from ("" when they were
+// parsed from memory): a reload reads it again.
+func (a *Rules) Path() string { return a.path }
+
+// Len returns the number of rules.
+func (a *Rules) Len() int { return len(a.rules) }
 
 // rule is one compiled access rule (or an API token's grant).
 type rule struct {
@@ -135,7 +115,7 @@ type Grants struct {
 // For returns the grants of id. An API token is granted what its own
 // entry says; the deny rules of a (possibly nil) rule set apply to every
 // caller.
-func (a *AccessRules) For(id *Identity) *Grants {
+func (a *Rules) For(id *Identity) *Grants {
 	if id == nil {
 		return &Grants{caller: "unauthenticated caller"}
 	}
@@ -167,27 +147,31 @@ type Decision struct {
 	Reason  string
 }
 
-func allowedBy(r string) Decision { return Decision{Allowed: true, Rule: r} }
+// AllowedBy is the decision that allows a call by rule r ("": by no rule
+// in particular).
+func AllowedBy(r string) Decision { return Decision{Allowed: true, Rule: r} }
 
-func deniedBy(r, reason string) Decision { return Decision{Rule: r, Reason: reason} }
+// DeniedBy is the decision that refuses a call by rule r ("": no rule
+// granted it) for reason.
+func DeniedBy(r, reason string) Decision { return Decision{Rule: r, Reason: reason} }
 
 // Tool decides whether the caller may use a per-host tool on a host.
 func (g *Grants) Tool(tool, host string, labels map[string]string) Decision {
 	tool = grantedAs(tool)
 	if g.all {
-		return allowedBy("authentication off")
+		return AllowedBy("authentication off")
 	}
 	for _, r := range g.deny {
 		if r.tools[tool] && r.selects(host, labels) {
-			return deniedBy(r.name, fmt.Sprintf("%s on %s refused by rule %s", tool, host, r.name))
+			return DeniedBy(r.name, fmt.Sprintf("%s on %s refused by rule %s", tool, host, r.name))
 		}
 	}
 	for _, r := range g.allow {
 		if r.tools[tool] && r.selects(host, labels) {
-			return allowedBy(r.name)
+			return AllowedBy(r.name)
 		}
 	}
-	return deniedBy("", fmt.Sprintf("no access rule grants %s on %s", tool, host))
+	return DeniedBy("", fmt.Sprintf("no access rule grants %s on %s", tool, host))
 }
 
 // HostVisible reports whether the caller may use any tool on a host; only
@@ -210,12 +194,12 @@ func (g *Grants) ToolVisible(tool string) bool {
 	switch {
 	case g.all:
 		return true
-	case slices.Contains(adminToolNames(), tool):
+	case protocol.IsAdminTool(tool):
 		return g.Admin().Allowed
-	case tool == toolHosts:
+	case tool == protocol.ToolHosts:
 		return slices.ContainsFunc(hostToolNames(), g.ToolVisible)
-	case fanoutBase(tool) != "":
-		return g.ToolVisible(fanoutBase(tool))
+	case protocol.FanoutBase(tool) != "":
+		return g.ToolVisible(protocol.FanoutBase(tool))
 	}
 	for _, r := range g.deny {
 		if r.tools[tool] && slices.ContainsFunc(r.hosts, policy.Selector.All) {
@@ -228,23 +212,23 @@ func (g *Grants) ToolVisible(tool string) bool {
 // Admin decides whether the caller may use admin tools.
 func (g *Grants) Admin() Decision {
 	if g.all {
-		return allowedBy("authentication off")
+		return AllowedBy("authentication off")
 	}
 	for _, r := range g.deny {
 		if r.admin {
-			return deniedBy(r.name, "admin refused by rule "+r.name)
+			return DeniedBy(r.name, "admin refused by rule "+r.name)
 		}
 	}
 	for _, r := range g.allow {
 		if r.admin {
-			return allowedBy(r.name)
+			return AllowedBy(r.name)
 		}
 	}
-	return deniedBy("", "no access rule makes this caller an admin")
+	return DeniedBy("", "no access rule makes this caller an admin")
 }
 
 // Summary describes the rules, one line per rule, for the startup log.
-func (a *AccessRules) Summary() []string {
+func (a *Rules) Summary() []string {
 	if a == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"fmt"
@@ -62,7 +62,7 @@ func FuzzParseRateLimit(f *testing.F) {
 }
 
 func TestRateLimitFromRules(t *testing.T) {
-	rules, err := ParseAccess("rules.yaml", []byte(`
+	rules, err := ParseRules("rules.yaml", []byte(`
 rules:
   - name: everyone
     match: {sub: "*"}
@@ -94,54 +94,54 @@ rules:
 	} {
 		id := &Identity{Kind: KindOIDC, Subject: "u", claims: map[string]any{"groups": toAny(tc.groups)}}
 		got := rules.For(id).RateLimit(def)
-		if got.limit != tc.want || got.rule != tc.rule {
-			t.Errorf("groups %v: limit %v from %q, want %v from %q", tc.groups, got.limit, got.rule, tc.want, tc.rule)
+		if got.Limit != tc.want || got.Rule != tc.rule {
+			t.Errorf("groups %v: limit %v from %q, want %v from %q", tc.groups, got.Limit, got.Rule, tc.want, tc.rule)
 		}
 	}
 	// Without a default, a matching rule with no limit means unlimited.
 	id := &Identity{Kind: KindOIDC, Subject: "u", claims: map[string]any{"groups": []any{"audit"}}}
-	if got := rules.For(id).RateLimit(RateLimit{}); !got.limit.Unlimited() {
-		t.Errorf("no default: got %v, want unlimited", got.limit)
+	if got := rules.For(id).RateLimit(RateLimit{}); !got.Limit.Unlimited() {
+		t.Errorf("no default: got %v, want unlimited", got.Limit)
 	}
 
-	if _, err := ParseAccess("deny.yaml", []byte("rules:\n  - deny: true\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [bash]\n    rate_limit: 5/min\n")); err == nil || !strings.Contains(err.Error(), "deny rule limits nothing") {
+	if _, err := ParseRules("deny.yaml", []byte("rules:\n  - deny: true\n    match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [bash]\n    rate_limit: 5/min\n")); err == nil || !strings.Contains(err.Error(), "deny rule limits nothing") {
 		t.Errorf("rate_limit on a deny rule: error %v", err)
 	}
-	if _, err := ParseAccess("bad.yaml", []byte("rules:\n  - match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [bash]\n    rate_limit: lots\n")); err == nil || !strings.Contains(err.Error(), "rate_limit: rate limit \"lots\"") {
+	if _, err := ParseRules("bad.yaml", []byte("rules:\n  - match: {sub: \"*\"}\n    hosts: [\"*\"]\n    tools: [bash]\n    rate_limit: lots\n")); err == nil || !strings.Contains(err.Error(), "rate_limit: rate limit \"lots\"") {
 		t.Errorf("bad rate_limit: error %v", err)
 	}
 }
 
 func TestRateLimitersBucket(t *testing.T) {
-	var rl rateLimiters
+	var rl RateLimiters
 	lim := RateLimit{3, time.Minute}
 	now := time.Unix(1_000_000, 0)
 	for i := range 3 {
-		if ok, _ := rl.allow("a", lim, now); !ok {
+		if ok, _ := rl.Allow("a", lim, now); !ok {
 			t.Fatalf("call %d refused within the burst", i+1)
 		}
 	}
-	ok, wait := rl.allow("a", lim, now)
+	ok, wait := rl.Allow("a", lim, now)
 	if ok || wait < 19*time.Second || wait > 21*time.Second {
 		t.Fatalf("4th call: ok=%v wait=%v, want refused with about 20 s to wait", ok, wait)
 	}
 	// A refused call takes nothing: after the wait exactly one more fits.
-	if ok, _ := rl.allow("a", lim, now.Add(wait)); !ok {
+	if ok, _ := rl.Allow("a", lim, now.Add(wait)); !ok {
 		t.Fatal("call after the announced wait refused")
 	}
-	if ok, _ := rl.allow("a", lim, now.Add(wait)); ok {
+	if ok, _ := rl.Allow("a", lim, now.Add(wait)); ok {
 		t.Fatal("a second call after one refill allowed")
 	}
 	// Another caller has its own bucket.
-	if ok, _ := rl.allow("b", lim, now); !ok {
+	if ok, _ := rl.Allow("b", lim, now); !ok {
 		t.Fatal("caller b limited by caller a's calls")
 	}
-	if ok, _ := rl.allow("c", RateLimit{}, now); !ok || rl.size() != 2 {
+	if ok, _ := rl.Allow("c", RateLimit{}, now); !ok || rl.size() != 2 {
 		t.Fatalf("unlimited caller: ok=%v, buckets %d (want 2: unlimited callers keep none)", ok, rl.size())
 	}
 	// Once refilled, buckets are swept.
 	later := now.Add(2 * time.Minute)
-	rl.allow("d", lim, later)
+	rl.Allow("d", lim, later)
 	if rl.size() != 1 {
 		t.Fatalf("after the sweep %d buckets remain, want only d's", rl.size())
 	}

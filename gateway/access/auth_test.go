@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 )
 
-func newTestAuthenticator(t *testing.T, cfg AuthConfig) *authenticator {
+func newTestAuthenticator(t *testing.T, cfg AuthConfig) *Authenticator {
 	t.Helper()
-	cfg.setDefaults()
-	if errs := cfg.validate(); len(errs) > 0 {
+	cfg.SetDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
 		t.Fatalf("config: %v", errors.Join(errs...))
 	}
-	a, err := newAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := NewAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		t.Fatalf("newAuthenticator: %v", err)
+		t.Fatalf("NewAuthenticator: %v", err)
 	}
 	return a
 }
@@ -69,7 +69,7 @@ func TestJWTVerification(t *testing.T) {
 		{"tampered payload", oidctest.Tampered(valid, is.Claims("root", nil)), "signature"},
 		{"HMAC with the public key", is.HMACConfusion("rsa-1", is.Claims("ada", nil)), "HS256"},
 		{"not a JWT", "hello", "malformed jwt"},
-		{"unknown API token", apiTokenPrefix + "nope", "unknown API token"},
+		{"unknown API token", APITokenPrefix + "nope", "unknown API token"},
 		// Hosts see an API token as sub token:NAME; a host whose agent
 		// is a minor version older may match that without the issuer.
 		{"sub of an API token", is.Token("rsa-1", is.Claims("token:deploy", nil)), `begins with "token:"`},
@@ -85,7 +85,7 @@ func TestJWTVerification(t *testing.T) {
 					t.Fatalf("refused: %v", err)
 				}
 				id := ti.Extra[identityKey].(*Identity)
-				if id.Subject != "ada" || ti.UserID != id.qualified() || !strings.Contains(ti.UserID, is.URL()) || ti.Expiration.IsZero() {
+				if id.Subject != "ada" || ti.UserID != id.Qualified() || !strings.Contains(ti.UserID, is.URL()) || ti.Expiration.IsZero() {
 					t.Fatalf("accepted as %+v (user %q, exp %v)", id, ti.UserID, ti.Expiration)
 				}
 				return
@@ -137,10 +137,10 @@ func TestJWKSWithoutDiscovery(t *testing.T) {
 		{AuthConfig{Issuer: is.URL() + "/elsewhere", Audience: "fleet"}, "--jwks_uri"},
 	} {
 		cfg := tc.cfg
-		cfg.setDefaults()
-		_, err := newAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		cfg.SetDefaults()
+		_, err := NewAuthenticator(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("newAuthenticator(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
+			t.Errorf("NewAuthenticator(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
 		}
 	}
 }
@@ -219,8 +219,8 @@ func TestAuthConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		cfg := tc.cfg
-		cfg.setDefaults()
-		err := errors.Join(cfg.validate()...)
+		cfg.SetDefaults()
+		err := errors.Join(cfg.Validate()...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("validate(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
 		}

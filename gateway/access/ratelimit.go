@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"fmt"
@@ -70,6 +70,7 @@ func (l RateLimit) perSecond() float64 {
 	return float64(l.N) / l.Period.Seconds()
 }
 
+// String describes l for people, such as "120 calls per minute".
 func (l RateLimit) String() string {
 	if l.Unlimited() {
 		return "unlimited"
@@ -78,35 +79,38 @@ func (l RateLimit) String() string {
 	return fmt.Sprintf("%d calls per %s", l.N, unit)
 }
 
-// rateDecision is the limit that applies to a caller and the rule it
-// comes from ("" for the gateway default).
-type rateDecision struct {
-	limit RateLimit
-	rule  string
+// RateDecision is the limit that applies to a caller and the rule it
+// comes from.
+type RateDecision struct {
+	Limit RateLimit
+	// Rule is the rule or API token that sets the limit ("" for the
+	// gateway's default).
+	Rule string
 }
 
 // RateLimit returns the caller's rate limit given the gateway default.
-func (g *Grants) RateLimit(def RateLimit) rateDecision {
+func (g *Grants) RateLimit(def RateLimit) RateDecision {
 	if len(g.allow) == 0 {
-		return rateDecision{limit: def}
+		return RateDecision{Limit: def}
 	}
-	var best rateDecision
+	var best RateDecision
 	for i, r := range g.allow {
-		cand := rateDecision{limit: def}
+		cand := RateDecision{Limit: def}
 		if !r.rate.Unlimited() {
-			cand = rateDecision{limit: r.rate, rule: r.name}
+			cand = RateDecision{Limit: r.rate, Rule: r.name}
 		}
-		if i == 0 || cand.limit.perSecond() > best.limit.perSecond() {
+		if i == 0 || cand.Limit.perSecond() > best.Limit.perSecond() {
 			best = cand
 		}
 	}
 	return best
 }
 
-// rateLimiters keeps one token bucket per caller and limit. Buckets that
+// RateLimiters keeps one token bucket per caller (or other key) and
+// limit; the zero value is ready to use. Buckets that
 // have refilled carry no state worth keeping and are swept, so the map
 // holds only callers active within about one period.
-type rateLimiters struct {
+type RateLimiters struct {
 	mu        sync.Mutex
 	m         map[rateKey]*rate.Limiter
 	lastSweep time.Time
@@ -120,9 +124,9 @@ type rateKey struct {
 // sweepEvery is how often full buckets are dropped.
 const sweepEvery = time.Minute
 
-// allow takes one call from caller's bucket under limit. When the bucket
+// Allow takes one call from caller's bucket under limit. When the bucket
 // is empty it returns false and how long until a call would be allowed.
-func (rl *rateLimiters) allow(caller string, limit RateLimit, now time.Time) (bool, time.Duration) {
+func (rl *RateLimiters) Allow(caller string, limit RateLimit, now time.Time) (bool, time.Duration) {
 	if limit.Unlimited() {
 		return true, 0
 	}
@@ -156,7 +160,7 @@ func (rl *rateLimiters) allow(caller string, limit RateLimit, now time.Time) (bo
 }
 
 // size returns the number of buckets kept.
-func (rl *rateLimiters) size() int {
+func (rl *RateLimiters) size() int {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	return len(rl.m)

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"context"
@@ -16,8 +16,8 @@ func TestNewAPITokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(token, apiTokenPrefix) || len(token) != len(apiTokenPrefix)+43 {
-		t.Fatalf("token %q: want %s and 43 base64url characters", token, apiTokenPrefix)
+	if !strings.HasPrefix(token, APITokenPrefix) || len(token) != len(APITokenPrefix)+43 {
+		t.Fatalf("token %q: want %s and 43 base64url characters", token, APITokenPrefix)
 	}
 	if strings.Contains(line, token) {
 		t.Fatal("the line for the file contains the token itself")
@@ -26,7 +26,7 @@ func TestNewAPITokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed line %q does not parse: %v", line, err)
 	}
-	a := &authenticator{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := &Authenticator{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	a.tokens.Store(tokens)
 	ti, err := a.verify(context.Background(), token, httptest.NewRequest("POST", "/mcp", nil))
 	if err != nil {
@@ -36,7 +36,7 @@ func TestNewAPITokenRoundTrip(t *testing.T) {
 	if id.Kind != KindAPIToken || id.Subject != "ci-bot" || ti.UserID != "18:fleetmcp:api-token token:ci-bot" {
 		t.Fatalf("identity %+v, user %q", id, ti.UserID)
 	}
-	if d := (*AccessRules)(nil).For(id).Tool("read", "any", nil); !d.Allowed {
+	if d := (*Rules)(nil).For(id).Tool("read", "any", nil); !d.Allowed {
 		t.Fatalf("the printed grant does not allow read: %+v", d)
 	}
 	if _, err := a.verify(context.Background(), token+"x", httptest.NewRequest("POST", "/mcp", nil)); err == nil {
@@ -98,7 +98,7 @@ func FuzzParseAPITokens(f *testing.F) {
 		if len(tokens.Summary()) == 0 {
 			t.Fatal("accepted a file without tokens")
 		}
-		if tokens.lookup(apiTokenPrefix+"x") != nil {
+		if tokens.lookup(APITokenPrefix+"x") != nil {
 			t.Fatal("an arbitrary token matched")
 		}
 	})
