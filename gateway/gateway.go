@@ -24,6 +24,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // Gateway is a running control plane: the MCP endpoint, the host registry,
@@ -140,7 +142,7 @@ type Gateway struct {
 	// signer is the signing key (nil: skill rollout is off); skillStore is
 	// the skill store and rollout controller (nil without a signer).
 	signer     *signingKey
-	skillStore *skillService
+	skillStore *skills.Store
 
 	ln     net.Listener
 	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
@@ -665,7 +667,7 @@ func (g *Gateway) stopNATS() {
 	g.natsEnrolments.close()
 	g.agentSvc.close()
 	if g.skillStore != nil {
-		g.skillStore.close()
+		g.skillStore.Close()
 	}
 	if g.agents != nil {
 		g.agents.close()

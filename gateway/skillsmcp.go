@@ -21,6 +21,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // This file serves the fleet's skills through the MCP Skills extension
@@ -31,7 +33,7 @@ import (
 // resources/read and listed by resources/list, and each skill folder a
 // directory resource read with resources/directory/read (skilldir.go).
 //
-// The skills are the bundles the gateway serves (skillSource), the same
+// The skills are the bundles the gateway serves (skills.Source), the same
 // for every caller who may see them: a caller sees them when its access
 // rules grant it the skill tool on at least one host; to any other caller
 // skills/list is empty and every skill is unknown. Every file is checked
@@ -98,9 +100,9 @@ type getSkillResult struct {
 	CacheScope string   `json:"cacheScope"`
 }
 
-// skillServer serves a skillSource through the extension.
+// skillServer serves a skills.Source through the extension.
 type skillServer struct {
-	src skillSource
+	src skills.Source
 	log *slog.Logger
 
 	// frontmatter caches the parsed frontmatter of SKILL.md files by
@@ -113,7 +115,7 @@ type skillServer struct {
 // full.
 const maxFrontmatterCache = 4096
 
-func newSkillServer(src skillSource, log *slog.Logger) *skillServer {
+func newSkillServer(src skills.Source, log *slog.Logger) *skillServer {
 	return &skillServer{src: src, log: log, frontmatter: map[string]map[string]any{}}
 }
 
