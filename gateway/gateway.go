@@ -107,7 +107,7 @@ type Gateway struct {
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
-	skills *skillServer
+	skills *skills.Catalog
 
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
@@ -172,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
-		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
+		g.skills = skills.NewCatalog(cfg.SkillSource)
 	}
 	lookup := cfg.lookupIP
 	if lookup == nil {
@@ -240,7 +240,7 @@ func (g *Gateway) start(ctx context.Context) error {
 			if g.skills == nil && g.skillStore != nil {
 				// The fleet's skills, as rolled out, are what the MCP
 				// Skills extension serves.
-				g.skills = newSkillServer(g.skillStore, g.log.With("component", "skills"))
+				g.skills = skills.NewCatalog(g.skillStore)
 			}
 			return nil
 		},
