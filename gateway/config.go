@@ -13,6 +13,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // Config configures a Gateway. Zero values mean the documented defaults;
@@ -204,7 +206,7 @@ type Config struct {
 	// SkillSource, when set, is what the gateway serves through the MCP
 	// Skills extension (skillsmcp.go) instead of its own skill store: a
 	// deployment or a test that brings its skills from elsewhere.
-	SkillSource skillSource
+	SkillSource skills.Source
 
 	// TracerProvider, when set, makes a span of every tools/call and of
 	// every call routed to a host, and carries the trace context to the

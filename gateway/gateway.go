@@ -25,6 +25,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // Gateway is a running control plane: the MCP endpoint, the host registry,
@@ -106,7 +108,7 @@ type Gateway struct {
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
-	skills *skillServer
+	skills *skills.Catalog
 
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
@@ -141,7 +143,7 @@ type Gateway struct {
 	// signer is the signing key (nil: skill rollout is off); skillStore is
 	// the skill store and rollout controller (nil without a signer).
 	signer     *signingKey
-	skillStore *skillService
+	skillStore *skills.Store
 
 	ln     net.Listener
 	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
@@ -171,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
-		g.skills = newSkillServer(cfg.SkillSource, g.log.With("component", "skills"))
+		g.skills = skills.NewCatalog(cfg.SkillSource)
 	}
 	lookup := cfg.lookupIP
 	if lookup == nil {
@@ -239,7 +241,7 @@ func (g *Gateway) start(ctx context.Context) error {
 			if g.skills == nil && g.skillStore != nil {
 				// The fleet's skills, as rolled out, are what the MCP
 				// Skills extension serves.
-				g.skills = newSkillServer(g.skillStore, g.log.With("component", "skills"))
+				g.skills = skills.NewCatalog(g.skillStore)
 			}
 			return nil
 		},
@@ -666,7 +668,7 @@ func (g *Gateway) stopNATS() {
 	g.natsEnrolments.close()
 	g.agentSvc.close()
 	if g.skillStore != nil {
-		g.skillStore.close()
+		g.skillStore.Close()
 	}
 	if g.agents != nil {
 		g.agents.close()

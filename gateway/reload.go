@@ -63,7 +63,7 @@ func (g *Gateway) Reload() error {
 		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.currentKeyID())
 		g.pushKeys()
 		if g.skillStore != nil {
-			g.skillStore.resignInBackground()
+			g.skillStore.ResignInBackground()
 		}
 	}
 	if err := g.audit.reopen(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,15 @@ func TestAgentRequestsAnswerOnlyItsInbox(t *testing.T) {
 	if _, err := gw.Agent(context.Background(), "web-2"); err != nil {
 		t.Errorf("web-2's record after the requests: %v", err)
 	}
+}
+
+// subjectHost returns the host of fleet.v1.agent.HOST.skills.X.
+func subjectHost(subject string) string {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 6 {
+		return ""
+	}
+	return parts[3]
 }
 
 // agentRequest sends a request on subject, fleet.v1.agent.HOST...., the

@@ -143,3 +143,12 @@ func TestSigningKeyRotation(t *testing.T) {
 		t.Error("a refused reload changed the keys in force")
 	}
 }
+
+func testSigningKey(t *testing.T) *signingKey {
+	t.Helper()
+	k, err := loadOrCreateSigningKey(t.TempDir()+"/gateway.key", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

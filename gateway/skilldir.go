@@ -11,6 +11,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // resources/directory/read of the MCP Skills extension: the direct
@@ -35,27 +37,6 @@ type readDirectoryResult struct {
 	Resources  []*mcp.Resource `json:"resources"`
 }
 
-// skillDirURI is the URI of folder dir ("" for the root) of skill name:
-// no trailing slash.
-func skillDirURI(name, dir string) string {
-	if dir == "" {
-		return skillScheme + name
-	}
-	return skillFileURI(name, dir)
-}
-
-// parseSkillDirURI splits a directory URI into the skill's name and the
-// folder's path in the bundle ("" for the root).
-func parseSkillDirURI(uri string) (name, dir string, err error) {
-	if rest, ok := strings.CutPrefix(uri, skillScheme); ok && !strings.Contains(rest, "/") {
-		if err := protocol.ValidateSkillName(rest); err != nil {
-			return "", "", fmt.Errorf("%q does not name a skill: %w", clipURI(uri), err)
-		}
-		return rest, "", nil
-	}
-	return parseSkillURI(uri)
-}
-
 func (g *Gateway) readSkillDirectory(ctx context.Context, _ *mcp.ServerSession, p *readDirectoryParams) (*readDirectoryResult, error) {
 	invalid := func(msg string) error { return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg} }
 	if p == nil || p.URI == "" {
@@ -64,7 +45,7 @@ func (g *Gateway) readSkillDirectory(ctx context.Context, _ *mcp.ServerSession, 
 	if p.Cursor != "" {
 		return nil, invalid("invalid cursor: a skill folder is listed in one page")
 	}
-	name, dir, err := parseSkillDirURI(p.URI)
+	name, dir, err := skills.ParseDirURI(p.URI)
 	if err != nil {
 		return nil, invalid(err.Error())
 	}
@@ -76,12 +57,12 @@ func (g *Gateway) readSkillDirectory(ctx context.Context, _ *mcp.ServerSession, 
 	if !ok {
 		return nil, invalid("no directory is served at " + p.URI + " (skills/list lists the skills you may use)")
 	}
-	if err := checkManifest(sm); err != nil {
+	if err := skills.CheckManifest(sm); err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("skill %s cannot be served: %v", name, err)}
 	}
 	children := dirChildren(sm.Manifest, dir)
 	if len(children) == 0 {
-		return nil, invalid(p.URI + " is not a directory resource (skills/get " + skillMDURI(name) + " lists the skill's files)")
+		return nil, invalid(p.URI + " is not a directory resource (skills/get " + skills.MDURI(name) + " lists the skill's files)")
 	}
 	return &readDirectoryResult{ResultType: resultComplete, Resources: children}, nil
 }
@@ -106,11 +87,11 @@ func dirChildren(m protocol.Manifest, dir string) []*mcp.Resource {
 		}
 		seen[child] = true
 		if isDir {
-			out = append(out, &mcp.Resource{URI: skillDirURI(m.Name, prefix+child), Name: child, MIMEType: mimeDirectory})
+			out = append(out, &mcp.Resource{URI: skills.DirURI(m.Name, prefix+child), Name: child, MIMEType: mimeDirectory})
 			continue
 		}
-		mime, _ := mimeByExt(f.Path)
-		out = append(out, &mcp.Resource{URI: skillFileURI(m.Name, f.Path), Name: path.Base(f.Path), MIMEType: mime, Size: f.Size})
+		mime, _ := skills.MIMEByExt(f.Path)
+		out = append(out, &mcp.Resource{URI: skills.FileURI(m.Name, f.Path), Name: path.Base(f.Path), MIMEType: mime, Size: f.Size})
 	}
 	return out
 }

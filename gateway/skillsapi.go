@@ -8,6 +8,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // This file is skill rollout in the admin HTTP API (protocol/skillsadmin.go
@@ -76,7 +78,7 @@ func (g *Gateway) skillsRoutes(caller func(*http.Request) *access.Identity) map[
 			case protocol.RolloutRollback:
 				out, err = g.RollbackRollout(r.Context(), by, id)
 			default:
-				err = fmt.Errorf("%w: action %q: use pause, resume or rollback", ErrSkillRefused, protocol.Clip(r.PathValue("action"), 40))
+				err = fmt.Errorf("%w: action %q: use pause, resume or rollback", skills.ErrRefused, protocol.Clip(r.PathValue("action"), 40))
 			}
 			writeSkillsAnswer(w, out, err)
 		},
@@ -106,11 +108,11 @@ func writeSkillsAnswer(w http.ResponseWriter, v any, err error) {
 	case err == nil:
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
-	case errors.Is(err, ErrSkillRefused):
+	case errors.Is(err, skills.ErrRefused):
 		writeSkillsError(w, http.StatusBadRequest, protocol.APIBadRequest, err.Error())
-	case errors.Is(err, ErrRolloutState):
+	case errors.Is(err, skills.ErrRolloutState):
 		writeSkillsError(w, http.StatusConflict, protocol.APIBadRequest, err.Error())
-	case errors.Is(err, ErrSkillNotFound):
+	case errors.Is(err, skills.ErrNotFound):
 		writeSkillsError(w, http.StatusNotFound, protocol.APINotFound, err.Error())
 	default:
 		writeSkillsError(w, http.StatusServiceUnavailable, protocol.APIUnavailable, err.Error())

@@ -9,25 +9,26 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
-	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
-// This file is skill rollout as the gateway's Go API: the methods the
-// MCP admin tools, the admin HTTP API and fleetctl use. Each records one
-// audit record (the MCP tools call the unexported operations: the guard
-// records their calls).
+// This file is skill rollout as the gateway's Go API, over the skill
+// store (gateway/skills): the methods the MCP admin tools, the admin
+// HTTP API and fleetctl use. Each records one audit record (the MCP tools
+// call the unexported operations: the guard records their calls).
 
-// openSkills opens the skill service (with the signing key Start loaded).
+// ErrSkillsOff: the gateway has no signing key.
+var ErrSkillsOff = errors.New("skill rollout is off: the gateway has no signing key (set --signing_key or --data_dir)")
+
+// openSkills opens the skill store (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
-	s, err := openSkillService(g.nc, g.signer, gatewayFleet{g}, skillOptions{replicas: g.cfg.Hosts.Replicas,
-		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6), poke: g.pokeHost,
-		audit: func(rec *AuditRecord) { g.audit.write(rec) }},
+	s, err := skills.Open(g.nc, skillSigner{g.signer}, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
+		LeaderTTL: 10 * time.Second, Tick: 100 * time.Millisecond, ID: host + "/" + randomHex(6), Poke: g.pokeHost,
+		Tampered: func(ev skills.Tampered) { g.audit.write(tamperRecord(ev)) }},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err
@@ -42,24 +43,50 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// skillSigner is the gateway's signing key as the skill store uses it.
+type skillSigner struct{ k *signingKey }
+
+func (s skillSigner) Sign(purpose string, msg []byte) protocol.Signature {
+	return s.k.sign(purpose, msg)
+}
+
+func (s skillSigner) Resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
+	return s.k.resign(purpose, msg, sig)
+}
+
+func (s skillSigner) Verifiable() []string { return s.k.verifiable() }
+
+// tamperAuditTool names the audit records of tampered skills.
+const tamperAuditTool = "skills.tampered"
+
+// tamperRecord is the audit record of a host's report of a tampered
+// skill: the host and skill are the gateway's, the rest the host's words.
+func tamperRecord(ev skills.Tampered) *AuditRecord {
+	return &AuditRecord{Time: ev.At.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: ev.Host},
+		Tool: tamperAuditTool, Hosts: []string{ev.Host}, Target: ev.Skill,
+		Args:     map[string]any{"skill": ev.Skill, "bundle_id": protocol.Clip(ev.BundleID, 80), "rollout": protocol.Clip(ev.Rollout, 80)},
+		Decision: decisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
+		Outcome: outcomeError, Error: protocol.Clip("reported by the host: "+ev.Reason, 500)}
+}
+
 // gatewayFleet is the fleet as the agent records and the registry know
 // it.
 type gatewayFleet struct{ g *Gateway }
 
-func (f gatewayFleet) members() []fleetMember {
-	var out []fleetMember
+func (f gatewayFleet) Members() []skills.Member {
+	var out []skills.Member
 	for _, rec := range f.g.agentIndex.all() {
 		if rec.Revoked() {
 			continue
 		}
-		out = append(out, fleetMember{Host: rec.Host, Labels: rec.Labels, Online: f.g.reg.isOnline(rec.Host)})
+		out = append(out, skills.Member{Host: rec.Host, Labels: rec.Labels, Online: f.g.reg.isOnline(rec.Host)})
 	}
 	return out
 }
 
-func (f gatewayFleet) online(host string) bool { return f.g.reg.isOnline(host) }
+func (f gatewayFleet) Online(host string) bool { return f.g.reg.isOnline(host) }
 
-func (f gatewayFleet) agentOK(host string) error {
+func (f gatewayFleet) AgentOK(host string) error {
 	rec, ok := f.g.agentIndex.record(host)
 	switch {
 	case !ok:
@@ -78,8 +105,8 @@ func (r *registry) isOnline(host string) bool {
 	return e != nil && e.facts != nil && r.liveCount(e, r.now()) > 0
 }
 
-// skillService returns the service, or ErrSkillsOff.
-func (g *Gateway) skillService() (*skillService, error) {
+// skillService returns the skill store, or ErrSkillsOff.
+func (g *Gateway) skillService() (*skills.Store, error) {
 	if g.skillStore == nil {
 		return nil, ErrSkillsOff
 	}
@@ -96,7 +123,7 @@ func (g *Gateway) auditSkillOp(start time.Time, by *access.Identity, op string, 
 		DurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
 		rec.Outcome, rec.Error = outcomeError, protocol.Clip(err.Error(), 500)
-		if errors.Is(err, ErrSkillRefused) || errors.Is(err, ErrRolloutState) {
+		if errors.Is(err, skills.ErrRefused) || errors.Is(err, skills.ErrRolloutState) {
 			rec.Outcome = outcomeRefused
 		}
 	}
@@ -116,25 +143,17 @@ func callerName(by *access.Identity) string {
 // the caller (nil: the local operator).
 func (g *Gateway) PushSkill(ctx context.Context, by *access.Identity, name string, files []protocol.SkillPushFile) (protocol.SkillPushResponse, error) {
 	start := time.Now()
-	resp, err := g.pushSkill(ctx, name, toPushFiles(files), callerName(by))
+	resp, err := g.pushSkill(ctx, name, files, callerName(by))
 	g.auditSkillOp(start, by, "skills.push", map[string]any{"skill": name, "files": len(files), "bundle_id": resp.BundleID}, err)
 	return resp, err
 }
 
-func toPushFiles(files []protocol.SkillPushFile) []pushFile {
-	out := make([]pushFile, len(files))
-	for i, f := range files {
-		out[i] = pushFile{Path: f.Path, Mode: f.Mode, Data: f.Data}
-	}
-	return out
-}
-
-func (g *Gateway) pushSkill(ctx context.Context, name string, files []pushFile, by string) (protocol.SkillPushResponse, error) {
+func (g *Gateway) pushSkill(ctx context.Context, name string, files []protocol.SkillPushFile, by string) (protocol.SkillPushResponse, error) {
 	s, err := g.skillService()
 	if err != nil {
 		return protocol.SkillPushResponse{}, err
 	}
-	return s.push(ctx, name, files, by)
+	return s.Push(ctx, name, files, by)
 }
 
 // Skills lists the pushed skills with the bundle each is served as.
@@ -143,14 +162,7 @@ func (g *Gateway) Skills(ctx context.Context) ([]protocol.SkillInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []protocol.SkillInfo
-	for _, name := range s.skillNames() {
-		vs := s.versions(name)
-		served, rollout, _ := s.served(name)
-		out = append(out, protocol.SkillInfo{Name: name, Description: served.Description, Served: served.BundleID,
-			Versions: len(vs), LastPushed: vs[0].PushedAt, LastRollout: rollout})
-	}
-	return out, nil
+	return s.Skills(), nil
 }
 
 // SkillVersions lists a skill's pushed bundles, newest first.
@@ -159,15 +171,7 @@ func (g *Gateway) SkillVersions(ctx context.Context, name string) ([]protocol.Sk
 	if err != nil {
 		return nil, err
 	}
-	vs := s.versions(name)
-	if len(vs) == 0 {
-		return nil, fmt.Errorf("%w: no skill %q was pushed", ErrSkillNotFound, protocol.Clip(name, 64))
-	}
-	out := make([]protocol.SkillVersion, len(vs))
-	for i, v := range vs {
-		out[i] = protocol.SkillVersion{BundleID: v.BundleID, Files: len(v.Manifest.Files), Bytes: v.Manifest.TotalSize(), PushedAt: v.PushedAt, PushedBy: v.PushedBy}
-	}
-	return out, nil
+	return s.Versions(name)
 }
 
 // StartRollout starts rolling a pushed bundle out; a running rollout of
@@ -184,11 +188,7 @@ func (g *Gateway) startRollout(ctx context.Context, req protocol.RolloutRequest,
 	if err != nil {
 		return protocol.RolloutInfo{}, err
 	}
-	r, err := s.startRollout(ctx, req, remove, by)
-	if err != nil {
-		return protocol.RolloutInfo{}, err
-	}
-	return s.info(r, false), nil
+	return s.StartRollout(ctx, req, remove, by)
 }
 
 // RemoveSkill removes a skill from the hosts selector picks (a rollout
@@ -208,11 +208,7 @@ func (g *Gateway) RolloutStatus(ctx context.Context, id string, withHosts bool) 
 	if err != nil {
 		return protocol.RolloutInfo{}, err
 	}
-	r, err := s.rolloutByID(ctx, id)
-	if err != nil {
-		return protocol.RolloutInfo{}, err
-	}
-	return s.info(r, withHosts), nil
+	return s.Rollout(ctx, id, withHosts)
 }
 
 // Rollouts lists the rollouts, newest first, without host lists.
@@ -221,11 +217,7 @@ func (g *Gateway) Rollouts(ctx context.Context) ([]protocol.RolloutInfo, error) 
 	if err != nil {
 		return nil, err
 	}
-	var out []protocol.RolloutInfo
-	for _, r := range s.rolloutList() {
-		out = append(out, s.info(r, false))
-	}
-	return out, nil
+	return s.Rollouts(), nil
 }
 
 // PauseRollout pauses a running rollout: no further batch starts.
@@ -257,11 +249,7 @@ func (g *Gateway) controlRollout(ctx context.Context, id, action string) (protoc
 	if err != nil {
 		return protocol.RolloutInfo{}, err
 	}
-	r, err := s.control(ctx, id, action)
-	if err != nil {
-		return protocol.RolloutInfo{}, err
-	}
-	return s.info(r, false), nil
+	return s.Control(ctx, id, action)
 }
 
 // SkillConsumers returns how many JetStream consumers the streams of
@@ -272,21 +260,5 @@ func (g *Gateway) SkillConsumers(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
-	for _, name := range []string{protocol.SkillsStatusStream, "KV_" + protocol.SkillsDesiredBucket, "KV_" + skillBundlesBucket,
-		"KV_" + rolloutsBucket, "KV_" + leaderBucket, "OBJ_" + skillFilesBucket} {
-		cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
-		st, err := s.js.Stream(cctx, name)
-		if err == nil {
-			var info *jetstream.StreamInfo
-			if info, err = st.Info(cctx); err == nil {
-				out[name] = info.State.Consumers
-			}
-		}
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-	}
-	return out, nil
+	return s.Consumers(ctx)
 }

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,7 +107,7 @@ func (g *Gateway) skillPushTool(ctx context.Context, req *mcp.CallToolRequest, i
 
 // readSkillFolder reads a skill folder through a host's agent: its files
 // (regular files only) and the folder's name.
-func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, dir string) ([]pushFile, string, error) {
+func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, dir string) ([]protocol.SkillPushFile, string, error) {
 	if cc.id == nil {
 		return nil, "", errors.New("no authenticated caller")
 	}
@@ -170,7 +172,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 	if strings.Contains(l.Path, `\`) && !strings.Contains(l.Path, "/") {
 		sep = `\`
 	}
-	files := make([]pushFile, 0, len(rels))
+	files := make([]protocol.SkillPushFile, 0, len(rels))
 	for _, rel := range rels {
 		full := strings.TrimRight(l.Path, sep) + sep + strings.ReplaceAll(rel, "/", sep)
 		var content []protocol.Content
@@ -189,7 +191,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 		if strings.HasPrefix(string(data), "#!") {
 			mode = 0o755
 		}
-		files = append(files, pushFile{Path: rel, Mode: mode, Data: data})
+		files = append(files, protocol.SkillPushFile{Path: rel, Mode: mode, Data: data})
 	}
 	base := l.Path[strings.LastIndexAny(strings.TrimRight(l.Path, `/\`), `/\`)+1:]
 	return files, strings.TrimRight(base, `/\`), nil
@@ -281,4 +283,10 @@ func (g *Gateway) skillControlTool(ctx context.Context, req *mcp.CallToolRequest
 		return errorResult("skill_rollout_control: " + err.Error()), nil, nil
 	}
 	return jsonToolResult(rolloutSummary(info), info), nil, nil
+}
+
+// sha256Hex is data's lowercase hex SHA-256.
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

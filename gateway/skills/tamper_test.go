@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -11,20 +11,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // TestTamperAuditor: a tampered skill in a host's report becomes one
-// audit record (the leader's), with the gateway's own host and skill;
-// the same event reported again, an old report read again at start, a
-// skill no rollout sent the host, and a non-leader write nothing; a
-// flooding host gets at most tamperAuditsPerMinute records a minute.
+// event (the leader's), with the gateway's own host and skill; the same
+// event reported again, an old report read again at start, a skill no
+// rollout sent the host, and a non-leader tell nothing; a flooding host
+// gets at most tamperAuditsPerMinute events a minute.
 func TestTamperAuditor(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	var recs []*AuditRecord
+	var recs []Tampered
 	leader := true
-	a := &tamperAuditor{write: func(r *AuditRecord) { recs = append(recs, r) }, leader: func() bool { return leader },
+	a := &tamperAuditor{write: func(r Tampered) { recs = append(recs, r) }, leader: func() bool { return leader },
 		known: func(host, skill string) bool {
 			return host == "web-1" && (skill == "deploy" || strings.HasPrefix(skill, "s"))
 		},
@@ -41,9 +40,8 @@ func TestTamperAuditor(t *testing.T) {
 		t.Fatalf("%d records, want 1 (deploy; no rollout sent other): %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.Tool != tamperAuditTool || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" || r.Target != "deploy" || r.Caller.Kind != access.KindAgent ||
-		r.Decision != decisionDenied || !strings.Contains(r.Error, "reported by the host: scripts/run.sh") {
-		t.Errorf("record %+v", r)
+	if r.Host != "web-1" || r.Skill != "deploy" || r.BundleID != tampered.BundleID || !r.At.Equal(now) || r.Reason != tampered.Reason {
+		t.Errorf("event %+v", r)
 	}
 	a.report("web-1", first, report(map[string]protocol.SkillState{"deploy": tampered}))
 	old := tampered
@@ -82,7 +80,7 @@ func TestForgedBundleRecordNotServed(t *testing.T) {
 	ns := startJetStream(t)
 	s := testSkills(t, ns, newFakeFleet("web-1"), testSigningKey(t), "a")
 	ctx := context.Background()
-	pushed, err := s.push(ctx, "deploy", []pushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}}, "alice")
+	pushed, err := s.push(ctx, "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // files first and the manifest last, so no manifest ever names a missing
 // file, and the same bundle pushed twice is one version. Every gateway
 // follows the manifests and the rollouts with one watch each, and the
-// hosts' status reports with one ordered consumer (skilldesired.go): what
+// hosts' status reports with one ordered consumer (desired.go): what
 // a gateway holds of skills does not depend on how many hosts there are.
 
 // Buckets of the skill store (besides protocol.SkillsDesiredBucket).
@@ -43,57 +43,76 @@ const (
 
 // Errors of the skill operations; the messages they wrap say what to do.
 var (
-	// ErrSkillRefused: the bundle breaks a rule; nothing was stored.
-	ErrSkillRefused = errors.New("skill bundle refused")
-	// ErrSkillNotFound: no such skill, bundle or rollout.
-	ErrSkillNotFound = errors.New("not found")
-	// ErrSkillsOff: the gateway has no signing key.
-	ErrSkillsOff = errors.New("skill rollout is off: the gateway has no signing key (set --signing_key or --data_dir)")
+	// ErrRefused: the bundle (or the rollout asked for) breaks a rule;
+	// nothing was stored.
+	ErrRefused = errors.New("skill bundle refused")
+	// ErrNotFound: no such skill, bundle or rollout.
+	ErrNotFound = errors.New("not found")
 	// ErrRolloutState: the action does not apply to the rollout's state.
 	ErrRolloutState = errors.New("rollout state")
 )
 
-// fleetMember is a host a rollout may select: enrolled, not revoked.
-type fleetMember struct {
+// loadTimeout bounds how long Open waits for a bucket or stream: a fleet
+// reconnecting at once keeps JetStream busy for a while.
+const loadTimeout = 2 * time.Minute
+
+// Member is a host a rollout may select: enrolled, not revoked.
+type Member struct {
 	Host   string
 	Labels map[string]string
 	Online bool
 }
 
-// fleetView is what the skill service needs of the fleet.
-type fleetView interface {
-	// members returns every enrolled host that is not revoked, sorted.
-	members() []fleetMember
-	// online reports whether host's agent is connected now.
-	online(host string) bool
-	// agentOK says why host may not fetch skills (unknown, revoked), or
+// Fleet is what the store needs of the fleet.
+type Fleet interface {
+	// Members returns every enrolled host that is not revoked, sorted.
+	Members() []Member
+	// Online reports whether host's agent is connected now.
+	Online(host string) bool
+	// AgentOK says why host may not fetch skills (unknown, revoked), or
 	// nil.
-	agentOK(host string) error
+	AgentOK(host string) error
 }
 
-// skillOptions tune the skill service; tests shorten the times.
-type skillOptions struct {
-	replicas int
-	// leaderTTL is the leader key's bucket TTL: a dead leader is replaced
+// Signer is the gateway's signing key, as far as skills use it.
+type Signer interface {
+	// Sign signs msg for purpose with the current key.
+	Sign(purpose string, msg []byte) protocol.Signature
+	// Resign returns sig, over msg for purpose, made with the current
+	// key: a signature by another key the gateway takes its own
+	// signatures by is made again; any other is returned as it is.
+	Resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature
+	// Verifiable returns the keys the gateway takes its own signatures
+	// by.
+	Verifiable() []string
+}
+
+// Options tune the store; tests shorten the times.
+type Options struct {
+	// Replicas is the replication of the buckets and the status stream.
+	Replicas int
+	// LeaderTTL is the leader key's bucket TTL: a dead leader is replaced
 	// within it.
-	leaderTTL time.Duration
-	// tick is how often the leader looks at its rollouts when nothing
+	LeaderTTL time.Duration
+	// Tick is how often the leader looks at its rollouts when nothing
 	// happens.
-	tick time.Duration
-	// cacheBytes bounds the file cache.
-	cacheBytes int64
-	// id names this replica in the leader key.
-	id string
-	// poke tells host to read its desired state now (a signed message:
-	// Gateway.pokeHost); required.
-	poke func(host string)
-	// audit, when set, stores an audit record (a host reporting a
-	// tampered skill: skilltamper.go).
-	audit func(*AuditRecord)
+	Tick time.Duration
+	// CacheBytes bounds the file cache (0: 64 MiB).
+	CacheBytes int64
+	// ID names this replica in the leader key.
+	ID string
+	// Poke tells host to read its desired state now (a signed message);
+	// required.
+	Poke func(host string)
+	// Tampered, when set, hears of each host's report of a tampered
+	// skill (tamper.go), on the rollout controller's leader only.
+	Tampered func(Tampered)
 }
 
-// skillService is one gateway's part of skill rollout.
-type skillService struct {
+// Store is one gateway's part of skill rollout: the skill store, the
+// rollouts and their controller, and the serving of manifests and files
+// to agents.
+type Store struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	files   jetstream.ObjectStore
@@ -101,10 +120,10 @@ type skillService struct {
 	desired jetstream.KeyValue
 	rolls   jetstream.KeyValue
 	leader  jetstream.KeyValue
-	signer  *signingKey
-	fleet   fleetView
+	signer  Signer
+	fleet   Fleet
 	log     *slog.Logger
-	opts    skillOptions
+	opts    Options
 	now     func() time.Time
 
 	cache  *blobCache
@@ -137,19 +156,19 @@ type rolloutEntry struct {
 	rev uint64
 }
 
-// openSkillService creates the buckets and the stream, loads the
-// manifests and rollouts, and starts serving agents and (when elected)
-// driving rollouts.
-func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts skillOptions, log *slog.Logger) (*skillService, error) {
-	if opts.poke == nil {
+// Open creates the buckets and the stream, loads the manifests and
+// rollouts, and starts serving agents and (when elected) driving
+// rollouts. Close stops it.
+func Open(nc *nats.Conn, signer Signer, fleet Fleet, opts Options, log *slog.Logger) (*Store, error) {
+	if opts.Poke == nil {
 		return nil, errors.New("skills: no way to poke hosts")
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("skills: %w", err)
 	}
-	s := &skillService{nc: nc, js: js, signer: signer, fleet: fleet, log: log, opts: opts, now: time.Now,
-		cache: newBlobCache(opts.cacheBytes), manifest: map[string]*bundleRecord{}, rollouts: map[string]rolloutEntry{},
+	s := &Store{nc: nc, js: js, signer: signer, fleet: fleet, log: log, opts: opts, now: time.Now,
+		cache: newBlobCache(opts.CacheBytes), manifest: map[string]*bundleRecord{}, rollouts: map[string]rolloutEntry{},
 		work: make(chan *nats.Msg, 4096)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.openBuckets(); err != nil {
@@ -157,23 +176,23 @@ func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts s
 		return nil, err
 	}
 	if err := s.follow(s.bundles, s.applyBundle); err != nil {
-		s.close()
+		s.Close()
 		return nil, err
 	}
 	if err := s.follow(s.rolls, s.applyRollout); err != nil {
-		s.close()
+		s.Close()
 		return nil, err
 	}
 	// The controller exists before the status view, whose reports ask
 	// it whether this replica leads; it runs once everything is open.
 	s.ctl = newController(s)
-	tamper := &tamperAuditor{write: opts.audit, leader: s.ctl.leader, known: s.rolledOutTo, log: log, now: s.now}
-	if s.status, err = openStatusView(s.ctx, js, opts.replicas, log, tamper.report); err != nil {
-		s.close()
+	tamper := &tamperAuditor{write: opts.Tampered, leader: s.ctl.leader, known: s.rolledOutTo, log: log, now: s.now}
+	if s.status, err = openStatusView(s.ctx, js, opts.Replicas, log, tamper.report); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if err := s.serve(); err != nil {
-		s.close()
+		s.Close()
 		return nil, err
 	}
 	s.wg.Go(func() { s.ctl.run(s.ctx) })
@@ -181,7 +200,7 @@ func openSkillService(nc *nats.Conn, signer *signingKey, fleet fleetView, opts s
 }
 
 // rolledOutTo reports whether a rollout of skill name includes host.
-func (s *skillService) rolledOutTo(host, name string) bool {
+func (s *Store) rolledOutTo(host, name string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, e := range s.rollouts {
@@ -208,7 +227,7 @@ func leaderStorage(replicas int) jetstream.StorageType {
 // it in files (a gateway of an older version made it so): JetStream does
 // not change a stream's storage, and the lease it holds is only a lease
 // (the controllers take it again within its TTL).
-func (s *skillService) dropMemoryLeader(kc jetstream.KeyValueConfig) {
+func (s *Store) dropMemoryLeader(kc jetstream.KeyValueConfig) {
 	if kc.Storage != jetstream.FileStorage {
 		return
 	}
@@ -225,8 +244,8 @@ func (s *skillService) dropMemoryLeader(kc jetstream.KeyValueConfig) {
 	s.log.Info("skills: the rollout leader bucket moved from memory to files (a replicated memory bucket does not survive a quorum's restart)")
 }
 
-func (s *skillService) openBuckets() error {
-	r := s.opts.replicas
+func (s *Store) openBuckets() error {
+	r := s.opts.Replicas
 	kvs := []struct {
 		kv *jetstream.KeyValue
 		kc jetstream.KeyValueConfig
@@ -234,19 +253,19 @@ func (s *skillService) openBuckets() error {
 		{&s.bundles, jetstream.KeyValueConfig{Bucket: skillBundlesBucket, Description: "fleetmcp skill bundles: signed manifests by bundle ID", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
 		{&s.desired, jetstream.KeyValueConfig{Bucket: protocol.SkillsDesiredBucket, Description: "fleetmcp desired skills per host, signed", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
 		{&s.rolls, jetstream.KeyValueConfig{Bucket: rolloutsBucket, Description: "fleetmcp skill rollouts", History: 1, Storage: jetstream.FileStorage, Replicas: r}},
-		{&s.leader, jetstream.KeyValueConfig{Bucket: leaderBucket, Description: "fleetmcp rollout controller leader", History: 1, TTL: s.opts.leaderTTL, Storage: leaderStorage(r), Replicas: r}},
+		{&s.leader, jetstream.KeyValueConfig{Bucket: leaderBucket, Description: "fleetmcp rollout controller leader", History: 1, TTL: s.opts.LeaderTTL, Storage: leaderStorage(r), Replicas: r}},
 	}
 	for _, b := range kvs {
 		if b.kc.Bucket == leaderBucket {
 			s.dropMemoryLeader(b.kc)
 		}
-		kv, err := jskv.EnsureBucket(s.js, agentsLoadTimeout, b.kc)
+		kv, err := jskv.EnsureBucket(s.js, loadTimeout, b.kc)
 		if err != nil {
 			return fmt.Errorf("skills: %w", err)
 		}
 		*b.kv = kv
 	}
-	deadline := time.Now().Add(agentsLoadTimeout)
+	deadline := time.Now().Add(loadTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, jskv.Timeout)
 		obs, err := s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: skillFilesBucket,
@@ -265,7 +284,7 @@ func (s *skillService) openBuckets() error {
 
 // follow keeps apply fed with kv's entries until close, after loading
 // the current ones.
-func (s *skillService) follow(kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
+func (s *Store) follow(kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
 	first, err := jskv.StartWatch(s.ctx, kv, jskv.WatchPatience)
 	if err != nil {
 		return fmt.Errorf("skills: %w", err)
@@ -275,12 +294,14 @@ func (s *skillService) follow(kv jetstream.KeyValue, apply func(jetstream.KeyVal
 	select {
 	case <-loaded:
 		return nil
-	case <-time.After(agentsLoadTimeout):
-		return fmt.Errorf("skills: bucket %s not loaded within %s", kv.Bucket(), agentsLoadTimeout)
+	case <-time.After(loadTimeout):
+		return fmt.Errorf("skills: bucket %s not loaded within %s", kv.Bucket(), loadTimeout)
 	}
 }
 
-func (s *skillService) close() {
+// Close stops serving agents and driving rollouts, and waits for the
+// store's goroutines to end.
+func (s *Store) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
@@ -289,7 +310,7 @@ func (s *skillService) close() {
 	s.status.stop()
 }
 
-func (s *skillService) applyBundle(e jetstream.KeyValueEntry) {
+func (s *Store) applyBundle(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
 		delete(s.manifest, e.Key())
@@ -318,14 +339,14 @@ func (s *skillService) applyBundle(e jetstream.KeyValueEntry) {
 
 // checkBundle checks that rec's manifest is the bundle rec names, signed
 // by a key of this fleet.
-func (s *skillService) checkBundle(rec *bundleRecord) error {
+func (s *Store) checkBundle(rec *bundleRecord) error {
 	if got := rec.Manifest.BundleID(); got != rec.BundleID {
 		return fmt.Errorf("its manifest is bundle %s", protocol.Excerpt(got))
 	}
-	return protocol.VerifyBytes(s.signer.verifiable(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
+	return protocol.VerifyBytes(s.signer.Verifiable(), protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
 }
 
-func (s *skillService) applyRollout(e jetstream.KeyValueEntry) {
+func (s *Store) applyRollout(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
 		delete(s.rollouts, e.Key())
@@ -345,19 +366,12 @@ func (s *skillService) applyRollout(e jetstream.KeyValueEntry) {
 	s.ctl.nudge()
 }
 
-// pushFile is one file of a bundle being pushed.
-type pushFile struct {
-	Path string
-	Mode uint32
-	Data []byte
-}
-
 // buildManifest checks a pushed bundle and returns its manifest: the
 // bundle rules (protocol.Manifest.Validate) and the SKILL.md frontmatter
 // by the Agent Skills rules, its name that of the skill.
-func buildManifest(name string, files []pushFile) (protocol.Manifest, string, error) {
+func buildManifest(name string, files []protocol.SkillPushFile) (protocol.Manifest, string, error) {
 	refuse := func(format string, a ...any) (protocol.Manifest, string, error) {
-		return protocol.Manifest{}, "", fmt.Errorf("%w: %s", ErrSkillRefused, fmt.Sprintf(format, a...))
+		return protocol.Manifest{}, "", fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, a...))
 	}
 	if err := protocol.ValidateSkillName(name); err != nil {
 		return refuse("%v", err)
@@ -400,7 +414,7 @@ func buildManifest(name string, files []pushFile) (protocol.Manifest, string, er
 // push stores a bundle: files first (those not stored yet), then the
 // signed manifest. The same bundle again is the same version (created
 // false).
-func (s *skillService) push(ctx context.Context, name string, files []pushFile, by string) (protocol.SkillPushResponse, error) {
+func (s *Store) push(ctx context.Context, name string, files []protocol.SkillPushFile, by string) (protocol.SkillPushResponse, error) {
 	m, desc, err := buildManifest(name, files)
 	if err != nil {
 		return protocol.SkillPushResponse{}, err
@@ -411,7 +425,7 @@ func (s *skillService) push(ctx context.Context, name string, files []pushFile, 
 	if old, err := s.bundle(ctx, key); err == nil {
 		resp.PushedAt, resp.PushedBy = old.PushedAt, old.PushedBy
 		return resp, nil
-	} else if !errors.Is(err, ErrSkillNotFound) {
+	} else if !errors.Is(err, ErrNotFound) {
 		return resp, err
 	}
 	byDigest := make(map[string][]byte, len(files))
@@ -425,7 +439,7 @@ func (s *skillService) push(ctx context.Context, name string, files []pushFile, 
 		}
 	}
 	rec := bundleRecord{SignedManifest: protocol.SignedManifest{Manifest: m, BundleID: id,
-		Signature: s.signer.sign(protocol.PurposeManifest, m.CanonicalBytes())},
+		Signature: s.signer.Sign(protocol.PurposeManifest, m.CanonicalBytes())},
 		PushedAt: s.now().UTC(), PushedBy: by, Description: desc}
 	data, err := json.Marshal(&rec)
 	if err != nil {
@@ -446,7 +460,7 @@ func (s *skillService) push(ctx context.Context, name string, files []pushFile, 
 }
 
 // storeFile puts a file into the object store unless it is there.
-func (s *skillService) storeFile(ctx context.Context, digest string, data []byte) error {
+func (s *Store) storeFile(ctx context.Context, digest string, data []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
 	if info, err := s.files.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(data)) {
@@ -460,7 +474,7 @@ func (s *skillService) storeFile(ctx context.Context, digest string, data []byte
 
 // bundle returns a pushed bundle by its ID's hex: from the watch's copy,
 // else the bucket.
-func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, error) {
+func (s *Store) bundle(ctx context.Context, key string) (*bundleRecord, error) {
 	s.mu.RLock()
 	rec, ok := s.manifest[key]
 	s.mu.RUnlock()
@@ -469,7 +483,7 @@ func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, e
 	}
 	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.bundles.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, fmt.Errorf("%w: no bundle sha256:%s was pushed", ErrSkillNotFound, protocol.Clip(key, 64))
+		return nil, fmt.Errorf("%w: no bundle sha256:%s was pushed", ErrNotFound, protocol.Clip(key, 64))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read bundle sha256:%s: %w", key, err)
@@ -482,7 +496,7 @@ func (s *skillService) bundle(ctx context.Context, key string) (*bundleRecord, e
 }
 
 // versions returns a skill's pushed bundles, newest first.
-func (s *skillService) versions(name string) []*bundleRecord {
+func (s *Store) versions(name string) []*bundleRecord {
 	s.mu.RLock()
 	var out []*bundleRecord
 	for _, r := range s.manifest {
@@ -501,7 +515,7 @@ func (s *skillService) versions(name string) []*bundleRecord {
 }
 
 // skillNames returns the names of every pushed skill, sorted.
-func (s *skillService) skillNames() []string {
+func (s *Store) skillNames() []string {
 	s.mu.RLock()
 	seen := map[string]bool{}
 	for _, r := range s.manifest {
@@ -519,7 +533,7 @@ func (s *skillService) skillNames() []string {
 // served returns the bundle the gateways serve for a skill: that of its
 // most recent rollout not rolled back (nor a removal), else its most
 // recently pushed one.
-func (s *skillService) served(name string) (*bundleRecord, string, bool) {
+func (s *Store) served(name string) (*bundleRecord, string, bool) {
 	vs := s.versions(name)
 	if len(vs) == 0 {
 		return nil, "", false
@@ -547,13 +561,13 @@ func (s *skillService) served(name string) (*bundleRecord, string, bool) {
 }
 
 // selectHosts returns the enrolled hosts selector picks, sorted.
-func (s *skillService) selectHosts(selector string) ([]fleetMember, error) {
+func (s *Store) selectHosts(selector string) ([]Member, error) {
 	sel, err := policy.ParseSelector(selector)
 	if err != nil {
-		return nil, fmt.Errorf("%w: selector: %w", ErrSkillRefused, err)
+		return nil, fmt.Errorf("%w: selector: %w", ErrRefused, err)
 	}
-	var out []fleetMember
-	for _, m := range s.fleet.members() {
+	var out []Member
+	for _, m := range s.fleet.Members() {
 		if sel.Match(m.Host, m.Labels) {
 			out = append(out, m)
 		}

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"encoding/json"
@@ -19,12 +19,12 @@ func TestSkillURIRoundTrip(t *testing.T) {
 		{"a1", "q;a=b,c&d+e.md", "skill://a1/q%3Ba=b%2Cc&d+e.md"},
 		{"a1", "#tag.md", "skill://a1/%23tag.md"},
 	} {
-		if got := skillFileURI(c.name, c.path); got != c.uri {
-			t.Errorf("skillFileURI(%q, %q) = %q, want %q", c.name, c.path, got, c.uri)
+		if got := FileURI(c.name, c.path); got != c.uri {
+			t.Errorf("FileURI(%q, %q) = %q, want %q", c.name, c.path, got, c.uri)
 		}
-		name, path, err := parseSkillURI(c.uri)
+		name, path, err := ParseURI(c.uri)
 		if err != nil || name != c.name || path != c.path {
-			t.Errorf("parseSkillURI(%q) = %q, %q, %v", c.uri, name, path, err)
+			t.Errorf("ParseURI(%q) = %q, %q, %v", c.uri, name, path, err)
 		}
 	}
 }
@@ -57,9 +57,9 @@ func TestParseSkillURIRefuses(t *testing.T) {
 		"skill://deploy:80/SKILL.md":                       "has ':'",
 		"skill://" + strings.Repeat("a", 65) + "/SKILL.md": "limit is 64",
 	} {
-		_, _, err := parseSkillURI(uri)
+		_, _, err := ParseURI(uri)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("parseSkillURI(%q) = %v, want an error containing %q", uri, err, want)
+			t.Errorf("ParseURI(%q) = %v, want an error containing %q", uri, err, want)
 		}
 	}
 }
@@ -70,7 +70,7 @@ func FuzzParseSkillURI(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, uri string) {
-		name, path, err := parseSkillURI(uri)
+		name, path, err := ParseURI(uri)
 		if err != nil {
 			return
 		}
@@ -79,30 +79,30 @@ func FuzzParseSkillURI(f *testing.F) {
 		if protocol.ValidateSkillName(name) != nil || protocol.CheckBundlePath(path) != nil {
 			t.Fatalf("%q accepted as %q, %q", uri, name, path)
 		}
-		if skillFileURI(name, path) != uri {
-			t.Fatalf("%q accepted but spelled %q", uri, skillFileURI(name, path))
+		if FileURI(name, path) != uri {
+			t.Fatalf("%q accepted but spelled %q", uri, FileURI(name, path))
 		}
 	})
 }
 
 func TestSkillCursor(t *testing.T) {
-	c := encodeSkillCursor("tiny-07")
-	if name, err := decodeSkillCursor(c); err != nil || name != "tiny-07" {
+	c := EncodeCursor("tiny-07")
+	if name, err := DecodeCursor(c); err != nil || name != "tiny-07" {
 		t.Fatalf("decode(encode) = %q, %v", name, err)
 	}
-	for _, bad := range []string{"", "!!", "dGlueS0wNw", encodeSkillCursor("Bad Name"), "djE6"} {
-		if _, err := decodeSkillCursor(bad); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
-			t.Errorf("decodeSkillCursor(%q) = %v, want invalid cursor", bad, err)
+	for _, bad := range []string{"", "!!", "dGlueS0wNw", EncodeCursor("Bad Name"), "djE6"} {
+		if _, err := DecodeCursor(bad); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
+			t.Errorf("DecodeCursor(%q) = %v, want invalid cursor", bad, err)
 		}
 	}
 }
 
 func FuzzDecodeSkillCursor(f *testing.F) {
-	f.Add(encodeSkillCursor("a"))
+	f.Add(EncodeCursor("a"))
 	f.Add("djE6LWE")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, cursor string) {
-		name, err := decodeSkillCursor(cursor)
+		name, err := DecodeCursor(cursor)
 		if err == nil && protocol.ValidateSkillName(name) != nil {
 			t.Fatalf("%q decoded to invalid name %q", cursor, name)
 		}
@@ -153,15 +153,15 @@ func FuzzParseSkillDirURI(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, uri string) {
-		name, dir, err := parseSkillDirURI(uri)
+		name, dir, err := ParseDirURI(uri)
 		if err != nil {
 			return
 		}
 		if protocol.ValidateSkillName(name) != nil || (dir != "" && protocol.CheckBundlePath(dir) != nil) {
 			t.Fatalf("%q accepted as %q, %q", uri, name, dir)
 		}
-		if skillDirURI(name, dir) != uri {
-			t.Fatalf("%q accepted but spelled %q", uri, skillDirURI(name, dir))
+		if DirURI(name, dir) != uri {
+			t.Fatalf("%q accepted but spelled %q", uri, DirURI(name, dir))
 		}
 	})
 }

@@ -1,7 +1,8 @@
-package gateway
+package skills
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,26 +47,26 @@ func (f *fakeFleet) setOnline(host string, on bool) {
 	f.offline[host] = !on
 }
 
-func (f *fakeFleet) members() []fleetMember {
+func (f *fakeFleet) Members() []Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []fleetMember
+	var out []Member
 	for h, l := range f.hosts {
 		if !f.revoked[h] {
-			out = append(out, fleetMember{Host: h, Labels: maps.Clone(l), Online: !f.offline[h]})
+			out = append(out, Member{Host: h, Labels: maps.Clone(l), Online: !f.offline[h]})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
 	return out
 }
 
-func (f *fakeFleet) online(host string) bool {
+func (f *fakeFleet) Online(host string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !f.offline[host]
 }
 
-func (f *fakeFleet) agentOK(host string) error {
+func (f *fakeFleet) AgentOK(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -77,33 +78,33 @@ func (f *fakeFleet) agentOK(host string) error {
 	return nil
 }
 
-// testSkills opens a skill service on its own connection to ns; it is
+// testSkills opens a skill store on its own connection to ns; it is
 // closed when the test ends unless the test closes it first.
-func testSkills(t *testing.T, ns *server.Server, fleet fleetView, key *signingKey, id string) *skillService {
+func testSkills(t *testing.T, ns *server.Server, fleet Fleet, key Signer, id string) *Store {
 	t.Helper()
 	nc := connectNATS(t, ns, "gateway "+id)
-	s, err := openSkillService(nc, key, fleet, skillOptions{replicas: 1, leaderTTL: 2 * time.Second, tick: 20 * time.Millisecond,
-		cacheBytes: 8 << 20, id: id,
+	s, err := Open(nc, key, fleet, Options{Replicas: 1, LeaderTTL: 2 * time.Second, Tick: 20 * time.Millisecond,
+		CacheBytes: 8 << 20, ID: id,
 		// The simulated agents of these tests take pokes as they come;
 		// the agents' check of their signatures is tested with the
 		// agent.
-		poke: func(host string) { _ = nc.Publish(protocol.SkillsPokeSubject(host), nil) },
+		Poke: func(host string) { _ = nc.Publish(protocol.SkillsPokeSubject(host), nil) },
 	}, slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("gateway", id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	t.Cleanup(func() { once.Do(s.close) })
+	t.Cleanup(func() { once.Do(s.Close) })
 	return s
 }
 
-func testSigningKey(t *testing.T) *signingKey {
+func testSigningKey(t *testing.T) *testKey {
 	t.Helper()
-	k, err := loadOrCreateSigningKey(t.TempDir()+"/gateway.key", true)
+	_, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return memorySigningKey(priv, nil)
 }
 
 // testWriter writes a log to the test's.
@@ -349,7 +350,7 @@ func fetchBlob(nc *nats.Conn, host, digest string, size int64) ([]byte, error) {
 }
 
 // rolloutInfo returns a rollout's state from s.
-func rolloutInfo(t *testing.T, s *skillService, id string) protocol.RolloutInfo {
+func rolloutInfo(t *testing.T, s *Store, id string) protocol.RolloutInfo {
 	t.Helper()
 	r, err := s.rolloutByID(context.Background(), id)
 	if err != nil {

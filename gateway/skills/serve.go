@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"container/list"
@@ -37,7 +37,7 @@ const (
 )
 
 // serve subscribes the manifest and blob subjects.
-func (s *skillService) serve() error {
+func (s *Store) serve() error {
 	for _, subj := range []string{protocol.SkillsDesiredSubjectAll, protocol.SkillsManifestSubjectAll, protocol.SkillsBlobSubjectAll} {
 		sub, err := s.nc.ChanQueueSubscribe(subj, skillsQueue, s.work)
 		if err != nil {
@@ -69,7 +69,7 @@ func subjectHost(subject string) string {
 	return parts[3]
 }
 
-func (s *skillService) answer(m *nats.Msg) {
+func (s *Store) answer(m *nats.Msg) {
 	host := subjectHost(m.Subject)
 	if !protocol.IsAgentReply(host, m.Reply) {
 		// The answer goes to the agent's own inbox or nowhere: the
@@ -78,7 +78,7 @@ func (s *skillService) answer(m *nats.Msg) {
 			"reply", protocol.Clip(m.Reply, 120))
 		return
 	}
-	if err := s.fleet.agentOK(host); err != nil {
+	if err := s.fleet.AgentOK(host); err != nil {
 		s.replyError(m, protocol.APIForbidden, err.Error())
 		return
 	}
@@ -97,7 +97,7 @@ func (s *skillService) answer(m *nats.Msg) {
 // answerDesired answers host's read of its desired state with the record
 // as the bucket keeps it (the agent checks its signature and host), or
 // Status 404 when it has none.
-func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host string) {
+func (s *Store) answerDesired(ctx context.Context, m *nats.Msg, host string) {
 	out := nats.NewMsg(m.Reply)
 	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	switch {
@@ -114,7 +114,7 @@ func (s *skillService) answerDesired(ctx context.Context, m *nats.Msg, host stri
 	_ = m.RespondMsg(out)
 }
 
-func (s *skillService) answerManifest(ctx context.Context, m *nats.Msg) {
+func (s *Store) answerManifest(ctx context.Context, m *nats.Msg) {
 	var req protocol.SkillManifestRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		s.replyError(m, protocol.APIBadRequest, "manifest request is not valid JSON: "+err.Error())
@@ -126,7 +126,7 @@ func (s *skillService) answerManifest(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	rec, err := s.bundle(ctx, key)
-	if errors.Is(err, ErrSkillNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		s.replyError(m, protocol.APINotFound, err.Error())
 		return
 	}
@@ -135,12 +135,12 @@ func (s *skillService) answerManifest(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	sm := rec.SignedManifest
-	sm.Signature = s.signer.resign(protocol.PurposeManifest, sm.Manifest.CanonicalBytes(), sm.Signature)
+	sm.Signature = s.signer.Resign(protocol.PurposeManifest, sm.Manifest.CanonicalBytes(), sm.Signature)
 	data, _ := json.Marshal(&sm)
 	_ = m.Respond(data)
 }
 
-func (s *skillService) answerBlob(ctx context.Context, m *nats.Msg) {
+func (s *Store) answerBlob(ctx context.Context, m *nats.Msg) {
 	var req protocol.SkillBlobRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		s.replyError(m, protocol.APIBadRequest, "blob request is not valid JSON: "+err.Error())
@@ -155,7 +155,7 @@ func (s *skillService) answerBlob(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	data, err := s.cache.get(ctx, req.SHA256, s.readFile)
-	if errors.Is(err, ErrSkillNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		s.replyError(m, protocol.APINotFound, err.Error())
 		return
 	}
@@ -170,7 +170,7 @@ func (s *skillService) answerBlob(ctx context.Context, m *nats.Msg) {
 	_ = m.Respond(data[req.Offset:min(int64(len(data)), req.Offset+req.Length)])
 }
 
-func (s *skillService) replyError(m *nats.Msg, code protocol.APICode, msg string) {
+func (s *Store) replyError(m *nats.Msg, code protocol.APICode, msg string) {
 	data, _ := json.Marshal(&protocol.APIError{Code: code, Message: msg})
 	reply := nats.NewMsg(m.Reply)
 	reply.Header.Set(protocol.SkillsErrorHeader, string(code))
@@ -179,10 +179,10 @@ func (s *skillService) replyError(m *nats.Msg, code protocol.APICode, msg string
 }
 
 // readFile reads a file from the object store and checks its digest.
-func (s *skillService) readFile(ctx context.Context, digest string) ([]byte, error) {
+func (s *Store) readFile(ctx context.Context, digest string) ([]byte, error) {
 	data, err := s.files.GetBytes(ctx, digest)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("%w: no file with SHA-256 %s is stored", ErrSkillNotFound, digest)
+		return nil, fmt.Errorf("%w: no file with SHA-256 %s is stored", ErrNotFound, digest)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read file %s: %w", digest, err)
@@ -287,22 +287,16 @@ func (c *blobCache) stats() (bytes, loads int64) {
 	return c.n, c.loads
 }
 
-// sha256Hex is data's lowercase hex SHA-256.
-func sha256Hex(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
 // resignDesired returns a stored desired state signed with the current
 // key: one signed with an older key of this fleet (before a rotation) is
 // signed again, so that hosts that retired that key still take it.
 // Anything else is passed on as it is, for the agent to refuse.
-func (s *skillService) resignDesired(data []byte) []byte {
+func (s *Store) resignDesired(data []byte) []byte {
 	var sd protocol.SignedDesiredState
 	if json.Unmarshal(data, &sd) != nil {
 		return data
 	}
-	sig := s.signer.resign(protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature)
+	sig := s.signer.Resign(protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature)
 	if sig == sd.Signature {
 		return data
 	}

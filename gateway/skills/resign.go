@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // This file signs the stored skill records again after the gateway's key
-// changed (signing.go): during a rotation, every manifest and desired
+// changed (a rotation of its signing key): every manifest and desired
 // state signed by the old key is signed again with the new one, so that
 // hosts still take them once the old key is retired. A record is signed
 // again only when a key the gateway takes its own signatures by signed it
@@ -22,7 +22,7 @@ import (
 
 // resignStored signs the stored records again; it returns how many it
 // rewrote.
-func (s *skillService) resignStored(ctx context.Context) (int, error) {
+func (s *Store) resignStored(ctx context.Context) (int, error) {
 	n := 0
 	for _, b := range []struct {
 		kv     jetstream.KeyValue
@@ -59,12 +59,12 @@ func (s *skillService) resignStored(ctx context.Context) (int, error) {
 }
 
 // resignBundle signs a stored bundle record's manifest again.
-func (s *skillService) resignBundle(data []byte) ([]byte, bool) {
+func (s *Store) resignBundle(data []byte) ([]byte, bool) {
 	var rec bundleRecord
 	if json.Unmarshal(data, &rec) != nil {
 		return nil, false
 	}
-	sig := s.signer.resign(protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
+	sig := s.signer.Resign(protocol.PurposeManifest, rec.Manifest.CanonicalBytes(), rec.Signature)
 	if sig == rec.Signature {
 		return nil, false
 	}
@@ -74,14 +74,14 @@ func (s *skillService) resignBundle(data []byte) ([]byte, bool) {
 }
 
 // resignDesiredRecord signs a stored desired state again.
-func (s *skillService) resignDesiredRecord(data []byte) ([]byte, bool) {
+func (s *Store) resignDesiredRecord(data []byte) ([]byte, bool) {
 	out := s.resignDesired(data)
 	return out, string(out) != string(data)
 }
 
-// resignInBackground signs the stored records again on the service's
+// ResignInBackground signs the stored records again on the store's
 // own goroutine, logging what it did.
-func (s *skillService) resignInBackground() {
+func (s *Store) ResignInBackground() {
 	s.wg.Go(func() {
 		n, err := s.resignStored(s.ctx)
 		if err != nil {

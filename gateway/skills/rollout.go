@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -239,13 +239,13 @@ func parseBatch(batch string, n int) (int, error) {
 	if pct, ok := strings.CutSuffix(batch, "%"); ok {
 		p, err := strconv.Atoi(pct)
 		if err != nil || p < 1 || p > 100 {
-			return 0, fmt.Errorf("%w: batch %q: a percentage is 1%% to 100%%", ErrSkillRefused, batch)
+			return 0, fmt.Errorf("%w: batch %q: a percentage is 1%% to 100%%", ErrRefused, batch)
 		}
 		return max(1, int(math.Ceil(float64(n)*float64(p)/100))), nil
 	}
 	size, err := strconv.Atoi(batch)
 	if err != nil || size < 1 {
-		return 0, fmt.Errorf("%w: batch %q: give a number of hosts (10) or a percentage of them (25%%)", ErrSkillRefused, batch)
+		return 0, fmt.Errorf("%w: batch %q: give a number of hosts (10) or a percentage of them (25%%)", ErrRefused, batch)
 	}
 	return size, nil
 }
@@ -259,9 +259,9 @@ func newRolloutID() string {
 
 // newRollout builds the record of a rollout request (without storing
 // it).
-func (s *skillService) newRollout(req protocol.RolloutRequest, remove bool, by string) (*rollout, error) {
+func (s *Store) newRollout(req protocol.RolloutRequest, remove bool, by string) (*rollout, error) {
 	refuse := func(format string, a ...any) (*rollout, error) {
-		return nil, fmt.Errorf("%w: %s", ErrSkillRefused, fmt.Sprintf(format, a...))
+		return nil, fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, a...))
 	}
 	if err := protocol.ValidateSkillName(req.Skill); err != nil {
 		return refuse("skill: %v", err)
@@ -273,13 +273,13 @@ func (s *skillService) newRollout(req protocol.RolloutRequest, remove bool, by s
 	if !remove {
 		vs := s.versions(req.Skill)
 		if len(vs) == 0 {
-			return nil, fmt.Errorf("%w: no bundle of skill %q was pushed; push it first (skill_push)", ErrSkillNotFound, req.Skill)
+			return nil, fmt.Errorf("%w: no bundle of skill %q was pushed; push it first (skill_push)", ErrNotFound, req.Skill)
 		}
 		r.BundleID = vs[0].BundleID
 		if req.BundleID != "" {
 			i := slices.IndexFunc(vs, func(v *bundleRecord) bool { return v.BundleID == req.BundleID })
 			if i < 0 {
-				return nil, fmt.Errorf("%w: skill %q has no version %s (see its versions)", ErrSkillNotFound, req.Skill, protocol.Clip(req.BundleID, 80))
+				return nil, fmt.Errorf("%w: skill %q has no version %s (see its versions)", ErrNotFound, req.Skill, protocol.Clip(req.BundleID, 80))
 			}
 			r.BundleID = req.BundleID
 		}
@@ -328,7 +328,7 @@ func (s *skillService) newRollout(req protocol.RolloutRequest, remove bool, by s
 
 // startRollout stores a new rollout and supersedes the running or
 // paused ones of its skill.
-func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutRequest, remove bool, by string) (*rollout, error) {
+func (s *Store) startRollout(ctx context.Context, req protocol.RolloutRequest, remove bool, by string) (*rollout, error) {
 	r, err := s.newRollout(req, remove, by)
 	if err != nil {
 		return nil, err
@@ -338,7 +338,7 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 		return nil, err
 	}
 	if len(data)+rolloutGrowth(len(r.Hosts)) > maxRolloutRecord {
-		return nil, fmt.Errorf("%w: the rollout's %d hosts do not fit one record; select fewer hosts (by labels) and roll out in parts", ErrSkillRefused, len(r.Hosts))
+		return nil, fmt.Errorf("%w: the rollout's %d hosts do not fit one record; select fewer hosts (by labels) and roll out in parts", ErrRefused, len(r.Hosts))
 	}
 	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	rev, err := s.rolls.Create(cctx, r.ID, data)
@@ -375,13 +375,13 @@ func (s *skillService) startRollout(ctx context.Context, req protocol.RolloutReq
 
 // modifyRollout applies change to a rollout record with compare-and-swap,
 // reading it again as often as another write came first.
-func (s *skillService) modifyRollout(ctx context.Context, id string, change func(*rollout) error) (*rollout, error) {
+func (s *Store) modifyRollout(ctx context.Context, id string, change func(*rollout) error) (*rollout, error) {
 	for {
 		gctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		e, err := s.rolls.Get(gctx, id)
 		cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-			return nil, fmt.Errorf("%w: no rollout %q", ErrSkillNotFound, protocol.Clip(id, 40))
+			return nil, fmt.Errorf("%w: no rollout %q", ErrNotFound, protocol.Clip(id, 40))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read rollout %s: %w", id, err)
@@ -422,7 +422,7 @@ func (s *skillService) modifyRollout(ctx context.Context, id string, change func
 }
 
 // control pauses, resumes or rolls back a rollout.
-func (s *skillService) control(ctx context.Context, id, action string) (*rollout, error) {
+func (s *Store) control(ctx context.Context, id, action string) (*rollout, error) {
 	r, err := s.modifyRollout(ctx, id, func(r *rollout) error {
 		switch {
 		case action == protocol.RolloutPause && r.State == protocol.RolloutRunning:
@@ -434,7 +434,7 @@ func (s *skillService) control(ctx context.Context, id, action string) (*rollout
 		case action == protocol.RolloutRollback && r.State != protocol.RolloutRolledBack && r.State != protocol.RolloutSuperseded:
 			r.State, r.Reason, r.Undo = protocol.RolloutRolledBack, "rolled back by request", true
 		case action != protocol.RolloutPause && action != protocol.RolloutResume && action != protocol.RolloutRollback:
-			return fmt.Errorf("%w: action %q: use pause, resume or rollback", ErrSkillRefused, protocol.Clip(action, 40))
+			return fmt.Errorf("%w: action %q: use pause, resume or rollback", ErrRefused, protocol.Clip(action, 40))
 		default:
 			return fmt.Errorf("%w: rollout %s is %s; %s does not apply", ErrRolloutState, r.ID, r.State, action)
 		}
@@ -447,7 +447,7 @@ func (s *skillService) control(ctx context.Context, id, action string) (*rollout
 }
 
 // rolloutByID returns a rollout from the watch's copy, else the bucket.
-func (s *skillService) rolloutByID(ctx context.Context, id string) (*rollout, error) {
+func (s *Store) rolloutByID(ctx context.Context, id string) (*rollout, error) {
 	s.mu.RLock()
 	e, ok := s.rollouts[id]
 	s.mu.RUnlock()
@@ -459,7 +459,7 @@ func (s *skillService) rolloutByID(ctx context.Context, id string) (*rollout, er
 
 // hostState says where host stands in r: a SkillState state, or waiting
 // or offline.
-func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
+func (s *Store) hostState(r *rollout, i int) (state, reason string) {
 	host := r.Hosts[i]
 	if r.State == protocol.RolloutRolledBack {
 		return s.rolledBackState(r, i)
@@ -486,7 +486,7 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 	case mine && st.State == protocol.SkillInstalling:
 		return protocol.SkillInstalling, ""
 	}
-	if !s.fleet.online(host) {
+	if !s.fleet.Online(host) {
 		return protocol.RolloutHostOffline, ""
 	}
 	return protocol.SkillPending, ""
@@ -496,7 +496,7 @@ func (s *skillService) hostState(r *rollout, i int) (state, reason string) {
 // against the bundle it had before (installed again, or removed when it
 // had none), not the bundle rolled back. A host of a batch that never
 // started is skipped.
-func (s *skillService) rolledBackState(r *rollout, i int) (state, reason string) {
+func (s *Store) rolledBackState(r *rollout, i int) (state, reason string) {
 	host := r.Hosts[i]
 	if i >= r.assigned() {
 		return protocol.RolloutHostSkipped, ""
@@ -516,7 +516,7 @@ func (s *skillService) rolledBackState(r *rollout, i int) (state, reason string)
 	case mine && st.BundleID == prev && st.State == protocol.SkillInstalling:
 		return protocol.SkillInstalling, ""
 	}
-	if !s.fleet.online(host) {
+	if !s.fleet.Online(host) {
 		return protocol.RolloutHostOffline, ""
 	}
 	return protocol.SkillPending, ""
@@ -524,7 +524,7 @@ func (s *skillService) rolledBackState(r *rollout, i int) (state, reason string)
 
 // info describes r and its hosts' progress; withHosts lists every host
 // (up to protocol.MaxRolloutHostList).
-func (s *skillService) info(r *rollout, withHosts bool) protocol.RolloutInfo {
+func (s *Store) info(r *rollout, withHosts bool) protocol.RolloutInfo {
 	in := protocol.RolloutInfo{ID: r.ID, Skill: r.Skill, BundleID: r.BundleID, Remove: r.Remove, Selector: r.Selector, State: r.State,
 		Reason: r.Reason, Canary: r.Canary, Batch: r.Batch, MaxErrors: r.MaxErrors, AutoRollback: r.AutoRollback,
 		BatchTimeout: r.BatchTimeout.String(), Hosts: len(r.Hosts), Batches: r.batches(), CurrentBatch: r.Current,
@@ -550,7 +550,7 @@ func (s *skillService) info(r *rollout, withHosts bool) protocol.RolloutInfo {
 }
 
 // rolloutList returns every rollout, newest first.
-func (s *skillService) rolloutList() []*rollout {
+func (s *Store) rolloutList() []*rollout {
 	s.mu.RLock()
 	out := make([]*rollout, 0, len(s.rollouts))
 	for _, e := range s.rollouts {

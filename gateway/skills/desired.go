@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type desiredChange func(skills map[string]protocol.DesiredSkill) bool
 // also when there was nothing to change: a write whose answer was lost
 // (a timeout under load) is found done when it is retried, and its host
 // must still hear of it. It returns the skills before the change.
-func (s *skillService) setDesired(ctx context.Context, host string, change desiredChange) (before map[string]protocol.DesiredSkill, err error) {
+func (s *Store) setDesired(ctx context.Context, host string, change desiredChange) (before map[string]protocol.DesiredSkill, err error) {
 	for attempt := 0; ; attempt++ {
 		cur, rev, err := s.readDesired(ctx, host)
 		if err != nil {
@@ -51,10 +51,10 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 			next.Skills = map[string]protocol.DesiredSkill{}
 		}
 		if !change(next.Skills) {
-			s.opts.poke(host)
+			s.opts.Poke(host)
 			return before, nil
 		}
-		data, err := json.Marshal(&protocol.SignedDesiredState{State: next, Signature: s.signer.sign(protocol.PurposeDesired, next.CanonicalBytes())})
+		data, err := json.Marshal(&protocol.SignedDesiredState{State: next, Signature: s.signer.Sign(protocol.PurposeDesired, next.CanonicalBytes())})
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +66,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 		}
 		cancel()
 		if err == nil {
-			s.opts.poke(host)
+			s.opts.Poke(host)
 			return before, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || ctx.Err() != nil || attempt > 20 {
@@ -76,7 +76,7 @@ func (s *skillService) setDesired(ctx context.Context, host string, change desir
 }
 
 // readDesired reads host's desired state and its revision (0: none).
-func (s *skillService) readDesired(ctx context.Context, host string) (protocol.DesiredState, uint64, error) {
+func (s *Store) readDesired(ctx context.Context, host string) (protocol.DesiredState, uint64, error) {
 	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.desired.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return protocol.DesiredState{Host: host}, 0, nil
@@ -90,7 +90,7 @@ func (s *skillService) readDesired(ctx context.Context, host string) (protocol.D
 	}
 	// Only a record this fleet's key signed for this host is carried on:
 	// whatever else is there is never signed again as this host's.
-	if err := protocol.VerifyBytes(s.signer.verifiable(), protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature); err != nil || sd.State.Host != host {
+	if err := protocol.VerifyBytes(s.signer.Verifiable(), protocol.PurposeDesired, sd.State.CanonicalBytes(), sd.Signature); err != nil || sd.State.Host != host {
 		s.log.Warn("skills: the desired state of a host is not one this fleet signed for it; starting it afresh", "host", host, "err", err)
 		return protocol.DesiredState{Host: host, Revision: sd.State.Revision}, e.Revision(), nil
 	}
@@ -115,7 +115,7 @@ func openStatusView(ctx context.Context, js jetstream.JetStream, replicas int, l
 	cfg := jetstream.StreamConfig{Name: protocol.SkillsStatusStream, Description: "fleetmcp skill status: the last report of each host",
 		Subjects: []string{protocol.SkillsStatusSubjectAll}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage, Replicas: replicas,
 		Discard: jetstream.DiscardOld, MaxMsgSize: 1 << 20}
-	deadline := time.Now().Add(agentsLoadTimeout)
+	deadline := time.Now().Add(loadTimeout)
 	var stream jetstream.Stream
 	for {
 		cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -83,7 +83,7 @@ func TestRolloutRecordBoundedWhenAllFail(t *testing.T) {
 
 // waitRolloutState waits up to two minutes (10,000 desired states are
 // written first) until rollout id is in state, and returns its info.
-func waitRolloutState(t *testing.T, s *skillService, id, state string) protocol.RolloutInfo {
+func waitRolloutState(t *testing.T, s *Store, id, state string) protocol.RolloutInfo {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 )
 
 // The skill store is the source of what the MCP Skills extension serves
-// (skillSource): for each skill, the bundle of its most recent rollout
+// (Source): for each skill, the bundle of its most recent rollout
 // that was not rolled back, else its most recently pushed bundle, and
 // the files of those bundles.
-var _ skillSource = (*skillService)(nil)
+var _ Source = (*Store)(nil)
 
 // ServedSkills serves the MCP Skills extension: every pushed skill's served
 // bundle, by name.
-func (s *skillService) ServedSkills(ctx context.Context) ([]protocol.SignedManifest, error) {
+func (s *Store) ServedSkills(ctx context.Context) ([]protocol.SignedManifest, error) {
 	var out []protocol.SignedManifest
 	for _, name := range s.skillNames() {
 		if rec, _, ok := s.served(name); ok {
@@ -25,7 +25,7 @@ func (s *skillService) ServedSkills(ctx context.Context) ([]protocol.SignedManif
 }
 
 // ServedSkill serves the MCP Skills extension.
-func (s *skillService) ServedSkill(ctx context.Context, name string) (protocol.SignedManifest, bool, error) {
+func (s *Store) ServedSkill(ctx context.Context, name string) (protocol.SignedManifest, bool, error) {
 	rec, _, ok := s.served(name)
 	if !ok {
 		return protocol.SignedManifest{}, false, nil
@@ -34,9 +34,9 @@ func (s *skillService) ServedSkill(ctx context.Context, name string) (protocol.S
 }
 
 // SkillFile serves the MCP Skills extension: a file by digest, through the cache.
-func (s *skillService) SkillFile(ctx context.Context, sha256hex string) ([]byte, error) {
+func (s *Store) SkillFile(ctx context.Context, sha256hex string) ([]byte, error) {
 	if !validHexDigest(sha256hex) {
-		return nil, ErrSkillNotFound
+		return nil, ErrNotFound
 	}
 	return s.cache.get(ctx, sha256hex, s.readFile)
 }

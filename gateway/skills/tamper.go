@@ -1,11 +1,10 @@
-package gateway
+package skills
 
 import (
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -13,31 +12,42 @@ import (
 // there no longer match the signed manifest (someone changed them on the
 // host's disk). The host refuses to serve them and installs the bundle
 // again at its next check; the gateway makes the event part of the audit
-// trail: one record per skill and report, written by the rollout
-// controller's leader only (every replica reads every report), for
-// reports made recently (a gateway that starts reads the last report of
-// every host again).
+// trail (Options.Tampered): one event per skill and report, told by the
+// rollout controller's leader only (every replica reads every report),
+// for reports made recently (a gateway that starts reads the last report
+// of every host again).
 //
-// The record's tool, host and skill are the gateway's: the subject the
-// report came on is the host's own (its NATS permissions allow no other),
-// and the skill must be one the host's desired state names. The reason is
-// the host's words and is recorded as such. A host that floods reports
-// gets at most tamperAuditsPerMinute records a minute; the rest are
+// The event's host and skill are the gateway's: the subject the report
+// came on is the host's own (its NATS permissions allow no other), and
+// the skill must be one the host's desired state names. The reason is
+// the host's words and is passed on as such. A host that floods reports
+// gets at most tamperAuditsPerMinute events a minute; the rest are
 // counted in one log line per minute.
 
 const (
-	// tamperAuditTool names the audit records of tampered skills.
-	tamperAuditTool = "skills.tampered"
-	// tamperAuditsPerMinute bounds the records one host can cause.
+	// tamperAuditsPerMinute bounds the events one host can cause.
 	tamperAuditsPerMinute = 10
 	// tamperReportMaxAge is how old a report may be and still be audited.
 	tamperReportMaxAge = 2 * time.Minute
 )
 
-// tamperAuditor turns tampered states in status reports into audit
-// records. It is safe for concurrent use.
+// Tampered is a host's report that the files of a skill the fleet
+// installed there differ from the signed manifest.
+type Tampered struct {
+	// At is when the gateway heard of it.
+	At time.Time
+	// Host is the host that reported it; Skill a skill its desired state
+	// names.
+	Host, Skill string
+	// BundleID and Rollout are the host's words of what it had
+	// installed, Reason its words of what differs: unchecked, unclipped.
+	BundleID, Rollout, Reason string
+}
+
+// tamperAuditor turns tampered states in status reports into Tampered
+// events. It is safe for concurrent use.
 type tamperAuditor struct {
-	write  func(*AuditRecord) // nil: nothing is recorded
+	write  func(Tampered) // nil: nothing is told
 	leader func() bool
 	known  func(host, skill string) bool // the host's desired state names the skill
 	log    *slog.Logger
@@ -68,15 +78,11 @@ func (a *tamperAuditor) report(host string, prev, cur *protocol.SkillStatus) {
 		if protocol.ValidateSkillName(name) != nil || !a.known(host, name) || !a.admit(host, now) {
 			continue
 		}
-		a.write(&AuditRecord{Time: now.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: host},
-			Tool: tamperAuditTool, Hosts: []string{host}, Target: name,
-			Args:     map[string]any{"skill": name, "bundle_id": protocol.Clip(st.BundleID, 80), "rollout": protocol.Clip(st.Rollout, 80)},
-			Decision: decisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
-			Outcome: outcomeError, Error: protocol.Clip("reported by the host: "+st.Reason, 500)})
+		a.write(Tampered{At: now, Host: host, Skill: name, BundleID: st.BundleID, Rollout: st.Rollout, Reason: st.Reason})
 	}
 }
 
-// admit counts one record for host and reports whether it may be written.
+// admit counts one event for host and reports whether it may be told.
 func (a *tamperAuditor) admit(host string, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// rolloutFixture is a skill service, a fleet and its simulated agents.
+// rolloutFixture is a skill store, a fleet and its simulated agents.
 type rolloutFixture struct {
 	t      *testing.T
 	ns     *server.Server
-	key    *signingKey
+	key    *testKey
 	fleet  *fakeFleet
-	s      *skillService
+	s      *Store
 	agents map[string]*simAgent
 }
 
@@ -44,7 +44,7 @@ func newRolloutFixture(t *testing.T, hosts []string, behave map[string]string) *
 
 func (f *rolloutFixture) push(name, version string) string {
 	f.t.Helper()
-	resp, err := f.s.push(context.Background(), name, []pushFile{{Path: "SKILL.md", Data: skillMD(name, "Version "+version+".")},
+	resp, err := f.s.push(context.Background(), name, []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD(name, "Version "+version+".")},
 		{Path: "notes.txt", Data: []byte("version " + version)}}, "test")
 	if err != nil {
 		f.t.Fatal(err)
@@ -81,8 +81,6 @@ func (f *rolloutFixture) desired(host, name string) protocol.DesiredSkill {
 	}
 	return d.Skills[name]
 }
-
-func intp(n int) *int { return &n }
 
 // The canary installs alone; the other hosts get their desired state only
 // after it reported, then in batches.
@@ -323,7 +321,7 @@ func TestRolloutLeaderFailover(t *testing.T) {
 	waitUntil(t, "the second batch is written", func() bool { return f.desired("web-2", "deploy").BundleID != "" })
 	// The leader dies without resigning: its connection goes first.
 	f.s.nc.Close()
-	f.s.close()
+	f.s.Close()
 	f.agents["web-2"].deaf.Store(false)
 	waitUntil(t, "the other gateway leads", other.ctl.leader)
 	in := protocol.RolloutInfo{}

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"context"
@@ -42,7 +42,7 @@ const (
 
 // controller elects the leader and drives the rollouts while leading.
 type controller struct {
-	s    *skillService
+	s    *Store
 	wake chan struct{}
 
 	// scanned is when each rollout's earlier batches were last looked
@@ -58,7 +58,7 @@ type controller struct {
 	renewed time.Time
 }
 
-func newController(s *skillService) *controller {
+func newController(s *Store) *controller {
 	return &controller{s: s, wake: make(chan struct{}, 1), scanned: map[string]time.Time{}, poked: map[string]time.Time{}}
 }
 
@@ -78,7 +78,7 @@ func (c *controller) nudge() {
 func (c *controller) leader() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leading && c.s.now().Sub(c.renewed) < c.s.opts.leaderTTL/2
+	return c.leading && c.s.now().Sub(c.renewed) < c.s.opts.LeaderTTL/2
 }
 
 // run keeps the leader key on one goroutine and drives the rollouts on
@@ -94,7 +94,7 @@ func (c *controller) run(ctx context.Context) {
 // keepLeader takes or renews the leader key every fifth of its TTL, and
 // gives it up at a clean stop.
 func (c *controller) keepLeader(ctx context.Context) {
-	keep := time.NewTicker(c.s.opts.leaderTTL / 5)
+	keep := time.NewTicker(c.s.opts.LeaderTTL / 5)
 	defer keep.Stop()
 	c.campaign(ctx)
 	for {
@@ -111,7 +111,7 @@ func (c *controller) keepLeader(ctx context.Context) {
 // driveLoop drives the rollouts while this replica leads.
 func (c *controller) driveLoop(ctx context.Context) {
 	s := c.s
-	tick := time.NewTicker(s.opts.tick)
+	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
 	dirty, last := true, time.Time{}
 	for {
@@ -142,15 +142,15 @@ func (c *controller) campaign(ctx context.Context) {
 	var err error
 	renewed := s.now()
 	if leading {
-		rev, err = s.leader.Update(cctx, leaderKey, []byte(s.opts.id), rev)
+		rev, err = s.leader.Update(cctx, leaderKey, []byte(s.opts.ID), rev)
 	} else {
-		rev, err = s.leader.Create(cctx, leaderKey, []byte(s.opts.id))
+		rev, err = s.leader.Create(cctx, leaderKey, []byte(s.opts.ID))
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		// A write whose answer was lost may have made the key ours at a
 		// revision this replica did not learn: it still leads, as of
 		// when the server stored that write.
-		if e, gerr := s.leader.Get(cctx, leaderKey); gerr == nil && string(e.Value()) == s.opts.id {
+		if e, gerr := s.leader.Get(cctx, leaderKey); gerr == nil && string(e.Value()) == s.opts.ID {
 			rev, err = e.Revision(), nil
 			if e.Created().Before(renewed) {
 				renewed = e.Created()
@@ -172,7 +172,7 @@ func (c *controller) campaign(ctx context.Context) {
 		return
 	}
 	if !c.leading {
-		s.log.Info("skills: this gateway drives the rollouts", "id", s.opts.id)
+		s.log.Info("skills: this gateway drives the rollouts", "id", s.opts.ID)
 		c.nudgeLocked()
 	}
 	c.leading, c.rev, c.renewed = true, rev, renewed
@@ -299,7 +299,7 @@ func (c *controller) repoke(id string, hosts []string, now time.Time) {
 	}
 	c.poked[id] = now
 	for _, h := range hosts {
-		c.s.opts.poke(h)
+		c.s.opts.Poke(h)
 	}
 }
 
@@ -385,7 +385,7 @@ func (c *controller) writeBatch(ctx context.Context, r *rollout, k int) error {
 
 // assign sets a host's desired skill for r, unless it already is or a
 // newer rollout of the skill set it.
-func (s *skillService) assign(skills map[string]protocol.DesiredSkill, r *rollout, want protocol.DesiredSkill) bool {
+func (s *Store) assign(skills map[string]protocol.DesiredSkill, r *rollout, want protocol.DesiredSkill) bool {
 	cur, ok := skills[r.Skill]
 	if ok && cur == want {
 		return false

@@ -1,4 +1,4 @@
-package gateway
+package skills
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func skillMD(name, desc string) []byte {
 }
 
 // storedCounts returns how many files and manifests the store holds.
-func storedCounts(t *testing.T, s *skillService) (files, manifests int) {
+func storedCounts(t *testing.T, s *Store) (files, manifests int) {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := s.files.List(ctx)
@@ -47,33 +47,33 @@ func TestSkillPushRefusals(t *testing.T) {
 	s := testSkills(t, ns, newFakeFleet("web-1"), testSigningKey(t), "a")
 	ok := skillMD("deploy", "Deploys the app.")
 	big := bytes.Repeat([]byte("x"), protocol.MaxBundleBytes/2+1)
-	many := []pushFile{{Path: "SKILL.md", Data: ok}}
+	many := []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}}
 	for i := range protocol.MaxBundleFiles {
-		many = append(many, pushFile{Path: fmt.Sprintf("f%03d", i), Data: []byte{byte(i)}})
+		many = append(many, protocol.SkillPushFile{Path: fmt.Sprintf("f%03d", i), Data: []byte{byte(i)}})
 	}
 	for _, tt := range []struct {
 		name, skill string
-		files       []pushFile
+		files       []protocol.SkillPushFile
 		want        string
 	}{
-		{"no SKILL.md", "deploy", []pushFile{{Path: "README.md", Data: []byte("x")}}, "no SKILL.md"},
-		{"name differs from frontmatter", "deploy", []pushFile{{Path: "SKILL.md", Data: skillMD("other", "x")}}, "differs from its folder name"},
-		{"no description", "deploy", []pushFile{{Path: "SKILL.md", Data: []byte("---\nname: deploy\n---\n")}}, "description is missing"},
-		{"no frontmatter", "deploy", []pushFile{{Path: "SKILL.md", Data: []byte("# deploy\n")}}, "does not start with YAML frontmatter"},
-		{"unknown key", "deploy", []pushFile{{Path: "SKILL.md", Data: []byte("---\nname: deploy\ndescription: x\nrun: rm\n---\n")}}, "unknown key"},
-		{"bad skill name", "Deploy", []pushFile{{Path: "SKILL.md", Data: ok}}, "lowercase"},
-		{"escape", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "../x", Data: []byte("x")}}, ".. part"},
-		{"absolute", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "/etc/x", Data: []byte("x")}}, "absolute"},
-		{"device name", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "scripts/CON.txt", Data: []byte("x")}}, "device"},
-		{"case clash", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "a.txt", Data: []byte("1")}, {Path: "A.txt", Data: []byte("2")}}, "differ only in case"},
-		{"twice", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "a", Data: []byte("1")}, {Path: "a", Data: []byte("2")}}, "twice"},
-		{"bad mode", "deploy", []pushFile{{Path: "SKILL.md", Data: ok, Mode: 0o777}}, "mode 777"},
-		{"oversize", "deploy", []pushFile{{Path: "SKILL.md", Data: ok}, {Path: "a", Data: big}, {Path: "b", Data: big}}, "over 16 MiB"},
+		{"no SKILL.md", "deploy", []protocol.SkillPushFile{{Path: "README.md", Data: []byte("x")}}, "no SKILL.md"},
+		{"name differs from frontmatter", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD("other", "x")}}, "differs from its folder name"},
+		{"no description", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: []byte("---\nname: deploy\n---\n")}}, "description is missing"},
+		{"no frontmatter", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: []byte("# deploy\n")}}, "does not start with YAML frontmatter"},
+		{"unknown key", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: []byte("---\nname: deploy\ndescription: x\nrun: rm\n---\n")}}, "unknown key"},
+		{"bad skill name", "Deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}}, "lowercase"},
+		{"escape", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "../x", Data: []byte("x")}}, ".. part"},
+		{"absolute", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "/etc/x", Data: []byte("x")}}, "absolute"},
+		{"device name", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "scripts/CON.txt", Data: []byte("x")}}, "device"},
+		{"case clash", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "a.txt", Data: []byte("1")}, {Path: "A.txt", Data: []byte("2")}}, "differ only in case"},
+		{"twice", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "a", Data: []byte("1")}, {Path: "a", Data: []byte("2")}}, "twice"},
+		{"bad mode", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok, Mode: 0o777}}, "mode 777"},
+		{"oversize", "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: ok}, {Path: "a", Data: big}, {Path: "b", Data: big}}, "over 16 MiB"},
 		{"too many files", "deploy", many, "the limit is 512"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := s.push(context.Background(), tt.skill, tt.files, "test")
-			if !errors.Is(err, ErrSkillRefused) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("push = %v, want a refusal containing %q", err, tt.want)
 			}
 			if f, m := storedCounts(t, s); f != 0 || m != 0 {
@@ -90,7 +90,7 @@ func TestSkillPushVersions(t *testing.T) {
 	key := testSigningKey(t)
 	s := testSkills(t, ns, newFakeFleet("web-1"), key, "a")
 	ctx := context.Background()
-	v1 := []pushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}, {Path: "scripts/run.sh", Data: []byte("#!/bin/sh\necho hi\n"), Mode: 0o755},
+	v1 := []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}, {Path: "scripts/run.sh", Data: []byte("#!/bin/sh\necho hi\n"), Mode: 0o755},
 		{Path: "ref.md", Data: []byte("reference")}}
 	a, err := s.push(ctx, "deploy", v1, "alice")
 	if err != nil || !a.Created {
@@ -103,8 +103,8 @@ func TestSkillPushVersions(t *testing.T) {
 	if f, m := storedCounts(t, s); f != 3 || m != 1 {
 		t.Fatalf("stored %d files and %d manifests, want 3 and 1", f, m)
 	}
-	v2 := append([]pushFile{}, v1...)
-	v2[2] = pushFile{Path: "ref.md", Data: []byte("reference, second edition")}
+	v2 := append([]protocol.SkillPushFile{}, v1...)
+	v2[2] = protocol.SkillPushFile{Path: "ref.md", Data: []byte("reference, second edition")}
 	c, err := s.push(ctx, "deploy", v2, "alice")
 	if err != nil || !c.Created || c.BundleID == a.BundleID {
 		t.Fatalf("push of a changed bundle = %+v, %v", c, err)
@@ -139,7 +139,7 @@ func TestSkillPushVersions(t *testing.T) {
 
 // blobReply asks for a part of a file as host and returns the bytes or
 // the error code.
-func blobReply(t *testing.T, s *skillService, host string, req protocol.SkillBlobRequest) ([]byte, string) {
+func blobReply(t *testing.T, s *Store, host string, req protocol.SkillBlobRequest) ([]byte, string) {
 	t.Helper()
 	data, _ := json.Marshal(req)
 	m, err := agentRequest(s.nc, protocol.SkillsBlobSubject(host), data, waitFor)
@@ -171,7 +171,7 @@ func TestSkillServe(t *testing.T) {
 	for i := range large {
 		large[i] = byte(i * 7)
 	}
-	resp, err := s.push(ctx, "deploy", []pushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}, {Path: "data.bin", Data: large}}, "t")
+	resp, err := s.push(ctx, "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}, {Path: "data.bin", Data: large}}, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestSkillRecordsResigned(t *testing.T) {
 	key := memorySigningKey(oldPriv, nil)
 	s := testSkills(t, ns, newFakeFleet("web-1"), key, "a")
 	ctx := context.Background()
-	pushed, err := s.push(ctx, "deploy", []pushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}}, "alice")
+	pushed, err := s.push(ctx, "deploy", []protocol.SkillPushFile{{Path: "SKILL.md", Data: skillMD("deploy", "Deploys.")}}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,13 +306,13 @@ func TestSkillRecordsResigned(t *testing.T) {
 	}
 	// Rotate: a new current key, the old one retiring.
 	_, newPriv, _ := ed25519.GenerateKey(nil)
-	key.st.Store(memorySigningKey(newPriv, oldPriv).st.Load())
+	key.set(newPriv, oldPriv)
 	n, err := s.resignStored(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("re-signed %d records (%v), want the manifest and web-1's state", n, err)
 	}
 	// Retire: only the new key is left.
-	key.st.Store(memorySigningKey(newPriv, nil).st.Load())
+	key.set(newPriv, nil)
 	d, _, err := s.readDesired(ctx, "web-1")
 	if err != nil || d.Skills["deploy"].BundleID != pushed.BundleID {
 		t.Errorf("web-1's desired state after the retirement: %+v, %v", d, err)
