@@ -12,6 +12,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // TestCallerNamespaces: an API token, the local caller and identity
@@ -102,9 +104,9 @@ func TestRateBucketPerQualifiedCaller(t *testing.T) {
 // provider's user of the same name.
 func TestAuditLineNamesTokens(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	tok := AuditRecord{Time: at, Caller: AuditCaller{Kind: KindAPIToken, Subject: "deploy"}, Tool: "read"}
-	usr := AuditRecord{Time: at, Caller: AuditCaller{Kind: KindOIDC, Subject: "deploy"}, Tool: "read"}
-	a, b := strings.Split(tok.line(), "\t")[1], strings.Split(usr.line(), "\t")[1]
+	tok := audit.Record{Time: at, Caller: audit.Caller{Kind: string(KindAPIToken), Subject: "deploy"}, Tool: "read"}
+	usr := audit.Record{Time: at, Caller: audit.Caller{Kind: string(KindOIDC), Subject: "deploy"}, Tool: "read"}
+	a, b := strings.Split(tok.Line(), "\t")[1], strings.Split(usr.Line(), "\t")[1]
 	if a != "token deploy" || b != "deploy" {
 		t.Errorf("callers shown as %q and %q, want \"token deploy\" and \"deploy\"", a, b)
 	}

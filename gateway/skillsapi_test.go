@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // The admin handlers push, roll out, follow and control, answer errors
@@ -20,9 +22,10 @@ import (
 // caller.
 func TestSkillsAdminAPI(t *testing.T) {
 	f := newRolloutFixture(t, []string{"web-1", "web-2"}, nil)
-	cfg := AuditConfig{}
-	cfg.setDefaults()
-	aud, err := newAuditor(connectNATS(t, f.ns, "audit"), cfg, time.Minute, auditStreamPatience, nil, discardLogger())
+	cfg := audit.Config{}
+	cfg.SetDefaults()
+	nc := connectNATS(t, f.ns, "audit")
+	aud, err := audit.Open(nc, cfg, audit.Options{MaxCall: time.Minute, Patience: audit.StreamPatience, Log: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +102,19 @@ func TestSkillsAdminAPI(t *testing.T) {
 		t.Fatalf("remove = %+v", info)
 	}
 	// Every change is in the audit trail, with its caller.
-	if err := aud.close(context.Background()); err != nil {
+	if err := aud.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ops := map[string]int{}
-	cons, err := aud.stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(context.Background(), protocol.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +123,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for m := range batch.Messages() {
-		var rec AuditRecord
+		var rec audit.Record
 		if err := json.Unmarshal(m.Data(), &rec); err != nil {
 			t.Fatal(err)
 		}

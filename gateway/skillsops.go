@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
@@ -26,7 +27,7 @@ func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
 	s, err := openSkillService(g.nc, g.signer, gatewayFleet{g}, skillOptions{replicas: g.cfg.Hosts.Replicas,
 		leaderTTL: 10 * time.Second, tick: 100 * time.Millisecond, cacheBytes: defaultSkillCache, id: host + "/" + randomHex(6), poke: g.pokeHost,
-		audit: func(rec *AuditRecord) { g.audit.write(rec) }},
+		audit: func(rec *audit.Record) { g.audit.Write(rec) }},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err
@@ -90,16 +91,16 @@ func (g *Gateway) auditSkillOp(start time.Time, by *Identity, op string, args ma
 	if by == nil {
 		by = localIdentity()
 	}
-	rec := &AuditRecord{Time: start.UTC(), CallID: newCallID(), Tool: op, Args: args, Decision: decisionAllowed, Outcome: outcomeOK,
-		Caller:     AuditCaller{Kind: by.Kind, Subject: by.Subject, Email: by.Email, ClientID: by.ClientID},
+	rec := &audit.Record{Time: start.UTC(), CallID: newCallID(), Tool: op, Args: args, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK,
+		Caller:     audit.Caller{Kind: string(by.Kind), Subject: by.Subject, Email: by.Email, ClientID: by.ClientID},
 		DurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
-		rec.Outcome, rec.Error = outcomeError, protocol.Clip(err.Error(), 500)
+		rec.Outcome, rec.Error = audit.OutcomeError, protocol.Clip(err.Error(), 500)
 		if errors.Is(err, ErrSkillRefused) || errors.Is(err, ErrRolloutState) {
-			rec.Outcome = outcomeRefused
+			rec.Outcome = audit.OutcomeRefused
 		}
 	}
-	g.audit.write(rec)
+	g.audit.Write(rec)
 }
 
 // callerName names who did something, for the records.

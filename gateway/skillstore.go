@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 	"github.com/fleetmcp/fleetmcp/protocol/skillmd"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
@@ -89,7 +90,7 @@ type skillOptions struct {
 	poke func(host string)
 	// audit, when set, stores an audit record (a host reporting a
 	// tampered skill: skilltamper.go).
-	audit func(*AuditRecord)
+	audit func(*audit.Record)
 }
 
 // skillService is one gateway's part of skill rollout.

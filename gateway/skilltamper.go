@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // A host reports a skill as tampered when the files the fleet installed
@@ -36,7 +38,7 @@ const (
 // tamperAuditor turns tampered states in status reports into audit
 // records. It is safe for concurrent use.
 type tamperAuditor struct {
-	write  func(*AuditRecord) // nil: nothing is recorded
+	write  func(*audit.Record) // nil: nothing is recorded
 	leader func() bool
 	known  func(host, skill string) bool // the host's desired state names the skill
 	log    *slog.Logger
@@ -67,11 +69,11 @@ func (a *tamperAuditor) report(host string, prev, cur *protocol.SkillStatus) {
 		if protocol.ValidateSkillName(name) != nil || !a.known(host, name) || !a.admit(host, now) {
 			continue
 		}
-		a.write(&AuditRecord{Time: now.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: KindAgent, Subject: host},
+		a.write(&audit.Record{Time: now.UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(KindAgent), Subject: host},
 			Tool: tamperAuditTool, Hosts: []string{host}, Target: name,
 			Args:     map[string]any{"skill": name, "bundle_id": protocol.Clip(st.BundleID, 80), "rollout": protocol.Clip(st.Rollout, 80)},
-			Decision: decisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
-			Outcome: outcomeError, Error: protocol.Clip("reported by the host: "+st.Reason, 500)})
+			Decision: audit.DecisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
+			Outcome: audit.OutcomeError, Error: protocol.Clip("reported by the host: "+st.Reason, 500)})
 	}
 }
 

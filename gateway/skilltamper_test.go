@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // TestTamperAuditor: a tampered skill in a host's report becomes one
@@ -21,9 +23,9 @@ import (
 // flooding host gets at most tamperAuditsPerMinute records a minute.
 func TestTamperAuditor(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	var recs []*AuditRecord
+	var recs []*audit.Record
 	leader := true
-	a := &tamperAuditor{write: func(r *AuditRecord) { recs = append(recs, r) }, leader: func() bool { return leader },
+	a := &tamperAuditor{write: func(r *audit.Record) { recs = append(recs, r) }, leader: func() bool { return leader },
 		known: func(host, skill string) bool {
 			return host == "web-1" && (skill == "deploy" || strings.HasPrefix(skill, "s"))
 		},
@@ -40,8 +42,8 @@ func TestTamperAuditor(t *testing.T) {
 		t.Fatalf("%d records, want 1 (deploy; no rollout sent other): %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.Tool != tamperAuditTool || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" || r.Target != "deploy" || r.Caller.Kind != KindAgent ||
-		r.Decision != decisionDenied || !strings.Contains(r.Error, "reported by the host: scripts/run.sh") {
+	if r.Tool != tamperAuditTool || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" || r.Target != "deploy" || r.Caller.Kind != string(KindAgent) ||
+		r.Decision != audit.DecisionDenied || !strings.Contains(r.Error, "reported by the host: scripts/run.sh") {
 		t.Errorf("record %+v", r)
 	}
 	a.report("web-1", first, report(map[string]protocol.SkillState{"deploy": tampered}))

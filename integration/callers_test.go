@@ -138,7 +138,7 @@ func TestCallerIdentityCollision(t *testing.T) {
 		t.Errorf("the API token's reads in the audit trail: %d records, want 2", len(recs))
 	}
 	for _, r := range recs {
-		if r.Caller.Kind != gateway.KindAPIToken || r.Decision != "allowed" {
+		if r.Caller.Kind != string(gateway.KindAPIToken) || r.Decision != "allowed" {
 			t.Errorf("record under \"token deploy\": %+v", r)
 		}
 	}

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -35,6 +36,30 @@ func isContentArg(name string) bool {
 	}
 	return false
 }
+
+// apiTokenPrefix begins the gateway's API tokens, which are blanked as
+// other known tokens are.
+const apiTokenPrefix = "fmcp_"
+
+// shared is the redactor of every summary, built at its first use (its
+// rules take a while to compile).
+var shared = sync.OnceValue(newRedactor)
+
+// ArgsSummary returns the audit summary of a call's arguments: scalars
+// as they are (strings redacted and bounded), contents and nested values
+// by size only, secret-named arguments blanked. Arguments that are not a
+// JSON object are summarised by size.
+func ArgsSummary(raw json.RawMessage) map[string]any { return shared().args(raw) }
+
+// ShrunkArgsSummary is ArgsSummary for arguments whose long strings were
+// cut: sizes gives each top-level value's size in full.
+func ShrunkArgsSummary(raw json.RawMessage, sizes map[string]int) map[string]any {
+	return shared().shrunkArgs(raw, sizes)
+}
+
+// LastLine returns the last non-empty line of s, redacted and bounded:
+// the status line of a bash result, or a one-line error message.
+func LastLine(s string) string { return shared().lastLine(s) }
 
 // redactor blanks secrets. Build one with newRedactor and share it; it is
 // safe for concurrent use.
