@@ -262,6 +262,12 @@ func TestDepsModuleRules(t *testing.T) {
 			}
 		}
 		switch {
+		case p.ImportPath == gateway+"/audit":
+			checked["gateway/audit"] = true
+			rule("must not import the agent", func(imp string) bool { return under(imp, agent) })
+			rule("may import from the gateway only gateway/internal/jskv (the gateway wires the rest in)", func(imp string) bool {
+				return under(imp, gateway) && imp != p.ImportPath && imp != gateway+"/internal/jskv"
+			})
 		case under(p.ImportPath, gateway):
 			checked["gateway"] = true
 			rule("must not import the agent", func(imp string) bool { return under(imp, agent) })
@@ -315,7 +321,7 @@ func TestDepsModuleRules(t *testing.T) {
 			})
 		}
 	}
-	for _, name := range append([]string{"gateway", "agent", "protocol", "skillmd", "fleetctl"}, agentLeaves...) {
+	for _, name := range append([]string{"gateway", "gateway/audit", "agent", "protocol", "skillmd", "fleetctl"}, agentLeaves...) {
 		if !checked[name] {
 			t.Errorf("package %s was not found, so its import rule was not checked", name)
 		}
