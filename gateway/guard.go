@@ -342,7 +342,7 @@ func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolR
 }
 
 // maxQueuedArgs bounds the raw arguments a queued audit record may hold, so
-// the queue holds at most auditQueueLen × 8 KiB of them.
+// the queue holds at most auditQueueLen (gateway/audit) × 8 KiB of them.
 const maxQueuedArgs = 8 << 10
 
 func metaString(meta map[string]any, key string) string {
