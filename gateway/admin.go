@@ -14,6 +14,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // The admin API, under protocol.AdminPath on the fleet API listener: join
@@ -232,7 +234,7 @@ func (a *adminAction) queryAudit() {
 			return
 		}
 	}
-	in := auditIn{Caller: v.Get("caller"), Host: v.Get("host"), Tool: v.Get("tool"), Decision: v.Get("decision"),
+	in := audit.Filter{Caller: v.Get("caller"), Host: v.Get("host"), Tool: v.Get("tool"), Decision: v.Get("decision"),
 		Since: v.Get("since"), Until: v.Get("until"), Receipt: v.Get("receipt")}
 	args := map[string]any{}
 	for _, k := range protocol.AuditFilter {
@@ -243,17 +245,17 @@ func (a *adminAction) queryAudit() {
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "limit %q: give a number of records, 1 to %d", clipText(s, 20), maxAuditLimit))
+			a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "limit %q: give a number of records, 1 to %d", clipText(s, 20), audit.MaxLimit))
 			return
 		}
 		in.Limit = n
 	}
-	q, err := parseAuditQuery(in, a.g.now())
+	q, err := audit.ParseQuery(in, a.g.now())
 	if err != nil {
 		a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "%v", err))
 		return
 	}
-	page, err := a.g.audit.query(a.r.Context(), q)
+	page, err := a.g.audit.Query(a.r.Context(), q)
 	if err != nil {
 		a.finish("admin_audit", "", args, nil, adminError(err))
 		return
@@ -466,20 +468,20 @@ func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) err
 
 // auditAdmin writes the audit record of an admin action.
 func (g *Gateway) auditAdmin(id *access.Identity, tool, target, src string, hosts []string, args map[string]any, aerr *protocol.APIError) {
-	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID},
-		ProjectID: id.ProjectID, Tool: tool, Hosts: hosts, Target: target, Source: src, Args: args, Decision: decisionAllowed, Outcome: outcomeOK}
+	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID},
+		ProjectID: id.ProjectID, Tool: tool, Hosts: hosts, Target: target, Source: src, Args: args, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK}
 	if aerr != nil {
-		rec.Outcome, rec.Reason, rec.Error = outcomeRefused, string(aerr.Code), aerr.Message
+		rec.Outcome, rec.Reason, rec.Error = audit.OutcomeRefused, string(aerr.Code), aerr.Message
 		if aerr.Code == protocol.APIForbidden {
-			rec.Decision = decisionDenied
+			rec.Decision = audit.DecisionDenied
 		}
 		if aerr.Code == protocol.APIUnavailable {
-			rec.Outcome = outcomeError
+			rec.Outcome = audit.OutcomeError
 		}
 	}
 	// Stored before the action is answered, as a tool call's record is
-	// (auditcommit.go); the action is done either way.
-	if err := g.audit.commit(context.Background(), rec); err != nil {
+	// (gateway/audit); the action is done either way.
+	if err := g.audit.Commit(context.Background(), rec); err != nil {
 		g.log.Error("admin action's audit record not stored yet", "action", tool, "target", target, "err", err)
 	}
 	g.log.Info("admin action", "caller", id.Name(), "action", tool, "target", target, "outcome", rec.Outcome, "reason", rec.Error)

@@ -17,19 +17,21 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // auditTap collects the audit records a gateway stores.
 type auditTap struct {
 	mu   sync.Mutex
-	recs []AuditRecord
+	recs []audit.Record
 }
 
 func tapAudit(t *testing.T, gw *Gateway) *auditTap {
 	t.Helper()
 	tap := &auditTap{}
 	sub, err := gw.nc.Subscribe(protocol.AuditSubject(), func(m *nats.Msg) {
-		var r AuditRecord
+		var r audit.Record
 		if json.Unmarshal(m.Data, &r) == nil {
 			tap.mu.Lock()
 			tap.recs = append(tap.recs, r)
@@ -48,13 +50,13 @@ func tapAudit(t *testing.T, gw *Gateway) *auditTap {
 
 // find waits until a record for tool with the outcome is stored, and
 // returns it.
-func (tap *auditTap) find(t *testing.T, gw *Gateway, tool, outcome string) AuditRecord {
+func (tap *auditTap) find(t *testing.T, gw *Gateway, tool, outcome string) audit.Record {
 	t.Helper()
-	var found AuditRecord
+	var found audit.Record
 	waitUntil(t, "audit record "+tool+" "+outcome, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.sync(ctx)
+		_ = gw.audit.Sync(ctx)
 		_ = gw.nc.Flush()
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
@@ -140,8 +142,8 @@ rules:
 			}
 		})
 	}
-	denied := tap.find(t, gw, "admin", outcomeRefused)
-	if denied.Decision != decisionDenied || denied.Caller.Subject == "" {
+	denied := tap.find(t, gw, "admin", audit.OutcomeRefused)
+	if denied.Decision != audit.DecisionDenied || denied.Caller.Subject == "" {
 		t.Errorf("refused admin record %+v", denied)
 	}
 
@@ -150,11 +152,11 @@ rules:
 	if tok.Info.CreatedBy != "token ops" || !strings.Contains(tok.JoinCommand, "--name NAME") {
 		t.Errorf("token %+v", tok)
 	}
-	rec := tap.find(t, gw, "admin_token_create", outcomeOK)
-	if rec.Caller.Kind != access.KindAPIToken || rec.Caller.Subject != "ops" || rec.Target != tok.Info.ID || rec.Source != "127.0.0.1" {
+	rec := tap.find(t, gw, "admin_token_create", audit.OutcomeOK)
+	if rec.Caller.Kind != string(access.KindAPIToken) || rec.Caller.Subject != "ops" || rec.Target != tok.Info.ID || rec.Source != "127.0.0.1" {
 		t.Errorf("token create record %+v", rec)
 	}
-	if line := rec.line(); !strings.Contains(line, "\ttarget "+tok.Info.ID+"\t") {
+	if line := rec.Line(); !strings.Contains(line, "\ttarget "+tok.Info.ID+"\t") {
 		t.Errorf("the audit tool's line %q does not name the token", line)
 	}
 	if strings.Contains(mustJSON(t, rec), strings.Split(tok.Token, ".")[2]) {
@@ -164,13 +166,13 @@ rules:
 	if _, code := c.enrol(enrolReq(t, kp, tok.Token, "web-1", c.pin, time.Now())); code != "" {
 		t.Fatal(code)
 	}
-	if rec := tap.find(t, gw, "enrol", outcomeOK); rec.Caller.Kind != access.KindAgent || rec.Target != tok.Info.ID || len(rec.Hosts) != 1 || rec.Hosts[0] != "web-1" {
+	if rec := tap.find(t, gw, "enrol", audit.OutcomeOK); rec.Caller.Kind != string(access.KindAgent) || rec.Target != tok.Info.ID || len(rec.Hosts) != 1 || rec.Hosts[0] != "web-1" {
 		t.Errorf("enrol record %+v", rec)
 	}
 	if _, code := c.enrol(enrolReq(t, newUser(t), tok.Token, "db-1", c.pin, time.Now())); code != protocol.APINameNotAllowed {
 		t.Fatal(code)
 	}
-	if rec := tap.find(t, gw, "enrol", outcomeRefused); rec.Reason != string(protocol.APINameNotAllowed) || rec.Decision != decisionDenied {
+	if rec := tap.find(t, gw, "enrol", audit.OutcomeRefused); rec.Reason != string(protocol.APINameNotAllowed) || rec.Decision != audit.DecisionDenied {
 		t.Errorf("refused enrol record %+v", rec)
 	}
 
@@ -182,28 +184,28 @@ rules:
 	if info.Labels["role"] != "web" || info.Labels["env"] != "" {
 		t.Errorf("labels %v", info.Labels)
 	}
-	if rec := tap.find(t, gw, "admin_agent_labels", outcomeOK); rec.Caller.Kind != access.KindOIDC || rec.Caller.Subject != "user-ops" || rec.Target != "web-1" || len(rec.Hosts) != 1 {
+	if rec := tap.find(t, gw, "admin_agent_labels", audit.OutcomeOK); rec.Caller.Kind != string(access.KindOIDC) || rec.Caller.Subject != "user-ops" || rec.Target != "web-1" || len(rec.Hosts) != 1 {
 		t.Errorf("labels record %+v", rec)
 	}
 	var list protocol.AgentList
 	if _, aerr := admin.do(http.MethodGet, protocol.AdminAgentsPath, nil, &list); aerr != nil || len(list.Agents) != 1 || list.Agents[0].Host != "web-1" {
 		t.Fatalf("agents %v %+v", aerr, list)
 	}
-	tap.find(t, gw, "admin_agent_list", outcomeOK)
+	tap.find(t, gw, "admin_agent_list", audit.OutcomeOK)
 	if _, aerr := admin.do(http.MethodPost, protocol.AdminAgentsPath+"/web-1/revoke", nil, &info); aerr != nil || info.RevokedAt.IsZero() || info.RevokedBy != "token ops" {
 		t.Fatalf("revoke: %v %+v", aerr, info)
 	}
-	tap.find(t, gw, "admin_agent_revoke", outcomeOK)
+	tap.find(t, gw, "admin_agent_revoke", audit.OutcomeOK)
 	var ti protocol.TokenInfo
 	if _, aerr := admin.do(http.MethodDelete, protocol.AdminTokensPath+"/"+tok.Info.ID, nil, &ti); aerr != nil || ti.State != protocol.TokenRevoked {
 		t.Fatalf("token revoke: %v %+v", aerr, ti)
 	}
-	tap.find(t, gw, "admin_token_revoke", outcomeOK)
-	tap.find(t, gw, "admin_token_list", outcomeOK)
+	tap.find(t, gw, "admin_token_revoke", audit.OutcomeOK)
+	tap.find(t, gw, "admin_token_list", audit.OutcomeOK)
 	if _, aerr := admin.do(http.MethodPost, protocol.AdminAgentsPath+"/nobody/allow-recovery", nil, nil); aerr == nil || aerr.Code != protocol.APINotFound {
 		t.Errorf("allow recovery of an unknown host: %v", aerr)
 	}
-	tap.find(t, gw, "admin_agent_allow_recovery", outcomeRefused)
+	tap.find(t, gw, "admin_agent_allow_recovery", audit.OutcomeRefused)
 }
 
 func mustJSON(t *testing.T, v any) string {

@@ -17,7 +17,8 @@ import (
 
 // maxArgString is the longest string kept whole in shrunk arguments. It
 // is more than the audit keeps of any string (4 × maxSummaryText before
-// redaction), and no argument the gateway reads is longer.
+// redaction, in gateway/audit), and no argument the gateway reads is
+// longer.
 const maxArgString = 32 << 10
 
 // maxArgDepth bounds the nesting of arguments the gateway looks at.

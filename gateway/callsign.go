@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file is the router's side of signed calls: every message that
@@ -89,24 +91,11 @@ func signMessage(hs hostSigner, kind, host, id, reply string, body []byte) strin
 	return hs.sign(&claims)
 }
 
-// AuditReceipt is a host's receipt as the audit trail keeps it.
-type AuditReceipt struct {
-	protocol.Receipt
-	// Verified is set when the gateway checked it: signed by the key it
-	// enrolled for the host, and describing the result it received.
-	Verified bool `json:"verified"`
-	// Problem says why it is not (among others: there was none).
-	Problem string `json:"problem,omitempty"`
-	// Recheck is, in the audit tool's answer, the outcome of checking
-	// the receipt again (its verify option); never stored.
-	Recheck string `json:"recheck,omitempty"`
-}
-
 // checkReceipt checks the receipt header of the result res of call c,
 // which arrived encoded as encoded, and records it in out (when not
 // nil). A result without a valid receipt is refused: a host that checks
 // the gateway's signatures signs every result it sends.
-func (r *router) checkReceipt(c *protocol.Call, res *protocol.Result, encoded []byte, header string, out *AuditReceipt) error {
+func (r *router) checkReceipt(c *protocol.Call, res *protocol.Result, encoded []byte, header string, out *audit.Receipt) error {
 	var rc *protocol.Receipt
 	err := func() error {
 		key, ok := r.hostKey(c.Host)

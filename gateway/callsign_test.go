@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 var (
@@ -162,7 +164,7 @@ func TestRouterRefusesBadReceipts(t *testing.T) {
 		{"another host", func(res *protocol.Result, data []byte) string { return testReceipt(t, "web-2", res, data) }, "on web-2"},
 	} {
 		req := bashCall("web-1", "true")
-		rec := &AuditReceipt{}
+		rec := &audit.Receipt{}
 		req.Receipt = rec
 		done := startCall(context.Background(), r, req, nil)
 		rc := recv(t, fa.calls, "call")
@@ -178,7 +180,7 @@ func TestRouterRefusesBadReceipts(t *testing.T) {
 	}
 	// A good one is recorded as verified.
 	req := bashCall("web-1", "true")
-	rec := &AuditReceipt{}
+	rec := &audit.Receipt{}
 	req.Receipt = rec
 	done := startCall(context.Background(), r, req, nil)
 	rc := recv(t, fa.calls, "call")

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -139,7 +140,7 @@ type Config struct {
 	// or API token sets none (access.ParseRateLimit). Zero: unlimited.
 	RateLimit access.RateLimit
 	// Audit configures the audit trail.
-	Audit AuditConfig
+	Audit audit.Config
 
 	// MaxRequestBytes bounds one MCP request body (a write's content
 	// travels in it). Default 64 MiB, the agents' default limit too.
@@ -247,7 +248,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.AgentCredentialTTL, 720*time.Hour)
 	setDur(&c.EnrolRetryWindow, 10*time.Minute)
 	c.Auth.SetDefaults()
-	c.Audit.setDefaults()
+	c.Audit.SetDefaults()
 	c.Hosts.setDefaults()
 	c.Cluster.setDefaults(c)
 	if c.Logger == nil {
@@ -294,7 +295,7 @@ func (c *Config) validate() error {
 	if c.Metrics && !isLoopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("--metrics serves /metrics without authentication on the MCP endpoint, which listens beyond loopback (%s): use --metrics_listen 127.0.0.1:9464 (or an address only your Prometheus reaches) instead", c.Listen))
 	}
-	errs = append(errs, c.Audit.validate()...)
+	errs = append(errs, c.Audit.Validate()...)
 	errs = append(errs, c.Hosts.validate()...)
 	if c.MaxTransferBytes < c.MaxRequestBytes {
 		errs = append(errs, fmt.Errorf("transfer budget %d MiB (--max_transfer_mib) is below the request limit of %d MiB: a request of that size could never be admitted",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // external sets the files an external cluster needs.
@@ -89,8 +90,8 @@ func TestConfigValidate(t *testing.T) {
 		{"JWT without audience", Config{DataDir: "/var/lib/fleet", Auth: access.AuthConfig{Issuer: "https://id.example"}, Access: &access.Rules{}}, []string{"--jwt_audience is required"}},
 		{"auth off with an issuer", dev(Config{Auth: access.AuthConfig{Issuer: "https://id.example", Audience: "fleet"}}), []string{"authentication is off", "drop one"}},
 		{"auth off with rules", dev(Config{Access: &access.Rules{}}), []string{"access rules apply to authenticated callers", "--access"}},
-		{"audit replicas", dev(Config{Audit: AuditConfig{Replicas: 7}}), []string{"replicas 7"}},
-		{"audit retention", dev(Config{Audit: AuditConfig{Retention: time.Minute}}), []string{"retention 1m0s"}},
+		{"audit replicas", dev(Config{Audit: audit.Config{Replicas: 7}}), []string{"replicas 7"}},
+		{"audit retention", dev(Config{Audit: audit.Config{Retention: time.Minute}}), []string{"retention 1m0s"}},
 		{"hosts replicas", dev(Config{Hosts: HostsConfig{Replicas: 6}}), []string{"hosts bucket replicas 6"}},
 		{"hosts retention", dev(Config{Hosts: HostsConfig{Retention: time.Minute}}), []string{"hosts retention 1m0s", "minimum 1h"}},
 		{"hosts kept forever", dev(Config{Hosts: HostsConfig{Retention: -1}}), nil},

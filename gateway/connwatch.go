@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
@@ -768,12 +769,12 @@ func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns 
 	}
 	// The record's facts are the servers', read by the gateway: nothing
 	// in it comes from either connection.
-	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Tool: auditIdentityConflict, Hosts: []string{host},
-		Caller:   AuditCaller{Kind: access.KindUnverified, Subject: "nats key " + key},
-		Decision: decisionDenied, Rule: "one live connection per host identity", Outcome: outcomeRefused,
+	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Tool: auditIdentityConflict, Hosts: []string{host},
+		Caller:   audit.Caller{Kind: string(access.KindUnverified), Subject: "nats key " + key},
+		Decision: audit.DecisionDenied, Rule: "one live connection per host identity", Outcome: audit.OutcomeRefused,
 		Reason: "two live NATS connections on the host's identity", Error: detail,
 		Source: "the NATS servers' connections", Args: map[string]any{"connections": list}}
-	g.audit.write(rec)
+	g.audit.Write(rec)
 	if err := g.keepIdentityConflict(ctx, host, key, detail); err != nil {
 		g.log.Error("the identity conflict is refused here, but could not be kept in the host's record: other gateways and this one after a restart do not know it; revoke the host",
 			"host", host, "err", err)

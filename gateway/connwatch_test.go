@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // TestJudge: two connections on one identity are a conflict once both
@@ -138,7 +140,7 @@ func TestConnWatchCopiedCredential(t *testing.T) {
 	if n := gw.identityConflictCount.Load(); n != 1 {
 		t.Errorf("counted %d conflicts, want 1", n)
 	}
-	rec := tap.find(t, gw, auditIdentityConflict, outcomeRefused)
+	rec := tap.find(t, gw, auditIdentityConflict, audit.OutcomeRefused)
 	if len(rec.Hosts) != 1 || rec.Hosts[0] != "victim" || !strings.Contains(rec.Error, "2 live NATS connections") || rec.Args["connections"] == nil {
 		t.Errorf("audit record %+v", rec)
 	}

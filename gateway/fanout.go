@@ -18,6 +18,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file is fan-out: fleet_bash and fleet_read run one per-host tool
@@ -174,7 +176,7 @@ func (g *Gateway) runFanout(ctx context.Context, req *mcp.CallToolRequest, f *fa
 	defer stop()
 	f.g, f.cc, f.caller = g, cc, cc.id.Caller()
 	f.prog = newFanoutProgress(ctx, req, len(hosts))
-	f.auditArgs = g.audit.redact.args(req.Params.Arguments)
+	f.auditArgs = audit.ArgsSummary(req.Params.Arguments)
 	start := time.Now()
 	outcomes := f.run(ctx, hosts)
 	res := renderFanout(f.tool, what, selector, outcomes, time.Since(start))
@@ -205,7 +207,7 @@ type hostOutcome struct {
 	note string
 	body string
 	// receipt is the host's receipt of its result, as checked.
-	receipt *AuditReceipt
+	receipt *audit.Receipt
 }
 
 // classifyFunc sorts a host's answer (or routing failure) into its
@@ -307,7 +309,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 	id := newCallID()
 	args, err := f.args(o.Host)
 	var res *protocol.Result
-	receipt := &AuditReceipt{}
+	receipt := &audit.Receipt{}
 	if err == nil {
 		res, err = f.g.router.call(ctx, callRequest{
 			ID: id, Host: o.Host, Tool: f.base, Caller: f.caller, Args: args, Timeout: f.timeout, Receipt: receipt,
@@ -496,27 +498,27 @@ func lastLine(s string) string {
 
 // audit records one host's part of the fan-out.
 func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec access.Decision) {
-	rec := &AuditRecord{
+	rec := &audit.Record{
 		Time: start.UTC(), CallID: id, Tool: f.base, Hosts: []string{o.Host}, Args: f.auditArgs,
 		Parent: f.cc.callID, DurationMS: o.DurationMS, BytesOut: o.Bytes, ExitCode: o.ExitCode,
-		Decision: decisionAllowed, Rule: dec.Rule, Outcome: outcomeOK, Receipt: o.receipt,
+		Decision: audit.DecisionAllowed, Rule: dec.Rule, Outcome: audit.OutcomeOK, Receipt: o.receipt,
 	}
 	if id := f.cc.id; id != nil {
-		rec.Caller = AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		rec.Caller = audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		rec.ProjectID = id.ProjectID
 	}
 	switch o.Status {
 	case bucketDenied:
-		rec.Decision, rec.Outcome, rec.Reason = decisionDenied, outcomeRefused, o.Reason
+		rec.Decision, rec.Outcome, rec.Reason = audit.DecisionDenied, audit.OutcomeRefused, o.Reason
 		if o.note == noteHostPolicy {
 			rec.Rule = "host policy"
 		}
 	case bucketTimedOut:
-		rec.Outcome, rec.Error = outcomeTimedOut, o.Reason
+		rec.Outcome, rec.Error = audit.OutcomeTimedOut, o.Reason
 	case bucketFailed, bucketOffline:
-		rec.Outcome, rec.Error = outcomeError, f.g.audit.redact.lastLine(o.Reason)
+		rec.Outcome, rec.Error = audit.OutcomeError, audit.LastLine(o.Reason)
 	}
-	f.cc.recorded(f.g.audit.write(rec))
+	f.cc.recorded(f.g.audit.Write(rec))
 }
 
 // countBuckets counts outcomes per bucket.

@@ -22,6 +22,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // The fleet API listener (Config.APIListen): hosts enrol and recover
@@ -221,8 +223,8 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 
 // auditEnrolment logs and audits an enrolment, recovery or renewal.
 func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *protocol.APIError) {
-	rec := &AuditRecord{Time: g.now().UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: out.key},
-		Tool: what, Target: out.tokenID, Source: src, Decision: decisionAllowed, Outcome: outcomeOK}
+	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(access.KindAgent), Subject: out.key},
+		Tool: what, Target: out.tokenID, Source: src, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK}
 	if out.host != "" {
 		rec.Hosts = []string{out.host}
 	}
@@ -237,14 +239,14 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 		}
 	}
 	if aerr != nil {
-		rec.Decision, rec.Outcome, rec.Reason = decisionDenied, outcomeRefused, string(aerr.Code)
+		rec.Decision, rec.Outcome, rec.Reason = audit.DecisionDenied, audit.OutcomeRefused, string(aerr.Code)
 		rec.Error = aerr.Message
 		g.log.Info(what+" refused", "host", out.host, "key", out.key, "token", out.tokenID, "source", src, "code", aerr.Code, "reason", aerr.Message)
 	} else {
 		g.log.Info(what+" done", "host", out.host, "key", out.key, "token", out.tokenID, "source", src)
 	}
-	// Stored before the host is answered (auditcommit.go).
-	if err := g.audit.commit(context.Background(), rec); err != nil {
+	// Stored before the host is answered (gateway/audit).
+	if err := g.audit.Commit(context.Background(), rec); err != nil {
 		g.log.Error(what+"'s audit record not stored yet", "host", out.host, "token", out.tokenID, "err", err)
 	}
 }

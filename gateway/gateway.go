@@ -26,6 +26,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -55,7 +56,7 @@ type Gateway struct {
 	store  *hostStore
 	router *router
 	auth   *access.Authenticator // nil with authentication off
-	audit  *auditor
+	audit  *audit.Trail
 	// access are the access rules in force; a reload swaps them.
 	access atomic.Pointer[access.Rules]
 	// reloadMu makes reloads one at a time.
@@ -220,15 +221,16 @@ func (g *Gateway) start(ctx context.Context) error {
 		func() error { return g.startNATS(ctx) },
 		func() (err error) {
 			g.resolveReplicas()
-			patience := auditStreamPatience
+			patience := audit.StreamPatience
 			if g.cfg.clustered() {
 				patience = g.cfg.Cluster.Wait
 			}
-			if g.audit, err = newAuditor(g.nc, g.cfg.Audit, g.cfg.MaxCallDuration, patience, g.auditStreamAdmin(), g.log.With("component", "audit")); err != nil {
+			seal, err := g.recordSeal()
+			if err != nil {
 				return err
 			}
-			g.audit.name = g.cfg.Name
-			g.audit.seal, err = g.recordSeal()
+			g.audit, err = audit.Open(g.nc, g.cfg.Audit, audit.Options{Name: g.cfg.Name, MaxCall: g.cfg.MaxCallDuration, Patience: patience,
+				Admin: g.auditStreamAdmin(), Seal: auditSeal{seal}, Log: g.log.With("component", "audit")})
 			return err
 		},
 		func() (err error) {
@@ -282,7 +284,7 @@ func (g *Gateway) closeStarted() {
 	}
 	_ = g.stopFleetAPI(context.Background())
 	if g.audit != nil {
-		_ = g.audit.close(context.Background())
+		_ = g.audit.Close(context.Background())
 	}
 	g.stopNATS()
 }
@@ -900,7 +902,7 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	// Queued audit records are stored while NATS is still up.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	aerr := g.audit.close(actx)
+	aerr := g.audit.Close(actx)
 	g.stopNATS()
 	return errors.Join(err, aerr)
 }

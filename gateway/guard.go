@@ -10,11 +10,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file is the MCP server middleware that applies the access rules
@@ -50,15 +53,15 @@ type callContext struct {
 	hold *transferHold
 	// receipt is the host's receipt of a per-host tool's result, as
 	// checked (nil: no result came).
-	receipt *AuditReceipt
+	receipt *audit.Receipt
 	// records are the tickets of the records a fan-out wrote for its
 	// hosts: the call is answered once they are stored too.
 	recordsMu sync.Mutex
-	records   []*auditTicket
+	records   []*audit.Ticket
 }
 
 // recorded adds the ticket of a record the call wrote besides its own.
-func (cc *callContext) recorded(t *auditTicket) {
+func (cc *callContext) recorded(t *audit.Ticket) {
 	cc.recordsMu.Lock()
 	cc.records = append(cc.records, t)
 	cc.recordsMu.Unlock()
@@ -169,35 +172,35 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	rec.Rule, rec.Reason = dec.Rule, dec.Reason
 	var res mcp.Result
 	var err error
-	// Nothing runs that the audit trail cannot record (auditcommit.go).
+	// Nothing runs that the audit trail cannot record (gateway/audit).
 	var aerr error
 	if dec.Allowed {
-		aerr = g.audit.ready(ctx)
+		aerr = g.audit.Ready(ctx)
 	}
 	switch {
 	case aerr != nil:
-		rec.Decision, rec.Outcome, rec.Reason = decisionAllowed, outcomeRefused, "audit trail unavailable"
+		rec.Decision, rec.Outcome, rec.Reason = audit.DecisionAllowed, audit.OutcomeRefused, "audit trail unavailable"
 		res = errorResult(fmt.Sprintf("%s was not run: the gateway cannot record it in the audit trail now (%v); retry in a few seconds, or through another gateway", tool, aerr))
 	case dec.Allowed:
-		rec.Decision = decisionAllowed
+		rec.Decision = audit.DecisionAllowed
 		res, err = next(withCall(ctx, cc), method, withArgs(req, cc.args))
 	default:
-		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
+		rec.Decision, rec.Outcome = audit.DecisionDenied, audit.OutcomeRefused
 		res = errorResult(refusal)
 	}
 	g.finishRecord(rec, cc, res, err)
 	if cc.hostDenied != "" {
-		rec.Decision, rec.Outcome = decisionDenied, outcomeRefused
+		rec.Decision, rec.Outcome = audit.DecisionDenied, audit.OutcomeRefused
 		rec.Rule, rec.Reason = "host policy", cc.hostDenied
 	}
-	if rec.Decision == decisionDenied {
+	if rec.Decision == audit.DecisionDenied {
 		g.log.Info("tool call refused", "caller", rec.Caller.Subject, "tool", tool, "host", host, "rule", rec.Rule, "reason", rec.Reason, "call", rec.CallID)
 	}
 	rec.Fanout = cc.fanout
 	rec.Receipt = cc.receipt
 	endCall(span, rec)
 	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
-	ticket := g.audit.write(rec)
+	ticket := g.audit.Write(rec)
 	if aerr != nil {
 		return res, err // stored once the stream is back
 	}
@@ -205,7 +208,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	cc.recordsMu.Lock()
 	tickets := append(cc.records, ticket)
 	cc.recordsMu.Unlock()
-	if serr := waitStored(ctx, g.audit.commitWait, tickets...); serr != nil {
+	if serr := g.audit.WaitStored(ctx, tickets...); serr != nil {
 		g.log.Error("tool call answered with an error: its audit record is not stored yet", "call", rec.CallID, "tool", tool, "host", host,
 			"caller", rec.Caller.Subject, "outcome", rec.Outcome, "err", serr)
 		return errorResult(withheldMessage(rec, host, serr)), nil
@@ -215,7 +218,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 
 // withheldMessage tells the client of a call whose record is not stored
 // that the call ran, and that its result is withheld.
-func withheldMessage(rec *AuditRecord, host string, err error) string {
+func withheldMessage(rec *audit.Record, host string, err error) string {
 	where := ""
 	if host != "" {
 		where = " on " + host
@@ -325,12 +328,12 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec access.Decision)
 }
 
 // newRecord starts the audit record of a call.
-func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolRequest, host string) *AuditRecord {
+func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolRequest, host string) *audit.Record {
 	raw := req.Params.Arguments
 	if cc.args != nil {
 		raw = cc.args.raw
 	}
-	rec := &AuditRecord{
+	rec := &audit.Record{
 		Time:    start.UTC(),
 		CallID:  cc.callID,
 		Tool:    req.Params.Name,
@@ -340,17 +343,17 @@ func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolR
 	// path; large ones (file contents) here, so the queue never holds them.
 	switch {
 	case len(raw) <= maxQueuedArgs:
-		rec.rawArgs = raw
+		rec.RawArgs = raw
 	case cc.args != nil:
-		rec.Args = g.audit.redact.shrunkArgs(cc.args.small, cc.args.sizes)
+		rec.Args = audit.ShrunkArgsSummary(cc.args.small, cc.args.sizes)
 	default:
-		rec.Args = g.audit.redact.args(raw)
+		rec.Args = audit.ArgsSummary(raw)
 	}
 	if host != "" {
 		rec.Hosts = []string{host}
 	}
 	if id := cc.id; id != nil {
-		rec.Caller = AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		rec.Caller = audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		rec.ProjectID = id.ProjectID
 	}
 	meta := req.Params.GetMeta()
@@ -360,7 +363,7 @@ func (g *Gateway) newRecord(start time.Time, cc *callContext, req *mcp.CallToolR
 }
 
 // maxQueuedArgs bounds the raw arguments a queued audit record may hold, so
-// the queue holds at most auditQueueLen × 8 KiB of them.
+// the queue holds at most auditQueueLen (gateway/audit) × 8 KiB of them.
 const maxQueuedArgs = 8 << 10
 
 func metaString(meta map[string]any, key string) string {
@@ -368,11 +371,24 @@ func metaString(meta map[string]any, key string) string {
 	return truncateText(s, 200)
 }
 
+// truncateText cuts s to at most n bytes, on a character boundary, and
+// says how much was cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("... [%d more bytes]", len(s)-cut)
+}
+
 // finishRecord fills in the outcome of a call.
-func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result, err error) {
+func (g *Gateway) finishRecord(rec *audit.Record, cc *callContext, res mcp.Result, err error) {
 	rec.DurationMS = time.Since(rec.Time).Milliseconds()
 	if err != nil {
-		rec.Outcome, rec.Error = outcomeError, g.audit.redact.lastLine(err.Error())
+		rec.Outcome, rec.Error = audit.OutcomeError, audit.LastLine(err.Error())
 		return
 	}
 	cr, ok := res.(*mcp.CallToolResult)
@@ -383,13 +399,13 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 	// large result's text is not copied for them.
 	text := resultTail(cr, 64<<10)
 	rec.BytesOut = resultBytes(cr)
-	if rec.Outcome == outcomeRefused {
+	if rec.Outcome == audit.OutcomeRefused {
 		return
 	}
-	rec.Outcome = outcomeOK
+	rec.Outcome = audit.OutcomeOK
 	if cr.IsError {
-		rec.Outcome = outcomeError
-		rec.Error = g.audit.redact.lastLine(text)
+		rec.Outcome = audit.OutcomeError
+		rec.Error = audit.LastLine(text)
 	}
 	if rec.Tool == protocol.ToolBash && !cc.background {
 		g.bashStatus(rec, cr.IsError, text)
@@ -401,7 +417,7 @@ func (g *Gateway) finishRecord(rec *AuditRecord, cc *callContext, res mcp.Result
 
 // bashStatus reads a bash result's exit code from its status line (the
 // result contract ends a failed command's text with it).
-func (g *Gateway) bashStatus(rec *AuditRecord, isError bool, text string) {
+func (g *Gateway) bashStatus(rec *audit.Record, isError bool, text string) {
 	if !isError {
 		zero := 0
 		rec.ExitCode = &zero
@@ -413,7 +429,7 @@ func (g *Gateway) bashStatus(rec *AuditRecord, isError bool, text string) {
 			rec.ExitCode = &n
 		}
 	} else if strings.HasPrefix(last, "Command timed out after ") {
-		rec.Outcome = outcomeTimedOut
+		rec.Outcome = audit.OutcomeTimedOut
 	}
 }
 

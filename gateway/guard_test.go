@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // finishRecord turns a call's result into the audit outcome.
 func TestFinishRecord(t *testing.T) {
-	g := &Gateway{audit: &auditor{redact: newRedactor()}}
+	g := &Gateway{}
 	text := func(isError bool, s string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{IsError: isError, Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 	}
@@ -25,19 +27,19 @@ func TestFinishRecord(t *testing.T) {
 		errText    string
 		background bool
 	}{
-		{"bash ok", "bash", text(false, "hi\n"), nil, "", outcomeOK, 0, "", false},
-		{"bash exit", "bash", text(true, "out\n\nCommand exited with code 2"), nil, "", outcomeError, 2, "Command exited with code 2", false},
-		{"bash timeout", "bash", text(true, "x\n\nCommand timed out after 5 seconds"), nil, "", outcomeTimedOut, -1, "Command timed out after 5 seconds", false},
-		{"read error", "read", text(true, "host alpha: no such file"), nil, "", outcomeError, -1, "host alpha: no such file", false},
-		{"cancelled", "bash", text(true, "bash on alpha was cancelled"), nil, outcomeCancelled, outcomeCancelled, -1, "bash on alpha was cancelled", false},
-		{"host timeout", "read", text(true, "read on alpha did not finish within 1m0s"), nil, outcomeTimedOut, outcomeTimedOut, -1, "read on alpha did not finish within 1m0s", false},
-		{"protocol error", "nope", nil, errors.New("unknown tool \"nope\""), "", outcomeError, -1, "unknown tool \"nope\"", false},
-		{"secret in an error", "read", text(true, "cannot read TOKEN=abc"), nil, "", outcomeError, -1, "cannot read TOKEN=[redacted]", false},
+		{"bash ok", "bash", text(false, "hi\n"), nil, "", audit.OutcomeOK, 0, "", false},
+		{"bash exit", "bash", text(true, "out\n\nCommand exited with code 2"), nil, "", audit.OutcomeError, 2, "Command exited with code 2", false},
+		{"bash timeout", "bash", text(true, "x\n\nCommand timed out after 5 seconds"), nil, "", audit.OutcomeTimedOut, -1, "Command timed out after 5 seconds", false},
+		{"read error", "read", text(true, "host alpha: no such file"), nil, "", audit.OutcomeError, -1, "host alpha: no such file", false},
+		{"cancelled", "bash", text(true, "bash on alpha was cancelled"), nil, audit.OutcomeCancelled, audit.OutcomeCancelled, -1, "bash on alpha was cancelled", false},
+		{"host timeout", "read", text(true, "read on alpha did not finish within 1m0s"), nil, audit.OutcomeTimedOut, audit.OutcomeTimedOut, -1, "read on alpha did not finish within 1m0s", false},
+		{"protocol error", "nope", nil, errors.New("unknown tool \"nope\""), "", audit.OutcomeError, -1, "unknown tool \"nope\"", false},
+		{"secret in an error", "read", text(true, "cannot read TOKEN=abc"), nil, "", audit.OutcomeError, -1, "cannot read TOKEN=[redacted]", false},
 		// Starting a background task says nothing about an exit code.
-		{"background start", "bash", text(false, "Started background task t1"), nil, "", outcomeOK, -1, "", true},
+		{"background start", "bash", text(false, "Started background task t1"), nil, "", audit.OutcomeOK, -1, "", true},
 	}
 	for _, tc := range tests {
-		rec := &AuditRecord{Tool: tc.tool}
+		rec := &audit.Record{Tool: tc.tool}
 		var res mcp.Result
 		if tc.res != nil {
 			res = tc.res

@@ -19,7 +19,7 @@ import (
 //     JetStream answers a cheap request (account info) within
 //     readyzTimeout, and the host registry is loaded from the hosts bucket.
 //     200 "ready", or 503 with one line per problem. Damage found in the
-//     audit stream (auditwatch.go) adds lines after "ready", the gateway
+//     audit stream (gateway/audit) adds lines after "ready", the gateway
 //     still serving.
 //
 // A readiness answer is reused for readyzCache, so that probes cannot turn
@@ -54,7 +54,7 @@ func (g *Gateway) healthHandlers(mux *http.ServeMux) {
 		// Damage to the audit trail does not stop calls (the stream is
 		// made whole again and the gap recorded), but whoever watches
 		// the gateway must see it.
-		if damages, n := g.audit.damageReport(); n > 0 {
+		if damages, n := g.audit.Damages(); n > 0 {
 			fmt.Fprintf(w, "warning: audit trail damaged %d time(s) since this gateway started; the last:\n", n)
 			for _, d := range damages {
 				fmt.Fprintf(w, "audit: %s %s\n", d.At.UTC().Format(time.RFC3339), d.What)

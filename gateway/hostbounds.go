@@ -14,6 +14,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file bounds what one host can make the gateway do besides answer
@@ -182,14 +184,14 @@ func refusalKind(k string) string {
 
 // auditCallerOf returns the audit trail's caller for c, a caller as the
 // gateway sent it to a host (Identity.Caller).
-func auditCallerOf(c protocol.Caller) AuditCaller {
+func auditCallerOf(c protocol.Caller) audit.Caller {
 	switch c.Issuer {
 	case protocol.IssuerLocal:
-		return AuditCaller{Kind: access.KindLocal, Subject: c.Subject}
+		return audit.Caller{Kind: string(access.KindLocal), Subject: c.Subject}
 	case protocol.IssuerAPIToken:
-		return AuditCaller{Kind: access.KindAPIToken, Subject: strings.TrimPrefix(c.Subject, "token:")}
+		return audit.Caller{Kind: string(access.KindAPIToken), Subject: strings.TrimPrefix(c.Subject, "token:")}
 	}
-	return AuditCaller{Kind: access.KindOIDC, Subject: c.Subject, Email: c.Name, ClientID: c.ClientID}
+	return audit.Caller{Kind: string(access.KindOIDC), Subject: c.Subject, Email: c.Name, ClientID: c.ClientID}
 }
 
 // unsentTally counts one host's reports about messages this gateway did

@@ -15,6 +15,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // A host's signed refusal reports are believed only about calls the
@@ -64,7 +66,7 @@ func TestRefusalReportsBounded(t *testing.T) {
 	waitUntil(t, "every report counted", func() bool {
 		return c.reportsNotSent.Load() == 11 && c.reportsCallCapped.Load() == 3
 	})
-	var recs []*AuditRecord
+	var recs []*audit.Record
 	for len(r.refusalRecords) > 0 {
 		recs = append(recs, <-r.refusalRecords)
 	}
@@ -75,16 +77,16 @@ func TestRefusalReportsBounded(t *testing.T) {
 			t.Errorf("a record carries what the host made up: %s", data)
 		}
 		switch rec.Caller.Kind {
-		case access.KindHostReport:
+		case string(access.KindHostReport):
 			summaries++
 			if rec.Tool != refusedMessagesTool || rec.Hosts[0] != "web-1" && rec.Hosts[0] != "web-2" {
 				t.Errorf("summary record %s", data)
 			}
-		case access.KindOIDC:
+		case string(access.KindOIDC):
 			calls++
-			if rec.Caller.Subject != "user-1" || rec.Caller.Email != "Ada" || rec.Tool != "bash" || string(rec.rawArgs) != string(rc.call.Args) ||
-				rec.Target != "call "+rc.call.ID+" (its call message)" || rec.Reason != "replayed" || rec.Outcome != outcomeRefused {
-				t.Errorf("refusal record %s (args %s)", data, rec.rawArgs)
+			if rec.Caller.Subject != "user-1" || rec.Caller.Email != "Ada" || rec.Tool != "bash" || string(rec.RawArgs) != string(rc.call.Args) ||
+				rec.Target != "call "+rc.call.ID+" (its call message)" || rec.Reason != "replayed" || rec.Outcome != audit.OutcomeRefused {
+				t.Errorf("refusal record %s (args %s)", data, rec.RawArgs)
 			}
 			if rec.Error != "refused by the host: "+reasonText("replayed") {
 				t.Errorf("the record's error %q is not the gateway's words for the reason", rec.Error)
@@ -220,7 +222,7 @@ func TestRenewalBounds(t *testing.T) {
 	renewals := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.sync(ctx)
+		_ = gw.audit.Sync(ctx)
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
 		n := 0
@@ -286,7 +288,7 @@ func TestAuditCallerOf(t *testing.T) {
 		{Kind: access.KindAPIToken, Subject: "deploy"},
 		{Kind: access.KindOIDC, Issuer: "https://idp.example", Subject: "u-1", Email: "ada@example.com", ClientID: "cli", Groups: []string{"ops"}},
 	} {
-		want := AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		want := audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		if got := auditCallerOf(id.Caller()); got != want {
 			t.Errorf("auditCallerOf(%+v) = %+v, want %+v", id.Caller(), got, want)
 		}

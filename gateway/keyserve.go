@@ -61,11 +61,11 @@ func (g *Gateway) writeRefusals(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case rec := <-g.router.refusalRecords:
-			g.audit.write(rec)
+			g.audit.Write(rec)
 		case <-tick.C:
 			now := g.now()
 			for host, t := range g.bounds.takeUnsent() {
-				g.audit.write(unsentRecord(host, t, now))
+				g.audit.Write(unsentRecord(host, t, now))
 			}
 		}
 	}

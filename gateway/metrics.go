@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file exports the gateway's Prometheus metrics, on a registry of
@@ -55,7 +57,7 @@ func newMetrics(g *Gateway) *metrics {
 	m.reg.MustRegister(m.calls, m.callSeconds, m.fanoutHosts, m.fanoutSecs, m.rateLimited,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_write_failures_total", Help: "Audit records the stream or the audit file did not take (each is logged in full instead).",
-		}, func() float64 { return float64(g.audit.failures.Load()) }),
+		}, func() float64 { return float64(g.audit.Failures()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_identity_conflicts_total", Help: "Times two live NATS connections were found on one host's identity (the host is refused until an operator revokes or re-enrols it).",
 		}, func() float64 { return float64(g.identityConflictCount.Load()) }),
@@ -64,7 +66,7 @@ func newMetrics(g *Gateway) *metrics {
 		}, func() float64 { return float64(g.reg.identityConflicts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_damage_total", Help: "Damage found in the audit stream (deleted, cut, records deleted, configuration changed, a foreign message under a record's message ID); each is logged, and a loss recorded as a gap.",
-		}, func() float64 { _, n := g.audit.damageReport(); return float64(n) }),
+		}, func() float64 { _, n := g.audit.Damages(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_nats_connected", Help: "1 while the gateway's NATS connection is up.",
 		}, func() float64 { return boolFloat(g.nc.IsConnected()) }),
@@ -126,11 +128,11 @@ func metricTool(tool string) string {
 }
 
 // observeCall records a finished call.
-func (m *metrics) observeCall(rec *AuditRecord, took time.Duration, fanout map[string]int) {
+func (m *metrics) observeCall(rec *audit.Record, took time.Duration, fanout map[string]int) {
 	tool := metricTool(rec.Tool)
 	outcome := rec.Outcome
 	switch outcome {
-	case outcomeOK, outcomeError, outcomeRefused, outcomeTimedOut, outcomeCancelled:
+	case audit.OutcomeOK, audit.OutcomeError, audit.OutcomeRefused, audit.OutcomeTimedOut, audit.OutcomeCancelled:
 	default:
 		outcome = "unknown"
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // embeddedAccount is the operator-mode setup of the embedded server: the
@@ -368,7 +370,7 @@ func adminUser(name string, signer nkeys.KeyPair, account string) (nats.Option, 
 // embedded server, as a user of the fleet account made for that one
 // update and closed after it (streamAdmin); on an external cluster not
 // at all (nil), the operator does it with an admin credential.
-func (g *Gateway) auditStreamAdmin() streamUpdater {
+func (g *Gateway) auditStreamAdmin() audit.StreamUpdater {
 	if g.ns == nil || g.streamSigner == nil {
 		return nil
 	}

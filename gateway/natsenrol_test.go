@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // natsToken creates a join token for enrolment over NATS on gw, in
@@ -173,7 +175,7 @@ func TestEnrolOverNATS(t *testing.T) {
 		t.Fatal("the enrol credential's connection stays open after the token was spent")
 	}
 	waitRefused(t, gw, nt)
-	if r := tap.find(t, gw, "enrol", outcomeOK); r.Source != "nats" || r.Target != resp.Info.ID || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" {
+	if r := tap.find(t, gw, "enrol", audit.OutcomeOK); r.Source != "nats" || r.Target != resp.Info.ID || len(r.Hosts) != 1 || r.Hosts[0] != "web-1" {
 		t.Fatalf("audit record %+v", r)
 	}
 }
@@ -418,13 +420,13 @@ func TestNoAnswerOutsideTheSendersInbox(t *testing.T) {
 }
 
 // first waits until a record for tool is stored, and returns it.
-func (tap *auditTap) first(t *testing.T, gw *Gateway, tool string) AuditRecord {
+func (tap *auditTap) first(t *testing.T, gw *Gateway, tool string) audit.Record {
 	t.Helper()
-	var found AuditRecord
+	var found audit.Record
 	waitUntil(t, "audit record "+tool, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.sync(ctx)
+		_ = gw.audit.Sync(ctx)
 		_ = gw.nc.Flush()
 		tap.mu.Lock()
 		defer tap.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file is the gateway's side of the reports hosts send of the
@@ -186,7 +188,7 @@ func (r *router) refusedUnsent(host string, rep *protocol.Refusal) {
 
 // queueRecord hands rec to the audit writer (keyserve.go) without
 // waiting: a NATS callback never blocks.
-func (r *router) queueRecord(rec *AuditRecord) {
+func (r *router) queueRecord(rec *audit.Record) {
 	select {
 	case r.refusalRecords <- rec:
 	default:
@@ -199,7 +201,7 @@ func (r *router) queueRecord(rec *AuditRecord) {
 // of call sc: the call as the gateway sent it, and of the report the
 // reason (one of a fixed set, said in the gateway's words: no text of
 // the host's reaches the trail) and how many the host left out.
-func refusalRecord(host string, sc *sentCall, rep *protocol.Refusal, now time.Time) *AuditRecord {
+func refusalRecord(host string, sc *sentCall, rep *protocol.Refusal, now time.Time) *audit.Record {
 	kind := refusalKind(rep.Kind)
 	reason := refusalReason(rep.Reason)
 	text := "refused by the host: " + reasonText(reason)
@@ -208,10 +210,10 @@ func refusalRecord(host string, sc *sentCall, rep *protocol.Refusal, now time.Ti
 	}
 	// A record of its own (the trail keeps one record per id): a
 	// refused copy of a call must not be taken for the call's record.
-	rec := &AuditRecord{Time: now.UTC(), CallID: newCallID(), Tool: sc.tool, Hosts: []string{host}, Caller: auditCallerOf(sc.caller),
-		Target: "call " + rep.CallID + " (its " + kind + " message)", Decision: decisionDenied, Rule: "host envelope check",
-		Reason: reason, Error: text, Outcome: outcomeRefused, Source: "refused by host " + host,
-		rawArgs: sc.args}
+	rec := &audit.Record{Time: now.UTC(), CallID: newCallID(), Tool: sc.tool, Hosts: []string{host}, Caller: auditCallerOf(sc.caller),
+		Target: "call " + rep.CallID + " (its " + kind + " message)", Decision: audit.DecisionDenied, Rule: "host envelope check",
+		Reason: reason, Error: text, Outcome: audit.OutcomeRefused, Source: "refused by host " + host,
+		RawArgs: sc.args}
 	if sc.args == nil {
 		rec.Args = map[string]any{"args": fmt.Sprintf("not kept past the call (larger than %d bytes): see the record of call %s", recentArgsMax, rep.CallID)}
 	}
@@ -221,10 +223,10 @@ func refusalRecord(host string, sc *sentCall, rep *protocol.Refusal, now time.Ti
 // unsentRecord is the summary record of the reports t of host about
 // messages no call of this gateway sent it: counts by reason and kind,
 // no caller, no text of the host's.
-func unsentRecord(host string, t *unsentTally, now time.Time) *AuditRecord {
-	return &AuditRecord{Time: now.UTC(), CallID: newCallID(), Tool: refusedMessagesTool, Hosts: []string{host},
-		Caller:   AuditCaller{Kind: access.KindHostReport, Subject: host},
-		Decision: decisionDenied, Rule: "host envelope check", Reason: "not sent by this gateway", Outcome: outcomeRefused,
+func unsentRecord(host string, t *unsentTally, now time.Time) *audit.Record {
+	return &audit.Record{Time: now.UTC(), CallID: newCallID(), Tool: refusedMessagesTool, Hosts: []string{host},
+		Caller:   audit.Caller{Kind: string(access.KindHostReport), Subject: host},
+		Decision: audit.DecisionDenied, Rule: "host envelope check", Reason: "not sent by this gateway", Outcome: audit.OutcomeRefused,
 		Source: "refused by host " + host,
 		Args: map[string]any{"reports": t.reports, "since": t.since.UTC().Format(time.RFC3339), "reasons": t.reasons, "kinds": t.kinds,
 			"note": "messages the host says it refused that no call of this gateway sent it: not any caller's action"}}

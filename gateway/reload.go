@@ -66,7 +66,7 @@ func (g *Gateway) Reload() error {
 			g.skillStore.ResignInBackground()
 		}
 	}
-	if err := g.audit.reopen(); err != nil {
+	if err := g.audit.Reopen(); err != nil {
 		g.log.Error("reload: the audit file could not be reopened; records still go to the file open before", "file", g.cfg.Audit.File, "err", err)
 		errs = append(errs, fmt.Errorf("reopen: %w", err))
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // connectAgent connects to gw's NATS server with a user JWT and seed, and
@@ -193,9 +195,9 @@ func TestRenewOverNATS(t *testing.T) {
 		}
 	})
 	t.Run("audited", func(t *testing.T) {
-		ok := tap.find(t, gw, "renew", outcomeOK)
-		refused := tap.find(t, gw, "renew", outcomeRefused)
-		if ok.Caller.Kind != access.KindAgent || ok.Caller.Subject != pub || len(ok.Hosts) != 1 || ok.Hosts[0] != "web-1" || refused.Reason == "" {
+		ok := tap.find(t, gw, "renew", audit.OutcomeOK)
+		refused := tap.find(t, gw, "renew", audit.OutcomeRefused)
+		if ok.Caller.Kind != string(access.KindAgent) || ok.Caller.Subject != pub || len(ok.Hosts) != 1 || ok.Hosts[0] != "web-1" || refused.Reason == "" {
 			t.Errorf("renewal records %+v and %+v", ok, refused)
 		}
 	})

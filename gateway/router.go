@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // HostError is a failure to reach a host or to hear back from it. Its
@@ -85,7 +87,7 @@ type router struct {
 	// takes the records they make to the audit writer.
 	refusedSub     *nats.Subscription
 	bounds         *hostBounds
-	refusalRecords chan *AuditRecord
+	refusalRecords chan *audit.Record
 	// tracing makes a span of each call (nil: off).
 	tracing *tracing
 
@@ -144,7 +146,7 @@ func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Dura
 	keys *signingKey, hostKey func(string) (string, bool), bounds *hostBounds, reports *nats.Conn) (*router, error) {
 	r := &router{
 		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
-		keys: keys, hostKey: hostKey, bounds: bounds, refusalRecords: make(chan *AuditRecord, refusalQueue),
+		keys: keys, hostKey: hostKey, bounds: bounds, refusalRecords: make(chan *audit.Record, refusalQueue),
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
 		byHost: make(map[string]map[string]*inflight),
@@ -268,7 +270,7 @@ type callRequest struct {
 	Hold *transferHold
 	// Receipt, when set, receives the host's receipt of the result, as
 	// checked (callsign.go), for the audit trail.
-	Receipt *AuditReceipt
+	Receipt *audit.Receipt
 }
 
 // frameFunc sees a call's output, progress and keepalive frames as they
@@ -439,7 +441,7 @@ type waiter struct {
 	// env signs the call's cancels and fetches; receipt, when not nil,
 	// receives the result's receipt as checked.
 	env     hostSigner
-	receipt *AuditReceipt
+	receipt *audit.Receipt
 
 	// hold, when not nil, keeps what the call's result takes of the
 	// transfer budget; taken counts what the waiter took itself and gives

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -53,9 +54,9 @@ func TestSkillsAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	cfg := AuditConfig{}
-	cfg.setDefaults()
-	aud, err := newAuditor(connectNATS(t, ns, "audit"), cfg, time.Minute, auditStreamPatience, nil, discardLogger())
+	cfg := audit.Config{}
+	cfg.SetDefaults()
+	aud, err := audit.Open(connectNATS(t, ns, "audit"), cfg, audit.Options{MaxCall: time.Minute, Patience: audit.StreamPatience, Log: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +131,19 @@ func TestSkillsAdminAPI(t *testing.T) {
 		t.Fatalf("remove = %+v", info)
 	}
 	// Every change is in the audit trail, with its caller.
-	if err := aud.close(context.Background()); err != nil {
+	if err := aud.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ops := map[string]int{}
-	cons, err := aud.stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(context.Background(), protocol.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +152,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for m := range batch.Messages() {
-		var rec AuditRecord
+		var rec audit.Record
 		if err := json.Unmarshal(m.Data(), &rec); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -28,7 +29,7 @@ func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
 	s, err := skills.Open(g.nc, skillSigner{g.signer}, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
 		LeaderTTL: 10 * time.Second, Tick: 100 * time.Millisecond, ID: host + "/" + randomHex(6), Poke: g.pokeHost,
-		Tampered: func(ev skills.Tampered) { g.audit.write(tamperRecord(ev)) }},
+		Tampered: func(ev skills.Tampered) { g.audit.Write(tamperRecord(ev)) }},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err
@@ -61,12 +62,12 @@ const tamperAuditTool = "skills.tampered"
 
 // tamperRecord is the audit record of a host's report of a tampered
 // skill: the host and skill are the gateway's, the rest the host's words.
-func tamperRecord(ev skills.Tampered) *AuditRecord {
-	return &AuditRecord{Time: ev.At.UTC(), CallID: newCallID(), Caller: AuditCaller{Kind: access.KindAgent, Subject: ev.Host},
+func tamperRecord(ev skills.Tampered) *audit.Record {
+	return &audit.Record{Time: ev.At.UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(access.KindAgent), Subject: ev.Host},
 		Tool: tamperAuditTool, Hosts: []string{ev.Host}, Target: ev.Skill,
 		Args:     map[string]any{"skill": ev.Skill, "bundle_id": protocol.Clip(ev.BundleID, 80), "rollout": protocol.Clip(ev.Rollout, 80)},
-		Decision: decisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
-		Outcome: outcomeError, Error: protocol.Clip("reported by the host: "+ev.Reason, 500)}
+		Decision: audit.DecisionDenied, Reason: "the host refuses the skill: its files differ from the signed manifest",
+		Outcome: audit.OutcomeError, Error: protocol.Clip("reported by the host: "+ev.Reason, 500)}
 }
 
 // gatewayFleet is the fleet as the agent records and the registry know
@@ -118,16 +119,16 @@ func (g *Gateway) auditSkillOp(start time.Time, by *access.Identity, op string, 
 	if by == nil {
 		by = access.LocalIdentity()
 	}
-	rec := &AuditRecord{Time: start.UTC(), CallID: newCallID(), Tool: op, Args: args, Decision: decisionAllowed, Outcome: outcomeOK,
-		Caller:     AuditCaller{Kind: by.Kind, Subject: by.Subject, Email: by.Email, ClientID: by.ClientID},
+	rec := &audit.Record{Time: start.UTC(), CallID: newCallID(), Tool: op, Args: args, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK,
+		Caller:     audit.Caller{Kind: string(by.Kind), Subject: by.Subject, Email: by.Email, ClientID: by.ClientID},
 		DurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
-		rec.Outcome, rec.Error = outcomeError, protocol.Clip(err.Error(), 500)
+		rec.Outcome, rec.Error = audit.OutcomeError, protocol.Clip(err.Error(), 500)
 		if errors.Is(err, skills.ErrRefused) || errors.Is(err, skills.ErrRolloutState) {
-			rec.Outcome = outcomeRefused
+			rec.Outcome = audit.OutcomeRefused
 		}
 	}
-	g.audit.write(rec)
+	g.audit.Write(rec)
 }
 
 // callerName names who did something, for the records.

@@ -15,9 +15,11 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
-// The gateway's own tools: hosts here, audit (auditread.go), fan-out
+// The gateway's own tools: hosts here, audit (audittrail.go), fan-out
 // (fanout.go) and the skill rollout tools (skilltools.go). The per-host
 // tools are in hosttools.go.
 
@@ -57,7 +59,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 			return errorResult(fmt.Sprintf("%s: the arguments name the host more than once; give host once", tool))
 		}
 	}
-	receipt := &AuditReceipt{}
+	receipt := &audit.Receipt{}
 	res, err := g.router.call(ctx, callRequest{
 		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold, Receipt: receipt,
 	}, p.onFrame)
@@ -82,11 +84,11 @@ func failureOutcome(err error) string {
 	var he *HostError
 	switch {
 	case errors.Is(err, context.Canceled):
-		return outcomeCancelled
+		return audit.OutcomeCancelled
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &he) && he.Kind == HostTimeout:
-		return outcomeTimedOut
+		return audit.OutcomeTimedOut
 	}
-	return outcomeError
+	return audit.OutcomeError
 }
 
 func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in hostsIn) (*mcp.CallToolResult, any, error) {

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file makes the gateway's spans (Config.TracerProvider): one per
@@ -75,7 +77,7 @@ func (t *tracing) startCall(ctx context.Context, req *mcp.CallToolRequest) (cont
 
 // endCall records a tools/call's decision and outcome on its span, and
 // ends it.
-func endCall(span trace.Span, rec *AuditRecord) {
+func endCall(span trace.Span, rec *audit.Record) {
 	if span.IsRecording() {
 		span.SetAttributes(attrTool.String(rec.Tool), attrCaller.String(rec.Caller.Subject), attrCallID.String(rec.CallID),
 			attrDecision.String(rec.Decision), attrOutcome.String(rec.Outcome))
@@ -93,7 +95,7 @@ func endCall(span trace.Span, rec *AuditRecord) {
 			}
 			span.SetAttributes(attrHosts.Int(n))
 		}
-		if rec.Outcome != outcomeOK {
+		if rec.Outcome != audit.OutcomeOK {
 			span.SetStatus(codes.Error, rec.Outcome)
 		}
 	}
@@ -119,7 +121,7 @@ func endHostCall(span trace.Span, res *protocol.Result, err error) {
 	if span.IsRecording() {
 		outcome := hostCallOutcome(res, err)
 		span.SetAttributes(attrOutcome.String(outcome))
-		if outcome != outcomeOK {
+		if outcome != audit.OutcomeOK {
 			span.SetStatus(codes.Error, outcome)
 		}
 	}
@@ -135,17 +137,17 @@ func hostCallOutcome(res *protocol.Result, err error) string {
 	case errors.As(err, &he):
 		return hostErrorName(he.Kind)
 	case errors.Is(err, context.Canceled):
-		return outcomeCancelled
+		return audit.OutcomeCancelled
 	case errors.Is(err, context.DeadlineExceeded):
-		return outcomeTimedOut
+		return audit.OutcomeTimedOut
 	case err != nil:
-		return outcomeError
+		return audit.OutcomeError
 	case res.Error != nil:
 		return string(res.Error.Code)
 	case res.IsError:
 		return "tool_error"
 	}
-	return outcomeOK
+	return audit.OutcomeOK
 }
 
 func hostErrorName(k HostErrorKind) string {
@@ -157,7 +159,7 @@ func hostErrorName(k HostErrorKind) string {
 	case HostSilent:
 		return "silent"
 	case HostTimeout:
-		return outcomeTimedOut
+		return audit.OutcomeTimedOut
 	case HostConflict:
 		return "conflict"
 	case HostGone:

@@ -8,6 +8,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // TestTracingOffCostsNothing: with no tracer provider, what a call does
@@ -18,7 +20,7 @@ func TestTracingOffCostsNothing(t *testing.T) {
 		t.Fatal("newTracing(nil) must be nil: tracing off")
 	}
 	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "read", Meta: mcp.Meta{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}
-	rec := &AuditRecord{Tool: "read", CallID: "c1", Outcome: outcomeOK, Hosts: []string{"a"}}
+	rec := &audit.Record{Tool: "read", CallID: "c1", Outcome: audit.OutcomeOK, Hosts: []string{"a"}}
 	creq := &callRequest{ID: "c1", Tool: "read", Host: "a"}
 	h, _ := protocol.Frame{Kind: protocol.KindCall, CallID: "c1", Part: 1, Parts: 1}.Encode()
 	ctx := context.Background()

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // This file bounds the memory that large transfers — a write of a big
@@ -306,13 +308,13 @@ func (g *Gateway) refuseBusy(w http.ResponseWriter, r *http.Request, n int64) {
 // auditBusy records a tool call refused because the transfer budget was
 // full. Its arguments were never read: the record has their size only.
 func (g *Gateway) auditBusy(r *http.Request, tool string, n int64, msg string) {
-	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: tool, BytesIn: int(n),
-		Decision: decisionDenied, Reason: "gateway busy", Outcome: outcomeRefused, Error: msg}
+	rec := &audit.Record{Time: time.Now().UTC(), CallID: newCallID(), Tool: tool, BytesIn: int(n),
+		Decision: audit.DecisionDenied, Reason: "gateway busy", Outcome: audit.OutcomeRefused, Error: msg}
 	if id := g.identityOf(&mcp.RequestExtra{TokenInfo: auth.TokenInfoFromContext(r.Context())}); id != nil {
-		rec.Caller = AuditCaller{Kind: id.Kind, Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
+		rec.Caller = audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		rec.ProjectID = id.ProjectID
 	}
-	g.audit.write(rec)
+	g.audit.Write(rec)
 }
 
 // transferHold is what a tool call's results hold of the transfer

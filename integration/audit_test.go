@@ -13,19 +13,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // auditRecords calls the audit tool with filters and returns its records.
-func auditRecords(t *testing.T, cs *mcp.ClientSession, filters map[string]any) []gateway.AuditRecord {
+func auditRecords(t *testing.T, cs *mcp.ClientSession, filters map[string]any) []audit.Record {
 	t.Helper()
 	res := call(t, cs, "audit", filters)
 	mustOK(t, res)
 	data, _ := json.Marshal(res.StructuredContent)
 	var page struct {
-		Records []gateway.AuditRecord `json:"records"`
+		Records []audit.Record `json:"records"`
 	}
 	if err := json.Unmarshal(data, &page); err != nil {
 		t.Fatalf("audit structuredContent %s: %v", data, err)
@@ -62,14 +63,14 @@ func TestAuditTrail(t *testing.T) {
 }
 
 // checkDevRecords checks the records of dev's five calls.
-func checkDevRecords(t *testing.T, recs []gateway.AuditRecord) {
+func checkDevRecords(t *testing.T, recs []audit.Record) {
 	t.Helper()
 
 	if len(recs) != 5 {
 		t.Fatalf("dev has %d records, want 5: %+v", len(recs), recs)
 	}
 	ok, failed, refused, hidden, notAdmin := recs[0], recs[1], recs[2], recs[3], recs[4]
-	exit := func(r gateway.AuditRecord) int {
+	exit := func(r audit.Record) int {
 		if r.ExitCode == nil {
 			return -1
 		}
@@ -78,12 +79,12 @@ func checkDevRecords(t *testing.T, recs []gateway.AuditRecord) {
 	for _, c := range []struct {
 		name string
 		got  bool
-		rec  gateway.AuditRecord
+		rec  audit.Record
 	}{
 		{"allowed bash", ok.Tool == "bash" && ok.Decision == "allowed" && ok.Rule == "staging-devs" && ok.Outcome == "ok" && exit(ok) == 0 &&
 			ok.Args["command"] == "echo hi" && ok.Hosts[0] == "alpha" && ok.BytesOut == 3, ok},
 		{"caller and metadata", ok.Caller.Subject == "user-dev" && ok.Caller.Email == "dev@example.com" && ok.Caller.ClientID == "claude-code" &&
-			ok.Caller.Kind == access.KindOIDC && ok.ProjectID == "proj-dev" && ok.ExecutionID == "exec-42" && ok.WorkspaceID == "ws-7" && ok.CallID != "", ok},
+			ok.Caller.Kind == string(access.KindOIDC) && ok.ProjectID == "proj-dev" && ok.ExecutionID == "exec-42" && ok.WorkspaceID == "ws-7" && ok.CallID != "", ok},
 		{"failed command", failed.Outcome == "error" && exit(failed) == 3 && failed.Error == "Command exited with code 3" &&
 			failed.Args["command"] == "export API_TOKEN=[redacted]; exit 3", failed},
 		{"refused by a rule", refused.Decision == "denied" && refused.Rule == "no-bash-on-beta" && refused.Outcome == "refused" && refused.Hosts[0] == "beta", refused},
@@ -146,7 +147,7 @@ func checkNothingSecret(t *testing.T, f *authFleet, ops *mcp.ClientSession) {
 	// this test, which the stream has too by now).
 	lines := 0
 	for sc := bufio.NewScanner(strings.NewReader(string(fileData))); sc.Scan(); lines++ {
-		var r gateway.AuditRecord
+		var r audit.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("audit file line %d: %v", lines+1, err)
 		}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // Someone holding the gateway's runtime credentials (which read every
@@ -75,13 +77,13 @@ func TestAuditRecordNotSuppressedThroughDedup(t *testing.T) {
 	out := mustOK(t, res)
 	data, _ := json.Marshal(res.StructuredContent)
 	var page struct {
-		Records []gateway.AuditRecord `json:"records"`
-		Chain   gateway.ChainReport   `json:"chain"`
+		Records []audit.Record    `json:"records"`
+		Chain   audit.ChainReport `json:"chain"`
 	}
 	if err := json.Unmarshal(data, &page); err != nil {
 		t.Fatalf("audit structuredContent %s: %v", data, err)
 	}
-	var real, fake []gateway.AuditRecord
+	var real, fake []audit.Record
 	for _, r := range page.Records {
 		if r.CallID != id {
 			continue

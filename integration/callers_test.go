@@ -139,7 +139,7 @@ func TestCallerIdentityCollision(t *testing.T) {
 		t.Errorf("the API token's reads in the audit trail: %d records, want 2", len(recs))
 	}
 	for _, r := range recs {
-		if r.Caller.Kind != access.KindAPIToken || r.Decision != "allowed" {
+		if r.Caller.Kind != string(access.KindAPIToken) || r.Decision != "allowed" {
 			t.Errorf("record under \"token deploy\": %+v", r)
 		}
 	}

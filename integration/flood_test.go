@@ -260,7 +260,7 @@ func TestFloodingHost(t *testing.T) {
 		}
 		if strings.HasPrefix(r.Target, "call "+realID) {
 			realRefusal = true
-			if r.Caller.Kind != access.KindLocal || r.Tool != "bash" || r.Reason != string(protocol.RefusedReplayed) {
+			if r.Caller.Kind != string(access.KindLocal) || r.Tool != "bash" || r.Reason != string(protocol.RefusedReplayed) {
 				t.Errorf("the real call's refusal is recorded as %s", data)
 			}
 		}

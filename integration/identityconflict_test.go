@@ -15,6 +15,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // TestCopiedIdentityIsAConflict: someone copies a host's seed and
@@ -61,7 +63,7 @@ func copiedIdentity(t *testing.T, env *Env) {
 		t.Errorf("the copy received %d call messages after the conflict was shown", n)
 	}
 
-	var recs []gateway.AuditRecord
+	var recs []audit.Record
 	waitFor(t, 5*time.Second, "the conflict's audit record", func() bool {
 		recs = nil
 		for _, r := range auditRecords(t, cs, map[string]any{"host": "victim"}) {

@@ -22,6 +22,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // roguePublisher connects to the external NATS server as a new user of
@@ -223,7 +225,7 @@ func TestRoguePublisher(t *testing.T) {
 		protocol.RefusedExpired: {"alpha", "summary"}, protocol.RefusedFuture: {"alpha", "summary"},
 		protocol.RefusedWrongHost: {"beta", "summary"},
 	}
-	var last []gateway.AuditRecord
+	var last []audit.Record
 	defer func() {
 		if t.Failed() {
 			for _, r := range last {
@@ -244,7 +246,7 @@ func TestRoguePublisher(t *testing.T) {
 				continue
 			}
 			switch r.Caller.Kind {
-			case access.KindHostReport:
+			case string(access.KindHostReport):
 				reasons, _ := r.Args["reasons"].(map[string]any)
 				for reason := range reasons {
 					seen[protocol.RefusalReason(reason)] = seenAt{r.Hosts[0], "summary"}
@@ -255,7 +257,7 @@ func TestRoguePublisher(t *testing.T) {
 						kinds[kind] = true
 					}
 				}
-			case access.KindLocal:
+			case string(access.KindLocal):
 				if r.Tool != "bash" || r.Caller.Subject != "local" {
 					t.Errorf("a refusal of the gateway's call recorded with tool %q, caller %+v", r.Tool, r.Caller)
 				}

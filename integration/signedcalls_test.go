@@ -191,7 +191,7 @@ func TestSigningKeyRotationEndToEnd(t *testing.T) {
 	// the messages it refused that no gateway call sent it.
 	waitFor(t, 30*time.Second, "the retired key's call refused in the audit trail", func() bool {
 		for _, r := range auditRecords(t, cs, map[string]any{"host": "alpha", "decision": "denied"}) {
-			if reasons, _ := r.Args["reasons"].(map[string]any); r.Caller.Kind == access.KindHostReport && reasons[string(protocol.RefusedUnknownKey)] != nil {
+			if reasons, _ := r.Args["reasons"].(map[string]any); r.Caller.Kind == string(access.KindHostReport) && reasons[string(protocol.RefusedUnknownKey)] != nil {
 				return true
 			}
 		}

@@ -37,6 +37,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 func main() {
@@ -392,7 +394,7 @@ func gatewayConfig(o *options, getenv func(string) string, log *slog.Logger) (ga
 		SessionTimeout: o.sessionTTL, Logger: log, SystemPromptFile: o.promptFile,
 		MaxRequestBytes: o.maxRequestMiB << 20, MaxTransferBytes: o.maxTransferMiB << 20, TransferWait: o.transferWait, CORSOrigins: splitList(o.corsOrigins),
 		Metrics: o.metrics, MetricsListen: o.metricsListen, SigningKeyFile: o.signingKey,
-		Audit:     gateway.AuditConfig{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
+		Audit:     audit.Config{File: o.auditFile, Retention: o.auditRetention, Replicas: o.auditReplicas},
 		Hosts:     gateway.HostsConfig{Retention: o.hostsRetention, Replicas: o.hostsReplicas, MaxBytes: o.hostsMaxMiB << 20},
 		APIListen: o.apiListen, APITLSCert: o.apiTLSCert, APITLSKey: o.apiTLSKey, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 	}

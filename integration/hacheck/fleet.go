@@ -109,7 +109,7 @@ func readRecords(ctx context.Context, nc *nats.Conn) ([]Record, error) {
 				return nil, err
 			}
 			var rec Record
-			if err := json.Unmarshal(m.Data(), &rec.AuditRecord); err != nil {
+			if err := json.Unmarshal(m.Data(), &rec.Record); err != nil {
 				return nil, fmt.Errorf("record %d: %w", meta.Sequence.Stream, err)
 			}
 			rec.Seq, rec.MsgID = meta.Sequence.Stream, m.Headers().Get(jetstream.MsgIDHeader)

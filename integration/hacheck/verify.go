@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
 // Record is an audit record as the stream holds it.
 type Record struct {
 	Seq   uint64
 	MsgID string
-	gateway.AuditRecord
+	audit.Record
 }
 
 // State is what the fleet holds once the run is over and the faults are

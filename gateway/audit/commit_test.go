@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -63,20 +63,20 @@ func (s *auditServer) stop() {
 	}
 }
 
-func (s *auditServer) auditor(t *testing.T) (*auditor, *nats.Conn) {
+func (s *auditServer) auditor(t *testing.T) (*Trail, *nats.Conn) {
 	t.Helper()
 	nc, err := nats.Connect("nats://127.0.0.1:"+strconv.Itoa(s.port), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cfg := AuditConfig{}
-	cfg.setDefaults()
-	a, err := newAuditor(nc, cfg, time.Minute, auditStreamPatience, nil, discardLogger())
+	cfg := Config{}
+	cfg.SetDefaults()
+	a, err := Open(nc, cfg, Options{MaxCall: time.Minute, Patience: StreamPatience, Log: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = a.close(context.Background()) })
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	return a, nc
 }
 
@@ -120,7 +120,7 @@ func TestAuditCommitStoresEachOnce(t *testing.T) {
 	errs := make(chan error, 200)
 	for i := range 200 {
 		wg.Go(func() {
-			errs <- a.commit(context.Background(), &AuditRecord{Time: time.Now(), CallID: fmt.Sprintf("c-%d", i), Tool: "bash", Decision: decisionAllowed, Outcome: outcomeOK})
+			errs <- a.Commit(context.Background(), &Record{Time: time.Now(), CallID: fmt.Sprintf("c-%d", i), Tool: "bash", Decision: DecisionAllowed, Outcome: OutcomeOK})
 		})
 	}
 	wg.Wait()
@@ -158,7 +158,7 @@ func TestAuditResendBeyondWindow(t *testing.T) {
 	defer cancel()
 	longAgo := time.Now().Add(-auditResendSafe - 10*time.Second)
 	rec := func(id string, since time.Time) *pendingRecord {
-		return &pendingRecord{id: id, data: []byte(`{"call_id":"` + id + `"}`), ticket: newAuditTicket(), since: since, msgID: newAuditMsgID()}
+		return &pendingRecord{id: id, data: []byte(`{"call_id":"` + id + `"}`), ticket: newTicket(), since: since, msgID: newAuditMsgID()}
 	}
 	recs := []*pendingRecord{rec("landed-recent", time.Now().Add(-time.Second)), rec("landed-long-ago", longAgo), rec("lost-long-ago", longAgo), rec("forged-long-ago", longAgo)}
 	// As if the first sends had been stored and their acknowledgements
@@ -197,15 +197,15 @@ func TestAuditResendBeyondWindow(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("the stream holds %v", got)
 	}
-	if damages, n := a.damageReport(); n != 1 || !strings.Contains(damages[0].What, "record of call forged-long-ago (seq 3)") {
+	if damages, n := a.Damages(); n != 1 || !strings.Contains(damages[0].What, "record of call forged-long-ago (seq 3)") {
 		t.Errorf("%d damages reported, want the forged one: %+v", n, damages)
 	}
-	rep, err := a.verifyChain(ctx)
+	rep, err := a.VerifyChain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := problems(rep); p != "unchained@3 unsealed@3" {
-		t.Errorf("verify names %q, want the forged message only\n%s", p, rep.summary())
+		t.Errorf("verify names %q, want the forged message only\n%s", p, rep.Summary())
 	}
 }
 
@@ -218,11 +218,11 @@ func TestAuditUnavailable(t *testing.T) {
 	a, nc := s.auditor(t)
 	a.commitWait = time.Second
 	ctx := context.Background()
-	if err := a.commit(ctx, &AuditRecord{CallID: "before", Tool: "bash"}); err != nil {
+	if err := a.Commit(ctx, &Record{CallID: "before", Tool: "bash"}); err != nil {
 		t.Fatal(err)
 	}
 	s.stop()
-	ticket := a.write(&AuditRecord{CallID: "during", Tool: "bash"})
+	ticket := a.Write(&Record{CallID: "during", Tool: "bash"})
 	if err := waitStored(ctx, a.commitWait, ticket); err == nil {
 		t.Fatal("a record was reported stored while the server was down")
 	}
@@ -238,10 +238,10 @@ func TestAuditUnavailable(t *testing.T) {
 		}
 		return time.Since(since) > a.commitWait
 	})
-	var unavailable *AuditUnavailableError
+	var unavailable *UnavailableError
 	start := time.Now()
-	if err := a.ready(ctx); !errors.As(err, &unavailable) {
-		t.Fatalf("ready while the stream is down: %v; want AuditUnavailableError", err)
+	if err := a.Ready(ctx); !errors.As(err, &unavailable) {
+		t.Fatalf("ready while the stream is down: %v; want UnavailableError", err)
 	}
 	if took := time.Since(start); took > 200*time.Millisecond {
 		t.Errorf("ready took %s to refuse a stream down for longer than the commit wait; want at once", took)
@@ -251,8 +251,8 @@ func TestAuditUnavailable(t *testing.T) {
 	if err := waitStored(ctx, 20*time.Second, ticket); err != nil {
 		t.Fatalf("the record of the outage was not stored once the server was back: %v", err)
 	}
-	waitUntil(t, "the stream takes records again", func() bool { return a.ready(ctx) == nil })
-	if err := a.commit(ctx, &AuditRecord{CallID: "after", Tool: "bash"}); err != nil {
+	waitUntil(t, "the stream takes records again", func() bool { return a.Ready(ctx) == nil })
+	if err := a.Commit(ctx, &Record{CallID: "after", Tool: "bash"}); err != nil {
 		t.Fatal(err)
 	}
 	got := streamCount(t, nc)

@@ -1,7 +1,9 @@
-package gateway
+package audit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -22,7 +23,7 @@ import (
 // again, or not), cut at its head (purged, or max_msgs lowered), records
 // deleted inside it, or its configuration changed (limits, deny flags,
 // subjects). Whoever holds a credential that may do that (see the
-// security model in README.md) can still do it; the gateways see it
+// security model in gateway/README.md) can still do it; the gateways see it
 // within auditWatchEvery, log it, count it (fleet_audit_damage_total),
 // report it on /readyz, store a gap record that says what was lost and
 // how it was found, and go on: a deleted stream is created again, a
@@ -45,8 +46,9 @@ const (
 	auditDamageKept = 5
 )
 
-// auditDamage is one damage the watcher found.
-type auditDamage struct {
+// Damage is one damage the watcher found: when, and what (as /readyz
+// says it).
+type Damage struct {
 	At   time.Time
 	What string
 }
@@ -59,12 +61,12 @@ type auditWatch struct {
 	retention time.Duration
 	// restore, when set, puts the wanted configuration back with a
 	// credential allowed to (the runtime user may not).
-	restore streamUpdater
+	restore StreamUpdater
 
 	seen *streamSeen // the state read last (nil: none yet)
 
 	mu      sync.Mutex
-	damages []auditDamage // the last auditDamageKept
+	damages []Damage // the last auditDamageKept
 	count   atomic.Int64
 
 	stop chan struct{}
@@ -88,13 +90,13 @@ type streamSeen struct {
 }
 
 // startWatch starts the watcher.
-func (a *auditor) startWatch(want jetstream.StreamConfig, restore streamUpdater) {
+func (a *Trail) startWatch(want jetstream.StreamConfig, restore StreamUpdater) {
 	a.watch = &auditWatch{want: want, retention: want.MaxAge, restore: restore, stop: make(chan struct{}), done: make(chan struct{})}
 	go a.watchLoop()
 }
 
 // stopWatch stops the watcher and waits for it.
-func (a *auditor) stopWatch() {
+func (a *Trail) stopWatch() {
 	if a.watch == nil {
 		return
 	}
@@ -106,7 +108,7 @@ func (a *auditor) stopWatch() {
 	<-a.watch.done
 }
 
-func (a *auditor) watchLoop() {
+func (a *Trail) watchLoop() {
 	w := a.watch
 	defer close(w.done)
 	t := time.NewTicker(auditWatchEvery)
@@ -122,7 +124,7 @@ func (a *auditor) watchLoop() {
 }
 
 // checkStream reads the stream's state once and acts on any damage.
-func (a *auditor) checkStream() {
+func (a *Trail) checkStream() {
 	w := a.watch
 	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
@@ -154,7 +156,7 @@ func (a *auditor) checkStream() {
 
 // streamGone handles a deleted stream: it is created again, and a gap
 // record says what was lost.
-func (a *auditor) streamGone(ctx context.Context) {
+func (a *Trail) streamGone(ctx context.Context) {
 	w := a.watch
 	lost := "its records (none seen by this gateway yet)"
 	if s := w.seen; s != nil && s.last > 0 {
@@ -174,7 +176,7 @@ func (a *auditor) streamGone(ctx context.Context) {
 }
 
 // compare finds what happened between two readings of the stream.
-func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bool) {
+func (a *Trail) compare(ctx context.Context, prev, now *streamSeen, ongoing bool) {
 	switch {
 	case !now.created.Equal(prev.created) || now.last < prev.last:
 		a.damaged(fmt.Sprintf("the audit stream was deleted and created again (created %s, was %s); lost sequences %s (%d records)",
@@ -204,7 +206,7 @@ func (a *auditor) compare(ctx context.Context, prev, now *streamSeen, ongoing bo
 // the server's clock, which stamps and ages out the records: not by this
 // gateway's, nor by that of the gateway that wrote the link, either of
 // which may be off.
-func (a *auditor) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
+func (a *Trail) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
 	// Records within auditAgeSlack of their age-out count as aged out.
 	due := now.at.Add(-a.watch.retention + auditAgeSlack)
 	if now.msgs > 0 {
@@ -219,7 +221,7 @@ func (a *auditor) cutEarly(ctx context.Context, prev, now *streamSeen) bool {
 
 // putBack puts the wanted configuration back, when the gateway may, and
 // says the outcome.
-func (a *auditor) putBack(ctx context.Context) string {
+func (a *Trail) putBack(ctx context.Context) string {
 	w := a.watch
 	if w.restore == nil {
 		return "not put back: this gateway's NATS user may not update the stream; put it back with an admin credential (see README, Audit)"
@@ -266,19 +268,19 @@ func configDamage(want, cfg jetstream.StreamConfig) string {
 
 // damaged alerts: a log line, the metric, /readyz, and a gap record in
 // the stream.
-func (a *auditor) damaged(what, how, after string) {
+func (a *Trail) damaged(what, how, after string) {
 	detail := a.alarm(what, how, after, "someone with a fleet account credential, or the operator and system keys, changed the audit stream: see README, Audit")
-	rec := &AuditRecord{Time: time.Now().UTC(), CallID: newCallID(), Tool: auditGapTool, Caller: AuditCaller{Kind: access.KindLocal, Subject: "fleet-gateway"},
-		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: outcomeError, Target: "stream " + protocol.AuditStream}
+	rec := &Record{Time: time.Now().UTC(), CallID: newRecordID(), Tool: auditGapTool, Caller: Caller{Kind: callerLocal, Subject: "fleet-gateway"},
+		Decision: decisionSystem, Rule: "audit stream watch", Reason: detail, Outcome: OutcomeError, Target: "stream " + protocol.AuditStream}
 	// Not waited on: the writer stores it as soon as the stream takes
 	// records.
-	a.write(rec)
+	a.Write(rec)
 }
 
 // alarm reports damage without a gap record (nothing was lost, or the
 // writer itself found it and must not wait on its own queue): a log
 // line, the metric, /readyz. It returns the damage as /readyz says it.
-func (a *auditor) alarm(what, how, after, hint string) string {
+func (a *Trail) alarm(what, how, after, hint string) string {
 	detail := what
 	if how != "" {
 		detail += "; detected because " + how
@@ -293,7 +295,7 @@ func (a *auditor) alarm(what, how, after, hint string) string {
 	}
 	w.count.Add(1)
 	w.mu.Lock()
-	w.damages = append(w.damages, auditDamage{At: time.Now(), What: detail})
+	w.damages = append(w.damages, Damage{At: time.Now(), What: detail})
 	if len(w.damages) > auditDamageKept {
 		w.damages = w.damages[len(w.damages)-auditDamageKept:]
 	}
@@ -301,8 +303,9 @@ func (a *auditor) alarm(what, how, after, hint string) string {
 	return detail
 }
 
-// damageReport returns the damage found so far (nil: none) and how many.
-func (a *auditor) damageReport() ([]auditDamage, int64) {
+// Damages returns the damage found so far (the last few; nil: none) and
+// how many times it was found.
+func (a *Trail) Damages() ([]Damage, int64) {
 	if a == nil || a.watch == nil {
 		return nil, 0
 	}
@@ -314,11 +317,19 @@ func (a *auditor) damageReport() ([]auditDamage, int64) {
 
 // storedUpTo returns the sequence of the last record the writer knows
 // stored (0: not known).
-func (a *auditor) storedUpTo() uint64 {
+func (a *Trail) storedUpTo() uint64 {
 	a.tailMu.Lock()
 	defer a.tailMu.Unlock()
 	if !a.tailOK {
 		return 0
 	}
 	return a.tail.seq
+}
+
+// newRecordID returns a new ID for a record the trail makes of its own
+// accord, in the form of the gateway's call IDs.
+func newRecordID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "c" + hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 // or may not have been stored.
 //
 // A record's message ID is random, made when the record is first sent
-// (auditdedup.go), and the stream drops a message whose ID it has seen
+// (dedup.go), and the stream drops a message whose ID it has seen
 // within its duplicate window (auditDedupWindow): a record sent again
 // because its acknowledgement was lost is stored once. A record is sent
 // again with its ID as is only within auditResendSafe of its first send;
@@ -42,7 +42,7 @@ import (
 //
 // Records are taken from the queue in groups, without a timer: the writer
 // takes every record queued at that moment and stores them one after the
-// other, each chained to the one before it (auditchain.go), while the
+// other, each chained to the one before it (chain.go), while the
 // records queued meanwhile form the next group. A lone call waits one
 // round trip to the stream's leader.
 //
@@ -70,23 +70,29 @@ const (
 	auditBatch = 256
 )
 
-// auditTicket follows one record through the writer: done is closed once
+// Ticket follows one record through the writer: done is closed once
 // the record is stored, or given up on (err set before).
-type auditTicket struct {
+type Ticket struct {
 	done chan struct{}
 	err  error
 }
 
-func newAuditTicket() *auditTicket { return &auditTicket{done: make(chan struct{})} }
+func newTicket() *Ticket { return &Ticket{done: make(chan struct{})} }
 
-func (t *auditTicket) finish(err error) {
+func (t *Ticket) finish(err error) {
 	t.err = err
 	close(t.done)
 }
 
+// WaitStored waits until the records of tickets (nil ones skipped) are
+// stored, for at most auditCommitWait in all, or until ctx ends.
+func (a *Trail) WaitStored(ctx context.Context, tickets ...*Ticket) error {
+	return waitStored(ctx, a.commitWait, tickets...)
+}
+
 // waitStored waits until the records of tickets are stored, for at most
-// wait in all (auditor.commitWait) or until ctx ends.
-func waitStored(ctx context.Context, wait time.Duration, tickets ...*auditTicket) error {
+// wait in all (Trail.commitWait) or until ctx ends.
+func waitStored(ctx context.Context, wait time.Duration, tickets ...*Ticket) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for _, t := range tickets {
@@ -110,16 +116,16 @@ func waitStored(ctx context.Context, wait time.Duration, tickets ...*auditTicket
 // auditItem is a record to store, or a marker whose channel the writer
 // closes once everything queued before it has been sent.
 type auditItem struct {
-	rec    *AuditRecord
-	ticket *auditTicket
+	rec    *Record
+	ticket *Ticket
 	marker chan struct{}
 }
 
-// write hands rec to the writer and returns its ticket. The record is
+// Write hands rec to the writer and returns its ticket. The record is
 // stored after the call has finished, with its own deadlines: a caller
 // that went away does not take its record with it.
-func (a *auditor) write(rec *AuditRecord) *auditTicket {
-	t := newAuditTicket()
+func (a *Trail) Write(rec *Record) *Ticket {
+	t := newTicket()
 	a.closeMu.RLock()
 	defer a.closeMu.RUnlock()
 	if a.closed {
@@ -135,15 +141,15 @@ func (a *auditor) write(rec *AuditRecord) *auditTicket {
 	return t
 }
 
-// commit writes rec and waits until it is stored (at most
+// Commit writes rec and waits until it is stored (at most
 // auditCommitWait, or until ctx ends).
-func (a *auditor) commit(ctx context.Context, rec *AuditRecord) error {
-	return waitStored(ctx, a.commitWait, a.write(rec))
+func (a *Trail) Commit(ctx context.Context, rec *Record) error {
+	return waitStored(ctx, a.commitWait, a.Write(rec))
 }
 
-// sync waits until every record queued so far has been sent once (or ctx
+// Sync waits until every record queued so far has been sent once (or ctx
 // ends).
-func (a *auditor) sync(ctx context.Context) error {
+func (a *Trail) Sync(ctx context.Context) error {
 	marker := make(chan struct{})
 	a.closeMu.RLock()
 	if a.closed {
@@ -164,7 +170,7 @@ func (a *auditor) sync(ctx context.Context) error {
 type pendingRecord struct {
 	id     string
 	data   []byte
-	ticket *auditTicket
+	ticket *Ticket
 	// msgID is the record's message ID (newAuditMsgID); foreign the
 	// sequence of the last message found under it that was not this
 	// record (reported once).
@@ -179,12 +185,12 @@ type pendingRecord struct {
 	stored bool
 }
 
-// auditSealHeader carries an audit record's seal (recordseal.go).
+// auditSealHeader carries an audit record's seal (Sealer).
 const auditSealHeader = "Fleet-Audit-Seal"
 
 // run stores records until the queue is closed and what is left is
 // stored, or closeBy has passed.
-func (a *auditor) run() {
+func (a *Trail) run() {
 	defer close(a.stopped)
 	var pending []*pendingRecord
 	open := true
@@ -212,7 +218,7 @@ func (a *auditor) run() {
 // auditRetryEvery when short, as when records wait to be sent again),
 // then takes what else is there, up to auditBatch. open reports whether
 // the queue is still open.
-func (a *auditor) collect(open, short bool) ([]auditItem, bool) {
+func (a *Trail) collect(open, short bool) ([]auditItem, bool) {
 	if !open {
 		time.Sleep(auditRetryEvery)
 		return nil, false
@@ -250,7 +256,7 @@ func (a *auditor) collect(open, short bool) ([]auditItem, bool) {
 
 // encode summarises and encodes the records of items, and appends them
 // to the audit file.
-func (a *auditor) encode(items []auditItem) []*pendingRecord {
+func (a *Trail) encode(items []auditItem) []*pendingRecord {
 	var out []*pendingRecord
 	var lines []byte
 	for _, it := range items {
@@ -258,8 +264,8 @@ func (a *auditor) encode(items []auditItem) []*pendingRecord {
 		if rec == nil {
 			continue
 		}
-		if rec.rawArgs != nil {
-			rec.Args, rec.rawArgs = a.redact.args(rec.rawArgs), nil
+		if rec.RawArgs != nil {
+			rec.Args, rec.RawArgs = shared().args(rec.RawArgs), nil
 		}
 		d, err := json.Marshal(rec)
 		if err != nil {
@@ -292,7 +298,7 @@ const auditConflictRetries = 16
 // break the chain. Records past auditResendSafe are looked for in the
 // stream first. A record that lost its place to another writer is chained
 // again to the new last record at once: that is no outage.
-func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
+func (a *Trail) send(recs []*pendingRecord) []*pendingRecord {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -341,7 +347,7 @@ func (a *auditor) send(recs []*pendingRecord) []*pendingRecord {
 // sendOne stores r right after the stream's last record, chaining it
 // again while other writers take that place; an error is a stream that
 // did not take it (or the record given up on: r.ticket.err set).
-func (a *auditor) sendOne(r *pendingRecord) error {
+func (a *Trail) sendOne(r *pendingRecord) error {
 	for range auditConflictRetries {
 		tail, err := a.chainTail()
 		if err != nil {
@@ -389,12 +395,12 @@ func (a *auditor) sendOne(r *pendingRecord) error {
 // chained returns r as a message chained to tail (the stream's last
 // message as this writer knows it), and its publish options: it is stored
 // only right after tail.
-func (a *auditor) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstream.PublishOpt) {
+func (a *Trail) chained(r *pendingRecord, tail chainLink) (*nats.Msg, []jetstream.PublishOpt) {
 	prev := tail.header()
 	m := &nats.Msg{Subject: protocol.AuditSubject(), Data: r.data, Header: nats.Header{auditPrevHeader: {prev}}}
 	seal := ""
 	if a.seal != nil {
-		seal = a.seal.mark(sealAuditChained, r.id, chainSealInput(prev, r.data))
+		seal = a.seal.Mark(true, r.id, chainSealInput(prev, r.data))
 		m.Header.Set(auditSealHeader, seal)
 	}
 	seq := tail.seq + 1
@@ -420,7 +426,7 @@ func isChainConflict(err error) bool {
 // on, for their message IDs, headers only, and marks those it holds as
 // stored: a message found under a record's ID is read back, and counts
 // only when it is that record (holdsRecord).
-func (a *auditor) findStored(recs []*pendingRecord) error {
+func (a *Trail) findStored(recs []*pendingRecord) error {
 	ids := make(map[string]*pendingRecord, len(recs))
 	found := map[*pendingRecord][]uint64{}
 	from := time.Now()
@@ -453,7 +459,7 @@ func (a *auditor) findStored(recs []*pendingRecord) error {
 
 // scanIDs reads cons to its end and notes, for each record of ids, the
 // sequences of the messages stored under its ID.
-func (a *auditor) scanIDs(ctx context.Context, cons jetstream.Consumer, ids map[string]*pendingRecord, found map[*pendingRecord][]uint64) error {
+func (a *Trail) scanIDs(ctx context.Context, cons jetstream.Consumer, ids map[string]*pendingRecord, found map[*pendingRecord][]uint64) error {
 	empty := 0
 	for ctx.Err() == nil {
 		batch, err := cons.FetchNoWait(500)
@@ -492,13 +498,13 @@ func (a *auditor) scanIDs(ctx context.Context, cons jetstream.Consumer, ids map[
 }
 
 // stored releases a stored record's ticket.
-func (a *auditor) stored(r *pendingRecord) {
+func (a *Trail) stored(r *pendingRecord) {
 	a.pending.Add(-1)
 	r.ticket.finish(nil)
 }
 
 // giveUp logs a record the stream will never take, in full.
-func (a *auditor) giveUp(r *pendingRecord, err error) {
+func (a *Trail) giveUp(r *pendingRecord, err error) {
 	a.pending.Add(-1)
 	a.failures.Add(1)
 	a.log.Error("audit record not stored in the stream", "err", err, "record", string(r.data))
@@ -506,7 +512,7 @@ func (a *auditor) giveUp(r *pendingRecord, err error) {
 }
 
 // abandon gives up on what is left at shutdown.
-func (a *auditor) abandon(recs []*pendingRecord) {
+func (a *Trail) abandon(recs []*pendingRecord) {
 	for _, r := range recs {
 		a.giveUp(r, errors.New("the gateway shut down before the audit stream took it"))
 	}
@@ -514,7 +520,7 @@ func (a *auditor) abandon(recs []*pendingRecord) {
 
 // probe asks the stream's leader for the stream's state: an answer means
 // it takes records again.
-func (a *auditor) probe() {
+func (a *Trail) probe() {
 	ctx, cancel := context.WithTimeout(context.Background(), auditAttempt)
 	defer cancel()
 	if _, err := a.stream.Info(ctx); err == nil {
@@ -526,10 +532,10 @@ func pubOpts(id string) []jetstream.PublishOpt {
 	return []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(protocol.AuditStream)}
 }
 
-// ready returns nil when the audit stream takes records. When it does
+// Ready returns nil when the audit stream takes records. When it does
 // not, it waits for it until commitWait after it stopped, or ctx ends,
 // and then says since when and why it does not.
-func (a *auditor) ready(ctx context.Context) error {
+func (a *Trail) Ready(ctx context.Context) error {
 	up, since, cause := a.health.state()
 	select {
 	case <-up:
@@ -548,21 +554,22 @@ func (a *auditor) ready(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return &AuditUnavailableError{Since: since, Cause: cause}
+	return &UnavailableError{Since: since, Cause: cause}
 }
 
-// AuditUnavailableError reports an audit stream that takes no records.
-type AuditUnavailableError struct {
+// UnavailableError reports an audit stream that takes no records: since
+// when, and the last reason.
+type UnavailableError struct {
 	Since time.Time
 	Cause error
 }
 
-func (e *AuditUnavailableError) Error() string {
+func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("the audit trail has taken no record for %s (%v): JetStream has no leader for the audit stream, or this gateway's NATS server is cut off from a quorum of the cluster",
 		time.Since(e.Since).Round(100*time.Millisecond), e.Cause)
 }
 
-func (e *AuditUnavailableError) Unwrap() error { return e.Cause }
+func (e *UnavailableError) Unwrap() error { return e.Cause }
 
 // auditHealth is whether the audit stream takes records.
 type auditHealth struct {

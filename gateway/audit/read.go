@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"cmp"
@@ -10,20 +10,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
-// This file reads the audit trail back for the admin-only audit tool.
+// This file reads the audit trail back, for the admin-only audit tool
+// and the fleet API.
 
-// auditIn are the audit tool's filters.
-type auditIn struct {
+// Filter are the audit tool's filters (and the fleet API's, but Verify),
+// as the caller gives them: ParseQuery reads them.
+type Filter struct {
 	Caller   string `json:"caller,omitempty" jsonschema:"only records whose caller sub, email or client_id contains this text (an API token's sub reads token NAME here)"`
 	Host     string `json:"host,omitempty" jsonschema:"only records that name this host"`
 	Tool     string `json:"tool,omitempty" jsonschema:"only records of this tool"`
@@ -35,21 +35,16 @@ type auditIn struct {
 	Verify   bool   `json:"verify,omitempty" jsonschema:"check each returned record's host receipt again against the keys enrolled for its host (current and revoked), and read the whole trail's hash chain from its first record: report whether it is intact and name every gap or broken link"`
 }
 
-const descAudit = "Admin only. Read the audit trail: one record per tool call (time, caller, host, tool, argument summary, decision, outcome, duration, " +
-	"and the host's own signed receipt of the result: verified, or its problem), and one per message a host refused (caller unverified). " +
-	"Returns the newest matching records, oldest first; filter by caller, host, tool, decision and time (since/until: RFC 3339 or a duration such as 2h). " +
-	"At most 500 records, and at most the 20000 newest records before until are searched. " +
-	"verify: true also reads the whole trail's hash chain from its first record and names every gap or broken link."
-
 const (
 	defaultAuditLimit = 50
-	maxAuditLimit     = 500
+	// MaxLimit is the most records one query returns.
+	MaxLimit = 500
 	// maxAuditScan bounds the records one query reads.
 	maxAuditScan = 20000
 )
 
-// auditQuery is a parsed auditIn.
-type auditQuery struct {
+// Query is a parsed Filter (ParseQuery): what Trail.Query looks for.
+type Query struct {
 	caller, host, tool, decision, receipt string
 	since, until                          time.Time
 	limit                                 int
@@ -62,9 +57,11 @@ const (
 	receiptNone     = "none"
 )
 
-func parseAuditQuery(in auditIn, now time.Time) (auditQuery, error) {
-	q := auditQuery{caller: strings.ToLower(in.Caller), host: in.Host, tool: in.Tool, decision: in.Decision, receipt: in.Receipt, limit: in.Limit}
-	if q.decision != "" && q.decision != decisionAllowed && q.decision != decisionDenied {
+// ParseQuery reads in's filters, durations back from now; the errors
+// say what was wrong.
+func ParseQuery(in Filter, now time.Time) (Query, error) {
+	q := Query{caller: strings.ToLower(in.Caller), host: in.Host, tool: in.Tool, decision: in.Decision, receipt: in.Receipt, limit: in.Limit}
+	if q.decision != "" && q.decision != DecisionAllowed && q.decision != DecisionDenied {
 		return q, fmt.Errorf("decision %q: use allowed or denied", in.Decision)
 	}
 	switch q.receipt {
@@ -77,8 +74,8 @@ func parseAuditQuery(in auditIn, now time.Time) (auditQuery, error) {
 		return q, fmt.Errorf("limit %d: must be positive", in.Limit)
 	case q.limit == 0:
 		q.limit = defaultAuditLimit
-	case q.limit > maxAuditLimit:
-		q.limit = maxAuditLimit
+	case q.limit > MaxLimit:
+		q.limit = MaxLimit
 	}
 	var err error
 	if q.since, err = parseWhen(in.Since, now); err != nil {
@@ -107,7 +104,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (90m, 24h)", s)
 }
 
-func (q *auditQuery) match(r *AuditRecord) bool {
+func (q *Query) match(r *Record) bool {
 	switch {
 	case q.host != "" && !slices.Contains(r.Hosts, q.host),
 		q.tool != "" && r.Tool != q.tool,
@@ -120,7 +117,7 @@ func (q *auditQuery) match(r *AuditRecord) bool {
 		return true
 	}
 	name := r.Caller.Subject
-	if r.Caller.Kind == access.KindAPIToken {
+	if r.Caller.Kind == callerAPIToken {
 		name = "token " + name // "token deploy" finds the API token only
 	}
 	for _, s := range []string{name, r.Caller.Email, r.Caller.ClientID} {
@@ -131,9 +128,9 @@ func (q *auditQuery) match(r *AuditRecord) bool {
 	return false
 }
 
-// auditPage is one query's answer.
-type auditPage struct {
-	Records []AuditRecord `json:"records"`
+// Page is one query's answer.
+type Page struct {
+	Records []Record `json:"records"`
 	// Scanned is how many records were read; Incomplete is set when older
 	// records in the requested range were not read.
 	Scanned    int  `json:"scanned"`
@@ -145,12 +142,12 @@ type auditPage struct {
 	Chain *ChainReport `json:"chain,omitempty"`
 }
 
-// query reads the newest records matching q.
-func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
+// Query reads the newest records matching q.
+func (a *Trail) Query(ctx context.Context, q Query) (*Page, error) {
 	// Records are stored asynchronously; include those of calls that
 	// have already answered.
 	sctx, scancel := context.WithTimeout(ctx, 2*jskv.Timeout)
-	err := a.sync(sctx)
+	err := a.Sync(sctx)
 	scancel()
 	if err != nil {
 		return nil, fmt.Errorf("audit trail is behind: %w", err)
@@ -162,7 +159,7 @@ func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
 		return nil, fmt.Errorf("audit stream: %w", err)
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
-	page := &auditPage{Records: []AuditRecord{}}
+	page := &Page{Records: []Record{}}
 	if info.State.Msgs == 0 {
 		return page, nil
 	}
@@ -192,7 +189,7 @@ func (a *auditor) query(ctx context.Context, q auditQuery) (*auditPage, error) {
 
 // firstAtOrAfter returns the first sequence in [lo, hi] stored at or after
 // t, or hi+1 when there is none (a binary search; stream time only grows).
-func (a *auditor) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time) (uint64, error) {
+func (a *Trail) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time) (uint64, error) {
 	for lo <= hi {
 		mid := lo + (hi-lo)/2
 		gctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
@@ -213,7 +210,7 @@ func (a *auditor) firstAtOrAfter(ctx context.Context, lo, hi uint64, t time.Time
 }
 
 // scan reads records start..end and keeps the newest q.limit that match.
-func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, page *auditPage) error {
+func (a *Trail) scan(ctx context.Context, start, end uint64, q Query, page *Page) error {
 	cctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 	cons, err := a.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
@@ -262,8 +259,8 @@ func (a *auditor) scan(ctx context.Context, start, end uint64, q auditQuery, pag
 
 // keep adds the record data, stored at seq with headers hdr, to page
 // when it matches q.
-func (a *auditor) keep(seq uint64, data []byte, hdr nats.Header, q auditQuery, page *auditPage) {
-	var r AuditRecord
+func (a *Trail) keep(seq uint64, data []byte, hdr nats.Header, q Query, page *Page) {
+	var r Record
 	if err := json.Unmarshal(data, &r); err != nil || !q.match(&r) {
 		return
 	}
@@ -275,59 +272,13 @@ func (a *auditor) keep(seq uint64, data []byte, hdr nats.Header, q auditQuery, p
 	}
 }
 
-// auditTool is the admin-only audit tool; the access check is done by the
-// call guard before it runs.
-func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in auditIn) (*mcp.CallToolResult, any, error) {
-	q, err := parseAuditQuery(in, time.Now())
-	if err != nil {
-		return errorResult("audit: " + err.Error()), nil, nil
-	}
-	page, err := g.audit.query(ctx, q)
-	if err != nil {
-		return errorResult("audit: " + err.Error()), nil, nil
-	}
-	if in.Verify {
-		for i := range page.Records {
-			g.recheckReceipt(&page.Records[i])
-		}
-		rep, err := g.audit.verifyChain(ctx)
-		if err != nil {
-			return errorResult("audit: verify the chain: " + err.Error()), nil, nil
-		}
-		page.Chain = &rep
-	}
-	for _, r := range page.Records {
-		if r.Unsealed {
-			page.Unsealed++
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d records (searched %d)", len(page.Records), page.Scanned)
-	if page.Unsealed > 0 {
-		fmt.Fprintf(&b, "; %d of them UNSEALED: no gateway of this fleet stored them as they read (forged by another user of the fleet's NATS account, changed, or written by a gateway older than sealed records)", page.Unsealed)
-	}
-	if page.Incomplete {
-		b.WriteString("; older records in this range were not searched: narrow it with until")
-	}
-	if page.Chain != nil {
-		b.WriteString("\n")
-		b.WriteString(page.Chain.summary())
-	}
-	for i := range page.Records {
-		b.WriteString("\n")
-		b.WriteString(page.Records[i].line())
-	}
-	res := textResult(b.String())
-	res.StructuredContent = page
-	return res, nil, nil
-}
-
-// line formats a record for the audit tool's text.
-func (r *AuditRecord) line() string {
+// Line formats a record for the audit tool's text: tab-separated
+// columns, one line.
+func (r *Record) Line() string {
 	var b strings.Builder
 	who := r.Caller.Subject
 	switch {
-	case r.Caller.Kind == access.KindAPIToken:
+	case r.Caller.Kind == callerAPIToken:
 		// As Identity.Name: the API token deploy is not the identity
 		// provider's user "deploy".
 		who = "token " + r.Caller.Subject
@@ -376,7 +327,7 @@ func (r *AuditRecord) line() string {
 }
 
 // receiptState classifies a record's receipt for the receipt filter.
-func receiptState(rc *AuditReceipt) string {
+func receiptState(rc *Receipt) string {
 	switch {
 	case rc == nil:
 		return receiptNone
@@ -386,71 +337,26 @@ func receiptState(rc *AuditReceipt) string {
 	return receiptProblem
 }
 
-// recheckReceipt checks a record's receipt again, against the keys the
-// gateway enrolled for its host (its current key and those revoked since:
-// a receipt stays the host's word after its key is replaced), and says
-// the outcome in Recheck.
-func (g *Gateway) recheckReceipt(r *AuditRecord) {
-	rc := r.Receipt
-	if rc == nil {
-		return
-	}
-	if rc.Key == "" {
-		rc.Recheck = "no receipt to check"
-		return
-	}
-	host := rc.Host
-	if len(r.Hosts) != 1 || r.Hosts[0] != host {
-		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for host %s, the record for %s", host, strings.Join(r.Hosts, ","))
-		return
-	}
-	if rc.CallID != r.CallID {
-		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for call %s, the record for %s", rc.CallID, r.CallID)
-		return
-	}
-	rec, ok := g.agentIndex.record(host)
-	if !ok {
-		rc.Recheck = "FAILED: no agent record of host " + host
-		return
-	}
-	keys := []string{rec.PublicKey}
-	for _, k := range rec.RevokedKeys {
-		keys = append(keys, k.PublicKey)
-	}
-	if !slices.Contains(keys, rc.Key) {
-		rc.Recheck = fmt.Sprintf("FAILED: signed by %s, a key never enrolled for %s", rc.Key, host)
-		return
-	}
-	if err := rc.Receipt.Verify(rc.Key); err != nil {
-		rc.Recheck = "FAILED: " + err.Error()
-		return
-	}
-	rc.Recheck = "signature valid, by the key enrolled for " + host
-	if rc.Key != rec.PublicKey {
-		rc.Recheck += " before its current one"
-	}
-}
-
 // sealHolds reports whether the record data of callID, stored with
 // headers hdr, carries a seal of this fleet's gateways: over its chain
 // link and data when chained, over its data alone when stored before
 // chaining.
-func (a *auditor) sealHolds(callID string, data []byte, hdr nats.Header) bool {
+func (a *Trail) sealHolds(callID string, data []byte, hdr nats.Header) bool {
 	seal := hdr.Get(auditSealHeader)
 	if prev := hdr.Get(auditPrevHeader); prev != "" {
-		return a.seal.holds(sealAuditChained, callID, chainSealInput(prev, data), seal)
+		return a.seal.Holds(true, callID, chainSealInput(prev, data), seal)
 	}
-	return a.seal.holds(sealAudit, callID, data, seal)
+	return a.seal.Holds(false, callID, data, seal)
 }
 
 // maxChainScan bounds the records one chain verification reads.
 const maxChainScan = 2_000_000
 
-// verifyChain reads the whole stream from its first record and checks
-// its chain (auditchain.go).
-func (a *auditor) verifyChain(ctx context.Context) (ChainReport, error) {
+// VerifyChain reads the whole stream from its first record and checks
+// its chain (chain.go).
+func (a *Trail) VerifyChain(ctx context.Context) (ChainReport, error) {
 	sctx, scancel := context.WithTimeout(ctx, 2*jskv.Timeout)
-	err := a.sync(sctx)
+	err := a.Sync(sctx)
 	scancel()
 	if err != nil {
 		return ChainReport{}, fmt.Errorf("audit trail is behind: %w", err)

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"encoding/json"
@@ -6,9 +6,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -36,6 +36,30 @@ func isContentArg(name string) bool {
 	}
 	return false
 }
+
+// apiTokenPrefix begins the gateway's API tokens, which are blanked as
+// other known tokens are.
+const apiTokenPrefix = "fmcp_"
+
+// shared is the redactor of every summary, built at its first use (its
+// rules take a while to compile).
+var shared = sync.OnceValue(newRedactor)
+
+// ArgsSummary returns the audit summary of a call's arguments: scalars
+// as they are (strings redacted and bounded), contents and nested values
+// by size only, secret-named arguments blanked. Arguments that are not a
+// JSON object are summarised by size.
+func ArgsSummary(raw json.RawMessage) map[string]any { return shared().args(raw) }
+
+// ShrunkArgsSummary is ArgsSummary for arguments whose long strings were
+// cut: sizes gives each top-level value's size in full.
+func ShrunkArgsSummary(raw json.RawMessage, sizes map[string]int) map[string]any {
+	return shared().shrunkArgs(raw, sizes)
+}
+
+// LastLine returns the last non-empty line of s, redacted and bounded:
+// the status line of a bash result, or a one-line error message.
+func LastLine(s string) string { return shared().lastLine(s) }
 
 // redactor blanks secrets. Build one with newRedactor and share it; it is
 // safe for concurrent use.
@@ -75,28 +99,16 @@ const (
 )
 
 func newRedactor() *redactor {
-	tokens := strings.Join([]string{
-		`gh[pousr]_[A-Za-z0-9]{20,}`, `github_pat_[A-Za-z0-9_]{20,}`, // GitHub
-		`glpat-[A-Za-z0-9_-]{20,}`,                                // GitLab
-		`xox[abposr]-[A-Za-z0-9-]{10,}`, `xapp-[A-Za-z0-9-]{10,}`, // Slack
-		`(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`, // Stripe
-		`sk-[A-Za-z0-9_-]{20,}`,                    // OpenAI, Anthropic
-		`AIza[A-Za-z0-9_-]{35}`,                    // Google
-		`(?:AKIA|ASIA)[A-Z0-9]{16}`,                // AWS access key ids
-		`npm_[A-Za-z0-9]{36}`, `pypi-[A-Za-z0-9_-]{50,}`, `hf_[A-Za-z0-9]{30,}`,
-		`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `dop_v1_[a-f0-9]{64}`,
-		`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`, // JWTs
-		`hv[sbr]\.[A-Za-z0-9_-]{20,}`,                             // Vault
-		// Webhook URLs are their own credential.
-		`hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+`, `discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+`,
-		access.APITokenPrefix + `[A-Za-z0-9_-]{20,}`,
-	}, "|")
-	// secretWords are in every name secretName matches; tokenStarts
-	// begin every token in tokens.
-	secretWords := []string{"pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie"}
-	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj",
-		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", access.APITokenPrefix}
-	rules := []redaction{
+	return &redactor{
+		secretKey: regexp.MustCompile(`(?i)pass(word|wd|phrase)?$|secret|token|api_?key|credential|private_?key|^auth`),
+		rules:     append(programRules(), namedRules()...),
+	}
+}
+
+// programRules are the redactions of headers, URL credentials and
+// programs' password options; they run before namedRules.
+func programRules() []redaction {
+	return []redaction{
 		// PEM private keys, PGP key blocks, and the seed block of a NATS
 		// credentials file (whose END line has six dashes).
 		{name: "private key", need: []string{"private key", "nkey seed"}, re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|NKEY SEED)(?: BLOCK)?-----[\s\S]*?(?:-{5,6}END [A-Z0-9 ]*(?:PRIVATE KEY|NKEY SEED)(?: BLOCK)?-{5,6}|$)`),
@@ -153,6 +165,34 @@ func newRedactor() *redactor {
 		{name: "oracle user/password", need: []string{"sqlplus", "sqlldr", "expdp", "impdp", "exp", "imp", "rman", "dgmgrl", "userid="},
 			re:   regexp.MustCompile(`(?i)(?P<keep>(?:\b(?:sqlplus|sqlldr|expdp|impdp|exp|imp|dgmgrl)(?:\s+-[a-z]+)*|\brman\b[^;&|\n]*?\b(?:target|catalog|auxiliary)|\buserid=)\s*['"]?[^\s/'"@]+/)(?P<pass>[^\s@'"]+)`),
 			repl: "${keep}" + redacted, spare: func(g []string) bool { return strings.Contains(g[2], redacted) }},
+	}
+}
+
+// namedRules are the redactions of URL parameters, options, assignments
+// and keys named like secrets, and of known token formats.
+func namedRules() []redaction {
+	tokens := strings.Join([]string{
+		`gh[pousr]_[A-Za-z0-9]{20,}`, `github_pat_[A-Za-z0-9_]{20,}`, // GitHub
+		`glpat-[A-Za-z0-9_-]{20,}`,                                // GitLab
+		`xox[abposr]-[A-Za-z0-9-]{10,}`, `xapp-[A-Za-z0-9-]{10,}`, // Slack
+		`(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`, // Stripe
+		`sk-[A-Za-z0-9_-]{20,}`,                    // OpenAI, Anthropic
+		`AIza[A-Za-z0-9_-]{35}`,                    // Google
+		`(?:AKIA|ASIA)[A-Z0-9]{16}`,                // AWS access key ids
+		`npm_[A-Za-z0-9]{36}`, `pypi-[A-Za-z0-9_-]{50,}`, `hf_[A-Za-z0-9]{30,}`,
+		`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `dop_v1_[a-f0-9]{64}`,
+		`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`, // JWTs
+		`hv[sbr]\.[A-Za-z0-9_-]{20,}`,                             // Vault
+		// Webhook URLs are their own credential.
+		`hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+`, `discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+`,
+		apiTokenPrefix + `[A-Za-z0-9_-]{20,}`,
+	}, "|")
+	// secretWords are in every name secretName matches; tokenStarts
+	// begin every token in tokens.
+	secretWords := []string{"pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie"}
+	tokenStarts := []string{"gh", "glpat-", "xox", "xapp-", "sk_", "rk_", "sk-", "aiza", "akia", "asia", "npm_", "pypi-", "hf_", "sg.", "dop_v1_", "eyj",
+		"hvs.", "hvb.", "hvr.", "hooks.slack.com", "discord", apiTokenPrefix}
+	return []redaction{
 		// A URL's query parameters named like secrets: ?key=, &token=,
 		// &password=, ;session=.
 		{name: "url query secret", need: []string{"?", "&"}, re: regexp.MustCompile(`(?i)(?P<keep>[?&;](?P<name>[a-z0-9_.-]*(?:key|token|secret|passw(?:or)?d|pass|pwd|auth|session|credentials?))=)(?P<val>[^&\s'"#]+)`),
@@ -200,10 +240,6 @@ func newRedactor() *redactor {
 		// other such words by AWS being mentioned in the same text (need).
 		{name: "aws secret key", need: []string{"aws", "akia", "asia"}, re: regexp.MustCompile(`(?P<keep>(?:^|[^A-Za-z0-9/+=]))(?P<key>[A-Za-z0-9/+]{40})(?P<tail>$|[^A-Za-z0-9/+=])`),
 			repl: "${keep}" + redacted + "${tail}", spare: spareAWSKey},
-	}
-	return &redactor{
-		secretKey: regexp.MustCompile(`(?i)pass(word|wd|phrase)?$|secret|token|api_?key|credential|private_?key|^auth`),
-		rules:     rules,
 	}
 }
 

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -68,21 +68,21 @@ func startNATSCluster(t *testing.T, n int) []string {
 func TestAuditChainReplicated(t *testing.T) {
 	urls := startNATSCluster(t, 3)
 	seal := testSeal(t)
-	var auditors []*auditor
+	var auditors []*Trail
 	for i := range 3 {
 		nc, err := nats.Connect(urls[i], nats.MaxReconnects(-1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		cfg := AuditConfig{Replicas: 3}
-		cfg.setDefaults()
-		a, err := newAuditor(nc, cfg, time.Minute, time.Minute, nil, discardLogger())
+		cfg := Config{Replicas: 3}
+		cfg.SetDefaults()
+		a, err := Open(nc, cfg, Options{MaxCall: time.Minute, Patience: time.Minute, Log: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.seal = seal
-		t.Cleanup(func() { _ = a.close(context.Background()) })
+		t.Cleanup(func() { _ = a.Close(context.Background()) })
 		auditors = append(auditors, a)
 	}
 	var wg sync.WaitGroup
@@ -92,7 +92,7 @@ func TestAuditChainReplicated(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- a.commit(context.Background(), &AuditRecord{CallID: fmt.Sprintf("g%d-%d", j, i), Tool: "bash", Decision: decisionAllowed})
+				errs <- a.Commit(context.Background(), &Record{CallID: fmt.Sprintf("g%d-%d", j, i), Tool: "bash", Decision: DecisionAllowed})
 			}()
 		}
 	}
@@ -103,11 +103,11 @@ func TestAuditChainReplicated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := auditors[0].verifyChain(context.Background())
+	rep, err := auditors[0].VerifyChain(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Intact || rep.Records != 300 || rep.Chained != 300 {
-		t.Fatalf("%+v\n%s", rep, rep.summary())
+		t.Fatalf("%+v\n%s", rep, rep.Summary())
 	}
 }

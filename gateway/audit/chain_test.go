@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"bytes"
@@ -7,13 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nkeys"
 )
 
 // chainFixture builds stored messages the way the writer chains them.
 type chainFixture struct {
-	seal *recordSeal
+	seal *testSealer
 	msgs []chainMsg
 	tail chainLink
 	now  time.Time
@@ -21,22 +19,14 @@ type chainFixture struct {
 
 func newChainFixture(t *testing.T) *chainFixture {
 	t.Helper()
-	kp, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seal, err := newRecordSeal(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &chainFixture{seal: seal, now: time.Now()}
+	return &chainFixture{seal: testSeal(t), now: time.Now()}
 }
 
 // unchained appends a record as a gateway stored it before chaining.
 func (f *chainFixture) unchained(id string) {
 	data := recordJSON(id, "bash")
 	seq := f.tail.seq + 1
-	seal := f.seal.mark(sealAudit, id, data)
+	seal := f.seal.Mark(false, id, data)
 	f.msgs = append(f.msgs, chainMsg{Seq: seq, Time: f.now, Seal: seal, Data: data})
 	f.tail = chainLink{seq: seq, digest: chainDigest(seq, "", seal, data), time: f.now}
 }
@@ -46,13 +36,13 @@ func (f *chainFixture) chained(id, tool string) {
 	data := recordJSON(id, tool)
 	prev := f.tail.header()
 	seq := f.tail.seq + 1
-	seal := f.seal.mark(sealAuditChained, id, chainSealInput(prev, data))
+	seal := f.seal.Mark(true, id, chainSealInput(prev, data))
 	f.msgs = append(f.msgs, chainMsg{Seq: seq, Time: f.now, Prev: prev, Seal: seal, Data: data})
 	f.tail = chainLink{seq: seq, digest: chainDigest(seq, prev, seal, data), time: f.now}
 }
 
 func recordJSON(id, tool string) []byte {
-	d, _ := json.Marshal(AuditRecord{CallID: id, Tool: tool, Decision: decisionAllowed, Outcome: outcomeOK, Reason: "reason of " + id})
+	d, _ := json.Marshal(Record{CallID: id, Tool: tool, Decision: DecisionAllowed, Outcome: OutcomeOK, Reason: "reason of " + id})
 	return d
 }
 
@@ -98,7 +88,7 @@ func TestChainVerify(t *testing.T) {
 	// a sealing key holder could): its successor's link still breaks.
 	other := recordJSON("other", "bash")
 	resealed[5].Data = other
-	resealed[5].Seal = f.seal.mark(sealAuditChained, "other", chainSealInput(resealed[5].Prev, other))
+	resealed[5].Seal = f.seal.Mark(true, "other", chainSealInput(resealed[5].Prev, other))
 	forged := append(append([]chainMsg{}, all...), chainMsg{Seq: last + 1, Time: f.now, Data: recordJSON("forged", "bash")})
 
 	cases := []struct {
@@ -122,13 +112,13 @@ func TestChainVerify(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := f.verify(c.msgs, c.streamLast)
 			if r.Intact != c.intact || problems(r) != c.want {
-				t.Errorf("intact %v, problems %q; want %v, %q\n%s", r.Intact, problems(r), c.intact, c.want, r.summary())
+				t.Errorf("intact %v, problems %q; want %v, %q\n%s", r.Intact, problems(r), c.intact, c.want, r.Summary())
 			}
 		})
 	}
 	r := f.verify(all, last)
-	if r.Unchained != 2 || r.Chained != 6 || r.First != 1 || r.Last != 8 || !strings.Contains(r.summary(), "2 stored before chaining") {
-		t.Errorf("report %+v\n%s", r, r.summary())
+	if r.Unchained != 2 || r.Chained != 6 || r.First != 1 || r.Last != 8 || !strings.Contains(r.Summary(), "2 stored before chaining") {
+		t.Errorf("report %+v\n%s", r, r.Summary())
 	}
 }
 
@@ -147,7 +137,7 @@ func TestChainVerifyHead(t *testing.T) {
 	f.chained("after-cut", "bash")
 	r = f.verify(f.msgs, 42)
 	if r.Intact || problems(r) != "head_missing@42" || !strings.Contains(r.Problems[0].Detail, "sequences up to 41 were removed") {
-		t.Errorf("cut: %s", r.summary())
+		t.Errorf("cut: %s", r.Summary())
 	}
 }
 
@@ -158,7 +148,7 @@ func TestChainVerifyGapRecord(t *testing.T) {
 	f.chained("gap", auditGapTool)
 	r := f.verify(f.msgs, 2)
 	if r.Intact || len(r.Gaps) != 1 || r.Gaps[0].Seq != 2 || problems(r) != "recorded_gap@2" {
-		t.Errorf("%+v\n%s", r, r.summary())
+		t.Errorf("%+v\n%s", r, r.Summary())
 	}
 }
 

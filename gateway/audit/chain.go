@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -162,7 +162,7 @@ const maxChainProblems = 100
 
 // chainVerifier reads the chain one message at a time, in stream order.
 type chainVerifier struct {
-	seal      *recordSeal // nil: seals are not checked
+	seal      Sealer // nil: seals are not checked
 	retention time.Duration
 	now       time.Time
 
@@ -172,7 +172,7 @@ type chainVerifier struct {
 	dropped int // problems beyond maxChainProblems
 }
 
-func newChainVerifier(seal *recordSeal, retention time.Duration, now time.Time) *chainVerifier {
+func newChainVerifier(seal Sealer, retention time.Duration, now time.Time) *chainVerifier {
 	return &chainVerifier{seal: seal, retention: retention, now: now}
 }
 
@@ -194,7 +194,7 @@ func (v *chainVerifier) add(m chainMsg) {
 	if v.last != nil && m.Seq != v.last.seq+1 {
 		v.problem(m.Seq, "missing", "sequences %s are not in the stream: records deleted", seqRange(v.last.seq+1, m.Seq-1))
 	}
-	var rec AuditRecord
+	var rec Record
 	_ = json.Unmarshal(m.Data, &rec)
 	v.checkLink(m, rec.CallID)
 	if rec.Tool == auditGapTool {
@@ -214,14 +214,14 @@ func (v *chainVerifier) checkLink(m chainMsg, callID string) {
 		} else {
 			v.rep.Unchained++
 		}
-		if v.seal != nil && !v.seal.holds(sealAudit, callID, m.Data, m.Seal) {
+		if v.seal != nil && !v.seal.Holds(false, callID, m.Data, m.Seal) {
 			v.problem(m.Seq, "unsealed", "seq %d: its seal does not hold: no gateway of this fleet stored it as it reads", m.Seq)
 		}
 		return
 	}
 	v.chained = true
 	v.rep.Chained++
-	if v.seal != nil && !v.seal.holds(sealAuditChained, callID, chainSealInput(m.Prev, m.Data), m.Seal) {
+	if v.seal != nil && !v.seal.Holds(true, callID, chainSealInput(m.Prev, m.Data), m.Seal) {
 		v.problem(m.Seq, "unsealed", "seq %d: its seal does not hold: no gateway of this fleet stored it as it reads (changed, or forged)", m.Seq)
 	}
 	l, err := parseChainLink(m.Prev)
@@ -274,7 +274,7 @@ func seqRange(from, to uint64) string {
 }
 
 // summary says the report in a line.
-func (r *ChainReport) summary() string {
+func (r *ChainReport) Summary() string {
 	var b strings.Builder
 	switch {
 	case r.Records == 0:
@@ -304,7 +304,7 @@ func (r *ChainReport) summary() string {
 
 // chainTail returns the stream's last message as a link, reading it from
 // the stream when the writer does not know it.
-func (a *auditor) chainTail() (chainLink, error) {
+func (a *Trail) chainTail() (chainLink, error) {
 	a.tailMu.Lock()
 	defer a.tailMu.Unlock()
 	if a.tailOK {
@@ -346,14 +346,14 @@ func readChainTail(ctx context.Context, stream jetstream.Stream) (chainLink, err
 	return l, nil
 }
 
-func (a *auditor) setTail(l chainLink) {
+func (a *Trail) setTail(l chainLink) {
 	a.tailMu.Lock()
 	a.tail, a.tailOK = l, true
 	a.tailMu.Unlock()
 }
 
 // forgetTail makes the writer read the tail from the stream again.
-func (a *auditor) forgetTail() {
+func (a *Trail) forgetTail() {
 	a.tailMu.Lock()
 	a.tailOK = false
 	a.tailMu.Unlock()

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -10,27 +10,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // sealedAuditor is s.auditor with the records sealed, as a gateway's are.
-func (s *auditServer) sealedAuditor(t *testing.T, seal *recordSeal) *auditor {
+func (s *auditServer) sealedAuditor(t *testing.T, seal Sealer) *Trail {
 	t.Helper()
 	a, _ := s.auditor(t)
 	a.seal = seal
 	return a
-}
-
-func testSeal(t *testing.T) *recordSeal {
-	t.Helper()
-	kp, _ := nkeys.CreateAccount()
-	seal, err := newRecordSeal(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seal
 }
 
 func adminStream(t *testing.T, nc *nats.Conn) (jetstream.JetStream, context.Context) {
@@ -56,7 +45,7 @@ func TestAuditChainTwoWriters(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("unchained-%d", i)
 		data := recordJSON(id, "bash")
-		m := &nats.Msg{Subject: protocol.AuditSubject(), Data: data, Header: nats.Header{auditSealHeader: {seal.mark(sealAudit, id, data)}}}
+		m := &nats.Msg{Subject: protocol.AuditSubject(), Data: data, Header: nats.Header{auditSealHeader: {seal.Mark(false, id, data)}}}
 		if _, err := first.js.PublishMsg(context.Background(), m, pubOpts(id)...); err != nil {
 			t.Fatal(err)
 		}
@@ -65,11 +54,11 @@ func TestAuditChainTwoWriters(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for i := range 100 {
-		for j, a := range []*auditor{first, second} {
+		for j, a := range []*Trail{first, second} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- a.commit(context.Background(), &AuditRecord{CallID: fmt.Sprintf("w%d-%d", j, i), Tool: "bash", Decision: decisionAllowed})
+				errs <- a.Commit(context.Background(), &Record{CallID: fmt.Sprintf("w%d-%d", j, i), Tool: "bash", Decision: DecisionAllowed})
 			}()
 		}
 	}
@@ -80,23 +69,23 @@ func TestAuditChainTwoWriters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := second.verifyChain(context.Background())
+	rep, err := second.VerifyChain(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Intact || rep.Records != 203 || rep.Chained != 200 || rep.Unchained != 3 {
-		t.Fatalf("%+v\n%s", rep, rep.summary())
+		t.Fatalf("%+v\n%s", rep, rep.Summary())
 	}
 	_ = nc
 }
 
 // waitDamage waits up to 10 s for the watcher to report damage
 // containing what, and returns how long it took.
-func waitDamage(t *testing.T, a *auditor, what string) time.Duration {
+func waitDamage(t *testing.T, a *Trail, what string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < 10*time.Second {
-		damages, _ := a.damageReport()
+		damages, _ := a.Damages()
 		for _, d := range damages {
 			if strings.Contains(d.What, what) {
 				return time.Since(start)
@@ -104,7 +93,7 @@ func waitDamage(t *testing.T, a *auditor, what string) time.Duration {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	damages, n := a.damageReport()
+	damages, n := a.Damages()
 	t.Fatalf("no damage %q reported within 10 s; %d reported: %+v", what, n, damages)
 	return 0
 }
@@ -117,7 +106,7 @@ func TestAuditWatchDeleted(t *testing.T) {
 	a := s.sealedAuditor(t, testSeal(t))
 	ctx := context.Background()
 	for i := range 4 {
-		if err := a.commit(ctx, &AuditRecord{CallID: fmt.Sprintf("before-%d", i), Tool: "bash"}); err != nil {
+		if err := a.Commit(ctx, &Record{CallID: fmt.Sprintf("before-%d", i), Tool: "bash"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +117,7 @@ func TestAuditWatchDeleted(t *testing.T) {
 	}
 	took := waitDamage(t, a, "deleted; lost sequences 1-4 (4 records when last read, 0 stored since)")
 	t.Logf("deletion seen after %s", took)
-	if err := a.commit(ctx, &AuditRecord{CallID: "after", Tool: "bash"}); err != nil {
+	if err := a.Commit(ctx, &Record{CallID: "after", Tool: "bash"}); err != nil {
 		t.Fatalf("a call after the deletion: %v", err)
 	}
 	info, err := a.stream.Info(jctx)
@@ -138,12 +127,12 @@ func TestAuditWatchDeleted(t *testing.T) {
 	if !info.Config.DenyDelete || !info.Config.DenyPurge || info.Config.MaxAge != a.retention {
 		t.Errorf("the stream was created again with %+v", info.Config)
 	}
-	rep, err := a.verifyChain(ctx)
+	rep, err := a.VerifyChain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Intact || len(rep.Gaps) != 1 || !strings.Contains(rep.Gaps[0].Detail, "lost sequences 1-4") || rep.Records != 2 {
-		t.Fatalf("%+v\n%s", rep, rep.summary())
+		t.Fatalf("%+v\n%s", rep, rep.Summary())
 	}
 }
 
@@ -164,7 +153,7 @@ func TestAuditWatchTruncated(t *testing.T) {
 			}
 			ctx := context.Background()
 			for i := range 6 {
-				if err := a.commit(ctx, &AuditRecord{CallID: fmt.Sprintf("r%d", i), Tool: "bash"}); err != nil {
+				if err := a.Commit(ctx, &Record{CallID: fmt.Sprintf("r%d", i), Tool: "bash"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -176,21 +165,21 @@ func TestAuditWatchTruncated(t *testing.T) {
 			}
 			waitDamage(t, a, "max_msgs 1 (want -1)")
 			waitDamage(t, a, "cut at its head: sequences 1-5 removed")
-			damages, _ := a.damageReport()
+			damages, _ := a.Damages()
 			put := strings.Contains(fmt.Sprint(damages), "stream put back")
 			if put != restore {
 				t.Errorf("restore %v, reported %+v", restore, damages)
 			}
-			if err := a.commit(ctx, &AuditRecord{CallID: "after", Tool: "bash"}); err != nil {
+			if err := a.Commit(ctx, &Record{CallID: "after", Tool: "bash"}); err != nil {
 				t.Fatal(err)
 			}
 			if restore {
-				rep, err := a.verifyChain(ctx)
+				rep, err := a.VerifyChain(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if rep.Intact || !strings.Contains(problems(rep), "head_missing@6") || len(rep.Gaps) < 2 {
-					t.Errorf("%s", rep.summary())
+					t.Errorf("%s", rep.Summary())
 				}
 			}
 		})
@@ -206,19 +195,19 @@ func TestAuditExistingRetention(t *testing.T) {
 			s := newAuditServer(t)
 			a, nc := s.auditor(t) // made the stream with the default retention
 			js, ctx := adminStream(t, nc)
-			var admin streamUpdater
+			var admin StreamUpdater
 			if canUpdate {
 				admin = func(ctx context.Context, cfg jetstream.StreamConfig) error {
 					_, err := js.UpdateStream(ctx, cfg)
 					return err
 				}
 			}
-			cfg := AuditConfig{Retention: 180 * 24 * time.Hour}
-			b, err := newAuditor(nc, cfg, time.Minute, auditStreamPatience, admin, discardLogger())
+			cfg := Config{Retention: 180 * 24 * time.Hour}
+			b, err := Open(nc, cfg, Options{MaxCall: time.Minute, Patience: StreamPatience, Admin: admin, Log: discardLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = b.close(context.Background()) })
+			t.Cleanup(func() { _ = b.Close(context.Background()) })
 			time.Sleep(auditWatchEvery + 500*time.Millisecond)
 			info, err := b.stream.Info(ctx)
 			if err != nil {
@@ -231,7 +220,7 @@ func TestAuditExistingRetention(t *testing.T) {
 			if info.Config.MaxAge != want || b.retention != want {
 				t.Errorf("stream max_age %s, the gateway's retention %s; want %s", info.Config.MaxAge, b.retention, want)
 			}
-			if damages, n := b.damageReport(); n != 0 {
+			if damages, n := b.Damages(); n != 0 {
 				t.Errorf("reported as damage: %+v", damages)
 			}
 		})
@@ -255,7 +244,7 @@ func TestAuditWatchSkewedWriter(t *testing.T) {
 		js, ctx := adminStream(t, nc)
 		// A stream kept 3 s, made before the gateways start: they take its
 		// retention as the operator's choice.
-		sc := auditStreamConfig(AuditConfig{Retention: 3 * time.Second})
+		sc := auditStreamConfig(Config{Retention: 3 * time.Second})
 		sc.Duplicates = time.Second
 		if _, err := js.CreateStream(ctx, sc); err != nil {
 			t.Fatal(err)
@@ -268,12 +257,12 @@ func TestAuditWatchSkewedWriter(t *testing.T) {
 			t.Fatalf("retention %s, %s", writer.retention, right.retention)
 		}
 		for _, id := range []string{"r0", "r1"} {
-			if err := writer.commit(ctx, &AuditRecord{CallID: id, Tool: "bash"}); err != nil {
+			if err := writer.Commit(ctx, &Record{CallID: id, Tool: "bash"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		time.Sleep(2 * time.Second)
-		if err := writer.commit(ctx, &AuditRecord{CallID: "r2", Tool: "bash"}); err != nil {
+		if err := writer.Commit(ctx, &Record{CallID: "r2", Tool: "bash"}); err != nil {
 			t.Fatal(err)
 		}
 		// r0 and r1 age out; the watchers read the stream beginning at r2,
@@ -291,8 +280,8 @@ func TestAuditWatchSkewedWriter(t *testing.T) {
 			}
 		}
 		time.Sleep(2*auditWatchEvery + time.Second)
-		for name, a := range map[string]*auditor{"the gateway whose clock is right": right, "the writer": writer} {
-			if damages, n := a.damageReport(); n != 0 {
+		for name, a := range map[string]*Trail{"the gateway whose clock is right": right, "the writer": writer} {
+			if damages, n := a.Damages(); n != 0 {
 				t.Errorf("%s reported records that aged out as damage: %+v", name, damages)
 			}
 		}
@@ -303,7 +292,7 @@ func TestAuditWatchSkewedWriter(t *testing.T) {
 		writer.clock.local = func() time.Time { return time.Now().Add(-100 * 24 * time.Hour) }
 		ctx := context.Background()
 		for i := range 6 {
-			if err := writer.commit(ctx, &AuditRecord{CallID: fmt.Sprintf("r%d", i), Tool: "bash"}); err != nil {
+			if err := writer.Commit(ctx, &Record{CallID: fmt.Sprintf("r%d", i), Tool: "bash"}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
@@ -26,8 +25,8 @@ import (
 // permissions; the stream also refuses message deletes and purges), and
 // optionally appended to a JSON-lines file.
 
-// AuditConfig configures the audit trail.
-type AuditConfig struct {
+// Config configures the audit trail.
+type Config struct {
 	// File, when set, also receives every record as one JSON line
 	// (created 0600, appended).
 	File string
@@ -38,11 +37,15 @@ type AuditConfig struct {
 	Replicas int
 }
 
-func (c *AuditConfig) setDefaults() {
-	setDur(&c.Retention, 90*24*time.Hour)
+// SetDefaults fills in the defaults of what is not set.
+func (c *Config) SetDefaults() {
+	if c.Retention == 0 {
+		c.Retention = 90 * 24 * time.Hour
+	}
 }
 
-func (c *AuditConfig) validate() []error {
+// Validate returns what is wrong with c, each error saying what to do.
+func (c *Config) Validate() []error {
 	var errs []error
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("audit stream replicas %d: use 1 to 5 (3 on a 3-node cluster), or 0 for the default (3 on a cluster, else 1)", c.Replicas))
@@ -53,18 +56,18 @@ func (c *AuditConfig) validate() []error {
 	return errs
 }
 
-// AuditRecord is one tool call as the audit trail keeps it.
-type AuditRecord struct {
+// Record is one tool call as the audit trail keeps it.
+type Record struct {
 	Time time.Time `json:"time"`
 	// CallID is the gateway's ID for the call, also the ID under which the
 	// agent knows it.
-	CallID      string      `json:"call_id"`
-	Caller      AuditCaller `json:"caller"`
-	ProjectID   string      `json:"project_id,omitempty"`
-	ExecutionID string      `json:"execution_id,omitempty"`
-	WorkspaceID string      `json:"workspace_id,omitempty"`
-	Tool        string      `json:"tool"`
-	Hosts       []string    `json:"hosts,omitempty"`
+	CallID      string   `json:"call_id"`
+	Caller      Caller   `json:"caller"`
+	ProjectID   string   `json:"project_id,omitempty"`
+	ExecutionID string   `json:"execution_id,omitempty"`
+	WorkspaceID string   `json:"workspace_id,omitempty"`
+	Tool        string   `json:"tool"`
+	Hosts       []string `json:"hosts,omitempty"`
 	// Target is what an admin action or an enrolment acted on besides
 	// hosts (a join token's id); Source the address the request came
 	// from (fleet API requests).
@@ -93,10 +96,10 @@ type AuditRecord struct {
 	// (succeeded, failed, timed_out, offline, denied, not_started).
 	Fanout map[string]int `json:"fanout,omitempty"`
 	// Receipt is the host's signed receipt of the call's result, as the
-	// gateway checked it (callsign.go): Verified, or a Problem (an
+	// gateway checked it: Verified, or a Problem (an
 	// invalid or missing receipt, whose result was refused). Nil when no
 	// result arrived.
-	Receipt *AuditReceipt `json:"receipt,omitempty"`
+	Receipt *Receipt `json:"receipt,omitempty"`
 	// Gateway is the name of the gateway replica that served the call
 	// (Config.Name; empty when it has none).
 	Gateway string `json:"gateway,omitempty"`
@@ -109,43 +112,66 @@ type AuditRecord struct {
 	// stream (chain problems name sequences). Gateways never store it.
 	Seq uint64 `json:"seq,omitempty"`
 
-	// rawArgs are the call's arguments until the audit writer summarises
-	// them into Args, off the call's path.
-	rawArgs json.RawMessage
+	// RawArgs are the call's arguments until the audit writer summarises
+	// them into Args, off the call's path (Write). Never stored as such.
+	RawArgs json.RawMessage `json:"-"`
 }
 
-// AuditCaller identifies the caller in a record.
-type AuditCaller struct {
-	Kind     access.IdentityKind `json:"kind"`
-	Subject  string              `json:"sub"`
-	Email    string              `json:"email,omitempty"`
-	ClientID string              `json:"client_id,omitempty"`
+// Caller identifies the caller in a record.
+type Caller struct {
+	// Kind says how the caller was authenticated (the gateway's identity
+	// kinds: oidc, api_token, local, agent, unverified, host_report).
+	Kind     string `json:"kind"`
+	Subject  string `json:"sub"`
+	Email    string `json:"email,omitempty"`
+	ClientID string `json:"client_id,omitempty"`
 }
 
-// Decisions and outcomes.
+// The caller kinds the trail itself uses: its own gap records' (a local
+// identity), and an API token's, which the audit tool names "token NAME".
 const (
-	decisionAllowed = "allowed"
-	decisionDenied  = "denied"
-
-	outcomeOK        = "ok"
-	outcomeError     = "error"
-	outcomeTimedOut  = "timed_out"
-	outcomeCancelled = "cancelled"
-	outcomeRefused   = "refused"
+	callerLocal    = "local"
+	callerAPIToken = "api_token"
 )
 
-// auditor writes records to the stream and the optional file
-// (auditcommit.go says how and when).
-type auditor struct {
+// Receipt is a host's receipt as the audit trail keeps it.
+type Receipt struct {
+	protocol.Receipt
+	// Verified is set when the gateway checked it: signed by the key it
+	// enrolled for the host, and describing the result it received.
+	Verified bool `json:"verified"`
+	// Problem says why it is not (among others: there was none).
+	Problem string `json:"problem,omitempty"`
+	// Recheck is, in the audit tool's answer, the outcome of checking
+	// the receipt again (its verify option); never stored.
+	Recheck string `json:"recheck,omitempty"`
+}
+
+// Decisions and outcomes of a record.
+const (
+	DecisionAllowed = "allowed"
+	DecisionDenied  = "denied"
+
+	OutcomeOK        = "ok"
+	OutcomeError     = "error"
+	OutcomeTimedOut  = "timed_out"
+	OutcomeCancelled = "cancelled"
+	OutcomeRefused   = "refused"
+)
+
+// Trail writes records to the stream and the optional file (commit.go
+// says how and when), reads them back (read.go), and watches the stream
+// for damage (watch.go).
+type Trail struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	log    *slog.Logger
-	redact *redactor
 	// name is the gateway's, for the records' Gateway.
 	name string
 	// seal seals each record in the stream (auditSealHeader), so that the
-	// audit tool can tell the gateways' records from any other writer's.
-	seal *recordSeal
+	// audit tool can tell the gateways' records from any other writer's
+	// (nil: records are not sealed).
+	seal Sealer
 	// fileMu guards file, which reopen swaps while the writer appends.
 	fileMu   sync.Mutex
 	file     *os.File
@@ -163,7 +189,7 @@ type auditor struct {
 	// stored: the longest call, plus the time it may wait to be stored.
 	storeLag time.Duration
 
-	// health says whether the stream takes records (auditcommit.go);
+	// health says whether the stream takes records (commit.go);
 	// commitWait is how long a call waits for its record
 	// (auditCommitWait).
 	health     auditHealth
@@ -174,10 +200,10 @@ type auditor struct {
 	tailMu sync.Mutex
 	tail   chainLink
 	tailOK bool
-	// clock dates the chain links by the server's clock (auditchain.go).
+	// clock dates the chain links by the server's clock (chain.go).
 	clock serverClock
 
-	// watch looks for damage to the stream (auditwatch.go).
+	// watch looks for damage to the stream (watch.go).
 	watch *auditWatch
 
 	queue   chan auditItem
@@ -192,17 +218,50 @@ type auditor struct {
 // auditQueueLen bounds records waiting to be stored.
 const auditQueueLen = 4096
 
-// newAuditor opens the audit stream, waiting up to patience for
-// JetStream (a cluster's first start waits for all its nodes), and
-// starts the writer.
-func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration, admin streamUpdater, log *slog.Logger) (*auditor, error) {
+// Sealer seals the records a gateway stores and checks the seals of
+// those it reads: an HMAC under a key every gateway of the fleet holds
+// and no NATS credential carries. A chained record's seal covers its
+// link and its data (chainSealInput), an unchained one's its data alone;
+// the two kinds of seal must differ for the same input.
+type Sealer interface {
+	// Mark returns the seal of data, the record of call callID.
+	Mark(chained bool, callID string, data []byte) string
+	// Holds reports whether seal is the seal of data, the record of
+	// call callID.
+	Holds(chained bool, callID string, data []byte, seal string) bool
+}
+
+// Options are what the gateway gives the trail besides its Config.
+type Options struct {
+	// Name is the gateway's, for the records' Gateway.
+	Name string
+	// MaxCall is the longest a call may run: a record is stored at most
+	// that (and its wait to be stored) after its call started.
+	MaxCall time.Duration
+	// Patience is how long Open waits for JetStream to take the stream
+	// (StreamPatience for a gateway on its own).
+	Patience time.Duration
+	// Admin, when set, updates the stream's configuration with a
+	// credential allowed to (nil: the gateway may not).
+	Admin StreamUpdater
+	// Seal seals the records (nil: not sealed, nor checked).
+	Seal Sealer
+	// Log receives the trail's log lines.
+	Log *slog.Logger
+}
+
+// Open opens the audit stream, waiting up to o.Patience for JetStream (a
+// cluster's first start waits for all its nodes), and starts the writer
+// and the watcher. Close stops them.
+func Open(nc *nats.Conn, cfg Config, o Options) (*Trail, error) {
 	// Acknowledgements that never come are let go, so that a long outage
 	// does not fill the client's table of publishes in flight.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(2*auditAttempt))
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	a := &auditor{js: js, log: log, redact: newRedactor(), storeLag: maxCall + auditResendSafe, commitWait: auditCommitWait,
+	patience, admin, log := o.Patience, o.Admin, o.Log
+	a := &Trail{js: js, log: log, name: o.Name, seal: o.Seal, storeLag: o.MaxCall + auditResendSafe, commitWait: auditCommitWait,
 		queue: make(chan auditItem, auditQueueLen), stopped: make(chan struct{})}
 	a.health.init()
 	a.retention = cfg.Retention
@@ -229,12 +288,12 @@ func newAuditor(nc *nats.Conn, cfg AuditConfig, maxCall, patience time.Duration,
 	return a, nil
 }
 
-// auditStreamPatience is how long a gateway on its own waits for JetStream
+// StreamPatience is how long a gateway on its own waits for JetStream
 // to take the audit stream at start.
-const auditStreamPatience = 20 * time.Second
+const StreamPatience = 20 * time.Second
 
 // auditStreamConfig is the audit stream's configuration.
-func auditStreamConfig(cfg AuditConfig) jetstream.StreamConfig {
+func auditStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        protocol.AuditStream,
 		Description: "fleetmcp audit trail: one record per tool call",
@@ -253,9 +312,9 @@ func auditStreamConfig(cfg AuditConfig) jetstream.StreamConfig {
 // ensureAuditStream creates the audit stream, or finds it as sc says,
 // retrying while JetStream starts up (for up to patience, saying every
 // 10 s that it waits). A stream there with another configuration is
-// updated when the gateway's user may (auditStreamAdmin), else used
+// updated when the gateway's user may (Options.Admin), else used
 // as it is, and the watcher reports what differs.
-func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patience time.Duration, admin streamUpdater, log *slog.Logger) (jetstream.Stream, error) {
+func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patience time.Duration, admin StreamUpdater, log *slog.Logger) (jetstream.Stream, error) {
 	start := time.Now()
 	said := start
 	for {
@@ -281,14 +340,14 @@ func ensureAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, patien
 	}
 }
 
-// streamUpdater updates the audit stream's configuration with a
-// credential allowed to: the gateway's runtime NATS user may not (see
-// runtimeDenied), so that no credential a running gateway keeps can.
-type streamUpdater func(ctx context.Context, cfg jetstream.StreamConfig) error
+// StreamUpdater updates the audit stream's configuration with a
+// credential allowed to: the gateway's runtime NATS user may not, so
+// that no credential a running gateway keeps can.
+type StreamUpdater func(ctx context.Context, cfg jetstream.StreamConfig) error
 
 // existingAuditStream opens the audit stream that is there with another
 // configuration than sc, and updates it when admin is set.
-func existingAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, admin streamUpdater, log *slog.Logger) (jetstream.Stream, error) {
+func existingAuditStream(js jetstream.JetStream, sc jetstream.StreamConfig, admin StreamUpdater, log *slog.Logger) (jetstream.Stream, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	s, err := js.Stream(ctx, sc.Name)
@@ -317,7 +376,7 @@ func openAuditFile(path string) (*os.File, error) {
 }
 
 // writeFile appends lines to the audit file, if there is one.
-func (a *auditor) writeFile(lines []byte) {
+func (a *Trail) writeFile(lines []byte) {
 	a.fileMu.Lock()
 	defer a.fileMu.Unlock()
 	if a.file == nil {
@@ -329,11 +388,11 @@ func (a *auditor) writeFile(lines []byte) {
 	}
 }
 
-// reopen opens the audit file's path again and writes there from now on,
+// Reopen opens the audit file's path again and writes there from now on,
 // so that a file renamed away (by logrotate) is let go. Records written
-// before reopen returns are in the old file, later ones in the new: none
+// before Reopen returns are in the old file, later ones in the new: none
 // is lost. When the path cannot be opened, the old file is kept.
-func (a *auditor) reopen() error {
+func (a *Trail) Reopen() error {
 	if a == nil || a.filePath == "" {
 		return nil
 	}
@@ -351,9 +410,9 @@ func (a *auditor) reopen() error {
 	return old.Close()
 }
 
-// close stores what is queued and retries what is pending until ctx
+// Close stores what is queued and retries what is pending until ctx
 // ends, then closes the file.
-func (a *auditor) close(ctx context.Context) error {
+func (a *Trail) Close(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
@@ -388,3 +447,7 @@ func (a *auditor) close(ctx context.Context) error {
 	a.file = nil
 	return err
 }
+
+// Failures counts the records the stream did not take, and the batches
+// of records the file did not take.
+func (a *Trail) Failures() int64 { return a.failures.Load() }

@@ -1,4 +1,4 @@
-package gateway
+package audit
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func newAuditMsgID() string {
 // holdsRecord reports whether the message at seq is r as this writer
 // sent it: the same data, sealed by a gateway of this fleet (when records
 // are sealed), and chained to the sequence just before it.
-func (a *auditor) holdsRecord(r *pendingRecord, seq uint64) (bool, error) {
+func (a *Trail) holdsRecord(r *pendingRecord, seq uint64) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), jskv.Timeout)
 	defer cancel()
 	m, err := a.stream.GetMsg(ctx, seq)
@@ -65,7 +65,7 @@ func (a *auditor) holdsRecord(r *pendingRecord, seq uint64) (bool, error) {
 // foreignUnderID reports a message at seq, found under r's message ID,
 // that is not r, and gives r a new ID (and a new duplicate window), so
 // that it is stored anyway.
-func (a *auditor) foreignUnderID(r *pendingRecord, seq uint64, how string) {
+func (a *Trail) foreignUnderID(r *pendingRecord, seq uint64, how string) {
 	if r.foreign != seq {
 		r.foreign = seq
 		a.alarm(fmt.Sprintf("a message not written by this gateway was stored under the message ID of the record of call %s (seq %d), which would have suppressed it; the record is stored under a new ID", r.id, seq),
@@ -77,7 +77,7 @@ func (a *auditor) foreignUnderID(r *pendingRecord, seq uint64, how string) {
 
 // checkFound marks stored each record of found that one of the messages
 // found under its ID is, and gives the others a new ID.
-func (a *auditor) checkFound(found map[*pendingRecord][]uint64) error {
+func (a *Trail) checkFound(found map[*pendingRecord][]uint64) error {
 	for r, seqs := range found {
 		var foreign uint64
 		for _, seq := range seqs {
