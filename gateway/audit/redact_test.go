@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
 
 func TestRedactText(t *testing.T) {
@@ -25,7 +23,7 @@ func TestRedactText(t *testing.T) {
 		{"echo ghp_abcdefghijklmnopqrstuvwxyz0123", "echo [redacted]"},
 		{"aws s3 ls # AKIAABCDEFGHIJKLMNOP", "aws s3 ls # [redacted]"},
 		{"cat <<EOF\n-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\nEOF", "cat <<EOF\n[redacted private key]\nEOF"},
-		{"use " + access.APITokenPrefix + "abcdefghijklmnopqrstuvwxyz", "use [redacted]"},
+		{"use " + apiTokenPrefix + "abcdefghijklmnopqrstuvwxyz", "use [redacted]"},
 	}
 	for _, tc := range tests {
 		if got := r.text(tc.in); got != tc.want {
