@@ -41,7 +41,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		return fmt.Errorf("revoke: %w", err)
 	}
 	now := g.now().UTC()
-	rec, recErr := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+	rec, recErr := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
 		if r.Revoked() {
 			return jskv.ErrSkip
 		}
@@ -61,7 +61,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 	var extra []string
 	revokeMore := func(keys []string) {
 		keys = slices.DeleteFunc(keys, func(k string) bool {
-			return slices.Contains(extra, k) || recErr == nil && (k == rec.PublicKey || rec.revokesKey(k))
+			return slices.Contains(extra, k) || recErr == nil && (k == rec.PublicKey || rec.RevokesKey(k))
 		})
 		if len(keys) == 0 {
 			return
@@ -71,7 +71,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 			pushErr = errors.Join(pushErr, err)
 		}
 	}
-	revokeMore(g.agentIndex.keysOf(host))
+	revokeMore(g.agentIndex.KeysOf(host))
 	live, liveErr := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.host == host })
 	if liveErr != nil {
 		g.log.Warn("revoke: the NATS servers' list of live connections is incomplete", "host", host, "err", liveErr)
@@ -104,11 +104,6 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 	return nil
 }
 
-// revokesKey reports whether r names pub among its revoked keys.
-func (r *AgentRecord) revokesKey(pub string) bool {
-	return slices.ContainsFunc(r.RevokedKeys, func(k RevokedKey) bool { return k.PublicKey == pub }) || r.Revoked() && r.PublicKey == pub
-}
-
 // recordRevoked writes host's record so that it names keys revoked: over
 // the record read (rec, when recErr is nil), or, when it could not be
 // read, over whatever the bucket holds, from the last good record the
@@ -118,7 +113,7 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 	add := func(r *AgentRecord) bool {
 		changed := false
 		for _, k := range keys {
-			if k == r.PublicKey || r.revokesKey(k) {
+			if k == r.PublicKey || r.RevokesKey(k) {
 				continue
 			}
 			r.RevokedKeys = append(r.RevokedKeys, RevokedKey{PublicKey: k, RevokedAt: now, RevokedBy: by + " (revoked with the host)", CredentialExpiresAt: expires})
@@ -130,7 +125,7 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 		if len(keys) == 0 {
 			return nil
 		}
-		_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+		_, err := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
 			if !add(r) {
 				return jskv.ErrSkip
 			}
@@ -139,8 +134,8 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 		return err
 	}
 	var r AgentRecord
-	if held, ok := g.agentIndex.record(host); ok {
-		r = held.clone()
+	if held, ok := g.agentIndex.Record(host); ok {
+		r = held.Clone()
 	} else {
 		r = AgentRecord{Host: host, PublicKey: keys[0], CredentialExpiresAt: expires}
 	}
@@ -148,7 +143,7 @@ func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, 
 		r.RevokedAt, r.RevokedBy = now, by
 	}
 	add(&r)
-	return g.agents.putOver(ctx, &r)
+	return g.agents.PutOver(ctx, &r)
 }
 
 // RevokeKey revokes the agent key pub, whatever any record says: it goes
@@ -165,7 +160,7 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	if err != nil {
 		g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
 	}
-	host, ok := g.agentIndex.keyHost(pub)
+	host, ok := g.agentIndex.KeyHost(pub)
 	if !ok && len(live) > 0 {
 		host = live[0].host
 	}
@@ -185,7 +180,7 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	}
 	if host != "" {
 		// An earlier key of a host that holds another now.
-		rec, _, err := g.agents.get(ctx, host)
+		rec, _, err := g.agents.Get(ctx, host)
 		if err == nil {
 			err = g.recordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
 		}
@@ -202,8 +197,8 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 // gateway knows: its record's key; with no record, a key connected as
 // host (live), or the only key ever seen for the name.
 func (g *Gateway) holdsKey(host, pub string, live bool) bool {
-	if held, ok := g.agentIndex.record(host); ok {
+	if held, ok := g.agentIndex.Record(host); ok {
 		return held.PublicKey == pub
 	}
-	return live || slices.Equal(g.agentIndex.keysOf(host), []string{pub})
+	return live || slices.Equal(g.agentIndex.KeysOf(host), []string{pub})
 }

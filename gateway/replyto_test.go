@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func TestAgentRequestsAnswerOnlyItsInbox(t *testing.T) {
 func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
 	host := subjectHost(subject)
 	if host == "" {
-		host, _ = renewHost(subject)
+		host, _ = renewSubjectHost(subject)
 	}
 	inbox := protocol.AgentInboxPrefix(host) + "." + nats.NewInbox()[len(nats.InboxPrefix):]
 	sub, err := nc.SubscribeSync(inbox)
@@ -115,4 +116,14 @@ func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Durat
 		return nil, nats.ErrNoResponders
 	}
 	return m, err
+}
+
+// renewSubjectHost returns the host of a renewal subject.
+func renewSubjectHost(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, strings.TrimSuffix(protocol.RenewSubjectAll, "*.renew"))
+	if !ok {
+		return "", false
+	}
+	host, ok := strings.CutSuffix(rest, ".renew")
+	return host, ok && protocol.ValidateHost(host) == nil
 }

@@ -47,7 +47,7 @@ type gatewayFleet struct{ g *Gateway }
 
 func (f gatewayFleet) members() []fleetMember {
 	var out []fleetMember
-	for _, rec := range f.g.agentIndex.all() {
+	for _, rec := range f.g.agentIndex.All() {
 		if rec.Revoked() {
 			continue
 		}
@@ -59,7 +59,7 @@ func (f gatewayFleet) members() []fleetMember {
 func (f gatewayFleet) online(host string) bool { return f.g.reg.isOnline(host) }
 
 func (f gatewayFleet) agentOK(host string) error {
-	rec, ok := f.g.agentIndex.record(host)
+	rec, ok := f.g.agentIndex.Record(host)
 	switch {
 	case !ok:
 		return fmt.Errorf("host %q is not enrolled", protocol.Clip(host, 64))
