@@ -151,7 +151,7 @@ func badReply(reply, inboxPrefix string) *protocol.APIError {
 // screenRenewal answers at once, without a worker, a nonce, a record
 // update or an audit record, the renewal requests of a host whose
 // credential is not past half its life yet, and those beyond the host's
-// bound (hostbounds.go); each is counted, and logged at most once a
+// bound (Config.Bounds); each is counted, and logged at most once a
 // minute per host. It reports whether the request goes on to renew.
 func (s *Service) screenRenewal(m *nats.Msg) bool {
 	host, ok := renewHost(m.Subject)

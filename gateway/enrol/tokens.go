@@ -33,7 +33,7 @@ import (
 // tokenKeep so a list shows why, then the sweeper deletes them.
 //
 // Any user of the fleet's NATS account can write the bucket, and the
-// seal (recordseal.go) does not stop one from putting back an old sealed
+// seal (seal.go) does not stop one from putting back an old sealed
 // copy: a spent token's copy from before its last use would give the use
 // back. So each record names, inside its seal, the revision of the bucket
 // it is stored at (Rev) and when the bucket's stream was made (Stream):
