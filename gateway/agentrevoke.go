@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file revokes hosts and keys whatever the agent records say. A
@@ -41,13 +38,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		return fmt.Errorf("revoke: %w", err)
 	}
 	now := g.now().UTC()
-	rec, recErr := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
-		if r.Revoked() {
-			return jskv.ErrSkip
-		}
-		r.RevokedAt, r.RevokedBy = now, by
-		return nil
-	})
+	rec, recErr := g.enrol.MarkRevoked(ctx, host, by, now)
 	var pushErr error
 	if recErr == nil {
 		// The usual case first, so that its connections end at once.
@@ -88,7 +79,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		}
 		return fmt.Errorf("revoke %s: %w; and no key is known for it, nor connected: revoke by key (fleetctl agent revoke --key)", host, recErr)
 	}
-	if err := g.recordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
+	if err := g.enrol.RecordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
 		g.log.Error("revoke: the keys are revoked on the NATS servers, but the host's record could not be written revoked", "host", host, "err", err)
 	}
 	if pushErr != nil {
@@ -102,48 +93,6 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		g.log.Info("agent revoked", "host", host, "key", rec.PublicKey, "also", extra, "by", by)
 	}
 	return nil
-}
-
-// recordRevoked writes host's record so that it names keys revoked: over
-// the record read (rec, when recErr is nil), or, when it could not be
-// read, over whatever the bucket holds, from the last good record the
-// gateway held (or a new one).
-func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, rec *AgentRecord, keys []string, now time.Time, by string) error {
-	expires := now.Add(g.cfg.AgentCredentialTTL)
-	add := func(r *AgentRecord) bool {
-		changed := false
-		for _, k := range keys {
-			if k == r.PublicKey || r.RevokesKey(k) {
-				continue
-			}
-			r.RevokedKeys = append(r.RevokedKeys, RevokedKey{PublicKey: k, RevokedAt: now, RevokedBy: by + " (revoked with the host)", CredentialExpiresAt: expires})
-			changed = true
-		}
-		return changed
-	}
-	if recErr == nil {
-		if len(keys) == 0 {
-			return nil
-		}
-		_, err := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
-			if !add(r) {
-				return jskv.ErrSkip
-			}
-			return nil
-		})
-		return err
-	}
-	var r AgentRecord
-	if held, ok := g.agentIndex.Record(host); ok {
-		r = held.Clone()
-	} else {
-		r = AgentRecord{Host: host, PublicKey: keys[0], CredentialExpiresAt: expires}
-	}
-	if !r.Revoked() {
-		r.RevokedAt, r.RevokedBy = now, by
-	}
-	add(&r)
-	return g.agents.PutOver(ctx, &r)
 }
 
 // RevokeKey revokes the agent key pub, whatever any record says: it goes
@@ -167,7 +116,7 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	if protocol.ValidateHost(host) != nil {
 		host = ""
 	}
-	if host != "" && g.holdsKey(host, pub, len(live) > 0) {
+	if host != "" && g.agentIndex.HoldsKey(host, pub, len(live) > 0) {
 		if err := g.RevokeAgent(ctx, host, by); err != nil {
 			return host, err
 		}
@@ -182,7 +131,7 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 		// An earlier key of a host that holds another now.
 		rec, _, err := g.agents.Get(ctx, host)
 		if err == nil {
-			err = g.recordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
+			err = g.enrol.RecordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
 		}
 		if err != nil {
 			g.log.Error("revoke key: the key is revoked on the NATS servers, but its host's record does not say so (revoke the host by name to write it again)",
@@ -191,14 +140,4 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	}
 	g.log.Info("agent key revoked", "key", pub, "host", host, "by", by)
 	return host, nil
-}
-
-// holdsKey reports whether pub is the key host holds now, as far as the
-// gateway knows: its record's key; with no record, a key connected as
-// host (live), or the only key ever seen for the name.
-func (g *Gateway) holdsKey(host, pub string, live bool) bool {
-	if held, ok := g.agentIndex.Record(host); ok {
-		return held.PublicKey == pub
-	}
-	return live || slices.Equal(g.agentIndex.KeysOf(host), []string{pub})
 }

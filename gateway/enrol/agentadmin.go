@@ -108,7 +108,7 @@ func (s *Service) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	if err := policy.ValidateLabels(e.labels); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
 	}
-	if err := s.agents.Sync(ctx); err != nil {
+	if err := s.agents.sync(ctx); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
 	}
 	if err := s.checkKey(e.host, e.userPub); err != nil {
@@ -182,7 +182,7 @@ func (s *Service) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			if e.tokenID != "" {
 				rec.TokenAt = now
 			}
-			if _, err = s.agents.Create(ctx, rec); err == nil {
+			if _, err = s.agents.create(ctx, rec); err == nil {
 				return rec, false, nil
 			}
 			wrote = true
@@ -196,7 +196,7 @@ func (s *Service) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			if err := s.cfg.Issuer.CheckIssuable(e.userPub); err != nil {
 				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
-			if _, err = s.agents.Update(ctx, rec, rev); err == nil {
+			if _, err = s.agents.update(ctx, rec, rev); err == nil {
 				return rec, revokedOld, nil
 			}
 			wrote = true
@@ -323,7 +323,7 @@ func (s *Service) AllowRecovery(ctx context.Context, host string, count int) err
 
 // Agents returns every agent record, sorted by host.
 func (s *Service) Agents(ctx context.Context) ([]AgentRecord, error) {
-	if err := s.agents.Sync(ctx); err != nil {
+	if err := s.agents.sync(ctx); err != nil {
 		return nil, err
 	}
 	return s.index.All(), nil

@@ -433,8 +433,8 @@ func (s *Agents) Get(ctx context.Context, host string) (*AgentRecord, uint64, er
 	return rec, e.Revision(), nil
 }
 
-// Create stores a new record; errRecordChanged if host has one already.
-func (s *Agents) Create(ctx context.Context, rec *AgentRecord) (uint64, error) {
+// create stores a new record; errRecordChanged if host has one already.
+func (s *Agents) create(ctx context.Context, rec *AgentRecord) (uint64, error) {
 	rec.Gen = 1
 	data, err := s.seal.Seal(sealAgent, rec.Host, rec)
 	if err != nil {
@@ -454,9 +454,9 @@ func (s *Agents) Create(ctx context.Context, rec *AgentRecord) (uint64, error) {
 	return rev, nil
 }
 
-// Update replaces the record read at rev; errRecordChanged if it changed
+// update replaces the record read at rev; errRecordChanged if it changed
 // since.
-func (s *Agents) Update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
+func (s *Agents) update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
 	rec.Gen++
 	data, err := s.seal.Seal(sealAgent, rec.Host, rec)
 	if err != nil {
@@ -476,12 +476,12 @@ func (s *Agents) Update(ctx context.Context, rec *AgentRecord, rev uint64) (uint
 	return next, nil
 }
 
-// PutOver stores rec over whatever the bucket holds for its host (a
+// putOver stores rec over whatever the bucket holds for its host (a
 // record that cannot be read: forged, damaged, removed). Its Gen is set
 // above the bucket's last revision, which no record's Gen can pass (each
 // write of any record adds one revision), so every gateway takes it in
 // over the record it holds.
-func (s *Agents) PutOver(ctx context.Context, rec *AgentRecord) error {
+func (s *Agents) putOver(ctx context.Context, rec *AgentRecord) error {
 	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
@@ -511,14 +511,14 @@ func (s *Agents) PutOver(ctx context.Context, rec *AgentRecord) error {
 // jskv.ErrSkip when there is nothing to write.
 func (s *Agents) Modify(ctx context.Context, host string, change func(*AgentRecord) error) (*AgentRecord, error) {
 	return jskv.ModifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.Get(ctx, host) },
-		func(rec *AgentRecord, rev uint64) error { _, err := s.Update(ctx, rec, rev); return err },
+		func(rec *AgentRecord, rev uint64) error { _, err := s.update(ctx, rec, rev); return err },
 		errRecordChanged, change)
 }
 
-// Sync waits until the index holds every record written before it was
+// sync waits until the index holds every record written before it was
 // called (by any gateway), so that a decision made from the index sees
 // them.
-func (s *Agents) Sync(ctx context.Context) error {
+func (s *Agents) sync(ctx context.Context) error {
 	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("agent records: %w", err)
@@ -554,7 +554,7 @@ func (s *Agents) Sync(ctx context.Context) error {
 // Revocations returns every key the records say is revoked, once the
 // index holds every record written before the call.
 func (s *Agents) Revocations(ctx context.Context) ([]Revocation, error) {
-	if err := s.Sync(ctx); err != nil {
+	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
 	s.index.mu.RLock()

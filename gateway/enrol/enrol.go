@@ -194,7 +194,7 @@ func (s *Service) Enrol(ctx context.Context, req *protocol.EnrolRequest, out *Ou
 		host, replace, aerr = t.allowName(req.Host, req.Facts.Hostname)
 		return aerr
 	})
-	if aerr != nil && aerr.Code == protocol.APITokenSpent && s.agents.Sync(ctx) == nil {
+	if aerr != nil && aerr.Code == protocol.APITokenSpent && s.agents.sync(ctx) == nil {
 		// A retry this gateway's index had not seen yet.
 		if resp, done, rerr := s.enrolAgain(ctx, id, secret, req, out); done {
 			return resp, rerr
