@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/jwt/v2"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 
@@ -209,28 +206,4 @@ func clipText(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
-}
-
-// EnrolJWT issues the enrol credential of join token tokenID for the
-// throw-away key userPub, valid until expires.
-func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
-	if a.enrolSigner == nil {
-		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
-	}
-	if err := protocol.CheckTokenID(tokenID); err != nil {
-		return "", err
-	}
-	uc := jwt.NewUserClaims(userPub)
-	uc.Name = "enrol-" + tokenID
-	uc.Expires = expires.Unix()
-	uc.IssuerAccount = a.accountPub
-	// The enrol signing key's template (enrolScope) gives the token's
-	// own subjects, from this tag, and the limits.
-	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
-	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	token, err := uc.Encode(a.enrolSigner)
-	if err != nil {
-		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
-	}
-	return token, nil
 }
