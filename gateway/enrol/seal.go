@@ -87,8 +87,8 @@ func (s *Seal) Holds(kind SealKind, key string, data []byte, mark string) bool {
 	return err == nil && hmac.Equal(sum, s.sum(kind, key, data))
 }
 
-// ErrBadSeal is a record the gateways did not write.
-var ErrBadSeal = errors.New("its seal does not hold: no gateway of this fleet wrote it (a NATS user of the fleet's account may have)")
+// errBadSeal is a record the gateways did not write.
+var errBadSeal = errors.New("its seal does not hold: no gateway of this fleet wrote it (a NATS user of the fleet's account may have)")
 
 // Open checks data, the record of kind stored under key, and decodes it
 // into v.
@@ -99,7 +99,7 @@ func (s *Seal) Open(kind SealKind, key string, data []byte, v any) error {
 	}
 	sum, err := base64.RawURLEncoding.DecodeString(in.Seal)
 	if err != nil || !hmac.Equal(sum, s.sum(kind, key, in.Record)) {
-		return ErrBadSeal
+		return errBadSeal
 	}
 	return json.Unmarshal(in.Record, v)
 }
