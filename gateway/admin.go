@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 )
 
 // The admin API, under protocol.AdminPath on the fleet API listener: join
@@ -277,38 +278,13 @@ func (a *adminAction) listTokens() {
 	a.finish("admin_token_list", "", nil, protocol.TokenList{Tokens: tokens}, nil)
 }
 
-// JoinTokens describes every join token kept, oldest first.
-func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) {
-	all, err := g.tokens.all(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := g.now()
-	out := make([]protocol.TokenInfo, 0, len(all))
-	for _, e := range all {
-		info := e.rec.info(now)
-		if e.putBack {
-			info.State = protocol.TokenTampered
-		}
-		out = append(out, info)
-	}
-	return out, nil
-}
-
-// RevokeJoinToken revokes join token id, as by: no host can enrol with
-// it any more.
-func (g *Gateway) RevokeJoinToken(ctx context.Context, id, by string) error {
-	_, err := g.tokens.revoke(ctx, id, by, g.now())
-	return err
-}
-
 func (a *adminAction) revokeToken() {
-	t, err := a.g.tokens.revoke(a.r.Context(), a.route.target, a.id.Name(), a.g.now())
+	t, enrolKey, err := a.g.enrol.RevokeJoinToken(a.r.Context(), a.route.target, a.id.Name())
 	if err != nil {
 		a.finish("admin_token_revoke", a.route.target, nil, nil, adminError(err))
 		return
 	}
-	if t.EnrolKey != "" {
+	if enrolKey {
 		// Its enrol credential stops working now, not at the next
 		// reconcile.
 		if err := a.g.authority.Reconcile(a.r.Context()); err != nil {
@@ -316,7 +292,7 @@ func (a *adminAction) revokeToken() {
 			a.g.reconcileSoon()
 		}
 	}
-	a.finish("admin_token_revoke", t.ID, nil, t.info(a.g.now()), nil)
+	a.finish("admin_token_revoke", t.ID, nil, t, nil)
 }
 
 // revokeKey revokes an agent key, whatever any record says.
@@ -389,16 +365,16 @@ func (a *adminAction) agentAction() {
 }
 
 // errBadAdminRequest marks an admin request that cannot be done as asked.
-var errBadAdminRequest = errors.New("bad request")
+var errBadAdminRequest = enrol.ErrBadRequest
 
 // adminError turns an error of an admin action into an API error.
 func adminError(err error) *protocol.APIError {
 	switch {
 	case errors.Is(err, ErrUnknownAgent):
 		return apiErr(protocol.APINotFound, "%v", err)
-	case errors.Is(err, errTokenNotFound):
+	case errors.Is(err, enrol.ErrTokenNotFound):
 		return apiErr(protocol.APINotFound, "%v (tokens are deleted a day after they stop working)", err)
-	case errors.Is(err, errHostRevoked):
+	case errors.Is(err, enrol.ErrRevoked):
 		return apiErr(protocol.APIHostRevoked, "%v", err)
 	case errors.Is(err, errBadAdminRequest):
 		return apiErr(protocol.APIBadRequest, "%v", err)
@@ -417,53 +393,6 @@ func (g *Gateway) agentInfo(r *AgentRecord) protocol.AgentInfo {
 		info.AgentVersion = h.AgentVersion
 	}
 	return info
-}
-
-// CreateJoinToken creates a join token as req says, made by by, and
-// returns it with the commands that join a host with it.
-func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreateRequest, by string) (*protocol.TokenCreateResponse, error) {
-	t, token, err := newTokenRecord(req, by, g.now())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errBadAdminRequest, err)
-	}
-	var natsToken string
-	var natsURLs []string
-	if req.NATS {
-		if natsToken, natsURLs, err = g.natsJoinToken(t, token); err != nil {
-			return nil, err
-		}
-	}
-	if err := g.tokens.create(ctx, t); err != nil {
-		return nil, err
-	}
-	g.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", formatLabels(t.Labels),
-		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
-	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(g.now()), GatewayURL: g.APIURL(), CAPin: g.APICAPin()}
-	if req.NATS {
-		resp.Token, resp.NATSURLs, resp.CAPin = natsToken, natsURLs, g.NATSCAPin()
-	}
-	resp.JoinCommand, resp.InstallCommand = protocol.JoinCommands(resp)
-	return resp, nil
-}
-
-// AllowRecovery lets host recover its credential count more times (it
-// may then get a new credential with its key alone, once expired).
-func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) error {
-	if count < 1 || count > 100 {
-		return fmt.Errorf("%w: count %d: use 1 to 100", errBadAdminRequest, count)
-	}
-	_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-		if r.Revoked() {
-			return fmt.Errorf("%w: %s was revoked; a revoked host never recovers (enrol a new key with a token made with --replace %s)", errHostRevoked, host, host)
-		}
-		r.RecoveriesLeft = count
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("allow recovery of %s: %w", host, err)
-	}
-	g.log.Info("agent may recover its credential", "host", host, "count", count)
-	return nil
 }
 
 // auditAdmin writes the audit record of an admin action.

@@ -190,36 +190,3 @@ func (g *Gateway) lookupIP(ctx context.Context, host string) ([]net.IPAddr, erro
 	}
 	return net.DefaultResolver.LookupIPAddr(ctx, host)
 }
-
-// locateHost answers a host that asks, with its enrolled key, for the
-// NATS URLs to dial now: those it stored no longer answer (the gateway's
-// addresses changed, or were wrong when it enrolled). It is given no
-// credential, so it needs no recovery allowed.
-func (g *Gateway) locateHost(ctx context.Context, req *protocol.LocateRequest, src string, out *enrolOutcome) (*protocol.LocateResponse, *protocol.APIError) {
-	out.key, out.host = req.PublicKey, req.Host
-	if err := protocol.ValidateHost(req.Host); err != nil {
-		return nil, apiErr(protocol.APIBadRequest, "%v", err)
-	}
-	if aerr := g.checkPin(req.CAPin); aerr != nil {
-		return nil, aerr
-	}
-	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
-		return nil, aerr
-	}
-	rec, _, err := g.agents.get(ctx, req.Host)
-	if err == nil {
-		err = keyHolds(rec, req.PublicKey)
-	}
-	if err != nil {
-		return nil, credentialError("locate", req.Host, req.PublicKey, err)
-	}
-	out.labels = rec.Labels
-	if aerr := g.checkHandOut(ctx, src); aerr != nil {
-		return nil, aerr
-	}
-	urls := g.AgentNATSURLs()
-	if urls == nil {
-		urls = []string{}
-	}
-	return &protocol.LocateResponse{Host: req.Host, NATSURLs: urls, NATSCA: string(g.NATSCAPEM())}, nil
-}

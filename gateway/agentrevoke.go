@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file revokes hosts and keys whatever the agent records say. A
@@ -41,13 +38,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		return fmt.Errorf("revoke: %w", err)
 	}
 	now := g.now().UTC()
-	rec, recErr := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-		if r.Revoked() {
-			return jskv.ErrSkip
-		}
-		r.RevokedAt, r.RevokedBy = now, by
-		return nil
-	})
+	rec, recErr := g.enrol.MarkRevoked(ctx, host, by, now)
 	var pushErr error
 	if recErr == nil {
 		// The usual case first, so that its connections end at once.
@@ -61,7 +52,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 	var extra []string
 	revokeMore := func(keys []string) {
 		keys = slices.DeleteFunc(keys, func(k string) bool {
-			return slices.Contains(extra, k) || recErr == nil && (k == rec.PublicKey || rec.revokesKey(k))
+			return slices.Contains(extra, k) || recErr == nil && (k == rec.PublicKey || rec.RevokesKey(k))
 		})
 		if len(keys) == 0 {
 			return
@@ -71,7 +62,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 			pushErr = errors.Join(pushErr, err)
 		}
 	}
-	revokeMore(g.agentIndex.keysOf(host))
+	revokeMore(g.agentIndex.KeysOf(host))
 	live, liveErr := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.host == host })
 	if liveErr != nil {
 		g.log.Warn("revoke: the NATS servers' list of live connections is incomplete", "host", host, "err", liveErr)
@@ -88,7 +79,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		}
 		return fmt.Errorf("revoke %s: %w; and no key is known for it, nor connected: revoke by key (fleetctl agent revoke --key)", host, recErr)
 	}
-	if err := g.recordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
+	if err := g.enrol.RecordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
 		g.log.Error("revoke: the keys are revoked on the NATS servers, but the host's record could not be written revoked", "host", host, "err", err)
 	}
 	if pushErr != nil {
@@ -102,53 +93,6 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		g.log.Info("agent revoked", "host", host, "key", rec.PublicKey, "also", extra, "by", by)
 	}
 	return nil
-}
-
-// revokesKey reports whether r names pub among its revoked keys.
-func (r *AgentRecord) revokesKey(pub string) bool {
-	return slices.ContainsFunc(r.RevokedKeys, func(k RevokedKey) bool { return k.PublicKey == pub }) || r.Revoked() && r.PublicKey == pub
-}
-
-// recordRevoked writes host's record so that it names keys revoked: over
-// the record read (rec, when recErr is nil), or, when it could not be
-// read, over whatever the bucket holds, from the last good record the
-// gateway held (or a new one).
-func (g *Gateway) recordRevoked(ctx context.Context, host string, recErr error, rec *AgentRecord, keys []string, now time.Time, by string) error {
-	expires := now.Add(g.cfg.AgentCredentialTTL)
-	add := func(r *AgentRecord) bool {
-		changed := false
-		for _, k := range keys {
-			if k == r.PublicKey || r.revokesKey(k) {
-				continue
-			}
-			r.RevokedKeys = append(r.RevokedKeys, RevokedKey{PublicKey: k, RevokedAt: now, RevokedBy: by + " (revoked with the host)", CredentialExpiresAt: expires})
-			changed = true
-		}
-		return changed
-	}
-	if recErr == nil {
-		if len(keys) == 0 {
-			return nil
-		}
-		_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-			if !add(r) {
-				return jskv.ErrSkip
-			}
-			return nil
-		})
-		return err
-	}
-	var r AgentRecord
-	if held, ok := g.agentIndex.record(host); ok {
-		r = held.clone()
-	} else {
-		r = AgentRecord{Host: host, PublicKey: keys[0], CredentialExpiresAt: expires}
-	}
-	if !r.Revoked() {
-		r.RevokedAt, r.RevokedBy = now, by
-	}
-	add(&r)
-	return g.agents.putOver(ctx, &r)
 }
 
 // RevokeKey revokes the agent key pub, whatever any record says: it goes
@@ -165,14 +109,14 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	if err != nil {
 		g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
 	}
-	host, ok := g.agentIndex.keyHost(pub)
+	host, ok := g.agentIndex.KeyHost(pub)
 	if !ok && len(live) > 0 {
 		host = live[0].host
 	}
 	if protocol.ValidateHost(host) != nil {
 		host = ""
 	}
-	if host != "" && g.holdsKey(host, pub, len(live) > 0) {
+	if host != "" && g.agentIndex.HoldsKey(host, pub, len(live) > 0) {
 		if err := g.RevokeAgent(ctx, host, by); err != nil {
 			return host, err
 		}
@@ -185,9 +129,9 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	}
 	if host != "" {
 		// An earlier key of a host that holds another now.
-		rec, _, err := g.agents.get(ctx, host)
+		rec, _, err := g.agents.Get(ctx, host)
 		if err == nil {
-			err = g.recordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
+			err = g.enrol.RecordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
 		}
 		if err != nil {
 			g.log.Error("revoke key: the key is revoked on the NATS servers, but its host's record does not say so (revoke the host by name to write it again)",
@@ -196,14 +140,4 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	}
 	g.log.Info("agent key revoked", "key", pub, "host", host, "by", by)
 	return host, nil
-}
-
-// holdsKey reports whether pub is the key host holds now, as far as the
-// gateway knows: its record's key; with no record, a key connected as
-// host (live), or the only key ever seen for the name.
-func (g *Gateway) holdsKey(host, pub string, live bool) bool {
-	if held, ok := g.agentIndex.record(host); ok {
-		return held.PublicKey == pub
-	}
-	return live || slices.Equal(g.agentIndex.keysOf(host), []string{pub})
 }

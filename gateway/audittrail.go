@@ -112,7 +112,7 @@ func (g *Gateway) recheckReceipt(r *audit.Record) {
 		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for call %s, the record for %s", rc.CallID, r.CallID)
 		return
 	}
-	rec, ok := g.agentIndex.record(host)
+	rec, ok := g.agentIndex.Record(host)
 	if !ok {
 		rc.Recheck = "FAILED: no agent record of host " + host
 		return

@@ -49,7 +49,7 @@ func (g *Gateway) watchAuthErrors() error {
 		}
 		if key != "" {
 			attrs = append(attrs, "key", protocol.Clip(key, 100))
-			if host, ok := g.agentIndex.keyHost(key); ok {
+			if host, ok := g.agentIndex.KeyHost(key); ok {
 				attrs = append(attrs, "host", host)
 			}
 		}

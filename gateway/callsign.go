@@ -135,7 +135,7 @@ func refusedError(rep *protocol.Refusal, tool string) *HostError {
 // enrolledKey returns the key the gateway enrolled for host (its agent
 // record's), which the host's receipts must be signed with.
 func (g *Gateway) enrolledKey(host string) (string, bool) {
-	rec, ok := g.agentIndex.record(host)
+	rec, ok := g.agentIndex.Record(host)
 	if !ok || rec.Revoked() {
 		return "", false
 	}

@@ -728,7 +728,7 @@ func conflictDetail(conns []natsConn) string {
 // run until ctx ends by the gateway's loops.
 func (g *Gateway) watchConnections(ctx context.Context) error {
 	w := newConnWatch(g.log.With("component", "connwatch"), g.authority.accountPub, publicKey(g.authority.agentSigner), g.sys, g.nc)
-	w.hostOf = g.agentIndex.keyHost
+	w.hostOf = g.agentIndex.KeyHost
 	w.silentAfter = func(host string) time.Duration {
 		hb := defaultAgentHeartbeat
 		if h, ok := g.reg.get(host); ok && h.HeartbeatMS > 0 {
@@ -749,7 +749,7 @@ func (g *Gateway) watchConnections(ctx context.Context) error {
 // counts and audits it and keeps it in the host's record.
 func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns []natsConn) {
 	key := conns[len(conns)-1].User
-	if rec, ok := g.agentIndex.record(host); ok {
+	if rec, ok := g.agentIndex.Record(host); ok {
 		for _, c := range conns {
 			if c.User == rec.PublicKey {
 				key = c.User
@@ -792,8 +792,8 @@ func (g *Gateway) keepIdentityConflict(ctx context.Context, host, key, detail st
 	ctx, cancel := context.WithTimeout(ctx, conflictWriteTimeout)
 	defer cancel()
 	now := g.now().UTC()
-	_, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-		if _, ok := r.conflictStands(); ok || r.Revoked() || r.PublicKey != key {
+	_, err := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
+		if _, ok := r.ConflictStands(); ok || r.Revoked() || r.PublicKey != key {
 			return jskv.ErrSkip
 		}
 		r.IdentityConflict = &RecordedConflict{PublicKey: key, FoundAt: now, Detail: detail}

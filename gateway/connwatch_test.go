@@ -208,7 +208,7 @@ func TestConnWatchConnz(t *testing.T) {
 	a := connectAs(t, gw, "early", kp, creds)
 	connectAs(t, gw, "early", kp, creds)
 	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
-	w.hostOf = gw.agentIndex.keyHost
+	w.hostOf = gw.agentIndex.KeyHost
 	w.page = 1 // the gateway's own connections come first: every page is read
 	w.byHost["early"] = map[connID]*natsConn{{"gone-server", 99}: {Server: "gone-server", CID: 99, host: "early"}}
 	if err := w.reconcile(t.Context(), ""); err != nil {
@@ -318,7 +318,7 @@ func TestConnWatchStaleBound(t *testing.T) {
 func TestConnWatchNodeDied(t *testing.T) {
 	gw := startAPIGateway(t, nil, nil)
 	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
-	w.hostOf = gw.agentIndex.keyHost
+	w.hostOf = gw.agentIndex.KeyHost
 	var found []string
 	w.found = func(_ context.Context, host string, _ []natsConn) { found = append(found, host) }
 	long := time.Now().Add(-time.Hour)
@@ -472,17 +472,17 @@ func TestConnWatchConflictKept(t *testing.T) {
 	kp, creds := enrolLocalAgent(t, gw, "victim")
 	heartbeat(t, connectAs(t, gw, "victim", kp, creds), "victim")
 	waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
-	before, _, err := gw.agents.get(t.Context(), "victim")
+	before, _, err := gw.agents.Get(t.Context(), "victim")
 	if err != nil {
 		t.Fatal(err)
 	}
 	connectAs(t, gw, "victim", kp, creds)
 	waitUntil(t, "the conflict to be kept in the record", func() bool {
-		rec, ok := gw.agentIndex.record("victim")
+		rec, ok := gw.agentIndex.Record("victim")
 		return ok && rec.IdentityConflict != nil
 	})
 	time.Sleep(connCheckEvery * 4) // more looks find it again: no more writes
-	rec, _, err := gw.agents.get(t.Context(), "victim")
+	rec, _, err := gw.agents.Get(t.Context(), "victim")
 	if err != nil {
 		t.Fatal(err)
 	}

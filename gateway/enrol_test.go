@@ -9,14 +9,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +23,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // startAPIGateway starts a gateway with embedded NATS (listening on
@@ -454,7 +450,7 @@ func TestEnrolForgedToken(t *testing.T) {
 	id, secret, token := protocol.NewJoinToken()
 	sum := sha256.Sum256(secret)
 	now := time.Now()
-	data, _ := json.Marshal(tokenRecord{ID: id, SecretSHA256: hex.EncodeToString(sum[:]), Labels: map[string]string{"env": "prod"},
+	data, _ := json.Marshal(storedToken{ID: id, SecretSHA256: hex.EncodeToString(sum[:]), Labels: map[string]string{"env": "prod"},
 		Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
 	js, err := jetstream.New(gw.nc)
 	if err != nil {
@@ -479,8 +475,8 @@ func TestEnrolForgedToken(t *testing.T) {
 	// names no revision it is stored at: refused too.
 	id2, secret2, token2 := protocol.NewJoinToken()
 	sum2 := sha256.Sum256(secret2)
-	rec2 := tokenRecord{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	sealed, err := gw.seal.seal(sealToken, id2, rec2)
+	rec2 := storedToken{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	sealed, err := gw.seal.seal("token", id2, rec2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,15 +486,13 @@ func TestEnrolForgedToken(t *testing.T) {
 	if _, code := c.enrol(enrolReq(t, newUser(t), token2, "web-0", c.pin, now)); code != protocol.APITokenRevoked {
 		t.Errorf("a sealed token written by hand: %q, want %s", code, protocol.APITokenRevoked)
 	}
-	// Written by the token store, the same record is a token: only the
-	// seal and the revision were missing.
-	id3, secret3, token3 := protocol.NewJoinToken()
-	sum3 := sha256.Sum256(secret3)
-	rec3 := tokenRecord{ID: id3, SecretSHA256: hex.EncodeToString(sum3[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := gw.tokens.create(ctx, &rec3); err != nil {
+	// Written by the token store, a token is one: only the seal and the
+	// revision were missing.
+	rec3, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Uses: 5}, "ops")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, code := c.enrol(enrolReq(t, newUser(t), token3, "web-1", c.pin, now)); code != "" {
+	if _, code := c.enrol(enrolReq(t, newUser(t), rec3.Token, "web-1", c.pin, now)); code != "" {
 		t.Errorf("the sealed token: %s", code)
 	}
 }
@@ -550,7 +544,7 @@ func TestEnrolTokenPutBack(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].State != protocol.TokenTampered {
 		t.Errorf("the token list: %+v, %v; want the token tampered", list, err)
 	}
-	if _, err := gw.tokens.revoke(ctx, id, "ops", time.Now()); err != nil {
+	if _, _, err := gw.enrol.RevokeJoinToken(ctx, id, "ops"); err != nil {
 		t.Fatalf("revoking the put-back token: %v", err)
 	}
 	if list, err := gw.JoinTokens(ctx); err != nil || len(list) != 1 || list[0].State != protocol.TokenRevoked {
@@ -558,86 +552,14 @@ func TestEnrolTokenPutBack(t *testing.T) {
 	}
 }
 
-// lostAnswerKV stores what Create is given but answers the first lost
-// calls as JetStream does when a leader election swallows the reply.
-type lostAnswerKV struct {
-	jetstream.KeyValue
-	lost atomic.Int32
-}
-
-func (kv *lostAnswerKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	rev, err := kv.KeyValue.Create(ctx, key, value, opts...)
-	if kv.lost.Add(-1) >= 0 {
-		return 0, context.DeadlineExceeded
-	}
-	return rev, err
-}
-
-// TestNonceRecordRetried: a nonce whose write was stored but whose answer
-// was lost (an election) is recorded on the next attempt, not refused as
-// replayed by its own first write; a nonce another request wrote is
-// still a replay, whatever the answers lost on the way.
-func TestNonceRecordRetried(t *testing.T) {
-	gw := startAPIGateway(t, &testClock{t: time.Now()}, nil)
-	kv := &lostAnswerKV{KeyValue: gw.nonces.kv}
-	s := &nonceStore{kv: kv}
-	ctx := context.Background()
-
-	kv.lost.Store(2)
-	n := protocol.NewNonce()
-	if aerr := s.record(ctx, n); aerr != nil {
-		t.Fatalf("a nonce whose first two answers were lost: %v", aerr)
-	}
-	if aerr := s.record(ctx, n); aerr == nil || aerr.Code != protocol.APIReplayed {
-		t.Errorf("the same nonce again: %v, want replayed", aerr)
-	}
-	kv.lost.Store(1)
-	if aerr := s.record(ctx, n); aerr == nil || aerr.Code != protocol.APIReplayed {
-		t.Errorf("the same nonce again, its answer lost on the way: %v, want replayed", aerr)
-	}
-	kv.lost.Store(jskv.Attempts)
-	if aerr := s.record(ctx, protocol.NewNonce()); aerr == nil || aerr.Code != protocol.APIUnavailable {
-		t.Errorf("every answer lost: %v, want unavailable", aerr)
-	}
-}
-
-// TestGiveBackUse: a use a failed enrolment spent goes back to its token,
-// unless the enrolment may be stored (a record write whose answer was
-// lost, or a failure after the write): then the token would count one
-// enrolment fewer than it made, and the use stays spent.
-func TestGiveBackUse(t *testing.T) {
-	gw := startAPIGateway(t, nil, nil)
-	ctx := context.Background()
-	resp, err := gw.CreateJoinToken(ctx, &protocol.TokenCreateRequest{Uses: 2}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, secret, err := protocol.ParseJoinToken(resp.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	used := func() int {
-		t.Helper()
-		tok, _, err := gw.tokens.get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok.Used
-	}
-	if _, aerr := gw.tokens.consume(ctx, id, secret, gw.now, func(*tokenRecord) *protocol.APIError { return nil }); aerr != nil {
-		t.Fatal(aerr)
-	}
-	lost := fmt.Errorf("enrol web-1: %w", context.DeadlineExceeded)
-	gw.giveBackUse(ctx, id, "web-1", maybeStored{lost})
-	if n := used(); n != 1 {
-		t.Fatalf("after a failure that may be stored the token counts %d uses, want 1 (kept spent)", n)
-	}
-	gw.giveBackUse(ctx, id, "web-1", fmt.Errorf("enrol web-1: %w", ErrNameTaken))
-	if n := used(); n != 0 {
-		t.Fatalf("after a failure that wrote nothing the token counts %d uses, want 0 (given back)", n)
-	}
-	// The API error the host gets for either says to try again or why not.
-	if aerr := enrolError("web-1", maybeStored{lost}); aerr.Code != protocol.APIUnavailable {
-		t.Errorf("a failure that may be stored answers %s, want %s", aerr.Code, protocol.APIUnavailable)
-	}
+// storedToken is a join token's record as the tokens' bucket holds it
+// (gateway/enrol), for records written by hand.
+type storedToken struct {
+	ID           string            `json:"id"`
+	SecretSHA256 string            `json:"secret_sha256"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Uses         int               `json:"uses"`
+	Used         int               `json:"used"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 )
 
 // The fleet API listener (Config.APIListen): hosts enrol and recover
@@ -149,31 +150,31 @@ func (g *Gateway) APIHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(protocol.EnrolPath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.EnrolRequest
-		g.serveEnrolment(w, r, "enrol", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
+		g.serveEnrolment(w, r, "enrol", &req, func(ctx context.Context, out *enrol.Outcome) (any, *protocol.APIError) {
 			// Before the token is spent: an answer the host cannot use
 			// must not cost it.
 			if aerr := g.checkHandOut(ctx, sourceOf(r)); aerr != nil {
-				out.key, out.host = req.PublicKey, req.Host
-				out.tokenID, _, _ = protocol.ParseJoinToken(req.Token)
+				out.Key, out.Host = req.PublicKey, req.Host
+				out.TokenID, _, _ = protocol.ParseJoinToken(req.Token)
 				return nil, aerr
 			}
-			return g.enrolHost(ctx, &req, out)
+			return g.enrol.Enrol(ctx, &req, out)
 		})
 	})
 	mux.HandleFunc(protocol.LocatePath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.LocateRequest
-		g.serveEnrolment(w, r, "locate", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
-			return g.locateHost(ctx, &req, sourceOf(r), out)
+		g.serveEnrolment(w, r, "locate", &req, func(ctx context.Context, out *enrol.Outcome) (any, *protocol.APIError) {
+			return g.enrol.Locate(ctx, &req, sourceOf(r), out)
 		})
 	})
 	mux.HandleFunc(protocol.RecoverPath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.RecoverRequest
-		g.serveEnrolment(w, r, "recover", &req, func(ctx context.Context, out *enrolOutcome) (any, *protocol.APIError) {
+		g.serveEnrolment(w, r, "recover", &req, func(ctx context.Context, out *enrol.Outcome) (any, *protocol.APIError) {
 			if aerr := g.checkHandOut(ctx, sourceOf(r)); aerr != nil {
-				out.key, out.host = req.PublicKey, req.Host
+				out.Key, out.Host = req.PublicKey, req.Host
 				return nil, aerr
 			}
-			return g.recoverHost(ctx, &req, out)
+			return g.enrol.Recover(ctx, &req, out)
 		})
 	})
 	mux.Handle(protocol.AdminPath, g.adminHandler())
@@ -187,7 +188,7 @@ func (g *Gateway) APIHandler() http.Handler {
 // serveEnrolment runs one enrolment or recovery request: it decodes the
 // body into req, runs handle, answers, logs and audits.
 func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what string, req any,
-	handle func(context.Context, *enrolOutcome) (any, *protocol.APIError)) {
+	handle func(context.Context, *enrol.Outcome) (any, *protocol.APIError)) {
 	src := sourceOf(r)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -200,7 +201,7 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 		writeAPIErrorStatus(w, http.StatusTooManyRequests, aerr)
 		return
 	}
-	out := enrolOutcome{}
+	out := enrol.Outcome{}
 	var resp any
 	aerr := decodeAPIBody(w, r, req)
 	if aerr == nil {
@@ -215,25 +216,25 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
-	if out.tokenStopped {
+	if out.TokenStopped {
 		// The token's enrol credential, once a retry may no longer come.
 		g.reconcileAt(g.now().Add(g.cfg.EnrolRetryWindow))
 	}
 }
 
 // auditEnrolment logs and audits an enrolment, recovery or renewal.
-func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *protocol.APIError) {
-	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(access.KindAgent), Subject: out.key},
-		Tool: what, Target: out.tokenID, Source: src, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK}
-	if out.host != "" {
-		rec.Hosts = []string{out.host}
+func (g *Gateway) auditEnrolment(what, src string, out *enrol.Outcome, aerr *protocol.APIError) {
+	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Caller: audit.Caller{Kind: string(access.KindAgent), Subject: out.Key},
+		Tool: what, Target: out.TokenID, Source: src, Decision: audit.DecisionAllowed, Outcome: audit.OutcomeOK}
+	if out.Host != "" {
+		rec.Hosts = []string{out.Host}
 	}
-	if len(out.labels) > 0 || out.retried {
+	if len(out.Labels) > 0 || out.Retried {
 		rec.Args = map[string]any{}
-		if len(out.labels) > 0 {
-			rec.Args["labels"] = formatLabels(out.labels)
+		if len(out.Labels) > 0 {
+			rec.Args["labels"] = formatLabels(out.Labels)
 		}
-		if out.retried {
+		if out.Retried {
 			// The answer to this key's enrolment was given again.
 			rec.Args["retry"] = true
 		}
@@ -241,13 +242,13 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrolOutcome, aerr *prot
 	if aerr != nil {
 		rec.Decision, rec.Outcome, rec.Reason = audit.DecisionDenied, audit.OutcomeRefused, string(aerr.Code)
 		rec.Error = aerr.Message
-		g.log.Info(what+" refused", "host", out.host, "key", out.key, "token", out.tokenID, "source", src, "code", aerr.Code, "reason", aerr.Message)
+		g.log.Info(what+" refused", "host", out.Host, "key", out.Key, "token", out.TokenID, "source", src, "code", aerr.Code, "reason", aerr.Message)
 	} else {
-		g.log.Info(what+" done", "host", out.host, "key", out.key, "token", out.tokenID, "source", src)
+		g.log.Info(what+" done", "host", out.Host, "key", out.Key, "token", out.TokenID, "source", src)
 	}
 	// Stored before the host is answered (gateway/audit).
 	if err := g.audit.Commit(context.Background(), rec); err != nil {
-		g.log.Error(what+"'s audit record not stored yet", "host", out.host, "token", out.tokenID, "err", err)
+		g.log.Error(what+"'s audit record not stored yet", "host", out.Host, "token", out.TokenID, "err", err)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -65,21 +66,17 @@ type Gateway struct {
 	// authority issues agent credentials and keeps the revocations;
 	// agents are the agent records, agentIndex the gateway's copy of them.
 	authority *authority
-	agents    *agentStore
+	agents    *enrol.Agents
 	// revokedKeys is the ledger of every key ever revoked.
 	revokedKeys *revokedLedger
 	// embedded is the embedded server's account setup (nil: external).
 	embedded   *embeddedAccount
-	agentIndex *agentIndex
-	// tokens are the join tokens, nonces the request nonces seen;
-	// renewals serves credential renewals over NATS; api is the fleet
-	// API listener (enrolment and admin), apiCA the fleet CA when only
-	// the fleet API uses it.
-	tokens   *tokenStore
-	nonces   *nonceStore
-	renewals *renewer
-	// natsEnrolments serves enrolments over NATS.
-	natsEnrolments *renewer
+	agentIndex *enrol.Index
+	// enrol is enrolment: the join tokens, the request nonces, enrolment
+	// over HTTPS and NATS, recovery and renewal (gateway/enrol); api is
+	// the fleet API listener (enrolment and admin), apiCA the fleet CA
+	// when only the fleet API uses it.
+	enrol *enrol.Service
 	// agentSvc serves agents the key sets and audits their refusal
 	// reports (keyserve.go).
 	agentSvc *agentServices
@@ -163,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
-		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
+		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
 		g.now = cfg.clock
@@ -325,27 +322,25 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return err
 	}
-	if g.tokens, err = openTokenStore(js, seal, g.cfg.Hosts.Replicas, g.now, g.cfg.EnrolRetryWindow, g.streamAdmin("KV_"+tokensBucket), g.log.With("component", "tokens")); err != nil {
-		return err
-	}
-	if g.nonces, err = openNonceStore(js, g.cfg.Hosts.Replicas); err != nil {
+	g.enrol = enrol.New(g.enrolConfig(), g.agentIndex, g.agents)
+	if err := g.enrol.Open(js, seal.s, g.streamAdmin("KV_"+enrol.TokensBucket)); err != nil {
 		return err
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.setRecords(keySources{g.agents, g.tokens}, g.revokedKeys)
+	g.authority.setRecords(keySources{agentRevocations{g.agents}, tokenRevocations{g.enrol}}, g.revokedKeys)
 	g.reconcileSoon()
-	if err := g.startRenewals(); err != nil {
+	if err := g.enrol.StartRenewals(); err != nil {
 		return err
 	}
 	lctx, stop := context.WithCancel(context.Background())
 	prev := g.stopLoops
 	g.stopLoops = func() { stop(); prev() }
-	g.loops.Go(func() { g.sweepLoop(lctx) })
+	g.loops.Go(func() { g.enrol.SweepLoop(lctx) })
 	if err := g.startFleetAPI(); err != nil {
 		return err
 	}
-	if err := g.startNATSEnrolment(); err != nil {
+	if err := g.enrol.StartNATSEnrolment(); err != nil {
 		_ = g.stopFleetAPI(context.Background())
 		return err
 	}
@@ -609,18 +604,18 @@ func (g *Gateway) recordSeal() (*recordSeal, error) {
 // step with them (a gateway may have stopped between a revocation and
 // its push) and starts the revocation loop.
 func (g *Gateway) openAgents(ctx context.Context) error {
-	g.agentIndex.revoked = func(string) { g.reconcileSoon() }
+	g.agentIndex.OnRevoked(func(string) { g.reconcileSoon() })
 	seal, err := g.recordSeal()
 	if err != nil {
 		return err
 	}
-	if g.agents, err = openAgentStore(g.nc, g.agentIndex, seal, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
+	if g.agents, err = enrol.OpenAgents(g.nc, g.agentIndex, seal.s, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
 		return err
 	}
 	// The embedded server holds every key revoked while a credential
 	// issued before could still be valid: it may have missed a
 	// revocation by key while down, which no record names.
-	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, maxTokenTTL) - pruneSlack)
+	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, enrol.MaxTokenTTL) - pruneSlack)
 	var added func(string, time.Time)
 	if g.embedded != nil {
 		added = func(key string, at time.Time) {
@@ -645,7 +640,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 			return fmt.Errorf("revoked keys: %w", err)
 		}
 	}
-	g.authority.setRecords(g.agents, ledger)
+	g.authority.setRecords(agentRevocations{g.agents}, ledger)
 	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	err = g.authority.Reconcile(rctx)
 	cancel()
@@ -666,14 +661,13 @@ func (g *Gateway) stopNATS() {
 		g.stopLoops()
 		g.loops.Wait()
 	}
-	g.renewals.close()
-	g.natsEnrolments.close()
+	g.enrol.Close()
 	g.agentSvc.close()
 	if g.skillStore != nil {
 		g.skillStore.Close()
 	}
 	if g.agents != nil {
-		g.agents.close()
+		g.agents.Close()
 	}
 	if g.revokedKeys != nil {
 		g.revokedKeys.close()

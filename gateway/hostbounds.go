@@ -68,16 +68,6 @@ func renewRefill(ttl time.Duration) time.Duration {
 	return min(max(ttl/4, renewRefillMin), renewRefillMax)
 }
 
-// renewDueAt returns when a credential that expires at expires, issued
-// for ttl, may be renewed: once half of ttl is left. The zero time
-// (a record that does not say) is always due.
-func renewDueAt(expires time.Time, ttl time.Duration) time.Time {
-	if expires.IsZero() {
-		return time.Time{}
-	}
-	return expires.Add(-ttl / 2)
-}
-
 // boundCounts counts what the per-host bounds dropped, for metrics.go.
 type boundCounts struct {
 	// Refusal reports: beyond the host's rate, not signed by the host's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -266,8 +268,8 @@ func TestRenewalBounds(t *testing.T) {
 	}
 	var req protocol.RenewRequest
 	_ = json.Unmarshal(data, &req)
-	if aerr := gw.nonces.record(context.Background(), req.Nonce); aerr != nil {
-		t.Errorf("the nonce of a rate-limited renewal was stored: %v", aerr)
+	if _, err := nonceBucket(t, gw).Get(context.Background(), req.Nonce); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the nonce of a rate-limited renewal was stored: %v", err)
 	}
 	clock.advance(renewRefill(720 * time.Hour))
 	if code := ask(renewReq(t, kp, "web-1", clock.now())); code != "" {
@@ -293,4 +295,18 @@ func TestAuditCallerOf(t *testing.T) {
 			t.Errorf("auditCallerOf(%+v) = %+v, want %+v", id.Caller(), got, want)
 		}
 	}
+}
+
+// nonceBucket is the bucket of the request nonces seen.
+func nonceBucket(t *testing.T, gw *Gateway) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(gw.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), "fleet_nonces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }

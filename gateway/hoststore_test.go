@@ -18,6 +18,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 )
 
 // startJetStream runs a NATS server with JetStream, its state in a
@@ -36,7 +38,7 @@ type replica struct {
 
 func newReplica(t *testing.T, ns *server.Server, clock *testClock, retention time.Duration) *replica {
 	t.Helper()
-	reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
+	reg := newRegistry(discardLogger(), 15*time.Second, enrol.NewIndex())
 	reg.now = clock.now
 	s, err := newHostStore(connectNATS(t, ns, "gateway"), reg, HostsConfig{Retention: retention, Replicas: 1}, discardLogger())
 	if err != nil {
@@ -561,7 +563,7 @@ func TestHostStoreSurvivesNATSRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
+		reg := newRegistry(discardLogger(), 15*time.Second, enrol.NewIndex())
 		reg.now = clock.now
 		s, err := newHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
 		if err != nil {
@@ -608,7 +610,7 @@ func TestHostStoreCloseLeavesNoGoroutines(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			base = runtime.NumGoroutine()
 		}
-		reg := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
+		reg := newRegistry(discardLogger(), 15*time.Second, enrol.NewIndex())
 		s, err := openHostStore(nc, reg, HostsConfig{Retention: -1, Replicas: 1}, discardLogger())
 		if err != nil {
 			t.Fatal(err)

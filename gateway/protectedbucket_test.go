@@ -49,7 +49,7 @@ func TestProtectedStreamsRefuseRuntimeUsers(t *testing.T) {
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
-	if _, err := gw.tokens.sweep(sctx, time.Now()); err != nil {
+	if _, err := gw.enrol.SweepTokens(sctx, time.Now()); err != nil {
 		t.Errorf("token sweep: %v", err)
 	}
 }

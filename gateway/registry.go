@@ -16,6 +16,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/policy"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 )
 
 // This file is the host registry: what this gateway knows about each
@@ -138,7 +140,7 @@ type registry struct {
 	log *slog.Logger
 	// agents are the agent records: the hosts' labels and revocations
 	// (nil: no host has labels).
-	agents       *agentIndex
+	agents       *enrol.Index
 	offlineAfter time.Duration
 	maxBytes     int64
 	now          func() time.Time
@@ -175,7 +177,7 @@ const maxInstances = 8
 // logEvery is the interval of the registry's log limiters.
 const logEvery = time.Minute
 
-func newRegistry(log *slog.Logger, offlineAfter time.Duration, agents *agentIndex) *registry {
+func newRegistry(log *slog.Logger, offlineAfter time.Duration, agents *enrol.Index) *registry {
 	return &registry{log: log, agents: agents, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
 		rejects: newLogLimiter(logEvery, 1), events: newLogLimiter(logEvery, 10),
 		hosts: make(map[string]*hostEntry), idConflicts: make(map[string]identityConflict), strings: interner{m: make(map[string]*internRef)}}
@@ -541,7 +543,7 @@ func (r *registry) labels(host string) (map[string]string, bool) {
 	if r.agents == nil {
 		return nil, false
 	}
-	rec, ok := r.agents.record(host)
+	rec, ok := r.agents.Record(host)
 	if !ok {
 		return nil, false
 	}
@@ -746,13 +748,13 @@ func (r *registry) markIdentityConflict(host, key, detail string) bool {
 func (r *registry) standing(host string) (identityConflict, bool) {
 	var rec *AgentRecord
 	if r.agents != nil {
-		rec, _ = r.agents.record(host)
+		rec, _ = r.agents.Record(host)
 	}
 	if ic, ok := r.idConflicts[host]; ok && (rec == nil || !rec.Revoked() && rec.PublicKey == ic.key) {
 		return ic, true
 	}
 	if rec != nil {
-		if kept, ok := rec.conflictStands(); ok {
+		if kept, ok := rec.ConflictStands(); ok {
 			return identityConflict{key: kept.PublicKey, detail: kept.Detail, since: kept.FoundAt}, true
 		}
 	}
@@ -780,8 +782,8 @@ func (r *registry) identityConflicts() int {
 		}
 	}
 	if r.agents != nil {
-		for _, rec := range r.agents.all() {
-			if _, ok := rec.conflictStands(); ok {
+		for _, rec := range r.agents.All() {
+			if _, ok := rec.ConflictStands(); ok {
 				hosts[rec.Host] = true
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -39,7 +41,7 @@ func (c *testClock) advance(d time.Duration) {
 // stands still until the test moves it.
 func newTestRegistry() (*registry, *testClock) {
 	clock := &testClock{t: time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)}
-	r := newRegistry(discardLogger(), 15*time.Second, newAgentIndex())
+	r := newRegistry(discardLogger(), 15*time.Second, enrol.NewIndex())
 	r.now = clock.now
 	return r, clock
 }
@@ -47,8 +49,8 @@ func newTestRegistry() (*registry, *testClock) {
 // setLabels gives host labels in r's agent records, as an enrolment
 // does.
 func setLabels(r *registry, host string, labels map[string]string) {
-	rev, _ := r.agents.progress()
-	r.agents.apply(host, rev+1, &AgentRecord{Host: host, PublicKey: "U" + host, Labels: labels})
+	rev, _ := r.agents.Progress()
+	r.agents.Apply(host, rev+1, &AgentRecord{Host: host, PublicKey: "U" + host, Labels: labels})
 }
 
 func announceOf(host string) protocol.Announce {
@@ -374,8 +376,8 @@ func TestRegistryLabelsFromRecords(t *testing.T) {
 	if l := r.list("env=staging"); len(l) != 1 || l[0].Host != "web-1" {
 		t.Errorf("after the record changed, env=staging lists %v", l)
 	}
-	rev, _ := r.agents.progress()
-	r.agents.apply("web-1", rev+1, &AgentRecord{Host: "web-1", PublicKey: "Uweb-1", RevokedAt: time.Now()})
+	rev, _ := r.agents.Progress()
+	r.agents.Apply("web-1", rev+1, &AgentRecord{Host: "web-1", PublicKey: "Uweb-1", RevokedAt: time.Now()})
 	if h, _ := r.get("web-1"); !h.Revoked {
 		t.Error("web-1 is revoked in its record but not in the registry")
 	}

@@ -240,14 +240,6 @@ func TestAgentTemplateAllowsRenewal(t *testing.T) {
 	if !matches(sub, protocol.AgentInboxPrefix("web-1")+".abc.1") {
 		t.Errorf("subscribe %v does not allow the agent's inbox", sub)
 	}
-	if h, ok := renewHost(protocol.RenewSubject("web-1")); !ok || h != "web-1" {
-		t.Errorf("renewHost = %q %v", h, ok)
-	}
-	for _, s := range []string{"fleet.v1.agent.renew", "fleet.v1.agent.a.b.renew", "fleet.v1.host.web-1.renew", "fleet.v1.agent.web-1.call"} {
-		if h, ok := renewHost(s); ok {
-			t.Errorf("renewHost(%q) = %q", s, h)
-		}
-	}
 }
 
 // subjectMatches reports whether subject matches the NATS pattern p.

@@ -106,7 +106,7 @@ func subjectHost(subject string) string {
 func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
 	host := subjectHost(subject)
 	if host == "" {
-		host, _ = renewHost(subject)
+		host, _ = renewSubjectHost(subject)
 	}
 	inbox := protocol.AgentInboxPrefix(host) + "." + nats.NewInbox()[len(nats.InboxPrefix):]
 	sub, err := nc.SubscribeSync(inbox)
@@ -125,4 +125,14 @@ func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Durat
 		return nil, nats.ErrNoResponders
 	}
 	return m, err
+}
+
+// renewSubjectHost returns the host of a renewal subject.
+func renewSubjectHost(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, strings.TrimSuffix(protocol.RenewSubjectAll, "*.renew"))
+	if !ok {
+		return "", false
+	}
+	host, ok := strings.CutSuffix(rest, ".renew")
+	return host, ok && protocol.ValidateHost(host) == nil
 }

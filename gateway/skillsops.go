@@ -76,7 +76,7 @@ type gatewayFleet struct{ g *Gateway }
 
 func (f gatewayFleet) Members() []skills.Member {
 	var out []skills.Member
-	for _, rec := range f.g.agentIndex.all() {
+	for _, rec := range f.g.agentIndex.All() {
 		if rec.Revoked() {
 			continue
 		}
@@ -88,7 +88,7 @@ func (f gatewayFleet) Members() []skills.Member {
 func (f gatewayFleet) Online(host string) bool { return f.g.reg.isOnline(host) }
 
 func (f gatewayFleet) AgentOK(host string) error {
-	rec, ok := f.g.agentIndex.record(host)
+	rec, ok := f.g.agentIndex.Record(host)
 	switch {
 	case !ok:
 		return fmt.Errorf("host %q is not enrolled", protocol.Clip(host, 64))

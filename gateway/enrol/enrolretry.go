@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // again, the request would be refused as token_spent, stranding the host.
 // So a retry is answered instead: the same key (proved again, with a new
 // nonce), with the same token (its secret checked), for the name the
-// record holds, within Config.EnrolRetryWindow of the enrolment, gets a
+// record holds, within Config.RetryWindow of the enrolment, gets a
 // new credential for its record and spends nothing. A different key never
 // gets anything from a spent token: it takes the ordinary path and is
 // refused there; nor does a revoked host, a replaced key, or a token
@@ -36,20 +36,20 @@ func (r *AgentRecord) retryOf(tokenID, pub string, now time.Time, window time.Du
 // is a retry of an enrolment with token id whose secret is secret; done
 // is false when it is not one, and the request takes the ordinary path,
 // which says why it is refused if it is.
-func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req *protocol.EnrolRequest, out *enrolOutcome) (_ *protocol.EnrolResponse, done bool, _ *protocol.APIError) {
+func (s *Service) enrolAgain(ctx context.Context, id string, secret []byte, req *protocol.EnrolRequest, out *Outcome) (_ *protocol.EnrolResponse, done bool, _ *protocol.APIError) {
 	// The index, as this gateway holds it: a key it does not know is
-	// taken for a first enrolment, at no cost (enrolHost asks again after
+	// taken for a first enrolment, at no cost (Enrol asks again after
 	// a sync when the token turns out spent). The record itself is read
 	// again below.
-	host, ok := g.agentIndex.keyHost(req.PublicKey)
+	host, ok := s.index.KeyHost(req.PublicKey)
 	if !ok {
 		return nil, false, nil
 	}
-	now := g.now()
-	if rec, ok := g.agentIndex.record(host); !ok || !rec.retryOf(id, req.PublicKey, now, g.cfg.EnrolRetryWindow) {
+	now := s.now()
+	if rec, ok := s.index.Record(host); !ok || !rec.retryOf(id, req.PublicKey, now, s.cfg.RetryWindow) {
 		return nil, false, nil
 	}
-	tok, _, err := g.tokens.get(ctx, id)
+	tok, _, err := s.tokens.get(ctx, id)
 	if err != nil || !tok.secretMatches(secret) || !tok.RevokedAt.IsZero() || !now.Before(tok.ExpiresAt) {
 		return nil, false, nil
 	}
@@ -58,9 +58,9 @@ func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req 
 	}
 	// The record read again, with compare-and-swap: a revocation or a
 	// replacing enrolment meanwhile ends the retry.
-	expires := now.Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
-	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
-		if !r.retryOf(id, req.PublicKey, g.now(), g.cfg.EnrolRetryWindow) {
+	expires := now.Add(s.cfg.CredentialTTL).Truncate(time.Second)
+	rec, err := s.agents.Modify(ctx, host, func(r *AgentRecord) error {
+		if !r.retryOf(id, req.PublicKey, s.now(), s.cfg.RetryWindow) {
 			return errNotRetry
 		}
 		if !expires.After(r.CredentialExpiresAt) {
@@ -75,14 +75,15 @@ func (g *Gateway) enrolAgain(ctx context.Context, id string, secret []byte, req 
 	case err != nil:
 		return nil, true, apiErr(protocol.APIUnavailable, "enrolling %s again failed on the gateway (%v): try again in a moment", host, err)
 	}
-	jwt, err := g.authority.AgentJWT(host, req.PublicKey, expires)
+	jwt, err := s.cfg.Issuer.AgentJWT(host, req.PublicKey, expires)
 	if err != nil {
 		return nil, true, issueError(host, err)
 	}
-	out.host, out.labels, out.retried = host, rec.Labels, true
-	g.log.Info("agent enrolled again: the same key sent the same join token (its first answer was lost); no use spent",
+	out.Host, out.Labels, out.Retried = host, rec.Labels, true
+	s.log.Info("agent enrolled again: the same key sent the same join token (its first answer was lost); no use spent",
 		"host", host, "key", req.PublicKey, "token", id, "enrolled_at", rec.TokenAt)
-	c := AgentCredentials{Host: host, JWT: jwt, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(),
-		CAPEM: g.NATSCAPEM(), CAPin: g.NATSCAPin(), Labels: rec.Labels}
-	return g.enrolResponse(&c), true, nil
+	d := s.dial()
+	c := AgentCredentials{Host: host, JWT: jwt, Expires: expires, NATSURLs: d.NATSURLs, SigningKeys: d.SigningKeys,
+		CAPEM: d.NATSCAPEM, CAPin: d.NATSCAPin, Labels: rec.Labels}
+	return s.enrolResponse(&c), true, nil
 }

@@ -1,14 +1,12 @@
-package gateway
+package enrol
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -29,7 +27,7 @@ import (
 // signs the server's nonce with the seed.
 //
 // The gateways serve protocol.EnrolSubjectAll in a queue group and answer
-// each request with enrolHost, the very checks of the fleet API, audited
+// each request with Enrol, the very checks of the fleet API, audited
 // the same way. Once the token is revoked, or spent and the enrolment
 // retry window over (a host whose answer was lost may ask again, see
 // enrolretry.go), the enrol credential's key is revoked in the fleet
@@ -40,61 +38,26 @@ import (
 // over NATS.
 const natsEnrolQueue = "fleet-gateway-enrol"
 
-// EnrolJWT issues the enrol credential of join token tokenID for the
-// throw-away key userPub, valid until expires.
-func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
-	if a.enrolSigner == nil {
-		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
-	}
-	if err := protocol.CheckTokenID(tokenID); err != nil {
-		return "", err
-	}
-	uc := jwt.NewUserClaims(userPub)
-	uc.Name = "enrol-" + tokenID
-	uc.Expires = expires.Unix()
-	uc.IssuerAccount = a.accountPub
-	// The enrol signing key's template (enrolScope) gives the token's
-	// own subjects, from this tag, and the limits.
-	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
-	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	token, err := uc.Encode(a.enrolSigner)
-	if err != nil {
-		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
-	}
-	return token, nil
+// TokenRevocations returns the enrol credentials' keys of the join
+// tokens that stopped working before they expired: revoked, or spent
+// longer ago than the enrolment retry window. Their entries go once the
+// token has expired, when the credential has too.
+func (s *Service) TokenRevocations(ctx context.Context) ([]Revocation, error) {
+	return s.tokens.revocations(ctx)
 }
 
-// keySources are several sources of revoked keys.
-type keySources []keyRegistry
-
-func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
-	var out []revokedKey
-	for _, r := range s {
-		keys, err := r.revokedKeys(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, keys...)
-	}
-	return out, nil
-}
-
-// revokedKeys returns the enrol credentials' keys of the tokens that
-// stopped working before they expired: revoked, or spent longer ago than
-// the enrolment retry window. Their entries go once the token has
-// expired, when the credential has too.
-func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+func (s *tokenStore) revocations(ctx context.Context) ([]Revocation, error) {
 	all, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now()
-	var out []revokedKey
+	var out []Revocation
 	for _, e := range all {
 		if e.putBack && e.rec.EnrolKey != "" {
 			// The token is refused for good: so is its enrol credential,
 			// every one issued until it expires.
-			out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: e.rec.ExpiresAt, expires: e.rec.ExpiresAt, exact: true})
+			out = append(out, Revocation{Key: e.rec.EnrolKey, RevokedAt: e.rec.ExpiresAt, Expires: e.rec.ExpiresAt, Exact: true})
 			continue
 		}
 		at := e.rec.enrolKeyRevokedAt()
@@ -103,7 +66,7 @@ func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
 			// window: a host whose answer was lost can ask again.
 			continue
 		}
-		out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: at, expires: e.rec.ExpiresAt, exact: true})
+		out = append(out, Revocation{Key: e.rec.EnrolKey, RevokedAt: at, Expires: e.rec.ExpiresAt, Exact: true})
 	}
 	return out, nil
 }
@@ -127,14 +90,14 @@ func (t *tokenRecord) enrolKeyRevokedAt() time.Time {
 
 // natsJoinToken gives the new token t an enrol credential, and returns
 // the NATS join token that holds it and token, and the URLs to dial.
-func (g *Gateway) natsJoinToken(t *tokenRecord, token string) (string, []string, error) {
-	urls := g.AgentNATSURLs()
-	if g.NATSCAPin() == "" || len(urls) == 0 {
-		return "", nil, fmt.Errorf("%w: nats: enrolment over NATS needs the embedded NATS server serving TLS (--nats_listen on a non-loopback address, or --nats_tls)", errBadAdminRequest)
+func (s *Service) natsJoinToken(t *tokenRecord, token string) (string, []string, error) {
+	urls := s.dial().NATSURLs
+	if s.dial().NATSCAPin == "" || len(urls) == 0 {
+		return "", nil, fmt.Errorf("%w: nats: enrolment over NATS needs the embedded NATS server serving TLS (--nats_listen on a non-loopback address, or --nats_tls)", ErrBadRequest)
 	}
 	for _, u := range urls {
 		if !strings.HasPrefix(u, "tls://") {
-			return "", nil, fmt.Errorf("%w: nats: the NATS URL %s agents are given is not tls://: set --nats_advertise tls://HOST:PORT", errBadAdminRequest, u)
+			return "", nil, fmt.Errorf("%w: nats: the NATS URL %s agents are given is not tls://: set --nats_advertise tls://HOST:PORT", ErrBadRequest, u)
 		}
 	}
 	kp, err := nkeys.CreateUser()
@@ -144,68 +107,68 @@ func (g *Gateway) natsJoinToken(t *tokenRecord, token string) (string, []string,
 	defer kp.Wipe()
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
-	cred, err := g.authority.EnrolJWT(t.ID, pub, t.ExpiresAt)
+	cred, err := s.cfg.Issuer.EnrolJWT(t.ID, pub, t.ExpiresAt)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: nats: %w", errBadAdminRequest, err)
+		return "", nil, fmt.Errorf("%w: nats: %w", ErrBadRequest, err)
 	}
 	t.EnrolKey = pub
 	nt := protocol.NATSJoinToken{Token: token, JWT: cred, Seed: string(seed)}
 	return nt.Encode(), urls, nil
 }
 
-// startNATSEnrolment subscribes the gateway to the enrolment subjects.
-func (g *Gateway) startNATSEnrolment() error {
-	r, err := g.serveQueue(protocol.EnrolSubjectAll, natsEnrolQueue, nil, g.enrolOverNATS)
+// StartNATSEnrolment subscribes the gateway to the enrolment subjects.
+func (s *Service) StartNATSEnrolment() error {
+	r, err := s.serveQueue(protocol.EnrolSubjectAll, natsEnrolQueue, nil, s.enrolOverNATS)
 	if err != nil {
 		return fmt.Errorf("subscribe to enrolments over NATS: %w", err)
 	}
-	g.natsEnrolments = r
+	s.natsEnrolments = r
 	return nil
 }
 
 // enrolOverNATS answers one enrolment request sent over NATS, as the
 // fleet API answers one sent over HTTPS.
-func (g *Gateway) enrolOverNATS(ctx context.Context, m *nats.Msg) {
+func (s *Service) enrolOverNATS(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
-	out := enrolOutcome{}
+	out := Outcome{}
 	id, ok := protocol.TokenIDOfEnrolSubject(m.Subject)
 	src := "nats:" + id
 	if !ok || !protocol.IsReplyUnder(protocol.EnrolInboxPrefix(id), m.Reply) {
-		out.tokenID = id
-		g.api.failures.fail(src, g.now())
-		g.auditEnrolment("enrol", "nats", &out, badReply(m.Reply, protocol.EnrolInboxPrefix(id)))
+		out.TokenID = id
+		s.cfg.Fail(src, s.now())
+		s.cfg.Record("enrol", "nats", &out, badReply(m.Reply, protocol.EnrolInboxPrefix(id)))
 		return
 	}
 	var resp *protocol.EnrolResponse
 	var aerr *protocol.APIError
-	if wait, ok := g.api.failures.allowed(src, g.now()); !ok {
+	if wait, ok := s.cfg.Allowed(src, s.now()); !ok {
 		aerr = apiErr(protocol.APIUnavailable, "too many refused requests for join token %s: wait %s and check the token, name and clock before trying again", id, wait.Round(time.Second))
 	} else {
-		resp, aerr = g.enrolNATSRequest(ctx, m, id, &out)
+		resp, aerr = s.enrolNATSRequest(ctx, m, id, &out)
 	}
 	var data []byte
 	if aerr != nil {
 		if aerr.Code != protocol.APIUnavailable {
-			g.api.failures.fail(src, g.now())
+			s.cfg.Fail(src, s.now())
 		}
 		data, _ = json.Marshal(aerr)
 	} else {
 		data, _ = json.Marshal(resp)
 	}
 	if err := m.Respond(data); err != nil {
-		g.log.Warn("enrolment over NATS: the answer could not be sent", "host", out.host, "token", id, "err", err)
+		s.log.Warn("enrolment over NATS: the answer could not be sent", "host", out.Host, "token", id, "err", err)
 	}
-	g.auditEnrolment("enrol", "nats", &out, aerr)
-	if out.tokenStopped {
+	s.cfg.Record("enrol", "nats", &out, aerr)
+	if out.TokenStopped {
 		// The credential that asked is revoked (which closes its
 		// connection) once a retry may no longer come.
-		g.reconcileAt(g.now().Add(g.cfg.EnrolRetryWindow))
+		s.cfg.ReconcileAt(s.now().Add(s.cfg.RetryWindow))
 	}
 }
 
-func (g *Gateway) enrolNATSRequest(ctx context.Context, m *nats.Msg, id string, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
-	out.tokenID = id
+func (s *Service) enrolNATSRequest(ctx context.Context, m *nats.Msg, id string, out *Outcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.TokenID = id
 	if id == "" {
 		return nil, apiErr(protocol.APIBadRequest, "subject %s is not an enrolment subject", m.Subject)
 	}
@@ -214,8 +177,8 @@ func (g *Gateway) enrolNATSRequest(ctx context.Context, m *nats.Msg, id string, 
 		return nil, aerr
 	}
 	if tid, _, err := protocol.ParseJoinToken(req.Token); err == nil && tid != id {
-		out.key = req.PublicKey
+		out.Key = req.PublicKey
 		return nil, apiErr(protocol.APIBadRequest, "the request carries join token %s but was sent on the subject of token %s: send it to %s", tid, id, protocol.EnrolSubject(tid))
 	}
-	return g.enrolHost(ctx, &req, out)
+	return s.Enrol(ctx, &req, out)
 }

@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"context"
@@ -61,13 +61,13 @@ type AgentRecord struct {
 	// replaced them.
 	RevokedKeys []RevokedKey `json:"revoked_keys,omitempty"`
 	// IdentityConflict is set when two clients were found on the host's
-	// identity (connwatch.go). Calls to the host are refused, by every
+	// identity (the gateway's connection watch). Calls to the host are refused, by every
 	// gateway and across restarts, while the record still has the key it
 	// names and is not revoked: revoking the host or re-enrolling it
 	// with --replace (another key) ends it.
 	IdentityConflict *RecordedConflict `json:"identity_conflict,omitempty"`
 	// Gen counts the record's writes (1 when created). Records are
-	// sealed (recordseal.go), but an old sealed copy put back into the
+	// sealed (seal.go), but an old sealed copy put back into the
 	// bucket would still pass its seal: the gateways take no record
 	// whose Gen is not above the one they hold.
 	Gen uint64 `json:"gen"`
@@ -88,9 +88,9 @@ type RecordedConflict struct {
 	Detail    string    `json:"detail"`
 }
 
-// conflictStands returns the record's identity conflict while it stands:
+// ConflictStands returns the record's identity conflict while it stands:
 // it names the key the record holds, and the host is not revoked.
-func (r *AgentRecord) conflictStands() (*RecordedConflict, bool) {
+func (r *AgentRecord) ConflictStands() (*RecordedConflict, bool) {
 	ic := r.IdentityConflict
 	if ic == nil || r.Revoked() || ic.PublicKey != r.PublicKey {
 		return nil, false
@@ -101,8 +101,13 @@ func (r *AgentRecord) conflictStands() (*RecordedConflict, bool) {
 // Revoked reports whether the host was revoked.
 func (r *AgentRecord) Revoked() bool { return !r.RevokedAt.IsZero() }
 
-// clone returns a copy of r that shares no maps or slices with it.
-func (r *AgentRecord) clone() AgentRecord {
+// RevokesKey reports whether r names pub among its revoked keys.
+func (r *AgentRecord) RevokesKey(pub string) bool {
+	return slices.ContainsFunc(r.RevokedKeys, func(k RevokedKey) bool { return k.PublicKey == pub }) || r.Revoked() && r.PublicKey == pub
+}
+
+// Clone returns a copy of r that shares no maps or slices with it.
+func (r *AgentRecord) Clone() AgentRecord {
 	c := *r
 	c.Labels = maps.Clone(r.Labels)
 	c.RevokedKeys = slices.Clone(r.RevokedKeys)
@@ -113,15 +118,26 @@ func (r *AgentRecord) clone() AgentRecord {
 	return c
 }
 
-// revokedKeys lists the record's revoked keys: its earlier keys, and its
+// A Revocation is a key the records say is revoked, and until when a
+// credential issued for it may be valid.
+type Revocation struct {
+	Key       string
+	RevokedAt time.Time
+	Expires   time.Time
+	// Exact: Expires is when the last credential of the key expires (an
+	// enrol credential), not only the record's latest agent credential.
+	Exact bool
+}
+
+// Revocations lists the record's revoked keys: its earlier keys, and its
 // current one when the host is revoked.
-func (r *AgentRecord) revokedKeys() []revokedKey {
-	var out []revokedKey
+func (r *AgentRecord) Revocations() []Revocation {
+	var out []Revocation
 	for _, k := range r.RevokedKeys {
-		out = append(out, revokedKey{pub: k.PublicKey, revokedAt: k.RevokedAt, expires: k.CredentialExpiresAt})
+		out = append(out, Revocation{Key: k.PublicKey, RevokedAt: k.RevokedAt, Expires: k.CredentialExpiresAt})
 	}
 	if r.Revoked() {
-		out = append(out, revokedKey{pub: r.PublicKey, revokedAt: r.RevokedAt, expires: r.CredentialExpiresAt})
+		out = append(out, Revocation{Key: r.PublicKey, RevokedAt: r.RevokedAt, Expires: r.CredentialExpiresAt})
 	}
 	return out
 }
@@ -135,9 +151,9 @@ var (
 	errRecordChanged = errors.New("agent record changed meanwhile")
 )
 
-// agentIndex is the gateway's copy of the agent records, kept by the
+// Index is the gateway's copy of the agent records, kept by the
 // bucket's watch.
-type agentIndex struct {
+type Index struct {
 	mu     sync.RWMutex
 	byHost map[string]*AgentRecord
 	// byKey maps every key ever enrolled (current and revoked) to its
@@ -151,29 +167,39 @@ type agentIndex struct {
 	applied chan struct{}
 }
 
-func newAgentIndex() *agentIndex {
-	return &agentIndex{byHost: make(map[string]*AgentRecord), byKey: make(map[string]string), applied: make(chan struct{}, 1)}
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{byHost: make(map[string]*AgentRecord), byKey: make(map[string]string), applied: make(chan struct{}, 1)}
 }
 
-// record returns host's record; the caller must not modify it.
-func (x *agentIndex) record(host string) (*AgentRecord, bool) {
+// OnRevoked sets the function told about every host whose record turns
+// revoked or gets a newly revoked key; call it before the index is
+// filled.
+func (x *Index) OnRevoked(f func(host string)) {
+	x.mu.Lock()
+	x.revoked = f
+	x.mu.Unlock()
+}
+
+// Record returns host's record; the caller must not modify it.
+func (x *Index) Record(host string) (*AgentRecord, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	r, ok := x.byHost[host]
 	return r, ok
 }
 
-// keyHost returns the host a key was enrolled for.
-func (x *agentIndex) keyHost(pub string) (string, bool) {
+// KeyHost returns the host a key was enrolled for.
+func (x *Index) KeyHost(pub string) (string, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	h, ok := x.byKey[pub]
 	return h, ok
 }
 
-// keysOf returns every key ever enrolled for host as far as the index
+// KeysOf returns every key ever enrolled for host as far as the index
 // knows, even when its record was removed since.
-func (x *agentIndex) keysOf(host string) []string {
+func (x *Index) KeysOf(host string) []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var out []string
@@ -186,21 +212,21 @@ func (x *agentIndex) keysOf(host string) []string {
 	return out
 }
 
-// all returns every record, sorted by host.
-func (x *agentIndex) all() []AgentRecord {
+// All returns every record, sorted by host.
+func (x *Index) All() []AgentRecord {
 	x.mu.RLock()
 	out := make([]AgentRecord, 0, len(x.byHost))
 	for _, r := range x.byHost {
-		out = append(out, r.clone())
+		out = append(out, r.Clone())
 	}
 	x.mu.RUnlock()
 	slices.SortFunc(out, func(a, b AgentRecord) int { return strings.Compare(a.Host, b.Host) })
 	return out
 }
 
-// apply takes in one entry of the bucket (rec nil: the record was
+// Apply takes in one entry of the bucket (rec nil: the record was
 // removed).
-func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
+func (x *Index) Apply(host string, rev uint64, rec *AgentRecord) {
 	x.mu.Lock()
 	old := x.byHost[host]
 	if rec != nil && old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
@@ -239,7 +265,7 @@ func (x *agentIndex) apply(host string, rev uint64, rec *AgentRecord) {
 // reached it, what the watch took in is newer (a removal, say) and
 // stands. It leaves the revision the watch reached as it is: sync still
 // waits for the watch.
-func (x *agentIndex) wrote(rec *AgentRecord, rev uint64) {
+func (x *Index) wrote(rec *AgentRecord, rev uint64) {
 	x.mu.Lock()
 	old := x.byHost[rec.Host]
 	if x.rev >= rev || old != nil && old.Gen > 0 && rec.Gen <= old.Gen {
@@ -262,7 +288,7 @@ func (x *agentIndex) wrote(rec *AgentRecord, rev uint64) {
 
 // pass counts revision rev as seen without taking in its entry (one
 // that is damaged or forged), so that sync does not wait for it.
-func (x *agentIndex) pass(rev uint64) {
+func (x *Index) pass(rev uint64) {
 	x.mu.Lock()
 	x.rev = max(x.rev, rev)
 	close(x.applied)
@@ -270,9 +296,9 @@ func (x *agentIndex) pass(rev uint64) {
 	x.mu.Unlock()
 }
 
-// progress returns the highest revision applied, and a channel closed
+// Progress returns the highest revision applied, and a channel closed
 // when the next change is.
-func (x *agentIndex) progress() (uint64, <-chan struct{}) {
+func (x *Index) Progress() (uint64, <-chan struct{}) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.rev, x.applied
@@ -286,12 +312,12 @@ func newlyRevoked(old, rec *AgentRecord) bool {
 	return rec.Revoked() && (!old.Revoked() || old.PublicKey != rec.PublicKey) || len(rec.RevokedKeys) > len(old.RevokedKeys)
 }
 
-// agentStore reads and writes the agent records.
-type agentStore struct {
+// Agents reads and writes the agent records.
+type Agents struct {
 	kv    jetstream.KeyValue
 	nc    *nats.Conn
-	index *agentIndex
-	seal  *recordSeal
+	index *Index
+	seal  *Seal
 	log   *slog.Logger
 
 	first  jskv.Watch
@@ -300,21 +326,25 @@ type agentStore struct {
 	wg     sync.WaitGroup
 }
 
-// agentsLoadTimeout bounds the wait for the agent records at start. The
+// LoadTimeout bounds the wait for the agent records at start. The
 // gateway serves nothing before it has them all: without its records a
 // host would have no labels, and a selector such as env!=prod would pick
 // it. A fleet reconnecting at once (the embedded server restarting with
 // its gateway) keeps JetStream busy for a while, hence the patience.
-const agentsLoadTimeout = 2 * time.Minute
+const LoadTimeout = 2 * time.Minute
 
-// openAgentStore creates (or updates) the bucket and fills index from it,
-// keeping it current until close.
-func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas int, admin jskv.Admin, log *slog.Logger) (*agentStore, error) {
+// syncTimeout is how long Sync waits for the watch at least.
+const syncTimeout = 10 * time.Second
+
+// OpenAgents creates (or updates) the bucket and fills index from it,
+// keeping it current until Close. admin, when not nil, acts on the
+// bucket's stream with the rights the gateway's own user lacks.
+func OpenAgents(nc *nats.Conn, index *Index, seal *Seal, replicas int, admin jskv.Admin, log *slog.Logger) (*Agents, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("agent records: %w", err)
 	}
-	kv, err := jskv.EnsureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+	kv, err := jskv.EnsureProtectedBucket(js, LoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      protocol.AgentsBucket,
 		Description: "fleetmcp agent records: each enrolled host's key, labels and revocation",
 		History:     1,
@@ -324,9 +354,9 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas
 	if err != nil {
 		return nil, err
 	}
-	s := &agentStore{kv: kv, nc: nc, index: index, seal: seal, log: log}
+	s := &Agents{kv: kv, nc: nc, index: index, seal: seal, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.first, err = jskv.StartWatch(s.ctx, kv, agentsLoadTimeout); err != nil {
+	if s.first, err = jskv.StartWatch(s.ctx, kv, LoadTimeout); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -334,26 +364,27 @@ func openAgentStore(nc *nats.Conn, index *agentIndex, seal *recordSeal, replicas
 	s.wg.Go(func() { jskv.Follow(s.ctx, s.nc, s.kv, s.first, &s.wg, s.log, loaded, s.apply) })
 	select {
 	case <-loaded:
-	case <-time.After(agentsLoadTimeout):
-		s.close()
-		return nil, fmt.Errorf("agent records: bucket %s not loaded within %s", protocol.AgentsBucket, agentsLoadTimeout)
+	case <-time.After(LoadTimeout):
+		s.Close()
+		return nil, fmt.Errorf("agent records: bucket %s not loaded within %s", protocol.AgentsBucket, LoadTimeout)
 	}
 	return s, nil
 }
 
-func (s *agentStore) close() {
+// Close stops following the bucket.
+func (s *Agents) Close() {
 	s.cancel()
 	s.wg.Wait()
 }
 
-func (s *agentStore) apply(e jetstream.KeyValueEntry) {
+func (s *Agents) apply(e jetstream.KeyValueEntry) {
 	host := e.Key()
 	if protocol.ValidateHost(host) != nil {
 		s.log.Warn("agent records: ignoring a key that is no host name", "key", host)
 		return
 	}
 	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
-		s.index.apply(host, e.Revision(), nil)
+		s.index.Apply(host, e.Revision(), nil)
 		return
 	}
 	rec, err := s.decode(host, e.Value())
@@ -364,12 +395,12 @@ func (s *agentStore) apply(e jetstream.KeyValueEntry) {
 		s.index.pass(e.Revision())
 		return
 	}
-	s.index.apply(host, e.Revision(), rec)
+	s.index.Apply(host, e.Revision(), rec)
 }
 
-func (s *agentStore) decode(host string, data []byte) (*AgentRecord, error) {
+func (s *Agents) decode(host string, data []byte) (*AgentRecord, error) {
 	var rec AgentRecord
-	if err := s.seal.open(sealAgent, host, data, &rec); err != nil {
+	if err := s.seal.Open(sealAgent, host, data, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Host != host {
@@ -378,8 +409,8 @@ func (s *agentStore) decode(host string, data []byte) (*AgentRecord, error) {
 	return &rec, nil
 }
 
-// get reads host's record from the bucket, with its revision.
-func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64, error) {
+// Get reads host's record from the bucket, with its revision.
+func (s *Agents) Get(ctx context.Context, host string) (*AgentRecord, uint64, error) {
 	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, host) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w %q: no host of that name was enrolled", ErrUnknownAgent, host)
@@ -391,21 +422,21 @@ func (s *agentStore) get(ctx context.Context, host string) (*AgentRecord, uint64
 	if err != nil {
 		return nil, 0, fmt.Errorf("the record of %s is damaged or forged: %w", host, err)
 	}
-	if held, ok := s.index.record(host); ok && held.Gen > rec.Gen {
+	if held, ok := s.index.Record(host); ok && held.Gen > rec.Gen {
 		// An old copy was put back: the next write starts from the
 		// record held, and so puts it back in the bucket.
 		s.log.Warn("agent records: the stored record is an old copy; writing over it from the one held", "host", host,
 			"stored_gen", rec.Gen, "held_gen", held.Gen)
-		c := held.clone()
+		c := held.Clone()
 		return &c, e.Revision(), nil
 	}
 	return rec, e.Revision(), nil
 }
 
 // create stores a new record; errRecordChanged if host has one already.
-func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, error) {
+func (s *Agents) create(ctx context.Context, rec *AgentRecord) (uint64, error) {
 	rec.Gen = 1
-	data, err := s.seal.seal(sealAgent, rec.Host, rec)
+	data, err := s.seal.Seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err
 	}
@@ -418,16 +449,16 @@ func (s *agentStore) create(ctx context.Context, rec *AgentRecord) (uint64, erro
 	if err != nil {
 		return 0, fmt.Errorf("create the record of %s: %w", rec.Host, err)
 	}
-	held := rec.clone()
+	held := rec.Clone()
 	s.index.wrote(&held, rev)
 	return rev, nil
 }
 
 // update replaces the record read at rev; errRecordChanged if it changed
 // since.
-func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
+func (s *Agents) update(ctx context.Context, rec *AgentRecord, rev uint64) (uint64, error) {
 	rec.Gen++
-	data, err := s.seal.seal(sealAgent, rec.Host, rec)
+	data, err := s.seal.Seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return 0, err
 	}
@@ -440,7 +471,7 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 	if err != nil {
 		return 0, fmt.Errorf("update the record of %s: %w", rec.Host, err)
 	}
-	held := rec.clone()
+	held := rec.Clone()
 	s.index.wrote(&held, next)
 	return next, nil
 }
@@ -450,7 +481,7 @@ func (s *agentStore) update(ctx context.Context, rec *AgentRecord, rev uint64) (
 // above the bucket's last revision, which no record's Gen can pass (each
 // write of any record adds one revision), so every gateway takes it in
 // over the record it holds.
-func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
+func (s *Agents) putOver(ctx context.Context, rec *AgentRecord) error {
 	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
@@ -460,7 +491,7 @@ func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
 		return errors.New("agent records: unexpected bucket status")
 	}
 	rec.Gen = max(rec.Gen, bs.StreamInfo().State.LastSeq) + 1
-	data, err := s.seal.seal(sealAgent, rec.Host, rec)
+	data, err := s.seal.Seal(sealAgent, rec.Host, rec)
 	if err != nil {
 		return err
 	}
@@ -470,16 +501,16 @@ func (s *agentStore) putOver(ctx context.Context, rec *AgentRecord) error {
 	if err != nil {
 		return fmt.Errorf("write the record of %s: %w", rec.Host, err)
 	}
-	held := rec.clone()
+	held := rec.Clone()
 	s.index.wrote(&held, rev)
 	return nil
 }
 
-// modify applies change to host's record with compare-and-swap, reading
+// Modify applies change to host's record with compare-and-swap, reading
 // it again as often as another writer came first. change returns
 // jskv.ErrSkip when there is nothing to write.
-func (s *agentStore) modify(ctx context.Context, host string, change func(*AgentRecord) error) (*AgentRecord, error) {
-	return jskv.ModifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.get(ctx, host) },
+func (s *Agents) Modify(ctx context.Context, host string, change func(*AgentRecord) error) (*AgentRecord, error) {
+	return jskv.ModifyCAS(ctx, func() (*AgentRecord, uint64, error) { return s.Get(ctx, host) },
 		func(rec *AgentRecord, rev uint64) error { _, err := s.update(ctx, rec, rev); return err },
 		errRecordChanged, change)
 }
@@ -487,7 +518,7 @@ func (s *agentStore) modify(ctx context.Context, host string, change func(*Agent
 // sync waits until the index holds every record written before it was
 // called (by any gateway), so that a decision made from the index sees
 // them.
-func (s *agentStore) sync(ctx context.Context) error {
+func (s *Agents) sync(ctx context.Context) error {
 	st, err := jskv.Retry(ctx, s.kv.Status)
 	if err != nil {
 		return fmt.Errorf("agent records: %w", err)
@@ -499,14 +530,14 @@ func (s *agentStore) sync(ctx context.Context) error {
 	last := bs.StreamInfo().State.LastSeq
 	// A caller with a deadline of its own waits as long as it allows: a
 	// watch re-made after a node's loss may take longer than the bound.
-	wait := storeLoadTimeout
+	wait := syncTimeout
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(wait, time.Until(d))
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
-		rev, next := s.index.progress()
+		rev, next := s.index.Progress()
 		if rev >= last {
 			return nil
 		}
@@ -520,16 +551,17 @@ func (s *agentStore) sync(ctx context.Context) error {
 	}
 }
 
-// revokedKeys implements keyRegistry.
-func (s *agentStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+// Revocations returns every key the records say is revoked, once the
+// index holds every record written before the call.
+func (s *Agents) Revocations(ctx context.Context) ([]Revocation, error) {
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
 	s.index.mu.RLock()
 	defer s.index.mu.RUnlock()
-	var out []revokedKey
+	var out []Revocation
 	for _, r := range s.index.byHost {
-		out = append(out, r.revokedKeys()...)
+		out = append(out, r.Revocations()...)
 	}
 	return out, nil
 }

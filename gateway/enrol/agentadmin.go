@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
-// This file enrols, labels and revokes agents: it writes the agent
-// records (agents.go) and issues credentials (natsauth.go). EnrolLocal is
+// This file enrols and labels agents: it writes the agent records
+// (agents.go) and issues credentials (Issuer). EnrolLocal is
 // the enrolment of the dev agent, tests and load tools; enrolment over the
 // network calls enrol after its own checks (token, proof of possession).
 
@@ -32,6 +32,8 @@ var (
 	ErrKeyRevoked = errors.New("key revoked")
 	// ErrKeyInUse: the key is enrolled under another host name.
 	ErrKeyInUse = errors.New("key enrolled under another name")
+	// ErrBadRequest marks an admin request that cannot be done as asked.
+	ErrBadRequest = errors.New("bad request")
 )
 
 // AgentCredentials are what an enrolled agent needs to join the fleet.
@@ -56,16 +58,16 @@ type AgentCredentials struct {
 	SigningKeySerial uint64
 }
 
-// EnrolOption adjusts a local enrolment.
-type EnrolOption func(*enrolment)
+// Option adjusts a local enrolment.
+type Option func(*enrolment)
 
 // ReplaceHost lets an enrolment take over the host name from another
 // key, even a revoked one: the old key is revoked.
-func ReplaceHost() EnrolOption { return func(e *enrolment) { e.replace = true } }
+func ReplaceHost() Option { return func(e *enrolment) { e.replace = true } }
 
 // WithFacts records what the host is (OS, architecture, hostname), as a
 // host that enrols over the network says of itself.
-func WithFacts(f protocol.AgentFacts) EnrolOption { return func(e *enrolment) { e.facts = f } }
+func WithFacts(f protocol.AgentFacts) Option { return func(e *enrolment) { e.facts = f } }
 
 // enrolment is one request to enrol a host's key.
 type enrolment struct {
@@ -86,16 +88,16 @@ type enrolment struct {
 // same key is enrolled again (its labels replaced); another key for an
 // enrolled or revoked host name is refused unless ReplaceHost is given,
 // and a revoked key is always refused.
-func (g *Gateway) EnrolLocal(ctx context.Context, host, userPub string, labels map[string]string, opts ...EnrolOption) (AgentCredentials, error) {
+func (s *Service) EnrolLocal(ctx context.Context, host, userPub string, labels map[string]string, opts ...Option) (AgentCredentials, error) {
 	e := enrolment{host: host, userPub: userPub, labels: labels, by: "local"}
 	for _, o := range opts {
 		o(&e)
 	}
-	return g.enrol(ctx, e)
+	return s.enrol(ctx, e)
 }
 
 // enrol writes the host's record and issues its credential.
-func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, error) {
+func (s *Service) enrol(ctx context.Context, e enrolment) (AgentCredentials, error) {
 	if err := protocol.ValidateHost(e.host); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol: %w", err)
 	}
@@ -105,53 +107,54 @@ func (g *Gateway) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 	if err := protocol.ValidateLabels(e.labels); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
 	}
-	if err := g.agents.sync(ctx); err != nil {
+	if err := s.agents.sync(ctx); err != nil {
 		return AgentCredentials{}, fmt.Errorf("enrol %s: %w", e.host, err)
 	}
-	if err := g.checkKey(e.host, e.userPub); err != nil {
+	if err := s.checkKey(e.host, e.userPub); err != nil {
 		return AgentCredentials{}, err
 	}
-	expires := g.now().Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
-	rec, revokedOld, err := g.writeEnrolment(ctx, &e, expires)
+	expires := s.now().Add(s.cfg.CredentialTTL).Truncate(time.Second)
+	rec, revokedOld, err := s.writeEnrolment(ctx, &e, expires)
 	if err != nil {
 		return AgentCredentials{}, err
 	}
 	if revokedOld {
 		// The key the host name had is revoked in the record; its
 		// connections end now (or at the next reconcile if this fails).
-		if err := g.authority.Reconcile(ctx); err != nil {
-			g.log.Error("enrol: the replaced key of the host is revoked in its record but not yet on the NATS servers; retrying in the background",
+		if err := s.cfg.Reconcile(ctx); err != nil {
+			s.log.Error("enrol: the replaced key of the host is revoked in its record but not yet on the NATS servers; retrying in the background",
 				"host", e.host, "err", err)
-			g.reconcileSoon()
+			s.cfg.ReconcileSoon()
 		}
 	}
-	token, err := g.authority.AgentJWT(e.host, e.userPub, expires)
+	token, err := s.cfg.Issuer.AgentJWT(e.host, e.userPub, expires)
 	if err != nil {
 		return AgentCredentials{}, maybeStored{err} // the record is stored
 	}
-	g.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
+	d := s.dial()
+	s.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
 	return AgentCredentials{
-		Host: e.host, JWT: token, Expires: expires, NATSURLs: g.AgentNATSURLs(), SigningKeys: g.SigningKeys(), SigningKeySerial: g.SigningKeySerial(),
-		CAPEM: g.NATSCAPEM(), CAPin: g.NATSCAPin(), Labels: maps.Clone(rec.Labels),
+		Host: e.host, JWT: token, Expires: expires, NATSURLs: d.NATSURLs, SigningKeys: d.SigningKeys, SigningKeySerial: d.SigningKeySerial,
+		CAPEM: d.NATSCAPEM, CAPin: d.NATSCAPin, Labels: maps.Clone(rec.Labels),
 	}, nil
 }
 
 // checkKey refuses a key that was revoked as another host, or that
 // another host uses (the host's own record is checked when it is
 // written).
-func (g *Gateway) checkKey(host, pub string) error {
-	other, ok := g.agentIndex.keyHost(pub)
+func (s *Service) checkKey(host, pub string) error {
+	other, ok := s.index.KeyHost(pub)
 	if !ok || other == host {
 		return nil
 	}
-	rec, ok := g.agentIndex.record(other)
+	rec, ok := s.index.Record(other)
 	if !ok {
 		return nil
 	}
-	for _, k := range rec.revokedKeys() {
-		if k.pub == pub {
+	for _, k := range rec.Revocations() {
+		if k.Key == pub {
 			return fmt.Errorf("enrol %s: %w: key %s was revoked on %s (as host %s); the agent must make a new key",
-				host, ErrKeyRevoked, pub, k.revokedAt.UTC().Format(time.RFC3339), other)
+				host, ErrKeyRevoked, pub, k.RevokedAt.UTC().Format(time.RFC3339), other)
 		}
 	}
 	if rec.PublicKey == pub {
@@ -164,13 +167,13 @@ func (g *Gateway) checkKey(host, pub string) error {
 // writeEnrolment creates or updates host's record for e (with
 // compare-and-swap, again as often as another writer comes first). It
 // reports whether it revoked the key the host had.
-func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time.Time) (*AgentRecord, bool, error) {
+func (s *Service) writeEnrolment(ctx context.Context, e *enrolment, expires time.Time) (*AgentRecord, bool, error) {
 	for {
-		now := g.now().UTC()
-		rec, rev, err := g.agents.get(ctx, e.host)
+		now := s.now().UTC()
+		rec, rev, err := s.agents.Get(ctx, e.host)
 		wrote := false
 		if errors.Is(err, ErrUnknownAgent) {
-			if err := g.authority.checkIssuable(e.userPub); err != nil {
+			if err := s.cfg.Issuer.CheckIssuable(e.userPub); err != nil {
 				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
@@ -178,7 +181,7 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			if e.tokenID != "" {
 				rec.TokenAt = now
 			}
-			if _, err = g.agents.create(ctx, rec); err == nil {
+			if _, err = s.agents.create(ctx, rec); err == nil {
 				return rec, false, nil
 			}
 			wrote = true
@@ -189,10 +192,10 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			}
 			// What the record allows, the fleet account's revocations may
 			// still refuse (a record put back from before a revocation).
-			if err := g.authority.checkIssuable(e.userPub); err != nil {
+			if err := s.cfg.Issuer.CheckIssuable(e.userPub); err != nil {
 				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
-			if _, err = g.agents.update(ctx, rec, rev); err == nil {
+			if _, err = s.agents.update(ctx, rec, rev); err == nil {
 				return rec, revokedOld, nil
 			}
 			wrote = true
@@ -266,14 +269,14 @@ func (e *enrolment) apply(rec *AgentRecord, now, expires time.Time) (revokedOld 
 // SetAgentLabels sets the labels in set and removes those named in remove
 // from host's record, and returns the host's labels after the change.
 // Access rules and selectors see the new labels at once.
-func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[string]string, remove []string) (map[string]string, error) {
+func (s *Service) SetAgentLabels(ctx context.Context, host string, set map[string]string, remove []string) (map[string]string, error) {
 	if err := protocol.ValidateHost(host); err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
 	if err := protocol.ValidateLabels(set); err != nil {
 		return nil, fmt.Errorf("labels of %s: %w", host, err)
 	}
-	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+	rec, err := s.agents.Modify(ctx, host, func(r *AgentRecord) error {
 		labels := maps.Clone(r.Labels)
 		if labels == nil {
 			labels = map[string]string{}
@@ -297,17 +300,37 @@ func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[strin
 	return maps.Clone(rec.Labels), nil
 }
 
+// AllowRecovery lets host recover its credential count more times (it
+// may then get a new credential with its key alone, once expired).
+func (s *Service) AllowRecovery(ctx context.Context, host string, count int) error {
+	if count < 1 || count > 100 {
+		return fmt.Errorf("%w: count %d: use 1 to 100", ErrBadRequest, count)
+	}
+	_, err := s.agents.Modify(ctx, host, func(r *AgentRecord) error {
+		if r.Revoked() {
+			return fmt.Errorf("%w: %s was revoked; a revoked host never recovers (enrol a new key with a token made with --replace %s)", ErrRevoked, host, host)
+		}
+		r.RecoveriesLeft = count
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("allow recovery of %s: %w", host, err)
+	}
+	s.log.Info("agent may recover its credential", "host", host, "count", count)
+	return nil
+}
+
 // Agents returns every agent record, sorted by host.
-func (g *Gateway) Agents(ctx context.Context) ([]AgentRecord, error) {
-	if err := g.agents.sync(ctx); err != nil {
+func (s *Service) Agents(ctx context.Context) ([]AgentRecord, error) {
+	if err := s.agents.sync(ctx); err != nil {
 		return nil, err
 	}
-	return g.agentIndex.all(), nil
+	return s.index.All(), nil
 }
 
 // Agent returns host's record as stored now.
-func (g *Gateway) Agent(ctx context.Context, host string) (AgentRecord, error) {
-	rec, _, err := g.agents.get(ctx, host)
+func (s *Service) Agent(ctx context.Context, host string) (AgentRecord, error) {
+	rec, _, err := s.agents.Get(ctx, host)
 	if err != nil {
 		return AgentRecord{}, err
 	}

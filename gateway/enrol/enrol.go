@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"bytes"
@@ -41,7 +41,7 @@ const (
 type nonceStore struct{ kv jetstream.KeyValue }
 
 func openNonceStore(js jetstream.JetStream, replicas int) (*nonceStore, error) {
-	kv, err := jskv.EnsureBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+	kv, err := jskv.EnsureBucket(js, LoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      noncesBucket,
 		Description: "fleetmcp request nonces seen in the last 15 minutes (replay protection)",
 		History:     1,
@@ -91,7 +91,7 @@ func (s *nonceStore) record(ctx context.Context, nonce string) *protocol.APIErro
 // checkProof verifies the proof of possession of a request whose
 // canonical bytes are signing: the key's signature, the time, and that
 // its nonce is new.
-func (g *Gateway) checkProof(ctx context.Context, p *protocol.Proof, signing []byte) *protocol.APIError {
+func (s *Service) checkProof(ctx context.Context, p *protocol.Proof, signing []byte) *protocol.APIError {
 	if aerr := checkProofShape(p); aerr != nil {
 		return aerr
 	}
@@ -103,10 +103,10 @@ func (g *Gateway) checkProof(ctx context.Context, p *protocol.Proof, signing []b
 	if err != nil || kp.Verify(signing, sig) != nil {
 		return apiErr(protocol.APIBadSignature, "the signature does not verify with public key %s over this request: the request was changed on its way, or signed with another key; sign it again with the agent's key", p.PublicKey)
 	}
-	if err := p.CheckTime(g.now()); err != nil {
+	if err := p.CheckTime(s.now()); err != nil {
 		return apiErr(protocol.APIClockSkew, "%v", err)
 	}
-	return g.nonces.record(ctx, p.Nonce)
+	return s.nonces.record(ctx, p.Nonce)
 }
 
 // checkProofShape checks the fields of a proof that need no key.
@@ -127,21 +127,22 @@ func checkProofShape(p *protocol.Proof) *protocol.APIError {
 
 // checkPin refuses a pin other than the gateway's own: the agent checked
 // the certificate of another CA (a man in the middle, or another fleet).
-func (g *Gateway) checkPin(pin string) *protocol.APIError {
+func (s *Service) checkPin(pin string) *protocol.APIError {
 	if !protocol.ValidCAPin(pin) {
 		return apiErr(protocol.APIBadRequest, "ca_pin %q is not sha256:<64 lowercase hex digits>: copy it from fleetctl token create", clipText(pin, 80))
 	}
-	for _, p := range g.api.pins {
+	d := s.dial()
+	for _, p := range d.APIPins {
 		if p == pin {
 			return nil
 		}
 	}
-	if p := g.NATSCAPin(); p == pin {
+	if p := d.NATSCAPin; p == pin {
 		// The host verified the NATS server's certificate (enrolment
 		// over NATS).
 		return nil
 	}
-	return apiErr(protocol.APIWrongCA, "ca_pin %s is not the pin of this gateway's CA (%s): the connection went to another server than the one the token is for; check the URL and the pin", pin, cmpOrString(g.api.pin, g.NATSCAPin()))
+	return apiErr(protocol.APIWrongCA, "ca_pin %s is not the pin of this gateway's CA (%s): the connection went to another server than the one the token is for; check the URL and the pin", pin, cmpOrString(d.APIPin, d.NATSCAPin))
 }
 
 func cmpOrString(a, b string) string {
@@ -161,26 +162,14 @@ func checkFacts(f *protocol.AgentFacts) *protocol.APIError {
 	return nil
 }
 
-// enrolOutcome is what the audit and the log say about one request.
-type enrolOutcome struct {
-	host, key, tokenID string
-	labels             map[string]string
-	// tokenStopped: the enrolment spent the token's last use, and it has
-	// an enrol credential to revoke once the retry window has passed.
-	tokenStopped bool
-	// retried: the request was a retry of an enrolment whose answer was
-	// lost (enrolretry.go); it spent nothing.
-	retried bool
-}
-
-// enrolHost handles an enrolment request.
-func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
-	out.key, out.host = req.PublicKey, req.Host
+// Enrol handles an enrolment request.
+func (s *Service) Enrol(ctx context.Context, req *protocol.EnrolRequest, out *Outcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.Key, out.Host = req.PublicKey, req.Host
 	id, secret, err := protocol.ParseJoinToken(req.Token)
 	if err != nil {
 		return nil, apiErr(protocol.APIBadRequest, "%v", err)
 	}
-	out.tokenID = id
+	out.TokenID = id
 	if req.Host != "" {
 		if err := protocol.ValidateHost(req.Host); err != nil {
 			return nil, apiErr(protocol.APINameNotAllowed, "%v", err)
@@ -189,57 +178,57 @@ func (g *Gateway) enrolHost(ctx context.Context, req *protocol.EnrolRequest, out
 	if aerr := checkFacts(&req.Facts); aerr != nil {
 		return nil, aerr
 	}
-	if aerr := g.checkPin(req.CAPin); aerr != nil {
+	if aerr := s.checkPin(req.CAPin); aerr != nil {
 		return nil, aerr
 	}
-	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+	if aerr := s.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
 		return nil, aerr
 	}
-	if resp, done, aerr := g.enrolAgain(ctx, id, secret, req, out); done {
+	if resp, done, aerr := s.enrolAgain(ctx, id, secret, req, out); done {
 		return resp, aerr
 	}
 	var host string
 	var replace bool
-	tok, aerr := g.tokens.consume(ctx, id, secret, g.now, func(t *tokenRecord) *protocol.APIError {
+	tok, aerr := s.tokens.consume(ctx, id, secret, s.now, func(t *tokenRecord) *protocol.APIError {
 		var aerr *protocol.APIError
 		host, replace, aerr = t.allowName(req.Host, req.Facts.Hostname)
 		return aerr
 	})
-	if aerr != nil && aerr.Code == protocol.APITokenSpent && g.agents.sync(ctx) == nil {
+	if aerr != nil && aerr.Code == protocol.APITokenSpent && s.agents.sync(ctx) == nil {
 		// A retry this gateway's index had not seen yet.
-		if resp, done, rerr := g.enrolAgain(ctx, id, secret, req, out); done {
+		if resp, done, rerr := s.enrolAgain(ctx, id, secret, req, out); done {
 			return resp, rerr
 		}
 	}
 	if aerr != nil {
 		return nil, aerr
 	}
-	out.host, out.labels = host, tok.Labels
-	creds, err := g.enrol(ctx, enrolment{host: host, userPub: req.PublicKey, labels: tok.Labels, tokenID: id, facts: req.Facts,
+	out.Host, out.Labels = host, tok.Labels
+	creds, err := s.enrol(ctx, enrolment{host: host, userPub: req.PublicKey, labels: tok.Labels, tokenID: id, facts: req.Facts,
 		replace: replace, by: "token " + id})
 	if err != nil {
-		g.giveBackUse(ctx, id, host, err)
+		s.giveBackUse(ctx, id, host, err)
 		return nil, enrolError(host, err)
 	}
-	out.tokenStopped = !tok.enrolKeyRevokedAt().IsZero()
-	return g.enrolResponse(&creds), nil
+	out.TokenStopped = !tok.enrolKeyRevokedAt().IsZero()
+	return s.enrolResponse(&creds), nil
 }
 
 // giveBackUse gives the use of token id that a failed enrolment of host
 // spent back, unless the enrolment may be stored (maybeStored): then
 // the use stays spent, or the token would count one enrolment fewer than
 // it made. A context that ended must not keep the use from going back.
-func (g *Gateway) giveBackUse(ctx context.Context, id, host string, err error) {
+func (s *Service) giveBackUse(ctx context.Context, id, host string, err error) {
 	var stored maybeStored
 	if errors.As(err, &stored) {
-		g.log.Warn("enrol: the enrolment failed but may be stored; the use of the join token it spent stays spent (if it is stored, the host's retry with the same key and token spends no other)",
+		s.log.Warn("enrol: the enrolment failed but may be stored; the use of the join token it spent stays spent (if it is stored, the host's retry with the same key and token spends no other)",
 			"token", id, "host", host, "err", err)
 		return
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*jskv.Timeout)
 	defer cancel()
-	if berr := g.tokens.giveBack(bctx, id); berr != nil {
-		g.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)
+	if berr := s.tokens.giveBack(bctx, id); berr != nil {
+		s.log.Error("enrol: a use of the join token was spent on a failed enrolment and could not be given back", "token", id, "err", berr)
 	}
 }
 
@@ -267,7 +256,7 @@ func enrolError(host string, err error) *protocol.APIError {
 	return apiErr(protocol.APIUnavailable, "enrolling %s failed on the gateway (%v): try again in a moment", host, err)
 }
 
-func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
+func (s *Service) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
 	urls := c.NATSURLs
 	if urls == nil {
 		urls = []string{}
@@ -282,26 +271,28 @@ func (g *Gateway) enrolResponse(c *AgentCredentials) *protocol.EnrolResponse {
 
 // Errors of recovery and renewal.
 var (
-	errNotTheKey   = errors.New("not the host's key")
-	errNoRecovery  = errors.New("no recovery allowed")
-	errHostRevoked = errors.New("host revoked")
+	errNotTheKey  = errors.New("not the host's key")
+	errNoRecovery = errors.New("no recovery allowed")
+	// ErrRevoked: a request for a revoked host's record (a recovery, a
+	// renewal, an operator allowing a recovery).
+	ErrRevoked = errors.New("host revoked")
 )
 
-// recoverHost handles a recovery: an enrolled key whose credential
-// expired gets a new one, if the operator allowed a recovery.
-func (g *Gateway) recoverHost(ctx context.Context, req *protocol.RecoverRequest, out *enrolOutcome) (*protocol.EnrolResponse, *protocol.APIError) {
-	out.key, out.host = req.PublicKey, req.Host
+// Recover handles a recovery: an enrolled key whose credential expired
+// gets a new one, if the operator allowed a recovery.
+func (s *Service) Recover(ctx context.Context, req *protocol.RecoverRequest, out *Outcome) (*protocol.EnrolResponse, *protocol.APIError) {
+	out.Key, out.Host = req.PublicKey, req.Host
 	if err := protocol.ValidateHost(req.Host); err != nil {
 		return nil, apiErr(protocol.APIBadRequest, "%v", err)
 	}
-	if aerr := g.checkPin(req.CAPin); aerr != nil {
+	if aerr := s.checkPin(req.CAPin); aerr != nil {
 		return nil, aerr
 	}
-	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+	if aerr := s.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
 		return nil, aerr
 	}
-	expires := g.now().Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
-	rec, err := g.agents.modify(ctx, req.Host, func(r *AgentRecord) error {
+	expires := s.now().Add(s.cfg.CredentialTTL).Truncate(time.Second)
+	rec, err := s.agents.Modify(ctx, req.Host, func(r *AgentRecord) error {
 		if err := keyHolds(r, req.PublicKey); err != nil {
 			return err
 		}
@@ -317,16 +308,17 @@ func (g *Gateway) recoverHost(ctx context.Context, req *protocol.RecoverRequest,
 	if err != nil {
 		return nil, credentialError("recover", req.Host, req.PublicKey, err)
 	}
-	out.labels = rec.Labels
-	jwt, err := g.authority.AgentJWT(req.Host, req.PublicKey, expires)
+	out.Labels = rec.Labels
+	jwt, err := s.cfg.Issuer.AgentJWT(req.Host, req.PublicKey, expires)
 	if err != nil {
-		if _, gerr := g.agents.modify(context.WithoutCancel(ctx), req.Host, func(r *AgentRecord) error { r.RecoveriesLeft++; return nil }); gerr != nil {
-			g.log.Error("recover: a recovery was spent on a credential that could not be issued", "host", req.Host, "err", gerr)
+		if _, gerr := s.agents.Modify(context.WithoutCancel(ctx), req.Host, func(r *AgentRecord) error { r.RecoveriesLeft++; return nil }); gerr != nil {
+			s.log.Error("recover: a recovery was spent on a credential that could not be issued", "host", req.Host, "err", gerr)
 		}
 		return nil, issueError(req.Host, err)
 	}
-	c := AgentCredentials{Host: req.Host, JWT: jwt, Expires: expires, NATSURLs: g.AgentNATSURLs(), CAPEM: g.NATSCAPEM(), Labels: rec.Labels}
-	return g.enrolResponse(&c), nil
+	d := s.dial()
+	c := AgentCredentials{Host: req.Host, JWT: jwt, Expires: expires, NATSURLs: d.NATSURLs, CAPEM: d.NATSCAPEM, Labels: rec.Labels}
+	return s.enrolResponse(&c), nil
 }
 
 // keyHolds refuses a request for host's record r made with another key
@@ -336,7 +328,7 @@ func keyHolds(r *AgentRecord, pub string) error {
 		return errNotTheKey
 	}
 	if r.Revoked() {
-		return errHostRevoked
+		return ErrRevoked
 	}
 	return nil
 }
@@ -349,10 +341,47 @@ func credentialError(what, host, pub string, err error) *protocol.APIError {
 		return apiErr(protocol.APIUnknownHost, "host %s is not enrolled on this gateway: join it with a token (fleet-agent join)", host)
 	case errors.Is(err, errNotTheKey):
 		return apiErr(protocol.APIForbidden, "key %s is not the key host %s is enrolled with: %s is refused; join again with a token (an operator may need --replace %s)", pub, host, what, host)
-	case errors.Is(err, errHostRevoked):
+	case errors.Is(err, ErrRevoked):
 		return apiErr(protocol.APIHostRevoked, "host %s was revoked: no credential is issued for its key again; join with a new key and a token made with --replace %s", host, host)
 	case errors.Is(err, errNoRecovery):
 		return apiErr(protocol.APINoRecovery, "host %s may not recover its credential: an operator must allow it first (fleetctl agent allow-recovery %s), or join again with a token", host, host)
 	}
 	return apiErr(protocol.APIUnavailable, "%s of %s failed on the gateway (%v): try again in a moment", what, host, err)
+}
+
+// Locate answers a host that asks, with its enrolled key, for the NATS
+// URLs to dial now: those it stored no longer answer (the gateway's
+// addresses changed, or were wrong when it enrolled). It is given no
+// credential, so it needs no recovery allowed. src is where the request
+// came from, for Config.HandOut.
+func (s *Service) Locate(ctx context.Context, req *protocol.LocateRequest, src string, out *Outcome) (*protocol.LocateResponse, *protocol.APIError) {
+	out.Key, out.Host = req.PublicKey, req.Host
+	if err := protocol.ValidateHost(req.Host); err != nil {
+		return nil, apiErr(protocol.APIBadRequest, "%v", err)
+	}
+	if aerr := s.checkPin(req.CAPin); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := s.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+		return nil, aerr
+	}
+	rec, _, err := s.agents.Get(ctx, req.Host)
+	if err == nil {
+		err = keyHolds(rec, req.PublicKey)
+	}
+	if err != nil {
+		return nil, credentialError("locate", req.Host, req.PublicKey, err)
+	}
+	out.Labels = rec.Labels
+	if s.cfg.HandOut != nil {
+		if aerr := s.cfg.HandOut(ctx, src); aerr != nil {
+			return nil, aerr
+		}
+	}
+	d := s.dial()
+	urls := d.NATSURLs
+	if urls == nil {
+		urls = []string{}
+	}
+	return &protocol.LocateResponse{Host: req.Host, NATSURLs: urls, NATSCA: string(d.NATSCAPEM)}, nil
 }

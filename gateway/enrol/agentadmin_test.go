@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"errors"
@@ -66,7 +66,7 @@ func TestEnrolmentApply(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tc.rec.clone()
+			before := tc.rec.Clone()
 			revokedOld, err := tc.e.apply(tc.rec, now, tc.expires)
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("apply = %v, want %v", err, tc.err)
@@ -90,11 +90,11 @@ func TestRecordRevokedKeys(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := AgentRecord{Host: "h", PublicKey: "Ucur", CredentialExpiresAt: at.Add(time.Hour),
 		RevokedKeys: []RevokedKey{{PublicKey: "Uold", RevokedAt: at, CredentialExpiresAt: at.Add(2 * time.Hour)}}}
-	if keys := r.revokedKeys(); len(keys) != 1 || keys[0].pub != "Uold" || !keys[0].expires.Equal(at.Add(2*time.Hour)) {
+	if keys := r.Revocations(); len(keys) != 1 || keys[0].Key != "Uold" || !keys[0].Expires.Equal(at.Add(2*time.Hour)) {
 		t.Errorf("active record: %+v", keys)
 	}
 	r.RevokedAt = at.Add(time.Minute)
-	if keys := r.revokedKeys(); len(keys) != 2 || keys[1].pub != "Ucur" || !keys[1].revokedAt.Equal(r.RevokedAt) {
+	if keys := r.Revocations(); len(keys) != 2 || keys[1].Key != "Ucur" || !keys[1].RevokedAt.Equal(r.RevokedAt) {
 		t.Errorf("revoked record: %+v", keys)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package enrol
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // tokenKeep so a list shows why, then the sweeper deletes them.
 //
 // Any user of the fleet's NATS account can write the bucket, and the
-// seal (recordseal.go) does not stop one from putting back an old sealed
+// seal (seal.go) does not stop one from putting back an old sealed
 // copy: a spent token's copy from before its last use would give the use
 // back. So each record names, inside its seal, the revision of the bucket
 // it is stored at (Rev) and when the bucket's stream was made (Stream):
@@ -265,18 +265,11 @@ func validateTokenNames(req *protocol.TokenCreateRequest) []error {
 	return errs
 }
 
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
-
 // tokenStore reads and writes the token records.
 type tokenStore struct {
 	js   jetstream.JetStream
 	kv   jetstream.KeyValue
-	seal *recordSeal
+	seal *Seal
 	log  *slog.Logger
 	// now is the gateway's clock; retryWindow how long a spent token's
 	// enrol credential stays good (Config.EnrolRetryWindow).
@@ -287,8 +280,8 @@ type tokenStore struct {
 	admin jskv.Admin
 }
 
-func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now func() time.Time, retryWindow time.Duration, admin jskv.Admin, log *slog.Logger) (*tokenStore, error) {
-	kv, err := jskv.EnsureProtectedBucket(js, agentsLoadTimeout, jetstream.KeyValueConfig{
+func openTokenStore(js jetstream.JetStream, seal *Seal, replicas int, now func() time.Time, retryWindow time.Duration, admin jskv.Admin, log *slog.Logger) (*tokenStore, error) {
+	kv, err := jskv.EnsureProtectedBucket(js, LoadTimeout, jetstream.KeyValueConfig{
 		Bucket:      tokensBucket,
 		Description: "fleetmcp join tokens: hashes of their secrets, labels, name rules and uses",
 		History:     1,
@@ -301,8 +294,8 @@ func openTokenStore(js jetstream.JetStream, seal *recordSeal, replicas int, now 
 	return &tokenStore{js: js, kv: kv, seal: seal, log: log, now: now, retryWindow: retryWindow, admin: admin}, nil
 }
 
-// errTokenNotFound: no token of that id (or it was swept).
-var errTokenNotFound = errors.New("no such join token")
+// ErrTokenNotFound: no token of that id (or it was swept).
+var ErrTokenNotFound = errors.New("no such join token")
 
 // errTokenPutBack: the record is stored at another revision than the one
 // it was written at: an old copy put back.
@@ -315,13 +308,13 @@ func (s *tokenStore) get(ctx context.Context, id string) (*tokenRecord, uint64, 
 	}
 	e, err := jskv.Retry(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.kv.Get(ctx, id) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("%w: %s", errTokenNotFound, id)
+		return nil, 0, fmt.Errorf("%w: %s", ErrTokenNotFound, id)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("read join token %s: %w", id, err)
 	}
 	var t tokenRecord
-	if err := s.seal.open(sealToken, id, e.Value(), &t); err != nil || t.ID != id {
+	if err := s.seal.Open(sealToken, id, e.Value(), &t); err != nil || t.ID != id {
 		return nil, 0, fmt.Errorf("join token %s: damaged or forged record (%v)", id, err)
 	}
 	if t.Rev != e.Revision() {
@@ -358,7 +351,7 @@ func (s *tokenStore) write(ctx context.Context, t *tokenRecord, rev uint64) erro
 	}
 	last := info.State.LastSeq
 	t.Rev, t.Stream = last+1, info.Created
-	data, err := s.seal.seal(sealToken, t.ID, t)
+	data, err := s.seal.Seal(sealToken, t.ID, t)
 	if err != nil {
 		return err
 	}
@@ -384,7 +377,7 @@ func (s *tokenStore) create(ctx context.Context, t *tokenRecord) error {
 		if !errors.Is(err, errTokenChanged) || ctx.Err() != nil {
 			return err
 		}
-		if _, _, gerr := s.get(ctx, t.ID); !errors.Is(gerr, errTokenNotFound) {
+		if _, _, gerr := s.get(ctx, t.ID); !errors.Is(gerr, ErrTokenNotFound) {
 			return fmt.Errorf("store join token %s: the id is taken", t.ID)
 		}
 	}
@@ -431,7 +424,7 @@ func (s *tokenStore) consume(ctx context.Context, id string, secret []byte, now 
 		return nil
 	})
 	switch {
-	case errors.Is(err, errTokenNotFound):
+	case errors.Is(err, ErrTokenNotFound):
 		return nil, unknownToken(id)
 	case errors.Is(err, errTokenPutBack):
 		s.log.Error("join token refused: its record was put back from an old copy", "token", id, "err", err)
@@ -517,7 +510,7 @@ func (s *tokenStore) all(ctx context.Context) ([]tokenEntry, error) {
 				return out, nil
 			}
 			var t tokenRecord
-			if err := s.seal.open(sealToken, e.Key(), e.Value(), &t); err != nil || t.ID != e.Key() {
+			if err := s.seal.Open(sealToken, e.Key(), e.Value(), &t); err != nil || t.ID != e.Key() {
 				s.log.Warn("join tokens: ignoring a damaged or forged record", "key", e.Key(), "err", err)
 				continue
 			}
@@ -574,13 +567,19 @@ func (s *tokenStore) sweep(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
-// sweepLoop sweeps every tokenSweepEvery until ctx ends.
-func (g *Gateway) sweepLoop(ctx context.Context) {
+// SweepTokens deletes the tokens that stopped working more than a day
+// before now, and says how many.
+func (s *Service) SweepTokens(ctx context.Context, now time.Time) (int, error) {
+	return s.tokens.sweep(ctx, now)
+}
+
+// SweepLoop sweeps the join tokens every tokenSweepEvery until ctx ends.
+func (s *Service) SweepLoop(ctx context.Context) {
 	t := time.NewTicker(tokenSweepEvery)
 	defer t.Stop()
 	for {
-		if _, err := g.tokens.sweep(ctx, g.now()); err != nil && ctx.Err() == nil {
-			g.log.Warn("join tokens: sweep failed; trying again later", "err", err)
+		if _, err := s.tokens.sweep(ctx, s.now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("join tokens: sweep failed; trying again later", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -588,9 +587,4 @@ func (g *Gateway) sweepLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// apiErr builds an API error with a formatted message.
-func apiErr(code protocol.APICode, format string, args ...any) *protocol.APIError {
-	return &protocol.APIError{Code: code, Message: fmt.Sprintf(format, args...)}
 }

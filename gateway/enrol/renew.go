@@ -1,11 +1,10 @@
-package gateway
+package enrol
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -46,13 +45,13 @@ type renewer struct {
 	wg     sync.WaitGroup
 }
 
-// startRenewals subscribes the gateway to the renewal subjects.
-func (g *Gateway) startRenewals() error {
-	r, err := g.serveQueue(protocol.RenewSubjectAll, renewQueue, g.screenRenewal, g.renew)
+// StartRenewals subscribes the gateway to the renewal subjects.
+func (s *Service) StartRenewals() error {
+	r, err := s.serveQueue(protocol.RenewSubjectAll, renewQueue, s.screenRenewal, s.renew)
 	if err != nil {
 		return fmt.Errorf("subscribe to renewals: %w", err)
 	}
-	g.renewals = r
+	s.renewals = r
 	return nil
 }
 
@@ -60,12 +59,12 @@ func (g *Gateway) startRenewals() error {
 // renewWorkers at a time. screen, when not nil, sees each request first,
 // on the subscription's goroutine, and answers itself (false) those that
 // must cost no worker: it must not block.
-func (g *Gateway) serveQueue(subject, queue string, screen func(*nats.Msg) bool, serve func(context.Context, *nats.Msg)) (*renewer, error) {
+func (s *Service) serveQueue(subject, queue string, screen func(*nats.Msg) bool, serve func(context.Context, *nats.Msg)) (*renewer, error) {
 	r := &renewer{sem: make(chan struct{}, renewWorkers)}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	// On the connection of host requests: a host that floods them
 	// delays nothing on the main connection.
-	sub, err := g.hostNC.QueueSubscribe(subject, queue, func(m *nats.Msg) {
+	sub, err := s.cfg.HostConn.QueueSubscribe(subject, queue, func(m *nats.Msg) {
 		if m.Reply == "" || screen != nil && !screen(m) {
 			return
 		}
@@ -123,6 +122,16 @@ func decodeNATSRequest(data []byte, what string, v any) *protocol.APIError {
 	return nil
 }
 
+// renewDueAt returns when a credential that expires at expires, issued
+// for ttl, may be renewed: once half of ttl is left. The zero time
+// (a record that does not say) is always due.
+func renewDueAt(expires time.Time, ttl time.Duration) time.Time {
+	if expires.IsZero() {
+		return time.Time{}
+	}
+	return expires.Add(-ttl / 2)
+}
+
 // renewHost returns the host of a renewal subject.
 func renewHost(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, strings.TrimSuffix(protocol.RenewSubjectAll, "*.renew"))
@@ -142,32 +151,30 @@ func badReply(reply, inboxPrefix string) *protocol.APIError {
 // screenRenewal answers at once, without a worker, a nonce, a record
 // update or an audit record, the renewal requests of a host whose
 // credential is not past half its life yet, and those beyond the host's
-// bound (hostbounds.go); each is counted, and logged at most once a
+// bound (Config.Bounds); each is counted, and logged at most once a
 // minute per host. It reports whether the request goes on to renew.
-func (g *Gateway) screenRenewal(m *nats.Msg) bool {
+func (s *Service) screenRenewal(m *nats.Msg) bool {
 	host, ok := renewHost(m.Subject)
 	if !ok {
 		return true // renew refuses it, and records why
 	}
-	b := g.bounds
+	b := s.cfg.Bounds
 	var aerr *protocol.APIError
-	if rec, ok := g.agentIndex.record(host); ok && !rec.Revoked() {
-		if due := renewDueAt(rec.CredentialExpiresAt, g.cfg.AgentCredentialTTL); g.now().Before(due) {
-			b.counts.renewalsEarly.Add(1)
-			b.log(g.log, slog.LevelInfo, host, "renew-early", "renewal refused: the credential is not past half its life", "due", due.UTC())
+	if rec, ok := s.index.Record(host); ok && !rec.Revoked() {
+		if due := renewDueAt(rec.CredentialExpiresAt, s.cfg.CredentialTTL); s.now().Before(due) {
+			b.Early(host, due)
 			aerr = apiErr(protocol.APITooEarly, "the credential of %s is renewed once past half its life, from %s (gateway time); until then it keeps the one it has: ask again then",
 				host, due.UTC().Format(time.RFC3339))
 		}
 	}
 	if aerr == nil {
-		ok, wait := b.allowRenewal(host)
+		ok, wait, limit := b.AllowRenewal(host)
 		if ok {
 			return true
 		}
-		b.counts.renewalsRateLimited.Add(1)
-		b.log(g.log, slog.LevelWarn, host, "renew-rate", "renewal refused: more renewals from the host than it may ask for", "limit", b.renewLimitText())
+		b.RateLimited(host, limit)
 		aerr = apiErr(protocol.APIRateLimited, "host %s asked for more renewals than the gateway takes (%s): ask again in %s",
-			host, b.renewLimitText(), wait.Round(time.Second))
+			host, limit, wait.Round(time.Second))
 	}
 	if protocol.IsAgentReply(host, m.Reply) {
 		data, _ := json.Marshal(aerr)
@@ -177,16 +184,16 @@ func (g *Gateway) screenRenewal(m *nats.Msg) bool {
 }
 
 // renew answers one renewal request.
-func (g *Gateway) renew(ctx context.Context, m *nats.Msg) {
+func (s *Service) renew(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, 4*jskv.Timeout)
 	defer cancel()
-	out := enrolOutcome{}
+	out := Outcome{}
 	if host, ok := renewHost(m.Subject); !ok || !protocol.IsAgentReply(host, m.Reply) {
-		out.host = host
-		g.auditEnrolment("renew", "nats", &out, badReply(m.Reply, protocol.AgentInboxPrefix(host)))
+		out.Host = host
+		s.cfg.Record("renew", "nats", &out, badReply(m.Reply, protocol.AgentInboxPrefix(host)))
 		return
 	}
-	resp, aerr := g.renewCredential(ctx, m, &out)
+	resp, aerr := s.renewCredential(ctx, m, &out)
 	var data []byte
 	if aerr != nil {
 		data, _ = json.Marshal(aerr)
@@ -194,30 +201,30 @@ func (g *Gateway) renew(ctx context.Context, m *nats.Msg) {
 		data, _ = json.Marshal(resp)
 	}
 	if err := m.Respond(data); err != nil {
-		g.log.Warn("renewal: the answer could not be sent", "host", out.host, "err", err)
+		s.log.Warn("renewal: the answer could not be sent", "host", out.Host, "err", err)
 	}
-	g.auditEnrolment("renew", "nats", &out, aerr)
+	s.cfg.Record("renew", "nats", &out, aerr)
 }
 
-func (g *Gateway) renewCredential(ctx context.Context, m *nats.Msg, out *enrolOutcome) (*protocol.RenewResponse, *protocol.APIError) {
+func (s *Service) renewCredential(ctx context.Context, m *nats.Msg, out *Outcome) (*protocol.RenewResponse, *protocol.APIError) {
 	host, ok := renewHost(m.Subject)
 	if !ok {
 		return nil, apiErr(protocol.APIBadRequest, "subject %s is not a renewal subject", m.Subject)
 	}
-	out.host = host
+	out.Host = host
 	var req protocol.RenewRequest
 	if aerr := decodeNATSRequest(m.Data, "a renewal request", &req); aerr != nil {
 		return nil, aerr
 	}
-	out.key = req.PublicKey
+	out.Key = req.PublicKey
 	if req.Host != host {
 		return nil, apiErr(protocol.APIBadRequest, "the request is for host %q but was sent on the subject of host %s: send it to %s", clipText(req.Host, 60), host, protocol.RenewSubject(req.Host))
 	}
-	if aerr := g.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
+	if aerr := s.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
 		return nil, aerr
 	}
-	expires := g.now().Add(g.cfg.AgentCredentialTTL).Truncate(time.Second)
-	rec, err := g.agents.modify(ctx, host, func(r *AgentRecord) error {
+	expires := s.now().Add(s.cfg.CredentialTTL).Truncate(time.Second)
+	rec, err := s.agents.Modify(ctx, host, func(r *AgentRecord) error {
 		if err := keyHolds(r, req.PublicKey); err != nil {
 			return err
 		}
@@ -230,8 +237,8 @@ func (g *Gateway) renewCredential(ctx context.Context, m *nats.Msg, out *enrolOu
 	if err != nil {
 		return nil, credentialError("renewal", host, req.PublicKey, err)
 	}
-	out.labels = rec.Labels
-	jwt, err := g.authority.AgentJWT(host, req.PublicKey, expires)
+	out.Labels = rec.Labels
+	jwt, err := s.cfg.Issuer.AgentJWT(host, req.PublicKey, expires)
 	if err != nil {
 		return nil, issueError(host, err)
 	}

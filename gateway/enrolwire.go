@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+)
+
+// This file wires enrolment (gateway/enrol) into the gateway: the
+// credentials it hands out, the revocations its records hold, the audit
+// of its requests and the bounds of renewals.
+
+// Enrolment's names, as the gateway's API gives them.
+type (
+	// AgentRecord is an enrolled host.
+	AgentRecord = enrol.AgentRecord
+	// RevokedKey is a key a host no longer uses.
+	RevokedKey = enrol.RevokedKey
+	// RecordedConflict is an identity conflict as a host's record keeps
+	// it.
+	RecordedConflict = enrol.RecordedConflict
+	// AgentCredentials are what an enrolled agent needs to join the
+	// fleet.
+	AgentCredentials = enrol.AgentCredentials
+	// EnrolOption adjusts a local enrolment.
+	EnrolOption = enrol.Option
+)
+
+// Errors of enrolment and revocation (see gateway/enrol).
+var (
+	ErrUnknownAgent = enrol.ErrUnknownAgent
+	ErrHostRevoked  = enrol.ErrHostRevoked
+	ErrNameTaken    = enrol.ErrNameTaken
+	ErrKeyRevoked   = enrol.ErrKeyRevoked
+	ErrKeyInUse     = enrol.ErrKeyInUse
+)
+
+const (
+	// agentsLoadTimeout bounds the wait for a bucket's records at start.
+	agentsLoadTimeout = enrol.LoadTimeout
+	// tokensBucket is the join tokens' bucket.
+	tokensBucket = enrol.TokensBucket
+)
+
+// ReplaceHost lets an enrolment take over the host name from another
+// key, even a revoked one: the old key is revoked.
+func ReplaceHost() EnrolOption { return enrol.ReplaceHost() }
+
+// WithFacts records what the host is (OS, architecture, hostname), as a
+// host that enrols over the network says of itself.
+func WithFacts(f protocol.AgentFacts) EnrolOption { return enrol.WithFacts(f) }
+
+// EnrolLocal enrols host with the public key userPub (an nkey user key
+// whose seed the agent keeps) and labels, and issues its credential. It
+// is the enrolment of agents the gateway's operator starts itself (the
+// agent of --dev, tests, load tools). A host already enrolled with the
+// same key is enrolled again (its labels replaced); another key for an
+// enrolled or revoked host name is refused unless ReplaceHost is given,
+// and a revoked key is always refused.
+func (g *Gateway) EnrolLocal(ctx context.Context, host, userPub string, labels map[string]string, opts ...EnrolOption) (AgentCredentials, error) {
+	return g.enrol.EnrolLocal(ctx, host, userPub, labels, opts...)
+}
+
+// SetAgentLabels sets the labels in set and removes those named in remove
+// from host's record, and returns the host's labels after the change.
+// Access rules and selectors see the new labels at once.
+func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[string]string, remove []string) (map[string]string, error) {
+	return g.enrol.SetAgentLabels(ctx, host, set, remove)
+}
+
+// Agents returns every agent record, sorted by host.
+func (g *Gateway) Agents(ctx context.Context) ([]AgentRecord, error) { return g.enrol.Agents(ctx) }
+
+// Agent returns host's record as stored now.
+func (g *Gateway) Agent(ctx context.Context, host string) (AgentRecord, error) {
+	return g.enrol.Agent(ctx, host)
+}
+
+// AllowRecovery lets host recover its credential count more times (it
+// may then get a new credential with its key alone, once expired).
+func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) error {
+	return g.enrol.AllowRecovery(ctx, host, count)
+}
+
+// JoinTokens describes every join token kept, oldest first.
+func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) {
+	return g.enrol.JoinTokens(ctx)
+}
+
+// RevokeJoinToken revokes join token id, as by: no host can enrol with
+// it any more.
+func (g *Gateway) RevokeJoinToken(ctx context.Context, id, by string) error {
+	_, _, err := g.enrol.RevokeJoinToken(ctx, id, by)
+	return err
+}
+
+// CreateJoinToken creates a join token as req says, made by by, and
+// returns it with the commands that join a host with it.
+func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreateRequest, by string) (*protocol.TokenCreateResponse, error) {
+	return g.enrol.CreateJoinToken(ctx, req, by)
+}
+
+// enrolConfig wires enrolment to the rest of the gateway.
+func (g *Gateway) enrolConfig() enrol.Config {
+	return enrol.Config{
+		Log: g.log, Now: g.now, CredentialTTL: g.cfg.AgentCredentialTTL, RetryWindow: g.cfg.EnrolRetryWindow, Replicas: g.cfg.Hosts.Replicas,
+		Issuer: enrolIssuer{g.authority}, Dial: g.enrolDial,
+		Reconcile: g.authority.Reconcile, ReconcileSoon: g.reconcileSoon, ReconcileAt: g.reconcileAt,
+		Record:  g.auditEnrolment,
+		Allowed: func(src string, now time.Time) (time.Duration, bool) { return g.api.failures.allowed(src, now) },
+		Fail:    func(src string, now time.Time) { g.api.failures.fail(src, now) },
+		HandOut: g.checkHandOut,
+		Bounds:  renewalBounds{b: g.bounds, log: g.log}, HostConn: g.hostNC,
+	}
+}
+
+// enrolDial is what enrolment hands out, as it is now.
+func (g *Gateway) enrolDial() enrol.Dial {
+	d := enrol.Dial{NATSURLs: g.AgentNATSURLs(), NATSCAPEM: g.NATSCAPEM(), NATSCAPin: g.NATSCAPin(), SigningKeys: g.SigningKeys(),
+		SigningKeySerial: g.SigningKeySerial(), APIURL: g.APIURL(), APIPin: g.APICAPin()}
+	if g.api != nil {
+		d.APIPins = g.api.pins
+	}
+	return d
+}
+
+// enrolIssuer issues enrolment's credentials.
+type enrolIssuer struct{ *authority }
+
+func (a enrolIssuer) CheckIssuable(userPub string) error { return a.checkIssuable(userPub) }
+
+// renewalBounds are the hosts' renewal bounds (hostbounds.go) as
+// enrolment screens renewals with them.
+type renewalBounds struct {
+	b   *hostBounds
+	log *slog.Logger
+}
+
+func (r renewalBounds) AllowRenewal(host string) (bool, time.Duration, string) {
+	ok, wait := r.b.allowRenewal(host)
+	return ok, wait, r.b.renewLimitText()
+}
+
+func (r renewalBounds) Early(host string, due time.Time) {
+	r.b.counts.renewalsEarly.Add(1)
+	r.b.log(r.log, slog.LevelInfo, host, "renew-early", "renewal refused: the credential is not past half its life", "due", due.UTC())
+}
+
+func (r renewalBounds) RateLimited(host, limit string) {
+	r.b.counts.renewalsRateLimited.Add(1)
+	r.b.log(r.log, slog.LevelWarn, host, "renew-rate", "renewal refused: more renewals from the host than it may ask for", "limit", limit)
+}
+
+// agentRevocations are the keys the agent records hold revoked.
+type agentRevocations struct{ a *enrol.Agents }
+
+func (r agentRevocations) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+	keys, err := r.a.Revocations(ctx)
+	return fromRevocations(keys), err
+}
+
+// tokenRevocations are the enrol credentials' keys of the join tokens
+// that stopped working.
+type tokenRevocations struct{ s *enrol.Service }
+
+func (r tokenRevocations) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+	keys, err := r.s.TokenRevocations(ctx)
+	return fromRevocations(keys), err
+}
+
+func fromRevocations(keys []enrol.Revocation) []revokedKey {
+	var out []revokedKey
+	for _, k := range keys {
+		out = append(out, revokedKey{pub: k.Key, revokedAt: k.RevokedAt, expires: k.Expires, exact: k.Exact})
+	}
+	return out
+}
+
+// keySources are several sources of revoked keys.
+type keySources []keyRegistry
+
+func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+	var out []revokedKey
+	for _, r := range s {
+		keys, err := r.revokedKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+// apiErr builds an API error with a formatted message.
+func apiErr(code protocol.APICode, format string, args ...any) *protocol.APIError {
+	return &protocol.APIError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
