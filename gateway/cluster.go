@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -192,43 +192,12 @@ func clusterOptions(cfg *Config, opts *server.Options, routeTLS *tls.Config) err
 	return nil
 }
 
-// routeTLS returns the TLS configuration of the node's routes: the
-// operator's files, or a certificate from the fleet CA for names.
-func routeTLS(cl *ClusterConfig, ca *fleetCA, names []string) (*tls.Config, error) {
-	var cert tls.Certificate
-	pool := x509.NewCertPool()
-	if cl.RouteCert != "" {
-		var err error
-		if cert, err = tls.LoadX509KeyPair(cl.RouteCert, cl.RouteKey); err != nil {
-			return nil, fmt.Errorf("route TLS (--nats_route_cert %s, --nats_route_key %s): %w", cl.RouteCert, cl.RouteKey, err)
-		}
-		data, err := os.ReadFile(cl.RouteCA)
-		if err != nil {
-			return nil, fmt.Errorf("route TLS (--nats_route_ca): %w", err)
-		}
-		if !pool.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("route TLS: --nats_route_ca %s holds no PEM certificate", cl.RouteCA)
-		}
-	} else {
-		var err error
-		if cert, err = ca.issueLeafFor(names, time.Now(), x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
-			return nil, fmt.Errorf("route TLS: %w", err)
-		}
-		pool.AddCert(ca.cert)
-	}
-	// The same configuration accepts routes (the peer must show a
-	// certificate the CA signed) and dials them (the peer's certificate
-	// must verify for the route URL's host).
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
-}
-
 // routeNames are the names a node's route certificate is issued for: the
 // route listener's host (or, listening everywhere, the machine's names)
 // and the advertised names.
 func routeNames(cfg *Config) []string {
 	host, _, _ := net.SplitHostPort(cfg.Cluster.Listen)
-	return leafNames(host, cfg.Advertise)
+	return natsauth.LeafNames(host, cfg.Advertise)
 }
 
 // replicasDefault is the replica count of a stream or bucket whose

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 func TestClusterConfigValidate(t *testing.T) {
@@ -112,7 +114,7 @@ func TestSeedReplica(t *testing.T) {
 	if _, err := loadOrCreateNATSKeys(from, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateCA(from); err != nil {
+	if _, err := natsauth.LoadOrCreateCA(from); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := loadOrCreateSigningKey(filepath.Join(from, signingDir, signingKeyFile), true); err != nil {
@@ -142,7 +144,7 @@ func TestSeedReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{filepath.Join(signingDir, signingKeyFile), filepath.Join(signingDir, retiringKeyFile),
-		filepath.Join(signingDir, keySetsFile), filepath.Join(tlsDir, caKeyFile), filepath.Join(natsDir, agentSignerKeyFile)} {
+		filepath.Join(signingDir, keySetsFile), filepath.Join(natsauth.TLSDir, natsauth.CAKeyFile), filepath.Join(natsDir, agentSignerKeyFile)} {
 		if !slices.Contains(files, want) {
 			t.Errorf("seeded %v, not %s", files, want)
 		}
@@ -154,7 +156,7 @@ func TestSeedReplica(t *testing.T) {
 			t.Errorf("%s: not copied as it is (%v)", f, err)
 		}
 		fi, _ := os.Stat(filepath.Join(to, f))
-		public := f == filepath.Join(tlsDir, caCertPEM) || f == filepath.Join(signingDir, keySetsFile) ||
+		public := f == filepath.Join(natsauth.TLSDir, natsauth.CACertFile) || f == filepath.Join(signingDir, keySetsFile) ||
 			f == filepath.Join(natsDir, accountPubFile) || f == filepath.Join(natsDir, systemPubFile)
 		if !public && fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v", f, fi.Mode().Perm())

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // The gateways of an embedded cluster are one fleet: the same operator
@@ -32,8 +34,8 @@ var seedFiles = []struct {
 	{filepath.Join(natsDir, systemPubFile), 0o644, false},
 	// The revocations as last pushed: the node starts with them.
 	{filepath.Join(natsDir, accountJWTFile), 0o600, true},
-	{filepath.Join(tlsDir, caCertPEM), 0o644, false},
-	{filepath.Join(tlsDir, caKeyFile), 0o600, false},
+	{filepath.Join(natsauth.TLSDir, natsauth.CACertFile), 0o644, false},
+	{filepath.Join(natsauth.TLSDir, natsauth.CAKeyFile), 0o600, false},
 	// Absent when the first gateway signs with --signing_key FILE: give
 	// the replicas the same file.
 	{filepath.Join(signingDir, signingKeyFile), 0o600, true},
@@ -64,7 +66,7 @@ func SeedReplica(from, to string) ([]string, error) {
 			return nil, fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", from, err)
 		}
 	}
-	if _, err := loadCA(from); err != nil {
+	if _, err := natsauth.LoadCA(from); err != nil {
 		return nil, err
 	}
 	if entries, err := os.ReadDir(to); err == nil && len(entries) > 0 {
@@ -94,20 +96,4 @@ func SeedReplica(from, to string) ([]string, error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	return written, nil
-}
-
-// loadCA reads the fleet CA of dataDir, refusing to make
-// one.
-func loadCA(dataDir string) (*fleetCA, error) {
-	dir := filepath.Join(dataDir, tlsDir)
-	certPath, keyPath := filepath.Join(dir, caCertPEM), filepath.Join(dir, caKeyFile)
-	certPEM, err := os.ReadFile(certPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s has no fleet CA: %w", dataDir, err)
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s has no fleet CA key: %w", dataDir, err)
-	}
-	return parseCA(certPEM, keyPEM, certPath, keyPath)
 }

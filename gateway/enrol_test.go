@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // startAPIGateway starts a gateway with embedded NATS (listening on
@@ -70,7 +71,7 @@ type apiClient struct {
 
 func newAPIClient(t *testing.T, gw *Gateway) *apiClient {
 	t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, tlsDir, caCertPEM))
+	caPEM, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsauth.TLSDir, natsauth.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestEnrolRefusals(t *testing.T) {
 	id, _, _ := protocol.ParseJoinToken(many.Token)
 	_, _, other := protocol.NewJoinToken()
 	forged := protocol.TokenPrefix + "." + id + "." + strings.Split(other, ".")[2]
-	otherCA, _, err := newCA(time.Now())
+	otherCA, err := natsauth.LoadOrCreateCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

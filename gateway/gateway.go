@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -82,14 +83,14 @@ type Gateway struct {
 	// keyPushes throttles the pushes of key sets to hosts behind.
 	keyPushes keyPushes
 	api       *fleetAPI
-	apiCA     *fleetCA
+	apiCA     *natsauth.CA
 	// seal authenticates the agent records and join tokens.
 	seal *recordSeal
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
 	// (empty: the embedded server serves no TLS).
-	natsCA    *fleetCA
+	natsCA    *natsauth.CA
 	natsCAPEM []byte
 	natsPin   string
 	// reconcileCh asks the revocation loop for a reconcile; stopLoops
@@ -462,13 +463,13 @@ func (g *Gateway) startEmbedded() error {
 	}
 	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
 		// Routes between the nodes use certificates from the fleet CA.
-		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+		if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 			return err
 		}
 	}
 	var routes *tls.Config
 	if g.cfg.clustered() {
-		if routes, err = routeTLS(&g.cfg.Cluster, g.natsCA, routeNames(&g.cfg)); err != nil {
+		if routes, err = natsauth.RouteTLS(g.cfg.Cluster.RouteCert, g.cfg.Cluster.RouteKey, g.cfg.Cluster.RouteCA, g.natsCA, routeNames(&g.cfg)); err != nil {
 			return err
 		}
 	}
@@ -535,15 +536,15 @@ func (g *Gateway) embeddedTLS() (*tls.Config, error) {
 		return conf, nil
 	}
 	var err error
-	if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+	if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 		return nil, err
 	}
 	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-	conf, err := g.natsCA.serverTLS(leafNames(host, g.advertisedNames()))
+	conf, err := g.natsCA.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
 	}
-	g.natsCAPEM, g.natsPin = g.natsCA.pem, g.natsCA.Pin()
+	g.natsCAPEM, g.natsPin = g.natsCA.PEM(), g.natsCA.Pin()
 	return conf, nil
 }
 
@@ -731,12 +732,12 @@ func (g *Gateway) SecretPaths() []string {
 		}
 		if g.apiCA != nil {
 			// The fleet CA of the fleet API, in the data directory.
-			out = append(out, filepath.Join(abs(g.cfg.DataDir), tlsDir, caKeyFile))
+			out = append(out, natsauth.CAKeyPath(abs(g.cfg.DataDir)))
 		}
 		return out
 	}
 	dir := abs(g.cfg.DataDir)
-	out = append(out, dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile))
+	out = append(out, dir, filepath.Join(dir, natsDir), natsauth.CAKeyPath(dir))
 	for _, f := range keyFiles {
 		out = append(out, filepath.Join(dir, natsDir, f.name))
 	}
