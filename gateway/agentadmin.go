@@ -13,10 +13,11 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // This file enrols, labels and revokes agents: it writes the agent
-// records (agents.go) and issues credentials (natsauth.go). EnrolLocal is
+// records (agents.go) and issues credentials (package natsauth). EnrolLocal is
 // the enrolment of the dev agent, tests and load tools; enrolment over the
 // network calls enrol after its own checks (token, proof of possession).
 
@@ -30,7 +31,7 @@ var (
 	ErrNameTaken = errors.New("host name taken")
 	// ErrKeyRevoked: the key was revoked; no credential is ever issued
 	// for it again.
-	ErrKeyRevoked = errors.New("key revoked")
+	ErrKeyRevoked = natsauth.ErrKeyRevoked
 	// ErrKeyInUse: the key is enrolled under another host name.
 	ErrKeyInUse = errors.New("key enrolled under another name")
 )
@@ -150,9 +151,9 @@ func (g *Gateway) checkKey(host, pub string) error {
 		return nil
 	}
 	for _, k := range rec.revokedKeys() {
-		if k.pub == pub {
+		if k.Pub == pub {
 			return fmt.Errorf("enrol %s: %w: key %s was revoked on %s (as host %s); the agent must make a new key",
-				host, ErrKeyRevoked, pub, k.revokedAt.UTC().Format(time.RFC3339), other)
+				host, ErrKeyRevoked, pub, k.RevokedAt.UTC().Format(time.RFC3339), other)
 		}
 	}
 	if rec.PublicKey == pub {
@@ -171,7 +172,7 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 		rec, rev, err := g.agents.get(ctx, e.host)
 		wrote := false
 		if errors.Is(err, ErrUnknownAgent) {
-			if err := g.authority.checkIssuable(e.userPub); err != nil {
+			if err := g.authority.CheckIssuable(e.userPub); err != nil {
 				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
 			rec = &AgentRecord{Host: e.host, PublicKey: e.userPub, Labels: maps.Clone(e.labels), TokenID: e.tokenID,
@@ -190,7 +191,7 @@ func (g *Gateway) writeEnrolment(ctx context.Context, e *enrolment, expires time
 			}
 			// What the record allows, the fleet account's revocations may
 			// still refuse (a record put back from before a revocation).
-			if err := g.authority.checkIssuable(e.userPub); err != nil {
+			if err := g.authority.CheckIssuable(e.userPub); err != nil {
 				return nil, false, fmt.Errorf("enrol %s: %w", e.host, err)
 			}
 			if _, err = g.agents.update(ctx, rec, rev); err == nil {

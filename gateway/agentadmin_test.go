@@ -90,11 +90,11 @@ func TestRecordRevokedKeys(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := AgentRecord{Host: "h", PublicKey: "Ucur", CredentialExpiresAt: at.Add(time.Hour),
 		RevokedKeys: []RevokedKey{{PublicKey: "Uold", RevokedAt: at, CredentialExpiresAt: at.Add(2 * time.Hour)}}}
-	if keys := r.revokedKeys(); len(keys) != 1 || keys[0].pub != "Uold" || !keys[0].expires.Equal(at.Add(2*time.Hour)) {
+	if keys := r.revokedKeys(); len(keys) != 1 || keys[0].Pub != "Uold" || !keys[0].Expires.Equal(at.Add(2*time.Hour)) {
 		t.Errorf("active record: %+v", keys)
 	}
 	r.RevokedAt = at.Add(time.Minute)
-	if keys := r.revokedKeys(); len(keys) != 2 || keys[1].pub != "Ucur" || !keys[1].revokedAt.Equal(r.RevokedAt) {
+	if keys := r.revokedKeys(); len(keys) != 2 || keys[1].Pub != "Ucur" || !keys[1].RevokedAt.Equal(r.RevokedAt) {
 		t.Errorf("revoked record: %+v", keys)
 	}
 }

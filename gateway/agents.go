@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // This file keeps the agent records: one per enrolled host in the
@@ -115,13 +116,13 @@ func (r *AgentRecord) clone() AgentRecord {
 
 // revokedKeys lists the record's revoked keys: its earlier keys, and its
 // current one when the host is revoked.
-func (r *AgentRecord) revokedKeys() []revokedKey {
-	var out []revokedKey
+func (r *AgentRecord) revokedKeys() []natsauth.RevokedKey {
+	var out []natsauth.RevokedKey
 	for _, k := range r.RevokedKeys {
-		out = append(out, revokedKey{pub: k.PublicKey, revokedAt: k.RevokedAt, expires: k.CredentialExpiresAt})
+		out = append(out, natsauth.RevokedKey{Pub: k.PublicKey, RevokedAt: k.RevokedAt, Expires: k.CredentialExpiresAt})
 	}
 	if r.Revoked() {
-		out = append(out, revokedKey{pub: r.PublicKey, revokedAt: r.RevokedAt, expires: r.CredentialExpiresAt})
+		out = append(out, natsauth.RevokedKey{Pub: r.PublicKey, RevokedAt: r.RevokedAt, Expires: r.CredentialExpiresAt})
 	}
 	return out
 }
@@ -520,14 +521,14 @@ func (s *agentStore) sync(ctx context.Context) error {
 	}
 }
 
-// revokedKeys implements keyRegistry.
-func (s *agentStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+// RevokedKeys implements natsauth.KeySource.
+func (s *agentStore) RevokedKeys(ctx context.Context) ([]natsauth.RevokedKey, error) {
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
 	s.index.mu.RLock()
 	defer s.index.mu.RUnlock()
-	var out []revokedKey
+	var out []natsauth.RevokedKey
 	for _, r := range s.index.byHost {
 		out = append(out, r.revokedKeys()...)
 	}

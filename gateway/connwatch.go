@@ -285,7 +285,7 @@ func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.
 		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
 		found:       func(context.Context, string, []natsConn) {},
 		standing:    func(string) bool { return false },
-		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), gone: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
+		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), gone: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: 256,
 		strikes: make(map[string][]natsConn), churned: make(map[string][]natsConn),
 		staleBound: staleBoundOf(server.DEFAULT_PING_INTERVAL, server.DEFAULT_PING_MAX_OUT)}
 }
@@ -725,7 +725,7 @@ func conflictDetail(conns []natsConn) string {
 // watchConnections starts the watch of the fleet's agent connections,
 // run until ctx ends by the gateway's loops.
 func (g *Gateway) watchConnections(ctx context.Context) error {
-	w := newConnWatch(g.log.With("component", "connwatch"), g.authority.accountPub, publicKey(g.authority.agentSigner), g.sys, g.nc)
+	w := newConnWatch(g.log.With("component", "connwatch"), g.authority.AccountPub(), g.authority.AgentSignerPub(), g.sys, g.nc)
 	w.hostOf = g.agentIndex.keyHost
 	w.silentAfter = func(host string) time.Duration {
 		hb := defaultAgentHeartbeat

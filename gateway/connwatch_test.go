@@ -205,7 +205,7 @@ func TestConnWatchConnz(t *testing.T) {
 	kp, creds := enrolLocalAgent(t, gw, "early")
 	a := connectAs(t, gw, "early", kp, creds)
 	connectAs(t, gw, "early", kp, creds)
-	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
+	w := newConnWatch(gw.log, gw.authority.AccountPub(), gw.authority.AgentSignerPub(), gw.sys, gw.nc)
 	w.hostOf = gw.agentIndex.keyHost
 	w.page = 1 // the gateway's own connections come first: every page is read
 	w.byHost["early"] = map[connID]*natsConn{{"gone-server", 99}: {Server: "gone-server", CID: 99, host: "early"}}
@@ -299,12 +299,12 @@ func TestConnWatchReceivedCount(t *testing.T) {
 // settings.
 func TestConnWatchStaleBound(t *testing.T) {
 	gw := startAPIGateway(t, nil, nil)
-	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
+	w := newConnWatch(gw.log, gw.authority.AccountPub(), gw.authority.AgentSignerPub(), gw.sys, gw.nc)
 	w.staleBound = 0
 	w.refreshStaleBound(t.Context())
 	// The embedded server pings every 20 s and closes a link after 2
 	// unanswered pings.
-	if want := 3*embeddedPingInterval + connStaleSlack; w.staleBound != want {
+	if want := 3*20*time.Second + connStaleSlack; w.staleBound != want {
 		t.Errorf("stale bound %s, want %s", w.staleBound, want)
 	}
 }
@@ -315,7 +315,7 @@ func TestConnWatchStaleBound(t *testing.T) {
 // and none is a conflict.
 func TestConnWatchNodeDied(t *testing.T) {
 	gw := startAPIGateway(t, nil, nil)
-	w := newConnWatch(gw.log, gw.authority.accountPub, publicKey(gw.authority.agentSigner), gw.sys, gw.nc)
+	w := newConnWatch(gw.log, gw.authority.AccountPub(), gw.authority.AgentSignerPub(), gw.sys, gw.nc)
 	w.hostOf = gw.agentIndex.keyHost
 	var found []string
 	w.found = func(_ context.Context, host string, _ []natsConn) { found = append(found, host) }

@@ -18,10 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -33,15 +31,11 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 
-	ns *embeddedServer // nil with an external cluster
-	// streamSigner is the embedded server's admin signing key of the
-	// fleet account (accountPub), made for this process only (nil:
-	// external), for auditStreamAdmin and streamAdmin.
-	streamSigner nkeys.KeyPair
-	accountPub   string
-	// natsPubDeny is what the gateway's user on an external cluster may
-	// not publish (its creds' JWT), for streamAdmin.
-	natsPubDeny []string
+	// embedded is the embedded NATS server (nil with an external
+	// cluster); external the files of an external cluster's setup (nil
+	// with the embedded server).
+	embedded *natsauth.Embedded
+	external *natsauth.External
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
@@ -59,14 +53,11 @@ type Gateway struct {
 	// reloadMu makes reloads one at a time.
 	reloadMu sync.Mutex
 
-	// authority issues agent credentials and keeps the revocations;
-	// agents are the agent records, agentIndex the gateway's copy of them.
-	authority *authority
-	agents    *agentStore
-	// revokedKeys is the ledger of every key ever revoked.
-	revokedKeys *revokedLedger
-	// embedded is the embedded server's account setup (nil: external).
-	embedded   *embeddedAccount
+	// authority issues agent credentials and keeps the revocations and
+	// the ledger of every key ever revoked; agents are the agent
+	// records, agentIndex the gateway's copy of them.
+	authority  *natsauth.Authority
+	agents     *agentStore
 	agentIndex *agentIndex
 	// tokens are the join tokens, nonces the request nonces seen;
 	// renewals serves credential renewals over NATS; api is the fleet
@@ -287,12 +278,12 @@ func (g *Gateway) closeStarted() {
 
 // listenForAgents opens the embedded server's client port to agents, when
 // there is one; a cluster node's listens from the start, as its routes
-// need (natsserver.go).
+// need (package natsauth).
 func (g *Gateway) listenForAgents() error {
-	if g.ns == nil || g.cfg.NATSListen == "" || g.cfg.clustered() {
+	if g.embedded == nil {
 		return nil
 	}
-	return g.ns.listenForAgents(g.cfg.NATSListen)
+	return g.embedded.ListenForAgents()
 }
 
 // mcpListenerTLS makes the MCP listener serve TLS when Config.TLSCert is
@@ -329,7 +320,7 @@ func (g *Gateway) startEnrolment() error {
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.setRecords(keySources{g.agents, g.tokens}, g.revokedKeys)
+	g.authority.SetRecords(natsauth.KeySources{g.agents, g.tokens})
 	g.reconcileSoon()
 	if err := g.startRenewals(); err != nil {
 		return err
@@ -447,13 +438,15 @@ func (g *Gateway) startEmbedded() error {
 	if err := checkDataFormat(g.cfg.DataDir); err != nil {
 		return err
 	}
-	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir, g.log)
-	if err != nil {
-		return err
+	ecfg := natsauth.EmbeddedConfig{DataDir: g.cfg.DataDir, Listen: g.cfg.NATSListen, MaxPayload: g.cfg.NATSMaxPayload,
+		MaxCall: g.cfg.MaxCallDuration, Log: g.log}
+	if g.cfg.clustered() {
+		// A cluster node refuses agents until its gateway has pushed the
+		// revocations the agent records call for (cluster.go).
+		ecfg.Cluster = &natsauth.ClusterOptions{Name: g.cfg.Cluster.Name, ServerName: g.cfg.Name,
+			Listen: g.cfg.Cluster.Listen, Routes: g.cfg.Cluster.Routes}
 	}
-	// A cluster node refuses agents until its gateway has pushed the
-	// revocations the agent records call for (cluster.go).
-	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
+	emb, err := natsauth.OpenEmbedded(ecfg)
 	if err != nil {
 		return err
 	}
@@ -473,38 +466,31 @@ func (g *Gateway) startEmbedded() error {
 			return err
 		}
 	}
-	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
+	if err := emb.Start(tlsConf, routes); err != nil {
 		return err
 	}
-	acct.setServer(g.ns.Server)
-	g.streamSigner, g.accountPub = acct.admin, keys.accountPub
-	gwUser, gwPub, err := scopedUser("fleet-gateway", keys.gatewaySigner, keys.accountPub)
-	if err != nil {
-		return err
-	}
-	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	sysUser, sysPub, err := scopedUser("fleet-gateway system", keys.systemSigner, keys.systemPub)
-	if err != nil {
-		return err
-	}
-	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
-	}
-	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
-		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: g.now, sys: g.sys}
-	g.embedded = acct
+	g.embedded = emb
 	// Its own users are never revoked through the ledger: whoever holds
 	// the seal's key could otherwise cut the gateway off its server.
-	acct.keepOwn(gwPub, sysPub)
-	if _, err := acct.serveClaimUpdates(g.sys, g.authority.ledgerRevokedAt); err != nil {
-		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
+	gwUser, err := emb.GatewayUser()
+	if err != nil {
+		return err
 	}
-	return nil
+	if g.nc, err = nats.Connect("", append(g.natsOptions(), emb.InProcess(), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), emb.InProcess(), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	sysUser, err := emb.SystemUser()
+	if err != nil {
+		return err
+	}
+	if g.sys, err = nats.Connect("", append(g.sysOptions(), emb.InProcess(), sysUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
+	}
+	g.authority, err = emb.Authority(g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
+	return err
 }
 
 // natsTLS reports whether the embedded server serves TLS: beyond
@@ -551,39 +537,27 @@ func (g *Gateway) embeddedTLS() (*tls.Config, error) {
 // connectExternal connects to an external cluster with the files of its
 // setup, and checks them.
 func (g *Gateway) connectExternal(ctx context.Context) error {
-	x, err := loadExternalAuth(&g.cfg)
+	x, err := natsauth.LoadExternal(natsauth.ExternalConfig{CredsFile: g.cfg.NATSCredsFile, AgentSigningKeyFile: g.cfg.NATSAgentSigningKeyFile,
+		OperatorSigningKeyFile: g.cfg.NATSOperatorSigningKeyFile, CAFile: g.cfg.NATSCAFile})
 	if err != nil {
 		return err
 	}
+	g.external = x
 	url := strings.Join(g.cfg.NATSURLs, ",")
-	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
+	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.Options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*pushTimeout)
-	defer cancel()
-	if err := x.check(ctx, g.sys); err != nil {
+	if err := x.Check(ctx, g.sys); err != nil {
 		return fmt.Errorf("external NATS cluster: %w", err)
 	}
-	g.natsCAPEM = x.caPEM
-	g.natsPubDeny = x.pubDeny
-	var src accountSource = &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}
-	if x.operatorSigner == nil {
-		// The revoker beside the cluster holds the operator signing key.
-		src = &revokerAccount{accountPub: x.accountPub, nc: g.nc, sys: g.sys}
-		g.log.Info("revocations go through the cluster's revoker (no --nats_operator_signing_key)", "subject", protocol.RevokerSubject())
-		if _, err := g.nc.Request(protocol.RevokerSubject(), []byte(`{"keys":{}}`), pushTimeout); err != nil {
-			g.log.Warn("no revoker answers: revoking a host fails until one does (fleet-gateway nats-revoker, see deploy/nats/README.md)",
-				"subject", protocol.RevokerSubject(), "err", err)
-		}
-	}
-	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
-		ttl: g.cfg.AgentCredentialTTL, src: src, now: g.now, sys: g.sys}
+	g.natsCAPEM = x.CAPEM()
+	g.authority = x.Authority(g.nc, g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
 	return nil
 }
 
@@ -592,7 +566,7 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 // Start).
 func (g *Gateway) recordSeal() (*recordSeal, error) {
 	if g.seal == nil {
-		s, err := newRecordSeal(g.authority.agentSigner)
+		s, err := newRecordSeal(g.authority.AgentSigner())
 		if err != nil {
 			return nil, err
 		}
@@ -616,32 +590,11 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	// The embedded server holds every key revoked while a credential
 	// issued before could still be valid: it may have missed a
 	// revocation by key while down, which no record names.
-	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, maxTokenTTL) - pruneSlack)
-	var added func(string, time.Time)
-	if g.embedded != nil {
-		added = func(key string, at time.Time) {
-			if at.After(recent) {
-				if _, err := g.embedded.addRevocations(jwt.RevocationList{key: at.Unix()}); err != nil {
-					g.log.Warn("a revoked key from the ledger is not held by this node's server yet", "key", key, "err", err)
-				}
-			}
-		}
-	}
-	ledger, err := openRevokedLedger(ctx, g.nc, seal, max(g.cfg.Hosts.Replicas, 1), g.log.With("component", "revoked-keys"), added)
-	if err != nil {
+	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, maxTokenTTL) - natsauth.PruneSlack)
+	if err := g.authority.OpenLedger(ctx, g.nc, max(g.cfg.Hosts.Replicas, 1), recent, g.log.With("component", "revoked-keys")); err != nil {
 		return err
 	}
-	g.revokedKeys = ledger
-	if g.embedded != nil {
-		held := jwt.RevocationList{}
-		for k, at := range ledger.since(recent) {
-			held[k] = at.Unix()
-		}
-		if _, err := g.embedded.addRevocations(held); err != nil {
-			return fmt.Errorf("revoked keys: %w", err)
-		}
-	}
-	g.authority.setRecords(g.agents, ledger)
+	g.authority.SetRecords(g.agents)
 	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
 	err = g.authority.Reconcile(rctx)
 	cancel()
@@ -671,8 +624,8 @@ func (g *Gateway) stopNATS() {
 	if g.agents != nil {
 		g.agents.close()
 	}
-	if g.revokedKeys != nil {
-		g.revokedKeys.close()
+	if g.authority != nil {
+		g.authority.Close()
 	}
 	if g.store != nil {
 		g.store.close()
@@ -689,9 +642,8 @@ func (g *Gateway) stopNATS() {
 	if g.sys != nil {
 		g.sys.Close()
 	}
-	if g.ns != nil {
-		g.ns.Shutdown()
-		g.ns.WaitForShutdown()
+	if g.embedded != nil {
+		g.embedded.Shutdown()
 	}
 	if g.dataLock != nil {
 		g.dataLock.Close()
@@ -724,7 +676,7 @@ func (g *Gateway) SecretPaths() []string {
 	if p := signingKeyPath(&g.cfg); p != "" {
 		out = append(out, abs(p))
 	}
-	if g.ns == nil {
+	if g.embedded == nil {
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
@@ -737,11 +689,8 @@ func (g *Gateway) SecretPaths() []string {
 		return out
 	}
 	dir := abs(g.cfg.DataDir)
-	out = append(out, dir, filepath.Join(dir, natsDir), natsauth.CAKeyPath(dir))
-	for _, f := range keyFiles {
-		out = append(out, filepath.Join(dir, natsDir, f.name))
-	}
-	return out
+	out = append(out, dir, filepath.Join(dir, natsauth.KeysDir), natsauth.CAKeyPath(dir))
+	return append(out, natsauth.KeyFiles(dir)...)
 }
 
 // logAccess summarises who may do what, once at startup.
@@ -810,13 +759,13 @@ func (g *Gateway) MCPURL() string {
 // them: the embedded server's client address (tls:// when it serves
 // TLS), or the external cluster's URLs.
 func (g *Gateway) NATSURL() string {
-	if g.ns == nil {
+	if g.embedded == nil {
 		return strings.Join(g.cfg.NATSURLs, ",")
 	}
 	if g.cfg.NATSListen == "" {
 		return ""
 	}
-	return g.ns.ClientURL()
+	return g.embedded.ClientURL()
 }
 
 // AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
@@ -827,7 +776,7 @@ func (g *Gateway) AgentNATSURLs() []string {
 	if len(g.cfg.NATSAdvertise) > 0 {
 		return slices.Clone(g.cfg.NATSAdvertise)
 	}
-	if g.ns == nil {
+	if g.embedded == nil {
 		return slices.Clone(g.cfg.NATSURLs)
 	}
 	raw := g.NATSURL()

@@ -3,18 +3,17 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // Enrolment over NATS, for hosts that reach the NATS servers but not the
@@ -33,68 +32,29 @@ import (
 // the same way. Once the token is revoked, or spent and the enrolment
 // retry window over (a host whose answer was lost may ask again, see
 // enrolretry.go), the enrol credential's key is revoked in the fleet
-// account like a revoked host's (tokenStore.revokedKeys feeds the same
+// account like a revoked host's (tokenStore.RevokedKeys feeds the same
 // reconcile).
 
 // natsEnrolQueue is the queue group of the gateways serving enrolments
 // over NATS.
 const natsEnrolQueue = "fleet-gateway-enrol"
 
-// EnrolJWT issues the enrol credential of join token tokenID for the
-// throw-away key userPub, valid until expires.
-func (a *authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
-	if a.enrolSigner == nil {
-		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
-	}
-	if err := protocol.CheckTokenID(tokenID); err != nil {
-		return "", err
-	}
-	uc := jwt.NewUserClaims(userPub)
-	uc.Name = "enrol-" + tokenID
-	uc.Expires = expires.Unix()
-	uc.IssuerAccount = a.accountPub
-	// The enrol signing key's template (enrolScope) gives the token's
-	// own subjects, from this tag, and the limits.
-	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
-	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	token, err := uc.Encode(a.enrolSigner)
-	if err != nil {
-		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
-	}
-	return token, nil
-}
-
-// keySources are several sources of revoked keys.
-type keySources []keyRegistry
-
-func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
-	var out []revokedKey
-	for _, r := range s {
-		keys, err := r.revokedKeys(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, keys...)
-	}
-	return out, nil
-}
-
-// revokedKeys returns the enrol credentials' keys of the tokens that
+// RevokedKeys returns the enrol credentials' keys of the tokens that
 // stopped working before they expired: revoked, or spent longer ago than
 // the enrolment retry window. Their entries go once the token has
 // expired, when the credential has too.
-func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+func (s *tokenStore) RevokedKeys(ctx context.Context) ([]natsauth.RevokedKey, error) {
 	all, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now()
-	var out []revokedKey
+	var out []natsauth.RevokedKey
 	for _, e := range all {
 		if e.putBack && e.rec.EnrolKey != "" {
 			// The token is refused for good: so is its enrol credential,
 			// every one issued until it expires.
-			out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: e.rec.ExpiresAt, expires: e.rec.ExpiresAt, exact: true})
+			out = append(out, natsauth.RevokedKey{Pub: e.rec.EnrolKey, RevokedAt: e.rec.ExpiresAt, Expires: e.rec.ExpiresAt, Exact: true})
 			continue
 		}
 		at := e.rec.enrolKeyRevokedAt()
@@ -103,7 +63,7 @@ func (s *tokenStore) revokedKeys(ctx context.Context) ([]revokedKey, error) {
 			// window: a host whose answer was lost can ask again.
 			continue
 		}
-		out = append(out, revokedKey{pub: e.rec.EnrolKey, revokedAt: at, expires: e.rec.ExpiresAt, exact: true})
+		out = append(out, natsauth.RevokedKey{Pub: e.rec.EnrolKey, RevokedAt: at, Expires: e.rec.ExpiresAt, Exact: true})
 	}
 	return out, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // This file keeps the join tokens: one record per token in the JetStream
@@ -50,7 +51,7 @@ import (
 // holds an external setup's account key (kept offline) still can.
 
 const (
-	tokensBucket = "fleet_tokens"
+	tokensBucket = natsauth.TokensBucket
 	// tokenKeep is how long a token that stopped working (expired, spent,
 	// revoked) stays listed.
 	tokenKeep = 24 * time.Hour

@@ -4,8 +4,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // RouteTLS returns the TLS configuration of a cluster node's routes: the
@@ -40,4 +46,86 @@ func RouteTLS(certFile, keyFile, caFile string, ca *CA, names []string) (*tls.Co
 	// must verify for the route URL's host).
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// RouteURLs parses the route list (--nats_routes): at least two, each
+// nats-route://host:port or host:port.
+func RouteURLs(routes []string) ([]*url.URL, error) {
+	if len(routes) < 2 {
+		return nil, fmt.Errorf("--nats_routes names %d route(s): list the route URLs of the cluster's nodes (at least three nodes; this node's own route may be in the list), e.g. nats-route://gw1:6222,nats-route://gw2:6222,nats-route://gw3:6222", len(routes))
+	}
+	var out []*url.URL
+	for _, r := range routes {
+		raw := r
+		if !strings.Contains(raw, "://") {
+			raw = "nats-route://" + raw
+		}
+		u, err := url.Parse(raw)
+		bad := func(why string) error {
+			return fmt.Errorf("--nats_routes: %q %s; want nats-route://host:port", clip(r, 120), why)
+		}
+		switch {
+		case err != nil:
+			return nil, bad("does not parse")
+		case u.Scheme != "nats-route" && u.Scheme != "nats":
+			return nil, bad("has scheme " + u.Scheme)
+		case u.User != nil:
+			return nil, bad("carries a user: routes authenticate with TLS certificates")
+		case u.Hostname() == "" || u.Port() == "":
+			return nil, bad("needs a host and a port")
+		case u.Path != "" && u.Path != "/", u.RawQuery != "":
+			return nil, bad("has a path or query")
+		}
+		if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+			return nil, bad("has a bad port")
+		}
+		out = append(out, &url.URL{Scheme: "nats-route", Host: u.Host})
+	}
+	return out, nil
+}
+
+// ClusterOptions make the embedded server a node of a cluster.
+type ClusterOptions struct {
+	// Name is the cluster's name, ServerName this node's (the gateway's
+	// name).
+	Name, ServerName string
+	// Listen is where the node listens for the other nodes' routes
+	// (host:port, --nats_cluster_listen).
+	Listen string
+	// Routes are the route URLs of the cluster's nodes (RouteURLs).
+	Routes []string
+}
+
+// clusterOptions makes opts a node of the cluster: its name, route
+// listener, routes with TLS, and its client listener open from the start
+// (routes only start with it).
+func clusterOptions(cl *ClusterOptions, opts *server.Options, routeTLS *tls.Config) error {
+	host, port, err := net.SplitHostPort(cl.Listen)
+	if err != nil {
+		return fmt.Errorf("--nats_cluster_listen %q: %w", cl.Listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("--nats_cluster_listen %q: bad port", cl.Listen)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	routes, err := RouteURLs(cl.Routes)
+	if err != nil {
+		return err
+	}
+	opts.ServerName = cl.ServerName
+	opts.DontListen = false
+	opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: host, Port: p, TLSConfig: routeTLS, TLSTimeout: 5}
+	opts.Routes = routes
+	return nil
+}
+
+// clip cuts s to n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }

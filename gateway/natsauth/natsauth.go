@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -47,9 +47,9 @@ const (
 	// before a push fails.
 	pushTimeout  = 3 * time.Second
 	pushAttempts = 3
-	// pruneSlack is how long after the last credential issued for a
+	// PruneSlack is how long after the last credential issued for a
 	// revoked key expires its revocation entry is kept.
-	pruneSlack = 5 * time.Minute
+	PruneSlack = 5 * time.Minute
 	// reconcileRounds bounds the pushes of one reconcile: more are needed
 	// only while other replicas keep revoking.
 	reconcileRounds = 5
@@ -186,8 +186,12 @@ func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount 
 // hold only while the stream itself is neither deleted nor restored
 // from a snapshot, which brings back both.
 func protectedStreams() []string {
-	return []string{protocol.AuditStream, "KV_" + tokensBucket, "KV_" + protocol.AgentsBucket, revokedStream}
+	return []string{protocol.AuditStream, "KV_" + TokensBucket, "KV_" + protocol.AgentsBucket, revokedStream}
 }
+
+// TokensBucket is the key-value bucket of the join tokens, one of the
+// protected streams' (its stream is KV_TokensBucket).
+const TokensBucket = "fleet_tokens"
 
 // runtimeDenied are the JetStream API subjects that delete, cut, change
 // or replace a protected stream, delete its messages, or take replicas
@@ -230,29 +234,46 @@ type accountSource interface {
 	pushed(ac *jwt.AccountClaims, token string)
 }
 
-// revokedKey is one revoked agent key: when it was revoked and until
+// RevokedKey is one revoked agent key: when it was revoked and until
 // when credentials issued for it are valid at the latest.
-type revokedKey struct {
-	pub       string
-	revokedAt time.Time
-	expires   time.Time
+type RevokedKey struct {
+	Pub       string
+	RevokedAt time.Time
+	Expires   time.Time
+	// Exact: Expires is when the last credential of the key expires (an
+	// enrol credential), not only the record's latest agent credential.
+	Exact bool
 	// until is when its last credential expires, for the ledger (zero:
 	// not known; set by keepRevoked).
 	until time.Time
-	// exact: expires is when the last credential of the key expires (an
-	// enrol credential), not only the record's latest agent credential.
-	exact bool
 }
 
-// keyRegistry is what the authority needs of the agent records.
-type keyRegistry interface {
-	// revokedKeys returns, as of now, every key revoked in the records.
-	revokedKeys(ctx context.Context) ([]revokedKey, error)
+// KeySource is what the authority needs of the agent records (and of
+// the join tokens, whose enrol credentials are revoked too).
+type KeySource interface {
+	// RevokedKeys returns, as of now, every key revoked in the records.
+	RevokedKeys(ctx context.Context) ([]RevokedKey, error)
 }
 
-// authority issues agent credentials and keeps the fleet account's
+// KeySources are several sources of revoked keys, as one.
+type KeySources []KeySource
+
+// RevokedKeys returns the revoked keys of every source.
+func (s KeySources) RevokedKeys(ctx context.Context) ([]RevokedKey, error) {
+	var out []RevokedKey
+	for _, r := range s {
+		keys, err := r.RevokedKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+// Authority issues agent credentials and keeps the fleet account's
 // revocations in step with the agent records.
-type authority struct {
+type Authority struct {
 	log         *slog.Logger
 	accountPub  string
 	agentSigner nkeys.KeyPair
@@ -271,10 +292,12 @@ type authority struct {
 	sys *nats.Conn
 
 	mu      sync.Mutex // one reconcile at a time; guards records
-	records keyRegistry
-	// ledger holds every key ever revoked (revokedledger.go), set with
-	// the records; no credential is issued for a key in it.
+	records KeySource
+	// ledger holds every key ever revoked (revokedledger.go), set by
+	// OpenLedger; no credential is issued for a key in it.
 	ledger *revokedLedger
+	// emb is the embedded server's account (nil: an external cluster).
+	emb *embeddedAccount
 
 	// heldMu guards held, the revocations the servers held at the last
 	// reconcile or push of this gateway. No credential is issued for a
@@ -289,13 +312,29 @@ type authority struct {
 	connzPage int
 }
 
+// ErrKeyRevoked: the key was revoked; no credential is ever issued
+// for it again.
+var ErrKeyRevoked = errors.New("key revoked")
+
 // errKeyInRevocations: the fleet account's revocations hold the key.
 // It is an ErrKeyRevoked.
 var errKeyInRevocations = fmt.Errorf("%w in the fleet account", ErrKeyRevoked)
 
-// checkIssuable refuses a key the servers hold revoked, or that the
-// revoked keys' ledger holds.
-func (a *authority) checkIssuable(userPub string) error {
+// AccountPub returns the fleet account's public key.
+func (a *Authority) AccountPub() string { return a.accountPub }
+
+// AgentSigner returns the fleet account's scoped agent signing key,
+// which issues the agents' credentials; the gateways derive the seal of
+// their records from it.
+func (a *Authority) AgentSigner() nkeys.KeyPair { return a.agentSigner }
+
+// AgentSignerPub returns the public key of the agent signing key: the
+// issuer of every agent credential.
+func (a *Authority) AgentSignerPub() string { return publicKey(a.agentSigner) }
+
+// CheckIssuable refuses a key the servers hold revoked, or that the
+// revoked keys' ledger holds (an ErrKeyRevoked).
+func (a *Authority) CheckIssuable(userPub string) error {
 	a.heldMu.Lock()
 	at, ok := a.held[userPub]
 	ledger := a.ledger
@@ -314,26 +353,74 @@ func (a *authority) checkIssuable(userPub string) error {
 }
 
 // setHeld records revs as what the servers hold.
-func (a *authority) setHeld(revs jwt.RevocationList) {
+func (a *Authority) setHeld(revs jwt.RevocationList) {
 	a.heldMu.Lock()
 	a.held = maps.Clone(revs)
 	a.heldMu.Unlock()
 }
 
-// setRecords sets where the revoked keys come from, and the ledger
-// that keeps them all.
-func (a *authority) setRecords(r keyRegistry, ledger *revokedLedger) {
+// SetRecords sets where the revoked keys come from: the agent records,
+// and the join tokens once they are open.
+func (a *Authority) SetRecords(r KeySource) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.records = r
+}
+
+// OpenLedger opens the revoked keys' ledger on nc (creating its stream
+// with replicas when there is none) and reads it whole; from then on no
+// credential is issued for a key it holds. On the embedded server, the
+// keys it holds that were revoked after recent (a credential issued
+// before could still be valid), and those other gateways add from then
+// on, are held revoked by this node's server too: it may have missed a
+// revocation by key while down, which no record names. Close closes it.
+func (a *Authority) OpenLedger(ctx context.Context, nc *nats.Conn, replicas int, recent time.Time, log *slog.Logger) error {
+	seal, err := newLedgerSeal(a.agentSigner)
+	if err != nil {
+		return err
+	}
+	var added func(string, time.Time)
+	if e := a.emb; e != nil {
+		added = func(key string, at time.Time) {
+			if at.After(recent) {
+				if _, err := e.addRevocations(jwt.RevocationList{key: at.Unix()}); err != nil {
+					e.log.Warn("a revoked key from the ledger is not held by this node's server yet", "key", key, "err", err)
+				}
+			}
+		}
+	}
+	ledger, err := openRevokedLedger(ctx, nc, seal, replicas, log, added)
+	if err != nil {
+		return err
+	}
 	a.heldMu.Lock()
 	a.ledger = ledger
 	a.heldMu.Unlock()
+	if a.emb != nil {
+		held := jwt.RevocationList{}
+		for k, at := range ledger.since(recent) {
+			held[k] = at.Unix()
+		}
+		if _, err := a.emb.addRevocations(held); err != nil {
+			return fmt.Errorf("revoked keys: %w", err)
+		}
+	}
+	return nil
 }
 
-// ledgerRevokedAt reports whether the revoked keys' ledger holds pub,
+// Close stops following the revoked keys' ledger.
+func (a *Authority) Close() {
+	a.heldMu.Lock()
+	ledger := a.ledger
+	a.heldMu.Unlock()
+	if ledger != nil {
+		ledger.close()
+	}
+}
+
+// LedgerRevokedAt reports whether the revoked keys' ledger holds pub,
 // and since when (false before the ledger is open).
-func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
+func (a *Authority) LedgerRevokedAt(pub string) (time.Time, bool) {
 	a.heldMu.Lock()
 	ledger := a.ledger
 	a.heldMu.Unlock()
@@ -347,7 +434,7 @@ func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
 // credential expires (a key revoked by hand, expires unknown: never). A
 // failure is returned after the push goes on, so that the caller tries
 // again: the other nodes take only keys their ledger holds.
-func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
+func (a *Authority) keepRevoked(ctx context.Context, keys []RevokedKey) error {
 	a.heldMu.Lock()
 	ledger := a.ledger
 	a.heldMu.Unlock()
@@ -355,14 +442,14 @@ func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
 		return nil
 	}
 	for i, k := range keys {
-		if k.expires.IsZero() && !k.exact {
+		if k.Expires.IsZero() && !k.Exact {
 			continue
 		}
-		until := k.revokedAt.Add(a.ttl)
-		if k.exact || k.expires.After(until) {
-			until = k.expires
+		until := k.RevokedAt.Add(a.ttl)
+		if k.Exact || k.Expires.After(until) {
+			until = k.Expires
 		}
-		keys[i].until = until.Add(pruneSlack)
+		keys[i].until = until.Add(PruneSlack)
 	}
 	if err := ledger.record(ctx, keys); err != nil {
 		a.log.Warn("revoked keys not recorded in the ledger yet; retrying", "err", err)
@@ -373,14 +460,14 @@ func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
 
 // AgentJWT issues the user JWT of host's agent for its public key
 // userPub, valid until expires.
-func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, error) {
+func (a *Authority) AgentJWT(host, userPub string, expires time.Time) (string, error) {
 	if err := protocol.ValidateHost(host); err != nil {
 		return "", err
 	}
 	if !nkeys.IsValidPublicUserKey(userPub) {
 		return "", fmt.Errorf("%q is not an nkey user public key (U...)", userPub)
 	}
-	if err := a.checkIssuable(userPub); err != nil {
+	if err := a.CheckIssuable(userPub); err != nil {
 		return "", fmt.Errorf("issue the credential of %s: %w", host, err)
 	}
 	uc := jwt.NewUserClaims(userPub)
@@ -397,10 +484,34 @@ func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, e
 	return token, nil
 }
 
+// EnrolJWT issues the enrol credential of join token tokenID for the
+// throw-away key userPub, valid until expires.
+func (a *Authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
+	if a.enrolSigner == nil {
+		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
+	}
+	if err := protocol.CheckTokenID(tokenID); err != nil {
+		return "", err
+	}
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = "enrol-" + tokenID
+	uc.Expires = expires.Unix()
+	uc.IssuerAccount = a.accountPub
+	// The enrol signing key's template (enrolScope) gives the token's
+	// own subjects, from this tag, and the limits.
+	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(a.enrolSigner)
+	if err != nil {
+		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
+	}
+	return token, nil
+}
+
 // Revoke brings the account's revocations in step with the agent
 // records and checks that they cover userPubs: the records, not this
 // call, say what is revoked, so the caller records the revocation first.
-func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
+func (a *Authority) Revoke(ctx context.Context, userPubs ...string) error {
 	revs, err := a.reconcile(ctx)
 	if err != nil {
 		return err
@@ -419,7 +530,7 @@ func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
 // does not name as revoked. Reconciles leave an entry the records know
 // nothing of alone, and prune it only once a record says the key is
 // revoked and every credential issued for it has expired, so it stays.
-func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...string) error {
+func (a *Authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ac, err := a.src.current(ctx, a.sys)
@@ -430,12 +541,12 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 		ac.Revocations = jwt.RevocationList{}
 	}
 	changed := false
-	var keep []revokedKey
+	var keep []RevokedKey
 	for _, pub := range userPubs {
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return fmt.Errorf("revoke %q: not an nkey user public key (U...)", pub)
 		}
-		keep = append(keep, revokedKey{pub: pub, revokedAt: at})
+		keep = append(keep, RevokedKey{Pub: pub, RevokedAt: at})
 		if ac.Revocations[pub] < at.Unix() {
 			ac.Revocations[pub] = at.Unix()
 			changed = true
@@ -453,9 +564,20 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 	return ledgerErr
 }
 
+// HeldRevocations returns the fleet account's revocations as the
+// servers hold them now: each revoked key, with the Unix time from which
+// its credentials are refused.
+func (a *Authority) HeldRevocations(ctx context.Context) (map[string]int64, error) {
+	ac, err := a.src.current(ctx, a.sys)
+	if err != nil {
+		return nil, fmt.Errorf("revocations: %w", err)
+	}
+	return ac.Revocations, nil
+}
+
 // Reconcile rebuilds the account's revocations from the agent records
 // and pushes the account JWT if the servers' differ.
-func (a *authority) Reconcile(ctx context.Context) error {
+func (a *Authority) Reconcile(ctx context.Context) error {
 	_, err := a.reconcile(ctx)
 	return err
 }
@@ -465,14 +587,14 @@ func (a *authority) Reconcile(ctx context.Context) error {
 // again after a push: when another replica revoked a key at the same
 // time, its push may have crossed this one, and the next round pushes
 // the union.
-func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
+func (a *Authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.records == nil {
 		return nil, errors.New("revocations: the agent records are not open yet")
 	}
 	for range reconcileRounds {
-		revoked, err := a.records.revokedKeys(ctx)
+		revoked, err := a.records.RevokedKeys(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)
 		}
@@ -506,26 +628,26 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 
 // revocations returns the revocation list the records call for: cur
 // with every revoked key added at the second it was revoked, and without
-// the keys whose credentials have all expired (with pruneSlack to spare).
+// the keys whose credentials have all expired (with PruneSlack to spare).
 // Entries the records know nothing of (made by hand with nsc, say) are
 // left alone: the gateway never lifts a revocation it cannot account for.
-func (a *authority) revocations(cur jwt.RevocationList, revoked []revokedKey) jwt.RevocationList {
+func (a *Authority) revocations(cur jwt.RevocationList, revoked []RevokedKey) jwt.RevocationList {
 	now := a.now()
 	want := maps.Clone(cur)
 	if want == nil {
 		want = jwt.RevocationList{}
 	}
 	for _, k := range revoked {
-		until := k.revokedAt.Add(a.ttl)
-		if k.exact || k.expires.After(until) {
-			until = k.expires
+		until := k.RevokedAt.Add(a.ttl)
+		if k.Exact || k.Expires.After(until) {
+			until = k.Expires
 		}
-		if now.After(until.Add(pruneSlack)) {
-			delete(want, k.pub) // every credential issued for the key has expired
+		if now.After(until.Add(PruneSlack)) {
+			delete(want, k.Pub) // every credential issued for the key has expired
 			continue
 		}
-		if at := k.revokedAt.Unix(); at > want[k.pub] {
-			want[k.pub] = at
+		if at := k.RevokedAt.Unix(); at > want[k.Pub] {
+			want[k.Pub] = at
 		}
 	}
 	return want
@@ -564,7 +686,7 @@ func diffRevocations(old, now jwt.RevocationList) (added, removed int) {
 
 // push signs ac and sends it to the servers, retrying a few times while
 // they do not answer.
-func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
+func (a *Authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
 	if d, ok := a.src.(delegatedSource); ok {
 		// A revoker holds the operator signing key: it adds what is
 		// missing, and prunes on its own.
@@ -623,7 +745,7 @@ type claimsRefusedError struct{ msg string }
 
 func (e *claimsRefusedError) Error() string { return "the NATS server refused it: " + e.msg }
 
-func (a *authority) pushOnce(ctx context.Context, subject, token string) error {
+func (a *Authority) pushOnce(ctx context.Context, subject, token string) error {
 	return pushClaims(ctx, a.sys, subject, token)
 }
 
