@@ -84,16 +84,10 @@ type Gateway struct {
 	natsCA    *natsauth.CA
 	natsCAPEM []byte
 	natsPin   string
-	// reconcileCh asks the revocation loop for a reconcile; stopLoops
-	// ends the loops the gateway runs, loops joins them.
-	reconcileCh chan struct{}
-	// reconcileDue is when a reconcile is next due besides the periodic
-	// one (zero: none), set by reconcileAt.
-	reconcileMu  sync.Mutex
-	reconcileDue time.Time
-	stopLoops    context.CancelFunc
-	loops        sync.WaitGroup
-	now          func() time.Time
+	// stopLoops ends the loops the gateway runs, loops joins them.
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	now       func() time.Time
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
@@ -150,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1),
 		agentIndex: newAgentIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
@@ -595,7 +589,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 		return err
 	}
 	g.authority.SetRecords(g.agents)
-	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	rctx, cancel := context.WithTimeout(ctx, natsauth.ReconcileTimeout)
 	err = g.authority.Reconcile(rctx)
 	cancel()
 	if err := ctx.Err(); err != nil {
@@ -606,7 +600,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	}
 	lctx, stop := context.WithCancel(context.Background())
 	g.stopLoops = stop
-	g.loops.Go(func() { g.revocationLoop(lctx) })
+	g.loops.Go(func() { g.authority.RevocationLoop(lctx, g.log) })
 	return g.watchConnections(lctx)
 }
 

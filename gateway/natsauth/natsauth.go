@@ -307,6 +307,13 @@ type Authority struct {
 	heldMu sync.Mutex
 	held   jwt.RevocationList
 
+	// reconcileCh asks the revocation loop for a reconcile;
+	// reconcileDue is when one is next due besides the periodic one
+	// (zero: none), set by ReconcileAt.
+	reconcileCh  chan struct{}
+	reconcileMu  sync.Mutex
+	reconcileDue time.Time
+
 	// connzPage is how many connections a server lists per answer
 	// (0: the constant connzPage; tests make it small).
 	connzPage int

@@ -180,7 +180,7 @@ func (x *External) Authority(nc, sys *nats.Conn, ttl time.Duration, now func() t
 		}
 	}
 	return &Authority{log: log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
-		ttl: ttl, src: src, now: now, sys: sys}
+		ttl: ttl, src: src, now: now, sys: sys, reconcileCh: make(chan struct{}, 1)}
 }
 
 // trustedOperator asks a server of the cluster which operator it trusts.

@@ -107,7 +107,7 @@ func (e *Embedded) SystemUser() (nats.Option, error) {
 // Credentials it issues are valid for ttl; log is the gateway's.
 func (e *Embedded) Authority(sys *nats.Conn, ttl time.Duration, now func() time.Time, log *slog.Logger) (*Authority, error) {
 	a := &Authority{log: log.With("component", "nats-auth"), accountPub: e.keys.accountPub, agentSigner: e.keys.agentSigner,
-		enrolSigner: e.keys.enrolSigner, ttl: ttl, src: e.acct, now: now, sys: sys, emb: e.acct}
+		enrolSigner: e.keys.enrolSigner, ttl: ttl, src: e.acct, now: now, sys: sys, reconcileCh: make(chan struct{}, 1), emb: e.acct}
 	if _, err := e.acct.serveClaimUpdates(sys, a.LedgerRevokedAt); err != nil {
 		return nil, fmt.Errorf("serve the fleet account's claim updates: %w", err)
 	}
