@@ -334,6 +334,6 @@ func CheckSeedSource(dataDir string) error {
 			return fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", dataDir, err)
 		}
 	}
-	_, err := LoadCA(dataDir)
+	_, err := loadCA(dataDir)
 	return err
 }

@@ -159,9 +159,9 @@ func (ca *CA) PEM() []byte { return ca.pem }
 // Cert returns the CA's certificate.
 func (ca *CA) Cert() *x509.Certificate { return ca.cert }
 
-// LoadCA reads the fleet CA of dataDir, refusing to make
+// loadCA reads the fleet CA of dataDir, refusing to make
 // one.
-func LoadCA(dataDir string) (*CA, error) {
+func loadCA(dataDir string) (*CA, error) {
 	dir := filepath.Join(dataDir, TLSDir)
 	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
 	certPEM, err := os.ReadFile(certPath)
