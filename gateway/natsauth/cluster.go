@@ -14,6 +14,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// A cluster node: the embedded server routed to the other gateways'
+// servers, its routes speaking TLS with certificates from the fleet CA
+// (each node issues its own at start, for server and client
+// authentication, and accepts only peers the fleet CA signed) or the
+// operator's. A node that starts cannot know yet which agents were
+// revoked while it was down: until its gateway has read the records and
+// pushed the revocations, it holds the fleet account without its agent
+// and enrol signing keys, refusing every agent (embeddedAccount.closed).
+
 // RouteTLS returns the TLS configuration of a cluster node's routes: the
 // operator's files (certFile and keyFile, the node's chain and key, and
 // caFile, the CA of its peers' certificates: --nats_route_cert,

@@ -22,7 +22,7 @@ import (
 // connections on one host's identity: someone who copied a host's seed
 // and credential can connect beside its agent without ever announcing,
 // and would then receive every call to the host and could answer first.
-// Announces cannot show that (registry.go); the NATS servers can.
+// Announces cannot show that (the gateway's registry); the NATS servers can.
 //
 // Two sources, both cluster-wide:
 //   - the servers' connect and disconnect events

@@ -32,7 +32,7 @@ import (
 // (covering every JWT issued for it up to then) and pushes the re-signed
 // account JWT to $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE: every server
 // closes the agent's connections at once and refuses it from then on.
-// Revocations are derived from the agent records (agents.go), which keep
+// Revocations are derived from the gateway's agent records, which keep
 // every revoked key for ever, so that replicas agree and a server that
 // restarted with stale claims is brought back in line.
 
