@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -18,8 +19,8 @@ import (
 // the record (when its seal holds), what the gateway itself knows of the
 // host (the last good record it read, every key it saw enrolled for the
 // name), and the NATS servers' own list of live connections made with
-// an agent credential issued for the name (natsconns.go). Every such key
-// goes into the fleet account's revocations, which the operator signs
+// an agent credential issued for the name (natsauth.Authority.LiveKeys).
+// Every such key goes into the fleet account's revocations, which the operator signs
 // and no account user can change, and the servers close its connections
 // at once. The record is then written again, sealed and revoked.
 
@@ -63,13 +64,13 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		}
 	}
 	revokeMore(g.agentIndex.KeysOf(host))
-	live, liveErr := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.host == host })
+	live, liveErr := g.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Host == host })
 	if liveErr != nil {
 		g.log.Warn("revoke: the NATS servers' list of live connections is incomplete", "host", host, "err", liveErr)
 	}
 	var liveKeys []string
 	for _, c := range live {
-		liveKeys = append(liveKeys, c.key)
+		liveKeys = append(liveKeys, c.Key)
 	}
 	slices.Sort(liveKeys)
 	revokeMore(slices.Compact(liveKeys))
@@ -105,13 +106,13 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return "", fmt.Errorf("%w: %q is not an agent's public key (an nkey user key, U...)", errBadAdminRequest, clipText(pub, 60))
 	}
-	live, err := g.authority.liveKeys(ctx, func(c liveConn) bool { return c.key == pub })
+	live, err := g.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Key == pub })
 	if err != nil {
 		g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
 	}
 	host, ok := g.agentIndex.KeyHost(pub)
 	if !ok && len(live) > 0 {
-		host = live[0].host
+		host = live[0].Host
 	}
 	if protocol.ValidateHost(host) != nil {
 		host = ""

@@ -1,20 +1,14 @@
 package gateway
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -111,7 +105,7 @@ func (c *Config) validateCluster() []error {
 	if _, _, err := net.SplitHostPort(cl.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--nats_cluster_listen %q: want host:port, where the other nodes' routes reach this one (e.g. 0.0.0.0:6222)", cl.Listen))
 	}
-	if _, err := routeURLs(cl.Routes); err != nil {
+	if _, err := natsauth.RouteURLs(cl.Routes); err != nil {
 		errs = append(errs, err)
 	}
 	given := 0
@@ -129,106 +123,12 @@ func (c *Config) validateCluster() []error {
 	return errs
 }
 
-// routeURLs parses the route list: at least two, each
-// nats-route://host:port or host:port.
-func routeURLs(routes []string) ([]*url.URL, error) {
-	if len(routes) < 2 {
-		return nil, fmt.Errorf("--nats_routes names %d route(s): list the route URLs of the cluster's nodes (at least three nodes; this node's own route may be in the list), e.g. nats-route://gw1:6222,nats-route://gw2:6222,nats-route://gw3:6222", len(routes))
-	}
-	var out []*url.URL
-	for _, r := range routes {
-		raw := r
-		if !strings.Contains(raw, "://") {
-			raw = "nats-route://" + raw
-		}
-		u, err := url.Parse(raw)
-		bad := func(why string) error {
-			return fmt.Errorf("--nats_routes: %q %s; want nats-route://host:port", clipText(r, 120), why)
-		}
-		switch {
-		case err != nil:
-			return nil, bad("does not parse")
-		case u.Scheme != "nats-route" && u.Scheme != "nats":
-			return nil, bad("has scheme " + u.Scheme)
-		case u.User != nil:
-			return nil, bad("carries a user: routes authenticate with TLS certificates")
-		case u.Hostname() == "" || u.Port() == "":
-			return nil, bad("needs a host and a port")
-		case u.Path != "" && u.Path != "/", u.RawQuery != "":
-			return nil, bad("has a path or query")
-		}
-		if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
-			return nil, bad("has a bad port")
-		}
-		out = append(out, &url.URL{Scheme: "nats-route", Host: u.Host})
-	}
-	return out, nil
-}
-
-// clusterOptions makes opts a node of the cluster: its name, route
-// listener, routes with TLS, and its client listener open from the start
-// (routes only start with it).
-func clusterOptions(cfg *Config, opts *server.Options, routeTLS *tls.Config) error {
-	cl := &cfg.Cluster
-	host, port, err := net.SplitHostPort(cl.Listen)
-	if err != nil {
-		return fmt.Errorf("--nats_cluster_listen %q: %w", cl.Listen, err)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("--nats_cluster_listen %q: bad port", cl.Listen)
-	}
-	if p == 0 {
-		p = server.RANDOM_PORT
-	}
-	routes, err := routeURLs(cl.Routes)
-	if err != nil {
-		return err
-	}
-	opts.ServerName = cfg.Name
-	opts.DontListen = false
-	opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: host, Port: p, TLSConfig: routeTLS, TLSTimeout: 5}
-	opts.Routes = routes
-	return nil
-}
-
-// routeTLS returns the TLS configuration of the node's routes: the
-// operator's files, or a certificate from the fleet CA for names.
-func routeTLS(cl *ClusterConfig, ca *fleetCA, names []string) (*tls.Config, error) {
-	var cert tls.Certificate
-	pool := x509.NewCertPool()
-	if cl.RouteCert != "" {
-		var err error
-		if cert, err = tls.LoadX509KeyPair(cl.RouteCert, cl.RouteKey); err != nil {
-			return nil, fmt.Errorf("route TLS (--nats_route_cert %s, --nats_route_key %s): %w", cl.RouteCert, cl.RouteKey, err)
-		}
-		data, err := os.ReadFile(cl.RouteCA)
-		if err != nil {
-			return nil, fmt.Errorf("route TLS (--nats_route_ca): %w", err)
-		}
-		if !pool.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("route TLS: --nats_route_ca %s holds no PEM certificate", cl.RouteCA)
-		}
-	} else {
-		var err error
-		if cert, err = ca.issueLeafFor(names, time.Now(), x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
-			return nil, fmt.Errorf("route TLS: %w", err)
-		}
-		pool.AddCert(ca.cert)
-	}
-	// The same configuration accepts routes (the peer must show a
-	// certificate the CA signed) and dials them (the peer's certificate
-	// must verify for the route URL's host).
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
-}
-
 // routeNames are the names a node's route certificate is issued for: the
 // route listener's host (or, listening everywhere, the machine's names)
 // and the advertised names.
 func routeNames(cfg *Config) []string {
 	host, _, _ := net.SplitHostPort(cfg.Cluster.Listen)
-	return leafNames(host, cfg.Advertise)
+	return natsauth.LeafNames(host, cfg.Advertise)
 }
 
 // replicasDefault is the replica count of a stream or bucket whose

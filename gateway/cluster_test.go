@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 func TestClusterConfigValidate(t *testing.T) {
@@ -81,38 +83,15 @@ func TestClusterDefaults(t *testing.T) {
 	}
 }
 
-func FuzzRouteURLs(f *testing.F) {
-	for _, s := range []string{"nats-route://gw1:6222", "gw2:6222", "nats://10.0.0.1:6222", "tls://x:1", "nats-route://u:p@h:1", "nats-route://[::1]:6222", "", "h:99999", "nats-route://h:1/p?q"} {
-		f.Add(s, "gw3:6222")
-	}
-	f.Fuzz(func(t *testing.T, a, b string) {
-		urls, err := routeURLs([]string{a, b})
-		if err != nil {
-			if urls != nil {
-				t.Fatal("routes with an error")
-			}
-			return
-		}
-		if len(urls) != 2 {
-			t.Fatalf("%d routes for 2", len(urls))
-		}
-		for _, u := range urls {
-			if u.Scheme != "nats-route" || u.Hostname() == "" || u.Port() == "" || u.User != nil || u.Path != "" || u.RawQuery != "" {
-				t.Fatalf("accepted %q as %+v", a+","+b, u)
-			}
-		}
-	})
-}
-
 // A replica's seed holds the fleet's keys and nothing else, with the
 // secrets private; it refuses a directory that is not a gateway's and a
 // target that is not empty.
 func TestSeedReplica(t *testing.T) {
 	from := t.TempDir()
-	if _, err := loadOrCreateNATSKeys(from, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := natsauth.OpenEmbedded(natsauth.EmbeddedConfig{DataDir: from, Log: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateCA(from); err != nil {
+	if _, err := natsauth.LoadOrCreateCA(from); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := loadOrCreateSigningKey(filepath.Join(from, signingDir, signingKeyFile), true); err != nil {
@@ -142,7 +121,7 @@ func TestSeedReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{filepath.Join(signingDir, signingKeyFile), filepath.Join(signingDir, retiringKeyFile),
-		filepath.Join(signingDir, keySetsFile), filepath.Join(tlsDir, caKeyFile), filepath.Join(natsDir, agentSignerKeyFile)} {
+		filepath.Join(signingDir, keySetsFile), filepath.Join(natsauth.TLSDir, natsauth.CAKeyFile), filepath.Join(natsauth.KeysDir, "agent-signer.nk")} {
 		if !slices.Contains(files, want) {
 			t.Errorf("seeded %v, not %s", files, want)
 		}
@@ -154,8 +133,8 @@ func TestSeedReplica(t *testing.T) {
 			t.Errorf("%s: not copied as it is (%v)", f, err)
 		}
 		fi, _ := os.Stat(filepath.Join(to, f))
-		public := f == filepath.Join(tlsDir, caCertPEM) || f == filepath.Join(signingDir, keySetsFile) ||
-			f == filepath.Join(natsDir, accountPubFile) || f == filepath.Join(natsDir, systemPubFile)
+		public := f == filepath.Join(natsauth.TLSDir, natsauth.CACertFile) || f == filepath.Join(signingDir, keySetsFile) ||
+			f == filepath.Join(natsauth.KeysDir, "account.pub") || f == filepath.Join(natsauth.KeysDir, "system.pub")
 		if !public && fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v", f, fi.Mode().Perm())
 		}
@@ -169,12 +148,16 @@ func TestSeedReplica(t *testing.T) {
 		t.Errorf("the seed directory has mode %v", fi.Mode().Perm())
 	}
 	// The seed's keys are the fleet's.
-	k1, _ := loadOrCreateNATSKeys(from, slog.New(slog.DiscardHandler))
-	k2, _ := loadOrCreateNATSKeys(to, slog.New(slog.DiscardHandler))
-	if k1.accountPub != k2.accountPub || k1.systemPub != k2.systemPub || publicKey(k1.agentSigner) != publicKey(k2.agentSigner) ||
-		publicKey(k1.gatewaySigner) != publicKey(k2.gatewaySigner) || publicKey(k1.enrolSigner) != publicKey(k2.enrolSigner) ||
-		publicKey(k1.systemSigner) != publicKey(k2.systemSigner) {
-		t.Error("the seed's NATS keys are not the first gateway's")
+	if _, err := natsauth.OpenEmbedded(natsauth.EmbeddedConfig{DataDir: to, Log: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	keyFiles := append(natsauth.KeyFiles(""), filepath.Join(natsauth.KeysDir, "account.pub"), filepath.Join(natsauth.KeysDir, "system.pub"))
+	for _, f := range keyFiles {
+		a, _ := os.ReadFile(filepath.Join(from, f))
+		b, err := os.ReadFile(filepath.Join(to, f))
+		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("the seed's NATS key %s is not the first gateway's (%v)", f, err)
+		}
 	}
 	if _, err := SeedReplica(from, to); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second seed into the same directory: %v", err)

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // The gateways of an embedded cluster are one fleet: the same operator
@@ -18,31 +21,16 @@ import (
 
 // seedFiles are the files of a data directory a replica's seed holds,
 // with their modes; optional ones may be missing.
-var seedFiles = []struct {
-	path     string
-	mode     os.FileMode
-	optional bool
-}{
-	{filepath.Join(natsDir, operatorKeyFile), 0o600, false},
-	{filepath.Join(natsDir, agentSignerKeyFile), 0o600, false},
-	{filepath.Join(natsDir, gatewaySignerKeyFile), 0o600, false},
-	{filepath.Join(natsDir, enrolSignerKeyFile), 0o600, false},
-	{filepath.Join(natsDir, systemSignerKeyFile), 0o600, false},
-	{filepath.Join(natsDir, accountPubFile), 0o644, false},
-	{filepath.Join(natsDir, systemPubFile), 0o644, false},
-	// The revocations as last pushed: the node starts with them.
-	{filepath.Join(natsDir, accountJWTFile), 0o600, true},
-	{filepath.Join(tlsDir, caCertPEM), 0o644, false},
-	{filepath.Join(tlsDir, caKeyFile), 0o600, false},
+var seedFiles = append(slices.Clone(natsauth.SeedFiles), []natsauth.SeedFile{
 	// Absent when the first gateway signs with --signing_key FILE: give
 	// the replicas the same file.
-	{filepath.Join(signingDir, signingKeyFile), 0o600, true},
-	{filepath.Join(signingDir, previousKeyFile), 0o600, true},
+	{Path: filepath.Join(signingDir, signingKeyFile), Mode: 0o600, Optional: true},
+	{Path: filepath.Join(signingDir, previousKeyFile), Mode: 0o600, Optional: true},
 	// A rotation under way: the old key and the key sets agents follow.
-	{filepath.Join(signingDir, retiringKeyFile), 0o600, true},
-	{filepath.Join(signingDir, keySetsFile), 0o644, true},
-	{dataFormatFile, 0o600, true},
-}
+	{Path: filepath.Join(signingDir, retiringKeyFile), Mode: 0o600, Optional: true},
+	{Path: filepath.Join(signingDir, keySetsFile), Mode: 0o644, Optional: true},
+	{Path: dataFormatFile, Mode: 0o600, Optional: true},
+}...)
 
 // SeedReplica writes into to (a directory that must not exist or be
 // empty; created 0700) the keys of the fleet whose gateway's data
@@ -54,17 +42,7 @@ var seedFiles = []struct {
 // (the account JWT is replaced whole). It returns the files written,
 // relative to to.
 func SeedReplica(from, to string) ([]string, error) {
-	for _, f := range keyFiles {
-		if _, err := readSeedFile(filepath.Join(from, natsDir, f.name), f.prefix, f.what); err != nil {
-			return nil, fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", from, err)
-		}
-	}
-	for _, a := range accountKeys {
-		if _, err := readPubFile(filepath.Join(from, natsDir, a.pubFile), a.what); err != nil {
-			return nil, fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", from, err)
-		}
-	}
-	if _, err := loadCA(from); err != nil {
+	if err := natsauth.CheckSeedSource(from); err != nil {
 		return nil, err
 	}
 	if entries, err := os.ReadDir(to); err == nil && len(entries) > 0 {
@@ -74,40 +52,24 @@ func SeedReplica(from, to string) ([]string, error) {
 	}
 	var written []string
 	for _, f := range seedFiles {
-		data, err := os.ReadFile(filepath.Join(from, f.path))
-		if errors.Is(err, os.ErrNotExist) && f.optional {
+		data, err := os.ReadFile(filepath.Join(from, f.Path))
+		if errors.Is(err, os.ErrNotExist) && f.Optional {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
-		dst := filepath.Join(to, f.path)
+		dst := filepath.Join(to, f.Path)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
-		if err := writeFileAtomic(dst, data, f.mode); err != nil {
+		if err := writeFileAtomic(dst, data, f.Mode); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
-		written = append(written, f.path)
+		written = append(written, f.Path)
 	}
 	if err := os.Chmod(to, 0o700); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	return written, nil
-}
-
-// loadCA reads the fleet CA of dataDir, refusing to make
-// one.
-func loadCA(dataDir string) (*fleetCA, error) {
-	dir := filepath.Join(dataDir, tlsDir)
-	certPath, keyPath := filepath.Join(dir, caCertPEM), filepath.Join(dir, caKeyFile)
-	certPEM, err := os.ReadFile(certPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s has no fleet CA: %w", dataDir, err)
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s has no fleet CA key: %w", dataDir, err)
-	}
-	return parseCA(certPEM, keyPEM, certPath, keyPath)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -66,7 +67,7 @@ type apiClient struct {
 
 func newAPIClient(t *testing.T, gw *Gateway) *apiClient {
 	t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, tlsDir, caCertPEM))
+	caPEM, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsauth.TLSDir, natsauth.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestEnrolRefusals(t *testing.T) {
 	id, _, _ := protocol.ParseJoinToken(many.Token)
 	_, _, other := protocol.NewJoinToken()
 	forged := protocol.TokenPrefix + "." + id + "." + strings.Split(other, ".")[2]
-	otherCA, _, err := newCA(time.Now())
+	otherCA, err := natsauth.LoadOrCreateCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +459,7 @@ func TestEnrolForgedToken(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, tokensBucket)
+	kv, err := js.KeyValue(ctx, protocol.TokensBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +516,7 @@ func TestEnrolTokenPutBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, tokensBucket)
+	kv, err := js.KeyValue(ctx, protocol.TokensBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

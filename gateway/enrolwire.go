@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // This file wires enrolment (gateway/enrol) into the gateway: the
@@ -43,8 +45,6 @@ var (
 const (
 	// agentsLoadTimeout bounds the wait for a bucket's records at start.
 	agentsLoadTimeout = enrol.LoadTimeout
-	// tokensBucket is the join tokens' bucket.
-	tokensBucket = enrol.TokensBucket
 )
 
 // ReplaceHost lets an enrolment take over the host name from another
@@ -130,9 +130,25 @@ func (g *Gateway) enrolDial() enrol.Dial {
 }
 
 // enrolIssuer issues enrolment's credentials.
-type enrolIssuer struct{ *authority }
+type enrolIssuer struct{ *natsauth.Authority }
 
-func (a enrolIssuer) CheckIssuable(userPub string) error { return a.checkIssuable(userPub) }
+// CheckIssuable refuses a revoked key with an error that is enrolment's
+// ErrKeyRevoked as well as the authority's.
+func (a enrolIssuer) CheckIssuable(userPub string) error {
+	if err := a.Authority.CheckIssuable(userPub); errors.Is(err, natsauth.ErrKeyRevoked) {
+		return keyRevokedError{err}
+	} else {
+		return err
+	}
+}
+
+// keyRevokedError is the authority's refusal of a revoked key, which is
+// also enrolment's ErrKeyRevoked.
+type keyRevokedError struct{ err error }
+
+func (e keyRevokedError) Error() string        { return e.err.Error() }
+func (e keyRevokedError) Unwrap() error        { return e.err }
+func (e keyRevokedError) Is(target error) bool { return target == enrol.ErrKeyRevoked }
 
 // renewalBounds are the hosts' renewal bounds (hostbounds.go) as
 // enrolment screens renewals with them.
@@ -159,7 +175,7 @@ func (r renewalBounds) RateLimited(host, limit string) {
 // agentRevocations are the keys the agent records hold revoked.
 type agentRevocations struct{ a *enrol.Agents }
 
-func (r agentRevocations) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+func (r agentRevocations) RevokedKeys(ctx context.Context) ([]natsauth.RevokedKey, error) {
 	keys, err := r.a.Revocations(ctx)
 	return fromRevocations(keys), err
 }
@@ -168,32 +184,17 @@ func (r agentRevocations) revokedKeys(ctx context.Context) ([]revokedKey, error)
 // that stopped working.
 type tokenRevocations struct{ s *enrol.Service }
 
-func (r tokenRevocations) revokedKeys(ctx context.Context) ([]revokedKey, error) {
+func (r tokenRevocations) RevokedKeys(ctx context.Context) ([]natsauth.RevokedKey, error) {
 	keys, err := r.s.TokenRevocations(ctx)
 	return fromRevocations(keys), err
 }
 
-func fromRevocations(keys []enrol.Revocation) []revokedKey {
-	var out []revokedKey
+func fromRevocations(keys []enrol.Revocation) []natsauth.RevokedKey {
+	var out []natsauth.RevokedKey
 	for _, k := range keys {
-		out = append(out, revokedKey{pub: k.Key, revokedAt: k.RevokedAt, expires: k.Expires, exact: k.Exact})
+		out = append(out, natsauth.RevokedKey{Pub: k.Key, RevokedAt: k.RevokedAt, Expires: k.Expires, Exact: k.Exact})
 	}
 	return out
-}
-
-// keySources are several sources of revoked keys.
-type keySources []keyRegistry
-
-func (s keySources) revokedKeys(ctx context.Context) ([]revokedKey, error) {
-	var out []revokedKey
-	for _, r := range s {
-		keys, err := r.revokedKeys(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, keys...)
-	}
-	return out, nil
 }
 
 // apiErr builds an API error with a formatted message.

@@ -1,6 +1,10 @@
 package gateway
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
+)
 
 // StatePaths are the paths of cfg that hold the gateway's state and
 // secrets, for the checks of their modes at start: Dirs, which others
@@ -16,14 +20,12 @@ type StatePaths struct {
 func (cfg *Config) Paths() StatePaths {
 	var p StatePaths
 	if d := cfg.DataDir; d != "" {
-		p.Dirs = []string{d, filepath.Join(d, natsDir), filepath.Join(d, tlsDir), filepath.Join(d, signingDir)}
-		p.Own = append(p.Own, filepath.Join(d, tlsDir, caKeyFile), filepath.Join(d, signingDir, signingKeyFile), filepath.Join(d, signingDir, retiringKeyFile))
-		for _, f := range keyFiles {
-			p.Own = append(p.Own, filepath.Join(d, natsDir, f.name))
-		}
+		p.Dirs = []string{d, filepath.Join(d, natsauth.KeysDir), filepath.Join(d, natsauth.TLSDir), filepath.Join(d, signingDir)}
+		p.Own = append(p.Own, natsauth.CAKeyPath(d), filepath.Join(d, signingDir, signingKeyFile), filepath.Join(d, signingDir, retiringKeyFile))
+		p.Own = append(p.Own, natsauth.KeyFiles(d)...)
 		// The accounts' own keys of a data directory not moved to scoped
 		// keys yet: secrets until the start that removes them.
-		p.Own = append(p.Own, filepath.Join(d, natsDir, legacyAccountKeyFile), filepath.Join(d, natsDir, legacySystemKeyFile))
+		p.Own = append(p.Own, natsauth.LegacyKeyFiles(d)...)
 	}
 	for _, f := range []string{cfg.APITLSKey, cfg.TLSKey, cfg.NATSTLSKey, cfg.SigningKeyFile,
 		cfg.NATSCredsFile, cfg.NATSSystemCredsFile, cfg.NATSAgentSigningKeyFile, cfg.NATSOperatorSigningKeyFile} {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
@@ -94,13 +95,13 @@ func (g *Gateway) apiTLS() (*tls.Config, error) {
 	ca := g.natsCA
 	if ca == nil {
 		var err error
-		if ca, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+		if ca, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 			return nil, err
 		}
 		g.apiCA = ca
 	}
 	host, _, _ := net.SplitHostPort(g.cfg.APIListen)
-	conf, err := ca.serverTLS(leafNames(host, g.advertisedNames()))
+	conf, err := ca.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
 	if err != nil {
 		return nil, fmt.Errorf("fleet API TLS: %w", err)
 	}

@@ -18,12 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
@@ -37,15 +36,11 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 
-	ns *embeddedServer // nil with an external cluster
-	// streamSigner is the embedded server's admin signing key of the
-	// fleet account (accountPub), made for this process only (nil:
-	// external), for auditStreamAdmin and streamAdmin.
-	streamSigner nkeys.KeyPair
-	accountPub   string
-	// natsPubDeny is what the gateway's user on an external cluster may
-	// not publish (its creds' JWT), for streamAdmin.
-	natsPubDeny []string
+	// embedded is the embedded NATS server (nil with an external
+	// cluster); external the files of an external cluster's setup (nil
+	// with the embedded server).
+	embedded *natsauth.Embedded
+	external *natsauth.External
 	// dataLock holds DataDir for this gateway while the embedded server
 	// uses it (nil with an external cluster).
 	dataLock *os.File
@@ -63,14 +58,11 @@ type Gateway struct {
 	// reloadMu makes reloads one at a time.
 	reloadMu sync.Mutex
 
-	// authority issues agent credentials and keeps the revocations;
-	// agents are the agent records, agentIndex the gateway's copy of them.
-	authority *authority
-	agents    *enrol.Agents
-	// revokedKeys is the ledger of every key ever revoked.
-	revokedKeys *revokedLedger
-	// embedded is the embedded server's account setup (nil: external).
-	embedded   *embeddedAccount
+	// authority issues agent credentials and keeps the revocations and
+	// the ledger of every key ever revoked; agents are the agent
+	// records, agentIndex the gateway's copy of them.
+	authority  *natsauth.Authority
+	agents     *enrol.Agents
 	agentIndex *enrol.Index
 	// enrol is enrolment: the join tokens, the request nonces, enrolment
 	// over HTTPS and NATS, recovery and renewal (gateway/enrol); api is
@@ -83,26 +75,20 @@ type Gateway struct {
 	// keyPushes throttles the pushes of key sets to hosts behind.
 	keyPushes keyPushes
 	api       *fleetAPI
-	apiCA     *fleetCA
+	apiCA     *natsauth.CA
 	// seal authenticates the agent records and join tokens.
 	seal *recordSeal
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
 	// (empty: the embedded server serves no TLS).
-	natsCA    *fleetCA
+	natsCA    *natsauth.CA
 	natsCAPEM []byte
 	natsPin   string
-	// reconcileCh asks the revocation loop for a reconcile; stopLoops
-	// ends the loops the gateway runs, loops joins them.
-	reconcileCh chan struct{}
-	// reconcileDue is when a reconcile is next due besides the periodic
-	// one (zero: none), set by reconcileAt.
-	reconcileMu  sync.Mutex
-	reconcileDue time.Time
-	stopLoops    context.CancelFunc
-	loops        sync.WaitGroup
-	now          func() time.Time
+	// stopLoops ends the loops the gateway runs, loops joins them.
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	now       func() time.Time
 
 	// skills serves the fleet's skills through the MCP Skills extension
 	// (nil: not declared); set before Handler.
@@ -159,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1), reconcileCh: make(chan struct{}, 1),
+	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1),
 		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
@@ -288,12 +274,12 @@ func (g *Gateway) closeStarted() {
 
 // listenForAgents opens the embedded server's client port to agents, when
 // there is one; a cluster node's listens from the start, as its routes
-// need (natsserver.go).
+// need (package natsauth).
 func (g *Gateway) listenForAgents() error {
-	if g.ns == nil || g.cfg.NATSListen == "" || g.cfg.clustered() {
+	if g.embedded == nil {
 		return nil
 	}
-	return g.ns.listenForAgents(g.cfg.NATSListen)
+	return g.embedded.ListenForAgents()
 }
 
 // mcpListenerTLS makes the MCP listener serve TLS when Config.TLSCert is
@@ -323,12 +309,12 @@ func (g *Gateway) startEnrolment() error {
 		return err
 	}
 	g.enrol = enrol.New(g.enrolConfig(), g.agentIndex, g.agents)
-	if err := g.enrol.Open(js, seal.s, g.streamAdmin("KV_"+enrol.TokensBucket)); err != nil {
+	if err := g.enrol.Open(js, seal.s, g.streamAdmin("KV_"+protocol.TokensBucket)); err != nil {
 		return err
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.setRecords(keySources{agentRevocations{g.agents}, tokenRevocations{g.enrol}}, g.revokedKeys)
+	g.authority.SetRecords(natsauth.KeySources{agentRevocations{g.agents}, tokenRevocations{g.enrol}})
 	g.reconcileSoon()
 	if err := g.enrol.StartRenewals(); err != nil {
 		return err
@@ -446,13 +432,15 @@ func (g *Gateway) startEmbedded() error {
 	if err := checkDataFormat(g.cfg.DataDir); err != nil {
 		return err
 	}
-	keys, err := loadOrCreateNATSKeys(g.cfg.DataDir, g.log)
-	if err != nil {
-		return err
+	ecfg := natsauth.EmbeddedConfig{DataDir: g.cfg.DataDir, Listen: g.cfg.NATSListen, MaxPayload: g.cfg.NATSMaxPayload,
+		MaxCall: g.cfg.MaxCallDuration, Log: g.log}
+	if g.cfg.clustered() {
+		// A cluster node refuses agents until its gateway has pushed the
+		// revocations the agent records call for (cluster.go).
+		ecfg.Cluster = &natsauth.ClusterOptions{Name: g.cfg.Cluster.Name, ServerName: g.cfg.Name,
+			Listen: g.cfg.Cluster.Listen, Routes: g.cfg.Cluster.Routes}
 	}
-	// A cluster node refuses agents until its gateway has pushed the
-	// revocations the agent records call for (cluster.go).
-	acct, err := newEmbeddedAccount(g.cfg.DataDir, keys, g.cfg.MaxCallDuration, g.cfg.clustered(), g.log)
+	emb, err := natsauth.OpenEmbedded(ecfg)
 	if err != nil {
 		return err
 	}
@@ -462,48 +450,41 @@ func (g *Gateway) startEmbedded() error {
 	}
 	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
 		// Routes between the nodes use certificates from the fleet CA.
-		if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+		if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 			return err
 		}
 	}
 	var routes *tls.Config
 	if g.cfg.clustered() {
-		if routes, err = routeTLS(&g.cfg.Cluster, g.natsCA, routeNames(&g.cfg)); err != nil {
+		if routes, err = natsauth.RouteTLS(g.cfg.Cluster.RouteCert, g.cfg.Cluster.RouteKey, g.cfg.Cluster.RouteCA, g.natsCA, routeNames(&g.cfg)); err != nil {
 			return err
 		}
 	}
-	if g.ns, err = startEmbedded(&g.cfg, acct, tlsConf, routes); err != nil {
+	if err := emb.Start(tlsConf, routes); err != nil {
 		return err
 	}
-	acct.setServer(g.ns.Server)
-	g.streamSigner, g.accountPub = acct.admin, keys.accountPub
-	gwUser, gwPub, err := scopedUser("fleet-gateway", keys.gatewaySigner, keys.accountPub)
-	if err != nil {
-		return err
-	}
-	if g.nc, err = nats.Connect("", append(g.natsOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), nats.InProcessServer(g.ns.Server), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	sysUser, sysPub, err := scopedUser("fleet-gateway system", keys.systemSigner, keys.systemPub)
-	if err != nil {
-		return err
-	}
-	if g.sys, err = nats.Connect("", append(g.sysOptions(), nats.InProcessServer(g.ns.Server), sysUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
-	}
-	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: keys.accountPub, agentSigner: keys.agentSigner,
-		enrolSigner: keys.enrolSigner, ttl: g.cfg.AgentCredentialTTL, src: acct, now: g.now, sys: g.sys}
-	g.embedded = acct
+	g.embedded = emb
 	// Its own users are never revoked through the ledger: whoever holds
 	// the seal's key could otherwise cut the gateway off its server.
-	acct.keepOwn(gwPub, sysPub)
-	if _, err := acct.serveClaimUpdates(g.sys, g.authority.ledgerRevokedAt); err != nil {
-		return fmt.Errorf("serve the fleet account's claim updates: %w", err)
+	gwUser, err := emb.GatewayUser()
+	if err != nil {
+		return err
 	}
-	return nil
+	if g.nc, err = nats.Connect("", append(g.natsOptions(), emb.InProcess(), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), emb.InProcess(), gwUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	sysUser, err := emb.SystemUser()
+	if err != nil {
+		return err
+	}
+	if g.sys, err = nats.Connect("", append(g.sysOptions(), emb.InProcess(), sysUser)...); err != nil {
+		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
+	}
+	g.authority, err = emb.Authority(g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
+	return err
 }
 
 // natsTLS reports whether the embedded server serves TLS: beyond
@@ -535,54 +516,42 @@ func (g *Gateway) embeddedTLS() (*tls.Config, error) {
 		return conf, nil
 	}
 	var err error
-	if g.natsCA, err = loadOrCreateCA(g.cfg.DataDir); err != nil {
+	if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 		return nil, err
 	}
 	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-	conf, err := g.natsCA.serverTLS(leafNames(host, g.advertisedNames()))
+	conf, err := g.natsCA.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
 	}
-	g.natsCAPEM, g.natsPin = g.natsCA.pem, g.natsCA.Pin()
+	g.natsCAPEM, g.natsPin = g.natsCA.PEM(), g.natsCA.Pin()
 	return conf, nil
 }
 
 // connectExternal connects to an external cluster with the files of its
 // setup, and checks them.
 func (g *Gateway) connectExternal(ctx context.Context) error {
-	x, err := loadExternalAuth(&g.cfg)
+	x, err := natsauth.LoadExternal(natsauth.ExternalConfig{CredsFile: g.cfg.NATSCredsFile, AgentSigningKeyFile: g.cfg.NATSAgentSigningKeyFile,
+		OperatorSigningKeyFile: g.cfg.NATSOperatorSigningKeyFile, CAFile: g.cfg.NATSCAFile})
 	if err != nil {
 		return err
 	}
+	g.external = x
 	url := strings.Join(g.cfg.NATSURLs, ",")
-	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
+	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.Options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*pushTimeout)
-	defer cancel()
-	if err := x.check(ctx, g.sys); err != nil {
+	if err := x.Check(ctx, g.sys); err != nil {
 		return fmt.Errorf("external NATS cluster: %w", err)
 	}
-	g.natsCAPEM = x.caPEM
-	g.natsPubDeny = x.pubDeny
-	var src accountSource = &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}
-	if x.operatorSigner == nil {
-		// The revoker beside the cluster holds the operator signing key.
-		src = &revokerAccount{accountPub: x.accountPub, nc: g.nc, sys: g.sys}
-		g.log.Info("revocations go through the cluster's revoker (no --nats_operator_signing_key)", "subject", protocol.RevokerSubject())
-		if _, err := g.nc.Request(protocol.RevokerSubject(), []byte(`{"keys":{}}`), pushTimeout); err != nil {
-			g.log.Warn("no revoker answers: revoking a host fails until one does (fleet-gateway nats-revoker, see deploy/nats/README.md)",
-				"subject", protocol.RevokerSubject(), "err", err)
-		}
-	}
-	g.authority = &authority{log: g.log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
-		ttl: g.cfg.AgentCredentialTTL, src: src, now: g.now, sys: g.sys}
+	g.natsCAPEM = x.CAPEM()
+	g.authority = x.Authority(g.nc, g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
 	return nil
 }
 
@@ -591,7 +560,7 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 // Start).
 func (g *Gateway) recordSeal() (*recordSeal, error) {
 	if g.seal == nil {
-		s, err := newRecordSeal(g.authority.agentSigner)
+		s, err := newRecordSeal(g.authority.AgentSigner())
 		if err != nil {
 			return nil, err
 		}
@@ -615,33 +584,12 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	// The embedded server holds every key revoked while a credential
 	// issued before could still be valid: it may have missed a
 	// revocation by key while down, which no record names.
-	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, enrol.MaxTokenTTL) - pruneSlack)
-	var added func(string, time.Time)
-	if g.embedded != nil {
-		added = func(key string, at time.Time) {
-			if at.After(recent) {
-				if _, err := g.embedded.addRevocations(jwt.RevocationList{key: at.Unix()}); err != nil {
-					g.log.Warn("a revoked key from the ledger is not held by this node's server yet", "key", key, "err", err)
-				}
-			}
-		}
-	}
-	ledger, err := openRevokedLedger(ctx, g.nc, seal, max(g.cfg.Hosts.Replicas, 1), g.log.With("component", "revoked-keys"), added)
-	if err != nil {
+	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, enrol.MaxTokenTTL) - natsauth.PruneSlack)
+	if err := g.authority.OpenLedger(ctx, g.nc, max(g.cfg.Hosts.Replicas, 1), recent, g.log.With("component", "revoked-keys")); err != nil {
 		return err
 	}
-	g.revokedKeys = ledger
-	if g.embedded != nil {
-		held := jwt.RevocationList{}
-		for k, at := range ledger.since(recent) {
-			held[k] = at.Unix()
-		}
-		if _, err := g.embedded.addRevocations(held); err != nil {
-			return fmt.Errorf("revoked keys: %w", err)
-		}
-	}
-	g.authority.setRecords(agentRevocations{g.agents}, ledger)
-	rctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	g.authority.SetRecords(agentRevocations{g.agents})
+	rctx, cancel := context.WithTimeout(ctx, natsauth.ReconcileTimeout)
 	err = g.authority.Reconcile(rctx)
 	cancel()
 	if err := ctx.Err(); err != nil {
@@ -652,7 +600,7 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 	}
 	lctx, stop := context.WithCancel(context.Background())
 	g.stopLoops = stop
-	g.loops.Go(func() { g.revocationLoop(lctx) })
+	g.loops.Go(func() { g.authority.RevocationLoop(lctx, g.log) })
 	return g.watchConnections(lctx)
 }
 
@@ -669,8 +617,8 @@ func (g *Gateway) stopNATS() {
 	if g.agents != nil {
 		g.agents.Close()
 	}
-	if g.revokedKeys != nil {
-		g.revokedKeys.close()
+	if g.authority != nil {
+		g.authority.Close()
 	}
 	if g.store != nil {
 		g.store.close()
@@ -687,9 +635,8 @@ func (g *Gateway) stopNATS() {
 	if g.sys != nil {
 		g.sys.Close()
 	}
-	if g.ns != nil {
-		g.ns.Shutdown()
-		g.ns.WaitForShutdown()
+	if g.embedded != nil {
+		g.embedded.Shutdown()
 	}
 	if g.dataLock != nil {
 		g.dataLock.Close()
@@ -722,7 +669,7 @@ func (g *Gateway) SecretPaths() []string {
 	if p := signingKeyPath(&g.cfg); p != "" {
 		out = append(out, abs(p))
 	}
-	if g.ns == nil {
+	if g.embedded == nil {
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
@@ -730,16 +677,13 @@ func (g *Gateway) SecretPaths() []string {
 		}
 		if g.apiCA != nil {
 			// The fleet CA of the fleet API, in the data directory.
-			out = append(out, filepath.Join(abs(g.cfg.DataDir), tlsDir, caKeyFile))
+			out = append(out, natsauth.CAKeyPath(abs(g.cfg.DataDir)))
 		}
 		return out
 	}
 	dir := abs(g.cfg.DataDir)
-	out = append(out, dir, filepath.Join(dir, natsDir), filepath.Join(dir, tlsDir, caKeyFile))
-	for _, f := range keyFiles {
-		out = append(out, filepath.Join(dir, natsDir, f.name))
-	}
-	return out
+	out = append(out, dir, filepath.Join(dir, natsauth.KeysDir), natsauth.CAKeyPath(dir))
+	return append(out, natsauth.KeyFiles(dir)...)
 }
 
 // logAccess summarises who may do what, once at startup.
@@ -808,13 +752,13 @@ func (g *Gateway) MCPURL() string {
 // them: the embedded server's client address (tls:// when it serves
 // TLS), or the external cluster's URLs.
 func (g *Gateway) NATSURL() string {
-	if g.ns == nil {
+	if g.embedded == nil {
 		return strings.Join(g.cfg.NATSURLs, ",")
 	}
 	if g.cfg.NATSListen == "" {
 		return ""
 	}
-	return g.ns.ClientURL()
+	return g.embedded.ClientURL()
 }
 
 // AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
@@ -825,7 +769,7 @@ func (g *Gateway) AgentNATSURLs() []string {
 	if len(g.cfg.NATSAdvertise) > 0 {
 		return slices.Clone(g.cfg.NATSAdvertise)
 	}
-	if g.ns == nil {
+	if g.embedded == nil {
 		return slices.Clone(g.cfg.NATSURLs)
 	}
 	raw := g.NATSURL()

@@ -12,21 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // writeLeaf issues a certificate for 127.0.0.1 from a new CA and writes
 // its chain and key as PEM files; it returns their paths and the CA.
-func writeLeaf(t *testing.T) (certFile, keyFile string, ca *fleetCA) {
+func writeLeaf(t *testing.T) (certFile, keyFile string, ca *natsauth.CA) {
 	t.Helper()
-	ca, _, err := newCA(time.Now())
+	ca, err := natsauth.LoadOrCreateCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := ca.issueLeaf([]string{"127.0.0.1", "localhost"}, time.Now())
+	conf, err := ca.ServerTLS([]string{"127.0.0.1", "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	leaf := conf.Certificates[0]
 	dir := t.TempDir()
 	var chain []byte
 	for _, der := range leaf.Certificate {
@@ -59,7 +61,7 @@ func TestListenerCertificates(t *testing.T) {
 		t.Errorf("MCP URL %s", gw.MCPURL())
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert())
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
 	resp, err := hc.Get("https://" + gw.Addr() + "/healthz")
 	if err != nil {
@@ -126,7 +128,7 @@ func TestEmbeddedNATSCertificate(t *testing.T) {
 	if gw.NATSCAPin() != ca.Pin() {
 		t.Errorf("NATS CA pin %s, want the chain's CA %s", gw.NATSCAPin(), ca.Pin())
 	}
-	if string(gw.NATSCAPEM()) != string(ca.pem) {
+	if string(gw.NATSCAPEM()) != string(ca.PEM()) {
 		t.Errorf("agents get the CA %q, want the chain's last certificate", gw.NATSCAPEM())
 	}
 	kp := newUser(t)
@@ -135,11 +137,11 @@ func TestEmbeddedNATSCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if creds.CAPin != ca.Pin() || string(creds.CAPEM) != string(ca.pem) {
+	if creds.CAPin != ca.Pin() || string(creds.CAPEM) != string(ca.PEM()) {
 		t.Errorf("credentials carry pin %s", creds.CAPin)
 	}
 	seed, _ := kp.Seed()
-	nc := connectAgent(t, gw, "web-1", creds.JWT, seed, ca.pem)
+	nc := connectAgent(t, gw, "web-1", creds.JWT, seed, ca.PEM())
 	if !nc.IsConnected() {
 		t.Fatal("not connected with the given chain's CA")
 	}

@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // streamAdmin returns how the gateway changes the protected stream
@@ -18,26 +18,14 @@ import (
 // connection when its creds do not deny the update (creds made before
 // the deny), else not at all (nil).
 func (g *Gateway) streamAdmin(stream string) jskv.Admin {
-	if g.ns != nil && g.streamSigner != nil {
-		key, account, ns := g.streamSigner, g.accountPub, g.ns.Server
-		return func(ctx context.Context, do func(jetstream.JetStream) error) error {
-			user, err := adminUser("fleet-gateway stream admin", key, account)
-			if err != nil {
-				return err
-			}
-			nc, err := nats.Connect("", nats.InProcessServer(ns), user, nats.Name("fleet-gateway stream admin"))
-			if err != nil {
-				return fmt.Errorf("connect as the stream admin: %w", err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			return do(js)
-		}
+	if g.embedded != nil {
+		return g.embedded.StreamAdmin()
 	}
-	if g.nc == nil || jskv.DeniesSubject(g.natsPubDeny, "$JS.API.STREAM.UPDATE."+stream) {
+	var deny []string
+	if g.external != nil {
+		deny = g.external.PubDeny()
+	}
+	if g.nc == nil || jskv.DeniesSubject(deny, "$JS.API.STREAM.UPDATE."+stream) {
 		return nil
 	}
 	nc := g.nc
@@ -47,5 +35,23 @@ func (g *Gateway) streamAdmin(stream string) jskv.Admin {
 			return err
 		}
 		return do(js)
+	}
+}
+
+// auditStreamAdmin returns how the gateway updates the audit stream's
+// configuration, which its runtime user may not (runtimeDenied): on the
+// embedded server, as a user of the fleet account made for that one
+// update and closed after it (streamAdmin); on an external cluster not
+// at all (nil), the operator does it with an admin credential.
+func (g *Gateway) auditStreamAdmin() audit.StreamUpdater {
+	if g.embedded == nil {
+		return nil
+	}
+	admin := g.streamAdmin(protocol.AuditStream)
+	return func(ctx context.Context, cfg jetstream.StreamConfig) error {
+		return admin(ctx, func(js jetstream.JetStream) error {
+			_, err := js.UpdateStream(ctx, cfg)
+			return err
+		})
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -784,7 +785,7 @@ func (e *Env) startRevoker() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- gateway.RunRevoker(ctx, gateway.RevokerConfig{NATSURLs: []string{e.NATSURL()},
+		done <- natsauth.RunRevoker(ctx, natsauth.RevokerConfig{NATSURLs: []string{e.NATSURL()},
 			CredsFile: filepath.Join(e.setup, f.GatewayCreds), SystemCredsFile: filepath.Join(e.setup, f.SystemCreds),
 			AgentSigningKeyFile: filepath.Join(e.setup, f.AgentSigningKey), OperatorSigningKeyFile: filepath.Join(e.setup, f.OperatorSigningKey),
 			Logger: e.log.With("component", "revoker")})

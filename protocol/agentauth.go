@@ -26,6 +26,10 @@ const NameTemplate = "{{name()}}"
 // permissions.
 const AgentsBucket = "fleet_agents"
 
+// TokensBucket is the gateways' key-value bucket of the join tokens (key
+// = token ID), with their uses and revocations. Only gateways use it.
+const TokensBucket = "fleet_tokens"
+
 // AgentSubjects matches every subject a host's agent publishes requests
 // to the gateway on (credential renewal, for one).
 func AgentSubjects(host string) string { return prefix + ".agent." + host + ".>" }

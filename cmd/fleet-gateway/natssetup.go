@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // runNATSSetup is `fleet-gateway nats-setup --out DIR`: it writes the
@@ -125,11 +126,11 @@ owned by the gateway's user, mode 0700), make it the new gateway's
 }
 
 // runNATSRevoker is `fleet-gateway nats-revoker`: the revoker of an
-// external cluster (gateway.RunRevoker), until SIGINT or SIGTERM.
+// external cluster (natsauth.RunRevoker), until SIGINT or SIGTERM.
 func runNATSRevoker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fleet-gateway nats-revoker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg gateway.RevokerConfig
+	var cfg natsauth.RevokerConfig
 	urls := fs.String("nats_url", "", "the cluster's NATS URLs, comma-separated")
 	fs.StringVar(&cfg.CredsFile, "nats_creds", "", "creds of a fleet account user (the gateways' gateway.creds)")
 	fs.StringVar(&cfg.SystemCredsFile, "nats_system_creds", "", "creds of a system account user (system.creds)")
@@ -162,5 +163,5 @@ func runNATSRevoker(ctx context.Context, args []string, stderr io.Writer) error 
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return gateway.RunRevoker(ctx, cfg)
+	return natsauth.RunRevoker(ctx, cfg)
 }

@@ -149,9 +149,6 @@ func (s *Service) Open(js jetstream.JetStream, seal *Seal, admin jskv.Admin) err
 	return nil
 }
 
-// TokensBucket is the join tokens' bucket.
-const TokensBucket = tokensBucket
-
 // MaxTokenTTL is the longest a join token (and so its enrol credential)
 // is valid.
 const MaxTokenTTL = maxTokenTTL

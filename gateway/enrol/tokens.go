@@ -49,7 +49,7 @@ import (
 // holds an external setup's account key (kept offline) still can.
 
 const (
-	tokensBucket = "fleet_tokens"
+	tokensBucket = protocol.TokensBucket
 	// tokenKeep is how long a token that stopped working (expired, spent,
 	// revoked) stays listed.
 	tokenKeep = 24 * time.Hour

@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -18,19 +18,19 @@ import (
 // fakeKeys are revoked keys the test sets.
 type fakeKeys struct {
 	mu   sync.Mutex
-	keys []revokedKey
+	keys []RevokedKey
 }
 
-func (f *fakeKeys) revokedKeys(context.Context) ([]revokedKey, error) {
+func (f *fakeKeys) RevokedKeys(context.Context) ([]RevokedKey, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]revokedKey(nil), f.keys...), nil
+	return append([]RevokedKey(nil), f.keys...), nil
 }
 
 func (f *fakeKeys) add(pub string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.keys = append(f.keys, revokedKey{pub: pub, revokedAt: time.Now(), expires: time.Now().Add(time.Hour)})
+	f.keys = append(f.keys, RevokedKey{Pub: pub, RevokedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
 }
 
 // heldSource is an accountSource whose first signature waits until
@@ -57,12 +57,12 @@ func (h *heldSource) sign(ac *jwt.AccountClaims) (string, error) {
 func TestReconcileConvergesWhenPushesCross(t *testing.T) {
 	dir := t.TempDir()
 	setup := filepath.Join(dir, "setup")
-	res, err := NATSSetup(setup, 0)
+	res, err := Setup(setup, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(setup, "server.conf")
-	text := "include " + NATSSetupFiles.ServerConfig + "\nresolver: {type: full, dir: \"" + filepath.Join(dir, "jwt") + "\"}\nport: -1\n"
+	text := "include " + SetupFiles.ServerConfig + "\nresolver: {type: full, dir: \"" + filepath.Join(dir, "jwt") + "\"}\nport: -1\n"
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -80,18 +80,18 @@ func TestReconcileConvergesWhenPushesCross(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	sys, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(filepath.Join(setup, NATSSetupFiles.SystemCreds)))
+	sys, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(filepath.Join(setup, SetupFiles.SystemCreds)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sys.Close()
-	signer, err := readSeedFile(filepath.Join(setup, NATSSetupFiles.OperatorSigningKey), nkeys.PrefixByteOperator, "operator signing key")
+	signer, err := readSeedFile(filepath.Join(setup, SetupFiles.OperatorSigningKey), nkeys.PrefixByteOperator, "operator signing key")
 	if err != nil {
 		t.Fatal(err)
 	}
 	records := &fakeKeys{}
-	newAuthority := func(src accountSource) *authority {
-		return &authority{log: slog.New(slog.DiscardHandler), accountPub: res.Account, ttl: time.Hour, src: src, now: time.Now, sys: sys, records: records}
+	newAuthority := func(src accountSource) *Authority {
+		return &Authority{log: slog.New(slog.DiscardHandler), accountPub: res.Account, ttl: time.Hour, src: src, now: time.Now, sys: sys, records: records}
 	}
 	ext := &externalAccount{accountPub: res.Account, operatorSigner: signer}
 	held := &heldSource{accountSource: ext, waiting: make(chan struct{}), release: make(chan struct{})}

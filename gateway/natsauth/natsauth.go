@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // (covering every JWT issued for it up to then) and pushes the re-signed
 // account JWT to $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE: every server
 // closes the agent's connections at once and refuses it from then on.
-// Revocations are derived from the agent records (agents.go), which keep
+// Revocations are derived from the gateway's agent records, which keep
 // every revoked key for ever, so that replicas agree and a server that
 // restarted with stale claims is brought back in line.
 
@@ -47,173 +47,13 @@ const (
 	// before a push fails.
 	pushTimeout  = 3 * time.Second
 	pushAttempts = 3
-	// pruneSlack is how long after the last credential issued for a
+	// PruneSlack is how long after the last credential issued for a
 	// revoked key expires its revocation entry is kept.
-	pruneSlack = 5 * time.Minute
+	PruneSlack = 5 * time.Minute
 	// reconcileRounds bounds the pushes of one reconcile: more are needed
 	// only while other replicas keep revoking.
 	reconcileRounds = 5
 )
-
-// fleetAccountClaims are the fleet account's claims as the gateway
-// builds them (embedded) or nats-setup writes them (external): JetStream
-// without limits, no bearer tokens, and the scoped agent signing key
-// whose template is the agent permissions, answering calls for up to
-// maxCall.
-func fleetAccountClaims(accountPub, agentSignerPub string, maxCall time.Duration) *jwt.AccountClaims {
-	ac := jwt.NewAccountClaims(accountPub)
-	ac.Name = fleetAccountName
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
-	ac.Limits.DisallowBearer = true
-	ac.SigningKeys.AddScopedSigner(agentScope(agentSignerPub, maxCall))
-	return ac
-}
-
-// agentScope is the scope of the agent signing key: the agent
-// permissions, with {{name()}} for the host.
-func agentScope(signerPub string, maxCall time.Duration) *jwt.UserScope {
-	s := jwt.NewUserScope()
-	s.Key = signerPub
-	s.Role = protocol.AgentSigningRole
-	s.Description = "fleetmcp agents: each user may use its own host's subjects only"
-	s.Template.Pub.Allow.Add(protocol.AgentPublishTemplate()...)
-	s.Template.Sub.Allow.Add(protocol.AgentSubscribeTemplate()...)
-	s.Template.Resp = &jwt.ResponsePermission{MaxMsgs: -1, Expires: maxCall}
-	return s
-}
-
-// gatewayScope is the scope of the gateway signing key (embedded
-// server): anything in the fleet account but what runtimeDenied holds.
-func gatewayScope(signerPub string) *jwt.UserScope {
-	s := jwt.NewUserScope()
-	s.Key = signerPub
-	s.Role = "gateway"
-	s.Description = "fleetmcp gateways: everything but erasing, cutting or replacing the audit trail and the token and agent buckets"
-	s.Template.Pub.Deny.Add(runtimeDenied()...)
-	return s
-}
-
-// enrolScope is the scope of the enrol signing key (embedded server):
-// each user may ask for its own join token's enrolment only, the token
-// named by its tag token:ID.
-func enrolScope(signerPub string) *jwt.UserScope {
-	s := jwt.NewUserScope()
-	s.Key = signerPub
-	s.Role = "enrol"
-	s.Description = "fleetmcp enrol credentials: each may enrol with its own join token only"
-	s.Template.Pub.Allow.Add(protocol.EnrolPublishAllow(enrolTokenTemplate)...)
-	s.Template.Sub.Allow.Add(protocol.EnrolSubscribeAllow(enrolTokenTemplate)...)
-	s.Template.Limits.Subs = protocol.EnrolMaxSubs
-	s.Template.Limits.Payload = protocol.EnrolMaxPayload
-	s.Template.AllowedConnectionTypes.Add(jwt.ConnectionTypeStandard)
-	return s
-}
-
-// enrolTokenTag names the tag of an enrol credential that holds its
-// join token's ID; enrolTokenTemplate stands for it in enrolScope.
-const (
-	enrolTokenTag      = "token"
-	enrolTokenTemplate = "{{tag(" + enrolTokenTag + ")}}"
-)
-
-// systemScope is the scope of the system signing key (embedded
-// server): what the gateway asks of the system account (the fleet
-// account's claims and connections, the servers' varz and connz) and
-// answers (other nodes' claim pushes), nothing else: a system user may
-// otherwise publish on the servers' raft subjects ($NRG.>), where an
-// entry deletes any stream, or kick connections and put servers in lame
-// duck mode.
-func systemScope(signerPub, fleetPub string) *jwt.UserScope {
-	s := jwt.NewUserScope()
-	s.Key = signerPub
-	s.Role = "gateway-system"
-	s.Description = "fleetmcp gateways' system users: the fleet account's claims and connections, never JetStream"
-	s.Template.Pub.Allow.Add(systemAllowed(fleetPub)...)
-	s.Template.Pub.Deny.Add(systemDenied()...)
-	// Nor may it hear requests meant for the servers, to answer them
-	// first (a connz answered with an error would hide a live host).
-	s.Template.Sub.Allow.Add("_INBOX.>", "$SYS.ACCOUNT."+fleetPub+".>", "$SYS.SERVER.*.CLIENT.AUTH.ERR",
-		"$SYS.REQ.ACCOUNT."+fleetPub+".CLAIMS.UPDATE")
-	return s
-}
-
-// systemAllowed is what the gateways' system users of the embedded
-// server may publish.
-func systemAllowed(fleetPub string) []string {
-	acc := "$SYS.REQ.ACCOUNT." + fleetPub + "."
-	return []string{acc + "CLAIMS.UPDATE", acc + "CLAIMS.LOOKUP", acc + "CONNZ",
-		"$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.SERVER.*.CONNZ", "_INBOX.>"}
-}
-
-// scopedUser issues the JWT of a user of account, signed by the scoped
-// signing key signer (whose template gives its permissions), with a
-// key made for this process only, and returns the options that connect
-// with it and its public key.
-func scopedUser(name string, signer nkeys.KeyPair, account string) (nats.Option, string, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, "", err
-	}
-	uc := jwt.NewUserClaims(publicKey(kp))
-	uc.Name = name
-	uc.IssuerAccount = account
-	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
-	token, err := uc.Encode(signer)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s user JWT: %w", name, err)
-	}
-	seed, _ := kp.Seed()
-	return nats.UserJWTAndSeed(token, string(seed)), publicKey(kp), nil
-}
-
-// userJWT issues a user JWT for kp, signed by issuer (an account key, or
-// with issuerAccount set a signing key of that account), that may publish
-// anything but deny.
-func userJWT(kp nkeys.KeyPair, name string, issuer nkeys.KeyPair, issuerAccount string, deny ...string) (string, error) {
-	uc := jwt.NewUserClaims(publicKey(kp))
-	uc.Name = name
-	uc.IssuerAccount = issuerAccount
-	if len(deny) > 0 {
-		uc.Pub.Deny.Add(deny...)
-	}
-	return uc.Encode(issuer)
-}
-
-// protectedStreams are the streams whose loss or rollback the gateways
-// cannot see through their records alone: the audit trail, and the
-// buckets of the join tokens and agent records, whose checks (a token
-// names the revision it is stored at and its stream's creation time)
-// hold only while the stream itself is neither deleted nor restored
-// from a snapshot, which brings back both.
-func protectedStreams() []string {
-	return []string{protocol.AuditStream, "KV_" + tokensBucket, "KV_" + protocol.AgentsBucket, revokedStream}
-}
-
-// runtimeDenied are the JetStream API subjects that delete, cut, change
-// or replace a protected stream, delete its messages, or take replicas
-// from it. The users the gateways run with may not publish them (their
-// JetStream requests go nowhere): only a credential kept off the running
-// gateways can (see README, Audit, and the security model). A snapshot
-// is only a read, which those users may do anyway. The same requests
-// through a JetStream domain's prefix ($JS.<domain>.API, which a server
-// with a domain maps onto its own API) are denied too.
-func runtimeDenied() []string {
-	var out []string
-	for _, prefix := range []string{"$JS.API.", "$JS.*.API."} {
-		for _, stream := range protectedStreams() {
-			for _, op := range []string{"DELETE", "UPDATE", "PURGE", "MSG.DELETE", "RESTORE", "PEER.REMOVE"} {
-				out = append(out, prefix+"STREAM."+op+"."+stream)
-			}
-		}
-	}
-	return out
-}
-
-// systemDenied is what the gateways' system users may not publish: they
-// push and look up account JWTs and never use JetStream, whose system
-// account API can purge an account's streams ($JS.API.ACCOUNT.PURGE) or
-// remove servers.
-func systemDenied() []string { return []string{"$JS.API.>", "$JS.*.API.>"} }
 
 // accountSource is where the fleet account JWT comes from and how it is
 // re-signed: built by the gateway for its embedded server, looked up from
@@ -230,29 +70,46 @@ type accountSource interface {
 	pushed(ac *jwt.AccountClaims, token string)
 }
 
-// revokedKey is one revoked agent key: when it was revoked and until
+// RevokedKey is one revoked agent key: when it was revoked and until
 // when credentials issued for it are valid at the latest.
-type revokedKey struct {
-	pub       string
-	revokedAt time.Time
-	expires   time.Time
+type RevokedKey struct {
+	Pub       string
+	RevokedAt time.Time
+	Expires   time.Time
+	// Exact: Expires is when the last credential of the key expires (an
+	// enrol credential), not only the record's latest agent credential.
+	Exact bool
 	// until is when its last credential expires, for the ledger (zero:
 	// not known; set by keepRevoked).
 	until time.Time
-	// exact: expires is when the last credential of the key expires (an
-	// enrol credential), not only the record's latest agent credential.
-	exact bool
 }
 
-// keyRegistry is what the authority needs of the agent records.
-type keyRegistry interface {
-	// revokedKeys returns, as of now, every key revoked in the records.
-	revokedKeys(ctx context.Context) ([]revokedKey, error)
+// KeySource is what the authority needs of the agent records (and of
+// the join tokens, whose enrol credentials are revoked too).
+type KeySource interface {
+	// RevokedKeys returns, as of now, every key revoked in the records.
+	RevokedKeys(ctx context.Context) ([]RevokedKey, error)
 }
 
-// authority issues agent credentials and keeps the fleet account's
+// KeySources are several sources of revoked keys, as one.
+type KeySources []KeySource
+
+// RevokedKeys returns the revoked keys of every source.
+func (s KeySources) RevokedKeys(ctx context.Context) ([]RevokedKey, error) {
+	var out []RevokedKey
+	for _, r := range s {
+		keys, err := r.RevokedKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+// Authority issues agent credentials and keeps the fleet account's
 // revocations in step with the agent records.
-type authority struct {
+type Authority struct {
 	log         *slog.Logger
 	accountPub  string
 	agentSigner nkeys.KeyPair
@@ -271,10 +128,12 @@ type authority struct {
 	sys *nats.Conn
 
 	mu      sync.Mutex // one reconcile at a time; guards records
-	records keyRegistry
-	// ledger holds every key ever revoked (revokedledger.go), set with
-	// the records; no credential is issued for a key in it.
+	records KeySource
+	// ledger holds every key ever revoked (revokedledger.go), set by
+	// OpenLedger; no credential is issued for a key in it.
 	ledger *revokedLedger
+	// emb is the embedded server's account (nil: an external cluster).
+	emb *embeddedAccount
 
 	// heldMu guards held, the revocations the servers held at the last
 	// reconcile or push of this gateway. No credential is issued for a
@@ -284,18 +143,41 @@ type authority struct {
 	heldMu sync.Mutex
 	held   jwt.RevocationList
 
+	// reconcileCh asks the revocation loop for a reconcile;
+	// reconcileDue is when one is next due besides the periodic one
+	// (zero: none), set by ReconcileAt.
+	reconcileCh  chan struct{}
+	reconcileMu  sync.Mutex
+	reconcileDue time.Time
+
 	// connzPage is how many connections a server lists per answer
 	// (0: the constant connzPage; tests make it small).
 	connzPage int
 }
 
+// ErrKeyRevoked: the key was revoked; no credential is ever issued
+// for it again.
+var ErrKeyRevoked = errors.New("key revoked")
+
 // errKeyInRevocations: the fleet account's revocations hold the key.
 // It is an ErrKeyRevoked.
 var errKeyInRevocations = fmt.Errorf("%w in the fleet account", ErrKeyRevoked)
 
-// checkIssuable refuses a key the servers hold revoked, or that the
-// revoked keys' ledger holds.
-func (a *authority) checkIssuable(userPub string) error {
+// AccountPub returns the fleet account's public key.
+func (a *Authority) AccountPub() string { return a.accountPub }
+
+// AgentSigner returns the fleet account's scoped agent signing key,
+// which issues the agents' credentials; the gateways derive the seal of
+// their records from it.
+func (a *Authority) AgentSigner() nkeys.KeyPair { return a.agentSigner }
+
+// AgentSignerPub returns the public key of the agent signing key: the
+// issuer of every agent credential.
+func (a *Authority) AgentSignerPub() string { return publicKey(a.agentSigner) }
+
+// CheckIssuable refuses a key the servers hold revoked, or that the
+// revoked keys' ledger holds (an ErrKeyRevoked).
+func (a *Authority) CheckIssuable(userPub string) error {
 	a.heldMu.Lock()
 	at, ok := a.held[userPub]
 	ledger := a.ledger
@@ -314,26 +196,74 @@ func (a *authority) checkIssuable(userPub string) error {
 }
 
 // setHeld records revs as what the servers hold.
-func (a *authority) setHeld(revs jwt.RevocationList) {
+func (a *Authority) setHeld(revs jwt.RevocationList) {
 	a.heldMu.Lock()
 	a.held = maps.Clone(revs)
 	a.heldMu.Unlock()
 }
 
-// setRecords sets where the revoked keys come from, and the ledger
-// that keeps them all.
-func (a *authority) setRecords(r keyRegistry, ledger *revokedLedger) {
+// SetRecords sets where the revoked keys come from: the agent records,
+// and the join tokens once they are open.
+func (a *Authority) SetRecords(r KeySource) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.records = r
+}
+
+// OpenLedger opens the revoked keys' ledger on nc (creating its stream
+// with replicas when there is none) and reads it whole; from then on no
+// credential is issued for a key it holds. On the embedded server, the
+// keys it holds that were revoked after recent (a credential issued
+// before could still be valid), and those other gateways add from then
+// on, are held revoked by this node's server too: it may have missed a
+// revocation by key while down, which no record names. Close closes it.
+func (a *Authority) OpenLedger(ctx context.Context, nc *nats.Conn, replicas int, recent time.Time, log *slog.Logger) error {
+	seal, err := newLedgerSeal(a.agentSigner)
+	if err != nil {
+		return err
+	}
+	var added func(string, time.Time)
+	if e := a.emb; e != nil {
+		added = func(key string, at time.Time) {
+			if at.After(recent) {
+				if _, err := e.addRevocations(jwt.RevocationList{key: at.Unix()}); err != nil {
+					e.log.Warn("a revoked key from the ledger is not held by this node's server yet", "key", key, "err", err)
+				}
+			}
+		}
+	}
+	ledger, err := openRevokedLedger(ctx, nc, seal, replicas, log, added)
+	if err != nil {
+		return err
+	}
 	a.heldMu.Lock()
 	a.ledger = ledger
 	a.heldMu.Unlock()
+	if a.emb != nil {
+		held := jwt.RevocationList{}
+		for k, at := range ledger.since(recent) {
+			held[k] = at.Unix()
+		}
+		if _, err := a.emb.addRevocations(held); err != nil {
+			return fmt.Errorf("revoked keys: %w", err)
+		}
+	}
+	return nil
 }
 
-// ledgerRevokedAt reports whether the revoked keys' ledger holds pub,
+// Close stops following the revoked keys' ledger.
+func (a *Authority) Close() {
+	a.heldMu.Lock()
+	ledger := a.ledger
+	a.heldMu.Unlock()
+	if ledger != nil {
+		ledger.close()
+	}
+}
+
+// LedgerRevokedAt reports whether the revoked keys' ledger holds pub,
 // and since when (false before the ledger is open).
-func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
+func (a *Authority) LedgerRevokedAt(pub string) (time.Time, bool) {
 	a.heldMu.Lock()
 	ledger := a.ledger
 	a.heldMu.Unlock()
@@ -347,7 +277,7 @@ func (a *authority) ledgerRevokedAt(pub string) (time.Time, bool) {
 // credential expires (a key revoked by hand, expires unknown: never). A
 // failure is returned after the push goes on, so that the caller tries
 // again: the other nodes take only keys their ledger holds.
-func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
+func (a *Authority) keepRevoked(ctx context.Context, keys []RevokedKey) error {
 	a.heldMu.Lock()
 	ledger := a.ledger
 	a.heldMu.Unlock()
@@ -355,14 +285,14 @@ func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
 		return nil
 	}
 	for i, k := range keys {
-		if k.expires.IsZero() && !k.exact {
+		if k.Expires.IsZero() && !k.Exact {
 			continue
 		}
-		until := k.revokedAt.Add(a.ttl)
-		if k.exact || k.expires.After(until) {
-			until = k.expires
+		until := k.RevokedAt.Add(a.ttl)
+		if k.Exact || k.Expires.After(until) {
+			until = k.Expires
 		}
-		keys[i].until = until.Add(pruneSlack)
+		keys[i].until = until.Add(PruneSlack)
 	}
 	if err := ledger.record(ctx, keys); err != nil {
 		a.log.Warn("revoked keys not recorded in the ledger yet; retrying", "err", err)
@@ -373,14 +303,14 @@ func (a *authority) keepRevoked(ctx context.Context, keys []revokedKey) error {
 
 // AgentJWT issues the user JWT of host's agent for its public key
 // userPub, valid until expires.
-func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, error) {
+func (a *Authority) AgentJWT(host, userPub string, expires time.Time) (string, error) {
 	if err := protocol.ValidateHost(host); err != nil {
 		return "", err
 	}
 	if !nkeys.IsValidPublicUserKey(userPub) {
 		return "", fmt.Errorf("%q is not an nkey user public key (U...)", userPub)
 	}
-	if err := a.checkIssuable(userPub); err != nil {
+	if err := a.CheckIssuable(userPub); err != nil {
 		return "", fmt.Errorf("issue the credential of %s: %w", host, err)
 	}
 	uc := jwt.NewUserClaims(userPub)
@@ -397,10 +327,34 @@ func (a *authority) AgentJWT(host, userPub string, expires time.Time) (string, e
 	return token, nil
 }
 
+// EnrolJWT issues the enrol credential of join token tokenID for the
+// throw-away key userPub, valid until expires.
+func (a *Authority) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
+	if a.enrolSigner == nil {
+		return "", errors.New("enrolment over NATS needs the fleet account's enrol signing key, which the gateway holds only for its embedded NATS server (not with --nats_url)")
+	}
+	if err := protocol.CheckTokenID(tokenID); err != nil {
+		return "", err
+	}
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = "enrol-" + tokenID
+	uc.Expires = expires.Unix()
+	uc.IssuerAccount = a.accountPub
+	// The enrol signing key's template (enrolScope) gives the token's
+	// own subjects, from this tag, and the limits.
+	uc.Tags.Add(enrolTokenTag + ":" + tokenID)
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	token, err := uc.Encode(a.enrolSigner)
+	if err != nil {
+		return "", fmt.Errorf("issue the enrol credential of join token %s: %w", tokenID, err)
+	}
+	return token, nil
+}
+
 // Revoke brings the account's revocations in step with the agent
 // records and checks that they cover userPubs: the records, not this
 // call, say what is revoked, so the caller records the revocation first.
-func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
+func (a *Authority) Revoke(ctx context.Context, userPubs ...string) error {
 	revs, err := a.reconcile(ctx)
 	if err != nil {
 		return err
@@ -419,7 +373,7 @@ func (a *authority) Revoke(ctx context.Context, userPubs ...string) error {
 // does not name as revoked. Reconciles leave an entry the records know
 // nothing of alone, and prune it only once a record says the key is
 // revoked and every credential issued for it has expired, so it stays.
-func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...string) error {
+func (a *Authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ac, err := a.src.current(ctx, a.sys)
@@ -430,12 +384,12 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 		ac.Revocations = jwt.RevocationList{}
 	}
 	changed := false
-	var keep []revokedKey
+	var keep []RevokedKey
 	for _, pub := range userPubs {
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return fmt.Errorf("revoke %q: not an nkey user public key (U...)", pub)
 		}
-		keep = append(keep, revokedKey{pub: pub, revokedAt: at})
+		keep = append(keep, RevokedKey{Pub: pub, RevokedAt: at})
 		if ac.Revocations[pub] < at.Unix() {
 			ac.Revocations[pub] = at.Unix()
 			changed = true
@@ -453,9 +407,20 @@ func (a *authority) RevokeKeys(ctx context.Context, at time.Time, userPubs ...st
 	return ledgerErr
 }
 
+// HeldRevocations returns the fleet account's revocations as the
+// servers hold them now: each revoked key, with the Unix time from which
+// its credentials are refused.
+func (a *Authority) HeldRevocations(ctx context.Context) (map[string]int64, error) {
+	ac, err := a.src.current(ctx, a.sys)
+	if err != nil {
+		return nil, fmt.Errorf("revocations: %w", err)
+	}
+	return ac.Revocations, nil
+}
+
 // Reconcile rebuilds the account's revocations from the agent records
 // and pushes the account JWT if the servers' differ.
-func (a *authority) Reconcile(ctx context.Context) error {
+func (a *Authority) Reconcile(ctx context.Context) error {
 	_, err := a.reconcile(ctx)
 	return err
 }
@@ -465,14 +430,14 @@ func (a *authority) Reconcile(ctx context.Context) error {
 // again after a push: when another replica revoked a key at the same
 // time, its push may have crossed this one, and the next round pushes
 // the union.
-func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
+func (a *Authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.records == nil {
 		return nil, errors.New("revocations: the agent records are not open yet")
 	}
 	for range reconcileRounds {
-		revoked, err := a.records.revokedKeys(ctx)
+		revoked, err := a.records.RevokedKeys(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("revocations: %w", err)
 		}
@@ -506,26 +471,26 @@ func (a *authority) reconcile(ctx context.Context) (jwt.RevocationList, error) {
 
 // revocations returns the revocation list the records call for: cur
 // with every revoked key added at the second it was revoked, and without
-// the keys whose credentials have all expired (with pruneSlack to spare).
+// the keys whose credentials have all expired (with PruneSlack to spare).
 // Entries the records know nothing of (made by hand with nsc, say) are
 // left alone: the gateway never lifts a revocation it cannot account for.
-func (a *authority) revocations(cur jwt.RevocationList, revoked []revokedKey) jwt.RevocationList {
+func (a *Authority) revocations(cur jwt.RevocationList, revoked []RevokedKey) jwt.RevocationList {
 	now := a.now()
 	want := maps.Clone(cur)
 	if want == nil {
 		want = jwt.RevocationList{}
 	}
 	for _, k := range revoked {
-		until := k.revokedAt.Add(a.ttl)
-		if k.exact || k.expires.After(until) {
-			until = k.expires
+		until := k.RevokedAt.Add(a.ttl)
+		if k.Exact || k.Expires.After(until) {
+			until = k.Expires
 		}
-		if now.After(until.Add(pruneSlack)) {
-			delete(want, k.pub) // every credential issued for the key has expired
+		if now.After(until.Add(PruneSlack)) {
+			delete(want, k.Pub) // every credential issued for the key has expired
 			continue
 		}
-		if at := k.revokedAt.Unix(); at > want[k.pub] {
-			want[k.pub] = at
+		if at := k.RevokedAt.Unix(); at > want[k.Pub] {
+			want[k.Pub] = at
 		}
 	}
 	return want
@@ -564,7 +529,7 @@ func diffRevocations(old, now jwt.RevocationList) (added, removed int) {
 
 // push signs ac and sends it to the servers, retrying a few times while
 // they do not answer.
-func (a *authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
+func (a *Authority) push(ctx context.Context, ac *jwt.AccountClaims) error {
 	if d, ok := a.src.(delegatedSource); ok {
 		// A revoker holds the operator signing key: it adds what is
 		// missing, and prunes on its own.
@@ -623,7 +588,7 @@ type claimsRefusedError struct{ msg string }
 
 func (e *claimsRefusedError) Error() string { return "the NATS server refused it: " + e.msg }
 
-func (a *authority) pushOnce(ctx context.Context, subject, token string) error {
+func (a *Authority) pushOnce(ctx context.Context, subject, token string) error {
 	return pushClaims(ctx, a.sys, subject, token)
 }
 

@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -35,17 +35,18 @@ const (
 	maxConnzPages = 400
 )
 
-// liveConn is a live connection made with an agent credential.
-type liveConn struct {
-	server string
-	// host is the name the credential was issued for, key the user's
+// LiveConn is a live connection made with an agent credential.
+type LiveConn struct {
+	// Server is the ID of the server the connection is on.
+	Server string
+	// Host is the name the credential was issued for, Key the user's
 	// public key.
-	host, key string
+	Host, Key string
 }
 
 // liveConns lists the live connections of the fleet account whose
 // credential the agent signing key issued, on every server that answers.
-func (a *authority) liveConns(ctx context.Context) ([]liveConn, error) {
+func (a *Authority) liveConns(ctx context.Context) ([]LiveConn, error) {
 	inbox := a.sys.NewRespInbox()
 	sub, err := a.sys.SubscribeSync(inbox)
 	if err != nil {
@@ -60,7 +61,7 @@ func (a *authority) liveConns(ctx context.Context) ([]liveConn, error) {
 	if err := a.sys.PublishRequest(subject, inbox, body); err != nil {
 		return nil, fmt.Errorf("list connections: %w", err)
 	}
-	var out []liveConn
+	var out []LiveConn
 	answered := 0
 	for wait := connzFirst; ; wait = connzQuiet {
 		wctx, cancel := context.WithTimeout(ctx, wait)
@@ -88,7 +89,7 @@ func (a *authority) liveConns(ctx context.Context) ([]liveConn, error) {
 
 // connzQuery asks for the fleet account's open connections from offset
 // on, with their users and JWTs.
-func (a *authority) connzQuery(offset int) *server.ConnzEventOptions {
+func (a *Authority) connzQuery(offset int) *server.ConnzEventOptions {
 	limit := a.connzPage
 	if limit <= 0 {
 		limit = connzPage
@@ -97,8 +98,8 @@ func (a *authority) connzQuery(offset int) *server.ConnzEventOptions {
 }
 
 // morePages asks the server that answered page for the rest of its list.
-func (a *authority) morePages(ctx context.Context, page *server.ServerAPIConnzResponse) ([]liveConn, error) {
-	var out []liveConn
+func (a *Authority) morePages(ctx context.Context, page *server.ServerAPIConnzResponse) ([]LiveConn, error) {
+	var out []LiveConn
 	for n := 1; page.Data.Offset+len(page.Data.Conns) < page.Data.Total && len(page.Data.Conns) > 0; n++ {
 		if n > maxConnzPages {
 			return out, fmt.Errorf("list connections: server %s lists more than %d pages of connections", page.Server.ID, maxConnzPages)
@@ -139,9 +140,9 @@ func decodeConnz(data []byte) (*server.ServerAPIConnzResponse, error) {
 }
 
 // liveConnsOf picks the agent connections of page.
-func (a *authority) liveConnsOf(page *server.ServerAPIConnzResponse) []liveConn {
+func (a *Authority) liveConnsOf(page *server.ServerAPIConnzResponse) []LiveConn {
 	signer := publicKey(a.agentSigner)
-	var out []liveConn
+	var out []LiveConn
 	for _, ci := range page.Data.Conns {
 		if ci == nil || ci.JWT == "" {
 			continue
@@ -150,18 +151,19 @@ func (a *authority) liveConnsOf(page *server.ServerAPIConnzResponse) []liveConn 
 		if err != nil || uc.Issuer != signer || uc.IssuerAccount != a.accountPub || uc.Subject != ci.AuthorizedUser {
 			continue
 		}
-		out = append(out, liveConn{server: page.Server.ID, host: uc.Name, key: uc.Subject})
+		out = append(out, LiveConn{Server: page.Server.ID, Host: uc.Name, Key: uc.Subject})
 	}
 	return out
 }
 
-// liveKeys returns the keys of the agent connections that match.
-func (a *authority) liveKeys(ctx context.Context, match func(liveConn) bool) ([]liveConn, error) {
+// LiveKeys returns the agent connections that match, on every server
+// that answers (connz over the system account).
+func (a *Authority) LiveKeys(ctx context.Context, match func(LiveConn) bool) ([]LiveConn, error) {
 	if a.sys == nil || a.sys.Status() == nats.CLOSED {
 		return nil, errors.New("list connections: no system connection")
 	}
 	all, err := a.liveConns(ctx)
-	var out []liveConn
+	var out []LiveConn
 	for _, c := range all {
 		if match(c) {
 			out = append(out, c)

@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"crypto/ecdsa"
@@ -28,27 +28,29 @@ import (
 // nothing else for the fleet's NATS servers.
 
 const (
-	tlsDir    = "tls"
-	caCertPEM = "ca.pem"
-	caKeyFile = "ca.key"
+	// TLSDir is the fleet CA's directory in the data directory,
+	// CACertFile and CAKeyFile its certificate and key there.
+	TLSDir     = "tls"
+	CACertFile = "ca.pem"
+	CAKeyFile  = "ca.key"
 	// caValidity is how long the fleet CA is valid; leafValidity how long
 	// a listener certificate is (they are issued again at every start).
 	caValidity   = 10 * 365 * 24 * time.Hour
 	leafValidity = 397 * 24 * time.Hour
 )
 
-// fleetCA is the fleet's certificate authority.
-type fleetCA struct {
+// CA is the fleet's certificate authority.
+type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	pem  []byte // the certificate, PEM-encoded
 }
 
-// loadOrCreateCA reads the fleet CA in dataDir/tls, generating it the
+// LoadOrCreateCA reads the fleet CA in dataDir/tls, generating it the
 // first time. The caller holds the data directory's lock.
-func loadOrCreateCA(dataDir string) (*fleetCA, error) {
-	dir := filepath.Join(dataDir, tlsDir)
-	certPath, keyPath := filepath.Join(dir, caCertPEM), filepath.Join(dir, caKeyFile)
+func LoadOrCreateCA(dataDir string) (*CA, error) {
+	dir := filepath.Join(dataDir, TLSDir)
+	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
 	certPEM, cerr := os.ReadFile(certPath)
 	keyPEM, kerr := os.ReadFile(keyPath)
 	switch {
@@ -82,7 +84,7 @@ func loadOrCreateCA(dataDir string) (*fleetCA, error) {
 }
 
 // newCA generates a CA certificate and key valid from now.
-func newCA(now time.Time) (*fleetCA, []byte, error) {
+func newCA(now time.Time) (*CA, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet CA key: %w", err)
@@ -107,11 +109,11 @@ func newCA(now time.Time) (*fleetCA, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet CA key: %w", err)
 	}
-	return &fleetCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, keyDER, nil
+	return &CA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, keyDER, nil
 }
 
 // parseCA reads a CA certificate and its key.
-func parseCA(certPEM, keyPEM []byte, certPath, keyPath string) (*fleetCA, error) {
+func parseCA(certPEM, keyPEM []byte, certPath, keyPath string) (*CA, error) {
 	damaged := func(path string, err error) error {
 		return fmt.Errorf("fleet CA: %s is damaged (%w): restore it from a backup, or delete %s and %s to make a new CA (every agent must then enrol again)",
 			path, err, certPath, keyPath)
@@ -142,21 +144,46 @@ func parseCA(certPEM, keyPEM []byte, certPath, keyPath string) (*fleetCA, error)
 		return nil, fmt.Errorf("fleet CA %s expired on %s: delete %s and %s to make a new one (every agent must then enrol again)",
 			certPath, cert.NotAfter.Format(time.DateOnly), certPath, keyPath)
 	}
-	return &fleetCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}, nil
+	return &CA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}, nil
 }
 
 // Pin returns the CA's pin (protocol.CAPin).
-func (ca *fleetCA) Pin() string { return protocol.CAPin(ca.cert) }
+func (ca *CA) Pin() string { return protocol.CAPin(ca.cert) }
+
+// CAKeyPath returns the path of the fleet CA's key in dataDir.
+func CAKeyPath(dataDir string) string { return filepath.Join(dataDir, TLSDir, CAKeyFile) }
+
+// PEM returns the CA's certificate, PEM-encoded: what agents get.
+func (ca *CA) PEM() []byte { return ca.pem }
+
+// Cert returns the CA's certificate.
+func (ca *CA) Cert() *x509.Certificate { return ca.cert }
+
+// loadCA reads the fleet CA of dataDir, refusing to make
+// one.
+func loadCA(dataDir string) (*CA, error) {
+	dir := filepath.Join(dataDir, TLSDir)
+	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s has no fleet CA: %w", dataDir, err)
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s has no fleet CA key: %w", dataDir, err)
+	}
+	return parseCA(certPEM, keyPEM, certPath, keyPath)
+}
 
 // issueLeaf issues a server certificate for names (DNS names and IP
 // addresses) from the CA, valid from now for leafValidity (never beyond
 // the CA), with the chain a client needs.
-func (ca *fleetCA) issueLeaf(names []string, now time.Time) (tls.Certificate, error) {
+func (ca *CA) issueLeaf(names []string, now time.Time) (tls.Certificate, error) {
 	return ca.issueLeafFor(names, now, x509.ExtKeyUsageServerAuth)
 }
 
 // issueLeafFor is issueLeaf for the extended key usages usage.
-func (ca *fleetCA) issueLeafFor(names []string, now time.Time, usage ...x509.ExtKeyUsage) (tls.Certificate, error) {
+func (ca *CA) issueLeafFor(names []string, now time.Time, usage ...x509.ExtKeyUsage) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("leaf key: %w", err)
@@ -184,8 +211,8 @@ func (ca *fleetCA) issueLeafFor(names []string, now time.Time, usage ...x509.Ext
 	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
 }
 
-// serverTLS returns a server TLS configuration with a leaf for names.
-func (ca *fleetCA) serverTLS(names []string) (*tls.Config, error) {
+// ServerTLS returns a server TLS configuration with a leaf for names.
+func (ca *CA) ServerTLS(names []string) (*tls.Config, error) {
 	leaf, err := ca.issueLeaf(names, time.Now())
 	if err != nil {
 		return nil, err
@@ -212,11 +239,11 @@ func firstOr(s []string, def string) string {
 	return def
 }
 
-// leafNames returns the names a listener on listenHost is reached by: the
+// LeafNames returns the names a listener on listenHost is reached by: the
 // host itself, or for an unspecified address (0.0.0.0, ::, "") the
 // machine's hostname and every non-loopback interface address; always
 // localhost and the loopback addresses; and the advertised names.
-func leafNames(listenHost string, advertise []string) []string {
+func LeafNames(listenHost string, advertise []string) []string {
 	names := []string{"localhost", "127.0.0.1", "::1"}
 	ip := net.ParseIP(listenHost)
 	switch {

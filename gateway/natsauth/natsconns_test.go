@@ -1,9 +1,10 @@
-package gateway
+package natsauth
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,30 +23,26 @@ import (
 // minted with the gateway signing key that names itself after a host are
 // not taken for hosts.
 func TestLiveAgentConns(t *testing.T) {
-	gw := startAPIGateway(t, nil, nil)
-	gw.authority.connzPage = 2
+	emb, a, _, connect := startTestEmbedded(t)
+	a.connzPage = 2
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var want []liveConn
+	var want []LiveConn
 	for i := range 5 {
 		host := fmt.Sprintf("host-%d", i)
 		kp, _ := nkeys.CreateUser()
 		pub, _ := kp.PublicKey()
 		seed, _ := kp.Seed()
-		creds, err := gw.EnrolLocal(ctx, host, pub, nil)
+		token, err := a.AgentJWT(host, pub, time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nats.Connect(gw.NATSURL(), nats.UserJWTAndSeed(creds.JWT, string(seed)))
-		if err != nil {
-			t.Fatalf("connect %s: %v", host, err)
-		}
-		t.Cleanup(nc.Close)
-		want = append(want, liveConn{host: host, key: pub})
+		connect(nats.UserJWTAndSeed(token, string(seed)))
+		want = append(want, LiveConn{Host: host, Key: pub})
 	}
 	// A user minted with the gateway signing key in the data directory,
 	// named after a host.
-	data, err := os.ReadFile(filepath.Join(gw.cfg.DataDir, natsDir, gatewaySignerKeyFile))
+	data, err := os.ReadFile(filepath.Join(emb.cfg.DataDir, natsDir, gatewaySignerKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,27 +53,23 @@ func TestLiveAgentConns(t *testing.T) {
 	rogue, _ := nkeys.CreateUser()
 	uc := jwt.NewUserClaims(publicKey(rogue))
 	uc.Name = "host-1"
-	uc.IssuerAccount = gw.accountPub
+	uc.IssuerAccount = a.accountPub
 	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
 	rogueJWT, err := uc.Encode(signer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rogueSeed, _ := rogue.Seed()
-	nc, err := nats.Connect(gw.NATSURL(), nats.UserJWTAndSeed(rogueJWT, string(rogueSeed)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	connect(nats.UserJWTAndSeed(rogueJWT, string(rogueSeed)))
 
-	got, err := gw.authority.liveKeys(ctx, func(liveConn) bool { return true })
+	got, err := a.LiveKeys(ctx, func(LiveConn) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range got {
-		got[i].server = ""
+		got[i].Server = ""
 	}
-	cmp := func(a, b liveConn) int { return bytes.Compare([]byte(a.host+a.key), []byte(b.host+b.key)) }
+	cmp := func(a, b LiveConn) int { return bytes.Compare([]byte(a.Host+a.Key), []byte(b.Host+b.Key)) }
 	slices.SortFunc(got, cmp)
 	if !slices.Equal(got, want) {
 		t.Errorf("live agent connections:\n got %+v\nwant %+v", got, want)
@@ -91,7 +84,7 @@ func FuzzDecodeConnz(f *testing.F) {
 	account, _ := nkeys.CreateAccount()
 	signer, _ := nkeys.CreateAccount()
 	accountPub, _ := account.PublicKey()
-	a := &authority{accountPub: accountPub, agentSigner: signer}
+	a := &Authority{accountPub: accountPub, agentSigner: signer}
 	user, _ := nkeys.CreateUser()
 	userPub, _ := user.PublicKey()
 	token, err := a.AgentJWT("web-1", userPub, time.Now().Add(time.Hour))
@@ -112,8 +105,8 @@ func FuzzDecodeConnz(f *testing.F) {
 			t.Fatalf("decoded without a server or a list: %s", data)
 		}
 		for _, c := range a.liveConnsOf(page) {
-			uc, err := jwt.DecodeUserClaims(tokenOf(page, c.key))
-			if err != nil || uc.Issuer != publicKey(signer) || uc.IssuerAccount != accountPub || uc.Name != c.host {
+			uc, err := jwt.DecodeUserClaims(tokenOf(page, c.Key))
+			if err != nil || uc.Issuer != publicKey(signer) || uc.IssuerAccount != accountPub || uc.Name != c.Host {
 				t.Errorf("took %+v from %s", c, data)
 			}
 		}
@@ -128,4 +121,56 @@ func tokenOf(page *server.ServerAPIConnzResponse, key string) string {
 		}
 	}
 	return ""
+}
+
+// startTestEmbedded starts an embedded server in a new data directory,
+// with the gateway's users connected in process, and returns it, its
+// authority, the gateway user's connection and a function that connects
+// in process with opts (closed at the test's end).
+func startTestEmbedded(t *testing.T) (*Embedded, *Authority, *nats.Conn, func(...nats.Option) *nats.Conn) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	emb, err := OpenEmbedded(EmbeddedConfig{DataDir: t.TempDir(), MaxCall: time.Minute, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emb.Start(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Shutdown)
+	connect := func(opts ...nats.Option) *nats.Conn {
+		t.Helper()
+		nc, err := nats.Connect("", append(opts, emb.InProcess())...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	gwUser, err := emb.GatewayUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := connect(gwUser)
+	sysUser, err := emb.SystemUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := emb.Authority(connect(sysUser), time.Hour, time.Now, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emb, a, nc, connect
+}
+
+// waitUntil waits until cond holds, failing the test after a while.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -1,7 +1,11 @@
-package gateway
+package natsauth
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,10 +14,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/fleetmcp/fleetmcp/protocol"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // The revoked keys' ledger: every agent key (and enrol credential key)
@@ -37,7 +41,7 @@ const (
 )
 
 // sealRevoked: an entry of the ledger, keyed by the revoked key.
-const sealRevoked sealKind = "revoked-key"
+const sealRevoked = "revoked-key"
 
 // revokedEntry is one revoked key.
 type revokedEntry struct {
@@ -58,10 +62,10 @@ type ledgerKey struct {
 // revokedLedger is the ledger as one gateway follows it.
 type revokedLedger struct {
 	js     jetstream.JetStream
-	seal   *recordSeal
+	seal   *ledgerSeal
 	log    *slog.Logger
 	cc     jetstream.ConsumeContext
-	junk   *logLimiter
+	junk   *logEvery
 	stream jetstream.Stream
 
 	mu   sync.Mutex
@@ -75,7 +79,7 @@ type revokedLedger struct {
 // add until close, calling added (when not nil) with each key new to it
 // from then on. With replicas 0 it does not create the stream, only
 // follows it.
-func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, replicas int, log *slog.Logger, added func(key string, at time.Time)) (*revokedLedger, error) {
+func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *ledgerSeal, replicas int, log *slog.Logger, added func(key string, at time.Time)) (*revokedLedger, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -108,7 +112,7 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 			"stream", revokedStream, "deny_delete", c.DenyDelete, "deny_purge", c.DenyPurge, "allow_rollup", c.AllowRollup, "max_age", c.MaxAge, "max_msgs", c.MaxMsgs)
 	}
 	last := s.CachedInfo().State.LastSeq
-	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]ledgerKey{}, junk: newLogLimiter(time.Minute, 1), stream: s}
+	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]ledgerKey{}, junk: &logEvery{interval: time.Minute}, stream: s}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -153,9 +157,9 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *recordSeal, rep
 func (l *revokedLedger) add(m jetstream.Msg) (string, time.Time, bool) {
 	var e revokedEntry
 	key := m.Headers().Get(revokedKeyHeader)
-	if err := l.seal.open(sealRevoked, key, m.Data(), &e); err != nil || e.Key != key {
+	if err := l.seal.open(key, m.Data(), &e); err != nil || e.Key != key {
 		// Anyone in the account may publish here: one line a minute.
-		l.junk.log(l.log, slog.LevelWarn, "junk", "entries of the revoked keys' stream not sealed by a gateway are ignored", "key", key, "err", err)
+		l.junk.log(l.log, slog.LevelWarn, "entries of the revoked keys' stream not sealed by a gateway are ignored", "key", key, "err", err)
 		return "", time.Time{}, false
 	}
 	l.mu.Lock()
@@ -239,22 +243,22 @@ func (l *revokedLedger) revokedAt(pub string) (time.Time, bool) {
 }
 
 // record appends the keys the ledger does not hold yet.
-func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
+func (l *revokedLedger) record(ctx context.Context, keys []RevokedKey) error {
 	var errs []error
 	for _, k := range keys {
-		if _, ok := l.revokedAt(k.pub); ok {
+		if _, ok := l.revokedAt(k.Pub); ok {
 			continue
 		}
-		e := revokedEntry{Key: k.pub, RevokedAt: k.revokedAt.UTC(), Until: k.until.UTC()}
+		e := revokedEntry{Key: k.Pub, RevokedAt: k.RevokedAt.UTC(), Until: k.until.UTC()}
 		if k.until.IsZero() {
 			e.Until = time.Time{}
 		}
-		data, err := l.seal.seal(sealRevoked, k.pub, e)
+		data, err := l.seal.seal(k.Pub, e)
 		if err != nil {
 			return err
 		}
 		msg := &nats.Msg{Subject: protocol.RevokedKeysSubject(), Data: data, Header: nats.Header{}}
-		msg.Header.Set(revokedKeyHeader, k.pub)
+		msg.Header.Set(revokedKeyHeader, k.Pub)
 		pctx, cancel := context.WithTimeout(ctx, jskv.Timeout)
 		// No message ID: one that anyone in the account can take first
 		// would make this entry a "duplicate" that is never stored. Two
@@ -263,12 +267,12 @@ func (l *revokedLedger) record(ctx context.Context, keys []revokedKey) error {
 		_, err = l.js.PublishMsg(pctx, msg)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("key %s: %w", k.pub, err))
+			errs = append(errs, fmt.Errorf("key %s: %w", k.Pub, err))
 			continue
 		}
 		l.mu.Lock()
-		old, ok := l.keys[k.pub]
-		l.keys[k.pub] = mergeLedgerKey(old, ok, e)
+		old, ok := l.keys[k.Pub]
+		l.keys[k.Pub] = mergeLedgerKey(old, ok, e)
 		l.mu.Unlock()
 	}
 	if len(errs) > 0 {
@@ -281,4 +285,95 @@ func (l *revokedLedger) close() {
 	if l.cc != nil {
 		l.cc.Stop()
 	}
+}
+
+// ledgerSeal seals and opens the ledger's entries: the sealed records
+// of the gateways (their JSON and an HMAC-SHA256 of it, under a key
+// derived from the agent signing key, which no NATS credential carries),
+// of kind sealRevoked. An entry whose seal does not hold was not written
+// by a gateway of the fleet.
+type ledgerSeal struct{ key []byte }
+
+// newLedgerSeal derives the sealing key from the agent signing key, as
+// the gateways derive the seal of their records.
+func newLedgerSeal(agentSigner nkeys.KeyPair) (*ledgerSeal, error) {
+	seed, err := agentSigner.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("record seal: %w", err)
+	}
+	m := hmac.New(sha256.New, seed)
+	m.Write([]byte("fleetmcp record seal v1"))
+	return &ledgerSeal{key: m.Sum(nil)}, nil
+}
+
+// sealedEntry is an entry as stored.
+type sealedEntry struct {
+	Record json.RawMessage `json:"record"`
+	Seal   string          `json:"seal"`
+}
+
+func (s *ledgerSeal) sum(key string, record []byte) []byte {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(sealRevoked))
+	m.Write([]byte{0})
+	m.Write([]byte(key))
+	m.Write([]byte{0})
+	m.Write(record)
+	return m.Sum(nil)
+}
+
+// seal encodes v, the entry of key.
+func (s *ledgerSeal) seal(key string, v any) ([]byte, error) {
+	record, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(sealedEntry{Record: record, Seal: base64.RawURLEncoding.EncodeToString(s.sum(key, record))})
+}
+
+// open checks data, the entry of key, and decodes it into v.
+func (s *ledgerSeal) open(key string, data []byte, v any) error {
+	var in sealedEntry
+	if err := json.Unmarshal(data, &in); err != nil {
+		return fmt.Errorf("not a sealed record: %w", err)
+	}
+	sum, err := base64.RawURLEncoding.DecodeString(in.Seal)
+	if err != nil || !hmac.Equal(sum, s.sum(key, in.Record)) {
+		return errBadSeal
+	}
+	return json.Unmarshal(in.Record, v)
+}
+
+// errBadSeal is an entry the gateways did not write.
+var errBadSeal = errors.New("its seal does not hold: no gateway of this fleet wrote it (a NATS user of the fleet's account may have)")
+
+// logEvery logs at most one line each interval; the next line logged
+// after suppressed ones says how many.
+type logEvery struct {
+	interval time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (l *logEvery) log(log *slog.Logger, level slog.Level, msg string, args ...any) {
+	if !log.Enabled(context.Background(), level) {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.last = now
+	suppressed := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed, "per", l.interval)
+	}
+	log.Log(context.Background(), level, msg, args...)
 }

@@ -1,10 +1,9 @@
-package gateway
+package natsauth
 
 import (
 	"crypto/x509"
 	"encoding/pem"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,17 +17,17 @@ import (
 // for the names they were issued for.
 func TestFleetCA(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := loadOrCreateCA(dir)
+	ca, err := LoadOrCreateCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, tlsDir, caKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(CAKeyPath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("CA key: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
 	if !ca.cert.IsCA || ca.cert.NotAfter.Before(time.Now().Add(9*365*24*time.Hour)) {
 		t.Errorf("CA: IsCA %v, valid until %s; want a CA valid for 10 years", ca.cert.IsCA, ca.cert.NotAfter)
 	}
-	again, err := loadOrCreateCA(dir)
+	again, err := LoadOrCreateCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,20 +66,20 @@ func TestFleetCA(t *testing.T) {
 
 func TestFleetCADamaged(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := loadOrCreateCA(dir); err != nil {
+	if _, err := LoadOrCreateCA(dir); err != nil {
 		t.Fatal(err)
 	}
-	key := filepath.Join(dir, tlsDir, caKeyFile)
+	key := CAKeyPath(dir)
 	if err := os.Remove(key); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "only one of") {
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "only one of") {
 		t.Errorf("a CA without its key: %v; want it refused", err)
 	}
 	if err := os.WriteFile(key, []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "enrol again") {
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "enrol again") {
 		t.Errorf("a damaged CA key: %v; want it refused with what to do", err)
 	}
 	// Another CA's key beside the certificate.
@@ -88,7 +87,7 @@ func TestFleetCADamaged(t *testing.T) {
 	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: otherKey}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "not the certificate's") {
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "not the certificate's") {
 		t.Errorf("another CA's key: %v; want it refused", err)
 	}
 }
@@ -97,13 +96,13 @@ func TestFleetCADamaged(t *testing.T) {
 // addresses; loopback names are always there, advertised ones too.
 func TestLeafNames(t *testing.T) {
 	host, _ := os.Hostname()
-	all := leafNames("0.0.0.0", []string{"gw.example"})
+	all := LeafNames("0.0.0.0", []string{"gw.example"})
 	for _, want := range []string{"localhost", "127.0.0.1", "::1", "gw.example", host} {
 		if !slices.Contains(all, want) {
 			t.Errorf("names for 0.0.0.0 %v lack %s", all, want)
 		}
 	}
-	one := leafNames("10.1.2.3", nil)
+	one := LeafNames("10.1.2.3", nil)
 	if !slices.Contains(one, "10.1.2.3") || slices.Contains(one, host) {
 		t.Errorf("names for 10.1.2.3: %v", one)
 	}

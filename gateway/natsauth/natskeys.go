@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"bytes"
@@ -275,4 +275,65 @@ func publicKey(kp nkeys.KeyPair) string {
 		panic("nkey without a public key: " + err.Error())
 	}
 	return pub
+}
+
+// KeysDir is the NATS keys' directory in the data directory.
+const KeysDir = natsDir
+
+// KeyFiles returns the paths of the seeds in dataDir/nats.
+func KeyFiles(dataDir string) []string {
+	var out []string
+	for _, f := range keyFiles {
+		out = append(out, filepath.Join(dataDir, natsDir, f.name))
+	}
+	return out
+}
+
+// LegacyKeyFiles returns the paths of the accounts' own keys in a data
+// directory not moved to scoped signing keys yet: secrets until the
+// start that removes them.
+func LegacyKeyFiles(dataDir string) []string {
+	return []string{filepath.Join(dataDir, natsDir, legacyAccountKeyFile), filepath.Join(dataDir, natsDir, legacySystemKeyFile)}
+}
+
+// SeedFile is a file of a data directory that a replica's seed holds:
+// its path relative to the data directory and its mode; an optional one
+// may be missing.
+type SeedFile struct {
+	Path     string
+	Mode     os.FileMode
+	Optional bool
+}
+
+// SeedFiles are the files of the NATS keys and the fleet CA a replica's
+// seed holds: the gateways of an embedded cluster share them.
+var SeedFiles = []SeedFile{
+	{filepath.Join(natsDir, operatorKeyFile), 0o600, false},
+	{filepath.Join(natsDir, agentSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, gatewaySignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, enrolSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, systemSignerKeyFile), 0o600, false},
+	{filepath.Join(natsDir, accountPubFile), 0o644, false},
+	{filepath.Join(natsDir, systemPubFile), 0o644, false},
+	// The revocations as last pushed: the node starts with them.
+	{filepath.Join(natsDir, accountJWTFile), 0o600, true},
+	{filepath.Join(TLSDir, CACertFile), 0o644, false},
+	{filepath.Join(TLSDir, CAKeyFile), 0o600, false},
+}
+
+// CheckSeedSource checks that dataDir holds the NATS keys and the fleet
+// CA of a gateway that started once.
+func CheckSeedSource(dataDir string) error {
+	for _, f := range keyFiles {
+		if _, err := readSeedFile(filepath.Join(dataDir, natsDir, f.name), f.prefix, f.what); err != nil {
+			return fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", dataDir, err)
+		}
+	}
+	for _, a := range accountKeys {
+		if _, err := readPubFile(filepath.Join(dataDir, natsDir, a.pubFile), a.what); err != nil {
+			return fmt.Errorf("%s is not a gateway's data directory with its NATS keys (start that gateway once first): %w", dataDir, err)
+		}
+	}
+	_, err := loadCA(dataDir)
+	return err
 }

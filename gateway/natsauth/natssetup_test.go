@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"os"
@@ -18,11 +18,11 @@ import (
 // gateways need, and a server include that loads into operator mode.
 func TestNATSSetup(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "setup")
-	res, err := NATSSetup(dir, 30*time.Minute)
+	res, err := Setup(dir, 30*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NATSSetupFiles
+	f := SetupFiles
 	read := func(name string) string {
 		t.Helper()
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -86,7 +86,7 @@ func TestNATSSetup(t *testing.T) {
 		t.Errorf("resolver %T, want the full resolver", opts.AccountResolver)
 	}
 
-	if _, err := NATSSetup(dir, 0); err == nil || !strings.Contains(err.Error(), "already holds a setup") {
+	if _, err := Setup(dir, 0); err == nil || !strings.Contains(err.Error(), "already holds a setup") {
 		t.Errorf("a second setup into the same directory: %v", err)
 	}
 }

@@ -1,10 +1,11 @@
-package gateway
+package natsauth
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -14,18 +15,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/audit"
-	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // This file watches the fleet account's NATS connections for two live
 // connections on one host's identity: someone who copied a host's seed
 // and credential can connect beside its agent without ever announcing,
 // and would then receive every call to the host and could answer first.
-// Announces cannot show that (registry.go); the NATS servers can.
+// Announces cannot show that (the gateway's registry); the NATS servers can.
 //
 // Two sources, both cluster-wide:
 //   - the servers' connect and disconnect events
@@ -105,9 +102,9 @@ const (
 	// back (connWatch.gone): longer than any connz round or event
 	// delay, shorter than the next reconcile but one.
 	goneFor = 2 * time.Minute
-	// defaultAgentHeartbeat is an agent's heartbeat when the gateway
+	// DefaultAgentHeartbeat is an agent's heartbeat when the gateway
 	// has not heard its own yet.
-	defaultAgentHeartbeat = 5 * time.Second
+	DefaultAgentHeartbeat = 5 * time.Second
 	// churnStrikes newer links closed beside an older active one within
 	// churnWindow are a conflict (see the file comment). The window is
 	// long because a strike needs an older link that is active, which an
@@ -116,9 +113,8 @@ const (
 	churnWindow  = 10 * time.Minute
 )
 
-// natsConn is one connection on an agent identity, as a server reported
-// it.
-type natsConn struct {
+// Conn is one connection on an agent identity, as a server reported it.
+type Conn struct {
 	Server string    `json:"server"`
 	CID    uint64    `json:"cid"`
 	User   string    `json:"key"`
@@ -143,7 +139,7 @@ type natsConn struct {
 // quiet returns how long, at now, nothing is known to have come from c:
 // the longer of the server's idle time (which deliveries to it reset
 // too) and how long its count of received messages stood still.
-func (c *natsConn) quiet(now time.Time) time.Duration {
+func (c *Conn) quiet(now time.Time) time.Duration {
 	var q time.Duration
 	if !c.last.IsZero() {
 		q = now.Sub(c.last)
@@ -159,9 +155,9 @@ type connID struct {
 	cid    uint64
 }
 
-func (c *natsConn) id() connID { return connID{c.Server, c.CID} }
+func (c *Conn) id() connID { return connID{c.Server, c.CID} }
 
-func (c *natsConn) String() string {
+func (c *Conn) String() string {
 	s := fmt.Sprintf("server %s connection %d from %s since %s", protocol.Clip(c.Server, 12), c.CID, c.IP, c.Start.UTC().Format(time.RFC3339))
 	if !c.Closed.IsZero() {
 		s += " closed " + c.Closed.UTC().Format(time.RFC3339)
@@ -174,7 +170,7 @@ func (c *natsConn) String() string {
 // whether to look again later (some are too new, or excused as a dead
 // link). silent is how long without activity makes an older connection
 // a dead link (see the file comment).
-func judge(conns []natsConn, now time.Time, grace, silent, staleBound time.Duration) (counted []natsConn, again bool) {
+func judge(conns []Conn, now time.Time, grace, silent, staleBound time.Duration) (counted []Conn, again bool) {
 	if len(conns) < 2 {
 		return nil, false
 	}
@@ -217,14 +213,14 @@ type connWatch struct {
 	silentAfter func(host string) time.Duration
 	// found is told each conflict (every look while it lasts: it must
 	// keep its own record of what it already knows).
-	found func(ctx context.Context, host string, conns []natsConn)
+	found func(ctx context.Context, host string, conns []Conn)
 	// standing reports whether host's conflict was found already and
 	// stands: it is not looked at again.
 	standing func(host string) bool
 	now      func() time.Time
 
 	mu     sync.Mutex
-	byHost map[string]map[connID]*natsConn
+	byHost map[string]map[connID]*Conn
 	// seen keeps when each connection was first seen, across connz
 	// rounds.
 	seen map[connID]time.Time
@@ -238,8 +234,8 @@ type connWatch struct {
 	// active one, within churnWindow; churned the hosts whose strikes
 	// made a conflict, with the connections that show it, until the loop
 	// tells found.
-	strikes map[string][]natsConn
-	churned map[string][]natsConn
+	strikes map[string][]Conn
+	churned map[string][]Conn
 	wake    chan struct{}
 	subs    []*nats.Subscription
 	// page is the connections asked of each server at once (connzPage).
@@ -284,11 +280,11 @@ func (w *connWatch) refreshStaleBound(ctx context.Context) {
 func newConnWatch(log *slog.Logger, accountPub, signerPub string, sys, nc *nats.Conn) *connWatch {
 	return &connWatch{log: log, accountPub: accountPub, signerPub: signerPub, sys: sys, nc: nc, now: time.Now,
 		hostOf:      func(string) (string, bool) { return "", false },
-		silentAfter: func(string) time.Duration { return 2*defaultAgentHeartbeat + time.Second },
-		found:       func(context.Context, string, []natsConn) {},
+		silentAfter: func(string) time.Duration { return 2*DefaultAgentHeartbeat + time.Second },
+		found:       func(context.Context, string, []Conn) {},
 		standing:    func(string) bool { return false },
-		byHost:      make(map[string]map[connID]*natsConn), seen: make(map[connID]time.Time), gone: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
-		strikes: make(map[string][]natsConn), churned: make(map[string][]natsConn),
+		byHost:      make(map[string]map[connID]*Conn), seen: make(map[connID]time.Time), gone: make(map[connID]time.Time), wake: make(chan struct{}, 1), page: connzPage,
+		strikes: make(map[string][]Conn), churned: make(map[string][]Conn),
 		staleBound: staleBoundOf(server.DEFAULT_PING_INTERVAL, server.DEFAULT_PING_MAX_OUT)}
 }
 
@@ -332,7 +328,7 @@ func (w *connWatch) onEvent(m *nats.Msg) {
 	if ci.IssuerKey != w.signerPub || ci.Account != w.accountPub {
 		return
 	}
-	c := natsConn{Server: ev.Server.ID, CID: ci.ID, User: ci.User, IP: ci.Host}
+	c := Conn{Server: ev.Server.ID, CID: ci.ID, User: ci.User, IP: ci.Host}
 	if ci.Start != nil {
 		c.Start = *ci.Start
 	}
@@ -368,10 +364,10 @@ func (w *connWatch) host(user, token string) (string, bool) {
 
 // add records c and returns how many connections its host has. The
 // caller holds w.mu.
-func (w *connWatch) add(c natsConn) int {
+func (w *connWatch) add(c Conn) int {
 	conns := w.byHost[c.host]
 	if conns == nil {
-		conns = make(map[connID]*natsConn)
+		conns = make(map[connID]*Conn)
 		w.byHost[c.host] = conns
 	}
 	id := c.id()
@@ -421,7 +417,7 @@ func (w *connWatch) closed(host string, id connID) {
 	}
 	now := w.now()
 	silent := w.silentAfter(host)
-	var older []natsConn
+	var older []Conn
 	for _, o := range conns {
 		if o.Start.Before(c.Start) && o.quiet(now) <= silent {
 			older = append(older, *o)
@@ -444,13 +440,13 @@ func (w *connWatch) closed(host string, id connID) {
 
 // recentStrikes returns the strikes that closed within churnWindow
 // before now.
-func recentStrikes(strikes []natsConn, now time.Time) []natsConn {
-	return slices.DeleteFunc(slices.Clone(strikes), func(s natsConn) bool { return now.Sub(s.Closed) > churnWindow })
+func recentStrikes(strikes []Conn, now time.Time) []Conn {
+	return slices.DeleteFunc(slices.Clone(strikes), func(s Conn) bool { return now.Sub(s.Closed) > churnWindow })
 }
 
 // takeChurned returns the conflicts strikes made since the last call,
 // and forgets strikes too old to count.
-func (w *connWatch) takeChurned() map[string][]natsConn {
+func (w *connWatch) takeChurned() map[string][]Conn {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
@@ -463,7 +459,7 @@ func (w *connWatch) takeChurned() map[string][]natsConn {
 	}
 	out := w.churned
 	if len(out) > 0 {
-		w.churned = make(map[string][]natsConn)
+		w.churned = make(map[string][]Conn)
 	}
 	return out
 }
@@ -507,7 +503,7 @@ func (w *connWatch) run(ctx context.Context) {
 // at every host with two connections or more.
 func (w *connWatch) checkAll(ctx context.Context) {
 	for h, conns := range w.takeChurned() {
-		slices.SortFunc(conns, func(a, b natsConn) int { return a.Start.Compare(b.Start) })
+		slices.SortFunc(conns, func(a, b Conn) int { return a.Start.Compare(b.Start) })
 		w.found(ctx, h, conns)
 	}
 	w.mu.Lock()
@@ -555,7 +551,7 @@ func (w *connWatch) check(ctx context.Context, host string, refresh bool) {
 		}
 	}
 	w.mu.Lock()
-	conns := make([]natsConn, 0, len(w.byHost[host]))
+	conns := make([]Conn, 0, len(w.byHost[host]))
 	for _, c := range w.byHost[host] {
 		conns = append(conns, *c)
 	}
@@ -563,7 +559,7 @@ func (w *connWatch) check(ctx context.Context, host string, refresh bool) {
 	w.mu.Unlock()
 	counted, _ := judge(conns, w.now(), connGrace, w.silentAfter(host), stale)
 	if len(counted) >= 2 {
-		slices.SortFunc(counted, func(a, b natsConn) int { return a.Start.Compare(b.Start) })
+		slices.SortFunc(counted, func(a, b Conn) int { return a.Start.Compare(b.Start) })
 		w.found(ctx, host, counted)
 	}
 }
@@ -612,8 +608,8 @@ type connzReply struct {
 
 // connz asks every server for the fleet account's agent connections (of
 // user only, when set), page by page.
-func (w *connWatch) connz(ctx context.Context, user string) ([]natsConn, error) {
-	var out []natsConn
+func (w *connWatch) connz(ctx context.Context, user string) ([]Conn, error) {
+	var out []Conn
 	for offset := 0; ; offset += w.page {
 		replies, err := w.connzRound(ctx, server.ConnzOptions{Username: true, User: user, Offset: offset, Limit: w.page})
 		if err != nil {
@@ -637,8 +633,8 @@ func (w *connWatch) connz(ctx context.Context, user string) ([]natsConn, error) 
 }
 
 // agentConns returns the agent connections of one server's connz.
-func (w *connWatch) agentConns(z *server.Connz) []natsConn {
-	var out []natsConn
+func (w *connWatch) agentConns(z *server.Connz) []Conn {
+	var out []Conn
 	for _, ci := range z.Conns {
 		if ci == nil || ci.IssuerKey != w.signerPub || ci.Account != w.accountPub {
 			continue
@@ -647,7 +643,7 @@ func (w *connWatch) agentConns(z *server.Connz) []natsConn {
 		if !ok {
 			continue
 		}
-		out = append(out, natsConn{Server: z.ID, CID: ci.Cid, User: ci.AuthorizedUser, IP: ci.IP, Start: ci.Start, last: ci.LastActivity, host: host,
+		out = append(out, Conn{Server: z.ID, CID: ci.Cid, User: ci.AuthorizedUser, IP: ci.IP, Start: ci.Start, last: ci.LastActivity, host: host,
 			in: ci.InMsgs, sampled: true})
 	}
 	return out
@@ -706,8 +702,8 @@ func gather(ctx context.Context, nc *nats.Conn, subject string, body []byte) ([]
 	}
 }
 
-// conflictDetail is the text a conflict shows in hosts.
-func conflictDetail(conns []natsConn) string {
+// ConflictDetail is the text a conflict shows in hosts.
+func ConflictDetail(conns []Conn) string {
 	parts := make([]string, len(conns))
 	closed := 0
 	for i := range conns {
@@ -724,87 +720,35 @@ func conflictDetail(conns []natsConn) string {
 		what, protocol.Clip(conns[0].User, 12), strings.Join(parts, "; "))
 }
 
-// watchConnections starts the watch of the fleet's agent connections,
-// run until ctx ends by the gateway's loops.
-func (g *Gateway) watchConnections(ctx context.Context) error {
-	w := newConnWatch(g.log.With("component", "connwatch"), g.authority.accountPub, publicKey(g.authority.agentSigner), g.sys, g.nc)
-	w.hostOf = g.agentIndex.KeyHost
-	w.silentAfter = func(host string) time.Duration {
-		hb := defaultAgentHeartbeat
-		if h, ok := g.reg.get(host); ok && h.HeartbeatMS > 0 {
-			hb = min(time.Duration(h.HeartbeatMS)*time.Millisecond, maxHeartbeat)
-		}
-		return 2*hb + time.Second
-	}
-	w.standing = g.reg.identityConflicted
-	w.found = g.identityConflictFound
+// WatchHooks are what the watch of agent connections needs of the
+// gateway.
+type WatchHooks struct {
+	// HostOf returns the host a key is enrolled for.
+	HostOf func(user string) (string, bool)
+	// SilentAfter returns how long without activity makes host's older
+	// connection a dead link.
+	SilentAfter func(host string) time.Duration
+	// Standing reports whether host's conflict was found already and
+	// stands: it is not looked at again.
+	Standing func(host string) bool
+	// Found is told each conflict (every look while it lasts: it must
+	// keep its own record of what it already knows).
+	Found func(ctx context.Context, host string, conns []Conn)
+}
+
+// WatchConnections starts hearing the servers' connect and disconnect
+// events of the fleet account (as the system user), nc being a fleet
+// account user that asks connz, and returns the watch's loop, which
+// judges the connections until its ctx ends: two live connections on one
+// host's identity are told to h.Found.
+func (a *Authority) WatchConnections(nc *nats.Conn, log *slog.Logger, h WatchHooks) (func(ctx context.Context), error) {
+	w := newConnWatch(log, a.accountPub, a.AgentSignerPub(), a.sys, nc)
+	w.hostOf, w.silentAfter, w.standing, w.found = h.HostOf, h.SilentAfter, h.Standing, h.Found
 	if err := w.subscribe(); err != nil {
-		return fmt.Errorf("watch the fleet's NATS connections: %w", err)
+		return nil, err
 	}
-	g.loops.Go(func() { w.run(ctx) })
-	return nil
+	return w.run, nil
 }
 
-// identityConflictFound marks host conflicting, and the first time logs,
-// counts and audits it and keeps it in the host's record.
-func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns []natsConn) {
-	key := conns[len(conns)-1].User
-	if rec, ok := g.agentIndex.Record(host); ok {
-		for _, c := range conns {
-			if c.User == rec.PublicKey {
-				key = c.User
-			}
-		}
-	}
-	detail := conflictDetail(conns)
-	if !g.reg.markIdentityConflict(host, key, detail) {
-		return
-	}
-	g.identityConflictCount.Add(1)
-	g.log.Error("two live NATS connections on one host's identity: calls to it are refused until an operator revokes it or re-enrols it with --replace",
-		"host", host, "key", key, "connections", len(conns), "detail", detail)
-	list := make([]any, len(conns))
-	for i := range conns {
-		list[i] = map[string]any{"server": conns[i].Server, "cid": conns[i].CID, "ip": conns[i].IP, "start": conns[i].Start.UTC().Format(time.RFC3339Nano)}
-	}
-	// The record's facts are the servers', read by the gateway: nothing
-	// in it comes from either connection.
-	rec := &audit.Record{Time: g.now().UTC(), CallID: newCallID(), Tool: auditIdentityConflict, Hosts: []string{host},
-		Caller:   audit.Caller{Kind: string(access.KindUnverified), Subject: "nats key " + key},
-		Decision: audit.DecisionDenied, Rule: "one live connection per host identity", Outcome: audit.OutcomeRefused,
-		Reason: "two live NATS connections on the host's identity", Error: detail,
-		Source: "the NATS servers' connections", Args: map[string]any{"connections": list}}
-	g.audit.Write(rec)
-	if err := g.keepIdentityConflict(ctx, host, key, detail); err != nil {
-		g.log.Error("the identity conflict is refused here, but could not be kept in the host's record: other gateways and this one after a restart do not know it; revoke the host",
-			"host", host, "err", err)
-	}
-}
-
-// conflictWriteTimeout bounds the write of a conflict into a host's
-// record, which holds up the connection watch.
-const conflictWriteTimeout = 10 * time.Second
-
-// keepIdentityConflict writes the conflict found on host's key into its
-// record, once: a record that keeps one for its key already, is revoked
-// or holds another key is left as it is.
-func (g *Gateway) keepIdentityConflict(ctx context.Context, host, key, detail string) error {
-	ctx, cancel := context.WithTimeout(ctx, conflictWriteTimeout)
-	defer cancel()
-	now := g.now().UTC()
-	_, err := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
-		if _, ok := r.ConflictStands(); ok || r.Revoked() || r.PublicKey != key {
-			return jskv.ErrSkip
-		}
-		r.IdentityConflict = &RecordedConflict{PublicKey: key, FoundAt: now, Detail: detail}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("keep the identity conflict of %s: %w", host, err)
-	}
-	return nil
-}
-
-// auditIdentityConflict is the tool name of an identity conflict's audit
-// record.
-const auditIdentityConflict = "identity_conflict"
+// jittered returns d plus up to a tenth more.
+func jittered(d time.Duration) time.Duration { return d + rand.N(d/10+1) }

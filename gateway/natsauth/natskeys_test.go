@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -19,9 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
 )
 
 // embeddedAccount is the operator-mode setup of the embedded server: the
@@ -365,20 +363,27 @@ func adminUser(name string, signer nkeys.KeyPair, account string) (nats.Option, 
 	return nats.UserJWTAndSeed(token, string(seed)), nil
 }
 
-// auditStreamAdmin returns how the gateway updates the audit stream's
-// configuration, which its runtime user may not (runtimeDenied): on the
-// embedded server, as a user of the fleet account made for that one
-// update and closed after it (streamAdmin); on an external cluster not
-// at all (nil), the operator does it with an admin credential.
-func (g *Gateway) auditStreamAdmin() audit.StreamUpdater {
-	if g.ns == nil || g.streamSigner == nil {
-		return nil
-	}
-	admin := g.streamAdmin(protocol.AuditStream)
-	return func(ctx context.Context, cfg jetstream.StreamConfig) error {
-		return admin(ctx, func(js jetstream.JetStream) error {
-			_, err := js.UpdateStream(ctx, cfg)
+// StreamAdmin returns how the gateway changes a protected stream, which
+// its runtime user may not (runtimeDenied): as a user of the fleet
+// account made for that one change and closed after it, signed by the
+// signing key this process made and keeps in memory alone (no file in
+// the data directory can sign such a user).
+func (e *Embedded) StreamAdmin() jskv.Admin {
+	key, account, ns := e.acct.admin, e.keys.accountPub, e.srv
+	return func(ctx context.Context, do func(jetstream.JetStream) error) error {
+		user, err := adminUser("fleet-gateway stream admin", key, account)
+		if err != nil {
 			return err
-		})
+		}
+		nc, err := nats.Connect("", nats.InProcessServer(ns), user, nats.Name("fleet-gateway stream admin"))
+		if err != nil {
+			return fmt.Errorf("connect as the stream admin: %w", err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		return do(js)
 	}
 }

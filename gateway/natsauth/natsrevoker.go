@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -56,6 +56,10 @@ type RevokerConfig struct {
 	Logger *slog.Logger
 }
 
+// ledgerLoadTimeout bounds one attempt to read the revoked keys'
+// ledger whole.
+const ledgerLoadTimeout = 2 * time.Minute
+
 // revokerQueue is the queue group of the revokers.
 const revokerQueue = "fleet-revoker"
 
@@ -85,9 +89,8 @@ func RunRevoker(ctx context.Context, cfg RevokerConfig) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	gcfg := &Config{NATSCredsFile: cfg.CredsFile, NATSAgentSigningKeyFile: cfg.AgentSigningKeyFile,
-		NATSOperatorSigningKeyFile: cfg.OperatorSigningKeyFile, NATSCAFile: cfg.CAFile}
-	x, err := loadExternalAuth(gcfg)
+	x, err := LoadExternal(ExternalConfig{CredsFile: cfg.CredsFile, AgentSigningKeyFile: cfg.AgentSigningKeyFile,
+		OperatorSigningKeyFile: cfg.OperatorSigningKeyFile, CAFile: cfg.CAFile})
 	if err != nil {
 		return fmt.Errorf("revoker: %w", err)
 	}
@@ -96,29 +99,26 @@ func RunRevoker(ctx context.Context, cfg RevokerConfig) error {
 	}
 	url := strings.Join(cfg.NATSURLs, ",")
 	common := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
-	nc, err := nats.Connect(url, append(append(common, nats.Name("fleet-gateway nats-revoker")), x.options(cfg.CredsFile)...)...)
+	nc, err := nats.Connect(url, append(append(common, nats.Name("fleet-gateway nats-revoker")), x.Options(cfg.CredsFile)...)...)
 	if err != nil {
 		return fmt.Errorf("revoker: connect to NATS %s with --nats_creds: %w", url, err)
 	}
 	defer nc.Close()
-	sys, err := nats.Connect(url, append(append(common, nats.Name("fleet-gateway nats-revoker system")), x.options(cfg.SystemCredsFile)...)...)
+	sys, err := nats.Connect(url, append(append(common, nats.Name("fleet-gateway nats-revoker system")), x.Options(cfg.SystemCredsFile)...)...)
 	if err != nil {
 		return fmt.Errorf("revoker: connect to NATS %s with --nats_system_creds: %w", url, err)
 	}
 	defer sys.Close()
-	cctx, cancel := context.WithTimeout(ctx, 3*pushTimeout)
-	err = x.check(cctx, sys)
-	cancel()
-	if err != nil {
+	if err := x.Check(ctx, sys); err != nil {
 		return fmt.Errorf("revoker: %w", err)
 	}
-	seal, err := newRecordSeal(x.agentSigner)
+	seal, err := newLedgerSeal(x.agentSigner)
 	if err != nil {
 		return err
 	}
 	var ledger *revokedLedger
 	for {
-		lctx, cancel := context.WithTimeout(ctx, agentsLoadTimeout)
+		lctx, cancel := context.WithTimeout(ctx, ledgerLoadTimeout)
 		ledger, err = openRevokedLedger(lctx, nc, seal, 0, log.With("component", "revoked-keys"), nil)
 		cancel()
 		if err == nil {

@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,9 +28,25 @@ import (
 // with an operator signing key to change its revocations (and nothing
 // else, so settings made with nsc survive).
 
-// externalAuth is what the gateway reads from the files of an external
+// ExternalConfig names the files of an external cluster's setup.
+type ExternalConfig struct {
+	// CredsFile is the gateway's user's creds (--nats_creds).
+	CredsFile string
+	// AgentSigningKeyFile is the seed of the fleet account's scoped
+	// agent signing key (--nats_agent_signing_key).
+	AgentSigningKeyFile string
+	// OperatorSigningKeyFile is the seed of a signing key of the
+	// operator (--nats_operator_signing_key; empty: a revoker beside
+	// the cluster holds it).
+	OperatorSigningKeyFile string
+	// CAFile is the cluster's TLS CA (--nats_ca; empty: the system's
+	// roots).
+	CAFile string
+}
+
+// External is what the gateway reads from the files of an external
 // cluster's setup.
-type externalAuth struct {
+type External struct {
 	accountPub     string
 	agentSigner    nkeys.KeyPair
 	operatorSigner nkeys.KeyPair
@@ -38,52 +56,52 @@ type externalAuth struct {
 	pubDeny []string
 }
 
-// loadExternalAuth reads and checks the files of cfg.
-func loadExternalAuth(cfg *Config) (*externalAuth, error) {
-	x := &externalAuth{}
-	data, err := os.ReadFile(cfg.NATSCredsFile)
+// LoadExternal reads and checks the files of cfg.
+func LoadExternal(cfg ExternalConfig) (*External, error) {
+	x := &External{}
+	data, err := os.ReadFile(cfg.CredsFile)
 	if err != nil {
 		return nil, fmt.Errorf("--nats_creds: %w", err)
 	}
 	token, err := jwt.ParseDecoratedJWT(data)
 	if err != nil {
-		return nil, fmt.Errorf("--nats_creds %s: %w", cfg.NATSCredsFile, err)
+		return nil, fmt.Errorf("--nats_creds %s: %w", cfg.CredsFile, err)
 	}
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
-		return nil, fmt.Errorf("--nats_creds %s: not a user JWT: %w", cfg.NATSCredsFile, err)
+		return nil, fmt.Errorf("--nats_creds %s: not a user JWT: %w", cfg.CredsFile, err)
 	}
 	x.accountPub = uc.Issuer
 	x.pubDeny = uc.Pub.Deny
 	if uc.IssuerAccount != "" {
 		x.accountPub = uc.IssuerAccount
 	}
-	if x.agentSigner, err = readSeedFile(cfg.NATSAgentSigningKeyFile, nkeys.PrefixByteAccount, "agent signing key (--nats_agent_signing_key)"); err != nil {
+	if x.agentSigner, err = readSeedFile(cfg.AgentSigningKeyFile, nkeys.PrefixByteAccount, "agent signing key (--nats_agent_signing_key)"); err != nil {
 		return nil, err
 	}
 	// Without it, a revoker beside the cluster holds it
 	// (natsrevoker.go).
-	if cfg.NATSOperatorSigningKeyFile != "" {
-		if x.operatorSigner, err = readSeedFile(cfg.NATSOperatorSigningKeyFile, nkeys.PrefixByteOperator, "operator signing key (--nats_operator_signing_key)"); err != nil {
+	if cfg.OperatorSigningKeyFile != "" {
+		if x.operatorSigner, err = readSeedFile(cfg.OperatorSigningKeyFile, nkeys.PrefixByteOperator, "operator signing key (--nats_operator_signing_key)"); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.NATSCAFile != "" {
-		if x.caPEM, err = os.ReadFile(cfg.NATSCAFile); err != nil {
+	if cfg.CAFile != "" {
+		if x.caPEM, err = os.ReadFile(cfg.CAFile); err != nil {
 			return nil, fmt.Errorf("--nats_ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(x.caPEM) {
-			return nil, fmt.Errorf("--nats_ca %s holds no PEM certificate", cfg.NATSCAFile)
+			return nil, fmt.Errorf("--nats_ca %s holds no PEM certificate", cfg.CAFile)
 		}
 		x.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return x, nil
 }
 
-// options returns the connection options of a user whose creds are in
+// Options returns the connection options of a user whose creds are in
 // file.
-func (x *externalAuth) options(file string) []nats.Option {
+func (x *External) Options(file string) []nats.Option {
 	opts := []nats.Option{nats.UserCredentials(file)}
 	if x.tls != nil {
 		opts = append(opts, nats.Secure(x.tls.Clone()))
@@ -91,11 +109,17 @@ func (x *externalAuth) options(file string) []nats.Option {
 	return opts
 }
 
-// check makes sure, through the system user's connection, that the
+// Check makes sure, through the system user's connection, that the
 // cluster trusts the operator signing key, and that the agent signing
 // key is a scoped key of the fleet account that gives agents their own
-// subjects only.
-func (x *externalAuth) check(ctx context.Context, sys *nats.Conn) error {
+// subjects only. It gives up after a few pushes' time at most.
+func (x *External) Check(ctx context.Context, sys *nats.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*pushTimeout)
+	defer cancel()
+	return x.check(ctx, sys)
+}
+
+func (x *External) check(ctx context.Context, sys *nats.Conn) error {
 	op, err := trustedOperator(ctx, sys)
 	if err != nil {
 		return err
@@ -129,6 +153,34 @@ func (x *externalAuth) check(ctx context.Context, sys *nats.Conn) error {
 		return fmt.Errorf("the template of agent signing key %s does not let agents answer a call with many messages (allow_responses max -1): streamed results would be cut short", signerPub)
 	}
 	return nil
+}
+
+// CAPEM returns the cluster's TLS CA (PEM) agents get; empty: the
+// system's roots.
+func (x *External) CAPEM() []byte { return x.caPEM }
+
+// PubDeny returns what the gateway's own user may not publish (its
+// creds' JWT).
+func (x *External) PubDeny() []string { return x.pubDeny }
+
+// Authority returns the authority of the external cluster's fleet
+// account: it pushes revocations through sys (a system user) re-signed
+// with the operator signing key, or without one asks the cluster's
+// revoker on nc (a fleet account user). Credentials it issues are valid
+// for ttl.
+func (x *External) Authority(nc, sys *nats.Conn, ttl time.Duration, now func() time.Time, log *slog.Logger) *Authority {
+	var src accountSource = &externalAccount{accountPub: x.accountPub, operatorSigner: x.operatorSigner}
+	if x.operatorSigner == nil {
+		// The revoker beside the cluster holds the operator signing key.
+		src = &revokerAccount{accountPub: x.accountPub, nc: nc, sys: sys}
+		log.Info("revocations go through the cluster's revoker (no --nats_operator_signing_key)", "subject", protocol.RevokerSubject())
+		if _, err := nc.Request(protocol.RevokerSubject(), []byte(`{"keys":{}}`), pushTimeout); err != nil {
+			log.Warn("no revoker answers: revoking a host fails until one does (fleet-gateway nats-revoker, see deploy/nats/README.md)",
+				"subject", protocol.RevokerSubject(), "err", err)
+		}
+	}
+	return &Authority{log: log.With("component", "nats-auth"), accountPub: x.accountPub, agentSigner: x.agentSigner,
+		ttl: ttl, src: src, now: now, sys: sys, reconcileCh: make(chan struct{}, 1)}
 }
 
 // trustedOperator asks a server of the cluster which operator it trusts.

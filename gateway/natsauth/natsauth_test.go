@@ -1,4 +1,4 @@
-package gateway
+package natsauth
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func scopesEqual(a, b jwt.Scope) bool {
 func TestAgentJWT(t *testing.T) {
 	acc, _ := nkeys.CreateAccount()
 	signer, _ := nkeys.CreateAccount()
-	a := &authority{accountPub: publicKey(acc), agentSigner: signer}
+	a := &Authority{accountPub: publicKey(acc), agentSigner: signer}
 	user, _ := nkeys.CreateUser()
 	expires := time.Now().Add(time.Hour).Truncate(time.Second)
 	token, err := a.AgentJWT("web-1", publicKey(user), expires)
@@ -115,18 +115,18 @@ func TestAgentJWT(t *testing.T) {
 // margin); entries made by hand are kept.
 func TestRevocations(t *testing.T) {
 	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	a := &authority{ttl: 24 * time.Hour, now: func() time.Time { return now }}
-	recent := revokedKey{pub: "Urecent", revokedAt: now.Add(-time.Hour), expires: now.Add(20 * time.Hour)}
-	old := revokedKey{pub: "Uold", revokedAt: now.Add(-48 * time.Hour), expires: now.Add(-30 * time.Hour)}
+	a := &Authority{ttl: 24 * time.Hour, now: func() time.Time { return now }}
+	recent := RevokedKey{Pub: "Urecent", RevokedAt: now.Add(-time.Hour), Expires: now.Add(20 * time.Hour)}
+	old := RevokedKey{Pub: "Uold", RevokedAt: now.Add(-48 * time.Hour), Expires: now.Add(-30 * time.Hour)}
 	// Revoked long ago, but a credential issued before then with a
 	// longer TTL is still valid.
-	longLived := revokedKey{pub: "Ulong", revokedAt: now.Add(-48 * time.Hour), expires: now.Add(time.Hour)}
+	longLived := RevokedKey{Pub: "Ulong", RevokedAt: now.Add(-48 * time.Hour), Expires: now.Add(time.Hour)}
 	// Expired just now: kept within the margin.
-	margin := revokedKey{pub: "Umargin", revokedAt: now.Add(-25 * time.Hour), expires: now.Add(-time.Minute)}
-	cur := jwt.RevocationList{"Uold": old.revokedAt.Unix(), "Uhand": 123, jwt.All: 456}
-	got := a.revocations(cur, []revokedKey{recent, old, longLived, margin})
-	want := jwt.RevocationList{"Urecent": recent.revokedAt.Unix(), "Ulong": longLived.revokedAt.Unix(),
-		"Umargin": margin.revokedAt.Unix(), "Uhand": 123, jwt.All: 456}
+	margin := RevokedKey{Pub: "Umargin", RevokedAt: now.Add(-25 * time.Hour), Expires: now.Add(-time.Minute)}
+	cur := jwt.RevocationList{"Uold": old.RevokedAt.Unix(), "Uhand": 123, jwt.All: 456}
+	got := a.revocations(cur, []RevokedKey{recent, old, longLived, margin})
+	want := jwt.RevocationList{"Urecent": recent.RevokedAt.Unix(), "Ulong": longLived.RevokedAt.Unix(),
+		"Umargin": margin.RevokedAt.Unix(), "Uhand": 123, jwt.All: 456}
 	if !maps.Equal(got, want) {
 		t.Errorf("revocations %v, want %v", got, want)
 	}

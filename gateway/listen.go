@@ -1,0 +1,24 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// listen listens on addr (host:port) for what, and says plainly when
+// another process (likely one of who) holds the address and which flag
+// chooses another.
+func listen(addr, what, who, flag string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("address %s for %s is already in use (%s?); stop that process or choose another address with %s: %w",
+			addr, what, who, flag, err)
+	default:
+		return nil, fmt.Errorf("%s cannot listen on %s: %w; choose another address with %s", what, addr, err, flag)
+	}
+}
