@@ -187,6 +187,8 @@ var depRules = []depRule{
 	{pkgs: "gateway/skills/...", forbid: "gateway gateway/access/...", why: "skill rollout reaches the fleet and the signing key through small interfaces"},
 	{pkgs: "gateway/audit/...", forbid: "gateway/...", allow: "gateway/internal/jskv", why: "the audit trail reaches the rest of the gateway through what the gateway wires in"},
 	{pkgs: "gateway/enrol/...", forbid: "gateway/...", allow: "gateway/internal/jskv", why: "enrolment reaches credentials, revocations and the audit trail through what the gateway wires in"},
+	{pkgs: "gateway/natsauth/...", forbid: "gateway/...", allow: "gateway/internal/jskv", why: "the NATS authority reaches the agent records and the audit trail through what the gateway wires in"},
+	{pkgs: "gateway/...", except: "gateway/natsauth/...", forbid: "github.com/nats-io/nats-server/v2/...", direct: true, binary: true, why: "the NATS server is the NATS authority's concern (tests may start one)"},
 	{pkgs: "gateway/internal/jskv", forbid: "module", allow: "protocol integration/natstest", why: "the key-value helpers know no gateway concern"},
 	{pkgs: "cmd/fleetctl", forbid: "*", allow: "std protocol cmd/internal/version cmd/internal/profile", why: "it speaks the admin API's wire contract, nothing more"},
 	{pkgs: "agent/callauth agent/statelock agent/tasks agent/unidiff", forbid: "module", allow: "protocol policy/... agent/safefs agent/winjob", allOS: true, why: "it is a leaf the agent's tools build on"},
