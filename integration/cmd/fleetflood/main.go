@@ -10,8 +10,9 @@
 // signed refusal reports (forged caller and text, every 50th about a call
 // really sent to the victim) and signed renewal requests at fixed rates
 // (-report_rate, -renew_rate). This process is the caller: it times
-// sequential bash "echo ok" calls to the honest host through the
-// gateway's MCP endpoint in three phases: alone, under a control flood
+// bash "echo ok" calls to the honest host through the gateway's MCP
+// endpoint, one every -call_interval (so that both sides make the same
+// calls a second, and each process's CPU is comparable), in three phases: alone, under a control flood
 // (the same messages at the same rates on a subject of the victim's that
 // nobody hears: what the flooder and the NATS server's reading of its
 // messages cost the machine) and under the flood; each phase times calls
@@ -68,6 +69,7 @@ type options struct {
 	runs       int
 	calls      int
 	phase      time.Duration
+	interval   time.Duration
 	settle     time.Duration
 	reportRate int
 	renewRate  int
@@ -89,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs.IntVar(&o.runs, "runs", 5, "runs; each measures both sides in the three phases, and the figures are medians over them")
 	fs.DurationVar(&o.phase, "phase", 3*time.Second, "how long each phase times honest calls, one after another")
+	fs.DurationVar(&o.interval, "call_interval", 20*time.Millisecond, "how often an honest call starts (at once after one that took longer); 0: back to back")
 	fs.IntVar(&o.calls, "calls", 20, "honest calls timed per phase at least, however long they take")
 	fs.DurationVar(&o.settle, "settle", 500*time.Millisecond, "how long a flood runs before its phase's calls are timed, and the pause after it")
 	fs.IntVar(&o.reportRate, "report_rate", 33_000, "refusal reports a second the flooder sends")
@@ -125,6 +128,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-calls %d: want 3 to 100,000", o.calls)
 	case o.phase < 0 || o.phase > 10*time.Minute:
 		return nil, fmt.Errorf("-phase %s: want 0 to 10m", o.phase)
+	case o.interval < 0 || o.interval > time.Minute:
+		return nil, fmt.Errorf("-call_interval %s: want 0 to 1m", o.interval)
 	case o.settle < 0 || o.settle > time.Minute:
 		return nil, fmt.Errorf("-settle %s: want 0 to 1m", o.settle)
 	case o.reportRate < 1 || o.reportRate > 1_000_000, o.renewRate < 1 || o.renewRate > 1_000_000:

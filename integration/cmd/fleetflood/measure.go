@@ -164,8 +164,8 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if o.flooderCPU >= 0 {
 		pin = fmt.Sprintf("flooders on CPU %d alone, the rest on the others", o.flooderCPU)
 	}
-	fmt.Fprintf(stdout, "fleetflood: %d CPUs, %s, %s, load average at start %s; %d runs, phases of %s (at least %d calls); flood of %d reports/s and %d renewal requests/s\n",
-		runtime.NumCPU(), runtime.Version(), pin, loadAverage(), o.runs, o.phase, o.calls, o.reportRate, o.renewRate)
+	fmt.Fprintf(stdout, "fleetflood: %d CPUs, %s, %s, load average at start %s; %d runs, phases of %s (a call every %s, at least %d calls); flood of %d reports/s and %d renewal requests/s\n",
+		runtime.NumCPU(), runtime.Version(), pin, loadAverage(), o.runs, o.phase, o.interval, o.calls, o.reportRate, o.renewRate)
 	for r := range o.runs {
 		order := slices.Clone(sides)
 		if r%2 == 1 {
@@ -190,8 +190,9 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// phase times honest calls of s, one after another, for o.phase and at
-// least o.calls of them, under the flood the phase names.
+// phase times honest calls of s, one every o.interval (or at once after
+// one that took longer), for o.phase and at least o.calls of them, under
+// the flood the phase names.
 func (s *side) phase(ctx context.Context, o *options, ph string) (phaseResult, error) {
 	var res phaseResult
 	var subjects string
@@ -210,6 +211,9 @@ func (s *side) phase(ctx context.Context, o *options, ph string) (phaseResult, e
 	var ds []time.Duration
 	cpu0, fcpu0, t0 := cpuSeconds(s.server.pid()), cpuSeconds(s.flooder.pid()), time.Now()
 	for len(ds) < o.calls || time.Since(t0) < o.phase {
+		// One call every o.interval, or at once after one that took
+		// longer: both sides do the same calls a second.
+		sleep(ctx, time.Until(t0.Add(time.Duration(len(ds))*o.interval)))
 		start := time.Now()
 		if err := s.call(ctx); err != nil {
 			if subjects != "" {
