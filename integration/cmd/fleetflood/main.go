@@ -12,11 +12,11 @@
 // (-report_rate, -renew_rate). This process is the caller: it times
 // bash "echo ok" calls to the honest host through the gateway's MCP
 // endpoint, one every -call_interval (so that both sides make the same
-// calls a second, and each process's CPU is comparable), in three phases: alone, under a control flood
-// (the same messages at the same rates on a subject of the victim's that
-// nobody hears: what the flooder and the NATS server's reading of its
-// messages cost the machine) and under the flood; each phase times calls
-// for -phase, and at least -calls of them.
+// calls a second, and their servers' CPU compares), in three phases:
+// alone, under a control flood (the same messages at the same rates on a
+// subject of the victim's that nobody hears: what the flooder and the
+// NATS server's reading of its messages cost the machine) and under the
+// flood. Each phase times calls for -phase, and at least -calls of them.
 //
 // The floor, in the same run, with the same flooder and the same
 // messages and rates: a server process (-role floor) with an embedded
