@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -225,7 +226,8 @@ func runFloor(ctx context.Context, o *options, stdout io.Writer) error {
 	return nil
 }
 
-// runResponder answers the floor's calls with -call_bytes of payload.
+// runResponder answers the floor's calls with -call_bytes of payload,
+// after running -floor_command.
 func runResponder(ctx context.Context, o *options, stdout io.Writer) error {
 	nc, err := nats.Connect(o.natsURL, nats.UserCredentials(o.creds), nats.Name("floor responder"))
 	if err != nil {
@@ -236,7 +238,18 @@ func runResponder(ctx context.Context, o *options, stdout io.Writer) error {
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
 	}
-	if _, err := nc.Subscribe(floorCallSubject, func(m *nats.Msg) { _ = m.Respond(payload) }); err != nil {
+	if _, err := nc.Subscribe(floorCallSubject, func(m *nats.Msg) {
+		if o.floorCommand != "" {
+			// What the agent does for the honest call, with nothing
+			// of the agent around it.
+			out, err := exec.Command("bash", "-c", o.floorCommand).Output()
+			if err != nil {
+				out = []byte(err.Error())
+			}
+			copy(payload, out)
+		}
+		_ = m.Respond(payload)
+	}); err != nil {
 		return err
 	}
 	if err := nc.Flush(); err != nil {

@@ -25,8 +25,11 @@
 // drops them (answering each renewal request with a fixed refusal of the
 // size of the gateway's), and an HTTP endpoint that relays a call over
 // NATS to a responder in a process of its own (-role responder), which
-// echoes -call_bytes. The honest round trip, HTTP to the server and a
-// NATS request to the responder, is timed in the same three phases.
+// runs bash -c "echo ok" as the agent does (-floor_command) and answers
+// with -call_bytes. The honest round trip, HTTP to the server, a NATS
+// request to the responder and its bash, is timed in the same three
+// phases: the same work as the gateway's call, without the gateway's and
+// the agent's logic around it.
 //
 // The flood's cost is the ratio flood/control of each side's median; the
 // floor's ratio is what NATS delivery and dropping cost on this machine,
@@ -66,17 +69,18 @@ func main() {
 }
 
 type options struct {
-	runs       int
-	calls      int
-	phase      time.Duration
-	interval   time.Duration
-	settle     time.Duration
-	reportRate int
-	renewRate  int
-	callBytes  int
-	flooderCPU int
-	binDir     string
-	sides      []string
+	runs         int
+	calls        int
+	phase        time.Duration
+	interval     time.Duration
+	settle       time.Duration
+	reportRate   int
+	renewRate    int
+	callBytes    int
+	floorCommand string
+	flooderCPU   int
+	binDir       string
+	sides        []string
 	// internal, of the child roles
 	role     string
 	dir      string
@@ -97,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.reportRate, "report_rate", 33_000, "refusal reports a second the flooder sends")
 	fs.IntVar(&o.renewRate, "renew_rate", 3_300, "renewal requests a second the flooder sends")
 	fs.IntVar(&o.callBytes, "call_bytes", 1024, "bytes of the floor responder's answer")
+	fs.StringVar(&o.floorCommand, "floor_command", "echo ok", "what the floor responder runs with bash -c for each call, as the agent does for the honest call (empty: nothing, an echo of bytes)")
 	fs.IntVar(&o.flooderCPU, "flooder_cpu", -1, "run the flooders on this CPU alone and everything else on the other CPUs (Linux; -1: no pinning)")
 	fs.StringVar(&o.binDir, "bin_dir", "", "a directory holding fleet-gateway, fleet-agent and fleetctl (default: built from this module)")
 	sides := fs.String("sides", "gateway,floor", "what to measure: gateway, floor, or both (comma-separated)")

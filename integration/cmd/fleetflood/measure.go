@@ -125,7 +125,7 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}
 		defer server.stop()
 		responder, err := start(ctx, "floor responder", command(-1, exe, "-role", "responder", "-nats", natsURL,
-			"-creds", filepath.Join(floorDir, "floor-responder.creds"), "-call_bytes", strconv.Itoa(o.callBytes)), stderr, time.Minute,
+			"-creds", filepath.Join(floorDir, "floor-responder.creds"), "-call_bytes", strconv.Itoa(o.callBytes), "-floor_command", o.floorCommand), stderr, time.Minute,
 			func(l string) bool { return l == "READY" })
 		if err != nil {
 			return err
