@@ -204,15 +204,13 @@ func (f *flooder) signRenewals() error {
 // capture subscribes to the host's call subject and prints the ID of
 // the first call sent to it.
 func (f *flooder) capture(out io.Writer) error {
-	var once sync.Once
-	var sub *nats.Subscription
 	sub, err := f.nc.Subscribe(protocol.CallSubject(f.host), func(m *nats.Msg) {
-		once.Do(func() {
-			fmt.Fprintln(out, "CALL", m.Header.Get(protocol.HeaderCall))
-			go func() { _ = sub.Unsubscribe() }()
-		})
+		fmt.Fprintln(out, "CALL", m.Header.Get(protocol.HeaderCall))
 	})
 	if err != nil {
+		return err
+	}
+	if err := sub.AutoUnsubscribe(1); err != nil {
 		return err
 	}
 	if err := f.nc.Flush(); err != nil {
