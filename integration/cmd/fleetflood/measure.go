@@ -86,16 +86,22 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if _, err := gwFlooder.ask(ctx, 10*time.Second, "capture", "CAPTURING"); err != nil {
 		return err
 	}
+	// The flooder's connection beside the live victim agent is two
+	// connections on one identity: once the gateway has seen that (within
+	// seconds), it refuses calls to the victim, and then every report is
+	// about a call never sent.
+	var realID string
 	if _, err := fl.bash(ctx, victimHost, "echo real"); err != nil {
-		return fmt.Errorf("the call to the victim: %w", err)
-	}
-	realID, err := gwFlooder.expect(ctx, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "CALL ") })
-	if err != nil {
-		return err
-	}
-	realID = strings.TrimPrefix(realID, "CALL ")
-	if _, err := gwFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
-		return err
+		fmt.Fprintf(stderr, "fleetflood: the call to the victim was refused (%v): every report of the flood is about a call never sent\n", err)
+	} else {
+		line, err := gwFlooder.expect(ctx, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "CALL ") })
+		if err != nil {
+			return err
+		}
+		realID = strings.TrimPrefix(line, "CALL ")
+		if _, err := gwFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
+			return err
+		}
 	}
 	var sides []*side
 	if slices.Contains(o.sides, "gateway") {
@@ -136,8 +142,10 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer floorFlooder.stop()
-		if _, err := floorFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
-			return err
+		if realID != "" {
+			if _, err := floorFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
+				return err
+			}
 		}
 		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
 		// A call's request as an MCP client sends it, about 200 bytes.
