@@ -47,6 +47,11 @@ const (
 	reportTextMax = 300
 )
 
+// reportLimitText says the report bound for people, made once: a flood
+// makes the gateway drop reports by the thousand a second, and each
+// drop passes it to a log line the limiter mostly leaves out.
+var reportLimitText = fmt.Sprintf("%d, then %d a second", reportBurst, int(reportBurst/reportPeriod.Seconds()))
+
 // Bounds of one host's renewals. A credential is renewed once past half
 // its life (an agent asks when a third is left, agent/renew.go); a
 // request before that is answered at once and costs nothing else. The

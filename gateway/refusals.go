@@ -109,7 +109,7 @@ func (r *router) onRefused(m *nats.Msg) {
 	if !b.allowReport(host) {
 		b.counts.reportsRateLimited.Add(1)
 		b.log(r.log, slog.LevelWarn, host, "reports", "dropping refusal reports beyond the host's limit (its agent sends at most 10 a second)",
-			"limit", fmt.Sprintf("%d, then %d a second", reportBurst, int(reportBurst/reportPeriod.Seconds())))
+			"limit", reportLimitText)
 		return
 	}
 	if err := protocol.VerifyRefusal(key, m.Data, m.Header.Get(protocol.HeaderReportSig)); err != nil {
