@@ -129,17 +129,32 @@ func (g *Gateway) enrolDial() enrol.Dial {
 	return d
 }
 
-// enrolIssuer issues enrolment's credentials.
-type enrolIssuer struct{ *natsauth.Authority }
+// enrolIssuer issues enrolment's credentials with the authority; a key
+// the authority refuses as revoked is refused with an error that is
+// enrolment's ErrKeyRevoked as well as the authority's.
+type enrolIssuer struct{ a *natsauth.Authority }
 
-// CheckIssuable refuses a revoked key with an error that is enrolment's
-// ErrKeyRevoked as well as the authority's.
-func (a enrolIssuer) CheckIssuable(userPub string) error {
-	if err := a.Authority.CheckIssuable(userPub); errors.Is(err, natsauth.ErrKeyRevoked) {
+func (i enrolIssuer) AgentJWT(host, userPub string, expires time.Time) (string, error) {
+	token, err := i.a.AgentJWT(host, userPub, expires)
+	return token, asEnrolRevoked(err)
+}
+
+func (i enrolIssuer) EnrolJWT(tokenID, userPub string, expires time.Time) (string, error) {
+	token, err := i.a.EnrolJWT(tokenID, userPub, expires)
+	return token, asEnrolRevoked(err)
+}
+
+func (i enrolIssuer) CheckIssuable(userPub string) error {
+	return asEnrolRevoked(i.a.CheckIssuable(userPub))
+}
+
+// asEnrolRevoked is err, as a keyRevokedError when the authority refused
+// a revoked key.
+func asEnrolRevoked(err error) error {
+	if errors.Is(err, natsauth.ErrKeyRevoked) {
 		return keyRevokedError{err}
-	} else {
-		return err
 	}
+	return err
 }
 
 // keyRevokedError is the authority's refusal of a revoked key, which is

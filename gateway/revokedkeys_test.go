@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // A revoked key stays refused after its entry left the fleet account's
@@ -56,7 +58,7 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 	}
 	// (A running gateway keeps the revocation it read; one that starts
 	// now would read the copy. Whatever the record says, no credential.)
-	if _, err := gw.authority.AgentJWT("web-1", pub, clock.now().Add(time.Hour)); !errors.Is(err, ErrKeyRevoked) {
+	if _, err := gw.authority.AgentJWT("web-1", pub, clock.now().Add(time.Hour)); !errors.Is(err, natsauth.ErrKeyRevoked) {
 		t.Errorf("a credential for the revoked key, with its old record back: %v", err)
 	}
 }
