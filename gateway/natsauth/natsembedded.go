@@ -55,6 +55,11 @@ type embeddedAccount struct {
 	own  map[string]bool    // this gateway's users' keys (keepOwn)
 	srv  *server.Server     // set once started (setServer)
 	revs jwt.RevocationList // what the server holds
+	// since holds what addRevocations added after the last current
+	// (nil before any), which apply keeps: the authority reads current,
+	// works on it (the ledger, a push), then applies its copy, while
+	// another node's push or the ledger may add a revocation.
+	since jwt.RevocationList
 	// closed: the server holds the account without its agent and
 	// enrol signing keys, refusing every agent, until the first push (a
 	// cluster node starting, cluster.go).
@@ -188,10 +193,21 @@ func (e *embeddedAccount) mustPush() bool {
 	return e.closed
 }
 
+// current returns the account as the server holds it, and starts
+// keeping what addRevocations adds from now on, for apply. The authority
+// calls it under its own lock, then apply; held is for other readers.
 func (e *embeddedAccount) current(context.Context, *nats.Conn) (*jwt.AccountClaims, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.since = jwt.RevocationList{}
 	return e.claims(e.revs), nil
+}
+
+// held returns the revocations the server holds.
+func (e *embeddedAccount) held() jwt.RevocationList {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.revs)
 }
 
 func (e *embeddedAccount) sign(ac *jwt.AccountClaims) (string, error) {
@@ -207,11 +223,36 @@ func (e *embeddedAccount) save(token string) error {
 
 // apply gives this node's server the account with ac's revocations,
 // opened to agents, before the push to the other nodes.
+// Revocations added since current are added to ac's (and saved again),
+// so that none is lost.
 func (e *embeddedAccount) apply(ac *jwt.AccountClaims) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = false
-	return e.applyLocked(ac.Revocations)
+	late := false
+	for pub, at := range e.since {
+		if at > ac.Revocations[pub] {
+			if ac.Revocations == nil {
+				ac.Revocations = jwt.RevocationList{}
+			}
+			ac.Revocations[pub] = at
+			late = true
+		}
+	}
+	e.since = nil
+	if err := e.applyLocked(ac.Revocations); err != nil {
+		return err
+	}
+	if late {
+		token, err := e.sign(e.claims(ac.Revocations))
+		if err == nil {
+			err = e.save(token)
+		}
+		if err != nil {
+			e.log.Warn("revocations from another node are held but not saved", "err", err)
+		}
+	}
+	return nil
 }
 
 // applyLocked puts revs into the server's account, but for this
@@ -308,6 +349,9 @@ func (e *embeddedAccount) addRevocations(add jwt.RevocationList) (int, error) {
 		if at > revs[pub] {
 			revs[pub] = at
 			added++
+			if e.since != nil {
+				e.since[pub] = at
+			}
 		}
 	}
 	if added == 0 {

@@ -117,3 +117,49 @@ func TestLedgerSparesTheGatewaysOwnUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A revocation another node pushes (or the ledger brings) while the
+// authority works on its own copy of the account (between reading it and
+// applying it: a ledger write, a reconcile) is kept: the server and the
+// saved account JWT hold both.
+func TestRevocationAddedMeanwhileKept(t *testing.T) {
+	emb, a, _, _ := startTestEmbedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	user := func() string {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		return pub
+	}
+	mine, theirs, now := user(), user(), time.Now().Unix()
+	ac, err := emb.acct.current(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := emb.acct.addRevocations(map[string]int64{theirs: now}); err != nil || n != 1 {
+		t.Fatalf("the revocation meanwhile: %d, %v", n, err)
+	}
+	if ac.Revocations == nil {
+		ac.Revocations = map[string]int64{}
+	}
+	ac.Revocations[mine] = now
+	if err := emb.acct.apply(ac); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.HeldRevocations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := emb.acct.saved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{mine, theirs} {
+		if held[k] != now {
+			t.Errorf("the server does not hold %s revoked: %v", k, held)
+		}
+		if saved[k] != now {
+			t.Errorf("the saved account JWT does not hold %s revoked: %v", k, saved)
+		}
+	}
+}
