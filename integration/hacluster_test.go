@@ -346,7 +346,7 @@ func TestGatewayCluster(t *testing.T) {
 	if err := c.gw(1).RevokeAgent(ctx, "cut-1", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	took := w.waitCut(t, 5*time.Second).Sub(start)
+	took := w.WaitCut(t, 5*time.Second).Sub(start)
 	t.Logf("revoked through gateway 2: cut off on node 3 after %s", took.Round(time.Microsecond))
 	if took > time.Second {
 		t.Errorf("cut off %s after the revocation; want within 1s", took)

@@ -38,7 +38,7 @@ func TestJoinFromNetNS(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
 	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	gw := launchGatewayProcess(t, token, "--api_tokens", file, "--nats_listen", natsAddr, "--api_listen", apiAddr)
-	cs := gw.client()
+	cs := gw.Client()
 	pin := gatewayCAPin(t, gw)
 	fleetctl := func(args ...string) string {
 		t.Helper()

@@ -119,17 +119,17 @@ func TestJoinGatewayHostnameLoopback(t *testing.T) {
 	}
 
 	// One --advertise fixes the fleet API's URL and the NATS URL both.
-	gw := &gatewayProc{t: t, cmd: underName(context.Background(), "--advertise", ns.HostIP), dataDir: dataDir, token: admin, done: make(chan struct{})}
-	gw.mcpURL = "http://" + args[1] + "/mcp"
-	gw.cmd.Stderr = testWriter{t}
-	if err := gw.cmd.Start(); err != nil {
+	gw := &gatewayProc{t: t, Cmd: underName(context.Background(), "--advertise", ns.HostIP), DataDir: dataDir, token: admin, Done: make(chan struct{})}
+	gw.MCPURL = "http://" + args[1] + "/mcp"
+	gw.Cmd.Stderr = testWriter{t}
+	if err := gw.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = gw.cmd.Wait(); close(gw.done) }()
-	t.Cleanup(gw.stop)
+	go func() { _ = gw.Cmd.Wait(); close(gw.Done) }()
+	t.Cleanup(gw.Stop)
 	waitFor(t, 30*time.Second, "the gateway to answer /healthz", func() bool {
 		select {
-		case <-gw.done:
+		case <-gw.Done:
 			t.Fatal("the gateway with --advertise exited")
 		default:
 		}
@@ -145,7 +145,7 @@ func TestJoinGatewayHostnameLoopback(t *testing.T) {
 	const host = "ns-named"
 	dir := t.TempDir()
 	startInNS(t, ns, f.joinArgs(t, host, dir)...)
-	cs := gw.client()
+	cs := gw.Client()
 	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
 	id, err := identity.Load(filepath.Join(dir, ".state"))
 	if err != nil {
@@ -188,11 +188,11 @@ func TestJoinRefusedBeforeTokenSpent(t *testing.T) {
 	}
 
 	// Fixed: NATS where the host reaches it. The same token enrols it.
-	gw.stop()
+	gw.Stop()
 	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.dataDir, "--nats_listen", natsAddr, "--api_listen", apiAddr)
+	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.DataDir, "--nats_listen", natsAddr, "--api_listen", apiAddr)
 	startInNS(t, ns, args...)
-	cs := gw.client()
+	cs := gw.Client()
 	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
 }
 
@@ -213,19 +213,19 @@ func TestJoinStaleNATSURLHeals(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, ".state")
 	joined := startInNS(t, ns, f.joinArgs(t, host, dir)...)
-	first := gw.client()
+	first := gw.Client()
 	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(first, host) })
 	joined.stop(t)
 	if id, err := identity.Load(stateDir); err != nil || id.Enrolment.NATSURLs[0] != "tls://"+oldNATS {
 		t.Fatalf("after the join: %v", err)
 	}
 
-	gw.stop()
+	gw.Stop()
 	newNATS := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.dataDir, "--nats_listen", newNATS, "--api_listen", apiAddr)
+	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.DataDir, "--nats_listen", newNATS, "--api_listen", apiAddr)
 	f.gw = gw
 	a := startInNS(t, ns, "--state_dir", stateDir, "--cwd", dir, "--heartbeat", "500ms")
-	cs := gw.client()
+	cs := gw.Client()
 	waitFor(t, 90*time.Second, host+" online again", func() bool { return hostOnline(cs, host) })
 	log := a.stderr.String()
 	for _, want := range []string{"cannot reach NATS at tls://" + oldNATS, "connection refused", "fleet-agent doctor", "the gateway gave other NATS URLs"} {

@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/protocol"
@@ -31,12 +28,12 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 	ns := newNetNS(t)
 	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
 	gw := startGatewayProcess(t, "--nats_listen", natsAddr)
-	caPEM, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
+	caPEM, err := os.ReadFile(filepath.Join(gw.DataDir, "tls", "ca.pem"))
 	if err != nil {
 		t.Fatalf("the gateway's fleet CA: %v", err)
 	}
 	natsURL := "tls://" + natsAddr
-	cs := gw.client()
+	cs := gw.Client()
 
 	t.Run("the gateway's CA", func(t *testing.T) {
 		const host = "ns-web-1"
@@ -87,7 +84,7 @@ func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL stri
 // P` with a token the test makes.)
 func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, natsCA []byte) {
 	t.Helper()
-	creds, resp := gw.enrol(host)
+	creds, resp := gw.Enrol(host)
 	token, err := creds.JWT()
 	if err != nil {
 		t.Fatal(err)
@@ -115,14 +112,6 @@ func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, na
 	if err != nil {
 		t.Fatalf("write the identity of %s: %v", host, err)
 	}
-}
-
-// hostOnline asks the gateway whether host is online.
-func hostOnline(cs *mcp.ClientSession, host string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": host}})
-	return err == nil && strings.Contains(text(res), host+"\tonline")
 }
 
 // TestNetNSHarness: namespaces made side by side get their own names and

@@ -28,16 +28,6 @@ func policyHost(t *testing.T, env *Env, name, text string) string {
 	return cwd
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestHostPolicyTools: a tool the host policy refuses is refused on that
 // host, whatever the caller asks, and left out of its tool list; hosts
 // carries the policy's digest.

@@ -42,7 +42,7 @@ func TestProxyNginx(t *testing.T) {
 	port := freePort(t)
 	dir := t.TempDir()
 	site := examineExample(t, "nginx.conf", map[string]string{
-		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://") + ";",
+		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.MCPURL, "/mcp"), "http://") + ";",
 		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
 		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
 		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
@@ -84,7 +84,7 @@ func TestProxyCaddy(t *testing.T) {
 	tlsDir := testTLS(t, t.TempDir())
 	port := freePort(t)
 	dir := t.TempDir()
-	upstream := strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://")
+	upstream := strings.TrimPrefix(strings.TrimSuffix(gw.MCPURL, "/mcp"), "http://")
 	site := examineExample(t, "Caddyfile", map[string]string{
 		"fleet.example.com {": fmt.Sprintf("https://127.0.0.1:%d {\n\ttls %s %s", port, filepath.Join(tlsDir, "server.pem"), filepath.Join(tlsDir, "server-key.pem")),
 	})
@@ -133,7 +133,7 @@ func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
 	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	gw := launchGatewayProcess(t, token, "--api_tokens", file)
-	gw.startAgent("behind", nil)
+	gw.StartAgent("behind", nil)
 	return gw, token
 }
 
@@ -217,7 +217,7 @@ func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
 
 	t.Run("sessions and streaming", func(t *testing.T) {
 		var pl progressLog
-		c := mcp.NewClient(&mcp.Implementation{Name: "fleet-proxy-test", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+		c := mcp.NewClient(&mcp.Implementation{Name: "fleet-proxy-test", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		hc := &http.Client{Transport: bearerTransport{token: token, base: tr}}

@@ -25,7 +25,7 @@ func TestBashStreamsProgress(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			var pl progressLog
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 			params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{
 				"host": "alpha", "command": "echo first; sleep 1.5; echo second; sleep 2.5; echo third",
 			}}
@@ -39,18 +39,18 @@ func TestBashStreamsProgress(t *testing.T) {
 				done <- res
 			}()
 			// The first line must arrive while the command still runs.
-			waitFor(t, 1400*time.Millisecond, "first output line as progress", func() bool { return strings.Contains(pl.joined(), "first") })
-			before := pl.count()
+			waitFor(t, 1400*time.Millisecond, "first output line as progress", func() bool { return strings.Contains(pl.Joined(), "first") })
+			before := pl.Count()
 			res := <-done
 			if got := mustOK(t, res); got != "first\nsecond\nthird\n" {
 				t.Fatalf("result = %q", got)
 			}
-			if !strings.Contains(pl.joined(), "second") {
-				t.Fatalf("second line never streamed: %q", pl.joined())
+			if !strings.Contains(pl.Joined(), "second") {
+				t.Fatalf("second line never streamed: %q", pl.Joined())
 			}
 			// During the silent 2.5 s, keepalives still produce notifications.
-			if pl.count()-before < 2 {
-				t.Fatalf("only %d notifications after the first line; silent periods must still notify", pl.count()-before)
+			if pl.Count()-before < 2 {
+				t.Fatalf("only %d notifications after the first line; silent periods must still notify", pl.Count()-before)
 			}
 		})
 	}

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,73 +24,6 @@ import (
 // Background tasks end to end: the go-sdk client over HTTP, the gateway,
 // NATS and agents, real processes. Timings are generous: the machine may
 // be loaded.
-
-// startBackground starts command as a background task on host and returns
-// its task ID and output file.
-func startBackground(t *testing.T, cs *mcp.ClientSession, host, command string, extra map[string]any) (id, output string) {
-	t.Helper()
-	args := map[string]any{"host": host, "command": command, "background": true}
-	for k, v := range extra {
-		args[k] = v
-	}
-	res := call(t, cs, "bash", args)
-	mustOK(t, res)
-	st := structured(t, res)
-	id, _ = st["task_id"].(string)
-	output, _ = st["output_file"].(string)
-	if id == "" || output == "" || st["host"] != host {
-		t.Fatalf("background start: %s %v", text(res), st)
-	}
-	return id, output
-}
-
-// taskStatus calls task_status and returns its structured content.
-func taskStatus(t *testing.T, cs *mcp.ClientSession, host, id string, wait float64) (map[string]any, *mcp.CallToolResult) {
-	t.Helper()
-	res := call(t, cs, "task_status", map[string]any{"host": host, "task_id": id, "wait": wait})
-	mustOK(t, res)
-	return structured(t, res), res
-}
-
-// awaitTask waits (server-side, repeatedly) until task id has ended, for
-// at most two minutes.
-func awaitTask(t *testing.T, cs *mcp.ClientSession, host, id string) (map[string]any, *mcp.CallToolResult) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st, res := taskStatus(t, cs, host, id, 20)
-		if s := st["state"]; s != "queued" && s != "running" {
-			return st, res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s still %v after two minutes", id, st["state"])
-		}
-	}
-}
-
-// killTasksAfter kills, when the test ends, every task still running
-// under the agent whose working directory is dir, so that a failing test
-// leaves no process behind. A recorded PID is killed only while its
-// command line still names the task's folder.
-func killTasksAfter(t *testing.T, dir string) {
-	t.Cleanup(func() {
-		files, _ := filepath.Glob(filepath.Join(dir, ".state", "tasks", "*", "status.json"))
-		for _, f := range files {
-			var st struct {
-				State string `json:"state"`
-				PID   int    `json:"pid"`
-			}
-			data, err := os.ReadFile(f)
-			if err != nil || json.Unmarshal(data, &st) != nil || st.State != "running" || st.PID <= 0 {
-				continue
-			}
-			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
-			if err == nil && strings.Contains(string(cmdline), filepath.Dir(f)) {
-				syscall.Kill(-st.PID, syscall.SIGKILL)
-			}
-		}
-	})
-}
 
 // gone reports whether process pid is gone (or a zombie) within 10 s.
 func gone(pid int) bool {
@@ -117,7 +49,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			var pl progressLog
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 			killTasksAfter(t, env.AgentDir("alpha"))
 			started := time.Now()
 			id, output := startBackground(t, cs, "alpha", "echo start; sleep 3; for i in 1 2 3; do echo line $i; done; echo err >&2; exit 5", nil)
@@ -139,7 +71,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 			if tail, _ := st["output_tail"].(string); tail != "start\nline 1\nline 2\nline 3\nerr\n" {
 				t.Fatalf("output tail %q", tail)
 			}
-			if pl.count() == 0 {
+			if pl.Count() == 0 {
 				t.Errorf("no progress notification during a wait of about 3 s")
 			}
 			got := mustOK(t, call(t, cs, "read", map[string]any{"host": "alpha", "path": output}))

@@ -26,10 +26,10 @@ func largeContent(n int) string { return strings.Repeat("0123456789abcdef", n*mi
 // writePeak writes content to path on host once, and returns the
 // gateway's RSS before and its peak RSS during the write.
 func (p *gatewayProc) writePeak(t *testing.T, cs *mcp.ClientSession, host, path, content string) (before, peak int64) {
-	before, _ = p.memory()
-	p.resetPeak()
+	before, _ = p.Memory()
+	p.ResetPeak()
 	mustOK(t, call(t, cs, "write", map[string]any{"host": host, "path": path, "content": content}))
-	_, peak = p.memory()
+	_, peak = p.Memory()
 	return before, peak
 }
 
@@ -41,8 +41,8 @@ func TestLargeWriteMemory(t *testing.T) {
 		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
 	}
 	p := startGatewayProcess(t)
-	p.startAgent("big", nil)
-	cs := p.client()
+	p.StartAgent("big", nil)
+	cs := p.Client()
 	mustOK(t, call(t, cs, "write", map[string]any{"host": "big", "path": "warm.txt", "content": "warm"}))
 	content := largeContent(60)
 	before, peak := p.writePeak(t, cs, "big", "big.txt", content)
@@ -88,14 +88,14 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		// all at once are the floor the budget is measured against.
 		growth := func(budgetMiB int) (one, four float64) {
 			p := startGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budgetMiB), "--transfer_wait", "5m")
-			p.startAgent("big", nil)
-			cs := p.client()
+			p.StartAgent("big", nil)
+			cs := p.Client()
 			start, first := p.writePeak(t, cs, "big", "first.txt", content)
-			before, _ := p.memory()
-			p.resetPeak()
+			before, _ := p.Memory()
+			p.ResetPeak()
 			fourWrites(t, cs)
-			_, peak := p.memory()
-			p.stop()
+			_, peak := p.Memory()
+			p.Stop()
 			return float64(first-start) / mib, float64(peak-before) / mib
 		}
 		one, waited := growth(budget)
