@@ -681,7 +681,13 @@ func (e *Env) ClientAs(version, token string) *mcp.ClientSession {
 // BearerClient returns an HTTP client that sends token in the
 // Authorization header of every request.
 func BearerClient(token string) *http.Client {
-	return &http.Client{Transport: bearerTransport{token: token, base: http.DefaultTransport}}
+	return &http.Client{Transport: BearerTransport(token, http.DefaultTransport)}
+}
+
+// BearerTransport sends token in the Authorization header of every
+// request it passes to base.
+func BearerTransport(token string, base http.RoundTripper) http.RoundTripper {
+	return bearerTransport{token: token, base: base}
 }
 
 type bearerTransport struct {

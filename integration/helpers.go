@@ -159,6 +159,7 @@ type ProgressLog struct {
 	at   []time.Time
 }
 
+// Handler records a notification: a client's ProgressNotificationHandler.
 func (p *ProgressLog) Handler(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -166,12 +167,21 @@ func (p *ProgressLog) Handler(_ context.Context, req *mcp.ProgressNotificationCl
 	p.at = append(p.at, time.Now())
 }
 
+// Joined is the notifications' messages, in order, joined.
 func (p *ProgressLog) Joined() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.msgs, "")
 }
 
+// Times returns when each notification arrived.
+func (p *ProgressLog) Times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.at...)
+}
+
+// Count is the number of notifications so far.
 func (p *ProgressLog) Count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

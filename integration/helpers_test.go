@@ -28,6 +28,7 @@ var (
 	clusterNodeConf      = ClusterNodeConf
 	testTLS              = LoopbackTLS
 	startNode            = StartNode
+	connections          = Connections
 	waitProcess          = WaitProcess
 	writeFile            = WriteFile
 	fleetctlBinary       = FleetctlBinary

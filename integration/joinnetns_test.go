@@ -88,7 +88,7 @@ func TestJoinFromNetNS(t *testing.T) {
 
 	// The spent token enrols nothing more.
 	other := filepath.Join(t.TempDir(), ".state")
-	cmd := ns.command(agentBinary(t), append(args, "--state_dir", other, "--name", "ns-second")...)
+	cmd := ns.Command(agentBinary(t), append(args, "--state_dir", other, "--name", "ns-second")...)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "token_spent") {
 		t.Errorf("a second join with the spent token: %v\n%s", err, out)
 	}
@@ -113,7 +113,7 @@ type nsProcess struct {
 func startInNS(t *testing.T, ns *netNS, args ...string) *nsProcess {
 	t.Helper()
 	p := &nsProcess{stderr: &syncBuffer{}}
-	p.cmd = ns.command(agentBinary(t), args...)
+	p.cmd = ns.Command(agentBinary(t), args...)
 	p.cmd.Stderr = io.MultiWriter(p.stderr, testWriter{t})
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -171,7 +171,7 @@ func TestJoinRefusedBeforeTokenSpent(t *testing.T) {
 	const host = "ns-early"
 	dir := t.TempDir()
 	args := f.joinArgs(t, host, dir)
-	out, err := ns.command(agentBinary(t), args...).CombinedOutput()
+	out, err := ns.Command(agentBinary(t), args...).CombinedOutput()
 	if err == nil {
 		t.Fatalf("the join succeeded with a loopback NATS URL:\n%s", out)
 	}

@@ -172,3 +172,18 @@ func StartNode(t *testing.T, conf string) *server.Server {
 	}
 	return ns
 }
+
+// Connections counts ns's clients whose name starts with prefix.
+func Connections(ns *server.Server, prefix string) int {
+	cz, err := ns.Connz(&server.ConnzOptions{Limit: 10000})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if strings.HasPrefix(c.Name, prefix) {
+			n++
+		}
+	}
+	return n
+}

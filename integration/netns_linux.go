@@ -120,10 +120,10 @@ func (ns *NetNS) remove() {
 	}
 }
 
-// command returns a command that runs name with args inside the
+// Command returns a command that runs name with args inside the
 // namespace (ip netns exec execs it: the process is the command itself,
 // and signals reach it).
-func (ns *NetNS) command(name string, args ...string) *exec.Cmd {
+func (ns *NetNS) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
 }
 
@@ -152,11 +152,11 @@ func freeSubnet() (first, second string, err error) {
 	return "", "", errors.New("found no free /30 in 10.200.0.0/13")
 }
 
-// addLink joins the namespace to this one by a second veth pair, on a
+// AddLink joins the namespace to this one by a second veth pair, on a
 // /30 of its own, and returns its two addresses (this side's, the
 // namespace's): traffic to either end's address takes its own link, so
 // that one link can go down while the other carries on.
-func (ns *NetNS) addLink() (hostIP, nsIP string) {
+func (ns *NetNS) AddLink() (hostIP, nsIP string) {
 	ns.t.Helper()
 	id := strings.TrimPrefix(ns.HostIf, "fmh")
 	hostIf, nsIf := "fmb"+id, "fmc"+id
@@ -183,12 +183,12 @@ func (ns *NetNS) addLink() (hostIP, nsIP string) {
 	return hostIP, nsIP
 }
 
-// setLink sets the namespace's end of the first link down or up. Down,
+// SetLink sets the namespace's end of the first link down or up. Down,
 // the namespace has no route to this side's address (it has no other),
 // and this side's route to the namespace's address leads into a link
 // without carrier: packets either way are dropped here, none leaves the
 // machine.
-func (ns *NetNS) setLink(up bool) {
+func (ns *NetNS) SetLink(up bool) {
 	ns.t.Helper()
 	state := "down"
 	if up {

@@ -123,7 +123,7 @@ func TestNetNSHarness(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ns := newNetNS(t)
-				if out, err := ns.command("ip", "-o", "addr", "show", "dev", ns.NSIf).CombinedOutput(); err != nil || !strings.Contains(string(out), ns.NSIP+"/30") {
+				if out, err := ns.Command("ip", "-o", "addr", "show", "dev", ns.NSIf).CombinedOutput(); err != nil || !strings.Contains(string(out), ns.NSIP+"/30") {
 					t.Errorf("in %s, %s does not have %s: %v\n%s", ns.Name, ns.NSIf, ns.NSIP, err, out)
 				}
 				made <- ns
