@@ -255,7 +255,7 @@ func hostNames(t *testing.T, cs *mcp.ClientSession) []string {
 func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 	f := newAuthFleet(t)
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			want := []struct {
 				caller, token string
 				tools, hosts  []string
@@ -268,7 +268,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				{"stranger", f.user("stranger"), nil, nil},
 			}
 			for _, w := range want {
-				cs := f.ClientAs(era.version, w.token)
+				cs := f.ClientAs(era.Version, w.token)
 				if got := toolNames(t, cs); !slices.Equal(got, w.tools) {
 					t.Errorf("%s: tools/list = %v, want %v", w.caller, got, w.tools)
 				}
@@ -281,7 +281,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				}
 			}
 
-			dev := f.ClientAs(era.version, f.user("dev"))
+			dev := f.ClientAs(era.Version, f.user("dev"))
 			if got := mustOK(t, call(t, dev, "bash", map[string]any{"host": "alpha", "command": "echo dev-ok"})); got != "dev-ok\n" {
 				t.Errorf("dev's bash on alpha = %q", got)
 			}
@@ -299,7 +299,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(f.AgentDir("alpha"), "ci.txt"), []byte("for ci\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			ci := f.ClientAs(era.version, f.ciToken)
+			ci := f.ClientAs(era.Version, f.ciToken)
 			if got := mustOK(t, call(t, ci, "read", map[string]any{"host": "alpha", "path": "ci.txt"})); !strings.HasPrefix(got, "for ci") {
 				t.Errorf("ci's read on alpha = %q", got)
 			}

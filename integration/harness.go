@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -206,3 +210,78 @@ func ModuleRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// AuditRecords calls the audit tool with filters and returns its records.
+func AuditRecords(t *testing.T, cs *mcp.ClientSession, filters map[string]any) []gateway.AuditRecord {
+	t.Helper()
+	res := Call(t, cs, "audit", filters)
+	MustOK(t, res)
+	data, _ := json.Marshal(res.StructuredContent)
+	var page struct {
+		Records []gateway.AuditRecord `json:"records"`
+	}
+	if err := json.Unmarshal(data, &page); err != nil {
+		t.Fatalf("audit structuredContent %s: %v", data, err)
+	}
+	return page.Records
+}
+
+// Scrape returns the samples at url by series ("name{labels}"; labels in
+// the order the exposition gives them, sorted by name).
+func Scrape(t testing.TB, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("Scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Scrape %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// Capture subscribes to subject and returns the messages it sees, and
+// the function that ends the subscription.
+func Capture(t *testing.T, nc *nats.Conn, subject string) (<-chan *nats.Msg, func()) {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch, func() { _ = sub.Unsubscribe() }
+}
+
+// NextMsg returns the next message on ch, or fails the test after 20 s
+// without one (what names it).
+func NextMsg(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s within 20s", what)
+		return nil
+	}
+}
+
+// LargeContent is a file content of n MiB.
+func LargeContent(n int) string { return strings.Repeat("0123456789abcdef", n*MiB/16) }

@@ -39,8 +39,9 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// Eras are the two MCP protocol Eras the gateway serves from one URL.
-var Eras = []struct{ name, version string }{
+// Eras are the two MCP protocol eras the gateway serves from one URL: a
+// subtest name and the client's protocol version ("" is the newest).
+var Eras = []struct{ Name, Version string }{
 	{"sessions-2025", "2025-11-25"},
 	{"stateless-2026", ""},
 }

@@ -29,6 +29,11 @@ var (
 	testTLS              = LoopbackTLS
 	startNode            = StartNode
 	connections          = Connections
+	auditRecords         = AuditRecords
+	scrape               = Scrape
+	capture              = Capture
+	next                 = NextMsg
+	largeContent         = LargeContent
 	waitProcess          = WaitProcess
 	writeFile            = WriteFile
 	fleetctlBinary       = FleetctlBinary

@@ -80,7 +80,7 @@ func TestReloadAccessAndTokens(t *testing.T) {
 	}})
 	sessions := map[string]*mcp.ClientSession{}
 	for _, era := range eras {
-		sessions[era.name] = env.ClientAs(era.version, ops)
+		sessions[era.Name] = env.ClientAs(era.Version, ops)
 	}
 	bash := map[string]any{"host": "alpha", "command": "echo hi"}
 	for name, cs := range sessions {
@@ -157,7 +157,7 @@ func TestReloadAccessAndTokens(t *testing.T) {
 	if err := env.Gateway.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	cs := sessions[eras[0].name]
+	cs := sessions[eras[0].Name]
 	for range 2 {
 		mustOK(t, call(t, cs, "bash", bash))
 	}

@@ -90,8 +90,8 @@ func resourceHostNames(t testing.TB, cs *mcp.ClientSession) []string {
 func TestResourceHosts(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha", "beta"}})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
 			ctx := context.Background()
 			resources, err := cs.ListResources(ctx, nil)
 			if err != nil {

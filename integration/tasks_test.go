@@ -47,9 +47,9 @@ func gone(pid int) bool {
 func TestTaskBackgroundWaitAndRead(t *testing.T) {
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.ProgressIdle = 700 * time.Millisecond }})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			var pl progressLog
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
+			cs := env.Client(era.Version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 			killTasksAfter(t, env.AgentDir("alpha"))
 			started := time.Now()
 			id, output := startBackground(t, cs, "alpha", "echo start; sleep 3; for i in 1 2 3; do echo line $i; done; echo err >&2; exit 5", nil)
@@ -57,7 +57,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 				t.Fatalf("the background start took %s: it must not wait for the command", took)
 			}
 			params := &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}}
-			params.SetProgressToken("task-" + era.name)
+			params.SetProgressToken("task-" + era.Name)
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			res, err := cs.CallTool(ctx, params)
@@ -182,11 +182,11 @@ func TestTaskSurvivesAgentRestart(t *testing.T) {
 func TestTaskSurvivesGatewayRestart(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			dir := env.AgentDir("alpha")
 			killTasksAfter(t, dir)
-			gate := filepath.Join(dir, "gate-"+era.name)
-			cs := env.Client(era.version, nil)
+			gate := filepath.Join(dir, "gate-"+era.Name)
+			cs := env.Client(era.Version, nil)
 			id, _ := startBackground(t, cs, "alpha", "while [ ! -e "+filepath.Base(gate)+" ]; do sleep 0.05; done; echo through", nil)
 
 			waiting := make(chan error, 1)
@@ -205,7 +205,7 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 			}
 			env.WaitHost("alpha", true)
 
-			cs = env.Client(era.version, nil)
+			cs = env.Client(era.Version, nil)
 			st, res := taskStatus(t, cs, "alpha", id, 0)
 			if st["state"] != "running" {
 				t.Fatalf("after the gateway restart: %s", text(res))
