@@ -67,15 +67,33 @@ func LaunchGatewayProcess(t testing.TB, token string, extra ...string) *GatewayP
 		args = append(args, "--no_auth")
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(GatewayBinary(t), args...)
-	cmd.Stderr = testWriter{t}
+	p := StartGatewayCommand(t, exec.Command(GatewayBinary(t), args...), listen, dir, token)
+	p.NATSURL, p.APIAddr = "nats://"+natsListen, apiAddr
+	return p
+}
+
+// StartGatewayCommand starts cmd, a fleet-gateway whose MCP endpoint and
+// /healthz are on listen and whose data directory is dataDir, stops it
+// with the test, and waits until it answers; with a token callers
+// authenticate with it. A process that exits before it answers fails the
+// test.
+func StartGatewayCommand(t testing.TB, cmd *exec.Cmd, listen, dataDir, token string) *GatewayProc {
+	t.Helper()
+	if cmd.Stderr == nil {
+		cmd.Stderr = testWriter{t}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway process: %v", err)
 	}
-	p := &GatewayProc{t: t, Cmd: cmd, MCPURL: "http://" + listen + "/mcp", NATSURL: "nats://" + natsListen, DataDir: dir, APIAddr: apiAddr, token: token, Done: make(chan struct{})}
+	p := &GatewayProc{t: t, Cmd: cmd, MCPURL: "http://" + listen + "/mcp", DataDir: dataDir, token: token, Done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.Done) }()
 	t.Cleanup(p.Stop)
 	WaitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
+		select {
+		case <-p.Done:
+			t.Fatalf("the gateway process exited before it answered: %v", cmd.ProcessState)
+		default:
+		}
 		resp, err := http.Get("http://" + listen + "/healthz")
 		if err != nil {
 			return false
@@ -86,6 +104,8 @@ func LaunchGatewayProcess(t testing.TB, token string, extra ...string) *GatewayP
 	return p
 }
 
+// Stop ends the process with an interrupt (it drains), or kills it after
+// 20 s.
 func (p *GatewayProc) Stop() {
 	_ = p.Cmd.Process.Signal(os.Interrupt)
 	select {
@@ -96,7 +116,7 @@ func (p *GatewayProc) Stop() {
 	}
 }
 
-// startAgent runs an in-process agent called name against the gateway
+// StartAgent runs an in-process agent called name against the gateway
 // process and waits until it is online.
 func (p *GatewayProc) StartAgent(name string, mod func(*agent.Config)) {
 	p.t.Helper()
@@ -126,7 +146,7 @@ func (p *GatewayProc) StartAgent(name string, mod func(*agent.Config)) {
 	})
 }
 
-// enrol enrols host with the gateway process over its fleet API, as a
+// Enrol enrols host with the gateway process over its fleet API, as a
 // host does (a key made here, a join token the admin API made, the CA
 // pinned), and returns its credential and the enrolment's answer.
 func (p *GatewayProc) Enrol(host string) (agent.Credentials, *protocol.EnrolResponse) {
@@ -172,7 +192,7 @@ func (p *GatewayProc) Client() *mcp.ClientSession {
 	return cs
 }
 
-// resetPeak resets the process's peak RSS (VmHWM) to its current RSS.
+// ResetPeak resets the process's peak RSS (VmHWM) to its current RSS.
 func (p *GatewayProc) ResetPeak() {
 	p.t.Helper()
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Cmd.Process.Pid), []byte("5"), 0); err != nil {
@@ -180,7 +200,7 @@ func (p *GatewayProc) ResetPeak() {
 	}
 }
 
-// memory returns the process's current and peak RSS.
+// Memory returns the process's current and peak RSS.
 func (p *GatewayProc) Memory() (rss, peak int64) {
 	p.t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))

@@ -47,7 +47,7 @@ func NewNetNS(t testing.TB) *NetNS {
 	id := fmt.Sprintf("%08x", binary.BigEndian.Uint32(r[:]))[:7]
 	ns := &NetNS{t: t, Name: fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), id), HostIf: "fmh" + id, NSIf: "fmn" + id, commandTimeout: 20 * time.Second}
 	ns.sweep()
-	if out, err := ns.ip("netns", "add", ns.Name); err != nil {
+	if out, err := ns.IP("netns", "add", ns.Name); err != nil {
 		t.Skipf("cannot make a network namespace here (%v): %s", err, out)
 	}
 	// Registered before the links exist, so a half-made setup goes too.
@@ -64,7 +64,7 @@ func NewNetNS(t testing.TB) *NetNS {
 		{"-n", ns.Name, "link", "set", ns.NSIf, "up"},
 		{"-n", ns.Name, "link", "set", "lo", "up"},
 	} {
-		if out, err := ns.ip(args...); err != nil {
+		if out, err := ns.IP(args...); err != nil {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -79,7 +79,7 @@ const nsPrefix = "fleetmcp-test-"
 // binary killed by its timeout runs no cleanup); those of live ones,
 // parallel runs, are left alone.
 func (ns *NetNS) sweep() {
-	out, err := ns.ip("netns", "list")
+	out, err := ns.IP("netns", "list")
 	if err != nil {
 		return
 	}
@@ -94,7 +94,7 @@ func (ns *NetNS) sweep() {
 		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}
-		if out, err := ns.ip("netns", "del", name); err != nil {
+		if out, err := ns.IP("netns", "del", name); err != nil {
 			ns.t.Logf("remove stale namespace %s: %v: %s", name, err, out)
 		} else {
 			ns.t.Logf("removed stale namespace %s (its test process %d is gone)", name, pid)
@@ -102,8 +102,8 @@ func (ns *NetNS) sweep() {
 	}
 }
 
-// ip runs the ip command, bounded in time.
-func (ns *NetNS) ip(args ...string) ([]byte, error) {
+// IP runs the ip command, bounded in time.
+func (ns *NetNS) IP(args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ns.commandTimeout)
 	defer cancel()
 	return exec.CommandContext(ctx, "ip", args...).CombinedOutput()
@@ -112,10 +112,10 @@ func (ns *NetNS) ip(args ...string) ([]byte, error) {
 // remove deletes the namespace and the veth pair (deleting either end
 // deletes both; the namespace's end goes with the namespace).
 func (ns *NetNS) remove() {
-	if out, err := ns.ip("link", "del", ns.HostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
+	if out, err := ns.IP("link", "del", ns.HostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		ns.t.Logf("ip link del %s: %v: %s", ns.HostIf, err, out)
 	}
-	if out, err := ns.ip("netns", "del", ns.Name); err != nil {
+	if out, err := ns.IP("netns", "del", ns.Name); err != nil {
 		ns.t.Errorf("ip netns del %s: %v: %s", ns.Name, err, out)
 	}
 }
@@ -165,7 +165,7 @@ func (ns *NetNS) AddLink() (hostIP, nsIP string) {
 		ns.t.Fatal(err)
 	}
 	ns.t.Cleanup(func() {
-		if out, err := ns.ip("link", "del", hostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
+		if out, err := ns.IP("link", "del", hostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
 			ns.t.Logf("ip link del %s: %v: %s", hostIf, err, out)
 		}
 	})
@@ -176,7 +176,7 @@ func (ns *NetNS) AddLink() (hostIP, nsIP string) {
 		{"-n", ns.Name, "addr", "add", nsIP + "/30", "dev", nsIf},
 		{"-n", ns.Name, "link", "set", nsIf, "up"},
 	} {
-		if out, err := ns.ip(args...); err != nil {
+		if out, err := ns.IP(args...); err != nil {
 			ns.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -194,7 +194,7 @@ func (ns *NetNS) SetLink(up bool) {
 	if up {
 		state = "up"
 	}
-	if out, err := ns.ip("-n", ns.Name, "link", "set", ns.NSIf, state); err != nil {
+	if out, err := ns.IP("-n", ns.Name, "link", "set", ns.NSIf, state); err != nil {
 		ns.t.Fatalf("ip -n %s link set %s %s: %v: %s", ns.Name, ns.NSIf, state, err, out)
 	}
 }

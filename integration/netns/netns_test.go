@@ -1,6 +1,6 @@
 //go:build linux
 
-package integration
+package netns
 
 import (
 	"crypto/x509"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestAgentInNetNSOverTLS: a fleet-agent process on a machine of its own
@@ -25,9 +27,9 @@ import (
 // there. The same agent trusting a CA that is not the gateway's never
 // joins, and says it is a certificate problem.
 func TestAgentInNetNSOverTLS(t *testing.T) {
-	ns := newNetNS(t)
-	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw := startGatewayProcess(t, "--nats_listen", natsAddr)
+	ns := integration.NewNetNS(t)
+	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	gw := integration.StartGatewayProcess(t, "--nats_listen", natsAddr)
 	caPEM, err := os.ReadFile(filepath.Join(gw.DataDir, "tls", "ca.pem"))
 	if err != nil {
 		t.Fatalf("the gateway's fleet CA: %v", err)
@@ -38,10 +40,10 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 	t.Run("the gateway's CA", func(t *testing.T) {
 		const host = "ns-web-1"
 		a := startAgentInNS(t, ns, gw, host, natsURL, caPEM)
-		waitFor(t, 30*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
+		integration.WaitFor(t, 30*time.Second, host+" online", func() bool { return integration.HostOnline(cs, host) })
 		// The agent runs in the namespace: it sees its end of the link,
 		// not the gateway's.
-		out := mustOK(t, call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev; echo from-$(hostname)-ns"}))
+		out := integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev; echo from-$(hostname)-ns"}))
 		if !strings.Contains(out, ns.NSIf+":") || strings.Contains(out, ns.HostIf+":") || !strings.Contains(out, "-ns") {
 			t.Errorf("bash on %s did not run in namespace %s (want %s, not %s):\n%s", host, ns.Name, ns.NSIf, ns.HostIf, out)
 		}
@@ -52,15 +54,15 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 
 	t.Run("another CA", func(t *testing.T) {
 		const host = "ns-web-2"
-		other, err := os.ReadFile(filepath.Join(testTLS(t, t.TempDir()), "ca.pem"))
+		other, err := os.ReadFile(filepath.Join(integration.LoopbackTLS(t, t.TempDir()), "ca.pem"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		a := startAgentInNS(t, ns, gw, host, natsURL, other)
-		waitFor(t, 30*time.Second, "the agent to report the certificate it does not trust", func() bool {
+		integration.WaitFor(t, 30*time.Second, "the agent to report the certificate it does not trust", func() bool {
 			return strings.Contains(a.stderr.String(), "certificate signed by unknown authority")
 		})
-		if hostOnline(cs, host) {
+		if integration.HostOnline(cs, host) {
 			t.Errorf("%s, trusting another CA, is online", host)
 		}
 	})
@@ -68,7 +70,7 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 
 // startAgentInNS gives host an identity and runs its fleet-agent in ns;
 // it stops the agent with the test.
-func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL string, natsCA []byte) *nsProcess {
+func startAgentInNS(t *testing.T, ns *integration.NetNS, gw *integration.GatewayProc, host, natsURL string, natsCA []byte) *nsProcess {
 	t.Helper()
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, ".state")
@@ -82,7 +84,7 @@ func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL stri
 // join can run against the gateway process, this becomes `ip netns exec
 // NS fleet-agent join --gateway https://HOST_IP:PORT --token T --ca_pin
 // P` with a token the test makes.)
-func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, natsCA []byte) {
+func enrolInNS(t *testing.T, gw *integration.GatewayProc, host, stateDir, natsURL string, natsCA []byte) {
 	t.Helper()
 	creds, resp := gw.Enrol(host)
 	token, err := creds.JWT()
@@ -117,12 +119,12 @@ func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, na
 // TestNetNSHarness: namespaces made side by side get their own names and
 // addresses, and nothing of them is left once their test ends.
 func TestNetNSHarness(t *testing.T) {
-	made := make(chan *netNS, 2)
+	made := make(chan *integration.NetNS, 2)
 	t.Run("group", func(t *testing.T) {
 		for _, name := range []string{"a", "b"} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ns := newNetNS(t)
+				ns := integration.NewNetNS(t)
 				if out, err := ns.Command("ip", "-o", "addr", "show", "dev", ns.NSIf).CombinedOutput(); err != nil || !strings.Contains(string(out), ns.NSIP+"/30") {
 					t.Errorf("in %s, %s does not have %s: %v\n%s", ns.Name, ns.NSIf, ns.NSIP, err, out)
 				}
@@ -131,7 +133,7 @@ func TestNetNSHarness(t *testing.T) {
 		}
 	})
 	close(made)
-	var all []*netNS
+	var all []*integration.NetNS
 	for ns := range made {
 		all = append(all, ns)
 	}
