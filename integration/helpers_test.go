@@ -20,7 +20,6 @@ var (
 	waitForFile          = WaitForFile
 	eras                 = Eras
 	freePort             = FreePort
-	freePortOn           = FreePortOn
 	agentBinary          = AgentBinary
 	agentTLS             = AgentTLS
 	natsSetup            = NATSSetup
@@ -47,7 +46,6 @@ var (
 )
 
 type (
-	callOutcome = CallOutcome
 	progressLog = ProgressLog
 	syncBuffer  = SyncBuffer
 	watchedConn = WatchedConn
