@@ -75,7 +75,7 @@ func ClusterNodeConf(t *testing.T, dir, name string, client, route int, routes [
 	if err := os.WriteFile(filepath.Join(nodeDir, gateway.NATSSetupFiles.ServerConfig), include, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../deploy/nats/cluster-node.conf")
+	data, err := os.ReadFile(filepath.Join(ModuleRoot(t), "deploy", "nats", "cluster-node.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
