@@ -189,6 +189,8 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 			cs := env.Client(era.Version, nil)
 			id, _ := startBackground(t, cs, "alpha", "while [ ! -e "+filepath.Base(gate)+" ]; do sleep 0.05; done; echo through", nil)
 
+			calls, stop := capture(t, env.GatewayConn(), protocol.CallSubject("alpha"))
+			defer stop()
 			waiting := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -196,7 +198,7 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}})
 				waiting <- err
 			}()
-			time.Sleep(500 * time.Millisecond) // the wait is on its way
+			next(t, calls, "the task_status call on its way to the agent")
 			env.RestartGateway()
 			select {
 			case <-waiting: // cut off: an error or a tool error, either is fine
