@@ -331,7 +331,7 @@ func TestKeyRotation(t *testing.T) {
 
 	// A flood of tokens from a key the issuer never published.
 	is.AddKey("rogue", jose.RS256)
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // a fresh refresh interval: the gateway may fetch the key set once
 	flood := make([]string, 30)
 	for i := range flood {
 		flood[i] = dev("rogue")
@@ -352,7 +352,7 @@ func TestKeyRotation(t *testing.T) {
 	// Overlapping rotation: the new key is published next to the old one.
 	is.AddKey("key-2", jose.ES256)
 	is.Publish("key-1", "key-2")
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // the interval of the last fetch is over: the new key makes the gateway fetch
 	if !accepted(dev("key-2")) {
 		t.Fatal("a token signed by the newly published key was refused")
 	}
@@ -365,14 +365,14 @@ func TestKeyRotation(t *testing.T) {
 	// again (a token signed by another new key makes it), old tokens fail.
 	is.AddKey("key-3", jose.RS256)
 	is.Publish("key-2", "key-3")
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // as above
 	if !accepted(dev("key-3")) {
 		t.Fatal("a token signed by the key published last was refused")
 	}
 	// go-oidc answers the call that fetched the set before it keeps the
 	// new set: the old key goes a moment later.
 	waitFor(t, 10*time.Second, "a token signed by the retired key refused once the key set was fetched again", func() bool { return !accepted(old) })
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // a refresh interval on, the retired key has not come back
 	if accepted(old) {
 		t.Fatal("a token signed by the retired key was accepted")
 	}
