@@ -29,7 +29,7 @@ import (
 // streamable-HTTP server with one echo tool, driven by the same client in
 // the same run. Compare ratios, not absolute numbers; see the README.
 //
-//	go test ./integration -run '^$' -bench . -benchtime 3s -count 5
+//	go test ./integration/load -run '^$' -bench . -benchtime 3s -count 5
 
 // load runs b.N calls of fn across conc goroutines and reports latency
 // percentiles and throughput.
