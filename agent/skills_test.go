@@ -210,7 +210,10 @@ func TestCatalogWatchRootRecreated(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.watch(ctx, func() {}); close(done) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(50 * time.Millisecond)
+	// Only the watch adds a skill to the catalog (newCatalog scanned
+	// before it): seen, the watch is set up.
+	writeSkill(t, root, "two", "second", "")
+	waitSkills(t, c, "the watch to see a new skill", func(s []protocol.Skill) bool { _, ok := skillNamed(s, "two"); return ok })
 	if err := os.RemoveAll(root); err != nil {
 		t.Fatal(err)
 	}

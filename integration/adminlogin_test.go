@@ -29,7 +29,7 @@ func TestAdminTokenLoginAsPrinted(t *testing.T) {
 	writeFile(t, tokensFile, "tokens:\n  "+bootLine+"\n")
 	gw := launchGatewayProcess(t, boot, "--api_tokens", tokensFile)
 
-	cmd := exec.Command(gatewayBinary(t), "--new_api_token", "ops", "--admin", "--data_dir", gw.dataDir, "--api_listen", gw.apiAddr)
+	cmd := exec.Command(gatewayBinary(t), "--new_api_token", "ops", "--admin", "--data_dir", gw.DataDir, "--api_listen", gw.APIAddr)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("--new_api_token --admin: %v\n%s", err, out)
@@ -38,11 +38,11 @@ func TestAdminTokenLoginAsPrinted(t *testing.T) {
 	if m == nil {
 		t.Fatalf("--new_api_token --admin printed no token, admin entry and login command:\n%s", out)
 	}
-	if !strings.Contains(m[3], "--gateway https://"+gw.apiAddr+" ") || !strings.Contains(m[3], "--ca_pin "+gatewayCAPin(t, gw)+" ") || strings.Contains(m[3], m[1]) {
+	if !strings.Contains(m[3], "--gateway https://"+gw.APIAddr+" ") || !strings.Contains(m[3], "--ca_pin "+gatewayCAPin(t, gw)+" ") || strings.Contains(m[3], m[1]) {
 		t.Fatalf("login command %q: want the fleet API's address and CA pin, and no token", m[3])
 	}
 	writeFile(t, tokensFile, "tokens:\n  "+bootLine+"\n  "+m[2]+"\n")
-	if err := gw.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := gw.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 

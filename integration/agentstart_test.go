@@ -95,14 +95,6 @@ func TestAgentStopsPromptlyWhenDisconnected(t *testing.T) {
 	})
 }
 
-// waitProcess waits for cmd in the background; the channel is closed when
-// it has exited.
-func waitProcess(cmd *exec.Cmd) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	return done
-}
-
 // sigtermAndWait sends SIGTERM to cmd and returns how long it took to
 // exit; longer than bound fails the test.
 func sigtermAndWait(t *testing.T, cmd *exec.Cmd, done <-chan struct{}, bound time.Duration) time.Duration {

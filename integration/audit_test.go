@@ -19,21 +19,6 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 )
 
-// auditRecords calls the audit tool with filters and returns its records.
-func auditRecords(t *testing.T, cs *mcp.ClientSession, filters map[string]any) []audit.Record {
-	t.Helper()
-	res := call(t, cs, "audit", filters)
-	mustOK(t, res)
-	data, _ := json.Marshal(res.StructuredContent)
-	var page struct {
-		Records []audit.Record `json:"records"`
-	}
-	if err := json.Unmarshal(data, &page); err != nil {
-		t.Fatalf("audit structuredContent %s: %v", data, err)
-	}
-	return page.Records
-}
-
 // Every tool call, allowed or refused, leaves one record that an admin
 // reads back from JetStream with the audit tool, and the same record in
 // the audit file. Contents and secrets stay out of it.

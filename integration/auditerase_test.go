@@ -204,7 +204,10 @@ func TestAuditDamageDetected(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	time.Sleep(2500 * time.Millisecond) // the watcher has read the stream with its records
+	// The watcher reads the stream every 2 s and shows nothing of what it
+	// read: a period and a half on, it has read the stream with its
+	// records, so the cut below is measured against them.
+	time.Sleep(2500 * time.Millisecond)
 	s, err := js.Stream(ctx, protocol.AuditStream)
 	if err != nil {
 		t.Fatal(err)

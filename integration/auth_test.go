@@ -256,7 +256,7 @@ func hostNames(t *testing.T, cs *mcp.ClientSession) []string {
 func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 	f := newAuthFleet(t)
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			want := []struct {
 				caller, token string
 				tools, hosts  []string
@@ -269,7 +269,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				{"stranger", f.user("stranger"), nil, nil},
 			}
 			for _, w := range want {
-				cs := f.ClientAs(era.version, w.token)
+				cs := f.ClientAs(era.Version, w.token)
 				if got := toolNames(t, cs); !slices.Equal(got, w.tools) {
 					t.Errorf("%s: tools/list = %v, want %v", w.caller, got, w.tools)
 				}
@@ -282,7 +282,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 				}
 			}
 
-			dev := f.ClientAs(era.version, f.user("dev"))
+			dev := f.ClientAs(era.Version, f.user("dev"))
 			if got := mustOK(t, call(t, dev, "bash", map[string]any{"host": "alpha", "command": "echo dev-ok"})); got != "dev-ok\n" {
 				t.Errorf("dev's bash on alpha = %q", got)
 			}
@@ -300,7 +300,7 @@ func TestCallersSeeOnlyTheirHostsAndTools(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(f.AgentDir("alpha"), "ci.txt"), []byte("for ci\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			ci := f.ClientAs(era.version, f.ciToken)
+			ci := f.ClientAs(era.Version, f.ciToken)
 			if got := mustOK(t, call(t, ci, "read", map[string]any{"host": "alpha", "path": "ci.txt"})); !strings.HasPrefix(got, "for ci") {
 				t.Errorf("ci's read on alpha = %q", got)
 			}
@@ -332,7 +332,7 @@ func TestKeyRotation(t *testing.T) {
 
 	// A flood of tokens from a key the issuer never published.
 	is.AddKey("rogue", jose.RS256)
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // a fresh refresh interval: the gateway may fetch the key set once
 	flood := make([]string, 30)
 	for i := range flood {
 		flood[i] = dev("rogue")
@@ -353,7 +353,7 @@ func TestKeyRotation(t *testing.T) {
 	// Overlapping rotation: the new key is published next to the old one.
 	is.AddKey("key-2", jose.ES256)
 	is.Publish("key-1", "key-2")
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // the interval of the last fetch is over: the new key makes the gateway fetch
 	if !accepted(dev("key-2")) {
 		t.Fatal("a token signed by the newly published key was refused")
 	}
@@ -366,14 +366,14 @@ func TestKeyRotation(t *testing.T) {
 	// again (a token signed by another new key makes it), old tokens fail.
 	is.AddKey("key-3", jose.RS256)
 	is.Publish("key-2", "key-3")
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // as above
 	if !accepted(dev("key-3")) {
 		t.Fatal("a token signed by the key published last was refused")
 	}
 	// go-oidc answers the call that fetched the set before it keeps the
 	// new set: the old key goes a moment later.
 	waitFor(t, 10*time.Second, "a token signed by the retired key refused once the key set was fetched again", func() bool { return !accepted(old) })
-	time.Sleep(keyRefresh)
+	time.Sleep(keyRefresh) // a refresh interval on, the retired key has not come back
 	if accepted(old) {
 		t.Fatal("a token signed by the retired key was accepted")
 	}

@@ -70,7 +70,7 @@ func TestRacingWritersOneWins(t *testing.T) {
 	out := make([]outcome, writers)
 	var wg sync.WaitGroup
 	for i := range writers {
-		cs := env.Client(eras[i%2].version, nil)
+		cs := env.Client(eras[i%2].Version, nil)
 		wg.Go(func() {
 			content := fmt.Sprintf("v1 from writer %d\n", i)
 			res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "shared.conf", "content": content, "expected_sha256": sum("v0\n")})

@@ -10,10 +10,10 @@ import (
 func TestCoreToolsBothEras(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha", "beta"}})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
-			if era.version != "" && cs.InitializeResult().ProtocolVersion != era.version {
-				t.Fatalf("negotiated %s, want %s", cs.InitializeResult().ProtocolVersion, era.version)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
+			if era.Version != "" && cs.InitializeResult().ProtocolVersion != era.Version {
+				t.Fatalf("negotiated %s, want %s", cs.InitializeResult().ProtocolVersion, era.Version)
 			}
 
 			hosts := mustOK(t, call(t, cs, "hosts", nil))
@@ -24,7 +24,7 @@ func TestCoreToolsBothEras(t *testing.T) {
 				t.Fatalf("filter be* gave %d hosts, want 1", len(got))
 			}
 
-			path := "dir-" + era.name + "/notes.txt"
+			path := "dir-" + era.Name + "/notes.txt"
 			mustOK(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": path, "content": "one\ntwo\nthree\n"}))
 			data, err := os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
 			if err != nil || string(data) != "one\ntwo\nthree\n" {

@@ -87,9 +87,9 @@ func TestCORSOrigins(t *testing.T) {
 	}
 
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			tr := &originTransport{origin: app, token: token}
-			cs, err := env.ClientWith(era.version, &http.Client{Transport: tr})
+			cs, err := env.ClientWith(era.Version, &http.Client{Transport: tr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestCORSOrigins(t *testing.T) {
 				t.Errorf("response to %s: %v", app, h)
 			}
 			other := &originTransport{origin: evil, token: token}
-			cs, err = env.ClientWith(era.version, &http.Client{Transport: other})
+			cs, err = env.ClientWith(era.Version, &http.Client{Transport: other})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,18 +49,18 @@ func (ct *connTracker) cutAll() {
 func TestClientDisconnectKillsCommand(t *testing.T) {
 	env := NewEnv(t)
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			var ct connTracker
 			hc := &http.Client{Transport: &http.Transport{DialContext: ct.dial}}
 			c := mcp.NewClient(&mcp.Implementation{Name: "vanishing", Version: "1"}, nil)
 			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
 				Endpoint: env.Gateway.MCPURL(), HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1,
-			}, &mcp.ClientSessionOptions{ProtocolVersion: era.version})
+			}, &mcp.ClientSessionOptions{ProtocolVersion: era.Version})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cs.Close()
-			pidFile := filepath.Join(env.AgentDir("alpha"), "disconnect-"+era.name)
+			pidFile := filepath.Join(env.AgentDir("alpha"), "disconnect-"+era.Name)
 			go func() {
 				_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{
 					"host": "alpha", "command": fmt.Sprintf("echo $$ > %s; exec sleep 60", pidFile),

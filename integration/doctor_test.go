@@ -36,7 +36,7 @@ func TestDoctor(t *testing.T) {
 	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n  "+userLine+"\n")
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	gw := launchGatewayProcess(t, token, "--api_tokens", file, "--api_listen", apiAddr)
-	cs := gw.client()
+	cs := gw.Client()
 	pin := gatewayCAPin(t, gw)
 	fleetctl := func(tok string, args ...string) (string, int) {
 		t.Helper()
@@ -92,7 +92,7 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 
-	out, code = fleetctl(token, "doctor", "--mcp_url", gw.mcpURL)
+	out, code = fleetctl(token, "doctor", "--mcp_url", gw.MCPURL)
 	t.Logf("fleetctl doctor:\n%s", out)
 	if code != 0 {
 		t.Errorf("fleetctl doctor: exit %d\n%s", code, out)

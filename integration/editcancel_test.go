@@ -30,9 +30,9 @@ func TestEditCancelFreesAgent(t *testing.T) {
 		edits = append(edits, map[string]any{"old_string": from, "new_string": to, "replace_all": true})
 	}
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
-			big := filepath.Join(dir, "big-"+era.name+".txt")
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
+			big := filepath.Join(dir, "big-"+era.Name+".txt")
 			if err := os.WriteFile(big, []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}

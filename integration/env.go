@@ -136,7 +136,7 @@ func NewEnv(t testing.TB, options ...Options) *Env {
 		cfg.NATSURLs = []string{opts.ServerURL}
 		e.externalFiles(&cfg)
 	case opts.ExternalNATS:
-		e.natsPort = freePort(t)
+		e.natsPort = FreePort(t)
 		e.natsDir = t.TempDir()
 		e.setup = filepath.Join(t.TempDir(), "nats-setup")
 		if _, err := gateway.NATSSetup(e.setup, 0); err != nil {
@@ -485,7 +485,7 @@ func (e *Env) RestartAgentProcess(name string) {
 // any of its flags. Its stderr goes to the test log.
 func (e *Env) AgentCommand(name, dir string, extraArgs ...string) *exec.Cmd {
 	e.t.Helper()
-	bin := agentBinary(e.t)
+	bin := AgentBinary(e.t)
 	stateDir := filepath.Join(dir, ".state")
 	e.WriteIdentity(name, stateDir)
 	args := append([]string{"--nats", e.NATSURL(), "--cwd", dir,
@@ -682,7 +682,13 @@ func (e *Env) ClientAs(version, token string) *mcp.ClientSession {
 // BearerClient returns an HTTP client that sends token in the
 // Authorization header of every request.
 func BearerClient(token string) *http.Client {
-	return &http.Client{Transport: bearerTransport{token: token, base: http.DefaultTransport}}
+	return &http.Client{Transport: BearerTransport(token, http.DefaultTransport)}
+}
+
+// BearerTransport sends token in the Authorization header of every
+// request it passes to base.
+func BearerTransport(token string, base http.RoundTripper) http.RoundTripper {
+	return bearerTransport{token: token, base: base}
 }
 
 type bearerTransport struct {
@@ -728,7 +734,7 @@ var (
 )
 
 // agentBinary builds cmd/fleet-agent once per test binary.
-func agentBinary(t testing.TB) string {
+func AgentBinary(t testing.TB) string {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fleet-agent-bin")
 		if err != nil {
@@ -762,7 +768,7 @@ func (e *Env) AgentConn(host string, opts ...nats.Option) (*nats.Conn, error) {
 	creds, seed := e.Enrol(host)
 	all := []nats.Option{nats.UserJWTAndSeed(creds.JWT, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host))}
 	if len(creds.CAPEM) > 0 {
-		all = append(all, agentTLS(creds.CAPEM))
+		all = append(all, AgentTLS(creds.CAPEM))
 	}
 	nc, err := nats.Connect(e.NATSURL(), append(all, opts...)...)
 	if err == nil {
@@ -772,7 +778,7 @@ func (e *Env) AgentConn(host string, opts ...nats.Option) (*nats.Conn, error) {
 }
 
 // agentTLS trusts caPEM alone, as agents do.
-func agentTLS(caPEM []byte) nats.Option {
+func AgentTLS(caPEM []byte) nats.Option {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	return nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})

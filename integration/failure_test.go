@@ -242,6 +242,9 @@ func TestDuplicateHostName(t *testing.T) {
 	})
 	cancel()
 	<-stopped
+	// Nothing shows that the gateway has heard of the second agent's
+	// disconnect (a server event) and kept the conflict: give it a second
+	// to clear it wrongly.
 	time.Sleep(time.Second)
 	if h, _ := env.Gateway.Host("twin"); !h.IdentityConflict || !h.Online {
 		t.Fatalf("after the second agent left: conflict %q (identity %v), online %v; want the conflict to stand", h.Conflict, h.IdentityConflict, h.Online)

@@ -220,7 +220,7 @@ func TestFanoutMaxConcurrency(t *testing.T) {
 	env := NewEnv(t, Options{Agents: names})
 	logFile := filepath.Join(t.TempDir(), "spans.log")
 	var pl progressLog
-	cs := env.Client("2025-11-25", &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+	cs := env.Client("2025-11-25", &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 	params := &mcp.CallToolParams{Name: "fleet_bash", Arguments: map[string]any{
 		"selector": "c*", "max_concurrency": 3,
 		"command": fmt.Sprintf("echo start $(date +%%s%%N) >> %s; sleep 0.5; echo end $(date +%%s%%N) >> %s", logFile, logFile),
@@ -263,7 +263,7 @@ func TestFanoutMaxConcurrency(t *testing.T) {
 		t.Errorf("%d events, at most %d at once; want 18 events and 2 to 3 at once", len(events), most)
 	}
 	// Notifications reach the client's handler asynchronously.
-	waitFor(t, 5*time.Second, "the final 9/9 progress", func() bool { return strings.Contains(pl.joined(), "9/9 hosts done") })
+	waitFor(t, 5*time.Second, "the final 9/9 progress", func() bool { return strings.Contains(pl.Joined(), "9/9 hosts done") })
 }
 
 // fleet_read groups hosts by the SHA-256 their agents report and shows

@@ -19,8 +19,8 @@ func TestFileTools(t *testing.T) {
 	writeFile(t, filepath.Join(cwd, "secret/key.txt"), "TODO: secret\n")
 	writeFile(t, filepath.Join(cwd, "old.txt"), "old\n")
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
 
 			res := call(t, cs, "list", map[string]any{"host": "files"})
 			got := mustOK(t, res)

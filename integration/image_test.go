@@ -49,8 +49,8 @@ func TestReadImages(t *testing.T) {
 	writeAgentFile(t, dir, "wide.jpg", jpgFile.Bytes())
 
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
 
 			res := call(t, cs, "read", map[string]any{"host": "alpha", "path": "shot.txt"})
 			img := imageContent(t, res)

@@ -32,7 +32,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			cs := env.Client(eras[i%2].version, nil)
+			cs := env.Client(eras[i%2].Version, nil)
 			defer cs.Close()
 			host := []string{"alpha", "beta"}[i%2]
 			for j := range 10 {

@@ -26,7 +26,7 @@ func TestGatewayLogLines(t *testing.T) {
 	}
 	before := len(logs.lines())
 	for _, era := range eras {
-		cs := env.Client(era.version, nil)
+		cs := env.Client(era.Version, nil)
 		for range 5 {
 			mustOK(t, call(t, cs, "bash", map[string]any{"host": "alpha", "command": "true"}))
 			mustOK(t, call(t, cs, "hosts", nil))

@@ -1,9 +1,6 @@
 package integration
 
 import (
-	"bufio"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,35 +9,6 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 )
-
-// scrape returns the samples at url by series ("name{labels}"; labels in
-// the order the exposition gives them, sorted by name).
-func scrape(t testing.TB, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("scrape %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape %s: %s", url, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("sample %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
 
 // The gateway's metrics move as calls happen through the MCP client:
 // calls by tool and outcome, their latency, fan-outs, rate-limit

@@ -17,9 +17,9 @@ func TestPatchTool(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha"}})
 	dir := env.AgentDir("alpha")
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
-			sub := "p-" + era.name
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
+			sub := "p-" + era.Name
 			mustOK(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": sub + "/main.go", "content": "package main\n\nfunc main() {\n\tprintln(1)\n}\n"}))
 			patch := fmt.Sprintf("diff --git a/%[1]s/main.go b/%[1]s/main.go\n--- a/%[1]s/main.go\n+++ b/%[1]s/main.go\n@@ -3,3 +3,3 @@\n func main() {\n-\tprintln(1)\n+\tprintln(2)\n }\n"+
 				"diff --git a/%[1]s/new.txt b/%[1]s/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/%[1]s/new.txt\n@@ -0,0 +1 @@\n+hello\n", sub)

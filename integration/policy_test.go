@@ -28,16 +28,6 @@ func policyHost(t *testing.T, env *Env, name, text string) string {
 	return cwd
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestHostPolicyTools: a tool the host policy refuses is refused on that
 // host, whatever the caller asks, and left out of its tool list; hosts
 // carries the policy's digest.
@@ -161,7 +151,7 @@ bash:
 		"X=touch; $X " + marker,
 	}
 	for _, era := range eras {
-		cs := env.Client(era.version, nil)
+		cs := env.Client(era.Version, nil)
 		for _, line := range lines {
 			mustErr(t, call(t, cs, "bash", map[string]any{"host": "guarded", "command": line}), "denied")
 		}
@@ -201,7 +191,7 @@ func TestReadOnlyProfileOptionRunners(t *testing.T) {
 		"sort -S 1 --compress-program=/bin/sh < cmds.txt",
 	}
 	for _, era := range eras {
-		cs := env.Client(era.version, nil)
+		cs := env.Client(era.Version, nil)
 		for _, line := range lines {
 			mustErr(t, call(t, cs, "bash", map[string]any{"host": "readonly", "command": line}), "denied by host policy")
 		}
@@ -214,7 +204,7 @@ func TestReadOnlyProfileOptionRunners(t *testing.T) {
 	}
 
 	free := filepath.Join(t.TempDir(), "marker")
-	cs := env.Client(eras[0].version, nil)
+	cs := env.Client(eras[0].Version, nil)
 	call(t, cs, "bash", map[string]any{"host": "free", "command": "sort --compress-program=sh -S 1 <<'EOF'\n" + payload(free) + "EOF"})
 	if _, err := os.Stat(free); err != nil {
 		t.Fatalf("the payload did not run on the unrestricted host, so the test proves nothing: %v", err)

@@ -27,10 +27,10 @@ var ports struct {
 }
 
 // freePort returns a TCP port free on 127.0.0.1.
-func freePort(t testing.TB) int { return freePortOn(t, "127.0.0.1") }
+func FreePort(t testing.TB) int { return FreePortOn(t, "127.0.0.1") }
 
 // freePortOn returns a TCP port free on ip.
-func freePortOn(t testing.TB, ip string) int {
+func FreePortOn(t testing.TB, ip string) int {
 	t.Helper()
 	ports.mu.Lock()
 	defer ports.mu.Unlock()

@@ -38,11 +38,11 @@ func TestPerCallerRateLimit(t *testing.T) {
 		c.Audit.File = auditLog
 	}})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			// Each era gets fresh buckets' worth of calls by using its own
 			// session; the bucket is per caller, so the second era starts
 			// where the first left off and is refused at once.
-			cs := env.ClientAs(era.version, slow)
+			cs := env.ClientAs(era.Version, slow)
 			ok := 0
 			var refusal string
 			for range 4 {
@@ -54,7 +54,7 @@ func TestPerCallerRateLimit(t *testing.T) {
 				refusal = text(res)
 				break
 			}
-			if era.name == eras[0].name && ok != 3 {
+			if era.Name == eras[0].Name && ok != 3 {
 				t.Fatalf("%d calls allowed before the refusal, want 3", ok)
 			}
 			m := regexp.MustCompile(`^rate limit reached: token slow may make 3 calls per minute \(token slow\); retry in ([0-9.]+) s$`).FindStringSubmatch(refusal)
@@ -64,7 +64,7 @@ func TestPerCallerRateLimit(t *testing.T) {
 			if wait, _ := strconv.ParseFloat(m[1], 64); wait <= 0 || wait > 20.1 {
 				t.Errorf("retry in %v s; one call refills every 20 s", wait)
 			}
-			other := env.ClientAs(era.version, fast)
+			other := env.ClientAs(era.Version, fast)
 			for range 5 {
 				mustOK(t, call(t, other, "bash", map[string]any{"host": "alpha", "command": "true"}))
 			}

@@ -81,7 +81,7 @@ func TestReloadAccessAndTokens(t *testing.T) {
 	}})
 	sessions := map[string]*mcp.ClientSession{}
 	for _, era := range eras {
-		sessions[era.name] = env.ClientAs(era.version, ops)
+		sessions[era.Name] = env.ClientAs(era.Version, ops)
 	}
 	bash := map[string]any{"host": "alpha", "command": "echo hi"}
 	for name, cs := range sessions {
@@ -158,7 +158,7 @@ func TestReloadAccessAndTokens(t *testing.T) {
 	if err := env.Gateway.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	cs := sessions[eras[0].name]
+	cs := sessions[eras[0].Name]
 	for range 2 {
 		mustOK(t, call(t, cs, "bash", bash))
 	}
@@ -229,7 +229,7 @@ func TestReloadReopensAuditFile(t *testing.T) {
 func TestGatewayProcessReloadsOnHangup(t *testing.T) {
 	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	p := startGatewayProcess(t, "--audit_file", auditFile)
-	cs := p.client()
+	cs := p.Client()
 	calls := 0
 	hosts := func() {
 		t.Helper()
@@ -241,14 +241,14 @@ func TestGatewayProcessReloadsOnHangup(t *testing.T) {
 	if err := os.Rename(auditFile, auditFile+".1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	// The reload happens when the process gets to the signal: call until
 	// a record lands in the new file.
 	waitFor(t, 20*time.Second, "a record in the reopened audit file", func() bool {
 		select {
-		case <-p.done:
+		case <-p.Done:
 			t.Fatal("fleet-gateway exited on SIGHUP")
 		default:
 		}
@@ -256,7 +256,7 @@ func TestGatewayProcessReloadsOnHangup(t *testing.T) {
 		return countLines(t, auditFile) > 0
 	})
 	for range 3 {
-		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		hosts()
@@ -265,7 +265,7 @@ func TestGatewayProcessReloadsOnHangup(t *testing.T) {
 		return countLines(t, auditFile, auditFile+".1") == calls
 	})
 	select {
-	case <-p.done:
+	case <-p.Done:
 		t.Fatal("fleet-gateway exited on SIGHUP")
 	default:
 	}
@@ -348,8 +348,8 @@ func TestAgentProcessReloadsPolicyOnHangup(t *testing.T) {
 func TestGatewayProcessDrainsOnSIGTERM(t *testing.T) {
 	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	p := startGatewayProcess(t, "--audit_file", auditFile)
-	p.startAgent("alpha", nil)
-	cs := p.client()
+	p.StartAgent("alpha", nil)
+	cs := p.Client()
 	started := filepath.Join(t.TempDir(), "started")
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
@@ -363,18 +363,18 @@ func TestGatewayProcessDrainsOnSIGTERM(t *testing.T) {
 		_, err := os.Stat(started)
 		return err == nil
 	})
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if res := <-done; res == nil || !strings.Contains(text(res), "finished") {
 		t.Fatalf("call in flight at SIGTERM: %+v", res)
 	}
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("fleet-gateway did not exit after SIGTERM")
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
 	if data, _ := os.ReadFile(auditFile); !strings.Contains(string(data), `"tool":"bash"`) {

@@ -18,94 +18,6 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 )
 
-// watchedConn is a connection with an agent's credential whose end is
-// recorded: when it was cut off, and every error the server sent it
-// (its reason, then the refusals of its attempts to come back).
-type watchedConn struct {
-	nc    *nats.Conn
-	mu    sync.Mutex
-	cutAt time.Time
-	errs  []error
-	cut   chan struct{}
-}
-
-// watchConn connects to url with a credential and seed (and the CA caPEM
-// when set), reconnecting as an agent would.
-func watchConn(t *testing.T, url, token string, seed []byte, caPEM []byte) *watchedConn {
-	t.Helper()
-	w := &watchedConn{cut: make(chan struct{})}
-	var once sync.Once
-	opts := []nats.Option{
-		nats.UserJWTAndSeed(token, string(seed)),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			w.mu.Lock()
-			if w.cutAt.IsZero() {
-				w.cutAt = time.Now()
-			}
-			w.mu.Unlock()
-			once.Do(func() { close(w.cut) })
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			w.mu.Lock()
-			w.errs = append(w.errs, err)
-			w.mu.Unlock()
-		}),
-	}
-	if len(caPEM) > 0 {
-		opts = append(opts, agentTLS(caPEM))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatalf("connect with the credential: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	w.nc = nc
-	return w
-}
-
-// waitCut waits until the connection is cut off and returns when.
-func (w *watchedConn) waitCut(t *testing.T, within time.Duration) time.Time {
-	t.Helper()
-	select {
-	case <-w.cut:
-	case <-time.After(within):
-		t.Fatalf("the connection was not cut off within %s", within)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.cutAt
-}
-
-// waitErr waits until the server sent the connection an error matching
-// want.
-func (w *watchedConn) waitErr(t *testing.T, what string, want func(error) bool) {
-	t.Helper()
-	waitFor(t, 10*time.Second, what, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for _, err := range w.errs {
-			if want(err) {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-// enrolKey enrols host with a new key on gw and returns its credential
-// and seed.
-func enrolKey(t *testing.T, gw *gateway.Gateway, host string, opts ...gateway.EnrolOption) (gateway.AgentCredentials, []byte, error) {
-	t.Helper()
-	kp, _ := nkeys.CreateUser()
-	pub, _ := kp.PublicKey()
-	seed, _ := kp.Seed()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	creds, err := gw.EnrolLocal(ctx, host, pub, map[string]string{"env": "test"}, opts...)
-	return creds, seed, err
-}
-
 // TestRevokeAgent: revoking a host closes its live connection within a
 // second, refuses it from then on, shows it revoked and refuses calls to
 // it; no credential is issued again for its key, nor for its name but by
@@ -124,14 +36,14 @@ func TestRevokeAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Since(start)
-	took := live.waitCut(t, 5*time.Second).Sub(start)
+	took := live.WaitCut(t, 5*time.Second).Sub(start)
 	t.Logf("RevokeAgent returned after %s; the live connection was closed %s after the call", revoked.Round(time.Microsecond), took.Round(time.Microsecond))
 	if took > time.Second {
 		t.Errorf("the connection was closed %s after RevokeAgent; want within 1s", took)
 	}
-	live.waitErr(t, "the server to say the credential was revoked", func(err error) bool { return errors.Is(err, nats.ErrAuthRevoked) })
+	live.WaitErr(t, "the server to say the credential was revoked", func(err error) bool { return errors.Is(err, nats.ErrAuthRevoked) })
 	// Its attempts to come back are refused; the other agent is left alone.
-	live.waitErr(t, "a refused reconnect", func(err error) bool { return errors.Is(err, nats.ErrAuthorization) })
+	live.WaitErr(t, "a refused reconnect", func(err error) bool { return errors.Is(err, nats.ErrAuthorization) })
 	if live.nc.IsConnected() {
 		t.Error("the revoked credential is connected again")
 	}
@@ -211,7 +123,7 @@ func TestReplaceActiveHostRevokesOldKey(t *testing.T) {
 	if _, _, err := enrolKey(t, env.Gateway, "web-1", gateway.ReplaceHost()); err != nil {
 		t.Fatal(err)
 	}
-	at := live.waitCut(t, 5*time.Second)
+	at := live.WaitCut(t, 5*time.Second)
 	t.Logf("the replaced key's connection was closed %s after the replacing enrolment began", at.Sub(start).Round(time.Microsecond))
 }
 
@@ -301,13 +213,13 @@ func TestCredentialExpiry(t *testing.T) {
 		t.Fatalf("credential expires in %s; want within the 2s TTL", d)
 	}
 	live := watchConn(t, env.NATSURL(), creds.JWT, seed, nil)
-	late := live.waitCut(t, 10*time.Second).Sub(creds.Expires)
+	late := live.WaitCut(t, 10*time.Second).Sub(creds.Expires)
 	t.Logf("closed %s after the credential's expiry", late.Round(time.Millisecond))
 	// The server counts a credential's validity in whole seconds.
 	if late < 0 || late > time.Second {
 		t.Errorf("closed %s after expiry; want within a second of it", late)
 	}
-	live.waitErr(t, "the server to say the credential expired", func(err error) bool { return errors.Is(err, nats.ErrAuthExpired) })
+	live.WaitErr(t, "the server to say the credential expired", func(err error) bool { return errors.Is(err, nats.ErrAuthExpired) })
 	// Once the second of its expiry has passed, it is refused outright.
 	time.Sleep(time.Until(creds.Expires.Add(1100 * time.Millisecond)))
 	if nc, err := nats.Connect(env.NATSURL(), nats.UserJWTAndSeed(creds.JWT, string(seed))); err == nil {
@@ -354,7 +266,7 @@ func TestRevocationsConvergeAcrossReplicas(t *testing.T) {
 		}
 	}
 	for _, v := range victims {
-		v.w.waitCut(t, 10*time.Second)
+		v.w.WaitCut(t, 10*time.Second)
 	}
 	// What the server holds now revokes them all.
 	sys, err := nats.Connect(env.NATSURL(), nats.UserCredentials(filepath.Join(env.setup, gateway.NATSSetupFiles.SystemCreds)))
@@ -472,12 +384,12 @@ func TestRevocationOnCluster(t *testing.T) {
 		}
 	}
 	for i, v := range victims {
-		took := v.w.waitCut(t, 5*time.Second).Sub(start)
+		took := v.w.WaitCut(t, 5*time.Second).Sub(start)
 		t.Logf("host-%d on node n%d: closed %s after the first revocation began", i, v.node+1, took.Round(time.Microsecond))
 		if took > time.Second {
 			t.Errorf("host-%d on node n%d was closed %s after its revocation; want within 1s", i, v.node+1, took)
 		}
-		v.w.waitErr(t, "a refused reconnect", func(err error) bool { return errors.Is(err, nats.ErrAuthorization) })
+		v.w.WaitErr(t, "a refused reconnect", func(err error) bool { return errors.Is(err, nats.ErrAuthorization) })
 	}
 	for i, k := range keepers {
 		if !k.w.nc.IsConnected() {

@@ -80,12 +80,12 @@ func fleetctlAt(t *testing.T, gw *gateway.Gateway, args ...string) (string, erro
 // refused from then on.
 func revokedWithin(t *testing.T, env *Env, live *watchedConn, start time.Time, creds gateway.AgentCredentials, seed []byte) {
 	t.Helper()
-	took := live.waitCut(t, 10*time.Second).Sub(start)
+	took := live.WaitCut(t, 10*time.Second).Sub(start)
 	t.Logf("the live connection was closed %s after the revoke began", took.Round(time.Millisecond))
 	if took > time.Second {
 		t.Errorf("the connection was closed %s after the revoke began; want within 1s", took)
 	}
-	live.waitErr(t, "the server to say the credential was revoked", func(err error) bool { return errors.Is(err, nats.ErrAuthRevoked) })
+	live.WaitErr(t, "the server to say the credential was revoked", func(err error) bool { return errors.Is(err, nats.ErrAuthRevoked) })
 	if nc, err := nats.Connect(env.NATSURL(), nats.UserJWTAndSeed(creds.JWT, string(seed))); err == nil {
 		nc.Close()
 		t.Error("a new connection with the revoked credential was admitted")

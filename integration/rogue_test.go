@@ -268,17 +268,17 @@ func TestRogueProgressFlood(t *testing.T) {
 		f.result(&protocol.Result{Content: []protocol.Content{protocol.Text("done\n")}})
 	})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			var mu sync.Mutex
 			count, largest := 0, 0
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			cs := env.Client(era.Version, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 				mu.Lock()
 				defer mu.Unlock()
 				count++
 				largest = max(largest, len(req.Params.Message))
 			}})
 			params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "rogue", "command": "true"}}
-			params.SetProgressToken("flood-" + era.name)
+			params.SetProgressToken("flood-" + era.Name)
 			start := time.Now()
 			res, err := cs.CallTool(context.Background(), params)
 			elapsed := time.Since(start)

@@ -50,32 +50,6 @@ func gatewayKeyOf(t *testing.T, path string) ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(seed)
 }
 
-// capture subscribes to subject and returns the messages it sees, and
-// the function that ends the subscription.
-func capture(t *testing.T, nc *nats.Conn, subject string) (<-chan *nats.Msg, func()) {
-	t.Helper()
-	ch := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(subject, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return ch, func() { _ = sub.Unsubscribe() }
-}
-
-func next(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
-	t.Helper()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s within 20s", what)
-		return nil
-	}
-}
-
 // republish sends m again on subject with a fresh copy of its headers.
 func republish(t *testing.T, nc *nats.Conn, subject string, m *nats.Msg, data []byte) {
 	t.Helper()

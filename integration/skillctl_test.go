@@ -123,7 +123,7 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 	}
 	// skill_push of the same folder (read through a host's agent) is the
 	// same version.
-	same := structured(t, call(t, gw.client(), "skill_push", map[string]any{"host": "sk-00", "path": dir}))
+	same := structured(t, call(t, gw.Client(), "skill_push", map[string]any{"host": "sk-00", "path": dir}))
 	if same["bundle_id"] != bundle1 || same["created"] != false {
 		t.Fatalf("skill_push of the folder fleetctl pushed = %v; want %s, not created", same, bundle1)
 	}
@@ -199,7 +199,7 @@ func TestSkillRolloutWithFleetctl(t *testing.T) {
 	checkNoSkill(t, denied)
 	// The MCP Skills extension serves the version rolled out last, its
 	// files' digests those of the files on the hosts.
-	skills := skillsClient(t, gw.mcpURL, "", token)
+	skills := skillsClient(t, gw.MCPURL, "", token)
 	checkServedSkill(t, skills, hosts[0])
 	// The table says the same, aligned.
 	table := mustCtl("skills", "status", id)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,8 +90,8 @@ func resourceHostNames(t testing.TB, cs *mcp.ClientSession) []string {
 func TestResourceHosts(t *testing.T) {
 	env := NewEnv(t, Options{Agents: []string{"alpha", "beta"}})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
 			ctx := context.Background()
 			resources, err := cs.ListResources(ctx, nil)
 			if err != nil {
@@ -187,24 +185,6 @@ func TestSystemPromptResource(t *testing.T) {
 	if got := readResource(t, cs, "resource://system-prompt").Text; !strings.Contains(got, "`newcomer` — ") || !strings.Contains(got, "2 hosts, 2 online") {
 		t.Errorf("system prompt after newcomer joined:\n%s", got)
 	}
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestSystemPromptOverride: an override template is read on every read;

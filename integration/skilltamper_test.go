@@ -176,7 +176,7 @@ func TestSkillTamperedFleetctlStatus(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -rf /tmp/xy\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cs := gw.client()
+	cs := gw.Client()
 	mustErr(t, call(t, cs, "skill", map[string]any{"host": "tz-1", "name": "deploy"}), "changed on disk")
 	waitFor(t, 10*time.Second, "fleetctl skills status shows tz-1 tampered", func() bool {
 		return state("tampered") && strings.Contains(row(), "scripts/run.sh")

@@ -23,13 +23,13 @@ import (
 func TestBashStreamsProgress(t *testing.T) {
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.ProgressIdle = 700 * time.Millisecond }})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			var pl progressLog
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			cs := env.Client(era.Version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 			params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{
 				"host": "alpha", "command": "echo first; sleep 1.5; echo second; sleep 2.5; echo third",
 			}}
-			params.SetProgressToken("tok-" + era.name)
+			params.SetProgressToken("tok-" + era.Name)
 			done := make(chan *mcp.CallToolResult, 1)
 			go func() {
 				res, err := cs.CallTool(context.Background(), params)
@@ -39,18 +39,18 @@ func TestBashStreamsProgress(t *testing.T) {
 				done <- res
 			}()
 			// The first line must arrive while the command still runs.
-			waitFor(t, 1400*time.Millisecond, "first output line as progress", func() bool { return strings.Contains(pl.joined(), "first") })
-			before := pl.count()
+			waitFor(t, 1400*time.Millisecond, "first output line as progress", func() bool { return strings.Contains(pl.Joined(), "first") })
+			before := pl.Count()
 			res := <-done
 			if got := mustOK(t, res); got != "first\nsecond\nthird\n" {
 				t.Fatalf("result = %q", got)
 			}
-			if !strings.Contains(pl.joined(), "second") {
-				t.Fatalf("second line never streamed: %q", pl.joined())
+			if !strings.Contains(pl.Joined(), "second") {
+				t.Fatalf("second line never streamed: %q", pl.Joined())
 			}
 			// During the silent 2.5 s, keepalives still produce notifications.
-			if pl.count()-before < 2 {
-				t.Fatalf("only %d notifications after the first line; silent periods must still notify", pl.count()-before)
+			if pl.Count()-before < 2 {
+				t.Fatalf("only %d notifications after the first line; silent periods must still notify", pl.Count()-before)
 			}
 		})
 	}
@@ -59,9 +59,9 @@ func TestBashStreamsProgress(t *testing.T) {
 func TestCancelKillsProcessGroup(t *testing.T) {
 	env := NewEnv(t)
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
-			pidFile := filepath.Join(env.AgentDir("alpha"), "pids-"+era.name)
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
+			pidFile := filepath.Join(env.AgentDir("alpha"), "pids-"+era.Name)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			go func() {
@@ -139,7 +139,7 @@ func TestConcurrentClientsSameRequestIDs(t *testing.T) {
 	const clients, calls = 8, 10
 	sessions := make([]*mcp.ClientSession, clients)
 	for i := range sessions {
-		sessions[i] = env.Client(eras[i%2].version, nil)
+		sessions[i] = env.Client(eras[i%2].Version, nil)
 	}
 	var wg sync.WaitGroup
 	for i, cs := range sessions {

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,73 +24,6 @@ import (
 // Background tasks end to end: the go-sdk client over HTTP, the gateway,
 // NATS and agents, real processes. Timings are generous: the machine may
 // be loaded.
-
-// startBackground starts command as a background task on host and returns
-// its task ID and output file.
-func startBackground(t *testing.T, cs *mcp.ClientSession, host, command string, extra map[string]any) (id, output string) {
-	t.Helper()
-	args := map[string]any{"host": host, "command": command, "background": true}
-	for k, v := range extra {
-		args[k] = v
-	}
-	res := call(t, cs, "bash", args)
-	mustOK(t, res)
-	st := structured(t, res)
-	id, _ = st["task_id"].(string)
-	output, _ = st["output_file"].(string)
-	if id == "" || output == "" || st["host"] != host {
-		t.Fatalf("background start: %s %v", text(res), st)
-	}
-	return id, output
-}
-
-// taskStatus calls task_status and returns its structured content.
-func taskStatus(t *testing.T, cs *mcp.ClientSession, host, id string, wait float64) (map[string]any, *mcp.CallToolResult) {
-	t.Helper()
-	res := call(t, cs, "task_status", map[string]any{"host": host, "task_id": id, "wait": wait})
-	mustOK(t, res)
-	return structured(t, res), res
-}
-
-// awaitTask waits (server-side, repeatedly) until task id has ended, for
-// at most two minutes.
-func awaitTask(t *testing.T, cs *mcp.ClientSession, host, id string) (map[string]any, *mcp.CallToolResult) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st, res := taskStatus(t, cs, host, id, 20)
-		if s := st["state"]; s != "queued" && s != "running" {
-			return st, res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s still %v after two minutes", id, st["state"])
-		}
-	}
-}
-
-// killTasksAfter kills, when the test ends, every task still running
-// under the agent whose working directory is dir, so that a failing test
-// leaves no process behind. A recorded PID is killed only while its
-// command line still names the task's folder.
-func killTasksAfter(t *testing.T, dir string) {
-	t.Cleanup(func() {
-		files, _ := filepath.Glob(filepath.Join(dir, ".state", "tasks", "*", "status.json"))
-		for _, f := range files {
-			var st struct {
-				State string `json:"state"`
-				PID   int    `json:"pid"`
-			}
-			data, err := os.ReadFile(f)
-			if err != nil || json.Unmarshal(data, &st) != nil || st.State != "running" || st.PID <= 0 {
-				continue
-			}
-			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
-			if err == nil && strings.Contains(string(cmdline), filepath.Dir(f)) {
-				syscall.Kill(-st.PID, syscall.SIGKILL)
-			}
-		}
-	})
-}
 
 // gone reports whether process pid is gone (or a zombie) within 10 s.
 func gone(pid int) bool {
@@ -115,9 +47,9 @@ func gone(pid int) bool {
 func TestTaskBackgroundWaitAndRead(t *testing.T) {
 	env := NewEnv(t, Options{Gateway: func(c *gateway.Config) { c.ProgressIdle = 700 * time.Millisecond }})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			var pl progressLog
-			cs := env.Client(era.version, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+			cs := env.Client(era.Version, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 			killTasksAfter(t, env.AgentDir("alpha"))
 			started := time.Now()
 			id, output := startBackground(t, cs, "alpha", "echo start; sleep 3; for i in 1 2 3; do echo line $i; done; echo err >&2; exit 5", nil)
@@ -125,7 +57,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 				t.Fatalf("the background start took %s: it must not wait for the command", took)
 			}
 			params := &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}}
-			params.SetProgressToken("task-" + era.name)
+			params.SetProgressToken("task-" + era.Name)
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			res, err := cs.CallTool(ctx, params)
@@ -139,7 +71,7 @@ func TestTaskBackgroundWaitAndRead(t *testing.T) {
 			if tail, _ := st["output_tail"].(string); tail != "start\nline 1\nline 2\nline 3\nerr\n" {
 				t.Fatalf("output tail %q", tail)
 			}
-			if pl.count() == 0 {
+			if pl.Count() == 0 {
 				t.Errorf("no progress notification during a wait of about 3 s")
 			}
 			got := mustOK(t, call(t, cs, "read", map[string]any{"host": "alpha", "path": output}))
@@ -250,13 +182,15 @@ func TestTaskSurvivesAgentRestart(t *testing.T) {
 func TestTaskSurvivesGatewayRestart(t *testing.T) {
 	env := NewEnv(t, Options{ExternalNATS: true})
 	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
+		t.Run(era.Name, func(t *testing.T) {
 			dir := env.AgentDir("alpha")
 			killTasksAfter(t, dir)
-			gate := filepath.Join(dir, "gate-"+era.name)
-			cs := env.Client(era.version, nil)
+			gate := filepath.Join(dir, "gate-"+era.Name)
+			cs := env.Client(era.Version, nil)
 			id, _ := startBackground(t, cs, "alpha", "while [ ! -e "+filepath.Base(gate)+" ]; do sleep 0.05; done; echo through", nil)
 
+			calls, stop := capture(t, env.GatewayConn(), protocol.CallSubject("alpha"))
+			defer stop()
 			waiting := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -264,7 +198,7 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_status", Arguments: map[string]any{"host": "alpha", "task_id": id, "wait": 60}})
 				waiting <- err
 			}()
-			time.Sleep(500 * time.Millisecond) // the wait is on its way
+			next(t, calls, "the task_status call on its way to the agent")
 			env.RestartGateway()
 			select {
 			case <-waiting: // cut off: an error or a tool error, either is fine
@@ -273,7 +207,7 @@ func TestTaskSurvivesGatewayRestart(t *testing.T) {
 			}
 			env.WaitHost("alpha", true)
 
-			cs = env.Client(era.version, nil)
+			cs = env.Client(era.Version, nil)
 			st, res := taskStatus(t, cs, "alpha", id, 0)
 			if st["state"] != "running" {
 				t.Fatalf("after the gateway restart: %s", text(res))

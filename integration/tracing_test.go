@@ -162,7 +162,7 @@ func (p *gatewayProc) startAgentProcess(name string, extra ...string) (*exec.Cmd
 	p.t.Helper()
 	dir := p.t.TempDir()
 	state := filepath.Join(dir, ".state")
-	creds, resp := p.enrol(name)
+	creds, resp := p.Enrol(name)
 	token, _ := creds.JWT()
 	store := identity.Open(state)
 	err := os.MkdirAll(store.Dir(), 0o700)
@@ -173,7 +173,7 @@ func (p *gatewayProc) startAgentProcess(name string, extra ...string) (*exec.Cmd
 		err = store.SaveJWT(token)
 	}
 	if err == nil {
-		err = store.SaveEnrolment(&identity.Enrolment{Host: name, NATSURLs: []string{p.natsURL}, SigningKeys: resp.SigningKeys,
+		err = store.SaveEnrolment(&identity.Enrolment{Host: name, NATSURLs: []string{p.NATSURL}, SigningKeys: resp.SigningKeys,
 			SigningKeySerial: resp.SigningKeySerial, EnrolledAt: time.Now().UTC(), Expires: time.Now().Add(time.Hour)})
 	}
 	if err != nil {
@@ -195,7 +195,7 @@ func (p *gatewayProc) startAgentProcess(name string, extra ...string) (*exec.Cmd
 			<-done
 		}
 	})
-	cs := p.client()
+	cs := p.Client()
 	waitFor(p.t, 20*time.Second, name+" online", func() bool {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": name}})
 		return err == nil && strings.Contains(text(res), name+"\tonline")
@@ -227,7 +227,7 @@ func TestTracingOneTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.startAgentProcess("gamma", "--otlp_endpoint", col.url(), "--policy", readOnly)
-	cs := gw.client()
+	cs := gw.Client()
 
 	t.Run("single call, trace context in _meta", func(t *testing.T) {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash",
@@ -267,7 +267,7 @@ func TestTracingOneTrace(t *testing.T) {
 		const trace, span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 		hc := &http.Client{Transport: headerTransport{"Traceparent": "00-" + trace + "-" + span + "-01"}}
 		c := mcp.NewClient(&mcp.Implementation{Name: "traced", Version: "1"}, nil)
-		tcs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: gw.mcpURL, HTTPClient: hc, DisableStandaloneSSE: true},
+		tcs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: gw.MCPURL, HTTPClient: hc, DisableStandaloneSSE: true},
 			&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			t.Fatal(err)
@@ -373,7 +373,7 @@ func TestTracingOff(t *testing.T) {
 	col := newCollector(t)
 	gw := startGatewayProcess(t)
 	agentCmd, agentDone := gw.startAgentProcess("alpha", "--otlp_endpoint", col.url())
-	cs := gw.client()
+	cs := gw.Client()
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash",
 		Arguments: map[string]any{"host": "alpha", "command": "echo hi"},
 		Meta:      mcp.Meta{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}})

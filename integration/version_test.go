@@ -19,7 +19,7 @@ func TestVersionsAgree(t *testing.T) {
 		t.Fatalf("fleet-gateway --version printed %q", out)
 	}
 	gw := launchGatewayProcess(t, "")
-	cs := gw.client()
+	cs := gw.Client()
 	if got := cs.InitializeResult().ServerInfo.Version; got != want {
 		t.Errorf("the MCP server says version %q, fleet-gateway --version %q", got, want)
 	}

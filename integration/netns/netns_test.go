@@ -1,9 +1,8 @@
 //go:build linux
 
-package integration
+package netns
 
 import (
-	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
@@ -15,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestAgentInNetNSOverTLS: a fleet-agent process on a machine of its own
@@ -28,23 +27,23 @@ import (
 // there. The same agent trusting a CA that is not the gateway's never
 // joins, and says it is a certificate problem.
 func TestAgentInNetNSOverTLS(t *testing.T) {
-	ns := newNetNS(t)
-	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw := startGatewayProcess(t, "--nats_listen", natsAddr)
-	caPEM, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
+	ns := integration.NewNetNS(t)
+	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	gw := integration.StartGatewayProcess(t, "--nats_listen", natsAddr)
+	caPEM, err := os.ReadFile(filepath.Join(gw.DataDir, "tls", "ca.pem"))
 	if err != nil {
 		t.Fatalf("the gateway's fleet CA: %v", err)
 	}
 	natsURL := "tls://" + natsAddr
-	cs := gw.client()
+	cs := gw.Client()
 
 	t.Run("the gateway's CA", func(t *testing.T) {
 		const host = "ns-web-1"
 		a := startAgentInNS(t, ns, gw, host, natsURL, caPEM)
-		waitFor(t, 30*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
+		integration.WaitFor(t, 30*time.Second, host+" online", func() bool { return integration.HostOnline(cs, host) })
 		// The agent runs in the namespace: it sees its end of the link,
 		// not the gateway's.
-		out := mustOK(t, call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev; echo from-$(hostname)-ns"}))
+		out := integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev; echo from-$(hostname)-ns"}))
 		if !strings.Contains(out, ns.NSIf+":") || strings.Contains(out, ns.HostIf+":") || !strings.Contains(out, "-ns") {
 			t.Errorf("bash on %s did not run in namespace %s (want %s, not %s):\n%s", host, ns.Name, ns.NSIf, ns.HostIf, out)
 		}
@@ -55,15 +54,15 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 
 	t.Run("another CA", func(t *testing.T) {
 		const host = "ns-web-2"
-		other, err := os.ReadFile(filepath.Join(testTLS(t, t.TempDir()), "ca.pem"))
+		other, err := os.ReadFile(filepath.Join(integration.LoopbackTLS(t, t.TempDir()), "ca.pem"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		a := startAgentInNS(t, ns, gw, host, natsURL, other)
-		waitFor(t, 30*time.Second, "the agent to report the certificate it does not trust", func() bool {
+		integration.WaitFor(t, 30*time.Second, "the agent to report the certificate it does not trust", func() bool {
 			return strings.Contains(a.stderr.String(), "certificate signed by unknown authority")
 		})
-		if hostOnline(cs, host) {
+		if integration.HostOnline(cs, host) {
 			t.Errorf("%s, trusting another CA, is online", host)
 		}
 	})
@@ -71,7 +70,7 @@ func TestAgentInNetNSOverTLS(t *testing.T) {
 
 // startAgentInNS gives host an identity and runs its fleet-agent in ns;
 // it stops the agent with the test.
-func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL string, natsCA []byte) *nsProcess {
+func startAgentInNS(t *testing.T, ns *integration.NetNS, gw *integration.GatewayProc, host, natsURL string, natsCA []byte) *nsProcess {
 	t.Helper()
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, ".state")
@@ -85,9 +84,9 @@ func startAgentInNS(t *testing.T, ns *netNS, gw *gatewayProc, host, natsURL stri
 // join can run against the gateway process, this becomes `ip netns exec
 // NS fleet-agent join --gateway https://HOST_IP:PORT --token T --ca_pin
 // P` with a token the test makes.)
-func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, natsCA []byte) {
+func enrolInNS(t *testing.T, gw *integration.GatewayProc, host, stateDir, natsURL string, natsCA []byte) {
 	t.Helper()
-	creds, resp := gw.enrol(host)
+	creds, resp := gw.Enrol(host)
 	token, err := creds.JWT()
 	if err != nil {
 		t.Fatal(err)
@@ -117,24 +116,16 @@ func enrolInNS(t *testing.T, gw *gatewayProc, host, stateDir, natsURL string, na
 	}
 }
 
-// hostOnline asks the gateway whether host is online.
-func hostOnline(cs *mcp.ClientSession, host string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": host}})
-	return err == nil && strings.Contains(text(res), host+"\tonline")
-}
-
 // TestNetNSHarness: namespaces made side by side get their own names and
 // addresses, and nothing of them is left once their test ends.
 func TestNetNSHarness(t *testing.T) {
-	made := make(chan *netNS, 2)
+	made := make(chan *integration.NetNS, 2)
 	t.Run("group", func(t *testing.T) {
 		for _, name := range []string{"a", "b"} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ns := newNetNS(t)
-				if out, err := ns.command("ip", "-o", "addr", "show", "dev", ns.NSIf).CombinedOutput(); err != nil || !strings.Contains(string(out), ns.NSIP+"/30") {
+				ns := integration.NewNetNS(t)
+				if out, err := ns.Command("ip", "-o", "addr", "show", "dev", ns.NSIf).CombinedOutput(); err != nil || !strings.Contains(string(out), ns.NSIP+"/30") {
 					t.Errorf("in %s, %s does not have %s: %v\n%s", ns.Name, ns.NSIf, ns.NSIP, err, out)
 				}
 				made <- ns
@@ -142,7 +133,7 @@ func TestNetNSHarness(t *testing.T) {
 		}
 	})
 	close(made)
-	var all []*netNS
+	var all []*integration.NetNS
 	for ns := range made {
 		all = append(all, ns)
 	}

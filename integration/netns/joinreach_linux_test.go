@@ -1,12 +1,11 @@
 //go:build linux
 
-package integration
+package netns
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // The join pitfalls of a gateway whose addresses do not reach it from the
@@ -28,8 +29,8 @@ import (
 // joinFleet is a gateway process with an admin API token, and fleetctl
 // against it.
 type joinFleet struct {
-	gw      *gatewayProc
-	ns      *netNS
+	gw      *integration.GatewayProc
+	ns      *integration.NetNS
 	apiAddr string // host:port hosts reach the fleet API at
 	pin     string
 	admin   string // the admin API token
@@ -44,14 +45,14 @@ func adminTokens(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
+	integration.WriteFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	return token, file
 }
 
 // fleetctl runs fleetctl against the fleet API and returns its output.
 func (f *joinFleet) fleetctl(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(fleetctlBinary(t), append([]string{"--gateway", "https://" + f.apiAddr, "--ca_pin", f.pin}, args...)...)
+	cmd := exec.Command(integration.FleetctlBinary(t), append([]string{"--gateway", "https://" + f.apiAddr, "--ca_pin", f.pin}, args...)...)
 	cmd.Env = append(os.Environ(), "FLEET_API_TOKEN="+f.admin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -71,7 +72,7 @@ func (f *joinFleet) joinArgs(t *testing.T, host, dir string) []string {
 		t.Fatal("fleetctl token create printed no token")
 	}
 	tokenFile := filepath.Join(dir, "token")
-	writeFile(t, tokenFile, tok+"\n")
+	integration.WriteFile(t, tokenFile, tok+"\n")
 	return []string{"join", "--gateway", "https://" + f.apiAddr, "--ca_pin", f.pin, "--token_file", tokenFile, "--name", host,
 		"--state_dir", filepath.Join(dir, ".state"), "--cwd", dir, "--heartbeat", "500ms"}
 }
@@ -83,23 +84,23 @@ func (f *joinFleet) joinArgs(t *testing.T, host, dir string) []string {
 // the fix; with that one --advertise it starts, and a host elsewhere
 // joins and is online, its stored NATS URL the advertised address.
 func TestJoinGatewayHostnameLoopback(t *testing.T) {
-	ns := newNetNS(t)
+	ns := integration.NewNetNS(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("no unshare command (util-linux)")
 	}
 	name := "fleetgw-" + strings.TrimPrefix(ns.HostIf, "fmh")
 	hosts := filepath.Join(t.TempDir(), "hosts")
-	writeFile(t, hosts, "127.0.0.1 localhost\n127.0.1.1 "+name+"\n")
-	natsPort, apiPort := freePortOn(t, "0.0.0.0"), freePortOn(t, "0.0.0.0")
+	integration.WriteFile(t, hosts, "127.0.0.1 localhost\n127.0.1.1 "+name+"\n")
+	natsPort, apiPort := integration.FreePortOn(t, "0.0.0.0"), integration.FreePortOn(t, "0.0.0.0")
 	admin, tokens := adminTokens(t)
 	dataDir := t.TempDir()
-	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--data_dir", dataDir, "--api_tokens", tokens, "--log_level", "warn",
+	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)), "--data_dir", dataDir, "--api_tokens", tokens, "--log_level", "warn",
 		"--nats_listen", fmt.Sprintf("0.0.0.0:%d", natsPort), "--api_listen", fmt.Sprintf("0.0.0.0:%d", apiPort)}
 	// The gateway runs with its own hostname and /etc/hosts, as on such
 	// a machine; the network is this one's.
 	underName := func(ctx context.Context, extra ...string) *exec.Cmd {
 		script := `hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"`
-		full := append([]string{"--uts", "--mount", "sh", "-c", script, "sh", name, hosts, gatewayBinary(t)}, append(args, extra...)...)
+		full := append([]string{"--uts", "--mount", "sh", "-c", script, "sh", name, hosts, integration.GatewayBinary(t)}, append(args, extra...)...)
 		return exec.CommandContext(ctx, "unshare", full...)
 	}
 	if out, err := exec.Command("unshare", "--uts", "--mount", "true").CombinedOutput(); err != nil {
@@ -119,34 +120,14 @@ func TestJoinGatewayHostnameLoopback(t *testing.T) {
 	}
 
 	// One --advertise fixes the fleet API's URL and the NATS URL both.
-	gw := &gatewayProc{t: t, cmd: underName(context.Background(), "--advertise", ns.HostIP), dataDir: dataDir, token: admin, done: make(chan struct{})}
-	gw.mcpURL = "http://" + args[1] + "/mcp"
-	gw.cmd.Stderr = testWriter{t}
-	if err := gw.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gw.cmd.Wait(); close(gw.done) }()
-	t.Cleanup(gw.stop)
-	waitFor(t, 30*time.Second, "the gateway to answer /healthz", func() bool {
-		select {
-		case <-gw.done:
-			t.Fatal("the gateway with --advertise exited")
-		default:
-		}
-		resp, err := http.Get("http://" + args[1] + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	gw := integration.StartGatewayCommand(t, underName(context.Background(), "--advertise", ns.HostIP), args[1], dataDir, admin)
 	f := &joinFleet{gw: gw, ns: ns, apiAddr: net.JoinHostPort(ns.HostIP, strconv.Itoa(apiPort)), admin: admin}
-	f.pin = gatewayCAPin(t, gw)
+	f.pin = integration.GatewayCAPin(t, gw)
 	const host = "ns-named"
 	dir := t.TempDir()
 	startInNS(t, ns, f.joinArgs(t, host, dir)...)
-	cs := gw.client()
-	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
+	cs := gw.Client()
+	integration.WaitFor(t, 60*time.Second, host+" online", func() bool { return integration.HostOnline(cs, host) })
 	id, err := identity.Load(filepath.Join(dir, ".state"))
 	if err != nil {
 		t.Fatal(err)
@@ -162,16 +143,16 @@ func TestJoinGatewayHostnameLoopback(t *testing.T) {
 // token is spent, saying what to change on the gateway; the host writes
 // no enrolment, and the token enrols it once the gateway is fixed.
 func TestJoinRefusedBeforeTokenSpent(t *testing.T) {
-	ns := newNetNS(t)
+	ns := integration.NewNetNS(t)
 	admin, tokens := adminTokens(t)
-	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	loopNATS := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	gw := launchGatewayProcess(t, admin, "--api_tokens", tokens, "--nats_listen", loopNATS, "--nats_tls", "--api_listen", apiAddr)
-	f := &joinFleet{gw: gw, ns: ns, apiAddr: apiAddr, pin: gatewayCAPin(t, gw), admin: admin}
+	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	loopNATS := fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t))
+	gw := integration.LaunchGatewayProcess(t, admin, "--api_tokens", tokens, "--nats_listen", loopNATS, "--nats_tls", "--api_listen", apiAddr)
+	f := &joinFleet{gw: gw, ns: ns, apiAddr: apiAddr, pin: integration.GatewayCAPin(t, gw), admin: admin}
 	const host = "ns-early"
 	dir := t.TempDir()
 	args := f.joinArgs(t, host, dir)
-	out, err := ns.command(agentBinary(t), args...).CombinedOutput()
+	out, err := ns.Command(integration.AgentBinary(t), args...).CombinedOutput()
 	if err == nil {
 		t.Fatalf("the join succeeded with a loopback NATS URL:\n%s", out)
 	}
@@ -188,12 +169,12 @@ func TestJoinRefusedBeforeTokenSpent(t *testing.T) {
 	}
 
 	// Fixed: NATS where the host reaches it. The same token enrols it.
-	gw.stop()
-	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.dataDir, "--nats_listen", natsAddr, "--api_listen", apiAddr)
+	gw.Stop()
+	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	gw = integration.LaunchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.DataDir, "--nats_listen", natsAddr, "--api_listen", apiAddr)
 	startInNS(t, ns, args...)
-	cs := gw.client()
-	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
+	cs := gw.Client()
+	integration.WaitFor(t, 60*time.Second, host+" online", func() bool { return integration.HostOnline(cs, host) })
 }
 
 // TestJoinStaleNATSURLHeals: a host joined while the gateway's NATS
@@ -203,30 +184,30 @@ func TestJoinRefusedBeforeTokenSpent(t *testing.T) {
 // them and comes back online without being touched. Revoked afterwards,
 // it exits with agent.ExitRevoked and says once how to enrol again.
 func TestJoinStaleNATSURLHeals(t *testing.T) {
-	ns := newNetNS(t)
+	ns := integration.NewNetNS(t)
 	admin, tokens := adminTokens(t)
-	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	oldNATS := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw := launchGatewayProcess(t, admin, "--api_tokens", tokens, "--nats_listen", oldNATS, "--api_listen", apiAddr)
-	f := &joinFleet{gw: gw, ns: ns, apiAddr: apiAddr, pin: gatewayCAPin(t, gw), admin: admin}
+	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	oldNATS := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	gw := integration.LaunchGatewayProcess(t, admin, "--api_tokens", tokens, "--nats_listen", oldNATS, "--api_listen", apiAddr)
+	f := &joinFleet{gw: gw, ns: ns, apiAddr: apiAddr, pin: integration.GatewayCAPin(t, gw), admin: admin}
 	const host = "ns-moved"
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, ".state")
 	joined := startInNS(t, ns, f.joinArgs(t, host, dir)...)
-	first := gw.client()
-	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(first, host) })
+	first := gw.Client()
+	integration.WaitFor(t, 60*time.Second, host+" online", func() bool { return integration.HostOnline(first, host) })
 	joined.stop(t)
 	if id, err := identity.Load(stateDir); err != nil || id.Enrolment.NATSURLs[0] != "tls://"+oldNATS {
 		t.Fatalf("after the join: %v", err)
 	}
 
-	gw.stop()
-	newNATS := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	gw = launchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.dataDir, "--nats_listen", newNATS, "--api_listen", apiAddr)
+	gw.Stop()
+	newNATS := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	gw = integration.LaunchGatewayProcess(t, admin, "--api_tokens", tokens, "--data_dir", gw.DataDir, "--nats_listen", newNATS, "--api_listen", apiAddr)
 	f.gw = gw
 	a := startInNS(t, ns, "--state_dir", stateDir, "--cwd", dir, "--heartbeat", "500ms")
-	cs := gw.client()
-	waitFor(t, 90*time.Second, host+" online again", func() bool { return hostOnline(cs, host) })
+	cs := gw.Client()
+	integration.WaitFor(t, 90*time.Second, host+" online again", func() bool { return integration.HostOnline(cs, host) })
 	log := a.stderr.String()
 	for _, want := range []string{"cannot reach NATS at tls://" + oldNATS, "connection refused", "fleet-agent doctor", "the gateway gave other NATS URLs"} {
 		if !strings.Contains(log, want) {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package integration
+package ha
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestGatewayKilledMidCall: three gateways of a cluster each serve four
@@ -87,12 +89,12 @@ func TestGatewayKilledMidCall(t *testing.T) {
 	// an agent connected to its node.
 	const taskHost = "kill-task"
 	taskDir := startClusterAgent(t, c.gw(0), taskHost, []string{"nats://" + c.cfgs[victim].NATSListen})
-	killTasksAfter(t, taskDir)
+	integration.KillTasksAfter(t, taskDir)
 	waitOnline(t, c.gw(victim), []string{taskHost})
 	gate := filepath.Join(taskDir, "task-gate")
-	taskID, _ := startBackground(t, clientTo(t, c.gw(victim).MCPURL(), ""), taskHost,
+	taskID, _ := integration.StartBackground(t, clientTo(t, c.gw(victim).MCPURL(), ""), taskHost,
 		"while [ ! -e task-gate ]; do sleep 0.05; done; echo task-done", nil)
-	waitFor(t, 20*time.Second, "every call on its host", func() bool {
+	integration.WaitFor(t, 20*time.Second, "every call on its host", func() bool {
 		for k := range clients {
 			if _, err := os.Stat(filepath.Join(dirs[hosts[k%len(hosts)]], fmt.Sprintf("kill-%d", k))); err != nil {
 				return false
@@ -113,14 +115,14 @@ func TestGatewayKilledMidCall(t *testing.T) {
 	for _, r := range results {
 		switch {
 		case r.gw == victim && r.err == nil:
-			t.Errorf("call %s through the stopped gateway %d was answered (%s)", r.tag, victim+1, text(r.res))
+			t.Errorf("call %s through the stopped gateway %d was answered (%s)", r.tag, victim+1, integration.Text(r.res))
 		case r.gw == victim:
 			lastFail = max(lastFail, r.end.Sub(at))
 			t.Logf("call %s (era %s) through the stopped gateway: %v", r.tag, r.era, r.err)
 		case r.err != nil:
 			t.Errorf("call %s through gateway %d, still up, failed: %v", r.tag, r.gw+1, r.err)
-		case r.res.IsError || !strings.Contains(text(r.res), r.tag):
-			t.Errorf("call %s through gateway %d, still up: %s", r.tag, r.gw+1, text(r.res))
+		case r.res.IsError || !strings.Contains(integration.Text(r.res), r.tag):
+			t.Errorf("call %s through gateway %d, still up: %s", r.tag, r.gw+1, integration.Text(r.res))
 		default:
 			slowest = max(slowest, r.end.Sub(released))
 		}
@@ -161,7 +163,7 @@ func TestGatewayKilledMidCall(t *testing.T) {
 	// and of its agent's node, and another replica reads it to its end
 	// once the agent has reconnected.
 	other := clientTo(t, c.gw((victim+1)%3).MCPURL(), "")
-	waitFor(t, 30*time.Second, "the task read through another gateway", func() bool {
+	integration.WaitFor(t, 30*time.Second, "the task read through another gateway", func() bool {
 		res, ok := tryCall(other, "task_status", map[string]any{"host": taskHost, "task_id": taskID, "wait": 0})
 		st, _ := res.StructuredContent.(map[string]any)
 		return ok && st["state"] == "running"
@@ -171,8 +173,8 @@ func TestGatewayKilledMidCall(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if st, res := awaitTask(t, other, taskHost, taskID); st["state"] != "succeeded" || st["output_tail"] != "task-done\n" {
-		t.Errorf("the background task, read through another gateway: %s", text(res))
+	if st, res := integration.AwaitTask(t, other, taskHost, taskID); st["state"] != "succeeded" || st["output_tail"] != "task-done\n" {
+		t.Errorf("the background task, read through another gateway: %s", integration.Text(res))
 	}
 }
 
@@ -232,7 +234,7 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 	callAll := func(what string, gws ...int) {
 		t.Helper()
 		for _, i := range gws {
-			mustOK(t, call(t, clients[i], "bash", map[string]any{"host": "rot-1", "command": "echo " + what}))
+			integration.MustOK(t, integration.Call(t, clients[i], "bash", map[string]any{"host": "rot-1", "command": "echo " + what}))
 		}
 	}
 	signing := func(i int) string { return filepath.Join(c.cfgs[i].DataDir, "signing") }
@@ -260,7 +262,7 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 	ids := protocol.KeyIDs(rep.Keys)
 	copySigningDir(t, signing(0), signing(1))
 	reload(0, 1)
-	waitFor(t, 20*time.Second, "rot-1 to trust both keys", trusts(0, ids))
+	integration.WaitFor(t, 20*time.Second, "rot-1 to trust both keys", trusts(0, ids))
 	callAll("overlap", 0, 1, 2) // gateway 3 signs with the old key, still trusted
 
 	if _, err := gateway.RetireSigningKey(filepath.Join(signing(0), "gateway.key"), time.Now()); err != nil {
@@ -268,13 +270,13 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 	}
 	copySigningDir(t, signing(0), signing(1))
 	reload(0, 1)
-	waitFor(t, 20*time.Second, "rot-1 to retire the old key", trusts(0, ids[:1]))
+	integration.WaitFor(t, 20*time.Second, "rot-1 to retire the old key", trusts(0, ids[:1]))
 	callAll("retired", 0, 1)
-	res := call(t, clients[2], "bash", map[string]any{"host": "rot-1", "command": "echo left-out"})
-	if !res.IsError || !strings.Contains(text(res), "does not trust the gateway's signing key") {
-		t.Errorf("a call through the gateway left out of the rotation, after the retirement: %s", text(res))
+	res := integration.Call(t, clients[2], "bash", map[string]any{"host": "rot-1", "command": "echo left-out"})
+	if !res.IsError || !strings.Contains(integration.Text(res), "does not trust the gateway's signing key") {
+		t.Errorf("a call through the gateway left out of the rotation, after the retirement: %s", integration.Text(res))
 	}
-	t.Logf("a call through the gateway left out of the rotation, after the retirement: %s", text(res))
+	t.Logf("a call through the gateway left out of the rotation, after the retirement: %s", integration.Text(res))
 	copySigningDir(t, signing(0), signing(2))
 	reload(2)
 	callAll("all-retired", 0, 1, 2)

@@ -1,4 +1,4 @@
-package integration
+package netns
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // walkthroughHeading is the deploy README's fresh-machine walk-through,
@@ -138,7 +140,7 @@ func shCommands(text string) ([]shCommand, error) {
 // readWalkthrough returns the walk-through's blocks from deploy/README.md.
 func readWalkthrough(t testing.TB) []shBlock {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "deploy", "README.md"))
+	data, err := os.ReadFile(filepath.Join(integration.ModuleRoot(t), "deploy", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestMarkdownShBlocks(t *testing.T) {
 }
 
 func FuzzMarkdownShBlocks(f *testing.F) {
-	if data, err := os.ReadFile(filepath.Join("..", "deploy", "README.md")); err == nil {
+	if data, err := os.ReadFile(filepath.Join(integration.ModuleRoot(f), "deploy", "README.md")); err == nil {
 		f.Add(string(data))
 	}
 	f.Add("## A\n```sh\n# on x\nls\n```\n")

@@ -1,6 +1,6 @@
 //go:build linux
 
-package integration
+package ha
 
 import (
 	"context"
@@ -23,6 +23,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // The reverse-proxy examples of deploy/proxy, run as they are (only the
@@ -38,16 +40,16 @@ func TestProxyNginx(t *testing.T) {
 		t.Skip("no nginx here (.ci/install-test-tools installs it)")
 	}
 	gw, token := startAuthGateway(t)
-	tlsDir := testTLS(t, t.TempDir())
-	port := freePort(t)
+	tlsDir := integration.LoopbackTLS(t, t.TempDir())
+	port := integration.FreePort(t)
 	dir := t.TempDir()
 	site := examineExample(t, "nginx.conf", map[string]string{
-		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://") + ";",
+		"server 127.0.0.1:8080;":                   "server " + strings.TrimPrefix(strings.TrimSuffix(gw.MCPURL, "/mcp"), "http://") + ";",
 		"listen 443 ssl;":                          fmt.Sprintf("listen 127.0.0.1:%d ssl;", port),
 		"/etc/ssl/fleet.example.com/fullchain.pem": filepath.Join(tlsDir, "server.pem"),
 		"/etc/ssl/fleet.example.com/privkey.pem":   filepath.Join(tlsDir, "server-key.pem"),
 	})
-	writeFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
+	integration.WriteFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
 	for _, sub := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o777); err != nil {
 			t.Fatal(err)
@@ -69,7 +71,7 @@ http {
     include %[1]s/fleetmcp.conf;
 }
 `, dir)
-	writeFile(t, filepath.Join(dir, "nginx.conf"), main)
+	integration.WriteFile(t, filepath.Join(dir, "nginx.conf"), main)
 	startProxy(t, exec.Command(bin, "-e", "stderr", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")))
 	checkProxy(t, gw, token, fmt.Sprintf("https://127.0.0.1:%d", port), filepath.Join(tlsDir, "ca.pem"))
 }
@@ -81,10 +83,10 @@ func TestProxyCaddy(t *testing.T) {
 		t.Skip("no caddy here (.ci/install-test-tools installs it)")
 	}
 	gw, token := startAuthGateway(t)
-	tlsDir := testTLS(t, t.TempDir())
-	port := freePort(t)
+	tlsDir := integration.LoopbackTLS(t, t.TempDir())
+	port := integration.FreePort(t)
 	dir := t.TempDir()
-	upstream := strings.TrimPrefix(strings.TrimSuffix(gw.mcpURL, "/mcp"), "http://")
+	upstream := strings.TrimPrefix(strings.TrimSuffix(gw.MCPURL, "/mcp"), "http://")
 	site := examineExample(t, "Caddyfile", map[string]string{
 		"fleet.example.com {": fmt.Sprintf("https://127.0.0.1:%d {\n\ttls %s %s", port, filepath.Join(tlsDir, "server.pem"), filepath.Join(tlsDir, "server-key.pem")),
 	})
@@ -95,7 +97,7 @@ func TestProxyCaddy(t *testing.T) {
 	// Global options: no admin endpoint, no ACME, state in the test.
 	site = fmt.Sprintf("{\n\tadmin off\n\tauto_https off\n\tstorage file_system %s\n}\n\n", filepath.Join(dir, "data")) + site
 	conf := filepath.Join(dir, "Caddyfile")
-	writeFile(t, conf, site)
+	integration.WriteFile(t, conf, site)
 	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", conf)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
 	startProxy(t, cmd)
@@ -107,7 +109,7 @@ func TestProxyCaddy(t *testing.T) {
 // changes shape).
 func examineExample(t *testing.T, name string, replace map[string]string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "proxy", name))
+	data, err := os.ReadFile(filepath.Join(integration.ModuleRoot(t), "deploy", "proxy", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,16 +126,16 @@ func examineExample(t *testing.T, name string, replace map[string]string) string
 // startAuthGateway runs a gateway process whose callers authenticate
 // with an API token that may use every tool (and the admin API, where
 // the agent "behind" is enrolled).
-func startAuthGateway(t *testing.T) (*gatewayProc, string) {
+func startAuthGateway(t *testing.T) (*integration.GatewayProc, string) {
 	t.Helper()
 	token, line, err := access.NewAPIToken("proxy-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
-	gw := launchGatewayProcess(t, token, "--api_tokens", file)
-	gw.startAgent("behind", nil)
+	integration.WriteFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
+	gw := integration.LaunchGatewayProcess(t, token, "--api_tokens", file)
+	gw.StartAgent("behind", nil)
 	return gw, token
 }
 
@@ -141,12 +143,12 @@ func startAuthGateway(t *testing.T) (*gatewayProc, string) {
 // binary should that die first (a timeout's panic runs no cleanup).
 func startProxy(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
-	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	cmd.Stdout, cmd.Stderr = integration.TestLog(t), integration.TestLog(t)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := waitProcess(cmd)
+	done := integration.WaitProcess(cmd)
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -167,7 +169,7 @@ func startProxy(t *testing.T, cmd *exec.Cmd) {
 
 // checkProxy drives the gateway through the proxy at base (https, its
 // certificate from the CA in caFile).
-func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
+func checkProxy(t *testing.T, gw *integration.GatewayProc, token, base, caFile string) {
 	t.Helper()
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
@@ -180,7 +182,7 @@ func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ResponseHeaderTimeout: 10 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
 	plain := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	waitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
+	integration.WaitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
 		resp, err := plain.Get(base + "/healthz")
 		if err != nil {
 			return false
@@ -216,11 +218,11 @@ func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
 	})
 
 	t.Run("sessions and streaming", func(t *testing.T) {
-		var pl progressLog
-		c := mcp.NewClient(&mcp.Implementation{Name: "fleet-proxy-test", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pl.handler})
+		var pl integration.ProgressLog
+		c := mcp.NewClient(&mcp.Implementation{Name: "fleet-proxy-test", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pl.Handler})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		hc := &http.Client{Transport: bearerTransport{token: token, base: tr}}
+		hc := &http.Client{Transport: integration.BearerTransport(token, tr)}
 		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			t.Fatalf("connect through the proxy: %v", err)
@@ -229,7 +231,7 @@ func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
 		if cs.ID() == "" {
 			t.Error("no Mcp-Session-Id came back through the proxy")
 		}
-		if out := mustOK(t, call(t, cs, "hosts", map[string]any{"filter": "behind"})); !strings.Contains(out, "behind\tonline") {
+		if out := integration.MustOK(t, integration.Call(t, cs, "hosts", map[string]any{"filter": "behind"})); !strings.Contains(out, "behind\tonline") {
 			t.Fatalf("hosts through the proxy:\n%s", out)
 		}
 		// Output printed over 2 s must arrive as it is printed, not
@@ -242,10 +244,8 @@ func checkProxy(t *testing.T, gw *gatewayProc, token, base, caFile string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustOK(t, res)
-		pl.mu.Lock()
-		at := append([]time.Time(nil), pl.at...)
-		pl.mu.Unlock()
+		integration.MustOK(t, res)
+		at := pl.Times()
 		if len(at) == 0 {
 			t.Fatal("no progress came through the proxy")
 		}
@@ -296,8 +296,8 @@ func TestProxyNginxReplicas(t *testing.T) {
 	for i := range 2 {
 		waitOnline(t, c.gw(i), hosts)
 	}
-	tlsDir := testTLS(t, t.TempDir())
-	port := freePort(t)
+	tlsDir := integration.LoopbackTLS(t, t.TempDir())
+	port := integration.FreePort(t)
 	dir := t.TempDir()
 	site := examineExample(t, "nginx-replicas.conf", map[string]string{
 		"    server 127.0.0.1:8080;              # gw1: fleet-gateway --name gw1 --listen ...": "    server " + c.cfgs[0].Listen + ";",
@@ -311,11 +311,11 @@ func TestProxyNginxReplicas(t *testing.T) {
 	if strings.Contains(site, "127.0.0.1:808") {
 		t.Fatal("deploy/proxy/nginx-replicas.conf names a gateway address the test did not replace")
 	}
-	writeFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
+	integration.WriteFile(t, filepath.Join(dir, "fleetmcp.conf"), site)
 	startNginx(t, bin, dir)
 	base := fmt.Sprintf("https://127.0.0.1:%d", port)
 	hc := proxyClient(t, filepath.Join(tlsDir, "ca.pem"))
-	waitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
+	integration.WaitFor(t, 30*time.Second, "the proxy to answer /healthz", func() bool {
 		resp, err := hc.Get(base + "/healthz")
 		if err != nil {
 			return false
@@ -346,7 +346,7 @@ func TestProxyNginxReplicas(t *testing.T) {
 	for i := range 12 {
 		for _, cs := range []*mcp.ClientSession{old, stateless} {
 			tag := fmt.Sprintf("lb-%d-%p", i, cs)
-			mustOK(t, callMeta(t, cs, hosts[i%2], tag))
+			integration.MustOK(t, callMeta(t, cs, hosts[i%2], tag))
 			era := "2026"
 			if cs == old {
 				era = "2025"
@@ -383,8 +383,8 @@ func TestProxyNginxReplicas(t *testing.T) {
 		t.Errorf("the new session %q is not on the gateway left, %s", fresh.ID(), c.cfgs[1-down].Name)
 	}
 	for i := range 4 {
-		mustOK(t, call(t, fresh, "bash", map[string]any{"host": hosts[i%2], "command": "echo again"}))
-		mustOK(t, call(t, stateless, "bash", map[string]any{"host": hosts[i%2], "command": "echo on"}))
+		integration.MustOK(t, integration.Call(t, fresh, "bash", map[string]any{"host": hosts[i%2], "command": "echo again"}))
+		integration.MustOK(t, integration.Call(t, stateless, "bash", map[string]any{"host": hosts[i%2], "command": "echo on"}))
 	}
 }
 
@@ -411,7 +411,7 @@ http {
     include %[1]s/fleetmcp.conf;
 }
 `, dir)
-	writeFile(t, filepath.Join(dir, "nginx.conf"), main)
+	integration.WriteFile(t, filepath.Join(dir, "nginx.conf"), main)
 	startProxy(t, exec.Command(bin, "-e", "stderr", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")))
 }
 

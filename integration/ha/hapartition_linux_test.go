@@ -1,6 +1,6 @@
 //go:build linux
 
-package integration
+package ha
 
 import (
 	"context"
@@ -26,6 +26,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestClusterPartition: three gateways whose embedded NATS servers are
@@ -53,8 +55,8 @@ func TestClusterPartition(t *testing.T) {
 		// longer than it waits there: it runs when asked for.
 		t.Skip("a partition of a cluster, about two minutes: run with FLEET_HA_PARTITION=1")
 	}
-	ns := newNetNS(t)
-	_, nsB := ns.addLink()
+	ns := integration.NewNetNS(t)
+	_, nsB := ns.AddLink()
 	p := startPartitionCluster(t, ns, nsB)
 	majority := []string{"maj-1", "maj-2"}
 	for _, h := range majority {
@@ -66,16 +68,16 @@ func TestClusterPartition(t *testing.T) {
 		waitOnline(t, gw, all)
 	}
 	cs3 := p.client(t)
-	waitFor(t, 30*time.Second, "gateway 3 to list every host online", func() bool {
+	integration.WaitFor(t, 30*time.Second, "gateway 3 to list every host online", func() bool {
 		for _, h := range all {
-			if !hostOnline(cs3, h) {
+			if !integration.HostOnline(cs3, h) {
 				return false
 			}
 		}
 		return true
 	})
 	for _, h := range all {
-		mustOK(t, call(t, cs3, "bash", map[string]any{"host": h, "command": "echo before"}))
+		integration.MustOK(t, integration.Call(t, cs3, "bash", map[string]any{"host": h, "command": "echo before"}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -90,7 +92,7 @@ func TestClusterPartition(t *testing.T) {
 	loops := []*clientLoop{newClientLoop(t, p.gws[0].MCPURL(), majority), newClientLoop(t, p.gws[1].MCPURL(), majority)}
 
 	// The routes' link goes down.
-	ns.setLink(false)
+	ns.SetLink(false)
 	at := time.Now()
 	// The minority, meanwhile: calls are refused, not run.
 	var withheld []string
@@ -165,23 +167,23 @@ func TestClusterPartition(t *testing.T) {
 	if enrolErr == nil {
 		t.Error("an enrolment through the minority's gateway was acknowledged")
 	}
-	waitFor(t, 20*time.Second, "the minority's gateway to answer /readyz with 503", func() bool {
+	integration.WaitFor(t, 20*time.Second, "the minority's gateway to answer /readyz with 503", func() bool {
 		return p.readyz() == http.StatusServiceUnavailable
 	})
 
 	// The link comes up again.
-	ns.setLink(true)
+	ns.SetLink(true)
 	healed := time.Now()
-	waitFor(t, 60*time.Second, "gw3 current on every stream", func() bool { return streamsCurrent(nc, "gw3") })
+	integration.WaitFor(t, 60*time.Second, "gw3 current on every stream", func() bool { return streamsCurrent(nc, "gw3") })
 	t.Logf("healed: gw3 current on every stream after %s", time.Since(healed).Round(time.Millisecond))
-	waitFor(t, 30*time.Second, "gateway 3 to serve calls again", func() bool {
+	integration.WaitFor(t, 30*time.Second, "gateway 3 to serve calls again", func() bool {
 		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
 		defer ccancel()
 		res, err := cs3.CallTool(cctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"host": "maj-1", "command": "echo after"}})
 		return err == nil && !res.IsError
 	})
 	t.Logf("healed: gateway 3 served a call again after %s", time.Since(healed).Round(time.Millisecond))
-	waitFor(t, 20*time.Second, "gateway 3 to answer /readyz with 200", func() bool { return p.readyz() == http.StatusOK })
+	integration.WaitFor(t, 20*time.Second, "gateway 3 to answer /readyz with 200", func() bool { return p.readyz() == http.StatusOK })
 
 	// Gateway 3's process is killed while its node leads the audit
 	// stream: a crash hands nothing over.
@@ -198,11 +200,11 @@ func TestClusterPartition(t *testing.T) {
 	// It starts again on its old store, catches up and serves.
 	restarted := time.Now()
 	p.start3(t)
-	waitFor(t, 60*time.Second, "gw3 current on every stream after its restart", func() bool { return streamsCurrent(nc, "gw3") })
+	integration.WaitFor(t, 60*time.Second, "gw3 current on every stream after its restart", func() bool { return streamsCurrent(nc, "gw3") })
 	t.Logf("gateway 3 restarted on its old store: current on every stream %s after its start", time.Since(restarted).Round(time.Millisecond))
 	cs3 = p.client(t)
-	waitFor(t, 30*time.Second, "min-1 online at gateway 3 again", func() bool { return hostOnline(cs3, "min-1") })
-	mustOK(t, call(t, cs3, "bash", map[string]any{"host": "min-1", "command": "echo back"}))
+	integration.WaitFor(t, 30*time.Second, "min-1 online at gateway 3 again", func() bool { return integration.HostOnline(cs3, "min-1") })
+	integration.MustOK(t, integration.Call(t, cs3, "bash", map[string]any{"host": "min-1", "command": "echo back"}))
 	answered := 0
 	for _, cl := range loops {
 		answered += cl.stop()
@@ -251,12 +253,12 @@ type partitionCluster struct {
 	mcp3     string   // gateway 3's MCP host:port
 	api3     string
 	token    string // gateway 3's callers' token
-	ns       *netNS
+	ns       *integration.NetNS
 	args3    []string
 	kill3    func() // kills gateway 3's process (SIGKILL) and waits for it
 }
 
-func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluster {
+func startPartitionCluster(t *testing.T, ns *integration.NetNS, nsB string) *partitionCluster {
 	t.Helper()
 	p := &partitionCluster{}
 	token, line, err := access.NewAPIToken("operator")
@@ -265,12 +267,12 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 	}
 	p.token = token
 	tokens := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, tokens, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
+	integration.WriteFile(t, tokens, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
 	// Ports in the namespace are free: nothing else listens there.
 	routeAddrs := []string{
-		net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP))),
-		net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP))),
-		net.JoinHostPort(ns.NSIP, strconv.Itoa(freePort(t))),
+		net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP))),
+		net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP))),
+		net.JoinHostPort(ns.NSIP, strconv.Itoa(integration.FreePort(t))),
 	}
 	var routes []string
 	for _, a := range routeAddrs {
@@ -279,8 +281,8 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 	var cfgs []gateway.Config
 	for i := range 2 {
 		cfgs = append(cfgs, gateway.Config{
-			Name: fmt.Sprintf("gw%d", i+1), Listen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), DataDir: t.TempDir(),
-			NATSListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), APIListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			Name: fmt.Sprintf("gw%d", i+1), Listen: fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)), DataDir: t.TempDir(),
+			NATSListen: fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)), APIListen: fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)),
 			AuthDisabled: true, Silence: 2 * time.Second, OfflineAfter: 3 * time.Second,
 			// TLS for agents as beyond loopback, as gateway 3 serves it:
 			// enrolments through this gateway hand out the fleet CA.
@@ -309,7 +311,7 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 		errs <- err
 	}
 	go start(0)
-	waitFor(t, 20*time.Second, "the first gateway's keys", func() bool {
+	integration.WaitFor(t, 20*time.Second, "the first gateway's keys", func() bool {
 		for _, f := range []string{"nats/agent-signer.nk", "tls/ca.key", "tls/ca.pem", "signing/gateway.key"} {
 			if _, err := os.Stat(filepath.Join(cfgs[0].DataDir, f)); err != nil {
 				return false
@@ -325,9 +327,9 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 	}
 	p.dataDirs = append(p.dataDirs, dir3)
 	go start(1)
-	p.mcp3 = net.JoinHostPort(nsB, strconv.Itoa(freePort(t)))
-	p.api3 = net.JoinHostPort(nsB, strconv.Itoa(freePort(t)))
-	nats3 := net.JoinHostPort(nsB, strconv.Itoa(freePort(t)))
+	p.mcp3 = net.JoinHostPort(nsB, strconv.Itoa(integration.FreePort(t)))
+	p.api3 = net.JoinHostPort(nsB, strconv.Itoa(integration.FreePort(t)))
+	nats3 := net.JoinHostPort(nsB, strconv.Itoa(integration.FreePort(t)))
 	p.natsURLs = append(p.natsURLs, "tls://"+nats3)
 	p.ns = ns
 	p.args3 = []string{"--name", "gw3", "--listen", p.mcp3, "--nats_listen", nats3, "--api_listen", p.api3,
@@ -346,13 +348,13 @@ func startPartitionCluster(t *testing.T, ns *netNS, nsB string) *partitionCluste
 // waits until it answers; it is stopped with the test.
 func (p *partitionCluster) start3(t *testing.T) {
 	t.Helper()
-	cmd := p.ns.command(gatewayBinary(t), p.args3...)
-	cmd.Stderr = testWriter{t}
+	cmd := p.ns.Command(integration.GatewayBinary(t), p.args3...)
+	cmd.Stderr = integration.TestLog(t)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway 3 in %s: %v", p.ns.Name, err)
 	}
-	done := waitProcess(cmd)
+	done := integration.WaitProcess(cmd)
 	p.kill3 = func() {
 		_ = cmd.Process.Kill()
 		<-done
@@ -366,7 +368,7 @@ func (p *partitionCluster) start3(t *testing.T) {
 			<-done
 		}
 	})
-	waitFor(t, 60*time.Second, "gateway 3 to answer /healthz", func() bool {
+	integration.WaitFor(t, 60*time.Second, "gateway 3 to answer /healthz", func() bool {
 		resp, err := http.Get("http://" + p.mcp3 + "/healthz")
 		if err != nil {
 			return false
@@ -382,7 +384,7 @@ func (p *partitionCluster) client(t *testing.T) *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + p.mcp3 + "/mcp", HTTPClient: BearerClient(p.token),
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + p.mcp3 + "/mcp", HTTPClient: integration.BearerClient(p.token),
 		DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatalf("connect to gateway 3: %v", err)
@@ -423,7 +425,7 @@ func leadFrom(t *testing.T, nc *nats.Conn, stream, node string) {
 			t.Logf("%s led %s at the last look; the last stepdown request in favour of %s was answered: %s", seen, stream, node, answer)
 		}
 	}()
-	waitFor(t, 30*time.Second, node+" to lead "+stream, func() bool {
+	integration.WaitFor(t, 30*time.Second, node+" to lead "+stream, func() bool {
 		info, err := streamInfo(nc, stream)
 		if err != nil || info.Cluster == nil {
 			return false

@@ -1,4 +1,4 @@
-package integration
+package load
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // The benchmarks measure the full path — go-sdk client → HTTP → gateway →
@@ -27,7 +29,7 @@ import (
 // streamable-HTTP server with one echo tool, driven by the same client in
 // the same run. Compare ratios, not absolute numbers; see the README.
 //
-//	go test ./integration -run '^$' -bench . -benchtime 3s -count 5
+//	go test ./integration/load -run '^$' -bench . -benchtime 3s -count 5
 
 // load runs b.N calls of fn across conc goroutines and reports latency
 // percentiles and throughput.
@@ -103,7 +105,7 @@ func BenchmarkBareEcho(b *testing.B) {
 
 // BenchmarkRead4K reads a 4 KiB file through the whole fleet path.
 func BenchmarkRead4K(b *testing.B) {
-	env := NewEnv(b, Options{Quiet: true})
+	env := integration.NewEnv(b, integration.Options{Quiet: true})
 	content := strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", 64)
 	if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "4k.txt"), []byte(content), 0o644); err != nil {
 		b.Fatal(err)
@@ -124,7 +126,7 @@ func BenchmarkRead4K(b *testing.B) {
 
 // BenchmarkBashEcho runs `echo hi` through the whole fleet path.
 func BenchmarkBashEcho(b *testing.B) {
-	env := NewEnv(b, Options{Quiet: true})
+	env := integration.NewEnv(b, integration.Options{Quiet: true})
 	for _, era := range benchEras {
 		cs := benchClient(b, env.Gateway.MCPURL(), era.version)
 		for _, conc := range benchConcurrency {
@@ -169,8 +171,8 @@ func check(res *mcp.CallToolResult, err error, want string) error {
 	if err != nil {
 		return err
 	}
-	if res.IsError || text(res) != want {
-		return fmt.Errorf("unexpected result (error=%v): %.200q", res.IsError, text(res))
+	if res.IsError || integration.Text(res) != want {
+		return fmt.Errorf("unexpected result (error=%v): %.200q", res.IsError, integration.Text(res))
 	}
 	return nil
 }
@@ -184,14 +186,14 @@ func check(res *mcp.CallToolResult, err error, want string) error {
 func BenchmarkTracing(b *testing.B) {
 	content := strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", 64)
 	for _, on := range []bool{false, true} {
-		var opts Options
+		var opts integration.Options
 		if on {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			opts = Options{Gateway: func(c *gateway.Config) { c.TracerProvider = tp }, Agent: func(c *agent.Config) { c.TracerProvider = tp }}
+			opts = integration.Options{Gateway: func(c *gateway.Config) { c.TracerProvider = tp }, Agent: func(c *agent.Config) { c.TracerProvider = tp }}
 		}
 		opts.Quiet = true
-		env := NewEnv(b, opts)
+		env := integration.NewEnv(b, opts)
 		if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "4k.txt"), []byte(content), 0o644); err != nil {
 			b.Fatal(err)
 		}

@@ -24,39 +24,39 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
-// gatewayProc is a fleet-gateway process, so that its memory can be
+// GatewayProc is a fleet-gateway process, so that its memory can be
 // measured apart from the test's client and agents.
-type gatewayProc struct {
+type GatewayProc struct {
 	t       testing.TB
-	cmd     *exec.Cmd
-	mcpURL  string
-	natsURL string
-	dataDir string
-	apiAddr string // the fleet API's host:port
+	Cmd     *exec.Cmd
+	MCPURL  string
+	NATSURL string
+	DataDir string
+	APIAddr string // the fleet API's host:port
 	token   string // the callers' bearer token; empty: authentication is off
-	done    chan struct{}
+	Done    chan struct{}
 
 	joinOnce sync.Once
 	join     string // a join token for the agents the test enrols
 }
 
-// startGatewayProcess runs fleet-gateway with authentication off on
+// StartGatewayProcess runs fleet-gateway with authentication off on
 // loopback ports, with extra flags, and waits until it answers.
-func startGatewayProcess(t testing.TB, extra ...string) *gatewayProc {
+func StartGatewayProcess(t testing.TB, extra ...string) *GatewayProc {
 	t.Helper()
-	return launchGatewayProcess(t, "", extra...)
+	return LaunchGatewayProcess(t, "", extra...)
 }
 
-// launchGatewayProcess runs fleet-gateway on loopback ports with extra
+// LaunchGatewayProcess runs fleet-gateway on loopback ports with extra
 // flags, and waits until it answers. With a token (which extra's
 // --api_tokens must accept) callers authenticate with it; without one
 // authentication is off.
-func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayProc {
+func LaunchGatewayProcess(t testing.TB, token string, extra ...string) *GatewayProc {
 	t.Helper()
 	dir := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	natsListen := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	apiAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	for i, a := range extra {
 		if a == "--api_listen" && i+1 < len(extra) {
 			apiAddr = extra[i+1]
@@ -67,15 +67,33 @@ func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayP
 		args = append(args, "--no_auth")
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(gatewayBinary(t), args...)
-	cmd.Stderr = testWriter{t}
+	p := StartGatewayCommand(t, exec.Command(GatewayBinary(t), args...), listen, dir, token)
+	p.NATSURL, p.APIAddr = "nats://"+natsListen, apiAddr
+	return p
+}
+
+// StartGatewayCommand starts cmd, a fleet-gateway whose MCP endpoint and
+// /healthz are on listen and whose data directory is dataDir, stops it
+// with the test, and waits until it answers; with a token callers
+// authenticate with it. A process that exits before it answers fails the
+// test.
+func StartGatewayCommand(t testing.TB, cmd *exec.Cmd, listen, dataDir, token string) *GatewayProc {
+	t.Helper()
+	if cmd.Stderr == nil {
+		cmd.Stderr = testWriter{t}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gateway process: %v", err)
 	}
-	p := &gatewayProc{t: t, cmd: cmd, mcpURL: "http://" + listen + "/mcp", natsURL: "nats://" + natsListen, dataDir: dir, apiAddr: apiAddr, token: token, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(p.stop)
-	waitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
+	p := &GatewayProc{t: t, Cmd: cmd, MCPURL: "http://" + listen + "/mcp", DataDir: dataDir, token: token, Done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.Done) }()
+	t.Cleanup(p.Stop)
+	WaitFor(t, 30*time.Second, "gateway process to answer /healthz", func() bool {
+		select {
+		case <-p.Done:
+			t.Fatalf("the gateway process exited before it answered: %v", cmd.ProcessState)
+		default:
+		}
 		resp, err := http.Get("http://" + listen + "/healthz")
 		if err != nil {
 			return false
@@ -86,24 +104,26 @@ func launchGatewayProcess(t testing.TB, token string, extra ...string) *gatewayP
 	return p
 }
 
-func (p *gatewayProc) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
+// Stop ends the process with an interrupt (it drains), or kills it after
+// 20 s.
+func (p *GatewayProc) Stop() {
+	_ = p.Cmd.Process.Signal(os.Interrupt)
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		_ = p.Cmd.Process.Kill()
+		<-p.Done
 	}
 }
 
-// startAgent runs an in-process agent called name against the gateway
+// StartAgent runs an in-process agent called name against the gateway
 // process and waits until it is online.
-func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
+func (p *GatewayProc) StartAgent(name string, mod func(*agent.Config)) {
 	p.t.Helper()
 	dir := p.t.TempDir()
-	creds, resp := p.enrol(name)
+	creds, resp := p.Enrol(name)
 	cfg := agent.Config{
-		Servers: []string{p.natsURL}, Name: name, Credentials: creds,
+		Servers: []string{p.NATSURL}, Name: name, Credentials: creds,
 		GatewayKeys: resp.SigningKeys, GatewayKeySerial: resp.SigningKeySerial,
 		Cwd: dir, StateDir: filepath.Join(dir, ".state"), Heartbeat: 500 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, DrainTimeout: 5 * time.Second,
@@ -119,19 +139,19 @@ func (p *gatewayProc) startAgent(name string, mod func(*agent.Config)) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	p.t.Cleanup(func() { cancel(); <-done })
-	cs := p.client()
-	waitFor(p.t, 20*time.Second, name+" online", func() bool {
+	cs := p.Client()
+	WaitFor(p.t, 20*time.Second, name+" online", func() bool {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hosts", Arguments: map[string]any{"filter": name}})
-		return err == nil && strings.Contains(text(res), name+"\tonline")
+		return err == nil && strings.Contains(Text(res), name+"\tonline")
 	})
 }
 
-// enrol enrols host with the gateway process over its fleet API, as a
+// Enrol enrols host with the gateway process over its fleet API, as a
 // host does (a key made here, a join token the admin API made, the CA
 // pinned), and returns its credential and the enrolment's answer.
-func (p *gatewayProc) enrol(host string) (agent.Credentials, *protocol.EnrolResponse) {
+func (p *GatewayProc) Enrol(host string) (agent.Credentials, *protocol.EnrolResponse) {
 	p.t.Helper()
-	url, pin := "https://"+p.apiAddr, gatewayCAPin(p.t, p)
+	url, pin := "https://"+p.APIAddr, GatewayCAPin(p.t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	p.joinOnce.Do(func() {
@@ -155,12 +175,12 @@ func (p *gatewayProc) enrol(host string) (agent.Credentials, *protocol.EnrolResp
 	return agent.Credentials{JWT: func() (string, error) { return resp.JWT, nil }, Seed: seed}, resp
 }
 
-func (p *gatewayProc) client() *mcp.ClientSession {
+func (p *GatewayProc) Client() *mcp.ClientSession {
 	p.t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	transport := &mcp.StreamableClientTransport{Endpoint: p.mcpURL, DisableStandaloneSSE: true}
+	transport := &mcp.StreamableClientTransport{Endpoint: p.MCPURL, DisableStandaloneSSE: true}
 	if p.token != "" {
 		transport.HTTPClient = BearerClient(p.token)
 	}
@@ -172,18 +192,18 @@ func (p *gatewayProc) client() *mcp.ClientSession {
 	return cs
 }
 
-// resetPeak resets the process's peak RSS (VmHWM) to its current RSS.
-func (p *gatewayProc) resetPeak() {
+// ResetPeak resets the process's peak RSS (VmHWM) to its current RSS.
+func (p *GatewayProc) ResetPeak() {
 	p.t.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0); err != nil {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Cmd.Process.Pid), []byte("5"), 0); err != nil {
 		p.t.Skipf("cannot reset the peak RSS of a process here: %v", err)
 	}
 }
 
-// memory returns the process's current and peak RSS.
-func (p *gatewayProc) memory() (rss, peak int64) {
+// Memory returns the process's current and peak RSS.
+func (p *GatewayProc) Memory() (rss, peak int64) {
 	p.t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -206,8 +226,8 @@ var (
 	gwBuildErr  error
 )
 
-// gatewayBinary builds cmd/fleet-gateway once per test binary.
-func gatewayBinary(t testing.TB) string {
+// GatewayBinary builds cmd/fleet-gateway once per test binary.
+func GatewayBinary(t testing.TB) string {
 	gwBuildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fleet-gateway-bin")
 		if err != nil {
@@ -226,12 +246,12 @@ func gatewayBinary(t testing.TB) string {
 	return gwBinPath
 }
 
-const mib = 1 << 20
+const MiB = 1 << 20
 
-// gatewayCAPin is the pin of the gateway process's fleet CA.
-func gatewayCAPin(t testing.TB, gw *gatewayProc) string {
+// GatewayCAPin is the pin of the gateway process's fleet CA.
+func GatewayCAPin(t testing.TB, gw *GatewayProc) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(gw.dataDir, "tls", "ca.pem"))
+	data, err := os.ReadFile(filepath.Join(gw.DataDir, "tls", "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package integration
+package netns
 
 import (
 	"io"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestJoinFromNetNS is the install story end to end, across a network: an
@@ -28,21 +30,21 @@ import (
 // token's labels; bash runs there. Restarted without a token, it comes
 // back; the spent token enrols no second host; revoked, it is cut off.
 func TestJoinFromNetNS(t *testing.T) {
-	ns := newNetNS(t)
-	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
-	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(freePortOn(t, ns.HostIP)))
+	ns := integration.NewNetNS(t)
+	natsAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
+	apiAddr := net.JoinHostPort(ns.HostIP, strconv.Itoa(integration.FreePortOn(t, ns.HostIP)))
 	token, line, err := access.NewAPIToken("operator")
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "api-tokens.yaml")
-	writeFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
-	gw := launchGatewayProcess(t, token, "--api_tokens", file, "--nats_listen", natsAddr, "--api_listen", apiAddr)
-	cs := gw.client()
-	pin := gatewayCAPin(t, gw)
+	integration.WriteFile(t, file, "tokens:\n  "+strings.Replace(line, "tools: [read]", `tools: ["*"], admin: true`, 1)+"\n")
+	gw := integration.LaunchGatewayProcess(t, token, "--api_tokens", file, "--nats_listen", natsAddr, "--api_listen", apiAddr)
+	cs := gw.Client()
+	pin := integration.GatewayCAPin(t, gw)
 	fleetctl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(fleetctlBinary(t), append([]string{"--gateway", "https://" + apiAddr, "--ca_pin", pin}, args...)...)
+		cmd := exec.Command(integration.FleetctlBinary(t), append([]string{"--gateway", "https://" + apiAddr, "--ca_pin", pin}, args...)...)
 		cmd.Env = append(os.Environ(), "FLEET_API_TOKEN="+token)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -65,15 +67,15 @@ func TestJoinFromNetNS(t *testing.T) {
 	// The printed command, as the operator pastes it, with the token in a
 	// file rather than on standard input.
 	tokenFile := filepath.Join(dir, "token")
-	writeFile(t, tokenFile, tok+"\n")
+	integration.WriteFile(t, tokenFile, tok+"\n")
 	args := strings.Fields(strings.Replace(join, "--token_file -", "--token_file "+tokenFile, 1))[1:]
 	a := startInNS(t, ns, append(args, runFlags...)...)
-	waitFor(t, 60*time.Second, host+" online", func() bool { return hostOnline(cs, host) })
-	res := call(t, cs, "hosts", map[string]any{"filter": host})
-	if hosts := text(res); !strings.Contains(hosts, "role=web") || !strings.Contains(hosts, "env=test") {
+	integration.WaitFor(t, 60*time.Second, host+" online", func() bool { return integration.HostOnline(cs, host) })
+	res := integration.Call(t, cs, "hosts", map[string]any{"filter": host})
+	if hosts := integration.Text(res); !strings.Contains(hosts, "role=web") || !strings.Contains(hosts, "env=test") {
 		t.Errorf("hosts does not show the token's labels:\n%s", hosts)
 	}
-	if out := mustOK(t, call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev"})); !strings.Contains(out, ns.NSIf+":") {
+	if out := integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": host, "command": "cat /proc/net/dev"})); !strings.Contains(out, ns.NSIf+":") {
 		t.Errorf("bash on %s did not run in the namespace:\n%s", host, out)
 	}
 	if !strings.Contains(fleetctl("token", "list"), "spent") {
@@ -82,21 +84,21 @@ func TestJoinFromNetNS(t *testing.T) {
 
 	// A restart needs no token: the identity is in the state directory.
 	a.stop(t)
-	waitFor(t, 30*time.Second, host+" offline", func() bool { return !hostOnline(cs, host) })
+	integration.WaitFor(t, 30*time.Second, host+" offline", func() bool { return !integration.HostOnline(cs, host) })
 	startInNS(t, ns, runFlags...)
-	waitFor(t, 60*time.Second, host+" back online", func() bool { return hostOnline(cs, host) })
+	integration.WaitFor(t, 60*time.Second, host+" back online", func() bool { return integration.HostOnline(cs, host) })
 
 	// The spent token enrols nothing more.
 	other := filepath.Join(t.TempDir(), ".state")
-	cmd := ns.command(agentBinary(t), append(args, "--state_dir", other, "--name", "ns-second")...)
+	cmd := ns.Command(integration.AgentBinary(t), append(args, "--state_dir", other, "--name", "ns-second")...)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "token_spent") {
 		t.Errorf("a second join with the spent token: %v\n%s", err, out)
 	}
 
 	// Revoked: the live connection is closed and the host stays out.
 	fleetctl("agent", "revoke", host)
-	waitFor(t, 10*time.Second, host+" cut off", func() bool { return !hostOnline(cs, host) })
-	if !strings.Contains(text(call(t, cs, "hosts", map[string]any{"filter": host})), "revoked") {
+	integration.WaitFor(t, 10*time.Second, host+" cut off", func() bool { return !integration.HostOnline(cs, host) })
+	if !strings.Contains(integration.Text(integration.Call(t, cs, "hosts", map[string]any{"filter": host})), "revoked") {
 		t.Error("hosts does not show the revoked host as revoked")
 	}
 }
@@ -105,21 +107,21 @@ func TestJoinFromNetNS(t *testing.T) {
 type nsProcess struct {
 	cmd    *exec.Cmd
 	done   <-chan struct{}
-	stderr *syncBuffer
+	stderr *integration.SyncBuffer
 	once   sync.Once
 }
 
 // startInNS runs fleet-agent with args in ns, stopped with the test.
-func startInNS(t *testing.T, ns *netNS, args ...string) *nsProcess {
+func startInNS(t *testing.T, ns *integration.NetNS, args ...string) *nsProcess {
 	t.Helper()
-	p := &nsProcess{stderr: &syncBuffer{}}
-	p.cmd = ns.command(agentBinary(t), args...)
-	p.cmd.Stderr = io.MultiWriter(p.stderr, testWriter{t})
+	p := &nsProcess{stderr: &integration.SyncBuffer{}}
+	p.cmd = ns.Command(integration.AgentBinary(t), args...)
+	p.cmd.Stderr = io.MultiWriter(p.stderr, integration.TestLog(t))
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start fleet-agent in %s: %v", ns.Name, err)
 	}
-	p.done = waitProcess(p.cmd)
+	p.done = integration.WaitProcess(p.cmd)
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }

@@ -1,4 +1,4 @@
-package integration
+package load
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/access"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // Forged content a flooding host puts in its reports: neither may reach
@@ -33,7 +35,7 @@ const (
 // stolenHost connects to NATS with an enrolled host's own files from its
 // state directory (its key, credential and CA): what an attacker who
 // owns the machine holds.
-func stolenHost(t *testing.T, env *Env, host, stateDir string) (*nats.Conn, nkeys.KeyPair) {
+func stolenHost(t *testing.T, env *integration.Env, host, stateDir string) (*nats.Conn, nkeys.KeyPair) {
 	t.Helper()
 	store := identity.Open(stateDir)
 	kp, err := store.LoadKey()
@@ -51,7 +53,7 @@ func stolenHost(t *testing.T, env *Env, host, stateDir string) (*nats.Conn, nkey
 	seed, _ := kp.Seed()
 	opts := []nats.Option{nats.UserJWTAndSeed(token, string(seed)), nats.CustomInboxPrefix(protocol.AgentInboxPrefix(host))}
 	if enr.NATSCA != "" {
-		opts = append(opts, agentTLS([]byte(enr.NATSCA)))
+		opts = append(opts, integration.AgentTLS([]byte(enr.NATSCA)))
 	}
 	nc, err := nats.Connect(env.NATSURL(), opts...)
 	if err != nil {
@@ -114,7 +116,7 @@ func median(ds []time.Duration) time.Duration {
 // real call is made before it connects, and the host stands refused
 // after the flood.
 func TestFloodingHost(t *testing.T) {
-	env := NewEnv(t, Options{ExternalNATS: true, Agents: []string{"honest"}, Gateway: func(c *gateway.Config) {
+	env := integration.NewEnv(t, integration.Options{ExternalNATS: true, Agents: []string{"honest"}, Gateway: func(c *gateway.Config) {
 		c.Metrics, c.MetricsListen = true, "127.0.0.1:0"
 	}})
 	env.StartAgentProcess("victim")
@@ -127,15 +129,15 @@ func TestFloodingHost(t *testing.T) {
 	// rogue connects: the rogue's connection beside the live agent is
 	// two connections on one identity, and once the gateway has found
 	// that (within seconds) it refuses every call to the host.
-	calls, stop := capture(t, wire, protocol.CallSubject("victim"))
-	mustOK(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo real"}))
-	realID := next(t, calls, "the real call on the wire").Header.Get(protocol.HeaderCall)
+	calls, stop := integration.Capture(t, wire, protocol.CallSubject("victim"))
+	integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo real"}))
+	realID := integration.NextMsg(t, calls, "the real call on the wire").Header.Get(protocol.HeaderCall)
 	stop()
 	rogue, kp := stolenHost(t, env, "victim", filepath.Join(env.AgentDir("victim"), ".state"))
 
 	honest := func() time.Duration {
 		start := time.Now()
-		mustOK(t, call(t, cs, "bash", map[string]any{"host": "honest", "command": "echo ok"}))
+		integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": "honest", "command": "echo ok"}))
 		return time.Since(start)
 	}
 	var baseline []time.Duration
@@ -248,7 +250,7 @@ func TestFloodingHost(t *testing.T) {
 		t.Errorf("the honest host's calls took %s (median) during the flood, %s during the control: more than %s", under, ctl, limit)
 	}
 
-	recs := auditRecords(t, cs, map[string]any{"host": "victim", "limit": 500})
+	recs := integration.AuditRecords(t, cs, map[string]any{"host": "victim", "limit": 500})
 	var realRefusal bool
 	for _, r := range recs {
 		data, _ := json.Marshal(r)
@@ -273,14 +275,14 @@ func TestFloodingHost(t *testing.T) {
 	// host's bound is chance: once the bound has room again, the report
 	// comes until one is dropped because the call's refusals are
 	// recorded already.
-	waitFor(t, 20*time.Second, "a report about the recorded call to be dropped as such", func() bool {
+	integration.WaitFor(t, 20*time.Second, "a report about the recorded call to be dropped as such", func() bool {
 		if err := rogue.PublishMsg(&nats.Msg{Subject: protocol.RefusedSubject("victim"), Header: real.Header, Data: real.Data}); err != nil {
 			t.Fatal(err)
 		}
 		_ = rogue.Flush()
-		return scrape(t, env.Gateway.MetricsURL())[`fleet_refusal_reports_dropped_total{reason="call_recorded"}`] > 0
+		return integration.Scrape(t, env.Gateway.MetricsURL())[`fleet_refusal_reports_dropped_total{reason="call_recorded"}`] > 0
 	})
-	m := scrape(t, env.Gateway.MetricsURL())
+	m := integration.Scrape(t, env.Gateway.MetricsURL())
 	for _, series := range []string{`fleet_refusal_reports_dropped_total{reason="rate_limited"}`, `fleet_refusal_reports_dropped_total{reason="not_sent"}`,
 		`fleet_refusal_reports_dropped_total{reason="call_recorded"}`, `fleet_renewals_refused_total{reason="too_early"}`} {
 		if m[series] == 0 {
@@ -300,5 +302,5 @@ func TestFloodingHost(t *testing.T) {
 	if h, _ := env.Gateway.Host("victim"); !h.IdentityConflict {
 		t.Errorf("the rogue beside the live agent is no conflict: %+v", h.Conflict)
 	}
-	mustErr(t, call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo after"}), "live NATS connections use this host's identity")
+	integration.MustErr(t, integration.Call(t, cs, "bash", map[string]any{"host": "victim", "command": "echo after"}), "live NATS connections use this host's identity")
 }

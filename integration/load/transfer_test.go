@@ -1,4 +1,4 @@
-package integration
+package load
 
 import (
 	"context"
@@ -18,18 +18,17 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/agent"
 	"github.com/fleetmcp/fleetmcp/gateway"
-)
 
-// largeContent is a file content of n MiB.
-func largeContent(n int) string { return strings.Repeat("0123456789abcdef", n*mib/16) }
+	"github.com/fleetmcp/fleetmcp/integration"
+)
 
 // writePeak writes content to path on host once, and returns the
 // gateway's RSS before and its peak RSS during the write.
-func (p *gatewayProc) writePeak(t *testing.T, cs *mcp.ClientSession, host, path, content string) (before, peak int64) {
-	before, _ = p.memory()
-	p.resetPeak()
-	mustOK(t, call(t, cs, "write", map[string]any{"host": host, "path": path, "content": content}))
-	_, peak = p.memory()
+func writePeak(t *testing.T, p *integration.GatewayProc, cs *mcp.ClientSession, host, path, content string) (before, peak int64) {
+	before, _ = p.Memory()
+	p.ResetPeak()
+	integration.MustOK(t, integration.Call(t, cs, "write", map[string]any{"host": host, "path": path, "content": content}))
+	_, peak = p.Memory()
 	return before, peak
 }
 
@@ -40,14 +39,14 @@ func TestLargeWriteMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
 	}
-	p := startGatewayProcess(t)
-	p.startAgent("big", nil)
-	cs := p.client()
-	mustOK(t, call(t, cs, "write", map[string]any{"host": "big", "path": "warm.txt", "content": "warm"}))
-	content := largeContent(60)
-	before, peak := p.writePeak(t, cs, "big", "big.txt", content)
+	p := integration.StartGatewayProcess(t)
+	p.StartAgent("big", nil)
+	cs := p.Client()
+	integration.MustOK(t, integration.Call(t, cs, "write", map[string]any{"host": "big", "path": "warm.txt", "content": "warm"}))
+	content := integration.LargeContent(60)
+	before, peak := writePeak(t, p, cs, "big", "big.txt", content)
 	growth := float64(peak-before) / float64(len(content))
-	t.Logf("60 MiB write: gateway RSS %.0f MiB before, %.0f MiB at its peak: %.2f times the content", float64(before)/mib, float64(peak)/mib, growth)
+	t.Logf("60 MiB write: gateway RSS %.0f MiB before, %.0f MiB at its peak: %.2f times the content", float64(before)/integration.MiB, float64(peak)/integration.MiB, growth)
 	if growth > 3 {
 		t.Errorf("a 60 MiB write grew the gateway by %.2f times its size; want at most 3", growth)
 	}
@@ -64,7 +63,7 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		t.Skip("measures a gateway process's memory through large writes: the full run does, -short (the race pass) does not")
 	}
 	const budget = 64
-	content := largeContent(40)
+	content := integration.LargeContent(40)
 	fourWrites := func(t *testing.T, cs *mcp.ClientSession) {
 		var wg sync.WaitGroup
 		for i := range 4 {
@@ -78,7 +77,7 @@ func TestLargeWritesShareBudget(t *testing.T) {
 					t.Errorf("write %d: %v", i, err)
 					return
 				}
-				mustOK(t, res)
+				integration.MustOK(t, res)
 			})
 		}
 		wg.Wait()
@@ -87,16 +86,16 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		// The same four writes against a gateway whose budget holds them
 		// all at once are the floor the budget is measured against.
 		growth := func(budgetMiB int) (one, four float64) {
-			p := startGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budgetMiB), "--transfer_wait", "5m")
-			p.startAgent("big", nil)
-			cs := p.client()
-			start, first := p.writePeak(t, cs, "big", "first.txt", content)
-			before, _ := p.memory()
-			p.resetPeak()
+			p := integration.StartGatewayProcess(t, "--max_transfer_mib", fmt.Sprint(budgetMiB), "--transfer_wait", "5m")
+			p.StartAgent("big", nil)
+			cs := p.Client()
+			start, first := writePeak(t, p, cs, "big", "first.txt", content)
+			before, _ := p.Memory()
+			p.ResetPeak()
 			fourWrites(t, cs)
-			_, peak := p.memory()
-			p.stop()
-			return float64(first-start) / mib, float64(peak-before) / mib
+			_, peak := p.Memory()
+			p.Stop()
+			return float64(first-start) / integration.MiB, float64(peak-before) / integration.MiB
 		}
 		one, waited := growth(budget)
 		_, together := growth(1024)
@@ -108,7 +107,7 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		}
 	})
 	t.Run("budget", func(t *testing.T) {
-		env := NewEnv(t, Options{Agents: []string{"big"}, Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = budget*mib, 5*time.Minute }})
+		env := integration.NewEnv(t, integration.Options{Agents: []string{"big"}, Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = budget*integration.MiB, 5*time.Minute }})
 		var most atomic.Int64
 		stop := make(chan struct{})
 		sampled := make(chan struct{})
@@ -128,8 +127,8 @@ func TestLargeWritesShareBudget(t *testing.T) {
 		fourWrites(t, env.Client("2025-11-25", nil))
 		close(stop)
 		<-sampled
-		if n := most.Load(); n < int64(len(content)) || n > int64(len(content))+mib {
-			t.Errorf("at most %.1f MiB of the budget in use during four 40 MiB writes; want one write's worth", float64(n)/mib)
+		if n := most.Load(); n < int64(len(content)) || n > int64(len(content))+integration.MiB {
+			t.Errorf("at most %.1f MiB of the budget in use during four 40 MiB writes; want one write's worth", float64(n)/integration.MiB)
 		}
 	})
 }
@@ -143,7 +142,7 @@ type gatedTransport struct {
 }
 
 func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.ContentLength > 10*mib && g.armed.CompareAndSwap(true, false) {
+	if r.ContentLength > 10*integration.MiB && g.armed.CompareAndSwap(true, false) {
 		r = r.Clone(r.Context())
 		r.Body = &gatedBody{rc: r.Body, gate: g.gate, free: 64 << 10}
 	}
@@ -175,11 +174,11 @@ func (b *gatedBody) Close() error { return b.rc.Close() }
 // audit trail); a large read's result likewise. Once the first write is
 // done, the budget is free again.
 func TestLargeTransferBusy(t *testing.T) {
-	env := NewEnv(t, Options{
-		Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = 64*mib, 300*time.Millisecond },
-		Agent:   func(c *agent.Config) { c.BinaryMaxBytes = 64 * mib },
+	env := integration.NewEnv(t, integration.Options{
+		Gateway: func(c *gateway.Config) { c.MaxTransferBytes, c.TransferWait = 64*integration.MiB, 300*time.Millisecond },
+		Agent:   func(c *agent.Config) { c.BinaryMaxBytes = 64 * integration.MiB },
 	})
-	if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "data.bin"), []byte(largeContent(30)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(env.AgentDir("alpha"), "data.bin"), []byte(integration.LargeContent(30)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gated := &gatedTransport{gate: make(chan struct{})}
@@ -200,23 +199,23 @@ func TestLargeTransferBusy(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		res, err := slow.CallTool(ctx, &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"host": "alpha", "path": "first.txt", "content": largeContent(40)}})
+		res, err := slow.CallTool(ctx, &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"host": "alpha", "path": "first.txt", "content": integration.LargeContent(40)}})
 		first <- outcome{res, err}
 	}()
-	waitFor(t, 20*time.Second, "the first write to take its room", func() bool { return env.Gateway.TransferBytesInUse() >= 40*mib })
+	integration.WaitFor(t, 20*time.Second, "the first write to take its room", func() bool { return env.Gateway.TransferBytesInUse() >= 40*integration.MiB })
 
-	for _, era := range eras {
-		cs := env.Client(era.version, nil)
+	for _, era := range integration.Eras {
+		cs := env.Client(era.Version, nil)
 		start := time.Now()
-		res := call(t, cs, "write", map[string]any{"host": "alpha", "path": "second.txt", "content": largeContent(40)})
-		mustErr(t, res, "--max_transfer_mib")
-		if waited := time.Since(start); waited < 300*time.Millisecond || !strings.Contains(text(res), "busy") {
-			t.Errorf("%s: second write refused after %s: %s", era.name, waited, text(res))
+		res := integration.Call(t, cs, "write", map[string]any{"host": "alpha", "path": "second.txt", "content": integration.LargeContent(40)})
+		integration.MustErr(t, res, "--max_transfer_mib")
+		if waited := time.Since(start); waited < 300*time.Millisecond || !strings.Contains(integration.Text(res), "busy") {
+			t.Errorf("%s: second write refused after %s: %s", era.Name, waited, integration.Text(res))
 		}
-		res = call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
-		mustErr(t, res, "--max_transfer_mib")
-		if !strings.Contains(text(res), "the result of read on alpha") {
-			t.Errorf("%s: read refused with %q", era.name, text(res))
+		res = integration.Call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
+		integration.MustErr(t, res, "--max_transfer_mib")
+		if !strings.Contains(integration.Text(res), "the result of read on alpha") {
+			t.Errorf("%s: read refused with %q", era.Name, integration.Text(res))
 		}
 	}
 	if _, err := os.Stat(filepath.Join(env.AgentDir("alpha"), "second.txt")); err == nil {
@@ -228,14 +227,14 @@ func TestLargeTransferBusy(t *testing.T) {
 	if o.err != nil {
 		t.Fatalf("the first write: %v", o.err)
 	}
-	mustOK(t, o.res)
-	waitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
+	integration.MustOK(t, o.res)
+	integration.WaitFor(t, 10*time.Second, "the budget to be free", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
 	cs := env.Client("2025-11-25", nil)
-	res := call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
-	if len(res.Content) != 2 || len(res.Content[1].(*mcp.TextContent).Text) != 40*mib {
-		t.Errorf("read with the budget free: %d items, %d bytes of text", len(res.Content), len(text(res)))
+	res := integration.Call(t, cs, "read", map[string]any{"host": "alpha", "path": "data.bin", "binary_base64": true})
+	if len(res.Content) != 2 || len(res.Content[1].(*mcp.TextContent).Text) != 40*integration.MiB {
+		t.Errorf("read with the budget free: %d items, %d bytes of text", len(res.Content), len(integration.Text(res)))
 	}
-	audit := call(t, cs, "audit", map[string]any{"tool": "write", "decision": "denied"})
+	audit := integration.Call(t, cs, "audit", map[string]any{"tool": "write", "decision": "denied"})
 	if data, _ := json.Marshal(audit.StructuredContent); !strings.Contains(string(data), `"reason":"gateway busy"`) {
 		t.Errorf("no audit record of the busy refusal: %.500s", data)
 	}
@@ -246,25 +245,25 @@ func TestLargeTransferBusy(t *testing.T) {
 // only at a shrunk copy of them: a write whose content is full of escapes
 // and multi-byte characters, and an edit whose strings are megabytes long.
 func TestLargeArgumentsArriveWhole(t *testing.T) {
-	env := NewEnv(t)
+	env := integration.NewEnv(t)
 	var b strings.Builder
-	for i := 0; b.Len() < 3*mib; i++ {
+	for i := 0; b.Len() < 3*integration.MiB; i++ {
 		fmt.Fprintf(&b, "line %d: \"quoted\" back\\slash tab\t é ✓ 😀 \u2028 <&>\n", i)
 	}
 	content := b.String()
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			cs := env.Client(era.version, nil)
-			path := "whole-" + era.name + ".txt"
-			mustOK(t, call(t, cs, "write", map[string]any{"host": "alpha", "path": path, "content": content}))
+	for _, era := range integration.Eras {
+		t.Run(era.Name, func(t *testing.T) {
+			cs := env.Client(era.Version, nil)
+			path := "whole-" + era.Name + ".txt"
+			integration.MustOK(t, integration.Call(t, cs, "write", map[string]any{"host": "alpha", "path": path, "content": content}))
 			got, err := os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
 			if err != nil || string(got) != content {
 				t.Fatalf("written file has %d bytes (err %v), want the %d sent", len(got), err, len(content))
 			}
-			oldPart := content[:2*mib]
+			oldPart := content[:2*integration.MiB]
 			oldPart = oldPart[:strings.LastIndexByte(oldPart, '\n')+1]
 			newPart := strings.ToUpper(oldPart)
-			mustOK(t, call(t, cs, "edit", map[string]any{"host": "alpha", "path": path,
+			integration.MustOK(t, integration.Call(t, cs, "edit", map[string]any{"host": "alpha", "path": path,
 				"edits": []map[string]any{{"old_string": oldPart, "new_string": newPart}}}))
 			got, _ = os.ReadFile(filepath.Join(env.AgentDir("alpha"), path))
 			if string(got) != newPart+content[len(oldPart):] {
@@ -274,5 +273,5 @@ func TestLargeArgumentsArriveWhole(t *testing.T) {
 	}
 	// A call's room is given back once its response is written, which the
 	// client may see a moment before the handler returns.
-	waitFor(t, 5*time.Second, "the transfer budget to be free after the calls", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
+	integration.WaitFor(t, 5*time.Second, "the transfer budget to be free after the calls", func() bool { return env.Gateway.TransferBytesInUse() == 0 })
 }

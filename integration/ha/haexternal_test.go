@@ -1,4 +1,4 @@
-package integration
+package ha
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestExternalClusterNodeLoss: two gateways on an external 3-node NATS
@@ -31,18 +33,18 @@ import (
 // call answered is without its record.
 func TestExternalClusterNodeLoss(t *testing.T) {
 	dir := t.TempDir()
-	clients := []int{freePort(t), freePort(t), freePort(t)}
-	routes := []int{freePort(t), freePort(t), freePort(t)}
+	clients := []int{integration.FreePort(t), integration.FreePort(t), integration.FreePort(t)}
+	routes := []int{integration.FreePort(t), integration.FreePort(t), integration.FreePort(t)}
 	confs := make([]string, 3)
 	for i := range 3 {
-		confs[i] = clusterNodeConf(t, dir, fmt.Sprintf("n%d", i+1), clients[i], routes[i], routes)
+		confs[i] = integration.ClusterNodeConf(t, dir, fmt.Sprintf("n%d", i+1), clients[i], routes[i], routes)
 	}
 	nodes := make([]*server.Server, 3)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
-			ns := startNode(t, confs[i])
+			ns := integration.StartNode(t, confs[i])
 			mu.Lock()
 			nodes[i] = ns
 			mu.Unlock()
@@ -110,7 +112,7 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 
 	// The node gateway 1 is connected to stops.
 	victim := nodeOf(t, nodes, "fleet-gateway")
-	onVictim := connections(nodes[victim], "fleet-sim ")
+	onVictim := integration.Connections(nodes[victim], "fleet-sim ")
 	t.Logf("node n%d holds gateway 1's connection and %d of the agents", victim+1, onVictim)
 	at := time.Now()
 	nodes[victim].Shutdown()
@@ -124,7 +126,7 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 	}
 	// Right after the shutdown the agents may not have noticed it yet:
 	// wait for their reconnections, not only for them to be connected.
-	waitFor(t, 20*time.Second, "the agents of the stopped node to reconnect", func() bool {
+	integration.WaitFor(t, 20*time.Second, "the agents of the stopped node to reconnect", func() bool {
 		return len(fleet.ReconnectedSince(at)) >= onVictim && fleet.Connected() == len(hosts)
 	})
 	rejoined := fleet.ReconnectedSince(at)
@@ -141,10 +143,10 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 	}
 
 	// It comes back on its old store and catches up.
-	nodes[victim] = startNode(t, confs[victim])
+	nodes[victim] = integration.StartNode(t, confs[victim])
 	name := fmt.Sprintf("n%d", victim+1)
 	nc := operatorConn(t, setup, urls[(victim+1)%3])
-	waitFor(t, 60*time.Second, name+" current on the audit stream", func() bool {
+	integration.WaitFor(t, 60*time.Second, name+" current on the audit stream", func() bool {
 		info, err := streamInfo(nc, protocol.AuditStream)
 		if err != nil || info.Cluster == nil {
 			return false
@@ -203,7 +205,7 @@ func TestExternalClusterNodeLoss(t *testing.T) {
 func nodeOf(t *testing.T, nodes []*server.Server, name string) int {
 	t.Helper()
 	for i, ns := range nodes {
-		if connections(ns, name) > 0 {
+		if integration.Connections(ns, name) > 0 {
 			return i
 		}
 	}
@@ -211,26 +213,11 @@ func nodeOf(t *testing.T, nodes []*server.Server, name string) int {
 	return -1
 }
 
-// connections counts ns's clients whose name starts with prefix.
-func connections(ns *server.Server, prefix string) int {
-	cz, err := ns.Connz(&server.ConnzOptions{Limit: 10000})
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, c := range cz.Conns {
-		if strings.HasPrefix(c.Name, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 // operatorConn connects to url as the external cluster's gateway user.
 func operatorConn(t *testing.T, setup, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.UserCredentials(filepath.Join(setup, gateway.NATSSetupFiles.GatewayCreds)),
-		agentTLS(mustRead(t, filepath.Join(filepath.Dir(setup), "tls", "ca.pem"))))
+		integration.AgentTLS(mustRead(t, filepath.Join(filepath.Dir(setup), "tls", "ca.pem"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +282,7 @@ func newClientLoop(t *testing.T, url string, hosts []string) *clientLoop {
 func (cl *clientLoop) servedAfter(t *testing.T, at time.Time, within time.Duration) time.Duration {
 	t.Helper()
 	var took time.Duration
-	waitFor(t, within, "a call answered after "+at.Format(time.StampMilli), func() bool {
+	integration.WaitFor(t, within, "a call answered after "+at.Format(time.StampMilli), func() bool {
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
 		for _, c := range cl.calls {

@@ -1,4 +1,4 @@
-package integration
+package load
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // maxIdleRSS is the agent's memory budget when idle.
@@ -16,12 +18,12 @@ const maxIdleRSS = 20 << 20
 // TestAgentIdleRSS: a joined, idle fleet-agent process stays within its
 // memory budget, after it has served a few calls.
 func TestAgentIdleRSS(t *testing.T) {
-	env := NewEnv(t, Options{Agents: []string{}})
+	env := integration.NewEnv(t, integration.Options{Agents: []string{}})
 	env.StartAgentProcess("lean")
 	env.WaitHost("lean", true)
 	cs := env.Client("2025-11-25", nil)
 	for i := range 20 {
-		mustOK(t, call(t, cs, "bash", map[string]any{"host": "lean", "command": fmt.Sprintf("echo %d", i)}))
+		integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": "lean", "command": fmt.Sprintf("echo %d", i)}))
 	}
 	time.Sleep(2 * time.Second) // a few heartbeats
 	rss, err := vmRSS(env.AgentPID("lean"))

@@ -1,4 +1,4 @@
-package integration
+package ha
 
 import (
 	"context"
@@ -24,6 +24,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // gwCluster is a cluster of gateways in this process, each running its
@@ -47,17 +49,17 @@ func startGatewayCluster(t testing.TB, n int, mod func(i int, c *gateway.Config)
 	var routes []string
 	routePorts := make([]int, n)
 	for i := range n {
-		routePorts[i] = freePort(t)
+		routePorts[i] = integration.FreePort(t)
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i]))
 	}
 	log := testLogger(t)
 	for i := range n {
 		cfg := gateway.Config{
 			Name:         fmt.Sprintf("gw%d", i+1),
-			Listen:       fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			Listen:       fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)),
 			DataDir:      t.TempDir(),
-			NATSListen:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			APIListen:    fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			NATSListen:   fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)),
+			APIListen:    fmt.Sprintf("127.0.0.1:%d", integration.FreePort(t)),
 			AuthDisabled: true,
 			Silence:      2 * time.Second,
 			OfflineAfter: 3 * time.Second,
@@ -75,7 +77,7 @@ func startGatewayCluster(t testing.TB, n int, mod func(i int, c *gateway.Config)
 	// nodes; the others are seeded from its data directory meanwhile.
 	errs := make(chan error, n)
 	go func() { errs <- c.start(0) }()
-	waitFor(t, 20*time.Second, "the first gateway's keys", func() bool {
+	integration.WaitFor(t, 20*time.Second, "the first gateway's keys", func() bool {
 		for _, f := range []string{"nats/agent-signer.nk", "tls/ca.key", "tls/ca.pem", "signing/gateway.key"} {
 			if _, err := os.Stat(filepath.Join(c.cfgs[0].DataDir, f)); err != nil {
 				return false
@@ -100,7 +102,7 @@ func startGatewayCluster(t testing.TB, n int, mod func(i int, c *gateway.Config)
 
 // testLogger logs warnings and errors to the test log.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(integration.TestLog(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func (c *gwCluster) start(i int) error {
@@ -305,7 +307,7 @@ func TestGatewayCluster(t *testing.T) {
 	c.simFleet(hosts, nil)
 	for i := range 3 {
 		for _, h := range hosts {
-			waitFor(t, 20*time.Second, "host "+h+" online at gateway "+fmt.Sprint(i+1), func() bool {
+			integration.WaitFor(t, 20*time.Second, "host "+h+" online at gateway "+fmt.Sprint(i+1), func() bool {
 				info, ok := c.gw(i).Host(h)
 				return ok && info.Online
 			})
@@ -313,7 +315,7 @@ func TestGatewayCluster(t *testing.T) {
 	}
 	for i := range 3 {
 		cs := clientTo(t, c.gw(i).MCPURL(), "")
-		out := mustOK(t, call(t, cs, "bash", map[string]any{"host": hosts[i], "command": "echo hello"}))
+		out := integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": hosts[i], "command": "echo hello"}))
 		if !strings.Contains(out, "hello") {
 			t.Errorf("bash through gateway %d: %q", i+1, out)
 		}
@@ -323,7 +325,7 @@ func TestGatewayCluster(t *testing.T) {
 	// once: reads go to the bucket's leader, not to a replica that may lag.
 	for i := range 30 {
 		host := fmt.Sprintf("ryw-%d", i)
-		if _, _, err := enrolKey(t, c.gw(i%3), host); err != nil {
+		if _, _, err := integration.EnrolKey(t, c.gw(i%3), host); err != nil {
 			t.Fatal(err)
 		}
 		for _, j := range []int{(i + 1) % 3, (i + 2) % 3} {
@@ -335,18 +337,18 @@ func TestGatewayCluster(t *testing.T) {
 
 	// Enrolled through gateway 1, connected to node 3, revoked through
 	// gateway 2.
-	creds, seed, err := enrolKey(t, c.gw(0), "cut-1")
+	creds, seed, err := integration.EnrolKey(t, c.gw(0), "cut-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := watchConn(t, "nats://"+c.cfgs[2].NATSListen, creds.JWT, seed, creds.CAPEM)
+	w := integration.WatchConn(t, "nats://"+c.cfgs[2].NATSListen, creds.JWT, seed, creds.CAPEM)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
 	if err := c.gw(1).RevokeAgent(ctx, "cut-1", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	took := w.waitCut(t, 5*time.Second).Sub(start)
+	took := w.WaitCut(t, 5*time.Second).Sub(start)
 	t.Logf("revoked through gateway 2: cut off on node 3 after %s", took.Round(time.Microsecond))
 	if took > time.Second {
 		t.Errorf("cut off %s after the revocation; want within 1s", took)
@@ -356,17 +358,17 @@ func TestGatewayCluster(t *testing.T) {
 	// 404 for it, as the MCP specification says, and so does its own
 	// gateway once restarted.
 	session := clientTo(t, c.gw(2).MCPURL(), "2025-11-25")
-	mustOK(t, call(t, session, "hosts", nil))
+	integration.MustOK(t, integration.Call(t, session, "hosts", nil))
 	if code := postWithSession(t, c.gw(1).MCPURL(), session.ID()); code != http.StatusNotFound {
 		t.Errorf("gateway 2 answered a request of gateway 3's session with %d; want 404", code)
 	}
 
 	// Revoked while node 3 is down.
-	late, lateSeed, err := enrolKey(t, c.gw(0), "late-1")
+	late, lateSeed, err := integration.EnrolKey(t, c.gw(0), "late-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	keep, keepSeed, err := enrolKey(t, c.gw(0), "keep-1")
+	keep, keepSeed, err := integration.EnrolKey(t, c.gw(0), "keep-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,8 +411,8 @@ func TestGatewayCluster(t *testing.T) {
 	if _, err := session.CallTool(cctx, &mcp.CallToolParams{Name: "hosts"}); !errors.Is(err, mcp.ErrSessionMissing) {
 		t.Errorf("a call of a session gateway 3 made before its restart: %v; want the session reported gone (404, mcp.ErrSessionMissing)", err)
 	}
-	mustOK(t, call(t, clientTo(t, c.gw(2).MCPURL(), "2025-11-25"), "hosts", nil))
-	waitFor(t, 20*time.Second, "node 3 to admit an agent not revoked", func() bool {
+	integration.MustOK(t, integration.Call(t, clientTo(t, c.gw(2).MCPURL(), "2025-11-25"), "hosts", nil))
+	integration.WaitFor(t, 20*time.Second, "node 3 to admit an agent not revoked", func() bool {
 		nc, err := nats.Connect(node3, nats.UserJWTAndSeed(keep.JWT, string(keepSeed)), nats.Timeout(time.Second), nats.NoReconnect())
 		if err != nil {
 			return false

@@ -18,11 +18,11 @@ import (
 	"time"
 )
 
-// netNS is a network namespace joined to this one by a veth pair, with
+// NetNS is a network namespace joined to this one by a veth pair, with
 // its own addresses: a machine of its own, as far as the network goes.
 // Processes started with command reach the test's side only through the
 // veth link, at HostIP.
-type netNS struct {
+type NetNS struct {
 	t              testing.TB
 	Name           string
 	HostIf, NSIf   string // the veth ends: in this namespace, in the new one
@@ -34,7 +34,7 @@ type netNS struct {
 // and addressed uniquely so parallel runs do not clash, and removes both
 // with the test, whatever happens. It skips the test where namespaces
 // cannot be made (not root, no ip command, a sandbox without them).
-func newNetNS(t testing.TB) *netNS {
+func NewNetNS(t testing.TB) *NetNS {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
@@ -45,9 +45,9 @@ func newNetNS(t testing.TB) *netNS {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	id := fmt.Sprintf("%08x", binary.BigEndian.Uint32(r[:]))[:7]
-	ns := &netNS{t: t, Name: fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), id), HostIf: "fmh" + id, NSIf: "fmn" + id, commandTimeout: 20 * time.Second}
+	ns := &NetNS{t: t, Name: fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), id), HostIf: "fmh" + id, NSIf: "fmn" + id, commandTimeout: 20 * time.Second}
 	ns.sweep()
-	if out, err := ns.ip("netns", "add", ns.Name); err != nil {
+	if out, err := ns.IP("netns", "add", ns.Name); err != nil {
 		t.Skipf("cannot make a network namespace here (%v): %s", err, out)
 	}
 	// Registered before the links exist, so a half-made setup goes too.
@@ -64,7 +64,7 @@ func newNetNS(t testing.TB) *netNS {
 		{"-n", ns.Name, "link", "set", ns.NSIf, "up"},
 		{"-n", ns.Name, "link", "set", "lo", "up"},
 	} {
-		if out, err := ns.ip(args...); err != nil {
+		if out, err := ns.IP(args...); err != nil {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -78,8 +78,8 @@ const nsPrefix = "fleetmcp-test-"
 // sweep removes the namespaces of test processes that are gone (a test
 // binary killed by its timeout runs no cleanup); those of live ones,
 // parallel runs, are left alone.
-func (ns *netNS) sweep() {
-	out, err := ns.ip("netns", "list")
+func (ns *NetNS) sweep() {
+	out, err := ns.IP("netns", "list")
 	if err != nil {
 		return
 	}
@@ -94,7 +94,7 @@ func (ns *netNS) sweep() {
 		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}
-		if out, err := ns.ip("netns", "del", name); err != nil {
+		if out, err := ns.IP("netns", "del", name); err != nil {
 			ns.t.Logf("remove stale namespace %s: %v: %s", name, err, out)
 		} else {
 			ns.t.Logf("removed stale namespace %s (its test process %d is gone)", name, pid)
@@ -102,8 +102,8 @@ func (ns *netNS) sweep() {
 	}
 }
 
-// ip runs the ip command, bounded in time.
-func (ns *netNS) ip(args ...string) ([]byte, error) {
+// IP runs the ip command, bounded in time.
+func (ns *NetNS) IP(args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ns.commandTimeout)
 	defer cancel()
 	return exec.CommandContext(ctx, "ip", args...).CombinedOutput()
@@ -111,19 +111,19 @@ func (ns *netNS) ip(args ...string) ([]byte, error) {
 
 // remove deletes the namespace and the veth pair (deleting either end
 // deletes both; the namespace's end goes with the namespace).
-func (ns *netNS) remove() {
-	if out, err := ns.ip("link", "del", ns.HostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
+func (ns *NetNS) remove() {
+	if out, err := ns.IP("link", "del", ns.HostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		ns.t.Logf("ip link del %s: %v: %s", ns.HostIf, err, out)
 	}
-	if out, err := ns.ip("netns", "del", ns.Name); err != nil {
+	if out, err := ns.IP("netns", "del", ns.Name); err != nil {
 		ns.t.Errorf("ip netns del %s: %v: %s", ns.Name, err, out)
 	}
 }
 
-// command returns a command that runs name with args inside the
+// Command returns a command that runs name with args inside the
 // namespace (ip netns exec execs it: the process is the command itself,
 // and signals reach it).
-func (ns *netNS) command(name string, args ...string) *exec.Cmd {
+func (ns *NetNS) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
 }
 
@@ -152,11 +152,11 @@ func freeSubnet() (first, second string, err error) {
 	return "", "", errors.New("found no free /30 in 10.200.0.0/13")
 }
 
-// addLink joins the namespace to this one by a second veth pair, on a
+// AddLink joins the namespace to this one by a second veth pair, on a
 // /30 of its own, and returns its two addresses (this side's, the
 // namespace's): traffic to either end's address takes its own link, so
 // that one link can go down while the other carries on.
-func (ns *netNS) addLink() (hostIP, nsIP string) {
+func (ns *NetNS) AddLink() (hostIP, nsIP string) {
 	ns.t.Helper()
 	id := strings.TrimPrefix(ns.HostIf, "fmh")
 	hostIf, nsIf := "fmb"+id, "fmc"+id
@@ -165,7 +165,7 @@ func (ns *netNS) addLink() (hostIP, nsIP string) {
 		ns.t.Fatal(err)
 	}
 	ns.t.Cleanup(func() {
-		if out, err := ns.ip("link", "del", hostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
+		if out, err := ns.IP("link", "del", hostIf); err != nil && !strings.Contains(string(out), "Cannot find device") {
 			ns.t.Logf("ip link del %s: %v: %s", hostIf, err, out)
 		}
 	})
@@ -176,25 +176,25 @@ func (ns *netNS) addLink() (hostIP, nsIP string) {
 		{"-n", ns.Name, "addr", "add", nsIP + "/30", "dev", nsIf},
 		{"-n", ns.Name, "link", "set", nsIf, "up"},
 	} {
-		if out, err := ns.ip(args...); err != nil {
+		if out, err := ns.IP(args...); err != nil {
 			ns.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
 	return hostIP, nsIP
 }
 
-// setLink sets the namespace's end of the first link down or up. Down,
+// SetLink sets the namespace's end of the first link down or up. Down,
 // the namespace has no route to this side's address (it has no other),
 // and this side's route to the namespace's address leads into a link
 // without carrier: packets either way are dropped here, none leaves the
 // machine.
-func (ns *netNS) setLink(up bool) {
+func (ns *NetNS) SetLink(up bool) {
 	ns.t.Helper()
 	state := "down"
 	if up {
 		state = "up"
 	}
-	if out, err := ns.ip("-n", ns.Name, "link", "set", ns.NSIf, state); err != nil {
+	if out, err := ns.IP("-n", ns.Name, "link", "set", ns.NSIf, state); err != nil {
 		ns.t.Fatalf("ip -n %s link set %s %s: %v: %s", ns.Name, ns.NSIf, state, err, out)
 	}
 }

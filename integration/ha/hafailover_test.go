@@ -1,4 +1,4 @@
-package integration
+package ha
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestClusterFailover is the checker (package hacheck) in its short form,
@@ -141,7 +143,7 @@ func (r refusal) Unwrap() error { return r.error }
 // waitOnline waits until gw lists every host online.
 func waitOnline(t testing.TB, gw *gateway.Gateway, hosts []string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "hosts online at "+gw.MCPURL(), func() bool {
+	integration.WaitFor(t, 30*time.Second, "hosts online at "+gw.MCPURL(), func() bool {
 		for _, h := range hosts {
 			if info, ok := gw.Host(h); !ok || !info.Online {
 				return false
@@ -157,7 +159,7 @@ func auditLeader(t testing.TB, c *gwCluster, via int) int {
 	nc := c.conn(via)
 	defer nc.Close()
 	var leader string
-	waitFor(t, 20*time.Second, "the audit stream's leader", func() bool {
+	integration.WaitFor(t, 20*time.Second, "the audit stream's leader", func() bool {
 		info, err := streamInfo(nc, protocol.AuditStream)
 		if err != nil || info.Cluster == nil {
 			return false
@@ -197,7 +199,7 @@ func waitCurrent(t testing.TB, c *gwCluster, i int) {
 	nc := c.conn((i + 1) % len(c.cfgs))
 	defer nc.Close()
 	start := time.Now()
-	waitFor(t, 60*time.Second, name+" current on every stream", func() bool { return streamsCurrent(nc, name) })
+	integration.WaitFor(t, 60*time.Second, name+" current on every stream", func() bool { return streamsCurrent(nc, name) })
 	t.Logf("%s caught up on every stream in %s", name, time.Since(start).Round(time.Millisecond))
 }
 
@@ -208,7 +210,7 @@ func waitServed(t testing.TB, h *hacheck.History, d time.Duration, what string) 
 	marks := h.Marks()
 	at := marks[len(marks)-1].At
 	workers := map[int]bool{}
-	waitFor(t, d, what, func() bool {
+	integration.WaitFor(t, d, what, func() bool {
 		served := map[int]bool{}
 		for _, op := range h.Ops() {
 			if op.Kind != "call" {
@@ -321,7 +323,7 @@ func failoverRound(t *testing.T, c *gwCluster, h *hacheck.History, round int, on
 	for _, i := range lost {
 		c.stop(i)
 	}
-	waitFor(t, 40*time.Second, "a call refused for want of the audit trail", func() bool {
+	integration.WaitFor(t, 40*time.Second, "a call refused for want of the audit trail", func() bool {
 		for _, op := range h.Ops() {
 			if op.Outcome == hacheck.Refused && op.End.After(lostAt) {
 				return true

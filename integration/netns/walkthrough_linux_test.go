@@ -1,6 +1,6 @@
 //go:build linux
 
-package integration
+package netns
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/integration"
 )
 
 // TestWalkthroughNetNS runs the commands of deploy/README.md's "A fleet
@@ -34,12 +36,12 @@ import (
 // and a bash call on each must run in its own namespace.
 func TestWalkthroughNetNS(t *testing.T) {
 	blocks := readWalkthrough(t)
-	hosts := []*netNS{newNetNS(t), newNetNS(t)}
+	hosts := []*integration.NetNS{integration.NewNetNS(t), integration.NewNetNS(t)}
 	names := []string{"web-1", "web-2"}
 	gwIP := hosts[0].HostIP
 	// The second machine reaches the gateway's address through its own
 	// link, as a host on the same network would.
-	if out, err := hosts[1].ip("-n", hosts[1].Name, "route", "add", gwIP+"/32", "via", hosts[1].HostIP); err != nil {
+	if out, err := hosts[1].IP("-n", hosts[1].Name, "route", "add", gwIP+"/32", "via", hosts[1].HostIP); err != nil {
 		t.Fatalf("route to %s in %s: %v: %s", gwIP, hosts[1].Name, err, out)
 	}
 
@@ -53,9 +55,9 @@ func TestWalkthroughNetNS(t *testing.T) {
 			"/var/lib/fleetmcp-agent", "STATE_DIR",
 			"/var/lib/fleetmcp", filepath.Join(root, "var-lib-fleetmcp"),
 			"/etc/fleetmcp", filepath.Join(root, "etc-fleetmcp"),
-			":8443", ":"+strconv.Itoa(freePortOn(t, "0.0.0.0")),
-			":4222", ":"+strconv.Itoa(freePortOn(t, "0.0.0.0")),
-			":8080", ":"+strconv.Itoa(freePort(t)),
+			":8443", ":"+strconv.Itoa(integration.FreePortOn(t, "0.0.0.0")),
+			":4222", ":"+strconv.Itoa(integration.FreePortOn(t, "0.0.0.0")),
+			":8080", ":"+strconv.Itoa(integration.FreePort(t)),
 		),
 		gatewayIP: gwIP,
 	}
@@ -83,11 +85,11 @@ func TestWalkthroughNetNS(t *testing.T) {
 	}
 	cs := w.client()
 	for i, ns := range hosts {
-		if !hostOnline(cs, names[i]) {
+		if !integration.HostOnline(cs, names[i]) {
 			t.Errorf("%s is not online at the end of the walk-through", names[i])
 			continue
 		}
-		out := mustOK(t, call(t, cs, "bash", map[string]any{"host": names[i], "command": "cat /proc/net/dev"}))
+		out := integration.MustOK(t, integration.Call(t, cs, "bash", map[string]any{"host": names[i], "command": "cat /proc/net/dev"}))
 		if !strings.Contains(out, ns.NSIf+":") || strings.Contains(out, hosts[1-i].NSIf+":") {
 			t.Errorf("bash on %s did not run in its namespace %s (%s):\n%s", names[i], ns.Name, ns.NSIf, out)
 		}
@@ -121,7 +123,7 @@ var (
 
 // run runs block b's commands on the gateway machine (ns nil) or on the
 // host in ns called name.
-func (w *walk) run(b shBlock, ns *netNS, name string) {
+func (w *walk) run(b shBlock, ns *integration.NetNS, name string) {
 	t := w.t
 	t.Helper()
 	if w.done == nil {
@@ -164,10 +166,10 @@ func (w *walk) run(b shBlock, ns *netNS, name string) {
 				t.Fatalf("%s: printed no token or no entry, or names no --api_tokens file:\n%s", c.Text, out)
 			}
 			// "Put the entry into FILE, under tokens:"
-			writeFile(t, file, "tokens:\n  "+entry+"\n")
+			integration.WriteFile(t, file, "tokens:\n  "+entry+"\n")
 		case a[0] == "fleet-gateway":
 			p := w.start(c, ns, home, "")
-			waitFor(t, 60*time.Second, "the gateway's CA pin in what it prints", func() bool {
+			integration.WaitFor(t, 60*time.Second, "the gateway's CA pin in what it prints", func() bool {
 				if p.exited() {
 					t.Fatalf("%s: the gateway exited:\n%s", c.Text, p.out.String())
 				}
@@ -204,11 +206,11 @@ func (w *walk) run(b shBlock, ns *netNS, name string) {
 			}
 			p := w.start(c, ns, home, w.joinToken+"\n")
 			cs := w.client()
-			waitFor(t, 60*time.Second, name+" online", func() bool {
+			integration.WaitFor(t, 60*time.Second, name+" online", func() bool {
 				if p.exited() {
 					t.Fatalf("%s on %s exited:\n%s", c.Text, name, p.out.String())
 				}
-				return hostOnline(cs, name)
+				return integration.HostOnline(cs, name)
 			})
 			w.done["join"] = true
 		case a[0] == "fleetctl" && len(a) > 2 && a[1] == "agent" && a[2] == "list":
@@ -262,7 +264,7 @@ func (w *walk) need(c shCommand, what, v string) {
 
 // command is c as the shell runs it on the machine, with home as HOME
 // and working directory.
-func (w *walk) command(ctx context.Context, c shCommand, ns *netNS, home, stdin string) *exec.Cmd {
+func (w *walk) command(ctx context.Context, c shCommand, ns *integration.NetNS, home, stdin string) *exec.Cmd {
 	args := []string{"-c", "exec " + c.Text}
 	var cmd *exec.Cmd
 	if ns == nil {
@@ -298,7 +300,7 @@ func (w *walk) env(home string) []string {
 
 // output runs c to its end and returns what it printed; failing or
 // taking more than a minute fails the test.
-func (w *walk) output(c shCommand, ns *netNS, home, stdin string) string {
+func (w *walk) output(c shCommand, ns *integration.NetNS, home, stdin string) string {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -315,7 +317,7 @@ func (w *walk) output(c shCommand, ns *netNS, home, stdin string) string {
 type walkProcess struct {
 	cmd  *exec.Cmd
 	done <-chan struct{}
-	out  *syncBuffer
+	out  *integration.SyncBuffer
 }
 
 func (p *walkProcess) exited() bool {
@@ -329,17 +331,17 @@ func (p *walkProcess) exited() bool {
 
 // start starts c and leaves it running; at the test's end it gets
 // SIGTERM and must stop within 20 s.
-func (w *walk) start(c shCommand, ns *netNS, home, stdin string) *walkProcess {
+func (w *walk) start(c shCommand, ns *integration.NetNS, home, stdin string) *walkProcess {
 	t := w.t
 	t.Helper()
-	p := &walkProcess{out: &syncBuffer{}}
+	p := &walkProcess{out: &integration.SyncBuffer{}}
 	p.cmd = w.command(context.Background(), c, ns, home, stdin)
-	p.cmd.Stdout = io.MultiWriter(p.out, testWriter{t})
+	p.cmd.Stdout = io.MultiWriter(p.out, integration.TestLog(t))
 	p.cmd.Stderr = p.cmd.Stdout
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", c.Text, err)
 	}
-	p.done = waitProcess(p.cmd)
+	p.done = integration.WaitProcess(p.cmd)
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -366,7 +368,7 @@ func (w *walk) client() *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	transport := &mcp.StreamableClientTransport{Endpoint: "http://" + w.mcpAddr + "/mcp", DisableStandaloneSSE: true, HTTPClient: BearerClient(w.adminToken)}
+	transport := &mcp.StreamableClientTransport{Endpoint: "http://" + w.mcpAddr + "/mcp", DisableStandaloneSSE: true, HTTPClient: integration.BearerClient(w.adminToken)}
 	cs, err := c.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatalf("connect MCP client: %v", err)
@@ -393,7 +395,7 @@ func flagValue(args []string, name string) string {
 // directory, for PATH.
 func walkBinaries(t *testing.T) string {
 	dir := t.TempDir()
-	for name, path := range map[string]string{"fleet-gateway": gatewayBinary(t), "fleet-agent": agentBinary(t), "fleetctl": fleetctlBinary(t)} {
+	for name, path := range map[string]string{"fleet-gateway": integration.GatewayBinary(t), "fleet-agent": integration.AgentBinary(t), "fleetctl": integration.FleetctlBinary(t)} {
 		if err := os.Symlink(path, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ import (
 
 // natsSetup writes a nats-setup into dir/setup once and returns its
 // directory.
-func natsSetup(t *testing.T, dir string) string {
+func NATSSetup(t *testing.T, dir string) string {
 	t.Helper()
 	setup := filepath.Join(dir, "setup")
 	if _, err := os.Stat(setup); err == nil {
@@ -42,7 +42,7 @@ func natsSetup(t *testing.T, dir string) string {
 }
 
 // readPub returns the subject of the JWT in file of the setup.
-func readPub(t *testing.T, setup, file string) string {
+func ReadPub(t *testing.T, setup, file string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(setup, file))
 	if err != nil {
@@ -60,10 +60,10 @@ func readPub(t *testing.T, setup, file string) string {
 // ports (clients on client, routes on route, routes to the ports in
 // routes), the TLS files of dir/tls and the include of dir/setup. Every
 // substitution must find its target, so the test follows the example.
-func clusterNodeConf(t *testing.T, dir, name string, client, route int, routes []int) string {
+func ClusterNodeConf(t *testing.T, dir, name string, client, route int, routes []int) string {
 	t.Helper()
-	setup := natsSetup(t, dir)
-	tlsDir := testTLS(t, dir)
+	setup := NATSSetup(t, dir)
+	tlsDir := LoopbackTLS(t, dir)
 	nodeDir := filepath.Join(dir, name)
 	if err := os.MkdirAll(nodeDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func clusterNodeConf(t *testing.T, dir, name string, client, route int, routes [
 	if err := os.WriteFile(filepath.Join(nodeDir, gateway.NATSSetupFiles.ServerConfig), include, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../deploy/nats/cluster-node.conf")
+	data, err := os.ReadFile(filepath.Join(ModuleRoot(t), "deploy", "nats", "cluster-node.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func clusterNodeConf(t *testing.T, dir, name string, client, route int, routes [
 // testTLS writes a CA and a server certificate for the loopback
 // addresses into dir/tls once (ca.pem, server.pem, server-key.pem), and
 // returns that directory.
-func testTLS(t *testing.T, dir string) string {
+func LoopbackTLS(t *testing.T, dir string) string {
 	t.Helper()
 	tlsDir := filepath.Join(dir, "tls")
 	if _, err := os.Stat(filepath.Join(tlsDir, "ca.pem")); err == nil {
@@ -151,7 +151,7 @@ func testTLS(t *testing.T, dir string) string {
 
 // startNode starts a server from conf in this process and stops it with
 // the test.
-func startNode(t *testing.T, conf string) *server.Server {
+func StartNode(t *testing.T, conf string) *server.Server {
 	t.Helper()
 	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
@@ -171,4 +171,19 @@ func startNode(t *testing.T, conf string) *server.Server {
 		t.Fatalf("server %s not ready", conf)
 	}
 	return ns
+}
+
+// Connections counts ns's clients whose name starts with prefix.
+func Connections(ns *server.Server, prefix string) int {
+	cz, err := ns.Connz(&server.ConnzOptions{Limit: 10000})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if strings.HasPrefix(c.Name, prefix) {
+			n++
+		}
+	}
+	return n
 }
