@@ -60,37 +60,12 @@ type flooder struct {
 }
 
 func runFlooder(ctx context.Context, o *options, stdin io.Reader, stdout io.Writer) error {
-	store := identity.Open(o.stateDir)
-	kp, err := store.LoadKey()
+	nc, kp, host, err := dialAsHost(o)
 	if err != nil {
-		return fmt.Errorf("the host's key in %s: %w", o.stateDir, err)
-	}
-	enr, err := store.LoadEnrolment()
-	if err != nil {
-		return fmt.Errorf("the host's enrolment in %s: %w", o.stateDir, err)
-	}
-	opts := []nats.Option{nats.CustomInboxPrefix(protocol.AgentInboxPrefix(enr.Host)), nats.Name("fleetflood flooder")}
-	if o.creds != "" {
-		opts = append(opts, nats.UserCredentials(o.creds))
-	} else {
-		token, err := store.LoadJWT()
-		if err != nil {
-			return fmt.Errorf("the host's credential in %s: %w", o.stateDir, err)
-		}
-		seed, _ := kp.Seed()
-		opts = append(opts, nats.UserJWTAndSeed(token, string(seed)))
-		if enr.NATSCA != "" {
-			pool := x509.NewCertPool()
-			pool.AppendCertsFromPEM([]byte(enr.NATSCA))
-			opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
-		}
-	}
-	nc, err := nats.Connect(o.natsURL, opts...)
-	if err != nil {
-		return fmt.Errorf("connect to %s as %s: %w", o.natsURL, enr.Host, err)
+		return err
 	}
 	defer nc.Close()
-	f := &flooder{nc: nc, kp: kp, host: enr.Host, reportRate: o.reportRate, renewRate: o.renewRate}
+	f := &flooder{nc: nc, kp: kp, host: host, reportRate: o.reportRate, renewRate: o.renewRate}
 	for i := range 500 {
 		m, err := f.report(fmt.Sprintf("c%024x", i+1))
 		if err != nil {
@@ -100,7 +75,7 @@ func runFlooder(ctx context.Context, o *options, stdin io.Reader, stdout io.Writ
 	}
 	f.real = f.forged[0]
 	// The answers to the renewal requests are counted, nothing more.
-	if _, err := nc.Subscribe(protocol.AgentInboxPrefix(enr.Host)+".>", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(protocol.AgentInboxPrefix(host)+".>", func(m *nats.Msg) {
 		if m.Header.Get("Status") == "" {
 			f.answers.Add(1)
 		}
@@ -289,4 +264,39 @@ func (fl *flooding) stop() (reports, renewals int, took time.Duration, err error
 		fl.err = fmt.Errorf("the flooder's connection was closed: %w", fl.err)
 	}
 	return fl.reports, fl.renewals, took, fl.err
+}
+
+// dialAsHost connects to NATS as the host whose state directory o names,
+// with its key and credential (or o.creds), and returns its key and name.
+func dialAsHost(o *options) (*nats.Conn, nkeys.KeyPair, string, error) {
+	store := identity.Open(o.stateDir)
+	kp, err := store.LoadKey()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("the host's key in %s: %w", o.stateDir, err)
+	}
+	enr, err := store.LoadEnrolment()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("the host's enrolment in %s: %w", o.stateDir, err)
+	}
+	opts := []nats.Option{nats.CustomInboxPrefix(protocol.AgentInboxPrefix(enr.Host)), nats.Name("fleetflood flooder")}
+	if o.creds != "" {
+		opts = append(opts, nats.UserCredentials(o.creds))
+	} else {
+		token, err := store.LoadJWT()
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("the host's credential in %s: %w", o.stateDir, err)
+		}
+		seed, _ := kp.Seed()
+		opts = append(opts, nats.UserJWTAndSeed(token, string(seed)))
+		if enr.NATSCA != "" {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM([]byte(enr.NATSCA))
+			opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+		}
+	}
+	nc, err := nats.Connect(o.natsURL, opts...)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("connect to %s as %s: %w", o.natsURL, enr.Host, err)
+	}
+	return nc, kp, enr.Host, nil
 }

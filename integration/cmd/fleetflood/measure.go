@@ -114,58 +114,13 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}})
 	}
 
-	// The floor's side.
 	if slices.Contains(o.sides, "floor") {
-		floorDir := filepath.Join(dir, "floor")
-		if err := os.MkdirAll(floorDir, 0o700); err != nil {
-			return err
-		}
-		var url, natsURL string
-		server, err := start(ctx, "floor server", command(-1, exe, "-role", "floor", "-dir", floorDir), stderr, time.Minute, func(l string) bool {
-			rest, ok := strings.CutPrefix(l, "READY ")
-			url, natsURL, _ = strings.Cut(rest, " ")
-			return ok
-		})
+		s, stop, err := floorSide(ctx, o, exe, dir, fl, realID, flooder, stderr)
 		if err != nil {
 			return err
 		}
-		defer server.stop()
-		responder, err := start(ctx, "floor responder", command(-1, exe, "-role", "responder", "-nats", natsURL,
-			"-creds", filepath.Join(floorDir, "floor-responder.creds"), "-call_bytes", strconv.Itoa(o.callBytes), "-floor_command", o.floorCommand), stderr, time.Minute,
-			func(l string) bool { return l == "READY" })
-		if err != nil {
-			return err
-		}
-		defer responder.stop()
-		floorFlooder, err := flooder("flooder (floor)", "-nats", natsURL, "-state", fl.victimState, "-creds", filepath.Join(floorDir, "floor-victim.creds"))
-		if err != nil {
-			return err
-		}
-		defer floorFlooder.stop()
-		if realID != "" {
-			if _, err := floorFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
-				return err
-			}
-		}
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
-		// A call's request as an MCP client sends it, about 200 bytes.
-		body := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"bash","arguments":{"host":"honest","command":"echo ok"},"_meta":{"progressToken":7}}}`)
-		sides = append(sides, &side{name: "floor", server: server, flooder: floorFlooder, call: func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/call", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			n, err := io.Copy(io.Discard, resp.Body)
-			if err == nil && (resp.StatusCode != http.StatusOK || n != int64(o.callBytes)) {
-				err = fmt.Errorf("floor call: %s, %d bytes", resp.Status, n)
-			}
-			return err
-		}})
+		defer stop()
+		sides = append(sides, s)
 	}
 
 	pin := "no pinning"
@@ -174,24 +129,8 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "fleetflood: %d CPUs, %s, %s, load average at start %s; %d runs, phases of %s (a call every %s, at least %d calls); flood of %d reports/s and %d renewal requests/s\n",
 		runtime.NumCPU(), runtime.Version(), pin, loadAverage(), o.runs, o.phase, o.interval, o.calls, o.reportRate, o.renewRate)
-	for r := range o.runs {
-		order := slices.Clone(sides)
-		if r%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, s := range order {
-			var res [3]phaseResult
-			for i, ph := range phases {
-				if res[i], err = s.phase(ctx, o, ph); err != nil {
-					return fmt.Errorf("run %d, %s, %s: %w", r+1, s.name, ph, err)
-				}
-			}
-			s.runs = append(s.runs, res)
-			fmt.Fprintf(stdout, "run %d %-8s p50 %s / %s / %s  p90 %s / %s / %s  flood/control %.2fx  server CPU %.0f%% / %.0f%% / %.0f%%  flooder CPU %.0f%% / %.0f%%  sent (control) %s  (flood) %s\n",
-				r+1, s.name, ms(res[0].p50), ms(res[1].p50), ms(res[2].p50), ms(res[0].p90), ms(res[1].p90), ms(res[2].p90),
-				ratio(res[2].p50, res[1].p50), 100*res[0].serverCPU, 100*res[1].serverCPU, 100*res[2].serverCPU,
-				100*res[1].flooderCPU, 100*res[2].flooderCPU, res[1].sent, res[2].sent)
-		}
+	if err := runSides(ctx, o, sides, stdout); err != nil {
+		return err
 	}
 	report(stdout, sides)
 	fmt.Fprintf(stdout, "load average at the end %s\n", loadAverage())
@@ -332,4 +271,98 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// floorSide starts the floor's side: a bare NATS server behind an HTTP
+// endpoint, a responder doing the honest call's work, and the same flood
+// from the victim's files; stop ends them.
+func floorSide(ctx context.Context, o *options, exe, dir string, fl *fleet, realID string, flooder func(string, ...string) (*proc, error),
+	stderr io.Writer) (s *side, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	floorDir := filepath.Join(dir, "floor")
+	if err := os.MkdirAll(floorDir, 0o700); err != nil {
+		return nil, stop, err
+	}
+	var url, natsURL string
+	server, err := start(ctx, "floor server", command(-1, exe, "-role", "floor", "-dir", floorDir), stderr, time.Minute, func(l string) bool {
+		rest, ok := strings.CutPrefix(l, "READY ")
+		url, natsURL, _ = strings.Cut(rest, " ")
+		return ok
+	})
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, server.stop)
+	responder, err := start(ctx, "floor responder", command(-1, exe, "-role", "responder", "-nats", natsURL,
+		"-creds", filepath.Join(floorDir, "floor-responder.creds"), "-call_bytes", strconv.Itoa(o.callBytes), "-floor_command", o.floorCommand), stderr, time.Minute,
+		func(l string) bool { return l == "READY" })
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, responder.stop)
+	floorFlooder, err := flooder("flooder (floor)", "-nats", natsURL, "-state", fl.victimState, "-creds", filepath.Join(floorDir, "floor-victim.creds"))
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, floorFlooder.stop)
+	if realID != "" {
+		if _, err := floorFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
+			return nil, stop, err
+		}
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
+	// A call's request as an MCP client sends it, about 200 bytes.
+	body := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"bash","arguments":{"host":"honest","command":"echo ok"},"_meta":{"progressToken":7}}}`)
+	return &side{name: "floor", server: server, flooder: floorFlooder, call: func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/call", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && (resp.StatusCode != http.StatusOK || n != int64(o.callBytes)) {
+			err = fmt.Errorf("floor call: %s, %d bytes", resp.Status, n)
+		}
+		return err
+	}}, stop, nil
+}
+
+// runSides measures every side o.runs times, alternating their order,
+// and prints each run.
+func runSides(ctx context.Context, o *options, sides []*side, stdout io.Writer) error {
+	for r := range o.runs {
+		order := slices.Clone(sides)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, s := range order {
+			var res [3]phaseResult
+			for i, ph := range phases {
+				var err error
+				if res[i], err = s.phase(ctx, o, ph); err != nil {
+					return fmt.Errorf("run %d, %s, %s: %w", r+1, s.name, ph, err)
+				}
+			}
+			s.runs = append(s.runs, res)
+			fmt.Fprintf(stdout, "run %d %-8s p50 %s / %s / %s  p90 %s / %s / %s  flood/control %.2fx  server CPU %.0f%% / %.0f%% / %.0f%%  flooder CPU %.0f%% / %.0f%%  sent (control) %s  (flood) %s\n",
+				r+1, s.name, ms(res[0].p50), ms(res[1].p50), ms(res[2].p50), ms(res[0].p90), ms(res[1].p90), ms(res[2].p90),
+				ratio(res[2].p50, res[1].p50), 100*res[0].serverCPU, 100*res[1].serverCPU, 100*res[2].serverCPU,
+				100*res[1].flooderCPU, 100*res[2].flooderCPU, res[1].sent, res[2].sent)
+		}
+	}
+	return nil
 }
