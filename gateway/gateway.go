@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
@@ -69,13 +70,12 @@ type Gateway struct {
 	// the fleet API listener (enrolment and admin), apiCA the fleet CA
 	// when only the fleet API uses it.
 	enrol *enrol.Service
-	// agentSvc serves agents the key sets and audits their refusal
-	// reports (keyserve.go).
+	// keys serves agents the key sets (gateway/signing); agentSvc
+	// audits their refusal reports (refusals.go).
+	keys     *signing.KeyServer
 	agentSvc *agentServices
-	// keyPushes throttles the pushes of key sets to hosts behind.
-	keyPushes keyPushes
-	api       *fleetAPI
-	apiCA     *natsauth.CA
+	api      *fleetAPI
+	apiCA    *natsauth.CA
 	// seal authenticates the agent records and join tokens.
 	seal *recordSeal
 	// natsCA is the fleet CA when the embedded server serves TLS with a
@@ -126,7 +126,7 @@ type Gateway struct {
 	metricsLn  net.Listener
 	// signer is the signing key (nil: skill rollout is off); skillStore is
 	// the skill store and rollout controller (nil without a signer).
-	signer     *signingKey
+	signer     *signing.Keys
 	skillStore *skills.Store
 
 	ln     net.Listener
@@ -349,7 +349,8 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	}
 	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
 	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
-	g.reg.heardKeys = g.keysBehind
+	g.keys = signing.NewKeyServer(g.signer, g.nc, g.onlineHosts, g.now, g.log)
+	g.reg.heardKeys = g.keys.Behind
 	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
@@ -610,6 +611,7 @@ func (g *Gateway) stopNATS() {
 		g.loops.Wait()
 	}
 	g.enrol.Close()
+	g.keys.Close()
 	g.agentSvc.close()
 	if g.skillStore != nil {
 		g.skillStore.Close()
@@ -666,7 +668,7 @@ func (g *Gateway) SecretPaths() []string {
 			out = append(out, abs(f))
 		}
 	}
-	if p := signingKeyPath(&g.cfg); p != "" {
+	if p := signing.KeyPath(g.cfg.SigningKeyFile, g.cfg.DataDir); p != "" {
 		out = append(out, abs(p))
 	}
 	if g.embedded == nil {

@@ -9,7 +9,7 @@ import (
 
 // This file reloads what an operator may change without a restart (on
 // SIGHUP): the access rules and API tokens files (with the rate limits
-// they set), the signing keys (a rotation: signing.go), whose new key
+// they set), the signing keys (a rotation: gateway/signing), whose new key
 // set is pushed to every host online, and the audit file, which is
 // opened again so that log rotation works. MCP sessions stay open; each request afterwards is
 // decided with the new rules, as the call path reads them once per call
@@ -55,13 +55,13 @@ func (g *Gateway) Reload() error {
 		g.log.Info("reloaded access rules and API tokens")
 		g.logGrants()
 	}
-	_, before := g.signer.chain()
-	if err := g.signer.reload(); err != nil {
-		g.log.Error("reload: the signing keys could not be read; the keys in force stay", "file", g.signer.path, "err", err)
+	_, before := g.signer.Chain()
+	if err := g.signer.Reload(); err != nil {
+		g.log.Error("reload: the signing keys could not be read; the keys in force stay", "file", g.signer.Path(), "err", err)
 		errs = append(errs, fmt.Errorf("signing keys: %w", err))
-	} else if _, after := g.signer.chain(); after != before {
-		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.currentKeyID())
-		g.pushKeys()
+	} else if _, after := g.signer.Chain(); after != before {
+		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.CurrentKeyID())
+		g.keys.Push()
 		if g.skillStore != nil {
 			g.skillStore.ResignInBackground()
 		}

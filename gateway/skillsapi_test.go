@@ -48,7 +48,7 @@ func (f offlineFleet) AgentOK(host string) error {
 func TestSkillsAdminAPI(t *testing.T) {
 	ns := startJetStream(t)
 	nc := connectNATS(t, ns, "gateway")
-	store, err := skills.Open(nc, skillSigner{testSigningKey(t)}, offlineFleet{"web-1", "web-2"},
+	store, err := skills.Open(nc, testSigningKey(t), offlineFleet{"web-1", "web-2"},
 		skills.Options{Replicas: 1, LeaderTTL: 2 * time.Second, Tick: 20 * time.Millisecond, ID: "a", Poke: func(string) {}}, discardLogger())
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ var ErrSkillsOff = errors.New("skill rollout is off: the gateway has no signing 
 // openSkills opens the skill store (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
-	s, err := skills.Open(g.nc, skillSigner{g.signer}, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
+	s, err := skills.Open(g.nc, g.signer, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
 		LeaderTTL: 10 * time.Second, Tick: 100 * time.Millisecond, ID: host + "/" + randomHex(6), Poke: g.pokeHost,
 		Tampered: func(ev skills.Tampered) { g.audit.Write(tamperRecord(ev)) }},
 		g.log.With("component", "skills"))
@@ -43,19 +43,6 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-// skillSigner is the gateway's signing key as the skill store uses it.
-type skillSigner struct{ k *signingKey }
-
-func (s skillSigner) Sign(purpose string, msg []byte) protocol.Signature {
-	return s.k.sign(purpose, msg)
-}
-
-func (s skillSigner) Resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
-	return s.k.resign(purpose, msg, sig)
-}
-
-func (s skillSigner) Verifiable() []string { return s.k.verifiable() }
 
 // tamperAuditTool names the audit records of tampered skills.
 const tamperAuditTool = "skills.tampered"
