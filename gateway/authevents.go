@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 )
 
 // This file logs the connections the NATS servers refuse for want of a
@@ -35,7 +37,7 @@ type authErrorEvent struct {
 // watchAuthErrors logs refused connections until the system user's
 // connection closes.
 func (g *Gateway) watchAuthErrors() error {
-	lim := newLogLimiter(logEvery, 3)
+	lim := loglimit.New(logEvery, 3)
 	_, err := g.sys.Subscribe(authErrorSubject, func(m *nats.Msg) {
 		var ev authErrorEvent
 		if json.Unmarshal(m.Data, &ev) != nil {
@@ -56,7 +58,7 @@ func (g *Gateway) watchAuthErrors() error {
 		if ev.Client.Name != "" {
 			attrs = append(attrs, "client", protocol.Clip(ev.Client.Name, 100))
 		}
-		lim.log(g.log, slog.LevelWarn, ev.Client.Host, "NATS connection refused: no valid credential", attrs...)
+		lim.Log(g.log, slog.LevelWarn, ev.Client.Host, "NATS connection refused: no valid credential", attrs...)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to the NATS servers' auth errors: %w", err)

@@ -319,7 +319,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 		o.receipt = receipt
 	}
 	if res != nil && capResult(o.Host, f.base, res, protocol.ResultTextLimit(f.base, false)) {
-		f.g.agentLogs.log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
+		f.g.agentLogs.Log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
 	}
 	o.DurationMS = time.Since(start).Milliseconds()
 	f.classify(o, res, err)

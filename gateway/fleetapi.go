@@ -26,6 +26,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
 )
 
 // The fleet API listener (Config.APIListen): hosts enrol and recover
@@ -56,7 +57,7 @@ func (g *Gateway) startFleetAPI() error {
 	if err != nil {
 		return err
 	}
-	ln, err := listen(g.cfg.APIListen, "the fleet API", "another fleet-gateway or web server", "--api_listen")
+	ln, err := netutil.Listen(g.cfg.APIListen, "the fleet API", "another fleet-gateway or web server", "--api_listen")
 	if err != nil {
 		return err
 	}

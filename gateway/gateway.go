@@ -27,6 +27,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
 	"github.com/fleetmcp/fleetmcp/gateway/signing"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
@@ -103,7 +105,7 @@ type Gateway struct {
 	// rates holds the per-caller rate-limit buckets.
 	rates access.RateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
-	agentLogs *logLimiter
+	agentLogs *loglimit.Limiter
 	// identityConflictCount counts the identity conflicts found
 	// (connwatch.go).
 	identityConflictCount atomic.Int64
@@ -146,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1),
-		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
+		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: loglimit.New(logEvery, 1),
 		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
 	if cfg.clock != nil {
 		g.now = cfg.clock
@@ -190,7 +192,7 @@ func (g *Gateway) start(ctx context.Context) error {
 	}
 	// The MCP address is taken first: a busy one fails at once, before
 	// NATS and JetStream start.
-	ln, err := listen(g.cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
+	ln, err := netutil.Listen(g.cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
 	if err != nil {
 		return err
 	}

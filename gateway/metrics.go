@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
 )
 
 // This file exports the gateway's Prometheus metrics, on a registry of
@@ -153,7 +154,7 @@ func (g *Gateway) serveMetrics() error {
 	if g.cfg.MetricsListen == "" {
 		return nil
 	}
-	ln, err := listen(g.cfg.MetricsListen, "the metrics endpoint", "another exporter", "--metrics_listen")
+	ln, err := netutil.Listen(g.cfg.MetricsListen, "the metrics endpoint", "another exporter", "--metrics_listen")
 	if err != nil {
 		return err
 	}

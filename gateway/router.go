@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
@@ -74,7 +75,7 @@ type router struct {
 	sub   *nats.Subscription
 	// badFrames limits the lines logged about malformed reply frames:
 	// an agent may publish any number to its reply subject.
-	badFrames *logLimiter
+	badFrames *loglimit.Limiter
 	// transfers is the budget large results take their size from (nil:
 	// none).
 	transfers *transfers
@@ -146,7 +147,7 @@ const (
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing,
 	keys *signing.Keys, hostKey func(string) (string, bool), bounds *hostBounds, reports *nats.Conn) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: loglimit.New(logEvery, 1), transfers: budget, tracing: tr,
 		keys: keys, hostKey: hostKey, bounds: bounds, refusalRecords: make(chan *audit.Record, refusalQueue),
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
@@ -195,7 +196,7 @@ func (r *router) onReply(m *nats.Msg) {
 	}
 	f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
 	if err != nil {
-		r.badFrames.log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
+		r.badFrames.Log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
 		return
 	}
 	r.mu.Lock()

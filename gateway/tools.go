@@ -71,7 +71,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		return callError(tool, host, err)
 	}
 	if capResult(host, tool, res, protocol.ResultTextLimit(tool, cc.rawData)) {
-		g.agentLogs.log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
+		g.agentLogs.Log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
 	}
 	if res.Error != nil && res.Error.Code == protocol.CodeDenied {
 		cc.hostDenied = res.Error.Message

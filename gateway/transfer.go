@@ -279,7 +279,7 @@ func (g *Gateway) refuseBusy(w http.ResponseWriter, r *http.Request, n int64) {
 			tool = stringMember(head[p.start:end], params, "name")
 		}
 	}
-	g.agentLogs.log(g.log, slog.LevelWarn, "transfers", "refused a large request: the transfer budget is full",
+	g.agentLogs.Log(g.log, slog.LevelWarn, "transfers", "refused a large request: the transfer budget is full",
 		"bytes", n, "budget", g.transfers.max, "in_use", g.transfers.inUse.Load(), "method", method, "tool", tool)
 	if method == "tools/call" {
 		g.auditBusy(r, tool, n, msg)
