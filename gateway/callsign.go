@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,6 +39,28 @@ func (r *router) envelopeSigner(h *HostInfo) (signing.HostSigner, error) {
 		"host %s does not trust the gateway's signing key %s (it trusts %s): either it has not taken in the key set of the latest rotation yet, which it asks for when it connects "+
 			"(if it missed the whole rotation, enrol it again: fleet-agent join), or this gateway missed a rotation made on another replica "+
 			"(copy that replica's signing directory here and reload: kill -HUP)", h.Host, r.keys.CurrentKeyID(), strings.Join(h.TrustedKeys, ", "))}
+}
+
+// cancel sends host a signed cancel of call id.
+func (r *router) cancel(env signing.HostSigner, host, id, reason string) {
+	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
+	m := &nats.Msg{Subject: protocol.CancelSubject(host), Data: data,
+		Header: nats.Header{protocol.HeaderAuth: {env.SignMessage(protocol.MsgCancel, host, id, "", data)}}}
+	if err := r.nc.PublishMsg(m); err != nil {
+		r.log.Warn("send cancel failed", "host", host, "call", id, "err", err)
+	}
+}
+
+// fetch asks host, in a signed message, to send the result of call id
+// again.
+func (r *router) fetch(env signing.HostSigner, host, id string) {
+	data, _ := json.Marshal(protocol.Fetch{CallID: id})
+	reply := protocol.ReplySubject(r.inbox, host)
+	m := &nats.Msg{Subject: protocol.FetchSubject(host), Reply: reply, Data: data,
+		Header: nats.Header{protocol.HeaderAuth: {env.SignMessage(protocol.MsgFetch, host, id, reply, data)}}}
+	if err := r.nc.PublishMsg(m); err != nil {
+		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
+	}
 }
 
 // checkReceipt checks the receipt header of the result res of call c,

@@ -399,25 +399,6 @@ func (r *router) send(c *protocol.Call, env signing.HostSigner, tc propagation.M
 	return parts, nil
 }
 
-func (r *router) cancel(env signing.HostSigner, host, id, reason string) {
-	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
-	m := &nats.Msg{Subject: protocol.CancelSubject(host), Data: data,
-		Header: nats.Header{protocol.HeaderAuth: {env.SignMessage(protocol.MsgCancel, host, id, "", data)}}}
-	if err := r.nc.PublishMsg(m); err != nil {
-		r.log.Warn("send cancel failed", "host", host, "call", id, "err", err)
-	}
-}
-
-func (r *router) fetch(env signing.HostSigner, host, id string) {
-	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	reply := protocol.ReplySubject(r.inbox, host)
-	m := &nats.Msg{Subject: protocol.FetchSubject(host), Reply: reply, Data: data,
-		Header: nats.Header{protocol.HeaderAuth: {env.SignMessage(protocol.MsgFetch, host, id, reply, data)}}}
-	if err := r.nc.PublishMsg(m); err != nil {
-		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
-	}
-}
-
 func (r *router) close() {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
