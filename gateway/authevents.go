@@ -38,7 +38,7 @@ type authErrorEvent struct {
 // connection closes.
 func (g *Gateway) watchAuthErrors() error {
 	lim := loglimit.New(logEvery, 3)
-	_, err := g.sys.Subscribe(authErrorSubject, func(m *nats.Msg) {
+	_, err := g.conns.sys.Subscribe(authErrorSubject, func(m *nats.Msg) {
 		var ev authErrorEvent
 		if json.Unmarshal(m.Data, &ev) != nil {
 			return
@@ -51,7 +51,7 @@ func (g *Gateway) watchAuthErrors() error {
 		}
 		if key != "" {
 			attrs = append(attrs, "key", protocol.Clip(key, 100))
-			if host, ok := g.agentIndex.KeyHost(key); ok {
+			if host, ok := g.subsys.agentIndex.KeyHost(key); ok {
 				attrs = append(attrs, "host", host)
 			}
 		}

@@ -93,7 +93,7 @@ func refusedError(rep *protocol.Refusal, tool string) *HostError {
 // enrolledKey returns the key the gateway enrolled for host (its agent
 // record's), which the host's receipts must be signed with.
 func (g *Gateway) enrolledKey(host string) (string, bool) {
-	rec, ok := g.agentIndex.Record(host)
+	rec, ok := g.subsys.agentIndex.Record(host)
 	if !ok || rec.Revoked() {
 		return "", false
 	}
@@ -105,29 +105,29 @@ func (g *Gateway) enrolledKey(host string) (string, bool) {
 // the gateway's signatures is not poked: it reads its desired state
 // when it connects and on its timer anyway.
 func (g *Gateway) pokeHost(host string) {
-	h, ok := g.reg.get(host)
+	h, ok := g.calling.reg.get(host)
 	if !ok {
 		return
 	}
-	env := g.signer.EnvelopeSigner(h.TrustedKeys)
+	env := g.subsys.signer.EnvelopeSigner(h.TrustedKeys)
 	if env == nil || h.Instance == "" {
 		return
 	}
 	m := &nats.Msg{Subject: protocol.SkillsPokeSubject(host),
 		Header: nats.Header{protocol.HeaderAuth: {signing.NewHostSigner(env, h.Instance).SignPoke(host)}}}
-	if err := g.nc.PublishMsg(m); err != nil {
+	if err := g.conns.nc.PublishMsg(m); err != nil {
 		g.log.Debug("skills: poke failed", "host", host, "err", err)
 	}
 }
 
 // SigningKeys returns the public keys agents trust for this gateway's
 // signatures (protocol.FormatSigningKey): the current key first.
-func (g *Gateway) SigningKeys() []string { return g.signer.Trusted() }
+func (g *Gateway) SigningKeys() []string { return g.subsys.signer.Trusted() }
 
 // SigningKeySerial returns the serial of the key set SigningKeys come
 // from (0: no rotation yet).
 func (g *Gateway) SigningKeySerial() uint64 {
-	_, serial := g.signer.Chain()
+	_, serial := g.subsys.signer.Chain()
 	return serial
 }
 
@@ -142,6 +142,6 @@ func (g *Gateway) openSigningKey() error {
 	if err != nil {
 		return err
 	}
-	g.signer = k
+	g.subsys.signer = k
 	return nil
 }

@@ -34,10 +34,25 @@ import (
 
 // Gateway is a running control plane: the MCP endpoint, the host registry,
 // the router and, unless an external cluster is used, the NATS server.
+// Its state is held in a few parts, each a struct of its own that says
+// what it holds and who may touch it.
 type Gateway struct {
 	cfg Config
 	log *slog.Logger
+	now func() time.Time
 
+	conns   natsConns
+	subsys  subsystems
+	calling callHandling
+	serving serving
+	life    lifecycle
+}
+
+// natsConns are the gateway's NATS side: the embedded server or the
+// external cluster, and the gateway's connections to it. Start and the
+// files of natsconnect.go set them up and stopNATS takes them down;
+// everything else only uses them.
+type natsConns struct {
 	// embedded is the embedded NATS server (nil with an external
 	// cluster); external the files of an external cluster's setup (nil
 	// with the embedded server).
@@ -49,36 +64,11 @@ type Gateway struct {
 	nc       *nats.Conn
 	// sys is the system user's connection: account JWT pushes and
 	// lookups.
-	sys    *nats.Conn
-	reg    *registry
-	store  *hostStore
-	router *router
-	auth   *access.Authenticator // nil with authentication off
-	audit  *audit.Trail
-	// access are the access rules in force; a reload swaps them.
-	access atomic.Pointer[access.Rules]
-	// reloadMu makes reloads one at a time.
-	reloadMu sync.Mutex
-
-	// authority issues agent credentials and keeps the revocations and
-	// the ledger of every key ever revoked; agents are the agent
-	// records, agentIndex the gateway's copy of them.
-	authority  *natsauth.Authority
-	agents     *enrol.Agents
-	agentIndex *enrol.Index
-	// enrol is enrolment: the join tokens, the request nonces, enrolment
-	// over HTTPS and NATS, recovery and renewal (gateway/enrol); api is
-	// the fleet API listener (enrolment and admin), apiCA the fleet CA
-	// when only the fleet API uses it.
-	enrol *enrol.Service
-	// keys serves agents the key sets (gateway/signing); agentSvc
-	// audits their refusal reports (refusals.go).
-	keys     *signing.KeyServer
-	agentSvc *agentServices
-	api      *fleetAPI
-	apiCA    *natsauth.CA
-	// seal authenticates the agent records and join tokens.
-	seal *recordSeal
+	sys *nats.Conn
+	// hostNC is the connection the gateway hears the hosts' refusal
+	// reports and renewals on: a host that floods them queues nothing
+	// in front of the other hosts' replies on nc.
+	hostNC *nats.Conn
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
@@ -86,21 +76,51 @@ type Gateway struct {
 	natsCA    *natsauth.CA
 	natsCAPEM []byte
 	natsPin   string
-	// stopLoops ends the loops the gateway runs, loops joins them.
-	stopLoops context.CancelFunc
-	loops     sync.WaitGroup
-	now       func() time.Time
+}
 
-	// skills serves the fleet's skills through the MCP Skills extension
-	// (nil: not declared); set before Handler.
-	skills *skills.Catalog
+// subsystems are the parts of the gateway its own packages implement
+// (gateway/access, audit, enrol, natsauth, signing, skills). Start opens
+// them and stopNATS closes them; the rest of the gateway calls them
+// through their methods only. access and the signing keys change on
+// reload (reload.go), under lifecycle.reloadMu.
+type subsystems struct {
+	// authority issues agent credentials and keeps the revocations and
+	// the ledger of every key ever revoked; agents are the agent
+	// records, agentIndex the gateway's copy of them.
+	authority  *natsauth.Authority
+	agents     *enrol.Agents
+	agentIndex *enrol.Index
+	// enrol is enrolment: the join tokens, the request nonces, enrolment
+	// over HTTPS and NATS, recovery and renewal (gateway/enrol).
+	enrol *enrol.Service
+	// seal authenticates the agent records and join tokens.
+	seal  *recordSeal
+	audit *audit.Trail
+	auth  *access.Authenticator // nil with authentication off
+	// access are the access rules in force; a reload swaps them.
+	access atomic.Pointer[access.Rules]
+	// signer is the signing key (nil: skill rollout is off); keys serves
+	// agents its key sets (gateway/signing).
+	signer *signing.Keys
+	keys   *signing.KeyServer
+	// skillStore is the skill store and rollout controller (nil without
+	// a signer).
+	skillStore *skills.Store
+}
 
+// callHandling is what carries the tool calls to the hosts and their
+// results back: the registry of hosts, the router and the limits around
+// them. Set up by startNATS (and Start); used by the MCP tools, the
+// fan-out and the HTTP APIs.
+type callHandling struct {
+	reg    *registry
+	store  *hostStore
+	router *router
+	// requests are the contexts of the MCP requests in flight.
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
-	calls        callCount
-	shutdownOnce sync.Once
-	shutdownErr  error
+	calls callCount
 	// rates holds the per-caller rate-limit buckets.
 	rates access.RateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
@@ -109,15 +129,31 @@ type Gateway struct {
 	// (connwatch.go).
 	identityConflictCount atomic.Int64
 	// bounds limits what one host can make the gateway do besides its
-	// calls: refusal reports, renewals (hostbounds.go). hostNC is the
-	// connection the gateway hears them on: a host that floods them
-	// queues nothing in front of the other hosts' replies on nc.
+	// calls: refusal reports, renewals (hostbounds.go), heard on
+	// natsConns.hostNC.
 	bounds *hostBounds
-	hostNC *nats.Conn
+	// agentSvc audits the hosts' refusal reports (refusals.go).
+	agentSvc *agentServices
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 	// tracing makes the spans of calls (nil: off).
 	tracing *tracing
+}
+
+// serving are the gateway's listeners and what they serve: the MCP
+// endpoint, the fleet API, the metrics endpoint and the readiness
+// answer. Start opens them, shutdown closes them.
+type serving struct {
+	ln     net.Listener
+	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
+	http   *http.Server
+	// skills serves the fleet's skills through the MCP Skills extension
+	// (nil: not declared); set before Handler.
+	skills *skills.Catalog
+	// api is the fleet API listener (enrolment and admin), apiCA the
+	// fleet CA when only the fleet API uses it.
+	api   *fleetAPI
+	apiCA *natsauth.CA
 	// readiness is the last answer of /readyz (health.go).
 	readiness readiness
 	// metrics are the Prometheus metrics (metrics.go); metricsSrv serves
@@ -125,15 +161,21 @@ type Gateway struct {
 	metrics    *metrics
 	metricsSrv *http.Server
 	metricsLn  net.Listener
-	// signer is the signing key (nil: skill rollout is off); skillStore is
-	// the skill store and rollout controller (nil without a signer).
-	signer     *signing.Keys
-	skillStore *skills.Store
+}
 
-	ln     net.Listener
-	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
-	http   *http.Server
-	done   chan error
+// lifecycle is the gateway's own start, reload and stop: the loops it
+// runs, its shutdown and its end. Only Start, reload and Shutdown touch
+// it.
+type lifecycle struct {
+	// stopLoops ends the loops the gateway runs, loops joins them.
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	// reloadMu makes reloads one at a time.
+	reloadMu     sync.Mutex
+	shutdownOnce sync.Once
+	shutdownErr  error
+	// done receives the MCP server's end.
+	done chan error
 }
 
 // Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
@@ -146,19 +188,19 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1),
-		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: loglimit.New(logEvery, 1),
-		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, life: lifecycle{done: make(chan error, 1)},
+		subsys: subsystems{agentIndex: enrol.NewIndex()}, now: time.Now, calling: callHandling{agentLogs: loglimit.New(logEvery, 1),
+			transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}}
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
-	g.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
+	g.calling.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
 	for _, w := range cfg.transportWarnings() {
 		g.log.Warn(w)
 	}
-	g.access.Store(cfg.Access)
+	g.subsys.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
-		g.skills = skills.NewCatalog(cfg.SkillSource)
+		g.serving.skills = skills.NewCatalog(cfg.SkillSource)
 	}
 	lookup := cfg.lookupIP
 	if lookup == nil {
@@ -171,8 +213,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeStarted()
 		return nil, err
 	}
-	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { g.done <- g.http.Serve(g.ln) }()
+	g.serving.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { g.life.done <- g.serving.http.Serve(g.serving.ln) }()
 	g.logAccess()
 	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "agents_dial", strings.Join(g.AgentNATSURLs(), ","), "auth", !cfg.AuthDisabled)
 	return g, nil
@@ -187,7 +229,7 @@ func (g *Gateway) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("caller authentication: %w", err)
 		}
-		g.auth = a
+		g.subsys.auth = a
 	}
 	// The MCP address is taken first: a busy one fails at once, before
 	// NATS and JetStream start.
@@ -195,7 +237,7 @@ func (g *Gateway) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.ln = ln
+	g.serving.ln = ln
 	steps := []func() error{
 		// The signing key is made before NATS starts: the router signs
 		// calls with it, and a cluster's other gateways' data
@@ -213,21 +255,21 @@ func (g *Gateway) start(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			g.audit, err = audit.Open(g.nc, g.cfg.Audit, audit.Options{Name: g.cfg.Name, MaxCall: g.cfg.MaxCallDuration, Patience: patience,
+			g.subsys.audit, err = audit.Open(g.conns.nc, g.cfg.Audit, audit.Options{Name: g.cfg.Name, MaxCall: g.cfg.MaxCallDuration, Patience: patience,
 				Admin: g.auditStreamAdmin(), Seal: auditSeal{seal}, Log: g.log.With("component", "audit")})
 			return err
 		},
 		func() (err error) {
-			g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
+			g.calling.store, err = openHostStore(g.conns.nc, g.calling.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
 			return err
 		},
 		func() error { return g.openAgents(ctx) },
 		g.openSkills,
 		func() error {
-			if g.skills == nil && g.skillStore != nil {
+			if g.serving.skills == nil && g.subsys.skillStore != nil {
 				// The fleet's skills, as rolled out, are what the MCP
 				// Skills extension serves.
-				g.skills = skills.NewCatalog(g.skillStore)
+				g.serving.skills = skills.NewCatalog(g.subsys.skillStore)
 			}
 			return nil
 		},
@@ -241,7 +283,7 @@ func (g *Gateway) start(ctx context.Context) error {
 		g.listenForAgents,
 		g.mcpListenerTLS,
 		func() error {
-			g.metrics = newMetrics(g)
+			g.serving.metrics = newMetrics(g)
 			return g.serveMetrics()
 		},
 	}
@@ -260,15 +302,15 @@ func (g *Gateway) start(ctx context.Context) error {
 // reverse order of start, every part that start got to (each stop does
 // nothing for a part never started).
 func (g *Gateway) closeStarted() {
-	if g.metricsSrv != nil {
-		_ = g.metricsSrv.Close()
+	if g.serving.metricsSrv != nil {
+		_ = g.serving.metricsSrv.Close()
 	}
-	if g.ln != nil {
-		g.ln.Close()
+	if g.serving.ln != nil {
+		g.serving.ln.Close()
 	}
 	_ = g.stopFleetAPI(context.Background())
-	if g.audit != nil {
-		_ = g.audit.Close(context.Background())
+	if g.subsys.audit != nil {
+		_ = g.subsys.audit.Close(context.Background())
 	}
 	g.stopNATS()
 }
@@ -277,10 +319,10 @@ func (g *Gateway) closeStarted() {
 // there is one; a cluster node's listens from the start, as its routes
 // need (package natsauth).
 func (g *Gateway) listenForAgents() error {
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return nil
 	}
-	return g.embedded.ListenForAgents()
+	return g.conns.embedded.ListenForAgents()
 }
 
 // mcpListenerTLS makes the MCP listener serve TLS when Config.TLSCert is
@@ -293,15 +335,15 @@ func (g *Gateway) mcpListenerTLS() error {
 	if err != nil {
 		return fmt.Errorf("MCP endpoint TLS (--tls_cert %s, --tls_key %s): %w", g.cfg.TLSCert, g.cfg.TLSKey, err)
 	}
-	g.mcpTLS = true
-	g.ln = tls.NewListener(g.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	g.serving.mcpTLS = true
+	g.serving.ln = tls.NewListener(g.serving.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	return nil
 }
 
 // startEnrolment opens the join tokens and nonces, serves renewals,
 // starts the token sweeper and the fleet API listener.
 func (g *Gateway) startEnrolment() error {
-	js, err := jetstream.New(g.nc)
+	js, err := jetstream.New(g.conns.nc)
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
@@ -309,25 +351,25 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return err
 	}
-	g.enrol = enrol.New(g.enrolConfig(), g.agentIndex, g.agents)
-	if err := g.enrol.Open(js, seal.s, g.streamAdmin("KV_"+protocol.TokensBucket)); err != nil {
+	g.subsys.enrol = enrol.New(g.enrolConfig(), g.subsys.agentIndex, g.subsys.agents)
+	if err := g.subsys.enrol.Open(js, seal.s, g.streamAdmin("KV_"+protocol.TokensBucket)); err != nil {
 		return err
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.SetRecords(natsauth.KeySources{agentRevocations{g.agents}, tokenRevocations{g.enrol}})
+	g.subsys.authority.SetRecords(natsauth.KeySources{agentRevocations{g.subsys.agents}, tokenRevocations{g.subsys.enrol}})
 	g.reconcileSoon()
-	if err := g.enrol.StartRenewals(); err != nil {
+	if err := g.subsys.enrol.StartRenewals(); err != nil {
 		return err
 	}
 	lctx, stop := context.WithCancel(context.Background())
-	prev := g.stopLoops
-	g.stopLoops = func() { stop(); prev() }
-	g.loops.Go(func() { g.enrol.SweepLoop(lctx) })
+	prev := g.life.stopLoops
+	g.life.stopLoops = func() { stop(); prev() }
+	g.life.loops.Go(func() { g.subsys.enrol.SweepLoop(lctx) })
 	if err := g.startFleetAPI(); err != nil {
 		return err
 	}
-	if err := g.enrol.StartNATSEnrolment(); err != nil {
+	if err := g.subsys.enrol.StartNATSEnrolment(); err != nil {
 		_ = g.stopFleetAPI(context.Background())
 		return err
 	}
@@ -364,13 +406,13 @@ func (g *Gateway) SecretPaths() []string {
 	if p := signing.KeyPath(g.cfg.SigningKeyFile, g.cfg.DataDir); p != "" {
 		out = append(out, abs(p))
 	}
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
 			}
 		}
-		if g.apiCA != nil {
+		if g.serving.apiCA != nil {
 			// The fleet CA of the fleet API, in the data directory.
 			out = append(out, natsauth.CAKeyPath(abs(g.cfg.DataDir)))
 		}
@@ -383,7 +425,7 @@ func (g *Gateway) SecretPaths() []string {
 
 // logAccess summarises who may do what, once at startup.
 func (g *Gateway) logAccess() {
-	if g.auth == nil {
+	if g.subsys.auth == nil {
 		g.log.Warn("caller authentication is OFF: the local caller may use every tool on every host")
 		return
 	}
@@ -396,15 +438,15 @@ func (g *Gateway) logAccess() {
 
 // logGrants logs the API tokens' grants and the access rules in force.
 func (g *Gateway) logGrants() {
-	if g.auth == nil {
+	if g.subsys.auth == nil {
 		return
 	}
-	if tokens := g.auth.Tokens(); tokens != nil {
+	if tokens := g.subsys.auth.Tokens(); tokens != nil {
 		for _, line := range tokens.Summary() {
 			g.log.Info("API token", "grant", line)
 		}
 	}
-	if rules := g.access.Load(); rules != nil {
+	if rules := g.subsys.access.Load(); rules != nil {
 		g.log.Info("access rules", "file", rules.Source, "rules", rules.Len())
 		for _, line := range rules.Summary() {
 			g.log.Info("access rule", "rule", line)
@@ -419,25 +461,25 @@ func (g *Gateway) logGrants() {
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var mcpHandler http.Handler = g.mcpHandler(g.newMCPServer())
-	if g.auth != nil {
-		mcpHandler = g.auth.Protect(mcpHandler)
-		mux.Handle(access.MetadataPath, g.auth.Metadata())
-		mux.Handle(access.MetadataPath+"/mcp", g.auth.Metadata())
+	if g.subsys.auth != nil {
+		mcpHandler = g.subsys.auth.Protect(mcpHandler)
+		mux.Handle(access.MetadataPath, g.subsys.auth.Metadata())
+		mux.Handle(access.MetadataPath+"/mcp", g.subsys.auth.Metadata())
 	}
 	mux.Handle("/mcp", mcpHandler)
 	g.healthHandlers(mux)
 	if g.cfg.Metrics {
-		mux.Handle("GET /metrics", g.metrics.handler())
+		mux.Handle("GET /metrics", g.serving.metrics.handler())
 	}
 	return cors(g.cfg.CORSOrigins, mux)
 }
 
 // Addr returns the address the MCP endpoint listens on.
-func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+func (g *Gateway) Addr() string { return g.serving.ln.Addr().String() }
 
 // MCPURL returns the URL an MCP client connects to.
 func (g *Gateway) MCPURL() string {
-	if g.mcpTLS {
+	if g.serving.mcpTLS {
 		return "https://" + g.Addr() + "/mcp"
 	}
 	return "http://" + g.Addr() + "/mcp"
@@ -447,13 +489,13 @@ func (g *Gateway) MCPURL() string {
 // them: the embedded server's client address (tls:// when it serves
 // TLS), or the external cluster's URLs.
 func (g *Gateway) NATSURL() string {
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return strings.Join(g.cfg.NATSURLs, ",")
 	}
 	if g.cfg.NATSListen == "" {
 		return ""
 	}
-	return g.embedded.ClientURL()
+	return g.conns.embedded.ClientURL()
 }
 
 // AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
@@ -464,7 +506,7 @@ func (g *Gateway) AgentNATSURLs() []string {
 	if len(g.cfg.NATSAdvertise) > 0 {
 		return slices.Clone(g.cfg.NATSAdvertise)
 	}
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return slices.Clone(g.cfg.NATSURLs)
 	}
 	raw := g.NATSURL()
@@ -485,12 +527,12 @@ func (g *Gateway) AgentNATSURLs() []string {
 // NATSCAPEM returns the CA (PEM) that signs the NATS servers'
 // certificates, for agents to trust; empty when NATS does not use TLS or
 // the system's roots know its CA.
-func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.natsCAPEM) }
+func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.conns.natsCAPEM) }
 
 // NATSCAPin returns the pin (protocol.CAPin) of the CA agents trust for
 // the embedded server: the fleet CA, or the last certificate of
 // NATSTLSCert; empty when the embedded server does not serve TLS.
-func (g *Gateway) NATSCAPin() string { return g.natsPin }
+func (g *Gateway) NATSCAPin() string { return g.conns.natsPin }
 
 // advertisedNames are the names agents reach this machine by: Advertise
 // and the hosts of NATSAdvertise.
@@ -511,38 +553,38 @@ func (g *Gateway) advertisedNames() []string {
 // Shutdown stops accepting requests, waits for in-flight ones until ctx
 // ends, then closes NATS. Later calls return the first call's result.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.shutdownOnce.Do(func() { g.shutdownErr = g.shutdown(ctx) })
-	return g.shutdownErr
+	g.life.shutdownOnce.Do(func() { g.life.shutdownErr = g.shutdown(ctx) })
+	return g.life.shutdownErr
 }
 
 func (g *Gateway) shutdown(ctx context.Context) error {
-	err := g.http.Shutdown(ctx)
+	err := g.serving.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = g.http.Close()
+		err = g.serving.http.Close()
 	}
 	err = errors.Join(err, g.stopFleetAPI(ctx))
-	if g.metricsSrv != nil {
-		err = errors.Join(err, g.metricsSrv.Close())
+	if g.serving.metricsSrv != nil {
+		err = errors.Join(err, g.serving.metricsSrv.Close())
 	}
-	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+	if serr := <-g.life.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
 	select {
-	case <-g.calls.drain():
+	case <-g.calling.calls.drain():
 	case <-ctx.Done():
 		g.log.Warn("shutting down with tool calls still running; their audit records may be lost")
 	}
 	// Queued audit records are stored while NATS is still up.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	aerr := g.audit.Close(actx)
+	aerr := g.subsys.audit.Close(actx)
 	g.stopNATS()
 	return errors.Join(err, aerr)
 }
 
 // TransferBytesInUse returns how much of the budget for large transfers
 // (Config.MaxTransferBytes) requests and results in flight hold now.
-func (g *Gateway) TransferBytesInUse() int64 { return g.transfers.inUse.Load() }
+func (g *Gateway) TransferBytesInUse() int64 { return g.calling.transfers.inUse.Load() }
 
 // Host returns what the gateway knows about host.
-func (g *Gateway) Host(host string) (HostInfo, bool) { return g.reg.get(host) }
+func (g *Gateway) Host(host string) (HostInfo, bool) { return g.calling.reg.get(host) }

@@ -32,35 +32,35 @@ func (g *Gateway) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
-	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
-	g.keys = signing.NewKeyServer(g.signer, g.nc, g.onlineHosts, g.now, g.log)
-	g.reg.heardKeys = g.keys.Behind
-	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
+	g.calling.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.subsys.agentIndex)
+	g.calling.reg.maxBytes = g.cfg.Hosts.MaxBytes
+	g.subsys.keys = signing.NewKeyServer(g.subsys.signer, g.conns.nc, g.onlineHosts, g.now, g.log)
+	g.calling.reg.heardKeys = g.subsys.keys.Behind
+	if _, err := g.conns.nc.Subscribe(protocol.PresenceWildcard(), g.calling.reg.onPresence); err != nil {
 		return fmt.Errorf("subscribe presence: %w", err)
 	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey, g.bounds, g.hostNC); err != nil {
+	if g.calling.router, err = newRouter(g.conns.nc, g.calling.reg, g.log, g.cfg.Silence, g.calling.transfers, g.calling.tracing, g.subsys.signer, g.enrolledKey, g.calling.bounds, g.conns.hostNC); err != nil {
 		return err
 	}
-	if err := g.nc.Flush(); err != nil {
+	if err := g.conns.nc.Flush(); err != nil {
 		return fmt.Errorf("NATS: %w", err)
 	}
-	if err := g.hostNC.Flush(); err != nil {
+	if err := g.conns.hostNC.Flush(); err != nil {
 		return fmt.Errorf("NATS: %w", err)
 	}
 	// Ask every agent to announce itself now rather than at its next
 	// heartbeat.
-	return g.nc.Publish(protocol.DiscoverSubject(), nil)
+	return g.conns.nc.Publish(protocol.DiscoverSubject(), nil)
 }
 
 // resolveReplicas settles the replica counts left at their default: 3
 // when the gateway's NATS server is a cluster node, else 1.
 func (g *Gateway) resolveReplicas() {
-	clustered := g.cfg.clustered() || g.nc.ConnectedClusterName() != ""
+	clustered := g.cfg.clustered() || g.conns.nc.ConnectedClusterName() != ""
 	g.cfg.Hosts.Replicas = replicasDefault(g.cfg.Hosts.Replicas, clustered)
 	g.cfg.Audit.Replicas = replicasDefault(g.cfg.Audit.Replicas, clustered)
 	if clustered {
-		g.log.Info("NATS cluster: streams and buckets replicated", "cluster", g.nc.ConnectedClusterName(),
+		g.log.Info("NATS cluster: streams and buckets replicated", "cluster", g.conns.nc.ConnectedClusterName(),
 			"audit_replicas", g.cfg.Audit.Replicas, "hosts_replicas", g.cfg.Hosts.Replicas)
 	}
 }
@@ -112,7 +112,7 @@ func (g *Gateway) sysOptions() []nats.Option {
 func (g *Gateway) startEmbedded() error {
 	// Nothing in the data directory is touched before it is ours.
 	var err error
-	if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
+	if g.conns.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
 		return err
 	}
 	if err := checkDataFormat(g.cfg.DataDir); err != nil {
@@ -134,42 +134,42 @@ func (g *Gateway) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
+	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.conns.natsCA == nil {
 		// Routes between the nodes use certificates from the fleet CA.
-		if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
+		if g.conns.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 			return err
 		}
 	}
 	var routes *tls.Config
 	if g.cfg.clustered() {
-		if routes, err = natsauth.RouteTLS(g.cfg.Cluster.RouteCert, g.cfg.Cluster.RouteKey, g.cfg.Cluster.RouteCA, g.natsCA, routeNames(&g.cfg)); err != nil {
+		if routes, err = natsauth.RouteTLS(g.cfg.Cluster.RouteCert, g.cfg.Cluster.RouteKey, g.cfg.Cluster.RouteCA, g.conns.natsCA, routeNames(&g.cfg)); err != nil {
 			return err
 		}
 	}
 	if err := emb.Start(tlsConf, routes); err != nil {
 		return err
 	}
-	g.embedded = emb
+	g.conns.embedded = emb
 	// Its own users are never revoked through the ledger: whoever holds
 	// the seal's key could otherwise cut the gateway off its server.
 	gwUser, err := emb.GatewayUser()
 	if err != nil {
 		return err
 	}
-	if g.nc, err = nats.Connect("", append(g.natsOptions(), emb.InProcess(), gwUser)...); err != nil {
+	if g.conns.nc, err = nats.Connect("", append(g.natsOptions(), emb.InProcess(), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
-	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), emb.InProcess(), gwUser)...); err != nil {
+	if g.conns.hostNC, err = nats.Connect("", append(g.hostConnOptions(), emb.InProcess(), gwUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	sysUser, err := emb.SystemUser()
 	if err != nil {
 		return err
 	}
-	if g.sys, err = nats.Connect("", append(g.sysOptions(), emb.InProcess(), sysUser)...); err != nil {
+	if g.conns.sys, err = nats.Connect("", append(g.sysOptions(), emb.InProcess(), sysUser)...); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
 	}
-	g.authority, err = emb.Authority(g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
+	g.subsys.authority, err = emb.Authority(g.conns.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
 	return err
 }
 
@@ -197,20 +197,20 @@ func (g *Gateway) embeddedTLS() (*tls.Config, error) {
 			return nil, fmt.Errorf("embedded NATS TLS: --nats_tls_cert %s ends with the certificate of %q, which is not a CA certificate after the server's: append the certificate of the CA that issued it (agents get that CA at enrolment and trust it alone for NATS)",
 				g.cfg.NATSTLSCert, ca.Subject.String())
 		}
-		g.natsCAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
-		g.natsPin = protocol.CAPin(ca)
+		g.conns.natsCAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+		g.conns.natsPin = protocol.CAPin(ca)
 		return conf, nil
 	}
 	var err error
-	if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
+	if g.conns.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 		return nil, err
 	}
 	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-	conf, err := g.natsCA.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
+	conf, err := g.conns.natsCA.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
 	}
-	g.natsCAPEM, g.natsPin = g.natsCA.PEM(), g.natsCA.Pin()
+	g.conns.natsCAPEM, g.conns.natsPin = g.conns.natsCA.PEM(), g.conns.natsCA.Pin()
 	return conf, nil
 }
 
@@ -222,22 +222,22 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.external = x
+	g.conns.external = x
 	url := strings.Join(g.cfg.NATSURLs, ",")
-	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.conns.nc, err = nats.Connect(url, append(g.natsOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
+	if g.conns.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
 	}
-	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.Options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
+	if g.conns.sys, err = nats.Connect(url, append(g.sysOptions(), x.Options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
 		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
 	}
-	if err := x.Check(ctx, g.sys); err != nil {
+	if err := x.Check(ctx, g.conns.sys); err != nil {
 		return fmt.Errorf("external NATS cluster: %w", err)
 	}
-	g.natsCAPEM = x.CAPEM()
-	g.authority = x.Authority(g.nc, g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
+	g.conns.natsCAPEM = x.CAPEM()
+	g.subsys.authority = x.Authority(g.conns.nc, g.conns.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
 	return nil
 }
 
@@ -245,38 +245,38 @@ func (g *Gateway) connectExternal(ctx context.Context) error {
 // (recordseal.go), made from the agent signing key on first use (during
 // Start).
 func (g *Gateway) recordSeal() (*recordSeal, error) {
-	if g.seal == nil {
-		s, err := newRecordSeal(g.authority.AgentSigner())
+	if g.subsys.seal == nil {
+		s, err := newRecordSeal(g.subsys.authority.AgentSigner())
 		if err != nil {
 			return nil, err
 		}
-		g.seal = s
+		g.subsys.seal = s
 	}
-	return g.seal, nil
+	return g.subsys.seal, nil
 }
 
 // openAgents opens the agent records, brings the servers' revocations in
 // step with them (a gateway may have stopped between a revocation and
 // its push) and starts the revocation loop.
 func (g *Gateway) openAgents(ctx context.Context) error {
-	g.agentIndex.OnRevoked(func(string) { g.reconcileSoon() })
+	g.subsys.agentIndex.OnRevoked(func(string) { g.reconcileSoon() })
 	seal, err := g.recordSeal()
 	if err != nil {
 		return err
 	}
-	if g.agents, err = enrol.OpenAgents(g.nc, g.agentIndex, seal.s, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
+	if g.subsys.agents, err = enrol.OpenAgents(g.conns.nc, g.subsys.agentIndex, seal.s, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
 		return err
 	}
 	// The embedded server holds every key revoked while a credential
 	// issued before could still be valid: it may have missed a
 	// revocation by key while down, which no record names.
 	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, enrol.MaxTokenTTL) - natsauth.PruneSlack)
-	if err := g.authority.OpenLedger(ctx, g.nc, max(g.cfg.Hosts.Replicas, 1), recent, g.log.With("component", "revoked-keys")); err != nil {
+	if err := g.subsys.authority.OpenLedger(ctx, g.conns.nc, max(g.cfg.Hosts.Replicas, 1), recent, g.log.With("component", "revoked-keys")); err != nil {
 		return err
 	}
-	g.authority.SetRecords(agentRevocations{g.agents})
+	g.subsys.authority.SetRecords(agentRevocations{g.subsys.agents})
 	rctx, cancel := context.WithTimeout(ctx, natsauth.ReconcileTimeout)
-	err = g.authority.Reconcile(rctx)
+	err = g.subsys.authority.Reconcile(rctx)
 	cancel()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("reconcile revocations: %w", context.Cause(ctx))
@@ -285,47 +285,47 @@ func (g *Gateway) openAgents(ctx context.Context) error {
 		g.log.Warn("revocations not in step with the NATS servers yet; retrying in the background", "err", err)
 	}
 	lctx, stop := context.WithCancel(context.Background())
-	g.stopLoops = stop
-	g.loops.Go(func() { g.authority.RevocationLoop(lctx, g.log) })
+	g.life.stopLoops = stop
+	g.life.loops.Go(func() { g.subsys.authority.RevocationLoop(lctx, g.log) })
 	return g.watchConnections(lctx)
 }
 
 func (g *Gateway) stopNATS() {
-	if g.stopLoops != nil {
-		g.stopLoops()
-		g.loops.Wait()
+	if g.life.stopLoops != nil {
+		g.life.stopLoops()
+		g.life.loops.Wait()
 	}
-	g.enrol.Close()
-	g.keys.Close()
-	g.agentSvc.close()
-	if g.skillStore != nil {
-		g.skillStore.Close()
+	g.subsys.enrol.Close()
+	g.subsys.keys.Close()
+	g.calling.agentSvc.close()
+	if g.subsys.skillStore != nil {
+		g.subsys.skillStore.Close()
 	}
-	if g.agents != nil {
-		g.agents.Close()
+	if g.subsys.agents != nil {
+		g.subsys.agents.Close()
 	}
-	if g.authority != nil {
-		g.authority.Close()
+	if g.subsys.authority != nil {
+		g.subsys.authority.Close()
 	}
-	if g.store != nil {
-		g.store.close()
+	if g.calling.store != nil {
+		g.calling.store.close()
 	}
-	if g.router != nil {
-		g.router.close()
+	if g.calling.router != nil {
+		g.calling.router.close()
 	}
-	if g.nc != nil {
-		g.nc.Close()
+	if g.conns.nc != nil {
+		g.conns.nc.Close()
 	}
-	if g.hostNC != nil {
-		g.hostNC.Close()
+	if g.conns.hostNC != nil {
+		g.conns.hostNC.Close()
 	}
-	if g.sys != nil {
-		g.sys.Close()
+	if g.conns.sys != nil {
+		g.conns.sys.Close()
 	}
-	if g.embedded != nil {
-		g.embedded.Shutdown()
+	if g.conns.embedded != nil {
+		g.conns.embedded.Shutdown()
 	}
-	if g.dataLock != nil {
-		g.dataLock.Close()
+	if g.conns.dataLock != nil {
+		g.conns.dataLock.Close()
 	}
 }

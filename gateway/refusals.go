@@ -50,14 +50,14 @@ type agentServices struct {
 func (g *Gateway) startAgentServices() error {
 	// On the connection of host requests (renew.go): a host that floods
 	// them delays nothing on the main connection.
-	if err := g.keys.Serve(g.hostNC); err != nil {
+	if err := g.subsys.keys.Serve(g.conns.hostNC); err != nil {
 		return err
 	}
 	s := &agentServices{}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.wg.Go(func() { g.writeRefusals(ctx) })
-	g.agentSvc = s
+	g.calling.agentSvc = s
 	return nil
 }
 
@@ -71,12 +71,12 @@ func (g *Gateway) writeRefusals(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case rec := <-g.router.refusalRecords:
-			g.audit.Write(rec)
+		case rec := <-g.calling.router.refusalRecords:
+			g.subsys.audit.Write(rec)
 		case <-tick.C:
 			now := g.now()
-			for host, t := range g.bounds.takeUnsent() {
-				g.audit.Write(unsentRecord(host, t, now))
+			for host, t := range g.calling.bounds.takeUnsent() {
+				g.subsys.audit.Write(unsentRecord(host, t, now))
 			}
 		}
 	}
@@ -93,7 +93,7 @@ func (s *agentServices) close() {
 // onlineHosts lists the hosts online, to push the key sets to.
 func (g *Gateway) onlineHosts() []string {
 	var out []string
-	for _, h := range g.reg.list("") {
+	for _, h := range g.calling.reg.list("") {
 		if h.Online {
 			out = append(out, h.Host)
 		}

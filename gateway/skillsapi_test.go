@@ -60,7 +60,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{skillStore: store, audit: aud, log: discardLogger()}
+	g := &Gateway{subsys: subsystems{skillStore: store, audit: aud}, log: discardLogger()}
 	mux := http.NewServeMux()
 	admin := &access.Identity{Kind: access.KindAPIToken, Subject: "ops"}
 	for pattern, h := range g.skillsRoutes(func(*http.Request) *access.Identity { return admin }) {

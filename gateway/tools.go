@@ -46,7 +46,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 	if cc.id == nil {
 		return errorResult(tool + " not permitted for an unauthenticated caller")
 	}
-	ctx, stop := g.requests.bind(ctx, req)
+	ctx, stop := g.calling.requests.bind(ctx, req)
 	defer stop()
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
 	args := req.Params.Arguments
@@ -60,7 +60,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		}
 	}
 	receipt := &audit.Receipt{}
-	res, err := g.router.call(ctx, callRequest{
+	res, err := g.calling.router.call(ctx, callRequest{
 		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold, Receipt: receipt,
 	}, p.onFrame)
 	if receipt.Verified || receipt.Problem != "" {
@@ -71,7 +71,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		return callError(tool, host, err)
 	}
 	if capResult(host, tool, res, protocol.ResultTextLimit(tool, cc.rawData)) {
-		g.agentLogs.Log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
+		g.calling.agentLogs.Log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
 	}
 	if res.Error != nil && res.Error.Code == protocol.CodeDenied {
 		cc.hostDenied = res.Error.Message
@@ -98,7 +98,7 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		}
 	}
 	grants := callFrom(ctx).grants
-	hosts := slices.DeleteFunc(g.reg.list(in.Filter), func(h HostInfo) bool { return !grants.HostVisible(h.Host, h.Labels) })
+	hosts := slices.DeleteFunc(g.calling.reg.list(in.Filter), func(h HostInfo) bool { return !grants.HostVisible(h.Host, h.Labels) })
 	var b strings.Builder
 	online := 0
 	for _, h := range hosts {
