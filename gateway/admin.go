@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The admin API, under protocol.AdminPath on the fleet API listener: join
@@ -216,7 +217,7 @@ func (a *adminAction) createToken() {
 		return
 	}
 	resp, err := a.g.CreateJoinToken(a.r.Context(), &req, a.id.Name())
-	args := map[string]any{"labels": formatLabels(req.Labels), "ttl": req.TTL, "uses": req.Uses, "name": req.Name,
+	args := map[string]any{"labels": textutil.FormatLabels(req.Labels), "ttl": req.TTL, "uses": req.Uses, "name": req.Name,
 		"name_pattern": req.NamePattern, "replace": req.Replace}
 	if err != nil {
 		a.finish("admin_token_create", "", args, nil, adminError(err))
@@ -334,7 +335,7 @@ func (a *adminAction) agentAction() {
 			a.finish(tool, host, nil, nil, aerr)
 			return
 		}
-		args = map[string]any{"set": formatLabels(req.Set), "remove": strings.Join(req.Remove, ",")}
+		args = map[string]any{"set": textutil.FormatLabels(req.Set), "remove": strings.Join(req.Remove, ",")}
 		if len(req.Set) == 0 && len(req.Remove) == 0 {
 			a.finish(tool, host, args, nil, apiErr(protocol.APIBadRequest, "nothing to change: give labels to set (k=v) or to remove (k-)"))
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file is fan-out: fleet_bash and fleet_read run one per-host tool
@@ -129,7 +130,7 @@ func (g *Gateway) fleetBashTool(ctx context.Context, req *mcp.CallToolRequest, i
 		timeout:  g.cfg.MaxCallDuration,
 		classify: classifyBash,
 	}
-	return g.runFanout(ctx, req, f, in.Selector, in.MaxConcurrency, fmt.Sprintf("fleet_bash %q", truncateText(in.Command, 200)))
+	return g.runFanout(ctx, req, f, in.Selector, in.MaxConcurrency, fmt.Sprintf("fleet_bash %q", textutil.Truncate(in.Command, 200)))
 }
 
 func (g *Gateway) fleetReadTool(ctx context.Context, req *mcp.CallToolRequest, in fleetReadIn) (*mcp.CallToolResult, any, error) {
@@ -423,7 +424,7 @@ func classifyRead(o *hostOutcome, res *protocol.Result, err error) {
 	o.Bytes = len(text)
 	if res.IsError {
 		o.Status, o.Reason = bucketFailed, text
-		o.note = truncateText(oneLine(text), 300)
+		o.note = textutil.Truncate(oneLine(text), 300)
 		return
 	}
 	o.Status, o.body = bucketSucceeded, text
@@ -493,7 +494,7 @@ func splitSpillNote(body string) (string, string) {
 
 func lastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
-	return truncateText(s[strings.LastIndexByte(s, '\n')+1:], 300)
+	return textutil.Truncate(s[strings.LastIndexByte(s, '\n')+1:], 300)
 }
 
 // audit records one host's part of the fan-out.

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
 	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The fleet API listener (Config.APIListen): hosts enrol and recover
@@ -234,7 +235,7 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrol.Outcome, aerr *pro
 	if len(out.Labels) > 0 || out.Retried {
 		rec.Args = map[string]any{}
 		if len(out.Labels) > 0 {
-			rec.Args["labels"] = formatLabels(out.Labels)
+			rec.Args["labels"] = textutil.FormatLabels(out.Labels)
 		}
 		if out.Retried {
 			// The answer to this key's enrolment was given again.

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file is the MCP server middleware that applies the access rules
@@ -368,20 +368,7 @@ const maxQueuedArgs = 8 << 10
 
 func metaString(meta map[string]any, key string) string {
 	s, _ := meta[key].(string)
-	return truncateText(s, 200)
-}
-
-// truncateText cuts s to at most n bytes, on a character boundary, and
-// says how much was cut.
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("... [%d more bytes]", len(s)-cut)
+	return textutil.Truncate(s, 200)
 }
 
 // finishRecord fills in the outcome of a call.

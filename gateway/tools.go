@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The gateway's own tools: hosts here, audit (audittrail.go), fan-out
@@ -124,7 +125,7 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		}
 		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s\tshell %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,
 			now.Sub(h.LastSeen).Round(time.Second), h.Cwd, cmp.Or(h.Shell, "unknown"))
-		if labels := formatLabels(h.Labels); labels != "" {
+		if labels := textutil.FormatLabels(h.Labels); labels != "" {
 			b.WriteString("\tlabels " + labels)
 		}
 		b.WriteString("\ttools " + strings.Join(h.Tools, ","))
@@ -169,19 +170,6 @@ func confinementLabel(c string) string {
 		return "NOT confined (" + strings.TrimPrefix(strings.TrimPrefix(c, "none"), ": ") + ")"
 	}
 	return "confined (" + c + ")"
-}
-
-func formatLabels(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + l[k]
-	}
-	return strings.Join(parts, ",")
 }
 
 // progress relays a call's live output, progress notes and keepalives to
