@@ -42,11 +42,6 @@ var (
 	ErrKeyInUse     = enrol.ErrKeyInUse
 )
 
-const (
-	// agentsLoadTimeout bounds the wait for a bucket's records at start.
-	agentsLoadTimeout = enrol.LoadTimeout
-)
-
 // ReplaceHost lets an enrolment take over the host name from another
 // key, even a revoked one: the old key is revoked.
 func ReplaceHost() EnrolOption { return enrol.ReplaceHost() }
