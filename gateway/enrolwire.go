@@ -132,11 +132,23 @@ type enrolIssuer struct{ *natsauth.Authority }
 // CheckIssuable refuses a revoked key with an error that is enrolment's
 // ErrKeyRevoked as well as the authority's.
 func (a enrolIssuer) CheckIssuable(userPub string) error {
-	if err := a.Authority.CheckIssuable(userPub); errors.Is(err, natsauth.ErrKeyRevoked) {
+	return asKeyRevoked(a.Authority.CheckIssuable(userPub))
+}
+
+// AgentJWT issues host's credential; its refusal of a revoked key is
+// enrolment's ErrKeyRevoked as well as the authority's.
+func (a enrolIssuer) AgentJWT(host, userPub string, expires time.Time) (string, error) {
+	token, err := a.Authority.AgentJWT(host, userPub, expires)
+	return token, asKeyRevoked(err)
+}
+
+// asKeyRevoked makes the authority's refusal of a revoked key also
+// enrolment's ErrKeyRevoked.
+func asKeyRevoked(err error) error {
+	if errors.Is(err, natsauth.ErrKeyRevoked) {
 		return keyRevokedError{err}
-	} else {
-		return err
 	}
+	return err
 }
 
 // keyRevokedError is the authority's refusal of a revoked key, which is
