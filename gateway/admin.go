@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The admin API, under protocol.AdminPath on the fleet API listener: join
@@ -129,7 +130,7 @@ var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Ho
 
 // adminCaller authenticates the caller and checks it is an admin.
 func (g *Gateway) adminCaller(r *http.Request) (*access.Identity, *protocol.APIError) {
-	if g.auth == nil {
+	if g.subsys.auth == nil {
 		if ip := net.ParseIP(sourceOf(r)); ip == nil || !ip.IsLoopback() {
 			return nil, apiErr(protocol.APIForbidden, "caller authentication is off on this gateway (--dev or --no_auth), so its admin API answers callers on this machine only")
 		}
@@ -146,12 +147,12 @@ func (g *Gateway) adminCaller(r *http.Request) (*access.Identity, *protocol.APIE
 	if raw = strings.TrimSpace(raw); !ok || raw == "" {
 		return nil, apiErr(protocol.APIUnauthorized, "the admin API needs Authorization: Bearer with an admin API token (an --api_tokens entry with admin: true) or an OIDC token whose access rule says admin: true; set --api_token or FLEET_API_TOKEN")
 	}
-	id, _, err := g.auth.Identify(r.Context(), raw)
+	id, _, err := g.subsys.auth.Identify(r.Context(), raw)
 	if err != nil {
 		g.log.Info("admin API: refused bearer token", "source", sourceOf(r), "reason", err)
 		return nil, apiErr(protocol.APIUnauthorized, "the bearer token was refused (%v): use a valid admin API token or a current OIDC token", err)
 	}
-	if d := g.access.Load().For(id).Admin(); !d.Allowed {
+	if d := g.subsys.access.Load().For(id).Admin(); !d.Allowed {
 		aerr := apiErr(protocol.APIForbidden, "%s is not an admin (%s): an admin API token (admin: true in --api_tokens) or an access rule with admin: true is needed", id.Name(), d.Reason)
 		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
 		return nil, aerr
@@ -216,7 +217,7 @@ func (a *adminAction) createToken() {
 		return
 	}
 	resp, err := a.g.CreateJoinToken(a.r.Context(), &req, a.id.Name())
-	args := map[string]any{"labels": formatLabels(req.Labels), "ttl": req.TTL, "uses": req.Uses, "name": req.Name,
+	args := map[string]any{"labels": textutil.FormatLabels(req.Labels), "ttl": req.TTL, "uses": req.Uses, "name": req.Name,
 		"name_pattern": req.NamePattern, "replace": req.Replace}
 	if err != nil {
 		a.finish("admin_token_create", "", args, nil, adminError(err))
@@ -256,7 +257,7 @@ func (a *adminAction) queryAudit() {
 		a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "%v", err))
 		return
 	}
-	page, err := a.g.audit.Query(a.r.Context(), q)
+	page, err := a.g.subsys.audit.Query(a.r.Context(), q)
 	if err != nil {
 		a.finish("admin_audit", "", args, nil, adminError(err))
 		return
@@ -279,7 +280,7 @@ func (a *adminAction) listTokens() {
 }
 
 func (a *adminAction) revokeToken() {
-	t, enrolKey, err := a.g.enrol.RevokeJoinToken(a.r.Context(), a.route.target, a.id.Name())
+	t, enrolKey, err := a.g.subsys.enrol.RevokeJoinToken(a.r.Context(), a.route.target, a.id.Name())
 	if err != nil {
 		a.finish("admin_token_revoke", a.route.target, nil, nil, adminError(err))
 		return
@@ -287,7 +288,7 @@ func (a *adminAction) revokeToken() {
 	if enrolKey {
 		// Its enrol credential stops working now, not at the next
 		// reconcile.
-		if err := a.g.authority.Reconcile(a.r.Context()); err != nil {
+		if err := a.g.subsys.authority.Reconcile(a.r.Context()); err != nil {
 			a.g.log.Warn("join token revoked; revoking its enrol credential failed, retrying in the background", "token", t.ID, "err", err)
 			a.g.reconcileSoon()
 		}
@@ -334,7 +335,7 @@ func (a *adminAction) agentAction() {
 			a.finish(tool, host, nil, nil, aerr)
 			return
 		}
-		args = map[string]any{"set": formatLabels(req.Set), "remove": strings.Join(req.Remove, ",")}
+		args = map[string]any{"set": textutil.FormatLabels(req.Set), "remove": strings.Join(req.Remove, ",")}
 		if len(req.Set) == 0 && len(req.Remove) == 0 {
 			a.finish(tool, host, args, nil, apiErr(protocol.APIBadRequest, "nothing to change: give labels to set (k=v) or to remove (k-)"))
 			return
@@ -388,7 +389,7 @@ func (g *Gateway) agentInfo(r *AgentRecord) protocol.AgentInfo {
 	info := protocol.AgentInfo{Host: r.Host, PublicKey: r.PublicKey, Labels: r.Labels, Facts: r.Facts, TokenID: r.TokenID,
 		EnrolledAt: r.EnrolledAt, CredentialExpiresAt: r.CredentialExpiresAt, RevokedAt: r.RevokedAt, RevokedBy: r.RevokedBy,
 		RecoveriesLeft: r.RecoveriesLeft}
-	if h, ok := g.reg.get(r.Host); ok {
+	if h, ok := g.calling.reg.get(r.Host); ok {
 		info.Online = h.Online && !r.Revoked()
 		info.AgentVersion = h.AgentVersion
 	}
@@ -410,7 +411,7 @@ func (g *Gateway) auditAdmin(id *access.Identity, tool, target, src string, host
 	}
 	// Stored before the action is answered, as a tool call's record is
 	// (gateway/audit); the action is done either way.
-	if err := g.audit.Commit(context.Background(), rec); err != nil {
+	if err := g.subsys.audit.Commit(context.Background(), rec); err != nil {
 		g.log.Error("admin action's audit record not stored yet", "action", tool, "target", target, "err", err)
 	}
 	g.log.Info("admin action", "caller", id.Name(), "action", tool, "target", target, "outcome", rec.Outcome, "reason", rec.Error)

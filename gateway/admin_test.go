@@ -30,7 +30,7 @@ type auditTap struct {
 func tapAudit(t *testing.T, gw *Gateway) *auditTap {
 	t.Helper()
 	tap := &auditTap{}
-	sub, err := gw.nc.Subscribe(protocol.AuditSubject(), func(m *nats.Msg) {
+	sub, err := gw.conns.nc.Subscribe(protocol.AuditSubject(), func(m *nats.Msg) {
 		var r audit.Record
 		if json.Unmarshal(m.Data, &r) == nil {
 			tap.mu.Lock()
@@ -42,7 +42,7 @@ func tapAudit(t *testing.T, gw *Gateway) *auditTap {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := gw.nc.Flush(); err != nil {
+	if err := gw.conns.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return tap
@@ -56,8 +56,8 @@ func (tap *auditTap) find(t *testing.T, gw *Gateway, tool, outcome string) audit
 	waitUntil(t, "audit record "+tool+" "+outcome, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.Sync(ctx)
-		_ = gw.nc.Flush()
+		_ = gw.subsys.audit.Sync(ctx)
+		_ = gw.conns.nc.Flush()
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
 		for _, r := range tap.recs {
@@ -265,7 +265,7 @@ func TestTokenSweep(t *testing.T) {
 	ctx := context.Background()
 	// Just stopped: listed with why.
 	clock.advance(2 * time.Hour)
-	if n, err := gw.enrol.SweepTokens(ctx, clock.now()); err != nil || n != 0 {
+	if n, err := gw.subsys.enrol.SweepTokens(ctx, clock.now()); err != nil || n != 0 {
 		t.Fatalf("sweep at once: %d %v", n, err)
 	}
 	for id, want := range map[string]string{active.Info.ID: protocol.TokenActive, expired.Info.ID: protocol.TokenExpired,
@@ -279,7 +279,7 @@ func TestTokenSweep(t *testing.T) {
 	counts := make([]int, 3)
 	for i := range counts {
 		wg.Go(func() {
-			n, err := gw.enrol.SweepTokens(ctx, clock.now())
+			n, err := gw.subsys.enrol.SweepTokens(ctx, clock.now())
 			if err != nil {
 				t.Error(err)
 			}

@@ -170,7 +170,7 @@ func (g *Gateway) checkHandOut(ctx context.Context, src string) *protocol.APIErr
 				fix = "agents are given the gateway's own --nats_url: give --nats_advertise tls://NAME:PORT, the URL(s) other machines reach the NATS cluster by"
 			case len(g.cfg.NATSAdvertise) > 0:
 				fix = "give --nats_advertise tls://NAME:PORT with a name or address the other machines reach the NATS servers by"
-			case g.embedded != nil && isLoopback(g.cfg.NATSListen):
+			case g.conns.embedded != nil && isLoopback(g.cfg.NATSListen):
 				fix = fmt.Sprintf("its NATS server listens on loopback only (--nats_listen %s): give --nats_listen 0.0.0.0:%s (or an address of the gateway's machine the hosts reach) "+
 					"and --advertise NAME, a DNS name or address the other machines reach it by", g.cfg.NATSListen, portOf(g.cfg.NATSListen))
 			}

@@ -39,11 +39,11 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		return fmt.Errorf("revoke: %w", err)
 	}
 	now := g.now().UTC()
-	rec, recErr := g.enrol.MarkRevoked(ctx, host, by, now)
+	rec, recErr := g.subsys.enrol.MarkRevoked(ctx, host, by, now)
 	var pushErr error
 	if recErr == nil {
 		// The usual case first, so that its connections end at once.
-		pushErr = g.authority.Revoke(ctx, rec.PublicKey)
+		pushErr = g.subsys.authority.Revoke(ctx, rec.PublicKey)
 	} else if ctx.Err() != nil {
 		return fmt.Errorf("revoke %s: %w", host, recErr)
 	}
@@ -59,12 +59,12 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 			return
 		}
 		extra = append(extra, keys...)
-		if err := g.authority.RevokeKeys(ctx, now, keys...); err != nil {
+		if err := g.subsys.authority.RevokeKeys(ctx, now, keys...); err != nil {
 			pushErr = errors.Join(pushErr, err)
 		}
 	}
-	revokeMore(g.agentIndex.KeysOf(host))
-	live, liveErr := g.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Host == host })
+	revokeMore(g.subsys.agentIndex.KeysOf(host))
+	live, liveErr := g.subsys.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Host == host })
 	if liveErr != nil {
 		g.log.Warn("revoke: the NATS servers' list of live connections is incomplete", "host", host, "err", liveErr)
 	}
@@ -80,7 +80,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 		}
 		return fmt.Errorf("revoke %s: %w; and no key is known for it, nor connected: revoke by key (fleetctl agent revoke --key)", host, recErr)
 	}
-	if err := g.enrol.RecordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
+	if err := g.subsys.enrol.RecordRevoked(ctx, host, recErr, rec, extra, now, by); err != nil {
 		g.log.Error("revoke: the keys are revoked on the NATS servers, but the host's record could not be written revoked", "host", host, "err", err)
 	}
 	if pushErr != nil {
@@ -106,33 +106,33 @@ func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error)
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return "", fmt.Errorf("%w: %q is not an agent's public key (an nkey user key, U...)", errBadAdminRequest, clipText(pub, 60))
 	}
-	live, err := g.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Key == pub })
+	live, err := g.subsys.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Key == pub })
 	if err != nil {
 		g.log.Warn("revoke key: the NATS servers' list of live connections is incomplete", "key", pub, "err", err)
 	}
-	host, ok := g.agentIndex.KeyHost(pub)
+	host, ok := g.subsys.agentIndex.KeyHost(pub)
 	if !ok && len(live) > 0 {
 		host = live[0].Host
 	}
 	if protocol.ValidateHost(host) != nil {
 		host = ""
 	}
-	if host != "" && g.agentIndex.HoldsKey(host, pub, len(live) > 0) {
+	if host != "" && g.subsys.agentIndex.HoldsKey(host, pub, len(live) > 0) {
 		if err := g.RevokeAgent(ctx, host, by); err != nil {
 			return host, err
 		}
-		return host, g.authority.RevokeKeys(ctx, g.now().UTC(), pub)
+		return host, g.subsys.authority.RevokeKeys(ctx, g.now().UTC(), pub)
 	}
 	now := g.now().UTC()
-	if err := g.authority.RevokeKeys(ctx, now, pub); err != nil {
+	if err := g.subsys.authority.RevokeKeys(ctx, now, pub); err != nil {
 		g.reconcileSoon()
 		return host, fmt.Errorf("revoke key %s: the NATS servers have not taken the revocation yet (retrying in the background): %w", pub, err)
 	}
 	if host != "" {
 		// An earlier key of a host that holds another now.
-		rec, _, err := g.agents.Get(ctx, host)
+		rec, _, err := g.subsys.agents.Get(ctx, host)
 		if err == nil {
-			err = g.enrol.RecordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
+			err = g.subsys.enrol.RecordRevoked(ctx, host, nil, rec, []string{pub}, now, by)
 		}
 		if err != nil {
 			g.log.Error("revoke key: the key is revoked on the NATS servers, but its host's record does not say so (revoke the host by name to write it again)",

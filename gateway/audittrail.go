@@ -50,7 +50,7 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 	if err != nil {
 		return errorResult("audit: " + err.Error()), nil, nil
 	}
-	page, err := g.audit.Query(ctx, q)
+	page, err := g.subsys.audit.Query(ctx, q)
 	if err != nil {
 		return errorResult("audit: " + err.Error()), nil, nil
 	}
@@ -58,7 +58,7 @@ func (g *Gateway) auditTool(ctx context.Context, req *mcp.CallToolRequest, in au
 		for i := range page.Records {
 			g.recheckReceipt(&page.Records[i])
 		}
-		rep, err := g.audit.VerifyChain(ctx)
+		rep, err := g.subsys.audit.VerifyChain(ctx)
 		if err != nil {
 			return errorResult("audit: verify the chain: " + err.Error()), nil, nil
 		}
@@ -112,7 +112,7 @@ func (g *Gateway) recheckReceipt(r *audit.Record) {
 		rc.Recheck = fmt.Sprintf("FAILED: the receipt is for call %s, the record for %s", rc.CallID, r.CallID)
 		return
 	}
-	rec, ok := g.agentIndex.Record(host)
+	rec, ok := g.subsys.agentIndex.Record(host)
 	if !ok {
 		rc.Recheck = "FAILED: no agent record of host " + host
 		return

@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 )
 
 // This file logs the connections the NATS servers refuse for want of a
@@ -35,8 +37,8 @@ type authErrorEvent struct {
 // watchAuthErrors logs refused connections until the system user's
 // connection closes.
 func (g *Gateway) watchAuthErrors() error {
-	lim := newLogLimiter(logEvery, 3)
-	_, err := g.sys.Subscribe(authErrorSubject, func(m *nats.Msg) {
+	lim := loglimit.New(logEvery, 3)
+	_, err := g.conns.sys.Subscribe(authErrorSubject, func(m *nats.Msg) {
 		var ev authErrorEvent
 		if json.Unmarshal(m.Data, &ev) != nil {
 			return
@@ -49,14 +51,14 @@ func (g *Gateway) watchAuthErrors() error {
 		}
 		if key != "" {
 			attrs = append(attrs, "key", protocol.Clip(key, 100))
-			if host, ok := g.agentIndex.KeyHost(key); ok {
+			if host, ok := g.subsys.agentIndex.KeyHost(key); ok {
 				attrs = append(attrs, "host", host)
 			}
 		}
 		if ev.Client.Name != "" {
 			attrs = append(attrs, "client", protocol.Clip(ev.Client.Name, 100))
 		}
-		lim.log(g.log, slog.LevelWarn, ev.Client.Host, "NATS connection refused: no valid credential", attrs...)
+		lim.Log(g.log, slog.LevelWarn, ev.Client.Host, "NATS connection refused: no valid credential", attrs...)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to the NATS servers' auth errors: %w", err)

@@ -16,11 +16,12 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 var (
 	testKeysOnce sync.Once
-	testGWKey    *signingKey
+	testGWKey    *signing.Keys
 	testAgentKP  nkeys.KeyPair
 	testAgentPub string
 )
@@ -31,7 +32,7 @@ func initTestKeys() {
 		if err != nil {
 			panic(err)
 		}
-		testGWKey = memorySigningKey(priv, nil)
+		testGWKey = signing.New(priv, nil)
 		if testAgentKP, err = nkeys.CreateUser(); err != nil {
 			panic(err)
 		}
@@ -39,21 +40,19 @@ func initTestKeys() {
 	})
 }
 
-// memorySigningKey is a signing key held in memory only (tests).
-func memorySigningKey(priv, retiring ed25519.PrivateKey) *signingKey {
-	k := &signingKey{}
-	st := &keyState{priv: priv, env: protocol.NewEnvelopeSigner(priv), trusted: []string{publicOf(priv)}}
-	if retiring != nil {
-		st.retiring, st.retiringEnv = retiring, protocol.NewEnvelopeSigner(retiring)
-		st.trusted = append(st.trusted, publicOf(retiring))
+// testSigningKey is a signing key made in a test's directory.
+func testSigningKey(t *testing.T) *signing.Keys {
+	t.Helper()
+	k, err := signing.Open(t.TempDir()+"/gateway.key", true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	k.st.Store(st)
 	return k
 }
 
 // testGatewayKey is the signing key of the routers of these tests; the
 // hosts they announce trust it.
-func testGatewayKey() *signingKey {
+func testGatewayKey() *signing.Keys {
 	initTestKeys()
 	return testGWKey
 }
@@ -75,9 +74,9 @@ func testReceipt(t *testing.T, host string, res *protocol.Result, data []byte) s
 	return r.Header()
 }
 
-func openWith(k *signingKey) protocol.KeyLookup {
+func openWith(k *signing.Keys) protocol.KeyLookup {
 	return func(id string) (ed25519.PublicKey, bool) {
-		for _, key := range k.verifiable() {
+		for _, key := range k.Verifiable() {
 			pub, _ := protocol.ParseSigningKey(key)
 			if protocol.KeyID(pub) == id {
 				return pub, true
@@ -209,12 +208,12 @@ func TestRouterUntrustedHosts(t *testing.T) {
 
 	_, cur, _ := ed25519.GenerateKey(nil)
 	_, prev, _ := ed25519.GenerateKey(nil)
-	k := memorySigningKey(cur, prev)
-	if env := k.envelopeSigner([]string{protocol.NewEnvelopeSigner(prev).KeyID()}); env == nil || env.KeyID() != protocol.NewEnvelopeSigner(prev).KeyID() {
+	k := signing.New(cur, prev)
+	if env := k.EnvelopeSigner([]string{protocol.NewEnvelopeSigner(prev).KeyID()}); env == nil || env.KeyID() != protocol.NewEnvelopeSigner(prev).KeyID() {
 		t.Error("a host that trusts only the retiring key does not get it")
 	}
 	both := []string{protocol.NewEnvelopeSigner(prev).KeyID(), protocol.NewEnvelopeSigner(cur).KeyID()}
-	if env := k.envelopeSigner(both); env.KeyID() != k.currentKeyID() {
+	if env := k.EnvelopeSigner(both); env.KeyID() != k.CurrentKeyID() {
 		t.Error("a host that trusts both keys does not get the current one")
 	}
 }

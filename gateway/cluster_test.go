@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 func TestClusterConfigValidate(t *testing.T) {
@@ -94,12 +95,12 @@ func TestSeedReplica(t *testing.T) {
 	if _, err := natsauth.LoadOrCreateCA(from); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadOrCreateSigningKey(filepath.Join(from, signingDir, signingKeyFile), true); err != nil {
+	if _, err := signing.Open(filepath.Join(from, signing.Dir, signing.KeyFile), true); err != nil {
 		t.Fatal(err)
 	}
 	// A rotation under way travels with the seed: the replica signs
 	// with the same keys and serves the same key sets.
-	if _, err := RotateSigningKey(filepath.Join(from, signingDir, signingKeyFile), time.Now()); err != nil {
+	if _, err := signing.Rotate(filepath.Join(from, signing.Dir, signing.KeyFile), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := checkDataFormat(from); err != nil {
@@ -120,8 +121,8 @@ func TestSeedReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{filepath.Join(signingDir, signingKeyFile), filepath.Join(signingDir, retiringKeyFile),
-		filepath.Join(signingDir, keySetsFile), filepath.Join(natsauth.TLSDir, natsauth.CAKeyFile), filepath.Join(natsauth.KeysDir, "agent-signer.nk")} {
+	for _, want := range []string{filepath.Join(signing.Dir, signing.KeyFile), filepath.Join(signing.Dir, signing.RetiringKeyFile),
+		filepath.Join(signing.Dir, signing.KeySetsFile), filepath.Join(natsauth.TLSDir, natsauth.CAKeyFile), filepath.Join(natsauth.KeysDir, "agent-signer.nk")} {
 		if !slices.Contains(files, want) {
 			t.Errorf("seeded %v, not %s", files, want)
 		}
@@ -133,7 +134,7 @@ func TestSeedReplica(t *testing.T) {
 			t.Errorf("%s: not copied as it is (%v)", f, err)
 		}
 		fi, _ := os.Stat(filepath.Join(to, f))
-		public := f == filepath.Join(natsauth.TLSDir, natsauth.CACertFile) || f == filepath.Join(signingDir, keySetsFile) ||
+		public := f == filepath.Join(natsauth.TLSDir, natsauth.CACertFile) || f == filepath.Join(signing.Dir, signing.KeySetsFile) ||
 			f == filepath.Join(natsauth.KeysDir, "account.pub") || f == filepath.Join(natsauth.KeysDir, "system.pub")
 		if !public && fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v", f, fi.Mode().Perm())

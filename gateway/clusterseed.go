@@ -8,6 +8,9 @@ import (
 	"slices"
 
 	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 // The gateways of an embedded cluster are one fleet: the same operator
@@ -24,11 +27,11 @@ import (
 var seedFiles = append(slices.Clone(natsauth.SeedFiles), []natsauth.SeedFile{
 	// Absent when the first gateway signs with --signing_key FILE: give
 	// the replicas the same file.
-	{Path: filepath.Join(signingDir, signingKeyFile), Mode: 0o600, Optional: true},
-	{Path: filepath.Join(signingDir, previousKeyFile), Mode: 0o600, Optional: true},
+	{Path: filepath.Join(signing.Dir, signing.KeyFile), Mode: 0o600, Optional: true},
+	{Path: filepath.Join(signing.Dir, signing.PreviousKeyFile), Mode: 0o600, Optional: true},
 	// A rotation under way: the old key and the key sets agents follow.
-	{Path: filepath.Join(signingDir, retiringKeyFile), Mode: 0o600, Optional: true},
-	{Path: filepath.Join(signingDir, keySetsFile), Mode: 0o644, Optional: true},
+	{Path: filepath.Join(signing.Dir, signing.RetiringKeyFile), Mode: 0o600, Optional: true},
+	{Path: filepath.Join(signing.Dir, signing.KeySetsFile), Mode: 0o644, Optional: true},
 	{Path: dataFormatFile, Mode: 0o600, Optional: true},
 }...)
 
@@ -63,7 +66,7 @@ func SeedReplica(from, to string) ([]string, error) {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
-		if err := writeFileAtomic(dst, data, f.Mode); err != nil {
+		if err := fsutil.WriteFileAtomic(dst, data, f.Mode); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 		written = append(written, f.Path)

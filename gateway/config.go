@@ -72,7 +72,7 @@ type Config struct {
 	// SigningKeyFile is the gateway's ed25519 signing key (every message
 	// that makes an agent act, skill manifests and desired states),
 	// shared by the replicas of one fleet, with its directory (key sets
-	// and rotation: signing.go). Default: DATA_DIR/signing/gateway.key,
+	// and rotation: gateway/signing). Default: DATA_DIR/signing/gateway.key,
 	// generated on first start. Required with an external cluster and no
 	// DataDir.
 	SigningKeyFile string

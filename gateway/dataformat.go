@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // A gateway's data directory says which layout of its files and buckets
@@ -56,7 +58,7 @@ func checkDataFormat(dir string) error {
 			return nil
 		}
 	}
-	if err := writeFileAtomic(path, []byte(strconv.Itoa(dataFormat)+"\n"), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(strconv.Itoa(dataFormat)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("data format: %w", err)
 	}
 	return nil

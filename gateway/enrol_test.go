@@ -453,7 +453,7 @@ func TestEnrolForgedToken(t *testing.T) {
 	now := time.Now()
 	data, _ := json.Marshal(storedToken{ID: id, SecretSHA256: hex.EncodeToString(sum[:]), Labels: map[string]string{"env": "prod"},
 		Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
-	js, err := jetstream.New(gw.nc)
+	js, err := jetstream.New(gw.conns.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestEnrolForgedToken(t *testing.T) {
 	id2, secret2, token2 := protocol.NewJoinToken()
 	sum2 := sha256.Sum256(secret2)
 	rec2 := storedToken{ID: id2, SecretSHA256: hex.EncodeToString(sum2[:]), Uses: 5, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	sealed, err := gw.seal.seal("token", id2, rec2)
+	sealed, err := gw.subsys.seal.seal("token", id2, rec2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestEnrolTokenPutBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.Info.ID
-	js, err := jetstream.New(gw.nc)
+	js, err := jetstream.New(gw.conns.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestEnrolTokenPutBack(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].State != protocol.TokenTampered {
 		t.Errorf("the token list: %+v, %v; want the token tampered", list, err)
 	}
-	if _, _, err := gw.enrol.RevokeJoinToken(ctx, id, "ops"); err != nil {
+	if _, _, err := gw.subsys.enrol.RevokeJoinToken(ctx, id, "ops"); err != nil {
 		t.Fatalf("revoking the put-back token: %v", err)
 	}
 	if list, err := gw.JoinTokens(ctx); err != nil || len(list) != 1 || list[0].State != protocol.TokenRevoked {

@@ -86,7 +86,7 @@ func TestEnrolRetryAfterLostAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 		} else {
-			if _, _, err := gw.enrol.RevokeJoinToken(context.Background(), tok.Info.ID, "test"); err != nil {
+			if _, _, err := gw.subsys.enrol.RevokeJoinToken(context.Background(), tok.Info.ID, "test"); err != nil {
 				t.Fatal(err)
 			}
 			want = protocol.APITokenRevoked

@@ -42,11 +42,6 @@ var (
 	ErrKeyInUse     = enrol.ErrKeyInUse
 )
 
-const (
-	// agentsLoadTimeout bounds the wait for a bucket's records at start.
-	agentsLoadTimeout = enrol.LoadTimeout
-)
-
 // ReplaceHost lets an enrolment take over the host name from another
 // key, even a revoked one: the old key is revoked.
 func ReplaceHost() EnrolOption { return enrol.ReplaceHost() }
@@ -63,59 +58,61 @@ func WithFacts(f protocol.AgentFacts) EnrolOption { return enrol.WithFacts(f) }
 // enrolled or revoked host name is refused unless ReplaceHost is given,
 // and a revoked key is always refused.
 func (g *Gateway) EnrolLocal(ctx context.Context, host, userPub string, labels map[string]string, opts ...EnrolOption) (AgentCredentials, error) {
-	return g.enrol.EnrolLocal(ctx, host, userPub, labels, opts...)
+	return g.subsys.enrol.EnrolLocal(ctx, host, userPub, labels, opts...)
 }
 
 // SetAgentLabels sets the labels in set and removes those named in remove
 // from host's record, and returns the host's labels after the change.
 // Access rules and selectors see the new labels at once.
 func (g *Gateway) SetAgentLabels(ctx context.Context, host string, set map[string]string, remove []string) (map[string]string, error) {
-	return g.enrol.SetAgentLabels(ctx, host, set, remove)
+	return g.subsys.enrol.SetAgentLabels(ctx, host, set, remove)
 }
 
 // Agents returns every agent record, sorted by host.
-func (g *Gateway) Agents(ctx context.Context) ([]AgentRecord, error) { return g.enrol.Agents(ctx) }
+func (g *Gateway) Agents(ctx context.Context) ([]AgentRecord, error) {
+	return g.subsys.enrol.Agents(ctx)
+}
 
 // Agent returns host's record as stored now.
 func (g *Gateway) Agent(ctx context.Context, host string) (AgentRecord, error) {
-	return g.enrol.Agent(ctx, host)
+	return g.subsys.enrol.Agent(ctx, host)
 }
 
 // AllowRecovery lets host recover its credential count more times (it
 // may then get a new credential with its key alone, once expired).
 func (g *Gateway) AllowRecovery(ctx context.Context, host string, count int) error {
-	return g.enrol.AllowRecovery(ctx, host, count)
+	return g.subsys.enrol.AllowRecovery(ctx, host, count)
 }
 
 // JoinTokens describes every join token kept, oldest first.
 func (g *Gateway) JoinTokens(ctx context.Context) ([]protocol.TokenInfo, error) {
-	return g.enrol.JoinTokens(ctx)
+	return g.subsys.enrol.JoinTokens(ctx)
 }
 
 // RevokeJoinToken revokes join token id, as by: no host can enrol with
 // it any more.
 func (g *Gateway) RevokeJoinToken(ctx context.Context, id, by string) error {
-	_, _, err := g.enrol.RevokeJoinToken(ctx, id, by)
+	_, _, err := g.subsys.enrol.RevokeJoinToken(ctx, id, by)
 	return err
 }
 
 // CreateJoinToken creates a join token as req says, made by by, and
 // returns it with the commands that join a host with it.
 func (g *Gateway) CreateJoinToken(ctx context.Context, req *protocol.TokenCreateRequest, by string) (*protocol.TokenCreateResponse, error) {
-	return g.enrol.CreateJoinToken(ctx, req, by)
+	return g.subsys.enrol.CreateJoinToken(ctx, req, by)
 }
 
 // enrolConfig wires enrolment to the rest of the gateway.
 func (g *Gateway) enrolConfig() enrol.Config {
 	return enrol.Config{
 		Log: g.log, Now: g.now, CredentialTTL: g.cfg.AgentCredentialTTL, RetryWindow: g.cfg.EnrolRetryWindow, Replicas: g.cfg.Hosts.Replicas,
-		Issuer: enrolIssuer{g.authority}, Dial: g.enrolDial,
-		Reconcile: g.authority.Reconcile, ReconcileSoon: g.reconcileSoon, ReconcileAt: g.reconcileAt,
+		Issuer: enrolIssuer{g.subsys.authority}, Dial: g.enrolDial,
+		Reconcile: g.subsys.authority.Reconcile, ReconcileSoon: g.reconcileSoon, ReconcileAt: g.reconcileAt,
 		Record:  g.auditEnrolment,
-		Allowed: func(src string, now time.Time) (time.Duration, bool) { return g.api.failures.allowed(src, now) },
-		Fail:    func(src string, now time.Time) { g.api.failures.fail(src, now) },
+		Allowed: func(src string, now time.Time) (time.Duration, bool) { return g.serving.api.failures.allowed(src, now) },
+		Fail:    func(src string, now time.Time) { g.serving.api.failures.fail(src, now) },
 		HandOut: g.checkHandOut,
-		Bounds:  renewalBounds{b: g.bounds, log: g.log}, HostConn: g.hostNC,
+		Bounds:  renewalBounds{b: g.calling.bounds, log: g.log}, HostConn: g.conns.hostNC,
 	}
 }
 
@@ -123,8 +120,8 @@ func (g *Gateway) enrolConfig() enrol.Config {
 func (g *Gateway) enrolDial() enrol.Dial {
 	d := enrol.Dial{NATSURLs: g.AgentNATSURLs(), NATSCAPEM: g.NATSCAPEM(), NATSCAPin: g.NATSCAPin(), SigningKeys: g.SigningKeys(),
 		SigningKeySerial: g.SigningKeySerial(), APIURL: g.APIURL(), APIPin: g.APICAPin()}
-	if g.api != nil {
-		d.APIPins = g.api.pins
+	if g.serving.api != nil {
+		d.APIPins = g.serving.api.pins
 	}
 	return d
 }

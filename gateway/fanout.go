@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file is fan-out: fleet_bash and fleet_read run one per-host tool
@@ -101,7 +102,7 @@ func (g *Gateway) selectHosts(selector string) ([]HostInfo, error) {
 	if _, err := policy.ParseSelector(selector); err != nil {
 		return nil, err
 	}
-	return g.reg.list(selector), nil
+	return g.calling.reg.list(selector), nil
 }
 
 func (g *Gateway) fleetBashTool(ctx context.Context, req *mcp.CallToolRequest, in fleetBashIn) (*mcp.CallToolResult, any, error) {
@@ -129,7 +130,7 @@ func (g *Gateway) fleetBashTool(ctx context.Context, req *mcp.CallToolRequest, i
 		timeout:  g.cfg.MaxCallDuration,
 		classify: classifyBash,
 	}
-	return g.runFanout(ctx, req, f, in.Selector, in.MaxConcurrency, fmt.Sprintf("fleet_bash %q", truncateText(in.Command, 200)))
+	return g.runFanout(ctx, req, f, in.Selector, in.MaxConcurrency, fmt.Sprintf("fleet_bash %q", textutil.Truncate(in.Command, 200)))
 }
 
 func (g *Gateway) fleetReadTool(ctx context.Context, req *mcp.CallToolRequest, in fleetReadIn) (*mcp.CallToolResult, any, error) {
@@ -172,7 +173,7 @@ func (g *Gateway) runFanout(ctx context.Context, req *mcp.CallToolRequest, f *fa
 	if len(hosts) == 0 {
 		return errorResult(fmt.Sprintf("selector %q matches none of the hosts you may use; call hosts to list them", selector)), nil, nil
 	}
-	ctx, stop := g.requests.bind(ctx, req)
+	ctx, stop := g.calling.requests.bind(ctx, req)
 	defer stop()
 	f.g, f.cc, f.caller = g, cc, cc.id.Caller()
 	f.prog = newFanoutProgress(ctx, req, len(hosts))
@@ -252,7 +253,7 @@ func (f *fanout) run(ctx context.Context, hosts []HostInfo) []hostOutcome {
 		case !h.Online:
 			// Reported at once: an offline host is never waited on.
 			o.Status, o.note = bucketOffline, bucketOffline
-			o.Reason = fmt.Sprintf("offline: last seen %s ago", f.g.reg.now().Sub(h.LastSeen).Round(time.Second))
+			o.Reason = fmt.Sprintf("offline: last seen %s ago", f.g.calling.reg.now().Sub(h.LastSeen).Round(time.Second))
 			f.audit(o, time.Now(), newCallID(), dec)
 		default:
 			todo = append(todo, i)
@@ -311,7 +312,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 	var res *protocol.Result
 	receipt := &audit.Receipt{}
 	if err == nil {
-		res, err = f.g.router.call(ctx, callRequest{
+		res, err = f.g.calling.router.call(ctx, callRequest{
 			ID: id, Host: o.Host, Tool: f.base, Caller: f.caller, Args: args, Timeout: f.timeout, Receipt: receipt,
 		}, nil)
 	}
@@ -319,7 +320,7 @@ func (f *fanout) callHost(ctx context.Context, o *hostOutcome, rule string) {
 		o.receipt = receipt
 	}
 	if res != nil && capResult(o.Host, f.base, res, protocol.ResultTextLimit(f.base, false)) {
-		f.g.agentLogs.log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
+		f.g.calling.agentLogs.Log(f.g.log, slog.LevelWarn, o.Host, "cut a result larger than its tool's limits", "host", o.Host, "tool", f.base, "call", id)
 	}
 	o.DurationMS = time.Since(start).Milliseconds()
 	f.classify(o, res, err)
@@ -423,7 +424,7 @@ func classifyRead(o *hostOutcome, res *protocol.Result, err error) {
 	o.Bytes = len(text)
 	if res.IsError {
 		o.Status, o.Reason = bucketFailed, text
-		o.note = truncateText(oneLine(text), 300)
+		o.note = textutil.Truncate(oneLine(text), 300)
 		return
 	}
 	o.Status, o.body = bucketSucceeded, text
@@ -493,7 +494,7 @@ func splitSpillNote(body string) (string, string) {
 
 func lastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
-	return truncateText(s[strings.LastIndexByte(s, '\n')+1:], 300)
+	return textutil.Truncate(s[strings.LastIndexByte(s, '\n')+1:], 300)
 }
 
 // audit records one host's part of the fan-out.
@@ -518,7 +519,7 @@ func (f *fanout) audit(o *hostOutcome, start time.Time, id string, dec access.De
 	case bucketFailed, bucketOffline:
 		rec.Outcome, rec.Error = audit.OutcomeError, audit.LastLine(o.Reason)
 	}
-	f.cc.recorded(f.g.audit.Write(rec))
+	f.cc.recorded(f.g.subsys.audit.Write(rec))
 }
 
 // countBuckets counts outcomes per bucket.

@@ -12,6 +12,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file renders a fan-out's outcomes as one tool result. Hosts with
@@ -394,7 +396,7 @@ func groupHeader(g *outcomeGroup, label string, listCap int) string {
 		if o.Status == bucketDenied && g.note == noteHostPolicy {
 			reason = strings.TrimPrefix(reason, "denied by host policy: ")
 		}
-		if r := truncateText(reason, 300); r != "" && r != g.note && o.Status != bucketSucceeded && !strings.HasPrefix(r, "Command ") {
+		if r := textutil.Truncate(reason, 300); r != "" && r != g.note && o.Status != bucketSucceeded && !strings.HasPrefix(r, "Command ") {
 			b.WriteString(" — " + r)
 		}
 		if o.FullOutput != "" {

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 // StatePaths are the paths of cfg that hold the gateway's state and
@@ -20,8 +21,8 @@ type StatePaths struct {
 func (cfg *Config) Paths() StatePaths {
 	var p StatePaths
 	if d := cfg.DataDir; d != "" {
-		p.Dirs = []string{d, filepath.Join(d, natsauth.KeysDir), filepath.Join(d, natsauth.TLSDir), filepath.Join(d, signingDir)}
-		p.Own = append(p.Own, natsauth.CAKeyPath(d), filepath.Join(d, signingDir, signingKeyFile), filepath.Join(d, signingDir, retiringKeyFile))
+		p.Dirs = []string{d, filepath.Join(d, natsauth.KeysDir), filepath.Join(d, natsauth.TLSDir), filepath.Join(d, signing.Dir)}
+		p.Own = append(p.Own, natsauth.CAKeyPath(d), filepath.Join(d, signing.Dir, signing.KeyFile), filepath.Join(d, signing.Dir, signing.RetiringKeyFile))
 		p.Own = append(p.Own, natsauth.KeyFiles(d)...)
 		// The accounts' own keys of a data directory not moved to scoped
 		// keys yet: secrets until the start that removes them.

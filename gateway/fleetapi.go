@@ -26,6 +26,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The fleet API listener (Config.APIListen): hosts enrol and recover
@@ -48,7 +50,7 @@ type fleetAPI struct {
 
 // startFleetAPI listens on Config.APIListen (nothing when it is empty).
 func (g *Gateway) startFleetAPI() error {
-	g.api = &fleetAPI{failures: newFailureLimiter()}
+	g.serving.api = &fleetAPI{failures: newFailureLimiter()}
 	if g.cfg.APIListen == "" {
 		return nil
 	}
@@ -56,13 +58,13 @@ func (g *Gateway) startFleetAPI() error {
 	if err != nil {
 		return err
 	}
-	ln, err := listen(g.cfg.APIListen, "the fleet API", "another fleet-gateway or web server", "--api_listen")
+	ln, err := netutil.Listen(g.cfg.APIListen, "the fleet API", "another fleet-gateway or web server", "--api_listen")
 	if err != nil {
 		return err
 	}
-	g.api.ln = ln
-	g.api.done = make(chan error, 1)
-	g.api.srv = &http.Server{
+	g.serving.api.ln = ln
+	g.serving.api.done = make(chan error, 1)
+	g.serving.api.srv = &http.Server{
 		Handler:           g.APIHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -73,7 +75,7 @@ func (g *Gateway) startFleetAPI() error {
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	tl := tls.NewListener(ln, conf)
-	go func() { g.api.done <- g.api.srv.Serve(tl) }()
+	go func() { g.serving.api.done <- g.serving.api.srv.Serve(tl) }()
 	return nil
 }
 
@@ -85,28 +87,28 @@ func (g *Gateway) apiTLS() (*tls.Config, error) {
 			return nil, fmt.Errorf("fleet API TLS: %w", err)
 		}
 		for _, c := range chain {
-			g.api.pins = append(g.api.pins, protocol.CAPin(c))
+			g.serving.api.pins = append(g.serving.api.pins, protocol.CAPin(c))
 		}
 		// The last certificate of the chain is the one closest to the
 		// root: hosts pin it.
-		g.api.pin = g.api.pins[len(g.api.pins)-1]
+		g.serving.api.pin = g.serving.api.pins[len(g.serving.api.pins)-1]
 		return conf, nil
 	}
-	ca := g.natsCA
+	ca := g.conns.natsCA
 	if ca == nil {
 		var err error
 		if ca, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
 			return nil, err
 		}
-		g.apiCA = ca
+		g.serving.apiCA = ca
 	}
 	host, _, _ := net.SplitHostPort(g.cfg.APIListen)
 	conf, err := ca.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
 	if err != nil {
 		return nil, fmt.Errorf("fleet API TLS: %w", err)
 	}
-	g.api.pin = ca.Pin()
-	g.api.pins = []string{g.api.pin}
+	g.serving.api.pin = ca.Pin()
+	g.serving.api.pins = []string{g.serving.api.pin}
 	return conf, nil
 }
 
@@ -132,14 +134,14 @@ func loadServerChain(certFile, keyFile, certFlag, keyFlag string) (*tls.Config, 
 // stopFleetAPI stops the listener, waiting for requests in progress until
 // ctx ends.
 func (g *Gateway) stopFleetAPI(ctx context.Context) error {
-	if g.api == nil || g.api.srv == nil {
+	if g.serving.api == nil || g.serving.api.srv == nil {
 		return nil
 	}
-	err := g.api.srv.Shutdown(ctx)
+	err := g.serving.api.srv.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = g.api.srv.Close()
+		err = g.serving.api.srv.Close()
 	}
-	if serr := <-g.api.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+	if serr := <-g.serving.api.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
 	return err
@@ -159,13 +161,13 @@ func (g *Gateway) APIHandler() http.Handler {
 				out.TokenID, _, _ = protocol.ParseJoinToken(req.Token)
 				return nil, aerr
 			}
-			return g.enrol.Enrol(ctx, &req, out)
+			return g.subsys.enrol.Enrol(ctx, &req, out)
 		})
 	})
 	mux.HandleFunc(protocol.LocatePath, func(w http.ResponseWriter, r *http.Request) {
 		var req protocol.LocateRequest
 		g.serveEnrolment(w, r, "locate", &req, func(ctx context.Context, out *enrol.Outcome) (any, *protocol.APIError) {
-			return g.enrol.Locate(ctx, &req, sourceOf(r), out)
+			return g.subsys.enrol.Locate(ctx, &req, sourceOf(r), out)
 		})
 	})
 	mux.HandleFunc(protocol.RecoverPath, func(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +177,7 @@ func (g *Gateway) APIHandler() http.Handler {
 				out.Key, out.Host = req.PublicKey, req.Host
 				return nil, aerr
 			}
-			return g.enrol.Recover(ctx, &req, out)
+			return g.subsys.enrol.Recover(ctx, &req, out)
 		})
 	})
 	mux.Handle(protocol.AdminPath, g.adminHandler())
@@ -196,7 +198,7 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 		writeAPIError(w, apiErr(protocol.APIBadRequest, "%s takes POST, not %s", r.URL.Path, r.Method))
 		return
 	}
-	if wait, ok := g.api.failures.allowed(src, g.now()); !ok {
+	if wait, ok := g.serving.api.failures.allowed(src, g.now()); !ok {
 		w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
 		aerr := apiErr(protocol.APIUnavailable, "too many refused requests from %s: wait %s and check the token, name and clock before trying again", src, wait.Round(time.Second))
 		writeAPIErrorStatus(w, http.StatusTooManyRequests, aerr)
@@ -211,7 +213,7 @@ func (g *Gateway) serveEnrolment(w http.ResponseWriter, r *http.Request, what st
 	g.auditEnrolment(what, src, &out, aerr)
 	if aerr != nil {
 		if aerr.Code != protocol.APIUnavailable && aerr.Code != protocol.APIGatewayMisconfigured {
-			g.api.failures.fail(src, g.now())
+			g.serving.api.failures.fail(src, g.now())
 		}
 		writeAPIError(w, aerr)
 		return
@@ -233,7 +235,7 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrol.Outcome, aerr *pro
 	if len(out.Labels) > 0 || out.Retried {
 		rec.Args = map[string]any{}
 		if len(out.Labels) > 0 {
-			rec.Args["labels"] = formatLabels(out.Labels)
+			rec.Args["labels"] = textutil.FormatLabels(out.Labels)
 		}
 		if out.Retried {
 			// The answer to this key's enrolment was given again.
@@ -248,7 +250,7 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrol.Outcome, aerr *pro
 		g.log.Info(what+" done", "host", out.Host, "key", out.Key, "token", out.TokenID, "source", src)
 	}
 	// Stored before the host is answered (gateway/audit).
-	if err := g.audit.Commit(context.Background(), rec); err != nil {
+	if err := g.subsys.audit.Commit(context.Background(), rec); err != nil {
 		g.log.Error(what+"'s audit record not stored yet", "host", out.Host, "token", out.TokenID, "err", err)
 	}
 }
@@ -391,10 +393,10 @@ func (f *failureLimiter) fail(src string, now time.Time) {
 // off): the first --advertise name, else the listener's host, with the
 // machine's hostname when it listens on every interface.
 func (g *Gateway) APIURL() string {
-	if g.api == nil || g.api.ln == nil {
+	if g.serving.api == nil || g.serving.api.ln == nil {
 		return ""
 	}
-	host, port, _ := net.SplitHostPort(g.api.ln.Addr().String())
+	host, port, _ := net.SplitHostPort(g.serving.api.ln.Addr().String())
 	lhost, _, _ := net.SplitHostPort(g.cfg.APIListen)
 	switch ip := net.ParseIP(lhost); {
 	case len(g.cfg.Advertise) > 0:
@@ -411,17 +413,17 @@ func (g *Gateway) APIURL() string {
 
 // APIAddr returns the address the fleet API listens on ("" when off).
 func (g *Gateway) APIAddr() string {
-	if g.api == nil || g.api.ln == nil {
+	if g.serving.api == nil || g.serving.api.ln == nil {
 		return ""
 	}
-	return g.api.ln.Addr().String()
+	return g.serving.api.ln.Addr().String()
 }
 
 // APICAPin returns the pin hosts check the fleet API's certificate with
 // ("" when the API is off).
 func (g *Gateway) APICAPin() string {
-	if g.api == nil {
+	if g.serving.api == nil {
 		return ""
 	}
-	return g.api.pin
+	return g.serving.api.pin
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,15 +26,33 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 	"github.com/fleetmcp/fleetmcp/gateway/skills"
 )
 
 // Gateway is a running control plane: the MCP endpoint, the host registry,
 // the router and, unless an external cluster is used, the NATS server.
+// Its state is held in a few parts, each a struct of its own that says
+// what it holds and who may touch it.
 type Gateway struct {
 	cfg Config
 	log *slog.Logger
+	now func() time.Time
 
+	conns   natsConns
+	subsys  subsystems
+	calling callHandling
+	serving serving
+	life    lifecycle
+}
+
+// natsConns are the gateway's NATS side: the embedded server or the
+// external cluster, and the gateway's connections to it. Start and the
+// files of natsconnect.go set them up and stopNATS takes them down;
+// everything else only uses them.
+type natsConns struct {
 	// embedded is the embedded NATS server (nil with an external
 	// cluster); external the files of an external cluster's setup (nil
 	// with the embedded server).
@@ -47,37 +64,11 @@ type Gateway struct {
 	nc       *nats.Conn
 	// sys is the system user's connection: account JWT pushes and
 	// lookups.
-	sys    *nats.Conn
-	reg    *registry
-	store  *hostStore
-	router *router
-	auth   *access.Authenticator // nil with authentication off
-	audit  *audit.Trail
-	// access are the access rules in force; a reload swaps them.
-	access atomic.Pointer[access.Rules]
-	// reloadMu makes reloads one at a time.
-	reloadMu sync.Mutex
-
-	// authority issues agent credentials and keeps the revocations and
-	// the ledger of every key ever revoked; agents are the agent
-	// records, agentIndex the gateway's copy of them.
-	authority  *natsauth.Authority
-	agents     *enrol.Agents
-	agentIndex *enrol.Index
-	// enrol is enrolment: the join tokens, the request nonces, enrolment
-	// over HTTPS and NATS, recovery and renewal (gateway/enrol); api is
-	// the fleet API listener (enrolment and admin), apiCA the fleet CA
-	// when only the fleet API uses it.
-	enrol *enrol.Service
-	// agentSvc serves agents the key sets and audits their refusal
-	// reports (keyserve.go).
-	agentSvc *agentServices
-	// keyPushes throttles the pushes of key sets to hosts behind.
-	keyPushes keyPushes
-	api       *fleetAPI
-	apiCA     *natsauth.CA
-	// seal authenticates the agent records and join tokens.
-	seal *recordSeal
+	sys *nats.Conn
+	// hostNC is the connection the gateway hears the hosts' refusal
+	// reports and renewals on: a host that floods them queues nothing
+	// in front of the other hosts' replies on nc.
+	hostNC *nats.Conn
 	// natsCA is the fleet CA when the embedded server serves TLS with a
 	// certificate from it; natsCAPEM the CA agents get for the NATS
 	// servers (empty: no TLS, or the system's roots), natsPin its pin
@@ -85,38 +76,84 @@ type Gateway struct {
 	natsCA    *natsauth.CA
 	natsCAPEM []byte
 	natsPin   string
-	// stopLoops ends the loops the gateway runs, loops joins them.
-	stopLoops context.CancelFunc
-	loops     sync.WaitGroup
-	now       func() time.Time
+}
 
-	// skills serves the fleet's skills through the MCP Skills extension
-	// (nil: not declared); set before Handler.
-	skills *skills.Catalog
+// subsystems are the parts of the gateway its own packages implement
+// (gateway/access, audit, enrol, natsauth, signing, skills). Start opens
+// them and stopNATS closes them; the rest of the gateway calls them
+// through their methods only. access and the signing keys change on
+// reload (reload.go), under lifecycle.reloadMu.
+type subsystems struct {
+	// authority issues agent credentials and keeps the revocations and
+	// the ledger of every key ever revoked; agents are the agent
+	// records, agentIndex the gateway's copy of them.
+	authority  *natsauth.Authority
+	agents     *enrol.Agents
+	agentIndex *enrol.Index
+	// enrol is enrolment: the join tokens, the request nonces, enrolment
+	// over HTTPS and NATS, recovery and renewal (gateway/enrol).
+	enrol *enrol.Service
+	// seal authenticates the agent records and join tokens.
+	seal  *recordSeal
+	audit *audit.Trail
+	auth  *access.Authenticator // nil with authentication off
+	// access are the access rules in force; a reload swaps them.
+	access atomic.Pointer[access.Rules]
+	// signer is the signing key (nil: skill rollout is off); keys serves
+	// agents its key sets (gateway/signing).
+	signer *signing.Keys
+	keys   *signing.KeyServer
+	// skillStore is the skill store and rollout controller (nil without
+	// a signer).
+	skillStore *skills.Store
+}
 
+// callHandling is what carries the tool calls to the hosts and their
+// results back: the registry of hosts, the router and the limits around
+// them. Set up by startNATS (and Start); used by the MCP tools, the
+// fan-out and the HTTP APIs.
+type callHandling struct {
+	reg    *registry
+	store  *hostStore
+	router *router
+	// requests are the contexts of the MCP requests in flight.
 	requests requestContexts
 	// calls counts tool calls in progress, so that Shutdown can wait for
 	// their audit records (session calls outlive their HTTP requests).
-	calls        callCount
-	shutdownOnce sync.Once
-	shutdownErr  error
+	calls callCount
 	// rates holds the per-caller rate-limit buckets.
 	rates access.RateLimiters
 	// agentLogs limits the lines logged about what agents send wrong.
-	agentLogs *logLimiter
+	agentLogs *loglimit.Limiter
 	// identityConflictCount counts the identity conflicts found
 	// (connwatch.go).
 	identityConflictCount atomic.Int64
 	// bounds limits what one host can make the gateway do besides its
-	// calls: refusal reports, renewals (hostbounds.go). hostNC is the
-	// connection the gateway hears them on: a host that floods them
-	// queues nothing in front of the other hosts' replies on nc.
+	// calls: refusal reports, renewals (hostbounds.go), heard on
+	// natsConns.hostNC.
 	bounds *hostBounds
-	hostNC *nats.Conn
+	// agentSvc audits the hosts' refusal reports (refusals.go).
+	agentSvc *agentServices
 	// transfers bounds the memory of large requests and results.
 	transfers *transfers
 	// tracing makes the spans of calls (nil: off).
 	tracing *tracing
+}
+
+// serving are the gateway's listeners and what they serve: the MCP
+// endpoint, the fleet API, the metrics endpoint and the readiness
+// answer. Start opens them, shutdown closes them.
+type serving struct {
+	ln     net.Listener
+	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
+	http   *http.Server
+	// skills serves the fleet's skills through the MCP Skills extension
+	// (nil: not declared); set before Handler.
+	skills *skills.Catalog
+	// api is the fleet API listener (enrolment and admin), apiCA the
+	// fleet CA when only the fleet API uses it.
+	api   *fleetAPI
+	apiCA *natsauth.CA
 	// readiness is the last answer of /readyz (health.go).
 	readiness readiness
 	// metrics are the Prometheus metrics (metrics.go); metricsSrv serves
@@ -124,15 +161,21 @@ type Gateway struct {
 	metrics    *metrics
 	metricsSrv *http.Server
 	metricsLn  net.Listener
-	// signer is the signing key (nil: skill rollout is off); skillStore is
-	// the skill store and rollout controller (nil without a signer).
-	signer     *signingKey
-	skillStore *skills.Store
+}
 
-	ln     net.Listener
-	mcpTLS bool // the MCP endpoint serves TLS (Config.TLSCert)
-	http   *http.Server
-	done   chan error
+// lifecycle is the gateway's own start, reload and stop: the loops it
+// runs, its shutdown and its end. Only Start, reload and Shutdown touch
+// it.
+type lifecycle struct {
+	// stopLoops ends the loops the gateway runs, loops joins them.
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	// reloadMu makes reloads one at a time.
+	reloadMu     sync.Mutex
+	shutdownOnce sync.Once
+	shutdownErr  error
+	// done receives the MCP server's end.
+	done chan error
 }
 
 // Start validates cfg, starts (or connects to) NATS, listens on cfg.Listen
@@ -145,19 +188,19 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, done: make(chan error, 1),
-		agentIndex: enrol.NewIndex(), now: time.Now, agentLogs: newLogLimiter(logEvery, 1),
-		transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, life: lifecycle{done: make(chan error, 1)},
+		subsys: subsystems{agentIndex: enrol.NewIndex()}, now: time.Now, calling: callHandling{agentLogs: loglimit.New(logEvery, 1),
+			transfers: newTransfers(cfg.MaxTransferBytes, cfg.TransferWait), tracing: newTracing(cfg.TracerProvider)}}
 	if cfg.clock != nil {
 		g.now = cfg.clock
 	}
-	g.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
+	g.calling.bounds = newHostBounds(g.now, cfg.AgentCredentialTTL)
 	for _, w := range cfg.transportWarnings() {
 		g.log.Warn(w)
 	}
-	g.access.Store(cfg.Access)
+	g.subsys.access.Store(cfg.Access)
 	if cfg.SkillSource != nil {
-		g.skills = skills.NewCatalog(cfg.SkillSource)
+		g.serving.skills = skills.NewCatalog(cfg.SkillSource)
 	}
 	lookup := cfg.lookupIP
 	if lookup == nil {
@@ -170,8 +213,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeStarted()
 		return nil, err
 	}
-	g.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { g.done <- g.http.Serve(g.ln) }()
+	g.serving.http = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { g.life.done <- g.serving.http.Serve(g.serving.ln) }()
 	g.logAccess()
 	g.log.Info("gateway ready", "mcp", g.MCPURL(), "nats", g.NATSURL(), "fleet_api", g.APIURL(), "agents_dial", strings.Join(g.AgentNATSURLs(), ","), "auth", !cfg.AuthDisabled)
 	return g, nil
@@ -186,15 +229,15 @@ func (g *Gateway) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("caller authentication: %w", err)
 		}
-		g.auth = a
+		g.subsys.auth = a
 	}
 	// The MCP address is taken first: a busy one fails at once, before
 	// NATS and JetStream start.
-	ln, err := listen(g.cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
+	ln, err := netutil.Listen(g.cfg.Listen, "the MCP endpoint", "another fleet-gateway or web server", "--listen")
 	if err != nil {
 		return err
 	}
-	g.ln = ln
+	g.serving.ln = ln
 	steps := []func() error{
 		// The signing key is made before NATS starts: the router signs
 		// calls with it, and a cluster's other gateways' data
@@ -212,21 +255,21 @@ func (g *Gateway) start(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			g.audit, err = audit.Open(g.nc, g.cfg.Audit, audit.Options{Name: g.cfg.Name, MaxCall: g.cfg.MaxCallDuration, Patience: patience,
+			g.subsys.audit, err = audit.Open(g.conns.nc, g.cfg.Audit, audit.Options{Name: g.cfg.Name, MaxCall: g.cfg.MaxCallDuration, Patience: patience,
 				Admin: g.auditStreamAdmin(), Seal: auditSeal{seal}, Log: g.log.With("component", "audit")})
 			return err
 		},
 		func() (err error) {
-			g.store, err = openHostStore(g.nc, g.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
+			g.calling.store, err = openHostStore(g.conns.nc, g.calling.reg, g.cfg.Hosts, g.log.With("component", "hosts"))
 			return err
 		},
 		func() error { return g.openAgents(ctx) },
 		g.openSkills,
 		func() error {
-			if g.skills == nil && g.skillStore != nil {
+			if g.serving.skills == nil && g.subsys.skillStore != nil {
 				// The fleet's skills, as rolled out, are what the MCP
 				// Skills extension serves.
-				g.skills = skills.NewCatalog(g.skillStore)
+				g.serving.skills = skills.NewCatalog(g.subsys.skillStore)
 			}
 			return nil
 		},
@@ -240,7 +283,7 @@ func (g *Gateway) start(ctx context.Context) error {
 		g.listenForAgents,
 		g.mcpListenerTLS,
 		func() error {
-			g.metrics = newMetrics(g)
+			g.serving.metrics = newMetrics(g)
 			return g.serveMetrics()
 		},
 	}
@@ -259,15 +302,15 @@ func (g *Gateway) start(ctx context.Context) error {
 // reverse order of start, every part that start got to (each stop does
 // nothing for a part never started).
 func (g *Gateway) closeStarted() {
-	if g.metricsSrv != nil {
-		_ = g.metricsSrv.Close()
+	if g.serving.metricsSrv != nil {
+		_ = g.serving.metricsSrv.Close()
 	}
-	if g.ln != nil {
-		g.ln.Close()
+	if g.serving.ln != nil {
+		g.serving.ln.Close()
 	}
 	_ = g.stopFleetAPI(context.Background())
-	if g.audit != nil {
-		_ = g.audit.Close(context.Background())
+	if g.subsys.audit != nil {
+		_ = g.subsys.audit.Close(context.Background())
 	}
 	g.stopNATS()
 }
@@ -276,10 +319,10 @@ func (g *Gateway) closeStarted() {
 // there is one; a cluster node's listens from the start, as its routes
 // need (package natsauth).
 func (g *Gateway) listenForAgents() error {
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return nil
 	}
-	return g.embedded.ListenForAgents()
+	return g.conns.embedded.ListenForAgents()
 }
 
 // mcpListenerTLS makes the MCP listener serve TLS when Config.TLSCert is
@@ -292,15 +335,15 @@ func (g *Gateway) mcpListenerTLS() error {
 	if err != nil {
 		return fmt.Errorf("MCP endpoint TLS (--tls_cert %s, --tls_key %s): %w", g.cfg.TLSCert, g.cfg.TLSKey, err)
 	}
-	g.mcpTLS = true
-	g.ln = tls.NewListener(g.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	g.serving.mcpTLS = true
+	g.serving.ln = tls.NewListener(g.serving.ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	return nil
 }
 
 // startEnrolment opens the join tokens and nonces, serves renewals,
 // starts the token sweeper and the fleet API listener.
 func (g *Gateway) startEnrolment() error {
-	js, err := jetstream.New(g.nc)
+	js, err := jetstream.New(g.conns.nc)
 	if err != nil {
 		return fmt.Errorf("enrolment: %w", err)
 	}
@@ -308,25 +351,25 @@ func (g *Gateway) startEnrolment() error {
 	if err != nil {
 		return err
 	}
-	g.enrol = enrol.New(g.enrolConfig(), g.agentIndex, g.agents)
-	if err := g.enrol.Open(js, seal.s, g.streamAdmin("KV_"+protocol.TokensBucket)); err != nil {
+	g.subsys.enrol = enrol.New(g.enrolConfig(), g.subsys.agentIndex, g.subsys.agents)
+	if err := g.subsys.enrol.Open(js, seal.s, g.streamAdmin("KV_"+protocol.TokensBucket)); err != nil {
 		return err
 	}
 	// The enrol credentials of spent and revoked join tokens are revoked
 	// like the keys of revoked hosts.
-	g.authority.SetRecords(natsauth.KeySources{agentRevocations{g.agents}, tokenRevocations{g.enrol}})
+	g.subsys.authority.SetRecords(natsauth.KeySources{agentRevocations{g.subsys.agents}, tokenRevocations{g.subsys.enrol}})
 	g.reconcileSoon()
-	if err := g.enrol.StartRenewals(); err != nil {
+	if err := g.subsys.enrol.StartRenewals(); err != nil {
 		return err
 	}
 	lctx, stop := context.WithCancel(context.Background())
-	prev := g.stopLoops
-	g.stopLoops = func() { stop(); prev() }
-	g.loops.Go(func() { g.enrol.SweepLoop(lctx) })
+	prev := g.life.stopLoops
+	g.life.stopLoops = func() { stop(); prev() }
+	g.life.loops.Go(func() { g.subsys.enrol.SweepLoop(lctx) })
 	if err := g.startFleetAPI(); err != nil {
 		return err
 	}
-	if err := g.enrol.StartNATSEnrolment(); err != nil {
+	if err := g.subsys.enrol.StartNATSEnrolment(); err != nil {
 		_ = g.stopFleetAPI(context.Background())
 		return err
 	}
@@ -335,312 +378,6 @@ func (g *Gateway) startEnrolment() error {
 		return err
 	}
 	return nil
-}
-
-func (g *Gateway) startNATS(ctx context.Context) error {
-	var err error
-	if len(g.cfg.NATSURLs) > 0 {
-		err = g.connectExternal(ctx)
-	} else {
-		err = g.startEmbedded()
-	}
-	if err != nil {
-		return err
-	}
-	g.reg = newRegistry(g.log, g.cfg.OfflineAfter, g.agentIndex)
-	g.reg.maxBytes = g.cfg.Hosts.MaxBytes
-	g.reg.heardKeys = g.keysBehind
-	if _, err := g.nc.Subscribe(protocol.PresenceWildcard(), g.reg.onPresence); err != nil {
-		return fmt.Errorf("subscribe presence: %w", err)
-	}
-	if g.router, err = newRouter(g.nc, g.reg, g.log, g.cfg.Silence, g.transfers, g.tracing, g.signer, g.enrolledKey, g.bounds, g.hostNC); err != nil {
-		return err
-	}
-	if err := g.nc.Flush(); err != nil {
-		return fmt.Errorf("NATS: %w", err)
-	}
-	if err := g.hostNC.Flush(); err != nil {
-		return fmt.Errorf("NATS: %w", err)
-	}
-	// Ask every agent to announce itself now rather than at its next
-	// heartbeat.
-	return g.nc.Publish(protocol.DiscoverSubject(), nil)
-}
-
-// resolveReplicas settles the replica counts left at their default: 3
-// when the gateway's NATS server is a cluster node, else 1.
-func (g *Gateway) resolveReplicas() {
-	clustered := g.cfg.clustered() || g.nc.ConnectedClusterName() != ""
-	g.cfg.Hosts.Replicas = replicasDefault(g.cfg.Hosts.Replicas, clustered)
-	g.cfg.Audit.Replicas = replicasDefault(g.cfg.Audit.Replicas, clustered)
-	if clustered {
-		g.log.Info("NATS cluster: streams and buckets replicated", "cluster", g.nc.ConnectedClusterName(),
-			"audit_replicas", g.cfg.Audit.Replicas, "hosts_replicas", g.cfg.Hosts.Replicas)
-	}
-}
-
-// natsOptions are the options of the gateway's own connection.
-func (g *Gateway) natsOptions() []nats.Option {
-	return append(reconnectOptions(),
-		nats.Name("fleet-gateway"),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			g.log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
-			_ = nc.Publish(protocol.DiscoverSubject(), nil)
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				g.log.Warn("NATS disconnected", "err", err)
-			}
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			g.log.Warn("NATS error", "err", err)
-		}),
-	)
-}
-
-// reconnectOptions keep a gateway connection alive for good, noticing a
-// dead server within about 30 s.
-func reconnectOptions() []nats.Option {
-	return []nats.Option{
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.PingInterval(10 * time.Second),
-		nats.MaxPingsOutstanding(2),
-	}
-}
-
-// sysOptions are the options of the system user's connection.
-func (g *Gateway) sysOptions() []nats.Option {
-	return append(reconnectOptions(),
-		nats.Name("fleet-gateway system"),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			g.log.Warn("NATS error (system user)", "err", err)
-		}),
-	)
-}
-
-// startEmbedded starts the embedded server in operator mode, with TLS
-// beyond loopback, and connects the gateway and its system user in
-// process.
-func (g *Gateway) startEmbedded() error {
-	// Nothing in the data directory is touched before it is ours.
-	var err error
-	if g.dataLock, err = lockDataDir(g.cfg.DataDir); err != nil {
-		return err
-	}
-	if err := checkDataFormat(g.cfg.DataDir); err != nil {
-		return err
-	}
-	ecfg := natsauth.EmbeddedConfig{DataDir: g.cfg.DataDir, Listen: g.cfg.NATSListen, MaxPayload: g.cfg.NATSMaxPayload,
-		MaxCall: g.cfg.MaxCallDuration, Log: g.log}
-	if g.cfg.clustered() {
-		// A cluster node refuses agents until its gateway has pushed the
-		// revocations the agent records call for (cluster.go).
-		ecfg.Cluster = &natsauth.ClusterOptions{Name: g.cfg.Cluster.Name, ServerName: g.cfg.Name,
-			Listen: g.cfg.Cluster.Listen, Routes: g.cfg.Cluster.Routes}
-	}
-	emb, err := natsauth.OpenEmbedded(ecfg)
-	if err != nil {
-		return err
-	}
-	tlsConf, err := g.embeddedTLS()
-	if err != nil {
-		return err
-	}
-	if g.cfg.clustered() && g.cfg.Cluster.RouteCert == "" && g.natsCA == nil {
-		// Routes between the nodes use certificates from the fleet CA.
-		if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
-			return err
-		}
-	}
-	var routes *tls.Config
-	if g.cfg.clustered() {
-		if routes, err = natsauth.RouteTLS(g.cfg.Cluster.RouteCert, g.cfg.Cluster.RouteKey, g.cfg.Cluster.RouteCA, g.natsCA, routeNames(&g.cfg)); err != nil {
-			return err
-		}
-	}
-	if err := emb.Start(tlsConf, routes); err != nil {
-		return err
-	}
-	g.embedded = emb
-	// Its own users are never revoked through the ledger: whoever holds
-	// the seal's key could otherwise cut the gateway off its server.
-	gwUser, err := emb.GatewayUser()
-	if err != nil {
-		return err
-	}
-	if g.nc, err = nats.Connect("", append(g.natsOptions(), emb.InProcess(), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	if g.hostNC, err = nats.Connect("", append(g.hostConnOptions(), emb.InProcess(), gwUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	sysUser, err := emb.SystemUser()
-	if err != nil {
-		return err
-	}
-	if g.sys, err = nats.Connect("", append(g.sysOptions(), emb.InProcess(), sysUser)...); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server as its system user: %w", err)
-	}
-	g.authority, err = emb.Authority(g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
-	return err
-}
-
-// natsTLS reports whether the embedded server serves TLS: beyond
-// loopback always, on loopback when asked to or given a certificate.
-func (g *Gateway) natsTLS() bool {
-	return g.cfg.NATSListen != "" && (g.cfg.NATSTLS || g.cfg.NATSTLSCert != "" || !isLoopback(g.cfg.NATSListen))
-}
-
-// embeddedTLS returns the embedded server's TLS configuration (nil: no
-// TLS), and sets the CA agents get and its pin: the operator's chain
-// (NATSTLSCert) and its last certificate, or a certificate from the fleet
-// CA and the fleet CA.
-func (g *Gateway) embeddedTLS() (*tls.Config, error) {
-	if !g.natsTLS() {
-		return nil, nil
-	}
-	if g.cfg.NATSTLSCert != "" {
-		conf, chain, err := loadServerChain(g.cfg.NATSTLSCert, g.cfg.NATSTLSKey, "--nats_tls_cert", "--nats_tls_key")
-		if err != nil {
-			return nil, fmt.Errorf("embedded NATS TLS: %w", err)
-		}
-		ca := chain[len(chain)-1]
-		if len(chain) < 2 || !ca.IsCA {
-			return nil, fmt.Errorf("embedded NATS TLS: --nats_tls_cert %s ends with the certificate of %q, which is not a CA certificate after the server's: append the certificate of the CA that issued it (agents get that CA at enrolment and trust it alone for NATS)",
-				g.cfg.NATSTLSCert, ca.Subject.String())
-		}
-		g.natsCAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
-		g.natsPin = protocol.CAPin(ca)
-		return conf, nil
-	}
-	var err error
-	if g.natsCA, err = natsauth.LoadOrCreateCA(g.cfg.DataDir); err != nil {
-		return nil, err
-	}
-	host, _, _ := net.SplitHostPort(g.cfg.NATSListen)
-	conf, err := g.natsCA.ServerTLS(natsauth.LeafNames(host, g.advertisedNames()))
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS TLS: %w", err)
-	}
-	g.natsCAPEM, g.natsPin = g.natsCA.PEM(), g.natsCA.Pin()
-	return conf, nil
-}
-
-// connectExternal connects to an external cluster with the files of its
-// setup, and checks them.
-func (g *Gateway) connectExternal(ctx context.Context) error {
-	x, err := natsauth.LoadExternal(natsauth.ExternalConfig{CredsFile: g.cfg.NATSCredsFile, AgentSigningKeyFile: g.cfg.NATSAgentSigningKeyFile,
-		OperatorSigningKeyFile: g.cfg.NATSOperatorSigningKeyFile, CAFile: g.cfg.NATSCAFile})
-	if err != nil {
-		return err
-	}
-	g.external = x
-	url := strings.Join(g.cfg.NATSURLs, ",")
-	if g.nc, err = nats.Connect(url, append(g.natsOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
-		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
-	}
-	if g.hostNC, err = nats.Connect(url, append(g.hostConnOptions(), x.Options(g.cfg.NATSCredsFile)...)...); err != nil {
-		return fmt.Errorf("connect to NATS %s with --nats_creds %s: %w", url, g.cfg.NATSCredsFile, err)
-	}
-	if g.sys, err = nats.Connect(url, append(g.sysOptions(), x.Options(g.cfg.NATSSystemCredsFile)...)...); err != nil {
-		return fmt.Errorf("connect to NATS %s with --nats_system_creds %s: %w", url, g.cfg.NATSSystemCredsFile, err)
-	}
-	if err := x.Check(ctx, g.sys); err != nil {
-		return fmt.Errorf("external NATS cluster: %w", err)
-	}
-	g.natsCAPEM = x.CAPEM()
-	g.authority = x.Authority(g.nc, g.sys, g.cfg.AgentCredentialTTL, g.now, g.log)
-	return nil
-}
-
-// recordSeal returns the seal of the agent records and join tokens
-// (recordseal.go), made from the agent signing key on first use (during
-// Start).
-func (g *Gateway) recordSeal() (*recordSeal, error) {
-	if g.seal == nil {
-		s, err := newRecordSeal(g.authority.AgentSigner())
-		if err != nil {
-			return nil, err
-		}
-		g.seal = s
-	}
-	return g.seal, nil
-}
-
-// openAgents opens the agent records, brings the servers' revocations in
-// step with them (a gateway may have stopped between a revocation and
-// its push) and starts the revocation loop.
-func (g *Gateway) openAgents(ctx context.Context) error {
-	g.agentIndex.OnRevoked(func(string) { g.reconcileSoon() })
-	seal, err := g.recordSeal()
-	if err != nil {
-		return err
-	}
-	if g.agents, err = enrol.OpenAgents(g.nc, g.agentIndex, seal.s, g.cfg.Hosts.Replicas, g.streamAdmin("KV_"+protocol.AgentsBucket), g.log.With("component", "agents")); err != nil {
-		return err
-	}
-	// The embedded server holds every key revoked while a credential
-	// issued before could still be valid: it may have missed a
-	// revocation by key while down, which no record names.
-	recent := g.now().Add(-max(g.cfg.AgentCredentialTTL, enrol.MaxTokenTTL) - natsauth.PruneSlack)
-	if err := g.authority.OpenLedger(ctx, g.nc, max(g.cfg.Hosts.Replicas, 1), recent, g.log.With("component", "revoked-keys")); err != nil {
-		return err
-	}
-	g.authority.SetRecords(agentRevocations{g.agents})
-	rctx, cancel := context.WithTimeout(ctx, natsauth.ReconcileTimeout)
-	err = g.authority.Reconcile(rctx)
-	cancel()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("reconcile revocations: %w", context.Cause(ctx))
-	}
-	if err != nil {
-		g.log.Warn("revocations not in step with the NATS servers yet; retrying in the background", "err", err)
-	}
-	lctx, stop := context.WithCancel(context.Background())
-	g.stopLoops = stop
-	g.loops.Go(func() { g.authority.RevocationLoop(lctx, g.log) })
-	return g.watchConnections(lctx)
-}
-
-func (g *Gateway) stopNATS() {
-	if g.stopLoops != nil {
-		g.stopLoops()
-		g.loops.Wait()
-	}
-	g.enrol.Close()
-	g.agentSvc.close()
-	if g.skillStore != nil {
-		g.skillStore.Close()
-	}
-	if g.agents != nil {
-		g.agents.Close()
-	}
-	if g.authority != nil {
-		g.authority.Close()
-	}
-	if g.store != nil {
-		g.store.close()
-	}
-	if g.router != nil {
-		g.router.close()
-	}
-	if g.nc != nil {
-		g.nc.Close()
-	}
-	if g.hostNC != nil {
-		g.hostNC.Close()
-	}
-	if g.sys != nil {
-		g.sys.Close()
-	}
-	if g.embedded != nil {
-		g.embedded.Shutdown()
-	}
-	if g.dataLock != nil {
-		g.dataLock.Close()
-	}
 }
 
 // SecretPaths are the files and directories that hold the gateway's
@@ -666,16 +403,16 @@ func (g *Gateway) SecretPaths() []string {
 			out = append(out, abs(f))
 		}
 	}
-	if p := signingKeyPath(&g.cfg); p != "" {
+	if p := signing.KeyPath(g.cfg.SigningKeyFile, g.cfg.DataDir); p != "" {
 		out = append(out, abs(p))
 	}
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		for _, f := range []string{g.cfg.NATSCredsFile, g.cfg.NATSSystemCredsFile, g.cfg.NATSAgentSigningKeyFile, g.cfg.NATSOperatorSigningKeyFile} {
 			if f != "" {
 				out = append(out, abs(f))
 			}
 		}
-		if g.apiCA != nil {
+		if g.serving.apiCA != nil {
 			// The fleet CA of the fleet API, in the data directory.
 			out = append(out, natsauth.CAKeyPath(abs(g.cfg.DataDir)))
 		}
@@ -688,7 +425,7 @@ func (g *Gateway) SecretPaths() []string {
 
 // logAccess summarises who may do what, once at startup.
 func (g *Gateway) logAccess() {
-	if g.auth == nil {
+	if g.subsys.auth == nil {
 		g.log.Warn("caller authentication is OFF: the local caller may use every tool on every host")
 		return
 	}
@@ -701,15 +438,15 @@ func (g *Gateway) logAccess() {
 
 // logGrants logs the API tokens' grants and the access rules in force.
 func (g *Gateway) logGrants() {
-	if g.auth == nil {
+	if g.subsys.auth == nil {
 		return
 	}
-	if tokens := g.auth.Tokens(); tokens != nil {
+	if tokens := g.subsys.auth.Tokens(); tokens != nil {
 		for _, line := range tokens.Summary() {
 			g.log.Info("API token", "grant", line)
 		}
 	}
-	if rules := g.access.Load(); rules != nil {
+	if rules := g.subsys.access.Load(); rules != nil {
 		g.log.Info("access rules", "file", rules.Source, "rules", rules.Len())
 		for _, line := range rules.Summary() {
 			g.log.Info("access rule", "rule", line)
@@ -724,25 +461,25 @@ func (g *Gateway) logGrants() {
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var mcpHandler http.Handler = g.mcpHandler(g.newMCPServer())
-	if g.auth != nil {
-		mcpHandler = g.auth.Protect(mcpHandler)
-		mux.Handle(access.MetadataPath, g.auth.Metadata())
-		mux.Handle(access.MetadataPath+"/mcp", g.auth.Metadata())
+	if g.subsys.auth != nil {
+		mcpHandler = g.subsys.auth.Protect(mcpHandler)
+		mux.Handle(access.MetadataPath, g.subsys.auth.Metadata())
+		mux.Handle(access.MetadataPath+"/mcp", g.subsys.auth.Metadata())
 	}
 	mux.Handle("/mcp", mcpHandler)
 	g.healthHandlers(mux)
 	if g.cfg.Metrics {
-		mux.Handle("GET /metrics", g.metrics.handler())
+		mux.Handle("GET /metrics", g.serving.metrics.handler())
 	}
 	return cors(g.cfg.CORSOrigins, mux)
 }
 
 // Addr returns the address the MCP endpoint listens on.
-func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+func (g *Gateway) Addr() string { return g.serving.ln.Addr().String() }
 
 // MCPURL returns the URL an MCP client connects to.
 func (g *Gateway) MCPURL() string {
-	if g.mcpTLS {
+	if g.serving.mcpTLS {
 		return "https://" + g.Addr() + "/mcp"
 	}
 	return "http://" + g.Addr() + "/mcp"
@@ -752,13 +489,13 @@ func (g *Gateway) MCPURL() string {
 // them: the embedded server's client address (tls:// when it serves
 // TLS), or the external cluster's URLs.
 func (g *Gateway) NATSURL() string {
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return strings.Join(g.cfg.NATSURLs, ",")
 	}
 	if g.cfg.NATSListen == "" {
 		return ""
 	}
-	return g.embedded.ClientURL()
+	return g.conns.embedded.ClientURL()
 }
 
 // AgentNATSURLs returns the URLs agents dial: NATSAdvertise when set;
@@ -769,7 +506,7 @@ func (g *Gateway) AgentNATSURLs() []string {
 	if len(g.cfg.NATSAdvertise) > 0 {
 		return slices.Clone(g.cfg.NATSAdvertise)
 	}
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return slices.Clone(g.cfg.NATSURLs)
 	}
 	raw := g.NATSURL()
@@ -790,12 +527,12 @@ func (g *Gateway) AgentNATSURLs() []string {
 // NATSCAPEM returns the CA (PEM) that signs the NATS servers'
 // certificates, for agents to trust; empty when NATS does not use TLS or
 // the system's roots know its CA.
-func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.natsCAPEM) }
+func (g *Gateway) NATSCAPEM() []byte { return slices.Clone(g.conns.natsCAPEM) }
 
 // NATSCAPin returns the pin (protocol.CAPin) of the CA agents trust for
 // the embedded server: the fleet CA, or the last certificate of
 // NATSTLSCert; empty when the embedded server does not serve TLS.
-func (g *Gateway) NATSCAPin() string { return g.natsPin }
+func (g *Gateway) NATSCAPin() string { return g.conns.natsPin }
 
 // advertisedNames are the names agents reach this machine by: Advertise
 // and the hosts of NATSAdvertise.
@@ -816,38 +553,38 @@ func (g *Gateway) advertisedNames() []string {
 // Shutdown stops accepting requests, waits for in-flight ones until ctx
 // ends, then closes NATS. Later calls return the first call's result.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.shutdownOnce.Do(func() { g.shutdownErr = g.shutdown(ctx) })
-	return g.shutdownErr
+	g.life.shutdownOnce.Do(func() { g.life.shutdownErr = g.shutdown(ctx) })
+	return g.life.shutdownErr
 }
 
 func (g *Gateway) shutdown(ctx context.Context) error {
-	err := g.http.Shutdown(ctx)
+	err := g.serving.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = g.http.Close()
+		err = g.serving.http.Close()
 	}
 	err = errors.Join(err, g.stopFleetAPI(ctx))
-	if g.metricsSrv != nil {
-		err = errors.Join(err, g.metricsSrv.Close())
+	if g.serving.metricsSrv != nil {
+		err = errors.Join(err, g.serving.metricsSrv.Close())
 	}
-	if serr := <-g.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+	if serr := <-g.life.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
 	select {
-	case <-g.calls.drain():
+	case <-g.calling.calls.drain():
 	case <-ctx.Done():
 		g.log.Warn("shutting down with tool calls still running; their audit records may be lost")
 	}
 	// Queued audit records are stored while NATS is still up.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	aerr := g.audit.Close(actx)
+	aerr := g.subsys.audit.Close(actx)
 	g.stopNATS()
 	return errors.Join(err, aerr)
 }
 
 // TransferBytesInUse returns how much of the budget for large transfers
 // (Config.MaxTransferBytes) requests and results in flight hold now.
-func (g *Gateway) TransferBytesInUse() int64 { return g.transfers.inUse.Load() }
+func (g *Gateway) TransferBytesInUse() int64 { return g.calling.transfers.inUse.Load() }
 
 // Host returns what the gateway knows about host.
-func (g *Gateway) Host(host string) (HostInfo, bool) { return g.reg.get(host) }
+func (g *Gateway) Host(host string) (HostInfo, bool) { return g.calling.reg.get(host) }

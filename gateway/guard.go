@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file is the MCP server middleware that applies the access rules
@@ -133,7 +133,7 @@ func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToo
 	if err != nil || !ok {
 		return res, err
 	}
-	grants := g.access.Load().For(g.identityOf(req.Extra))
+	grants := g.subsys.access.Load().For(g.identityOf(req.Extra))
 	list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool { return !grants.ToolVisible(t.Name) })
 	list.CacheScope = "private"
 	return list, nil
@@ -141,21 +141,21 @@ func (g *Gateway) listTools(ctx context.Context, method string, req *mcp.ListToo
 
 // callTool decides a tool call, runs it when allowed, and records it.
 func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
-	if !g.calls.begin() {
+	if !g.calling.calls.begin() {
 		return errorResult(fmt.Sprintf("%s was not run: this gateway is shutting down; retry through another gateway, or once it is back", req.Params.Name)), nil
 	}
-	defer g.calls.end()
+	defer g.calling.calls.end()
 	start := time.Now()
-	ctx, span := g.tracing.startCall(ctx, req)
+	ctx, span := g.calling.tracing.startCall(ctx, req)
 	id := g.identityOf(req.Extra)
-	cc := &callContext{id: id, grants: g.access.Load().For(id), callID: newCallID()}
+	cc := &callContext{id: id, grants: g.subsys.access.Load().For(id), callID: newCallID()}
 	tool := req.Params.Name
 	host := ""
 	if perHostTool(tool) {
 		// The handler decodes and validates the shrunk arguments; only
 		// forward needs them in full. Those of a large request were
 		// shrunk before the SDK saw them (transfer.go).
-		rs := g.transfers.stateOf(req)
+		rs := g.calling.transfers.stateOf(req)
 		if rs != nil {
 			cc.args, cc.hold = rs.args, &rs.hold
 		}
@@ -175,7 +175,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	// Nothing runs that the audit trail cannot record (gateway/audit).
 	var aerr error
 	if dec.Allowed {
-		aerr = g.audit.Ready(ctx)
+		aerr = g.subsys.audit.Ready(ctx)
 	}
 	switch {
 	case aerr != nil:
@@ -199,8 +199,8 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	rec.Fanout = cc.fanout
 	rec.Receipt = cc.receipt
 	endCall(span, rec)
-	g.metrics.observeCall(rec, time.Since(start), cc.fanout)
-	ticket := g.audit.Write(rec)
+	g.serving.metrics.observeCall(rec, time.Since(start), cc.fanout)
+	ticket := g.subsys.audit.Write(rec)
 	if aerr != nil {
 		return res, err // stored once the stream is back
 	}
@@ -208,7 +208,7 @@ func (g *Gateway) callTool(ctx context.Context, method string, req *mcp.CallTool
 	cc.recordsMu.Lock()
 	tickets := append(cc.records, ticket)
 	cc.recordsMu.Unlock()
-	if serr := g.audit.WaitStored(ctx, tickets...); serr != nil {
+	if serr := g.subsys.audit.WaitStored(ctx, tickets...); serr != nil {
 		g.log.Error("tool call answered with an error: its audit record is not stored yet", "call", rec.CallID, "tool", tool, "host", host,
 			"caller", rec.Caller.Subject, "outcome", rec.Outcome, "err", serr)
 		return errorResult(withheldMessage(rec, host, serr)), nil
@@ -288,7 +288,7 @@ func (g *Gateway) decide(cc *callContext, tool, host string) (access.Decision, s
 		// Reaches no host: the tool reports the bad argument.
 		return access.AllowedBy(""), ""
 	}
-	h, ok := g.reg.get(host)
+	h, ok := g.calling.reg.get(host)
 	switch {
 	case !ok:
 		// Refused here, not left to the router: a host that announces
@@ -314,7 +314,7 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec access.Decision)
 	rd := cc.grants.RateLimit(g.cfg.RateLimit)
 	// One bucket per caller as hosts know it, issuer and subject: the
 	// API token deploy and a provider's user "deploy" are two callers.
-	ok, wait := g.rates.Allow(cc.id.Qualified(), rd.Limit, now)
+	ok, wait := g.calling.rates.Allow(cc.id.Qualified(), rd.Limit, now)
 	if ok {
 		return dec, ""
 	}
@@ -322,7 +322,7 @@ func (g *Gateway) rateCheck(cc *callContext, now time.Time, dec access.Decision)
 	if rd.Rule != "" {
 		from = rd.Rule
 	}
-	g.metrics.rateLimited.Inc()
+	g.serving.metrics.rateLimited.Inc()
 	secs := math.Ceil(wait.Seconds()*10) / 10
 	return access.DeniedBy(rd.Rule, "rate limit"), fmt.Sprintf("rate limit reached: %s may make %s (%s); retry in %.1f s", cc.id.Name(), rd.Limit, from, secs)
 }
@@ -368,20 +368,7 @@ const maxQueuedArgs = 8 << 10
 
 func metaString(meta map[string]any, key string) string {
 	s, _ := meta[key].(string)
-	return truncateText(s, 200)
-}
-
-// truncateText cuts s to at most n bytes, on a character boundary, and
-// says how much was cut.
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("... [%d more bytes]", len(s)-cut)
+	return textutil.Truncate(s, 200)
 }
 
 // finishRecord fills in the outcome of a call.

@@ -54,7 +54,7 @@ func (g *Gateway) healthHandlers(mux *http.ServeMux) {
 		// Damage to the audit trail does not stop calls (the stream is
 		// made whole again and the gap recorded), but whoever watches
 		// the gateway must see it.
-		if damages, n := g.audit.Damages(); n > 0 {
+		if damages, n := g.subsys.audit.Damages(); n > 0 {
 			fmt.Fprintf(w, "warning: audit trail damaged %d time(s) since this gateway started; the last:\n", n)
 			for _, d := range damages {
 				fmt.Fprintf(w, "audit: %s %s\n", d.At.UTC().Format(time.RFC3339), d.What)
@@ -66,28 +66,28 @@ func (g *Gateway) healthHandlers(mux *http.ServeMux) {
 // ready returns what keeps the gateway from serving calls (none: ready).
 // Checks run one at a time; an answer younger than readyzCache is reused.
 func (g *Gateway) ready(ctx context.Context) []string {
-	g.readiness.mu.Lock()
-	defer g.readiness.mu.Unlock()
+	g.serving.readiness.mu.Lock()
+	defer g.serving.readiness.mu.Unlock()
 	now := time.Now()
-	if !g.readiness.at.IsZero() && now.Sub(g.readiness.at) < readyzCache {
-		return g.readiness.problems
+	if !g.serving.readiness.at.IsZero() && now.Sub(g.serving.readiness.at) < readyzCache {
+		return g.serving.readiness.problems
 	}
 	var problems []string
-	if !g.nc.IsConnected() {
-		problems = append(problems, "NATS: not connected ("+strings.ToLower(g.nc.Status().String())+")")
+	if !g.conns.nc.IsConnected() {
+		problems = append(problems, "NATS: not connected ("+strings.ToLower(g.conns.nc.Status().String())+")")
 	} else if err := g.jetStreamAnswers(ctx); err != nil {
 		problems = append(problems, "JetStream: "+err.Error())
 	}
-	if !g.store.isLoaded() {
+	if !g.calling.store.isLoaded() {
 		problems = append(problems, "host registry: the hosts bucket is not loaded yet")
 	}
-	g.readiness.at, g.readiness.problems = time.Now(), problems
+	g.serving.readiness.at, g.serving.readiness.problems = time.Now(), problems
 	return problems
 }
 
 // jetStreamAnswers asks JetStream for the account's info.
 func (g *Gateway) jetStreamAnswers(ctx context.Context) error {
-	js, err := jetstream.New(g.nc)
+	js, err := jetstream.New(g.conns.nc)
 	if err != nil {
 		return err
 	}

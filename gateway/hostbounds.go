@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 )
 
 // This file bounds what one host can make the gateway do besides answer
@@ -93,7 +94,7 @@ type hostBounds struct {
 
 	reports  access.RateLimiters
 	renewals access.RateLimiters
-	logs     *logLimiter
+	logs     *loglimit.Limiter
 	counts   boundCounts
 
 	// unsent tallies, per host, the reports about messages this gateway
@@ -103,7 +104,7 @@ type hostBounds struct {
 }
 
 func newHostBounds(now func() time.Time, renewTTL time.Duration) *hostBounds {
-	return &hostBounds{now: now, renewTTL: renewTTL, logs: newLogLimiter(logEvery, 1), unsent: make(map[string]*unsentTally)}
+	return &hostBounds{now: now, renewTTL: renewTTL, logs: loglimit.New(logEvery, 1), unsent: make(map[string]*unsentTally)}
 }
 
 func (b *hostBounds) reportLimit() access.RateLimit {
@@ -134,7 +135,7 @@ func (b *hostBounds) allowRenewal(host string) (bool, time.Duration) {
 // log writes one line about host's bound named what, at most one per
 // host and bound per logEvery (the next says how many were left out).
 func (b *hostBounds) log(log *slog.Logger, level slog.Level, host, what, msg string, args ...any) {
-	b.logs.log(log, level, host+"\x00"+what, msg, append([]any{"host", host}, args...)...)
+	b.logs.Log(log, level, host+"\x00"+what, msg, append([]any{"host", host}, args...)...)
 }
 
 // reportText returns a host's free text as the trail and a caller may

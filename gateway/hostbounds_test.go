@@ -224,7 +224,7 @@ func TestRenewalBounds(t *testing.T) {
 	renewals := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.Sync(ctx)
+		_ = gw.subsys.audit.Sync(ctx)
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
 		n := 0
@@ -240,7 +240,7 @@ func TestRenewalBounds(t *testing.T) {
 			t.Fatalf("a renewal of a fresh credential: %q, want %q", code, protocol.APITooEarly)
 		}
 	}
-	if n := gw.bounds.counts.renewalsEarly.Load(); n != 50 {
+	if n := gw.calling.bounds.counts.renewalsEarly.Load(); n != 50 {
 		t.Errorf("%d early renewals counted, want 50", n)
 	}
 	clock.advance(361 * time.Hour)
@@ -278,7 +278,7 @@ func TestRenewalBounds(t *testing.T) {
 	if code := ask(renewReq(t, kp, "web-1", clock.now())); code != protocol.APITooEarly {
 		t.Errorf("a renewal right after one: %q, want %q", code, protocol.APITooEarly)
 	}
-	if n := gw.bounds.counts.renewalsRateLimited.Load(); n != 4 {
+	if n := gw.calling.bounds.counts.renewalsRateLimited.Load(); n != 4 {
 		t.Errorf("%d rate-limited renewals counted, want 4", n)
 	}
 }
@@ -300,7 +300,7 @@ func TestAuditCallerOf(t *testing.T) {
 // nonceBucket is the bucket of the request nonces seen.
 func nonceBucket(t *testing.T, gw *Gateway) jetstream.KeyValue {
 	t.Helper()
-	js, err := jetstream.New(gw.nc)
+	js, err := jetstream.New(gw.conns.nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,13 +235,13 @@ func (s *hostStore) apply(e jetstream.KeyValueEntry) {
 	if err != nil {
 		// Noted with an empty digest, so a gateway that hears the host
 		// writes a good record over it.
-		s.reg.rejects.log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a damaged hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
+		s.reg.rejects.Log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a damaged hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
 		_ = s.reg.applyRecord(host, e.Revision(), nil, factsDigest{}, time.Time{})
 		return
 	}
 	rec.Announce.Busy, rec.Announce.Leaving, rec.Announce.Labels = 0, false, nil
 	if err := s.reg.applyRecord(host, e.Revision(), rec.Announce, digestOf(rec.Announce), rec.LastSeen); err != nil {
-		s.reg.rejects.log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
+		s.reg.rejects.Log(s.log, slog.LevelWarn, "bucket/"+host, "ignoring a hosts bucket record", "host", host, "revision", e.Revision(), "err", err.Error())
 	}
 }
 

@@ -19,22 +19,22 @@ import (
 // watchConnections starts the watch of the fleet's agent connections,
 // run until ctx ends by the gateway's loops.
 func (g *Gateway) watchConnections(ctx context.Context) error {
-	run, err := g.authority.WatchConnections(g.nc, g.log.With("component", "connwatch"), natsauth.WatchHooks{
-		HostOf: g.agentIndex.KeyHost,
+	run, err := g.subsys.authority.WatchConnections(g.conns.nc, g.log.With("component", "connwatch"), natsauth.WatchHooks{
+		HostOf: g.subsys.agentIndex.KeyHost,
 		SilentAfter: func(host string) time.Duration {
 			hb := natsauth.DefaultAgentHeartbeat
-			if h, ok := g.reg.get(host); ok && h.HeartbeatMS > 0 {
+			if h, ok := g.calling.reg.get(host); ok && h.HeartbeatMS > 0 {
 				hb = min(time.Duration(h.HeartbeatMS)*time.Millisecond, maxHeartbeat)
 			}
 			return 2*hb + time.Second
 		},
-		Standing: g.reg.identityConflicted,
+		Standing: g.calling.reg.identityConflicted,
 		Found:    g.identityConflictFound,
 	})
 	if err != nil {
 		return fmt.Errorf("watch the fleet's NATS connections: %w", err)
 	}
-	g.loops.Go(func() { run(ctx) })
+	g.life.loops.Go(func() { run(ctx) })
 	return nil
 }
 
@@ -42,7 +42,7 @@ func (g *Gateway) watchConnections(ctx context.Context) error {
 // counts and audits it and keeps it in the host's record.
 func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns []natsauth.Conn) {
 	key := conns[len(conns)-1].User
-	if rec, ok := g.agentIndex.Record(host); ok {
+	if rec, ok := g.subsys.agentIndex.Record(host); ok {
 		for _, c := range conns {
 			if c.User == rec.PublicKey {
 				key = c.User
@@ -50,10 +50,10 @@ func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns 
 		}
 	}
 	detail := natsauth.ConflictDetail(conns)
-	if !g.reg.markIdentityConflict(host, key, detail) {
+	if !g.calling.reg.markIdentityConflict(host, key, detail) {
 		return
 	}
-	g.identityConflictCount.Add(1)
+	g.calling.identityConflictCount.Add(1)
 	g.log.Error("two live NATS connections on one host's identity: calls to it are refused until an operator revokes it or re-enrols it with --replace",
 		"host", host, "key", key, "connections", len(conns), "detail", detail)
 	list := make([]any, len(conns))
@@ -67,7 +67,7 @@ func (g *Gateway) identityConflictFound(ctx context.Context, host string, conns 
 		Decision: audit.DecisionDenied, Rule: "one live connection per host identity", Outcome: audit.OutcomeRefused,
 		Reason: "two live NATS connections on the host's identity", Error: detail,
 		Source: "the NATS servers' connections", Args: map[string]any{"connections": list}}
-	g.audit.Write(rec)
+	g.subsys.audit.Write(rec)
 	if err := g.keepIdentityConflict(ctx, host, key, detail); err != nil {
 		g.log.Error("the identity conflict is refused here, but could not be kept in the host's record: other gateways and this one after a restart do not know it; revoke the host",
 			"host", host, "err", err)
@@ -85,7 +85,7 @@ func (g *Gateway) keepIdentityConflict(ctx context.Context, host, key, detail st
 	ctx, cancel := context.WithTimeout(ctx, conflictWriteTimeout)
 	defer cancel()
 	now := g.now().UTC()
-	_, err := g.agents.Modify(ctx, host, func(r *AgentRecord) error {
+	_, err := g.subsys.agents.Modify(ctx, host, func(r *AgentRecord) error {
 		if _, ok := r.ConflictStands(); ok || r.Revoked() || r.PublicKey != key {
 			return jskv.ErrSkip
 		}

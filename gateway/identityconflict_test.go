@@ -55,7 +55,7 @@ func TestConnWatchCopiedCredential(t *testing.T) {
 	second := connectAs(t, gw, "restarts", kp, creds)
 	first.Close() // the old process of a restart goes at once
 	time.Sleep(connGrace + 2*time.Second)
-	if gw.reg.identityConflicted("restarts") {
+	if gw.calling.reg.identityConflicted("restarts") {
 		t.Fatal("a restart (the old connection closed within the grace) was taken for a conflict")
 	}
 	second.Close()
@@ -69,12 +69,12 @@ func TestConnWatchCopiedCredential(t *testing.T) {
 	waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
 	start := time.Now()
 	connectAs(t, gw, "victim", kp, creds) // the copy
-	waitUntil(t, "the conflict to be found", func() bool { return gw.reg.identityConflicted("victim") })
+	waitUntil(t, "the conflict to be found", func() bool { return gw.calling.reg.identityConflicted("victim") })
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("found after %s, want within 5 s", took)
 	}
 	time.Sleep(connCheckEvery * 3) // more looks find the same conflict again
-	if n := gw.identityConflictCount.Load(); n != 1 {
+	if n := gw.calling.identityConflictCount.Load(); n != 1 {
 		t.Errorf("counted %d conflicts, want 1", n)
 	}
 	rec := tap.find(t, gw, auditIdentityConflict, audit.OutcomeRefused)
@@ -95,14 +95,14 @@ func TestConnWatchCopiedCredential(t *testing.T) {
 	if h, _ := gw.Host("victim"); !h.IdentityConflict || !strings.Contains(h.Conflict, "--replace") {
 		t.Errorf("hosts shows %+v", h)
 	}
-	_, err := gw.router.checkHost("victim")
+	_, err := gw.calling.router.checkHost("victim")
 	if err == nil || !strings.Contains(err.Error(), "live NATS connections use this host's identity") {
 		t.Errorf("a call to the host: %v", err)
 	}
 	if err := gw.RevokeAgent(t.Context(), "victim", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if gw.reg.identityConflicted("victim") {
+	if gw.calling.reg.identityConflicted("victim") {
 		t.Error("revoking the host did not clear its conflict")
 	}
 	if h, _ := gw.Host("victim"); h.IdentityConflict || h.Conflict != "" || !h.Revoked {
@@ -119,19 +119,19 @@ func TestConnWatchReplaceClears(t *testing.T) {
 	connectAs(t, gw, "cloned", kp, creds)
 	connectAs(t, gw, "cloned", kp, creds)
 	start := time.Now()
-	for !gw.reg.identityConflicted("cloned") {
+	for !gw.calling.reg.identityConflicted("cloned") {
 		if time.Since(start) > 5*time.Second {
 			t.Fatalf("no conflict found within 5 s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	kp2, creds2 := enrolLocalAgent(t, gw, "cloned", ReplaceHost())
-	if gw.reg.identityConflicted("cloned") {
+	if gw.calling.reg.identityConflicted("cloned") {
 		t.Fatal("re-enrolling with --replace did not clear the conflict")
 	}
 	connectAs(t, gw, "cloned", kp2, creds2)
 	time.Sleep(connGrace + 2*time.Second)
-	if gw.reg.identityConflicted("cloned") {
+	if gw.calling.reg.identityConflicted("cloned") {
 		t.Error("the new key's connection raised a conflict")
 	}
 }
@@ -178,7 +178,7 @@ func TestConnWatchChurningCopy(t *testing.T) {
 			waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
 			start := time.Now()
 			var prev *nats.Conn
-			for !gw.reg.identityConflicted("victim") {
+			for !gw.calling.reg.identityConflicted("victim") {
 				if time.Since(start) > 4*(tt.stay+tt.gap)+5*time.Second {
 					t.Fatalf("the churning copy was not found within %s", time.Since(start).Round(time.Second))
 				}
@@ -198,10 +198,10 @@ func TestConnWatchChurningCopy(t *testing.T) {
 			if !strings.Contains(h.Conflict, "a second client keeps connecting") {
 				t.Errorf("hosts shows %q", h.Conflict)
 			}
-			if _, err := gw.router.checkHost("victim"); err == nil {
+			if _, err := gw.calling.router.checkHost("victim"); err == nil {
 				t.Error("a call to the churned host is not refused")
 			}
-			if n := gw.identityConflictCount.Load(); n != 1 {
+			if n := gw.calling.identityConflictCount.Load(); n != 1 {
 				t.Errorf("counted %d conflicts, want 1", n)
 			}
 		})
@@ -227,7 +227,7 @@ func TestConnWatchRestartsAreNoChurn(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	time.Sleep(connCheckEvery * 3)
-	if gw.reg.identityConflicted("phoenix") {
+	if gw.calling.reg.identityConflicted("phoenix") {
 		h, _ := gw.Host("phoenix")
 		t.Fatalf("restarts taken for a conflict: %s", h.Conflict)
 	}
@@ -241,17 +241,17 @@ func TestConnWatchConflictKept(t *testing.T) {
 	kp, creds := enrolLocalAgent(t, gw, "victim")
 	heartbeat(t, connectAs(t, gw, "victim", kp, creds), "victim")
 	waitUntil(t, "victim to announce", func() bool { _, ok := gw.Host("victim"); return ok })
-	before, _, err := gw.agents.Get(t.Context(), "victim")
+	before, _, err := gw.subsys.agents.Get(t.Context(), "victim")
 	if err != nil {
 		t.Fatal(err)
 	}
 	connectAs(t, gw, "victim", kp, creds)
 	waitUntil(t, "the conflict to be kept in the record", func() bool {
-		rec, ok := gw.agentIndex.Record("victim")
+		rec, ok := gw.subsys.agentIndex.Record("victim")
 		return ok && rec.IdentityConflict != nil
 	})
 	time.Sleep(connCheckEvery * 4) // more looks find it again: no more writes
-	rec, _, err := gw.agents.Get(t.Context(), "victim")
+	rec, _, err := gw.subsys.agents.Get(t.Context(), "victim")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,13 +260,13 @@ func TestConnWatchConflictKept(t *testing.T) {
 		t.Errorf("record gen %d (was %d), conflict %+v", rec.Gen, before.Gen, rec.IdentityConflict)
 	}
 	// What a gateway that did not see it knows: the record only.
-	gw.reg.mu.Lock()
-	clear(gw.reg.idConflicts)
-	gw.reg.mu.Unlock()
+	gw.calling.reg.mu.Lock()
+	clear(gw.calling.reg.idConflicts)
+	gw.calling.reg.mu.Unlock()
 	if h, _ := gw.Host("victim"); !h.IdentityConflict || !strings.Contains(h.Conflict, "--replace") {
 		t.Errorf("from the record alone, hosts shows %+v", h)
 	}
-	if _, err := gw.router.checkHost("victim"); err == nil {
+	if _, err := gw.calling.router.checkHost("victim"); err == nil {
 		t.Error("from the record alone, a call to the host is not refused")
 	}
 	if err := gw.RevokeAgent(t.Context(), "victim", "test"); err != nil {

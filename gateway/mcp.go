@@ -29,13 +29,13 @@ func (g *Gateway) newMCPServer() *mcp.Server {
 		// requests to the one that made it by this prefix (deploy/proxy).
 		opts.GetSessionID = func() string { return name + "." + rand.Text() }
 	}
-	if g.skills != nil {
+	if g.serving.skills != nil {
 		opts.Capabilities = skillsCapabilities()
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "fleetmcp", Title: "fleetmcp gateway", Version: Version}, opts)
 	g.addTools(s)
 	g.addResources(s)
-	if g.skills != nil {
+	if g.serving.skills != nil {
 		g.addSkills(s)
 	}
 	s.AddReceivingMiddleware(g.guard)
@@ -74,8 +74,8 @@ func (g *Gateway) mcpHandler(s *mcp.Server) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			id := g.requests.add(r.Context())
-			defer g.requests.remove(id)
+			id := g.calling.requests.add(r.Context())
+			defer g.calling.requests.remove(id)
 			r.Header.Set(requestHeader, id)
 		}
 		stateful.ServeHTTP(w, r)

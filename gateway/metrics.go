@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
 )
 
 // This file exports the gateway's Prometheus metrics, on a registry of
@@ -57,28 +58,28 @@ func newMetrics(g *Gateway) *metrics {
 	m.reg.MustRegister(m.calls, m.callSeconds, m.fanoutHosts, m.fanoutSecs, m.rateLimited,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_write_failures_total", Help: "Audit records the stream or the audit file did not take (each is logged in full instead).",
-		}, func() float64 { return float64(g.audit.Failures()) }),
+		}, func() float64 { return float64(g.subsys.audit.Failures()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_identity_conflicts_total", Help: "Times two live NATS connections were found on one host's identity (the host is refused until an operator revokes or re-enrols it).",
-		}, func() float64 { return float64(g.identityConflictCount.Load()) }),
+		}, func() float64 { return float64(g.calling.identityConflictCount.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_hosts_identity_conflict", Help: "Hosts refused now for two live NATS connections on their identity.",
-		}, func() float64 { return float64(g.reg.identityConflicts()) }),
+		}, func() float64 { return float64(g.calling.reg.identityConflicts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fleet_audit_damage_total", Help: "Damage found in the audit stream (deleted, cut, records deleted, configuration changed, a foreign message under a record's message ID); each is logged, and a loss recorded as a gap.",
-		}, func() float64 { _, n := g.audit.Damages(); return float64(n) }),
+		}, func() float64 { _, n := g.subsys.audit.Damages(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_nats_connected", Help: "1 while the gateway's NATS connection is up.",
-		}, func() float64 { return boolFloat(g.nc.IsConnected()) }),
+		}, func() float64 { return boolFloat(g.conns.nc.IsConnected()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_transfer_bytes_in_use", Help: "Bytes of the large-transfer budget (--max_transfer_mib) requests and results in flight hold.",
-		}, func() float64 { return float64(g.transfers.inUse.Load()) }),
+		}, func() float64 { return float64(g.calling.transfers.inUse.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleet_transfer_bytes_limit", Help: "The large-transfer budget (--max_transfer_mib) in bytes.",
 		}, func() float64 { return float64(g.cfg.MaxTransferBytes) }),
-		&fleetCollector{reg: g.reg},
+		&fleetCollector{reg: g.calling.reg},
 	)
-	m.reg.MustRegister(boundCollectors(&g.bounds.counts)...)
+	m.reg.MustRegister(boundCollectors(&g.calling.bounds.counts)...)
 	return m
 }
 
@@ -153,7 +154,7 @@ func (g *Gateway) serveMetrics() error {
 	if g.cfg.MetricsListen == "" {
 		return nil
 	}
-	ln, err := listen(g.cfg.MetricsListen, "the metrics endpoint", "another exporter", "--metrics_listen")
+	ln, err := netutil.Listen(g.cfg.MetricsListen, "the metrics endpoint", "another exporter", "--metrics_listen")
 	if err != nil {
 		return err
 	}
@@ -161,21 +162,21 @@ func (g *Gateway) serveMetrics() error {
 		g.log.Warn("metrics are served without authentication beyond loopback: let only your Prometheus reach this address", "metrics", ln.Addr().String())
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", g.metrics.handler())
-	g.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	srv := g.metricsSrv
-	g.loops.Go(func() { _ = srv.Serve(ln) }) // Shutdown closes srv, then joins
-	g.metricsLn = ln
+	mux.Handle("GET /metrics", g.serving.metrics.handler())
+	g.serving.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := g.serving.metricsSrv
+	g.life.loops.Go(func() { _ = srv.Serve(ln) }) // Shutdown closes srv, then joins
+	g.serving.metricsLn = ln
 	return nil
 }
 
 // MetricsURL returns the URL of the metrics on Config.MetricsListen
 // (empty: not served there).
 func (g *Gateway) MetricsURL() string {
-	if g.metricsLn == nil {
+	if g.serving.metricsLn == nil {
 		return ""
 	}
-	return "http://" + g.metricsLn.Addr().String() + "/metrics"
+	return "http://" + g.serving.metricsLn.Addr().String() + "/metrics"
 }
 
 // handler serves the metrics in the Prometheus text format.

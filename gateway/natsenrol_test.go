@@ -352,13 +352,13 @@ func TestNoAnswerOutsideTheSendersInbox(t *testing.T) {
 	observed := map[string]*nats.Subscription{}
 	targets := []string{protocol.PresenceSubject("web-9"), "fleet.v1.host.web-9.call", "$JS.API.STREAM.PURGE.FLEET_AUDIT", "_INBOX_web-9.x"}
 	for _, s := range targets {
-		sub, err := gw.nc.SubscribeSync(s)
+		sub, err := gw.conns.nc.SubscribeSync(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		observed[s] = sub
 	}
-	if err := gw.nc.Flush(); err != nil {
+	if err := gw.conns.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	checkNothing := func(what string) {
@@ -426,8 +426,8 @@ func (tap *auditTap) first(t *testing.T, gw *Gateway, tool string) audit.Record 
 	waitUntil(t, "audit record "+tool, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = gw.audit.Sync(ctx)
-		_ = gw.nc.Flush()
+		_ = gw.subsys.audit.Sync(ctx)
+		_ = gw.conns.nc.Flush()
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
 		for _, r := range tap.recs {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 // NATSSetup writes what an external NATS cluster and the gateways on it
@@ -35,7 +36,7 @@ var NATSSetupFiles = struct {
 	SystemAccountJWT: natsauth.SetupFiles.SystemAccountJWT, AccountJWT: natsauth.SetupFiles.AccountJWT,
 	GatewayCreds: natsauth.SetupFiles.GatewayCreds, SystemCreds: natsauth.SetupFiles.SystemCreds,
 	ServerConfig: natsauth.SetupFiles.ServerConfig,
-	SigningKey:   filepath.Join(signingDir, signingKeyFile),
+	SigningKey:   filepath.Join(signing.Dir, signing.KeyFile),
 }
 
 // NATSSetupResult says what NATSSetup made.
@@ -50,7 +51,7 @@ func NATSSetup(dir string, maxCall time.Duration) (NATSSetupResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if _, err := createSigningKey(filepath.Join(dir, NATSSetupFiles.SigningKey)); err != nil {
+	if _, err := signing.Create(filepath.Join(dir, NATSSetupFiles.SigningKey)); err != nil {
 		return NATSSetupResult{}, fmt.Errorf("nats-setup: %w", err)
 	}
 	return res, nil

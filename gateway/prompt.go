@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file renders resource://system-prompt: a text/template (the bundled
@@ -59,7 +61,7 @@ func newPromptData(now time.Time, hosts []HostInfo) promptData {
 
 // promptFuncs are the functions a template may call besides the builtins.
 func promptFuncs() template.FuncMap {
-	return template.FuncMap{"join": strings.Join, "labels": formatLabels}
+	return template.FuncMap{"join": strings.Join, "labels": textutil.FormatLabels}
 }
 
 func parsePrompt(name, text string) (*template.Template, error) {

@@ -24,9 +24,9 @@ func TestProtectedStreamsRefuseRuntimeUsers(t *testing.T) {
 	for _, conn := range []struct {
 		name string
 		nc   *nats.Conn
-	}{{"the gateway's connection", gw.nc}} {
+	}{{"the gateway's connection", gw.conns.nc}} {
 		for _, stream := range []string{protocol.AuditStream, "KV_" + protocol.TokensBucket, "KV_" + protocol.AgentsBucket, "FLEET_REVOKED"} {
-			before := streamCreated(t, gw.nc, stream)
+			before := streamCreated(t, gw.conns.nc, stream)
 			for _, op := range []string{"DELETE", "UPDATE", "PURGE", "RESTORE", "MSG.DELETE", "PEER.REMOVE"} {
 				subj := "$JS.API.STREAM." + op + "." + stream
 				body := []byte(`{}`)
@@ -40,14 +40,14 @@ func TestProtectedStreamsRefuseRuntimeUsers(t *testing.T) {
 					t.Errorf("as %s, %s was carried out: %s", conn.name, subj, msg.Data)
 				}
 			}
-			if after := streamCreated(t, gw.nc, stream); !after.Equal(before) {
+			if after := streamCreated(t, gw.conns.nc, stream); !after.Equal(before) {
 				t.Errorf("%s: created %s, was %s", stream, after, before)
 			}
 		}
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
-	if _, err := gw.enrol.SweepTokens(sctx, time.Now()); err != nil {
+	if _, err := gw.subsys.enrol.SweepTokens(sctx, time.Now()); err != nil {
 		t.Errorf("token sweep: %v", err)
 	}
 }

@@ -45,7 +45,3 @@ func (r *recordSeal) mark(kind sealKind, key string, data []byte) string {
 func (r *recordSeal) holds(kind sealKind, key string, data []byte, mark string) bool {
 	return r.s.Holds(kind, key, data, mark)
 }
-
-func (r *recordSeal) open(kind sealKind, key string, data []byte, v any) error {
-	return r.s.Open(kind, key, data, v)
-}

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +34,72 @@ import (
 // record that names no caller and quotes nothing of the host's. Reports
 // beyond the host's bound (hostbounds.go) are dropped before their
 // signature is checked.
+
+// unsentSummaryEvery is how often the reports hosts sent about messages
+// no call of this gateway sent them are summarised in the trail.
+const unsentSummaryEvery = 10 * time.Second
+
+// agentServices is the goroutine that writes the refusal records.
+type agentServices struct {
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// startAgentServices serves the agents' key requests and starts writing
+// refusal records.
+func (g *Gateway) startAgentServices() error {
+	// On the connection of host requests (renew.go): a host that floods
+	// them delays nothing on the main connection.
+	if err := g.subsys.keys.Serve(g.conns.hostNC); err != nil {
+		return err
+	}
+	s := &agentServices{}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Go(func() { g.writeRefusals(ctx) })
+	g.calling.agentSvc = s
+	return nil
+}
+
+// writeRefusals writes the router's refusal records, and every
+// unsentSummaryEvery the summaries of reports about messages no call of
+// this gateway sent, until ctx ends.
+func (g *Gateway) writeRefusals(ctx context.Context) {
+	tick := time.NewTicker(unsentSummaryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-g.calling.router.refusalRecords:
+			g.subsys.audit.Write(rec)
+		case <-tick.C:
+			now := g.now()
+			for host, t := range g.calling.bounds.takeUnsent() {
+				g.subsys.audit.Write(unsentRecord(host, t, now))
+			}
+		}
+	}
+}
+
+func (s *agentServices) close() {
+	if s == nil {
+		return
+	}
+	s.stop()
+	s.wg.Wait()
+}
+
+// onlineHosts lists the hosts online, to push the key sets to.
+func (g *Gateway) onlineHosts() []string {
+	var out []string
+	for _, h := range g.calling.reg.list("") {
+		if h.Online {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
 
 // sentCall is the gateway's own record of a call it sent a host.
 type sentCall struct {
@@ -186,7 +254,7 @@ func (r *router) refusedUnsent(host string, rep *protocol.Refusal) {
 	}
 }
 
-// queueRecord hands rec to the audit writer (keyserve.go) without
+// queueRecord hands rec to the audit writer (writeRefusals) without
 // waiting: a NATS callback never blocks.
 func (r *router) queueRecord(rec *audit.Record) {
 	select {

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 )
 
 // This file is the host registry: what this gateway knows about each
@@ -149,7 +150,7 @@ type registry struct {
 	changed chan struct{}
 	// rejects limits the lines logged about ignored announces, events
 	// those about hosts coming, going and conflicting.
-	rejects, events *logLimiter
+	rejects, events *loglimit.Limiter
 	// heardKeys, when set, is told the keys each announce says its host
 	// trusts (outside the lock, on the presence callback: it must not
 	// block).
@@ -179,7 +180,7 @@ const logEvery = time.Minute
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, agents *enrol.Index) *registry {
 	return &registry{log: log, agents: agents, offlineAfter: offlineAfter, maxBytes: DefaultHostsMaxBytes, now: time.Now, changed: make(chan struct{}, 1),
-		rejects: newLogLimiter(logEvery, 1), events: newLogLimiter(logEvery, 10),
+		rejects: loglimit.New(logEvery, 1), events: loglimit.New(logEvery, 10),
 		hosts: make(map[string]*hostEntry), idConflicts: make(map[string]identityConflict), strings: interner{m: make(map[string]*internRef)}}
 }
 
@@ -197,7 +198,7 @@ func (r *registry) reject(host, subject string, err error) {
 	if key == "" {
 		key = "(invalid subject)"
 	}
-	r.rejects.log(r.log, slog.LevelWarn, key, "ignoring announce", "subject", protocol.Clip(subject, 200), "err", err.Error())
+	r.rejects.Log(r.log, slog.LevelWarn, key, "ignoring announce", "subject", protocol.Clip(subject, 200), "err", err.Error())
 }
 
 // onPresence records an announce. The host ID is taken from the subject and
@@ -268,16 +269,16 @@ func (r *registry) onPresence(m *nats.Msg) {
 	case leaving && goneAlready:
 		r.log.Debug("host left (again)", "host", host, "instance", a.Instance)
 	case leaving:
-		r.events.log(r.log, slog.LevelInfo, host, "host left", "host", host, "instance", a.Instance)
+		r.events.Log(r.log, slog.LevelInfo, host, "host left", "host", host, "instance", a.Instance)
 	case len(instances) > 1:
-		r.events.log(r.log, slog.LevelWarn, host, "two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
+		r.events.Log(r.log, slog.LevelWarn, host, "two agents announce the same host name; calls to it are refused", "host", host, "instances", instances)
 	case took != "":
-		r.events.log(r.log, slog.LevelInfo, host, "host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
+		r.events.Log(r.log, slog.LevelInfo, host, "host restarted: the new agent process takes over", "host", host, "instance", a.Instance, "replaces", took)
 	case wasLogged:
 	case back > 0:
-		r.events.log(r.log, slog.LevelInfo, host, "host back online", "host", host, "away", back.Round(time.Second), "agent", a.AgentVersion)
+		r.events.Log(r.log, slog.LevelInfo, host, "host back online", "host", host, "away", back.Round(time.Second), "agent", a.AgentVersion)
 	default:
-		r.events.log(r.log, slog.LevelInfo, host, "host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
+		r.events.Log(r.log, slog.LevelInfo, host, "host online", "host", host, "os", a.OS, "arch", a.Arch, "agent", a.AgentVersion)
 	}
 }
 
@@ -299,7 +300,7 @@ func (r *registry) logOffline(now time.Time) {
 	}
 	r.mu.Unlock()
 	for _, g := range off {
-		r.events.log(r.log, slog.LevelWarn, g.host, "host offline: no announce within its offline bound", "host", g.host, "last_seen", g.seen.UTC().Format(time.RFC3339))
+		r.events.Log(r.log, slog.LevelWarn, g.host, "host offline: no announce within its offline bound", "host", g.host, "last_seen", g.seen.UTC().Format(time.RFC3339))
 	}
 }
 

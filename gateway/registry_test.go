@@ -58,7 +58,7 @@ func announceOf(host string) protocol.Announce {
 		Host: host, Instance: "i-" + host, Protocol: protocol.Version, AgentVersion: "0.1.0",
 		OS: "linux", Arch: "amd64", Cwd: "/srv", Shell: "/bin/bash",
 		Tools: []string{"bash", "edit", "read", "write"}, HeartbeatMS: 5000, Limit: 16,
-		TrustedKeys: []string{testGatewayKey().currentKeyID()},
+		TrustedKeys: []string{testGatewayKey().CurrentKeyID()},
 	}
 }
 

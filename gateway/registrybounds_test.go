@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
 )
 
 // logCounter is a slog handler that counts the lines and bytes logged.
@@ -101,7 +102,7 @@ func TestRegistryRefusesOversizedAnnounces(t *testing.T) {
 			logs := &logCounter{}
 			r.log = slog.New(logs)
 			// One window for the whole flood, however slow the machine.
-			r.rejects = newLogLimiter(time.Hour, 1)
+			r.rejects = loglimit.New(time.Hour, 1)
 			data := tc.raw
 			if data == nil {
 				a := announceOf("web-1")
@@ -227,68 +228,6 @@ func TestRegistryBoundsInstances(t *testing.T) {
 	}
 }
 
-func TestLogLimiter(t *testing.T) {
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := newLogLimiter(time.Minute, 2)
-	l.now = func() time.Time { return now }
-	l.maxKeys = 3
-	for i, want := range []bool{true, true, false, false} {
-		if ok, _ := l.allow("a"); ok != want {
-			t.Fatalf("line %d allowed=%v, want %v", i, ok, want)
-		}
-	}
-	now = now.Add(time.Minute)
-	if ok, n := l.allow("a"); !ok || n != 2 {
-		t.Errorf("after the interval: allowed=%v, suppressed=%d; want true, 2", ok, n)
-	}
-	// Beyond maxKeys, new keys share one.
-	for _, k := range []string{"b", "c", "d", "e", "f"} {
-		l.allow(k)
-	}
-	if len(l.keys) > 4 {
-		t.Errorf("%d keys tracked, want at most 3 and the overflow key", len(l.keys))
-	}
-}
-
-// A full table of keys still in their window is looked through at most
-// once an eighth of the interval, not at every new key (a fleet coming
-// online at once logs a line per host); keys whose window ended are
-// pruned then. Lines at a level the logger drops cost no key.
-func TestLogLimiterPrunesSeldom(t *testing.T) {
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := newLogLimiter(time.Minute, 1)
-	l.now = func() time.Time { return now }
-	l.maxKeys = 3
-	for _, k := range []string{"a", "b", "c"} {
-		l.allow(k)
-	}
-	now = now.Add(time.Second)
-	l.allow("d") // full: pruned (nothing ends), d shares the overflow key
-	first := l.pruned
-	if !first.Equal(now) || l.keys["d"] != nil || l.keys[overflowKey] == nil {
-		t.Fatalf("after the first new key beyond the table: pruned %v, keys %v", l.pruned, l.keys)
-	}
-	now = now.Add(time.Second)
-	l.allow("e")
-	if !l.pruned.Equal(first) {
-		t.Error("the full table was looked through again a second later")
-	}
-	now = now.Add(time.Minute)
-	l.allow("f") // a, b and c have ended: pruned, and f gets its own key
-	if l.pruned.Equal(first) || l.keys["f"] == nil || l.keys["a"] != nil {
-		t.Errorf("a minute later: pruned %v, keys %v", l.pruned, l.keys)
-	}
-
-	quiet := newLogLimiter(time.Minute, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	for i := range 100 {
-		quiet.log(log, slog.LevelInfo, fmt.Sprint("host-", i), "host online")
-	}
-	if len(quiet.keys) != 0 {
-		t.Errorf("lines the logger drops took %d keys", len(quiet.keys))
-	}
-}
-
 func presenceFlood(r *registry, subject string, data []byte, n int) {
 	for range n {
 		r.onPresence(&nats.Msg{Subject: subject, Data: data})
@@ -301,7 +240,7 @@ func TestRegistryMalformedFlood(t *testing.T) {
 	r, _ := newTestRegistry()
 	logs := &logCounter{}
 	r.log = slog.New(logs)
-	r.rejects = newLogLimiter(time.Hour, 1)
+	r.rejects = loglimit.New(time.Hour, 1)
 	presenceFlood(r, protocol.PresenceSubject("web-1"), []byte(`{"host":"web-1","cwd":`+strings.Repeat("9", 10000)), 20000)
 	presenceFlood(r, protocol.PresenceSubject("web-2"), []byte(`not json at all`), 20000)
 	if lines, n, last := logs.counts(); lines != 2 || n > 2000 {

@@ -9,7 +9,7 @@ import (
 
 // This file reloads what an operator may change without a restart (on
 // SIGHUP): the access rules and API tokens files (with the rate limits
-// they set), the signing keys (a rotation: signing.go), whose new key
+// they set), the signing keys (a rotation: gateway/signing), whose new key
 // set is pushed to every host online, and the audit file, which is
 // opened again so that log rotation works. MCP sessions stay open; each request afterwards is
 // decided with the new rules, as the call path reads them once per call
@@ -21,12 +21,12 @@ import (
 // the rules and tokens in force then stay as they were. The returned
 // error joins every problem (nil: all reloaded).
 func (g *Gateway) Reload() error {
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
+	g.life.reloadMu.Lock()
+	defer g.life.reloadMu.Unlock()
 	var errs []error
-	rules, tokens := g.access.Load(), (*access.APITokens)(nil)
-	if g.auth != nil {
-		tokens = g.auth.Tokens()
+	rules, tokens := g.subsys.access.Load(), (*access.APITokens)(nil)
+	if g.subsys.auth != nil {
+		tokens = g.subsys.auth.Tokens()
 	}
 	var newAccess *access.Rules
 	var newTokens *access.APITokens
@@ -47,26 +47,26 @@ func (g *Gateway) Reload() error {
 	}
 	if !bad && (newAccess != nil || newTokens != nil) {
 		if newAccess != nil {
-			g.access.Store(newAccess)
+			g.subsys.access.Store(newAccess)
 		}
 		if newTokens != nil {
-			g.auth.SetTokens(newTokens)
+			g.subsys.auth.SetTokens(newTokens)
 		}
 		g.log.Info("reloaded access rules and API tokens")
 		g.logGrants()
 	}
-	_, before := g.signer.chain()
-	if err := g.signer.reload(); err != nil {
-		g.log.Error("reload: the signing keys could not be read; the keys in force stay", "file", g.signer.path, "err", err)
+	_, before := g.subsys.signer.Chain()
+	if err := g.subsys.signer.Reload(); err != nil {
+		g.log.Error("reload: the signing keys could not be read; the keys in force stay", "file", g.subsys.signer.Path(), "err", err)
 		errs = append(errs, fmt.Errorf("signing keys: %w", err))
-	} else if _, after := g.signer.chain(); after != before {
-		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.signer.currentKeyID())
-		g.pushKeys()
-		if g.skillStore != nil {
-			g.skillStore.ResignInBackground()
+	} else if _, after := g.subsys.signer.Chain(); after != before {
+		g.log.Info("reloaded the signing keys", "key_set", after, "signs_with", g.subsys.signer.CurrentKeyID())
+		g.subsys.keys.Push()
+		if g.subsys.skillStore != nil {
+			g.subsys.skillStore.ResignInBackground()
 		}
 	}
-	if err := g.audit.Reopen(); err != nil {
+	if err := g.subsys.audit.Reopen(); err != nil {
 		g.log.Error("reload: the audit file could not be reopened; records still go to the file open before", "file", g.cfg.Audit.File, "err", err)
 		errs = append(errs, fmt.Errorf("reopen: %w", err))
 	}

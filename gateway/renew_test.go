@@ -208,7 +208,7 @@ func TestRenewOverNATS(t *testing.T) {
 		// The revoked agent cannot connect any more; its request is made
 		// on the gateway's connection to reach the check behind the
 		// permissions.
-		m, err := agentRequest(gw.nc, protocol.RenewSubject("web-2"), renewReq(t, other, "web-2", clock.now()), 10*time.Second)
+		m, err := agentRequest(gw.conns.nc, protocol.RenewSubject("web-2"), renewReq(t, other, "web-2", clock.now()), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

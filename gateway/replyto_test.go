@@ -38,13 +38,13 @@ func TestAgentRequestsAnswerOnlyItsInbox(t *testing.T) {
 	// What reaches other subjects is seen by a connection of the gateway's.
 	tap := make(chan *nats.Msg, 16)
 	for _, subj := range []string{protocol.HostSubjects("web-2"), "$KV." + protocol.SkillsDesiredBucket + ".>", "$JS.API.STREAM.PURGE.>"} {
-		sub, err := gw.nc.ChanSubscribe(subj, tap)
+		sub, err := gw.conns.nc.ChanSubscribe(subj, tap)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
-	if err := gw.nc.Flush(); err != nil {
+	if err := gw.conns.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	manifestReq, _ := json.Marshal(protocol.SkillManifestRequest{BundleID: "not-a-bundle"})
@@ -76,7 +76,7 @@ func TestAgentRequestsAnswerOnlyItsInbox(t *testing.T) {
 			if _, err := nc.Request(protocol.RenewSubject("web-1"), renewReq(t, kp, "web-1", clock.now()), 10*time.Second); err != nil {
 				t.Fatalf("a renewal with the agent's own inbox: %v", err)
 			}
-			if err := gw.nc.Flush(); err != nil {
+			if err := gw.conns.nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
 			select {

@@ -58,12 +58,12 @@ func (g *Gateway) resourceGrants(req *mcp.ReadResourceRequest) *access.Grants {
 	if req != nil {
 		extra = req.Extra
 	}
-	return g.access.Load().For(g.identityOf(extra))
+	return g.subsys.access.Load().For(g.identityOf(extra))
 }
 
 // visibleHosts returns the hosts gr may see, sorted by name.
 func (g *Gateway) visibleHosts(gr *access.Grants) []HostInfo {
-	return slices.DeleteFunc(g.reg.list(""), func(h HostInfo) bool { return !gr.HostVisible(h.Host, h.Labels) })
+	return slices.DeleteFunc(g.calling.reg.list(""), func(h HostInfo) bool { return !gr.HostVisible(h.Host, h.Labels) })
 }
 
 // hostFacts is a host as the resources show it.
@@ -124,7 +124,7 @@ func (g *Gateway) readHostResource(_ context.Context, req *mcp.ReadResourceReque
 	if err != nil {
 		return nil, err
 	}
-	h, ok := g.reg.get(host)
+	h, ok := g.calling.reg.get(host)
 	if !ok || !g.resourceGrants(req).HostVisible(host, h.Labels) {
 		return nil, resourceError(uri, unknownHost(host).Msg+" (or read resource://hosts)")
 	}

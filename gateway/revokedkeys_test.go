@@ -9,8 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
-
-	"github.com/fleetmcp/fleetmcp/gateway/natsauth"
 )
 
 // A revoked key stays refused after its entry left the fleet account's
@@ -29,7 +27,7 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, _ := jetstream.New(gw.nc)
+	js, _ := jetstream.New(gw.conns.nc)
 	kv, err := js.KeyValue(ctx, protocol.AgentsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -41,15 +39,15 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 	if err := gw.RevokeAgent(ctx, "web-1", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := gw.authority.LedgerRevokedAt(pub); !ok {
+	if _, ok := gw.subsys.authority.LedgerRevokedAt(pub); !ok {
 		t.Fatal("the revoked key is not in the ledger")
 	}
 
 	clock.advance(gw.cfg.AgentCredentialTTL + 30*24*time.Hour)
-	if err := gw.authority.Reconcile(ctx); err != nil {
+	if err := gw.subsys.authority.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, _ := gw.authority.HeldRevocations(ctx)
+	held, _ := gw.subsys.authority.HeldRevocations(ctx)
 	if _, ok := held[pub]; ok {
 		t.Fatal("the reconcile did not prune the expired entry: the test does not reach the case")
 	}
@@ -57,8 +55,9 @@ func TestRevokedKeyStaysRevokedAfterPruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	// (A running gateway keeps the revocation it read; one that starts
-	// now would read the copy. Whatever the record says, no credential.)
-	if _, err := gw.authority.AgentJWT("web-1", pub, clock.now().Add(time.Hour)); !errors.Is(err, natsauth.ErrKeyRevoked) {
+	// now would read the copy. Whatever the record says, no credential,
+	// and enrolment sees the refusal as ErrKeyRevoked.)
+	if _, err := (enrolIssuer{a: gw.subsys.authority}).AgentJWT("web-1", pub, clock.now().Add(time.Hour)); !errors.Is(err, ErrKeyRevoked) {
 		t.Errorf("a credential for the revoked key, with its old record back: %v", err)
 	}
 }

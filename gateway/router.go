@@ -18,6 +18,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 // HostError is a failure to reach a host or to hear back from it. Its
@@ -73,14 +75,14 @@ type router struct {
 	sub   *nats.Subscription
 	// badFrames limits the lines logged about malformed reply frames:
 	// an agent may publish any number to its reply subject.
-	badFrames *logLimiter
+	badFrames *loglimit.Limiter
 	// transfers is the budget large results take their size from (nil:
 	// none).
 	transfers *transfers
 	// keys signs the envelopes of the messages to agents; hostKey finds
 	// the key enrolled for a host, which its receipts must be signed
 	// with (callsign.go).
-	keys    *signingKey
+	keys    *signing.Keys
 	hostKey func(host string) (string, bool)
 	// refusedSub hears the agents' reports of refused messages
 	// (refusals.go); bounds limits them per host, and refusalRecords
@@ -143,9 +145,9 @@ const (
 )
 
 func newRouter(nc *nats.Conn, reg *registry, log *slog.Logger, silence time.Duration, budget *transfers, tr *tracing,
-	keys *signingKey, hostKey func(string) (string, bool), bounds *hostBounds, reports *nats.Conn) (*router, error) {
+	keys *signing.Keys, hostKey func(string) (string, bool), bounds *hostBounds, reports *nats.Conn) (*router, error) {
 	r := &router{
-		nc: nc, reg: reg, log: log, silence: silence, badFrames: newLogLimiter(logEvery, 1), transfers: budget, tracing: tr,
+		nc: nc, reg: reg, log: log, silence: silence, badFrames: loglimit.New(logEvery, 1), transfers: budget, tracing: tr,
 		keys: keys, hostKey: hostKey, bounds: bounds, refusalRecords: make(chan *audit.Record, refusalQueue),
 		inbox:  protocol.GatewayInboxPrefix() + "." + nats.NewInbox()[len(nats.InboxPrefix):],
 		calls:  make(map[string]*inflight),
@@ -194,7 +196,7 @@ func (r *router) onReply(m *nats.Msg) {
 	}
 	f, err := protocol.DecodeFrame(protocol.Header(m.Header), m.Data)
 	if err != nil {
-		r.badFrames.log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
+		r.badFrames.Log(r.log, slog.LevelWarn, host, "dropping malformed reply frames", "host", protocol.Clip(host, protocol.MaxHostLen), "err", protocol.Clip(err.Error(), 300))
 		return
 	}
 	r.mu.Lock()
@@ -294,7 +296,7 @@ func (r *router) call(ctx context.Context, req callRequest, onFrame frameFunc) (
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCaller(&req.Caller); err != nil {
+	if err := signing.CheckCaller(&req.Caller); err != nil {
 		return nil, err
 	}
 	c := protocol.Call{
@@ -372,13 +374,13 @@ func (r *router) checkHost(host string) (HostInfo, error) {
 // the parts (nats.go copies each into its buffer), so a large write costs
 // no copy of its content here. Every part carries the call's trace
 // context, when it has one; the first its signed envelope.
-func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrier) (parts int, _ error) {
+func (r *router) send(c *protocol.Call, env signing.HostSigner, tc propagation.MapCarrier) (parts int, _ error) {
 	// Room for the envelope in the first part's headers.
 	size := min(protocol.ChunkSize, int(r.nc.MaxPayload())-4096)
 	reply := protocol.ReplySubject(r.inbox, c.Host)
 	traceparent, tracestate := traceHeaders(tc)
 	sign := func(n int64, sum [sha256.Size]byte) (string, error) {
-		return r.signCall(env, c, reply, n, sum), nil
+		return env.SignCall(c, reply, n, sum), nil
 	}
 	var sendErr error
 	err := protocol.EncodeCallParts(c, size, sign, func(part, n int, auth string, data []byte) error {
@@ -395,25 +397,6 @@ func (r *router) send(c *protocol.Call, env hostSigner, tc propagation.MapCarrie
 		return 0, &HostError{Host: c.Host, Kind: HostUnreachable, Msg: fmt.Sprintf("call to %s cannot be sent: %v", c.Host, err)}
 	}
 	return parts, nil
-}
-
-func (r *router) cancel(env hostSigner, host, id, reason string) {
-	data, _ := json.Marshal(protocol.Cancel{CallID: id, Reason: reason})
-	m := &nats.Msg{Subject: protocol.CancelSubject(host), Data: data,
-		Header: nats.Header{protocol.HeaderAuth: {signMessage(env, protocol.MsgCancel, host, id, "", data)}}}
-	if err := r.nc.PublishMsg(m); err != nil {
-		r.log.Warn("send cancel failed", "host", host, "call", id, "err", err)
-	}
-}
-
-func (r *router) fetch(env hostSigner, host, id string) {
-	data, _ := json.Marshal(protocol.Fetch{CallID: id})
-	reply := protocol.ReplySubject(r.inbox, host)
-	m := &nats.Msg{Subject: protocol.FetchSubject(host), Reply: reply, Data: data,
-		Header: nats.Header{protocol.HeaderAuth: {signMessage(env, protocol.MsgFetch, host, id, reply, data)}}}
-	if err := r.nc.PublishMsg(m); err != nil {
-		r.log.Warn("send fetch failed", "host", host, "call", id, "err", err)
-	}
 }
 
 func (r *router) close() {
@@ -440,7 +423,7 @@ type waiter struct {
 	onFrame frameFunc
 	// env signs the call's cancels and fetches; receipt, when not nil,
 	// receives the result's receipt as checked.
-	env     hostSigner
+	env     signing.HostSigner
 	receipt *audit.Receipt
 
 	// hold, when not nil, keeps what the call's result takes of the
@@ -740,7 +723,7 @@ func (w *waiter) handle(frames []protocol.Frame) (*protocol.Result, error) {
 // gone, and the new one never answers for it.
 func (w *waiter) restarted() error {
 	h, ok := w.r.reg.get(w.call.Host)
-	if !ok || h.Instance == "" || w.env.instance == "" || h.Instance == w.env.instance {
+	if !ok || h.Instance == "" || w.env.Instance() == "" || h.Instance == w.env.Instance() {
 		return nil
 	}
 	return &HostError{Host: w.call.Host, Kind: HostSilent, Msg: fmt.Sprintf(

@@ -48,7 +48,7 @@ func (f offlineFleet) AgentOK(host string) error {
 func TestSkillsAdminAPI(t *testing.T) {
 	ns := startJetStream(t)
 	nc := connectNATS(t, ns, "gateway")
-	store, err := skills.Open(nc, skillSigner{testSigningKey(t)}, offlineFleet{"web-1", "web-2"},
+	store, err := skills.Open(nc, testSigningKey(t), offlineFleet{"web-1", "web-2"},
 		skills.Options{Replicas: 1, LeaderTTL: 2 * time.Second, Tick: 20 * time.Millisecond, ID: "a", Poke: func(string) {}}, discardLogger())
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestSkillsAdminAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{skillStore: store, audit: aud, log: discardLogger()}
+	g := &Gateway{subsys: subsystems{skillStore: store, audit: aud}, log: discardLogger()}
 	mux := http.NewServeMux()
 	admin := &access.Identity{Kind: access.KindAPIToken, Subject: "ops"}
 	for pattern, h := range g.skillsRoutes(func(*http.Request) *access.Identity { return admin }) {

@@ -133,7 +133,7 @@ func (g *Gateway) skillsMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 // access rules grant it the skill tool on at least one host.
 func (g *Gateway) skillsVisible(id *access.Identity) bool {
 	gr := g.cfg.Access.For(id)
-	return slices.ContainsFunc(g.reg.list(""), func(h HostInfo) bool {
+	return slices.ContainsFunc(g.calling.reg.list(""), func(h HostInfo) bool {
 		return gr.Tool(protocol.ToolSkill, h.Host, h.Labels).Allowed
 	})
 }
@@ -151,7 +151,7 @@ func (g *Gateway) listSkills(ctx context.Context, _ *mcp.ServerSession, p *listS
 	if !g.skillsVisible(id) {
 		return res, nil
 	}
-	served, err := g.skills.Served(ctx)
+	served, err := g.serving.skills.Served(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (g *Gateway) listSkills(ctx context.Context, _ *mcp.ServerSession, p *listS
 			res.NextCursor = skills.EncodeCursor(last)
 			break
 		}
-		entry, err := g.skills.Entry(ctx, sm)
+		entry, err := g.serving.skills.Entry(ctx, sm)
 		if err != nil {
 			// One broken bundle does not hide the others.
 			g.log.Warn("skill not served", "skill", sm.Manifest.Name, "bundle", sm.BundleID, "err", err)
@@ -195,7 +195,7 @@ func (g *Gateway) getSkill(ctx context.Context, _ *mcp.ServerSession, p *getSkil
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no skill is served at " + p.URI + " (skills/list lists the skills you may use)"}
 	}
-	entry, err := g.skills.Entry(ctx, sm)
+	entry, err := g.serving.skills.Entry(ctx, sm)
 	if err != nil {
 		g.log.Warn("skill not served", "skill", name, "bundle", sm.BundleID, "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("skill %s cannot be served: %v", name, err)}
@@ -208,7 +208,7 @@ func (g *Gateway) servedSkill(ctx context.Context, id *access.Identity, name str
 	if !g.skillsVisible(id) {
 		return protocol.SignedManifest{}, false, nil
 	}
-	return g.skills.Lookup(ctx, name)
+	return g.serving.skills.Lookup(ctx, name)
 }
 
 // readSkillFile serves resources/read of a skill:// URI. A file the
@@ -235,7 +235,7 @@ func (g *Gateway) readSkillFile(ctx context.Context, req *mcp.ReadResourceReques
 		return nil, resourceError(uri, fmt.Sprintf("skill %s has no file %q (skills/get %s lists its files)", name, file, skills.MDURI(name)))
 	}
 	f := sm.Manifest.Files[i]
-	data, err := g.skills.File(ctx, f)
+	data, err := g.serving.skills.File(ctx, f)
 	if err != nil {
 		g.log.Warn("skill file not served", "skill", name, "path", file, "sha256", f.SHA256, "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("skill %s: %s cannot be served: %v", name, file, err)}
@@ -260,13 +260,13 @@ func (g *Gateway) listSkillResources(ctx context.Context, method string, req *mc
 	if err != nil || !ok || list.NextCursor != "" || !g.skillsVisible(g.identityOf(req.Extra)) {
 		return res, err
 	}
-	served, err := g.skills.Served(ctx)
+	served, err := g.serving.skills.Served(ctx)
 	if err != nil {
 		return nil, err
 	}
 	resources := slices.Clone(list.Resources)
 	for _, sm := range served {
-		entry, err := g.skills.Entry(ctx, sm)
+		entry, err := g.serving.skills.Entry(ctx, sm)
 		if err != nil {
 			g.log.Warn("skill not served", "skill", sm.Manifest.Name, "bundle", sm.BundleID, "err", err)
 			continue

@@ -27,14 +27,14 @@ var ErrSkillsOff = errors.New("skill rollout is off: the gateway has no signing 
 // openSkills opens the skill store (with the signing key Start loaded).
 func (g *Gateway) openSkills() error {
 	host, _ := os.Hostname()
-	s, err := skills.Open(g.nc, skillSigner{g.signer}, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
+	s, err := skills.Open(g.conns.nc, g.subsys.signer, gatewayFleet{g}, skills.Options{Replicas: g.cfg.Hosts.Replicas,
 		LeaderTTL: 10 * time.Second, Tick: 100 * time.Millisecond, ID: host + "/" + randomHex(6), Poke: g.pokeHost,
-		Tampered: func(ev skills.Tampered) { g.audit.Write(tamperRecord(ev)) }},
+		Tampered: func(ev skills.Tampered) { g.subsys.audit.Write(tamperRecord(ev)) }},
 		g.log.With("component", "skills"))
 	if err != nil {
 		return err
 	}
-	g.skillStore = s
+	g.subsys.skillStore = s
 	return nil
 }
 
@@ -43,19 +43,6 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-// skillSigner is the gateway's signing key as the skill store uses it.
-type skillSigner struct{ k *signingKey }
-
-func (s skillSigner) Sign(purpose string, msg []byte) protocol.Signature {
-	return s.k.sign(purpose, msg)
-}
-
-func (s skillSigner) Resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
-	return s.k.resign(purpose, msg, sig)
-}
-
-func (s skillSigner) Verifiable() []string { return s.k.verifiable() }
 
 // tamperAuditTool names the audit records of tampered skills.
 const tamperAuditTool = "skills.tampered"
@@ -76,19 +63,19 @@ type gatewayFleet struct{ g *Gateway }
 
 func (f gatewayFleet) Members() []skills.Member {
 	var out []skills.Member
-	for _, rec := range f.g.agentIndex.All() {
+	for _, rec := range f.g.subsys.agentIndex.All() {
 		if rec.Revoked() {
 			continue
 		}
-		out = append(out, skills.Member{Host: rec.Host, Labels: rec.Labels, Online: f.g.reg.isOnline(rec.Host)})
+		out = append(out, skills.Member{Host: rec.Host, Labels: rec.Labels, Online: f.g.calling.reg.isOnline(rec.Host)})
 	}
 	return out
 }
 
-func (f gatewayFleet) Online(host string) bool { return f.g.reg.isOnline(host) }
+func (f gatewayFleet) Online(host string) bool { return f.g.calling.reg.isOnline(host) }
 
 func (f gatewayFleet) AgentOK(host string) error {
-	rec, ok := f.g.agentIndex.Record(host)
+	rec, ok := f.g.subsys.agentIndex.Record(host)
 	switch {
 	case !ok:
 		return fmt.Errorf("host %q is not enrolled", protocol.Clip(host, 64))
@@ -108,10 +95,10 @@ func (r *registry) isOnline(host string) bool {
 
 // skillService returns the skill store, or ErrSkillsOff.
 func (g *Gateway) skillService() (*skills.Store, error) {
-	if g.skillStore == nil {
+	if g.subsys.skillStore == nil {
 		return nil, ErrSkillsOff
 	}
-	return g.skillStore, nil
+	return g.subsys.skillStore, nil
 }
 
 // auditSkillOp records one skill operation done through the Go API.
@@ -128,7 +115,7 @@ func (g *Gateway) auditSkillOp(start time.Time, by *access.Identity, op string, 
 			rec.Outcome = audit.OutcomeRefused
 		}
 	}
-	g.audit.Write(rec)
+	g.subsys.audit.Write(rec)
 }
 
 // callerName names who did something, for the records.

@@ -111,7 +111,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 	if cc.id == nil {
 		return nil, "", errors.New("no authenticated caller")
 	}
-	h, ok := g.reg.get(host)
+	h, ok := g.calling.reg.get(host)
 	if !ok {
 		return nil, "", fmt.Errorf("unknown host %q (see hosts)", protocol.Clip(host, 64))
 	}
@@ -201,7 +201,7 @@ func (g *Gateway) readSkillFolder(ctx context.Context, cc *callContext, host, di
 // structured result into out (and its content into content).
 func (g *Gateway) hostCall(ctx context.Context, cc *callContext, host, tool string, args hostArgs, out any, content *[]protocol.Content) error {
 	raw, _ := json.Marshal(args)
-	res, err := g.router.call(ctx, callRequest{Host: host, Tool: tool, Caller: cc.id.Caller(), Args: raw, Timeout: g.cfg.FileCallTimeout}, nil)
+	res, err := g.calling.router.call(ctx, callRequest{Host: host, Tool: tool, Caller: cc.id.Caller(), Args: raw, Timeout: g.cfg.FileCallTimeout}, nil)
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", tool, host, err)
 	}

@@ -18,17 +18,17 @@ import (
 // connection when its creds do not deny the update (creds made before
 // the deny), else not at all (nil).
 func (g *Gateway) streamAdmin(stream string) jskv.Admin {
-	if g.embedded != nil {
-		return g.embedded.StreamAdmin()
+	if g.conns.embedded != nil {
+		return g.conns.embedded.StreamAdmin()
 	}
 	var deny []string
-	if g.external != nil {
-		deny = g.external.PubDeny()
+	if g.conns.external != nil {
+		deny = g.conns.external.PubDeny()
 	}
-	if g.nc == nil || jskv.DeniesSubject(deny, "$JS.API.STREAM.UPDATE."+stream) {
+	if g.conns.nc == nil || jskv.DeniesSubject(deny, "$JS.API.STREAM.UPDATE."+stream) {
 		return nil
 	}
-	nc := g.nc
+	nc := g.conns.nc
 	return func(ctx context.Context, do func(jetstream.JetStream) error) error {
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -44,7 +44,7 @@ func (g *Gateway) streamAdmin(stream string) jskv.Admin {
 // update and closed after it (streamAdmin); on an external cluster not
 // at all (nil), the operator does it with an admin credential.
 func (g *Gateway) auditStreamAdmin() audit.StreamUpdater {
-	if g.embedded == nil {
+	if g.conns.embedded == nil {
 		return nil
 	}
 	admin := g.streamAdmin(protocol.AuditStream)

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/audit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // The gateway's own tools: hosts here, audit (audittrail.go), fan-out
@@ -46,7 +47,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 	if cc.id == nil {
 		return errorResult(tool + " not permitted for an unauthenticated caller")
 	}
-	ctx, stop := g.requests.bind(ctx, req)
+	ctx, stop := g.calling.requests.bind(ctx, req)
 	defer stop()
 	p := newProgress(ctx, req, g.cfg.ProgressIdle)
 	args := req.Params.Arguments
@@ -60,7 +61,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		}
 	}
 	receipt := &audit.Receipt{}
-	res, err := g.router.call(ctx, callRequest{
+	res, err := g.calling.router.call(ctx, callRequest{
 		ID: cc.callID, Host: host, Tool: tool, Caller: cc.id.Caller(), Args: args, Timeout: timeout, Hold: cc.hold, Receipt: receipt,
 	}, p.onFrame)
 	if receipt.Verified || receipt.Problem != "" {
@@ -71,7 +72,7 @@ func (g *Gateway) forward(ctx context.Context, req *mcp.CallToolRequest, host, t
 		return callError(tool, host, err)
 	}
 	if capResult(host, tool, res, protocol.ResultTextLimit(tool, cc.rawData)) {
-		g.agentLogs.log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
+		g.calling.agentLogs.Log(g.log, slog.LevelWarn, host, "cut a result larger than its tool's limits", "host", host, "tool", tool, "call", cc.callID)
 	}
 	if res.Error != nil && res.Error.Code == protocol.CodeDenied {
 		cc.hostDenied = res.Error.Message
@@ -98,7 +99,7 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		}
 	}
 	grants := callFrom(ctx).grants
-	hosts := slices.DeleteFunc(g.reg.list(in.Filter), func(h HostInfo) bool { return !grants.HostVisible(h.Host, h.Labels) })
+	hosts := slices.DeleteFunc(g.calling.reg.list(in.Filter), func(h HostInfo) bool { return !grants.HostVisible(h.Host, h.Labels) })
 	var b strings.Builder
 	online := 0
 	for _, h := range hosts {
@@ -124,7 +125,7 @@ func (g *Gateway) hostsTool(ctx context.Context, req *mcp.CallToolRequest, in ho
 		}
 		fmt.Fprintf(&b, "%s\t%s\t%s/%s\tagent %s\tlast seen %s ago\tcwd %s\tshell %s", h.Host, state, h.OS, h.Arch, h.AgentVersion,
 			now.Sub(h.LastSeen).Round(time.Second), h.Cwd, cmp.Or(h.Shell, "unknown"))
-		if labels := formatLabels(h.Labels); labels != "" {
+		if labels := textutil.FormatLabels(h.Labels); labels != "" {
 			b.WriteString("\tlabels " + labels)
 		}
 		b.WriteString("\ttools " + strings.Join(h.Tools, ","))
@@ -169,19 +170,6 @@ func confinementLabel(c string) string {
 		return "NOT confined (" + strings.TrimPrefix(strings.TrimPrefix(c, "none"), ": ") + ")"
 	}
 	return "confined (" + c + ")"
-}
-
-func formatLabels(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + l[k]
-	}
-	return strings.Join(parts, ",")
 }
 
 // progress relays a call's live output, progress notes and keepalives to

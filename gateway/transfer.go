@@ -143,7 +143,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, next http.Handle
 		next.ServeHTTP(w, r)
 		return
 	}
-	t := g.transfers
+	t := g.calling.transfers
 	var rs requestState
 	id := t.begin(&rs)
 	r.Header.Set(stateHeader, id)
@@ -263,7 +263,7 @@ func stringMember(data []byte, m map[string]span, key string) string {
 // as a JSON-RPC response when the start of its body names its ID (a tool
 // call gets a tool error, which the model reads), otherwise with 503.
 func (g *Gateway) refuseBusy(w http.ResponseWriter, r *http.Request, n int64) {
-	msg := g.transfers.busy("this request", n)
+	msg := g.calling.transfers.busy("this request", n)
 	head := make([]byte, 64<<10)
 	k, _ := io.ReadFull(r.Body, head)
 	head = head[:k]
@@ -279,8 +279,8 @@ func (g *Gateway) refuseBusy(w http.ResponseWriter, r *http.Request, n int64) {
 			tool = stringMember(head[p.start:end], params, "name")
 		}
 	}
-	g.agentLogs.log(g.log, slog.LevelWarn, "transfers", "refused a large request: the transfer budget is full",
-		"bytes", n, "budget", g.transfers.max, "in_use", g.transfers.inUse.Load(), "method", method, "tool", tool)
+	g.calling.agentLogs.Log(g.log, slog.LevelWarn, "transfers", "refused a large request: the transfer budget is full",
+		"bytes", n, "budget", g.calling.transfers.max, "in_use", g.calling.transfers.inUse.Load(), "method", method, "tool", tool)
 	if method == "tools/call" {
 		g.auditBusy(r, tool, n, msg)
 	}
@@ -314,7 +314,7 @@ func (g *Gateway) auditBusy(r *http.Request, tool string, n int64, msg string) {
 		rec.Caller = audit.Caller{Kind: string(id.Kind), Subject: id.Subject, Email: id.Email, ClientID: id.ClientID}
 		rec.ProjectID = id.ProjectID
 	}
-	g.audit.Write(rec)
+	g.subsys.audit.Write(rec)
 }
 
 // transferHold is what a tool call's results hold of the transfer

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/agent/identity"
 	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/gateway/access"
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 	"github.com/fleetmcp/fleetmcp/integration/oidctest"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -138,7 +139,7 @@ func TestSigningKeyRotationEndToEnd(t *testing.T) {
 		return id
 	}
 
-	rep, err := gateway.RotateSigningKey(path, time.Now())
+	rep, err := signing.Rotate(path, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestSigningKeyRotationEndToEnd(t *testing.T) {
 		t.Errorf("proc's enrolment after the rotation: %+v, %v", e, err)
 	}
 
-	if _, err := gateway.RetireSigningKey(path, time.Now()); err != nil {
+	if _, err := signing.Retire(path, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Gateway.Reload(); err != nil {

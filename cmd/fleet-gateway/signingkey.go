@@ -9,12 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetmcp/fleetmcp/gateway"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 )
 
 // runSigningKey is `fleet-gateway signing-key rotate|retire`: a rotation
-// of the gateway's signing key with an overlap (gateway/signing.go).
+// of the gateway's signing key with an overlap (gateway/signing).
 func runSigningKey(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	usage := "usage: fleet-gateway signing-key rotate|retire [--data_dir DIR | --signing_key FILE]\n\n" +
 		"rotate makes a new signing key and a key set of it and the current one, signed by both: hosts take it in as they connect (or when a gateway reloads),\n" +
@@ -44,9 +45,9 @@ func runSigningKey(args []string, getenv func(string) string, stdout, stderr io.
 	case path == "":
 		path = filepath.Join(*dataDir, "signing", "gateway.key")
 	}
-	do := gateway.RotateSigningKey
+	do := signing.Rotate
 	if verb == "retire" {
-		do = gateway.RetireSigningKey
+		do = signing.Retire
 	}
 	rep, err := do(path, time.Now())
 	if err != nil {

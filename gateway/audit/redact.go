@@ -7,9 +7,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file turns a tool call's arguments into the summary kept in the
@@ -353,7 +354,7 @@ func allDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") 
 // text blanks secret-looking parts of s and bounds its length.
 func (r *redactor) text(s string) string {
 	// Bound the regexp work first; what is cut here is cut below anyway.
-	s = truncateText(s, 4*maxSummaryText)
+	s = textutil.Truncate(s, 4*maxSummaryText)
 	// Redaction only takes text away: a word not in s at first is in none
 	// of its later forms.
 	lower := strings.ToLower(s)
@@ -363,7 +364,7 @@ func (r *redactor) text(s string) string {
 			s = rule.apply(s)
 		}
 	}
-	return truncateText(s, maxSummaryText)
+	return textutil.Truncate(s, maxSummaryText)
 }
 
 // apply blanks the matches of rule in s.
@@ -395,17 +396,6 @@ func (rule *redaction) apply(s string) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("... [%d more bytes]", len(s)-cut)
 }
 
 // args returns the audit summary of a call's arguments: scalars
@@ -451,7 +441,7 @@ func (r *redactor) value(v any, size int) any {
 		if size > len(v) {
 			// Cut already: keep what the summary keeps, and say how
 			// much there was.
-			return truncateText(r.text(v), maxSummaryText-40) + fmt.Sprintf(" [%d bytes in all]", size)
+			return textutil.Truncate(r.text(v), maxSummaryText-40) + fmt.Sprintf(" [%d bytes in all]", size)
 		}
 		return r.text(v)
 	case float64, bool, nil:
@@ -478,5 +468,5 @@ func (r *redactor) lastLine(s string) string {
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
 	}
-	return truncateText(r.text(s), 300)
+	return textutil.Truncate(r.text(s), 300)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // This file enrols and labels agents: it writes the agent records
@@ -132,7 +133,7 @@ func (s *Service) enrol(ctx context.Context, e enrolment) (AgentCredentials, err
 		return AgentCredentials{}, maybeStored{err} // the record is stored
 	}
 	d := s.dial()
-	s.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", formatLabels(rec.Labels), "expires", expires, "by", e.by)
+	s.log.Info("agent enrolled", "host", e.host, "key", e.userPub, "labels", textutil.FormatLabels(rec.Labels), "expires", expires, "by", e.by)
 	return AgentCredentials{
 		Host: e.host, JWT: token, Expires: expires, NATSURLs: d.NATSURLs, SigningKeys: d.SigningKeys, SigningKeySerial: d.SigningKeySerial,
 		CAPEM: d.NATSCAPEM, CAPin: d.NATSCAPin, Labels: maps.Clone(rec.Labels),

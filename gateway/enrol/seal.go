@@ -1,14 +1,9 @@
 package enrol
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"fmt"
-
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/seal"
 )
 
 // The agent records and the join tokens decide who a host is: its key
@@ -26,7 +21,7 @@ import (
 
 // SealKind names what a record is, so that a sealed record of one kind
 // is never taken for another.
-type SealKind string
+type SealKind = seal.Kind
 
 const (
 	sealAgent SealKind = "agent"
@@ -35,71 +30,8 @@ const (
 
 // Seal seals and opens records: the agent records and join tokens here,
 // and whatever else the gateway stores sealed (audit records, revoked
-// keys), each under a SealKind of its own.
-type Seal struct{ key []byte }
+// keys), each under a SealKind of its own (gateway/internal/seal).
+type Seal = seal.Seal
 
 // NewSeal derives the sealing key from the agent signing key.
-func NewSeal(agentSigner nkeys.KeyPair) (*Seal, error) {
-	seed, err := agentSigner.Seed()
-	if err != nil {
-		return nil, fmt.Errorf("record seal: %w", err)
-	}
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte("fleetmcp record seal v1"))
-	return &Seal{key: m.Sum(nil)}, nil
-}
-
-// sealed is a record as stored.
-type sealed struct {
-	Record json.RawMessage `json:"record"`
-	Seal   string          `json:"seal"`
-}
-
-func (s *Seal) sum(kind SealKind, key string, record []byte) []byte {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(kind))
-	m.Write([]byte{0})
-	m.Write([]byte(key))
-	m.Write([]byte{0})
-	m.Write(record)
-	return m.Sum(nil)
-}
-
-// Seal encodes v, the record of kind stored under key.
-func (s *Seal) Seal(kind SealKind, key string, v any) ([]byte, error) {
-	record, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(sealed{Record: record, Seal: base64.RawURLEncoding.EncodeToString(s.sum(kind, key, record))})
-}
-
-// Mark returns the seal of data, the record of kind stored under key, as
-// text (for a message header).
-func (s *Seal) Mark(kind SealKind, key string, data []byte) string {
-	return base64.RawURLEncoding.EncodeToString(s.sum(kind, key, data))
-}
-
-// Holds reports whether mark is the seal of data, the record of kind
-// stored under key.
-func (s *Seal) Holds(kind SealKind, key string, data []byte, mark string) bool {
-	sum, err := base64.RawURLEncoding.DecodeString(mark)
-	return err == nil && hmac.Equal(sum, s.sum(kind, key, data))
-}
-
-// errBadSeal is a record the gateways did not write.
-var errBadSeal = errors.New("its seal does not hold: no gateway of this fleet wrote it (a NATS user of the fleet's account may have)")
-
-// Open checks data, the record of kind stored under key, and decodes it
-// into v.
-func (s *Seal) Open(kind SealKind, key string, data []byte, v any) error {
-	var in sealed
-	if err := json.Unmarshal(data, &in); err != nil {
-		return fmt.Errorf("not a sealed record: %w", err)
-	}
-	sum, err := base64.RawURLEncoding.DecodeString(in.Seal)
-	if err != nil || !hmac.Equal(sum, s.sum(kind, key, in.Record)) {
-		return errBadSeal
-	}
-	return json.Unmarshal(in.Record, v)
-}
+func NewSeal(agentSigner nkeys.KeyPair) (*Seal, error) { return seal.New(agentSigner) }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -175,18 +173,4 @@ func clipText(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
-}
-
-// formatLabels writes labels as k=v,k=v in key order.
-func formatLabels(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + l[k]
-	}
-	return strings.Join(parts, ",")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/textutil"
 )
 
 // JoinTokens describes every join token kept, oldest first.
@@ -54,7 +56,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, req *protocol.TokenCreate
 	if err := s.tokens.create(ctx, t); err != nil {
 		return nil, err
 	}
-	s.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", formatLabels(t.Labels),
+	s.log.Info("join token created", "token", t.ID, "by", by, "uses", t.Uses, "expires", t.ExpiresAt, "labels", textutil.FormatLabels(t.Labels),
 		"name", t.Name, "name_pattern", t.NamePattern, "replace", t.Replace)
 	d := s.dial()
 	resp := &protocol.TokenCreateResponse{Token: token, Info: t.info(s.now()), GatewayURL: d.APIURL, CAPin: d.APIPin}

@@ -20,6 +20,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // embeddedAccount is the operator-mode setup of the embedded server: the
@@ -215,7 +217,7 @@ func (e *embeddedAccount) sign(ac *jwt.AccountClaims) (string, error) {
 }
 
 func (e *embeddedAccount) save(token string) error {
-	if err := writeFileAtomic(e.path, []byte(token+"\n"), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(e.path, []byte(token+"\n"), 0o600); err != nil {
 		return fmt.Errorf("save the fleet account JWT: %w", err)
 	}
 	return nil

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // The embedded NATS server runs in operator mode with keys the gateway
@@ -161,12 +163,12 @@ func loadOrMakeAccount(dir, pubFile, legacyFile, what string, signers []string, 
 			return "", err
 		}
 		seed, _ := kp.Seed()
-		if err := writeFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+		if err := fsutil.WriteFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
 			return "", fmt.Errorf("store the %s: %w", name, err)
 		}
 	}
 	pub = publicKey(acct)
-	if err := writeFileAtomic(pubPath, []byte(pub+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(pubPath, []byte(pub+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("store the %s's public key: %w", what, err)
 	}
 	if legacy {
@@ -222,7 +224,7 @@ func loadOrCreateKey(path string, prefix nkeys.PrefixByte, what string) (nkeys.K
 		return nil, fmt.Errorf("generate the %s key: %w", what, err)
 	}
 	seed, _ := kp.Seed()
-	if err := writeFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("store the %s key: %w", what, err)
 	}
 	return kp, nil

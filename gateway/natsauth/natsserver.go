@@ -2,17 +2,17 @@ package natsauth
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/netutil"
 )
 
 // EmbeddedConfig configures the embedded NATS server.
@@ -203,14 +203,14 @@ func startEmbedded(cfg *EmbeddedConfig, auth *embeddedAccount, tlsConf, routeTLS
 	// The server would only log that it cannot listen, and never become
 	// ready: try the addresses first.
 	if cfg.Listen != "" && opts.Port != server.RANDOM_PORT {
-		ln, err := listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
+		ln, err := netutil.Listen(net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), "the embedded NATS server", "another fleet-gateway or NATS server", "--nats_listen")
 		if err != nil {
 			return nil, nil, err
 		}
 		ln.Close()
 	}
 	if cfg.Cluster != nil && opts.Cluster.Port != server.RANDOM_PORT {
-		ln, err := listen(net.JoinHostPort(opts.Cluster.Host, strconv.Itoa(opts.Cluster.Port)), "the embedded NATS server's routes", "another fleet-gateway or NATS server", "--nats_cluster_listen")
+		ln, err := netutil.Listen(net.JoinHostPort(opts.Cluster.Host, strconv.Itoa(opts.Cluster.Port)), "the embedded NATS server's routes", "another fleet-gateway or NATS server", "--nats_cluster_listen")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -297,19 +297,3 @@ func (*fatalLogger) Warnf(string, ...any)   {}
 func (*fatalLogger) Errorf(string, ...any)  {}
 func (*fatalLogger) Debugf(string, ...any)  {}
 func (*fatalLogger) Tracef(string, ...any)  {}
-
-// listen listens on addr (host:port) for what, and says plainly when
-// another process (likely one of who) holds the address and which flag
-// chooses another.
-func listen(addr, what, who, flag string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	switch {
-	case err == nil:
-		return ln, nil
-	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("address %s for %s is already in use (%s?); stop that process or choose another address with %s: %w",
-			addr, what, who, flag, err)
-	default:
-		return nil, fmt.Errorf("%s cannot listen on %s: %w; choose another address with %s", what, addr, err, flag)
-	}
-}

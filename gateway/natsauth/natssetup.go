@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // Setup writes what an external NATS cluster and the gateways on it
@@ -71,7 +73,7 @@ func Setup(dir string, maxCall time.Duration) (SetupResult, error) {
 		if strings.HasSuffix(name, ".jwt") || strings.HasSuffix(name, ".conf") {
 			perm = 0o644
 		}
-		if err := writeFileAtomic(filepath.Join(dir, name), content, perm); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, name), content, perm); err != nil {
 			return SetupResult{}, fmt.Errorf("nats-setup: %w", err)
 		}
 	}

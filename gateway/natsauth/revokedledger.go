@@ -2,10 +2,6 @@ package natsauth
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +13,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/jskv"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/loglimit"
+	"github.com/fleetmcp/fleetmcp/gateway/internal/seal"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -41,7 +39,7 @@ const (
 )
 
 // sealRevoked: an entry of the ledger, keyed by the revoked key.
-const sealRevoked = "revoked-key"
+const sealRevoked seal.Kind = "revoked-key"
 
 // revokedEntry is one revoked key.
 type revokedEntry struct {
@@ -65,7 +63,7 @@ type revokedLedger struct {
 	seal   *ledgerSeal
 	log    *slog.Logger
 	cc     jetstream.ConsumeContext
-	junk   *logEvery
+	junk   *loglimit.Limiter
 	stream jetstream.Stream
 
 	mu   sync.Mutex
@@ -112,7 +110,7 @@ func openRevokedLedger(ctx context.Context, nc *nats.Conn, seal *ledgerSeal, rep
 			"stream", revokedStream, "deny_delete", c.DenyDelete, "deny_purge", c.DenyPurge, "allow_rollup", c.AllowRollup, "max_age", c.MaxAge, "max_msgs", c.MaxMsgs)
 	}
 	last := s.CachedInfo().State.LastSeq
-	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]ledgerKey{}, junk: &logEvery{interval: time.Minute}, stream: s}
+	l := &revokedLedger{js: js, seal: seal, log: log, keys: map[string]ledgerKey{}, junk: loglimit.New(time.Minute, 1), stream: s}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("revoked keys: %w", err)
@@ -159,7 +157,7 @@ func (l *revokedLedger) add(m jetstream.Msg) (string, time.Time, bool) {
 	key := m.Headers().Get(revokedKeyHeader)
 	if err := l.seal.open(key, m.Data(), &e); err != nil || e.Key != key {
 		// Anyone in the account may publish here: one line a minute.
-		l.junk.log(l.log, slog.LevelWarn, "entries of the revoked keys' stream not sealed by a gateway are ignored", "key", key, "err", err)
+		l.junk.Log(l.log, slog.LevelWarn, "", "entries of the revoked keys' stream not sealed by a gateway are ignored", "key", key, "err", err)
 		return "", time.Time{}, false
 	}
 	l.mu.Lock()
@@ -288,92 +286,24 @@ func (l *revokedLedger) close() {
 }
 
 // ledgerSeal seals and opens the ledger's entries: the sealed records
-// of the gateways (their JSON and an HMAC-SHA256 of it, under a key
-// derived from the agent signing key, which no NATS credential carries),
-// of kind sealRevoked. An entry whose seal does not hold was not written
-// by a gateway of the fleet.
-type ledgerSeal struct{ key []byte }
+// of the gateways (gateway/internal/seal), of kind sealRevoked. An entry
+// whose seal does not hold was not written by a gateway of the fleet.
+type ledgerSeal struct{ s *seal.Seal }
 
 // newLedgerSeal derives the sealing key from the agent signing key, as
 // the gateways derive the seal of their records.
 func newLedgerSeal(agentSigner nkeys.KeyPair) (*ledgerSeal, error) {
-	seed, err := agentSigner.Seed()
-	if err != nil {
-		return nil, fmt.Errorf("record seal: %w", err)
-	}
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte("fleetmcp record seal v1"))
-	return &ledgerSeal{key: m.Sum(nil)}, nil
-}
-
-// sealedEntry is an entry as stored.
-type sealedEntry struct {
-	Record json.RawMessage `json:"record"`
-	Seal   string          `json:"seal"`
-}
-
-func (s *ledgerSeal) sum(key string, record []byte) []byte {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(sealRevoked))
-	m.Write([]byte{0})
-	m.Write([]byte(key))
-	m.Write([]byte{0})
-	m.Write(record)
-	return m.Sum(nil)
-}
-
-// seal encodes v, the entry of key.
-func (s *ledgerSeal) seal(key string, v any) ([]byte, error) {
-	record, err := json.Marshal(v)
+	s, err := seal.New(agentSigner)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(sealedEntry{Record: record, Seal: base64.RawURLEncoding.EncodeToString(s.sum(key, record))})
+	return &ledgerSeal{s: s}, nil
 }
+
+// seal encodes v, the entry of key.
+func (s *ledgerSeal) seal(key string, v any) ([]byte, error) { return s.s.Seal(sealRevoked, key, v) }
 
 // open checks data, the entry of key, and decodes it into v.
 func (s *ledgerSeal) open(key string, data []byte, v any) error {
-	var in sealedEntry
-	if err := json.Unmarshal(data, &in); err != nil {
-		return fmt.Errorf("not a sealed record: %w", err)
-	}
-	sum, err := base64.RawURLEncoding.DecodeString(in.Seal)
-	if err != nil || !hmac.Equal(sum, s.sum(key, in.Record)) {
-		return errBadSeal
-	}
-	return json.Unmarshal(in.Record, v)
-}
-
-// errBadSeal is an entry the gateways did not write.
-var errBadSeal = errors.New("its seal does not hold: no gateway of this fleet wrote it (a NATS user of the fleet's account may have)")
-
-// logEvery logs at most one line each interval; the next line logged
-// after suppressed ones says how many.
-type logEvery struct {
-	interval time.Duration
-
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (l *logEvery) log(log *slog.Logger, level slog.Level, msg string, args ...any) {
-	if !log.Enabled(context.Background(), level) {
-		return
-	}
-	now := time.Now()
-	l.mu.Lock()
-	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
-		l.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	l.last = now
-	suppressed := l.suppressed
-	l.suppressed = 0
-	l.mu.Unlock()
-	if suppressed > 0 {
-		args = append(args, "suppressed", suppressed, "per", l.interval)
-	}
-	log.Log(context.Background(), level, msg, args...)
+	return s.s.Open(sealRevoked, key, data, v)
 }

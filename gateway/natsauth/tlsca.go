@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // The fleet CA: the gateway generates it on first start in DataDir/tls
@@ -73,10 +75,10 @@ func LoadOrCreateCA(dataDir string) (*CA, error) {
 	}
 	// The key first: a certificate without its key is reported above,
 	// a key without its certificate would be too.
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return nil, fmt.Errorf("fleet CA: %w", err)
 	}
-	if err := writeFileAtomic(certPath, ca.pem, 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(certPath, ca.pem, 0o644); err != nil {
 		os.Remove(keyPath)
 		return nil, fmt.Errorf("fleet CA: %w", err)
 	}

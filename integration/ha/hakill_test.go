@@ -21,6 +21,7 @@ import (
 	"github.com/fleetmcp/fleetmcp/integration/hacheck"
 	"github.com/fleetmcp/fleetmcp/protocol"
 
+	"github.com/fleetmcp/fleetmcp/gateway/signing"
 	"github.com/fleetmcp/fleetmcp/integration"
 )
 
@@ -237,7 +238,7 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 			integration.MustOK(t, integration.Call(t, clients[i], "bash", map[string]any{"host": "rot-1", "command": "echo " + what}))
 		}
 	}
-	signing := func(i int) string { return filepath.Join(c.cfgs[i].DataDir, "signing") }
+	signingDir := func(i int) string { return filepath.Join(c.cfgs[i].DataDir, "signing") }
 	reload := func(gws ...int) {
 		t.Helper()
 		for _, i := range gws {
@@ -255,20 +256,20 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 	callAll("before", 0, 1, 2)
 
 	// Rotated on gateway 1 and copied to gateway 2; gateway 3 is left out.
-	rep, err := gateway.RotateSigningKey(filepath.Join(signing(0), "gateway.key"), time.Now())
+	rep, err := signing.Rotate(filepath.Join(signingDir(0), "gateway.key"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := protocol.KeyIDs(rep.Keys)
-	copySigningDir(t, signing(0), signing(1))
+	copySigningDir(t, signingDir(0), signingDir(1))
 	reload(0, 1)
 	integration.WaitFor(t, 20*time.Second, "rot-1 to trust both keys", trusts(0, ids))
 	callAll("overlap", 0, 1, 2) // gateway 3 signs with the old key, still trusted
 
-	if _, err := gateway.RetireSigningKey(filepath.Join(signing(0), "gateway.key"), time.Now()); err != nil {
+	if _, err := signing.Retire(filepath.Join(signingDir(0), "gateway.key"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	copySigningDir(t, signing(0), signing(1))
+	copySigningDir(t, signingDir(0), signingDir(1))
 	reload(0, 1)
 	integration.WaitFor(t, 20*time.Second, "rot-1 to retire the old key", trusts(0, ids[:1]))
 	callAll("retired", 0, 1)
@@ -277,7 +278,7 @@ func TestClusterSigningKeyRotation(t *testing.T) {
 		t.Errorf("a call through the gateway left out of the rotation, after the retirement: %s", integration.Text(res))
 	}
 	t.Logf("a call through the gateway left out of the rotation, after the retirement: %s", integration.Text(res))
-	copySigningDir(t, signing(0), signing(2))
+	copySigningDir(t, signingDir(0), signingDir(2))
 	reload(2)
 	callAll("all-retired", 0, 1, 2)
 }

@@ -1,4 +1,7 @@
-package gateway
+// Package netutil holds the network helpers the gateway's packages
+// share: listening with an error that says what to do. It knows no
+// gateway concern and imports nothing from the module.
+package netutil
 
 import (
 	"errors"
@@ -7,10 +10,10 @@ import (
 	"syscall"
 )
 
-// listen listens on addr (host:port) for what, and says plainly when
+// Listen listens on addr (host:port) for what, and says plainly when
 // another process (likely one of who) holds the address and which flag
 // chooses another.
-func listen(addr, what, who, flag string) (net.Listener, error) {
+func Listen(addr, what, who, flag string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	switch {
 	case err == nil:

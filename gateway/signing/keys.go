@@ -1,4 +1,4 @@
-package gateway
+package signing
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
 )
 
 // This file keeps the gateway's ed25519 signing keys, with which it signs
@@ -33,26 +35,29 @@ import (
 //	keysets.json    the chain of key sets agents move on with
 //	previous.keys   before any rotation: older public keys still trusted
 //
-// A rotation (RotateSigningKey, fleet-gateway signing-key rotate) makes a
+// A rotation (Rotate, fleet-gateway signing-key rotate) makes a
 // new key and adds a key set with the new key and the old one, signed by
 // both: agents take it in as they connect or when a gateway pushes it,
 // and the gateway signs each host's messages with the newest key the
 // host announces it trusts (protocol.Announce.TrustedKeys), so no call
-// fails during the overlap. Retiring the old key (RetireSigningKey)
+// fails during the overlap. Retiring the old key (Retire)
 // adds a set with the new key alone, signed by it; agents then refuse
 // the old key.
 
+// The files of the signing directory (see above), and its name in the
+// data directory.
 const (
-	signingDir      = "signing"
-	signingKeyFile  = "gateway.key"
-	retiringKeyFile = "retiring.key"
-	keySetsFile     = "keysets.json"
-	previousKeyFile = "previous.keys"
+	Dir             = "signing"
+	KeyFile         = "gateway.key"
+	RetiringKeyFile = "retiring.key"
+	KeySetsFile     = "keysets.json"
+	PreviousKeyFile = "previous.keys"
 	seedPrefix      = "ed25519-seed:"
 )
 
-// signingKey is the gateway's signing keys. Reload swaps their state.
-type signingKey struct {
+// Keys is the gateway's signing keys. Reload swaps their state; every
+// method is safe to call at any time from any goroutine.
+type Keys struct {
 	path string
 	st   atomic.Pointer[keyState]
 }
@@ -64,45 +69,45 @@ type keyState struct {
 	// retiring is the key before priv during a rotation (nil: none).
 	retiring    ed25519.PrivateKey
 	retiringEnv *protocol.EnvelopeSigner
-	// trusted are the public keys agents trust: those of the latest key
+	// Trusted are the public keys agents trust: those of the latest key
 	// set, or, before any, the current key and previous.keys.
 	trusted []string
-	// chain is the key set chain; serial its latest set's (0: none).
+	// Chain is the key set chain; serial its latest set's (0: none).
 	chain  protocol.KeySetChain
 	serial uint64
 }
 
-// signingKeyPath is where the key lives: the configured file, else
+// KeyPath is where the key lives: file (--signing_key) when set, else
 // DATA_DIR/signing/gateway.key; empty when there is neither.
-func signingKeyPath(cfg *Config) string {
-	if cfg.SigningKeyFile != "" {
-		return cfg.SigningKeyFile
+func KeyPath(file, dataDir string) string {
+	if file != "" {
+		return file
 	}
-	if cfg.DataDir != "" {
-		return filepath.Join(cfg.DataDir, signingDir, signingKeyFile)
+	if dataDir != "" {
+		return filepath.Join(dataDir, Dir, KeyFile)
 	}
 	return ""
 }
 
-// loadOrCreateSigningKey reads the keys at path, generating the key when
+// Open reads the keys at path, generating the key when
 // the file does not exist (only in the data directory: a configured file
 // must exist).
-func loadOrCreateSigningKey(path string, create bool) (*signingKey, error) {
+func Open(path string, create bool) (*Keys, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && create {
-		if _, err := createSigningKey(path); err != nil {
+		if _, err := Create(path); err != nil {
 			return nil, err
 		}
 	}
-	k := &signingKey{path: path}
-	if err := k.reload(); err != nil {
+	k := &Keys{path: path}
+	if err := k.Reload(); err != nil {
 		return nil, err
 	}
 	return k, nil
 }
 
-// reload reads the signing directory again and puts it in force; it
+// Reload reads the signing directory again and puts it in force; it
 // reports nothing changed on error, leaving the keys as they were.
-func (k *signingKey) reload() error {
+func (k *Keys) Reload() error {
 	st, err := loadKeyState(k.path)
 	if err != nil {
 		return err
@@ -119,14 +124,14 @@ func loadKeyState(path string) (*keyState, error) {
 	}
 	dir := filepath.Dir(path)
 	st := &keyState{priv: priv, env: protocol.NewEnvelopeSigner(priv)}
-	if st.retiring, err = readSigningKey(filepath.Join(dir, retiringKeyFile)); errors.Is(err, os.ErrNotExist) {
+	if st.retiring, err = readSigningKey(filepath.Join(dir, RetiringKeyFile)); errors.Is(err, os.ErrNotExist) {
 		st.retiring = nil
 	} else if err != nil {
 		return nil, err
 	} else {
 		st.retiringEnv = protocol.NewEnvelopeSigner(st.retiring)
 	}
-	chain, err := readKeySets(filepath.Join(dir, keySetsFile))
+	chain, err := readKeySets(filepath.Join(dir, KeySetsFile))
 	if err != nil {
 		return nil, err
 	}
@@ -137,18 +142,18 @@ func loadKeyState(path string) (*keyState, error) {
 		st.trusted, st.serial = slices.Clone(last.Keys), last.Serial
 		if last.Keys[0] != cur {
 			return nil, fmt.Errorf("%s is not the first key of the latest key set in %s: the files come from different rotations; copy the whole %s directory from where the last rotation was made",
-				path, keySetsFile, dir)
+				path, KeySetsFile, dir)
 		}
 		if st.retiring != nil && !slices.Contains(last.Keys, publicOf(st.retiring)) {
-			return nil, fmt.Errorf("%s holds a key the latest key set in %s no longer lists: it was retired; remove %s", retiringKeyFile, keySetsFile, retiringKeyFile)
+			return nil, fmt.Errorf("%s holds a key the latest key set in %s no longer lists: it was retired; remove %s", RetiringKeyFile, KeySetsFile, RetiringKeyFile)
 		}
 		return st, nil
 	}
 	if st.retiring != nil {
-		return nil, fmt.Errorf("%s exists but %s does not: the directory is from an interrupted rotation; copy the whole %s directory from where it was made", retiringKeyFile, keySetsFile, dir)
+		return nil, fmt.Errorf("%s exists but %s does not: the directory is from an interrupted rotation; copy the whole %s directory from where it was made", RetiringKeyFile, KeySetsFile, dir)
 	}
 	st.trusted = []string{cur}
-	prev, err := readPreviousKeys(filepath.Join(dir, previousKeyFile))
+	prev, err := readPreviousKeys(filepath.Join(dir, PreviousKeyFile))
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +203,9 @@ func readKeySets(path string) (protocol.KeySetChain, error) {
 	return chain, nil
 }
 
-func createSigningKey(path string) (ed25519.PrivateKey, error) {
+// Create makes a new signing key at path (0600), in a directory it
+// makes when missing.
+func Create(path string) (ed25519.PrivateKey, error) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate the gateway signing key: %w", err)
@@ -206,7 +213,7 @@ func createSigningKey(path string) (ed25519.PrivateKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("gateway signing key: %w", err)
 	}
-	if err := writeFileAtomic(path, seedLine(priv), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, seedLine(priv), 0o600); err != nil {
 		return nil, fmt.Errorf("store the gateway signing key: %w", err)
 	}
 	return priv, nil
@@ -266,29 +273,29 @@ func readPreviousKeys(path string) ([]string, error) {
 	return out, nil
 }
 
-// sign signs msg for purpose with the current key.
-func (k *signingKey) sign(purpose string, msg []byte) protocol.Signature {
+// Sign signs msg for purpose with the current key.
+func (k *Keys) Sign(purpose string, msg []byte) protocol.Signature {
 	return protocol.SignBytes(k.st.Load().priv, purpose, msg)
 }
 
-// resign returns sig, over msg for purpose, made with the current key: a
+// Resign returns sig, over msg for purpose, made with the current key: a
 // signature by another key the gateway takes its own signatures by (the
 // retiring key, an older current one) is made again; any other is
 // returned as it is.
-func (k *signingKey) resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
+func (k *Keys) Resign(purpose string, msg []byte, sig protocol.Signature) protocol.Signature {
 	st := k.st.Load()
-	if sig.Key == publicOf(st.priv) || protocol.VerifyBytes(k.verifiable(), purpose, msg, sig) != nil {
+	if sig.Key == publicOf(st.priv) || protocol.VerifyBytes(k.Verifiable(), purpose, msg, sig) != nil {
 		return sig
 	}
 	return protocol.SignBytes(st.priv, purpose, msg)
 }
 
-// trusted returns the public keys agents trust, the current one first.
-func (k *signingKey) trusted() []string { return slices.Clone(k.st.Load().trusted) }
+// Trusted returns the public keys agents trust, the current one first.
+func (k *Keys) Trusted() []string { return slices.Clone(k.st.Load().trusted) }
 
-// verifiable returns the keys the gateway takes its own signatures by:
+// Verifiable returns the keys the gateway takes its own signatures by:
 // those agents trust, and the retiring key.
-func (k *signingKey) verifiable() []string {
+func (k *Keys) Verifiable() []string {
 	st := k.st.Load()
 	out := slices.Clone(st.trusted)
 	if st.retiring != nil && !slices.Contains(out, publicOf(st.retiring)) {
@@ -297,16 +304,16 @@ func (k *signingKey) verifiable() []string {
 	return out
 }
 
-// chain returns the key set chain and its serial.
-func (k *signingKey) chain() (protocol.KeySetChain, uint64) {
+// Chain returns the key set chain and its serial.
+func (k *Keys) Chain() (protocol.KeySetChain, uint64) {
 	st := k.st.Load()
 	return st.chain, st.serial
 }
 
-// envelopeSigner returns the signer for a host that trusts the keys ids
+// EnvelopeSigner returns the signer for a host that trusts the keys ids
 // (its announce's TrustedKeys): the current key when it trusts it, else
 // the retiring key when it trusts that; nil when it trusts neither.
-func (k *signingKey) envelopeSigner(ids []string) *protocol.EnvelopeSigner {
+func (k *Keys) EnvelopeSigner(ids []string) *protocol.EnvelopeSigner {
 	st := k.st.Load()
 	switch {
 	case slices.Contains(ids, st.env.KeyID()):
@@ -317,36 +324,26 @@ func (k *signingKey) envelopeSigner(ids []string) *protocol.EnvelopeSigner {
 	return nil
 }
 
-// serial is the serial of the latest key set (0: none).
-func (k *signingKey) serial() uint64 { return k.st.Load().serial }
+// Serial is the serial of the latest key set (0: none).
+func (k *Keys) Serial() uint64 { return k.st.Load().serial }
 
-// currentKeyID is the id of the key the gateway signs with.
-func (k *signingKey) currentKeyID() string { return k.st.Load().env.KeyID() }
+// CurrentKeyID is the id of the key the gateway signs with.
+func (k *Keys) CurrentKeyID() string { return k.st.Load().env.KeyID() }
 
-// SigningKeys returns the public keys agents trust for this gateway's
-// signatures (protocol.FormatSigningKey): the current key first.
-func (g *Gateway) SigningKeys() []string { return g.signer.trusted() }
+// Path is the file of the key the gateway signs with.
+func (k *Keys) Path() string { return k.path }
 
-// SigningKeySerial returns the serial of the key set SigningKeys come
-// from (0: no rotation yet).
-func (g *Gateway) SigningKeySerial() uint64 {
-	_, serial := g.signer.chain()
-	return serial
-}
-
-// openSigningKey loads (or makes) the signing key at start. Every
-// gateway has one: calls are signed.
-func (g *Gateway) openSigningKey() error {
-	path := signingKeyPath(&g.cfg)
-	if path == "" {
-		return errors.New("the gateway needs a signing key: set --signing_key FILE (shared by the replicas; fleet-gateway nats-setup writes one) or --data_dir")
+// New returns keys held in memory only: priv signs, retiring (nil: none)
+// is the key before it, and agents trust both. Reload reads nothing.
+func New(priv, retiring ed25519.PrivateKey) *Keys {
+	k := &Keys{}
+	st := &keyState{priv: priv, env: protocol.NewEnvelopeSigner(priv), trusted: []string{publicOf(priv)}}
+	if retiring != nil {
+		st.retiring, st.retiringEnv = retiring, protocol.NewEnvelopeSigner(retiring)
+		st.trusted = append(st.trusted, publicOf(retiring))
 	}
-	k, err := loadOrCreateSigningKey(path, g.cfg.SigningKeyFile == "")
-	if err != nil {
-		return err
-	}
-	g.signer = k
-	return nil
+	k.st.Store(st)
+	return k
 }
 
 // RotationReport says what a rotation or a retirement did.
@@ -358,23 +355,23 @@ type RotationReport struct {
 	Dir    string
 }
 
-// RotateSigningKey starts a rotation of the signing key at path (the
+// Rotate starts a rotation of the signing key at path (the
 // gateway's --signing_key, or DATA_DIR/signing/gateway.key): it makes a
 // new key, keeps the current one as retiring.key, and adds a key set of
 // both, signed by both, to keysets.json. Gateways that load the
 // directory (copy it to every replica, then reload) sign each host's
 // messages with the new key once the host has taken in the new set.
-func RotateSigningKey(path string, now time.Time) (*RotationReport, error) {
+func Rotate(path string, now time.Time) (*RotationReport, error) {
 	st, err := loadKeyState(path)
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Dir(path)
 	if st.retiring != nil {
-		return nil, fmt.Errorf("a rotation is under way already (%s exists): retire the old key first (fleet-gateway signing-key retire)", filepath.Join(dir, retiringKeyFile))
+		return nil, fmt.Errorf("a rotation is under way already (%s exists): retire the old key first (fleet-gateway signing-key retire)", filepath.Join(dir, RetiringKeyFile))
 	}
 	if len(st.chain.Sets) >= protocol.MaxKeySets {
-		return nil, fmt.Errorf("%s holds %d key sets, the most agents take: hosts that missed them all must enrol again anyway; start a new chain by enrolling the fleet again", keySetsFile, len(st.chain.Sets))
+		return nil, fmt.Errorf("%s holds %d key sets, the most agents take: hosts that missed them all must enrol again anyway; start a new chain by enrolling the fleet again", KeySetsFile, len(st.chain.Sets))
 	}
 	_, next, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -394,29 +391,29 @@ func RotateSigningKey(path string, now time.Time) (*RotationReport, error) {
 	// The old key first, so that a rotation cut short leaves a
 	// directory the gateway refuses with a clear message rather than
 	// one that lost a key.
-	if err := writeFileAtomic(filepath.Join(dir, retiringKeyFile), seedLine(st.priv), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, RetiringKeyFile), seedLine(st.priv), 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, keySetsFile), append(data, '\n'), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, KeySetsFile), append(data, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, seedLine(next), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, seedLine(next), 0o600); err != nil {
 		return nil, err
 	}
 	return &RotationReport{Serial: set.Serial, Keys: set.Keys, Dir: dir}, nil
 }
 
-// RetireSigningKey ends a rotation: it adds a key set of the current key
+// Retire ends a rotation: it adds a key set of the current key
 // alone, signed by it, and removes retiring.key. Agents that take the
 // set in refuse the old key from then on.
-func RetireSigningKey(path string, now time.Time) (*RotationReport, error) {
+func Retire(path string, now time.Time) (*RotationReport, error) {
 	st, err := loadKeyState(path)
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Dir(path)
 	if st.retiring == nil {
-		return nil, fmt.Errorf("no rotation is under way (%s does not exist): there is no old key to retire", filepath.Join(dir, retiringKeyFile))
+		return nil, fmt.Errorf("no rotation is under way (%s does not exist): there is no old key to retire", filepath.Join(dir, RetiringKeyFile))
 	}
 	set := protocol.KeySet{Serial: st.serial + 1, Keys: []string{publicOf(st.priv)}, At: now.UTC()}
 	signed, err := protocol.SignKeySet(set, st.priv)
@@ -429,10 +426,10 @@ func RetireSigningKey(path string, now time.Time) (*RotationReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, keySetsFile), append(data, '\n'), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, KeySetsFile), append(data, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.Remove(filepath.Join(dir, retiringKeyFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, RetiringKeyFile)); err != nil {
 		return nil, fmt.Errorf("remove the retired key: %w", err)
 	}
 	return &RotationReport{Serial: set.Serial, Keys: set.Keys, Dir: dir}, nil

@@ -1,4 +1,7 @@
-package gateway
+// Package loglimit bounds the log lines one source can cause (a flood of
+// bad messages from one agent costs a few lines a minute). It knows no
+// gateway concern and imports nothing from the module.
+package loglimit
 
 import (
 	"context"
@@ -7,13 +10,13 @@ import (
 	"time"
 )
 
-// logLimiter bounds the log lines one source can cause: at most burst
+// Limiter bounds the log lines one source can cause: at most burst
 // lines per key in each interval; the rest are counted, and the next line
 // logged for the key says how many were suppressed. A flood of bad
 // messages from one agent thus costs a few lines a minute, not one per
 // message. It tracks at most maxKeys keys: beyond that, keys share one
 // overflow key, so its memory is bounded too.
-type logLimiter struct {
+type Limiter struct {
 	interval time.Duration
 	burst    int
 	maxKeys  int
@@ -36,13 +39,14 @@ type logWindow struct {
 // overflowKey is the key of sources beyond maxKeys.
 const overflowKey = "\x00overflow"
 
-func newLogLimiter(interval time.Duration, burst int) *logLimiter {
-	return &logLimiter{interval: interval, burst: burst, maxKeys: 4096, now: time.Now, keys: make(map[string]*logWindow)}
+// New returns a limiter of burst lines per key in each interval.
+func New(interval time.Duration, burst int) *Limiter {
+	return &Limiter{interval: interval, burst: burst, maxKeys: 4096, now: time.Now, keys: make(map[string]*logWindow)}
 }
 
 // allow reports whether a line for key may be logged now and, when it
 // may, how many lines for key were suppressed since the last one.
-func (l *logLimiter) allow(key string) (ok bool, suppressed int) {
+func (l *Limiter) allow(key string) (ok bool, suppressed int) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -75,7 +79,7 @@ func (l *logLimiter) allow(key string) (ok bool, suppressed int) {
 
 // prune drops the keys whose window ended with nothing suppressed. The
 // caller holds l.mu.
-func (l *logLimiter) prune(now time.Time) {
+func (l *Limiter) prune(now time.Time) {
 	for k, w := range l.keys {
 		if now.Sub(w.start) >= l.interval && w.suppressed == 0 {
 			delete(l.keys, k)
@@ -83,9 +87,9 @@ func (l *logLimiter) prune(now time.Time) {
 	}
 }
 
-// log writes msg at level unless key has used up its lines; a line that
+// Log writes msg at level unless key has used up its lines; a line that
 // follows suppressed ones says how many. A nil limiter limits nothing.
-func (l *logLimiter) log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
+func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args ...any) {
 	if l == nil {
 		log.Log(context.Background(), level, msg, args...)
 		return

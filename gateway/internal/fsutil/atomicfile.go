@@ -1,4 +1,7 @@
-package gateway
+// Package fsutil holds the file helpers the gateway's packages share:
+// writing a file whole or not at all. It knows no gateway concern and
+// imports nothing from the module.
+package fsutil
 
 import (
 	"fmt"
@@ -6,10 +9,10 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic replaces path with data: the file appears whole, with
-// mode perm, or not at all, and survives a crash once writeFileAtomic
+// WriteFileAtomic replaces path with data: the file appears whole, with
+// mode perm, or not at all, and survives a crash once WriteFileAtomic
 // returns (temporary file, fsync, rename, fsync of the directory).
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*") // mode 0600
 	if err != nil {
