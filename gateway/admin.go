@@ -47,7 +47,7 @@ const (
 func parseAdminPath(path string) (adminRoute, error) {
 	rest, ok := strings.CutPrefix(path, protocol.AdminPath)
 	if !ok {
-		return adminRoute{}, fmt.Errorf("%s is not under %s", clipText(path, 80), protocol.AdminPath)
+		return adminRoute{}, fmt.Errorf("%s is not under %s", protocol.Ellipsis(path, 80), protocol.AdminPath)
 	}
 	parts := strings.Split(rest, "/")
 	coll := func(p string) string { return strings.TrimPrefix(p, protocol.AdminPath) }
@@ -71,17 +71,17 @@ func parseAdminPath(path string) (adminRoute, error) {
 		case actionRevoke, actionLabels, actionAllowRecovery:
 			return adminRoute{kind: "agent", target: parts[1], action: parts[2]}, nil
 		}
-		return adminRoute{}, fmt.Errorf("no agent action %q: use %s, %s or %s", clipText(parts[2], 40), actionRevoke, actionLabels, actionAllowRecovery)
+		return adminRoute{}, fmt.Errorf("no agent action %q: use %s, %s or %s", protocol.Ellipsis(parts[2], 40), actionRevoke, actionLabels, actionAllowRecovery)
 	case len(parts) == 3 && parts[0] == coll(protocol.AdminKeysPath):
 		if !nkeys.IsValidPublicUserKey(parts[1]) {
-			return adminRoute{}, fmt.Errorf("%q is not an agent's public key (an nkey user key, U...)", clipText(parts[1], 60))
+			return adminRoute{}, fmt.Errorf("%q is not an agent's public key (an nkey user key, U...)", protocol.Ellipsis(parts[1], 60))
 		}
 		if parts[2] != actionRevoke {
-			return adminRoute{}, fmt.Errorf("no key action %q: use %s", clipText(parts[2], 40), actionRevoke)
+			return adminRoute{}, fmt.Errorf("no key action %q: use %s", protocol.Ellipsis(parts[2], 40), actionRevoke)
 		}
 		return adminRoute{kind: "key", target: parts[1], action: parts[2]}, nil
 	}
-	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s, %s/NAME/ACTION, %s/KEY/revoke or %s", clipText(path, 80),
+	return adminRoute{}, fmt.Errorf("no admin endpoint at %s: use %s, %s/ID, %s, %s/NAME/ACTION, %s/KEY/revoke or %s", protocol.Ellipsis(path, 80),
 		protocol.AdminTokensPath, protocol.AdminTokensPath, protocol.AdminAgentsPath, protocol.AdminAgentsPath, protocol.AdminKeysPath, protocol.AdminAuditPath)
 }
 
@@ -154,7 +154,7 @@ func (g *Gateway) adminCaller(r *http.Request) (*access.Identity, *protocol.APIE
 	}
 	if d := g.subsys.access.Load().For(id).Admin(); !d.Allowed {
 		aerr := apiErr(protocol.APIForbidden, "%s is not an admin (%s): an admin API token (admin: true in --api_tokens) or an access rule with admin: true is needed", id.Name(), d.Reason)
-		g.auditAdmin(id, "admin", r.Method+" "+clipText(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
+		g.auditAdmin(id, "admin", r.Method+" "+protocol.Ellipsis(r.URL.Path, 120), sourceOf(r), nil, nil, aerr)
 		return nil, aerr
 	}
 	return id, nil
@@ -232,7 +232,7 @@ func (a *adminAction) queryAudit() {
 	v := a.r.URL.Query()
 	for k := range v {
 		if !slices.Contains(protocol.AuditFilter, k) {
-			a.finish("admin_audit", "", nil, nil, apiErr(protocol.APIBadRequest, "no audit filter %q: use %s", clipText(k, 40), strings.Join(protocol.AuditFilter, ", ")))
+			a.finish("admin_audit", "", nil, nil, apiErr(protocol.APIBadRequest, "no audit filter %q: use %s", protocol.Ellipsis(k, 40), strings.Join(protocol.AuditFilter, ", ")))
 			return
 		}
 	}
@@ -241,13 +241,13 @@ func (a *adminAction) queryAudit() {
 	args := map[string]any{}
 	for _, k := range protocol.AuditFilter {
 		if s := v.Get(k); s != "" {
-			args[k] = clipText(s, 120)
+			args[k] = protocol.Ellipsis(s, 120)
 		}
 	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "limit %q: give a number of records, 1 to %d", clipText(s, 20), audit.MaxLimit))
+			a.finish("admin_audit", "", args, nil, apiErr(protocol.APIBadRequest, "limit %q: give a number of records, 1 to %d", protocol.Ellipsis(s, 20), audit.MaxLimit))
 			return
 		}
 		in.Limit = n

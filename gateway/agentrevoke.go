@@ -104,7 +104,7 @@ func (g *Gateway) RevokeAgent(ctx context.Context, host, by string) error {
 // returns the host ("" when none is known).
 func (g *Gateway) RevokeKey(ctx context.Context, pub, by string) (string, error) {
 	if !nkeys.IsValidPublicUserKey(pub) {
-		return "", fmt.Errorf("%w: %q is not an agent's public key (an nkey user key, U...)", errBadAdminRequest, clipText(pub, 60))
+		return "", fmt.Errorf("%w: %q is not an agent's public key (an nkey user key, U...)", errBadAdminRequest, protocol.Ellipsis(pub, 60))
 	}
 	live, err := g.subsys.authority.LiveKeys(ctx, func(c natsauth.LiveConn) bool { return c.Key == pub })
 	if err != nil {

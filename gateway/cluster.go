@@ -81,7 +81,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
 func (c *Config) validateCluster() []error {
 	var errs []error
 	if c.Name != "" && !nameRE.MatchString(c.Name) {
-		errs = append(errs, fmt.Errorf("gateway name %q (--name): use letters, digits, - and _ (at most 63, starting with a letter or digit)", clipText(c.Name, 80)))
+		errs = append(errs, fmt.Errorf("gateway name %q (--name): use letters, digits, - and _ (at most 63, starting with a letter or digit)", protocol.Ellipsis(c.Name, 80)))
 	}
 	cl := &c.Cluster
 	if cl.Name == "" {
@@ -94,7 +94,7 @@ func (c *Config) validateCluster() []error {
 		return append(errs, errors.New("--nats_cluster makes the embedded NATS server a node of a cluster; --nats_url uses an external cluster instead: give one or the other"))
 	}
 	if !nameRE.MatchString(cl.Name) {
-		errs = append(errs, fmt.Errorf("cluster name %q (--nats_cluster): use letters, digits, - and _ (at most 63)", clipText(cl.Name, 80)))
+		errs = append(errs, fmt.Errorf("cluster name %q (--nats_cluster): use letters, digits, - and _ (at most 63)", protocol.Ellipsis(cl.Name, 80)))
 	}
 	if c.Name == "" {
 		errs = append(errs, errors.New("a cluster node needs a name of its own: give --name (the machine's hostname could not be read)"))

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/fleetmcp/fleetmcp/gateway/internal/fsutil"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // A gateway's data directory says which layout of its files and buckets
@@ -49,7 +51,7 @@ func checkDataFormat(dir string) error {
 	default:
 		found, perr := strconv.Atoi(string(bytes.TrimSpace(data)))
 		if perr != nil || found < 1 {
-			return fmt.Errorf("data format file %s holds %q, not a format number: restore it from a backup, or delete it if this directory was made by this version", path, clipText(string(data), 40))
+			return fmt.Errorf("data format file %s holds %q, not a format number: restore it from a backup, or delete it if this directory was made by this version", path, protocol.Ellipsis(string(data), 40))
 		}
 		if found > dataFormat {
 			return &DataFormatError{Dir: dir, Found: found, Max: dataFormat}

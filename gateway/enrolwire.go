@@ -213,10 +213,3 @@ func fromRevocations(keys []enrol.Revocation) []natsauth.RevokedKey {
 func apiErr(code protocol.APICode, format string, args ...any) *protocol.APIError {
 	return &protocol.APIError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
-
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}

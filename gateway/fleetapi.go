@@ -183,7 +183,7 @@ func (g *Gateway) APIHandler() http.Handler {
 	mux.Handle(protocol.AdminPath, g.adminHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, apiErr(protocol.APINotFound, "no fleet API endpoint at %s %s: hosts POST %s, %s or %s; operators use %s...",
-			r.Method, clipText(r.URL.Path, 80), protocol.EnrolPath, protocol.RecoverPath, protocol.LocatePath, protocol.AdminPath))
+			r.Method, protocol.Ellipsis(r.URL.Path, 80), protocol.EnrolPath, protocol.RecoverPath, protocol.LocatePath, protocol.AdminPath))
 	})
 	return mux
 }
@@ -259,7 +259,7 @@ func (g *Gateway) auditEnrolment(what, src string, out *enrol.Outcome, aerr *pro
 // fields, at most protocol.MaxAPIRequestBytes.
 func decodeAPIBody(w http.ResponseWriter, r *http.Request, v any) *protocol.APIError {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return apiErr(protocol.APIBadRequest, "the body must be JSON (Content-Type: application/json), not %s", clipText(ct, 60))
+		return apiErr(protocol.APIBadRequest, "the body must be JSON (Content-Type: application/json), not %s", protocol.Ellipsis(ct, 60))
 	}
 	body := http.MaxBytesReader(w, r.Body, protocol.MaxAPIRequestBytes)
 	return decodeAPIJSON(body, v)

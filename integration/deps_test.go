@@ -190,7 +190,7 @@ var depRules = []depRule{
 	{pkgs: "gateway/natsauth/...", forbid: "gateway/...", allow: "gateway/internal/...", why: "the NATS authority reaches the agent records and the audit trail through what the gateway wires in"},
 	{pkgs: "gateway/...", except: "gateway/natsauth/...", forbid: "github.com/nats-io/nats-server/v2/...", direct: true, binary: true, why: "the NATS server is the NATS authority's concern (tests may start one)"},
 	{pkgs: "gateway/signing/...", forbid: "gateway/...", allow: "gateway/internal/...", why: "the signing keys reach the fleet through what the gateway wires in"},
-	{pkgs: "gateway/internal/fsutil gateway/internal/loglimit gateway/internal/netutil gateway/internal/seal gateway/internal/textutil", forbid: "module", why: "the shared helpers know no gateway concern"},
+	{pkgs: "gateway/internal/fsutil gateway/internal/loglimit gateway/internal/netutil gateway/internal/seal gateway/internal/textutil", forbid: "module", allow: "protocol", why: "the shared helpers know no gateway concern"},
 	{pkgs: "gateway/internal/jskv", forbid: "module", allow: "protocol integration/natstest", why: "the key-value helpers know no gateway concern"},
 	{pkgs: "cmd/fleetctl", forbid: "*", allow: "std protocol cmd/internal/version cmd/internal/profile", why: "it speaks the admin API's wire contract, nothing more"},
 	{pkgs: "agent/callauth agent/statelock agent/tasks agent/unidiff", forbid: "module", allow: "protocol policy/... agent/safefs agent/winjob", allOS: true, why: "it is a leaf the agent's tools build on"},

@@ -113,7 +113,7 @@ func (s *Service) checkProof(ctx context.Context, p *protocol.Proof, signing []b
 func checkProofShape(p *protocol.Proof) *protocol.APIError {
 	switch {
 	case !nkeys.IsValidPublicUserKey(p.PublicKey):
-		return apiErr(protocol.APIBadRequest, "public_key %q is not an nkey user public key (U...): send the public key of the agent's key", clipText(p.PublicKey, 60))
+		return apiErr(protocol.APIBadRequest, "public_key %q is not an nkey user public key (U...): send the public key of the agent's key", protocol.Ellipsis(p.PublicKey, 60))
 	case p.Time.IsZero():
 		return apiErr(protocol.APIBadRequest, "time is missing: send the time of the request (RFC 3339, UTC)")
 	case p.Signature == "":
@@ -129,7 +129,7 @@ func checkProofShape(p *protocol.Proof) *protocol.APIError {
 // the certificate of another CA (a man in the middle, or another fleet).
 func (s *Service) checkPin(pin string) *protocol.APIError {
 	if !protocol.ValidCAPin(pin) {
-		return apiErr(protocol.APIBadRequest, "ca_pin %q is not sha256:<64 lowercase hex digits>: copy it from fleetctl token create", clipText(pin, 80))
+		return apiErr(protocol.APIBadRequest, "ca_pin %q is not sha256:<64 lowercase hex digits>: copy it from fleetctl token create", protocol.Ellipsis(pin, 80))
 	}
 	d := s.dial()
 	for _, p := range d.APIPins {

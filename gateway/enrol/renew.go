@@ -145,7 +145,7 @@ func renewHost(subject string) (string, bool) {
 // badReply is the refusal (audited, not sent) of a request whose reply
 // subject is not under inboxPrefix.
 func badReply(reply, inboxPrefix string) *protocol.APIError {
-	return apiErr(protocol.APIBadRequest, "the reply subject %q is not under the sender's inbox prefix %s: no answer is sent", clipText(reply, 80), inboxPrefix)
+	return apiErr(protocol.APIBadRequest, "the reply subject %q is not under the sender's inbox prefix %s: no answer is sent", protocol.Ellipsis(reply, 80), inboxPrefix)
 }
 
 // screenRenewal answers at once, without a worker, a nonce, a record
@@ -218,7 +218,7 @@ func (s *Service) renewCredential(ctx context.Context, m *nats.Msg, out *Outcome
 	}
 	out.Key = req.PublicKey
 	if req.Host != host {
-		return nil, apiErr(protocol.APIBadRequest, "the request is for host %q but was sent on the subject of host %s: send it to %s", clipText(req.Host, 60), host, protocol.RenewSubject(req.Host))
+		return nil, apiErr(protocol.APIBadRequest, "the request is for host %q but was sent on the subject of host %s: send it to %s", protocol.Ellipsis(req.Host, 60), host, protocol.RenewSubject(req.Host))
 	}
 	if aerr := s.checkProof(ctx, &req.Proof, req.SigningBytes()); aerr != nil {
 		return nil, aerr

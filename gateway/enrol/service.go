@@ -167,10 +167,3 @@ func (s *Service) dial() Dial { return s.cfg.Dial() }
 func apiErr(code protocol.APICode, format string, args ...any) *protocol.APIError {
 	return &protocol.APIError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
-
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}

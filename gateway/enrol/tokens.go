@@ -172,7 +172,7 @@ func (t *tokenRecord) allowName(asked, hostname string) (host string, replace bo
 	case t.Name != "":
 		host = t.Name
 	case asked == "":
-		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s needs the host's name, and this machine's name %q is not one (letters, digits, - and _): join with --name NAME", t.ID, clipText(hostname, 80))
+		return "", false, apiErr(protocol.APINameNotAllowed, "join token %s needs the host's name, and this machine's name %q is not one (letters, digits, - and _): join with --name NAME", t.ID, protocol.Ellipsis(hostname, 80))
 	case t.NamePattern != "":
 		if ok, _ := doublestar.Match(t.NamePattern, asked); !ok {
 			return "", false, apiErr(protocol.APINameNotAllowed, "join token %s enrols host names matching %s, and %s does not: choose a matching --name, or ask for another token",
@@ -246,7 +246,7 @@ func validateTokenNames(req *protocol.TokenCreateRequest) []error {
 	}
 	if p := req.NamePattern; p != "" {
 		if len(p) > 256 || !doublestar.ValidatePattern(p) || strings.ContainsAny(p, "/\\") {
-			errs = append(errs, fmt.Errorf("name_pattern %q is not a valid pattern over host names (use * ? [a-z] {a,b}, e.g. web-*)", clipText(p, 60)))
+			errs = append(errs, fmt.Errorf("name_pattern %q is not a valid pattern over host names (use * ? [a-z] {a,b}, e.g. web-*)", protocol.Ellipsis(p, 60)))
 		}
 	}
 	if req.Replace != "" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // A cluster node: the embedded server routed to the other gateways'
@@ -71,7 +73,7 @@ func RouteURLs(routes []string) ([]*url.URL, error) {
 		}
 		u, err := url.Parse(raw)
 		bad := func(why string) error {
-			return fmt.Errorf("--nats_routes: %q %s; want nats-route://host:port", clip(r, 120), why)
+			return fmt.Errorf("--nats_routes: %q %s; want nats-route://host:port", protocol.Ellipsis(r, 120), why)
 		}
 		switch {
 		case err != nil:
@@ -129,12 +131,4 @@ func clusterOptions(cl *ClusterOptions, opts *server.Options, routeTLS *tls.Conf
 	opts.Cluster = server.ClusterOpts{Name: cl.Name, Host: host, Port: p, TLSConfig: routeTLS, TLSTimeout: 5}
 	opts.Routes = routes
 	return nil
-}
-
-// clip cuts s to n bytes, marking the cut.
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }

@@ -90,12 +90,7 @@ func ParseDirURI(uri string) (name, dir string, err error) {
 }
 
 // ClipURI shortens a URI for an error message.
-func ClipURI(uri string) string {
-	if len(uri) > 200 {
-		return uri[:200] + "..."
-	}
-	return uri
-}
+func ClipURI(uri string) string { return protocol.Ellipsis(uri, 200) }
 
 // skills/list pages are cursored by the last skill name served: the
 // cursor is opaque to clients (base64url of "v1:" and the name).

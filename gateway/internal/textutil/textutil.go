@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
 // Truncate cuts s to at most n bytes, on a character boundary, and says
@@ -16,11 +17,8 @@ func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("... [%d more bytes]", len(s)-cut)
+	head := protocol.Clip(s, n)
+	return head + fmt.Sprintf("... [%d more bytes]", len(s)-len(head))
 }
 
 // FormatLabels writes labels as k=v,k=v in key order.
