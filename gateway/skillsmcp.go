@@ -132,7 +132,7 @@ func (g *Gateway) skillsMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 // skillsVisible reports whether id may see the fleet's skills: its
 // access rules grant it the skill tool on at least one host.
 func (g *Gateway) skillsVisible(id *access.Identity) bool {
-	gr := g.cfg.Access.For(id)
+	gr := g.subsys.access.Load().For(id)
 	return slices.ContainsFunc(g.calling.reg.list(""), func(h HostInfo) bool {
 		return gr.Tool(protocol.ToolSkill, h.Host, h.Labels).Allowed
 	})

@@ -476,6 +476,50 @@ func checkDirectories(t *testing.T, cs *mcp.ClientSession) {
 	}
 }
 
+// TestSkillsVisibilityFollowsReload: who may see the fleet's skills is
+// decided with the access rules in force, so a reload that denies a
+// caller the skill tool hides them at its next request.
+func TestSkillsVisibilityFollowsReload(t *testing.T) {
+	src := newMemSkills(t)
+	fillSkills(t, src)
+	dir := t.TempDir()
+	accessFile := filepath.Join(dir, "access.yaml")
+	writeFile(t, accessFile, "rules:\n  - {name: no-writes, deny: true, match: {sub: \"*\"}, hosts: [\"*\"], tools: [write]}\n")
+	rules, err := access.LoadRules(accessFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, line, err := access.NewAPIToken("skiller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := access.ParseAPITokens("tokens.yaml", []byte("tokens:\n  "+strings.Replace(line, `tools: [read]`, `tools: [skill]`, 1)+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEnv(t, Options{Agents: []string{"alpha"}, Gateway: func(c *gateway.Config) {
+		c.SkillSource = src
+		c.AuthDisabled = false
+		c.Auth = access.AuthConfig{APITokens: tokens}
+		c.Access = rules
+	}})
+	cs := skillsClient(t, e.Gateway.MCPURL(), "", tok)
+	if skills, _ := listAllSkills(t, cs); len(skills) == 0 {
+		t.Fatal("a caller granted skill sees no skills")
+	}
+	writeFile(t, accessFile, "rules:\n  - {name: no-skills, deny: true, match: {sub: \"*\"}, hosts: [\"*\"], tools: [skill]}\n")
+	if err := e.Gateway.Reload(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	res, err := listSkills(t, cs, "")
+	if err != nil {
+		t.Fatalf("skills/list after the reload: %v", err)
+	}
+	if len(res.Skills) != 0 {
+		t.Fatalf("after a reload that denies the skill tool, skills/list shows %d skills; want none", len(res.Skills))
+	}
+}
+
 // TestSkillsExtensionAccess: a caller whose access rules grant the skill
 // tool on no host sees no skills, and every skill and file is unknown to
 // it, answered exactly as for a skill that does not exist.
