@@ -171,7 +171,10 @@ type renewalBounds struct {
 
 func (r renewalBounds) AllowRenewal(host string) (bool, time.Duration, string) {
 	ok, wait := r.b.allowRenewal(host)
-	return ok, wait, r.b.renewLimitText()
+	if ok {
+		return true, 0, "" // the text is for refusals only
+	}
+	return false, wait, r.b.renewLimitText()
 }
 
 func (r renewalBounds) Early(host string, due time.Time) {
