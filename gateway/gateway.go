@@ -170,8 +170,11 @@ type lifecycle struct {
 	// stopLoops ends the loops the gateway runs, loops joins them.
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
-	// reloadMu makes reloads one at a time.
+	// reloadMu makes reloads one at a time, and guards stopping: set once
+	// Shutdown begins, after which Reload does nothing (it would reopen
+	// the audit file the shutdown closes).
 	reloadMu     sync.Mutex
+	stopping     bool
 	shutdownOnce sync.Once
 	shutdownErr  error
 	// done receives the MCP server's end.
@@ -558,6 +561,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 }
 
 func (g *Gateway) shutdown(ctx context.Context) error {
+	g.life.reloadMu.Lock()
+	g.life.stopping = true
+	g.life.reloadMu.Unlock()
 	err := g.serving.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = g.serving.http.Close()

@@ -19,10 +19,14 @@ import (
 // in force together, and reopens the audit file. A file that cannot be
 // read or parsed is refused with one log line naming it and the problem;
 // the rules and tokens in force then stay as they were. The returned
-// error joins every problem (nil: all reloaded).
+// error joins every problem (nil: all reloaded). Once Shutdown has begun
+// it reloads nothing and says so.
 func (g *Gateway) Reload() error {
 	g.life.reloadMu.Lock()
 	defer g.life.reloadMu.Unlock()
+	if g.life.stopping {
+		return errReloadStopping
+	}
 	var errs []error
 	rules, tokens := g.subsys.access.Load(), (*access.APITokens)(nil)
 	if g.subsys.auth != nil {
@@ -75,3 +79,6 @@ func (g *Gateway) Reload() error {
 
 // refusedReload is the message of a file a reload refuses.
 const refusedReload = "reload refused: the access rules and API tokens in force stay"
+
+// errReloadStopping: a reload asked for while the gateway shuts down.
+var errReloadStopping = errors.New("the gateway is shutting down: nothing was reloaded")
