@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -20,7 +21,7 @@ import (
 // and the victim's, each joined with a join token of its own, and an MCP
 // client session to the gateway.
 type fleet struct {
-	gw, honest, victim *proc
+	gw, honest, victim *childproc.Proc
 	cs                 *mcp.ClientSession
 	natsURL            string
 	victimState        string
@@ -34,7 +35,7 @@ const (
 func startFleet(ctx context.Context, bins map[string]string, dir string, stderr io.Writer) (*fleet, error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := freeAddr()
+		a, err := childproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +54,7 @@ func startFleet(ctx context.Context, bins map[string]string, dir string, stderr 
 	// Its fleetctl profile stays with the command, not in the user's
 	// configuration.
 	gwCmd.Env = append(os.Environ(), profile)
-	gw, err := start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute, func(line string) bool {
+	gw, err := childproc.Start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute, func(line string) bool {
 		line = strings.TrimSpace(line)
 		if s, ok := strings.CutPrefix(line, "token:"); ok {
 			token = strings.TrimSpace(s)
@@ -86,16 +87,16 @@ func startFleet(ctx context.Context, bins map[string]string, dir string, stderr 
 		f.stop()
 		return nil, fmt.Errorf("fleetctl token create printed no token:\n%s", out)
 	}
-	agent := func(name, tok string) (*proc, error) {
+	agent := func(name, tok string) (*childproc.Proc, error) {
 		args := append([]string{"join"}, strings.Fields(join)...)
 		args = append(args, "--name", name, "--state_dir", filepath.Join(dir, name), "--cwd", work, "--log_level", "warn")
 		cmd := command(-1, bins["fleet-agent"], args...)
-		p, err := start(ctx, "fleet-agent "+name, cmd, stderr, 0, nil)
+		p, err := childproc.Start(ctx, "fleet-agent "+name, cmd, stderr, 0, nil)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := fmt.Fprintln(p.in, tok); err != nil {
-			p.stop()
+		if err := p.Send(tok); err != nil {
+			p.Stop()
 			return nil, err
 		}
 		return p, nil
@@ -149,10 +150,10 @@ func (f *fleet) waitOnline(ctx context.Context, limit time.Duration) error {
 				return nil
 			}
 		}
-		for _, a := range []*proc{f.honest, f.victim} {
+		for _, a := range []*childproc.Proc{f.honest, f.victim} {
 			select {
-			case <-a.done:
-				return fmt.Errorf("%s exited before it came online", a.name)
+			case <-a.Done():
+				return fmt.Errorf("%s exited before it came online", a.Name())
 			default:
 			}
 		}
@@ -186,7 +187,7 @@ func (f *fleet) stop() {
 		_ = f.cs.Close()
 	}
 	// The agents first, so that their goodbyes reach the gateway.
-	f.victim.stop()
-	f.honest.stop()
-	f.gw.stop()
+	f.victim.Stop()
+	f.honest.Stop()
+	f.gw.Stop()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fleetmcp/fleetmcp/agent/identity"
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/fleetmcp/fleetmcp/integration/enrolclient"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -85,7 +86,7 @@ func runFlooder(ctx context.Context, o *options, stdin io.Reader, stdout io.Writ
 	if err := nc.Flush(); err != nil {
 		return err
 	}
-	out := &lockedWriter{w: stdout}
+	out := &childproc.LockedWriter{W: stdout}
 	fmt.Fprintln(out, "READY")
 	var running *flooding
 	defer func() {

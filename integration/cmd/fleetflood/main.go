@@ -55,6 +55,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 )
 
 func main() {
@@ -162,5 +164,5 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "responder":
 		return runResponder(ctx, o, stdout)
 	}
-	return measure(ctx, o, stdout, &lockedWriter{w: stderr})
+	return measure(ctx, o, stdout, &childproc.LockedWriter{W: stderr})
 }

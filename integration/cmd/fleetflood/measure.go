@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -21,8 +22,8 @@ import (
 type side struct {
 	name    string
 	call    func(ctx context.Context) error
-	server  *proc // the process whose CPU is counted: the gateway's, the floor server's
-	flooder *proc
+	server  *childproc.Proc // the process whose CPU is counted: the gateway's, the floor server's
+	flooder *childproc.Proc
 	// runs[i][phase]
 	runs [][3]phaseResult
 }
@@ -57,7 +58,7 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		for _, name := range []string{"fleet-gateway", "fleet-agent", "fleetctl"} {
 			bins[name] = filepath.Join(o.binDir, name)
 		}
-	} else if bins, err = buildBinaries(ctx, dir); err != nil {
+	} else if bins, err = childproc.Build(ctx, dir, "fleet-gateway", "fleet-agent", "fleetctl"); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
@@ -65,8 +66,8 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	rates := []string{"-report_rate", strconv.Itoa(o.reportRate), "-renew_rate", strconv.Itoa(o.renewRate)}
-	flooder := func(name string, args ...string) (*proc, error) {
-		return start(ctx, name, command(o.flooderCPU, exe, append(append([]string{"-role", "flooder"}, rates...), args...)...), stderr, time.Minute,
+	flooder := func(name string, args ...string) (*childproc.Proc, error) {
+		return childproc.Start(ctx, name, command(o.flooderCPU, exe, append(append([]string{"-role", "flooder"}, rates...), args...)...), stderr, time.Minute,
 			func(l string) bool { return l == "READY" })
 	}
 
@@ -80,10 +81,10 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer gwFlooder.stop()
+	defer gwFlooder.Stop()
 	// A call really sent to the victim, for the reports about it: seen
 	// with the victim's own credential.
-	if _, err := gwFlooder.ask(ctx, 10*time.Second, "capture", "CAPTURING"); err != nil {
+	if _, err := gwFlooder.Ask(ctx, 10*time.Second, "capture", "CAPTURING"); err != nil {
 		return err
 	}
 	// The flooder's connection beside the live victim agent is two
@@ -94,12 +95,12 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if _, err := fl.bash(ctx, victimHost, "echo real"); err != nil {
 		fmt.Fprintf(stderr, "fleetflood: the call to the victim was refused (%v): every report of the flood is about a call never sent\n", err)
 	} else {
-		line, err := gwFlooder.expect(ctx, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "CALL ") })
+		line, err := gwFlooder.Expect(ctx, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "CALL ") })
 		if err != nil {
 			return err
 		}
 		realID = strings.TrimPrefix(line, "CALL ")
-		if _, err := gwFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
+		if _, err := gwFlooder.Ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
 			return err
 		}
 	}
@@ -150,13 +151,13 @@ func (s *side) phase(ctx context.Context, o *options, ph string) (phaseResult, e
 		subjects = protocol.RefusedSubject(victimHost) + " " + protocol.RenewSubject(victimHost)
 	}
 	if subjects != "" {
-		if _, err := s.flooder.ask(ctx, 10*time.Second, "start "+subjects, "STARTED"); err != nil {
+		if _, err := s.flooder.Ask(ctx, 10*time.Second, "start "+subjects, "STARTED"); err != nil {
 			return res, err
 		}
 		sleep(ctx, o.settle)
 	}
 	var ds []time.Duration
-	cpu0, fcpu0, t0 := cpuSeconds(s.server.pid()), cpuSeconds(s.flooder.pid()), time.Now()
+	cpu0, fcpu0, t0 := s.server.CPUSeconds(), s.flooder.CPUSeconds(), time.Now()
 	for len(ds) < o.calls || time.Since(t0) < o.phase {
 		// One call every o.interval, or at once after one that took
 		// longer: both sides do the same calls a second.
@@ -164,17 +165,17 @@ func (s *side) phase(ctx context.Context, o *options, ph string) (phaseResult, e
 		start := time.Now()
 		if err := s.call(ctx); err != nil {
 			if subjects != "" {
-				_, _ = s.flooder.ask(ctx, 30*time.Second, "stop", "STOPPED")
+				_, _ = s.flooder.Ask(ctx, 30*time.Second, "stop", "STOPPED")
 			}
 			return res, err
 		}
 		ds = append(ds, time.Since(start))
 	}
 	took := time.Since(t0).Seconds()
-	res.serverCPU = (cpuSeconds(s.server.pid()) - cpu0) / took
-	res.flooderCPU = (cpuSeconds(s.flooder.pid()) - fcpu0) / took
+	res.serverCPU = (s.server.CPUSeconds() - cpu0) / took
+	res.flooderCPU = (s.flooder.CPUSeconds() - fcpu0) / took
 	if subjects != "" {
-		sent, err := s.flooder.ask(ctx, 30*time.Second, "stop", "STOPPED")
+		sent, err := s.flooder.Ask(ctx, 30*time.Second, "stop", "STOPPED")
 		if err != nil {
 			return res, err
 		}
@@ -276,7 +277,7 @@ func loadAverage() string {
 // floorSide starts the floor's side: a bare NATS server behind an HTTP
 // endpoint, a responder doing the honest call's work, and the same flood
 // from the victim's files; stop ends them.
-func floorSide(ctx context.Context, o *options, exe, dir string, fl *fleet, realID string, flooder func(string, ...string) (*proc, error),
+func floorSide(ctx context.Context, o *options, exe, dir string, fl *fleet, realID string, flooder func(string, ...string) (*childproc.Proc, error),
 	stderr io.Writer) (s *side, stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -294,7 +295,7 @@ func floorSide(ctx context.Context, o *options, exe, dir string, fl *fleet, real
 		return nil, stop, err
 	}
 	var url, natsURL string
-	server, err := start(ctx, "floor server", command(-1, exe, "-role", "floor", "-dir", floorDir), stderr, time.Minute, func(l string) bool {
+	server, err := childproc.Start(ctx, "floor server", command(-1, exe, "-role", "floor", "-dir", floorDir), stderr, time.Minute, func(l string) bool {
 		rest, ok := strings.CutPrefix(l, "READY ")
 		url, natsURL, _ = strings.Cut(rest, " ")
 		return ok
@@ -302,21 +303,21 @@ func floorSide(ctx context.Context, o *options, exe, dir string, fl *fleet, real
 	if err != nil {
 		return nil, stop, err
 	}
-	stops = append(stops, server.stop)
-	responder, err := start(ctx, "floor responder", command(-1, exe, "-role", "responder", "-nats", natsURL,
+	stops = append(stops, server.Stop)
+	responder, err := childproc.Start(ctx, "floor responder", command(-1, exe, "-role", "responder", "-nats", natsURL,
 		"-creds", filepath.Join(floorDir, "floor-responder.creds"), "-call_bytes", strconv.Itoa(o.callBytes), "-floor_command", o.floorCommand), stderr, time.Minute,
 		func(l string) bool { return l == "READY" })
 	if err != nil {
 		return nil, stop, err
 	}
-	stops = append(stops, responder.stop)
+	stops = append(stops, responder.Stop)
 	floorFlooder, err := flooder("flooder (floor)", "-nats", natsURL, "-state", fl.victimState, "-creds", filepath.Join(floorDir, "floor-victim.creds"))
 	if err != nil {
 		return nil, stop, err
 	}
-	stops = append(stops, floorFlooder.stop)
+	stops = append(stops, floorFlooder.Stop)
 	if realID != "" {
-		if _, err := floorFlooder.ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
+		if _, err := floorFlooder.Ask(ctx, 10*time.Second, "real "+realID, "REAL"); err != nil {
 			return nil, stop, err
 		}
 	}

@@ -4,37 +4,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
-
-// childAttr makes a child process die with the command, so that none is
-// left behind when it is killed.
-func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }
-
-// cpuSeconds returns the CPU time (user and system) process pid has
-// used, from /proc/pid/stat; 0 when it cannot be read.
-func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name, in parentheses, may hold spaces: the fields
-	// counted start after its closing parenthesis.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // USER_HZ is 100 on Linux
-}
 
 // pinElsewhere keeps every thread of this process off cpu: the threads
 // made later, and the processes started later, inherit it.

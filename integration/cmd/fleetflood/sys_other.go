@@ -2,14 +2,7 @@
 
 package main
 
-import (
-	"errors"
-	"syscall"
-)
-
-func childAttr() *syscall.SysProcAttr { return nil }
-
-func cpuSeconds(int) float64 { return 0 }
+import "errors"
 
 func pinElsewhere(int) error { return errors.New("-flooder_cpu needs Linux") }
 
