@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -72,7 +72,7 @@ func (c *bcase) key() string { return fmt.Sprintf("%s|%s|%s|%d", c.name, c.targe
 type bench struct {
 	o        *options
 	fleet    *fleet
-	floor    *proc
+	floor    *childproc.Proc
 	sessions []*mcp.ClientSession
 	cases    []*bcase
 	byKey    map[string]*bcase
@@ -81,7 +81,7 @@ type bench struct {
 	largeB64 string
 }
 
-func newBench(ctx context.Context, o *options, floor *proc, floorURL string, fl *fleet, work string) (*bench, error) {
+func newBench(ctx context.Context, o *options, floor *childproc.Proc, floorURL string, fl *fleet, work string) (*bench, error) {
 	b := &bench{o: o, fleet: fl, floor: floor, byKey: map[string]*bcase{}, small: string(smallText(o.smallSize)), large: payload(o.largeSize)}
 	b.largeB64 = base64.StdEncoding.EncodeToString(b.large)
 	largeText := strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", o.largeSize/64+1)[:o.largeSize]
@@ -269,7 +269,7 @@ func (b *bench) measure(ctx context.Context, stdout io.Writer) error {
 			if !b.selected(c) {
 				continue
 			}
-			gw0, ag0 := cpuSeconds(b.fleet.gw), cpuSeconds(b.fleet.agent)
+			gw0, ag0 := b.fleet.gw.CPUSeconds(), b.fleet.agent.CPUSeconds()
 			st, err := load(ctx, c.conc, c.calls, c.call)
 			if err != nil {
 				return fmt.Errorf("round %d, %s (%s, era %s, c=%d): %w", r+1, c.name, c.target, c.era, c.conc, err)
@@ -280,8 +280,8 @@ func (b *bench) measure(ctx context.Context, stdout io.Writer) error {
 					c.cpu = map[string][]float64{}
 				}
 				n := float64(c.calls)
-				c.cpu["gateway"] = append(c.cpu["gateway"], (cpuSeconds(b.fleet.gw)-gw0)/n)
-				c.cpu["agent"] = append(c.cpu["agent"], (cpuSeconds(b.fleet.agent)-ag0)/n)
+				c.cpu["gateway"] = append(c.cpu["gateway"], (b.fleet.gw.CPUSeconds()-gw0)/n)
+				c.cpu["agent"] = append(c.cpu["agent"], (b.fleet.agent.CPUSeconds()-ag0)/n)
 			}
 		}
 		fmt.Fprintf(stdout, "round %d of %d: %s (load average %s)\n", r+1, b.o.rounds, time.Since(start).Round(100*time.Millisecond), loadAverage())
@@ -332,26 +332,6 @@ func load(ctx context.Context, conc, n int, fn func(ctx context.Context, worker,
 	return stats{p50: lat[len(lat)/2], p99: lat[min(len(lat)*99/100, len(lat)-1)], rate: float64(n) / elapsed.Seconds()}, nil
 }
 
-// cpuSeconds is the user and system CPU time of a process so far.
-func cpuSeconds(p *proc) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ is 100 on Linux
-}
-
 // perf records the CPU profiles of the gateway and agent processes while
 // 4 KiB reads go to each host, and of the floor server while it echoes.
 func (b *bench) perf(ctx context.Context, dir string, stdout, stderr io.Writer) error {
@@ -360,13 +340,13 @@ func (b *bench) perf(ctx context.Context, dir string, stdout, stderr io.Writer) 
 	}
 	for _, host := range []string{agentHost, devHost, "floor"} {
 		c := b.byKey[(&bcase{name: "read 4 KiB", target: targetOf(host), era: "2025", conc: 1}).key()]
-		procs := map[string]*proc{"gateway": b.fleet.gw, "agent": b.fleet.agent}
+		procs := map[string]*childproc.Proc{"gateway": b.fleet.gw, "agent": b.fleet.agent}
 		if host == devHost {
 			delete(procs, "agent")
 		}
 		if host == "floor" {
 			c = b.byKey[(&bcase{name: "echo", target: "floor", era: "2025", conc: 1}).key()]
-			procs = map[string]*proc{"server": b.floor}
+			procs = map[string]*childproc.Proc{"server": b.floor}
 		}
 		if c == nil {
 			return fmt.Errorf("-perf needs concurrency 1 among -concurrency")
@@ -374,7 +354,7 @@ func (b *bench) perf(ctx context.Context, dir string, stdout, stderr io.Writer) 
 		var recs []*exec.Cmd
 		for name, p := range procs {
 			file := filepath.Join(dir, targetOf(host)+"-"+name+".data")
-			rec := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-p", strconv.Itoa(p.cmd.Process.Pid), "-o", file)
+			rec := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-p", strconv.Itoa(p.Pid()), "-o", file)
 			rec.Stderr = stderr
 			if err := rec.Start(); err != nil {
 				return fmt.Errorf("perf record: %w", err)

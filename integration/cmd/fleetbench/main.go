@@ -43,6 +43,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 )
 
 func main() {
@@ -141,18 +143,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRelay(ctx, o.natsURL, o.keyFile, o.dir, stdout)
 	}
 	// Every child's standard error is copied here by a goroutine of its own.
-	stderr = &lockedWriter{w: stderr}
+	stderr = &childproc.LockedWriter{W: stderr}
 	dir, err := os.MkdirTemp("", "fleetbench")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	if o.gatewayBin == "" || o.agentBin == "" {
-		gw, ag, err := buildBinaries(ctx, dir)
+		bins, err := childproc.Build(ctx, dir, "fleet-gateway", "fleet-agent")
 		if err != nil {
 			return err
 		}
-		o.gatewayBin, o.agentBin = orDefault(o.gatewayBin, gw), orDefault(o.agentBin, ag)
+		o.gatewayBin, o.agentBin = orDefault(o.gatewayBin, bins["fleet-gateway"]), orDefault(o.agentBin, bins["fleet-agent"])
 	}
 	work := filepath.Join(dir, "files")
 	if err := writeFiles(work, o); err != nil {

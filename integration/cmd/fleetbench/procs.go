@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -13,103 +12,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// proc is a child process of the benchmark.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// start runs cmd, hands its stdout lines to lines (until it returns
-// true: the process is ready), and waits at most limit for that.
-func start(ctx context.Context, name string, cmd *exec.Cmd, stderr io.Writer, limit time.Duration, lines func(string) bool) (*proc, error) {
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = childAttr()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	ready := make(chan struct{})
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		said := false
-		for sc.Scan() {
-			if !said && lines(sc.Text()) {
-				said = true
-				close(ready)
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { <-scanned; _ = cmd.Wait(); close(p.done) }()
-	select {
-	case <-ready:
-		return p, nil
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited before it was ready", name)
-	case <-time.After(limit):
-		p.stop()
-		return nil, fmt.Errorf("%s not ready within %s", name, limit)
-	case <-ctx.Done():
-		p.stop()
-		return nil, ctx.Err()
-	}
-}
-
-// stop asks the process to end and waits, killing it after 20 s.
-func (p *proc) stop() {
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// buildBinaries builds fleet-gateway and fleet-agent into dir.
-func buildBinaries(ctx context.Context, dir string) (gw, ag string, err error) {
-	gw, ag = filepath.Join(dir, "fleet-gateway"), filepath.Join(dir, "fleet-agent")
-	for bin, pkg := range map[string]string{gw: "github.com/fleetmcp/fleetmcp/cmd/fleet-gateway", ag: "github.com/fleetmcp/fleetmcp/cmd/fleet-agent"} {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			return "", "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-		}
-	}
-	return gw, ag, nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
 
 // fleet is the system under test: a fleet-gateway --dev process (with its
 // in-process agent, host devHost) and a separate fleet-agent process
 // joined to it (host agentHost).
 type fleet struct {
-	gw, agent *proc
+	gw, agent *childproc.Proc
 	mcpURL    string
 }
 
@@ -121,7 +34,7 @@ const (
 func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Writer) (*fleet, error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := freeAddr()
+		a, err := childproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +47,7 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 	// Its fleetctl profile stays with the bench, not in the user's
 	// configuration.
 	gwCmd.Env = append(os.Environ(), "FLEET_PROFILE="+filepath.Join(dir, "fleetctl.json"))
-	gw, err := start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute,
+	gw, err := childproc.Start(ctx, "fleet-gateway --dev", gwCmd, stderr, 2*time.Minute,
 		func(line string) bool {
 			line = strings.TrimSpace(line)
 			if s, ok := strings.CutPrefix(line, "token:"); ok {
@@ -154,7 +67,9 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 	args = append(args, "--name", agentHost, "--state_dir", filepath.Join(dir, "agent"), "--cwd", cwd, "--log_level", "warn")
 	// The agent prints nothing when it is up: readiness is the gateway
 	// seeing it online, below.
-	ag, err := startQuiet(agBin, args, strings.NewReader(token+"\n"), stderr)
+	agCmd := exec.Command(agBin, args...)
+	agCmd.Stdin = strings.NewReader(token + "\n")
+	ag, err := childproc.Start(ctx, filepath.Base(agBin), agCmd, stderr, 0, nil)
 	if err != nil {
 		f.stop()
 		return nil, err
@@ -165,31 +80,6 @@ func startFleet(ctx context.Context, gwBin, agBin, dir, cwd string, stderr io.Wr
 		return nil, err
 	}
 	return f, nil
-}
-
-// lockedWriter serialises the writes of several goroutines to w.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// startQuiet runs a process that signals nothing on stdout.
-func startQuiet(bin string, args []string, stdin io.Reader, stderr io.Writer) (*proc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Stdin, cmd.Stderr, cmd.Stdout = stdin, stderr, io.Discard
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{name: filepath.Base(bin), cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, nil
 }
 
 // waitOnline waits until the gateway lists both hosts online.
@@ -209,7 +99,7 @@ func (f *fleet) waitOnline(ctx context.Context, limit time.Duration) error {
 			}
 		}
 		select {
-		case <-f.agent.done:
+		case <-f.agent.Done():
 			return errors.New("fleet-agent exited before it came online")
 		case <-ctx.Done():
 			return ctx.Err()
@@ -224,9 +114,9 @@ func (f *fleet) waitOnline(ctx context.Context, limit time.Duration) error {
 func (f *fleet) stop() {
 	// The agent first, so that its goodbye reaches the gateway.
 	if f.agent != nil {
-		f.agent.stop()
+		f.agent.Stop()
 	}
-	f.gw.stop()
+	f.gw.Stop()
 }
 
 // The floor: bare go-sdk streamable-HTTP servers, one of each protocol
@@ -318,12 +208,12 @@ func runFloor(ctx context.Context, listen, keyFile string, stdout io.Writer) err
 
 // floors are the floor server and the relay floor's responder.
 type floors struct {
-	server, relay *proc
+	server, relay *childproc.Proc
 }
 
 func (f *floors) stop() {
-	f.relay.stop()
-	f.server.stop()
+	f.relay.Stop()
+	f.server.Stop()
 }
 
 // startFloor runs this binary as the floor server, with keys made in
@@ -333,7 +223,7 @@ func startFloor(ctx context.Context, dir, work string, stderr io.Writer) (*floor
 	if err != nil {
 		return nil, "", err
 	}
-	addr, err := freeAddr()
+	addr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -342,7 +232,7 @@ func startFloor(ctx context.Context, dir, work string, stderr io.Writer) (*floor
 		return nil, "", err
 	}
 	var url, natsURL string
-	server, err := start(ctx, "floor server", exec.Command(exe, "-role", "floor", "-listen", addr, "-keys", keyFile), stderr, time.Minute, func(line string) bool {
+	server, err := childproc.Start(ctx, "floor server", exec.Command(exe, "-role", "floor", "-listen", addr, "-keys", keyFile), stderr, time.Minute, func(line string) bool {
 		rest, ok := strings.CutPrefix(line, "READY ")
 		url, natsURL, _ = strings.Cut(rest, " ")
 		return ok
@@ -350,11 +240,11 @@ func startFloor(ctx context.Context, dir, work string, stderr io.Writer) (*floor
 	if err != nil {
 		return nil, "", err
 	}
-	relay, err := start(ctx, "relay responder", exec.Command(exe, "-role", "relay", "-nats", natsURL, "-keys", keyFile, "-dir", work), stderr, time.Minute, func(line string) bool {
+	relay, err := childproc.Start(ctx, "relay responder", exec.Command(exe, "-role", "relay", "-nats", natsURL, "-keys", keyFile, "-dir", work), stderr, time.Minute, func(line string) bool {
 		return line == "READY"
 	})
 	if err != nil {
-		server.stop()
+		server.Stop()
 		return nil, "", err
 	}
 	return &floors{server: server, relay: relay}, url, nil
