@@ -284,7 +284,7 @@ func (b *bench) measure(ctx context.Context, stdout io.Writer) error {
 				c.cpu["agent"] = append(c.cpu["agent"], (b.fleet.agent.CPUSeconds()-ag0)/n)
 			}
 		}
-		fmt.Fprintf(stdout, "round %d of %d: %s (load average %s)\n", r+1, b.o.rounds, time.Since(start).Round(100*time.Millisecond), loadAverage())
+		fmt.Fprintf(stdout, "round %d of %d: %s (load average %s)\n", r+1, b.o.rounds, time.Since(start).Round(100*time.Millisecond), childproc.LoadAverage())
 	}
 	return nil
 }

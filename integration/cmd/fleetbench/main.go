@@ -175,12 +175,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer b.close()
-	fmt.Fprintf(stdout, "fleetbench: %d CPUs, %s, load average at start %s; %d rounds\n", runtime.NumCPU(), runtime.Version(), loadAverage(), o.rounds)
+	fmt.Fprintf(stdout, "fleetbench: %d CPUs, %s, load average at start %s; %d rounds\n", runtime.NumCPU(), runtime.Version(), childproc.LoadAverage(), o.rounds)
 	if err := b.measure(ctx, stdout); err != nil {
 		return err
 	}
 	b.report(stdout)
-	fmt.Fprintf(stdout, "load average at the end %s\n", loadAverage())
+	fmt.Fprintf(stdout, "load average at the end %s\n", childproc.LoadAverage())
 	if o.perfDir != "" {
 		return b.perf(ctx, o.perfDir, stdout, stderr)
 	}
@@ -209,16 +209,4 @@ func writeFiles(work string, o *options) error {
 func smallText(n int) []byte {
 	line := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"
 	return []byte(strings.Repeat(line, n/len(line)+1)[:n])
-}
-
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

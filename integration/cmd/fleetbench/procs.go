@@ -191,19 +191,7 @@ func runFloor(ctx context.Context, listen, keyFile string, stdout io.Writer) err
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "READY http://%s %s\n", ln.Addr(), ns.ClientURL())
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return err
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return nil
+	return childproc.Serve(ctx, ln, mux, stdout, ns.ClientURL())
 }
 
 // floors are the floor server and the relay floor's responder.

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
 
@@ -211,19 +212,7 @@ func runFloor(ctx context.Context, o *options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "READY http://%s %s\n", ln.Addr(), ns.ClientURL())
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return err
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return nil
+	return childproc.Serve(ctx, ln, mux, stdout, ns.ClientURL())
 }
 
 // runResponder answers the floor's calls with -call_bytes of payload,

@@ -129,12 +129,12 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		pin = fmt.Sprintf("flooders on CPU %d alone, the rest on the others", o.flooderCPU)
 	}
 	fmt.Fprintf(stdout, "fleetflood: %d CPUs, %s, %s, load average at start %s; %d runs, phases of %s (a call every %s, at least %d calls); flood of %d reports/s and %d renewal requests/s\n",
-		runtime.NumCPU(), runtime.Version(), pin, loadAverage(), o.runs, o.phase, o.interval, o.calls, o.reportRate, o.renewRate)
+		runtime.NumCPU(), runtime.Version(), pin, childproc.LoadAverage(), o.runs, o.phase, o.interval, o.calls, o.reportRate, o.renewRate)
 	if err := runSides(ctx, o, sides, stdout); err != nil {
 		return err
 	}
 	report(stdout, sides)
-	fmt.Fprintf(stdout, "load average at the end %s\n", loadAverage())
+	fmt.Fprintf(stdout, "load average at the end %s\n", childproc.LoadAverage())
 	return nil
 }
 
@@ -260,18 +260,6 @@ func joinRatios(xs []float64) string {
 		fmt.Fprintf(&b, "%.2fx", x)
 	}
 	return b.String()
-}
-
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // floorSide starts the floor's side: a bare NATS server behind an HTTP

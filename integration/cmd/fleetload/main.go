@@ -56,6 +56,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
 )
 
@@ -166,25 +167,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.role == "gateway" {
 		return runGateway(ctx, o, stdout, stderr)
 	}
-	fmt.Fprintf(stdout, "fleetload: %d CPUs, load average at start %s\n", runtime.NumCPU(), loadAverage())
+	fmt.Fprintf(stdout, "fleetload: %d CPUs, load average at start %s\n", runtime.NumCPU(), childproc.LoadAverage())
 	for _, n := range o.hosts {
 		if err := measure(ctx, o, n, stdout, stderr); err != nil {
 			return fmt.Errorf("%d hosts: %w", n, err)
 		}
 	}
 	return nil
-}
-
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // hostName is the name of simulated host i.
@@ -426,15 +415,6 @@ func (c *child) waitOnline(ctx context.Context, n int, limit time.Duration) (tim
 	return 0, fmt.Errorf("only %d of %d hosts online after %s", st.Online, n, limit)
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // smallFile is the file every simulated host serves to fleet_read.
 const smallFile = "/etc/fleet/app.conf"
 
@@ -464,7 +444,7 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	}
 	defer os.RemoveAll(b.dataDir)
 	for i := range b.addrs {
-		if b.addrs[i], err = freeAddr(); err != nil {
+		if b.addrs[i], err = childproc.FreeAddr(); err != nil {
 			return err
 		}
 	}
@@ -519,7 +499,7 @@ func measure(ctx context.Context, o *options, n int, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n== %d hosts (joined in %s; load average %s)\n", n, joined.Round(10*time.Millisecond), loadAverage())
+	fmt.Fprintf(stdout, "\n== %d hosts (joined in %s; load average %s)\n", n, joined.Round(10*time.Millisecond), childproc.LoadAverage())
 	fmt.Fprintf(stdout, "gateway memory: RSS %.1f MiB idle without agents, %.1f MiB with %d idle agents: %.1f KB per host (heap %.1f KB/host, stacks %.1f KB/host, goroutines %d -> %d)\n",
 		float64(base.RSSKB)/1024, float64(idle.RSSKB)/1024, n, float64(idle.RSSKB-base.RSSKB)/float64(n),
 		float64(int64(idle.HeapInuse)-int64(base.HeapInuse))/1024/float64(n), float64(int64(idle.StackInuse)-int64(base.StackInuse))/1024/float64(n),

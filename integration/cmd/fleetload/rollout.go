@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmcp/fleetmcp/gateway"
+	"github.com/fleetmcp/fleetmcp/integration/cmd/internal/childproc"
 	"github.com/fleetmcp/fleetmcp/integration/simfleet"
 	"github.com/fleetmcp/fleetmcp/protocol"
 )
@@ -115,7 +116,7 @@ func measureRollout(ctx context.Context, b *bench, hosts []string, creds map[str
 	if _, err := b.gw.waitOnline(ctx, b.n, 3*time.Minute); err != nil {
 		return err
 	}
-	fmt.Fprintf(b.stdout, "\n== skill rollout to %d hosts (load average %s)\n", b.n, loadAverage())
+	fmt.Fprintf(b.stdout, "\n== skill rollout to %d hosts (load average %s)\n", b.n, childproc.LoadAverage())
 	var took []time.Duration
 	maxConsumers := map[string]int{}
 	missed := 0

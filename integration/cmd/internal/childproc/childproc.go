@@ -1,6 +1,8 @@
 // Package childproc runs the child processes of the load commands: it
 // builds the fleet binaries, starts a process and waits for the line that
-// says it is ready, talks to it line by line, and stops it.
+// says it is ready, talks to it line by line, and stops it. A child serves
+// HTTP and says it is ready with Serve; LoadAverage reads the machine's
+// load for the commands' reports.
 package childproc
 
 import (
@@ -10,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -180,4 +184,37 @@ func (l *LockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.W.Write(p)
+}
+
+// Serve is the child's side of the ready line: it serves h on ln, says
+// `READY http://<address> <also>` on stdout once it listens, and serves
+// until ctx ends (then shuts down, waiting at most 5 s) or serving fails.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, stdout io.Writer, also string) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "READY http://%s %s\n", ln.Addr(), also)
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// LoadAverage returns the machine's 1, 5 and 15 minute load averages
+// from /proc/loadavg, or "unknown".
+func LoadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
