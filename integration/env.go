@@ -654,31 +654,8 @@ func (e *Env) close() {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// agentBinary builds cmd/fleet-agent once per test binary.
-func AgentBinary(t testing.TB) string {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fleet-agent-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fleet-agent")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/fleetmcp/fleetmcp/cmd/fleet-agent").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build fleet-agent: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// AgentBinary builds cmd/fleet-agent once per test binary.
+func AgentBinary(t testing.TB) string { return agentCommand.binary(t) }
 
 // testWriter sends log lines to the test log.
 type testWriter struct{ t testing.TB }

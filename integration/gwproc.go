@@ -220,31 +220,8 @@ func (p *GatewayProc) Memory() (rss, peak int64) {
 	return rss, peak
 }
 
-var (
-	gwBuildOnce sync.Once
-	gwBinPath   string
-	gwBuildErr  error
-)
-
 // GatewayBinary builds cmd/fleet-gateway once per test binary.
-func GatewayBinary(t testing.TB) string {
-	gwBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fleet-gateway-bin")
-		if err != nil {
-			gwBuildErr = err
-			return
-		}
-		gwBinPath = filepath.Join(dir, "fleet-gateway")
-		out, err := exec.Command("go", "build", "-o", gwBinPath, "github.com/fleetmcp/fleetmcp/cmd/fleet-gateway").CombinedOutput()
-		if err != nil {
-			gwBuildErr = fmt.Errorf("go build fleet-gateway: %v\n%s", err, out)
-		}
-	})
-	if gwBuildErr != nil {
-		t.Fatal(gwBuildErr)
-	}
-	return gwBinPath
-}
+func GatewayBinary(t testing.TB) string { return gatewayCommand.binary(t) }
 
 const MiB = 1 << 20
 

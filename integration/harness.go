@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -64,33 +63,8 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-var (
-	ctlBuildOnce sync.Once
-	ctlBinPath   string
-	ctlBuildErr  error
-)
-
 // FleetctlBinary builds cmd/fleetctl once per test binary.
-func FleetctlBinary(t testing.TB) string {
-	ctlBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fleetctl-bin")
-		if err != nil {
-			ctlBuildErr = err
-			return
-		}
-		ctlBinPath = filepath.Join(dir, "fleetctl")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", ctlBinPath, "github.com/fleetmcp/fleetmcp/cmd/fleetctl").CombinedOutput()
-		if err != nil {
-			ctlBuildErr = fmt.Errorf("go build fleetctl: %v\n%s", err, out)
-		}
-	})
-	if ctlBuildErr != nil {
-		t.Fatal(ctlBuildErr)
-	}
-	return ctlBinPath
-}
+func FleetctlBinary(t testing.TB) string { return fleetctlCommand.binary(t) }
 
 // HostOnline asks the gateway whether host is online.
 func HostOnline(cs *mcp.ClientSession, host string) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -31,11 +30,7 @@ func Main(m *testing.M) int {
 		return code
 	}
 	code := m.Run()
-	for _, bin := range []string{binPath, gwBinPath, ctlBinPath} {
-		if bin != "" {
-			os.RemoveAll(filepath.Dir(bin))
-		}
-	}
+	removeBuilt()
 	return code
 }
 

@@ -14,33 +14,9 @@ import (
 	"github.com/fleetmcp/fleetmcp/gateway"
 )
 
-var (
-	natsBuildOnce sync.Once
-	natsBinPath   string
-	natsBuildErr  error
-)
-
 // natsServerBinary builds nats-server, at the version this module pins,
 // once per test binary.
-func natsServerBinary(t testing.TB) string {
-	t.Helper()
-	natsBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nats-server-bin")
-		if err != nil {
-			natsBuildErr = err
-			return
-		}
-		natsBinPath = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBinPath, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsBuildErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsBuildErr != nil {
-		t.Fatal(natsBuildErr)
-	}
-	return natsBinPath
-}
+func natsServerBinary(t testing.TB) string { return natsServerCommand.binary(t) }
 
 // natsServerProcess runs a nats-server process configured as
 // deploy/nats/README.md tells operators: the include nats-setup wrote
