@@ -20,6 +20,8 @@ import (
 	"github.com/fleetmcp/fleetmcp/protocol"
 
 	"github.com/fleetmcp/fleetmcp/gateway/enrol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 // startJetStream runs a NATS server with JetStream, its state in a
@@ -132,16 +134,8 @@ func writes(reps ...*replica) int64 {
 	return n
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", waitFor, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitUntil waits (up to waitFor) until cond holds.
+func waitUntil(t *testing.T, what string, cond func() bool) { gwtest.WaitUntil(t, waitFor, what, cond) }
 
 // TestHostStoreSteadyState: two replicas hearing the same fleet write each
 // host once between them, heartbeats (with changing busy counts) write

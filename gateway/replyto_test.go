@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 // An agent chooses the reply subject of the requests it sends the
@@ -108,23 +109,7 @@ func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Durat
 	if host == "" {
 		host, _ = renewSubjectHost(subject)
 	}
-	inbox := protocol.AgentInboxPrefix(host) + "." + nats.NewInbox()[len(nats.InboxPrefix):]
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subject, inbox, data); err != nil {
-		return nil, err
-	}
-	m, err := sub.NextMsg(timeout)
-	if errors.Is(err, nats.ErrTimeout) {
-		return nil, err
-	}
-	if err == nil && len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return nil, nats.ErrNoResponders
-	}
-	return m, err
+	return gwtest.AgentRequest(nc, host, subject, data, timeout)
 }
 
 // renewSubjectHost returns the host of a renewal subject.

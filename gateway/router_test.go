@@ -16,6 +16,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 // waitFor bounds every wait in these tests.
@@ -28,14 +30,9 @@ func startNATS(t *testing.T, maxPayload int32) *server.Server {
 	return natstest.Start(t, &server.Options{MaxPayload: maxPayload})
 }
 
+// connectNATS connects to ns as name (gwtest.Connect).
 func connectNATS(t *testing.T, ns *server.Server, name string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name(name), nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return gwtest.Connect(t, ns.ClientURL(), name)
 }
 
 // newTestRouter returns a router on its own connection to ns, with a

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -45,15 +47,7 @@ func (s *testSealer) Holds(chained bool, callID string, data []byte, seal string
 	return err == nil && hmac.Equal(sum, s.sum(chained, callID, data))
 }
 
-// waitUntil waits until cond holds, failing the test after 5 s.
+// waitUntil waits (up to 5 s) until cond holds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	const waitFor = 5 * time.Second
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", waitFor, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	gwtest.WaitUntil(t, 5*time.Second, what, cond)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 // TestLiveAgentConns: the servers' list of live connections gives every
@@ -163,14 +165,7 @@ func startTestEmbedded(t *testing.T) (*Embedded, *Authority, *nats.Conn, func(..
 	return emb, a, nc, connect
 }
 
-// waitUntil waits until cond holds, failing the test after a while.
+// waitUntil waits (up to 20 s) until cond holds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	gwtest.WaitUntil(t, 20*time.Second, what, cond)
 }

@@ -2,7 +2,6 @@ package skills
 
 import (
 	"crypto/ed25519"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/fleetmcp/fleetmcp/integration/natstest"
 	"github.com/fleetmcp/fleetmcp/protocol"
+
+	"github.com/fleetmcp/fleetmcp/gateway/internal/gwtest"
 )
 
 // waitFor bounds every wait in these tests.
@@ -27,48 +28,18 @@ func startJetStream(t *testing.T) *server.Server {
 	return natstest.StartJetStream(t, nil)
 }
 
+// connectNATS connects to ns as name (gwtest.Connect).
 func connectNATS(t *testing.T, ns *server.Server, name string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name(name), nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return gwtest.Connect(t, ns.ClientURL(), name)
 }
 
 // waitUntil waits (up to waitFor) until cond holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", waitFor, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+func waitUntil(t *testing.T, what string, cond func() bool) { gwtest.WaitUntil(t, waitFor, what, cond) }
 
 // agentRequest asks as the agent of the subject's host would: the reply
 // comes to that agent's inbox.
 func agentRequest(nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
-	inbox := protocol.AgentInboxPrefix(subjectHost(subject)) + "." + nats.NewInbox()[len(nats.InboxPrefix):]
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subject, inbox, data); err != nil {
-		return nil, err
-	}
-	m, err := sub.NextMsg(timeout)
-	if errors.Is(err, nats.ErrTimeout) {
-		return nil, err
-	}
-	if err == nil && len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return nil, nats.ErrNoResponders
-	}
-	return m, err
+	return gwtest.AgentRequest(nc, subjectHost(subject), subject, data, timeout)
 }
 
 // testKey is a signing key as the gateway's behaves (Signer): it signs
